@@ -1,0 +1,72 @@
+/* Internal helpers shared by every stage: error reporting into a context,
+ * a bump arena, and a growable string buffer.  Not part of the public API. */
+#ifndef S2C_UTIL_H
+#define S2C_UTIL_H
+
+#include "s2c/common.h"
+
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#if defined(__GNUC__)
+#define S2_PRINTF(f, a) __attribute__((format(printf, f, a)))
+#else
+#define S2_PRINTF(f, a)
+#endif
+
+/* Record st and a formatted message in ctx (ctx may be NULL); returns st. */
+s2_status s2_fail(s2_ctx *ctx, s2_status st, const char *fmt, ...) S2_PRINTF(3, 4);
+s2_status s2_vfail(s2_ctx *ctx, s2_status st, const char *fmt, va_list ap);
+
+/* ---- arena: many small allocations freed at once ---------------------- */
+typedef struct s2_arena_chunk s2_arena_chunk;
+typedef struct s2_arena {
+    s2_arena_chunk *head;
+} s2_arena;
+
+void s2_arena_init(s2_arena *a);
+void s2_arena_release(s2_arena *a);               /* frees everything; tolerates a zeroed arena */
+void *s2_arena_alloc(s2_arena *a, size_t size);   /* zeroed, 16-byte aligned; NULL on OOM */
+void *s2_arena_array(s2_arena *a, size_t n, size_t elem); /* checks n*elem overflow */
+char *s2_arena_strdup(s2_arena *a, const char *s);
+char *s2_arena_strndup(s2_arena *a, const char *s, size_t n);
+
+/* ---- growable string buffer -------------------------------------------- */
+typedef struct s2_buf {
+    char *data;   /* always NUL-terminated when len > 0 or after s2_buf_puts */
+    size_t len;
+    size_t cap;
+    bool oom;     /* sticky: set when an append failed */
+} s2_buf;
+
+void s2_buf_init(s2_buf *b);
+void s2_buf_free(s2_buf *b);
+void s2_buf_reset(s2_buf *b);
+bool s2_buf_append(s2_buf *b, const void *data, size_t n);
+bool s2_buf_puts(s2_buf *b, const char *s);
+bool s2_buf_printf(s2_buf *b, const char *fmt, ...) S2_PRINTF(2, 3);
+bool s2_buf_vprintf(s2_buf *b, const char *fmt, va_list ap);
+/* Take ownership of the buffer's bytes (malloc'd, NUL-terminated). */
+char *s2_buf_steal(s2_buf *b, size_t *len);
+
+/* ---- files -------------------------------------------------------------- */
+/* Read a whole file (malloc'd, NUL-terminated; *len excludes the NUL). */
+s2_status s2_read_file(s2_ctx *ctx, const char *path, char **data, size_t *len);
+/* Write atomically: a temporary file in the same directory, then rename. */
+s2_status s2_write_file_atomic(s2_ctx *ctx, const char *path, const void *data, size_t len);
+
+/* ---- small math ---------------------------------------------------------- */
+static inline int64_t s2_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+static inline int64_t s2_mod(int64_t a, int64_t m) { int64_t r = a % m; return r < 0 ? r + m : r; }
+static inline int64_t s2_min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t s2_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* bf16/f16 <-> f32 conversions (round to nearest even). */
+float s2_bf16_to_f32(uint16_t h);
+uint16_t s2_f32_to_bf16(float f);
+float s2_f16_to_f32(uint16_t h);
+uint16_t s2_f32_to_f16(float f);
+
+#endif

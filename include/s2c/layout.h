@@ -1,0 +1,172 @@
+/* s2c — block layouts, Merge-Q tile schedules, KV liveness, statistics.
+ *
+ * A layout is a pattern instantiated for a query length and a key length.
+ * Queries are the last q_len positions of the kv_len keys (q_start =
+ * kv_len - q_len), which covers prefill (q_len == kv_len), chunked prefill
+ * and decode.  Nothing here allocates O(seq_len^2): masks are evaluated in
+ * closed form from the per-head rules; only explicit masks are tables.
+ */
+#ifndef S2C_LAYOUT_H
+#define S2C_LAYOUT_H
+
+#include "s2c/common.h"
+#include "s2c/pattern.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the block and token predicates ------------------------------------ */
+
+/* Does query head q's query block m keep key block n?  (Blocks are in
+ * absolute positions: block i covers tokens [i*block_size, (i+1)*block_size).)
+ * Out-of-range heads or blocks, or blocks outside an explicit mask, are not kept. */
+bool s2_block_kept(const s2_pattern *p, int q, int64_t m, int64_t n);
+
+/* Token-level: query position qpos attends key position kpos (absolute
+ * positions; causal patterns also require kpos <= qpos). */
+bool s2_token_kept(const s2_pattern *p, int q, int64_t qpos, int64_t kpos);
+
+/* ---- layouts ------------------------------------------------------------- */
+
+typedef struct s2_layout s2_layout;
+
+/* q_len <= kv_len (queries are the last positions); both >= 1 and within
+ * the pattern's max_seq_len and any explicit mask's size. */
+s2_status s2_layout_new(s2_ctx *ctx, const s2_pattern *p, int64_t q_len, int64_t kv_len, s2_layout **out);
+void s2_layout_free(s2_layout *l);
+
+const s2_pattern *s2_layout_pattern(const s2_layout *l);
+int64_t s2_layout_q_len(const s2_layout *l);
+int64_t s2_layout_kv_len(const s2_layout *l);
+int64_t s2_layout_q_start(const s2_layout *l);          /* kv_len - q_len */
+int64_t s2_layout_q_blocks(const s2_layout *l);         /* query blocks m in [first, first+count) */
+int64_t s2_layout_first_q_block(const s2_layout *l);    /* q_start / block_size */
+int64_t s2_layout_kv_blocks(const s2_layout *l);        /* cdiv(kv_len, block_size) */
+
+/* Heads whose rules give identical masks share one schedule: class_of(q)
+ * is the smallest head index with the same mask. */
+int s2_layout_head_class(const s2_layout *l, int q);
+int s2_layout_num_classes(const s2_layout *l);
+
+/* ---- Merge-Q tile schedules ---------------------------------------------
+ * The kernel works on tiles of block_m query rows and block_n key rows
+ * (each 16..128, powers of two).  Query tiles are aligned to absolute
+ * positions: tile t covers positions [t*block_m, (t+1)*block_m), clipped to
+ * [q_start, kv_len).  Sub-blocks are min(block_size, tile) tokens; a tile
+ * has sub_m = block_m / sub_m_size query sub-blocks and sub_n key sub-blocks,
+ * with sub_m * sub_n <= 64.
+ */
+typedef struct s2_tile_spec {
+    int block_m;
+    int block_n;
+} s2_tile_spec;
+
+enum {
+    S2_ENTRY_FULL = 1u << 0,   /* every (query, key) pair of the tile is kept: no mask needed */
+    S2_ENTRY_CAUSAL = 1u << 1, /* the tile crosses the causal diagonal: token mask needed */
+    S2_ENTRY_RAGGED = 1u << 2, /* the key tile runs past kv_len: length mask needed */
+};
+
+typedef struct s2_tile_entry {
+    int64_t tile;        /* key tile index (forward) or query tile index (transposed) */
+    uint64_t live;       /* bit i*sub_n + j: query sub-block i keeps key sub-block j */
+    uint32_t row_mask;   /* bit i: query sub-block i has a live key in this entry */
+    uint32_t flags;      /* S2_ENTRY_* */
+} s2_tile_entry;
+
+typedef struct s2_tile_geom {
+    int block_m, block_n;
+    int sub_m, sub_n;            /* sub-blocks per tile */
+    int sub_m_size, sub_n_size;  /* tokens per sub-block */
+    int64_t first_q_tile;        /* q_start / block_m */
+    int64_t q_tiles;             /* query tiles covering [q_start, kv_len) */
+    int64_t kv_tiles;            /* cdiv(kv_len, block_n) */
+} s2_tile_geom;
+
+s2_status s2_layout_tile_geom(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, s2_tile_geom *g);
+
+/* Upper bound on the entries of any one tile's list (forward or transposed). */
+int64_t s2_layout_max_entries(const s2_layout *l, s2_tile_spec spec);
+
+/* Forward list of query head q, query tile t (absolute index, from
+ * first_q_tile): the key tiles to visit in increasing order, computed in
+ * closed form.  Writes at most cap entries, sets *count to the full count
+ * (call with cap = 0 to size). */
+s2_status s2_layout_q_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int q, int64_t t,
+                                   s2_tile_entry *out, int64_t cap, int64_t *count);
+
+/* Transposed list for the backward pass: the query tiles that visit key
+ * tile j of head q, in increasing order; `live` uses the same bit layout. */
+s2_status s2_layout_kv_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int q, int64_t j,
+                                    s2_tile_entry *out, int64_t cap, int64_t *count);
+
+/* A materialised schedule (CSR): per head class and query tile, the entries.
+ * Its size is the number of entries (no seq_len^2 table). */
+typedef struct s2_schedule {
+    s2_tile_geom geom;
+    int num_classes;
+    int heads;
+    int *class_of_head;          /* [heads] */
+    int64_t *offsets;            /* [num_classes * q_tiles + 1] */
+    s2_tile_entry *entries;      /* [offsets[last]] */
+    bool transposed;             /* lists per key tile instead (offsets over kv_tiles) */
+} s2_schedule;
+
+s2_status s2_schedule_build(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed, s2_schedule **out);
+void s2_schedule_free(s2_schedule *s);
+
+/* ---- KV-cache efficiency and liveness ------------------------------------ */
+
+/* The KV-cache-efficient property: for every head and key block n, the query
+ * blocks that read n form one contiguous run (once dropped, never read again).
+ * Returns S2_OK and *ok = true when it holds over the layout; otherwise
+ * *ok = false and the message in ctx names the first head, key block and
+ * query block where it fails. */
+s2_status s2_layout_check_kv_efficient(s2_ctx *ctx, const s2_layout *l, bool *ok);
+
+#define S2_LIVE_FOREVER INT64_MAX
+
+/* Last query position that reads key block n for query head q, given that
+ * queries go up to position horizon - 1 (horizon 0 = the pattern's
+ * max_seq_len, or unbounded).  Returns S2_LIVE_FOREVER when the block is read
+ * up to the horizon (the end), -1 if it is never read. */
+int64_t s2_kv_last_reader(const s2_pattern *p, int q, int64_t n, int64_t horizon);
+
+/* Same over the query heads of kv-head h (a block can be freed only when no
+ * head of the group reads it). */
+int64_t s2_kv_last_reader_group(const s2_pattern *p, int h, int64_t n, int64_t horizon);
+
+/* ---- statistics ------------------------------------------------------------ */
+typedef struct s2_layout_stats {
+    int64_t q_len, kv_len;
+    int heads, head_dim;
+    double kept_pairs;        /* (query, key) token pairs kept, summed over heads */
+    double dense_pairs;       /* pairs of the dense attention with the same causality */
+    double kept_fraction;     /* kept_pairs / dense_pairs */
+    double fwd_flops;         /* 4 * kept_pairs * head_dim (two matmuls) */
+    double fwd_bwd_flops;     /* 3.5 x fwd_flops */
+    double tile_flops;        /* 4 * block_m * block_n * head_dim per visited entry (what the kernel computes) */
+    double bytes_read;        /* Q once, K and V once per visited entry, O written once */
+    int64_t entries;          /* visited (tile, tile) entries over all heads */
+    double head_pairs_min, head_pairs_max, head_pairs_mean; /* per-head work balance */
+    double imbalance;         /* max / mean */
+} s2_layout_stats;
+
+s2_status s2_layout_stats_compute(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int head_dim,
+                                  s2_dtype dtype, s2_layout_stats *st);
+
+/* ---- text output --------------------------------------------------------- */
+
+/* The layout's block mask in the golden text format: "case NAME {json}",
+ * "shape H M N" (H = heads, M = query blocks, N = key blocks), H*M lines of
+ * 0/1, "end".  malloc'd.  Only for layouts up to max_blocks x max_blocks. */
+s2_status s2_layout_format_mask(s2_ctx *ctx, const s2_layout *l, char **text);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

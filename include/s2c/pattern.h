@@ -1,0 +1,166 @@
+/* s2c — sparsity patterns.
+ *
+ * A pattern file (YAML) declares, per attention head, which KV blocks each
+ * query block attends to.  Parsing resolves the declaration into one
+ * s2_head_rule per *query* head plus a list of context-range rules, so later
+ * stages never re-interpret the file.  See README.md for the file format.
+ *
+ * Semantics (query block m, key block n, kv-head h of the query head):
+ *   causal, absolute vertical positions:
+ *     kept iff n <= m and (dense(h) or m - n < local_left
+ *                          or (n + shift(h)) mod vert_stride == 0)
+ *   bidirectional, relative vertical positions, local (L, R):
+ *     left = max(0, m - n - L + 1), right = max(0, n - m - R + 1);
+ *     kept iff dense(h) or (left + right) mod vert_stride == 0
+ *   with shift(h) = h * head_sliding_step + head_sliding_offset
+ *   (h = 0 for every head when homo_head).  Context-range rules and
+ *   explicit masks refine this; see s2_range_rule and s2_block_mask.
+ */
+#ifndef S2C_PATTERN_H
+#define S2C_PATTERN_H
+
+#include "s2c/common.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define S2_MAX_HEADS 4096
+#define S2_MAX_SEQ_LEN (INT64_C(1) << 31)
+
+/* A block mask in the golden text format: H masks of M x N blocks
+ * (H == 1: one mask shared by every head).  bits[(h*M + m)*N + n] is 1 when
+ * query block m of head h keeps key block n. */
+typedef struct s2_block_mask {
+    char *name;         /* case name, may be "" */
+    int heads;          /* H */
+    int64_t rows;       /* M */
+    int64_t cols;       /* N */
+    uint8_t *bits;      /* H*M*N bytes, each 0 or 1 */
+} s2_block_mask;
+
+typedef enum s2_vert_position {
+    S2_VERT_ABSOLUTE = 0, /* vertical stripes at fixed key positions (KV-cache efficient) */
+    S2_VERT_RELATIVE = 1, /* vertical stripes at fixed distances from the query */
+} s2_vert_position;
+
+/* The resolved rule of one query head. */
+typedef struct s2_head_rule {
+    bool dense;            /* attends to every visible block */
+    int local_left;        /* local window: blocks n with 0 <= m - n < local_left */
+    int local_right;       /* bidirectional: blocks n with 0 < n - m < local_right */
+    int vert_stride;       /* >= 1; 1 means every block */
+    int64_t shift;         /* h * head_sliding_step + head_sliding_offset (absolute mode) */
+    int mask;              /* -1, or index into s2_pattern.masks (explicit mask) */
+    int mask_head;         /* which head slice of that mask (0 when it has H == 1) */
+} s2_head_rule;
+
+/* What a context-range rule does to the key blocks it selects. */
+typedef enum s2_range_action {
+    S2_RANGE_SINK = 0,     /* always keep the selected blocks (attention sinks) */
+    S2_RANGE_STRIDE,       /* replace the vertical stride by `stride` (same shift) */
+    S2_RANGE_DENSE,        /* keep every selected block */
+    S2_RANGE_DROP,         /* keep none of the selected blocks (the local window still applies) */
+} s2_range_action;
+
+/* A context-range rule.  It selects key blocks by absolute position
+ * (key_lo <= n*block_size < key_hi) and by distance from the query
+ * (dist_lo <= (m - n) * block_size < dist_hi; |m - n| when bidirectional),
+ * for the query heads in `heads`.  Rules are applied in file order after the
+ * base rule and the overrides: the last rule that selects a block decides it
+ * (the causal limit and the local window are never overridden, except that
+ * DROP does not remove local blocks either). */
+typedef struct s2_range_rule {
+    s2_range_action action;
+    int64_t key_lo, key_hi;    /* tokens; default [0, INT64_MAX) */
+    int64_t dist_lo, dist_hi;  /* tokens; default [0, INT64_MAX) */
+    int stride;                /* for S2_RANGE_STRIDE */
+    uint8_t *heads;            /* heads[q] != 0 when query head q is selected (length = pattern heads) */
+    int line, col;             /* where it was declared, for messages */
+} s2_range_rule;
+
+typedef struct s2_pattern {
+    char *name;
+    int heads;                 /* query heads */
+    int kv_heads;              /* divides heads */
+    int block_size;            /* 16, 32, 64 or 128 */
+    bool causal;
+    int64_t max_seq_len;       /* 0 = unbounded */
+    s2_vert_position vert_position;
+
+    /* base local_stride rule as declared (before overrides) */
+    int local_left, local_right;
+    int vert_stride;
+    int head_sliding_step;     /* resolved (auto -> max(1, vert_stride / kv_heads)) */
+    bool head_sliding_step_auto;
+    int head_sliding_offset;
+    bool homo_head;
+    int num_dense_heads;       /* the last N kv-heads attend densely */
+
+    s2_head_rule *rules;       /* [heads]: the resolved per-query-head rule */
+    s2_range_rule *ranges;
+    int num_ranges;
+    s2_block_mask *masks;      /* explicit masks referenced by rules */
+    int num_masks;
+
+    const char *file;          /* file the pattern came from */
+    int line;                  /* line where it starts */
+} s2_pattern;
+
+/* One or more named patterns (one per file, or a `patterns:` list). */
+typedef struct s2_pattern_set s2_pattern_set;
+
+/* Parse a pattern file.  On a parse error the message in ctx is one line
+ * "file:line:col: message" and S2_ERR_PARSE is returned. */
+s2_status s2_pattern_load(s2_ctx *ctx, const char *path, s2_pattern_set **out);
+/* Parse from memory; `filename` is used in messages and to resolve relative
+ * mask paths (may be NULL: "<memory>", relative to the working directory). */
+s2_status s2_pattern_parse(s2_ctx *ctx, const char *filename, const char *text, size_t len,
+                           s2_pattern_set **out);
+void s2_pattern_set_free(s2_pattern_set *set);
+
+int s2_pattern_set_count(const s2_pattern_set *set);
+const s2_pattern *s2_pattern_set_get(const s2_pattern_set *set, int i);
+/* Find by name; NULL if absent. */
+const s2_pattern *s2_pattern_set_find(const s2_pattern_set *set, const char *name);
+
+/* Build a pattern programmatically from the S2 library's keyword arguments
+ * (the golden file's kwargs).  local_right is used only when !causal. */
+typedef struct s2_local_stride_args {
+    const char *name;
+    int num_heads;
+    int num_kv_heads;        /* 0 = num_heads */
+    int block_size;
+    int local_blocks;
+    int local_right;         /* 0 = same as local_blocks */
+    int vert_stride;
+    int head_sliding_step;   /* 0 = auto */
+    int head_sliding_offset;
+    bool homo_head;
+    int num_dense_heads;
+    bool causal;
+    int vert_position;       /* -1 = default for causal, else s2_vert_position */
+    int64_t max_seq_len;
+} s2_local_stride_args;
+
+void s2_local_stride_args_default(s2_local_stride_args *a);
+s2_status s2_pattern_from_args(s2_ctx *ctx, const s2_local_stride_args *args, s2_pattern_set **out);
+
+/* Read a golden-format mask file ("case NAME {json}", "shape H M N", rows,
+ * "end").  `case_name` selects one case (NULL: the first).  The result is
+ * freed with s2_block_mask_free. */
+s2_status s2_block_mask_load(s2_ctx *ctx, const char *path, const char *case_name, s2_block_mask *out);
+s2_status s2_block_mask_parse(s2_ctx *ctx, const char *filename, const char *text, size_t len,
+                              const char *case_name, s2_block_mask *out);
+void s2_block_mask_free(s2_block_mask *m);
+
+/* Print a one-screen human summary of a pattern (for `s2c check`). */
+s2_status s2_pattern_describe(const s2_pattern *p, char **text); /* malloc'd */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

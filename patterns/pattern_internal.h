@@ -1,0 +1,27 @@
+/* Internal to patterns/: the pattern set and the resolution of a declared
+ * local-stride rule into per-head rules. */
+#ifndef S2C_PATTERN_INTERNAL_H
+#define S2C_PATTERN_INTERNAL_H
+
+#include "s2c/pattern.h"
+#include "util.h"
+
+struct s2_pattern_set {
+    s2_arena arena;     /* owns every pattern, rule, range and mask */
+    s2_pattern *items;
+    int count, cap;
+};
+
+s2_pattern_set *s2_pattern_set_new(void);
+/* Append a zeroed pattern; NULL on OOM. */
+s2_pattern *s2_pattern_set_add(s2_pattern_set *set);
+
+/* Resolve the base local_stride fields of p (heads, kv_heads, local_*,
+ * vert_stride, head_sliding_*, homo_head, num_dense_heads, vert_position)
+ * into p->rules.  Fields must already be validated.  Allocates in arena. */
+s2_status s2_pattern_resolve_base(s2_ctx *ctx, s2_pattern *p, s2_arena *arena);
+
+/* Shift of query head q under the base rule (h * step + offset). */
+int64_t s2_pattern_base_shift(const s2_pattern *p, int q);
+
+#endif
