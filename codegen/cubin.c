@@ -477,8 +477,11 @@ s2_status s2_ptx_to_cubin(s2_ctx *ctx, const char *ptx, size_t len, s2_arch arch
             st = s2_fail(ctx, S2_ERR_TOOLCHAIN, "%slibnvJitLink.so.13 could not be loaded: %s",
                          backend == S2_CUBIN_AUTO ? "ptxas not found and " : "", dlerror());
         else {
+            /* No dlclose: the library's own C++ runtime allocates at load
+             * time and never frees, so unloading strands that memory (and a
+             * reload costs more than keeping it mapped).  dlopen counts
+             * references; the loader keeps one copy. */
             st = via_jitlink(ctx, &api, ptx, len, arch, cubin, size, &log);
-            dlclose(api.lib);
         }
     }
     free(ptxas);
