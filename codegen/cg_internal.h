@@ -1,0 +1,108 @@
+/* Internal to codegen/: the LLVM compilation context, NVVM/PTX builder
+ * helpers (one per instruction family), and the assembler back ends. */
+#ifndef S2C_CG_INTERNAL_H
+#define S2C_CG_INTERNAL_H
+
+#include "s2c/codegen.h"
+#include "util.h"
+
+#include <llvm-c/Core.h>
+#include <llvm-c/TargetMachine.h>
+
+#include <stdbool.h>
+
+/* NVPTX address spaces (llvm/Support/NVPTXAddrSpace.h). */
+enum { S2_AS_GENERIC = 0, S2_AS_GLOBAL = 1, S2_AS_SHARED = 3, S2_AS_CONST = 4, S2_AS_LOCAL = 5 };
+
+/* One compilation: owns every LLVM object it creates. */
+typedef struct s2_cg {
+    LLVMContextRef llctx;
+    LLVMModuleRef mod;
+    LLVMBuilderRef b;
+    LLVMTargetMachineRef tm;
+    LLVMTargetDataRef dl;
+    s2_target target;
+    LLVMTypeRef t_void, t_i1, t_i32, t_i64, t_f32, t_ptr_global, t_ptr_const;
+} s2_cg;
+
+/* ---- context (cg_ctx.c) ---- */
+s2_status s2_cg_init(s2_ctx *ctx, s2_cg *cg, const s2_target *target, const char *module_name);
+void s2_cg_destroy(s2_cg *cg);             /* tolerates a zeroed or partially set up cg */
+s2_status s2_cg_verify(s2_ctx *ctx, s2_cg *cg);
+s2_status s2_cg_optimize(s2_ctx *ctx, s2_cg *cg);
+s2_status s2_cg_print_ir(s2_ctx *ctx, s2_cg *cg, char **text);           /* malloc'd */
+/* Replace the module by IR text (an override NAME.ll); verifies it. */
+s2_status s2_cg_replace_module(s2_ctx *ctx, s2_cg *cg, const char *text, size_t len);
+s2_status s2_cg_emit_ptx(s2_ctx *ctx, s2_cg *cg, char **ptx, size_t *len); /* malloc'd */
+const char *s2_arch_cpu(s2_arch arch);     /* "sm_90a" */
+int s2_arch_sm(s2_arch arch);              /* 80, 90, 90 */
+
+/* ---- builder helpers (cg_nvvm.c) ---- */
+LLVMValueRef s2_nv_kernel_new(s2_cg *cg, const char *name, LLVMTypeRef *params, unsigned n,
+                              int max_threads, int min_ctas);
+void s2_nv_param_attr(s2_cg *cg, LLVMValueRef fn, unsigned param, const char *attr);
+LLVMValueRef s2_nv_intrinsic(s2_cg *cg, const char *name, LLVMTypeRef ret, LLVMTypeRef *args,
+                             unsigned nargs, LLVMValueRef *vals);
+/* special registers */
+LLVMValueRef s2_nv_tid_x(s2_cg *cg);
+LLVMValueRef s2_nv_ctaid(s2_cg *cg, char dim);   /* 'x', 'y', 'z' */
+LLVMValueRef s2_nv_laneid(s2_cg *cg);
+/* warp shuffles and reductions across all 32 lanes (full mask) */
+LLVMValueRef s2_nv_shfl_bfly_f32(s2_cg *cg, LLVMValueRef v, int lane_mask);
+LLVMValueRef s2_nv_warp_max_f32(s2_cg *cg, LLVMValueRef v);
+LLVMValueRef s2_nv_warp_sum_f32(s2_cg *cg, LLVMValueRef v);
+/* math */
+LLVMValueRef s2_nv_ex2_approx(s2_cg *cg, LLVMValueRef x);         /* ex2.approx.ftz.f32 */
+LLVMValueRef s2_nv_fmax(s2_cg *cg, LLVMValueRef a, LLVMValueRef b); /* llvm.maxnum */
+LLVMValueRef s2_nv_fma(s2_cg *cg, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c);
+LLVMValueRef s2_nv_smax_i32(s2_cg *cg, LLVMValueRef a, LLVMValueRef b);
+/* barriers */
+void s2_nv_barrier_cta(s2_cg *cg);   /* bar.sync 0 (barrier.cta.sync.aligned.all) */
+/* global memory: element `index` (i64) of a float array in addrspace(1) */
+LLVMValueRef s2_nv_gep_f32(s2_cg *cg, LLVMValueRef base, LLVMValueRef index);
+LLVMValueRef s2_nv_load_global_f32(s2_cg *cg, LLVMValueRef base, LLVMValueRef index, unsigned align);
+void s2_nv_store_global_f32(s2_cg *cg, LLVMValueRef base, LLVMValueRef index, LLVMValueRef v,
+                            unsigned align);
+/* a read-only constant table in addrspace(4) */
+LLVMValueRef s2_nv_const_table_i32(s2_cg *cg, const char *name, const int32_t *vals, unsigned n);
+LLVMValueRef s2_nv_load_table_i32(s2_cg *cg, LLVMValueRef table, unsigned n, LLVMValueRef index);
+/* Inline PTX.  Always marked as having side effects and clobbering memory,
+ * so LLVM never deletes or moves it.  `constraints` lists outputs then
+ * inputs ("=r,r"); "~{memory}" is appended here. */
+LLVMValueRef s2_nv_inline_asm(s2_cg *cg, LLVMTypeRef ret, const char *text, const char *constraints,
+                              LLVMValueRef *args, unsigned nargs);
+
+/* A counted loop: for (iv = start; iv < end; iv += step), with loop-carried
+ * values.  Between begin and end, emit the body using loop->iv and
+ * loop->carried[i]; pass the next values to s2_nv_loop_end; afterwards
+ * loop->result[i] holds the final values. */
+#define S2_NV_LOOP_MAX_CARRIED 4
+typedef struct s2_nv_loop {
+    LLVMValueRef iv;
+    LLVMValueRef carried[S2_NV_LOOP_MAX_CARRIED];
+    LLVMValueRef result[S2_NV_LOOP_MAX_CARRIED];
+    unsigned ncarried;
+    LLVMValueRef step, end;
+    LLVMBasicBlockRef header, body, exit, preheader;
+    LLVMValueRef init[S2_NV_LOOP_MAX_CARRIED];
+    LLVMValueRef start;
+} s2_nv_loop;
+void s2_nv_loop_begin(s2_cg *cg, s2_nv_loop *loop, const char *name, LLVMValueRef start, LLVMValueRef end,
+                      LLVMValueRef step, LLVMValueRef *init, unsigned ncarried);
+void s2_nv_loop_end(s2_cg *cg, s2_nv_loop *loop, LLVMValueRef *next);
+
+/* ---- the stage driver (compile.c) ---- */
+/* Take a built module through verify -> NAME.pre.ll -> O3 -> NAME.ll ->
+ * NAME.ptx -> NAME.cubin, honouring the ctx's dump and override directories,
+ * and fill art (name, IR, PTX, cubin, log, kernels).  art->name must be set. */
+s2_status s2_cg_finish(s2_ctx *ctx, s2_cg *cg, s2_cubin_backend backend, s2_artifact *art);
+s2_artifact *s2_artifact_new(const s2_target *target, const char *name);
+
+/* ---- assemblers (cubin.c) ---- */
+/* Parse "Used N registers", spills, stack and smem lines (ptxas -v and the
+ * nvJitLink info log share the format). */
+int s2_parse_resources(const char *log, s2_kernel_info *info, int max_info);
+/* EIATTR_REGCOUNT of kernel `name` in a cubin, -1 when not found. */
+int s2_cubin_regcount(const uint8_t *cubin, size_t size, const char *name);
+
+#endif

@@ -1,0 +1,226 @@
+/* The stage driver: IR -> PTX -> cubin with dumps and overrides, and the
+ * artifact handed to callers. */
+#include "cg_internal.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+s2_status s2_arch_parse(const char *text, s2_arch *out)
+{
+    static const struct { const char *name; s2_arch arch; } names[] = {
+        {"sm_80", S2_ARCH_SM80}, {"80", S2_ARCH_SM80}, {"sm_90", S2_ARCH_SM90}, {"90", S2_ARCH_SM90},
+        {"sm_90a", S2_ARCH_SM90A}, {"90a", S2_ARCH_SM90A},
+    };
+    if (!text || !out)
+        return S2_ERR_INVALID;
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        if (strcmp(text, names[i].name) == 0) {
+            *out = names[i].arch;
+            return S2_OK;
+        }
+    }
+    return S2_ERR_UNSUPPORTED;
+}
+
+const char *s2_arch_name(s2_arch arch)
+{
+    const char *n = s2_arch_cpu(arch);
+    return n ? n : "?";
+}
+
+s2_status s2_arch_for_device(int major, int minor, s2_arch *out)
+{
+    (void)minor;
+    if (!out)
+        return S2_ERR_INVALID;
+    if (major == 9) {
+        *out = S2_ARCH_SM90A;
+        return S2_OK;
+    }
+    if (major == 8) {
+        /* sm_80 SASS runs on every 8.x device */
+        *out = S2_ARCH_SM80;
+        return S2_OK;
+    }
+    return S2_ERR_UNSUPPORTED;
+}
+
+void s2_target_default(s2_target *t, s2_arch arch)
+{
+    t->arch = arch;
+    t->ptx_version = 0;
+    t->opt_level = 3;
+}
+
+const char *s2_cubin_backend_name(s2_cubin_backend b)
+{
+    switch (b) {
+    case S2_CUBIN_AUTO: return "auto";
+    case S2_CUBIN_PTXAS: return "ptxas";
+    case S2_CUBIN_NVJITLINK: return "nvJitLink";
+    }
+    return "?";
+}
+
+s2_artifact *s2_artifact_new(const s2_target *target, const char *name)
+{
+    s2_artifact *a = calloc(1, sizeof *a);
+    if (!a)
+        return NULL;
+    a->target = *target;
+    a->name = strdup(name);
+    if (!a->name) {
+        free(a);
+        return NULL;
+    }
+    return a;
+}
+
+void s2_artifact_free(s2_artifact *a)
+{
+    if (!a)
+        return;
+    free(a->name);
+    free(a->ir_pre);
+    free(a->ir);
+    free(a->ptx);
+    free(a->cubin);
+    free(a->log);
+    free(a->kernels);
+    free(a);
+}
+
+/* ---- dump / override files ---- */
+
+static char *stage_path(const char *dir, const char *name, const char *ext)
+{
+    size_t n = strlen(dir) + strlen(name) + strlen(ext) + 2;
+    char *p = malloc(n);
+    if (p)
+        snprintf(p, n, "%s/%s%s", dir, name, ext);
+    return p;
+}
+
+static s2_status dump_stage(s2_ctx *ctx, const char *name, const char *ext, const void *data, size_t len)
+{
+    const char *dir = s2_ctx_dump_dir(ctx);
+    if (!dir)
+        return S2_OK;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        return s2_fail(ctx, S2_ERR_IO, "cannot create dump directory %s: %s", dir, strerror(errno));
+    char *path = stage_path(dir, name, ext);
+    if (!path)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    s2_status st = s2_write_file_atomic(ctx, path, data, len);
+    free(path);
+    return st;
+}
+
+/* *data is NULL (and S2_OK) when there is no override for this stage. */
+static s2_status read_override(s2_ctx *ctx, const char *name, const char *ext, char **data, size_t *len)
+{
+    *data = NULL;
+    *len = 0;
+    const char *dir = s2_ctx_override_dir(ctx);
+    if (!dir)
+        return S2_OK;
+    char *path = stage_path(dir, name, ext);
+    if (!path)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    s2_status st = access(path, F_OK) == 0 ? s2_read_file(ctx, path, data, len) : S2_OK;
+    free(path);
+    return st;
+}
+
+static s2_status stage_ir(s2_ctx *ctx, s2_cg *cg, s2_artifact *art)
+{
+    s2_status st = s2_cg_verify(ctx, cg);
+    if (st == S2_OK)
+        st = s2_cg_print_ir(ctx, cg, &art->ir_pre);
+    if (st == S2_OK)
+        st = dump_stage(ctx, art->name, ".pre.ll", art->ir_pre, strlen(art->ir_pre));
+    if (st != S2_OK)
+        return st;
+
+    char *over = NULL;
+    size_t over_len = 0;
+    st = read_override(ctx, art->name, ".ll", &over, &over_len);
+    if (st != S2_OK)
+        return st;
+    if (over) {
+        /* an override is the optimised IR: it goes to the back end as is */
+        st = s2_cg_replace_module(ctx, cg, over, over_len);
+        free(over);
+    } else {
+        st = s2_cg_optimize(ctx, cg);
+        if (st == S2_OK)
+            st = s2_cg_verify(ctx, cg);
+    }
+    if (st == S2_OK)
+        st = s2_cg_print_ir(ctx, cg, &art->ir);
+    if (st == S2_OK)
+        st = dump_stage(ctx, art->name, ".ll", art->ir, strlen(art->ir));
+    return st;
+}
+
+static s2_status stage_ptx(s2_ctx *ctx, s2_cg *cg, s2_artifact *art)
+{
+    char *over = NULL;
+    size_t over_len = 0;
+    s2_status st = read_override(ctx, art->name, ".ptx", &over, &over_len);
+    if (st != S2_OK)
+        return st;
+    if (over) {
+        art->ptx = over;
+        art->ptx_len = over_len;
+    } else {
+        st = s2_cg_emit_ptx(ctx, cg, &art->ptx, &art->ptx_len);
+        if (st != S2_OK)
+            return st;
+    }
+    return dump_stage(ctx, art->name, ".ptx", art->ptx, art->ptx_len);
+}
+
+static s2_status stage_cubin(s2_ctx *ctx, s2_cubin_backend backend, s2_artifact *art)
+{
+    char *over = NULL;
+    size_t over_len = 0;
+    s2_status st = read_override(ctx, art->name, ".cubin", &over, &over_len);
+    if (st != S2_OK)
+        return st;
+    if (over) {
+        art->cubin = (uint8_t *)over;
+        art->cubin_size = over_len;
+        art->log = strdup("cubin taken from the override directory; resources not assembled");
+        art->kernels = calloc(1, sizeof *art->kernels);
+        if (!art->log || !art->kernels)
+            return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+        s2_kernel_info *k = &art->kernels[0];
+        art->num_kernels = 1;
+        snprintf(k->name, sizeof k->name, "%s", art->name);
+        k->registers = k->spill_stores = k->spill_loads = k->stack_frame = k->shared_static = -1;
+        k->elf_registers = s2_cubin_regcount(art->cubin, art->cubin_size, art->name);
+        art->backend_used = backend;
+    } else {
+        st = s2_ptx_to_cubin(ctx, art->ptx, art->ptx_len, art->target.arch, backend, &art->cubin,
+                             &art->cubin_size, &art->log, &art->kernels, &art->num_kernels,
+                             &art->backend_used);
+        if (st != S2_OK)
+            return st;
+    }
+    return dump_stage(ctx, art->name, ".cubin", art->cubin, art->cubin_size);
+}
+
+s2_status s2_cg_finish(s2_ctx *ctx, s2_cg *cg, s2_cubin_backend backend, s2_artifact *art)
+{
+    s2_status st = stage_ir(ctx, cg, art);
+    if (st == S2_OK)
+        st = stage_ptx(ctx, cg, art);
+    if (st == S2_OK)
+        st = stage_cubin(ctx, backend, art);
+    return st;
+}

@@ -1,0 +1,505 @@
+/* PTX -> cubin: ptxas as a subprocess or nvJitLink loaded with dlopen, and
+ * the resource numbers both report. */
+#include "cg_internal.h"
+
+#define NVJITLINK_NO_INLINE 1
+#include <nvJitLink.h>
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+extern char **environ;
+
+/* ---- resources from the -v / info log ---- */
+
+static s2_kernel_info *find_kernel(s2_kernel_info *info, int *n, int max, const char *name, bool add)
+{
+    for (int i = 0; i < *n; i++)
+        if (strcmp(info[i].name, name) == 0)
+            return &info[i];
+    if (!add || *n >= max)
+        return NULL;
+    s2_kernel_info *k = &info[(*n)++];
+    memset(k, 0, sizeof *k);
+    snprintf(k->name, sizeof k->name, "%s", name);
+    k->registers = k->spill_stores = k->spill_loads = k->stack_frame = k->shared_static = -1;
+    k->max_threads = k->elf_registers = -1;
+    return k;
+}
+
+/* The quoted or trailing function name after `key` on a line. */
+static bool name_after(const char *line, const char *key, char *name, size_t cap)
+{
+    const char *s = strstr(line, key);
+    if (!s)
+        return false;
+    s += strlen(key);
+    while (*s == ' ' || *s == '\'')
+        s++;
+    size_t n = 0;
+    while (s[n] && s[n] != '\'' && s[n] != ' ' && s[n] != '\n' && s[n] != '\r' && s[n] != ':')
+        n++;
+    if (n == 0 || n >= cap)
+        return false;
+    memcpy(name, s, n);
+    name[n] = '\0';
+    return true;
+}
+
+/* The integer right before `unit` on the line ("12 bytes spill stores"). */
+static int number_before(const char *line, const char *unit)
+{
+    const char *u = strstr(line, unit);
+    if (!u)
+        return -1;
+    const char *e = u;
+    while (e > line && e[-1] == ' ')
+        e--;
+    const char *s = e;
+    while (s > line && s[-1] >= '0' && s[-1] <= '9')
+        s--;
+    if (s == e)
+        return -1;
+    return (int)strtol(s, NULL, 10);
+}
+
+int s2_parse_resources(const char *log, s2_kernel_info *info, int max_info)
+{
+    int n = 0;
+    s2_kernel_info *cur = NULL;
+    char name[128];
+    for (const char *line = log; line && *line;) {
+        const char *nl = strchr(line, '\n');
+        size_t len = nl ? (size_t)(nl - line) : strlen(line);
+        char buf[512];
+        if (len >= sizeof buf)
+            len = sizeof buf - 1;
+        memcpy(buf, line, len);
+        buf[len] = '\0';
+        if (name_after(buf, "Compiling entry function", name, sizeof name))
+            cur = find_kernel(info, &n, max_info, name, true);
+        else if (name_after(buf, "Function properties for", name, sizeof name))
+            cur = find_kernel(info, &n, max_info, name, false);
+        if (cur) {
+            int v;
+            if ((v = number_before(buf, "bytes stack frame")) >= 0)
+                cur->stack_frame = v;
+            if ((v = number_before(buf, "bytes spill stores")) >= 0)
+                cur->spill_stores = v;
+            if ((v = number_before(buf, "bytes spill loads")) >= 0)
+                cur->spill_loads = v;
+            if (strstr(buf, "Used ") && (v = number_before(buf, "registers")) >= 0)
+                cur->registers = v;
+            if ((v = number_before(buf, "bytes smem")) >= 0)
+                cur->shared_static = v;
+            else if (strstr(buf, "Used ") && cur->shared_static < 0)
+                cur->shared_static = 0; /* ptxas omits "smem" when there is none */
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    return n;
+}
+
+/* ---- EIATTR_REGCOUNT from the cubin (ELF64, little endian) ---- */
+
+enum { EIATTR_REGCOUNT = 0x2f, EIFMT_SVAL = 0x04 };
+
+static uint64_t rd(const uint8_t *p, int bytes)
+{
+    uint64_t v = 0;
+    for (int i = bytes - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* Walk the nv.info records of a section for REGCOUNT of symbol `sym`
+ * (sym < 0: any symbol, the per-kernel section). */
+static int regcount_in(const uint8_t *d, size_t n, long sym)
+{
+    for (size_t o = 0; o + 4 <= n;) {
+        unsigned fmt = d[o], attr = d[o + 1];
+        size_t sz = fmt == EIFMT_SVAL ? (size_t)rd(d + o + 2, 2) : 0;
+        if (o + 4 + sz > n)
+            break;
+        if (attr == EIATTR_REGCOUNT && fmt == EIFMT_SVAL && sz >= 8 &&
+            (sym < 0 || (long)rd(d + o + 4, 4) == sym))
+            return (int)rd(d + o + 8, 4);
+        o += 4 + sz;
+    }
+    return -1;
+}
+
+int s2_cubin_regcount(const uint8_t *c, size_t size, const char *name)
+{
+    if (!c || size < 64 || memcmp(c, "\177ELF", 4) != 0 || c[4] != 2 || c[5] != 1)
+        return -1;
+    uint64_t shoff = rd(c + 0x28, 8);
+    unsigned shentsize = (unsigned)rd(c + 0x3a, 2), shnum = (unsigned)rd(c + 0x3c, 2);
+    unsigned shstrndx = (unsigned)rd(c + 0x3e, 2);
+    if (shentsize < 64 || shstrndx >= shnum || shoff > size || (uint64_t)shnum * shentsize > size - shoff)
+        return -1;
+#define SH(i) (c + shoff + (uint64_t)(i) * shentsize)
+    uint64_t stroff = rd(SH(shstrndx) + 0x18, 8), strsz = rd(SH(shstrndx) + 0x20, 8);
+    if (stroff > size || strsz > size - stroff)
+        return -1;
+    char want[160];
+    snprintf(want, sizeof want, ".nv.info.%s", name);
+    const uint8_t *global = NULL, *symtab = NULL, *symstr = NULL;
+    uint64_t global_sz = 0, symtab_sz = 0, symstr_sz = 0, symentsz = 24;
+    for (unsigned i = 0; i < shnum; i++) {
+        uint64_t nm = rd(SH(i), 4), off = rd(SH(i) + 0x18, 8), sz = rd(SH(i) + 0x20, 8);
+        unsigned type = (unsigned)rd(SH(i) + 4, 4);
+        if (nm >= strsz || off > size || sz > size - off)
+            continue;
+        const char *sname = (const char *)c + stroff + nm;
+        if (memchr(sname, 0, strsz - nm) == NULL)
+            continue;
+        if (strcmp(sname, want) == 0) {
+            int r = regcount_in(c + off, sz, -1);
+            if (r >= 0)
+                return r;
+        } else if (strcmp(sname, ".nv.info") == 0) {
+            global = c + off;
+            global_sz = sz;
+        } else if (type == 2 /* SHT_SYMTAB */) {
+            unsigned link = (unsigned)rd(SH(i) + 0x28, 4);
+            uint64_t loff = link < shnum ? rd(SH(link) + 0x18, 8) : 0, lsz = link < shnum ? rd(SH(link) + 0x20, 8) : 0;
+            if (loff <= size && lsz <= size - loff) {
+                symtab = c + off;
+                symtab_sz = sz;
+                symentsz = rd(SH(i) + 0x38, 8) ? rd(SH(i) + 0x38, 8) : 24;
+                symstr = c + loff;
+                symstr_sz = lsz;
+            }
+        }
+    }
+#undef SH
+    if (!global || !symtab)
+        return -1;
+    for (uint64_t s = 0; s * symentsz + 24 <= symtab_sz; s++) {
+        uint64_t nm = rd(symtab + s * symentsz, 4);
+        if (nm < symstr_sz && memchr(symstr + nm, 0, symstr_sz - nm) &&
+            strcmp((const char *)symstr + nm, name) == 0)
+            return regcount_in(global, global_sz, (long)s);
+    }
+    return -1;
+}
+
+/* ---- ptxas as a subprocess ---- */
+
+static bool executable(const char *path) { return path && access(path, X_OK) == 0; }
+
+/* $S2C_PTXAS, when set, is the only candidate (so a caller can disable
+ * ptxas); else $PATH, $CUDA_HOME/bin, /usr/local/cuda/bin. */
+static char *find_ptxas(void)
+{
+    const char *env = getenv("S2C_PTXAS");
+    if (env && env[0])
+        return executable(env) ? strdup(env) : NULL;
+    char path[4096];
+    const char *p = getenv("PATH");
+    while (p && *p) {
+        const char *colon = strchr(p, ':');
+        size_t n = colon ? (size_t)(colon - p) : strlen(p);
+        if (n > 0 && n + 7 < sizeof path) {
+            snprintf(path, sizeof path, "%.*s/ptxas", (int)n, p);
+            if (executable(path))
+                return strdup(path);
+        }
+        p = colon ? colon + 1 : NULL;
+    }
+    const char *home = getenv("CUDA_HOME");
+    if (home && home[0]) {
+        snprintf(path, sizeof path, "%s/bin/ptxas", home);
+        if (executable(path))
+            return strdup(path);
+    }
+    return executable("/usr/local/cuda/bin/ptxas") ? strdup("/usr/local/cuda/bin/ptxas") : NULL;
+}
+
+typedef struct tmp_files {
+    char dir[256];
+    char in[300];
+    char out[300];
+} tmp_files;
+
+static s2_status tmp_files_make(s2_ctx *ctx, tmp_files *t, const char *ptx, size_t len)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(t->dir, sizeof t->dir, "%s/s2c-ptxas-XXXXXX", base && base[0] ? base : "/tmp");
+    if (!mkdtemp(t->dir)) {
+        t->dir[0] = '\0';
+        return s2_fail(ctx, S2_ERR_IO, "cannot create a temporary directory: %s", strerror(errno));
+    }
+    snprintf(t->in, sizeof t->in, "%s/in.ptx", t->dir);
+    snprintf(t->out, sizeof t->out, "%s/out.cubin", t->dir);
+    return s2_write_file_atomic(ctx, t->in, ptx, len);
+}
+
+static void tmp_files_remove(tmp_files *t)
+{
+    if (!t->dir[0])
+        return;
+    unlink(t->in);
+    unlink(t->out);
+    rmdir(t->dir);
+}
+
+/* Run argv with stdout and stderr into one pipe; the exit status in *code. */
+static s2_status run_capture(s2_ctx *ctx, char *const argv[], s2_buf *log, int *code)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return s2_fail(ctx, S2_ERR_IO, "pipe: %s", strerror(errno));
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc != 0) {
+        close(fds[0]);
+        return s2_fail(ctx, S2_ERR_TOOLCHAIN, "cannot run %s: %s", argv[0], strerror(rc));
+    }
+    char chunk[4096];
+    for (;;) {
+        ssize_t r = read(fds[0], chunk, sizeof chunk);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        s2_buf_append(log, chunk, (size_t)r);
+    }
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0) {
+        if (errno != EINTR)
+            return s2_fail(ctx, S2_ERR_TOOLCHAIN, "waitpid: %s", strerror(errno));
+    }
+    *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    s2_buf_puts(log, "");
+    return log->oom ? s2_fail(ctx, S2_ERR_NOMEM, "out of memory") : S2_OK;
+}
+
+static s2_status via_ptxas(s2_ctx *ctx, const char *ptxas, const char *ptx, size_t len, s2_arch arch,
+                           uint8_t **cubin, size_t *size, s2_buf *log)
+{
+    tmp_files t = {0};
+    s2_status st = tmp_files_make(ctx, &t, ptx, len);
+    if (st == S2_OK) {
+        char archopt[32];
+        snprintf(archopt, sizeof archopt, "-arch=%s", s2_arch_cpu(arch));
+        char *argv[] = {(char *)ptxas, archopt, "-O3", "-v", "-o", t.out, t.in, NULL};
+        int code = -1;
+        st = run_capture(ctx, argv, log, &code);
+        if (st == S2_OK && code != 0)
+            st = s2_fail(ctx, S2_ERR_TOOLCHAIN, "ptxas failed (exit %d) for %s:\n%s", code,
+                         s2_arch_cpu(arch), log->data ? log->data : "");
+        if (st == S2_OK)
+            st = s2_read_file(ctx, t.out, (char **)cubin, size);
+    }
+    tmp_files_remove(&t);
+    return st;
+}
+
+/* ---- nvJitLink through dlopen ---- */
+
+typedef struct jitlink_api {
+    void *lib;
+    nvJitLinkResult (*create)(nvJitLinkHandle *, uint32_t, const char **);
+    nvJitLinkResult (*destroy)(nvJitLinkHandle *);
+    nvJitLinkResult (*add_data)(nvJitLinkHandle, nvJitLinkInputType, const void *, size_t, const char *);
+    nvJitLinkResult (*complete)(nvJitLinkHandle);
+    nvJitLinkResult (*cubin_size)(nvJitLinkHandle, size_t *);
+    nvJitLinkResult (*cubin)(nvJitLinkHandle, void *);
+    nvJitLinkResult (*err_size)(nvJitLinkHandle, size_t *);
+    nvJitLinkResult (*err)(nvJitLinkHandle, char *);
+    nvJitLinkResult (*info_size)(nvJitLinkHandle, size_t *);
+    nvJitLinkResult (*info)(nvJitLinkHandle, char *);
+} jitlink_api;
+
+static void *jitlink_open(void)
+{
+    void *lib = dlopen("libnvJitLink.so.13", RTLD_NOW | RTLD_LOCAL);
+    if (!lib)
+        lib = dlopen("libnvJitLink.so", RTLD_NOW | RTLD_LOCAL);
+    const char *home = getenv("CUDA_HOME");
+    if (!lib && home && home[0]) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/lib64/libnvJitLink.so.13", home);
+        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    }
+    if (!lib)
+        lib = dlopen("/usr/local/cuda/lib64/libnvJitLink.so.13", RTLD_NOW | RTLD_LOCAL);
+    return lib;
+}
+
+static bool jitlink_load(jitlink_api *api)
+{
+    memset(api, 0, sizeof *api);
+    api->lib = jitlink_open();
+    if (!api->lib)
+        return false;
+    /* dlsym returns void *; POSIX guarantees the conversion to a function pointer */
+#define SYM(field, name) (*(void **)(&api->field) = dlsym(api->lib, name)) != NULL
+    bool ok = SYM(create, "nvJitLinkCreate") && SYM(destroy, "nvJitLinkDestroy") &&
+              SYM(add_data, "nvJitLinkAddData") && SYM(complete, "nvJitLinkComplete") &&
+              SYM(cubin_size, "nvJitLinkGetLinkedCubinSize") && SYM(cubin, "nvJitLinkGetLinkedCubin") &&
+              SYM(err_size, "nvJitLinkGetErrorLogSize") && SYM(err, "nvJitLinkGetErrorLog") &&
+              SYM(info_size, "nvJitLinkGetInfoLogSize") && SYM(info, "nvJitLinkGetInfoLog");
+#undef SYM
+    if (!ok) {
+        dlclose(api->lib);
+        api->lib = NULL;
+    }
+    return ok;
+}
+
+static void jitlink_append_log(jitlink_api *api, nvJitLinkHandle h, bool error_log, s2_buf *log)
+{
+    size_t n = 0;
+    if ((error_log ? api->err_size(h, &n) : api->info_size(h, &n)) != NVJITLINK_SUCCESS || n == 0)
+        return;
+    char *text = malloc(n + 1);
+    if (!text) {
+        log->oom = true;
+        return;
+    }
+    if ((error_log ? api->err(h, text) : api->info(h, text)) == NVJITLINK_SUCCESS) {
+        text[n] = '\0';
+        s2_buf_puts(log, text);
+    }
+    free(text);
+}
+
+static s2_status via_jitlink(s2_ctx *ctx, jitlink_api *api, const char *ptx, size_t len, s2_arch arch,
+                             uint8_t **cubin, size_t *size, s2_buf *log)
+{
+    char archopt[32];
+    snprintf(archopt, sizeof archopt, "-arch=%s", s2_arch_cpu(arch));
+    const char *opts[] = {archopt, "-O3", "-verbose"};
+    nvJitLinkHandle h = NULL;
+    nvJitLinkResult r = api->create(&h, 3, opts);
+    if (r != NVJITLINK_SUCCESS)
+        return s2_fail(ctx, S2_ERR_TOOLCHAIN, "nvJitLinkCreate failed (%d) for %s", (int)r, archopt);
+    s2_status st = S2_OK;
+    r = api->add_data(h, NVJITLINK_INPUT_PTX, ptx, len, "s2c.ptx");
+    if (r == NVJITLINK_SUCCESS)
+        r = api->complete(h);
+    jitlink_append_log(api, h, false, log);
+    if (r != NVJITLINK_SUCCESS) {
+        jitlink_append_log(api, h, true, log);
+        s2_buf_puts(log, "");
+        st = s2_fail(ctx, S2_ERR_TOOLCHAIN, "nvJitLink failed (%d) for %s:\n%s", (int)r,
+                     s2_arch_cpu(arch), log->data ? log->data : "");
+    }
+    size_t n = 0;
+    if (st == S2_OK && (api->cubin_size(h, &n) != NVJITLINK_SUCCESS || n == 0))
+        st = s2_fail(ctx, S2_ERR_TOOLCHAIN, "nvJitLink produced no cubin");
+    if (st == S2_OK) {
+        *cubin = malloc(n);
+        if (!*cubin)
+            st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+        else if (api->cubin(h, *cubin) != NVJITLINK_SUCCESS)
+            st = s2_fail(ctx, S2_ERR_TOOLCHAIN, "nvJitLinkGetLinkedCubin failed");
+        else
+            *size = n;
+    }
+    api->destroy(&h);
+    return st;
+}
+
+/* ---- the entry point ---- */
+
+static s2_status resources(s2_ctx *ctx, const char *log, const uint8_t *cubin, size_t size,
+                           s2_kernel_info **info, int *num_info)
+{
+    enum { MAX_KERNELS = 64 };
+    s2_kernel_info *k = calloc(MAX_KERNELS, sizeof *k);
+    if (!k)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    int n = s2_parse_resources(log, k, MAX_KERNELS);
+    for (int i = 0; i < n; i++)
+        k[i].elf_registers = s2_cubin_regcount(cubin, size, k[i].name);
+    *info = k;
+    *num_info = n;
+    return S2_OK;
+}
+
+s2_status s2_ptx_to_cubin(s2_ctx *ctx, const char *ptx, size_t len, s2_arch arch,
+                          s2_cubin_backend backend, uint8_t **cubin, size_t *size, char **log_out,
+                          s2_kernel_info **info, int *num_info, s2_cubin_backend *used)
+{
+    if (!ptx || !cubin || !size || !log_out || !s2_arch_cpu(arch))
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_ptx_to_cubin: invalid arguments");
+    *cubin = NULL;
+    *size = 0;
+    *log_out = NULL;
+    if (info)
+        *info = NULL;
+    if (num_info)
+        *num_info = 0;
+
+    s2_status st;
+    s2_buf log;
+    s2_buf_init(&log);
+    s2_cubin_backend chosen = backend;
+    char *ptxas = NULL;
+    if (backend == S2_CUBIN_AUTO || backend == S2_CUBIN_PTXAS) {
+        ptxas = find_ptxas();
+        if (ptxas)
+            chosen = S2_CUBIN_PTXAS;
+        else if (backend == S2_CUBIN_PTXAS) {
+            const char *env = getenv("S2C_PTXAS");
+            return s2_fail(ctx, S2_ERR_TOOLCHAIN, "ptxas not found (%s%s)",
+                           env && env[0] ? "S2C_PTXAS is not executable: " : "searched $PATH, $CUDA_HOME/bin, /usr/local/cuda/bin",
+                           env && env[0] ? env : "");
+        } else
+            chosen = S2_CUBIN_NVJITLINK;
+    }
+    if (chosen == S2_CUBIN_PTXAS) {
+        st = via_ptxas(ctx, ptxas, ptx, len, arch, cubin, size, &log);
+    } else {
+        jitlink_api api;
+        if (!jitlink_load(&api))
+            st = s2_fail(ctx, S2_ERR_TOOLCHAIN, "%slibnvJitLink.so.13 could not be loaded: %s",
+                         backend == S2_CUBIN_AUTO ? "ptxas not found and " : "", dlerror());
+        else {
+            /* No dlclose: the library's own C++ runtime allocates at load
+             * time and never frees, so unloading strands that memory (and a
+             * reload costs more than keeping it mapped).  dlopen counts
+             * references; the loader keeps one copy. */
+            st = via_jitlink(ctx, &api, ptx, len, arch, cubin, size, &log);
+        }
+    }
+    free(ptxas);
+    s2_buf_puts(&log, "");
+    if (st == S2_OK && log.oom)
+        st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    if (st == S2_OK && (*size < 4 || memcmp(*cubin, "\177ELF", 4) != 0))
+        st = s2_fail(ctx, S2_ERR_TOOLCHAIN, "%s produced something that is not an ELF cubin",
+                     s2_cubin_backend_name(chosen));
+    if (st == S2_OK && info && num_info)
+        st = resources(ctx, log.data ? log.data : "", *cubin, *size, info, num_info);
+    if (st != S2_OK) {
+        free(*cubin);
+        *cubin = NULL;
+        *size = 0;
+    }
+    if (used)
+        *used = chosen;
+    *log_out = s2_buf_steal(&log, NULL);
+    return st;
+}
