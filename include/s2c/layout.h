@@ -51,6 +51,10 @@ int64_t s2_layout_kv_blocks(const s2_layout *l);        /* cdiv(kv_len, block_si
  * is the smallest head index with the same mask. */
 int s2_layout_head_class(const s2_layout *l, int q);
 int s2_layout_num_classes(const s2_layout *l);
+/* Class ordinal of head q (0..num_classes-1, the index used by s2_schedule),
+ * and the representative (smallest) head of class c. */
+int s2_layout_class_index(const s2_layout *l, int q);
+int s2_layout_class_rep(const s2_layout *l, int c);
 
 /* ---- Merge-Q tile schedules ---------------------------------------------
  * The kernel works on tiles of block_m query rows and block_n key rows
@@ -131,6 +135,7 @@ s2_status s2_layout_check_kv_efficient(s2_ctx *ctx, const s2_layout *l, bool *ok
 #define S2_LIVE_FOREVER INT64_MAX
 
 /* Last query position that reads key block n for query head q, given that
+ * keys and queries lie below the horizon (causal patterns: kpos <= qpos), and
  * queries go up to position horizon - 1 (horizon 0 = the pattern's
  * max_seq_len, or unbounded).  Returns S2_LIVE_FOREVER when the block is read
  * up to the horizon (the end), -1 if it is never read. */
@@ -161,10 +166,20 @@ s2_status s2_layout_stats_compute(s2_ctx *ctx, const s2_layout *l, s2_tile_spec 
 
 /* ---- text output --------------------------------------------------------- */
 
+#define S2_FORMAT_MAX_BLOCKS 4096
+
 /* The layout's block mask in the golden text format: "case NAME {json}",
  * "shape H M N" (H = heads, M = query blocks, N = key blocks), H*M lines of
  * 0/1, "end".  malloc'd.  Only for layouts up to max_blocks x max_blocks. */
 s2_status s2_layout_format_mask(s2_ctx *ctx, const s2_layout *l, char **text);
+
+/* A schedule as readable text: per head class and tile, one line per entry
+ * ("KEYTILE rows=HEX live=BITS FLAGS", live bits grouped per query sub-block,
+ * flags F/C/R or -).  malloc'd. */
+s2_status s2_schedule_format(s2_ctx *ctx, const s2_schedule *s, char **text);
+
+/* Statistics as text: kept %, pairs, GFLOP, bytes, imbalance.  malloc'd. */
+s2_status s2_layout_stats_format(s2_ctx *ctx, const s2_layout_stats *st, char **text);
 
 #ifdef __cplusplus
 }
