@@ -412,7 +412,8 @@ s2_status s2_schedule_build(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, 
                 goto fail;
             if (!grow_entries(s, &cap, total + n))
                 goto nomem;
-            memcpy(s->entries + total, tmp, (size_t)n * sizeof *tmp);
+            if (n > 0)
+                memcpy(s->entries + total, tmp, (size_t)n * sizeof *tmp);
             total += n;
             s->offsets[c * lists + i + 1] = total;
         }

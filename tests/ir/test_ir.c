@@ -610,8 +610,8 @@ START_TEST(test_liveness_closed_form)
     ck_assert_int_eq(s2_kv_last_reader(p, 0, 5, 7 * 64 + 10), S2_LIVE_FOREVER);
     ck_assert_int_eq(s2_kv_last_reader(p, 0, 1000001, 0), 1000004 * 64 - 1);
     ck_assert_int_eq(s2_kv_last_reader(p, 0, 9, 9 * 64), -1);
-    /* group 0 = head 0 only; head 1 has stripes at n % 4 == 3 */
-    ck_assert(s2_kv_last_reader_group(p, 1, 7, 0) == S2_LIVE_FOREVER);
+    /* group 0 = head 0 only; head 1 (shift 2) has stripes at n % 4 == 2 */
+    ck_assert(s2_kv_last_reader_group(p, 1, 6, 0) == S2_LIVE_FOREVER && s2_kv_last_reader_group(p, 1, 7, 0) == 10 * 64 - 1);
     ck_assert_int_eq(s2_kv_last_reader_group(p, 0, 7, 0), 10 * 64 - 1);
     s2_pattern_set_free(set);
 }
