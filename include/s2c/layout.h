@@ -21,7 +21,14 @@ extern "C" {
 
 /* ---- the block and token predicates ------------------------------------ */
 
-/* Does query head q's query block m keep key block n?  (Blocks are in
+/* Conventions beyond pattern.h:
+ *  - the local window is {0 <= m-n < local_left} U {0 <= n-m < local_right}
+ *    (the diagonal belongs to both sides, so a causal relative rule with
+ *    local_right 0 keeps it); vert_stride 0 means no stripes;
+ *  - range rules do not apply to explicit-mask heads (the mask decides);
+ *  - a STRIDE range in relative mode tests the relative distance, like the
+ *    base stripes of that mode; in absolute mode (n + shift) % stride.
+ * Does query head q's query block m keep key block n?  (Blocks are in
  * absolute positions: block i covers tokens [i*block_size, (i+1)*block_size).)
  * Out-of-range heads or blocks, or blocks outside an explicit mask, are not kept. */
 bool s2_block_kept(const s2_pattern *p, int q, int64_t m, int64_t n);
@@ -35,7 +42,8 @@ bool s2_token_kept(const s2_pattern *p, int q, int64_t qpos, int64_t kpos);
 typedef struct s2_layout s2_layout;
 
 /* q_len <= kv_len (queries are the last positions); both >= 1 and within
- * the pattern's max_seq_len and any explicit mask's size. */
+ * the pattern's max_seq_len and any explicit mask's size.  The layout
+ * borrows p: the pattern must outlive it. */
 s2_status s2_layout_new(s2_ctx *ctx, const s2_pattern *p, int64_t q_len, int64_t kv_len, s2_layout **out);
 void s2_layout_free(s2_layout *l);
 
