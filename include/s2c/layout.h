@@ -21,7 +21,14 @@ extern "C" {
 
 /* ---- the block and token predicates ------------------------------------ */
 
-/* Does query head q's query block m keep key block n?  (Blocks are in
+/* Conventions beyond pattern.h:
+ *  - the local window is {0 <= m-n < local_left} U {0 <= n-m < local_right}
+ *    (the diagonal belongs to both sides, so a causal relative rule with
+ *    local_right 0 keeps it); vert_stride 0 means no stripes;
+ *  - range rules do not apply to explicit-mask heads (the mask decides);
+ *  - a STRIDE range in relative mode tests the relative distance, like the
+ *    base stripes of that mode; in absolute mode (n + shift) % stride.
+ * Does query head q's query block m keep key block n?  (Blocks are in
  * absolute positions: block i covers tokens [i*block_size, (i+1)*block_size).)
  * Out-of-range heads or blocks, or blocks outside an explicit mask, are not kept. */
 bool s2_block_kept(const s2_pattern *p, int q, int64_t m, int64_t n);
@@ -35,7 +42,8 @@ bool s2_token_kept(const s2_pattern *p, int q, int64_t qpos, int64_t kpos);
 typedef struct s2_layout s2_layout;
 
 /* q_len <= kv_len (queries are the last positions); both >= 1 and within
- * the pattern's max_seq_len and any explicit mask's size. */
+ * the pattern's max_seq_len and any explicit mask's size.  The layout
+ * borrows p: the pattern must outlive it. */
 s2_status s2_layout_new(s2_ctx *ctx, const s2_pattern *p, int64_t q_len, int64_t kv_len, s2_layout **out);
 void s2_layout_free(s2_layout *l);
 
@@ -51,6 +59,10 @@ int64_t s2_layout_kv_blocks(const s2_layout *l);        /* cdiv(kv_len, block_si
  * is the smallest head index with the same mask. */
 int s2_layout_head_class(const s2_layout *l, int q);
 int s2_layout_num_classes(const s2_layout *l);
+/* Class ordinal of head q (0..num_classes-1, the index used by s2_schedule),
+ * and the representative (smallest) head of class c. */
+int s2_layout_class_index(const s2_layout *l, int q);
+int s2_layout_class_rep(const s2_layout *l, int c);
 
 /* ---- Merge-Q tile schedules ---------------------------------------------
  * The kernel works on tiles of block_m query rows and block_n key rows
@@ -131,6 +143,7 @@ s2_status s2_layout_check_kv_efficient(s2_ctx *ctx, const s2_layout *l, bool *ok
 #define S2_LIVE_FOREVER INT64_MAX
 
 /* Last query position that reads key block n for query head q, given that
+ * keys and queries lie below the horizon (causal patterns: kpos <= qpos), and
  * queries go up to position horizon - 1 (horizon 0 = the pattern's
  * max_seq_len, or unbounded).  Returns S2_LIVE_FOREVER when the block is read
  * up to the horizon (the end), -1 if it is never read. */
@@ -161,10 +174,20 @@ s2_status s2_layout_stats_compute(s2_ctx *ctx, const s2_layout *l, s2_tile_spec 
 
 /* ---- text output --------------------------------------------------------- */
 
+#define S2_FORMAT_MAX_BLOCKS 4096
+
 /* The layout's block mask in the golden text format: "case NAME {json}",
  * "shape H M N" (H = heads, M = query blocks, N = key blocks), H*M lines of
  * 0/1, "end".  malloc'd.  Only for layouts up to max_blocks x max_blocks. */
 s2_status s2_layout_format_mask(s2_ctx *ctx, const s2_layout *l, char **text);
+
+/* A schedule as readable text: per head class and tile, one line per entry
+ * ("KEYTILE rows=HEX live=BITS FLAGS", live bits grouped per query sub-block,
+ * flags F/C/R or -).  malloc'd. */
+s2_status s2_schedule_format(s2_ctx *ctx, const s2_schedule *s, char **text);
+
+/* Statistics as text: kept %, pairs, GFLOP, bytes, imbalance.  malloc'd. */
+s2_status s2_layout_stats_format(s2_ctx *ctx, const s2_layout_stats *st, char **text);
 
 #ifdef __cplusplus
 }

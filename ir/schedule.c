@@ -1,0 +1,432 @@
+/* Merge-Q tile lists in closed form.  A tile's list is found by generating a
+ * superset of candidate blocks (intervals and arithmetic progressions derived
+ * from the rule), walking the tiles they touch in increasing order, and
+ * evaluating the exact predicate on each candidate tile.  Memory is
+ * O(sources + entries), never O(seq_len^2). */
+#include "ir_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- candidate sources ----------------------------------------------------- */
+
+void s2_ir_srcs_init(s2_ir_srcs *ss, int64_t clip_lo, int64_t clip_hi)
+{
+    memset(ss, 0, sizeof *ss);
+    ss->clip_lo = clip_lo;
+    ss->clip_hi = clip_hi;
+}
+
+void s2_ir_srcs_free(s2_ir_srcs *ss)
+{
+    free(ss->v);
+    ss->v = NULL;
+    ss->n = ss->cap = 0;
+}
+
+static void add_prog(s2_ir_srcs *ss, int64_t a, int64_t step, int64_t lo, int64_t hi)
+{
+    if (lo < ss->clip_lo)
+        lo = ss->clip_lo;
+    if (hi > ss->clip_hi)
+        hi = ss->clip_hi;
+    if (lo > hi || step < 1)
+        return;
+    if (ss->n == ss->cap) {
+        int cap = ss->cap ? ss->cap * 2 : 16;
+        s2_ir_src *v = realloc(ss->v, (size_t)cap * sizeof *v);
+        if (!v) {
+            ss->oom = true;
+            return;
+        }
+        ss->v = v;
+        ss->cap = cap;
+    }
+    ss->v[ss->n++] = (s2_ir_src){s2_mod(a, step), step, lo, hi};
+}
+
+static void add_interval(s2_ir_srcs *ss, int64_t lo, int64_t hi) { add_prog(ss, 0, 1, lo, hi); }
+
+/* Smallest element >= x, or -1. */
+static int64_t src_next(const s2_ir_src *s, int64_t x)
+{
+    if (x < s->lo)
+        x = s->lo;
+    int64_t e = x + s2_mod(s->a - x, s->step);
+    return e <= s->hi ? e : -1;
+}
+
+int64_t s2_ir_next_tile(const s2_ir_srcs *ss, int64_t x, int tile, int block_size)
+{
+    int64_t nmin = x * tile / block_size, best = INT64_MAX;
+    for (int i = 0; i < ss->n; i++) {
+        int64_t e = src_next(&ss->v[i], nmin);
+        if (e < 0)
+            continue;
+        int64_t t = e * block_size / tile;
+        if (t < x)
+            t = x;
+        if (t < best)
+            best = t;
+    }
+    return best;
+}
+
+/* Relative stripes of stride S around query block m, as key blocks:
+ * left distance d = m - n >= L with d - L + 1 = kS, right -d >= R with -d - R + 1 = kS. */
+static void rel_fwd(s2_ir_srcs *ss, const s2_head_rule *r, int64_t m, int64_t S, int64_t lo, int64_t hi)
+{
+    int64_t left0 = m - r->local_left + 1, right0 = m + r->local_right - 1;
+    add_prog(ss, left0, S, lo, s2_min64(hi, left0 - S));
+    add_prog(ss, right0, S, s2_max64(lo, right0 + S), hi);
+}
+
+static void rel_tr(s2_ir_srcs *ss, const s2_head_rule *r, int64_t n, int64_t S, int64_t lo, int64_t hi)
+{
+    int64_t up0 = n + r->local_left - 1, down0 = n - r->local_right + 1;
+    add_prog(ss, up0, S, s2_max64(lo, up0 + S), hi);
+    add_prog(ss, down0, S, lo, s2_min64(hi, down0 - S));
+}
+
+static bool abs_hit_in(int64_t n0, int64_t n1, int64_t shift, int64_t S)
+{
+    return n0 + s2_mod(-shift - n0, S) <= n1;
+}
+
+static void fwd_ranges(const s2_layout *l, int q, int64_t m0, int64_t m1, s2_ir_srcs *ss)
+{
+    const s2_pattern *p = l->p;
+    const s2_head_rule *r = &p->rules[q];
+    for (int i = 0; i < p->num_ranges; i++) {
+        const s2_range_rule *rr = &p->ranges[i];
+        if (rr->action == S2_RANGE_DROP || !s2_ir_range_applies_to(rr, q))
+            continue;
+        int64_t klo, khi, dlo, dhi;
+        s2_ir_range_bounds(rr, p->block_size, &klo, &khi, &dlo, &dhi);
+        if (rr->action == S2_RANGE_STRIDE && p->vert_position == S2_VERT_RELATIVE) {
+            for (int64_t m = m0; m <= m1; m++)
+                rel_fwd(ss, r, m, rr->stride, klo, khi);
+            continue;
+        }
+        int64_t a = 0, step = 1;
+        if (rr->action == S2_RANGE_STRIDE) {
+            a = -r->shift;
+            step = rr->stride;
+        }
+        add_prog(ss, a, step, s2_max64(klo, m0 - dhi), s2_min64(khi, m1 - dlo));
+        if (!p->causal)
+            add_prog(ss, a, step, s2_max64(klo, m0 + dlo), s2_min64(khi, m1 + dhi));
+    }
+}
+
+void s2_ir_fwd_sources(const s2_layout *l, int q, int64_t m0, int64_t m1, s2_ir_srcs *ss)
+{
+    const s2_pattern *p = l->p;
+    const s2_head_rule *r = &p->rules[q];
+    if (r->mask >= 0 || r->dense) {
+        add_interval(ss, 0, ss->clip_hi);
+        if (r->mask >= 0)
+            return;
+    }
+    int L = r->local_left > 0 ? r->local_left : 1, R = r->local_right > 0 ? r->local_right : 1;
+    add_interval(ss, m0 - L + 1, m1 + R - 1);
+    if (r->vert_stride > 0 && !r->dense) {
+        if (p->vert_position == S2_VERT_ABSOLUTE)
+            add_prog(ss, -r->shift, r->vert_stride, 0, ss->clip_hi);
+        else
+            for (int64_t m = m0; m <= m1; m++)
+                rel_fwd(ss, r, m, r->vert_stride, 0, ss->clip_hi);
+    }
+    fwd_ranges(l, q, m0, m1, ss);
+}
+
+static void tr_ranges(const s2_layout *l, int q, int64_t n0, int64_t n1, s2_ir_srcs *ss)
+{
+    const s2_pattern *p = l->p;
+    const s2_head_rule *r = &p->rules[q];
+    for (int i = 0; i < p->num_ranges; i++) {
+        const s2_range_rule *rr = &p->ranges[i];
+        if (rr->action == S2_RANGE_DROP || !s2_ir_range_applies_to(rr, q))
+            continue;
+        int64_t klo, khi, dlo, dhi;
+        s2_ir_range_bounds(rr, p->block_size, &klo, &khi, &dlo, &dhi);
+        int64_t a = s2_max64(n0, klo), b = s2_min64(n1, khi);
+        if (a > b)
+            continue;
+        if (rr->action == S2_RANGE_STRIDE) {
+            if (p->vert_position == S2_VERT_RELATIVE) {
+                for (int64_t n = a; n <= b; n++)
+                    rel_tr(ss, r, n, rr->stride, ss->clip_lo, ss->clip_hi);
+                continue;
+            }
+            if (!abs_hit_in(a, b, r->shift, rr->stride))
+                continue;
+        }
+        add_interval(ss, a + dlo, b + dhi);
+        if (!p->causal)
+            add_interval(ss, a - dhi, b - dlo);
+    }
+}
+
+void s2_ir_tr_sources(const s2_layout *l, int q, int64_t n0, int64_t n1, s2_ir_srcs *ss)
+{
+    const s2_pattern *p = l->p;
+    const s2_head_rule *r = &p->rules[q];
+    int64_t all_lo = p->causal ? n0 : ss->clip_lo;
+    if (r->mask >= 0 || r->dense) {
+        add_interval(ss, all_lo, ss->clip_hi);
+        if (r->mask >= 0)
+            return;
+    }
+    int L = r->local_left > 0 ? r->local_left : 1, R = r->local_right > 0 ? r->local_right : 1;
+    add_interval(ss, n0 - R + 1, n1 + L - 1);
+    if (r->vert_stride > 0 && !r->dense) {
+        if (p->vert_position == S2_VERT_ABSOLUTE) {
+            if (abs_hit_in(n0, n1, r->shift, r->vert_stride))
+                add_interval(ss, all_lo, ss->clip_hi);
+        } else {
+            for (int64_t n = n0; n <= n1; n++)
+                rel_tr(ss, r, n, r->vert_stride, ss->clip_lo, ss->clip_hi);
+        }
+    }
+    tr_ranges(l, q, n0, n1, ss);
+}
+
+/* ---- entries ----------------------------------------------------------------- */
+
+int64_t s2_ir_rect_pairs(int64_t qa, int64_t qb, int64_t ka, int64_t kb, bool causal)
+{
+    if (qa >= qb || ka >= kb)
+        return 0;
+    if (!causal)
+        return (qb - qa) * (kb - ka);
+    /* rows x in [ka, kb-1) see x + 1 - ka keys; rows x >= kb - 1 see all kb - ka */
+    int64_t total = 0;
+    int64_t a = s2_max64(qa, ka), b = s2_min64(qb, kb - 1);
+    if (a < b)
+        total += (b - a) * (a + b + 1 - 2 * ka) / 2;
+    int64_t c = s2_max64(qa, kb - 1);
+    if (c < qb)
+        total += (qb - c) * (kb - ka);
+    return total;
+}
+
+bool s2_ir_eval_entry(const s2_layout *l, const s2_tile_geom *g, int q, int64_t t, int64_t j, s2_tile_entry *e)
+{
+    const s2_pattern *p = l->p;
+    int bs = p->block_size;
+    int64_t t0 = t * g->block_m, qlo = s2_max64(t0, l->q_start), qhi = s2_min64(t0 + g->block_m, l->kv_len);
+    int64_t ka = j * g->block_n, kb_full = ka + g->block_n, kb = s2_min64(kb_full, l->kv_len);
+    uint64_t live = 0;
+    uint32_t rows = 0;
+    bool full = kb_full <= l->kv_len;
+    for (int i = 0; i < g->sub_m; i++) {
+        int64_t qa = s2_max64(t0 + (int64_t)i * g->sub_m_size, qlo);
+        int64_t qb = s2_min64(t0 + (int64_t)(i + 1) * g->sub_m_size, qhi);
+        if (qa >= qb)
+            continue;
+        for (int jj = 0; jj < g->sub_n; jj++) {
+            int64_t k0 = ka + (int64_t)jj * g->sub_n_size, k1 = s2_min64(k0 + g->sub_n_size, l->kv_len);
+            if (k0 >= k1)
+                continue;
+            if (!s2_ir_block_kept(p, q, qa / bs, k0 / bs) || (p->causal && k0 > qb - 1)) {
+                full = false;
+                continue;
+            }
+            if (p->causal && k1 - 1 > qa)
+                full = false;
+            live |= UINT64_C(1) << (i * g->sub_n + jj);
+            rows |= 1u << i;
+        }
+    }
+    if (!live)
+        return false;
+    e->tile = j;
+    e->live = live;
+    e->row_mask = rows;
+    e->flags = 0;
+    if (full)
+        e->flags |= S2_ENTRY_FULL;
+    if (p->causal && kb - 1 > qlo)
+        e->flags |= S2_ENTRY_CAUSAL;
+    if (kb_full > l->kv_len)
+        e->flags |= S2_ENTRY_RAGGED;
+    return true;
+}
+
+/* ---- per-tile lists ---------------------------------------------------------- */
+
+static s2_status check_head(s2_ctx *ctx, const s2_layout *l, int q)
+{
+    if (q < 0 || q >= l->p->heads)
+        return s2_fail(ctx, S2_ERR_INVALID, "head %d out of range (0..%d)", q, l->p->heads - 1);
+    return S2_OK;
+}
+
+static void q_tile_span(const s2_layout *l, const s2_tile_geom *g, int64_t t, int64_t *m0, int64_t *m1)
+{
+    int bs = l->p->block_size;
+    int64_t qlo = s2_max64(t * g->block_m, l->q_start), qhi = s2_min64((t + 1) * g->block_m, l->kv_len);
+    *m0 = qlo / bs;
+    *m1 = (qhi - 1) / bs;
+}
+
+static void kv_tile_span(const s2_layout *l, const s2_tile_geom *g, int64_t j, int64_t *n0, int64_t *n1)
+{
+    int bs = l->p->block_size;
+    *n0 = j * g->block_n / bs;
+    *n1 = (s2_min64((j + 1) * g->block_n, l->kv_len) - 1) / bs;
+}
+
+/* Walk candidate tiles [lo, hi] of the sources and emit live entries. */
+static void walk(const s2_layout *l, const s2_tile_geom *g, int q, const s2_ir_srcs *ss, bool transposed,
+                 int64_t fixed, int64_t lo, int64_t hi, s2_tile_entry *out, int64_t cap, int64_t *count)
+{
+    int tile = transposed ? g->block_m : g->block_n;
+    int64_t n = 0;
+    for (int64_t x = lo; (x = s2_ir_next_tile(ss, x, tile, l->p->block_size)) <= hi; x++) {
+        s2_tile_entry e;
+        bool live = transposed ? s2_ir_eval_entry(l, g, q, x, fixed, &e) : s2_ir_eval_entry(l, g, q, fixed, x, &e);
+        if (!live)
+            continue;
+        e.tile = x;
+        if (n < cap)
+            out[n] = e;
+        n++;
+    }
+    *count = n;
+}
+
+s2_status s2_layout_q_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int q, int64_t t,
+                                   s2_tile_entry *out, int64_t cap, int64_t *count)
+{
+    s2_tile_geom g;
+    s2_status st = s2_ir_geom(ctx, l, spec, &g);
+    if (st != S2_OK || (st = check_head(ctx, l, q)) != S2_OK)
+        return st;
+    if (!count || (cap > 0 && !out))
+        return s2_fail(ctx, S2_ERR_INVALID, "null output");
+    if (t < g.first_q_tile || t >= g.first_q_tile + g.q_tiles)
+        return s2_fail(ctx, S2_ERR_INVALID, "query tile %lld out of range", (long long)t);
+    int64_t m0, m1;
+    q_tile_span(l, &g, t, &m0, &m1);
+    s2_ir_srcs ss;
+    s2_ir_srcs_init(&ss, 0, l->p->causal ? s2_min64(m1, l->kv_blocks - 1) : l->kv_blocks - 1);
+    s2_ir_fwd_sources(l, q, m0, m1, &ss);
+    if (!ss.oom)
+        walk(l, &g, q, &ss, false, t, 0, g.kv_tiles - 1, out, cap, count);
+    bool oom = ss.oom;
+    s2_ir_srcs_free(&ss);
+    return oom ? s2_fail(ctx, S2_ERR_NOMEM, "out of memory") : S2_OK;
+}
+
+s2_status s2_layout_kv_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int q, int64_t j,
+                                    s2_tile_entry *out, int64_t cap, int64_t *count)
+{
+    s2_tile_geom g;
+    s2_status st = s2_ir_geom(ctx, l, spec, &g);
+    if (st != S2_OK || (st = check_head(ctx, l, q)) != S2_OK)
+        return st;
+    if (!count || (cap > 0 && !out))
+        return s2_fail(ctx, S2_ERR_INVALID, "null output");
+    if (j < 0 || j >= g.kv_tiles)
+        return s2_fail(ctx, S2_ERR_INVALID, "key tile %lld out of range", (long long)j);
+    int64_t n0, n1;
+    kv_tile_span(l, &g, j, &n0, &n1);
+    s2_ir_srcs ss;
+    s2_ir_srcs_init(&ss, l->first_q_block, l->kv_blocks - 1);
+    s2_ir_tr_sources(l, q, n0, n1, &ss);
+    if (!ss.oom)
+        walk(l, &g, q, &ss, true, j, g.first_q_tile, g.first_q_tile + g.q_tiles - 1, out, cap, count);
+    bool oom = ss.oom;
+    s2_ir_srcs_free(&ss);
+    return oom ? s2_fail(ctx, S2_ERR_NOMEM, "out of memory") : S2_OK;
+}
+
+int64_t s2_layout_max_entries(const s2_layout *l, s2_tile_spec spec)
+{
+    s2_tile_geom g;
+    if (s2_ir_geom(NULL, l, spec, &g) != S2_OK)
+        return 0;
+    return g.q_tiles > g.kv_tiles ? g.q_tiles : g.kv_tiles;
+}
+
+/* ---- materialised schedules --------------------------------------------------- */
+
+void s2_schedule_free(s2_schedule *s)
+{
+    if (!s)
+        return;
+    free(s->class_of_head);
+    free(s->offsets);
+    free(s->entries);
+    free(s);
+}
+
+static bool grow_entries(s2_schedule *s, int64_t *cap, int64_t need)
+{
+    if (need <= *cap)
+        return true;
+    int64_t c = *cap ? *cap : 256;
+    while (c < need)
+        c *= 2;
+    s2_tile_entry *v = realloc(s->entries, (size_t)c * sizeof *v);
+    if (!v)
+        return false;
+    s->entries = v;
+    *cap = c;
+    return true;
+}
+
+s2_status s2_schedule_build(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed, s2_schedule **out)
+{
+    if (!out)
+        return s2_fail(ctx, S2_ERR_INVALID, "null output");
+    *out = NULL;
+    s2_tile_geom g;
+    s2_status st = s2_ir_geom(ctx, l, spec, &g);
+    if (st != S2_OK)
+        return st;
+    int64_t lists = transposed ? g.kv_tiles : g.q_tiles, first = transposed ? 0 : g.first_q_tile;
+    int64_t maxe = s2_layout_max_entries(l, spec), cap = 0;
+    s2_schedule *s = calloc(1, sizeof *s);
+    s2_tile_entry *tmp = malloc((size_t)maxe * sizeof *tmp);
+    if (!s || !tmp)
+        goto nomem;
+    s->geom = g;
+    s->heads = l->p->heads;
+    s->num_classes = l->num_classes;
+    s->transposed = transposed;
+    s->class_of_head = malloc((size_t)s->heads * sizeof(int));
+    s->offsets = calloc((size_t)(s->num_classes * lists + 1), sizeof(int64_t));
+    if (!s->class_of_head || !s->offsets)
+        goto nomem;
+    memcpy(s->class_of_head, l->class_of_head, (size_t)s->heads * sizeof(int));
+    int64_t total = 0;
+    for (int c = 0; c < s->num_classes; c++) {
+        for (int64_t i = 0; i < lists; i++) {
+            int64_t n = 0;
+            st = transposed ? s2_layout_kv_tile_entries(ctx, l, spec, l->class_rep[c], first + i, tmp, maxe, &n)
+                            : s2_layout_q_tile_entries(ctx, l, spec, l->class_rep[c], first + i, tmp, maxe, &n);
+            if (st != S2_OK)
+                goto fail;
+            if (!grow_entries(s, &cap, total + n))
+                goto nomem;
+            if (n > 0)
+                memcpy(s->entries + total, tmp, (size_t)n * sizeof *tmp);
+            total += n;
+            s->offsets[c * lists + i + 1] = total;
+        }
+    }
+    if (!s->entries && !grow_entries(s, &cap, 1))
+        goto nomem;
+    free(tmp);
+    *out = s;
+    return S2_OK;
+nomem:
+    st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+fail:
+    free(tmp);
+    s2_schedule_free(s);
+    return st;
+}

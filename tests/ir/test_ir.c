@@ -1,0 +1,756 @@
+/* Tests of ir/: golden masks, predicates, schedules, liveness, stats. */
+#include "s2c/layout.h"
+#include "s2c/pattern.h"
+#include "util.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers ----------------------------------------------------------------- */
+
+static uint64_t rng_state;
+static uint64_t rng_seed;
+
+static uint64_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static int rnd_int(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
+
+static void seed_rng(uint64_t s)
+{
+    rng_seed = s;
+    rng_state = s * 0x9E3779B97F4A7C15ull + 1;
+}
+
+static s2_pattern_set *make_set(const s2_local_stride_args *a)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_pattern_set *set = NULL;
+    s2_status st = s2_pattern_from_args(ctx, a, &set);
+    ck_assert_msg(st == S2_OK, "from_args: %s", s2_ctx_message(ctx));
+    s2_ctx_free(ctx);
+    return set;
+}
+
+static s2_pattern *mut(s2_pattern_set *set) { return (s2_pattern *)s2_pattern_set_get(set, 0); }
+
+static s2_layout *make_layout(const s2_pattern *p, int64_t q_len, int64_t kv_len)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_layout *l = NULL;
+    s2_status st = s2_layout_new(ctx, p, q_len, kv_len, &l);
+    ck_assert_msg(st == S2_OK, "layout_new: %s", s2_ctx_message(ctx));
+    s2_ctx_free(ctx);
+    return l;
+}
+
+/* ---- golden masks ---------------------------------------------------------- */
+
+/* Value of a key in a flat JSON object of numbers and booleans; -1 if absent. */
+static long json_get(const char *json, const char *key)
+{
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":", key);
+    const char *s = strstr(json, pat);
+    if (!s)
+        return -1;
+    s += strlen(pat);
+    while (*s == ' ')
+        s++;
+    if (!strncmp(s, "true", 4))
+        return 1;
+    if (!strncmp(s, "false", 5))
+        return 0;
+    return strtol(s, NULL, 10);
+}
+
+static void args_from_json(const char *json, s2_local_stride_args *a, long *seqlen)
+{
+    s2_local_stride_args_default(a);
+    long v;
+    a->num_heads = (int)json_get(json, "num_heads");
+    a->block_size = (int)json_get(json, "block_size");
+    if ((v = json_get(json, "local_blocks")) >= 0) a->local_blocks = (int)v;
+    if ((v = json_get(json, "vert_stride")) >= 0) a->vert_stride = (int)v;
+    if ((v = json_get(json, "num_kv_heads")) >= 0) a->num_kv_heads = (int)v;
+    if ((v = json_get(json, "num_dense_heads")) >= 0) a->num_dense_heads = (int)v;
+    if ((v = json_get(json, "head_sliding_offset")) >= 0) a->head_sliding_offset = (int)v;
+    if ((v = json_get(json, "homo_head")) >= 0) a->homo_head = v != 0;
+    if ((v = json_get(json, "causal")) >= 0) a->causal = v != 0;
+    *seqlen = json_get(json, "seqlen");
+}
+
+static char *read_golden(void)
+{
+    const char *path = getenv("S2C_GOLDEN");
+    ck_assert_msg(path != NULL, "S2C_GOLDEN not set");
+    char *data = NULL;
+    size_t len = 0;
+    s2_status st = s2_read_file(NULL, path, &data, &len);
+    ck_assert_msg(st == S2_OK, "cannot read %s", path);
+    return data;
+}
+
+START_TEST(test_golden_all_cases)
+{
+    char *data = read_golden();
+    char *save = NULL;
+    int cases = 0;
+    char *line = strtok_r(data, "\n", &save);
+    while (line) {
+        if (strncmp(line, "case ", 5) != 0) {
+            line = strtok_r(NULL, "\n", &save);
+            continue;
+        }
+        char name[128];
+        sscanf(line + 5, "%127s", name);
+        const char *json = strchr(line, '{');
+        s2_local_stride_args a;
+        long seqlen;
+        args_from_json(json, &a, &seqlen);
+        a.name = name;
+        s2_pattern_set *set = make_set(&a);
+        const s2_pattern *p = s2_pattern_set_get(set, 0);
+        s2_layout *l = make_layout(p, seqlen, seqlen);
+        int H, M, N;
+        line = strtok_r(NULL, "\n", &save);
+        ck_assert(sscanf(line, "shape %d %d %d", &H, &M, &N) == 3);
+        ck_assert_int_eq(M, s2_layout_q_blocks(l));
+        ck_assert_int_eq(N, s2_layout_kv_blocks(l));
+        ck_assert(H == 1 || H == p->heads);
+        char *fmt = NULL;
+        ck_assert_int_eq(s2_layout_format_mask(NULL, l, &fmt), S2_OK);
+        char *fmt_row = strchr(strchr(fmt, '\n') + 1, '\n') + 1; /* after the case and shape lines */
+        char **rows = malloc((size_t)H * M * sizeof *rows);
+        for (int i = 0; i < H * M; i++) {
+            rows[i] = strtok_r(NULL, "\n", &save);
+            ck_assert_int_eq((int)strlen(rows[i]), N);
+        }
+        for (int q = 0; q < p->heads; q++)
+            for (int m = 0; m < M; m++) {
+                const char *row = rows[(H == 1 ? 0 : q) * M + m];
+                for (int n = 0; n < N; n++)
+                    ck_assert_msg(s2_block_kept(p, q, m, n) == (row[n] == '1'),
+                                  "case %s head %d block (%d, %d): expected %c", name, q, m, n, row[n]);
+                ck_assert_msg(!strncmp(fmt_row, row, (size_t)N), "case %s: formatted row %d of head %d differs", name, m, q);
+                fmt_row += N + 1;
+            }
+        ck_assert_str_eq(fmt_row, "end\n");
+        line = strtok_r(NULL, "\n", &save);
+        ck_assert_str_eq(line, "end");
+        free(rows);
+        free(fmt);
+        s2_layout_free(l);
+        s2_pattern_set_free(set);
+        cases++;
+        line = strtok_r(NULL, "\n", &save);
+    }
+    ck_assert_int_eq(cases, 10);
+    free(data);
+}
+END_TEST
+
+/* ---- predicate hand cases --------------------------------------------------- */
+
+START_TEST(test_predicate_hand)
+{
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.num_heads = 2;
+    a.local_blocks = 2;
+    a.vert_stride = 3;
+    a.block_size = 16;
+    s2_pattern_set *set = make_set(&a);
+    s2_pattern *p = mut(set);
+    /* head 0: shift 0 -> stripes at n = 0, 3, 6; head 1: shift 1 -> n = 2, 5 */
+    ck_assert(s2_block_kept(p, 0, 9, 6) && s2_block_kept(p, 0, 9, 0) && !s2_block_kept(p, 0, 9, 5));
+    ck_assert(s2_block_kept(p, 0, 9, 8) && s2_block_kept(p, 0, 9, 9) && !s2_block_kept(p, 0, 9, 10));
+    ck_assert(s2_block_kept(p, 1, 9, 5) && !s2_block_kept(p, 1, 9, 6));
+    /* token level: diagonal block is causal within */
+    ck_assert(s2_token_kept(p, 0, 16 * 9 + 3, 16 * 9 + 3) && !s2_token_kept(p, 0, 16 * 9 + 3, 16 * 9 + 4));
+    ck_assert(!s2_block_kept(p, 2, 0, 0) && !s2_block_kept(p, 0, -1, 0));
+    /* vert_stride 0: pure local window */
+    p->rules[0].vert_stride = 0;
+    ck_assert(!s2_block_kept(p, 0, 9, 0) && !s2_block_kept(p, 0, 9, 6) && s2_block_kept(p, 0, 9, 8));
+    /* ranges: sink block 0 for head 0; then drop distance >= 5 blocks for both heads */
+    uint8_t only0[2] = {1, 0};
+    s2_range_rule rr[2];
+    memset(rr, 0, sizeof rr);
+    rr[0] = (s2_range_rule){.action = S2_RANGE_SINK, .key_lo = 0, .key_hi = 16, .dist_lo = 0, .dist_hi = INT64_MAX, .heads = only0};
+    rr[1] = (s2_range_rule){.action = S2_RANGE_DROP, .key_lo = 0, .key_hi = INT64_MAX, .dist_lo = 16 * 5, .dist_hi = INT64_MAX};
+    p->ranges = rr;
+    p->num_ranges = 1;
+    ck_assert(s2_block_kept(p, 0, 9, 0) && !s2_block_kept(p, 1, 9, 0) && s2_block_kept(p, 1, 9, 2));
+    p->num_ranges = 2;
+    ck_assert(!s2_block_kept(p, 0, 9, 0) && !s2_block_kept(p, 1, 9, 2) && s2_block_kept(p, 1, 6, 2));
+    ck_assert(s2_block_kept(p, 1, 9, 8)); /* local survives DROP */
+    /* explicit mask for head 1: 3x3, lower part only where set */
+    uint8_t bits[9] = {1, 0, 0, 0, 1, 0, 1, 1, 0};
+    s2_block_mask bm = {.name = "m", .heads = 1, .rows = 3, .cols = 3, .bits = bits};
+    p->masks = &bm;
+    p->num_masks = 1;
+    p->rules[1].mask = 0;
+    ck_assert(s2_block_kept(p, 1, 2, 0) && s2_block_kept(p, 1, 2, 1) && !s2_block_kept(p, 1, 2, 2));
+    ck_assert(!s2_block_kept(p, 1, 1, 0) && !s2_block_kept(p, 1, 3, 0));
+    s2_layout *l = NULL;
+    s2_ctx *ctx = s2_ctx_new();
+    ck_assert_int_eq(s2_layout_new(ctx, p, 48, 48, &l), S2_OK);
+    s2_layout_free(l);
+    ck_assert_int_eq(s2_layout_new(ctx, p, 49, 49, &l), S2_ERR_INVALID);
+    ck_assert_int_eq(s2_layout_new(ctx, p, 10, 5, &l), S2_ERR_INVALID);
+    ck_assert_ptr_null(l);
+    s2_ctx_free(ctx);
+    s2_pattern_set_free(set);
+}
+END_TEST
+
+START_TEST(test_predicate_bidirectional)
+{
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.causal = false;
+    a.local_blocks = 2;
+    a.local_right = 3;
+    a.vert_stride = 4;
+    a.num_heads = 2;
+    s2_pattern_set *set = make_set(&a);
+    s2_pattern *p = mut(set);
+    ck_assert_int_eq(p->vert_position, S2_VERT_RELATIVE);
+    /* window: m - n < 2 and n - m < 3 */
+    ck_assert(s2_block_kept(p, 0, 10, 9) && !s2_block_kept(p, 0, 10, 8) && s2_block_kept(p, 0, 10, 12));
+    ck_assert(!s2_block_kept(p, 0, 10, 13));
+    /* left distance m-n-L+1 = 4 at n = 5; right n-m-R+1 = 4 at n = 16 */
+    ck_assert(s2_block_kept(p, 0, 10, 5) && s2_block_kept(p, 0, 10, 16) && s2_block_kept(p, 1, 10, 1));
+    ck_assert(!s2_block_kept(p, 1, 10, 4) && !s2_block_kept(p, 1, 10, 15));
+    p->vert_position = S2_VERT_ABSOLUTE; /* stripes at (n + shift) % 4 == 0, on both sides */
+    ck_assert(s2_block_kept(p, 0, 10, 4) && s2_block_kept(p, 0, 10, 20) && !s2_block_kept(p, 0, 10, 5));
+    ck_assert(s2_block_kept(p, 1, 10, 2) && !s2_block_kept(p, 1, 10, 4) && s2_block_kept(p, 0, 10, 12) && !s2_block_kept(p, 0, 10, 13));
+    s2_pattern_set_free(set);
+}
+END_TEST
+
+/* ---- random patterns and brute force ----------------------------------------- */
+
+typedef struct rand_pat {
+    s2_pattern_set *set;
+    s2_pattern *p;
+    s2_range_rule ranges[3];
+    uint8_t range_heads[3][8];
+    s2_block_mask mask;
+    int64_t q_len, kv_len;
+} rand_pat;
+
+static int64_t rand_bound(int bs) { return (int64_t)rnd_int(0, 12) * bs / 2 + rnd_int(0, 1) * rnd_int(0, 7); }
+
+static void make_random(rand_pat *rp)
+{
+    memset(rp, 0, sizeof *rp);
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    static const int hs[] = {1, 2, 4, 8};
+    a.num_heads = hs[rnd_int(0, 3)];
+    a.num_kv_heads = a.num_heads >> rnd_int(0, 1);
+    if (a.num_kv_heads < 1)
+        a.num_kv_heads = 1;
+    a.block_size = 16 << rnd_int(0, 3);
+    a.local_blocks = rnd_int(0, 4);
+    a.local_right = rnd_int(0, 3);
+    a.vert_stride = rnd_int(1, 6);
+    a.head_sliding_offset = rnd_int(0, 5);
+    a.homo_head = rnd_int(0, 3) == 0;
+    a.num_dense_heads = rnd_int(0, 4) == 0 ? 1 : 0;
+    a.causal = rnd_int(0, 2) != 0;
+    a.vert_position = rnd_int(-1, 1);
+    rp->set = make_set(&a);
+    s2_pattern *p = rp->p = mut(rp->set);
+    for (int q = 0; q < p->heads; q++)
+        if (rnd_int(0, 5) == 0)
+            p->rules[q].vert_stride = 0;
+    int bs = p->block_size;
+    rp->kv_len = rnd_int(1, 200 + 4 * bs);
+    rp->q_len = rnd_int(0, 1) ? rp->kv_len : rnd_int(1, (int)rp->kv_len);
+    p->num_ranges = rnd_int(0, 3) == 0 ? 0 : rnd_int(1, 3);
+    p->ranges = rp->ranges;
+    for (int i = 0; i < p->num_ranges; i++) {
+        s2_range_rule *rr = &rp->ranges[i];
+        rr->action = (s2_range_action)rnd_int(0, 3);
+        rr->stride = rnd_int(1, 5);
+        rr->key_lo = rnd_int(0, 1) ? 0 : rand_bound(bs);
+        rr->key_hi = rnd_int(0, 1) ? INT64_MAX : rr->key_lo + rand_bound(bs) + 1;
+        rr->dist_lo = rnd_int(0, 1) ? 0 : rand_bound(bs);
+        rr->dist_hi = rnd_int(0, 1) ? INT64_MAX : rr->dist_lo + rand_bound(bs) + 1;
+        for (int q = 0; q < p->heads; q++)
+            rp->range_heads[i][q] = (uint8_t)rnd_int(0, 1);
+        rr->heads = rnd_int(0, 1) ? rp->range_heads[i] : NULL;
+    }
+    if (rnd_int(0, 4) == 0) {
+        int64_t nb = s2_cdiv(rp->kv_len, bs) + rnd_int(0, 2);
+        rp->mask.heads = rnd_int(1, 2);
+        rp->mask.rows = rp->mask.cols = nb;
+        rp->mask.bits = malloc((size_t)(rp->mask.heads * nb * nb));
+        for (int64_t i = 0; i < rp->mask.heads * nb * nb; i++)
+            rp->mask.bits[i] = (uint8_t)(rnd() % 3 == 0);
+        p->masks = &rp->mask;
+        p->num_masks = 1;
+        p->rules[0].mask = 0;
+        p->rules[0].mask_head = rp->mask.heads - 1;
+    }
+}
+
+static void free_random(rand_pat *rp)
+{
+    free(rp->mask.bits);
+    s2_pattern_set_free(rp->set);
+}
+
+/* The entry of (t, j) from the token predicate alone. */
+static bool brute_entry(const s2_pattern *p, const s2_layout *l, const s2_tile_geom *g, int q, int64_t t, int64_t j,
+                        s2_tile_entry *e)
+{
+    int64_t kv = s2_layout_kv_len(l), qlo = s2_max64(t * g->block_m, s2_layout_q_start(l));
+    int64_t qhi = s2_min64((t + 1) * g->block_m, kv), ka = j * g->block_n, kb_full = ka + g->block_n;
+    memset(e, 0, sizeof *e);
+    bool full = kb_full <= kv, crosses = false;
+    for (int64_t x = qlo; x < qhi; x++)
+        for (int64_t y = ka; y < s2_min64(kb_full, kv); y++) {
+            if (y > x)
+                crosses = true;
+            if (!s2_token_kept(p, q, x, y)) {
+                full = false;
+                continue;
+            }
+            int i = (int)((x - t * g->block_m) / g->sub_m_size), jj = (int)((y - ka) / g->sub_n_size);
+            e->live |= UINT64_C(1) << (i * g->sub_n + jj);
+            e->row_mask |= 1u << i;
+        }
+    e->tile = j;
+    e->flags = (full ? S2_ENTRY_FULL : 0) | (p->causal && crosses ? S2_ENTRY_CAUSAL : 0) |
+               (kb_full > kv ? S2_ENTRY_RAGGED : 0);
+    return e->live != 0;
+}
+
+static void assert_entry_eq(const s2_tile_entry *a, const s2_tile_entry *b, const char *what, int q, int64_t t)
+{
+    ck_assert_msg(a->tile == b->tile && a->live == b->live && a->row_mask == b->row_mask && a->flags == b->flags,
+                  "seed %llu: %s head %d list %lld: tile %lld/%lld live %llx/%llx rows %x/%x flags %x/%x",
+                  (unsigned long long)rng_seed, what, q, (long long)t, (long long)a->tile, (long long)b->tile,
+                  (unsigned long long)a->live, (unsigned long long)b->live, a->row_mask, b->row_mask, a->flags,
+                  b->flags);
+}
+
+static void check_schedule_vs_brute(const rand_pat *rp, const s2_layout *l, s2_tile_spec spec)
+{
+    s2_tile_geom g;
+    if (s2_layout_tile_geom(NULL, l, spec, &g) != S2_OK)
+        return;
+    const s2_pattern *p = rp->p;
+    int64_t cap = s2_layout_max_entries(l, spec);
+    s2_tile_entry *out = malloc((size_t)cap * sizeof *out);
+    s2_tile_entry *brute = malloc((size_t)(g.q_tiles * g.kv_tiles) * sizeof *brute);
+    bool *live = malloc((size_t)(g.q_tiles * g.kv_tiles));
+    for (int q = 0; q < p->heads; q++) {
+        for (int64_t ti = 0; ti < g.q_tiles; ti++)
+            for (int64_t j = 0; j < g.kv_tiles; j++)
+                live[ti * g.kv_tiles + j] = brute_entry(p, l, &g, q, g.first_q_tile + ti, j, &brute[ti * g.kv_tiles + j]);
+        for (int64_t ti = 0; ti < g.q_tiles; ti++) {
+            int64_t n = -1, k = 0;
+            ck_assert_int_eq(s2_layout_q_tile_entries(NULL, l, spec, q, g.first_q_tile + ti, out, cap, &n), S2_OK);
+            ck_assert(n <= cap);
+            for (int64_t j = 0; j < g.kv_tiles; j++) {
+                if (!live[ti * g.kv_tiles + j])
+                    continue;
+                ck_assert_msg(k < n, "seed %llu: head %d q tile %lld misses key tile %lld", (unsigned long long)rng_seed,
+                              q, (long long)(g.first_q_tile + ti), (long long)j);
+                assert_entry_eq(&out[k++], &brute[ti * g.kv_tiles + j], "forward", q, ti);
+            }
+            ck_assert_msg(k == n, "seed %llu: head %d q tile %lld has %lld extra entries", (unsigned long long)rng_seed,
+                          q, (long long)ti, (long long)(n - k));
+        }
+        for (int64_t j = 0; j < g.kv_tiles; j++) {
+            int64_t n = -1, k = 0;
+            ck_assert_int_eq(s2_layout_kv_tile_entries(NULL, l, spec, q, j, out, cap, &n), S2_OK);
+            for (int64_t ti = 0; ti < g.q_tiles; ti++) {
+                if (!live[ti * g.kv_tiles + j])
+                    continue;
+                ck_assert_msg(k < n, "seed %llu: transposed misses", (unsigned long long)rng_seed);
+                s2_tile_entry want = brute[ti * g.kv_tiles + j];
+                want.tile = g.first_q_tile + ti;
+                assert_entry_eq(&out[k++], &want, "transposed", q, j);
+            }
+            ck_assert_msg(k == n, "seed %llu: transposed extra entries", (unsigned long long)rng_seed);
+        }
+    }
+    free(out);
+    free(brute);
+    free(live);
+}
+
+static const s2_tile_spec specs[] = {{32, 32}, {64, 64}, {128, 64}, {64, 128}, {128, 128}, {32, 128}, {16, 64}};
+
+START_TEST(test_schedule_random)
+{
+    for (int it = 0; it < 120; it++) {
+        seed_rng(1000 + (uint64_t)it);
+        rand_pat rp;
+        make_random(&rp);
+        s2_layout *l = make_layout(rp.p, rp.q_len, rp.kv_len);
+        check_schedule_vs_brute(&rp, l, specs[rnd_int(0, 6)]);
+        s2_layout_free(l);
+        free_random(&rp);
+    }
+}
+END_TEST
+
+/* ---- schedules, classes ----------------------------------------------------------- */
+
+START_TEST(test_schedule_build_matches_lists)
+{
+    for (int it = 0; it < 30; it++) {
+        seed_rng(5000 + (uint64_t)it);
+        rand_pat rp;
+        make_random(&rp);
+        s2_layout *l = make_layout(rp.p, rp.q_len, rp.kv_len);
+        s2_tile_spec spec = specs[rnd_int(0, 5)];
+        s2_schedule *fw = NULL, *tr = NULL;
+        if (s2_schedule_build(NULL, l, spec, false, &fw) != S2_OK) {
+            s2_layout_free(l);
+            free_random(&rp);
+            continue;
+        }
+        ck_assert_int_eq(s2_schedule_build(NULL, l, spec, true, &tr), S2_OK);
+        const s2_tile_geom *g = &fw->geom;
+        /* transposed == forward transposed, per class */
+        for (int c = 0; c < fw->num_classes; c++) {
+            int64_t nf = fw->offsets[(c + 1) * g->q_tiles] - fw->offsets[c * g->q_tiles];
+            int64_t nt = tr->offsets[(c + 1) * g->kv_tiles] - tr->offsets[c * g->kv_tiles];
+            ck_assert_msg(nf == nt, "seed %llu: class %d forward %lld vs transposed %lld entries",
+                          (unsigned long long)rng_seed, c, (long long)nf, (long long)nt);
+            for (int64_t ti = 0; ti < g->q_tiles; ti++)
+                for (int64_t k = fw->offsets[c * g->q_tiles + ti]; k < fw->offsets[c * g->q_tiles + ti + 1]; k++) {
+                    const s2_tile_entry *e = &fw->entries[k];
+                    int64_t lo = tr->offsets[c * g->kv_tiles + e->tile], hi = tr->offsets[c * g->kv_tiles + e->tile + 1];
+                    bool found = false;
+                    for (int64_t u = lo; u < hi; u++)
+                        if (tr->entries[u].tile == g->first_q_tile + ti) {
+                            ck_assert(tr->entries[u].live == e->live && tr->entries[u].flags == e->flags);
+                            found = true;
+                        }
+                    ck_assert_msg(found, "seed %llu: entry missing in transposed", (unsigned long long)rng_seed);
+                }
+        }
+        /* heads of one class have identical block masks */
+        const s2_pattern *p = rp.p;
+        for (int q = 0; q < p->heads; q++) {
+            int rep = s2_layout_head_class(l, q);
+            ck_assert(rep <= q && s2_layout_class_rep(l, fw->class_of_head[q]) == rep);
+            for (int64_t m = s2_layout_first_q_block(l); m < s2_layout_kv_blocks(l); m++)
+                for (int64_t n = 0; n < s2_layout_kv_blocks(l); n++)
+                    ck_assert(s2_block_kept(p, q, m, n) == s2_block_kept(p, rep, m, n));
+        }
+        char *text = NULL;
+        ck_assert_int_eq(s2_schedule_format(NULL, fw, &text), S2_OK);
+        ck_assert_ptr_nonnull(strstr(text, "class 0 heads 0"));
+        free(text);
+        s2_schedule_free(fw);
+        s2_schedule_free(tr);
+        s2_layout_free(l);
+        free_random(&rp);
+    }
+}
+END_TEST
+
+START_TEST(test_classes)
+{
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.num_heads = 8;
+    a.vert_stride = 4; /* step 1, shifts 0..7: four classes by shift mod 4 */
+    s2_pattern_set *set = make_set(&a);
+    s2_layout *l = make_layout(s2_pattern_set_get(set, 0), 1024, 1024);
+    ck_assert_int_eq(s2_layout_num_classes(l), 4);
+    ck_assert_int_eq(s2_layout_head_class(l, 5), 1);
+    ck_assert_int_eq(s2_layout_head_class(l, 7), 3);
+    s2_layout_free(l);
+    mut(set)->rules[6].dense = true;
+    mut(set)->rules[7].dense = true;
+    l = make_layout(s2_pattern_set_get(set, 0), 1024, 1024);
+    ck_assert_int_eq(s2_layout_num_classes(l), 5);
+    ck_assert_int_eq(s2_layout_head_class(l, 7), 6);
+    s2_layout_free(l);
+    s2_pattern_set_free(set);
+}
+END_TEST
+
+/* ---- KV efficiency and liveness ------------------------------------------------------ */
+
+START_TEST(test_kv_efficient)
+{
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.num_heads = 4;
+    a.vert_stride = 8;
+    s2_pattern_set *set = make_set(&a);
+    s2_layout *l = make_layout(s2_pattern_set_get(set, 0), 4096, 4096);
+    s2_ctx *ctx = s2_ctx_new();
+    bool ok = false;
+    ck_assert_int_eq(s2_layout_check_kv_efficient(ctx, l, &ok), S2_OK);
+    ck_assert(ok);
+    s2_layout_free(l);
+    s2_pattern_set_free(set);
+    a.causal = false; /* relative stripes reappear at distance: not efficient */
+    set = make_set(&a);
+    l = make_layout(s2_pattern_set_get(set, 0), 4096, 4096);
+    ck_assert_int_eq(s2_layout_check_kv_efficient(ctx, l, &ok), S2_OK);
+    ck_assert(!ok);
+    /* key block 0: read by query blocks 0..3 (window), next by 11 (distance 8) */
+    ck_assert_msg(strstr(s2_ctx_message(ctx), "head 0, key block 0 is read by query blocks 3 and 11 but not by 4"),
+                  "%s", s2_ctx_message(ctx));
+    s2_layout_free(l);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+static bool brute_efficient(const s2_pattern *p, const s2_layout *l)
+{
+    for (int q = 0; q < p->heads; q++)
+        for (int64_t n = 0; n < s2_layout_kv_blocks(l); n++) {
+            int state = 0; /* 0 before, 1 inside, 2 after the run */
+            for (int64_t m = s2_layout_first_q_block(l); m < s2_layout_kv_blocks(l); m++) {
+                bool k = s2_block_kept(p, q, m, n);
+                if (k && state == 2)
+                    return false;
+                if (k)
+                    state = 1;
+                else if (state == 1)
+                    state = 2;
+            }
+        }
+    return true;
+}
+
+START_TEST(test_kv_efficient_random)
+{
+    int pass = 0, fail = 0;
+    for (int it = 0; it < 80; it++) {
+        seed_rng(7000 + (uint64_t)it);
+        rand_pat rp;
+        make_random(&rp);
+        s2_layout *l = make_layout(rp.p, rp.q_len, rp.kv_len);
+        bool ok;
+        ck_assert_int_eq(s2_layout_check_kv_efficient(NULL, l, &ok), S2_OK);
+        ck_assert_msg(ok == brute_efficient(rp.p, l), "seed %llu", (unsigned long long)rng_seed);
+        ok ? pass++ : fail++;
+        s2_layout_free(l);
+        free_random(&rp);
+    }
+    ck_assert(pass > 0 && fail > 0);
+}
+END_TEST
+
+static int64_t brute_last_reader(const s2_pattern *p, int q, int64_t n, int64_t horizon)
+{
+    int bs = p->block_size;
+    int64_t last = -1;
+    for (int64_t x = 0; x < horizon; x++)
+        for (int64_t y = n * bs; y < s2_min64((n + 1) * bs, horizon); y++)
+            if (s2_token_kept(p, q, x, y)) {
+                last = x;
+                break;
+            }
+    return last == horizon - 1 ? S2_LIVE_FOREVER : last;
+}
+
+START_TEST(test_liveness_random)
+{
+    for (int it = 0; it < 60; it++) {
+        seed_rng(9000 + (uint64_t)it);
+        rand_pat rp;
+        make_random(&rp);
+        const s2_pattern *p = rp.p;
+        int64_t horizon = rp.mask.bits ? s2_min64(rp.kv_len, rp.mask.rows * p->block_size) : rp.kv_len;
+        for (int q = 0; q < p->heads; q++)
+            for (int64_t n = 0; n <= s2_cdiv(horizon, p->block_size); n++)
+                ck_assert_msg(s2_kv_last_reader(p, q, n, horizon) == brute_last_reader(p, q, n, horizon),
+                              "seed %llu head %d block %lld: %lld vs brute %lld", (unsigned long long)rng_seed, q,
+                              (long long)n, (long long)s2_kv_last_reader(p, q, n, horizon),
+                              (long long)brute_last_reader(p, q, n, horizon));
+        for (int h = 0; h < p->kv_heads; h++) {
+            int g = p->heads / p->kv_heads;
+            int64_t want = -1;
+            for (int q = h * g; q < (h + 1) * g; q++)
+                want = s2_max64(want, brute_last_reader(p, q, 0, horizon));
+            ck_assert(s2_kv_last_reader_group(p, h, 0, horizon) == want);
+        }
+        free_random(&rp);
+    }
+}
+END_TEST
+
+START_TEST(test_liveness_closed_form)
+{
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.num_heads = 2;
+    a.local_blocks = 3;
+    a.vert_stride = 4;
+    a.block_size = 64;
+    s2_pattern_set *set = make_set(&a);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    /* head 0 stripes at n % 4 == 0: forever; block 5 is local only: last read by block 7's last token */
+    ck_assert(s2_kv_last_reader(p, 0, 8, 0) == S2_LIVE_FOREVER);
+    ck_assert_int_eq(s2_kv_last_reader(p, 0, 5, 0), 8 * 64 - 1);
+    ck_assert_int_eq(s2_kv_last_reader(p, 0, 5, 7 * 64 + 10), S2_LIVE_FOREVER);
+    ck_assert_int_eq(s2_kv_last_reader(p, 0, 1000001, 0), 1000004 * 64 - 1);
+    ck_assert_int_eq(s2_kv_last_reader(p, 0, 9, 9 * 64), -1);
+    /* group 0 = head 0 only; head 1 (shift 2) has stripes at n % 4 == 2 */
+    ck_assert(s2_kv_last_reader_group(p, 1, 6, 0) == S2_LIVE_FOREVER && s2_kv_last_reader_group(p, 1, 7, 0) == 10 * 64 - 1);
+    ck_assert_int_eq(s2_kv_last_reader_group(p, 0, 7, 0), 10 * 64 - 1);
+    s2_pattern_set_free(set);
+}
+END_TEST
+
+/* ---- stats ------------------------------------------------------------------------------ */
+
+START_TEST(test_stats_random)
+{
+    for (int it = 0; it < 40; it++) {
+        seed_rng(11000 + (uint64_t)it);
+        rand_pat rp;
+        make_random(&rp);
+        const s2_pattern *p = rp.p;
+        s2_layout *l = make_layout(p, rp.q_len, rp.kv_len);
+        s2_tile_spec spec = specs[rnd_int(0, 5)];
+        s2_layout_stats st;
+        if (s2_layout_stats_compute(NULL, l, spec, 64, S2_DTYPE_F16, &st) != S2_OK) {
+            s2_layout_free(l);
+            free_random(&rp);
+            continue;
+        }
+        double total = 0, dense = 0, hmax = 0, hmin = 1e300;
+        for (int q = 0; q < p->heads; q++) {
+            double h = 0;
+            for (int64_t x = s2_layout_q_start(l); x < rp.kv_len; x++)
+                for (int64_t y = 0; y < rp.kv_len; y++) {
+                    h += s2_token_kept(p, q, x, y);
+                    dense += !p->causal || y <= x;
+                }
+            total += h;
+            hmax = h > hmax ? h : hmax;
+            hmin = h < hmin ? h : hmin;
+        }
+        ck_assert_msg(st.kept_pairs == total, "seed %llu: pairs %.0f vs brute %.0f", (unsigned long long)rng_seed,
+                      st.kept_pairs, total);
+        ck_assert(st.dense_pairs == dense && st.head_pairs_max == hmax && st.head_pairs_min == hmin);
+        ck_assert(st.fwd_flops == 4.0 * total * 64 && st.fwd_bwd_flops == 3.5 * st.fwd_flops);
+        s2_schedule *s = NULL;
+        ck_assert_int_eq(s2_schedule_build(NULL, l, spec, false, &s), S2_OK);
+        int64_t entries = 0;
+        for (int q = 0; q < p->heads; q++) {
+            int c = s->class_of_head[q];
+            entries += s->offsets[(c + 1) * s->geom.q_tiles] - s->offsets[c * s->geom.q_tiles];
+        }
+        ck_assert_int_eq(st.entries, entries);
+        ck_assert(st.bytes_read == 2.0 * 64 * (2.0 * rp.q_len * p->heads + 2.0 * spec.block_n * entries));
+        char *text = NULL;
+        ck_assert_int_eq(s2_layout_stats_format(NULL, &st, &text), S2_OK);
+        ck_assert_ptr_nonnull(strstr(text, "imbalance"));
+        free(text);
+        s2_schedule_free(s);
+        s2_layout_free(l);
+        free_random(&rp);
+    }
+}
+END_TEST
+
+START_TEST(test_stats_large_by_class)
+{
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.num_heads = 16;
+    a.max_seq_len = 0;
+    s2_pattern_set *set = make_set(&a);
+    s2_layout *l = make_layout(s2_pattern_set_get(set, 0), 131072, 131072);
+    s2_layout_stats st;
+    ck_assert_int_eq(s2_layout_stats_compute(NULL, l, (s2_tile_spec){64, 64}, 128, S2_DTYPE_BF16, &st), S2_OK);
+    /* per head: 2048 blocks; window blocks: diagonal 64*65/2 + 3 full off-diagonals (fewer at the start);
+     * stripe columns below the window: each class has the same count up to the start. */
+    ck_assert(st.kept_fraction > 0.25 && st.kept_fraction < 0.26);
+    ck_assert(st.imbalance >= 1.0 && st.imbalance < 1.01);
+    s2_layout_free(l);
+    s2_pattern_set_free(set);
+}
+END_TEST
+
+START_TEST(test_large_smoke)
+{
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.num_heads = 32;
+    a.num_kv_heads = 8;
+    a.vert_stride = 16;
+    s2_pattern_set *set = make_set(&a);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    int64_t len = 1 << 20;
+    s2_layout *l = make_layout(p, len, len);
+    s2_tile_spec spec = {128, 64};
+    int64_t cap = s2_layout_max_entries(l, spec);
+    ck_assert(cap <= len / 64);
+    s2_tile_entry *out = malloc((size_t)cap * sizeof *out);
+    int64_t n = 0;
+    s2_tile_geom g;
+    ck_assert_int_eq(s2_layout_tile_geom(NULL, l, spec, &g), S2_OK);
+    int64_t t = g.first_q_tile + g.q_tiles - 1;
+    ck_assert_int_eq(s2_layout_q_tile_entries(NULL, l, spec, 5, t, out, cap, &n), S2_OK);
+    /* last query tile = blocks 16382..16383: local 4+1 blocks, stripes (n + 1) % 16 == 0 below */
+    int64_t stripes = 0;
+    for (int64_t b = 0; b < 16383 - 4; b++)
+        stripes += (b + 1) % 16 == 0;
+    ck_assert_int_eq(n, 5 + stripes);
+    for (int64_t i = 1; i < n; i++)
+        ck_assert(out[i].tile > out[i - 1].tile);
+    ck_assert_int_eq(s2_layout_kv_tile_entries(NULL, l, spec, 5, 15, out, cap, &n), S2_OK);
+    ck_assert_int_eq(n, len / 128 - 15 * 64 / 128); /* stripe column: every tile from the diagonal on */
+    free(out);
+    s2_layout_free(l);
+    s2_pattern_set_free(set);
+}
+END_TEST
+
+static Suite *ir_suite(void)
+{
+    Suite *s = suite_create("ir");
+    TCase *tc = tcase_create("ir");
+    tcase_set_timeout(tc, 240);
+    tcase_add_test(tc, test_golden_all_cases);
+    tcase_add_test(tc, test_predicate_hand);
+    tcase_add_test(tc, test_predicate_bidirectional);
+    tcase_add_test(tc, test_schedule_random);
+    tcase_add_test(tc, test_schedule_build_matches_lists);
+    tcase_add_test(tc, test_classes);
+    tcase_add_test(tc, test_kv_efficient);
+    tcase_add_test(tc, test_kv_efficient_random);
+    tcase_add_test(tc, test_liveness_random);
+    tcase_add_test(tc, test_liveness_closed_form);
+    tcase_add_test(tc, test_stats_random);
+    tcase_add_test(tc, test_stats_large_by_class);
+    tcase_add_test(tc, test_large_smoke);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(ir_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
