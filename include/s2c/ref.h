@@ -68,7 +68,9 @@ double s2_tensor_max_abs_diff(const s2_tensor *a, const s2_tensor *b, const int6
 /* ---- problems ------------------------------------------------------------ */
 
 /* true: query head q_head at absolute position qpos attends key kpos.
- * The causal limit and the lengths are applied outside the callback. */
+ * The causal limit and the lengths are applied outside the callback, which
+ * is only asked about kpos < kv_lens[b] and the queries' own positions; it
+ * may be called several times for a pair, always from the caller's thread. */
 typedef bool (*s2_ref_mask_fn)(const void *user, int q_head, int64_t qpos, int64_t kpos);
 
 typedef struct s2_ref_problem {

@@ -584,7 +584,9 @@ static void fd_check(const char *what, const problem_case *c, const f64_set *s, 
                     double down = loss(c, s, G, g, o, lse);
                     s2_tensor_set(&x->t, b, r, hd, d, x0);
                     double fd = (up - down) / (2 * h), an = s2_tensor_get(&grad->t, b, r, hd, d);
-                    ck_assert_msg(fabs(fd - an) <= 1e-6 * (1 + fabs(fd)),
+                    /* the analytic side uses the fp32 LSE (relative error ~1e-7
+                     * per row); a wrong convention is off by O(0.1) */
+                    ck_assert_msg(fabs(fd - an) <= 5e-6 * (1 + fabs(fd)),
                                   "d%s[%lld,%lld,%lld,%lld]: analytic %.12g, finite difference %.12g (seed %llu)", what,
                                   (long long)b, (long long)r, (long long)hd, (long long)d, an, fd,
                                   (unsigned long long)seed);
@@ -604,6 +606,9 @@ START_TEST(finite_differences)
         s2_ctx *ctx = ctx_new();
         f64_set s;
         f64_set_init(&s, &c.p, seed);
+        /* smaller scores keep the fp32-LSE error of the analytic side small */
+        s2_tensor_fill_random(&s.q.t, s.q.ext, seed + 5, -1, 1);
+        s2_tensor_fill_random(&s.k.t, s.k.ext, seed + 6, -1, 1);
         float *lse = lse_alloc(&c.p, 0.0f), *g = lse_alloc(&c.p, 0.0f);
         for (int64_t i = 0; i < c.p.batch * c.p.heads * c.p.q_len; i++)
             g[i] = (float)(2 * rng_unit(&r) - 1);
