@@ -297,8 +297,9 @@ START_TEST(pointer_checks_on_device)
     OK(s2_check_device_ptr(ctx, dev, p + 1024, 3072, 16, "p"));
     ck_assert_int_eq(s2_check_device_ptr(ctx, dev, p + 2, 4, 16, "p"), S2_ERR_INVALID);
     assert_msg_has(ctx, "not aligned to 16 bytes");
-    ck_assert_int_eq(s2_check_device_ptr(ctx, dev, p + 1024, 3073, 1, "p"), S2_ERR_INVALID);
-    assert_msg_has(ctx, "allocation ends after 3072 bytes");
+    /* The driver may round an allocation's range up, so overrun it by far. */
+    ck_assert_int_eq(s2_check_device_ptr(ctx, dev, p + 1024, (size_t)1 << 30, 1, "p"), S2_ERR_INVALID);
+    assert_msg_has(ctx, "but its allocation ends after");
     ck_assert_int_eq(s2_check_device_ptr(ctx, dev, 0, 4, 4, "p"), S2_ERR_INVALID);
     void *host = malloc(4096);
     ck_assert_int_eq(s2_check_device_ptr(ctx, dev, (s2_devptr)(uintptr_t)host, 64, 16, "h"),
