@@ -1,0 +1,433 @@
+/* Devices and contexts, pointer validation, and the synchronous memory,
+ * stream and event helpers used by tests and examples. */
+#include "rt_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+s2_status s2_ctx_enter(s2_ctx *ctx, const s2_device *dev)
+{
+    CUresult r = dev->drv->CtxPushCurrent(dev->cu_ctx);
+    if (r != CUDA_SUCCESS)
+        return s2_cu_fail(ctx, dev->drv, r, "cuCtxPushCurrent (device %d)", dev->info.ordinal);
+    return S2_OK;
+}
+
+void s2_ctx_leave(const s2_device *dev)
+{
+    CUcontext popped;
+    dev->drv->CtxPopCurrent(&popped);
+}
+
+static s2_status get_attr(s2_ctx *ctx, const s2_device *dev, CUdevice_attribute a,
+                          const char *what, int *out)
+{
+    CUresult r = dev->drv->DeviceGetAttribute(out, a, dev->cu_dev);
+    if (r != CUDA_SUCCESS)
+        return s2_cu_fail(ctx, dev->drv, r, "cuDeviceGetAttribute(%s) on device %d", what,
+                          (int)dev->cu_dev);
+    return S2_OK;
+}
+
+static s2_status query_info(s2_ctx *ctx, s2_device *dev)
+{
+    s2_device_info *in = &dev->info;
+    const s2_driver *d = dev->drv;
+    int smem = 0, optin = 0;
+    s2_status st;
+    in->ordinal = (int)dev->cu_dev;
+    in->driver_version = d->version;
+#define S2_ATTR(attr, field)                                                         \
+    if ((st = get_attr(ctx, dev, CU_DEVICE_ATTRIBUTE_##attr, #attr, &(field))) != S2_OK) \
+        return st;
+    S2_ATTR(COMPUTE_CAPABILITY_MAJOR, in->cc_major)
+    S2_ATTR(COMPUTE_CAPABILITY_MINOR, in->cc_minor)
+    S2_ATTR(MULTIPROCESSOR_COUNT, in->sm_count)
+    S2_ATTR(MAX_THREADS_PER_BLOCK, in->max_threads_per_block)
+    S2_ATTR(MAX_BLOCK_DIM_X, in->max_block_dim[0])
+    S2_ATTR(MAX_BLOCK_DIM_Y, in->max_block_dim[1])
+    S2_ATTR(MAX_BLOCK_DIM_Z, in->max_block_dim[2])
+    S2_ATTR(MAX_GRID_DIM_X, in->max_grid_dim[0])
+    S2_ATTR(MAX_GRID_DIM_Y, in->max_grid_dim[1])
+    S2_ATTR(MAX_GRID_DIM_Z, in->max_grid_dim[2])
+    S2_ATTR(MAX_SHARED_MEMORY_PER_BLOCK, smem)
+    S2_ATTR(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, optin)
+#undef S2_ATTR
+    in->smem_per_block = (size_t)smem;
+    /* Devices without opt-in report 0; their default limit is the maximum. */
+    in->smem_per_block_optin = (size_t)(optin > smem ? optin : smem);
+    CUresult r = d->DeviceGetName(in->name, (int)sizeof in->name, dev->cu_dev);
+    if (r != CUDA_SUCCESS)
+        return s2_cu_fail(ctx, d, r, "cuDeviceGetName on device %d", in->ordinal);
+    in->name[sizeof in->name - 1] = '\0';
+    size_t total = 0;
+    if (d->DeviceTotalMem(&total, dev->cu_dev) == CUDA_SUCCESS)
+        in->total_mem = total;
+    return S2_OK;
+}
+
+static s2_status device_new(s2_ctx *ctx, s2_device **out, const s2_driver **drv)
+{
+    if (!out)
+        return s2_fail(ctx, S2_ERR_INVALID, "device: out is NULL");
+    *out = NULL;
+    s2_status st;
+    *drv = s2_driver_get(ctx, &st);
+    if (!*drv)
+        return st;
+    s2_device *dev = calloc(1, sizeof *dev);
+    if (!dev)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    dev->drv = *drv;
+    *out = dev;
+    return S2_OK;
+}
+
+s2_status s2_device_open(s2_ctx *ctx, int ordinal, s2_device **out)
+{
+    const s2_driver *d;
+    int count = 0;
+    s2_status st = s2_device_count(ctx, &count);
+    if (st != S2_OK) {
+        if (out)
+            *out = NULL;
+        return st;
+    }
+    if (ordinal < 0 || ordinal >= count) {
+        if (out)
+            *out = NULL;
+        return s2_fail(ctx, S2_ERR_INVALID, "device %d does not exist (the driver reports %d)",
+                       ordinal, count);
+    }
+    if ((st = device_new(ctx, out, &d)) != S2_OK)
+        return st;
+    s2_device *dev = *out;
+    CUresult r = d->DeviceGet(&dev->cu_dev, ordinal);
+    if (r != CUDA_SUCCESS) {
+        st = s2_cu_fail(ctx, d, r, "cuDeviceGet(%d)", ordinal);
+        goto fail;
+    }
+    r = d->DevicePrimaryCtxRetain(&dev->cu_ctx, dev->cu_dev);
+    if (r != CUDA_SUCCESS) {
+        st = s2_cu_fail(ctx, d, r, "cuDevicePrimaryCtxRetain(device %d)", ordinal);
+        goto fail;
+    }
+    dev->retained = true;
+    if ((st = query_info(ctx, dev)) != S2_OK)
+        goto fail;
+    return S2_OK;
+fail:
+    s2_device_free(dev);
+    *out = NULL;
+    return st;
+}
+
+s2_status s2_device_adopt_current(s2_ctx *ctx, s2_device **out)
+{
+    const s2_driver *d;
+    s2_status st = device_new(ctx, out, &d);
+    if (st != S2_OK)
+        return st;
+    s2_device *dev = *out;
+    CUresult r = d->CtxGetCurrent(&dev->cu_ctx);
+    if (r != CUDA_SUCCESS) {
+        st = s2_cu_fail(ctx, d, r, "cuCtxGetCurrent");
+        goto fail;
+    }
+    if (!dev->cu_ctx) {
+        st = s2_fail(ctx, S2_ERR_INVALID, "no CUDA context is current on this thread to adopt");
+        goto fail;
+    }
+    r = d->CtxGetDevice(&dev->cu_dev);
+    if (r != CUDA_SUCCESS) {
+        st = s2_cu_fail(ctx, d, r, "cuCtxGetDevice");
+        goto fail;
+    }
+    if ((st = query_info(ctx, dev)) != S2_OK)
+        goto fail;
+    return S2_OK;
+fail:
+    s2_device_free(dev);
+    *out = NULL;
+    return st;
+}
+
+void s2_device_free(s2_device *dev)
+{
+    if (!dev)
+        return;
+    if (dev->retained)
+        dev->drv->DevicePrimaryCtxRelease(dev->cu_dev);
+    free(dev);
+}
+
+const s2_device_info *s2_device_get_info(const s2_device *dev) { return dev ? &dev->info : NULL; }
+void *s2_device_cu_context(const s2_device *dev) { return dev ? (void *)dev->cu_ctx : NULL; }
+
+/* ---- pointer validation ------------------------------------------------------ */
+
+static s2_status check_ptr_attrs(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr, size_t bytes,
+                                 const char *what)
+{
+    const s2_driver *d = dev->drv;
+    unsigned int mtype = 0;
+    CUresult r = d->PointerGetAttribute(&mtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr);
+    if (r == CUDA_ERROR_INVALID_VALUE)
+        return s2_cu_fail_as(ctx, S2_ERR_INVALID, d, r,
+                             "%s: 0x%llx is not memory known to the CUDA driver", what,
+                             (unsigned long long)ptr);
+    if (r != CUDA_SUCCESS)
+        return s2_cu_fail(ctx, d, r, "%s: cuPointerGetAttribute(MEMORY_TYPE, 0x%llx)", what,
+                          (unsigned long long)ptr);
+    /* Documented as "a boolean" of unstated width: read it into a zeroed
+     * 8-byte word so that a 1- or 4-byte answer reads the same. */
+    unsigned long long managed = 0;
+    if (d->PointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr) != CUDA_SUCCESS)
+        managed = 0;
+    if (mtype != CU_MEMORYTYPE_DEVICE && !managed)
+        return s2_fail(ctx, S2_ERR_INVALID, "%s: 0x%llx is %s memory, not device memory", what,
+                       (unsigned long long)ptr, mtype == CU_MEMORYTYPE_HOST ? "host" : "non-device");
+
+    if (!managed) {
+        /* Pool and VMM allocations may name no context; the ordinal still must match. */
+        CUcontext owner = NULL;
+        if (d->PointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, ptr) == CUDA_SUCCESS &&
+            owner && owner != dev->cu_ctx)
+            return s2_fail(ctx, S2_ERR_INVALID, "%s: 0x%llx belongs to another CUDA context", what,
+                           (unsigned long long)ptr);
+        int ordinal = -1;
+        r = d->PointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr);
+        if (r == CUDA_SUCCESS && ordinal != dev->info.ordinal)
+            return s2_fail(ctx, S2_ERR_INVALID, "%s: 0x%llx is memory of device %d, not of device %d",
+                           what, (unsigned long long)ptr, ordinal, dev->info.ordinal);
+    }
+    if (bytes == 0)
+        return S2_OK;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    if (d->PointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr) != CUDA_SUCCESS ||
+        d->PointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr) != CUDA_SUCCESS)
+        return S2_OK; /* the range is unknown: nothing more to check */
+    uint64_t avail = start + size - ptr;
+    if (ptr < start || avail < bytes)
+        return s2_fail(ctx, S2_ERR_INVALID,
+                       "%s: needs %zu bytes at 0x%llx, but its allocation ends after %llu bytes",
+                       what, bytes, (unsigned long long)ptr, (unsigned long long)avail);
+    return S2_OK;
+}
+
+s2_status s2_check_device_ptr(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr, size_t bytes,
+                              size_t align, const char *what)
+{
+    if (!what)
+        what = "pointer";
+    if (!dev)
+        return s2_fail(ctx, S2_ERR_INVALID, "%s: no device given", what);
+    if (ptr == 0)
+        return s2_fail(ctx, S2_ERR_INVALID, "%s: null device pointer", what);
+    if (align > 1 && (align & (align - 1)) != 0)
+        return s2_fail(ctx, S2_ERR_INVALID, "%s: alignment %zu is not a power of two", what, align);
+    if (align > 1 && ptr % align != 0)
+        return s2_fail(ctx, S2_ERR_INVALID, "%s: 0x%llx is not aligned to %zu bytes", what,
+                       (unsigned long long)ptr, align);
+    s2_status st = s2_ctx_enter(ctx, dev);
+    if (st != S2_OK)
+        return st;
+    st = check_ptr_attrs(ctx, dev, ptr, bytes, what);
+    s2_ctx_leave(dev);
+    return st;
+}
+
+/* ---- memory -------------------------------------------------------------------- */
+
+static s2_status need_dev(s2_ctx *ctx, const s2_device *dev, const char *fn)
+{
+    if (!dev)
+        return s2_fail(ctx, S2_ERR_INVALID, "%s: device is NULL", fn);
+    return S2_OK;
+}
+
+/* Run one driver call with dev's context current; `call` is its name for messages. */
+#define S2_IN_CTX(ctx, dev, call, ...)                                            \
+    do {                                                                          \
+        s2_status st_ = s2_ctx_enter((ctx), (dev));                               \
+        if (st_ != S2_OK)                                                         \
+            return st_;                                                           \
+        CUresult r_ = (dev)->drv->call(__VA_ARGS__);                              \
+        s2_ctx_leave(dev);                                                        \
+        if (r_ != CUDA_SUCCESS)                                                   \
+            return s2_cu_fail((ctx), (dev)->drv, r_, "cu" #call);                 \
+    } while (0)
+
+s2_status s2_mem_alloc(s2_ctx *ctx, const s2_device *dev, size_t bytes, s2_devptr *out)
+{
+    s2_status st = need_dev(ctx, dev, "s2_mem_alloc");
+    if (st != S2_OK)
+        return st;
+    if (!out)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_mem_alloc: out is NULL");
+    *out = 0;
+    if (bytes == 0)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_mem_alloc: zero bytes requested");
+    CUdeviceptr p = 0;
+    S2_IN_CTX(ctx, dev, MemAlloc, &p, bytes);
+    *out = p;
+    return S2_OK;
+}
+
+s2_status s2_mem_free(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr)
+{
+    if (ptr == 0)
+        return S2_OK;
+    s2_status st = need_dev(ctx, dev, "s2_mem_free");
+    if (st != S2_OK)
+        return st;
+    S2_IN_CTX(ctx, dev, MemFree, ptr);
+    return S2_OK;
+}
+
+s2_status s2_memcpy_h2d(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, const void *src, size_t bytes)
+{
+    s2_status st = need_dev(ctx, dev, "s2_memcpy_h2d");
+    if (st != S2_OK)
+        return st;
+    if (bytes == 0)
+        return S2_OK;
+    if (!dst || !src)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_memcpy_h2d: null %s", !dst ? "destination" : "source");
+    S2_IN_CTX(ctx, dev, MemcpyHtoD, dst, src, bytes);
+    return S2_OK;
+}
+
+s2_status s2_memcpy_d2h(s2_ctx *ctx, const s2_device *dev, void *dst, s2_devptr src, size_t bytes)
+{
+    s2_status st = need_dev(ctx, dev, "s2_memcpy_d2h");
+    if (st != S2_OK)
+        return st;
+    if (bytes == 0)
+        return S2_OK;
+    if (!dst || !src)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_memcpy_d2h: null %s", !dst ? "destination" : "source");
+    S2_IN_CTX(ctx, dev, MemcpyDtoH, dst, src, bytes);
+    return S2_OK;
+}
+
+s2_status s2_memset_d8(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uint8_t value, size_t bytes)
+{
+    s2_status st = need_dev(ctx, dev, "s2_memset_d8");
+    if (st != S2_OK)
+        return st;
+    if (bytes == 0)
+        return S2_OK;
+    if (!dst)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_memset_d8: null destination");
+    S2_IN_CTX(ctx, dev, MemsetD8, dst, value, bytes);
+    return S2_OK;
+}
+
+s2_status s2_device_synchronize(s2_ctx *ctx, const s2_device *dev)
+{
+    s2_status st = need_dev(ctx, dev, "s2_device_synchronize");
+    if (st != S2_OK)
+        return st;
+    S2_IN_CTX(ctx, dev, CtxSynchronize);
+    return S2_OK;
+}
+
+/* ---- streams and events --------------------------------------------------------- */
+
+s2_status s2_stream_create(s2_ctx *ctx, const s2_device *dev, void **stream)
+{
+    s2_status st = need_dev(ctx, dev, "s2_stream_create");
+    if (st != S2_OK)
+        return st;
+    if (!stream)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_stream_create: stream is NULL");
+    *stream = NULL;
+    CUstream s = NULL;
+    S2_IN_CTX(ctx, dev, StreamCreate, &s, CU_STREAM_DEFAULT);
+    *stream = s;
+    return S2_OK;
+}
+
+s2_status s2_stream_destroy(s2_ctx *ctx, const s2_device *dev, void *stream)
+{
+    if (!stream)
+        return S2_OK;
+    s2_status st = need_dev(ctx, dev, "s2_stream_destroy");
+    if (st != S2_OK)
+        return st;
+    S2_IN_CTX(ctx, dev, StreamDestroy, (CUstream)stream);
+    return S2_OK;
+}
+
+s2_status s2_stream_synchronize(s2_ctx *ctx, const s2_device *dev, void *stream)
+{
+    s2_status st = need_dev(ctx, dev, "s2_stream_synchronize");
+    if (st != S2_OK)
+        return st;
+    S2_IN_CTX(ctx, dev, StreamSynchronize, (CUstream)stream);
+    return S2_OK;
+}
+
+struct s2_event {
+    const s2_device *dev;
+    CUevent ev;
+};
+
+s2_status s2_event_create(s2_ctx *ctx, const s2_device *dev, s2_event **out)
+{
+    s2_status st = need_dev(ctx, dev, "s2_event_create");
+    if (st != S2_OK)
+        return st;
+    if (!out)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_event_create: out is NULL");
+    *out = NULL;
+    s2_event *e = calloc(1, sizeof *e);
+    if (!e)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    e->dev = dev;
+    if ((st = s2_ctx_enter(ctx, dev)) != S2_OK) {
+        free(e);
+        return st;
+    }
+    CUresult r = dev->drv->EventCreate(&e->ev, CU_EVENT_DEFAULT);
+    s2_ctx_leave(dev);
+    if (r != CUDA_SUCCESS) {
+        free(e);
+        return s2_cu_fail(ctx, dev->drv, r, "cuEventCreate");
+    }
+    *out = e;
+    return S2_OK;
+}
+
+void s2_event_free(s2_event *ev)
+{
+    if (!ev)
+        return;
+    if (s2_ctx_enter(NULL, ev->dev) == S2_OK) {
+        ev->dev->drv->EventDestroy(ev->ev);
+        s2_ctx_leave(ev->dev);
+    }
+    free(ev);
+}
+
+s2_status s2_event_record(s2_ctx *ctx, s2_event *ev, void *stream)
+{
+    if (!ev)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_event_record: event is NULL");
+    S2_IN_CTX(ctx, ev->dev, EventRecord, ev->ev, (CUstream)stream);
+    return S2_OK;
+}
+
+s2_status s2_event_elapsed_ms(s2_ctx *ctx, s2_event *start, s2_event *stop, float *ms)
+{
+    if (!start || !stop || !ms)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_event_elapsed_ms: NULL argument");
+    if (start->dev->cu_ctx != stop->dev->cu_ctx)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_event_elapsed_ms: events of different contexts");
+    *ms = 0.0f;
+    S2_IN_CTX(ctx, stop->dev, EventSynchronize, stop->ev);
+    S2_IN_CTX(ctx, stop->dev, EventElapsedTime, ms, start->ev, stop->ev);
+    return S2_OK;
+}

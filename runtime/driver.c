@@ -1,0 +1,191 @@
+/* Loading the CUDA driver without linking it: dlopen, then cuGetProcAddress
+ * for every entry point (dlsym only finds cuGetProcAddress itself).  The
+ * result, good or bad, is computed once per process and replayed to callers. */
+#include "rt_internal.h"
+
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define S2_DEFAULT_LIBCUDA "libcuda.so.1"
+
+typedef struct driver_state {
+    s2_driver drv;
+    s2_status status;
+    char message[512];
+} driver_state;
+
+/* The only global state of the runtime: written once inside call_once. */
+static driver_state g_state;
+static once_flag g_once = ONCE_FLAG_INIT;
+
+typedef struct proc_resolver {
+    PFN_cuGetProcAddress_v12000 v2; /* cuGetProcAddress_v2 (CUDA 12+) */
+    PFN_cuGetProcAddress_v11030 v1; /* fallback when _v2 is not exported */
+} proc_resolver;
+
+static void state_fail(driver_state *s, s2_status st, const char *fmt, ...) S2_PRINTF(3, 4);
+
+static void state_fail(driver_state *s, s2_status st, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->message, sizeof s->message, fmt, ap);
+    va_end(ap);
+    s->status = st;
+}
+
+static const char *libcuda_name(void)
+{
+    /* A deployment or test may point the runtime at another driver library. */
+    const char *name = secure_getenv("S2C_LIBCUDA");
+    return name && *name ? name : S2_DEFAULT_LIBCUDA;
+}
+
+static bool resolve(const proc_resolver *pr, const char *symbol, void **fn)
+{
+    *fn = NULL;
+    CUresult r;
+    if (pr->v2) {
+        CUdriverProcAddressQueryResult found = CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+        r = pr->v2(symbol, fn, S2_CUDA_ABI, CU_GET_PROC_ADDRESS_LEGACY_STREAM, &found);
+        if (found != CU_GET_PROC_ADDRESS_SUCCESS)
+            return false;
+    } else {
+        r = pr->v1(symbol, fn, S2_CUDA_ABI, CU_GET_PROC_ADDRESS_LEGACY_STREAM);
+    }
+    return r == CUDA_SUCCESS && *fn != NULL;
+}
+
+static bool resolve_all(driver_state *s, const proc_resolver *pr)
+{
+    void *fn;
+#define S2_RESOLVE(name, ver)                                                          \
+    if (!resolve(pr, "cu" #name, &fn)) {                                               \
+        state_fail(s, S2_ERR_NO_DRIVER, "the CUDA driver (%s) does not provide cu" #name \
+                   " for CUDA %d.%d", libcuda_name(), S2_CUDA_ABI / 1000, S2_CUDA_ABI % 1000 / 10); \
+        return false;                                                                  \
+    }                                                                                  \
+    s->drv.name = (PFN_cu##name##_##ver)fn;
+    S2_DRIVER_FUNCS(S2_RESOLVE)
+#undef S2_RESOLVE
+    return true;
+}
+
+static void init_driver(driver_state *s, const s2_driver *d)
+{
+    CUresult r = d->Init(0);
+    if (r != CUDA_SUCCESS) {
+        const char *name = "?";
+        d->GetErrorName(r, &name);
+        if (r == CUDA_ERROR_NO_DEVICE)
+            state_fail(s, S2_ERR_NO_DEVICE, "no CUDA device: cuInit failed: %s", name ? name : "?");
+        else
+            state_fail(s, S2_ERR_NO_DRIVER, "the CUDA driver cannot be used: cuInit failed: %s (%d)",
+                       name ? name : "?", (int)r);
+        return;
+    }
+    r = d->DriverGetVersion(&s->drv.version);
+    if (r != CUDA_SUCCESS)
+        s->drv.version = 0;
+}
+
+static void load_driver(void)
+{
+    driver_state *s = &g_state;
+    const char *lib = libcuda_name();
+    /* The handle is never closed: the table points into the library for the
+     * rest of the process. */
+    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        const char *why = dlerror();
+        state_fail(s, S2_ERR_NO_DRIVER, "cannot load the CUDA driver %s: %s", lib,
+                   why ? why : "unknown error");
+        return;
+    }
+    proc_resolver pr = {0};
+    pr.v2 = (PFN_cuGetProcAddress_v12000)dlsym(h, "cuGetProcAddress_v2");
+    if (!pr.v2)
+        pr.v1 = (PFN_cuGetProcAddress_v11030)dlsym(h, "cuGetProcAddress");
+    if (!pr.v2 && !pr.v1) {
+        state_fail(s, S2_ERR_NO_DRIVER, "%s exports no cuGetProcAddress (driver older than CUDA 11.3?)", lib);
+        return;
+    }
+    if (!resolve_all(s, &pr))
+        return;
+    init_driver(s, &s->drv);
+}
+
+static void load_driver_once(void) { load_driver(); }
+
+const s2_driver *s2_driver_get(s2_ctx *ctx, s2_status *st)
+{
+    call_once(&g_once, load_driver_once);
+    if (g_state.status != S2_OK) {
+        *st = s2_fail(ctx, g_state.status, "%s", g_state.message);
+        return NULL;
+    }
+    *st = S2_OK;
+    return &g_state.drv;
+}
+
+static s2_status cu_vfail(s2_ctx *ctx, s2_status st, const s2_driver *drv, CUresult r,
+                          const char *fmt, va_list ap)
+{
+    char what[512];
+    vsnprintf(what, sizeof what, fmt, ap);
+    const char *name = NULL, *desc = NULL;
+    if (drv->GetErrorName(r, &name) != CUDA_SUCCESS || !name)
+        name = "CUDA_ERROR_UNKNOWN";
+    if (drv->GetErrorString(r, &desc) != CUDA_SUCCESS || !desc)
+        desc = "no description";
+    return s2_fail(ctx, st, "%s: %s (%s, code %d)", what, name, desc, (int)r);
+}
+
+s2_status s2_cu_fail(s2_ctx *ctx, const s2_driver *drv, CUresult r, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    s2_status st = cu_vfail(ctx, S2_ERR_CUDA, drv, r, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+s2_status s2_cu_fail_as(s2_ctx *ctx, s2_status st, const s2_driver *drv, CUresult r,
+                        const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    cu_vfail(ctx, st, drv, r, fmt, ap);
+    va_end(ap);
+    return st;
+}
+
+s2_status s2_runtime_driver_version(s2_ctx *ctx, int *version)
+{
+    s2_status st;
+    const s2_driver *d = s2_driver_get(ctx, &st);
+    if (version)
+        *version = d ? d->version : 0;
+    return st;
+}
+
+s2_status s2_device_count(s2_ctx *ctx, int *count)
+{
+    if (!count)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_device_count: count is NULL");
+    *count = 0;
+    s2_status st;
+    const s2_driver *d = s2_driver_get(ctx, &st);
+    if (!d)
+        return st;
+    CUresult r = d->DeviceGetCount(count);
+    if (r != CUDA_SUCCESS)
+        return s2_cu_fail(ctx, d, r, "cuDeviceGetCount");
+    if (*count <= 0) {
+        *count = 0;
+        return s2_fail(ctx, S2_ERR_NO_DEVICE, "the CUDA driver reports no device");
+    }
+    return S2_OK;
+}

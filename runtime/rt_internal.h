@@ -1,0 +1,102 @@
+/* Internal to runtime/: the driver table and the objects behind the opaque
+ * handles of s2c/runtime.h. */
+#ifndef S2C_RT_INTERNAL_H
+#define S2C_RT_INTERNAL_H
+
+#include "s2c/runtime.h"
+#include "util.h"
+
+#include <cuda.h>
+#include <cudaTypedefs.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <threads.h>
+
+/* Every entry point is requested for this ABI, so the PFN types below are the
+ * newest versions not above it.  CUDA 12.0 is the oldest driver we support. */
+#define S2_CUDA_ABI 12000
+
+/* X(name without "cu", PFN version suffix) */
+#define S2_DRIVER_FUNCS(X)            \
+    X(Init, v2000)                    \
+    X(DriverGetVersion, v2020)        \
+    X(GetErrorName, v6000)            \
+    X(GetErrorString, v6000)          \
+    X(DeviceGetCount, v2000)          \
+    X(DeviceGet, v2000)               \
+    X(DeviceGetAttribute, v2000)      \
+    X(DeviceGetName, v2000)           \
+    X(DeviceTotalMem, v3020)          \
+    X(DevicePrimaryCtxRetain, v7000)  \
+    X(DevicePrimaryCtxRelease, v11000) \
+    X(CtxGetCurrent, v4000)           \
+    X(CtxGetDevice, v2000)            \
+    X(CtxPushCurrent, v4000)          \
+    X(CtxPopCurrent, v4000)           \
+    X(CtxSynchronize, v2000)          \
+    X(ModuleLoadData, v2000)          \
+    X(ModuleUnload, v2000)            \
+    X(ModuleGetFunction, v2000)       \
+    X(FuncSetAttribute, v9000)        \
+    X(FuncGetAttribute, v2020)        \
+    X(LaunchKernel, v4000)            \
+    X(MemAlloc, v3020)                \
+    X(MemFree, v3020)                 \
+    X(MemcpyHtoD, v3020)              \
+    X(MemcpyDtoH, v3020)              \
+    X(MemsetD8, v3020)                \
+    X(PointerGetAttribute, v4000)     \
+    X(StreamCreate, v2000)            \
+    X(StreamDestroy, v4000)           \
+    X(StreamSynchronize, v2000)       \
+    X(EventCreate, v2000)             \
+    X(EventRecord, v2000)             \
+    X(EventSynchronize, v2000)        \
+    X(EventElapsedTime, v2000)        \
+    X(EventDestroy, v4000)
+
+typedef struct s2_driver {
+#define S2_DRIVER_FIELD(name, ver) PFN_cu##name##_##ver name;
+    S2_DRIVER_FUNCS(S2_DRIVER_FIELD)
+#undef S2_DRIVER_FIELD
+    int version;
+} s2_driver;
+
+/* The process-wide table, loaded on first use; on failure records the reason
+ * in ctx and returns NULL (*st gets the status). */
+const s2_driver *s2_driver_get(s2_ctx *ctx, s2_status *st);
+
+/* "<formatted what>: CUDA_ERROR_X (description)" as S2_ERR_CUDA. */
+s2_status s2_cu_fail(s2_ctx *ctx, const s2_driver *drv, CUresult r, const char *fmt, ...)
+    S2_PRINTF(4, 5);
+/* Same with another status (e.g. S2_ERR_INVALID for a refused pointer). */
+s2_status s2_cu_fail_as(s2_ctx *ctx, s2_status st, const s2_driver *drv, CUresult r,
+                        const char *fmt, ...) S2_PRINTF(5, 6);
+
+struct s2_device {
+    const s2_driver *drv;
+    CUdevice cu_dev;
+    CUcontext cu_ctx;
+    bool retained;   /* primary context retained by s2_device_open */
+    s2_device_info info;
+};
+
+/* Make dev's context current on this thread for one call. */
+s2_status s2_ctx_enter(s2_ctx *ctx, const s2_device *dev);
+void s2_ctx_leave(const s2_device *dev);
+
+struct s2_module {
+    s2_device *dev;
+    CUmodule cu_mod;
+};
+
+struct s2_kernel {
+    s2_device *dev;
+    CUfunction fn;
+    char *name;
+    s2_kernel_attrs attrs;     /* max_dynamic_smem_bytes is stale: see dyn_limit */
+    atomic_int dyn_limit;      /* MAX_DYNAMIC_SHARED_SIZE_BYTES as last set */
+    mtx_t raise_lock;          /* serialises raising it, so it only grows */
+};
+
+#endif

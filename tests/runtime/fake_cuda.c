@@ -1,0 +1,440 @@
+/* A fake libcuda for the CPU tests: it exports cuGetProcAddress_v2 (or, built
+ * with FAKE_V1_ONLY, only the old four-argument cuGetProcAddress) and hands
+ * out stubs whose behaviour the test sets through fake_cuda_set.  "Device
+ * memory" is host memory from malloc, so copies and pointer queries work.
+ * Single-threaded by design; the GPU test covers threads. */
+#include <cuda.h>
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define KB 1024LL
+
+typedef struct fake_state {
+    long long devices;          /* cuDeviceGetCount */
+    long long init_result;      /* cuInit */
+    long long module_result;    /* cuModuleLoadData */
+    long long launch_result;    /* cuLaunchKernel */
+    long long optin_smem;       /* MAX_SHARED_MEMORY_PER_BLOCK_OPTIN */
+    long long static_smem;      /* kernel SHARED_SIZE_BYTES */
+    long long kernel_threads;   /* kernel MAX_THREADS_PER_BLOCK */
+    long long dyn_limit;        /* kernel MAX_DYNAMIC_SHARED_SIZE_BYTES */
+    long long next_alloc_host;  /* next allocation reports CU_MEMORYTYPE_HOST */
+    long long next_alloc_foreign; /* next allocation belongs to another context */
+    /* observations */
+    long long gpa_v1_calls, gpa_v2_calls, gpa_version, gpa_flags;
+    long long primary_refs;     /* retain - release */
+    long long depth;            /* context stack depth */
+    long long max_depth;
+    long long set_attr_calls, set_attr_value;
+    long long launches, last_smem, last_grid_x, last_block_x;
+    long long modules_loaded, modules_unloaded;
+    long long allocs_live;
+    long long streams_live, events_live;
+    long long ctx_ptr;          /* the fake primary context, as an integer */
+    long long set_current;      /* writing 1 makes the primary context current */
+} fake_state;
+
+static fake_state S = {
+    .devices = 1, .optin_smem = 227 * KB, .kernel_threads = 1024, .dyn_limit = 48 * KB,
+};
+
+static struct { const char *key; size_t off; } const keys[] = {
+#define K(f) {#f, offsetof(fake_state, f)}
+    K(devices), K(init_result), K(module_result), K(launch_result), K(optin_smem),
+    K(static_smem), K(kernel_threads), K(dyn_limit), K(next_alloc_host), K(next_alloc_foreign),
+    K(gpa_v1_calls), K(gpa_v2_calls), K(gpa_version), K(gpa_flags), K(primary_refs), K(depth),
+    K(max_depth), K(set_attr_calls), K(set_attr_value), K(launches), K(last_smem),
+    K(last_grid_x), K(last_block_x), K(modules_loaded), K(modules_unloaded), K(allocs_live),
+    K(streams_live), K(events_live), K(ctx_ptr), K(set_current),
+#undef K
+};
+
+static char primary_ctx_obj, foreign_ctx_obj, module_obj, function_obj, stream_obj, event_obj;
+static CUcontext stack[16];
+static char *last_image;
+
+typedef struct fake_alloc {
+    char *p;
+    size_t size;
+    CUcontext ctx;
+    int host;
+} fake_alloc;
+static fake_alloc allocs[64];
+
+void fake_cuda_set(const char *key, long long value);
+long long fake_cuda_get(const char *key);
+const char *fake_cuda_last_image(void);
+
+static long long *slot(const char *key)
+{
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (strcmp(keys[i].key, key) == 0)
+            return (long long *)((char *)&S + keys[i].off);
+    abort(); /* a typo in a test */
+}
+
+void fake_cuda_set(const char *key, long long value)
+{
+    if (strcmp(key, "set_current") == 0 && value) {
+        stack[0] = (CUcontext)&primary_ctx_obj;
+        S.depth = 1;
+        return;
+    }
+    *slot(key) = value;
+}
+
+long long fake_cuda_get(const char *key)
+{
+    S.ctx_ptr = (long long)(intptr_t)&primary_ctx_obj;
+    return *slot(key);
+}
+
+const char *fake_cuda_last_image(void) { return last_image; }
+
+static CUcontext current(void) { return S.depth > 0 ? stack[S.depth - 1] : NULL; }
+
+/* ---- stubs ----------------------------------------------------------------- */
+
+static CUresult CUDAAPI f_Init(unsigned int flags) { (void)flags; return (CUresult)S.init_result; }
+static CUresult CUDAAPI f_DriverGetVersion(int *v) { *v = 12080; return CUDA_SUCCESS; }
+
+static CUresult CUDAAPI f_GetErrorName(CUresult r, const char **s)
+{
+    switch (r) {
+    case CUDA_SUCCESS: *s = "CUDA_SUCCESS"; break;
+    case CUDA_ERROR_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
+    case CUDA_ERROR_NO_DEVICE: *s = "CUDA_ERROR_NO_DEVICE"; break;
+    case CUDA_ERROR_INVALID_IMAGE: *s = "CUDA_ERROR_INVALID_IMAGE"; break;
+    case CUDA_ERROR_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
+    case CUDA_ERROR_NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; break;
+    case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: *s = "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"; break;
+    default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_GetErrorString(CUresult r, const char **s)
+{
+    *s = r == CUDA_SUCCESS ? "no error" : "fake driver error";
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_DeviceGetCount(int *n) { *n = (int)S.devices; return CUDA_SUCCESS; }
+
+static CUresult CUDAAPI f_DeviceGet(CUdevice *d, int ordinal)
+{
+    if (ordinal < 0 || ordinal >= S.devices)
+        return CUDA_ERROR_INVALID_DEVICE;
+    *d = ordinal;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
+{
+    (void)d;
+    switch (a) {
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = 132; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z: *v = 64; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X: *v = 2147483647; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y: *v = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 48 * 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = (int)S.optin_smem; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_DeviceGetName(char *name, int len, CUdevice d)
+{
+    (void)d;
+    strncpy(name, "Fake GPU", (size_t)len);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_DeviceTotalMem(size_t *b, CUdevice d) { (void)d; *b = (size_t)80 << 30; return CUDA_SUCCESS; }
+
+static CUresult CUDAAPI f_DevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
+{
+    (void)d;
+    S.primary_refs++;
+    *c = (CUcontext)&primary_ctx_obj;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_DevicePrimaryCtxRelease(CUdevice d) { (void)d; S.primary_refs--; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_CtxGetCurrent(CUcontext *c) { *c = current(); return CUDA_SUCCESS; }
+
+static CUresult CUDAAPI f_CtxGetDevice(CUdevice *d)
+{
+    if (!current())
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *d = 0;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_CtxPushCurrent(CUcontext c)
+{
+    if (!c || S.depth >= 16)
+        return CUDA_ERROR_INVALID_VALUE;
+    stack[S.depth++] = c;
+    if (S.depth > S.max_depth)
+        S.max_depth = S.depth;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_CtxPopCurrent(CUcontext *c)
+{
+    if (S.depth == 0)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *c = stack[--S.depth];
+    return CUDA_SUCCESS;
+}
+
+static CUresult need_ctx(void) { return current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
+static CUresult CUDAAPI f_CtxSynchronize(void) { return need_ctx(); }
+
+static CUresult CUDAAPI f_ModuleLoadData(CUmodule *m, const void *image)
+{
+    if (need_ctx() != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (S.module_result != CUDA_SUCCESS)
+        return (CUresult)S.module_result;
+    free(last_image);
+    last_image = strdup(image); /* PTX is text; the tests pass no binaries */
+    *m = (CUmodule)&module_obj;
+    S.modules_loaded++;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_ModuleUnload(CUmodule m)
+{
+    if (m != (CUmodule)&module_obj)
+        return CUDA_ERROR_INVALID_HANDLE;
+    S.modules_unloaded++;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_ModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
+{
+    if (m != (CUmodule)&module_obj)
+        return CUDA_ERROR_INVALID_HANDLE;
+    if (strcmp(name, "missing") == 0)
+        return CUDA_ERROR_NOT_FOUND;
+    *f = (CUfunction)&function_obj;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_FuncSetAttribute(CUfunction f, CUfunction_attribute a, int v)
+{
+    if (f != (CUfunction)&function_obj || a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (v + S.static_smem > S.optin_smem)
+        return CUDA_ERROR_INVALID_VALUE;
+    S.set_attr_calls++;
+    S.set_attr_value = v;
+    S.dyn_limit = v;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_FuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f)
+{
+    if (f != (CUfunction)&function_obj)
+        return CUDA_ERROR_INVALID_HANDLE;
+    switch (a) {
+    case CU_FUNC_ATTRIBUTE_NUM_REGS: *v = 40; break;
+    case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = (int)S.kernel_threads; break;
+    case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *v = (int)S.static_smem; break;
+    case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *v = 8; break;
+    case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *v = 0; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = (int)S.dyn_limit; break;
+    case CU_FUNC_ATTRIBUTE_PTX_VERSION: *v = 75; break;
+    case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *v = 90; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
+                                       unsigned bx, unsigned by, unsigned bz, unsigned smem,
+                                       CUstream s, void **params, void **extra)
+{
+    (void)gy, (void)gz, (void)by, (void)bz, (void)s, (void)params, (void)extra;
+    if (current() != (CUcontext)&primary_ctx_obj)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    if (f != (CUfunction)&function_obj || smem > S.dyn_limit)
+        return CUDA_ERROR_INVALID_VALUE;
+    if (S.launch_result != CUDA_SUCCESS)
+        return (CUresult)S.launch_result;
+    S.launches++;
+    S.last_smem = smem;
+    S.last_grid_x = gx;
+    S.last_block_x = bx;
+    return CUDA_SUCCESS;
+}
+
+static fake_alloc *find_alloc(CUdeviceptr p)
+{
+    for (int i = 0; i < 64; i++)
+        if (allocs[i].p && p >= (CUdeviceptr)(uintptr_t)allocs[i].p &&
+            p < (CUdeviceptr)(uintptr_t)allocs[i].p + allocs[i].size)
+            return &allocs[i];
+    return NULL;
+}
+
+static CUresult CUDAAPI f_MemAlloc(CUdeviceptr *p, size_t bytes)
+{
+    if (need_ctx() != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    for (int i = 0; i < 64; i++) {
+        if (allocs[i].p)
+            continue;
+        allocs[i].p = aligned_alloc(256, (bytes + 255) / 256 * 256);
+        if (!allocs[i].p)
+            return CUDA_ERROR_OUT_OF_MEMORY;
+        allocs[i].size = bytes;
+        allocs[i].ctx = S.next_alloc_foreign ? (CUcontext)&foreign_ctx_obj : current();
+        allocs[i].host = (int)S.next_alloc_host;
+        S.next_alloc_foreign = S.next_alloc_host = 0;
+        S.allocs_live++;
+        *p = (CUdeviceptr)(uintptr_t)allocs[i].p;
+        return CUDA_SUCCESS;
+    }
+    return CUDA_ERROR_OUT_OF_MEMORY;
+}
+
+static CUresult CUDAAPI f_MemFree(CUdeviceptr p)
+{
+    fake_alloc *a = find_alloc(p);
+    if (!a || (CUdeviceptr)(uintptr_t)a->p != p)
+        return CUDA_ERROR_INVALID_VALUE;
+    free(a->p);
+    memset(a, 0, sizeof *a);
+    S.allocs_live--;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_MemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
+{
+    fake_alloc *a = find_alloc(dst);
+    if (need_ctx() != CUDA_SUCCESS || !a || dst + n > (CUdeviceptr)(uintptr_t)a->p + a->size)
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy((void *)(uintptr_t)dst, src, n);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_MemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
+{
+    fake_alloc *a = find_alloc(src);
+    if (need_ctx() != CUDA_SUCCESS || !a || src + n > (CUdeviceptr)(uintptr_t)a->p + a->size)
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy(dst, (const void *)(uintptr_t)src, n);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_MemsetD8(CUdeviceptr dst, unsigned char v, size_t n)
+{
+    fake_alloc *a = find_alloc(dst);
+    if (need_ctx() != CUDA_SUCCESS || !a || dst + n > (CUdeviceptr)(uintptr_t)a->p + a->size)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset((void *)(uintptr_t)dst, v, n);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_PointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
+{
+    fake_alloc *a = find_alloc(p);
+    if (!a)
+        return CUDA_ERROR_INVALID_VALUE;
+    switch (attr) {
+    case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+        *(unsigned *)data = a->host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+        break;
+    case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data = a->ctx; break;
+    case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data = 0; break;
+    case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned char *)data = 0; break; /* one byte, as a bool */
+    case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = (CUdeviceptr)(uintptr_t)a->p; break;
+    case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = a->size; break;
+    default: return CUDA_ERROR_INVALID_VALUE;
+    }
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_StreamCreate(CUstream *s, unsigned flags)
+{
+    (void)flags;
+    if (need_ctx() != CUDA_SUCCESS)
+        return CUDA_ERROR_INVALID_CONTEXT;
+    *s = (CUstream)&stream_obj;
+    S.streams_live++;
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_StreamDestroy(CUstream s) { (void)s; S.streams_live--; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_StreamSynchronize(CUstream s) { (void)s; return need_ctx(); }
+
+static CUresult CUDAAPI f_EventCreate(CUevent *e, unsigned flags)
+{
+    (void)flags;
+    *e = (CUevent)&event_obj;
+    S.events_live++;
+    return need_ctx();
+}
+
+static CUresult CUDAAPI f_EventRecord(CUevent e, CUstream s) { (void)e, (void)s; return need_ctx(); }
+static CUresult CUDAAPI f_EventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_EventElapsedTime(float *ms, CUevent a, CUevent b) { (void)a, (void)b; *ms = 1.5f; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_EventDestroy(CUevent e) { (void)e; S.events_live--; return CUDA_SUCCESS; }
+
+static const struct { const char *name; void *fn; } table[] = {
+#define F(n) {"cu" #n, (void *)f_##n}
+    F(Init), F(DriverGetVersion), F(GetErrorName), F(GetErrorString), F(DeviceGetCount),
+    F(DeviceGet), F(DeviceGetAttribute), F(DeviceGetName), F(DeviceTotalMem),
+    F(DevicePrimaryCtxRetain), F(DevicePrimaryCtxRelease), F(CtxGetCurrent), F(CtxGetDevice),
+    F(CtxPushCurrent), F(CtxPopCurrent), F(CtxSynchronize), F(ModuleLoadData), F(ModuleUnload),
+    F(ModuleGetFunction), F(FuncSetAttribute), F(FuncGetAttribute), F(LaunchKernel),
+    F(MemAlloc), F(MemFree), F(MemcpyHtoD), F(MemcpyDtoH), F(MemsetD8), F(PointerGetAttribute),
+    F(StreamCreate), F(StreamDestroy), F(StreamSynchronize), F(EventCreate), F(EventRecord),
+    F(EventSynchronize), F(EventElapsedTime), F(EventDestroy),
+#undef F
+};
+
+static void *lookup(const char *symbol, int version, cuuint64_t flags)
+{
+    S.gpa_version = version;
+    S.gpa_flags = (long long)flags;
+    for (size_t i = 0; i < sizeof table / sizeof table[0]; i++)
+        if (strcmp(table[i].name, symbol) == 0)
+            return table[i].fn;
+    return NULL;
+}
+
+#ifdef FAKE_V1_ONLY
+#undef cuGetProcAddress
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags);
+
+CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
+{
+    S.gpa_v1_calls++;
+    *pfn = lookup(symbol, version, flags);
+    return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+#else
+CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
+                                     CUdriverProcAddressQueryResult *status)
+{
+    S.gpa_v2_calls++;
+    *pfn = lookup(symbol, version, flags);
+    if (status)
+        *status = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
+    return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+}
+#endif

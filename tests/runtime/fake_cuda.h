@@ -1,0 +1,11 @@
+/* Control surface of the fake libcuda used by test_runtime (looked up with
+ * dlsym in the same loaded copy the runtime uses). */
+#ifndef S2C_FAKE_CUDA_H
+#define S2C_FAKE_CUDA_H
+
+/* Keys of fake_cuda_set / fake_cuda_get (see fake_cuda.c for meanings). */
+typedef void (*fake_cuda_set_fn)(const char *key, long long value);
+typedef long long (*fake_cuda_get_fn)(const char *key);
+typedef const char *(*fake_cuda_last_image_fn)(void);
+
+#endif
