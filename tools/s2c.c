@@ -256,12 +256,16 @@ static int cmd_layout(s2_ctx *ctx, int argc, char **argv)
         if (fmt == 0) {
             st = s2_layout_format_mask(ctx, l, &text);
         } else if (fmt == 1) {
-            st = s2_layout_format_schedule(ctx, l, spec, &text);
+            s2_schedule *sched = NULL;
+            st = s2_schedule_build(ctx, l, spec, false, &sched);
+            if (st == S2_OK)
+                st = s2_schedule_format(ctx, sched, &text);
+            s2_schedule_free(sched);
         } else {
             s2_layout_stats stats;
             st = s2_layout_stats_compute(ctx, l, spec, (int)o.head_dim, dt, &stats);
             if (st == S2_OK)
-                st = s2_layout_format_stats(ctx, l, &stats, &text);
+                st = s2_layout_stats_format(ctx, &stats, &text);
         }
     }
     if (st == S2_OK)
@@ -297,11 +301,11 @@ static int cmd_compile(s2_ctx *ctx, int argc, char **argv)
         return usage_error("compile: --emit must be cubin, ptx or ll, got '%s'", o.emit);
     s2_cubin_backend backend;
     if (strcmp(o.backend, "auto") == 0)
-        backend = S2_BACKEND_AUTO;
+        backend = S2_CUBIN_AUTO;
     else if (strcmp(o.backend, "ptxas") == 0)
-        backend = S2_BACKEND_PTXAS;
+        backend = S2_CUBIN_PTXAS;
     else if (strcmp(o.backend, "nvjitlink") == 0)
-        backend = S2_BACKEND_NVJITLINK;
+        backend = S2_CUBIN_NVJITLINK;
     else
         return usage_error("compile: --backend must be auto, ptxas or nvjitlink, got '%s'", o.backend);
     if ((o.dump_dir && s2_ctx_set_dump_dir(ctx, o.dump_dir) != S2_OK) ||
@@ -315,16 +319,18 @@ static int cmd_compile(s2_ctx *ctx, int argc, char **argv)
         s2_pattern_set_free(set);
         return rc;
     }
-    s2_target target = {.arch = arch};
+    s2_target target;
+    s2_target_default(&target, arch);
     s2_artifact *art = NULL;
-    /* ll and ptx need no cubin: skip the assembler for them */
-    s2_status st = s2_compile_row_softmax(ctx, p, &target, emit == 0 ? backend : S2_BACKEND_NONE, &art);
+    /* every stage runs (the PTX is always assembled, so that --emit ptx
+     * reports assembler errors too); --emit picks what is written */
+    s2_status st = s2_compile_row_softmax(ctx, p, &target, backend, &art);
     if (st != S2_OK) {
         s2_pattern_set_free(set);
         return input_error(ctx);
     }
-    const void *data = emit == 0 ? art->cubin : emit == 1 ? (const void *)art->ptx : (const void *)art->llvm_ir;
-    size_t size = emit == 0 ? art->cubin_size : emit == 1 ? art->ptx_size : art->llvm_ir_size;
+    const void *data = emit == 0 ? (const void *)art->cubin : emit == 1 ? (const void *)art->ptx : (const void *)art->ir;
+    size_t size = emit == 0 ? art->cubin_size : emit == 1 ? art->ptx_len : strlen(art->ir);
     FILE *f = fopen(o.output, "wb");
     int status = EXIT_OK;
     if (!f || fwrite(data, 1, size, f) != size) {
@@ -340,8 +346,9 @@ static int cmd_compile(s2_ctx *ctx, int argc, char **argv)
             fputs(art->log, stderr);
         for (int k = 0; k < art->num_kernels; k++) {
             const s2_kernel_info *ki = &art->kernels[k];
-            fprintf(stderr, "%s: %d registers, %d bytes spill stores, %d bytes spill loads, %d bytes smem\n",
-                    ki->name, ki->registers, ki->spill_stores, ki->spill_loads, ki->shared_bytes);
+            fprintf(stderr, "%s: %d registers, %d bytes spill stores, %d bytes spill loads, %d bytes smem, via %s\n",
+                    ki->name, ki->registers, ki->spill_stores, ki->spill_loads, ki->shared_static,
+                    s2_cubin_backend_name(art->backend_used));
         }
     }
     if (status == EXIT_OK)
