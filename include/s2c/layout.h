@@ -131,6 +131,29 @@ typedef struct s2_schedule {
 s2_status s2_schedule_build(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed, s2_schedule **out);
 void s2_schedule_free(s2_schedule *s);
 
+/* A schedule packed for the GPU: one buffer holding, at the given byte
+ * offsets (each 16-byte aligned),
+ *   int32 class_of_head[heads]
+ *   int32 offsets[num_classes * lists + 1]      (lists = q_tiles, or kv_tiles when transposed)
+ *   s2_dev_entry entries[offsets[last]]
+ * Entry e of list i of class c is entries[offsets[c * lists + i] + e]. */
+typedef struct s2_dev_entry {
+    int32_t tile;        /* key tile (forward) or query tile (transposed), absolute index */
+    uint32_t flags;      /* S2_ENTRY_* | row_mask << 8 */
+    uint64_t live;       /* as s2_tile_entry.live */
+} s2_dev_entry;
+
+typedef struct s2_packed_schedule {
+    void *data;                  /* malloc'd; free with s2_packed_schedule_free */
+    size_t size;
+    size_t class_of_head_off, offsets_off, entries_off;
+    int64_t num_entries;
+} s2_packed_schedule;
+
+/* S2_ERR_UNSUPPORTED when a count does not fit the 32-bit device format. */
+s2_status s2_schedule_pack(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out);
+void s2_packed_schedule_free(s2_packed_schedule *p);
+
 /* ---- KV-cache efficiency and liveness ------------------------------------ */
 
 /* The KV-cache-efficient property: for every head and key block n, the query

@@ -454,6 +454,30 @@ START_TEST(test_schedule_build_matches_lists)
                 for (int64_t n = 0; n < s2_layout_kv_blocks(l); n++)
                     ck_assert(s2_block_kept(p, q, m, n) == s2_block_kept(p, rep, m, n));
         }
+        /* the packed device form holds the same lists */
+        for (int which = 0; which < 2; which++) {
+            const s2_schedule *sc = which ? tr : fw;
+            s2_packed_schedule pk;
+            ck_assert_int_eq(s2_schedule_pack(NULL, sc, &pk), S2_OK);
+            const unsigned char *b = pk.data;
+            ck_assert(pk.offsets_off % 16 == 0 && pk.entries_off % 16 == 0);
+            const int32_t *pcls = (const int32_t *)(b + pk.class_of_head_off);
+            const int32_t *poff = (const int32_t *)(b + pk.offsets_off);
+            const s2_dev_entry *pent = (const s2_dev_entry *)(b + pk.entries_off);
+            int64_t nl = (int64_t)sc->num_classes * (sc->transposed ? g->kv_tiles : g->q_tiles);
+            for (int q = 0; q < p->heads; q++)
+                ck_assert_int_eq(pcls[q], sc->class_of_head[q]);
+            ck_assert_int_eq(pk.num_entries, sc->offsets[nl]);
+            for (int64_t i = 0; i <= nl; i++)
+                ck_assert_int_eq(poff[i], sc->offsets[i]);
+            for (int64_t i = 0; i < pk.num_entries; i++) {
+                ck_assert_int_eq(pent[i].tile, sc->entries[i].tile);
+                ck_assert(pent[i].live == sc->entries[i].live);
+                ck_assert_uint_eq(pent[i].flags & 0xffu, sc->entries[i].flags);
+                ck_assert_uint_eq(pent[i].flags >> 8, sc->entries[i].row_mask);
+            }
+            s2_packed_schedule_free(&pk);
+        }
         char *text = NULL;
         ck_assert_int_eq(s2_schedule_format(NULL, fw, &text), S2_OK);
         ck_assert_ptr_nonnull(strstr(text, "class 0 heads 0"));
