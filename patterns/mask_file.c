@@ -20,10 +20,9 @@
 
 #define MASK_MAX_BLOCKS (INT64_C(1) << 27) /* S2_MAX_SEQ_LEN / 16 */
 
-void s2_pattern_escape(char *out, size_t size, const char *text, size_t len)
+void s2_pattern_escape(char *out, size_t size, const char *text, size_t len, size_t max_in)
 {
     size_t o = 0;
-    const size_t max_in = 48;
     for (size_t i = 0; i < len; i++) {
         unsigned char c = (unsigned char)text[i];
         char tmp[8];
@@ -50,8 +49,8 @@ s2_status s2_pattern_read_file(s2_ctx *ctx, const char *path, char **data, size_
 {
     *data = NULL;
     *len = 0;
-    char shown[256];
-    s2_pattern_escape(shown, sizeof shown, path, strlen(path));
+    char shown[1024];
+    s2_pattern_escape(shown, sizeof shown, path, strlen(path), SIZE_MAX);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0)
         return s2_fail(ctx, S2_ERR_IO, "%s: %s", shown, strerror(errno));
@@ -106,7 +105,7 @@ s2_status s2_pattern_read_file(s2_ctx *ctx, const char *path, char **data, size_
 
 typedef struct mask_reader {
     s2_ctx *ctx;
-    char file[256];         /* escaped, for messages */
+    char file[1024];        /* escaped, for messages */
     const char *text, *end;
     const char *pos;        /* start of the next line */
     const char *line;       /* current line */
@@ -226,7 +225,7 @@ static s2_status read_rows(mask_reader *r, int64_t rows, int64_t n, uint8_t *bit
             char c = r->line[i];
             if (c != '0' && c != '1') {
                 char shown[16];
-                s2_pattern_escape(shown, sizeof shown, &c, 1);
+                s2_pattern_escape(shown, sizeof shown, &c, 1, S2_ESCAPE_SHORT);
                 return mask_error(r, (int)i + 1, "expected '0' or '1', got '%s'", shown);
             }
             if (bits)
@@ -274,7 +273,7 @@ s2_status s2_block_mask_parse(s2_ctx *ctx, const char *filename, const char *tex
         return s2_fail(ctx, S2_ERR_INVALID, "s2_block_mask_parse: null text");
     mask_reader r = {.ctx = ctx, .text = text ? text : "", .line_no = 0};
     const char *fname = filename ? filename : "<memory>";
-    s2_pattern_escape(r.file, sizeof r.file, fname, strlen(fname));
+    s2_pattern_escape(r.file, sizeof r.file, fname, strlen(fname), SIZE_MAX);
     r.end = r.text + len;
     r.pos = r.text;
 

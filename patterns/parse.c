@@ -31,7 +31,7 @@ typedef struct node {
 
 typedef struct parser {
     s2_ctx *ctx;
-    char file[256];     /* escaped name for messages */
+    char file[1024];    /* escaped name for messages */
     const char *path;   /* as given (NULL: memory) */
     const char *text;
     size_t len;
@@ -65,7 +65,7 @@ static const char *shown(const node *n, char *buf, size_t size)
     if (n->plain && n->len == 0)
         return "nothing";
     char esc[200];
-    s2_pattern_escape(esc, sizeof esc, n->str, n->len);
+    s2_pattern_escape(esc, sizeof esc, n->str, n->len, S2_ESCAPE_SHORT);
     snprintf(buf, size, n->plain ? "%s" : "\"%s\"", esc);
     return buf;
 }
@@ -109,11 +109,11 @@ static s2_status check_anchor_tag(parser *P, const node *n, const yaml_char_t *a
 {
     char esc[128];
     if (anchor) {
-        s2_pattern_escape(esc, sizeof esc, (const char *)anchor, strlen((const char *)anchor));
+        s2_pattern_escape(esc, sizeof esc, (const char *)anchor, strlen((const char *)anchor), S2_ESCAPE_SHORT);
         return perr(P, n, "aliases are not supported (anchor &%s)", esc);
     }
     if (tag) {
-        s2_pattern_escape(esc, sizeof esc, (const char *)tag, strlen((const char *)tag));
+        s2_pattern_escape(esc, sizeof esc, (const char *)tag, strlen((const char *)tag), S2_ESCAPE_SHORT);
         return perr(P, n, "tags are not supported (%s)", esc);
     }
     return S2_OK;
@@ -190,7 +190,7 @@ static s2_status build_node(parser *P, yaml_parser_t *yp, yaml_event_t *ev, int 
     case YAML_ALIAS_EVENT: {
         char esc[128];
         const char *a = (const char *)ev->data.alias.anchor;
-        s2_pattern_escape(esc, sizeof esc, a ? a : "", a ? strlen(a) : 0);
+        s2_pattern_escape(esc, sizeof esc, a ? a : "", a ? strlen(a) : 0, S2_ESCAPE_SHORT);
         st = perr(P, n, "aliases are not supported (*%s)", esc);
         break;
     }
@@ -396,10 +396,10 @@ static s2_status read_map(parser *P, const node *map, const char *what, field *f
             if (k->kind != N_SCALAR)
                 return perr(P, k, "%s: keys must be words, got %s (expected one of: %s)", what,
                             shown(k, buf, sizeof buf), expect);
-            return perr(P, k, "%s: unknown key %s (expected one of: %s)", what, shown(k, buf, sizeof buf), expect);
+            return perr(P, k, "%s: unknown key '%s' (expected one of: %s)", what, shown(k, buf, sizeof buf), expect);
         }
         if (f->key)
-            return perr(P, k, "%s: duplicate key %s (first at line %d)", what, f->name, f->key->line);
+            return perr(P, k, "%s: duplicate key '%s' (first at line %d)", what, f->name, f->key->line);
         f->key = k;
         f->val = map->kids[i + 1];
     }
@@ -524,10 +524,11 @@ static s2_status parse_local_stride(parser *P, s2_pattern *p, const node *map, c
 static s2_status select_item(parser *P, const node *n, const char *key, int heads, uint8_t *sel)
 {
     char buf[256];
-    if (n->kind == N_SCALAR && n->plain) {
+    if (n->kind == N_SCALAR) { /* "a-b", quoted or not */
         const char *dash = n->len > 1 ? memchr(n->str + 1, '-', n->len - 1) : NULL;
         if (dash) {
             node a = *n, b = *n;
+            a.plain = b.plain = true;
             a.len = (size_t)(dash - n->str);
             b.str = dash + 1;
             b.len = n->len - a.len - 1;
@@ -635,7 +636,7 @@ static s2_status load_mask(parser *P, s2_pattern *p, const node *mask_node, cons
     free(text);
     if (st == S2_ERR_NOT_FOUND) {
         char esc[128];
-        s2_pattern_escape(esc, sizeof esc, case_name, strlen(case_name));
+        s2_pattern_escape(esc, sizeof esc, case_name, strlen(case_name), S2_ESCAPE_SHORT);
         return perr(P, case_node, "%smask_case: no case named '%s' in %s", pfx, esc, path);
     }
     if (st != S2_OK) {
@@ -1028,7 +1029,7 @@ s2_status s2_pattern_parse(s2_ctx *ctx, const char *filename, const char *text, 
         return s2_fail(ctx, S2_ERR_INVALID, "s2_pattern_parse: null text");
     parser P = {.ctx = ctx, .path = filename, .text = text ? text : "", .len = len};
     const char *fname = filename ? filename : "<memory>";
-    s2_pattern_escape(P.file, sizeof P.file, fname, strlen(fname));
+    s2_pattern_escape(P.file, sizeof P.file, fname, strlen(fname), SIZE_MAX);
     s2_arena_init(&P.tmp);
     P.set = s2_pattern_set_new();
     if (!P.set) {

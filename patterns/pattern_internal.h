@@ -32,7 +32,8 @@ int64_t s2_pattern_base_shift(const s2_pattern *p, int q);
 s2_status s2_pattern_read_file(s2_ctx *ctx, const char *path, char **data, size_t *len);
 
 /* Copy `text` into `out` (size > 0) for a one-line message: control bytes
- * and non-ASCII become \xNN, long text is cut with "...". */
-void s2_pattern_escape(char *out, size_t size, const char *text, size_t len);
+ * and non-ASCII become \xNN; after `max_in` input bytes it is cut with "...". */
+void s2_pattern_escape(char *out, size_t size, const char *text, size_t len, size_t max_in);
+#define S2_ESCAPE_SHORT 48
 
 #endif
