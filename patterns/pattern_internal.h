@@ -24,4 +24,16 @@ s2_status s2_pattern_resolve_base(s2_ctx *ctx, s2_pattern *p, s2_arena *arena);
 /* Shift of query head q under the base rule (h * step + offset). */
 int64_t s2_pattern_base_shift(const s2_pattern *p, int q);
 
+/* Largest pattern or mask file accepted (bytes). */
+#define S2_PATTERN_MAX_FILE (64u << 20)
+
+/* Read a regular file of at most S2_PATTERN_MAX_FILE bytes (malloc'd,
+ * NUL-terminated).  Fails with S2_ERR_IO and "path: reason". */
+s2_status s2_pattern_read_file(s2_ctx *ctx, const char *path, char **data, size_t *len);
+
+/* Copy `text` into `out` (size > 0) for a one-line message: control bytes
+ * and non-ASCII become \xNN; after `max_in` input bytes it is cut with "...". */
+void s2_pattern_escape(char *out, size_t size, const char *text, size_t len, size_t max_in);
+#define S2_ESCAPE_SHORT 48
+
 #endif

@@ -52,7 +52,7 @@ typedef struct s2_head_rule {
     bool dense;            /* attends to every visible block */
     int local_left;        /* local window: blocks n with 0 <= m - n < local_left */
     int local_right;       /* bidirectional: blocks n with 0 < n - m < local_right */
-    int vert_stride;       /* >= 1; 1 means every block */
+    int vert_stride;       /* >= 1, 1 means every block; 0: no vertical stripes (`none`) */
     int64_t shift;         /* h * head_sliding_step + head_sliding_offset (absolute mode) */
     int mask;              /* -1, or index into s2_pattern.masks (explicit mask) */
     int mask_head;         /* which head slice of that mask (0 when it has H == 1) */
@@ -94,7 +94,7 @@ typedef struct s2_pattern {
     /* base local_stride rule as declared (before overrides) */
     int local_left, local_right;
     int vert_stride;
-    int head_sliding_step;     /* resolved (auto -> max(1, vert_stride / kv_heads)) */
+    int head_sliding_step;     /* resolved (auto -> max(1, vert_stride / heads)) */
     bool head_sliding_step_auto;
     int head_sliding_offset;
     bool homo_head;
