@@ -1,7 +1,7 @@
 /* The pattern-file parser: libyaml events -> a small node tree (rejecting
  * anchors, aliases, tags and deep nesting) -> validated s2_pattern values.
  * Every error is one line "file:line:col: key: what was expected, got what".
- * The grammar is documented in patterns/FORMAT.md. */
+ * The grammar is documented in README.md ("Pattern files"). */
 #include "pattern_internal.h"
 
 #include <stdio.h>
