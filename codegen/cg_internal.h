@@ -91,6 +91,41 @@ void s2_nv_loop_begin(s2_cg *cg, s2_nv_loop *loop, const char *name, LLVMValueRe
                       LLVMValueRef step, LLVMValueRef *init, unsigned ncarried);
 void s2_nv_loop_end(s2_cg *cg, s2_nv_loop *loop, LLVMValueRef *next);
 
+/* ---- tensor-core path helpers (cg_mma.c) ---- */
+/* The module's dynamic shared memory (extern [0 x i8] addrspace(3), 1024-aligned)
+ * and a byte address inside it (i32 offset). */
+LLVMValueRef s2_nv_dynamic_smem(s2_cg *cg);
+LLVMValueRef s2_nv_smem_at(s2_cg *cg, LLVMValueRef byte_off);
+/* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: out[j] = matrix j (lanes 8j..8j+7 address it) */
+void s2_nv_ldmatrix_x4(s2_cg *cg, LLVMValueRef smem_ptr, bool trans, LLVMValueRef out[4]);
+/* acc += A·B, mma.sync m16n8k16 row.col, f32 accumulators; a, b packed i32 of dt (bf16 or f16) */
+void s2_nv_mma_m16n8k16(s2_cg *cg, s2_dtype dt, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef acc[4]);
+/* cp.async.cg.shared.global 16 bytes, src_size (i32) bytes read, the rest zero-filled */
+void s2_nv_cp_async_16(s2_cg *cg, LLVMValueRef dst_smem, LLVMValueRef src_global, LLVMValueRef src_size);
+void s2_nv_cp_async_commit(s2_cg *cg);
+void s2_nv_cp_async_wait(s2_cg *cg, int pending);
+/* two f32 rounded to dt, lo in bits 0..15, as i32 */
+LLVMValueRef s2_nv_pack2(s2_cg *cg, s2_dtype dt, LLVMValueRef lo, LLVMValueRef hi);
+/* reductions over the 4 lanes of a quad (lanes with equal lane/4) */
+LLVMValueRef s2_nv_quad_max_f32(s2_cg *cg, LLVMValueRef v);
+LLVMValueRef s2_nv_quad_sum_f32(s2_cg *cg, LLVMValueRef v);
+LLVMValueRef s2_nv_lg2_approx(s2_cg *cg, LLVMValueRef x);   /* lg2.approx.ftz.f32 */
+/* if (cond) { ... }: code between begin and end runs when cond holds */
+typedef struct s2_nv_if {
+    LLVMBasicBlockRef then, join;
+} s2_nv_if;
+void s2_nv_if_begin(s2_cg *cg, s2_nv_if *blk, LLVMValueRef cond, const char *name);
+void s2_nv_if_end(s2_cg *cg, s2_nv_if *blk);
+
+
+/* ---- attention templates (templates/) and the manifest global ---- */
+/* Dynamic shared memory of the forward kernel for a resolved spec. */
+int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
+/* Build the forward kernel `name` (resolved spec) into cg's module. */
+s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+/* Add the NUL-terminated manifest text as the global S2_MANIFEST_SYMBOL. */
+s2_status s2_cg_add_manifest(s2_ctx *ctx, s2_cg *cg, const char *text);
+
 /* ---- the stage driver (compile.c) ---- */
 /* Take a built module through verify -> NAME.pre.ll -> O3 -> NAME.ll ->
  * NAME.ptx -> NAME.cubin, honouring the ctx's dump and override directories,

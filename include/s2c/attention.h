@@ -43,6 +43,36 @@ typedef struct s2_kernel_spec {
     int num_stages;        /* K/V shared-memory pipeline depth */
 } s2_kernel_spec;
 
+/* Fill the zero tunables of *spec for pattern p and check the result:
+ * block_m = 16 * num_warps (each warp owns a 16-row slab; default 64 rows,
+ * 4 warps), block_n 64, num_stages 2; the tile must hold at most 64
+ * sub-blocks of the pattern's block size and its shared memory must fit the
+ * arch.  dtype (bf16/f16) and head_dim (32, 64, 96, 128) must be given.
+ * S2_ERR_UNSUPPORTED names what does not fit. */
+s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p);
+
+/* ---- the forward kernel ABI ------------------------------------------------------
+ * Symbol s2_fwd_<pattern name, non-identifier characters as '_'>_<bf16|f16>_d<D>.
+ * Launch: grid (q_tiles, heads, batch), block (num_warps * 32), dynamic shared
+ * memory art->smem_bytes (the manifest's kernel.smem).  Parameters, in order:
+ *    0 ptr q        [B, Sq, H, D]    (global, 16-byte aligned, d contiguous)
+ *    1 ptr k        [B, Sk, Hkv, D]
+ *    2 ptr v        [B, Sk, Hkv, D]
+ *    3 ptr o        [B, Sq, H, D]    (rows outside the queries are never written)
+ *    4 ptr lse      fp32 [B][H][Sq] natural log, or null: not written
+ *    5..7   i64 q strides (batch, seq, head) in elements, multiples of 8
+ *    8..10  i64 k strides     11..13 i64 v strides     14..16 i64 o strides
+ *   17 i32 q_len    18 i32 kv_len   (q_len <= kv_len; queries are the last q_len positions)
+ *   19 f32 scale_log2 = softmax scale * log2(e)
+ *   20 ptr class_of_head  (i32 [H])               \ the packed FORWARD schedule of
+ *   21 ptr offsets        (i32 [classes*q_tiles+1]) } s2_schedule_pack for this
+ *   22 ptr entries        (s2_dev_entry [])       /  (q_len, kv_len, block_m, block_n)
+ *   23 i32 first_q_tile   24 i32 q_tiles           (from the schedule's geometry)
+ * CTA x works on query tile first_q_tile + q_tiles-1-x (heavy tiles first) of
+ * head y and batch z, over the entries of list class_of_head[y]*q_tiles + (q_tiles-1-x).
+ * kv head = head / (heads / kv_heads).  Heads and the GQA ratio are those of
+ * the pattern the kernel was generated for.  Empty rows: o = 0, lse = -inf. */
+
 /* ---- the manifest: what a cubin says about itself ------------------------------
  * Every generated module holds a NUL-terminated text global `s2c_manifest`
  * (see s2_manifest_format): the generator version, the arch, and per kernel
@@ -61,6 +91,25 @@ typedef struct s2_manifest_kernel {
 } s2_manifest_kernel;
 
 typedef struct s2_manifest s2_manifest;
+
+/* Text format (one `key value` per line; the value is the rest of the line):
+ *   s2c-manifest 1            first line, the format version
+ *   generator VERSION / arch sm_XX
+ *   kernel NAME               starts a kernel; then kernel.kind (fwd), kernel.pattern,
+ *                             kernel.dtype, kernel.head_dim, kernel.block_m, kernel.block_n,
+ *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem
+ *   pattern NAME              starts a pattern; then pattern.heads, .kv_heads, .block_size,
+ *                             .causal, .max_seq_len, .vert_position (absolute|relative),
+ *                             .local L R, .vert_stride, .head_sliding STEP AUTO OFFSET,
+ *                             .homo_head, .num_dense_heads,
+ *                             .mask I H M N HEXBITS     (explicit mask I, 4 bits per digit, low bit first)
+ *                             .rule Q DENSE LEFT RIGHT STRIDE SHIFT MASK MASK_HEAD  (one per head)
+ *                             .range ACTION KEY_LO KEY_HI DIST_LO DIST_HI STRIDE HEADS_HEXBITS
+ *   end
+ * Unknown keys are skipped (later versions may add some).
+ * Writer (libs2c): *text malloc'd, NUL-terminated. */
+s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *kernels, int num_kernels,
+                             const s2_pattern *const *patterns, int num_patterns, char **text);
 
 s2_status s2_manifest_parse(s2_ctx *ctx, const char *text, size_t len, s2_manifest **out);
 void s2_manifest_free(s2_manifest *m);

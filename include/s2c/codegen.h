@@ -13,6 +13,7 @@
 #ifndef S2C_CODEGEN_H
 #define S2C_CODEGEN_H
 
+#include "s2c/attention.h"
 #include "s2c/common.h"
 #include "s2c/pattern.h"
 
@@ -79,9 +80,13 @@ typedef struct s2_artifact {
     char *log;             /* assembler log (ptxas -v output or nvJitLink info log) */
     s2_kernel_info *kernels;
     int num_kernels;
-    /* launch shape of the row-softmax kernel */
+    /* launch shape */
     int threads_per_block; /* blockDim.x */
-    int rows_per_block;    /* gridDim.x = ceil(Sq / rows_per_block), gridDim.y = H, gridDim.z = B */
+    int rows_per_block;    /* row softmax: gridDim.x = ceil(Sq / rows_per_block), gridDim.y = H, gridDim.z = B;
+                            * attention: the query tile, block_m */
+    /* attention kernels only (zero for the row softmax) */
+    s2_kernel_spec spec;   /* the resolved spec */
+    int smem_bytes;        /* dynamic shared memory per CTA */
 } s2_artifact;
 
 void s2_artifact_free(s2_artifact *a);
@@ -101,6 +106,14 @@ void s2_artifact_free(s2_artifact *a);
  * Patterns with explicit masks or context-range rules give S2_ERR_UNSUPPORTED. */
 s2_status s2_compile_row_softmax(s2_ctx *ctx, const s2_pattern *pattern, const s2_target *target,
                                  s2_cubin_backend backend, s2_artifact **out);
+
+/* Block-sparse attention for a pattern (kernel ABI in s2c/attention.h).
+ * The spec is resolved with s2_kernel_spec_resolve (the artifact keeps the
+ * result in art->spec); the module holds one kernel, art->kernels[0].name =
+ * s2_fwd_<pattern>_<dtype>_d<D>, and the manifest global.  Launch with
+ * art->threads_per_block threads and art->smem_bytes of dynamic shared memory. */
+s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_kernel_spec *spec,
+                               s2_cubin_backend backend, s2_artifact **out);
 
 /* Assemble PTX text into a cubin.  *cubin and *log are malloc'd (free());
  * info may be NULL; otherwise *info (malloc'd array, *num_info entries) gets

@@ -1,0 +1,121 @@
+/* Attention kernels: the spec heuristic, names, and the compile driver that
+ * builds a template, embeds the manifest and assembles the module. */
+#include "cg_internal.h"
+#include "s2c/attention.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
+
+/* Dynamic shared memory a CTA may opt in to (sm_80: A100's 163 KB;
+ * sm_90: 227 KB). */
+static int smem_limit(int arch) { return arch == S2_ARCH_SM80 ? 163 * 1024 : 227 * 1024; }
+
+s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
+{
+    if (!spec || !p || !p->rules || p->heads < 1 || p->kv_heads < 1)
+        return s2_fail(ctx, S2_ERR_INVALID, "spec: null spec or unresolved pattern");
+    if (p->heads % p->kv_heads != 0)
+        return s2_fail(ctx, S2_ERR_INVALID, "spec: %d heads are not a multiple of %d kv heads", p->heads, p->kv_heads);
+    if (spec->kind != S2_KERNEL_FWD)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: kernel kind %d is not generated yet", (int)spec->kind);
+    if (spec->dtype != S2_DTYPE_BF16 && spec->dtype != S2_DTYPE_F16)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: dtype %s (bf16 or f16 only)", s2_dtype_name(spec->dtype));
+    if (spec->head_dim != 32 && spec->head_dim != 64 && spec->head_dim != 96 && spec->head_dim != 128)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: head_dim %d (32, 64, 96 or 128)", spec->head_dim);
+    if (!s2_arch_cpu((s2_arch)spec->arch))
+        return s2_fail(ctx, S2_ERR_INVALID, "spec: invalid arch %d", spec->arch);
+
+    /* FA2 tiling: each warp owns one 16-row slab, so block_m = 16 * num_warps */
+    if (spec->num_warps == 0)
+        spec->num_warps = spec->block_m ? spec->block_m / 16 : 4;
+    if (spec->block_m == 0)
+        spec->block_m = 16 * spec->num_warps;
+    if (!pow2_in(spec->block_m, 16, 128) || spec->block_m != 16 * spec->num_warps)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
+                       "spec: block_m %d with %d warps (block_m = 16 * num_warps, 16..128)", spec->block_m,
+                       spec->num_warps);
+    if (spec->block_n == 0)
+        spec->block_n = 64;
+    if (!pow2_in(spec->block_n, 16, 128))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: block_n %d (16, 32, 64 or 128)", spec->block_n);
+    if (spec->num_stages == 0)
+        spec->num_stages = 2;
+    if (spec->num_stages < 1 || spec->num_stages > 4)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: num_stages %d (1..4)", spec->num_stages);
+    int bs = p->block_size;
+    int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);
+    int sub_n = spec->block_n / (bs < spec->block_n ? bs : spec->block_n);
+    if (sub_m * sub_n > 64)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: tile %d x %d holds %d sub-blocks of block %d (at most 64)",
+                       spec->block_m, spec->block_n, sub_m * sub_n, bs);
+    int smem = s2_fwd_smem_bytes(p, spec);
+    if (smem > smem_limit(spec->arch))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: %d bytes of shared memory exceed %s's %d", smem,
+                       s2_arch_cpu((s2_arch)spec->arch), smem_limit(spec->arch));
+    return S2_OK;
+}
+
+/* s2_fwd_<pattern>_<dtype>_d<D>, identifier characters only. */
+static void kernel_name(char *out, size_t cap, const s2_pattern *p, const s2_kernel_spec *spec)
+{
+    const char *pn = p->name && p->name[0] ? p->name : "pattern";
+    size_t n = (size_t)snprintf(out, cap, "s2_fwd_");
+    for (const char *s = pn; *s && n + 1 < cap - 16; s++) {
+        char c = *s;
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+        out[n++] = ok ? c : '_';
+    }
+    snprintf(out + n, cap - n, "_%s_d%d", s2_dtype_name(spec->dtype), spec->head_dim);
+}
+
+s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_kernel_spec *spec_in,
+                               s2_cubin_backend backend, s2_artifact **out)
+{
+    if (!out || !spec_in)
+        return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: null argument");
+    *out = NULL;
+    s2_kernel_spec spec = *spec_in;
+    s2_status st = s2_kernel_spec_resolve(ctx, &spec, pattern);
+    if (st != S2_OK)
+        return st;
+
+    char name[128];
+    kernel_name(name, sizeof name, pattern, &spec);
+    s2_target target;
+    s2_target_default(&target, (s2_arch)spec.arch);
+    s2_artifact *art = s2_artifact_new(&target, name);
+    if (!art)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    art->spec = spec;
+    art->threads_per_block = spec.num_warps * 32;
+    art->rows_per_block = spec.block_m;
+    art->smem_bytes = s2_fwd_smem_bytes(pattern, &spec);
+
+    s2_manifest_kernel mk = {.name = name, .pattern = pattern->name ? pattern->name : "", .spec = spec,
+                             .threads = art->threads_per_block, .smem_bytes = art->smem_bytes};
+    char *manifest = NULL;
+    st = s2_manifest_format(ctx, spec.arch, &mk, 1, &pattern, 1, &manifest);
+    s2_cg cg;
+    memset(&cg, 0, sizeof cg);
+    if (st == S2_OK)
+        st = s2_cg_init(ctx, &cg, &target, name);
+    if (st == S2_OK)
+        st = s2_fwd_build(ctx, &cg, pattern, &spec, name);
+    if (st == S2_OK)
+        st = s2_cg_add_manifest(ctx, &cg, manifest);
+    if (st == S2_OK)
+        st = s2_cg_finish(ctx, &cg, backend, art);
+    s2_cg_destroy(&cg);
+    free(manifest);
+    if (st != S2_OK) {
+        s2_artifact_free(art);
+        return st;
+    }
+    for (int i = 0; i < art->num_kernels; i++)
+        art->kernels[i].max_threads = art->threads_per_block;
+    *out = art;
+    return S2_OK;
+}

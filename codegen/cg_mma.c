@@ -1,0 +1,142 @@
+/* Builder helpers for the Ampere tensor-core path (sm_80 instruction set,
+ * also valid on sm_90): ldmatrix, mma.sync m16n8k16, cp.async, bf16x2/f16x2
+ * packing, quad reductions, ex2/lg2, dynamic shared memory.  Fragment maps
+ * are those of GPU-KERNEL-FACTS §1–§2. */
+#include "cg_internal.h"
+
+#include <string.h>
+
+/* Overloaded intrinsic declared through its ID (ldmatrix is overloaded on the
+ * pointer type, so its name carries a .p3 suffix). */
+static LLVMValueRef call_overloaded(s2_cg *cg, const char *name, LLVMTypeRef *over, unsigned nover,
+                                    LLVMValueRef *vals, unsigned nargs)
+{
+    unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(cg->mod, id, over, nover);
+    LLVMTypeRef fty = LLVMIntrinsicGetType(cg->llctx, id, over, nover);
+    return LLVMBuildCall2(cg->b, fty, fn, vals, nargs, "");
+}
+
+LLVMValueRef s2_nv_dynamic_smem(s2_cg *cg)
+{
+    LLVMValueRef g = LLVMGetNamedGlobal(cg->mod, "s2_dyn_smem");
+    if (g)
+        return g;
+    /* extern __shared__ of unknown size: the launch gives the bytes */
+    LLVMTypeRef ty = LLVMArrayType2(LLVMInt8TypeInContext(cg->llctx), 0);
+    g = LLVMAddGlobalInAddressSpace(cg->mod, ty, "s2_dyn_smem", S2_AS_SHARED);
+    LLVMSetLinkage(g, LLVMExternalLinkage);
+    LLVMSetAlignment(g, 1024);
+    return g;
+}
+
+LLVMValueRef s2_nv_smem_at(s2_cg *cg, LLVMValueRef byte_off)
+{
+    LLVMValueRef off = LLVMBuildZExt(cg->b, byte_off, cg->t_i64, "");
+    return LLVMBuildInBoundsGEP2(cg->b, LLVMInt8TypeInContext(cg->llctx), s2_nv_dynamic_smem(cg), &off, 1, "");
+}
+
+void s2_nv_ldmatrix_x4(s2_cg *cg, LLVMValueRef smem_ptr, bool trans, LLVMValueRef out[4])
+{
+    LLVMTypeRef p3 = LLVMPointerTypeInContext(cg->llctx, S2_AS_SHARED);
+    LLVMValueRef r = call_overloaded(cg, trans ? "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.trans.b16"
+                                               : "llvm.nvvm.ldmatrix.sync.aligned.m8n8.x4.b16",
+                                     &p3, 1, &smem_ptr, 1);
+    for (unsigned i = 0; i < 4; i++)
+        out[i] = LLVMBuildExtractValue(cg->b, r, i, "");
+}
+
+/* i32 -> <2 x half> for the f16 mma intrinsic, which types its operands. */
+static LLVMValueRef as_half2(s2_cg *cg, LLVMValueRef v)
+{
+    return LLVMBuildBitCast(cg->b, v, LLVMVectorType(LLVMHalfTypeInContext(cg->llctx), 2), "");
+}
+
+void s2_nv_mma_m16n8k16(s2_cg *cg, s2_dtype dt, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef acc[4])
+{
+    LLVMValueRef v[10];
+    LLVMTypeRef t[10];
+    LLVMTypeRef in_ty = cg->t_i32;
+    if (dt == S2_DTYPE_F16)
+        in_ty = LLVMVectorType(LLVMHalfTypeInContext(cg->llctx), 2);
+    for (int i = 0; i < 4; i++) {
+        v[i] = dt == S2_DTYPE_F16 ? as_half2(cg, a[i]) : a[i];
+        t[i] = in_ty;
+    }
+    for (int i = 0; i < 2; i++) {
+        v[4 + i] = dt == S2_DTYPE_F16 ? as_half2(cg, b[i]) : b[i];
+        t[4 + i] = in_ty;
+    }
+    for (int i = 0; i < 4; i++) {
+        v[6 + i] = acc[i];
+        t[6 + i] = cg->t_f32;
+    }
+    LLVMTypeRef f4[4] = {cg->t_f32, cg->t_f32, cg->t_f32, cg->t_f32};
+    LLVMTypeRef ret = LLVMStructTypeInContext(cg->llctx, f4, 4, 0);
+    const char *name = dt == S2_DTYPE_F16 ? "llvm.nvvm.mma.m16n8k16.row.col.f32.f32"
+                                          : "llvm.nvvm.mma.m16n8k16.row.col.bf16";
+    LLVMValueRef r = s2_nv_intrinsic(cg, name, ret, t, 10, v);
+    for (unsigned i = 0; i < 4; i++)
+        acc[i] = LLVMBuildExtractValue(cg->b, r, i, "");
+}
+
+void s2_nv_cp_async_16(s2_cg *cg, LLVMValueRef dst_smem, LLVMValueRef src_global, LLVMValueRef src_size)
+{
+    LLVMTypeRef t[3] = {LLVMPointerTypeInContext(cg->llctx, S2_AS_SHARED), cg->t_ptr_global, cg->t_i32};
+    LLVMValueRef v[3] = {dst_smem, src_global, src_size};
+    s2_nv_intrinsic(cg, "llvm.nvvm.cp.async.cg.shared.global.16.s", cg->t_void, t, 3, v);
+}
+
+void s2_nv_cp_async_commit(s2_cg *cg)
+{
+    s2_nv_intrinsic(cg, "llvm.nvvm.cp.async.commit.group", cg->t_void, NULL, 0, NULL);
+}
+
+void s2_nv_cp_async_wait(s2_cg *cg, int pending)
+{
+    LLVMValueRef n = LLVMConstInt(cg->t_i32, (unsigned)pending, 0);
+    s2_nv_intrinsic(cg, "llvm.nvvm.cp.async.wait.group", cg->t_void, &cg->t_i32, 1, &n);
+}
+
+LLVMValueRef s2_nv_pack2(s2_cg *cg, s2_dtype dt, LLVMValueRef lo, LLVMValueRef hi)
+{
+    /* cvt.rn.{bf16x2,f16x2}.f32 d, a, b puts a in the upper half */
+    LLVMTypeRef t[2] = {cg->t_f32, cg->t_f32};
+    LLVMValueRef v[2] = {hi, lo};
+    LLVMTypeRef elt = dt == S2_DTYPE_F16 ? LLVMHalfTypeInContext(cg->llctx) : LLVMBFloatTypeInContext(cg->llctx);
+    LLVMValueRef r = s2_nv_intrinsic(cg, dt == S2_DTYPE_F16 ? "llvm.nvvm.ff2f16x2.rn" : "llvm.nvvm.ff2bf16x2.rn",
+                                     LLVMVectorType(elt, 2), t, 2, v);
+    return LLVMBuildBitCast(cg->b, r, cg->t_i32, "");
+}
+
+LLVMValueRef s2_nv_quad_max_f32(s2_cg *cg, LLVMValueRef v)
+{
+    v = s2_nv_fmax(cg, v, s2_nv_shfl_bfly_f32(cg, v, 2));
+    return s2_nv_fmax(cg, v, s2_nv_shfl_bfly_f32(cg, v, 1));
+}
+
+LLVMValueRef s2_nv_quad_sum_f32(s2_cg *cg, LLVMValueRef v)
+{
+    v = LLVMBuildFAdd(cg->b, v, s2_nv_shfl_bfly_f32(cg, v, 2), "");
+    return LLVMBuildFAdd(cg->b, v, s2_nv_shfl_bfly_f32(cg, v, 1), "");
+}
+
+LLVMValueRef s2_nv_lg2_approx(s2_cg *cg, LLVMValueRef x)
+{
+    return s2_nv_intrinsic(cg, "llvm.nvvm.lg2.approx.ftz.f", cg->t_f32, &cg->t_f32, 1, &x);
+}
+
+void s2_nv_if_begin(s2_cg *cg, s2_nv_if *blk, LLVMValueRef cond, const char *name)
+{
+    LLVMValueRef fn = LLVMGetBasicBlockParent(LLVMGetInsertBlock(cg->b));
+    blk->then = LLVMAppendBasicBlockInContext(cg->llctx, fn, name);
+    blk->join = LLVMAppendBasicBlockInContext(cg->llctx, fn, "join");
+    LLVMBuildCondBr(cg->b, cond, blk->then, blk->join);
+    LLVMPositionBuilderAtEnd(cg->b, blk->then);
+}
+
+void s2_nv_if_end(s2_cg *cg, s2_nv_if *blk)
+{
+    LLVMBuildBr(cg->b, blk->join);
+    LLVMPositionBuilderAtEnd(cg->b, blk->join);
+}

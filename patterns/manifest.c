@@ -1,0 +1,466 @@
+/* The manifest parser (format in include/s2c/attention.h) and the lookup of
+ * the manifest symbol in a cubin.  No LLVM and no CUDA: the runtime uses it. */
+#include "s2c/attention.h"
+#include "s2c/codegen.h"
+#include "util.h"
+
+#include <elf.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct s2_manifest {
+    s2_arena arena;
+    char *generator;
+    int arch;
+    s2_manifest_kernel *kernels;
+    int num_kernels, cap_kernels;
+    s2_pattern **patterns;
+    int *rules_seen;           /* per pattern: rule lines read */
+    int num_patterns, cap_patterns;
+};
+
+typedef struct mparser {
+    s2_ctx *ctx;
+    s2_manifest *m;
+    int line;
+    s2_manifest_kernel *k;     /* current kernel, or NULL */
+    s2_pattern *p;             /* current pattern, or NULL */
+} mparser;
+
+static s2_status perr(mparser *ps, const char *msg, const char *key)
+{
+    return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest:%d: %s%s%s", ps->line, msg, key ? ": " : "", key ? key : "");
+}
+
+/* Whitespace-separated integers; false unless exactly n were read. */
+static bool ints(const char *v, int64_t *out, int n)
+{
+    const char *s = v;
+    for (int i = 0; i < n; i++) {
+        char *e;
+        errno = 0;
+        long long x = strtoll(s, &e, 10);
+        if (e == s || errno)
+            return false;
+        out[i] = x;
+        s = e;
+    }
+    while (*s == ' ')
+        s++;
+    return *s == '\0';
+}
+
+static bool int1(const char *v, int *out, int lo, int hi)
+{
+    int64_t x;
+    if (!ints(v, &x, 1) || x < lo || x > hi)
+        return false;
+    *out = (int)x;
+    return true;
+}
+
+/* Hex digits, 4 elements per digit, low bit first; exactly n elements. */
+static bool hex_bits(const char *v, uint8_t *bits, int64_t n)
+{
+    int64_t digits = (n + 3) / 4;
+    if ((int64_t)strlen(v) != digits)
+        return false;
+    for (int64_t d = 0; d < digits; d++) {
+        char c = v[d];
+        unsigned x = c >= '0' && c <= '9' ? (unsigned)(c - '0') : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10) : 16u;
+        if (x > 15)
+            return false;
+        for (int j = 0; j < 4; j++) {
+            int64_t i = 4 * d + j;
+            if (i < n)
+                bits[i] = (x >> j) & 1u;
+            else if ((x >> j) & 1u)
+                return false;
+        }
+    }
+    return true;
+}
+
+static void *grow(s2_arena *a, void *old, size_t n_old, size_t n_new, size_t elem)
+{
+    void *p = s2_arena_array(a, n_new, elem);
+    if (p && n_old)
+        memcpy(p, old, n_old * elem);
+    return p;
+}
+
+static s2_status new_kernel(mparser *ps, const char *name)
+{
+    s2_manifest *m = ps->m;
+    if (m->num_kernels == m->cap_kernels) {
+        int cap = m->cap_kernels ? 2 * m->cap_kernels : 4;
+        m->kernels = grow(&m->arena, m->kernels, (size_t)m->num_kernels, (size_t)cap, sizeof *m->kernels);
+        if (!m->kernels)
+            return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+        m->cap_kernels = cap;
+    }
+    ps->k = &m->kernels[m->num_kernels++];
+    memset(ps->k, 0, sizeof *ps->k);
+    ps->k->name = s2_arena_strdup(&m->arena, name);
+    ps->k->pattern = s2_arena_strdup(&m->arena, "");
+    ps->p = NULL;
+    return ps->k->name && ps->k->pattern ? S2_OK : s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+}
+
+static s2_status new_pattern(mparser *ps, const char *name)
+{
+    s2_manifest *m = ps->m;
+    if (m->num_patterns == m->cap_patterns) {
+        int cap = m->cap_patterns ? 2 * m->cap_patterns : 4;
+        m->patterns = grow(&m->arena, m->patterns, (size_t)m->num_patterns, (size_t)cap, sizeof *m->patterns);
+        m->rules_seen = grow(&m->arena, m->rules_seen, (size_t)m->num_patterns, (size_t)cap, sizeof *m->rules_seen);
+        if (!m->patterns || !m->rules_seen)
+            return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+        m->cap_patterns = cap;
+    }
+    s2_pattern *p = s2_arena_alloc(&m->arena, sizeof *p);
+    if (!p || !(p->name = s2_arena_strdup(&m->arena, name)))
+        return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+    p->kv_heads = 1;
+    p->vert_stride = 1;
+    p->file = "<manifest>";
+    m->rules_seen[m->num_patterns] = 0;
+    m->patterns[m->num_patterns++] = p;
+    ps->p = p;
+    ps->k = NULL;
+    return S2_OK;
+}
+
+static s2_status kernel_key(mparser *ps, const char *key, const char *v)
+{
+    s2_manifest_kernel *k = ps->k;
+    bool ok = true;
+    if (!strcmp(key, "kind"))
+        ok = !strcmp(v, "fwd") && ((k->spec.kind = S2_KERNEL_FWD), true);
+    else if (!strcmp(key, "pattern"))
+        ok = (k->pattern = s2_arena_strdup(&ps->m->arena, v)) != NULL;
+    else if (!strcmp(key, "dtype")) {
+        if (!strcmp(v, "bf16")) k->spec.dtype = S2_DTYPE_BF16;
+        else if (!strcmp(v, "f16")) k->spec.dtype = S2_DTYPE_F16;
+        else ok = false;
+    } else if (!strcmp(key, "head_dim")) ok = int1(v, &k->spec.head_dim, 1, 1024);
+    else if (!strcmp(key, "block_m")) ok = int1(v, &k->spec.block_m, 1, 1024);
+    else if (!strcmp(key, "block_n")) ok = int1(v, &k->spec.block_n, 1, 1024);
+    else if (!strcmp(key, "num_warps")) ok = int1(v, &k->spec.num_warps, 1, 32);
+    else if (!strcmp(key, "num_stages")) ok = int1(v, &k->spec.num_stages, 1, 16);
+    else if (!strcmp(key, "threads")) ok = int1(v, &k->threads, 1, 1024);
+    else if (!strcmp(key, "smem")) ok = int1(v, &k->smem_bytes, 0, 1 << 30);
+    k->spec.arch = ps->m->arch;
+    return ok ? S2_OK : perr(ps, "bad kernel value", key);
+}
+
+static s2_range_action range_action(const char *s, bool *ok)
+{
+    *ok = true;
+    if (!strcmp(s, "sink")) return S2_RANGE_SINK;
+    if (!strcmp(s, "stride")) return S2_RANGE_STRIDE;
+    if (!strcmp(s, "dense")) return S2_RANGE_DENSE;
+    if (!strcmp(s, "drop")) return S2_RANGE_DROP;
+    *ok = false;
+    return S2_RANGE_SINK;
+}
+
+static s2_status pattern_rule(mparser *ps, const char *v)
+{
+    s2_pattern *p = ps->p;
+    int64_t x[8];
+    if (!p->rules || !ints(v, x, 8) || x[0] < 0 || x[0] >= p->heads || x[4] < 0 || x[4] > INT32_MAX ||
+        x[6] < -1 || x[6] >= p->num_masks || x[2] < 0 || x[3] < 0 || x[2] > INT32_MAX || x[3] > INT32_MAX ||
+        x[7] < 0 || x[7] > INT32_MAX)
+        return perr(ps, "bad rule (heads must come first, masks before rules)", NULL);
+    s2_head_rule *r = &p->rules[x[0]];
+    r->dense = x[1] != 0;
+    r->local_left = (int)x[2];
+    r->local_right = (int)x[3];
+    r->vert_stride = (int)x[4];
+    r->shift = x[5];
+    r->mask = (int)x[6];
+    r->mask_head = (int)x[7];
+    ps->m->rules_seen[ps->m->num_patterns - 1]++;
+    return S2_OK;
+}
+
+static s2_status pattern_mask(mparser *ps, const char *v)
+{
+    s2_pattern *p = ps->p;
+    int64_t x[4];
+    char *e;
+    const char *s = v;
+    for (int i = 0; i < 4; i++) {
+        x[i] = strtoll(s, &e, 10);
+        if (e == s)
+            return perr(ps, "bad mask", NULL);
+        s = e;
+    }
+    while (*s == ' ')
+        s++;
+    if (x[0] != p->num_masks || x[1] < 1 || x[1] > S2_MAX_HEADS || x[2] < 1 || x[3] < 1 || x[2] > (1 << 20) ||
+        x[3] > (1 << 20) || x[1] * x[2] * x[3] > (INT64_C(1) << 32))
+        return perr(ps, "bad mask shape or index", NULL);
+    s2_block_mask *nm = grow(&ps->m->arena, p->masks, (size_t)p->num_masks, (size_t)p->num_masks + 1, sizeof *nm);
+    if (!nm)
+        return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+    s2_block_mask *mk = &nm[p->num_masks];
+    mk->name = s2_arena_strdup(&ps->m->arena, "");
+    mk->heads = (int)x[1];
+    mk->rows = x[2];
+    mk->cols = x[3];
+    mk->bits = s2_arena_alloc(&ps->m->arena, (size_t)(x[1] * x[2] * x[3]));
+    if (!mk->bits || !mk->name)
+        return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+    if (!hex_bits(s, mk->bits, x[1] * x[2] * x[3]))
+        return perr(ps, "bad mask bits", NULL);
+    p->masks = nm;
+    p->num_masks++;
+    return S2_OK;
+}
+
+static s2_status pattern_range(mparser *ps, const char *v)
+{
+    s2_pattern *p = ps->p;
+    char act[16];
+    int n = 0;
+    if (p->heads < 1 || sscanf(v, "%15s%n", act, &n) != 1)
+        return perr(ps, "bad range (heads must come first)", NULL);
+    bool ok;
+    s2_range_rule rr = {.action = range_action(act, &ok)};
+    const char *s = v + n;
+    int64_t x[5];
+    char *e;
+    for (int i = 0; i < 5 && ok; i++) {
+        x[i] = strtoll(s, &e, 10);
+        ok = e != s;
+        s = e;
+    }
+    while (*s == ' ')
+        s++;
+    if (!ok || x[4] < 0 || x[4] > INT32_MAX)
+        return perr(ps, "bad range", NULL);
+    rr.key_lo = x[0], rr.key_hi = x[1], rr.dist_lo = x[2], rr.dist_hi = x[3], rr.stride = (int)x[4];
+    rr.heads = s2_arena_alloc(&ps->m->arena, (size_t)p->heads);
+    if (!rr.heads)
+        return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+    if (!hex_bits(s, rr.heads, p->heads))
+        return perr(ps, "bad range heads", NULL);
+    rr.line = ps->line;
+    s2_range_rule *nr = grow(&ps->m->arena, p->ranges, (size_t)p->num_ranges, (size_t)p->num_ranges + 1, sizeof *nr);
+    if (!nr)
+        return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+    nr[p->num_ranges] = rr;
+    p->ranges = nr;
+    p->num_ranges++;
+    return S2_OK;
+}
+
+static s2_status pattern_key(mparser *ps, const char *key, const char *v)
+{
+    s2_pattern *p = ps->p;
+    int64_t x[3];
+    bool ok = true;
+    int b;
+    if (!strcmp(key, "heads")) {
+        ok = !p->rules && int1(v, &p->heads, 1, S2_MAX_HEADS);
+        if (ok && !(p->rules = s2_arena_array(&ps->m->arena, (size_t)p->heads, sizeof *p->rules)))
+            return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+    } else if (!strcmp(key, "kv_heads")) ok = int1(v, &p->kv_heads, 1, S2_MAX_HEADS);
+    else if (!strcmp(key, "block_size")) ok = int1(v, &p->block_size, 1, 1 << 20);
+    else if (!strcmp(key, "causal")) ok = int1(v, &b, 0, 1) && ((p->causal = b), true);
+    else if (!strcmp(key, "max_seq_len")) ok = ints(v, &p->max_seq_len, 1) && p->max_seq_len >= 0;
+    else if (!strcmp(key, "vert_position")) {
+        if (!strcmp(v, "absolute")) p->vert_position = S2_VERT_ABSOLUTE;
+        else if (!strcmp(v, "relative")) p->vert_position = S2_VERT_RELATIVE;
+        else ok = false;
+    } else if (!strcmp(key, "local")) {
+        ok = ints(v, x, 2) && x[0] >= 0 && x[1] >= 0 && x[0] <= INT32_MAX && x[1] <= INT32_MAX;
+        if (ok)
+            p->local_left = (int)x[0], p->local_right = (int)x[1];
+    } else if (!strcmp(key, "vert_stride")) ok = int1(v, &p->vert_stride, 0, INT32_MAX);
+    else if (!strcmp(key, "head_sliding")) {
+        ok = ints(v, x, 3) && x[0] >= INT32_MIN && x[0] <= INT32_MAX && x[2] >= INT32_MIN && x[2] <= INT32_MAX;
+        if (ok)
+            p->head_sliding_step = (int)x[0], p->head_sliding_step_auto = x[1] != 0, p->head_sliding_offset = (int)x[2];
+    } else if (!strcmp(key, "homo_head")) ok = int1(v, &b, 0, 1) && ((p->homo_head = b), true);
+    else if (!strcmp(key, "num_dense_heads")) ok = int1(v, &p->num_dense_heads, 0, S2_MAX_HEADS);
+    else if (!strcmp(key, "rule")) return pattern_rule(ps, v);
+    else if (!strcmp(key, "mask")) return pattern_mask(ps, v);
+    else if (!strcmp(key, "range")) return pattern_range(ps, v);
+    return ok ? S2_OK : perr(ps, "bad pattern value", key);
+}
+
+static s2_status parse_line(mparser *ps, char *line)
+{
+    char *sp = strchr(line, ' ');
+    const char *v = "";
+    if (sp) {
+        *sp = '\0';
+        v = sp + 1;
+    }
+    const char *key = line;
+    s2_manifest *m = ps->m;
+    if (!strcmp(key, "generator"))
+        return (m->generator = s2_arena_strdup(&m->arena, v)) ? S2_OK : s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+    if (!strcmp(key, "arch")) {
+        if (!strcmp(v, "sm_80")) m->arch = S2_ARCH_SM80;
+        else if (!strcmp(v, "sm_90")) m->arch = S2_ARCH_SM90;
+        else if (!strcmp(v, "sm_90a")) m->arch = S2_ARCH_SM90A;
+        else return perr(ps, "unknown arch", v);
+        return S2_OK;
+    }
+    if (!strcmp(key, "kernel"))
+        return new_kernel(ps, v);
+    if (!strcmp(key, "pattern"))
+        return new_pattern(ps, v);
+    if (!strncmp(key, "kernel.", 7))
+        return ps->k ? kernel_key(ps, key + 7, v) : perr(ps, "kernel key outside a kernel", key);
+    if (!strncmp(key, "pattern.", 8))
+        return ps->p ? pattern_key(ps, key + 8, v) : perr(ps, "pattern key outside a pattern", key);
+    return S2_OK; /* unknown keys: a later writer's additions */
+}
+
+static s2_status check_complete(mparser *ps)
+{
+    s2_manifest *m = ps->m;
+    for (int i = 0; i < m->num_patterns; i++) {
+        const s2_pattern *p = m->patterns[i];
+        if (p->heads < 1 || m->rules_seen[i] != p->heads || p->heads % p->kv_heads != 0 || p->block_size < 1)
+            return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest: pattern '%s' is incomplete (%d of %d rules)", p->name,
+                           m->rules_seen[i], p->heads);
+    }
+    for (int i = 0; i < m->num_kernels; i++)
+        if (!s2_manifest_find_pattern(m, m->kernels[i].pattern))
+            return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest: kernel %s names unknown pattern '%s'",
+                           m->kernels[i].name, m->kernels[i].pattern);
+    return S2_OK;
+}
+
+s2_status s2_manifest_parse(s2_ctx *ctx, const char *text, size_t len, s2_manifest **out)
+{
+    if (!out || (!text && len))
+        return s2_fail(ctx, S2_ERR_INVALID, "manifest_parse: null argument");
+    *out = NULL;
+    s2_manifest *m = calloc(1, sizeof *m);
+    if (!m)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    s2_arena_init(&m->arena);
+    mparser ps = {.ctx = ctx, .m = m};
+    s2_status st = S2_OK;
+    bool ended = false;
+    const char *s = text, *end = text + len;
+    while (st == S2_OK && s < end && *s && !ended) {
+        const char *nl = memchr(s, '\n', (size_t)(end - s));
+        size_t n = nl ? (size_t)(nl - s) : (size_t)(end - s);
+        const char *z = memchr(s, '\0', n);
+        if (z)
+            n = (size_t)(z - s);
+        char *line = s2_arena_strndup(&m->arena, s, n);
+        ps.line++;
+        if (!line)
+            st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+        else if (ps.line == 1)
+            st = !strcmp(line, "s2c-manifest 1") ? S2_OK : perr(&ps, "not an s2c manifest of version 1", NULL);
+        else if (!strcmp(line, "end"))
+            ended = true;
+        else if (line[0])
+            st = parse_line(&ps, line);
+        s = nl && !z ? nl + 1 : end;
+    }
+    if (st == S2_OK && !ended)
+        st = s2_fail(ctx, S2_ERR_PARSE, "manifest: no 'end' line (truncated)");
+    if (st == S2_OK)
+        st = check_complete(&ps);
+    if (st != S2_OK) {
+        s2_manifest_free(m);
+        return st;
+    }
+    *out = m;
+    return S2_OK;
+}
+
+void s2_manifest_free(s2_manifest *m)
+{
+    if (!m)
+        return;
+    s2_arena_release(&m->arena);
+    free(m);
+}
+
+const char *s2_manifest_generator(const s2_manifest *m) { return m && m->generator ? m->generator : ""; }
+int s2_manifest_arch(const s2_manifest *m) { return m ? m->arch : -1; }
+int s2_manifest_num_kernels(const s2_manifest *m) { return m ? m->num_kernels : 0; }
+int s2_manifest_num_patterns(const s2_manifest *m) { return m ? m->num_patterns : 0; }
+
+const s2_manifest_kernel *s2_manifest_kernel_at(const s2_manifest *m, int i)
+{
+    return m && i >= 0 && i < m->num_kernels ? &m->kernels[i] : NULL;
+}
+
+const s2_pattern *s2_manifest_pattern_at(const s2_manifest *m, int i)
+{
+    return m && i >= 0 && i < m->num_patterns ? m->patterns[i] : NULL;
+}
+
+const s2_pattern *s2_manifest_find_pattern(const s2_manifest *m, const char *name)
+{
+    for (int i = 0; m && name && i < m->num_patterns; i++)
+        if (!strcmp(m->patterns[i]->name, name))
+            return m->patterns[i];
+    return NULL;
+}
+
+/* ---- the symbol in a cubin (ELF64, little-endian) ---- */
+
+static bool in_image(size_t size, uint64_t off, uint64_t len) { return off <= size && len <= size - off; }
+
+s2_status s2_cubin_find_manifest(s2_ctx *ctx, const void *image, size_t size, const char **text, size_t *len)
+{
+    if (!image || !text || !len)
+        return s2_fail(ctx, S2_ERR_INVALID, "find_manifest: null argument");
+    const unsigned char *img = image;
+    Elf64_Ehdr eh;
+    if (size < sizeof eh || memcmp(img, ELFMAG, SELFMAG) != 0 || img[EI_CLASS] != ELFCLASS64)
+        return s2_fail(ctx, S2_ERR_INVALID, "find_manifest: not an ELF64 image");
+    memcpy(&eh, img, sizeof eh);
+    if (eh.e_shentsize != sizeof(Elf64_Shdr) || !in_image(size, eh.e_shoff, (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr)))
+        return s2_fail(ctx, S2_ERR_INVALID, "find_manifest: bad section table");
+    for (unsigned i = 0; i < eh.e_shnum; i++) {
+        Elf64_Shdr sh;
+        memcpy(&sh, img + eh.e_shoff + i * sizeof sh, sizeof sh);
+        if (sh.sh_type != SHT_SYMTAB || sh.sh_entsize != sizeof(Elf64_Sym) || sh.sh_link >= eh.e_shnum ||
+            !in_image(size, sh.sh_offset, sh.sh_size))
+            continue;
+        Elf64_Shdr strs;
+        memcpy(&strs, img + eh.e_shoff + sh.sh_link * sizeof strs, sizeof strs);
+        if (!in_image(size, strs.sh_offset, strs.sh_size))
+            continue;
+        for (uint64_t j = 0; j < sh.sh_size / sizeof(Elf64_Sym); j++) {
+            Elf64_Sym sym;
+            memcpy(&sym, img + sh.sh_offset + j * sizeof sym, sizeof sym);
+            if (sym.st_name >= strs.sh_size)
+                continue;
+            const char *nm = (const char *)img + strs.sh_offset + sym.st_name;
+            size_t room = strs.sh_size - sym.st_name;
+            if (strnlen(nm, room) == room || strcmp(nm, S2_MANIFEST_SYMBOL) != 0)
+                continue;
+            if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= eh.e_shnum)
+                return s2_fail(ctx, S2_ERR_INVALID, "find_manifest: symbol without a section");
+            Elf64_Shdr ds;
+            memcpy(&ds, img + eh.e_shoff + sym.st_shndx * sizeof ds, sizeof ds);
+            uint64_t off = ds.sh_offset + (sym.st_value - ds.sh_addr);
+            if (ds.sh_type == SHT_NOBITS || sym.st_value < ds.sh_addr || sym.st_size == 0 ||
+                !in_image(size, off, sym.st_size))
+                return s2_fail(ctx, S2_ERR_INVALID, "find_manifest: symbol data outside the image");
+            const char *t = (const char *)img + off;
+            *len = strnlen(t, sym.st_size);
+            *text = t;
+            return S2_OK;
+        }
+    }
+    return s2_fail(ctx, S2_ERR_NOT_FOUND, "find_manifest: no %s symbol in the image", S2_MANIFEST_SYMBOL);
+}

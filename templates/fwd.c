@@ -1,0 +1,651 @@
+/* The S2 block-sparse attention forward, FlashAttention-2 style, sm_80
+ * instruction set (mma.sync m16n8k16, ldmatrix, cp.async; runs on sm_90).
+ *
+ * One CTA = one (query tile, head, batch); num_warps warps stacked along M,
+ * each owning a 16-row slab of the block_m = 16 * num_warps query rows.
+ * The CTA walks its list of the packed forward schedule: for every entry
+ * (key tile, flags, live bits) K and V stream through a num_stages-deep
+ * cp.async ring in shared memory, S = Q·Kᵀ and O += P·V run on tensor cores
+ * with P kept in registers, and the online softmax works in base 2 in the
+ * scaled domain (x = score · scale·log2 e).  The kernel ABI is documented in
+ * include/s2c/attention.h. */
+#include "cg_internal.h"
+#include "s2c/attention.h"
+#include "s2c/layout.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Kernel parameters, in ABI order. */
+enum {
+    P_Q, P_K, P_V, P_O, P_LSE,
+    P_QS, P_KS = P_QS + 3, P_VS = P_KS + 3, P_OS = P_VS + 3,
+    P_QLEN = P_OS + 3, P_KVLEN, P_SCALE_LOG2,
+    P_CLASS, P_OFFSETS, P_ENTRIES, P_FIRST_Q_TILE, P_Q_TILES,
+    P_COUNT
+};
+
+enum { MAX_D = 256, MAX_BN = 128 };
+
+typedef struct fwd_shape {
+    s2_dtype dt;
+    int D, BM, BN, warps, stages, threads;
+    int chunks;                  /* 16-byte chunks per row: D / 8 */
+    int sub_m_log2, sub_n_size, sub_n;
+    int group;                   /* query heads per kv head */
+    int heads;
+    bool causal;
+    int q_off, k_off, v_off, stage_bytes;
+} fwd_shape;
+
+typedef struct fwd {
+    s2_cg *cg;
+    LLVMBuilderRef b;
+    fwd_shape s;
+    LLVMValueRef fn;
+    LLVMValueRef tid, warp, lane, g, t4;            /* i32 */
+    LLVMValueRef batch, head, kv_head;              /* i64 */
+    LLVMValueRef q_len, kv_len, q_start, tile_pos0; /* i32 */
+    LLVMValueRef entries, begin, end;               /* list [begin, end) of the entries array */
+    LLVMValueRef qbase, kbase, vbase, obase;        /* element offsets (i64) of the (b, h) slices */
+    LLVMValueRef o_acc[MAX_D / 8][4], m_row[2], l_row[2]; /* allocas, promoted by SROA */
+    LLVMValueRef qf[MAX_D / 16][4];                 /* Q A-fragments */
+} fwd;
+
+static LLVMValueRef c32(fwd *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
+static LLVMValueRef c64(fwd *k, long long v) { return LLVMConstInt(k->cg->t_i64, (unsigned long long)v, 1); }
+static LLVMValueRef cf(fwd *k, double v) { return LLVMConstReal(k->cg->t_f32, v); }
+static LLVMValueRef param(fwd *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
+static LLVMValueRef sext64(fwd *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, v, k->cg->t_i64, ""); }
+
+static int log2i(int v)
+{
+    int r = 0;
+    while ((1 << r) < v)
+        r++;
+    return r;
+}
+
+/* Byte offset of 16-byte chunk `chunk` of row `row` inside a [rows][D] tile:
+ * the chunk index is XORed with the row (128-byte swizzle, §2.3) so the 8
+ * row addresses of an ldmatrix matrix land in 8 different bank groups. */
+static LLVMValueRef swizzle(fwd *k, LLVMValueRef row, LLVMValueRef chunk)
+{
+    LLVMBuilderRef b = k->b;
+    int C = k->s.chunks;
+    LLVMValueRef sw = chunk;
+    if (C >= 8) {
+        LLVMValueRef x = LLVMBuildXor(b, chunk, LLVMBuildAnd(b, row, c32(k, 7), ""), "");
+        int full = C & ~7;
+        sw = full == C ? x : LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntULT, chunk, c32(k, full), ""), x, chunk, "");
+    } else if (C == 4) {
+        sw = LLVMBuildXor(b, chunk, LLVMBuildAnd(b, LLVMBuildLShr(b, row, c32(k, 1), ""), c32(k, 3), ""), "");
+    }
+    LLVMValueRef off = LLVMBuildMul(b, row, c32(k, C * 16), "");
+    return LLVMBuildAdd(b, off, LLVMBuildShl(b, sw, c32(k, 4), ""), "");
+}
+
+/* Element pointer `base + off` in a 16-bit global tensor. */
+static LLVMValueRef gep16(fwd *k, LLVMValueRef base, LLVMValueRef off)
+{
+    LLVMTypeRef i16 = LLVMInt16TypeInContext(k->cg->llctx);
+    return LLVMBuildInBoundsGEP2(k->b, i16, base, &off, 1, "");
+}
+
+/* cp.async a [rows][D] tile: rows `row0 + r` of the tensor at `base` (element
+ * offset `slice` of this (b, h)), row stride `rstride`; row r is copied when
+ * valid(r) holds, zero-filled otherwise (src-size 0, source clamped to the
+ * slice start so no address outside the tensor is formed). */
+typedef LLVMValueRef (*row_valid_fn)(fwd *k, LLVMValueRef r, LLVMValueRef *tensor_row, void *user);
+
+static void load_tile(fwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride, int smem_off,
+                      LLVMValueRef smem_stage_off, row_valid_fn valid, void *user)
+{
+    LLVMBuilderRef b = k->b;
+    int C = k->s.chunks, T = k->s.threads, total = rows * C;
+    for (int it = 0; it * T < total; it++) {
+        LLVMValueRef idx = LLVMBuildAdd(b, k->tid, c32(k, it * T), "");
+        s2_nv_if guard = {0};
+        bool partial = (it + 1) * T > total;
+        if (partial)
+            s2_nv_if_begin(k->cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, total), ""), "tail");
+        LLVMValueRef r = LLVMBuildUDiv(b, idx, c32(k, C), "");
+        LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
+        LLVMValueRef trow;
+        LLVMValueRef ok = valid(k, r, &trow, user);
+        LLVMValueRef off = LLVMBuildAdd(b, LLVMBuildMul(b, sext64(k, trow), rstride, ""),
+                                        LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), k->cg->t_i64, ""), "");
+        off = LLVMBuildSelect(b, ok, LLVMBuildAdd(b, slice, off, ""), slice, "");
+        LLVMValueRef dst = LLVMBuildAdd(b, c32(k, smem_off), swizzle(k, r, ch), "");
+        if (smem_stage_off)
+            dst = LLVMBuildAdd(b, dst, smem_stage_off, "");
+        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), gep16(k, base, off),
+                          LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
+        if (partial)
+            s2_nv_if_end(k->cg, &guard);
+    }
+}
+
+/* Query row r of the tile is at absolute position tile_pos0 + r; it exists
+ * when q_start <= pos < kv_len, and is row pos - q_start of q. */
+static LLVMValueRef q_row_valid(fwd *k, LLVMValueRef r, LLVMValueRef *trow, void *user)
+{
+    (void)user;
+    LLVMValueRef pos = LLVMBuildAdd(k->b, k->tile_pos0, r, "");
+    *trow = LLVMBuildSub(k->b, pos, k->q_start, "qrow");
+    LLVMValueRef lo = LLVMBuildICmp(k->b, LLVMIntSGE, pos, k->q_start, "");
+    LLVMValueRef hi = LLVMBuildICmp(k->b, LLVMIntSLT, pos, k->kv_len, "");
+    return LLVMBuildAnd(k->b, lo, hi, "");
+}
+
+/* Key row r of key tile j (user: the i32 position j * block_n). */
+static LLVMValueRef kv_row_valid(fwd *k, LLVMValueRef r, LLVMValueRef *trow, void *user)
+{
+    LLVMValueRef kpos = LLVMBuildAdd(k->b, (LLVMValueRef)user, r, "kpos");
+    *trow = kpos;
+    return LLVMBuildICmp(k->b, LLVMIntSLT, kpos, k->kv_len, "");
+}
+
+/* Field of entry e (i32 index into the entries array): byte offset 0 tile,
+ * 4 flags, 8 live. */
+static LLVMValueRef entry_field(fwd *k, LLVMValueRef e, int field_off, LLVMTypeRef ty)
+{
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
+    LLVMValueRef off = LLVMBuildAdd(k->b, LLVMBuildMul(k->b, sext64(k, e), c64(k, (long long)sizeof(s2_dev_entry)), ""),
+                                    c64(k, field_off), "");
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, i8, k->entries, &off, 1, "");
+    LLVMValueRef v = LLVMBuildLoad2(k->b, ty, p, "");
+    LLVMSetAlignment(v, ty == k->cg->t_i64 ? 8 : 4);
+    return v;
+}
+
+/* Issue the K and V copies of entry e into stage `stage` (i32). */
+static void load_kv(fwd *k, LLVMValueRef e, LLVMValueRef stage)
+{
+    LLVMValueRef tile = entry_field(k, e, 0, k->cg->t_i32);
+    LLVMValueRef kpos0 = LLVMBuildMul(k->b, tile, c32(k, k->s.BN), "kpos0");
+    LLVMValueRef soff = LLVMBuildMul(k->b, stage, c32(k, k->s.stage_bytes), "");
+    load_tile(k, k->s.BN, param(k, P_K), k->kbase, param(k, P_KS + 1), k->s.k_off, soff, kv_row_valid, kpos0);
+    load_tile(k, k->s.BN, param(k, P_V), k->vbase, param(k, P_VS + 1), k->s.v_off, soff, kv_row_valid, kpos0);
+}
+
+/* if (e < end) load_kv(e, stage); then commit (always, so the group count stays fixed). */
+static void prefetch_kv(fwd *k, LLVMValueRef e, LLVMValueRef stage)
+{
+    s2_nv_if blk;
+    s2_nv_if_begin(k->cg, &blk, LLVMBuildICmp(k->b, LLVMIntSLT, e, k->end, ""), "prefetch");
+    load_kv(k, e, stage);
+    s2_nv_if_end(k->cg, &blk);
+    s2_nv_cp_async_commit(k->cg);
+}
+
+static void setup(fwd *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    fwd_shape *s = &k->s;
+    k->tid = s2_nv_tid_x(cg);
+    k->warp = LLVMBuildLShr(b, k->tid, c32(k, 5), "warp");
+    k->lane = LLVMBuildAnd(b, k->tid, c32(k, 31), "lane");
+    k->g = LLVMBuildLShr(b, k->lane, c32(k, 2), "g");
+    k->t4 = LLVMBuildAnd(b, k->lane, c32(k, 3), "t4");
+    LLVMValueRef head32 = s2_nv_ctaid(cg, 'y');
+    k->head = LLVMBuildZExt(b, head32, cg->t_i64, "head");
+    k->batch = LLVMBuildZExt(b, s2_nv_ctaid(cg, 'z'), cg->t_i64, "batch");
+    k->kv_head = LLVMBuildZExt(b, LLVMBuildUDiv(b, head32, c32(k, s->group), ""), cg->t_i64, "kv_head");
+
+    /* heavy tiles (late, long lists) first */
+    LLVMValueRef q_tiles = param(k, P_Q_TILES);
+    LLVMValueRef rel = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""), s2_nv_ctaid(cg, 'x'), "tile_rel");
+    LLVMValueRef tile = LLVMBuildAdd(b, param(k, P_FIRST_Q_TILE), rel, "tile");
+    k->tile_pos0 = LLVMBuildMul(b, tile, c32(k, s->BM), "tile_pos0");
+    k->q_len = param(k, P_QLEN);
+    k->kv_len = param(k, P_KVLEN);
+    k->q_start = LLVMBuildSub(b, k->kv_len, k->q_len, "q_start");
+
+    /* the list: offsets[class_of_head[h] * q_tiles + rel] .. next */
+    LLVMValueRef cp = LLVMBuildInBoundsGEP2(b, cg->t_i32, param(k, P_CLASS), &k->head, 1, "");
+    LLVMValueRef cls = LLVMBuildLoad2(b, cg->t_i32, cp, "class");
+    LLVMSetAlignment(cls, 4);
+    LLVMValueRef li = sext64(k, LLVMBuildAdd(b, LLVMBuildMul(b, cls, q_tiles, ""), rel, ""));
+    LLVMValueRef op = LLVMBuildInBoundsGEP2(b, cg->t_i32, param(k, P_OFFSETS), &li, 1, "");
+    k->begin = LLVMBuildLoad2(b, cg->t_i32, op, "begin");
+    LLVMSetAlignment(k->begin, 4);
+    LLVMValueRef one = c64(k, 1);
+    op = LLVMBuildInBoundsGEP2(b, cg->t_i32, op, &one, 1, "");
+    k->end = LLVMBuildLoad2(b, cg->t_i32, op, "end");
+    LLVMSetAlignment(k->end, 4);
+    k->entries = param(k, P_ENTRIES);
+
+    /* (b, h) slices: b*s0 + h*s2 (seq stride applied per row) */
+    LLVMValueRef *bases[4] = {&k->qbase, &k->kbase, &k->vbase, &k->obase};
+    int strides[4] = {P_QS, P_KS, P_VS, P_OS};
+    for (int i = 0; i < 4; i++) {
+        LLVMValueRef h = (i == 1 || i == 2) ? k->kv_head : k->head;
+        *bases[i] = LLVMBuildAdd(b, LLVMBuildMul(b, k->batch, param(k, strides[i]), ""),
+                                 LLVMBuildMul(b, h, param(k, strides[i] + 2), ""), "slice");
+    }
+}
+
+static void init_accumulators(fwd *k, LLVMBasicBlockRef entry_bb)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    /* allocas at the top of the entry block, so SROA turns them into SSA */
+    LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
+    LLVMValueRef first = LLVMGetFirstInstruction(entry_bb);
+    if (first)
+        LLVMPositionBuilderBefore(b, first);
+    for (int dn = 0; dn < k->s.D / 8; dn++)
+        for (int i = 0; i < 4; i++)
+            k->o_acc[dn][i] = LLVMBuildAlloca(b, cg->t_f32, "o");
+    for (int r = 0; r < 2; r++) {
+        k->m_row[r] = LLVMBuildAlloca(b, cg->t_f32, "m");
+        k->l_row[r] = LLVMBuildAlloca(b, cg->t_f32, "l");
+    }
+    LLVMPositionBuilderAtEnd(b, cur);
+    for (int dn = 0; dn < k->s.D / 8; dn++)
+        for (int i = 0; i < 4; i++)
+            LLVMBuildStore(b, cf(k, 0.0), k->o_acc[dn][i]);
+    for (int r = 0; r < 2; r++) {
+        LLVMBuildStore(b, cf(k, -INFINITY), k->m_row[r]);
+        LLVMBuildStore(b, cf(k, 0.0), k->l_row[r]);
+    }
+}
+
+/* Q A-fragments of this warp's slab (§1.3: lane l addresses row
+ * (l%8) + 8*((l/8)%2), chunk 2*ks + l/16). */
+static void load_q_fragments(fwd *k)
+{
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
+        LLVMBuildAdd(b, LLVMBuildAnd(b, k->lane, c32(k, 7), ""),
+                     LLVMBuildAnd(b, k->lane, c32(k, 8), ""), ""), "qfrag_row");
+    LLVMValueRef hi = LLVMBuildLShr(b, k->lane, c32(k, 4), "");
+    for (int ks = 0; ks < k->s.D / 16; ks++) {
+        LLVMValueRef ch = LLVMBuildAdd(b, hi, c32(k, 2 * ks), "");
+        LLVMValueRef off = LLVMBuildAdd(b, c32(k, k->s.q_off), swizzle(k, row, ch), "");
+        s2_nv_ldmatrix_x4(k->cg, s2_nv_smem_at(k->cg, off), false, k->qf[ks]);
+    }
+}
+
+/* ldmatrix addresses inside the loop are stage base + a lane-dependent part
+ * + a constant, so ptxas folds the constant into the instruction and only a
+ * few lane parts stay live (computing each swizzled address whole would keep
+ * one 64-bit register per ldmatrix alive across the loop).
+ * Chunk ch0 + lc of a row whose swizzle bits come from lane row r (ch0 a
+ * compile-time multiple of the lane span, lc the lane's small chunk): the
+ * constant part goes to *cst; the lane part depends only on a small key and
+ * is built once (cache). */
+typedef struct lane_parts {
+    LLVMValueRef v[10];
+} lane_parts;
+
+static LLVMValueRef chunk_part(fwd *k, lane_parts *cache, LLVMValueRef r, int ch0, LLVMValueRef lc, int *cst)
+{
+    LLVMBuilderRef b = k->b;
+    int C = k->s.chunks, full = C & ~7;
+    int key;
+    LLVMValueRef ch;
+    if (C >= 8 && ch0 < full) {
+        *cst += 16 * (ch0 & ~7);
+        key = ch0 & 7;
+        ch = LLVMBuildXor(b, LLVMBuildAdd(b, lc, c32(k, ch0 & 7), ""), LLVMBuildAnd(b, r, c32(k, 7), ""), "");
+    } else if (C == 4) {
+        key = ch0 & 3;
+        ch = LLVMBuildXor(b, LLVMBuildAdd(b, lc, c32(k, ch0 & 3), ""),
+                          LLVMBuildAnd(b, LLVMBuildLShr(b, r, c32(k, 1), ""), c32(k, 3), ""), "");
+    } else {
+        *cst += 16 * ch0;
+        key = 9;
+        ch = lc;
+    }
+    if (!cache->v[key])
+        cache->v[key] = LLVMBuildShl(b, ch, c32(k, 4), "lane_part");
+    return cache->v[key];
+}
+
+/* Shared address base + part + cst (cst as a separate constant GEP). */
+static LLVMValueRef smem_addr(fwd *k, LLVMValueRef base, LLVMValueRef part, int cst)
+{
+    LLVMValueRef p = s2_nv_smem_at(k->cg, LLVMBuildAdd(k->b, base, part, ""));
+    LLVMValueRef c = c64(k, cst);
+    return LLVMBuildInBoundsGEP2(k->b, LLVMInt8TypeInContext(k->cg->llctx), p, &c, 1, "");
+}
+
+/* Lane parts of the K and V ldmatrix addresses, built before the loop. */
+typedef struct kv_lanes {
+    LLVMValueRef k_row, k_lc, v_row, v_lc;  /* lane rows (swizzle source) and lane chunks */
+    LLVMValueRef k_rowoff, v_rowoff;        /* lane row * row bytes */
+    lane_parts k_parts, v_parts;
+    LLVMValueRef k_part[MAX_D / 32], v_part[MAX_D / 16];
+    int k_cst[MAX_D / 32], v_cst[MAX_D / 16];
+} kv_lanes;
+
+static void kv_lanes_init(fwd *k, kv_lanes *L)
+{
+    LLVMBuilderRef b = k->b;
+    memset(L, 0, sizeof *L);
+    int row_bytes = k->s.chunks * 16;
+    /* K (x4, two k-steps): lane l -> key row l%8, chunk 4p + l/8 */
+    L->k_row = LLVMBuildAnd(b, k->lane, c32(k, 7), "");
+    L->k_lc = LLVMBuildLShr(b, k->lane, c32(k, 3), "");
+    L->k_rowoff = LLVMBuildMul(b, L->k_row, c32(k, row_bytes), "");
+    for (int p = 0; p < k->s.D / 32; p++)
+        L->k_part[p] = LLVMBuildAdd(b, L->k_rowoff, chunk_part(k, &L->k_parts, L->k_row, 4 * p, L->k_lc, &L->k_cst[p]), "");
+    /* V (x4.trans, two d-tiles): lane l -> key row l%16, chunk 2dp + l/16 */
+    L->v_row = LLVMBuildAnd(b, k->lane, c32(k, 15), "");
+    L->v_lc = LLVMBuildLShr(b, k->lane, c32(k, 4), "");
+    L->v_rowoff = LLVMBuildMul(b, L->v_row, c32(k, row_bytes), "");
+    for (int dp = 0; dp < k->s.D / 16; dp++)
+        L->v_part[dp] = LLVMBuildAdd(b, L->v_rowoff, chunk_part(k, &L->v_parts, L->v_row, 2 * dp, L->v_lc, &L->v_cst[dp]), "");
+}
+
+/* S = Q·Kᵀ for the stage at byte offset kst: K B-fragments two k-steps at a
+ * time (x4: lane l addresses key row n*8 + l%8, chunk 4p + l/8). */
+static void compute_scores(fwd *k, const kv_lanes *L, LLVMValueRef kst, LLVMValueRef sc[][4])
+{
+    int row_bytes = k->s.chunks * 16;
+    for (int n = 0; n < k->s.BN / 8; n++) {
+        for (int i = 0; i < 4; i++)
+            sc[n][i] = cf(k, 0.0);
+        for (int p = 0; p < k->s.D / 32; p++) {
+            LLVMValueRef kb[4];
+            s2_nv_ldmatrix_x4(k->cg, smem_addr(k, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes), false, kb);
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p], &kb[0], sc[n]);
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p + 1], &kb[2], sc[n]);
+        }
+    }
+}
+
+/* Scores to the scaled base-2 domain, then the token mask unless the entry
+ * is FULL: key column c of row r is kept when its sub-block pair is live,
+ * c <= limit(r) where limit = kv_len-1 - kpos0 (RAGGED) and, causal,
+ * qpos(r) - kpos0.  Masked scores become -inf. */
+static void scale_and_mask(fwd *k, LLVMValueRef sc[][4], LLVMValueRef e, LLVMValueRef kpos0)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    fwd_shape *s = &k->s;
+    int NT = s->BN / 8;
+    LLVMValueRef scale = param(k, P_SCALE_LOG2);
+    for (int n = 0; n < NT; n++)
+        for (int i = 0; i < 4; i++)
+            sc[n][i] = LLVMBuildFMul(b, sc[n][i], scale, "");
+
+    LLVMValueRef flags = entry_field(k, e, 4, cg->t_i32);
+    LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "full");
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
+    LLVMBasicBlockRef mask_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "mask");
+    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
+    LLVMBuildCondBr(b, full, join, mask_bb);
+    LLVMPositionBuilderAtEnd(b, mask_bb);
+
+    LLVMValueRef live = entry_field(k, e, 8, cg->t_i64);
+    LLVMValueRef masked[MAX_BN / 8][4];
+    LLVMValueRef ninf = cf(k, -INFINITY);
+    LLVMValueRef col0 = LLVMBuildShl(b, k->t4, c32(k, 1), "col0");
+    for (int hr = 0; hr < 2; hr++) {
+        LLVMValueRef r = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
+                                      LLVMBuildAdd(b, k->g, c32(k, 8 * hr), ""), "row");
+        LLVMValueRef isub = LLVMBuildLShr(b, r, c32(k, s->sub_m_log2), "");
+        LLVMValueRef shift = LLVMBuildZExt(b, LLVMBuildMul(b, isub, c32(k, s->sub_n), ""), cg->t_i64, "");
+        LLVMValueRef bits = LLVMBuildTrunc(b, LLVMBuildLShr(b, live, shift, ""), cg->t_i32, "row_live");
+        LLVMValueRef limit = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), kpos0, "");
+        if (s->causal) {
+            LLVMValueRef qpos = LLVMBuildAdd(b, k->tile_pos0, r, "");
+            limit = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildSub(b, qpos, kpos0, ""), limit, ""),
+                                    LLVMBuildSub(b, qpos, kpos0, ""), limit, "limit");
+        }
+        LLVMValueRef lim_rel = LLVMBuildSub(b, limit, col0, "");   /* compare c - col0 <= limit - col0 */
+        for (int n = 0; n < NT; n++) {
+            int jsub = n * 8 / s->sub_n_size;
+            LLVMValueRef live_bit = LLVMBuildICmp(b, LLVMIntNE,
+                LLVMBuildAnd(b, bits, c32(k, 1 << jsub), ""), c32(k, 0), "");
+            for (int e2 = 0; e2 < 2; e2++) {
+                int i = 2 * hr + e2;
+                LLVMValueRef inside = LLVMBuildICmp(b, LLVMIntSLE, c32(k, n * 8 + e2), lim_rel, "");
+                masked[n][i] = LLVMBuildSelect(b, LLVMBuildAnd(b, inside, live_bit, ""), sc[n][i], ninf, "");
+            }
+        }
+    }
+    LLVMBasicBlockRef mask_end = LLVMGetInsertBlock(b);
+    LLVMBuildBr(b, join);
+    LLVMPositionBuilderAtEnd(b, join);
+    for (int n = 0; n < NT; n++)
+        for (int i = 0; i < 4; i++) {
+            LLVMValueRef phi = LLVMBuildPhi(b, cg->t_f32, "");
+            LLVMValueRef v[2] = {sc[n][i], masked[n][i]};
+            LLVMBasicBlockRef bb[2] = {from, mask_end};
+            LLVMAddIncoming(phi, v, bb, 2);
+            sc[n][i] = phi;
+        }
+}
+
+/* Online softmax (§1.5), row hr of the thread's two rows: new max, rescale
+ * O and l, scores -> probabilities in place. */
+static void online_softmax(fwd *k, LLVMValueRef sc[][4])
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int NT = k->s.BN / 8;
+    for (int hr = 0; hr < 2; hr++) {
+        LLVMValueRef mx = cf(k, -INFINITY);
+        for (int n = 0; n < NT; n++)
+            for (int e = 0; e < 2; e++)
+                mx = s2_nv_fmax(cg, mx, sc[n][2 * hr + e]);
+        mx = s2_nv_quad_max_f32(cg, mx);
+        LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, k->m_row[hr], "");
+        LLVMValueRef m_new = s2_nv_fmax(cg, m_old, mx);
+        /* Check_inf: a row with nothing kept so far subtracts 0, not -inf */
+        LLVMValueRef m_use = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m_new, cf(k, -INFINITY), ""),
+                                             cf(k, 0.0), m_new, "m_use");
+        LLVMValueRef alpha = s2_nv_ex2_approx(cg, LLVMBuildFSub(b, m_old, m_use, ""));
+        LLVMValueRef sum = cf(k, 0.0);
+        for (int n = 0; n < NT; n++)
+            for (int e = 0; e < 2; e++) {
+                int i = 2 * hr + e;
+                sc[n][i] = s2_nv_ex2_approx(cg, LLVMBuildFSub(b, sc[n][i], m_use, ""));
+                sum = LLVMBuildFAdd(b, sum, sc[n][i], "");
+            }
+        LLVMValueRef l_old = LLVMBuildLoad2(b, cg->t_f32, k->l_row[hr], "");
+        LLVMBuildStore(b, s2_nv_fma(cg, l_old, alpha, sum), k->l_row[hr]);
+        LLVMBuildStore(b, m_new, k->m_row[hr]);
+        for (int dn = 0; dn < k->s.D / 8; dn++)
+            for (int e = 0; e < 2; e++) {
+                LLVMValueRef p = k->o_acc[dn][2 * hr + e];
+                LLVMBuildStore(b, LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, p, ""), alpha, ""), p);
+            }
+    }
+}
+
+/* O += P·V: P from the score registers (C layout of n-tiles 2kk, 2kk+1 = A
+ * layout of k-step kk, §1.4), V B-fragments with ldmatrix.x4.trans, two
+ * d-tiles at a time (lane l addresses key row 16kk + l%16, chunk 2dp + l/16). */
+static void accumulate_pv(fwd *k, const kv_lanes *L, LLVMValueRef vst, LLVMValueRef sc[][4])
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int row_bytes = k->s.chunks * 16;
+    for (int kk = 0; kk < k->s.BN / 16; kk++) {
+        LLVMValueRef a[4] = {
+            s2_nv_pack2(cg, k->s.dt, sc[2 * kk][0], sc[2 * kk][1]),
+            s2_nv_pack2(cg, k->s.dt, sc[2 * kk][2], sc[2 * kk][3]),
+            s2_nv_pack2(cg, k->s.dt, sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
+            s2_nv_pack2(cg, k->s.dt, sc[2 * kk + 1][2], sc[2 * kk + 1][3]),
+        };
+        for (int dp = 0; dp < k->s.D / 16; dp++) {
+            LLVMValueRef vb[4];
+            s2_nv_ldmatrix_x4(cg, smem_addr(k, vst, L->v_part[dp], L->v_cst[dp] + 16 * kk * row_bytes), true, vb);
+            for (int h = 0; h < 2; h++) {
+                int dn = 2 * dp + h;
+                LLVMValueRef acc[4];
+                for (int i = 0; i < 4; i++)
+                    acc[i] = LLVMBuildLoad2(b, cg->t_f32, k->o_acc[dn][i], "");
+                s2_nv_mma_m16n8k16(cg, k->s.dt, a, &vb[2 * h], acc);
+                for (int i = 0; i < 4; i++)
+                    LLVMBuildStore(b, acc[i], k->o_acc[dn][i]);
+            }
+        }
+    }
+}
+
+/* The loop over the list: ring of `stages` K/V buffers, one cp.async group
+ * per entry (§2.1 multi-stage ring). */
+static void main_loop(fwd *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int S = k->s.stages;
+    kv_lanes L;
+    kv_lanes_init(k, &L);
+    s2_nv_loop loop;
+    s2_nv_loop_begin(cg, &loop, "kv", k->begin, k->end, c32(k, 1), NULL, 0);
+    LLVMValueRef e = loop.iv;
+    LLVMValueRef i = LLVMBuildSub(b, e, k->begin, "i");
+    if (S > 1)
+        prefetch_kv(k, LLVMBuildAdd(b, e, c32(k, S - 1), ""),
+                    LLVMBuildURem(b, LLVMBuildAdd(b, i, c32(k, S - 1), ""), c32(k, S), ""));
+    else
+        prefetch_kv(k, e, c32(k, 0));
+    s2_nv_cp_async_wait(cg, S - 1);
+    s2_nv_barrier_cta(cg);
+
+    LLVMValueRef stage = LLVMBuildURem(b, i, c32(k, S), "stage");
+    LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, k->s.stage_bytes), "");
+    LLVMValueRef kst = LLVMBuildAdd(b, soff, c32(k, k->s.k_off), "kst");
+    LLVMValueRef vst = LLVMBuildAdd(b, soff, c32(k, k->s.v_off), "vst");
+    LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, e, 0, cg->t_i32), c32(k, k->s.BN), "kpos0");
+
+    LLVMValueRef sc[MAX_BN / 8][4];
+    compute_scores(k, &L, kst, sc);
+    scale_and_mask(k, sc, e, kpos0);
+    online_softmax(k, sc);
+    accumulate_pv(k, &L, vst, sc);
+    /* the stage is overwritten by the prefetch S-1 iterations later */
+    s2_nv_barrier_cta(cg);
+    s2_nv_loop_end(cg, &loop, NULL);
+}
+
+/* O /= l, LSE = (m + log2 l)·ln 2; empty rows give O = 0 and LSE = -inf.
+ * Rows outside [q_start, kv_len) are not stored. */
+static void epilogue(fwd *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    s2_nv_cp_async_wait(cg, 0);
+    LLVMValueRef col = LLVMBuildShl(b, k->t4, c32(k, 1), "");
+    for (int hr = 0; hr < 2; hr++) {
+        LLVMValueRef l = s2_nv_quad_sum_f32(cg, LLVMBuildLoad2(b, cg->t_f32, k->l_row[hr], ""));
+        LLVMValueRef m = LLVMBuildLoad2(b, cg->t_f32, k->m_row[hr], "");
+        LLVMValueRef pos_l = LLVMBuildFCmp(b, LLVMRealOGT, l, cf(k, 0.0), "");
+        LLVMValueRef inv = LLVMBuildSelect(b, pos_l, LLVMBuildFDiv(b, cf(k, 1.0), l, ""), cf(k, 0.0), "inv");
+        LLVMValueRef lse = LLVMBuildFMul(b, LLVMBuildFAdd(b, m, s2_nv_lg2_approx(cg, l), ""), cf(k, M_LN2), "");
+        lse = LLVMBuildSelect(b, pos_l, lse, cf(k, -INFINITY), "lse");
+
+        LLVMValueRef r = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
+                                      LLVMBuildAdd(b, k->g, c32(k, 8 * hr), ""), "row");
+        LLVMValueRef qrow;
+        LLVMValueRef ok = q_row_valid(k, r, &qrow, NULL);
+        s2_nv_if store;
+        s2_nv_if_begin(cg, &store, ok, "store");
+        LLVMValueRef row_off = LLVMBuildAdd(b, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""), "");
+        for (int dn = 0; dn < k->s.D / 8; dn++) {
+            LLVMValueRef o0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->o_acc[dn][2 * hr], ""), inv, "");
+            LLVMValueRef o1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->o_acc[dn][2 * hr + 1], ""), inv, "");
+            LLVMValueRef c = LLVMBuildZExt(b, LLVMBuildAdd(b, col, c32(k, dn * 8), ""), cg->t_i64, "");
+            LLVMValueRef p = gep16(k, param(k, P_O), LLVMBuildAdd(b, row_off, c, ""));
+            LLVMValueRef st = LLVMBuildStore(b, s2_nv_pack2(cg, k->s.dt, o0, o1), p);
+            LLVMSetAlignment(st, 4);
+        }
+        /* LSE: one lane of the quad, when asked for */
+        LLVMValueRef lse_ptr = param(k, P_LSE);
+        LLVMValueRef want = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, k->t4, c32(k, 0), ""),
+            LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lse_ptr, cg->t_i64, ""), c64(k, 0), ""), "");
+        s2_nv_if wl;
+        s2_nv_if_begin(cg, &wl, want, "lse");
+        LLVMValueRef idx = LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, k->batch, c64(k, k->s.heads), ""), k->head, ""),
+                                        sext64(k, k->q_len), "");
+        idx = LLVMBuildAdd(b, idx, sext64(k, qrow), "");
+        LLVMValueRef lp = LLVMBuildInBoundsGEP2(b, cg->t_f32, lse_ptr, &idx, 1, "");
+        LLVMSetAlignment(LLVMBuildStore(b, lse, lp), 4);
+        s2_nv_if_end(cg, &wl);
+        s2_nv_if_end(cg, &store);
+    }
+    LLVMBuildRetVoid(b);
+}
+
+static void fwd_shape_init(fwd_shape *s, const s2_pattern *p, const s2_kernel_spec *spec)
+{
+    memset(s, 0, sizeof *s);
+    s->dt = spec->dtype;
+    s->D = spec->head_dim;
+    s->BM = spec->block_m;
+    s->BN = spec->block_n;
+    s->warps = spec->num_warps;
+    s->stages = spec->num_stages;
+    s->threads = s->warps * 32;
+    s->chunks = s->D / 8;
+    int sub_m_size = p->block_size < s->BM ? p->block_size : s->BM;
+    s->sub_m_log2 = log2i(sub_m_size);
+    s->sub_n_size = p->block_size < s->BN ? p->block_size : s->BN;
+    s->sub_n = s->BN / s->sub_n_size;
+    s->group = p->heads / p->kv_heads;
+    s->heads = p->heads;
+    s->causal = p->causal;
+    s->q_off = 0;
+    s->stage_bytes = s->BN * s->D * 2;
+    s->k_off = s->BM * s->D * 2;
+    s->v_off = s->k_off + s->stages * s->stage_bytes;
+}
+
+int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
+{
+    fwd_shape s;
+    fwd_shape_init(&s, p, spec);
+    return s.v_off + s.stages * s.stage_bytes;
+}
+
+s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name)
+{
+    fwd k = {.cg = cg, .b = cg->b};
+    fwd_shape_init(&k.s, p, spec);
+    if (k.s.D > MAX_D || k.s.BN > MAX_BN || k.s.BM != 16 * k.s.warps || k.s.D % 32 != 0)
+        return s2_fail(ctx, S2_ERR_INTERNAL, "forward: unresolved spec reached the builder");
+    LLVMTypeRef params[P_COUNT];
+    for (int i = P_Q; i <= P_LSE; i++)
+        params[i] = cg->t_ptr_global;
+    for (int i = P_QS; i < P_QLEN; i++)
+        params[i] = cg->t_i64;
+    params[P_QLEN] = params[P_KVLEN] = cg->t_i32;
+    params[P_SCALE_LOG2] = cg->t_f32;
+    params[P_CLASS] = params[P_OFFSETS] = params[P_ENTRIES] = cg->t_ptr_global;
+    params[P_FIRST_Q_TILE] = params[P_Q_TILES] = cg->t_i32;
+    k.fn = s2_nv_kernel_new(cg, name, params, P_COUNT, k.s.threads, 1);
+    for (int i = P_Q; i <= P_V; i++) {
+        s2_nv_param_attr(cg, k.fn, (unsigned)i, "noalias");
+        s2_nv_param_attr(cg, k.fn, (unsigned)i, "readonly");
+    }
+    for (int i = P_CLASS; i <= P_ENTRIES; i++) {
+        s2_nv_param_attr(cg, k.fn, (unsigned)i, "noalias");
+        s2_nv_param_attr(cg, k.fn, (unsigned)i, "readonly");
+    }
+    s2_nv_param_attr(cg, k.fn, P_O, "noalias");
+    s2_nv_param_attr(cg, k.fn, P_LSE, "noalias");
+    LLVMBasicBlockRef entry_bb = LLVMGetInsertBlock(cg->b);
+
+    setup(&k);
+    init_accumulators(&k, entry_bb);
+    load_tile(&k, k.s.BM, param(&k, P_Q), k.qbase, param(&k, P_QS + 1), k.s.q_off, NULL, q_row_valid, NULL);
+    s2_nv_cp_async_commit(cg);
+    for (int st = 0; st < k.s.stages - 1; st++)
+        prefetch_kv(&k, LLVMBuildAdd(k.b, k.begin, c32(&k, st), ""), c32(&k, st));
+    /* Q's group is the oldest: S-1 newer ones may stay in flight */
+    s2_nv_cp_async_wait(cg, k.s.stages - 1);
+    s2_nv_barrier_cta(cg);
+    load_q_fragments(&k);
+    main_loop(&k);
+    epilogue(&k);
+    return S2_OK;
+}

@@ -1,0 +1,207 @@
+/* Attention kernels without a GPU: every stock-like pattern x head dim x
+ * dtype x arch assembles with zero spills, the manifest survives in the
+ * cubin and round-trips through the parser to the same pattern. */
+#include "patterns.h"
+#include "s2c/attention.h"
+#include "s2c/codegen.h"
+#include "s2c/layout.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const s2_arch archs[] = {S2_ARCH_SM80, S2_ARCH_SM90A};
+static const int dims[] = {64, 128};
+static const s2_dtype dtypes[] = {S2_DTYPE_BF16, S2_DTYPE_F16};
+enum { NUM_VARIANTS = ATTN_NUM_PATTERNS * 2 * 2 * 2 };
+
+static void assert_same_pattern(const s2_pattern *a, const s2_pattern *b)
+{
+    ck_assert_str_eq(a->name, b->name);
+    ck_assert_int_eq(a->heads, b->heads);
+    ck_assert_int_eq(a->kv_heads, b->kv_heads);
+    ck_assert_int_eq(a->block_size, b->block_size);
+    ck_assert_int_eq(a->causal, b->causal);
+    ck_assert_int_eq(a->vert_position, b->vert_position);
+    ck_assert_int_eq(a->local_left, b->local_left);
+    ck_assert_int_eq(a->local_right, b->local_right);
+    ck_assert_int_eq(a->vert_stride, b->vert_stride);
+    ck_assert_int_eq(a->head_sliding_step, b->head_sliding_step);
+    ck_assert_int_eq(a->head_sliding_offset, b->head_sliding_offset);
+    ck_assert_int_eq(a->num_dense_heads, b->num_dense_heads);
+    ck_assert_int_eq(a->num_ranges, b->num_ranges);
+    for (int q = 0; q < a->heads; q++) {
+        const s2_head_rule *x = &a->rules[q], *y = &b->rules[q];
+        ck_assert_msg(x->dense == y->dense && x->local_left == y->local_left && x->local_right == y->local_right &&
+                      x->vert_stride == y->vert_stride && x->shift == y->shift && x->mask == y->mask,
+                      "rule of head %d differs", q);
+        /* and the masks they give */
+        for (int64_t m = 0; m < 40; m++)
+            for (int64_t n = 0; n < 40; n++)
+                ck_assert_msg(s2_block_kept(a, q, m, n) == s2_block_kept(b, q, m, n), "head %d block (%lld, %lld)",
+                              q, (long long)m, (long long)n);
+    }
+}
+
+START_TEST(assembles_without_spills_and_carries_manifest)
+{
+    int v = _i;
+    int which = v % ATTN_NUM_PATTERNS;
+    int D = dims[(v / ATTN_NUM_PATTERNS) % 2];
+    s2_dtype dt = dtypes[(v / ATTN_NUM_PATTERNS / 2) % 2];
+    s2_arch arch = archs[v / ATTN_NUM_PATTERNS / 4];
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(which, &a);
+    s2_pattern_set *set = NULL;
+    ck_assert_msg(s2_pattern_from_args(ctx, &a, &set) == S2_OK, "%s", s2_ctx_message(ctx));
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+
+    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = dt, .head_dim = D, .arch = arch};
+    s2_artifact *art = NULL;
+    s2_status st = s2_compile_attention(ctx, p, &spec, S2_CUBIN_PTXAS, &art);
+    ck_assert_msg(st == S2_OK, "%s d%d %s %s: %s", p->name, D, s2_dtype_name(dt), s2_arch_name(arch),
+                  s2_ctx_message(ctx));
+    ck_assert_int_eq(art->num_kernels, 1);
+    const s2_kernel_info *ki = &art->kernels[0];
+    printf("%-14s d%-3d %-4s %-6s bm%d bn%d w%d st%d: %3d regs, spill %d/%d, stack %d, smem %d\n", p->name, D,
+           s2_dtype_name(dt), s2_arch_name(arch), art->spec.block_m, art->spec.block_n, art->spec.num_warps,
+           art->spec.num_stages, ki->registers, ki->spill_stores, ki->spill_loads, ki->stack_frame, art->smem_bytes);
+    ck_assert_msg(ki->registers > 0, "no resource line in the ptxas log:\n%s", art->log);
+    ck_assert_msg(ki->spill_stores == 0 && ki->spill_loads == 0 && ki->stack_frame == 0,
+                  "%s d%d %s %s spills: %d/%d stack %d", p->name, D, s2_dtype_name(dt), s2_arch_name(arch),
+                  ki->spill_stores, ki->spill_loads, ki->stack_frame);
+    char want[128];
+    snprintf(want, sizeof want, "_%s_d%d", s2_dtype_name(dt), D);
+    ck_assert_msg(strncmp(ki->name, "s2_fwd_", 7) == 0 && strstr(ki->name, want), "name %s", ki->name);
+    ck_assert_ptr_nonnull(strstr(art->ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
+    ck_assert_ptr_nonnull(strstr(art->ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+    ck_assert_ptr_nonnull(strstr(art->ptx, "cp.async.cg.shared.global"));
+
+    /* the manifest, from the cubin's symbol table */
+    const char *text = NULL;
+    size_t len = 0;
+    ck_assert_msg(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &text, &len) == S2_OK, "%s",
+                  s2_ctx_message(ctx));
+    ck_assert_msg(len > 20 && strncmp(text, "s2c-manifest 1\n", 15) == 0, "manifest text: %.*s", (int)len, text);
+    s2_manifest *m = NULL;
+    ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_str_eq(s2_manifest_generator(m), s2_version());
+    ck_assert_int_eq(s2_manifest_arch(m), arch);
+    ck_assert_int_eq(s2_manifest_num_kernels(m), 1);
+    const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
+    ck_assert_str_eq(mk->name, ki->name);
+    ck_assert_str_eq(mk->pattern, p->name);
+    ck_assert_int_eq(mk->spec.dtype, dt);
+    ck_assert_int_eq(mk->spec.head_dim, D);
+    ck_assert_int_eq(mk->spec.block_m, art->spec.block_m);
+    ck_assert_int_eq(mk->spec.block_n, art->spec.block_n);
+    ck_assert_int_eq(mk->spec.num_warps, art->spec.num_warps);
+    ck_assert_int_eq(mk->spec.num_stages, art->spec.num_stages);
+    ck_assert_int_eq(mk->threads, art->threads_per_block);
+    ck_assert_int_eq(mk->smem_bytes, art->smem_bytes);
+    ck_assert_int_eq(s2_manifest_num_patterns(m), 1);
+    assert_same_pattern(p, s2_manifest_find_pattern(m, p->name));
+    s2_manifest_free(m);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(manifest_rejects_damage)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(3, &a);
+    s2_pattern_set *set = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    s2_manifest_kernel k = {.name = "kern", .pattern = p->name, .threads = 128, .smem_bytes = 1024,
+                            .spec = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .block_n = 64,
+                                     .num_warps = 4, .num_stages = 2}};
+    char *text = NULL;
+    ck_assert_int_eq(s2_manifest_format(ctx, S2_ARCH_SM90A, &k, 1, &p, 1, &text), S2_OK);
+    size_t n = strlen(text);
+    s2_manifest *m = NULL;
+    ck_assert_int_eq(s2_manifest_parse(ctx, text, n, &m), S2_OK);
+    assert_same_pattern(p, s2_manifest_pattern_at(m, 0));
+    s2_manifest_free(m);
+    /* truncated: no end line, and a missing rule */
+    ck_assert_int_eq(s2_manifest_parse(ctx, text, n / 2, &m), S2_ERR_PARSE);
+    ck_assert_ptr_null(m);
+    char *cut = strdup(text);
+    char *rule = strstr(cut, "pattern.rule 5 ");
+    ck_assert_ptr_nonnull(rule);
+    rule[8] = 'X'; /* pattern.Xule: an unknown key, so head 5 has no rule */
+    ck_assert_int_eq(s2_manifest_parse(ctx, cut, n, &m), S2_ERR_PARSE);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "incomplete"));
+    /* wrong version */
+    cut[13] = '9';
+    ck_assert_int_eq(s2_manifest_parse(ctx, cut, n, &m), S2_ERR_PARSE);
+    /* a kernel naming an unknown pattern */
+    free(cut);
+    k.pattern = "nope";
+    free(text);
+    ck_assert_int_eq(s2_manifest_format(ctx, S2_ARCH_SM80, &k, 1, &p, 1, &text), S2_OK);
+    ck_assert_int_eq(s2_manifest_parse(ctx, text, strlen(text), &m), S2_ERR_PARSE);
+    free(text);
+    /* a cubin without the symbol */
+    static const unsigned char junk[64] = {0x7f, 'E', 'L', 'F', 2};
+    const char *t;
+    size_t tl;
+    ck_assert_int_ne(s2_cubin_find_manifest(ctx, junk, sizeof junk, &t, &tl), S2_OK);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(spec_heuristic_and_limits)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(1, &a);
+    s2_pattern_set *set = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    s2_kernel_spec s = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s, p), S2_OK);
+    ck_assert_int_eq(s.block_m, 64);
+    ck_assert_int_eq(s.num_warps, 4);
+    ck_assert_int_eq(s.block_n, 64);
+    ck_assert_int_eq(s.num_stages, 2);
+    s2_kernel_spec t = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 128};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &t, p), S2_OK);
+    ck_assert_int_eq(t.num_warps, 8);
+    /* block 16: 128 x 128 tile = 64 sub-blocks is the limit, fine */
+    t.block_n = 128;
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &t, p), S2_OK);
+    s2_kernel_spec u = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .num_warps = 2};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &u, p), S2_ERR_UNSUPPORTED);
+    s2_kernel_spec f32 = {.dtype = S2_DTYPE_F32, .head_dim = 64};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &f32, p), S2_ERR_UNSUPPORTED);
+    s2_kernel_spec d80 = {.dtype = S2_DTYPE_F16, .head_dim = 80};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &d80, p), S2_ERR_UNSUPPORTED);
+    s2_kernel_spec big = {.dtype = S2_DTYPE_F16, .head_dim = 128, .block_n = 128, .num_stages = 4, .arch = S2_ARCH_SM80};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &big, p), S2_ERR_UNSUPPORTED);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("attn");
+    TCase *tc = tcase_create("fwd");
+    tcase_set_timeout(tc, 120);
+    tcase_add_loop_test(tc, assembles_without_spills_and_carries_manifest, 0, NUM_VARIANTS);
+    tcase_add_test(tc, manifest_rejects_damage);
+    tcase_add_test(tc, spec_heuristic_and_limits);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

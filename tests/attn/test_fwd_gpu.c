@@ -1,0 +1,383 @@
+/* The forward kernel on a real GPU against the float64 CPU reference.
+ * Every case compiles the kernel for the device's arch in-process, builds and
+ * uploads the packed forward schedule, fills fresh random inputs (seed
+ * printed; S2C_SEED=N repeats a run), poisons the outputs with NaN and
+ * compares o (relative Frobenius error) and lse (absolute, -inf exactly).
+ * S2C_FWD_CASES=substring runs only the cases whose name contains it;
+ * S2C_FWD_ARCH=sm_80 compiles for that arch instead of the device's; when it
+ * is not the device's own, the PTX is loaded (the driver JIT-compiles it), so
+ * the sm_80 code path can be checked on an sm_90 device.
+ * Exits 77 without libcuda.so.1 or a device.  CUDA is initialised in this
+ * process, so Check runs the tests without forking. */
+#include "patterns.h"
+#include "s2c/attention.h"
+#include "s2c/codegen.h"
+#include "s2c/layout.h"
+#include "s2c/ref.h"
+#include "s2c/runtime.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef enum { L_BSHD, L_BHSD, L_QKV_PACKED } layout_kind;
+static const char *const layout_names[] = {"bshd", "bhsd", "qkv"};
+
+typedef struct fwd_case {
+    const char *name;
+    int pattern;           /* attn_pattern_args index */
+    int head_dim;
+    s2_dtype dt;
+    int batch;
+    int64_t q_len, kv_len;
+    layout_kind layout;
+    int block_m, block_n, num_stages;   /* 0 = heuristic */
+    bool expect_empty_rows;
+} fwd_case;
+
+static const fwd_case cases[] = {
+    {"causal64_d128_bf16", 0, 128, S2_DTYPE_BF16, 2, 1024, 1024, L_BSHD, 0, 0, 0, false},
+    {"causal64_d64_f16_bhsd", 0, 64, S2_DTYPE_F16, 1, 1000, 1000, L_BHSD, 0, 0, 0, false},
+    {"mergeq16_d64_f16_ragged", 1, 64, S2_DTYPE_F16, 2, 777, 777, L_BHSD, 0, 0, 0, false},
+    {"mergeq16_d128_bf16_m128n128", 1, 128, S2_DTYPE_BF16, 1, 600, 600, L_BSHD, 128, 128, 2, false},
+    {"mergeq16_d64_bf16_m16n128_s1", 1, 64, S2_DTYPE_BF16, 1, 333, 333, L_BSHD, 16, 128, 1, false},
+    {"bidir64_d128_f16_ragged", 2, 128, S2_DTYPE_F16, 1, 1000, 1000, L_BSHD, 0, 0, 0, false},
+    {"bidir64_d64_bf16_q100", 2, 64, S2_DTYPE_BF16, 2, 100, 1000, L_BHSD, 0, 0, 0, false},
+    {"gqa32_8_b32_d64_bf16", 3, 64, S2_DTYPE_BF16, 1, 512, 512, L_BSHD, 0, 0, 0, false},
+    {"gqa32_8_b32_d128_f16_s3", 3, 128, S2_DTYPE_F16, 1, 300, 300, L_BHSD, 64, 32, 3, false},
+    {"dense2_d128_bf16_q100_kv1000", 4, 128, S2_DTYPE_BF16, 2, 100, 1000, L_BSHD, 0, 0, 0, false},
+    {"empty_rows16_d64_bf16", 5, 64, S2_DTYPE_BF16, 2, 300, 300, L_BSHD, 0, 0, 0, true},
+    {"empty_rows16_d128_f16_q195", 5, 128, S2_DTYPE_F16, 1, 195, 200, L_BHSD, 32, 64, 0, true},
+    {"b128_d64_f16_qkvpacked", 6, 64, S2_DTYPE_F16, 2, 640, 640, L_QKV_PACKED, 0, 0, 0, false},
+    {"b128_d128_bf16_qkvpacked_ragged", 6, 128, S2_DTYPE_BF16, 1, 700, 700, L_QKV_PACKED, 128, 64, 0, false},
+    {"causal64_d32_bf16", 0, 32, S2_DTYPE_BF16, 1, 500, 500, L_BSHD, 0, 0, 0, false},
+    {"mergeq16_d96_f16", 1, 96, S2_DTYPE_F16, 1, 400, 400, L_BSHD, 0, 0, 0, false},
+};
+enum { NUM_CASES = sizeof cases / sizeof cases[0] };
+
+typedef struct case_result {
+    bool ran, ok;
+    double o_err, lse_err;
+    int64_t empty_rows;
+    int regs, smem;
+    s2_kernel_spec spec;
+    uint64_t seed;
+} case_result;
+
+static case_result results[NUM_CASES];
+static uint64_t base_seed;
+static s2_arch dev_arch;
+static bool load_ptx;   /* arch forced to one that is not the device's */
+
+typedef struct host_tensor {
+    uint16_t *data;
+    size_t elems;
+    s2_tensor t;
+    s2_devptr dev;
+} host_tensor;
+
+static size_t span(const int64_t stride[4], const int64_t ext[4])
+{
+    int64_t last = 0;
+    for (int i = 0; i < 4; i++)
+        last += (ext[i] - 1) * stride[i];
+    return (size_t)last + 1;
+}
+
+static bool ref_mask(const void *user, int q_head, int64_t qpos, int64_t kpos)
+{
+    return s2_token_kept((const s2_pattern *)user, q_head, qpos, kpos);
+}
+
+static const uint16_t POISON16 = 0xffff; /* NaN in bf16 and f16 */
+
+/* Strides (b, s, h, d) of a tensor of `seq` rows and `heads` heads in `layout`. */
+static void layout_strides(layout_kind lk, int64_t seq, int64_t heads, int64_t dim, int64_t pad, int64_t st[4])
+{
+    if (lk == L_BHSD) {
+        st[0] = heads * seq * (dim + pad), st[1] = dim + pad, st[2] = seq * (dim + pad), st[3] = 1;
+    } else {
+        st[0] = seq * (heads * dim + pad), st[1] = heads * dim + pad, st[2] = dim, st[3] = 1;
+    }
+}
+
+static void run_case(int ci)
+{
+    const fwd_case *c = &cases[ci];
+    case_result *res = &results[ci];
+    const char *filter = getenv("S2C_FWD_CASES");
+    if (filter && !strstr(c->name, filter))
+        return;
+    res->ran = true;
+    res->seed = base_seed + (uint64_t)ci * 7919u;
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(c->pattern, &a);
+    s2_pattern_set *set = NULL;
+    ck_assert_msg(s2_pattern_from_args(ctx, &a, &set) == S2_OK, "%s", s2_ctx_message(ctx));
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    const int B = c->batch, H = p->heads, HK = p->kv_heads, D = c->head_dim;
+    const int64_t SQ = c->q_len, SK = c->kv_len;
+
+    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = c->dt, .head_dim = D, .arch = dev_arch,
+                           .block_m = c->block_m, .block_n = c->block_n, .num_stages = c->num_stages};
+    s2_artifact *art = NULL;
+    ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
+                  s2_ctx_message(ctx));
+    res->spec = art->spec;
+    res->regs = art->kernels[0].registers;
+    res->smem = art->smem_bytes;
+
+    /* the packed forward schedule for the kernel's tile */
+    s2_layout *lay = NULL;
+    s2_schedule *sched = NULL;
+    s2_packed_schedule pk;
+    ck_assert_msg(s2_layout_new(ctx, p, SQ, SK, &lay) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_tile_spec ts = {art->spec.block_m, art->spec.block_n};
+    ck_assert_msg(s2_schedule_build(ctx, lay, ts, false, &sched) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_msg(s2_schedule_pack(ctx, sched, &pk) == S2_OK, "%s", s2_ctx_message(ctx));
+
+    /* host tensors */
+    host_tensor q = {0}, k = {0}, v = {0}, o = {0};
+    int64_t qx[4] = {B, SQ, H, D}, kx[4] = {B, SK, HK, D};
+    uint16_t *packed = NULL;
+    size_t packed_elems = 0;
+    if (c->layout == L_QKV_PACKED) {
+        /* q, k, v sliced from one [B][S][3][H][D] tensor (needs H == HKV, SQ == SK) */
+        ck_assert(H == HK && SQ == SK);
+        int64_t st[4] = {SK * 3 * H * D, 3 * H * D, D, 1};
+        packed_elems = span(st, kx) + 2 * (size_t)H * D;
+        packed = malloc(packed_elems * 2);
+        ck_assert_ptr_nonnull(packed);
+        q.t = (s2_tensor){packed, c->dt, {st[0], st[1], st[2], st[3]}};
+        k.t = (s2_tensor){packed + H * D, c->dt, {st[0], st[1], st[2], st[3]}};
+        v.t = (s2_tensor){packed + 2 * H * D, c->dt, {st[0], st[1], st[2], st[3]}};
+    } else {
+        host_tensor *ts4[3] = {&q, &k, &v};
+        for (int i = 0; i < 3; i++) {
+            int64_t st[4];
+            layout_strides(c->layout, i == 0 ? SQ : SK, i == 0 ? H : HK, D, 0, st);
+            const int64_t *ext = i == 0 ? qx : kx;
+            ts4[i]->elems = span(st, ext);
+            ts4[i]->data = malloc(ts4[i]->elems * 2);
+            ck_assert_ptr_nonnull(ts4[i]->data);
+            memset(ts4[i]->data, 0, ts4[i]->elems * 2);
+            ts4[i]->t = (s2_tensor){ts4[i]->data, c->dt, {st[0], st[1], st[2], st[3]}};
+        }
+    }
+    /* o padded by 8 elements per row: the padding must stay poisoned */
+    int64_t ost[4];
+    layout_strides(c->layout == L_BHSD ? L_BHSD : L_BSHD, SQ, H, D, 8, ost);
+    o.elems = span(ost, qx) + 8;
+    o.data = malloc(o.elems * 2);
+    ck_assert_ptr_nonnull(o.data);
+    for (size_t i = 0; i < o.elems; i++)
+        o.data[i] = POISON16;
+    o.t = (s2_tensor){o.data, c->dt, {ost[0], ost[1], ost[2], ost[3]}};
+    s2_tensor_fill_random(&q.t, qx, res->seed, -1.5, 1.5);
+    s2_tensor_fill_random(&k.t, kx, res->seed + 1, -1.5, 1.5);
+    s2_tensor_fill_random(&v.t, kx, res->seed + 2, -1.0, 1.0);
+    size_t nlse = (size_t)B * H * SQ;
+    float *lse = malloc(nlse * sizeof *lse), *lse_ref = malloc(nlse * sizeof *lse_ref);
+    ck_assert(lse && lse_ref);
+    for (size_t i = 0; i < nlse; i++)
+        lse[i] = NAN;
+
+    /* device */
+    s2_device *dev = NULL;
+    ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_module *mod = NULL;
+    s2_kernel *kern = NULL;
+    const void *image = load_ptx ? (const void *)art->ptx : (const void *)art->cubin;
+    size_t image_size = load_ptx ? art->ptx_len : art->cubin_size;
+    ck_assert_msg(s2_module_load_data(ctx, dev, image, image_size, &mod) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_msg(s2_kernel_get(ctx, mod, art->kernels[0].name, &kern) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_devptr d_packed = 0, d_lse = 0, d_sched = 0;
+#define UPLOAD(dptr, host, bytes)                                                                          \
+    do {                                                                                                   \
+        ck_assert_msg(s2_mem_alloc(ctx, dev, (bytes), &(dptr)) == S2_OK, "%s", s2_ctx_message(ctx));         \
+        ck_assert_msg(s2_memcpy_h2d(ctx, dev, (dptr), (host), (bytes)) == S2_OK, "%s", s2_ctx_message(ctx)); \
+    } while (0)
+    s2_devptr dq, dk, dv;
+    if (packed) {
+        UPLOAD(d_packed, packed, packed_elems * 2);
+        dq = d_packed;
+        dk = d_packed + (s2_devptr)H * D * 2;
+        dv = d_packed + (s2_devptr)2 * H * D * 2;
+    } else {
+        UPLOAD(q.dev, q.data, q.elems * 2);
+        UPLOAD(k.dev, k.data, k.elems * 2);
+        UPLOAD(v.dev, v.data, v.elems * 2);
+        dq = q.dev, dk = k.dev, dv = v.dev;
+    }
+    UPLOAD(o.dev, o.data, o.elems * 2);
+    UPLOAD(d_lse, lse, nlse * sizeof *lse);
+    UPLOAD(d_sched, pk.data, pk.size);
+
+    s2_devptr d_class = d_sched + pk.class_of_head_off, d_offs = d_sched + pk.offsets_off;
+    s2_devptr d_ent = d_sched + pk.entries_off;
+    int64_t qs[3] = {q.t.stride[0], q.t.stride[1], q.t.stride[2]};
+    int64_t ks[3] = {k.t.stride[0], k.t.stride[1], k.t.stride[2]};
+    int64_t vs[3] = {v.t.stride[0], v.t.stride[1], v.t.stride[2]};
+    int64_t os[3] = {ost[0], ost[1], ost[2]};
+    int32_t q_len = (int32_t)SQ, kv_len = (int32_t)SK;
+    float scale_log2 = (float)(1.0 / sqrt((double)D) * M_LOG2E);
+    int32_t first = (int32_t)sched->geom.first_q_tile, q_tiles = (int32_t)sched->geom.q_tiles;
+    void *args[] = {&dq, &dk, &dv, &o.dev, &d_lse,
+                    &qs[0], &qs[1], &qs[2], &ks[0], &ks[1], &ks[2], &vs[0], &vs[1], &vs[2], &os[0], &os[1], &os[2],
+                    &q_len, &kv_len, &scale_log2, &d_class, &d_offs, &d_ent, &first, &q_tiles};
+    s2_launch_cfg cfg = {.grid = {(uint32_t)q_tiles, (uint32_t)H, (uint32_t)B},
+                         .block = {(uint32_t)art->threads_per_block, 1, 1},
+                         .smem_bytes = (uint32_t)art->smem_bytes};
+    ck_assert_msg(s2_kernel_launch(ctx, kern, &cfg, args) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_msg(s2_device_synchronize(ctx, dev) == S2_OK, "%s: %s", c->name, s2_ctx_message(ctx));
+    ck_assert(s2_memcpy_d2h(ctx, dev, o.data, o.dev, o.elems * 2) == S2_OK);
+    ck_assert(s2_memcpy_d2h(ctx, dev, lse, d_lse, nlse * sizeof *lse) == S2_OK);
+
+    /* reference, float64 out */
+    double *ref = malloc((size_t)B * SQ * H * D * sizeof *ref);
+    ck_assert_ptr_nonnull(ref);
+    s2_tensor rt = s2_tensor_bshd(ref, S2_DTYPE_F64, SQ, H, D);
+    s2_ref_problem rp = {.batch = B, .heads = H, .kv_heads = HK, .head_dim = D, .q_len = SQ, .kv_len = SK,
+                         .causal = p->causal, .mask = ref_mask, .mask_user = p};
+    ck_assert_msg(s2_ref_forward(ctx, &rp, &q.t, &k.t, &v.t, &rt, lse_ref) == S2_OK, "%s", s2_ctx_message(ctx));
+
+    double num = 0, den = 0, lse_err = 0;
+    int64_t empty = 0, bad_lse = 0, nan_out = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int64_t i = 0; i < SQ; i++) {
+                size_t li = ((size_t)b * H + h) * SQ + i;
+                bool is_empty = isinf(lse_ref[li]) && lse_ref[li] < 0;
+                empty += is_empty;
+                if (is_empty ? !(isinf(lse[li]) && lse[li] < 0) : !(fabs((double)lse[li] - lse_ref[li]) <= 1e-3))
+                    bad_lse++;
+                else if (!is_empty)
+                    lse_err = fmax(lse_err, fabs((double)lse[li] - lse_ref[li]));
+                for (int d = 0; d < D; d++) {
+                    double x = s2_tensor_get(&o.t, b, i, h, d), r = s2_tensor_get(&rt, b, i, h, d);
+                    if (isnan(x))
+                        nan_out++;
+                    if (is_empty && x != 0.0)
+                        nan_out++;
+                    num += (x - r) * (x - r);
+                    den += r * r;
+                }
+                /* the row's padding stays poisoned */
+                const uint16_t *row = o.data + b * ost[0] + i * ost[1] + h * ost[2];
+                if (c->layout != L_BHSD && h == H - 1)
+                    for (int d = D; d < D + 8; d++)
+                        if (row[d] != POISON16)
+                            nan_out++;
+            }
+    res->o_err = den > 0 ? sqrt(num / den) : sqrt(num);
+    res->lse_err = lse_err;
+    res->empty_rows = empty;
+    double tol = c->dt == S2_DTYPE_BF16 ? 2e-2 : 5e-3;
+    res->ok = nan_out == 0 && bad_lse == 0 && res->o_err <= tol && (!c->expect_empty_rows || empty > 0);
+    ck_assert_msg(nan_out == 0, "%s seed %llu: %lld output values NaN, non-zero on empty rows or padding written",
+                  c->name, (unsigned long long)res->seed, (long long)nan_out);
+    ck_assert_msg(bad_lse == 0, "%s seed %llu: %lld lse values off by > 1e-3 or -inf mismatch", c->name,
+                  (unsigned long long)res->seed, (long long)bad_lse);
+    ck_assert_msg(res->o_err <= tol, "%s seed %llu: relative error %.3g > %.g", c->name,
+                  (unsigned long long)res->seed, res->o_err, tol);
+    ck_assert_msg(!c->expect_empty_rows || empty > 0, "%s: no empty row in a pattern meant to have some", c->name);
+
+    s2_mem_free(ctx, dev, d_packed);
+    s2_mem_free(ctx, dev, q.dev);
+    s2_mem_free(ctx, dev, k.dev);
+    s2_mem_free(ctx, dev, v.dev);
+    s2_mem_free(ctx, dev, o.dev);
+    s2_mem_free(ctx, dev, d_lse);
+    s2_mem_free(ctx, dev, d_sched);
+    s2_kernel_free(kern);
+    s2_module_free(mod);
+    s2_device_free(dev);
+    free(ref);
+    free(lse);
+    free(lse_ref);
+    free(packed);
+    free(q.data);
+    free(k.data);
+    free(v.data);
+    free(o.data);
+    s2_packed_schedule_free(&pk);
+    s2_schedule_free(sched);
+    s2_layout_free(lay);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+
+START_TEST(fwd_matches_reference)
+{
+    run_case(_i);
+}
+END_TEST
+
+static void print_summary(void)
+{
+    printf("\n%-34s %-5s %-6s %4s %4s %2s %2s %4s %6s %9s %9s %6s %s\n", "case", "dtype", "layout", "bm", "bn", "w",
+           "st", "regs", "smem", "o_relerr", "lse_err", "empty", "result");
+    for (int i = 0; i < NUM_CASES; i++) {
+        const case_result *r = &results[i];
+        const fwd_case *c = &cases[i];
+        if (!r->ran)
+            continue;
+        printf("%-34s %-5s %-6s %4d %4d %2d %2d %4d %6d %9.2e %9.2e %6lld %s\n", c->name, s2_dtype_name(c->dt),
+               layout_names[c->layout], r->spec.block_m, r->spec.block_n, r->spec.num_warps, r->spec.num_stages,
+               r->regs, r->smem, r->o_err, r->lse_err, (long long)r->empty_rows, r->ok ? "PASS" : "FAIL");
+    }
+}
+
+int main(void)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    int count = 0;
+    s2_status st = s2_device_count(ctx, &count);
+    if (st == S2_ERR_NO_DRIVER || st == S2_ERR_NO_DEVICE || count == 0) {
+        printf("no CUDA driver or device (%s): skipped\n", s2_ctx_message(ctx));
+        s2_ctx_free(ctx);
+        return 77;
+    }
+    s2_device *dev = NULL;
+    if (s2_device_open(ctx, 0, &dev) != S2_OK) {
+        printf("device 0: %s\n", s2_ctx_message(ctx));
+        return 1;
+    }
+    const s2_device_info *info = s2_device_get_info(dev);
+    if (s2_arch_for_device(info->cc_major, info->cc_minor, &dev_arch) != S2_OK) {
+        printf("compute capability %d.%d is not supported: skipped\n", info->cc_major, info->cc_minor);
+        return 77;
+    }
+    const char *arch_env = getenv("S2C_FWD_ARCH");
+    s2_arch own = dev_arch;
+    if (arch_env && s2_arch_parse(arch_env, &dev_arch) != S2_OK) {
+        printf("S2C_FWD_ARCH=%s is not an arch\n", arch_env);
+        return 1;
+    }
+    load_ptx = dev_arch != own;
+    printf("device %s (cc %d.%d), compiling for %s%s\n", info->name, info->cc_major, info->cc_minor,
+           s2_arch_name(dev_arch), load_ptx ? " (PTX, JIT-compiled by the driver)" : "");
+    s2_device_free(dev);
+    s2_ctx_free(ctx);
+    const char *seed_env = getenv("S2C_SEED");
+    base_seed = seed_env ? strtoull(seed_env, NULL, 10) : (uint64_t)time(NULL);
+    printf("seed %llu (S2C_SEED to repeat)\n", (unsigned long long)base_seed);
+
+    Suite *s = suite_create("attn_gpu");
+    TCase *tc = tcase_create("fwd");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, fwd_matches_reference, 0, NUM_CASES);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    print_summary();
+    return failed ? 1 : 0;
+}
