@@ -29,6 +29,14 @@ static const char *const status_names[S2_STATUS_COUNT_] = {
     [S2_ERR_NO_DEVICE] = "S2_ERR_NO_DEVICE",
     [S2_ERR_CUDA] = "S2_ERR_CUDA",
     [S2_ERR_INTERNAL] = "S2_ERR_INTERNAL",
+    [S2_ERR_NULL_ARG] = "S2_ERR_NULL_ARG",
+    [S2_ERR_ALIGNMENT] = "S2_ERR_ALIGNMENT",
+    [S2_ERR_SHAPE] = "S2_ERR_SHAPE",
+    [S2_ERR_STRIDE] = "S2_ERR_STRIDE",
+    [S2_ERR_HEADS] = "S2_ERR_HEADS",
+    [S2_ERR_SEQ_LEN] = "S2_ERR_SEQ_LEN",
+    [S2_ERR_DTYPE] = "S2_ERR_DTYPE",
+    [S2_ERR_HEAD_DIM] = "S2_ERR_HEAD_DIM",
 };
 
 const char *s2_status_name(s2_status st)

@@ -28,6 +28,15 @@ typedef enum s2_status {
     S2_ERR_NO_DEVICE,      /* the driver reports no usable device */
     S2_ERR_CUDA,           /* a CUDA driver call failed */
     S2_ERR_INTERNAL,       /* a bug in s2c */
+    /* launch-argument checks: each kind of bad argument has its own status */
+    S2_ERR_NULL_ARG,       /* a required pointer is null */
+    S2_ERR_ALIGNMENT,      /* a pointer or stride is not aligned as the kernel needs */
+    S2_ERR_SHAPE,          /* batch, lengths or dimensions are out of range or inconsistent */
+    S2_ERR_STRIDE,         /* a stride is invalid (e.g. the head dimension is not contiguous) */
+    S2_ERR_HEADS,          /* head counts do not match the pattern */
+    S2_ERR_SEQ_LEN,        /* a sequence length exceeds the pattern's or the kernel's maximum */
+    S2_ERR_DTYPE,          /* the tensors' dtype is not the kernel's */
+    S2_ERR_HEAD_DIM,       /* the head dimension is not the kernel's */
     S2_STATUS_COUNT_
 } s2_status;
 
