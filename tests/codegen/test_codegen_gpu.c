@@ -115,7 +115,9 @@ static void run_case(cuda_api *cu, s2_arch arch, int which, uint64_t seed)
     s2_artifact *art = NULL;
     CHECK(s2_compile_row_softmax(ctx, p, &t, S2_CUBIN_AUTO, &art) == S2_OK, "compile: %s", s2_ctx_message(ctx));
 
-    const int64_t B = 2, H = p->heads, Sq = 70 + which * 37, Sk = 300 + which * 61;
+    /* queries are the last Sq of Sk positions; the empty-rows case needs the
+     * first query blocks (no stripe at or before them), so it uses Sq = Sk */
+    const int64_t B = 2, H = p->heads, Sk = 300 + which * 61, Sq = which == 4 ? Sk : 70 + which * 37;
     const int64_t out_row = Sk + 5; /* padded output rows: the strides are honoured */
     const int64_t in_n = B * H * Sq * Sk, out_n = B * H * Sq * out_row;
     const float scale = 0.7f;
