@@ -1,7 +1,17 @@
 /* libFuzzer harness of the ELF symbol reader (common/elf.c): any input must
  * be accepted or rejected without a crash or an out-of-bounds read (the
  * returned bytes are read in full, so ASan sees them), with a one-line
- * message on rejection, and a returned range must lie inside the input. */
+ * message on rejection, and a returned range must lie inside the input.
+ *
+ *   clang-22 -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined \
+ *       -Iinclude -Icommon fuzz/fuzz_elf.c common/elf.c common/ctx.c common/arena.c \
+ *       common/file.c -o fuzz_elf
+ *   ./fuzz_elf -max_len=8192 -jobs=4 -workers=4 -max_total_time=120 CORPUS tests/data/elf/fuzz
+ *
+ * Seeds: ptxas cubins (sm_80, sm_90a).  First run: 4 x 121 s, 11.7 M
+ * executions, no crash; 119 edges / 429 features.  tests/data/elf/fuzz keeps
+ * the seed and the 40 smallest inputs of the merged corpus; the elf test
+ * suite replays them. */
 #include "elf.h"
 #include "s2c/attention.h"
 
