@@ -1,5 +1,8 @@
 /* Whole-file reads and atomic writes. */
 #define _POSIX_C_SOURCE 200809L
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE /* gettid */
+#endif
 #include "util.h"
 
 #include <errno.h>
@@ -41,10 +44,12 @@ s2_status s2_read_file(s2_ctx *ctx, const char *path, char **data, size_t *len)
 s2_status s2_write_file_atomic(s2_ctx *ctx, const char *path, const void *data, size_t len)
 {
     size_t pl = strlen(path);
-    char *tmp = malloc(pl + 32);
+    char *tmp = malloc(pl + 48);
     if (!tmp)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    snprintf(tmp, pl + 32, "%s.tmp.%ld", path, (long)getpid());
+    /* unique per thread, so that concurrent writers of one path (threads of
+     * one process included) never share a temporary file */
+    snprintf(tmp, pl + 48, "%s.tmp.%ld.%ld", path, (long)getpid(), (long)gettid());
     FILE *f = fopen(tmp, "wb");
     if (!f) {
         s2_status st = s2_fail(ctx, S2_ERR_IO, "%s: %s", tmp, strerror(errno));

@@ -4,7 +4,6 @@
 #include "s2c/codegen.h"
 #include "util.h"
 
-#include <elf.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -412,55 +411,4 @@ const s2_pattern *s2_manifest_find_pattern(const s2_manifest *m, const char *nam
         if (!strcmp(m->patterns[i]->name, name))
             return m->patterns[i];
     return NULL;
-}
-
-/* ---- the symbol in a cubin (ELF64, little-endian) ---- */
-
-static bool in_image(size_t size, uint64_t off, uint64_t len) { return off <= size && len <= size - off; }
-
-s2_status s2_cubin_find_manifest(s2_ctx *ctx, const void *image, size_t size, const char **text, size_t *len)
-{
-    if (!image || !text || !len)
-        return s2_fail(ctx, S2_ERR_INVALID, "find_manifest: null argument");
-    const unsigned char *img = image;
-    Elf64_Ehdr eh;
-    if (size < sizeof eh || memcmp(img, ELFMAG, SELFMAG) != 0 || img[EI_CLASS] != ELFCLASS64)
-        return s2_fail(ctx, S2_ERR_INVALID, "find_manifest: not an ELF64 image");
-    memcpy(&eh, img, sizeof eh);
-    if (eh.e_shentsize != sizeof(Elf64_Shdr) || !in_image(size, eh.e_shoff, (uint64_t)eh.e_shnum * sizeof(Elf64_Shdr)))
-        return s2_fail(ctx, S2_ERR_INVALID, "find_manifest: bad section table");
-    for (unsigned i = 0; i < eh.e_shnum; i++) {
-        Elf64_Shdr sh;
-        memcpy(&sh, img + eh.e_shoff + i * sizeof sh, sizeof sh);
-        if (sh.sh_type != SHT_SYMTAB || sh.sh_entsize != sizeof(Elf64_Sym) || sh.sh_link >= eh.e_shnum ||
-            !in_image(size, sh.sh_offset, sh.sh_size))
-            continue;
-        Elf64_Shdr strs;
-        memcpy(&strs, img + eh.e_shoff + sh.sh_link * sizeof strs, sizeof strs);
-        if (!in_image(size, strs.sh_offset, strs.sh_size))
-            continue;
-        for (uint64_t j = 0; j < sh.sh_size / sizeof(Elf64_Sym); j++) {
-            Elf64_Sym sym;
-            memcpy(&sym, img + sh.sh_offset + j * sizeof sym, sizeof sym);
-            if (sym.st_name >= strs.sh_size)
-                continue;
-            const char *nm = (const char *)img + strs.sh_offset + sym.st_name;
-            size_t room = strs.sh_size - sym.st_name;
-            if (strnlen(nm, room) == room || strcmp(nm, S2_MANIFEST_SYMBOL) != 0)
-                continue;
-            if (sym.st_shndx == SHN_UNDEF || sym.st_shndx >= eh.e_shnum)
-                return s2_fail(ctx, S2_ERR_INVALID, "find_manifest: symbol without a section");
-            Elf64_Shdr ds;
-            memcpy(&ds, img + eh.e_shoff + sym.st_shndx * sizeof ds, sizeof ds);
-            uint64_t off = ds.sh_offset + (sym.st_value - ds.sh_addr);
-            if (ds.sh_type == SHT_NOBITS || sym.st_value < ds.sh_addr || sym.st_size == 0 ||
-                !in_image(size, off, sym.st_size))
-                return s2_fail(ctx, S2_ERR_INVALID, "find_manifest: symbol data outside the image");
-            const char *t = (const char *)img + off;
-            *len = strnlen(t, sym.st_size);
-            *text = t;
-            return S2_OK;
-        }
-    }
-    return s2_fail(ctx, S2_ERR_NOT_FOUND, "find_manifest: no %s symbol in the image", S2_MANIFEST_SYMBOL);
 }

@@ -1,0 +1,317 @@
+/* On-disk kernel cache: keys, directory, entries (see include/s2c/cache.h). */
+#include "s2c/cache.h"
+#include "sha256.h"
+#include "util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+enum { HEADER_SIZE = 80, OFF_VERSION = 4, OFF_KEY = 8, OFF_LENGTH = 40, OFF_SUM = 48 };
+static const char MAGIC[4] = {'S', '2', 'C', 'K'};
+
+/* A new field in s2_kernel_spec must also go into the key (hash_spec). */
+_Static_assert(sizeof(s2_kernel_spec) == 8 * sizeof(int), "s2_kernel_spec changed: update hash_spec");
+
+struct s2_cache {
+    char *dir;
+};
+
+static void put_le(uint8_t *p, int n, uint64_t v)
+{
+    for (int i = 0; i < n; i++, v >>= 8)
+        p[i] = (uint8_t)v;
+}
+
+static uint64_t get_le(const uint8_t *p, int n)
+{
+    uint64_t v = 0;
+    for (int i = n - 1; i >= 0; i--)
+        v = v << 8 | p[i];
+    return v;
+}
+
+/* ---- keys ---- */
+
+/* A tagged, length-prefixed field, so that no two different field lists
+ * hash the same byte stream ("ab"+"c" vs "a"+"bc"). */
+static void hash_field(s2_sha256 *h, char tag, const void *data, size_t n)
+{
+    uint8_t head[9];
+    head[0] = (uint8_t)tag;
+    put_le(head + 1, 8, n);
+    s2_sha256_update(h, head, sizeof head);
+    s2_sha256_update(h, data, n);
+}
+
+static void hash_str(s2_sha256 *h, char tag, const char *s) { hash_field(h, tag, s, strlen(s)); }
+
+static void hash_spec(s2_sha256 *h, const s2_kernel_spec *s)
+{
+    const int64_t v[8] = {s->kind, s->dtype, s->head_dim, s->arch,
+                          s->block_m, s->block_n, s->num_warps, s->num_stages};
+    uint8_t bytes[8 * 8];
+    for (int i = 0; i < 8; i++)
+        put_le(bytes + 8 * i, 8, (uint64_t)v[i]);
+    hash_field(h, 'S', bytes, sizeof bytes);
+}
+
+s2_status s2_cache_key_build(s2_ctx *ctx, const s2_cache_key_desc *d, s2_cache_key *out)
+{
+    if (!d || !out || !d->pattern || !d->spec || !d->arch || !d->arch[0])
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cache_key_build: pattern, spec and arch are required");
+    const char *toolchain = d->toolchain;
+    if (!toolchain) {
+        s2_status st = s2_toolchain_version(ctx, S2_CUBIN_AUTO, &toolchain);
+        if (st != S2_OK)
+            return st;
+    }
+    s2_sha256 h;
+    s2_sha256_init(&h);
+    hash_str(&h, 'K', "s2c-cache-key-1");
+    hash_str(&h, 'G', d->generator ? d->generator : s2_version());
+    hash_str(&h, 'P', d->pattern);
+    hash_spec(&h, d->spec);
+    hash_str(&h, 'T', toolchain);
+    hash_str(&h, 'A', d->arch);
+    s2_sha256_final(&h, out->bytes);
+    return S2_OK;
+}
+
+void s2_cache_key_hex(const s2_cache_key *key, char out[2 * S2_CACHE_KEY_BYTES + 1])
+{
+    static const char digits[] = "0123456789abcdef";
+    for (int i = 0; i < S2_CACHE_KEY_BYTES; i++) {
+        out[2 * i] = digits[key->bytes[i] >> 4];
+        out[2 * i + 1] = digits[key->bytes[i] & 15];
+    }
+    out[2 * S2_CACHE_KEY_BYTES] = '\0';
+}
+
+/* ---- directory ---- */
+
+static const char *env_nonempty(const char *name)
+{
+    const char *v = getenv(name);
+    return v && v[0] ? v : NULL;
+}
+
+/* The directory by precedence (see cache.h), malloc'd. */
+static s2_status choose_dir(s2_ctx *ctx, const char *dir, char **out)
+{
+    s2_buf b;
+    s2_buf_init(&b);
+    const char *xdg = env_nonempty("XDG_CACHE_HOME"), *home = env_nonempty("HOME");
+    if (dir && dir[0])
+        s2_buf_puts(&b, dir);
+    else if ((dir = env_nonempty("S2C_CACHE_DIR")) != NULL)
+        s2_buf_puts(&b, dir);
+    else if (xdg && xdg[0] == '/')
+        s2_buf_printf(&b, "%s/s2c", xdg);
+    else if (home)
+        s2_buf_printf(&b, "%s/.cache/s2c", home);
+    else
+        return s2_fail(ctx, S2_ERR_IO, "no cache directory: S2C_CACHE_DIR, XDG_CACHE_HOME and HOME are unset");
+    if (b.oom) {
+        s2_buf_free(&b);
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    }
+    *out = s2_buf_steal(&b, NULL);
+    return S2_OK;
+}
+
+static s2_status make_one_dir(s2_ctx *ctx, const char *path)
+{
+    if (mkdir(path, 0700) == 0)
+        return S2_OK;
+    int err = errno;
+    struct stat sb;
+    if (err == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
+        return S2_OK;
+    return s2_fail(ctx, S2_ERR_IO, "cache directory %s: %s", path,
+                   err == EEXIST ? "exists and is not a directory" : strerror(err));
+}
+
+/* mkdir -p: every missing component with mode 0700; existing ones untouched. */
+static s2_status make_dirs(s2_ctx *ctx, char *path)
+{
+    for (char *p = path + 1; *p; p++) {
+        if (*p != '/' || p[-1] == '/')
+            continue;
+        *p = '\0';
+        s2_status st = make_one_dir(ctx, path);
+        *p = '/';
+        if (st != S2_OK)
+            return st;
+    }
+    return make_one_dir(ctx, path);
+}
+
+s2_status s2_cache_open(s2_ctx *ctx, const char *dir, s2_cache **out)
+{
+    if (!out)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cache_open: out is NULL");
+    *out = NULL;
+    s2_cache *c = calloc(1, sizeof *c);
+    if (!c)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    s2_status st = choose_dir(ctx, dir, &c->dir);
+    if (st == S2_OK) {
+        size_t n = strlen(c->dir);
+        while (n > 1 && c->dir[n - 1] == '/')
+            c->dir[--n] = '\0';
+        st = make_dirs(ctx, c->dir);
+    }
+    if (st != S2_OK) {
+        s2_cache_close(c);
+        return st;
+    }
+    *out = c;
+    return S2_OK;
+}
+
+void s2_cache_close(s2_cache *cache)
+{
+    if (!cache)
+        return;
+    free(cache->dir);
+    free(cache);
+}
+
+const char *s2_cache_dir(const s2_cache *cache) { return cache ? cache->dir : NULL; }
+
+/* ---- entries ---- */
+
+static char *entry_path(const s2_cache *cache, const s2_cache_key *key)
+{
+    char hex[2 * S2_CACHE_KEY_BYTES + 1];
+    s2_cache_key_hex(key, hex);
+    s2_buf b;
+    s2_buf_init(&b);
+    s2_buf_printf(&b, "%s/%s.s2ck", cache->dir, hex);
+    if (b.oom) {
+        s2_buf_free(&b);
+        return NULL;
+    }
+    return s2_buf_steal(&b, NULL);
+}
+
+static bool read_full(int fd, void *buf, size_t n)
+{
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t r = read(fd, p, n);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            return false;
+        p += r;
+        n -= (size_t)r;
+    }
+    return true;
+}
+
+/* What is wrong with the header, or NULL; *length gets the payload length. */
+static const char *check_header(const uint8_t *h, const s2_cache_key *key, uint64_t file_size, uint64_t *length)
+{
+    if (memcmp(h, MAGIC, 4) != 0)
+        return "bad magic";
+    if (get_le(h + OFF_VERSION, 4) != S2_CACHE_FORMAT)
+        return "other format version";
+    if (memcmp(h + OFF_KEY, key->bytes, S2_CACHE_KEY_BYTES) != 0)
+        return "key mismatch";
+    *length = get_le(h + OFF_LENGTH, 8);
+    if (*length == 0 || *length != file_size - HEADER_SIZE)
+        return "length does not match the file size (truncated?)";
+    return NULL;
+}
+
+/* Read and verify the entry at path; S2_ERR_NOT_FOUND with a note when absent or bad. */
+static s2_status read_entry(s2_ctx *ctx, const char *path, const s2_cache_key *key, void **data, size_t *size)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0)
+        return s2_fail(ctx, S2_ERR_NOT_FOUND, "cache miss: %s: %s", path, strerror(errno));
+    s2_status st = S2_OK;
+    const char *bad = NULL;
+    uint8_t h[HEADER_SIZE];
+    uint64_t length = 0;
+    uint8_t *payload = NULL;
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
+        bad = "not a readable regular file";
+    else if ((uint64_t)sb.st_size < HEADER_SIZE || !read_full(fd, h, HEADER_SIZE))
+        bad = "shorter than its header";
+    else
+        bad = check_header(h, key, (uint64_t)sb.st_size, &length);
+    if (!bad && length > SIZE_MAX - 1)
+        bad = "too large";
+    if (!bad) {
+        payload = malloc((size_t)length);
+        if (!payload)
+            st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory reading %s", path);
+        else if (!read_full(fd, payload, (size_t)length))
+            bad = "short read";
+    }
+    if (!bad && payload) {
+        uint8_t sum[32];
+        s2_sha256_once(payload, (size_t)length, sum);
+        if (memcmp(sum, h + OFF_SUM, 32) != 0)
+            bad = "payload checksum mismatch";
+    }
+    close(fd);
+    if (bad)
+        st = s2_fail(ctx, S2_ERR_NOT_FOUND, "cache miss: corrupt entry %s (%s); the next store replaces it", path, bad);
+    if (st != S2_OK) {
+        free(payload);
+        return st;
+    }
+    *data = payload;
+    *size = (size_t)length;
+    return S2_OK;
+}
+
+s2_status s2_cache_lookup(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key *key, void **data, size_t *size)
+{
+    if (!cache || !key || !data || !size)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cache_lookup: invalid arguments");
+    *data = NULL;
+    *size = 0;
+    char *path = entry_path(cache, key);
+    if (!path)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    s2_status st = read_entry(ctx, path, key, data, size);
+    free(path);
+    return st;
+}
+
+s2_status s2_cache_store(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key *key, const void *data, size_t size)
+{
+    if (!cache || !key || !data || size == 0)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cache_store: invalid arguments (an entry is not empty)");
+    if (size > SIZE_MAX - HEADER_SIZE)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cache_store: payload too large");
+    uint8_t *file = malloc(HEADER_SIZE + size);
+    char *path = entry_path(cache, key);
+    if (!file || !path) {
+        free(file);
+        free(path);
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    }
+    memcpy(file, MAGIC, 4);
+    put_le(file + OFF_VERSION, 4, S2_CACHE_FORMAT);
+    memcpy(file + OFF_KEY, key->bytes, S2_CACHE_KEY_BYTES);
+    put_le(file + OFF_LENGTH, 8, size);
+    s2_sha256_once(data, size, file + OFF_SUM);
+    memcpy(file + HEADER_SIZE, data, size);
+    /* the temporary file is unique per process and thread, so racing stores
+     * of one key both succeed and the last rename wins */
+    s2_status st = s2_write_file_atomic(ctx, path, file, HEADER_SIZE + size);
+    free(file);
+    free(path);
+    return st;
+}

@@ -1,0 +1,421 @@
+/* AOT C sources (include/s2c/aot.h): a header and a C file that embed a
+ * cubin and launch its kernels through the Driver API.  The launchers are
+ * generated from ABI descriptor tables, never from per-kernel C text. */
+#include "s2c/aot.h"
+#include "util.h"
+
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the forward attention kernel's ABI ---- */
+
+static const s2_aot_param attn_fwd_params[] = {
+    {"q", S2_AOT_PTR},          {"k", S2_AOT_PTR},          {"v", S2_AOT_PTR},
+    {"o", S2_AOT_PTR},          {"lse", S2_AOT_PTR},
+    {"q_stride_b", S2_AOT_I64}, {"q_stride_s", S2_AOT_I64}, {"q_stride_h", S2_AOT_I64},
+    {"k_stride_b", S2_AOT_I64}, {"k_stride_s", S2_AOT_I64}, {"k_stride_h", S2_AOT_I64},
+    {"v_stride_b", S2_AOT_I64}, {"v_stride_s", S2_AOT_I64}, {"v_stride_h", S2_AOT_I64},
+    {"o_stride_b", S2_AOT_I64}, {"o_stride_s", S2_AOT_I64}, {"o_stride_h", S2_AOT_I64},
+    {"q_len", S2_AOT_I32},      {"kv_len", S2_AOT_I32},
+    {"scale_log2", S2_AOT_F32},
+    {"class_of_head", S2_AOT_PTR}, {"offsets", S2_AOT_PTR}, {"entries", S2_AOT_PTR},
+    {"first_q_tile", S2_AOT_I32},  {"q_tiles", S2_AOT_I32},
+};
+
+static const s2_aot_param attn_fwd_launch[] = {
+    {"heads", S2_AOT_I32},
+    {"batch", S2_AOT_I32},
+};
+
+static const s2_aot_abi attn_fwd_abi = {
+    .name = "attn_fwd",
+    .params = attn_fwd_params,
+    .num_params = (int)(sizeof attn_fwd_params / sizeof attn_fwd_params[0]),
+    .launch_args = attn_fwd_launch,
+    .num_launch_args = (int)(sizeof attn_fwd_launch / sizeof attn_fwd_launch[0]),
+    .grid = {"q_tiles", "heads", "batch"},
+};
+
+const s2_aot_abi *s2_aot_abi_attn_fwd(void) { return &attn_fwd_abi; }
+
+/* ---- checks ---- */
+
+static const char *const c_keywords[] = {
+    "auto", "break", "case", "char", "const", "continue", "default", "do", "double", "else", "enum",
+    "extern", "float", "for", "goto", "if", "inline", "int", "long", "register", "restrict", "return",
+    "short", "signed", "sizeof", "static", "struct", "switch", "typedef", "union", "unsigned", "void",
+    "volatile", "while", "_Alignas", "_Alignof", "_Atomic", "_Bool", "_Complex", "_Generic",
+    "_Imaginary", "_Noreturn", "_Static_assert", "_Thread_local",
+};
+
+static bool is_ident(const char *s)
+{
+    if (!s || !(isalpha((unsigned char)s[0]) || s[0] == '_') || strlen(s) > 100)
+        return false;
+    for (const char *p = s; *p; p++)
+        if (!(isalnum((unsigned char)*p) || *p == '_'))
+            return false;
+    for (size_t i = 0; i < sizeof c_keywords / sizeof c_keywords[0]; i++)
+        if (strcmp(s, c_keywords[i]) == 0)
+            return false;
+    return true;
+}
+
+static const char *c_type(s2_aot_type t)
+{
+    switch (t) {
+    case S2_AOT_PTR: return "CUdeviceptr";
+    case S2_AOT_I32: return "int32_t";
+    case S2_AOT_I64: return "int64_t";
+    case S2_AOT_F32: return "float";
+    default: return NULL;
+    }
+}
+
+/* The parameter or launch argument called name, or NULL. */
+static const s2_aot_param *abi_find(const s2_aot_abi *abi, const char *name)
+{
+    for (int i = 0; i < abi->num_params; i++)
+        if (strcmp(abi->params[i].name, name) == 0)
+            return &abi->params[i];
+    for (int i = 0; i < abi->num_launch_args; i++)
+        if (strcmp(abi->launch_args[i].name, name) == 0)
+            return &abi->launch_args[i];
+    return NULL;
+}
+
+/* Names and types of one list; duplicates are checked once both lists are known good. */
+static s2_status check_param_list(s2_ctx *ctx, const s2_aot_abi *abi, const s2_aot_param *list, int n)
+{
+    if (n < 0 || (n > 0 && !list))
+        return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: bad parameter list", abi->name);
+    for (int i = 0; i < n; i++) {
+        const char *name = list[i].name;
+        /* "stream" is the launcher's first argument; s2_* are its locals */
+        if (!is_ident(name) || strcmp(name, "stream") == 0 || strncmp(name, "s2_", 3) == 0)
+            return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: parameter name \"%s\" is not usable in C", abi->name,
+                           name ? name : "(null)");
+        if (!c_type(list[i].type))
+            return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: parameter %s has an unknown type %d", abi->name, name,
+                           (int)list[i].type);
+    }
+    return S2_OK;
+}
+
+static s2_status check_unique(s2_ctx *ctx, const s2_aot_abi *abi, const s2_aot_param *list, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (abi_find(abi, list[i].name) != &list[i])
+            return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: parameter %s appears twice", abi->name, list[i].name);
+    return S2_OK;
+}
+
+static s2_status check_abi(s2_ctx *ctx, const s2_aot_abi *abi)
+{
+    if (!abi || !abi->name)
+        return s2_fail(ctx, S2_ERR_INVALID, "kernel without an ABI");
+    s2_status st = check_param_list(ctx, abi, abi->params, abi->num_params);
+    if (st == S2_OK)
+        st = check_param_list(ctx, abi, abi->launch_args, abi->num_launch_args);
+    if (st == S2_OK)
+        st = check_unique(ctx, abi, abi->params, abi->num_params);
+    if (st == S2_OK)
+        st = check_unique(ctx, abi, abi->launch_args, abi->num_launch_args);
+    for (int d = 0; st == S2_OK && d < 3; d++) {
+        if (!abi->grid[d])
+            continue;
+        const s2_aot_param *p = abi_find(abi, abi->grid[d]);
+        if (!p || (p->type != S2_AOT_I32 && p->type != S2_AOT_I64))
+            st = s2_fail(ctx, S2_ERR_INVALID, "ABI %s: grid dimension %c names %s, which is not an integer parameter",
+                         abi->name, "xyz"[d], abi->grid[d]);
+    }
+    return st;
+}
+
+static s2_status check_module(s2_ctx *ctx, const s2_aot_module *m)
+{
+    if (!m || !is_ident(m->name))
+        return s2_fail(ctx, S2_ERR_INVALID, "AOT module name \"%s\" is not a C identifier",
+                       m && m->name ? m->name : "(null)");
+    if (!m->cubin || m->cubin_size == 0)
+        return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: no cubin", m->name);
+    if (m->num_kernels < 1 || !m->kernels)
+        return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: no kernels", m->name);
+    static const char *const reserved[] = {"cubin", "cubin_size", "manifest", "module", "functions"};
+    for (int i = 0; i < m->num_kernels; i++) {
+        const s2_aot_kernel *k = &m->kernels[i];
+        if (!is_ident(k->name))
+            return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel name \"%s\" is not a C identifier", m->name,
+                           k->name ? k->name : "(null)");
+        for (size_t r = 0; r < sizeof reserved / sizeof reserved[0]; r++)
+            if (strcmp(k->name, reserved[r]) == 0)
+                return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel name %s is reserved", m->name, k->name);
+        for (int j = 0; j < i; j++)
+            if (strcmp(k->name, m->kernels[j].name) == 0)
+                return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: two kernels are called %s", m->name, k->name);
+        if (!k->symbol || !k->symbol[0])
+            return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s has no symbol", m->name, k->name);
+        if (k->threads < 1 || k->threads > 1024 || k->smem_bytes < 0)
+            return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s launches %d threads with %d bytes of shared memory",
+                           m->name, k->name, k->threads, k->smem_bytes);
+        s2_status st = check_abi(ctx, k->abi);
+        if (st != S2_OK)
+            return st;
+    }
+    return S2_OK;
+}
+
+/* ---- emission helpers ---- */
+
+/* A C string literal of n bytes, safe for any content: printable ASCII
+ * except \ " ? is literal ('?' escaped against trigraphs), the rest octal. */
+static void emit_c_string(s2_buf *b, const char *s, size_t n)
+{
+    s2_buf_puts(b, "\"");
+    for (size_t i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c == '\\' || c == '"' || c == '?')
+            s2_buf_printf(b, "\\%c", c);
+        else if (c == '\n')
+            s2_buf_puts(b, "\\n");
+        else if (c == '\t')
+            s2_buf_puts(b, "\\t");
+        else if (c < 0x20 || c >= 0x7f)
+            s2_buf_printf(b, "\\%03o", c);
+        else
+            s2_buf_append(b, &s[i], 1);
+    }
+    s2_buf_puts(b, "\"");
+}
+
+/* The manifest as adjacent literals, one per line of text. */
+static void emit_manifest(s2_buf *b, const char *name, const char *text)
+{
+    s2_buf_printf(b, "const char %s_manifest[] =", name);
+    if (!text[0])
+        s2_buf_puts(b, " \"\"");
+    for (const char *p = text; *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t n = nl ? (size_t)(nl - p) + 1 : strlen(p);
+        s2_buf_puts(b, "\n    ");
+        emit_c_string(b, p, n);
+        p += n;
+    }
+    s2_buf_puts(b, ";\n");
+}
+
+static void emit_bytes(s2_buf *b, const char *name, const uint8_t *data, size_t n)
+{
+    s2_buf_printf(b, "_Alignas(16) const unsigned char %s_cubin[%zu] = {\n", name, n);
+    for (size_t i = 0; i < n; i += 16) {
+        s2_buf_puts(b, "   ");
+        for (size_t j = i; j < n && j < i + 16; j++)
+            s2_buf_printf(b, " 0x%02x,", data[j]);
+        s2_buf_puts(b, "\n");
+    }
+    s2_buf_puts(b, "};\n");
+    s2_buf_printf(b, "const size_t %s_cubin_size = %zu;\n", name, n);
+}
+
+static void emit_params(s2_buf *b, const s2_aot_param *list, int n)
+{
+    for (int i = 0; i < n; i++)
+        s2_buf_printf(b, ",\n    %s %s", c_type(list[i].type), list[i].name);
+}
+
+/* "CUresult NAME_KERNEL(CUstream stream, ...)" without the terminator. */
+static void emit_prototype(s2_buf *b, const char *module, const s2_aot_kernel *k)
+{
+    s2_buf_printf(b, "CUresult %s_%s(CUstream stream", module, k->name);
+    emit_params(b, k->abi->params, k->abi->num_params);
+    emit_params(b, k->abi->launch_args, k->abi->num_launch_args);
+    s2_buf_puts(b, ")");
+}
+
+static void emit_kernel_comment(s2_buf *b, const s2_aot_kernel *k)
+{
+    s2_buf_printf(b, "/* %s (ABI %s): grid (", k->symbol, k->abi->name);
+    for (int d = 0; d < 3; d++)
+        s2_buf_printf(b, "%s%s", d ? ", " : "", k->abi->grid[d] ? k->abi->grid[d] : "1");
+    s2_buf_printf(b, "), %d threads, %d bytes of dynamic shared memory */\n", k->threads, k->smem_bytes);
+}
+
+static bool used_in_grid(const s2_aot_abi *abi, const char *name)
+{
+    for (int d = 0; d < 3; d++)
+        if (abi->grid[d] && strcmp(abi->grid[d], name) == 0)
+            return true;
+    return false;
+}
+
+/* ---- the two files ---- */
+
+static void emit_header(s2_buf *b, const s2_aot_module *m)
+{
+    s2_buf_printf(b, "/* %s.h: generated by s2c %s; do not edit. */\n", m->name, s2_version());
+    s2_buf_puts(b, "#ifndef ");
+    for (const char *p = m->name; *p; p++)
+        s2_buf_printf(b, "%c", toupper((unsigned char)*p));
+    s2_buf_puts(b, "_H\n#define ");
+    for (const char *p = m->name; *p; p++)
+        s2_buf_printf(b, "%c", toupper((unsigned char)*p));
+    s2_buf_puts(b, "_H\n\n#include <cuda.h>\n#include <stddef.h>\n#include <stdint.h>\n\n");
+    s2_buf_puts(b, "#ifdef __cplusplus\nextern \"C\" {\n#endif\n\n");
+    s2_buf_printf(b, "extern const unsigned char %s_cubin[];\n", m->name);
+    s2_buf_printf(b, "extern const size_t %s_cubin_size;\n", m->name);
+    s2_buf_printf(b, "extern const char %s_manifest[];\n\n", m->name);
+    s2_buf_printf(b, "/* Load the module into the current context; CUDA_SUCCESS if already loaded. */\n");
+    s2_buf_printf(b, "CUresult load_%s(void);\n", m->name);
+    s2_buf_printf(b, "CUresult unload_%s(void);\n", m->name);
+    for (int i = 0; i < m->num_kernels; i++) {
+        s2_buf_puts(b, "\n");
+        emit_kernel_comment(b, &m->kernels[i]);
+        emit_prototype(b, m->name, &m->kernels[i]);
+        s2_buf_puts(b, ";\n");
+    }
+    s2_buf_puts(b, "\n#ifdef __cplusplus\n}\n#endif\n#endif\n");
+}
+
+static void emit_unload(s2_buf *b, const s2_aot_module *m)
+{
+    s2_buf_printf(b, "CUresult unload_%s(void)\n{\n", m->name);
+    s2_buf_puts(b, "    CUresult r = CUDA_SUCCESS;\n    int i;\n");
+    s2_buf_printf(b, "    if (%s_module != NULL)\n        r = cuModuleUnload(%s_module);\n", m->name, m->name);
+    s2_buf_printf(b, "    %s_module = NULL;\n", m->name);
+    s2_buf_printf(b, "    for (i = 0; i < %d; i++)\n        %s_functions[i] = NULL;\n", m->num_kernels, m->name);
+    s2_buf_puts(b, "    return r;\n}\n\n");
+}
+
+static void emit_check(s2_buf *b, const char *call_fmt, ...) S2_PRINTF(2, 3);
+static void emit_check(s2_buf *b, const char *call_fmt, ...)
+{
+    va_list ap;
+    va_start(ap, call_fmt);
+    s2_buf_puts(b, "    r = ");
+    s2_buf_vprintf(b, call_fmt, ap);
+    va_end(ap);
+    s2_buf_puts(b, ";\n    if (r != CUDA_SUCCESS)\n        goto fail;\n");
+}
+
+static void emit_load(s2_buf *b, const s2_aot_module *m)
+{
+    const char *n = m->name;
+    s2_buf_printf(b, "CUresult load_%s(void)\n{\n    CUresult r;\n", n);
+    s2_buf_printf(b, "    if (%s_module != NULL)\n        return CUDA_SUCCESS;\n", n);
+    s2_buf_printf(b, "    r = cuModuleLoadData(&%s_module, %s_cubin);\n", n, n);
+    s2_buf_printf(b, "    if (r != CUDA_SUCCESS) {\n        %s_module = NULL;\n        return r;\n    }\n", n);
+    for (int i = 0; i < m->num_kernels; i++) {
+        const s2_aot_kernel *k = &m->kernels[i];
+        s2_buf printable;
+        s2_buf_init(&printable);
+        emit_c_string(&printable, k->symbol, strlen(k->symbol));
+        emit_check(b, "cuModuleGetFunction(&%s_functions[%d], %s_module, %s)", n, i, n,
+                   printable.data ? printable.data : "\"\"");
+        b->oom |= printable.oom;
+        s2_buf_free(&printable);
+        if (k->smem_bytes > 0)
+            emit_check(b, "cuFuncSetAttribute(%s_functions[%d], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, %d)",
+                       n, i, k->smem_bytes);
+    }
+    s2_buf_printf(b, "    return CUDA_SUCCESS;\nfail:\n    (void)unload_%s();\n    return r;\n}\n", n);
+}
+
+static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
+{
+    const s2_aot_kernel *k = &m->kernels[index];
+    const s2_aot_abi *abi = k->abi;
+    static const char *const limit[3] = {"2147483647", "65535", "65535"};
+    s2_buf_puts(b, "\n");
+    emit_kernel_comment(b, k);
+    emit_prototype(b, m->name, k);
+    s2_buf_puts(b, "\n{\n");
+    for (int d = 0; d < 3; d++)
+        s2_buf_printf(b, "    int64_t s2_g%c = %s%s;\n", "xyz"[d], abi->grid[d] ? "(int64_t)" : "",
+                      abi->grid[d] ? abi->grid[d] : "1");
+    if (abi->num_params > 0) {
+        s2_buf_printf(b, "    void *s2_args[%d] = {", abi->num_params);
+        for (int i = 0; i < abi->num_params; i++)
+            s2_buf_printf(b, "%s%s&%s", i ? "," : "", i % 8 == 0 ? "\n        " : " ", abi->params[i].name);
+        s2_buf_puts(b, "\n    };\n");
+    }
+    for (int i = 0; i < abi->num_launch_args; i++)
+        if (!used_in_grid(abi, abi->launch_args[i].name))
+            s2_buf_printf(b, "    (void)%s;\n", abi->launch_args[i].name);
+    s2_buf_printf(b, "    if (%s_functions[%d] == NULL)\n        return CUDA_ERROR_NOT_INITIALIZED;\n", m->name, index);
+    s2_buf_puts(b, "    if (");
+    for (int d = 0; d < 3; d++)
+        s2_buf_printf(b, "%ss2_g%c < 0 || s2_g%c > %s", d ? " ||\n        " : "", "xyz"[d], "xyz"[d], limit[d]);
+    s2_buf_puts(b, ")\n        return CUDA_ERROR_INVALID_VALUE;\n");
+    s2_buf_puts(b, "    if (s2_gx == 0 || s2_gy == 0 || s2_gz == 0)\n        return CUDA_SUCCESS;\n");
+    s2_buf_printf(b, "    return cuLaunchKernel(%s_functions[%d], (unsigned int)s2_gx, (unsigned int)s2_gy, "
+                     "(unsigned int)s2_gz,\n                          %d, 1, 1, %d, stream, %s, NULL);\n}\n",
+                  m->name, index, k->threads, k->smem_bytes, abi->num_params > 0 ? "s2_args" : "NULL");
+}
+
+static void emit_source(s2_buf *b, const s2_aot_module *m)
+{
+    s2_buf_printf(b, "/* %s.c: generated by s2c %s from a cubin of %zu bytes; do not edit. */\n", m->name,
+                  s2_version(), m->cubin_size);
+    s2_buf_printf(b, "#include \"%s.h\"\n\n", m->name);
+    emit_bytes(b, m->name, m->cubin, m->cubin_size);
+    s2_buf_puts(b, "\n");
+    emit_manifest(b, m->name, m->manifest ? m->manifest : "");
+    s2_buf_printf(b, "\nstatic CUmodule %s_module;\nstatic CUfunction %s_functions[%d];\n\n", m->name, m->name,
+                  m->num_kernels);
+    emit_unload(b, m);
+    emit_load(b, m);
+    for (int i = 0; i < m->num_kernels; i++)
+        emit_launcher(b, m, i);
+}
+
+s2_status s2_aot_emit(s2_ctx *ctx, const s2_aot_module *m, char **header, char **source)
+{
+    if (!header || !source)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_aot_emit: no output");
+    *header = *source = NULL;
+    s2_status st = check_module(ctx, m);
+    if (st != S2_OK)
+        return st;
+    s2_buf h, c;
+    s2_buf_init(&h);
+    s2_buf_init(&c);
+    emit_header(&h, m);
+    emit_source(&c, m);
+    if (h.oom || c.oom) {
+        s2_buf_free(&h);
+        s2_buf_free(&c);
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    }
+    *header = s2_buf_steal(&h, NULL);
+    *source = s2_buf_steal(&c, NULL);
+    return S2_OK;
+}
+
+s2_status s2_aot_write(s2_ctx *ctx, const s2_aot_module *m, const char *dir)
+{
+    if (!dir || !dir[0])
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_aot_write: no directory");
+    char *header, *source;
+    s2_status st = s2_aot_emit(ctx, m, &header, &source);
+    if (st != S2_OK)
+        return st;
+    s2_buf path;
+    s2_buf_init(&path);
+    s2_buf_printf(&path, "%s/%s.h", dir, m->name);
+    if (path.oom)
+        st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    if (st == S2_OK)
+        st = s2_write_file_atomic(ctx, path.data, header, strlen(header));
+    s2_buf_reset(&path);
+    s2_buf_printf(&path, "%s/%s.c", dir, m->name);
+    if (st == S2_OK && path.oom)
+        st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    if (st == S2_OK)
+        st = s2_write_file_atomic(ctx, path.data, source, strlen(source));
+    s2_buf_free(&path);
+    free(header);
+    free(source);
+    return st;
+}

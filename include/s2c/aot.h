@@ -1,0 +1,103 @@
+/* s2c — ahead-of-time artifacts: C sources that embed a cubin and launch its
+ * kernels through the CUDA Driver API, in the shape of Triton's AOT compiler.
+ *
+ * s2_aot_emit() writes, for a module called NAME:
+ *
+ *   NAME.h   #include <cuda.h>, then
+ *              extern const unsigned char NAME_cubin[];   (the cubin image)
+ *              extern const size_t NAME_cubin_size;
+ *              extern const char NAME_manifest[];         (the s2c manifest text)
+ *              CUresult load_NAME(void);
+ *              CUresult unload_NAME(void);
+ *              CUresult NAME_KERNEL(CUstream stream, <kernel params>, <launch args>);
+ *   NAME.c   the definitions.
+ *
+ * load_NAME() loads the embedded image into the current context
+ * (cuModuleLoadData), looks up every kernel (cuModuleGetFunction) and raises
+ * each kernel's dynamic shared memory limit to what it launches with
+ * (cuFuncSetAttribute); on failure it unloads what it loaded and returns the
+ * driver's CUresult.  Calling it again while loaded does nothing.
+ * unload_NAME() returns cuModuleUnload's result (CUDA_SUCCESS when not loaded).
+ * A launcher returns CUDA_ERROR_NOT_INITIALIZED before load_NAME(), computes
+ * its grid from its arguments (a zero dimension launches nothing and returns
+ * CUDA_SUCCESS; a negative or too large one returns CUDA_ERROR_INVALID_VALUE),
+ * and returns cuLaunchKernel's result.  Load, unload and launches share
+ * unsynchronised module state: load before launching from several threads.
+ * The generated code never prints, exits or aborts.
+ */
+#ifndef S2C_AOT_H
+#define S2C_AOT_H
+
+#include "s2c/common.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum s2_aot_type {
+    S2_AOT_PTR = 0, /* CUdeviceptr */
+    S2_AOT_I32,     /* int32_t */
+    S2_AOT_I64,     /* int64_t */
+    S2_AOT_F32,     /* float */
+    S2_AOT_TYPE_COUNT_
+} s2_aot_type;
+
+typedef struct s2_aot_param {
+    const char *name;   /* a C identifier, unique in the launcher, not "stream" */
+    s2_aot_type type;
+} s2_aot_param;
+
+/* A kernel's launch ABI: its parameters in order, the launcher's extra
+ * arguments that are not passed to the kernel, and where each grid
+ * dimension comes from (the name of an integer parameter or launch argument;
+ * NULL = 1). */
+typedef struct s2_aot_abi {
+    const char *name;                   /* for messages */
+    const s2_aot_param *params;
+    int num_params;
+    const s2_aot_param *launch_args;
+    int num_launch_args;
+    const char *grid[3];
+} s2_aot_abi;
+
+/* The forward attention kernel (S2_KERNEL_FWD):
+ *   params  q, k, v, o, lse                               CUdeviceptr
+ *           q_stride_b, q_stride_s, q_stride_h, k_stride_*, v_stride_*, o_stride_*   int64
+ *           q_len, kv_len                                 int32
+ *           scale_log2                                    float
+ *           class_of_head, offsets, entries               CUdeviceptr (packed schedule)
+ *           first_q_tile, q_tiles                         int32
+ *   launch  heads, batch                                  int32
+ *   grid    (q_tiles, heads, batch) */
+const s2_aot_abi *s2_aot_abi_attn_fwd(void);
+
+typedef struct s2_aot_kernel {
+    const char *name;        /* launcher NAME_<name>; a C identifier */
+    const char *symbol;      /* the kernel's symbol in the cubin */
+    const s2_aot_abi *abi;
+    int threads;             /* blockDim.x, 1..1024 (from the manifest) */
+    int smem_bytes;          /* dynamic shared memory, >= 0 (from the manifest) */
+} s2_aot_kernel;
+
+typedef struct s2_aot_module {
+    const char *name;        /* file and symbol prefix; a C identifier */
+    const uint8_t *cubin;
+    size_t cubin_size;
+    const char *manifest;    /* NUL-terminated; NULL = "" */
+    const s2_aot_kernel *kernels;
+    int num_kernels;         /* >= 1 */
+} s2_aot_module;
+
+/* The two files' text (malloc'd, NUL-terminated; free()).  S2_ERR_INVALID
+ * with a message for a bad name, type, ABI or launch shape. */
+s2_status s2_aot_emit(s2_ctx *ctx, const s2_aot_module *m, char **header, char **source);
+/* Emit and write DIR/NAME.h and DIR/NAME.c (each atomically). */
+s2_status s2_aot_write(s2_ctx *ctx, const s2_aot_module *m, const char *dir);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,88 @@
+/* s2c — on-disk cache of compiled kernels (cubins), keyed by everything that
+ * determines them.
+ *
+ * Directory: the `dir` argument of s2_cache_open, else $S2C_CACHE_DIR, else
+ * $XDG_CACHE_HOME/s2c, else $HOME/.cache/s2c (empty variables count as
+ * unset; a relative $XDG_CACHE_HOME is ignored, as the XDG spec says).
+ * Missing directories are created like `mkdir -p`, mode 0700.
+ *
+ * Key: SHA-256 over, in this order and each with its length, the generator
+ * version, the caller's pattern serialization, every field of the kernel
+ * spec, the toolchain identity (s2_toolchain_version) and the arch name.
+ *
+ * Entry: one file DIR/<64 hex digits of the key>.s2ck:
+ *   0   "S2CK"
+ *   4   u32 format version (S2_CACHE_FORMAT)
+ *   8   key (32 bytes)
+ *   40  u64 payload length
+ *   48  SHA-256 of the payload (32 bytes)
+ *   80  payload
+ * (integers little-endian).  Stores write a temporary file in the same
+ * directory, fsync it and rename it over the entry, so concurrent writers
+ * (threads or processes) both succeed and readers see a whole entry or none.
+ * A lookup that finds a corrupt or truncated entry reports a miss (with the
+ * reason in the ctx message); the next store replaces it.
+ *
+ * An s2_cache is immutable after s2_cache_open and may be shared between
+ * threads; each thread uses its own s2_ctx.
+ */
+#ifndef S2C_CACHE_H
+#define S2C_CACHE_H
+
+#include "s2c/attention.h"
+#include "s2c/codegen.h"
+#include "s2c/common.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define S2_CACHE_FORMAT 1
+#define S2_CACHE_KEY_BYTES 32
+
+typedef struct s2_cache s2_cache;
+
+typedef struct s2_cache_key {
+    uint8_t bytes[S2_CACHE_KEY_BYTES];
+} s2_cache_key;
+
+/* What a key is made of.  Strings are NUL-terminated. */
+typedef struct s2_cache_key_desc {
+    const char *generator;        /* NULL: s2_version() */
+    const char *pattern;          /* the caller's serialization of the pattern(s); required */
+    const s2_kernel_spec *spec;   /* required */
+    const char *toolchain;        /* NULL: s2_toolchain_version(ctx, S2_CUBIN_AUTO) */
+    const char *arch;             /* "sm_90a"; required */
+} s2_cache_key_desc;
+
+s2_status s2_cache_key_build(s2_ctx *ctx, const s2_cache_key_desc *desc, s2_cache_key *out);
+/* 64 lowercase hex digits and a NUL. */
+void s2_cache_key_hex(const s2_cache_key *key, char out[2 * S2_CACHE_KEY_BYTES + 1]);
+
+/* The identity of the assembler, for keys: "ptxas <its version line>" (from
+ * `ptxas --version`, the program s2_ptx_to_cubin would run: $S2C_PTXAS,
+ * $PATH, $CUDA_HOME/bin, /usr/local/cuda/bin), or "nvjitlink-MAJOR.MINOR".
+ * S2_CUBIN_AUTO picks like s2_ptx_to_cubin.  Each back end is asked once per
+ * process; *out is static storage.  S2_ERR_TOOLCHAIN when it is missing. */
+s2_status s2_toolchain_version(s2_ctx *ctx, s2_cubin_backend backend, const char **out);
+
+s2_status s2_cache_open(s2_ctx *ctx, const char *dir, s2_cache **out);
+void s2_cache_close(s2_cache *cache); /* NULL is fine */
+const char *s2_cache_dir(const s2_cache *cache);
+
+/* S2_OK with *data (malloc'd; free()) and *size, or S2_ERR_NOT_FOUND when
+ * there is no valid entry (the ctx message says why: absent, unreadable,
+ * corrupt).  S2_ERR_NOMEM and S2_ERR_INVALID otherwise. */
+s2_status s2_cache_lookup(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key *key, void **data,
+                          size_t *size);
+/* Store (or replace) the entry; size > 0.  S2_ERR_IO when it cannot be written. */
+s2_status s2_cache_store(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key *key, const void *data,
+                         size_t size);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

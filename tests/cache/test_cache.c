@@ -1,0 +1,732 @@
+/* On-disk kernel cache (codegen/cache.c): SHA-256 known answers, keys,
+ * hits and misses, corrupt entries, racing writers (threads and processes),
+ * unwritable directories, directory precedence, the toolchain identity.
+ * Every test works in its own fresh directory under $TMPDIR (Check forks
+ * each test, so environment changes stay inside it). */
+#include "s2c/cache.h"
+#include "sha256.h"
+#include "util.h"
+
+#include <check.h>
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+static char g_tmp[256];
+
+static void make_tmp(void)
+{
+    const char *base = getenv("TMPDIR");
+    snprintf(g_tmp, sizeof g_tmp, "%s/s2c-cache-test-XXXXXX", base && base[0] ? base : "/tmp");
+    ck_assert_ptr_nonnull(mkdtemp(g_tmp));
+}
+
+static void remove_tree(const char *path)
+{
+    struct stat sb;
+    if (lstat(path, &sb) != 0)
+        return;
+    if (S_ISDIR(sb.st_mode)) {
+        chmod(path, 0700);
+        DIR *d = opendir(path);
+        struct dirent *e;
+        while (d && (e = readdir(d)) != NULL) {
+            if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+                continue;
+            char sub[4096];
+            snprintf(sub, sizeof sub, "%s/%s", path, e->d_name);
+            remove_tree(sub);
+        }
+        if (d)
+            closedir(d);
+        rmdir(path);
+    } else
+        unlink(path);
+}
+
+static void drop_tmp(void) { remove_tree(g_tmp); }
+
+static const s2_kernel_spec base_spec = {
+    .kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+    .block_m = 128, .block_n = 64, .num_warps = 8, .num_stages = 2,
+};
+
+static s2_cache_key make_key(const char *pattern)
+{
+    s2_cache_key_desc d = {.generator = "0.1.0", .pattern = pattern, .spec = &base_spec,
+                           .toolchain = "ptxas Cuda compilation tools, release 13.0, V13.0.88", .arch = "sm_90a"};
+    s2_cache_key k;
+    ck_assert_int_eq(s2_cache_key_build(NULL, &d, &k), S2_OK);
+    return k;
+}
+
+/* A payload that depends on (seed, size), so any mix-up shows. */
+static uint8_t *payload(unsigned seed, size_t n)
+{
+    uint8_t *p = malloc(n);
+    uint32_t x = seed * 2654435761u + 1;
+    for (size_t i = 0; i < n; i++) {
+        x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+        p[i] = (uint8_t)x;
+    }
+    return p;
+}
+
+static void entry_path(const s2_cache *c, const s2_cache_key *k, char *out, size_t cap)
+{
+    char hex[65];
+    s2_cache_key_hex(k, hex);
+    snprintf(out, cap, "%s/%s.s2ck", s2_cache_dir(c), hex);
+}
+
+static void expect_hit(s2_ctx *ctx, const s2_cache *c, const s2_cache_key *k, const uint8_t *want, size_t n)
+{
+    void *data;
+    size_t size;
+    s2_status st = s2_cache_lookup(ctx, c, k, &data, &size);
+    ck_assert_msg(st == S2_OK, "lookup: %s", s2_ctx_message(ctx));
+    ck_assert_uint_eq(size, n);
+    ck_assert_mem_eq(data, want, n);
+    free(data);
+}
+
+static void expect_miss(s2_ctx *ctx, const s2_cache *c, const s2_cache_key *k, const char *note)
+{
+    void *data = (void *)1;
+    size_t size = 1;
+    ck_assert_int_eq(s2_cache_lookup(ctx, c, k, &data, &size), S2_ERR_NOT_FOUND);
+    ck_assert_ptr_null(data);
+    ck_assert_uint_eq(size, 0);
+    ck_assert_msg(strstr(s2_ctx_message(ctx), note) != NULL, "message \"%s\" lacks \"%s\"",
+                  s2_ctx_message(ctx), note);
+}
+
+/* ---- SHA-256 (FIPS 180-4 examples) ---- */
+
+static void hex32(const uint8_t *d, char *out)
+{
+    for (int i = 0; i < 32; i++)
+        sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+START_TEST(sha256_known_answers)
+{
+    static const struct {
+        const char *msg;
+        const char *hex;
+    } kat[] = {
+        {"", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"},
+        {"abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+        {"abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+         "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1"},
+        {"abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu",
+         "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1"},
+    };
+    uint8_t d[32];
+    char hex[65];
+    for (size_t i = 0; i < sizeof kat / sizeof kat[0]; i++) {
+        s2_sha256_once(kat[i].msg, strlen(kat[i].msg), d);
+        hex32(d, hex);
+        ck_assert_str_eq(hex, kat[i].hex);
+    }
+    /* one million 'a', fed in uneven pieces */
+    s2_sha256 s;
+    s2_sha256_init(&s);
+    char a[1000];
+    memset(a, 'a', sizeof a);
+    size_t done = 0;
+    for (size_t step = 1; done < 1000000; step = step % 997 + 1) {
+        size_t n = step < 1000000 - done ? step : 1000000 - done;
+        s2_sha256_update(&s, a, n);
+        done += n;
+    }
+    s2_sha256_final(&s, d);
+    hex32(d, hex);
+    ck_assert_str_eq(hex, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+}
+END_TEST
+
+/* ---- keys ---- */
+
+START_TEST(key_depends_on_every_field)
+{
+    enum { N = 40 };
+    s2_cache_key keys[N];
+    int n = 0;
+    s2_ctx *ctx = s2_ctx_new();
+#define KEY(gen, pat, sp, tool, ar)                                                                     \
+    do {                                                                                               \
+        s2_cache_key_desc d_ = {.generator = gen, .pattern = pat, .spec = sp, .toolchain = tool, .arch = ar}; \
+        ck_assert_int_eq(s2_cache_key_build(ctx, &d_, &keys[n]), S2_OK);                              \
+        n++;                                                                                           \
+    } while (0)
+    const s2_kernel_spec *b = &base_spec;
+    KEY("0.1.0", "p", b, "t", "sm_90a");
+    KEY("0.1.1", "p", b, "t", "sm_90a");
+    KEY("0.1.0", "q", b, "t", "sm_90a");
+    KEY("0.1.0", "p ", b, "t", "sm_90a");
+    KEY("0.1.0", "", b, "t", "sm_90a");
+    KEY("0.1.0", "p", b, "u", "sm_90a");
+    KEY("0.1.0", "p", b, "t", "sm_90");
+    KEY("0.1.0", "p", b, "t", "sm_80");
+    /* a boundary moved between two strings is another key */
+    KEY("0.1.0", "pt", b, "", "sm_90a");
+    KEY("0.1.0", "", b, "pt", "sm_90a");
+    /* every spec field, one at a time */
+    s2_kernel_spec v[8];
+    for (int i = 0; i < 8; i++)
+        v[i] = base_spec;
+    v[0].kind = (s2_kernel_kind)1;
+    v[1].dtype = S2_DTYPE_F16;
+    v[2].head_dim = 64;
+    v[3].arch = S2_ARCH_SM90;
+    v[4].block_m = 64;
+    v[5].block_n = 128;
+    v[6].num_warps = 4;
+    v[7].num_stages = 3;
+    for (int i = 0; i < 8; i++)
+        KEY("0.1.0", "p", &v[i], "t", "sm_90a");
+    /* swapped values of two fields differ too */
+    s2_kernel_spec sw = base_spec;
+    sw.block_m = base_spec.block_n;
+    sw.block_n = base_spec.block_m;
+    KEY("0.1.0", "p", &sw, "t", "sm_90a");
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++)
+            ck_assert_msg(memcmp(&keys[i], &keys[j], sizeof keys[i]) != 0, "keys %d and %d collide", i, j);
+
+    /* the same description gives the same key; NULL generator is s2_version() */
+    s2_cache_key again, dflt, named;
+    s2_cache_key_desc d = {.generator = "0.1.0", .pattern = "p", .spec = b, .toolchain = "t", .arch = "sm_90a"};
+    ck_assert_int_eq(s2_cache_key_build(ctx, &d, &again), S2_OK);
+    ck_assert_mem_eq(&again, &keys[0], sizeof again);
+    d.generator = NULL;
+    ck_assert_int_eq(s2_cache_key_build(ctx, &d, &dflt), S2_OK);
+    d.generator = s2_version();
+    ck_assert_int_eq(s2_cache_key_build(ctx, &d, &named), S2_OK);
+    ck_assert_mem_eq(&dflt, &named, sizeof dflt);
+
+    d.spec = NULL;
+    ck_assert_int_eq(s2_cache_key_build(ctx, &d, &again), S2_ERR_INVALID);
+    d.spec = b;
+    d.arch = "";
+    ck_assert_int_eq(s2_cache_key_build(ctx, &d, &again), S2_ERR_INVALID);
+    d.arch = "sm_90a";
+    d.pattern = NULL;
+    ck_assert_int_eq(s2_cache_key_build(ctx, &d, &again), S2_ERR_INVALID);
+
+    char hex[65];
+    s2_cache_key_hex(&keys[0], hex);
+    ck_assert_uint_eq(strlen(hex), 64);
+    ck_assert_uint_eq(strspn(hex, "0123456789abcdef"), 64);
+#undef KEY
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+/* ---- hits and misses ---- */
+
+START_TEST(hit_and_miss)
+{
+    make_tmp();
+    char dir[512];
+    snprintf(dir, sizeof dir, "%s/a/b/cache/", g_tmp);
+    s2_ctx *ctx = s2_ctx_new();
+    s2_cache *c;
+    ck_assert_int_eq(s2_cache_open(ctx, dir, &c), S2_OK);
+    /* created with mode 0700, trailing slash dropped */
+    struct stat sb;
+    ck_assert_int_eq(stat(s2_cache_dir(c), &sb), 0);
+    ck_assert_int_eq(sb.st_mode & 0777, 0700);
+    ck_assert_int_eq(s2_cache_dir(c)[strlen(s2_cache_dir(c)) - 1], 'e');
+
+    s2_cache_key k1 = make_key("pattern one"), k2 = make_key("pattern two");
+    expect_miss(ctx, c, &k1, "cache miss");
+    uint8_t *p1 = payload(1, 12345), *p2 = payload(2, 1);
+    ck_assert_int_eq(s2_cache_store(ctx, c, &k1, p1, 12345), S2_OK);
+    expect_hit(ctx, c, &k1, p1, 12345);
+    expect_miss(ctx, c, &k2, "cache miss");
+    ck_assert_int_eq(s2_cache_store(ctx, c, &k2, p2, 1), S2_OK);
+    expect_hit(ctx, c, &k2, p2, 1);
+    expect_hit(ctx, c, &k1, p1, 12345);
+
+    /* replacing an entry */
+    uint8_t *p3 = payload(3, 777);
+    ck_assert_int_eq(s2_cache_store(ctx, c, &k1, p3, 777), S2_OK);
+    expect_hit(ctx, c, &k1, p3, 777);
+
+    /* the entry file has the documented layout */
+    char path[1024];
+    entry_path(c, &k1, path, sizeof path);
+    char *file;
+    size_t flen;
+    ck_assert_int_eq(s2_read_file(ctx, path, &file, &flen), S2_OK);
+    ck_assert_uint_eq(flen, 80 + 777);
+    ck_assert_mem_eq(file, "S2CK\1\0\0\0", 8);
+    ck_assert_mem_eq(file + 8, k1.bytes, 32);
+    ck_assert_int_eq((uint8_t)file[40] | (uint8_t)file[41] << 8, 777);
+    uint8_t sum[32];
+    s2_sha256_once(p3, 777, sum);
+    ck_assert_mem_eq(file + 48, sum, 32);
+    ck_assert_mem_eq(file + 80, p3, 777);
+    free(file);
+
+    /* only the two entries are left (no temporary files) */
+    DIR *d = opendir(s2_cache_dir(c));
+    int files = 0;
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL)
+        files += e->d_name[0] != '.';
+    closedir(d);
+    ck_assert_int_eq(files, 2);
+
+    ck_assert_int_eq(s2_cache_store(ctx, c, &k1, p3, 0), S2_ERR_INVALID);
+    void *data;
+    size_t size;
+    ck_assert_int_eq(s2_cache_lookup(ctx, NULL, &k1, &data, &size), S2_ERR_INVALID);
+    free(p1);
+    free(p2);
+    free(p3);
+    s2_cache_close(c);
+    s2_cache_close(NULL);
+    s2_ctx_free(ctx);
+    drop_tmp();
+}
+END_TEST
+
+/* ---- corrupt entries ---- */
+
+typedef void (*corrupter)(uint8_t *file, size_t *len);
+static void c_flip_payload(uint8_t *f, size_t *len) { f[*len - 7] ^= 0x04; }
+static void c_flip_key(uint8_t *f, size_t *len) { (void)len; f[20] ^= 0x01; }
+static void c_flip_sum(uint8_t *f, size_t *len) { (void)len; f[60] ^= 0x80; }
+static void c_magic(uint8_t *f, size_t *len) { (void)len; memcpy(f, "S2CX", 4); }
+static void c_version(uint8_t *f, size_t *len) { (void)len; f[4] = 2; }
+static void c_truncate_half(uint8_t *f, size_t *len) { (void)f; *len /= 2; }
+static void c_truncate_one(uint8_t *f, size_t *len) { (void)f; *len -= 1; }
+static void c_truncate_header(uint8_t *f, size_t *len) { (void)f; *len = 10; }
+static void c_zero_length(uint8_t *f, size_t *len) { (void)f; *len = 0; }
+static void c_length_field(uint8_t *f, size_t *len) { (void)len; f[40] ^= 1; }
+static void c_trailing(uint8_t *f, size_t *len) { f[*len] = 0; *len += 1; }
+
+START_TEST(corrupt_entries_are_misses_and_rebuilt)
+{
+    static const struct {
+        const char *what;
+        corrupter fn;
+        const char *note;
+    } cases[] = {
+        {"payload byte", c_flip_payload, "checksum"},
+        {"key byte", c_flip_key, "key mismatch"},
+        {"checksum byte", c_flip_sum, "checksum"},
+        {"magic", c_magic, "bad magic"},
+        {"format version", c_version, "format version"},
+        {"truncated to half", c_truncate_half, "truncated"},
+        {"truncated by one", c_truncate_one, "truncated"},
+        {"truncated inside the header", c_truncate_header, "shorter than its header"},
+        {"zero-length file", c_zero_length, "shorter than its header"},
+        {"length field", c_length_field, "length"},
+        {"trailing byte", c_trailing, "length"},
+    };
+    make_tmp();
+    s2_ctx *ctx = s2_ctx_new();
+    s2_cache *c;
+    ck_assert_int_eq(s2_cache_open(ctx, g_tmp, &c), S2_OK);
+    s2_cache_key k = make_key("corrupt");
+    enum { N = 5000 };
+    uint8_t *p = payload(9, N);
+    char path[1024];
+    entry_path(c, &k, path, sizeof path);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ck_assert_int_eq(s2_cache_store(ctx, c, &k, p, N), S2_OK);
+        char *file;
+        size_t len;
+        ck_assert_int_eq(s2_read_file(ctx, path, &file, &len), S2_OK);
+        file = realloc(file, len + 1);
+        cases[i].fn((uint8_t *)file, &len);
+        ck_assert_int_eq(s2_write_file_atomic(ctx, path, file, len), S2_OK);
+        free(file);
+        expect_miss(ctx, c, &k, "corrupt entry");
+        ck_assert_msg(strstr(s2_ctx_message(ctx), cases[i].note) != NULL, "%s: \"%s\"", cases[i].what,
+                      s2_ctx_message(ctx));
+        /* the next store repairs it */
+        ck_assert_int_eq(s2_cache_store(ctx, c, &k, p, N), S2_OK);
+        expect_hit(ctx, c, &k, p, N);
+    }
+
+    /* any single flipped bit of a small entry is caught */
+    uint8_t *small = payload(10, 64);
+    ck_assert_int_eq(s2_cache_store(ctx, c, &k, small, 64), S2_OK);
+    char *good;
+    size_t glen;
+    ck_assert_int_eq(s2_read_file(ctx, path, &good, &glen), S2_OK);
+    for (size_t pos = 0; pos < glen; pos++) {
+        for (int bit = 0; bit < 8; bit += 3) {
+            good[pos] ^= (char)(1 << bit);
+            ck_assert_int_eq(s2_write_file_atomic(ctx, path, good, glen), S2_OK);
+            void *data;
+            size_t size;
+            ck_assert_msg(s2_cache_lookup(ctx, c, &k, &data, &size) == S2_ERR_NOT_FOUND,
+                          "flip of bit %d at byte %zu not detected", bit, pos);
+            good[pos] ^= (char)(1 << bit);
+        }
+    }
+    /* a directory where the entry should be is a miss, not a crash */
+    unlink(path);
+    ck_assert_int_eq(mkdir(path, 0700), 0);
+    expect_miss(ctx, c, &k, "cache miss");
+    rmdir(path);
+    free(good);
+    free(small);
+    free(p);
+    s2_cache_close(c);
+    s2_ctx_free(ctx);
+    drop_tmp();
+}
+END_TEST
+
+/* ---- concurrency ---- */
+
+enum { KEYS = 4, ROUNDS = 40, PAYLOAD = 200000 };
+
+typedef struct worker {
+    const s2_cache *cache;
+    unsigned id;
+    int errors;
+    char msg[256];
+} worker;
+
+/* Store and read back KEYS entries ROUNDS times; every read is a whole,
+ * correct entry or (before the first store lands) a plain miss. */
+static int hammer(const s2_cache *cache, unsigned id, char *msg, size_t cap)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    int errors = 0;
+    uint8_t *want[KEYS];
+    s2_cache_key keys[KEYS];
+    for (unsigned i = 0; i < KEYS; i++) {
+        char pat[32];
+        snprintf(pat, sizeof pat, "race %u", i);
+        keys[i] = make_key(pat);
+        want[i] = payload(100 + i, PAYLOAD + i);
+    }
+    for (unsigned r = 0; r < ROUNDS; r++) {
+        unsigned i = (r + id) % KEYS;
+        void *data;
+        size_t size;
+        s2_status st = s2_cache_lookup(ctx, cache, &keys[i], &data, &size);
+        if (st == S2_OK) {
+            if (size != PAYLOAD + i || memcmp(data, want[i], size) != 0) {
+                errors++;
+                snprintf(msg, cap, "worker %u: wrong bytes for key %u", id, i);
+            }
+            free(data);
+        } else if (st != S2_ERR_NOT_FOUND || strstr(s2_ctx_message(ctx), "corrupt")) {
+            errors++;
+            snprintf(msg, cap, "worker %u: %s", id, s2_ctx_message(ctx));
+        }
+        if (s2_cache_store(ctx, cache, &keys[i], want[i], PAYLOAD + i) != S2_OK) {
+            errors++;
+            snprintf(msg, cap, "worker %u: store: %s", id, s2_ctx_message(ctx));
+        }
+    }
+    for (unsigned i = 0; i < KEYS; i++)
+        free(want[i]);
+    s2_ctx_free(ctx);
+    return errors;
+}
+
+static void *hammer_thread(void *arg)
+{
+    worker *w = arg;
+    w->errors = hammer(w->cache, w->id, w->msg, sizeof w->msg);
+    return NULL;
+}
+
+static void expect_all_keys(const s2_cache *c)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    for (unsigned i = 0; i < KEYS; i++) {
+        char pat[32];
+        snprintf(pat, sizeof pat, "race %u", i);
+        s2_cache_key k = make_key(pat);
+        uint8_t *want = payload(100 + i, PAYLOAD + i);
+        expect_hit(ctx, c, &k, want, PAYLOAD + i);
+        free(want);
+    }
+    /* no temporary file is left behind */
+    DIR *d = opendir(s2_cache_dir(c));
+    struct dirent *e;
+    int files = 0;
+    while ((e = readdir(d)) != NULL) {
+        if (e->d_name[0] == '.')
+            continue;
+        ck_assert_msg(strstr(e->d_name, ".tmp.") == NULL, "left over: %s", e->d_name);
+        files++;
+    }
+    closedir(d);
+    ck_assert_int_eq(files, KEYS);
+    s2_ctx_free(ctx);
+}
+
+START_TEST(concurrent_threads)
+{
+    make_tmp();
+    s2_cache *c;
+    ck_assert_int_eq(s2_cache_open(NULL, g_tmp, &c), S2_OK);
+    enum { T = 8 };
+    pthread_t th[T];
+    worker w[T];
+    for (unsigned i = 0; i < T; i++) {
+        w[i] = (worker){.cache = c, .id = i};
+        ck_assert_int_eq(pthread_create(&th[i], NULL, hammer_thread, &w[i]), 0);
+    }
+    for (unsigned i = 0; i < T; i++) {
+        pthread_join(th[i], NULL);
+        ck_assert_msg(w[i].errors == 0, "%d errors, last: %s", w[i].errors, w[i].msg);
+    }
+    expect_all_keys(c);
+    s2_cache_close(c);
+    drop_tmp();
+}
+END_TEST
+
+START_TEST(concurrent_processes)
+{
+    make_tmp();
+    s2_cache *c;
+    ck_assert_int_eq(s2_cache_open(NULL, g_tmp, &c), S2_OK);
+    enum { P = 6 };
+    pid_t pids[P];
+    for (unsigned i = 0; i < P; i++) {
+        pids[i] = fork();
+        ck_assert_int_ge(pids[i], 0);
+        if (pids[i] == 0) {
+            /* each child opens its own handle, as another process would */
+            s2_cache *mine;
+            char msg[256] = "";
+            int errors = s2_cache_open(NULL, g_tmp, &mine) == S2_OK ? hammer(mine, i, msg, sizeof msg) : 1;
+            if (errors)
+                fprintf(stderr, "%s\n", msg);
+            s2_cache_close(mine);
+            _exit(errors ? 1 : 0);
+        }
+    }
+    for (unsigned i = 0; i < P; i++) {
+        int status = 0;
+        ck_assert_int_eq(waitpid(pids[i], &status, 0), pids[i]);
+        ck_assert_msg(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child %u failed", i);
+    }
+    expect_all_keys(c);
+    s2_cache_close(c);
+    drop_tmp();
+}
+END_TEST
+
+/* ---- unwritable directories ---- */
+
+START_TEST(unwritable_directory)
+{
+    make_tmp();
+    s2_ctx *ctx = s2_ctx_new();
+    /* a path through a regular file cannot be created (even by root) */
+    char file[512], dir[600];
+    snprintf(file, sizeof file, "%s/plain", g_tmp);
+    ck_assert_int_eq(s2_write_file_atomic(ctx, file, "x", 1), S2_OK);
+    snprintf(dir, sizeof dir, "%s/sub/cache", file);
+    s2_cache *c = (s2_cache *)1;
+    ck_assert_int_eq(s2_cache_open(ctx, dir, &c), S2_ERR_IO);
+    ck_assert_ptr_null(c);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "plain"));
+    ck_assert_int_eq(s2_cache_open(ctx, file, &c), S2_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "not a directory"));
+
+    /* the directory turns into a file after open: stores fail with a message */
+    snprintf(dir, sizeof dir, "%s/gone", g_tmp);
+    ck_assert_int_eq(s2_cache_open(ctx, dir, &c), S2_OK);
+    ck_assert_int_eq(rmdir(dir), 0);
+    ck_assert_int_eq(s2_write_file_atomic(ctx, dir, "x", 1), S2_OK);
+    s2_cache_key k = make_key("unwritable");
+    uint8_t *p = payload(5, 100);
+    s2_ctx_clear(ctx);
+    ck_assert_int_eq(s2_cache_store(ctx, c, &k, p, 100), S2_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "gone"));
+    expect_miss(ctx, c, &k, "cache miss");
+    s2_cache_close(c);
+
+    /* a read-only directory (permissions do not bind root) */
+    if (geteuid() != 0) {
+        snprintf(dir, sizeof dir, "%s/ro", g_tmp);
+        ck_assert_int_eq(s2_cache_open(ctx, dir, &c), S2_OK);
+        ck_assert_int_eq(chmod(dir, 0500), 0);
+        ck_assert_int_eq(s2_cache_store(ctx, c, &k, p, 100), S2_ERR_IO);
+        ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "ro/"));
+        s2_cache_close(c);
+        snprintf(dir, sizeof dir, "%s/ro/sub", g_tmp);
+        ck_assert_int_eq(s2_cache_open(ctx, dir, &c), S2_ERR_IO);
+    }
+    free(p);
+    s2_ctx_free(ctx);
+    drop_tmp();
+}
+END_TEST
+
+/* ---- directory precedence ---- */
+
+static void expect_dir(const char *arg, const char *want)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_cache *c;
+    ck_assert_msg(s2_cache_open(ctx, arg, &c) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_str_eq(s2_cache_dir(c), want);
+    struct stat sb;
+    ck_assert_int_eq(stat(want, &sb), 0);
+    ck_assert(S_ISDIR(sb.st_mode));
+    ck_assert_int_eq(sb.st_mode & 0777, 0700);
+    s2_cache_close(c);
+    s2_ctx_free(ctx);
+}
+
+START_TEST(directory_precedence)
+{
+    make_tmp();
+    char explicit_dir[512], env_dir[512], xdg[512], home[512], want[600];
+    snprintf(explicit_dir, sizeof explicit_dir, "%s/explicit", g_tmp);
+    snprintf(env_dir, sizeof env_dir, "%s/env", g_tmp);
+    snprintf(xdg, sizeof xdg, "%s/xdg", g_tmp);
+    snprintf(home, sizeof home, "%s/home", g_tmp);
+    setenv("S2C_CACHE_DIR", env_dir, 1);
+    setenv("XDG_CACHE_HOME", xdg, 1);
+    setenv("HOME", home, 1);
+    expect_dir(explicit_dir, explicit_dir);
+    expect_dir(NULL, env_dir);
+    expect_dir("", env_dir);
+    setenv("S2C_CACHE_DIR", "", 1);
+    snprintf(want, sizeof want, "%s/s2c", xdg);
+    expect_dir(NULL, want);
+    unsetenv("S2C_CACHE_DIR");
+    expect_dir(NULL, want);
+    setenv("XDG_CACHE_HOME", "relative/dir", 1); /* ignored, as XDG says */
+    snprintf(want, sizeof want, "%s/.cache/s2c", home);
+    expect_dir(NULL, want);
+    unsetenv("XDG_CACHE_HOME");
+    expect_dir(NULL, want);
+    unsetenv("HOME");
+    s2_ctx *ctx = s2_ctx_new();
+    s2_cache *c;
+    ck_assert_int_eq(s2_cache_open(ctx, NULL, &c), S2_ERR_IO);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "S2C_CACHE_DIR"));
+    s2_ctx_free(ctx);
+    drop_tmp();
+}
+END_TEST
+
+/* ---- toolchain identity ---- */
+
+START_TEST(toolchain_from_fake_ptxas)
+{
+    make_tmp();
+    char script[512];
+    snprintf(script, sizeof script, "%s/ptxas", g_tmp);
+    FILE *f = fopen(script, "w");
+    ck_assert_ptr_nonnull(f);
+    fputs("#!/bin/sh\n[ \"$1\" = --version ] || exit 3\n"
+          "echo 'ptxas: NVIDIA (R) Ptx optimizing assembler'\n"
+          "echo 'Cuda compilation tools, release 99.1, V99.1.7'\n"
+          "echo 'Build cuda_99.1.r99.1/compiler.1_0'\n",
+          f);
+    fclose(f);
+    chmod(script, 0755);
+    setenv("S2C_PTXAS", script, 1);
+    s2_ctx *ctx = s2_ctx_new();
+    const char *v, *again;
+    ck_assert_msg(s2_toolchain_version(ctx, S2_CUBIN_PTXAS, &v) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_str_eq(v, "ptxas Cuda compilation tools, release 99.1, V99.1.7");
+    ck_assert_int_eq(s2_toolchain_version(ctx, S2_CUBIN_AUTO, &again), S2_OK);
+    ck_assert_ptr_eq(again, v); /* asked once */
+
+    /* NULL toolchain in a key description means this identity */
+    s2_cache_key_desc d = {.pattern = "p", .spec = &base_spec, .arch = "sm_90a"};
+    s2_cache_key k1, k2;
+    ck_assert_int_eq(s2_cache_key_build(ctx, &d, &k1), S2_OK);
+    d.toolchain = v;
+    ck_assert_int_eq(s2_cache_key_build(ctx, &d, &k2), S2_OK);
+    ck_assert_mem_eq(&k1, &k2, sizeof k1);
+    s2_ctx_free(ctx);
+    drop_tmp();
+}
+END_TEST
+
+START_TEST(toolchain_missing_or_broken)
+{
+    make_tmp();
+    char script[512];
+    snprintf(script, sizeof script, "%s/ptxas", g_tmp);
+    FILE *f = fopen(script, "w");
+    fputs("#!/bin/sh\necho broken\nexit 1\n", f);
+    fclose(f);
+    chmod(script, 0755);
+    setenv("S2C_PTXAS", script, 1);
+    s2_ctx *ctx = s2_ctx_new();
+    const char *v = "x";
+    ck_assert_int_eq(s2_toolchain_version(ctx, S2_CUBIN_PTXAS, &v), S2_ERR_TOOLCHAIN);
+    ck_assert_ptr_null(v);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "--version failed"));
+    ck_assert_int_eq(s2_toolchain_version(ctx, (s2_cubin_backend)42, &v), S2_ERR_INVALID);
+    s2_ctx_free(ctx);
+    drop_tmp();
+}
+END_TEST
+
+/* The real tools, where present: the identities have their documented form. */
+START_TEST(toolchain_real)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    const char *v;
+    if (access("/usr/local/cuda/bin/ptxas", X_OK) == 0) {
+        setenv("S2C_PTXAS", "/usr/local/cuda/bin/ptxas", 1);
+        ck_assert_int_eq(s2_toolchain_version(ctx, S2_CUBIN_PTXAS, &v), S2_OK);
+        ck_assert_msg(strncmp(v, "ptxas Cuda compilation tools, release ", 38) == 0, "%s", v);
+    }
+    s2_status st = s2_toolchain_version(ctx, S2_CUBIN_NVJITLINK, &v);
+    if (st == S2_OK) {
+        unsigned major, minor;
+        char tail;
+        ck_assert_msg(sscanf(v, "nvjitlink-%u.%u%c", &major, &minor, &tail) == 2, "%s", v);
+        ck_assert_uint_ge(major, 12);
+    } else {
+        ck_assert_int_eq(st, S2_ERR_TOOLCHAIN);
+    }
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("cache");
+    TCase *tc = tcase_create("cache");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, sha256_known_answers);
+    tcase_add_test(tc, key_depends_on_every_field);
+    tcase_add_test(tc, hit_and_miss);
+    tcase_add_test(tc, corrupt_entries_are_misses_and_rebuilt);
+    tcase_add_test(tc, concurrent_threads);
+    tcase_add_test(tc, concurrent_processes);
+    tcase_add_test(tc, unwritable_directory);
+    tcase_add_test(tc, directory_precedence);
+    tcase_add_test(tc, toolchain_from_fake_ptxas);
+    tcase_add_test(tc, toolchain_missing_or_broken);
+    tcase_add_test(tc, toolchain_real);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
