@@ -1,0 +1,111 @@
+/* s2c — loading generated attention modules and launching their kernels
+ * (libs2rt: no LLVM, no libcuda at link time, no libyaml).
+ *
+ *   s2_attn_module_load()   a generated cubin: the module, its manifest (read
+ *                           from the image, no GPU round trip) and every kernel
+ *   s2_attn_find()          a kernel by pattern name, dtype and head_dim
+ *   s2_attn_forward()       check every argument, then launch
+ *
+ * Kernels found in a module are borrowed: they live until s2_attn_module_free.
+ * s2_attn_load() (and the JIT, s2c/jit.h) hand back a standalone kernel that
+ * owns its module: free it with s2_attn_kernel_free.
+ *
+ * Schedules: the packed forward schedule of each (q_len, kv_len) is built
+ * from the manifest's pattern and uploaded on first use, then kept in a
+ * per-kernel cache of S2_ATTN_SCHED_CACHE entries (least recently used goes
+ * first; its device memory is freed with cuMemFree, which waits for the work
+ * in flight).  The first launch for a new shape synchronises the context
+ * after the upload, so that a launch on any stream sees the schedule.
+ *
+ * Threads: s2_attn_forward may be called on one kernel from several threads
+ * at once (each with its own s2_ctx); the schedule cache is locked.
+ */
+#ifndef S2C_ATTN_RUNTIME_H
+#define S2C_ATTN_RUNTIME_H
+
+#include "s2c/attention.h"
+#include "s2c/runtime.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define S2_ATTN_SCHED_CACHE 8
+
+typedef struct s2_attn_module s2_attn_module;
+typedef struct s2_attn_kernel s2_attn_kernel;
+
+/* Load a generated cubin (an ELF image with the s2c_manifest symbol: PTX and
+ * fatbins carry no manifest, S2_ERR_PARSE) and get every kernel it lists.
+ * The image is not kept after the call. */
+s2_status s2_attn_module_load(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
+                              s2_attn_module **out);
+s2_status s2_attn_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_attn_module **out);
+/* Frees the kernels, their schedules' device memory and the module.  NULL is
+ * fine.  No launch on its kernels may be in flight or start afterwards. */
+void s2_attn_module_free(s2_attn_module *mod);
+
+/* Introspection.  The manifest lists the patterns (s2_manifest_pattern_at). */
+const s2_manifest *s2_attn_module_manifest(const s2_attn_module *mod);
+int s2_attn_module_num_kernels(const s2_attn_module *mod);
+s2_attn_kernel *s2_attn_module_kernel_at(const s2_attn_module *mod, int i); /* NULL if out of range */
+
+/* The kernel of `pattern` (NULL: any pattern) for dtype and head_dim.
+ * S2_ERR_NOT_FOUND, with the kernels the module does have in the message. */
+s2_status s2_attn_find(s2_ctx *ctx, const s2_attn_module *mod, const char *pattern, s2_dtype dtype,
+                       int head_dim, s2_attn_kernel **out);
+
+/* Load an image and find one kernel (as s2_attn_find); the kernel owns the
+ * module.  Free with s2_attn_kernel_free. */
+s2_status s2_attn_load(s2_ctx *ctx, s2_device *dev, const void *image, size_t size, const char *pattern,
+                       s2_dtype dtype, int head_dim, s2_attn_kernel **out);
+/* Frees a kernel from s2_attn_load or s2_jit_compile together with its
+ * module; does nothing to a kernel borrowed from a module (or NULL). */
+void s2_attn_kernel_free(s2_attn_kernel *k);
+
+/* What the manifest says about the kernel (name, pattern name, resolved spec,
+ * threads, dynamic shared memory), and the pattern it was generated for. */
+const s2_manifest_kernel *s2_attn_kernel_desc(const s2_attn_kernel *k);
+const s2_pattern *s2_attn_kernel_pattern(const s2_attn_kernel *k);
+s2_kernel *s2_attn_kernel_function(const s2_attn_kernel *k); /* for s2_kernel_get_attrs */
+/* Longest kv_len the kernel accepts: the pattern's max_seq_len, the size of
+ * its explicit masks and the kernel's 32-bit lengths, whichever is least. */
+int64_t s2_attn_kernel_max_kv_len(const s2_attn_kernel *k);
+
+typedef struct s2_attn_sched_stats {
+    int64_t hits, misses, evictions;
+    int cached;                      /* entries held now (<= S2_ATTN_SCHED_CACHE) */
+} s2_attn_sched_stats;
+void s2_attn_kernel_sched_stats(s2_attn_kernel *k, s2_attn_sched_stats *out);
+
+/* Check every argument (the first failure decides the status; nothing is
+ * launched), then launch asynchronously on `stream` (NULL: the legacy
+ * default stream).  Statuses:
+ *   S2_ERR_NULL_ARG   k, a, or one of q, k, v, o is null
+ *   S2_ERR_DTYPE      a->dtype is not the kernel's
+ *   S2_ERR_HEAD_DIM   a->head_dim is not the kernel's
+ *   S2_ERR_HEADS      heads / kv_heads are not the pattern's
+ *   S2_ERR_SHAPE      batch < 1 or above 65535, q_len or kv_len < 1, q_len > kv_len,
+ *                     or a tensor's extent overflows
+ *   S2_ERR_SEQ_LEN    kv_len above s2_attn_kernel_max_kv_len
+ *   S2_ERR_STRIDE     a negative stride; o's rows overlapping (its writes would race)
+ *   S2_ERR_ALIGNMENT  q, k, v, o not 16-byte aligned, lse not 4-byte aligned,
+ *                     a stride not a multiple of 8 elements
+ *   S2_ERR_INVALID    scale not finite; a pointer that is not device memory
+ *                     of the kernel's context, or whose allocation is smaller
+ *                     than the extent the shapes and strides imply (s2_check_device_ptr)
+ * then whatever building the schedule or the launch returns.
+ * a->scale == 0 means 1/sqrt(head_dim). */
+s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a);
+
+/* Only the checks of s2_attn_forward (no schedule, no launch). */
+s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

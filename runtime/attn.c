@@ -1,0 +1,545 @@
+/* Attention modules: a generated cubin, its manifest and kernels; argument
+ * checks, per-shape schedules and the forward launch (s2c/attn_runtime.h). */
+#include "rt_internal.h"
+#include "s2c/attn_runtime.h"
+#include "s2c/layout.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* One uploaded forward schedule: the packed buffer of s2_schedule_pack. */
+typedef struct sched_slot {
+    int64_t q_len, kv_len;
+    s2_devptr buf;
+    s2_devptr class_of_head, offsets, entries;
+    int32_t first_q_tile, q_tiles;
+    uint64_t last_use;           /* 0: empty */
+} sched_slot;
+
+struct s2_attn_kernel {
+    s2_attn_module *mod;
+    const s2_manifest_kernel *desc;
+    const s2_pattern *pattern;
+    s2_kernel *fn;
+    int64_t max_kv_len;
+    mtx_t lock;                  /* guards everything below */
+    bool lock_ok;
+    sched_slot slots[S2_ATTN_SCHED_CACHE];
+    uint64_t tick;
+    s2_attn_sched_stats stats;
+};
+
+struct s2_attn_module {
+    s2_device *dev;
+    s2_module *cu;
+    s2_manifest *manifest;
+    s2_attn_kernel *kernels;
+    int num_kernels;
+    bool standalone;             /* owned by its one kernel (s2_attn_load) */
+};
+
+/* ---- modules ------------------------------------------------------------------- */
+
+/* The longest kv_len whose layout the pattern allows and the kernel's i32
+ * lengths hold. */
+static int64_t max_kv_len_of(const s2_pattern *p)
+{
+    int64_t lim = INT32_MAX;
+    if (p->max_seq_len > 0 && p->max_seq_len < lim)
+        lim = p->max_seq_len;
+    for (int q = 0; q < p->heads; q++) {
+        int mi = p->rules[q].mask;
+        if (mi < 0 || mi >= p->num_masks)
+            continue;
+        const s2_block_mask *bm = &p->masks[mi];
+        int64_t blocks = bm->rows < bm->cols ? bm->rows : bm->cols;
+        if (blocks * p->block_size < lim)
+            lim = blocks * p->block_size;
+    }
+    return lim;
+}
+
+static void free_schedules(s2_attn_kernel *k)
+{
+    for (int i = 0; i < S2_ATTN_SCHED_CACHE; i++)
+        if (k->slots[i].last_use)
+            s2_mem_free(NULL, k->mod->dev, k->slots[i].buf);
+    memset(k->slots, 0, sizeof k->slots);
+}
+
+void s2_attn_module_free(s2_attn_module *mod)
+{
+    if (!mod)
+        return;
+    for (int i = 0; mod->kernels && i < mod->num_kernels; i++) {
+        s2_attn_kernel *k = &mod->kernels[i];
+        if (k->mod)
+            free_schedules(k);
+        if (k->lock_ok)
+            mtx_destroy(&k->lock);
+        s2_kernel_free(k->fn);
+    }
+    free(mod->kernels);
+    s2_module_free(mod->cu);
+    s2_manifest_free(mod->manifest);
+    free(mod);
+}
+
+static s2_status init_kernel(s2_ctx *ctx, s2_attn_module *mod, int i)
+{
+    s2_attn_kernel *k = &mod->kernels[i];
+    const s2_manifest_kernel *d = s2_manifest_kernel_at(mod->manifest, i);
+    k->mod = mod;
+    k->desc = d;
+    k->pattern = s2_manifest_find_pattern(mod->manifest, d->pattern);
+    if (!k->pattern)
+        return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s names unknown pattern '%s'", d->name, d->pattern);
+    if (d->spec.kind != S2_KERNEL_FWD || d->threads != 32 * d->spec.num_warps || d->spec.block_m < 16 ||
+        d->spec.block_n < 16)
+        return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s has an inconsistent launch shape", d->name);
+    k->max_kv_len = max_kv_len_of(k->pattern);
+    if (mtx_init(&k->lock, mtx_plain) != thrd_success)
+        return s2_fail(ctx, S2_ERR_NOMEM, "cannot create a mutex");
+    k->lock_ok = true;
+    return s2_kernel_get(ctx, mod->cu, d->name, &k->fn);
+}
+
+s2_status s2_attn_module_load(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
+                              s2_attn_module **out)
+{
+    if (!out)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_module_load: out is NULL");
+    *out = NULL;
+    if (!dev || !image || size == 0)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_module_load: %s", !dev ? "device is NULL" : "empty image");
+    const char *text = NULL;
+    size_t len = 0;
+    s2_status st = s2_cubin_find_manifest(ctx, image, size, &text, &len);
+    if (st != S2_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", s2_ctx_message(ctx));
+        return s2_fail(ctx, st, "not a generated attention cubin: %s", msg);
+    }
+    s2_attn_module *mod = calloc(1, sizeof *mod);
+    if (!mod)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    mod->dev = dev;
+    if ((st = s2_manifest_parse(ctx, text, len, &mod->manifest)) != S2_OK)
+        goto fail;
+    int n = s2_manifest_num_kernels(mod->manifest);
+    if (n < 1) {
+        st = s2_fail(ctx, S2_ERR_PARSE, "manifest lists no kernel");
+        goto fail;
+    }
+    if (!(mod->kernels = calloc((size_t)n, sizeof *mod->kernels))) {
+        st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    mod->num_kernels = n;
+    if ((st = s2_module_load_data(ctx, dev, image, size, &mod->cu)) != S2_OK)
+        goto fail;
+    for (int i = 0; i < n; i++)
+        if ((st = init_kernel(ctx, mod, i)) != S2_OK)
+            goto fail;
+    *out = mod;
+    return S2_OK;
+fail:
+    s2_attn_module_free(mod);
+    return st;
+}
+
+s2_status s2_attn_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_attn_module **out)
+{
+    if (out)
+        *out = NULL;
+    if (!path)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_module_load_file: path is NULL");
+    char *data = NULL;
+    size_t len = 0;
+    s2_status st = s2_read_file(ctx, path, &data, &len);
+    if (st != S2_OK)
+        return st;
+    st = s2_attn_module_load(ctx, dev, data, len, out);
+    free(data);
+    if (st != S2_OK) {
+        char msg[1536];
+        snprintf(msg, sizeof msg, "%s", s2_ctx_message(ctx));
+        s2_fail(ctx, st, "%s: %s", path, msg);
+    }
+    return st;
+}
+
+const s2_manifest *s2_attn_module_manifest(const s2_attn_module *mod) { return mod ? mod->manifest : NULL; }
+int s2_attn_module_num_kernels(const s2_attn_module *mod) { return mod ? mod->num_kernels : 0; }
+
+s2_attn_kernel *s2_attn_module_kernel_at(const s2_attn_module *mod, int i)
+{
+    return mod && i >= 0 && i < mod->num_kernels ? &mod->kernels[i] : NULL;
+}
+
+static bool kernel_matches(const s2_attn_kernel *k, const char *pattern, s2_dtype dtype, int head_dim)
+{
+    return (!pattern || !strcmp(k->desc->pattern, pattern)) && k->desc->spec.dtype == dtype &&
+           k->desc->spec.head_dim == head_dim;
+}
+
+s2_status s2_attn_find(s2_ctx *ctx, const s2_attn_module *mod, const char *pattern, s2_dtype dtype,
+                       int head_dim, s2_attn_kernel **out)
+{
+    if (!out)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_find: out is NULL");
+    *out = NULL;
+    if (!mod)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_find: module is NULL");
+    for (int i = 0; i < mod->num_kernels; i++)
+        if (kernel_matches(&mod->kernels[i], pattern, dtype, head_dim)) {
+            *out = &mod->kernels[i];
+            return S2_OK;
+        }
+    s2_buf have;
+    s2_buf_init(&have);
+    for (int i = 0; i < mod->num_kernels; i++) {
+        const s2_manifest_kernel *d = mod->kernels[i].desc;
+        s2_buf_printf(&have, "%s%s (%s, %s, d%d)", i ? ", " : "", d->name, d->pattern, s2_dtype_name(d->spec.dtype),
+                      d->spec.head_dim);
+    }
+    s2_fail(ctx, S2_ERR_NOT_FOUND, "no kernel for pattern '%s', %s, head_dim %d; the module has: %s",
+            pattern ? pattern : "(any)", s2_dtype_name(dtype), head_dim, have.data ? have.data : "");
+    s2_buf_free(&have);
+    return S2_ERR_NOT_FOUND;
+}
+
+s2_status s2_attn_load(s2_ctx *ctx, s2_device *dev, const void *image, size_t size, const char *pattern,
+                       s2_dtype dtype, int head_dim, s2_attn_kernel **out)
+{
+    if (!out)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_load: out is NULL");
+    *out = NULL;
+    s2_attn_module *mod = NULL;
+    s2_status st = s2_attn_module_load(ctx, dev, image, size, &mod);
+    if (st == S2_OK)
+        st = s2_attn_find(ctx, mod, pattern, dtype, head_dim, out);
+    if (st != S2_OK) {
+        s2_attn_module_free(mod);
+        return st;
+    }
+    mod->standalone = true;
+    return S2_OK;
+}
+
+void s2_attn_kernel_free(s2_attn_kernel *k)
+{
+    if (k && k->mod->standalone)
+        s2_attn_module_free(k->mod);
+}
+
+const s2_manifest_kernel *s2_attn_kernel_desc(const s2_attn_kernel *k) { return k ? k->desc : NULL; }
+const s2_pattern *s2_attn_kernel_pattern(const s2_attn_kernel *k) { return k ? k->pattern : NULL; }
+s2_kernel *s2_attn_kernel_function(const s2_attn_kernel *k) { return k ? k->fn : NULL; }
+int64_t s2_attn_kernel_max_kv_len(const s2_attn_kernel *k) { return k ? k->max_kv_len : 0; }
+
+void s2_attn_kernel_sched_stats(s2_attn_kernel *k, s2_attn_sched_stats *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, sizeof *out);
+    if (!k)
+        return;
+    mtx_lock(&k->lock);
+    *out = k->stats;
+    mtx_unlock(&k->lock);
+}
+
+void s2_attn_fwd_args_bshd(s2_attn_fwd_args *a)
+{
+    if (!a)
+        return;
+    const int64_t d = a->head_dim, h = a->heads, hk = a->kv_heads;
+    for (int i = 0; i < 2; i++) {
+        int64_t *q = i ? a->o_stride : a->q_stride;
+        q[0] = a->q_len * h * d, q[1] = h * d, q[2] = d;
+        int64_t *kv = i ? a->v_stride : a->k_stride;
+        kv[0] = a->kv_len * hk * d, kv[1] = hk * d, kv[2] = d;
+    }
+}
+
+/* ---- argument checks ------------------------------------------------------------ */
+
+typedef struct tensor_desc {
+    const char *name;
+    uint64_t ptr;
+    const int64_t *stride;       /* (batch, seq, head) */
+    int64_t ext[3];
+} tensor_desc;
+
+static const char *const dim_names[3] = {"batch", "seq", "head"};
+
+/* Strides of dimensions of extent 1 are never multiplied by a non-zero
+ * index, so only the others are checked. */
+static s2_status check_strides(s2_ctx *ctx, const tensor_desc *t)
+{
+    for (int i = 0; i < 3; i++) {
+        if (t->ext[i] < 2)
+            continue;
+        if (t->stride[i] < 0)
+            return s2_fail(ctx, S2_ERR_STRIDE, "%s: %s stride %lld is negative (not supported)", t->name,
+                           dim_names[i], (long long)t->stride[i]);
+        if (t->stride[i] % 8 != 0)
+            return s2_fail(ctx, S2_ERR_ALIGNMENT,
+                           "%s: %s stride %lld is not a multiple of 8 elements (rows are read as 16-byte vectors)",
+                           t->name, dim_names[i], (long long)t->stride[i]);
+    }
+    return S2_OK;
+}
+
+/* Distinct output rows must not overlap, or the CTAs writing them race:
+ * taken by increasing stride, each dimension must step over everything the
+ * smaller ones cover. */
+static s2_status check_no_overlap(s2_ctx *ctx, const tensor_desc *t, int64_t head_dim)
+{
+    int idx[3] = {0, 1, 2};
+    for (int i = 1; i < 3; i++)
+        for (int j = i; j > 0 && t->stride[idx[j]] < t->stride[idx[j - 1]]; j--) {
+            int x = idx[j];
+            idx[j] = idx[j - 1];
+            idx[j - 1] = x;
+        }
+    int64_t cover = head_dim;
+    for (int i = 0; i < 3; i++) {
+        int d = idx[i];
+        if (t->ext[d] < 2)
+            continue;
+        if (t->stride[d] < cover)
+            return s2_fail(ctx, S2_ERR_STRIDE,
+                           "%s: %s stride %lld makes rows overlap (it must be at least %lld elements)", t->name,
+                           dim_names[d], (long long)t->stride[d], (long long)cover);
+        cover += t->stride[d] * (t->ext[d] - 1);
+    }
+    return S2_OK;
+}
+
+/* Bytes from the pointer to the end of the last element (strides >= 0). */
+static s2_status tensor_bytes(s2_ctx *ctx, const tensor_desc *t, int64_t head_dim, size_t esize, size_t *out)
+{
+    int64_t elems = head_dim;
+    for (int i = 0; i < 3; i++) {
+        int64_t term;
+        if (t->ext[i] < 2)
+            continue;
+        if (__builtin_mul_overflow(t->stride[i], t->ext[i] - 1, &term) ||
+            __builtin_add_overflow(elems, term, &elems))
+            return s2_fail(ctx, S2_ERR_SHAPE, "%s: the extent implied by the shapes and strides overflows", t->name);
+    }
+    if (__builtin_mul_overflow((uint64_t)elems, (uint64_t)esize, out) || *out > (uint64_t)INT64_MAX)
+        return s2_fail(ctx, S2_ERR_SHAPE, "%s: the extent implied by the shapes and strides overflows", t->name);
+    return S2_OK;
+}
+
+static s2_status check_sizes(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a)
+{
+    const s2_pattern *p = k->pattern;
+    const s2_kernel_spec *sp = &k->desc->spec;
+    if (a->dtype != sp->dtype)
+        return s2_fail(ctx, S2_ERR_DTYPE, "dtype %s, but kernel %s is %s", s2_dtype_name(a->dtype), k->desc->name,
+                       s2_dtype_name(sp->dtype));
+    if (a->head_dim != sp->head_dim)
+        return s2_fail(ctx, S2_ERR_HEAD_DIM, "head_dim %d, but kernel %s is for head_dim %d", a->head_dim,
+                       k->desc->name, sp->head_dim);
+    if (a->heads != p->heads || a->kv_heads != p->kv_heads)
+        return s2_fail(ctx, S2_ERR_HEADS, "%d heads / %d kv heads, but pattern '%s' has %d / %d", a->heads,
+                       a->kv_heads, p->name, p->heads, p->kv_heads);
+    if (a->batch < 1 || a->batch > 65535)
+        return s2_fail(ctx, S2_ERR_SHAPE, "batch %d (1..65535)", a->batch);
+    if (a->q_len < 1 || a->kv_len < 1)
+        return s2_fail(ctx, S2_ERR_SHAPE, "q_len %lld and kv_len %lld must be >= 1", (long long)a->q_len,
+                       (long long)a->kv_len);
+    if (a->q_len > a->kv_len)
+        return s2_fail(ctx, S2_ERR_SHAPE, "q_len %lld > kv_len %lld (queries are the last q_len of the keys)",
+                       (long long)a->q_len, (long long)a->kv_len);
+    if (a->kv_len > k->max_kv_len)
+        return s2_fail(ctx, S2_ERR_SEQ_LEN, "kv_len %lld exceeds %lld, the most kernel %s takes (%s)",
+                       (long long)a->kv_len, (long long)k->max_kv_len, k->desc->name,
+                       k->max_kv_len == INT32_MAX ? "32-bit lengths"
+                       : k->max_kv_len == p->max_seq_len ? "the pattern's max_seq_len"
+                                                          : "the size of the pattern's explicit mask");
+    if (!isfinite(a->scale))
+        return s2_fail(ctx, S2_ERR_INVALID, "scale %g is not finite", (double)a->scale);
+    return S2_OK;
+}
+
+static void describe_tensors(const s2_attn_fwd_args *a, tensor_desc t[4])
+{
+    t[0] = (tensor_desc){"q", a->q, a->q_stride, {a->batch, a->q_len, a->heads}};
+    t[1] = (tensor_desc){"k", a->k, a->k_stride, {a->batch, a->kv_len, a->kv_heads}};
+    t[2] = (tensor_desc){"v", a->v, a->v_stride, {a->batch, a->kv_len, a->kv_heads}};
+    t[3] = (tensor_desc){"o", a->o, a->o_stride, {a->batch, a->q_len, a->heads}};
+}
+
+/* Everything that needs no driver; *bytes gets each tensor's extent. */
+static s2_status check_host_side(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a, size_t bytes[5])
+{
+    if (!k || !a)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_forward: %s is NULL", !k ? "kernel" : "args");
+    tensor_desc t[4];
+    describe_tensors(a, t);
+    for (int i = 0; i < 4; i++)
+        if (!t[i].ptr)
+            return s2_fail(ctx, S2_ERR_NULL_ARG, "%s is a null pointer", t[i].name);
+    s2_status st = check_sizes(ctx, k, a);
+    for (int i = 0; i < 4 && st == S2_OK; i++)
+        st = check_strides(ctx, &t[i]);
+    if (st == S2_OK)
+        st = check_no_overlap(ctx, &t[3], a->head_dim);
+    if (st != S2_OK)
+        return st;
+    for (int i = 0; i < 4; i++)
+        if (t[i].ptr % 16 != 0)
+            return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
+                           (unsigned long long)t[i].ptr);
+    if (a->lse % 4 != 0)
+        return s2_fail(ctx, S2_ERR_ALIGNMENT, "lse: 0x%llx is not 4-byte aligned", (unsigned long long)a->lse);
+    size_t esize = s2_dtype_size(a->dtype);
+    for (int i = 0; i < 4; i++)
+        if ((st = tensor_bytes(ctx, &t[i], a->head_dim, esize, &bytes[i])) != S2_OK)
+            return st;
+    bytes[4] = (size_t)a->batch * (size_t)a->heads * (size_t)a->q_len * sizeof(float);
+    return S2_OK;
+}
+
+static s2_status check_device_side(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a,
+                                   const size_t bytes[5])
+{
+    tensor_desc t[4];
+    describe_tensors(a, t);
+    for (int i = 0; i < 4; i++) {
+        s2_status st = s2_check_device_ptr(ctx, k->mod->dev, t[i].ptr, bytes[i], 16, t[i].name);
+        if (st != S2_OK)
+            return st;
+    }
+    return a->lse ? s2_check_device_ptr(ctx, k->mod->dev, a->lse, bytes[4], 4, "lse") : S2_OK;
+}
+
+s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a)
+{
+    size_t bytes[5];
+    s2_status st = check_host_side(ctx, k, a, bytes);
+    return st == S2_OK ? check_device_side(ctx, k, a, bytes) : st;
+}
+
+/* ---- schedules ------------------------------------------------------------------ */
+
+static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, sched_slot *slot)
+{
+    s2_device *dev = k->mod->dev;
+    s2_layout *lay = NULL;
+    s2_schedule *sched = NULL;
+    s2_packed_schedule pk = {0};
+    s2_tile_spec ts = {k->desc->spec.block_m, k->desc->spec.block_n};
+    s2_devptr buf = 0;
+    s2_status st = s2_layout_new(ctx, k->pattern, q_len, kv_len, &lay);
+    if (st == S2_OK)
+        st = s2_schedule_build(ctx, lay, ts, false, &sched);
+    if (st == S2_OK)
+        st = s2_schedule_pack(ctx, sched, &pk);
+    if (st == S2_OK && (sched->geom.q_tiles > INT32_MAX || sched->geom.first_q_tile > INT32_MAX))
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld query tiles do not fit 32 bits",
+                     (long long)sched->geom.q_tiles);
+    if (st == S2_OK)
+        st = s2_mem_alloc(ctx, dev, pk.size, &buf);
+    if (st == S2_OK)
+        st = s2_memcpy_h2d(ctx, dev, buf, pk.data, pk.size);
+    /* a launch on a non-blocking stream does not wait for the legacy stream */
+    if (st == S2_OK)
+        st = s2_stream_synchronize(ctx, dev, NULL);
+    if (st == S2_OK) {
+        *slot = (sched_slot){.q_len = q_len, .kv_len = kv_len, .buf = buf,
+                             .class_of_head = buf + pk.class_of_head_off, .offsets = buf + pk.offsets_off,
+                             .entries = buf + pk.entries_off, .first_q_tile = (int32_t)sched->geom.first_q_tile,
+                             .q_tiles = (int32_t)sched->geom.q_tiles};
+        buf = 0;
+    }
+    s2_mem_free(NULL, dev, buf);
+    s2_packed_schedule_free(&pk);
+    s2_schedule_free(sched);
+    s2_layout_free(lay);
+    return st;
+}
+
+/* The slot holding (q_len, kv_len), built on a miss.  Called with k->lock held. */
+static s2_status get_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, sched_slot **out)
+{
+    sched_slot *victim = &k->slots[0];
+    for (int i = 0; i < S2_ATTN_SCHED_CACHE; i++) {
+        sched_slot *s = &k->slots[i];
+        if (s->last_use && s->q_len == q_len && s->kv_len == kv_len) {
+            s->last_use = ++k->tick;
+            k->stats.hits++;
+            *out = s;
+            return S2_OK;
+        }
+        if (s->last_use < victim->last_use)
+            victim = s;
+    }
+    k->stats.misses++;
+    if (victim->last_use) {
+        /* launches in flight may still read it */
+        s2_status st = s2_device_synchronize(ctx, k->mod->dev);
+        if (st != S2_OK)
+            return st;
+        s2_mem_free(NULL, k->mod->dev, victim->buf);
+        memset(victim, 0, sizeof *victim);
+        k->stats.evictions++;
+        k->stats.cached--;
+    }
+    s2_status st = build_schedule(ctx, k, q_len, kv_len, victim);
+    if (st != S2_OK)
+        return st;
+    victim->last_use = ++k->tick;
+    k->stats.cached++;
+    *out = victim;
+    return S2_OK;
+}
+
+/* ---- launch --------------------------------------------------------------------- */
+
+static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a,
+                        const sched_slot *s)
+{
+    s2_devptr q = a->q, kk = a->k, v = a->v, o = a->o, lse = a->lse;
+    int64_t st[12];
+    memcpy(st, a->q_stride, sizeof a->q_stride);
+    memcpy(st + 3, a->k_stride, sizeof a->k_stride);
+    memcpy(st + 6, a->v_stride, sizeof a->v_stride);
+    memcpy(st + 9, a->o_stride, sizeof a->o_stride);
+    int32_t q_len = (int32_t)a->q_len, kv_len = (int32_t)a->kv_len;
+    double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
+    float scale_log2 = (float)(scale * 1.4426950408889634);
+    s2_devptr cls = s->class_of_head, offs = s->offsets, ent = s->entries;
+    int32_t first = s->first_q_tile, tiles = s->q_tiles;
+    void *args[] = {&q, &kk, &v, &o, &lse,
+                    &st[0], &st[1], &st[2], &st[3], &st[4], &st[5], &st[6], &st[7], &st[8], &st[9], &st[10], &st[11],
+                    &q_len, &kv_len, &scale_log2, &cls, &offs, &ent, &first, &tiles};
+    s2_launch_cfg cfg = {.grid = {(uint32_t)tiles, (uint32_t)a->heads, (uint32_t)a->batch},
+                         .block = {(uint32_t)k->desc->threads, 1, 1},
+                         .smem_bytes = (uint32_t)k->desc->smem_bytes,
+                         .stream = stream};
+    return s2_kernel_launch(ctx, k->fn, &cfg, args);
+}
+
+s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a)
+{
+    s2_status st = s2_attn_forward_check(ctx, k, a);
+    if (st != S2_OK)
+        return st;
+    /* held across the launch, so that no other thread evicts the schedule
+     * between the lookup and the enqueue */
+    mtx_lock(&k->lock);
+    sched_slot *s = NULL;
+    st = get_schedule(ctx, k, a->q_len, a->kv_len, &s);
+    if (st == S2_OK)
+        st = launch(ctx, k, stream, a, s);
+    mtx_unlock(&k->lock);
+    return st;
+}
