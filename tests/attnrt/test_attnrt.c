@@ -1,0 +1,692 @@
+/* CPU tests of the attention runtime (runtime/attn.c) and the JIT
+ * (codegen/jit.c), on real generated cubins and the fake libcuda of
+ * tests/runtime (fake_cuda.c): module loading and kernel lookup from the
+ * manifest, every argument check of s2_attn_forward (nothing launched, no
+ * schedule uploaded), the launch shape and the schedule cache, and the JIT's
+ * cache hit / miss / corrupt-rebuild flow.
+ *
+ * The cubins are compiled once in the parent (sm_90a, the fake's cc 9.0);
+ * each test forks, points S2C_LIBCUDA at the fake and loads it itself.
+ * Usage: test_attnrt FAKE_LIB */
+#include "../attn/patterns.h"
+#include "../runtime/fake_cuda.h"
+#include "s2c/attn_runtime.h"
+#include "s2c/cache.h"
+#include "s2c/codegen.h"
+#include "s2c/jit.h"
+#include "s2c/layout.h"
+
+#include <check.h>
+#include <cuda.h> /* only for the fake's CUresult values */
+#include <dlfcn.h>
+#include <ftw.h>
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+static const char *fake_path;
+static fake_cuda_set_fn fake_set;
+static fake_cuda_get_fn fake_get;
+
+/* Kernel A: GQA 32/8, block 32, max_seq_len 4096, bf16 d64.
+ * Kernel B: causal block 64, unbounded, f16 d128. */
+typedef struct built {
+    s2_pattern_set *set;
+    const s2_pattern *p;
+    s2_artifact *art;
+} built;
+static built A, B;
+static char tmp_root[2048];
+
+static void use_fake(void)
+{
+    ck_assert_int_eq(setenv("S2C_LIBCUDA", fake_path, 1), 0);
+    void *h = dlopen(fake_path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(h != NULL, "dlopen %s: %s", fake_path, dlerror());
+    fake_set = (fake_cuda_set_fn)dlsym(h, "fake_cuda_set");
+    fake_get = (fake_cuda_get_fn)dlsym(h, "fake_cuda_get");
+    ck_assert(fake_set && fake_get);
+}
+
+static void assert_msg_has(const s2_ctx *ctx, const char *needle)
+{
+    ck_assert_msg(strstr(s2_ctx_message(ctx), needle) != NULL, "message \"%s\" lacks \"%s\"", s2_ctx_message(ctx),
+                  needle);
+}
+
+static s2_device *open_fake(s2_ctx *ctx)
+{
+    use_fake();
+    s2_device *dev = NULL;
+    ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
+    return dev;
+}
+
+static s2_attn_module *load(s2_ctx *ctx, s2_device *dev, const built *b)
+{
+    s2_attn_module *mod = NULL;
+    s2_status st = s2_attn_module_load(ctx, dev, b->art->cubin, b->art->cubin_size, &mod);
+    ck_assert_msg(st == S2_OK, "%s: %s", s2_status_name(st), s2_ctx_message(ctx));
+    return mod;
+}
+
+/* ---- module loading and lookup --------------------------------------------- */
+
+START_TEST(module_lists_and_finds_kernels)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_device *dev = open_fake(ctx);
+    s2_attn_module *mod = load(ctx, dev, &A);
+    ck_assert_int_eq(fake_get("modules_loaded"), 1);
+    ck_assert_int_eq(s2_attn_module_num_kernels(mod), 1);
+    s2_attn_kernel *k0 = s2_attn_module_kernel_at(mod, 0);
+    ck_assert_ptr_nonnull(k0);
+    ck_assert_ptr_null(s2_attn_module_kernel_at(mod, 1));
+    const s2_manifest_kernel *d = s2_attn_kernel_desc(k0);
+    ck_assert_str_eq(d->name, A.art->kernels[0].name);
+    ck_assert_str_eq(d->pattern, "gqa-32/8");
+    ck_assert_int_eq(d->threads, A.art->threads_per_block);
+    ck_assert_int_eq(d->smem_bytes, A.art->smem_bytes);
+    ck_assert_int_eq(d->spec.block_m, A.art->spec.block_m);
+    ck_assert_int_eq(d->spec.block_n, A.art->spec.block_n);
+    ck_assert_int_eq(d->spec.num_stages, A.art->spec.num_stages);
+    const s2_pattern *p = s2_attn_kernel_pattern(k0);
+    ck_assert_int_eq(p->heads, 32);
+    ck_assert_int_eq(p->kv_heads, 8);
+    ck_assert_int_eq(p->block_size, 32);
+    ck_assert_int_eq(s2_attn_kernel_max_kv_len(k0), 4096);
+    ck_assert_int_eq(s2_manifest_num_patterns(s2_attn_module_manifest(mod)), 1);
+    ck_assert_ptr_nonnull(s2_attn_kernel_function(k0));
+
+    s2_attn_kernel *k = NULL;
+    ck_assert_int_eq(s2_attn_find(ctx, mod, "gqa-32/8", S2_DTYPE_BF16, 64, &k), S2_OK);
+    ck_assert_ptr_eq(k, k0);
+    k = NULL;
+    ck_assert_int_eq(s2_attn_find(ctx, mod, NULL, S2_DTYPE_BF16, 64, &k), S2_OK);
+    ck_assert_ptr_eq(k, k0);
+    ck_assert_int_eq(s2_attn_find(ctx, mod, "gqa-32/8", S2_DTYPE_F16, 64, &k), S2_ERR_NOT_FOUND);
+    ck_assert_ptr_null(k);
+    assert_msg_has(ctx, A.art->kernels[0].name);
+    ck_assert_int_eq(s2_attn_find(ctx, mod, "gqa-32/8", S2_DTYPE_BF16, 128, &k), S2_ERR_NOT_FOUND);
+    ck_assert_int_eq(s2_attn_find(ctx, mod, "other", S2_DTYPE_BF16, 64, &k), S2_ERR_NOT_FOUND);
+    assert_msg_has(ctx, "'other'");
+    ck_assert_int_eq(s2_attn_find(ctx, NULL, NULL, S2_DTYPE_BF16, 64, &k), S2_ERR_NULL_ARG);
+
+    /* a borrowed kernel is not freed on its own */
+    s2_attn_kernel_free(k0);
+    ck_assert_int_eq(fake_get("modules_unloaded"), 0);
+    s2_attn_module_free(mod);
+    ck_assert_int_eq(fake_get("modules_unloaded"), 1);
+    s2_device_free(dev);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(standalone_kernel_and_files)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_device *dev = open_fake(ctx);
+    s2_attn_kernel *k = NULL;
+    ck_assert_int_eq(s2_attn_load(ctx, dev, B.art->cubin, B.art->cubin_size, "causal_l8v16", S2_DTYPE_F16, 128, &k),
+                     S2_OK);
+    ck_assert_int_eq(s2_attn_kernel_max_kv_len(k), INT32_MAX);
+    s2_attn_kernel_free(k);
+    ck_assert_int_eq(fake_get("modules_unloaded"), 1);
+    /* a lookup that fails unloads what it loaded */
+    ck_assert_int_eq(s2_attn_load(ctx, dev, B.art->cubin, B.art->cubin_size, NULL, S2_DTYPE_BF16, 128, &k),
+                     S2_ERR_NOT_FOUND);
+    ck_assert_ptr_null(k);
+    ck_assert_int_eq(fake_get("modules_unloaded"), 2);
+
+    char path[PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/b.cubin", tmp_root);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(B.art->cubin, 1, B.art->cubin_size, f), B.art->cubin_size);
+    fclose(f);
+    s2_attn_module *mod = NULL;
+    ck_assert_msg(s2_attn_module_load_file(ctx, dev, path, &mod) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_int_eq(s2_attn_module_num_kernels(mod), 1);
+    s2_attn_module_free(mod);
+    snprintf(path, sizeof path, "%s/missing.cubin", tmp_root);
+    ck_assert_int_eq(s2_attn_module_load_file(ctx, dev, path, &mod), S2_ERR_IO);
+    assert_msg_has(ctx, "missing.cubin");
+
+    /* images without a manifest are refused before the driver sees them */
+    long long loaded = fake_get("modules_loaded");
+    static const char ptx[] = ".version 8.3\n.target sm_90a\n.address_size 64\n";
+    ck_assert_int_ne(s2_attn_module_load(ctx, dev, ptx, sizeof ptx - 1, &mod), S2_OK);
+    assert_msg_has(ctx, "not a generated attention cubin");
+    ck_assert_ptr_null(mod);
+    /* a cubin whose manifest was cut short */
+    uint8_t *copy = malloc(A.art->cubin_size);
+    memcpy(copy, A.art->cubin, A.art->cubin_size);
+    const char *text;
+    size_t len;
+    ck_assert_int_eq(s2_cubin_find_manifest(ctx, copy, A.art->cubin_size, &text, &len), S2_OK);
+    char *end = strstr((char *)text, "\nend");
+    ck_assert_ptr_nonnull(end);
+    end[1] = 'x';
+    ck_assert_int_eq(s2_attn_module_load(ctx, dev, copy, A.art->cubin_size, &mod), S2_ERR_PARSE);
+    free(copy);
+    ck_assert_int_eq(fake_get("modules_loaded"), loaded);
+    ck_assert_int_eq(s2_attn_module_load(ctx, NULL, A.art->cubin, A.art->cubin_size, &mod), S2_ERR_NULL_ARG);
+    s2_device_free(dev);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+/* ---- argument checks --------------------------------------------------------- */
+
+typedef struct fixture {
+    s2_ctx *ctx;
+    s2_device *dev;
+    s2_attn_module *mod;
+    s2_attn_kernel *k;
+    s2_devptr q, kk, v, o, lse;
+    s2_attn_fwd_args a;
+} fixture;
+
+enum { FB = 2, FSQ = 256, FSK = 256, FH = 32, FHK = 8, FD = 64 };
+
+static void fixture_init(fixture *f)
+{
+    memset(f, 0, sizeof *f);
+    f->ctx = s2_ctx_new();
+    f->dev = open_fake(f->ctx);
+    f->mod = load(f->ctx, f->dev, &A);
+    f->k = s2_attn_module_kernel_at(f->mod, 0);
+    size_t qb = (size_t)FB * FSQ * FH * FD * 2, kb = (size_t)FB * FSK * FHK * FD * 2;
+    ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, qb, &f->q), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, kb, &f->kk), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, kb, &f->v), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, qb, &f->o), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, (size_t)FB * FH * FSQ * 4, &f->lse), S2_OK);
+    f->a = (s2_attn_fwd_args){.batch = FB, .q_len = FSQ, .kv_len = FSK, .heads = FH, .kv_heads = FHK,
+                              .head_dim = FD, .dtype = S2_DTYPE_BF16, .q = f->q, .k = f->kk, .v = f->v,
+                              .o = f->o, .lse = f->lse};
+    s2_attn_fwd_args_bshd(&f->a);
+}
+
+static void fixture_free(fixture *f)
+{
+    s2_devptr *ps[] = {&f->q, &f->kk, &f->v, &f->o, &f->lse};
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(s2_mem_free(f->ctx, f->dev, *ps[i]), S2_OK);
+    s2_attn_module_free(f->mod);
+    ck_assert_int_eq(fake_get("allocs_live"), 0);
+    s2_device_free(f->dev);
+    s2_ctx_free(f->ctx);
+}
+
+typedef enum { M_Q0, M_K0, M_V0, M_O0, M_QMIS, M_OMIS, M_LSEMIS, M_DTYPE, M_HDIM, M_HEADS, M_KVHEADS, M_BATCH0,
+               M_BATCHBIG, M_Q0LEN, M_KV0LEN, M_QGTKV, M_SEQMAX, M_QSTRIDE, M_KSTRIDE, M_VNEG, M_OZERO,
+               M_OOVERLAP, M_SCALE, M_OVERFLOW, M_HOST, M_FOREIGN, M_NOTALLOC, M_SMALL, M_LSESMALL,
+               M_COUNT } mutation;
+
+typedef struct bad_case {
+    const char *what;
+    s2_status want;
+    const char *msg;
+} bad_case;
+
+static const bad_case bad_cases[M_COUNT] = {
+    [M_Q0] = {"q null", S2_ERR_NULL_ARG, "q is a null pointer"},
+    [M_K0] = {"k null", S2_ERR_NULL_ARG, "k is a null pointer"},
+    [M_V0] = {"v null", S2_ERR_NULL_ARG, "v is a null pointer"},
+    [M_O0] = {"o null", S2_ERR_NULL_ARG, "o is a null pointer"},
+    [M_QMIS] = {"q misaligned", S2_ERR_ALIGNMENT, "q: 0x"},
+    [M_OMIS] = {"o misaligned", S2_ERR_ALIGNMENT, "not 16-byte aligned"},
+    [M_LSEMIS] = {"lse misaligned", S2_ERR_ALIGNMENT, "not 4-byte aligned"},
+    [M_DTYPE] = {"dtype", S2_ERR_DTYPE, "dtype f16"},
+    [M_HDIM] = {"head_dim", S2_ERR_HEAD_DIM, "head_dim 128"},
+    [M_HEADS] = {"heads", S2_ERR_HEADS, "16 heads"},
+    [M_KVHEADS] = {"kv_heads", S2_ERR_HEADS, "4 kv heads"},
+    [M_BATCH0] = {"batch 0", S2_ERR_SHAPE, "batch 0"},
+    [M_BATCHBIG] = {"batch 70000", S2_ERR_SHAPE, "batch 70000"},
+    [M_Q0LEN] = {"q_len 0", S2_ERR_SHAPE, "q_len 0"},
+    [M_KV0LEN] = {"kv_len 0", S2_ERR_SHAPE, "kv_len 0"},
+    [M_QGTKV] = {"q_len > kv_len", S2_ERR_SHAPE, "q_len 256 > kv_len 128"},
+    [M_SEQMAX] = {"kv_len > max_seq_len", S2_ERR_SEQ_LEN, "max_seq_len"},
+    [M_QSTRIDE] = {"q seq stride 2052", S2_ERR_ALIGNMENT, "q: seq stride 2052 is not a multiple of 8"},
+    [M_KSTRIDE] = {"k head stride 68", S2_ERR_ALIGNMENT, "k: head stride 68"},
+    [M_VNEG] = {"v negative batch stride", S2_ERR_STRIDE, "v: batch stride -131072 is negative"},
+    [M_OZERO] = {"o head stride 0", S2_ERR_STRIDE, "o: head stride 0 makes rows overlap"},
+    [M_OOVERLAP] = {"o seq stride = head_dim", S2_ERR_STRIDE, "makes rows overlap"},
+    [M_SCALE] = {"scale NaN", S2_ERR_INVALID, "not finite"},
+    [M_OVERFLOW] = {"extent overflow", S2_ERR_SHAPE, "overflows"},
+    [M_HOST] = {"host memory", S2_ERR_INVALID, "host memory"},
+    [M_FOREIGN] = {"another context's memory", S2_ERR_INVALID, "another CUDA context"},
+    [M_NOTALLOC] = {"not an allocation", S2_ERR_INVALID, "not memory known"},
+    [M_SMALL] = {"allocation too small", S2_ERR_INVALID, "its allocation ends"},
+    [M_LSESMALL] = {"lse allocation too small", S2_ERR_INVALID, "lse: needs"},
+};
+
+/* Apply mutation m; may allocate *extra (freed by the caller). */
+static void mutate(fixture *f, mutation m, s2_attn_fwd_args *a, s2_devptr *extra)
+{
+    static _Alignas(16) uint8_t not_alloc[64];
+    switch (m) {
+    case M_Q0: a->q = 0; break;
+    case M_K0: a->k = 0; break;
+    case M_V0: a->v = 0; break;
+    case M_O0: a->o = 0; break;
+    case M_QMIS: a->q += 8; break;
+    case M_OMIS: a->o += 2; break;
+    case M_LSEMIS: a->lse += 2; break;
+    case M_DTYPE: a->dtype = S2_DTYPE_F16; break;
+    case M_HDIM: a->head_dim = 128; break;
+    case M_HEADS: a->heads = 16; break;
+    case M_KVHEADS: a->kv_heads = 4; break;
+    case M_BATCH0: a->batch = 0; break;
+    case M_BATCHBIG: a->batch = 70000; break;
+    case M_Q0LEN: a->q_len = 0; break;
+    case M_KV0LEN: a->kv_len = 0; break;
+    case M_QGTKV: a->kv_len = 128; break;
+    case M_SEQMAX: a->q_len = 1, a->kv_len = 4097; break;
+    case M_QSTRIDE: a->q_stride[1] = FH * FD + 4; break;
+    case M_KSTRIDE: a->k_stride[2] = FD + 4; break;
+    case M_VNEG: a->v_stride[0] = -a->v_stride[0]; break;
+    case M_OZERO: a->o_stride[2] = 0; break;
+    case M_OOVERLAP: a->o_stride[1] = FD; break;
+    case M_SCALE: a->scale = NAN; break;
+    case M_OVERFLOW: a->k_stride[0] = INT64_C(1) << 62; break;
+    case M_HOST:
+    case M_FOREIGN:
+        fake_set(m == M_HOST ? "next_alloc_host" : "next_alloc_foreign", 1);
+        ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, (size_t)FB * FSK * FHK * FD * 2, extra), S2_OK);
+        a->k = *extra;
+        break;
+    case M_NOTALLOC: a->v = (s2_devptr)(uintptr_t)not_alloc; break;
+    case M_SMALL:
+        /* one row short */
+        ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, (size_t)FB * FSQ * FH * FD * 2 - 2, extra), S2_OK);
+        a->o = *extra;
+        break;
+    case M_LSESMALL:
+        ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, (size_t)FB * FH * FSQ * 4 - 4, extra), S2_OK);
+        a->lse = *extra;
+        break;
+    case M_COUNT: break;
+    }
+}
+
+START_TEST(every_bad_argument_has_its_status)
+{
+    fixture f;
+    fixture_init(&f);
+    const bad_case *bc = &bad_cases[_i];
+    ck_assert_ptr_nonnull(bc->what);
+    s2_attn_fwd_args a = f.a;
+    s2_devptr extra = 0;
+    long long allocs = fake_get("allocs_live");
+    mutate(&f, (mutation)_i, &a, &extra);
+    allocs += extra != 0;
+    s2_ctx_clear(f.ctx);
+    s2_status st = s2_attn_forward(f.ctx, f.k, NULL, &a);
+    ck_assert_msg(st == bc->want, "%s: got %s (%s), want %s", bc->what, s2_status_name(st), s2_ctx_message(f.ctx),
+                  s2_status_name(bc->want));
+    assert_msg_has(f.ctx, bc->msg);
+    ck_assert_int_eq(s2_attn_forward_check(f.ctx, f.k, &a), bc->want);
+    /* nothing launched, no schedule built */
+    ck_assert_int_eq(fake_get("launches"), 0);
+    ck_assert_int_eq(fake_get("allocs_live"), allocs);
+    s2_attn_sched_stats ss;
+    s2_attn_kernel_sched_stats(f.k, &ss);
+    ck_assert_int_eq(ss.misses, 0);
+    /* the untouched arguments are fine */
+    ck_assert_msg(s2_attn_forward_check(f.ctx, f.k, &f.a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    ck_assert_int_eq(s2_mem_free(f.ctx, f.dev, extra), S2_OK);
+    fixture_free(&f);
+}
+END_TEST
+
+START_TEST(null_kernel_args_and_the_32_bit_limit)
+{
+    fixture f;
+    fixture_init(&f);
+    ck_assert_int_eq(s2_attn_forward(f.ctx, NULL, NULL, &f.a), S2_ERR_NULL_ARG);
+    assert_msg_has(f.ctx, "kernel is NULL");
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, NULL), S2_ERR_NULL_ARG);
+    assert_msg_has(f.ctx, "args is NULL");
+    /* kernel B has no max_seq_len: the kernel's i32 lengths are the limit */
+    s2_attn_module *mb = load(f.ctx, f.dev, &B);
+    s2_attn_kernel *kb = s2_attn_module_kernel_at(mb, 0);
+    s2_attn_fwd_args a = f.a;
+    a.heads = a.kv_heads = 4, a.head_dim = 128, a.dtype = S2_DTYPE_F16, a.q_len = 1;
+    a.kv_len = INT64_C(1) << 31;
+    s2_attn_fwd_args_bshd(&a);
+    ck_assert_int_eq(s2_attn_forward(f.ctx, kb, NULL, &a), S2_ERR_SEQ_LEN);
+    assert_msg_has(f.ctx, "32-bit lengths");
+    ck_assert_int_eq(fake_get("launches"), 0);
+    s2_attn_module_free(mb);
+    fixture_free(&f);
+}
+END_TEST
+
+/* ---- launches and the schedule cache ---------------------------------------------- */
+
+static int64_t q_tiles_of(const s2_pattern *p, int block_m, int block_n, int64_t q_len, int64_t kv_len)
+{
+    s2_layout *l = NULL;
+    s2_tile_geom g;
+    ck_assert_int_eq(s2_layout_new(NULL, p, q_len, kv_len, &l), S2_OK);
+    ck_assert_int_eq(s2_layout_tile_geom(NULL, l, (s2_tile_spec){block_m, block_n}, &g), S2_OK);
+    s2_layout_free(l);
+    return g.q_tiles;
+}
+
+START_TEST(launch_shape_and_schedule_cache)
+{
+    fixture f;
+    fixture_init(&f);
+    const s2_manifest_kernel *d = s2_attn_kernel_desc(f.k);
+    long long base = fake_get("allocs_live");
+    ck_assert_msg(s2_attn_forward(f.ctx, f.k, NULL, &f.a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    ck_assert_int_eq(fake_get("launches"), 1);
+    ck_assert_int_eq(fake_get("last_grid_x"), q_tiles_of(A.p, d->spec.block_m, d->spec.block_n, FSQ, FSK));
+    ck_assert_int_eq(fake_get("last_block_x"), d->threads);
+    ck_assert_int_eq(fake_get("last_smem"), d->smem_bytes);
+    ck_assert_int_eq(fake_get("allocs_live"), base + 1);
+    /* same shape: the schedule is reused */
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &f.a), S2_OK);
+    ck_assert_int_eq(fake_get("allocs_live"), base + 1);
+    s2_attn_sched_stats ss;
+    s2_attn_kernel_sched_stats(f.k, &ss);
+    ck_assert_int_eq(ss.hits, 1);
+    ck_assert_int_eq(ss.misses, 1);
+    ck_assert_int_eq(ss.cached, 1);
+
+    /* q_len < kv_len (decode-like): fewer tiles, from the last query tile */
+    s2_attn_fwd_args a = f.a;
+    a.q_len = 7;
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &a), S2_OK);
+    ck_assert_int_eq(fake_get("last_grid_x"), q_tiles_of(A.p, d->spec.block_m, d->spec.block_n, 7, FSK));
+    ck_assert_int_eq(fake_get("last_grid_x"), 1);
+
+    /* fill the cache, touch the oldest shape, then one more: the least
+     * recently used (q_len 7) goes, with its device memory */
+    for (int i = 1; i <= S2_ATTN_SCHED_CACHE - 2; i++) {
+        a.q_len = 8 * i;
+        ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &a), S2_OK);
+    }
+    ck_assert_int_eq(fake_get("allocs_live"), base + S2_ATTN_SCHED_CACHE);
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &f.a), S2_OK);
+    a.q_len = 100;
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &a), S2_OK);
+    s2_attn_kernel_sched_stats(f.k, &ss);
+    ck_assert_int_eq(ss.cached, S2_ATTN_SCHED_CACHE);
+    ck_assert_int_eq(ss.hits, 2);
+    ck_assert_int_eq(ss.misses, S2_ATTN_SCHED_CACHE + 1);
+    ck_assert_int_eq(ss.evictions, 1);
+    ck_assert_int_eq(fake_get("allocs_live"), base + S2_ATTN_SCHED_CACHE);
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &f.a), S2_OK); /* still there */
+    a.q_len = 7;
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &a), S2_OK);  /* gone: rebuilt */
+    s2_attn_kernel_sched_stats(f.k, &ss);
+    ck_assert_int_eq(ss.hits, 3);
+    ck_assert_int_eq(ss.misses, S2_ATTN_SCHED_CACHE + 2);
+    ck_assert_int_eq(ss.evictions, 2);
+
+    /* a failing launch reports the driver's error */
+    fake_set("launch_result", CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &f.a), S2_ERR_CUDA);
+    assert_msg_has(f.ctx, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES");
+    fake_set("launch_result", 0);
+    fixture_free(&f); /* checks that the module freed every schedule */
+}
+END_TEST
+
+/* ---- JIT ------------------------------------------------------------------------ */
+
+static void fresh_dir(char *out, size_t cap, const char *name)
+{
+    snprintf(out, cap, "%s/%s", tmp_root, name);
+    ck_assert_int_eq(mkdir(out, 0700), 0);
+}
+
+static char *entry_path(const char *dir, const char *key)
+{
+    static char path[PATH_MAX + 128];
+    snprintf(path, sizeof path, "%s/%s.s2ck", dir, key);
+    return path;
+}
+
+static uint8_t *fetch(s2_ctx *ctx, const s2_jit_opts *o, const s2_pattern *p, const s2_kernel_spec *spec,
+                      size_t *size, s2_jit_stats *stats)
+{
+    uint8_t *cubin = NULL;
+    s2_status st = s2_jit_fetch(ctx, S2_ARCH_SM90A, p, spec, o, &cubin, size, stats);
+    ck_assert_msg(st == S2_OK, "%s: %s", s2_status_name(st), s2_ctx_message(ctx));
+    ck_assert_ptr_nonnull(cubin);
+    return cubin;
+}
+
+START_TEST(jit_miss_hit_and_rebuild)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    char dir[PATH_MAX];
+    fresh_dir(dir, sizeof dir, "jit");
+    s2_jit_opts o = {.cache_dir = dir};
+    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 64};
+    s2_jit_stats st1, st2, st3;
+    size_t n1, n2, n3;
+
+    uint8_t *c1 = fetch(ctx, &o, A.p, &spec, &n1, &st1);
+    ck_assert(!st1.hit && st1.compiled && st1.stored && !st1.rebuilt && !st1.store_failed);
+    ck_assert_int_eq((int)strlen(st1.key), 64);
+    ck_assert_int_eq(st1.spec.block_m, 64);
+    ck_assert_int_eq(st1.spec.arch, S2_ARCH_SM90A);
+    ck_assert_int_eq(access(entry_path(dir, st1.key), F_OK), 0);
+
+    /* hit: the same bytes, nothing compiled; a pattern built again keys alike */
+    s2_pattern_set *again = NULL;
+    s2_local_stride_args la;
+    attn_pattern_args(3, &la);
+    la.max_seq_len = 4096;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &la, &again), S2_OK);
+    uint8_t *c2 = fetch(ctx, &o, s2_pattern_set_get(again, 0), &spec, &n2, &st2);
+    ck_assert(st2.hit && !st2.compiled && !st2.stored && !st2.rebuilt);
+    ck_assert_str_eq(st2.key, st1.key);
+    ck_assert_uint_eq(n2, n1);
+    ck_assert(memcmp(c1, c2, n1) == 0);
+    free(c2);
+    s2_pattern_set_free(again);
+
+    /* a flipped payload byte: detected, rebuilt, replaced */
+    const char *path = entry_path(dir, st1.key);
+    FILE *f = fopen(path, "r+b");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(fseek(f, 80 + 100, SEEK_SET), 0);
+    int c = fgetc(f);
+    ck_assert_int_eq(fseek(f, 80 + 100, SEEK_SET), 0);
+    fputc(c ^ 0x40, f);
+    fclose(f);
+    uint8_t *c3 = fetch(ctx, &o, A.p, &spec, &n3, &st3);
+    ck_assert(!st3.hit && st3.compiled && st3.rebuilt && st3.stored);
+    free(c3);
+    c3 = fetch(ctx, &o, A.p, &spec, &n3, &st3);
+    ck_assert(st3.hit && !st3.rebuilt);
+    free(c3);
+
+    /* a sound entry holding another kernel (checksums fine) is not used */
+    s2_cache *cache = NULL;
+    ck_assert_int_eq(s2_cache_open(ctx, dir, &cache), S2_OK);
+    s2_cache_key key;
+    for (int i = 0; i < 32; i++) {
+        unsigned x;
+        ck_assert_int_eq(sscanf(st1.key + 2 * i, "%2x", &x), 1);
+        key.bytes[i] = (uint8_t)x;
+    }
+    ck_assert_int_eq(s2_cache_store(ctx, cache, &key, B.art->cubin, B.art->cubin_size), S2_OK);
+    s2_cache_close(cache);
+    c3 = fetch(ctx, &o, A.p, &spec, &n3, &st3);
+    ck_assert(!st3.hit && st3.compiled && st3.rebuilt && st3.stored);
+    ck_assert_uint_eq(n3, n1);
+    free(c3);
+
+    /* another spec is another key; no_cache writes nothing */
+    s2_kernel_spec spec32 = spec;
+    spec32.block_n = 32;
+    c3 = fetch(ctx, &o, A.p, &spec32, &n3, &st3);
+    ck_assert(!st3.hit && st3.compiled);
+    ck_assert_str_ne(st3.key, st1.key);
+    free(c3);
+    char dir2[PATH_MAX];
+    fresh_dir(dir2, sizeof dir2, "jit-none");
+    s2_jit_opts none = {.cache_dir = dir2, .no_cache = true};
+    c3 = fetch(ctx, &none, A.p, &spec, &n3, &st3);
+    ck_assert(!st3.hit && st3.compiled && !st3.stored);
+    ck_assert_str_eq(st3.key, "");
+    ck_assert_int_eq(rmdir(dir2), 0); /* still empty */
+    free(c3);
+
+    /* spec errors come through */
+    s2_kernel_spec bad = spec;
+    bad.head_dim = 80;
+    uint8_t *cb = NULL;
+    size_t nb = 0;
+    ck_assert_int_eq(s2_jit_fetch(ctx, S2_ARCH_SM90A, A.p, &bad, &o, &cb, &nb, NULL), S2_ERR_UNSUPPORTED);
+    ck_assert_int_eq(s2_jit_fetch(ctx, S2_ARCH_SM90A, NULL, &spec, &o, &cb, &nb, NULL), S2_ERR_NULL_ARG);
+    free(c1);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(jit_compile_loads_and_launches)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_device *dev = open_fake(ctx);
+    char dir[PATH_MAX];
+    fresh_dir(dir, sizeof dir, "jit-load");
+    s2_jit_opts o = {.cache_dir = dir};
+    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_F16, .head_dim = 128, .arch = S2_ARCH_SM80};
+    s2_jit_stats js;
+    s2_attn_kernel *k = NULL;
+    ck_assert_msg(s2_jit_compile(ctx, dev, B.p, &spec, &o, &k, &js) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert(js.compiled && !js.hit);
+    /* the fake is cc 9.0: the arch comes from the device, not the spec */
+    ck_assert_int_eq(s2_attn_kernel_desc(k)->spec.arch, S2_ARCH_SM90A);
+    s2_attn_kernel_free(k);
+    k = NULL;
+    ck_assert_int_eq(s2_jit_compile(ctx, dev, B.p, &spec, &o, &k, &js), S2_OK);
+    ck_assert(js.hit && !js.compiled);
+
+    s2_devptr q = 0, kv = 0, out = 0;
+    const int64_t S = 200;
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)S * 4 * 128 * 2, &q), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)S * 4 * 128 * 2, &kv), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)S * 4 * 128 * 2, &out), S2_OK);
+    s2_attn_fwd_args a = {.batch = 1, .q_len = S, .kv_len = S, .heads = 4, .kv_heads = 4, .head_dim = 128,
+                          .dtype = S2_DTYPE_F16, .q = q, .k = kv, .v = kv, .o = out};
+    s2_attn_fwd_args_bshd(&a);
+    ck_assert_msg(s2_attn_forward(ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_int_eq(fake_get("launches"), 1);
+    ck_assert_int_eq(fake_get("last_grid_x"), 4); /* cdiv(200, 64) */
+    s2_attn_kernel_free(k);
+    s2_mem_free(ctx, dev, q);
+    s2_mem_free(ctx, dev, kv);
+    s2_mem_free(ctx, dev, out);
+    ck_assert_int_eq(fake_get("allocs_live"), 0);
+
+    /* the driver refuses the cached image: rebuilt once, then the error */
+    fake_set("module_result", CUDA_ERROR_INVALID_IMAGE);
+    long long before = fake_get("modules_unloaded");
+    ck_assert_int_eq(s2_jit_compile(ctx, dev, B.p, &spec, &o, &k, &js), S2_ERR_CUDA);
+    ck_assert_ptr_null(k);
+    ck_assert(js.rebuilt && js.compiled && !js.hit);
+    assert_msg_has(ctx, "CUDA_ERROR_INVALID_IMAGE");
+    ck_assert_int_eq(fake_get("modules_unloaded"), before);
+    s2_device_free(dev);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+/* ---- main ------------------------------------------------------------------------ */
+
+static void build(built *b, int which, int64_t max_seq_len, s2_dtype dt, int head_dim)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(which, &a);
+    a.max_seq_len = max_seq_len;
+    if (s2_pattern_from_args(ctx, &a, &b->set) != S2_OK) {
+        fprintf(stderr, "pattern: %s\n", s2_ctx_message(ctx));
+        exit(1);
+    }
+    b->p = s2_pattern_set_get(b->set, 0);
+    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = dt, .head_dim = head_dim, .arch = S2_ARCH_SM90A};
+    if (s2_compile_attention(ctx, b->p, &spec, S2_CUBIN_AUTO, &b->art) != S2_OK) {
+        fprintf(stderr, "compile: %s\n", s2_ctx_message(ctx));
+        exit(1);
+    }
+    s2_ctx_free(ctx);
+}
+
+static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
+{
+    (void)sb, (void)flag, (void)ftw;
+    return remove(path);
+}
+
+static void remove_tree(const char *dir)
+{
+    if (nftw(dir, remove_one, 16, FTW_DEPTH | FTW_PHYS) != 0)
+        fprintf(stderr, "could not remove %s\n", dir);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s FAKE_LIBCUDA\n", argv[0]);
+        return 1;
+    }
+    fake_path = argv[1];
+    /* a toolchain is needed to make the cubins (ptxas or nvJitLink) */
+    const char *tc = NULL;
+    if (s2_toolchain_version(NULL, S2_CUBIN_AUTO, &tc) != S2_OK) {
+        printf("no ptxas or nvJitLink: skipped\n");
+        return 77;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(tmp_root, sizeof tmp_root, "%s/s2attnrt-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(tmp_root)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    build(&A, 3, 4096, S2_DTYPE_BF16, 64);
+    build(&B, 0, 0, S2_DTYPE_F16, 128);
+
+    Suite *s = suite_create("attnrt");
+    TCase *tc_mod = tcase_create("module");
+    tcase_add_test(tc_mod, module_lists_and_finds_kernels);
+    tcase_add_test(tc_mod, standalone_kernel_and_files);
+    suite_add_tcase(s, tc_mod);
+    TCase *tc_args = tcase_create("args");
+    tcase_add_loop_test(tc_args, every_bad_argument_has_its_status, 0, M_COUNT);
+    tcase_add_test(tc_args, null_kernel_args_and_the_32_bit_limit);
+    tcase_add_test(tc_args, launch_shape_and_schedule_cache);
+    suite_add_tcase(s, tc_args);
+    TCase *tc_jit = tcase_create("jit");
+    tcase_set_timeout(tc_jit, 300);
+    tcase_add_test(tc_jit, jit_miss_hit_and_rebuild);
+    tcase_add_test(tc_jit, jit_compile_loads_and_launches);
+    suite_add_tcase(s, tc_jit);
+
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_FORK); /* the driver is loaded once per process */
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    s2_artifact_free(A.art);
+    s2_artifact_free(B.art);
+    s2_pattern_set_free(A.set);
+    s2_pattern_set_free(B.set);
+    remove_tree(tmp_root);
+    return failed ? 1 : 0;
+}
