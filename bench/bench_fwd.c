@@ -684,9 +684,10 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
                v.spec.num_warps, v.spec.num_stages, s2_ctx_message(ctx));
         s2_ctx_clear(ctx);
     } else {
-        double dense = (double)c->batch * c->heads * ((double)c->seq * (c->seq + 1) / 2);
+        /* the layout's pair counts are per batch element (summed over heads) */
+        double dense = (double)c->heads * ((double)c->seq * (c->seq + 1) / 2);
         double kept = 100.0 * sd.kept_pairs / dense;
-        double flops = 4.0 * sd.kept_pairs * HEAD_DIM;
+        double flops = 4.0 * sd.kept_pairs * HEAD_DIM * c->batch;
         double tf = cr.ok ? flops / (med * 1e-3) / 1e12 : 0;
         double util = sd.kept_pairs * 4.0 * HEAD_DIM / sd.tile_flops;   /* kept pairs / computed pairs */
         double peer = h100 ? c->peer_h100_ms : c->peer_h200_ms;
