@@ -37,8 +37,14 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
         return s2_fail(ctx, S2_ERR_UNSUPPORTED,
                        "spec: block_m %d with %d warps (block_m = 16 * num_warps, 16..128)", spec->block_m,
                        spec->num_warps);
+    /* Measured on an H200, d128 (bench/RESULTS.md): 64 x 64 with 2 stages
+     * is the fastest for block 64 (8 warps, block_m 128, block_n 32 or 128
+     * and 3 stages were all slower); for block-16 patterns (Merge-Q) a key
+     * tile of one pattern block (block_n 16) beat 32 and 64, as a tile's
+     * columns then carry no dead vertical-stripe keys.  Other head dims
+     * follow the same rule, unmeasured. */
     if (spec->block_n == 0)
-        spec->block_n = 64;
+        spec->block_n = p->block_size <= 16 ? 16 : 64;
     if (!pow2_in(spec->block_n, 16, 128))
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: block_n %d (16, 32, 64 or 128)", spec->block_n);
     if (spec->num_stages == 0)

@@ -50,6 +50,7 @@ typedef struct fwd {
     LLVMValueRef entries, begin, end;               /* list [begin, end) of the entries array */
     LLVMValueRef qbase, kbase, vbase, obase;        /* element offsets (i64) of the (b, h) slices */
     LLVMValueRef o_acc[MAX_D / 8][4], m_row[2], l_row[2]; /* allocas, promoted by SROA */
+    LLVMValueRef s_acc[MAX_BN / 8][4];              /* score allocas (column groups may be skipped) */
     LLVMValueRef qf[MAX_D / 16][4];                 /* Q A-fragments */
 } fwd;
 
@@ -139,12 +140,25 @@ static LLVMValueRef q_row_valid(fwd *k, LLVMValueRef r, LLVMValueRef *trow, void
     return LLVMBuildAnd(k->b, lo, hi, "");
 }
 
-/* Key row r of key tile j (user: the i32 position j * block_n). */
+/* Key row r of a key tile: user points at {i32 position tile * block_n,
+ * i32 mask of live column groups or NULL}.  Rows of a dead column group are
+ * zero-filled instead of read (no query row of the tile uses them). */
+typedef struct kv_rows {
+    LLVMValueRef kpos0, colmask;
+} kv_rows;
+
 static LLVMValueRef kv_row_valid(fwd *k, LLVMValueRef r, LLVMValueRef *trow, void *user)
 {
-    LLVMValueRef kpos = LLVMBuildAdd(k->b, (LLVMValueRef)user, r, "kpos");
+    const kv_rows *kr = user;
+    LLVMValueRef kpos = LLVMBuildAdd(k->b, kr->kpos0, r, "kpos");
     *trow = kpos;
-    return LLVMBuildICmp(k->b, LLVMIntSLT, kpos, k->kv_len, "");
+    LLVMValueRef ok = LLVMBuildICmp(k->b, LLVMIntSLT, kpos, k->kv_len, "");
+    if (kr->colmask) {
+        LLVMValueRef grp = LLVMBuildLShr(k->b, r, c32(k, log2i(k->s.sub_n_size)), "");
+        LLVMValueRef bit = LLVMBuildAnd(k->b, LLVMBuildLShr(k->b, kr->colmask, grp, ""), c32(k, 1), "");
+        ok = LLVMBuildAnd(k->b, ok, LLVMBuildICmp(k->b, LLVMIntNE, bit, c32(k, 0), ""), "");
+    }
+    return ok;
 }
 
 /* Field of entry e (i32 index into the entries array): byte offset 0 tile,
@@ -160,14 +174,36 @@ static LLVMValueRef entry_field(fwd *k, LLVMValueRef e, int field_off, LLVMTypeR
     return v;
 }
 
+/* When a key tile holds several sub-blocks of the pattern (sub_n > 1), a
+ * column group (one key sub-block) that no query row of the tile keeps is
+ * skipped whole: not loaded, no Q·Kᵀ, no P·V (Merge-Q tiles over vertical
+ * stripes keep one group in four).  The mask of live groups is the OR of
+ * the entry's live rows; FULL entries keep every group. */
+static bool skips_columns(const fwd *k) { return k->s.sub_n > 1; }
+
+static LLVMValueRef entry_colmask(fwd *k, LLVMValueRef e)
+{
+    LLVMBuilderRef b = k->b;
+    int sub_n = k->s.sub_n, sub_m = k->s.BM >> k->s.sub_m_log2;
+    LLVMValueRef live = entry_field(k, e, 8, k->cg->t_i64);
+    LLVMValueRef m = LLVMConstInt(k->cg->t_i64, 0, 0);
+    LLVMValueRef row_bits = LLVMConstInt(k->cg->t_i64, (1ull << sub_n) - 1, 0);
+    for (int i = 0; i < sub_m; i++)
+        m = LLVMBuildOr(b, m, LLVMBuildAnd(b, LLVMBuildLShr(b, live, LLVMConstInt(k->cg->t_i64, (unsigned long long)(i * sub_n), 0), ""),
+                                            row_bits, ""), "");
+    LLVMValueRef flags = entry_field(k, e, 4, k->cg->t_i32);
+    LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "");
+    return LLVMBuildSelect(b, full, c32(k, (1 << sub_n) - 1), LLVMBuildTrunc(b, m, k->cg->t_i32, ""), "colmask");
+}
+
 /* Issue the K and V copies of entry e into stage `stage` (i32). */
 static void load_kv(fwd *k, LLVMValueRef e, LLVMValueRef stage)
 {
     LLVMValueRef tile = entry_field(k, e, 0, k->cg->t_i32);
-    LLVMValueRef kpos0 = LLVMBuildMul(k->b, tile, c32(k, k->s.BN), "kpos0");
+    kv_rows kr = {LLVMBuildMul(k->b, tile, c32(k, k->s.BN), "kpos0"), skips_columns(k) ? entry_colmask(k, e) : NULL};
     LLVMValueRef soff = LLVMBuildMul(k->b, stage, c32(k, k->s.stage_bytes), "");
-    load_tile(k, k->s.BN, param(k, P_K), k->kbase, param(k, P_KS + 1), k->s.k_off, soff, kv_row_valid, kpos0);
-    load_tile(k, k->s.BN, param(k, P_V), k->vbase, param(k, P_VS + 1), k->s.v_off, soff, kv_row_valid, kpos0);
+    load_tile(k, k->s.BN, param(k, P_K), k->kbase, param(k, P_KS + 1), k->s.k_off, soff, kv_row_valid, &kr);
+    load_tile(k, k->s.BN, param(k, P_V), k->vbase, param(k, P_VS + 1), k->s.v_off, soff, kv_row_valid, &kr);
 }
 
 /* if (e < end) load_kv(e, stage); then commit (always, so the group count stays fixed). */
@@ -240,6 +276,9 @@ static void init_accumulators(fwd *k, LLVMBasicBlockRef entry_bb)
     for (int dn = 0; dn < k->s.D / 8; dn++)
         for (int i = 0; i < 4; i++)
             k->o_acc[dn][i] = LLVMBuildAlloca(b, cg->t_f32, "o");
+    for (int n = 0; n < k->s.BN / 8; n++)
+        for (int i = 0; i < 4; i++)
+            k->s_acc[n][i] = LLVMBuildAlloca(b, cg->t_f32, "s");
     for (int r = 0; r < 2; r++) {
         k->m_row[r] = LLVMBuildAlloca(b, cg->t_f32, "m");
         k->l_row[r] = LLVMBuildAlloca(b, cg->t_f32, "l");
@@ -344,35 +383,52 @@ static void kv_lanes_init(fwd *k, kv_lanes *L)
 
 /* S = Q·Kᵀ for the stage at byte offset kst: K B-fragments two k-steps at a
  * time (x4: lane l addresses key row n*8 + l%8, chunk 4p + l/8). */
-static void compute_scores(fwd *k, const kv_lanes *L, LLVMValueRef kst, LLVMValueRef sc[][4])
+static void compute_scores(fwd *k, const kv_lanes *L, LLVMValueRef kst, LLVMValueRef colmask, LLVMValueRef sc[][4])
 {
+    LLVMBuilderRef b = k->b;
     int row_bytes = k->s.chunks * 16;
-    for (int n = 0; n < k->s.BN / 8; n++) {
-        for (int i = 0; i < 4; i++)
-            sc[n][i] = cf(k, 0.0);
-        for (int p = 0; p < k->s.D / 32; p++) {
-            LLVMValueRef kb[4];
-            s2_nv_ldmatrix_x4(k->cg, smem_addr(k, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes), false, kb);
-            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p], &kb[0], sc[n]);
-            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p + 1], &kb[2], sc[n]);
+    int per_group = colmask ? k->s.sub_n_size / 8 : k->s.BN / 8;   /* n-tiles per column group */
+    for (int n0 = 0; n0 < k->s.BN / 8; n0 += per_group) {
+        s2_nv_if grp = {0};
+        if (colmask) {
+            /* a skipped group keeps scores 0: the token mask turns them into -inf */
+            for (int n = n0; n < n0 + per_group; n++)
+                for (int i = 0; i < 4; i++)
+                    LLVMBuildStore(b, cf(k, 0.0), k->s_acc[n][i]);
+            LLVMValueRef bit = LLVMBuildAnd(b, colmask, c32(k, 1 << (n0 / per_group)), "");
+            s2_nv_if_begin(k->cg, &grp, LLVMBuildICmp(b, LLVMIntNE, bit, c32(k, 0), ""), "cols");
         }
+        for (int n = n0; n < n0 + per_group; n++) {
+            LLVMValueRef acc[4];
+            for (int i = 0; i < 4; i++)
+                acc[i] = cf(k, 0.0);
+            for (int p = 0; p < k->s.D / 32; p++) {
+                LLVMValueRef kb[4];
+                s2_nv_ldmatrix_x4(k->cg, smem_addr(k, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes), false, kb);
+                s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p], &kb[0], acc);
+                s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p + 1], &kb[2], acc);
+            }
+            for (int i = 0; i < 4; i++)
+                LLVMBuildStore(b, acc[i], k->s_acc[n][i]);
+        }
+        if (colmask)
+            s2_nv_if_end(k->cg, &grp);
     }
+    for (int n = 0; n < k->s.BN / 8; n++)
+        for (int i = 0; i < 4; i++)
+            sc[n][i] = LLVMBuildLoad2(b, k->cg->t_f32, k->s_acc[n][i], "");
 }
 
-/* Scores to the scaled base-2 domain, then the token mask unless the entry
- * is FULL: key column c of row r is kept when its sub-block pair is live,
- * c <= limit(r) where limit = kv_len-1 - kpos0 (RAGGED) and, causal,
- * qpos(r) - kpos0.  Masked scores become -inf. */
-static void scale_and_mask(fwd *k, LLVMValueRef sc[][4], LLVMValueRef e, LLVMValueRef kpos0)
+/* The token mask unless the entry is FULL: key column c of row r is kept
+ * when its sub-block pair is live, c <= limit(r) where limit = kv_len-1 -
+ * kpos0 (RAGGED) and, causal, qpos(r) - kpos0.  Masked scores become -inf.
+ * Scores stay unscaled here: the scale is folded into the exponent. */
+static void apply_mask(fwd *k, LLVMValueRef sc[][4], LLVMValueRef e, LLVMValueRef kpos0)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     fwd_shape *s = &k->s;
     int NT = s->BN / 8;
-    LLVMValueRef scale = param(k, P_SCALE_LOG2);
-    for (int n = 0; n < NT; n++)
-        for (int i = 0; i < 4; i++)
-            sc[n][i] = LLVMBuildFMul(b, sc[n][i], scale, "");
 
     LLVMValueRef flags = entry_field(k, e, 4, cg->t_i32);
     LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "full");
@@ -436,17 +492,21 @@ static void online_softmax(fwd *k, LLVMValueRef sc[][4])
             for (int e = 0; e < 2; e++)
                 mx = s2_nv_fmax(cg, mx, sc[n][2 * hr + e]);
         mx = s2_nv_quad_max_f32(cg, mx);
+        /* m is kept in unscaled score units; exponents are s*scale - m*scale,
+         * one FFMA each (FA2's scale_apply_exp2) */
+        LLVMValueRef scale = param(k, P_SCALE_LOG2);
         LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, k->m_row[hr], "");
         LLVMValueRef m_new = s2_nv_fmax(cg, m_old, mx);
         /* Check_inf: a row with nothing kept so far subtracts 0, not -inf */
         LLVMValueRef m_use = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m_new, cf(k, -INFINITY), ""),
-                                             cf(k, 0.0), m_new, "m_use");
-        LLVMValueRef alpha = s2_nv_ex2_approx(cg, LLVMBuildFSub(b, m_old, m_use, ""));
+                                             cf(k, 0.0), LLVMBuildFMul(b, m_new, scale, ""), "m_use");
+        LLVMValueRef neg_m = LLVMBuildFNeg(b, m_use, "");
+        LLVMValueRef alpha = s2_nv_ex2_approx(cg, s2_nv_fma(cg, m_old, scale, neg_m));
         LLVMValueRef sum = cf(k, 0.0);
         for (int n = 0; n < NT; n++)
             for (int e = 0; e < 2; e++) {
                 int i = 2 * hr + e;
-                sc[n][i] = s2_nv_ex2_approx(cg, LLVMBuildFSub(b, sc[n][i], m_use, ""));
+                sc[n][i] = s2_nv_ex2_approx(cg, s2_nv_fma(cg, sc[n][i], scale, neg_m));
                 sum = LLVMBuildFAdd(b, sum, sc[n][i], "");
             }
         LLVMValueRef l_old = LLVMBuildLoad2(b, cg->t_f32, k->l_row[hr], "");
@@ -463,12 +523,19 @@ static void online_softmax(fwd *k, LLVMValueRef sc[][4])
 /* O += P·V: P from the score registers (C layout of n-tiles 2kk, 2kk+1 = A
  * layout of k-step kk, §1.4), V B-fragments with ldmatrix.x4.trans, two
  * d-tiles at a time (lane l addresses key row 16kk + l%16, chunk 2dp + l/16). */
-static void accumulate_pv(fwd *k, const kv_lanes *L, LLVMValueRef vst, LLVMValueRef sc[][4])
+static void accumulate_pv(fwd *k, const kv_lanes *L, LLVMValueRef vst, LLVMValueRef colmask, LLVMValueRef sc[][4])
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     int row_bytes = k->s.chunks * 16;
+    int steps_per_group = colmask ? k->s.sub_n_size / 16 : k->s.BN / 16;
+    s2_nv_if grp = {0};
     for (int kk = 0; kk < k->s.BN / 16; kk++) {
+        bool first = kk % steps_per_group == 0, last = (kk + 1) % steps_per_group == 0;
+        if (colmask && first) {
+            LLVMValueRef bit = LLVMBuildAnd(b, colmask, c32(k, 1 << (kk / steps_per_group)), "");
+            s2_nv_if_begin(cg, &grp, LLVMBuildICmp(b, LLVMIntNE, bit, c32(k, 0), ""), "pv_cols");
+        }
         LLVMValueRef a[4] = {
             s2_nv_pack2(cg, k->s.dt, sc[2 * kk][0], sc[2 * kk][1]),
             s2_nv_pack2(cg, k->s.dt, sc[2 * kk][2], sc[2 * kk][3]),
@@ -488,6 +555,8 @@ static void accumulate_pv(fwd *k, const kv_lanes *L, LLVMValueRef vst, LLVMValue
                     LLVMBuildStore(b, acc[i], k->o_acc[dn][i]);
             }
         }
+        if (colmask && last)
+            s2_nv_if_end(cg, &grp);
     }
 }
 
@@ -504,13 +573,18 @@ static void main_loop(fwd *k)
     s2_nv_loop_begin(cg, &loop, "kv", k->begin, k->end, c32(k, 1), NULL, 0);
     LLVMValueRef e = loop.iv;
     LLVMValueRef i = LLVMBuildSub(b, e, k->begin, "i");
-    if (S > 1)
+    if (S > 1) {
+        /* one barrier per entry: it publishes stage i and tells that every
+         * warp is done with entry i-1, whose stage the prefetch refills */
+        s2_nv_cp_async_wait(cg, S - 2);
+        s2_nv_barrier_cta(cg);
         prefetch_kv(k, LLVMBuildAdd(b, e, c32(k, S - 1), ""),
                     LLVMBuildURem(b, LLVMBuildAdd(b, i, c32(k, S - 1), ""), c32(k, S), ""));
-    else
+    } else {
         prefetch_kv(k, e, c32(k, 0));
-    s2_nv_cp_async_wait(cg, S - 1);
-    s2_nv_barrier_cta(cg);
+        s2_nv_cp_async_wait(cg, 0);
+        s2_nv_barrier_cta(cg);
+    }
 
     LLVMValueRef stage = LLVMBuildURem(b, i, c32(k, S), "stage");
     LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, k->s.stage_bytes), "");
@@ -518,17 +592,19 @@ static void main_loop(fwd *k)
     LLVMValueRef vst = LLVMBuildAdd(b, soff, c32(k, k->s.v_off), "vst");
     LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, e, 0, cg->t_i32), c32(k, k->s.BN), "kpos0");
 
+    LLVMValueRef colmask = skips_columns(k) ? entry_colmask(k, e) : NULL;
     LLVMValueRef sc[MAX_BN / 8][4];
-    compute_scores(k, &L, kst, sc);
-    scale_and_mask(k, sc, e, kpos0);
+    compute_scores(k, &L, kst, colmask, sc);
+    apply_mask(k, sc, e, kpos0);
     online_softmax(k, sc);
-    accumulate_pv(k, &L, vst, sc);
-    /* the stage is overwritten by the prefetch S-1 iterations later */
-    s2_nv_barrier_cta(cg);
+    accumulate_pv(k, &L, vst, colmask, sc);
+    /* single stage: the next entry's copy overwrites this one */
+    if (S == 1)
+        s2_nv_barrier_cta(cg);
     s2_nv_loop_end(cg, &loop, NULL);
 }
 
-/* O /= l, LSE = (m + log2 l)·ln 2; empty rows give O = 0 and LSE = -inf.
+/* O /= l, LSE = (m·scale_log2 + log2 l)·ln 2; empty rows give O = 0 and LSE = -inf.
  * Rows outside [q_start, kv_len) are not stored. */
 static void epilogue(fwd *k)
 {
@@ -541,7 +617,8 @@ static void epilogue(fwd *k)
         LLVMValueRef m = LLVMBuildLoad2(b, cg->t_f32, k->m_row[hr], "");
         LLVMValueRef pos_l = LLVMBuildFCmp(b, LLVMRealOGT, l, cf(k, 0.0), "");
         LLVMValueRef inv = LLVMBuildSelect(b, pos_l, LLVMBuildFDiv(b, cf(k, 1.0), l, ""), cf(k, 0.0), "inv");
-        LLVMValueRef lse = LLVMBuildFMul(b, LLVMBuildFAdd(b, m, s2_nv_lg2_approx(cg, l), ""), cf(k, M_LN2), "");
+        LLVMValueRef ms = LLVMBuildFMul(b, m, param(k, P_SCALE_LOG2), "");
+        LLVMValueRef lse = LLVMBuildFMul(b, LLVMBuildFAdd(b, ms, s2_nv_lg2_approx(cg, l), ""), cf(k, M_LN2), "");
         lse = LLVMBuildSelect(b, pos_l, lse, cf(k, -INFINITY), "lse");
 
         LLVMValueRef r = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),

@@ -45,7 +45,8 @@ typedef struct s2_kernel_spec {
 
 /* Fill the zero tunables of *spec for pattern p and check the result:
  * block_m = 16 * num_warps (each warp owns a 16-row slab; default 64 rows,
- * 4 warps), block_n 64, num_stages 2; the tile must hold at most 64
+ * 4 warps), block_n 64 (16 for patterns of block size 16), num_stages 2;
+ * the tile must hold at most 64
  * sub-blocks of the pattern's block size and its shared memory must fit the
  * arch.  dtype (bf16/f16) and head_dim (32, 64, 96, 128) must be given.
  * S2_ERR_UNSUPPORTED names what does not fit. */

@@ -169,8 +169,17 @@ START_TEST(spec_heuristic_and_limits)
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s, p), S2_OK);
     ck_assert_int_eq(s.block_m, 64);
     ck_assert_int_eq(s.num_warps, 4);
-    ck_assert_int_eq(s.block_n, 64);
+    ck_assert_int_eq(s.block_n, 16);   /* block-16 pattern: one pattern block per key tile */
     ck_assert_int_eq(s.num_stages, 2);
+    s2_local_stride_args a64;
+    attn_pattern_args(0, &a64);
+    s2_pattern_set *set64 = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a64, &set64), S2_OK);
+    s2_kernel_spec s64 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s64, s2_pattern_set_get(set64, 0)), S2_OK);
+    ck_assert_int_eq(s64.block_m, 64);
+    ck_assert_int_eq(s64.block_n, 64);
+    s2_pattern_set_free(set64);
     s2_kernel_spec t = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 128};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &t, p), S2_OK);
     ck_assert_int_eq(t.num_warps, 8);
