@@ -85,14 +85,12 @@ static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int
         if (!patterns[i])
             return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: pattern %d is null", i);
         s2_status st = s2_kernel_spec_resolve(ctx, &ks[i].spec, patterns[i]);
-        if (st != S2_OK && n > 1) {
+        if (st != S2_OK) {
             /* name the pattern whose tile does not fit (the message is copied: s2_fail writes over it) */
             char why[512];
             snprintf(why, sizeof why, "%s", s2_ctx_message(ctx));
-            return s2_fail(ctx, st, "pattern %s: %s", patterns[i]->name, why);
+            return s2_fail(ctx, st, "pattern %s: %s", patterns[i]->name ? patterns[i]->name : "", why);
         }
-        if (st != S2_OK)
-            return st;
         if (ks[i].spec.arch != ks[0].spec.arch)
             return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: one module holds one arch");
         kernel_name(ks[i].name, sizeof ks[i].name, patterns[i], &ks[i].spec);
