@@ -77,51 +77,95 @@ static void kernel_name(char *out, size_t cap, const s2_pattern *p, const s2_ker
     snprintf(out + n, cap - n, "_%s_d%d", s2_dtype_name(spec->dtype), spec->head_dim);
 }
 
-s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_kernel_spec *spec_in,
-                               s2_cubin_backend backend, s2_artifact **out)
-{
-    if (!out || !spec_in)
-        return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: null argument");
-    *out = NULL;
-    s2_kernel_spec spec = *spec_in;
-    s2_status st = s2_kernel_spec_resolve(ctx, &spec, pattern);
-    if (st != S2_OK)
-        return st;
-
+/* One pattern's kernel: its resolved spec, symbol and launch shape. */
+typedef struct set_kernel {
+    s2_kernel_spec spec;
     char name[128];
-    kernel_name(name, sizeof name, pattern, &spec);
-    s2_target target;
-    s2_target_default(&target, (s2_arch)spec.arch);
-    s2_artifact *art = s2_artifact_new(&target, name);
-    if (!art)
-        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    art->spec = spec;
-    art->threads_per_block = spec.num_warps * 32;
-    art->rows_per_block = spec.block_m;
-    art->smem_bytes = s2_fwd_smem_bytes(pattern, &spec);
+} set_kernel;
 
-    s2_manifest_kernel mk = {.name = name, .pattern = pattern->name ? pattern->name : "", .spec = spec,
-                             .threads = art->threads_per_block, .smem_bytes = art->smem_bytes};
-    char *manifest = NULL;
-    st = s2_manifest_format(ctx, spec.arch, &mk, 1, &pattern, 1, &manifest);
+static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int n, const s2_kernel_spec *spec_in,
+                             set_kernel *ks, s2_manifest_kernel *mk)
+{
+    for (int i = 0; i < n; i++) {
+        ks[i].spec = *spec_in;
+        if (!patterns[i])
+            return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: pattern %d is null", i);
+        s2_status st = s2_kernel_spec_resolve(ctx, &ks[i].spec, patterns[i]);
+        if (st != S2_OK) {
+            /* name the pattern whose tile does not fit (the message is copied: s2_fail writes over it) */
+            char why[512];
+            snprintf(why, sizeof why, "%s", s2_ctx_message(ctx));
+            return s2_fail(ctx, st, "pattern %s: %s", patterns[i]->name ? patterns[i]->name : "", why);
+        }
+        if (ks[i].spec.arch != ks[0].spec.arch)
+            return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: one module holds one arch");
+        kernel_name(ks[i].name, sizeof ks[i].name, patterns[i], &ks[i].spec);
+        /* pattern names differing only in non-identifier characters map to one symbol */
+        for (int j = 0; j < i; j++)
+            if (strcmp(ks[i].name, ks[j].name) == 0)
+                return s2_fail(ctx, S2_ERR_INVALID, "patterns '%s' and '%s' both give kernel %s", patterns[j]->name,
+                               patterns[i]->name, ks[i].name);
+        mk[i] = (s2_manifest_kernel){.name = ks[i].name, .pattern = patterns[i]->name ? patterns[i]->name : "",
+                                     .spec = ks[i].spec, .threads = ks[i].spec.num_warps * 32,
+                                     .smem_bytes = s2_fwd_smem_bytes(patterns[i], &ks[i].spec)};
+    }
+    return S2_OK;
+}
+
+s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s2_pattern *const *patterns, int n,
+                                   const s2_kernel_spec *spec_in, s2_cubin_backend backend, s2_artifact **out)
+{
+    if (!out || !spec_in || !patterns || n < 1)
+        return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: null argument or no pattern");
+    *out = NULL;
+    set_kernel *ks = calloc((size_t)n, sizeof *ks);
+    s2_manifest_kernel *mk = calloc((size_t)n, sizeof *mk);
+    s2_artifact *art = NULL;
     s2_cg cg;
     memset(&cg, 0, sizeof cg);
+    s2_status st = ks && mk ? S2_OK : s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
     if (st == S2_OK)
-        st = s2_cg_init(ctx, &cg, &target, name);
+        st = resolve_set(ctx, patterns, n, spec_in, ks, mk);
+    if (st != S2_OK)
+        goto done;
+
+    s2_target target;
+    s2_target_default(&target, (s2_arch)ks[0].spec.arch);
+    art = s2_artifact_new(&target, module_name ? module_name : n == 1 ? ks[0].name : "s2_attention_set");
+    if (!art) {
+        st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    art->spec = ks[0].spec;
+    art->threads_per_block = mk[0].threads;
+    art->rows_per_block = ks[0].spec.block_m;
+    art->smem_bytes = mk[0].smem_bytes;
+    st = s2_manifest_format(ctx, ks[0].spec.arch, mk, n, patterns, n, &art->manifest);
     if (st == S2_OK)
-        st = s2_fwd_build(ctx, &cg, pattern, &spec, name);
+        st = s2_cg_init(ctx, &cg, &target, art->name);
+    for (int i = 0; i < n && st == S2_OK; i++)
+        st = s2_fwd_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name);
     if (st == S2_OK)
-        st = s2_cg_add_manifest(ctx, &cg, manifest);
+        st = s2_cg_add_manifest(ctx, &cg, art->manifest);
     if (st == S2_OK)
         st = s2_cg_finish(ctx, &cg, backend, art);
+    for (int i = 0; st == S2_OK && i < art->num_kernels; i++)
+        for (int j = 0; j < n; j++)
+            if (strcmp(art->kernels[i].name, ks[j].name) == 0)
+                art->kernels[i].max_threads = mk[j].threads;
+done:
     s2_cg_destroy(&cg);
-    free(manifest);
-    if (st != S2_OK) {
+    if (st == S2_OK)
+        *out = art;
+    else
         s2_artifact_free(art);
-        return st;
-    }
-    for (int i = 0; i < art->num_kernels; i++)
-        art->kernels[i].max_threads = art->threads_per_block;
-    *out = art;
-    return S2_OK;
+    free(ks);
+    free(mk);
+    return st;
+}
+
+s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_kernel_spec *spec,
+                               s2_cubin_backend backend, s2_artifact **out)
+{
+    return s2_compile_attention_set(ctx, NULL, &pattern, 1, spec, backend, out);
 }

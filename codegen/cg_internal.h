@@ -137,7 +137,6 @@ s2_artifact *s2_artifact_new(const s2_target *target, const char *name);
 /* Parse "Used N registers", spills, stack and smem lines (ptxas -v and the
  * nvJitLink info log share the format). */
 int s2_parse_resources(const char *log, s2_kernel_info *info, int max_info);
-/* EIATTR_REGCOUNT of kernel `name` in a cubin, -1 when not found. */
-int s2_cubin_regcount(const uint8_t *cubin, size_t size, const char *name);
+/* s2_cubin_regcount (codegen.h) reads EIATTR_REGCOUNT from a cubin. */
 
 #endif

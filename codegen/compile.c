@@ -91,6 +91,7 @@ void s2_artifact_free(s2_artifact *a)
     free(a->cubin);
     free(a->log);
     free(a->kernels);
+    free(a->manifest);
     free(a);
 }
 

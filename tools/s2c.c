@@ -2,14 +2,18 @@
  *
  *   s2c check PATTERN...
  *   s2c layout PATTERN --seq-len N [--kv-len N] [--name N] [--format mask|schedule|stats] ...
- *   s2c compile PATTERN --arch ARCH [--emit cubin|ptx|ll] -o OUT ...
+ *   s2c compile PATTERN --head-dim D --dtype bf16|fp16 --arch ARCH [--emit cubin|c|ptx|ll] -o OUT ...
+ *   s2c info CUBIN
  *
- * Exit status: 0 success, 1 bad input (pattern, lengths, toolchain), 2 usage.
+ * Exit status: 0 success, 1 bad input (pattern, spec, toolchain, file), 2 usage.
  */
+#include "s2c/aot.h"
+#include "s2c/attention.h"
 #include "s2c/codegen.h"
 #include "s2c/layout.h"
 #include "s2c/pattern.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -30,13 +34,20 @@ static const char usage_text[] =
     "      --block-m N --block-n N kernel tile for schedules and stats (default 128 x 64)\n"
     "      --head-dim D            for FLOP and byte counts (default 128)\n"
     "      --dtype bf16|fp16       for byte counts (default bf16)\n"
-    "  compile PATTERN --arch sm_80|sm_90|sm_90a -o OUT\n"
-    "      --name NAME             which pattern (default: the first)\n"
-    "      --emit cubin|ptx|ll     what to write (default: cubin)\n"
+    "  compile PATTERN --head-dim D --dtype bf16|fp16 --arch sm_80|sm_90|sm_90a -o OUT\n"
+    "                              forward attention kernels, one per pattern, in one module\n"
+    "      --name NAME             a pattern to compile (repeatable; default: every pattern of the file)\n"
+    "      --emit cubin|c|ptx|ll   what to write (default: cubin); c writes DIR/NAME.h and DIR/NAME.c,\n"
+    "                              NAME = OUT's file name without extension as a C identifier\n"
+    "      --block-m N --block-n N --num-warps N --num-stages N\n"
+    "                              tunables (default: the per-arch heuristic; all recorded in the manifest)\n"
     "      --backend auto|ptxas|nvjitlink   PTX -> cubin (default: auto = ptxas, else nvJitLink)\n"
-    "      --dump-dir DIR          write every stage (pre-O3 IR, IR, PTX, cubin) to DIR\n"
+    "      --dump-dir DIR          write every stage (NAME.pre.ll, NAME.ll, NAME.ptx, NAME.cubin) to DIR\n"
     "      --override-dir DIR      use DIR/NAME.{ll,ptx,cubin} instead of a stage's own output\n"
-    "      -v, --verbose           print the toolchain log and resource usage\n"
+    "      --kernel softmax        instead: the block-sparse row softmax of one pattern (toolchain\n"
+    "                              debugging; no --head-dim/--dtype/tunables, no --emit c)\n"
+    "      -v, --verbose           print the toolchain log and registers/spills per kernel\n"
+    "  info CUBIN                  print the manifest of a generated cubin (no GPU needed)\n"
     "  --help, --version\n"
     "\n"
     "exit status: 0 success, 1 bad input, 2 usage error\n";
@@ -59,19 +70,23 @@ static int input_error(s2_ctx *ctx)
 
 /* ---- option parsing ------------------------------------------------------ */
 
+enum { MAX_NAMES = 256 };
+
 typedef struct opts {
     const char *pattern;
-    const char *name;
+    const char *names[MAX_NAMES];   /* --name, in order */
+    int num_names;
     const char *format;
     const char *arch;
     const char *emit;
     const char *backend;
+    const char *kernel;
     const char *output;
     const char *dump_dir;
     const char *override_dir;
     const char *dtype;
     int64_t seq_len, kv_len;
-    int64_t block_m, block_n, head_dim;
+    int64_t block_m, block_n, head_dim, num_warps, num_stages;
     int verbose;
 } opts;
 
@@ -85,6 +100,17 @@ static int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int
         return -1;
     }
     *out = v;
+    return 0;
+}
+
+static int parse_dtype(const char *text, s2_dtype *dt)
+{
+    if (strcmp(text, "bf16") == 0)
+        *dt = S2_DTYPE_BF16;
+    else if (strcmp(text, "fp16") == 0 || strcmp(text, "f16") == 0)
+        *dt = S2_DTYPE_F16;
+    else
+        return -1;
     return 0;
 }
 
@@ -122,11 +148,16 @@ static int parse_opts(int argc, char **argv, int first, opts *o, const char **po
             val = argv[++i];
         }
         int rc = 0;
-        if (strcmp(key, "--name") == 0) o->name = val;
+        if (strcmp(key, "--name") == 0) {
+            if (o->num_names >= MAX_NAMES)
+                return usage_error("%s", "too many --name options");
+            o->names[o->num_names++] = val;
+        }
         else if (strcmp(key, "--format") == 0) o->format = val;
         else if (strcmp(key, "--arch") == 0) o->arch = val;
         else if (strcmp(key, "--emit") == 0) o->emit = val;
         else if (strcmp(key, "--backend") == 0) o->backend = val;
+        else if (strcmp(key, "--kernel") == 0) o->kernel = val;
         else if (strcmp(key, "-o") == 0 || strcmp(key, "--output") == 0) o->output = val;
         else if (strcmp(key, "--dump-dir") == 0) o->dump_dir = val;
         else if (strcmp(key, "--override-dir") == 0) o->override_dir = val;
@@ -136,6 +167,8 @@ static int parse_opts(int argc, char **argv, int first, opts *o, const char **po
         else if (strcmp(key, "--block-m") == 0) rc = parse_int(key, val, 16, 128, &o->block_m);
         else if (strcmp(key, "--block-n") == 0) rc = parse_int(key, val, 16, 128, &o->block_n);
         else if (strcmp(key, "--head-dim") == 0) rc = parse_int(key, val, 1, 1024, &o->head_dim);
+        else if (strcmp(key, "--num-warps") == 0) rc = parse_int(key, val, 1, 32, &o->num_warps);
+        else if (strcmp(key, "--num-stages") == 0) rc = parse_int(key, val, 1, 16, &o->num_stages);
         else return usage_error("unknown option '%s'", key);
         if (rc)
             return EXIT_USAGE;
@@ -143,15 +176,27 @@ static int parse_opts(int argc, char **argv, int first, opts *o, const char **po
     return 0;
 }
 
-/* Load PATTERN and pick the named (or first) pattern. */
-static int load_pattern(s2_ctx *ctx, const opts *o, s2_pattern_set **set, const s2_pattern **p)
+/* Load PATTERN and pick the named patterns (none named: max_all of the
+ * file's patterns, all when max_all < 0).  *n receives the count. */
+static int load_patterns(s2_ctx *ctx, const opts *o, int max_all, s2_pattern_set **set, const s2_pattern **p,
+                         int *n)
 {
+    *n = 0;
     if (s2_pattern_load(ctx, o->pattern, set) != S2_OK)
         return input_error(ctx);
-    *p = o->name ? s2_pattern_set_find(*set, o->name) : s2_pattern_set_get(*set, 0);
-    if (!*p) {
-        fprintf(stderr, "%s: no pattern named '%s'\n", o->pattern, o->name ? o->name : "");
-        return EXIT_INPUT;
+    for (int i = 0; i < o->num_names; i++) {
+        p[i] = s2_pattern_set_find(*set, o->names[i]);
+        if (!p[i]) {
+            fprintf(stderr, "%s: no pattern named '%s'\n", o->pattern, o->names[i]);
+            return EXIT_INPUT;
+        }
+    }
+    *n = o->num_names;
+    if (*n == 0) {
+        int count = s2_pattern_set_count(*set);
+        *n = max_all >= 0 && count > max_all ? max_all : count;
+        for (int i = 0; i < *n; i++)
+            p[i] = s2_pattern_set_get(*set, i);
     }
     return 0;
 }
@@ -231,18 +276,17 @@ static int cmd_layout(s2_ctx *ctx, int argc, char **argv)
     if (fmt < 0)
         return usage_error("layout: --format must be mask, schedule or stats, got '%s'", o.format);
     s2_dtype dt;
-    if (strcmp(o.dtype, "bf16") == 0)
-        dt = S2_DTYPE_BF16;
-    else if (strcmp(o.dtype, "fp16") == 0 || strcmp(o.dtype, "f16") == 0)
-        dt = S2_DTYPE_F16;
-    else
+    if (parse_dtype(o.dtype, &dt) != 0)
         return usage_error("layout: --dtype must be bf16 or fp16, got '%s'", o.dtype);
     if ((o.block_m & (o.block_m - 1)) || (o.block_n & (o.block_n - 1)))
         return usage_error("%s", "layout: --block-m and --block-n must be powers of two");
+    if (o.num_names > 1)
+        return usage_error("%s", "layout: --name may be given once");
 
     s2_pattern_set *set = NULL;
     const s2_pattern *p = NULL;
-    rc = load_pattern(ctx, &o, &set, &p);
+    int np = 0;
+    rc = load_patterns(ctx, &o, 1, &set, &p, &np);
     if (rc) {
         s2_pattern_set_free(set);
         return rc;
@@ -278,9 +322,227 @@ static int cmd_layout(s2_ctx *ctx, int argc, char **argv)
 
 /* ---- compile ---------------------------------------------------------------- */
 
+typedef enum { EMIT_CUBIN, EMIT_C, EMIT_PTX, EMIT_LL } emit_kind;
+
+static int parse_emit(const char *text, emit_kind *e)
+{
+    static const char *const names[] = {"cubin", "c", "ptx", "ll"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(text, names[i]) == 0) {
+            *e = (emit_kind)i;
+            return 0;
+        }
+    return -1;
+}
+
+static int parse_backend(const char *text, s2_cubin_backend *b)
+{
+    if (strcmp(text, "auto") == 0)
+        *b = S2_CUBIN_AUTO;
+    else if (strcmp(text, "ptxas") == 0)
+        *b = S2_CUBIN_PTXAS;
+    else if (strcmp(text, "nvjitlink") == 0)
+        *b = S2_CUBIN_NVJITLINK;
+    else
+        return -1;
+    return 0;
+}
+
+/* OUT's file name without its extension as a C identifier (other characters
+ * become '_', a leading digit gets a '_' in front): the module name of the
+ * AOT files, dumps and overrides. */
+static char *module_ident(const char *out)
+{
+    const char *base = strrchr(out, '/');
+    base = base ? base + 1 : out;
+    const char *dot = strrchr(base, '.');
+    size_t n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+    char *id = malloc(n + 2);
+    if (!id)
+        return NULL;
+    size_t j = 0;
+    if (n == 0 || isdigit((unsigned char)base[0]))
+        id[j++] = '_';
+    for (size_t i = 0; i < n; i++)
+        id[j++] = isalnum((unsigned char)base[i]) ? base[i] : '_';
+    id[j] = '\0';
+    return id;
+}
+
+/* OUT's directory: "." when it names none. */
+static char *out_dir(const char *out)
+{
+    const char *slash = strrchr(out, '/');
+    if (!slash)
+        return strdup(".");
+    if (slash == out)
+        return strdup("/");
+    char *d = malloc((size_t)(slash - out) + 1);
+    if (d) {
+        memcpy(d, out, (size_t)(slash - out));
+        d[slash - out] = '\0';
+    }
+    return d;
+}
+
+static int write_output(const char *path, const void *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    int status = EXIT_OK;
+    if (!f || fwrite(data, 1, size, f) != size)
+        status = EXIT_INPUT;
+    if (f && fclose(f) != 0)
+        status = EXIT_INPUT;
+    if (status != EXIT_OK)
+        fprintf(stderr, "s2c: %s: %s\n", path, strerror(errno));
+    return status;
+}
+
+static void print_kernel(const s2_manifest_kernel *k)
+{
+    const s2_kernel_spec *s = &k->spec;
+    printf("kernel %s: pattern %s, %s %s, head_dim %d, block_m %d, block_n %d, num_warps %d, num_stages %d, "
+           "%d threads, %d bytes smem\n",
+           k->name, k->pattern, s->kind == S2_KERNEL_FWD ? "fwd" : "?", s2_dtype_name(s->dtype), s->head_dim,
+           s->block_m, s->block_n, s->num_warps, s->num_stages, k->threads, k->smem_bytes);
+}
+
+/* Registers and spills as the assembler reported them, one line per kernel. */
+static void print_resources(const s2_artifact *art)
+{
+    if (art->log && art->log[0])
+        fputs(art->log, stderr);
+    for (int k = 0; k < art->num_kernels; k++) {
+        const s2_kernel_info *ki = &art->kernels[k];
+        fprintf(stderr, "%s: %d registers, %d bytes spill stores, %d bytes spill loads, %d bytes stack, "
+                "%d bytes static smem, via %s\n", ki->name, ki->registers, ki->spill_stores, ki->spill_loads,
+                ki->stack_frame, ki->shared_static, s2_cubin_backend_name(art->backend_used));
+    }
+}
+
+/* DIR/IDENT.h and DIR/IDENT.c: one launcher IDENT_<symbol without "s2_">
+ * per kernel of the manifest. */
+static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, const char *ident, const char *dir)
+{
+    int n = s2_manifest_num_kernels(m);
+    s2_aot_kernel *ks = calloc((size_t)n, sizeof *ks);
+    if (!ks) {
+        fprintf(stderr, "s2c: out of memory\n");
+        return EXIT_INPUT;
+    }
+    for (int i = 0; i < n; i++) {
+        const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, i);
+        ks[i] = (s2_aot_kernel){.name = strncmp(mk->name, "s2_", 3) == 0 ? mk->name + 3 : mk->name,
+                                .symbol = mk->name, .abi = s2_aot_abi_attn_fwd(), .threads = mk->threads,
+                                .smem_bytes = mk->smem_bytes};
+    }
+    s2_aot_module mod = {.name = ident, .cubin = art->cubin, .cubin_size = art->cubin_size,
+                         .manifest = art->manifest, .kernels = ks, .num_kernels = n};
+    s2_status st = s2_aot_write(ctx, &mod, dir);
+    if (st == S2_OK) {
+        printf("%s/%s.h, %s/%s.c: load_%s(), unload_%s()\n", dir, ident, dir, ident, ident, ident);
+        for (int i = 0; i < n; i++)
+            printf("launcher %s_%s\n", ident, ks[i].name);
+    }
+    free(ks);
+    return st == S2_OK ? EXIT_OK : input_error(ctx);
+}
+
+static int compile_softmax(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind emit, s2_cubin_backend backend)
+{
+    if (o->head_dim || o->dtype || o->block_m || o->block_n || o->num_warps || o->num_stages)
+        return usage_error("%s", "compile: --kernel softmax takes no --head-dim, --dtype or tunables");
+    if (emit == EMIT_C)
+        return usage_error("%s", "compile: --kernel softmax has no --emit c");
+    if (o->num_names > 1)
+        return usage_error("%s", "compile: --kernel softmax compiles one pattern (one --name)");
+    s2_pattern_set *set = NULL;
+    const s2_pattern *p = NULL;
+    int np = 0;
+    int rc = load_patterns(ctx, o, 1, &set, &p, &np);
+    s2_artifact *art = NULL;
+    s2_target target;
+    s2_target_default(&target, arch);
+    if (rc == 0 && s2_compile_row_softmax(ctx, p, &target, backend, &art) != S2_OK)
+        rc = input_error(ctx);
+    if (rc == 0) {
+        const void *data = emit == EMIT_CUBIN ? (const void *)art->cubin
+                         : emit == EMIT_PTX ? (const void *)art->ptx : (const void *)art->ir;
+        size_t size = emit == EMIT_CUBIN ? art->cubin_size : emit == EMIT_PTX ? art->ptx_len : strlen(art->ir);
+        rc = write_output(o->output, data, size);
+        if (rc == 0 && o->verbose)
+            print_resources(art);
+        if (rc == 0)
+            printf("%s: wrote %zu bytes (row softmax, %s, %s, pattern %s)\n", o->output, size, o->emit, o->arch,
+                   p->name);
+    }
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    return rc;
+}
+
+static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind emit, s2_cubin_backend backend)
+{
+    if (!o->head_dim || !o->dtype)
+        return usage_error("%s", "compile: --head-dim and --dtype are required");
+    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .head_dim = (int)o->head_dim, .arch = (int)arch,
+                           .block_m = (int)o->block_m, .block_n = (int)o->block_n,
+                           .num_warps = (int)o->num_warps, .num_stages = (int)o->num_stages};
+    if (parse_dtype(o->dtype, &spec.dtype) != 0)
+        return usage_error("compile: --dtype must be bf16 or fp16, got '%s'", o->dtype);
+    for (int i = 0; i < o->num_names; i++)
+        for (int j = 0; j < i; j++)
+            if (strcmp(o->names[i], o->names[j]) == 0)
+                return usage_error("compile: --name %s is given twice", o->names[i]);
+
+    char *ident = module_ident(o->output), *dir = out_dir(o->output);
+    s2_pattern_set *set = NULL;
+    const s2_pattern *pats[MAX_NAMES];
+    int np = 0;
+    s2_artifact *art = NULL;
+    s2_manifest *m = NULL;
+    int rc = ident && dir ? 0 : EXIT_INPUT;
+    if (rc)
+        fprintf(stderr, "s2c: out of memory\n");
+    if (rc == 0)
+        rc = load_patterns(ctx, o, MAX_NAMES, &set, pats, &np);
+    if (rc == 0 && s2_pattern_set_count(set) > MAX_NAMES && o->num_names == 0) {
+        fprintf(stderr, "%s: more than %d patterns; pick some with --name\n", o->pattern, MAX_NAMES);
+        rc = EXIT_INPUT;
+    }
+    /* every stage runs whatever is emitted, so that --emit ptx or ll still
+     * reports assembler errors */
+    if (rc == 0 && (s2_compile_attention_set(ctx, ident, pats, np, &spec, backend, &art) != S2_OK ||
+                    s2_manifest_parse(ctx, art->manifest, strlen(art->manifest), &m) != S2_OK))
+        rc = input_error(ctx);
+    if (rc == 0 && emit == EMIT_C) {
+        rc = write_aot(ctx, art, m, ident, dir);
+    } else if (rc == 0) {
+        const void *data = emit == EMIT_CUBIN ? (const void *)art->cubin
+                         : emit == EMIT_PTX ? (const void *)art->ptx : (const void *)art->ir;
+        size_t size = emit == EMIT_CUBIN ? art->cubin_size : emit == EMIT_PTX ? art->ptx_len : strlen(art->ir);
+        rc = write_output(o->output, data, size);
+        if (rc == 0)
+            printf("%s: wrote %zu bytes (%s, %s, %d kernel%s)\n", o->output, size, o->emit, o->arch, np,
+                   np == 1 ? "" : "s");
+    }
+    if (rc == 0) {
+        for (int i = 0; i < s2_manifest_num_kernels(m); i++)
+            print_kernel(s2_manifest_kernel_at(m, i));
+        if (o->verbose)
+            print_resources(art);
+    }
+    s2_manifest_free(m);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    free(ident);
+    free(dir);
+    return rc;
+}
+
 static int cmd_compile(s2_ctx *ctx, int argc, char **argv)
 {
-    opts o = {.emit = "cubin", .backend = "auto"};
+    opts o = {.emit = "cubin", .backend = "auto", .kernel = "attention"};
     const char *pos[1];
     int n = 0;
     int rc = parse_opts(argc, argv, 2, &o, pos, 1, &n);
@@ -296,66 +558,128 @@ static int cmd_compile(s2_ctx *ctx, int argc, char **argv)
     s2_arch arch;
     if (s2_arch_parse(o.arch, &arch) != S2_OK)
         return usage_error("compile: --arch must be sm_80, sm_90 or sm_90a, got '%s'", o.arch);
-    int emit = strcmp(o.emit, "cubin") == 0 ? 0 : strcmp(o.emit, "ptx") == 0 ? 1 : strcmp(o.emit, "ll") == 0 ? 2 : -1;
-    if (emit < 0)
-        return usage_error("compile: --emit must be cubin, ptx or ll, got '%s'", o.emit);
+    emit_kind emit;
+    if (parse_emit(o.emit, &emit) != 0)
+        return usage_error("compile: --emit must be cubin, c, ptx or ll, got '%s'", o.emit);
     s2_cubin_backend backend;
-    if (strcmp(o.backend, "auto") == 0)
-        backend = S2_CUBIN_AUTO;
-    else if (strcmp(o.backend, "ptxas") == 0)
-        backend = S2_CUBIN_PTXAS;
-    else if (strcmp(o.backend, "nvjitlink") == 0)
-        backend = S2_CUBIN_NVJITLINK;
-    else
+    if (parse_backend(o.backend, &backend) != 0)
         return usage_error("compile: --backend must be auto, ptxas or nvjitlink, got '%s'", o.backend);
+    bool softmax = strcmp(o.kernel, "softmax") == 0;
+    if (!softmax && strcmp(o.kernel, "attention") != 0)
+        return usage_error("compile: --kernel must be attention or softmax, got '%s'", o.kernel);
     if ((o.dump_dir && s2_ctx_set_dump_dir(ctx, o.dump_dir) != S2_OK) ||
         (o.override_dir && s2_ctx_set_override_dir(ctx, o.override_dir) != S2_OK))
         return input_error(ctx);
+    return softmax ? compile_softmax(ctx, &o, arch, emit, backend) : compile_attention(ctx, &o, arch, emit, backend);
+}
 
-    s2_pattern_set *set = NULL;
-    const s2_pattern *p = NULL;
-    rc = load_pattern(ctx, &o, &set, &p);
-    if (rc) {
-        s2_pattern_set_free(set);
-        return rc;
+/* ---- info ------------------------------------------------------------------- */
+
+static int read_whole(const char *path, uint8_t **data, size_t *size)
+{
+    FILE *f = fopen(path, "rb");
+    uint8_t *buf = NULL;
+    size_t n = 0, cap = 0;
+    if (!f) {
+        fprintf(stderr, "s2c: %s: %s\n", path, strerror(errno));
+        return EXIT_INPUT;
     }
-    s2_target target;
-    s2_target_default(&target, arch);
-    s2_artifact *art = NULL;
-    /* every stage runs (the PTX is always assembled, so that --emit ptx
-     * reports assembler errors too); --emit picks what is written */
-    s2_status st = s2_compile_row_softmax(ctx, p, &target, backend, &art);
-    if (st != S2_OK) {
-        s2_pattern_set_free(set);
-        return input_error(ctx);
-    }
-    const void *data = emit == 0 ? (const void *)art->cubin : emit == 1 ? (const void *)art->ptx : (const void *)art->ir;
-    size_t size = emit == 0 ? art->cubin_size : emit == 1 ? art->ptx_len : strlen(art->ir);
-    FILE *f = fopen(o.output, "wb");
-    int status = EXIT_OK;
-    if (!f || fwrite(data, 1, size, f) != size) {
-        fprintf(stderr, "s2c: %s: %s\n", o.output, strerror(errno));
-        status = EXIT_INPUT;
-    }
-    if (f && fclose(f) != 0 && status == EXIT_OK) {
-        fprintf(stderr, "s2c: %s: %s\n", o.output, strerror(errno));
-        status = EXIT_INPUT;
-    }
-    if (status == EXIT_OK && o.verbose) {
-        if (art->log && art->log[0])
-            fputs(art->log, stderr);
-        for (int k = 0; k < art->num_kernels; k++) {
-            const s2_kernel_info *ki = &art->kernels[k];
-            fprintf(stderr, "%s: %d registers, %d bytes spill stores, %d bytes spill loads, %d bytes smem, via %s\n",
-                    ki->name, ki->registers, ki->spill_stores, ki->spill_loads, ki->shared_static,
-                    s2_cubin_backend_name(art->backend_used));
+    for (;;) {
+        if (n == cap) {
+            size_t ncap = cap ? cap * 2 : 1 << 16;
+            uint8_t *nb = ncap > cap ? realloc(buf, ncap) : NULL;
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                fprintf(stderr, "s2c: %s: out of memory\n", path);
+                return EXIT_INPUT;
+            }
+            buf = nb;
+            cap = ncap;
         }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0)
+            break;
     }
-    if (status == EXIT_OK)
-        printf("%s: wrote %zu bytes (%s, %s, pattern %s)\n", o.output, size, o.emit, o.arch, p->name);
-    s2_artifact_free(art);
-    s2_pattern_set_free(set);
-    return status;
+    int err = ferror(f);
+    fclose(f);
+    if (err) {
+        free(buf);
+        fprintf(stderr, "s2c: %s: read error\n", path);
+        return EXIT_INPUT;
+    }
+    *data = buf;
+    *size = n;
+    return 0;
+}
+
+/* s2_pattern_describe's text without its first line (which names the
+ * pattern file: a manifest's patterns have none), indented. */
+static void print_pattern(const s2_pattern *p)
+{
+    char *text = NULL;
+    printf("pattern %s\n", p->name);
+    if (s2_pattern_describe(p, &text) != S2_OK) {
+        printf("  (no summary: out of memory)\n");
+        return;
+    }
+    const char *s = strchr(text, '\n');
+    for (s = s ? s + 1 : text; *s;) {
+        const char *nl = strchr(s, '\n');
+        int len = nl ? (int)(nl - s) : (int)strlen(s);
+        printf("  %.*s\n", len, s);
+        s += len + (nl ? 1 : 0);
+    }
+    free(text);
+}
+
+static int cmd_info(s2_ctx *ctx, int argc, char **argv)
+{
+    opts o = {0};
+    const char *pos[1];
+    int n = 0;
+    int rc = parse_opts(argc, argv, 2, &o, pos, 1, &n);
+    if (rc)
+        return rc;
+    if (n != 1)
+        return usage_error("%s", "info: missing CUBIN file");
+    uint8_t *image = NULL;
+    size_t size = 0;
+    rc = read_whole(pos[0], &image, &size);
+    if (rc)
+        return rc;
+    const char *text = NULL;
+    size_t len = 0;
+    s2_manifest *m = NULL;
+    s2_status st = s2_cubin_find_manifest(ctx, image, size, &text, &len);
+    if (st == S2_ERR_NOT_FOUND) {
+        fprintf(stderr, "%s: no s2c manifest (symbol %s) in this cubin\n", pos[0], S2_MANIFEST_SYMBOL);
+        rc = EXIT_INPUT;
+    } else if (st != S2_OK || s2_manifest_parse(ctx, text, len, &m) != S2_OK) {
+        fprintf(stderr, "%s: %s\n", pos[0], s2_ctx_message(ctx));
+        rc = EXIT_INPUT;
+    }
+    if (rc == 0) {
+        int nk = s2_manifest_num_kernels(m), npat = s2_manifest_num_patterns(m);
+        printf("%s: %zu bytes, generator s2c %s, arch %s, %d kernel%s, %d pattern%s\n", pos[0], size,
+               s2_manifest_generator(m), s2_arch_name((s2_arch)s2_manifest_arch(m)), nk, nk == 1 ? "" : "s", npat,
+               npat == 1 ? "" : "s");
+        for (int i = 0; i < nk; i++) {
+            const s2_manifest_kernel *k = s2_manifest_kernel_at(m, i);
+            print_kernel(k);
+            int regs = s2_cubin_regcount(image, size, k->name);
+            if (regs >= 0)
+                printf("  registers %d (EIATTR_REGCOUNT)\n", regs);
+            else
+                printf("  registers unknown (no EIATTR_REGCOUNT for this kernel)\n");
+        }
+        for (int i = 0; i < npat; i++)
+            print_pattern(s2_manifest_pattern_at(m, i));
+    }
+    s2_manifest_free(m);
+    free(image);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -383,6 +707,8 @@ int main(int argc, char **argv)
         rc = cmd_layout(ctx, argc, argv);
     else if (strcmp(cmd, "compile") == 0)
         rc = cmd_compile(ctx, argc, argv);
+    else if (strcmp(cmd, "info") == 0)
+        rc = cmd_info(ctx, argc, argv);
     else
         rc = usage_error("unknown command '%s'", cmd);
     s2_ctx_free(ctx);

@@ -85,8 +85,10 @@ typedef struct s2_artifact {
     int rows_per_block;    /* row softmax: gridDim.x = ceil(Sq / rows_per_block), gridDim.y = H, gridDim.z = B;
                             * attention: the query tile, block_m */
     /* attention kernels only (zero for the row softmax) */
-    s2_kernel_spec spec;   /* the resolved spec */
-    int smem_bytes;        /* dynamic shared memory per CTA */
+    s2_kernel_spec spec;   /* the resolved spec (of the first pattern's kernel for a set) */
+    int smem_bytes;        /* dynamic shared memory per CTA (likewise) */
+    char *manifest;        /* the manifest text embedded in the module (NULL for the row softmax):
+                            * every kernel's spec and launch shape, see s2_manifest_parse */
 } s2_artifact;
 
 void s2_artifact_free(s2_artifact *a);
@@ -115,6 +117,16 @@ s2_status s2_compile_row_softmax(s2_ctx *ctx, const s2_pattern *pattern, const s
 s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_kernel_spec *spec,
                                s2_cubin_backend backend, s2_artifact **out);
 
+/* Several patterns in one module: one forward kernel per pattern, the same
+ * spec request resolved for each pattern (so zero tunables may differ per
+ * kernel), and one manifest listing every kernel and pattern (art->manifest).
+ * Kernel symbols must differ (pattern names that differ only in characters
+ * that are not identifier characters are an error).  module_name names the
+ * dump and override files (NULL: the kernel's name when n == 1, else
+ * "s2_attention_set").  s2_compile_attention is the n = 1 case. */
+s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s2_pattern *const *patterns, int n,
+                                   const s2_kernel_spec *spec, s2_cubin_backend backend, s2_artifact **out);
+
 /* Assemble PTX text into a cubin.  *cubin and *log are malloc'd (free());
  * info may be NULL; otherwise *info (malloc'd array, *num_info entries) gets
  * the per-kernel resources.  On an assembler error S2_ERR_TOOLCHAIN is
@@ -123,6 +135,10 @@ s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_
 s2_status s2_ptx_to_cubin(s2_ctx *ctx, const char *ptx, size_t len, s2_arch arch,
                           s2_cubin_backend backend, uint8_t **cubin, size_t *size, char **log,
                           s2_kernel_info **info, int *num_info, s2_cubin_backend *used);
+
+/* EIATTR_REGCOUNT of kernel `name` in a cubin's .nv.info sections (what
+ * the driver launches with), -1 when not found.  Needs no GPU. */
+int s2_cubin_regcount(const uint8_t *cubin, size_t size, const char *name);
 
 #ifdef __cplusplus
 }

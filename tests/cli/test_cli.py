@@ -4,12 +4,18 @@
 Checks exit codes (0 ok, 1 bad input, 2 usage), that every golden mask of the
 S2 library comes out of `s2c layout --format mask` exactly, that every bad
 pattern file gives exactly one `file:line:col: message` line, and that the
-stock patterns check, lay out and compile."""
+stock patterns check, lay out and compile: every stock pattern x head dim
+64/128 x bf16/fp16 x sm_80/sm_90a to a cubin without spills, `s2c info`
+reading the manifest back, --emit c output that a strict C11 compiler
+accepts, multi-pattern files, tunables and their errors."""
+import concurrent.futures
+import glob
 import json
 import os
 import re
 import subprocess
 import sys
+import shutil
 import tempfile
 
 S2C = sys.argv[1]
@@ -107,11 +113,28 @@ def test_usage():
                  ("layout", os.path.join(PATTERNS, "phi3-small.yaml"), "--seq-len", "64", "--format", "pdf"),
                  ("compile", os.path.join(PATTERNS, "phi3-small.yaml")),
                  ("compile", os.path.join(PATTERNS, "phi3-small.yaml"), "--arch", "sm_12", "-o", "x"),
+                 ("compile", os.path.join(PATTERNS, "phi3-small.yaml"), "--arch", "sm_90a", "-o", "x"),
+                 ("compile", os.path.join(PATTERNS, "phi3-small.yaml"), "--arch", "sm_90a", "-o", "x",
+                  "--head-dim", "64"),
+                 ("compile", os.path.join(PATTERNS, "phi3-small.yaml"), "--arch", "sm_90a", "-o", "x",
+                  "--head-dim", "64", "--dtype", "fp8"),
+                 ("compile", os.path.join(PATTERNS, "phi3-small.yaml"), "--arch", "sm_90a", "-o", "x",
+                  "--head-dim", "64", "--dtype", "bf16", "--emit", "so"),
+                 ("compile", os.path.join(PATTERNS, "phi3-small.yaml"), "--arch", "sm_90a", "-o", "x",
+                  "--kernel", "softmax", "--emit", "c"),
+                 ("compile", os.path.join(PATTERNS, "phi3-small.yaml"), "--arch", "sm_90a", "-o", "x",
+                  "--kernel", "softmax", "--head-dim", "64"),
+                 ("compile", os.path.join(PATTERNS, "phi3-small.yaml"), "--arch", "sm_90a", "-o", "x",
+                  "--kernel", "decode"),
+                 ("layout", os.path.join(PATTERNS, "hhst-mixed.yaml"), "--seq-len", "64",
+                  "--name", "dense-layer", "--name", "sparse-layer"),
+                 ("info",), ("info", "a.cubin", "b.cubin"),
                  ("check", "--bogus")]:
         rc, out, err = run(*args)
         check(f"usage error {' '.join(args)[-50:]!r}: exit 2", rc == 2, f"rc={rc} {err!r}")
     rc, out, err = run("--help")
-    check("--help exits 0 and lists the commands", rc == 0 and "layout" in out and "compile" in out)
+    check("--help exits 0 and lists the commands",
+          rc == 0 and all(w in out for w in ("check", "layout", "compile", "info", "--emit cubin|c|ptx|ll")))
     rc, out, err = run("--version")
     check("--version", rc == 0 and out.startswith("s2c "), out)
 
@@ -134,28 +157,346 @@ def test_stock():
     check("seq-len beyond max_seq_len is bad input", rc == 1, f"rc={rc} {err}")
 
 
-def test_compile():
+KERNEL = re.compile(r"^kernel (\S+): pattern (\S+), fwd (\w+), head_dim (\d+), block_m (\d+), block_n (\d+), "
+                    r"num_warps (\d+), num_stages (\d+), (\d+) threads, (\d+) bytes smem$", re.M)
+RESOURCES = re.compile(r"^(\S+): (-?\d+) registers, (-?\d+) bytes spill stores, (-?\d+) bytes spill loads", re.M)
+INFO_REGS = re.compile(r"^  registers (\d+) \(EIATTR_REGCOUNT\)$", re.M)
+CUDA_INCLUDE = sys.argv[2] if len(sys.argv) > 2 else os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"),
+                                                                  "include")
+
+
+def stock_files():
+    return sorted(glob.glob(os.path.join(PATTERNS, "*.yaml")))
+
+
+def pattern_names(path):
+    rc, out, err = run("check", path)
+    assert rc == 0, err
+    return re.findall(r"^pattern (\S+) \(", out, re.M)
+
+
+def symbol(pattern, dtype, head_dim):
+    return "s2_fwd_" + re.sub(r"[^A-Za-z0-9_]", "_", pattern) + f"_{dtype}_d{head_dim}"
+
+
+def kernels_of(text):
+    """{symbol: (pattern, dtype, head_dim, block_m, block_n, num_warps, num_stages, threads, smem)}"""
+    return {m[0]: (m[1], m[2]) + tuple(int(x) for x in m[3:]) for m in KERNEL.findall(text)}
+
+
+def info_sections(text):
+    """Pattern name -> the lines of its summary in `s2c info` output."""
+    out, cur = {}, None
+    for line in text.split("\n"):
+        m = re.match(r"^pattern (\S+)$", line)
+        if m:
+            cur = out.setdefault(m.group(1), [])
+        elif cur is not None and line.startswith("  "):
+            cur.append(line[2:])
+        elif not line.startswith("  "):
+            cur = None
+    return out
+
+
+def check_sections(text):
+    """Pattern name -> summary lines of `s2c check` (without the file line and the kv-cache line)."""
+    out, cur = {}, None
+    for line in text.split("\n"):
+        m = re.match(r"^pattern (\S+) \(", line)
+        if m:
+            cur = out.setdefault(m.group(1), [])
+        elif line.startswith("  kv-cache"):
+            cur = None
+        elif cur is not None:
+            cur.append(line)
+    return out
+
+
+def without_line_numbers(lines):
+    return [re.sub(r" \(line \d+\)", "", l) for l in lines]
+
+
+def compile_and_inspect(d, path, head_dim, dtype, arch):
+    """Compile a pattern file to a cubin with -v and read it back with info; a list of problems."""
+    stem = os.path.basename(path)[:-5]
+    out_path = os.path.join(d, f"{stem}_{head_dim}_{dtype}_{arch}.cubin")
+    rc, out, err = run("compile", path, "--head-dim", str(head_dim), "--dtype", dtype, "--arch", arch,
+                       "-o", out_path, "-v")
+    if rc != 0:
+        return [f"compile rc={rc}: {err.strip()[-300:]}"]
+    problems = []
+    names = pattern_names(path)
+    dt = "f16" if dtype == "fp16" else dtype
+    want = {symbol(n, dt, head_dim): n for n in names}
+    got = kernels_of(out)
+    if set(got) != set(want):
+        problems.append(f"kernels {sorted(got)} want {sorted(want)}")
+    for sym, k in got.items():
+        if k[0] != want.get(sym) or k[1] != dt or k[2] != head_dim:
+            problems.append(f"{sym}: {k}")
+        bm, bn, warps, stages, threads = k[3:8]
+        if bm != 16 * warps or threads != 32 * warps or not 1 <= stages <= 4 or bn not in (16, 32, 64, 128):
+            problems.append(f"{sym}: inconsistent tunables {k}")
+    res = {m[0]: tuple(int(x) for x in m[1:]) for m in RESOURCES.findall(err)}
+    for sym in want:
+        r = res.get(sym)
+        if not r:
+            problems.append(f"{sym}: no resource line in -v output")
+        elif r[1] != 0 or r[2] != 0 or r[0] <= 0:
+            problems.append(f"{sym}: {r[0]} registers, spill stores {r[1]}, spill loads {r[2]}")
+    with open(out_path, "rb") as f:
+        if f.read(4) != b"\x7fELF":
+            problems.append("output is not an ELF cubin")
+    rc, iout, ierr = run("info", out_path)
+    if rc != 0:
+        return problems + [f"info rc={rc}: {ierr}"]
+    first = iout.split("\n", 1)[0]
+    n = len(want)
+    if f"arch {arch}" not in first or f" {n} kernel{'s' if n != 1 else ''}, {n} pattern" not in first:
+        problems.append(f"info header: {first}")
+    if kernels_of(iout) != got:
+        problems.append(f"info kernels {kernels_of(iout)} differ from compile's {got}")
+    # registers from the ELF's EIATTR_REGCOUNT, per kernel in manifest order, against ptxas's report
+    order = [m[0] for m in KERNEL.findall(iout)]
+    regs = [int(x) for x in INFO_REGS.findall(iout)]
+    if len(regs) != len(order) or any(res.get(s, (None,))[0] != r for s, r in zip(order, regs)):
+        problems.append(f"info registers {regs} for {order}, ptxas said {res}")
+    if sorted(info_sections(iout)) != sorted(names):
+        problems.append(f"info patterns {sorted(info_sections(iout))}")
+    return problems
+
+
+def test_compile_matrix():
+    """Every stock pattern x head dim 64/128 x bf16/fp16 x sm_80/sm_90a: cubin, no spills, info round trip."""
+    files = stock_files()
+    check("there are stock patterns, hhst-mixed among them", len(files) >= 6 and any(
+        f.endswith("hhst-mixed.yaml") for f in files), str(files))
+    combos = [(f, hd, dt, arch) for f in files for hd in (64, 128) for dt in ("bf16", "fp16")
+              for arch in ("sm_80", "sm_90a")]
+    with tempfile.TemporaryDirectory() as d, concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 4) as pool:
+        results = list(pool.map(lambda c: compile_and_inspect(d, *c), combos))
+    for (f, hd, dt, arch), problems in zip(combos, results):
+        check(f"compile {os.path.basename(f)} d{hd} {dt} {arch}: no spills, info matches",
+              not problems, "; ".join(problems))
+
+
+def test_multi_pattern():
+    mixed = os.path.join(PATTERNS, "hhst-mixed.yaml")
+    with tempfile.TemporaryDirectory() as d:
+        out = os.path.join(d, "mixed.cubin")
+        rc, cout, err = run("compile", mixed, "--head-dim", "128", "--dtype", "bf16", "--arch", "sm_90a", "-o", out)
+        rc2, iout, ierr = run("info", out)
+        k = list(kernels_of(iout))
+        check("hhst-mixed: one cubin holds both kernels, info lists them in file order",
+              rc == 0 and rc2 == 0 and k == ["s2_fwd_dense_layer_bf16_d128", "s2_fwd_sparse_layer_bf16_d128"]
+              and "2 kernels, 2 patterns" in iout, f"{rc} {rc2} {k} {err} {ierr}")
+        # the patterns read back from the manifest describe like the pattern file
+        rc, chk, err = run("check", mixed)
+        want, got = check_sections(chk), info_sections(iout)
+        same = sorted(want) == sorted(got) and all(
+            without_line_numbers(want[n]) == without_line_numbers(got[n]) for n in want)
+        check("manifest round trip: info's pattern summaries equal check's", same,
+              f"check {want}\ninfo {got}")
+        with open(out, "rb") as f:
+            blob = f.read()
+        check("both kernel symbols are in the cubin", all(s.encode() in blob for s in k), str(k))
+
+        one = os.path.join(d, "sparse.cubin")
+        rc, cout, err = run("compile", mixed, "--name", "sparse-layer", "--head-dim", "64", "--dtype", "fp16",
+                            "--arch", "sm_80", "-o", one)
+        rc2, iout, ierr = run("info", one)
+        check("--name picks one pattern: one kernel, one pattern in the manifest",
+              rc == 0 and list(kernels_of(iout)) == ["s2_fwd_sparse_layer_f16_d64"]
+              and list(info_sections(iout)) == ["sparse-layer"] and "1 kernel, 1 pattern" in iout, iout + err)
+        two = os.path.join(d, "two.cubin")
+        rc, cout, err = run("compile", mixed, "--name", "sparse-layer", "--name", "dense-layer", "--head-dim", "64",
+                            "--dtype", "bf16", "--arch", "sm_80", "-o", two)
+        rc2, iout, ierr = run("info", two)
+        check("repeated --name keeps the order given",
+              rc == 0 and list(kernels_of(iout)) == ["s2_fwd_sparse_layer_bf16_d64", "s2_fwd_dense_layer_bf16_d64"],
+              iout + err)
+        rc, cout, err = run("compile", mixed, "--name", "dense-layer", "--name", "dense-layer", "--head-dim", "64",
+                            "--dtype", "bf16", "--arch", "sm_80", "-o", two)
+        check("the same --name twice is a usage error", rc == 2 and "twice" in err, f"rc={rc} {err}")
+        rc, cout, err = run("compile", mixed, "--name", "nope", "--head-dim", "64", "--dtype", "bf16",
+                            "--arch", "sm_80", "-o", os.path.join(d, "nope.cubin"))
+        check("an unknown --name is bad input", rc == 1 and "'nope'" in err
+              and not os.path.exists(os.path.join(d, "nope.cubin")), f"rc={rc} {err}")
+        clash = os.path.join(d, "clash.yaml")
+        with open(clash, "w") as f:
+            f.write("patterns:\n  - {name: a-b, heads: 4, block_size: 64, dense: true}\n"
+                    "  - {name: a_b, heads: 4, block_size: 64, dense: true}\n")
+        rc, cout, err = run("compile", clash, "--head-dim", "64", "--dtype", "bf16", "--arch", "sm_80",
+                            "-o", os.path.join(d, "clash.cubin"))
+        check("two patterns with one kernel symbol: exit 1 naming both", rc == 1 and "a-b" in err and "a_b" in err
+              and "s2_fwd_a_b_bf16_d64" in err, f"rc={rc} {err}")
+
+
+def test_tunables():
+    pat = os.path.join(PATTERNS, "phi3-small.yaml")
+    base = ["compile", pat, "--head-dim", "128", "--dtype", "bf16", "--arch", "sm_90a"]
+    with tempfile.TemporaryDirectory() as d:
+        for extra, want in [(["--block-m", "128", "--block-n", "32", "--num-stages", "3"], (128, 32, 8, 3, 256)),
+                            (["--num-warps", "2", "--block-n", "128", "--num-stages", "1"], (32, 128, 2, 1, 64)),
+                            (["--block-m", "16"], (16, None, 1, None, 32))]:
+            out = os.path.join(d, "t.cubin")
+            rc, cout, err = run(*base, "-o", out, *extra)
+            rc2, iout, ierr = run("info", out)
+            k = list(kernels_of(iout).values())
+            got = k[0][3:8] if len(k) == 1 else None
+            ok = rc == 0 and rc2 == 0 and got is not None and all(
+                w is None or g == w for g, w in zip(got, want)) and kernels_of(cout) == kernels_of(iout)
+            check(f"tunables {' '.join(extra)} recorded in the manifest as {want}", ok, f"{got} {err} {ierr}")
+        for extra, rc_want, words in [(["--block-m", "24"], 1, ["block_m 24"]),
+                                      (["--num-warps", "3"], 1, ["3 warps"]),
+                                      (["--num-stages", "5"], 1, ["num_stages 5"]),
+                                      (["--block-m", "64", "--num-warps", "2"], 1, ["block_m 64", "2 warps"]),
+                                      (["--block-m", "128", "--block-n", "128", "--num-stages", "4"], 1,
+                                       ["shared memory"]),
+                                      (["--block-n", "256"], 2, ["--block-n", "256"]),
+                                      (["--num-warps", "x"], 2, ["--num-warps"])]:
+            out = os.path.join(d, "bad.cubin")
+            rc, cout, err = run(*base, "-o", out, *extra)
+            lines = [l for l in err.strip().split("\n") if not l.startswith("Try ")]
+            check(f"bad tunables {' '.join(extra)}: exit {rc_want}, one line naming the value",
+                  rc == rc_want and len(lines) == 1 and all(w in err for w in words) and not os.path.exists(out),
+                  f"rc={rc} {err!r}")
+
+
+def test_emit_c():
+    cc = shutil.which("cc")
+    check("a C compiler and cuda.h are present", cc and os.path.exists(os.path.join(CUDA_INCLUDE, "cuda.h")),
+          f"cc={cc} include={CUDA_INCLUDE}")
+    if not cc:
+        return
+    jobs = [(f, "128", "bf16", "sm_90a") for f in stock_files()]
+    jobs.append((os.path.join(PATTERNS, "hhst-mixed.yaml"), "64", "fp16", "sm_80"))
+    with tempfile.TemporaryDirectory() as d:
+        for i, (f, hd, dt, arch) in enumerate(jobs):
+            stem = os.path.basename(f)[:-5]
+            ident = re.sub(r"[^A-Za-z0-9_]", "_", stem)
+            sub = os.path.join(d, str(i))
+            os.mkdir(sub)
+            rc, out, err = run("compile", f, "--head-dim", hd, "--dtype", dt, "--arch", arch, "--emit", "c",
+                               "-o", os.path.join(sub, stem + ".c"))
+            h, c = os.path.join(sub, ident + ".h"), os.path.join(sub, ident + ".c")
+            launchers = re.findall(r"^launcher (\S+)$", out, re.M)
+            dtn = "f16" if dt == "fp16" else dt
+            want = [ident + "_" + symbol(n, dtn, int(hd))[3:] for n in pattern_names(f)]
+            if rc != 0 or not os.path.exists(h) or not os.path.exists(c) or launchers != want:
+                check(f"--emit c {stem} {dt} d{hd} {arch}", False, f"rc={rc} {launchers} want {want} {err}")
+                continue
+            # a user of the header: load, every launcher with its ABI, unload
+            user = os.path.join(sub, "user.c")
+            with open(user, "w") as u:
+                u.write(f'#include "{ident}.h"\nint use(CUstream s);\nint use(CUstream s)\n{{\n'
+                        f'    CUdeviceptr p = 0;\n    CUresult r = load_{ident}();\n')
+                for name in launchers:
+                    u.write(f"    if (r == CUDA_SUCCESS)\n        r = {name}(s, p, p, p, p, p, 0, 0, 0, 0, 0, 0, "
+                            "0, 0, 0, 0, 0, 0, 1, 1, 1.0f, p, p, p, 0, 1, 1, 1);\n")
+                u.write(f"    (void)unload_{ident}();\n    return (int)r;\n}}\n")
+            errs = []
+            for src in (c, user):
+                p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
+                                    "-I" + sub, src, "-o", src + ".o"], capture_output=True, text=True)
+                if p.returncode != 0:
+                    errs.append(p.stderr[-500:])
+            with open(c) as fc:
+                text = fc.read()
+            has_manifest = f"{ident}_manifest[]" in text and "s2c-manifest 1" in text
+            check(f"--emit c {stem} {dt} d{hd} {arch}: {len(launchers)} launcher(s), cc -std=c11 -Werror accepts",
+                  not errs and has_manifest, "\n".join(errs))
+        # OUT's name without extension, sanitised, names the files and symbols
+        rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype", "bf16",
+                           "--arch", "sm_80", "--emit", "c", "-o", os.path.join(d, "my-attn.v2.c"))
+        check("--emit c -o my-attn.v2.c writes my_attn_v2.{h,c} with load_my_attn_v2",
+              rc == 0 and os.path.exists(os.path.join(d, "my_attn_v2.h")) and "load_my_attn_v2" in open(
+                  os.path.join(d, "my_attn_v2.h")).read(), err + str(os.listdir(d)))
+        rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype", "bf16",
+                           "--arch", "sm_80", "--emit", "c", "-o", os.path.join(d, "int.c"))
+        check("--emit c with a C keyword as its name: exit 1", rc == 1 and "identifier" in err, f"rc={rc} {err}")
+
+
+def test_stages():
+    pat = os.path.join(PATTERNS, "hhst-mixed.yaml")
+    base = ["compile", pat, "--head-dim", "64", "--dtype", "bf16", "--arch", "sm_90a"]
+    with tempfile.TemporaryDirectory() as d:
+        dump = os.path.join(d, "dump")
+        out = os.path.join(d, "k.cubin")
+        rc, cout, err = run(*base, "-o", out, "--dump-dir", dump)
+        files = sorted(os.listdir(dump)) if os.path.isdir(dump) else []
+        same = rc == 0 and "k.cubin" in files and open(out, "rb").read() == open(os.path.join(dump, "k.cubin"),
+                                                                                   "rb").read()
+        check("--dump-dir writes k.pre.ll, k.ll, k.ptx, k.cubin (named after OUT), cubin = output",
+              same and files == ["k.cubin", "k.ll", "k.pre.ll", "k.ptx"], f"{files} {err}")
+        rc, ptx_out, err = run(*base, "-o", os.path.join(d, "k.ptx"), "--emit", "ptx")
+        ptx = open(os.path.join(d, "k.ptx")).read() if rc == 0 else ""
+        check("--emit ptx: one .entry per pattern and the manifest global",
+              len(re.findall(r"\.entry s2_fwd_", ptx)) == 2 and "s2c_manifest" in ptx, err)
+        rc, ll_out, err = run(*base, "-o", os.path.join(d, "k.ll"), "--emit", "ll")
+        ll = open(os.path.join(d, "k.ll")).read() if rc == 0 else ""
+        check("--emit ll: optimised IR with both kernels and the manifest",
+              "@s2c_manifest" in ll and "s2_fwd_dense_layer_bf16_d64" in ll and "s2_fwd_sparse_layer_bf16_d64" in ll,
+              err)
+        # a hand-edited PTX replaces the stage's own output and is assembled
+        ovr = os.path.join(d, "ovr")
+        os.mkdir(ovr)
+        with open(os.path.join(ovr, "k.ptx"), "w") as f:
+            f.write(open(os.path.join(dump, "k.ptx")).read() + "\n// hand-edited\n")
+        rc, cout, err = run(*base, "-o", os.path.join(d, "k.ptx"), "--emit", "ptx", "--override-dir", ovr)
+        check("--override-dir: the edited PTX is what comes out",
+              rc == 0 and open(os.path.join(d, "k.ptx")).read().endswith("// hand-edited\n"), err)
+        with open(os.path.join(ovr, "k.ptx"), "w") as f:
+            f.write(".version 8.3\n.target sm_90a\n.address_size 64\n.visible .entry broken( {\n")
+        os.mkdir(os.path.join(d, "other"))
+        rc, cout, err = run(*base, "-o", os.path.join(d, "other", "k.cubin"), "--override-dir", ovr)
+        check("--override-dir with broken PTX: assembler error, exit 1", rc == 1 and err.strip(), f"rc={rc} {err}")
+
+
+def test_compile_softmax():
+    """The row-softmax kernel stays reachable with --kernel softmax (toolchain debugging)."""
     with tempfile.TemporaryDirectory() as d:
         pat = os.path.join(PATTERNS, "s2-l8v16.yaml")
         for arch in ["sm_80", "sm_90a"]:
             ptx = os.path.join(d, f"k_{arch}.ptx")
-            rc, out, err = run("compile", pat, "--arch", arch, "--emit", "ptx", "-o", ptx)
+            rc, out, err = run("compile", pat, "--kernel", "softmax", "--arch", arch, "--emit", "ptx", "-o", ptx)
             ok = rc == 0 and os.path.exists(ptx) and ".entry" in open(ptx).read()
-            check(f"compile --emit ptx {arch}", ok, err)
+            check(f"compile --kernel softmax --emit ptx {arch}", ok, err)
             cub = os.path.join(d, f"k_{arch}.cubin")
-            rc, out, err = run("compile", pat, "--arch", arch, "-o", cub)
+            rc, out, err = run("compile", pat, "--kernel", "softmax", "--arch", arch, "-o", cub)
             ok = rc == 0 and os.path.exists(cub) and open(cub, "rb").read(4) == b"\x7fELF"
-            check(f"compile cubin {arch}", ok, err)
-        dump = os.path.join(d, "dump")
-        os.mkdir(dump)
-        rc, out, err = run("compile", pat, "--arch", "sm_90a", "--emit", "ll", "-o", os.path.join(d, "k.ll"),
-                           "--dump-dir", dump)
-        check("compile --emit ll with --dump-dir writes stage files",
-              rc == 0 and any(f.endswith(".ll") for f in os.listdir(dump)), err + str(os.listdir(dump)))
+            check(f"compile --kernel softmax cubin {arch}", ok, err)
+        rc, out, err = run("info", os.path.join(d, "k_sm_80.cubin"))
+        check("info on a cubin without a manifest: exit 1", rc == 1 and "no s2c manifest" in err, f"rc={rc} {err}")
+
+
+def test_info_errors():
+    with tempfile.TemporaryDirectory() as d:
+        rc, out, err = run("info", os.path.join(d, "missing.cubin"))
+        check("info on a missing file: exit 1", rc == 1 and "missing.cubin" in err, f"rc={rc} {err}")
+        text = os.path.join(d, "text.cubin")
+        with open(text, "w") as f:
+            f.write("not a cubin\n")
+        rc, out, err = run("info", text)
+        check("info on a file that is not ELF: exit 1", rc == 1 and "ELF" in err, f"rc={rc} {err}")
+        cub = os.path.join(d, "ok.cubin")
+        rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype", "bf16",
+                           "--arch", "sm_80", "-o", cub)
+        blob = open(cub, "rb").read() if rc == 0 else b""
+        bad = 0
+        # cut before the end of the section header table (e_shoff, 64-byte entries)
+        shoff = int.from_bytes(blob[0x28:0x30], "little") if blob else 0
+        for cut in (64, len(blob) // 3, len(blob) // 2, shoff + 100):
+            with open(text, "wb") as f:
+                f.write(blob[:cut])
+            rc, out, err = run("info", text)
+            bad += rc != 1 or not err.strip()
+        check("info on truncated cubins: exit 1 with a message", blob and bad == 0, f"{bad} cuts misbehaved")
 
 
 def main():
-    for t in (test_golden, test_bad_files, test_usage, test_stock, test_compile):
+    for t in (test_golden, test_bad_files, test_usage, test_stock, test_compile_softmax,
+              test_compile_matrix, test_multi_pattern, test_tunables, test_emit_c, test_stages, test_info_errors):
         try:
             t()
         except Exception as e:  # a crash in a test is a failure, not a pass
