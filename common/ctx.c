@@ -108,6 +108,16 @@ s2_status s2_fail(s2_ctx *ctx, s2_status st, const char *fmt, ...)
     return st;
 }
 
+s2_status s2_fail_prefix(s2_ctx *ctx, s2_status st, const char *prefix)
+{
+    if (ctx) {
+        char msg[sizeof ctx->message];
+        snprintf(msg, sizeof msg, "%s", ctx->message);
+        s2_fail(ctx, st, "%s: %s", prefix, msg);
+    }
+    return st;
+}
+
 size_t s2_dtype_size(s2_dtype dt)
 {
     switch (dt) {

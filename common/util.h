@@ -19,6 +19,8 @@
 /* Record st and a formatted message in ctx (ctx may be NULL); returns st. */
 s2_status s2_fail(s2_ctx *ctx, s2_status st, const char *fmt, ...) S2_PRINTF(3, 4);
 s2_status s2_vfail(s2_ctx *ctx, s2_status st, const char *fmt, va_list ap);
+/* Put "prefix: " before the message already in ctx (naming a file, say); returns st. */
+s2_status s2_fail_prefix(s2_ctx *ctx, s2_status st, const char *prefix);
 
 /* ---- arena: many small allocations freed at once ---------------------- */
 typedef struct s2_arena_chunk s2_arena_chunk;

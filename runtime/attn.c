@@ -163,12 +163,7 @@ s2_status s2_attn_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path
         return st;
     st = s2_attn_module_load(ctx, dev, data, len, out);
     free(data);
-    if (st != S2_OK) {
-        char msg[1536];
-        snprintf(msg, sizeof msg, "%s", s2_ctx_message(ctx));
-        s2_fail(ctx, st, "%s: %s", path, msg);
-    }
-    return st;
+    return st == S2_OK ? st : s2_fail_prefix(ctx, st, path);
 }
 
 const s2_manifest *s2_attn_module_manifest(const s2_attn_module *mod) { return mod ? mod->manifest : NULL; }

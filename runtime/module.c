@@ -70,13 +70,8 @@ s2_status s2_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_
         return st;
     st = s2_module_load_data(ctx, dev, data, len, out);
     free(data);
-    if (st != S2_OK) {
-        /* Name the file: the driver's message alone does not. */
-        char msg[1536];
-        snprintf(msg, sizeof msg, "%s", s2_ctx_message(ctx));
-        s2_fail(ctx, st, "%s: %s", path, msg);
-    }
-    return st;
+    /* name the file: the driver's message alone does not */
+    return st == S2_OK ? st : s2_fail_prefix(ctx, st, path);
 }
 
 void s2_module_free(s2_module *mod)
