@@ -176,6 +176,22 @@ static int parse_opts(int argc, char **argv, int first, opts *o, const char **po
     return 0;
 }
 
+/* Parse a command taking exactly one FILE operand into o->pattern. */
+static int parse_one_file(int argc, char **argv, opts *o, const char *cmd, const char *what)
+{
+    const char *pos[1];
+    int n = 0;
+    int rc = parse_opts(argc, argv, 2, o, pos, 1, &n);
+    if (rc)
+        return rc;
+    if (n != 1) {
+        fprintf(stderr, "s2c: %s: missing %s file\nTry 's2c --help'.\n", cmd, what);
+        return EXIT_USAGE;
+    }
+    o->pattern = pos[0];
+    return 0;
+}
+
 /* Load PATTERN and pick the named patterns (none named: max_all of the
  * file's patterns, all when max_all < 0).  *n receives the count. */
 static int load_patterns(s2_ctx *ctx, const opts *o, int max_all, s2_pattern_set **set, const s2_pattern **p,
@@ -261,14 +277,9 @@ static int cmd_check(s2_ctx *ctx, int argc, char **argv)
 static int cmd_layout(s2_ctx *ctx, int argc, char **argv)
 {
     opts o = {.format = "stats", .block_m = 128, .block_n = 64, .head_dim = 128, .dtype = "bf16"};
-    const char *pos[1];
-    int n = 0;
-    int rc = parse_opts(argc, argv, 2, &o, pos, 1, &n);
+    int rc = parse_one_file(argc, argv, &o, "layout", "PATTERN");
     if (rc)
         return rc;
-    if (n != 1)
-        return usage_error("%s", "layout: missing PATTERN file");
-    o.pattern = pos[0];
     if (!o.seq_len)
         return usage_error("%s", "layout: --seq-len is required");
     int fmt = strcmp(o.format, "mask") == 0 ? 0 : strcmp(o.format, "schedule") == 0 ? 1
@@ -543,14 +554,9 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
 static int cmd_compile(s2_ctx *ctx, int argc, char **argv)
 {
     opts o = {.emit = "cubin", .backend = "auto", .kernel = "attention"};
-    const char *pos[1];
-    int n = 0;
-    int rc = parse_opts(argc, argv, 2, &o, pos, 1, &n);
+    int rc = parse_one_file(argc, argv, &o, "compile", "PATTERN");
     if (rc)
         return rc;
-    if (n != 1)
-        return usage_error("%s", "compile: missing PATTERN file");
-    o.pattern = pos[0];
     if (!o.arch)
         return usage_error("%s", "compile: --arch is required (sm_80, sm_90 or sm_90a)");
     if (!o.output)
@@ -637,16 +643,13 @@ static void print_pattern(const s2_pattern *p)
 static int cmd_info(s2_ctx *ctx, int argc, char **argv)
 {
     opts o = {0};
-    const char *pos[1];
-    int n = 0;
-    int rc = parse_opts(argc, argv, 2, &o, pos, 1, &n);
+    int rc = parse_one_file(argc, argv, &o, "info", "CUBIN");
     if (rc)
         return rc;
-    if (n != 1)
-        return usage_error("%s", "info: missing CUBIN file");
+    const char *path = o.pattern; /* the operand: here a cubin */
     uint8_t *image = NULL;
     size_t size = 0;
-    rc = read_whole(pos[0], &image, &size);
+    rc = read_whole(path, &image, &size);
     if (rc)
         return rc;
     const char *text = NULL;
@@ -654,15 +657,15 @@ static int cmd_info(s2_ctx *ctx, int argc, char **argv)
     s2_manifest *m = NULL;
     s2_status st = s2_cubin_find_manifest(ctx, image, size, &text, &len);
     if (st == S2_ERR_NOT_FOUND) {
-        fprintf(stderr, "%s: no s2c manifest (symbol %s) in this cubin\n", pos[0], S2_MANIFEST_SYMBOL);
+        fprintf(stderr, "%s: no s2c manifest (symbol %s) in this cubin\n", path, S2_MANIFEST_SYMBOL);
         rc = EXIT_INPUT;
     } else if (st != S2_OK || s2_manifest_parse(ctx, text, len, &m) != S2_OK) {
-        fprintf(stderr, "%s: %s\n", pos[0], s2_ctx_message(ctx));
+        fprintf(stderr, "%s: %s\n", path, s2_ctx_message(ctx));
         rc = EXIT_INPUT;
     }
     if (rc == 0) {
         int nk = s2_manifest_num_kernels(m), npat = s2_manifest_num_patterns(m);
-        printf("%s: %zu bytes, generator s2c %s, arch %s, %d kernel%s, %d pattern%s\n", pos[0], size,
+        printf("%s: %zu bytes, generator s2c %s, arch %s, %d kernel%s, %d pattern%s\n", path, size,
                s2_manifest_generator(m), s2_arch_name((s2_arch)s2_manifest_arch(m)), nk, nk == 1 ? "" : "s", npat,
                npat == 1 ? "" : "s");
         for (int i = 0; i < nk; i++) {
