@@ -172,6 +172,28 @@ typedef struct s2_attn_fwd_args {
 /* Fill strides for contiguous (B,S,H,D) tensors. */
 void s2_attn_fwd_args_bshd(s2_attn_fwd_args *a);
 
+/* ---- backward launch arguments ----------------------------------------------- */
+typedef struct s2_attn_bwd_args {
+    int batch;
+    int64_t q_len, kv_len;       /* Sq <= Sk */
+    int heads, kv_heads, head_dim;
+    s2_dtype dtype;
+    uint64_t q, k, v, o, d_o;    /* inputs (device pointers), o from the forward */
+    uint64_t lse;                /* fp32 [B][H][Sq] from the forward, required */
+    uint64_t d_lse;              /* fp32 [B][H][Sq] gradient of lse; 0 = none */
+    uint64_t dq, dk, dv;         /* outputs: dq like q, dk and dv like k */
+    uint64_t workspace;          /* s2_attn_bwd_workspace_bytes(), 16-byte aligned */
+    int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3], do_stride[3];
+    int64_t dq_stride[3], dk_stride[3], dv_stride[3];
+    float scale;                 /* 0 = 1/sqrt(head_dim); the forward's */
+} s2_attn_bwd_args;
+
+/* Workspace of the backward: delta then lse·log2 e, fp32 [B][H][Sq] each,
+ * the second at half the size. */
+size_t s2_attn_bwd_workspace_bytes(int batch, int heads, int64_t q_len);
+/* Fill strides for contiguous (B,S,H,D) tensors. */
+void s2_attn_bwd_args_bshd(s2_attn_bwd_args *a);
+
 #ifdef __cplusplus
 }
 #endif
