@@ -234,7 +234,7 @@ static void run_case(int ci)
     ck_assert_msg(s2_ref_forward(ctx, &rp, &q.t, &k.t, &v.t, &o.t, lse) == S2_OK, "%s", s2_ctx_message(ctx));
     int64_t empty = 0;
     for (size_t i = 0; i < nlse; i++)
-        empty += isinf(lse[i]);
+        empty += isinf(lse[i]) != 0;
 
     /* reference gradients, float64 */
     double *rq = malloc((size_t)B * SQ * H * D * 8), *rk = malloc((size_t)B * SK * HK * D * 8),
