@@ -121,8 +121,15 @@ static s2_status load_kernel(s2_ctx *ctx, s2_device *dev, const s2_pattern *p, s
         st = s2_attn_module_load(ctx, dev, art->cubin, art->cubin_size, mod);
     if (st == S2_OK)
         st = s2_attn_find(ctx, *mod, p->name, spec.dtype, spec.head_dim, k);
+    /* registers of NAME_pre, NAME_dq, NAME_dkdv (the forward: its one kernel first) */
+    static const char *const parts[3] = {"_pre", "_dq", "_dkdv"};
     for (int i = 0; st == S2_OK && i < 3; i++)
-        regs[i] = i < art->num_kernels ? art->kernels[i].registers : 0;
+        for (int j = 0; j < art->num_kernels; j++) {
+            const char *n = art->kernels[j].name;
+            size_t l = strlen(n), m = strlen(parts[i]);
+            if (art->num_kernels == 1 || (l > m && !strcmp(n + l - m, parts[i])))
+                regs[i] = art->kernels[j].registers;
+        }
     s2_artifact_free(art);
     return st;
 }
