@@ -19,12 +19,15 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
         return s2_fail(ctx, S2_ERR_INVALID, "spec: null spec or unresolved pattern");
     if (p->heads % p->kv_heads != 0)
         return s2_fail(ctx, S2_ERR_INVALID, "spec: %d heads are not a multiple of %d kv heads", p->heads, p->kv_heads);
-    if (spec->kind != S2_KERNEL_FWD)
+    bool bwd = spec->kind == S2_KERNEL_BWD;
+    if (spec->kind != S2_KERNEL_FWD && !bwd)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: kernel kind %d is not generated yet", (int)spec->kind);
     if (spec->dtype != S2_DTYPE_BF16 && spec->dtype != S2_DTYPE_F16)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: dtype %s (bf16 or f16 only)", s2_dtype_name(spec->dtype));
     if (spec->head_dim != 32 && spec->head_dim != 64 && spec->head_dim != 96 && spec->head_dim != 128)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: head_dim %d (32, 64, 96 or 128)", spec->head_dim);
+    if (bwd && (spec->head_dim == 96 || p->block_size < 16))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the backward takes head_dim 32, 64 or 128 and blocks of 16+ tokens");
     if (!s2_arch_cpu((s2_arch)spec->arch))
         return s2_fail(ctx, S2_ERR_INVALID, "spec: invalid arch %d", spec->arch);
 
@@ -54,21 +57,22 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
     int bs = p->block_size;
     int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);
     int sub_n = spec->block_n / (bs < spec->block_n ? bs : spec->block_n);
-    if (sub_m * sub_n > 64)
+    if (sub_m * sub_n > 64 || (bwd && sub_m * sub_m > 64))
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: tile %d x %d holds %d sub-blocks of block %d (at most 64)",
-                       spec->block_m, spec->block_n, sub_m * sub_n, bs);
-    int smem = s2_fwd_smem_bytes(p, spec);
+                       spec->block_m, bwd && sub_m > sub_n ? spec->block_m : spec->block_n,
+                       sub_m * (bwd && sub_m > sub_n ? sub_m : sub_n), bs);
+    int smem = bwd ? s2_bwd_smem_bytes(p, spec) : s2_fwd_smem_bytes(p, spec);
     if (smem > smem_limit(spec->arch))
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: %d bytes of shared memory exceed %s's %d", smem,
                        s2_arch_cpu((s2_arch)spec->arch), smem_limit(spec->arch));
     return S2_OK;
 }
 
-/* s2_fwd_<pattern>_<dtype>_d<D>, identifier characters only. */
+/* s2_fwd_ / s2_bwd_<pattern>_<dtype>_d<D>, identifier characters only. */
 static void kernel_name(char *out, size_t cap, const s2_pattern *p, const s2_kernel_spec *spec)
 {
     const char *pn = p->name && p->name[0] ? p->name : "pattern";
-    size_t n = (size_t)snprintf(out, cap, "s2_fwd_");
+    size_t n = (size_t)snprintf(out, cap, spec->kind == S2_KERNEL_BWD ? "s2_bwd_" : "s2_fwd_");
     for (const char *s = pn; *s && n + 1 < cap - 16; s++) {
         char c = *s;
         int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
@@ -107,7 +111,9 @@ static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int
                                patterns[i]->name, ks[i].name);
         mk[i] = (s2_manifest_kernel){.name = ks[i].name, .pattern = patterns[i]->name ? patterns[i]->name : "",
                                      .spec = ks[i].spec, .threads = ks[i].spec.num_warps * 32,
-                                     .smem_bytes = s2_fwd_smem_bytes(patterns[i], &ks[i].spec)};
+                                     .smem_bytes = ks[i].spec.kind == S2_KERNEL_BWD
+                                                       ? s2_bwd_smem_bytes(patterns[i], &ks[i].spec)
+                                                       : s2_fwd_smem_bytes(patterns[i], &ks[i].spec)};
     }
     return S2_OK;
 }
@@ -144,14 +150,16 @@ s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s
     if (st == S2_OK)
         st = s2_cg_init(ctx, &cg, &target, art->name);
     for (int i = 0; i < n && st == S2_OK; i++)
-        st = s2_fwd_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name);
+        st = ks[i].spec.kind == S2_KERNEL_BWD ? s2_bwd_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name)
+                                              : s2_fwd_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name);
     if (st == S2_OK)
         st = s2_cg_add_manifest(ctx, &cg, art->manifest);
     if (st == S2_OK)
         st = s2_cg_finish(ctx, &cg, backend, art);
+    /* a backward entry is three kernels, NAME_pre / _dq / _dkdv */
     for (int i = 0; st == S2_OK && i < art->num_kernels; i++)
         for (int j = 0; j < n; j++)
-            if (strcmp(art->kernels[i].name, ks[j].name) == 0)
+            if (strncmp(art->kernels[i].name, ks[j].name, strlen(ks[j].name)) == 0)
                 art->kernels[i].max_threads = mk[j].threads;
 done:
     s2_cg_destroy(&cg);

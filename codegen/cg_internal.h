@@ -102,6 +102,8 @@ void s2_nv_ldmatrix_x4(s2_cg *cg, LLVMValueRef smem_ptr, bool trans, LLVMValueRe
 void s2_nv_mma_m16n8k16(s2_cg *cg, s2_dtype dt, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef acc[4]);
 /* cp.async.cg.shared.global 16 bytes, src_size (i32) bytes read, the rest zero-filled */
 void s2_nv_cp_async_16(s2_cg *cg, LLVMValueRef dst_smem, LLVMValueRef src_global, LLVMValueRef src_size);
+/* cp.async.ca.shared.global 4 bytes (src_size 4 or 0: zero-filled) */
+void s2_nv_cp_async_4(s2_cg *cg, LLVMValueRef dst_smem, LLVMValueRef src_global, LLVMValueRef src_size);
 void s2_nv_cp_async_commit(s2_cg *cg);
 void s2_nv_cp_async_wait(s2_cg *cg, int pending);
 /* two f32 rounded to dt, lo in bits 0..15, as i32 */
@@ -123,6 +125,10 @@ void s2_nv_if_end(s2_cg *cg, s2_nv_if *blk);
 int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
 /* Build the forward kernel `name` (resolved spec) into cg's module. */
 s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+/* The backward (templates/bwd.c): dynamic shared memory of its dq / dkdv
+ * kernels (the larger), and the three kernels NAME_pre, NAME_dq, NAME_dkdv. */
+int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
+s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
 /* Add the NUL-terminated manifest text as the global S2_MANIFEST_SYMBOL. */
 s2_status s2_cg_add_manifest(s2_ctx *ctx, s2_cg *cg, const char *text);
 

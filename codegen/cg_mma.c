@@ -87,6 +87,13 @@ void s2_nv_cp_async_16(s2_cg *cg, LLVMValueRef dst_smem, LLVMValueRef src_global
     s2_nv_intrinsic(cg, "llvm.nvvm.cp.async.cg.shared.global.16.s", cg->t_void, t, 3, v);
 }
 
+void s2_nv_cp_async_4(s2_cg *cg, LLVMValueRef dst_smem, LLVMValueRef src_global, LLVMValueRef src_size)
+{
+    LLVMTypeRef t[3] = {LLVMPointerTypeInContext(cg->llctx, S2_AS_SHARED), cg->t_ptr_global, cg->t_i32};
+    LLVMValueRef v[3] = {dst_smem, src_global, src_size};
+    s2_nv_intrinsic(cg, "llvm.nvvm.cp.async.ca.shared.global.4.s", cg->t_void, t, 3, v);
+}
+
 void s2_nv_cp_async_commit(s2_cg *cg)
 {
     s2_nv_intrinsic(cg, "llvm.nvvm.cp.async.commit.group", cg->t_void, NULL, 0, NULL);

@@ -15,6 +15,9 @@ typedef struct sched_slot {
     s2_devptr buf;
     s2_devptr class_of_head, offsets, entries;
     int32_t first_q_tile, q_tiles;
+    /* backward kernels: the transposed schedule for (block_m, block_m) too */
+    s2_devptr t_buf, t_class_of_head, t_offsets, t_entries;
+    int32_t kv_tiles;
     uint64_t last_use;           /* 0: empty */
 } sched_slot;
 
@@ -23,6 +26,7 @@ struct s2_attn_kernel {
     const s2_manifest_kernel *desc;
     const s2_pattern *pattern;
     s2_kernel *fn;
+    s2_kernel *bwd_fn[3];        /* backward: NAME_pre, NAME_dkdv, NAME_dq */
     int64_t max_kv_len;
     mtx_t lock;                  /* guards everything below */
     bool lock_ok;
@@ -64,8 +68,10 @@ static int64_t max_kv_len_of(const s2_pattern *p)
 static void free_schedules(s2_attn_kernel *k)
 {
     for (int i = 0; i < S2_ATTN_SCHED_CACHE; i++)
-        if (k->slots[i].last_use)
+        if (k->slots[i].last_use) {
             s2_mem_free(NULL, k->mod->dev, k->slots[i].buf);
+            s2_mem_free(NULL, k->mod->dev, k->slots[i].t_buf);
+        }
     memset(k->slots, 0, sizeof k->slots);
 }
 
@@ -80,6 +86,8 @@ void s2_attn_module_free(s2_attn_module *mod)
         if (k->lock_ok)
             mtx_destroy(&k->lock);
         s2_kernel_free(k->fn);
+        for (int j = 0; j < 3; j++)
+            s2_kernel_free(k->bwd_fn[j]);
     }
     free(mod->kernels);
     s2_module_free(mod->cu);
@@ -96,13 +104,24 @@ static s2_status init_kernel(s2_ctx *ctx, s2_attn_module *mod, int i)
     k->pattern = s2_manifest_find_pattern(mod->manifest, d->pattern);
     if (!k->pattern)
         return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s names unknown pattern '%s'", d->name, d->pattern);
-    if (d->spec.kind != S2_KERNEL_FWD || d->threads != 32 * d->spec.num_warps || d->spec.block_m < 16 ||
+    if ((d->spec.kind != S2_KERNEL_FWD && d->spec.kind != S2_KERNEL_BWD) || d->threads != 32 * d->spec.num_warps || d->spec.block_m < 16 ||
         d->spec.block_n < 16)
         return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s has an inconsistent launch shape", d->name);
     k->max_kv_len = max_kv_len_of(k->pattern);
     if (mtx_init(&k->lock, mtx_plain) != thrd_success)
         return s2_fail(ctx, S2_ERR_NOMEM, "cannot create a mutex");
     k->lock_ok = true;
+    if (d->spec.kind == S2_KERNEL_BWD) {
+        static const char *const parts[3] = {"_pre", "_dkdv", "_dq"};
+        for (int j = 0; j < 3; j++) {
+            char name[512];
+            snprintf(name, sizeof name, "%s%s", d->name, parts[j]);
+            s2_status st = s2_kernel_get(ctx, mod->cu, name, &k->bwd_fn[j]);
+            if (st != S2_OK)
+                return st;
+        }
+        return S2_OK;
+    }
     return s2_kernel_get(ctx, mod->cu, d->name, &k->fn);
 }
 
@@ -418,12 +437,43 @@ static s2_status check_device_side(s2_ctx *ctx, const s2_attn_kernel *k, const s
 
 s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a)
 {
+    if (k && k->desc->spec.kind != S2_KERNEL_FWD)
+        return s2_fail(ctx, S2_ERR_INVALID, "kernel %s is not a forward kernel", k->desc->name);
     size_t bytes[5];
     s2_status st = check_host_side(ctx, k, a, bytes);
     return st == S2_OK ? check_device_side(ctx, k, a, bytes) : st;
 }
 
 /* ---- schedules ------------------------------------------------------------------ */
+
+/* The backward's transposed schedule: per key tile of block_m keys, the
+ * query tiles visiting it. */
+static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay, s2_devptr *buf,
+                                   sched_slot *tr)
+{
+    s2_tile_spec ts = {k->desc->spec.block_m, k->desc->spec.block_m};
+    s2_schedule *sched = NULL;
+    s2_packed_schedule pk = {0};
+    s2_status st = s2_schedule_build(ctx, lay, ts, true, &sched);
+    if (st == S2_OK)
+        st = s2_schedule_pack(ctx, sched, &pk);
+    if (st == S2_OK && sched->geom.kv_tiles > INT32_MAX)
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld key tiles do not fit 32 bits",
+                     (long long)sched->geom.kv_tiles);
+    if (st == S2_OK)
+        st = s2_mem_alloc(ctx, k->mod->dev, pk.size, buf);
+    if (st == S2_OK)
+        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, pk.data, pk.size);
+    if (st == S2_OK) {
+        tr->t_class_of_head = *buf + pk.class_of_head_off;
+        tr->t_offsets = *buf + pk.offsets_off;
+        tr->t_entries = *buf + pk.entries_off;
+        tr->kv_tiles = (int32_t)sched->geom.kv_tiles;
+    }
+    s2_packed_schedule_free(&pk);
+    s2_schedule_free(sched);
+    return st;
+}
 
 static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, sched_slot *slot)
 {
@@ -432,7 +482,8 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
     s2_tile_spec ts = {k->desc->spec.block_m, k->desc->spec.block_n};
-    s2_devptr buf = 0;
+    s2_devptr buf = 0, t_buf = 0;
+    sched_slot tr = {0};
     s2_status st = s2_layout_new(ctx, k->pattern, q_len, kv_len, &lay);
     if (st == S2_OK)
         st = s2_schedule_build(ctx, lay, ts, false, &sched);
@@ -445,6 +496,8 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
         st = s2_mem_alloc(ctx, dev, pk.size, &buf);
     if (st == S2_OK)
         st = s2_memcpy_h2d(ctx, dev, buf, pk.data, pk.size);
+    if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_BWD)
+        st = upload_transposed(ctx, k, lay, &t_buf, &tr);
     /* a launch on a non-blocking stream does not wait for the legacy stream */
     if (st == S2_OK)
         st = s2_stream_synchronize(ctx, dev, NULL);
@@ -452,10 +505,13 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
         *slot = (sched_slot){.q_len = q_len, .kv_len = kv_len, .buf = buf,
                              .class_of_head = buf + pk.class_of_head_off, .offsets = buf + pk.offsets_off,
                              .entries = buf + pk.entries_off, .first_q_tile = (int32_t)sched->geom.first_q_tile,
-                             .q_tiles = (int32_t)sched->geom.q_tiles};
-        buf = 0;
+                             .q_tiles = (int32_t)sched->geom.q_tiles, .t_buf = t_buf,
+                             .t_class_of_head = tr.t_class_of_head, .t_offsets = tr.t_offsets,
+                             .t_entries = tr.t_entries, .kv_tiles = tr.kv_tiles};
+        buf = t_buf = 0;
     }
     s2_mem_free(NULL, dev, buf);
+    s2_mem_free(NULL, dev, t_buf);
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);
     s2_layout_free(lay);
@@ -484,6 +540,7 @@ static s2_status get_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int
         if (st != S2_OK)
             return st;
         s2_mem_free(NULL, k->mod->dev, victim->buf);
+        s2_mem_free(NULL, k->mod->dev, victim->t_buf);
         memset(victim, 0, sizeof *victim);
         k->stats.evictions++;
         k->stats.cached--;
@@ -535,6 +592,159 @@ s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2
     st = get_schedule(ctx, k, a->q_len, a->kv_len, &s);
     if (st == S2_OK)
         st = launch(ctx, k, stream, a, s);
+    mtx_unlock(&k->lock);
+    return st;
+}
+
+/* ---- backward ------------------------------------------------------------------- */
+
+static size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
+
+size_t s2_attn_bwd_workspace_bytes(int batch, int heads, int64_t q_len)
+{
+    if (batch < 1 || heads < 1 || q_len < 1)
+        return 0;
+    return 2 * align16((size_t)batch * (size_t)heads * (size_t)q_len * sizeof(float));
+}
+
+void s2_attn_bwd_args_bshd(s2_attn_bwd_args *a)
+{
+    if (!a)
+        return;
+    const int64_t d = a->head_dim, h = a->heads, hk = a->kv_heads;
+    int64_t *qs[4] = {a->q_stride, a->o_stride, a->do_stride, a->dq_stride};
+    for (int i = 0; i < 4; i++)
+        qs[i][0] = a->q_len * h * d, qs[i][1] = h * d, qs[i][2] = d;
+    int64_t *ks[4] = {a->k_stride, a->v_stride, a->dk_stride, a->dv_stride};
+    for (int i = 0; i < 4; i++)
+        ks[i][0] = a->kv_len * hk * d, ks[i][1] = hk * d, ks[i][2] = d;
+}
+
+enum { BWD_TENSORS = 8 };
+
+static void describe_bwd(const s2_attn_bwd_args *a, tensor_desc t[BWD_TENSORS])
+{
+    int64_t qe[3] = {a->batch, a->q_len, a->heads}, ke[3] = {a->batch, a->kv_len, a->kv_heads};
+    const char *names[BWD_TENSORS] = {"q", "k", "v", "o", "d_o", "dq", "dk", "dv"};
+    uint64_t ptrs[BWD_TENSORS] = {a->q, a->k, a->v, a->o, a->d_o, a->dq, a->dk, a->dv};
+    const int64_t *strides[BWD_TENSORS] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride,
+                                           a->do_stride, a->dq_stride, a->dk_stride, a->dv_stride};
+    for (int i = 0; i < BWD_TENSORS; i++) {
+        bool kv = i == 1 || i == 2 || i == 6 || i == 7;
+        t[i] = (tensor_desc){names[i], ptrs[i], strides[i], {0, 0, 0}};
+        memcpy(t[i].ext, kv ? ke : qe, sizeof qe);
+    }
+}
+
+static s2_status check_bwd_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a,
+                                size_t bytes[BWD_TENSORS])
+{
+    if (!k || !a)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_backward: %s is NULL", !k ? "kernel" : "args");
+    if (k->desc->spec.kind != S2_KERNEL_BWD)
+        return s2_fail(ctx, S2_ERR_INVALID, "kernel %s is not a backward kernel", k->desc->name);
+    tensor_desc t[BWD_TENSORS];
+    describe_bwd(a, t);
+    for (int i = 0; i < BWD_TENSORS; i++)
+        if (!t[i].ptr)
+            return s2_fail(ctx, S2_ERR_NULL_ARG, "%s is a null pointer", t[i].name);
+    if (!a->lse || !a->workspace)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "%s is a null pointer", !a->lse ? "lse" : "workspace");
+    /* the size checks are the forward's */
+    s2_attn_fwd_args f = {.batch = a->batch, .q_len = a->q_len, .kv_len = a->kv_len, .heads = a->heads,
+                          .kv_heads = a->kv_heads, .head_dim = a->head_dim, .dtype = a->dtype, .scale = a->scale};
+    s2_status st = check_sizes(ctx, k, &f);
+    for (int i = 0; i < BWD_TENSORS && st == S2_OK; i++)
+        st = check_strides(ctx, &t[i]);
+    for (int i = 5; i < BWD_TENSORS && st == S2_OK; i++)
+        st = check_no_overlap(ctx, &t[i], a->head_dim);
+    if (st != S2_OK)
+        return st;
+    for (int i = 0; i < BWD_TENSORS; i++)
+        if (t[i].ptr % 16 != 0)
+            return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
+                           (unsigned long long)t[i].ptr);
+    if (a->lse % 4 != 0 || a->d_lse % 4 != 0 || a->workspace % 16 != 0)
+        return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s is not %d-byte aligned",
+                       a->lse % 4 ? "lse" : a->d_lse % 4 ? "d_lse" : "workspace", a->workspace % 16 ? 16 : 4);
+    size_t esize = s2_dtype_size(a->dtype);
+    for (int i = 0; i < BWD_TENSORS; i++)
+        if ((st = tensor_bytes(ctx, &t[i], a->head_dim, esize, &bytes[i])) != S2_OK)
+            return st;
+    return S2_OK;
+}
+
+s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a)
+{
+    size_t bytes[BWD_TENSORS];
+    s2_status st = check_bwd_host(ctx, k, a, bytes);
+    if (st != S2_OK)
+        return st;
+    tensor_desc t[BWD_TENSORS];
+    describe_bwd(a, t);
+    for (int i = 0; i < BWD_TENSORS && st == S2_OK; i++)
+        st = s2_check_device_ptr(ctx, k->mod->dev, t[i].ptr, bytes[i], 16, t[i].name);
+    size_t rows = (size_t)a->batch * (size_t)a->heads * (size_t)a->q_len * sizeof(float);
+    if (st == S2_OK)
+        st = s2_check_device_ptr(ctx, k->mod->dev, a->lse, rows, 4, "lse");
+    if (st == S2_OK && a->d_lse)
+        st = s2_check_device_ptr(ctx, k->mod->dev, a->d_lse, rows, 4, "d_lse");
+    if (st == S2_OK)
+        st = s2_check_device_ptr(ctx, k->mod->dev, a->workspace,
+                                 s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len), 16, "workspace");
+    return st;
+}
+
+static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,
+                            const sched_slot *s)
+{
+    size_t ws = s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len);
+    s2_devptr ptrs[12] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->d_lse, a->workspace, a->workspace + ws / 2,
+                          a->dq, a->dk, a->dv};
+    int64_t st[24];
+    const int64_t *strides[8] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride,
+                                 a->do_stride, a->dq_stride, a->dk_stride, a->dv_stride};
+    for (int i = 0; i < 8; i++)
+        memcpy(st + 3 * i, strides[i], 3 * sizeof(int64_t));
+    int32_t q_len = (int32_t)a->q_len, kv_len = (int32_t)a->kv_len;
+    double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
+    float scale_log2 = (float)(scale * 1.4426950408889634);
+    s2_devptr sch[6] = {s->class_of_head, s->offsets, s->entries, s->t_class_of_head, s->t_offsets, s->t_entries};
+    int32_t first = s->first_q_tile, tiles = s->q_tiles, kv_tiles = s->kv_tiles;
+    void *args[48];
+    for (int i = 0; i < 12; i++)
+        args[i] = &ptrs[i];
+    for (int i = 0; i < 24; i++)
+        args[12 + i] = &st[i];
+    void *tail[12] = {&q_len, &kv_len, &scale_log2, &sch[0], &sch[1], &sch[2], &first, &tiles,
+                      &sch[3], &sch[4], &sch[5], &kv_tiles};
+    memcpy(args + 36, tail, sizeof tail);
+    uint32_t T = (uint32_t)k->desc->threads, rows = T / (uint32_t)(a->head_dim / 8);
+    uint32_t smem = (uint32_t)k->desc->smem_bytes;
+    s2_launch_cfg cfg[3] = {
+        {.grid = {(uint32_t)((a->q_len + rows - 1) / rows), (uint32_t)a->heads, (uint32_t)a->batch},
+         .block = {T, 1, 1}, .stream = stream},
+        {.grid = {(uint32_t)kv_tiles, (uint32_t)a->kv_heads, (uint32_t)a->batch}, .block = {T, 1, 1},
+         .smem_bytes = smem, .stream = stream},
+        {.grid = {(uint32_t)tiles, (uint32_t)a->heads, (uint32_t)a->batch}, .block = {T, 1, 1},
+         .smem_bytes = smem, .stream = stream},
+    };
+    s2_status rc = S2_OK;
+    for (int i = 0; i < 3 && rc == S2_OK; i++)
+        rc = s2_kernel_launch(ctx, k->bwd_fn[i], &cfg[i], args);
+    return rc;
+}
+
+s2_status s2_attn_backward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a)
+{
+    s2_status st = s2_attn_backward_check(ctx, k, a);
+    if (st != S2_OK)
+        return st;
+    mtx_lock(&k->lock);
+    sched_slot *s = NULL;
+    st = get_schedule(ctx, k, a->q_len, a->kv_len, &s);
+    if (st == S2_OK)
+        st = launch_bwd(ctx, k, stream, a, s);
     mtx_unlock(&k->lock);
     return st;
 }

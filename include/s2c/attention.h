@@ -26,6 +26,7 @@ extern "C" {
 
 typedef enum s2_kernel_kind {
     S2_KERNEL_FWD = 0,   /* forward with LSE */
+    S2_KERNEL_BWD = 1,   /* backward: NAME_pre, NAME_dq, NAME_dkdv in one module */
     S2_KERNEL_KIND_COUNT_
 } s2_kernel_kind;
 
@@ -74,6 +75,33 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
  * kv head = head / (heads / kv_heads).  Heads and the GQA ratio are those of
  * the pattern the kernel was generated for.  Empty rows: o = 0, lse = -inf. */
 
+/* ---- the backward kernel ABI (S2_KERNEL_BWD) -----------------------------------
+ * One module, one manifest kernel entry (kind bwd, name NAME =
+ * s2_bwd_<pattern>_<dtype>_d<D>), three kernels with the same parameters:
+ *    0 ptr q   1 ptr k   2 ptr v   3 ptr o   4 ptr do      (16-bit, as the forward)
+ *    5 ptr lse    fp32 [B][H][Sq] natural log, from the forward (-inf: empty row)
+ *    6 ptr dlse   fp32 [B][H][Sq] gradient of lse, or null (= 0)
+ *    7 ptr delta  fp32 [B][H][Sq] workspace: rowsum(dO ∘ O) - dlse
+ *    8 ptr lse2   fp32 [B][H][Sq] workspace: lse·log2 e, +inf for empty rows
+ *    9 ptr dq  10 ptr dk  11 ptr dv   (outputs, 16-bit; dk, dv [B, Sk, Hkv, D])
+ *   12..35  i64 strides (batch, seq, head), multiples of 8, of q, k, v, o, do, dq, dk, dv
+ *   36 i32 q_len   37 i32 kv_len   38 f32 scale_log2 = softmax scale · log2 e
+ *   39 ptr class_of_head  40 ptr offsets  41 ptr entries  42 i32 first_q_tile  43 i32 q_tiles
+ *        the packed FORWARD schedule for (block_m, block_n), as the forward
+ *   44 ptr class_of_head  45 ptr offsets  46 ptr entries  47 i32 kv_tiles
+ *        the packed TRANSPOSED schedule for (block_m, block_m): per key tile the
+ *        query tiles that visit it; kv_tiles = cdiv(kv_len, block_m)
+ * Launch in this order (one stream), block (num_warps * 32):
+ *   NAME_pre   grid (cdiv(q_len, threads / (D/8)), H, B), no shared memory: writes delta, lse2
+ *   NAME_dkdv  grid (kv_tiles, Hkv, B), smem art->smem_bytes: dk, dv of key tile x
+ *              (block_m keys; rows >= kv_len untouched), summed over the query
+ *              heads of kv head y in increasing order
+ *   NAME_dq    grid (q_tiles, H, B), smem art->smem_bytes: dq of the tile, as the forward
+ * No atomics: every output element is summed by one thread in a fixed order,
+ * so two runs give bitwise-identical results.  dq = scale·dS·K, dk =
+ * scale·dSᵀ·Q, dv = Pᵀ·dO with P recomputed from lse2 (s2_ref_backward).
+ * Head dims 32, 64, 128. */
+
 /* ---- the manifest: what a cubin says about itself ------------------------------
  * Every generated module holds a NUL-terminated text global `s2c_manifest`
  * (see s2_manifest_format): the generator version, the arch, and per kernel
@@ -96,7 +124,7 @@ typedef struct s2_manifest s2_manifest;
 /* Text format (one `key value` per line; the value is the rest of the line):
  *   s2c-manifest 1            first line, the format version
  *   generator VERSION / arch sm_XX
- *   kernel NAME               starts a kernel; then kernel.kind (fwd), kernel.pattern,
+ *   kernel NAME               starts a kernel; then kernel.kind (fwd|bwd), kernel.pattern,
  *                             kernel.dtype, kernel.head_dim, kernel.block_m, kernel.block_n,
  *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem
  *   pattern NAME              starts a pattern; then pattern.heads, .kv_heads, .block_size,
@@ -143,6 +171,28 @@ typedef struct s2_attn_fwd_args {
 
 /* Fill strides for contiguous (B,S,H,D) tensors. */
 void s2_attn_fwd_args_bshd(s2_attn_fwd_args *a);
+
+/* ---- backward launch arguments ----------------------------------------------- */
+typedef struct s2_attn_bwd_args {
+    int batch;
+    int64_t q_len, kv_len;       /* Sq <= Sk */
+    int heads, kv_heads, head_dim;
+    s2_dtype dtype;
+    uint64_t q, k, v, o, d_o;    /* inputs (device pointers), o from the forward */
+    uint64_t lse;                /* fp32 [B][H][Sq] from the forward, required */
+    uint64_t d_lse;              /* fp32 [B][H][Sq] gradient of lse; 0 = none */
+    uint64_t dq, dk, dv;         /* outputs: dq like q, dk and dv like k */
+    uint64_t workspace;          /* s2_attn_bwd_workspace_bytes(), 16-byte aligned */
+    int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3], do_stride[3];
+    int64_t dq_stride[3], dk_stride[3], dv_stride[3];
+    float scale;                 /* 0 = 1/sqrt(head_dim); the forward's */
+} s2_attn_bwd_args;
+
+/* Workspace of the backward: delta then lse·log2 e, fp32 [B][H][Sq] each,
+ * the second at half the size. */
+size_t s2_attn_bwd_workspace_bytes(int batch, int heads, int64_t q_len);
+/* Fill strides for contiguous (B,S,H,D) tensors. */
+void s2_attn_bwd_args_bshd(s2_attn_bwd_args *a);
 
 #ifdef __cplusplus
 }

@@ -102,6 +102,17 @@ void s2_attn_kernel_sched_stats(s2_attn_kernel *k, s2_attn_sched_stats *out);
  * a->scale == 0 means 1/sqrt(head_dim). */
 s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a);
 
+/* The backward of a S2_KERNEL_BWD kernel: the same checks as the forward
+ * (statuses as above; inputs q, k, v, o, d_o, lse, workspace and outputs dq,
+ * dk, dv must be non-null; dq, dk, dv must not overlap themselves), then
+ * NAME_pre, NAME_dkdv and NAME_dq are launched on `stream`.  The forward and
+ * transposed schedules of (q_len, kv_len) are cached like the forward's.
+ * Deterministic: the same inputs give bitwise-identical dq, dk, dv.
+ * A forward kernel gives S2_ERR_INVALID here, and a backward one in
+ * s2_attn_forward. */
+s2_status s2_attn_backward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a);
+s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a);
+
 /* Only the checks of s2_attn_forward (no schedule, no launch). */
 s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a);
 

@@ -1,0 +1,296 @@
+/* bench_bwd: times the generated S2 sparse attention forward + backward on a
+ * GPU, through the runtime (s2_attn_forward, s2_attn_backward), for the
+ * forward+backward rows of shared/PEERS.md (bf16, D 128, causal).
+ *
+ * Per row: both modules are generated for the device (s2_compile_attention,
+ * heuristic specs, or --block-n / --num-stages for the backward), inputs are
+ * random bf16 in [-1.5, 1.5], dO in [-1, 1]; one forward + backward is
+ * checked (every dq, dk, dv element finite — the float64 comparison is
+ * tests/attn/test_bwd_gpu.c), then forward, backward and forward+backward
+ * are each timed: warm-up, --reps runs between two CUDA events, median.
+ * Effective TFLOP/s of forward+backward count 3.5 x 4 * kept_pairs * D.
+ * Without a CUDA driver or device it prints "no GPU: skipped" and exits 0.
+ *
+ *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] */
+#include "s2c/attention.h"
+#include "s2c/attn_runtime.h"
+#include "s2c/codegen.h"
+#include "s2c/layout.h"
+#include "s2c/runtime.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct bench_config {
+    const char *name;
+    int batch, heads;
+    int64_t seq;
+    int block, local, stride;
+    double peer_h200_ms, peer_h100_ms;   /* S2-Triton forward + backward */
+} bench_config;
+
+static const bench_config configs[] = {
+    {"b64_8k", 4, 16, 8192, 64, 8, 16, 2.85, 2.843},
+    {"mergeq16_8k", 4, 16, 8192, 16, 32, 16, 6.28, 6.172},
+    {"b64_l16v8_16k", 2, 32, 16384, 64, 16, 8, 12.1, 12.23},
+};
+enum { NUM_CONFIGS = sizeof configs / sizeof configs[0], HEAD_DIM = 128 };
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct run_ctx {
+    s2_attn_kernel *fwd, *bwd;
+    s2_attn_fwd_args fa;
+    s2_attn_bwd_args ba;
+} run_ctx;
+
+/* which: 0 forward, 1 backward, 2 both */
+static s2_status run_once(s2_ctx *ctx, run_ctx *r, int which)
+{
+    s2_status st = S2_OK;
+    if (which != 1)
+        st = s2_attn_forward(ctx, r->fwd, NULL, &r->fa);
+    if (st == S2_OK && which != 0)
+        st = s2_attn_backward(ctx, r->bwd, NULL, &r->ba);
+    return st;
+}
+
+static s2_status time_runs(s2_ctx *ctx, s2_device *dev, run_ctx *r, int which, int reps, double *med)
+{
+    s2_event *e0 = NULL, *e1 = NULL;
+    s2_status st = s2_event_create(ctx, dev, &e0);
+    if (st == S2_OK)
+        st = s2_event_create(ctx, dev, &e1);
+    double *t = malloc((size_t)reps * sizeof *t);
+    if (!t)
+        st = S2_ERR_NOMEM;
+    for (int i = 0; st == S2_OK && i < 3; i++)
+        st = run_once(ctx, r, which);
+    if (st == S2_OK)
+        st = s2_device_synchronize(ctx, dev);
+    for (int i = 0; st == S2_OK && i < reps; i++) {
+        float ms = 0;
+        st = s2_event_record(ctx, e0, NULL);
+        if (st == S2_OK)
+            st = run_once(ctx, r, which);
+        if (st == S2_OK)
+            st = s2_event_record(ctx, e1, NULL);
+        if (st == S2_OK)
+            st = s2_event_elapsed_ms(ctx, e0, e1, &ms);
+        if (st == S2_OK)
+            t[i] = ms;
+    }
+    if (st == S2_OK) {
+        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        *med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    }
+    free(t);
+    s2_event_free(e0);
+    s2_event_free(e1);
+    return st;
+}
+
+static s2_status load_kernel(s2_ctx *ctx, s2_device *dev, const s2_pattern *p, s2_kernel_spec spec, s2_arch arch,
+                             s2_attn_module **mod, s2_attn_kernel **k, int regs[3])
+{
+    spec.arch = arch;
+    s2_artifact *art = NULL;
+    s2_status st = s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art);
+    if (st == S2_OK)
+        st = s2_attn_module_load(ctx, dev, art->cubin, art->cubin_size, mod);
+    if (st == S2_OK)
+        st = s2_attn_find(ctx, *mod, p->name, spec.dtype, spec.head_dim, k);
+    /* registers of NAME_pre, NAME_dq, NAME_dkdv (the forward: its one kernel first) */
+    static const char *const parts[3] = {"_pre", "_dq", "_dkdv"};
+    for (int i = 0; st == S2_OK && i < 3; i++)
+        for (int j = 0; j < art->num_kernels; j++) {
+            const char *n = art->kernels[j].name;
+            size_t l = strlen(n), m = strlen(parts[i]);
+            if (art->num_kernels == 1 || (l > m && !strcmp(n + l - m, parts[i])))
+                regs[i] = art->kernels[j].registers;
+        }
+    s2_artifact_free(art);
+    return st;
+}
+
+/* Count non-finite bf16 values of a device tensor. */
+static int64_t nonfinite(s2_ctx *ctx, s2_device *dev, s2_devptr p, size_t elems, uint16_t *host)
+{
+    if (s2_memcpy_d2h(ctx, dev, host, p, elems * 2) != S2_OK)
+        return -1;
+    int64_t n = 0;
+    for (size_t i = 0; i < elems; i++)
+        n += (host[i] & 0x7f80u) == 0x7f80u;
+    return n;
+}
+
+static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_config *c, int reps, int block_n,
+                       int stages, bool h100)
+{
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.name = c->name;
+    a.num_heads = c->heads;
+    a.block_size = c->block;
+    a.local_blocks = c->local;
+    a.vert_stride = c->stride;
+    a.head_sliding_offset = 0;
+    a.causal = true;
+    a.max_seq_len = c->seq;
+    s2_pattern_set *set = NULL;
+    s2_layout *lay = NULL;
+    s2_attn_module *fm = NULL, *bm = NULL;
+    run_ctx r = {0};
+    size_t elems = (size_t)c->batch * (size_t)c->seq * (size_t)c->heads * HEAD_DIM;
+    size_t rows = (size_t)c->batch * (size_t)c->heads * (size_t)c->seq;
+    s2_devptr t[8] = {0}, lse = 0, dlse = 0, ws = 0;
+    uint16_t *host = malloc(elems * 2 + 64 * 1024);
+    int fregs[3] = {0}, bregs[3] = {0};
+    s2_status st = host ? s2_pattern_from_args(ctx, &a, &set) : S2_ERR_NOMEM;
+    const s2_pattern *p = st == S2_OK ? s2_pattern_set_get(set, 0) : NULL;
+    if (st == S2_OK)
+        st = s2_layout_new(ctx, p, c->seq, c->seq, &lay);
+    s2_layout_stats stats;
+    if (st == S2_OK)
+        st = s2_layout_stats_compute(ctx, lay, (s2_tile_spec){64, 64}, HEAD_DIM, S2_DTYPE_BF16, &stats);
+    s2_kernel_spec fs = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM};
+    s2_kernel_spec bs = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM, .block_n = block_n,
+                         .num_stages = stages};
+    if (st == S2_OK)
+        st = load_kernel(ctx, dev, p, fs, arch, &fm, &r.fwd, fregs);
+    if (st == S2_OK)
+        st = load_kernel(ctx, dev, p, bs, arch, &bm, &r.bwd, bregs);
+    for (int i = 0; st == S2_OK && i < 8; i++)
+        st = s2_mem_alloc(ctx, dev, elems * 2, &t[i]);
+    if (st == S2_OK)
+        st = s2_mem_alloc(ctx, dev, rows * 4, &lse);
+    if (st == S2_OK)
+        st = s2_mem_alloc(ctx, dev, rows * 4, &dlse);
+    if (st == S2_OK)
+        st = s2_mem_alloc(ctx, dev, s2_attn_bwd_workspace_bytes(c->batch, c->heads, c->seq), &ws);
+    if (st == S2_OK)
+        st = s2_memset_d8(ctx, dev, dlse, 0, rows * 4);
+    /* q, k, v and dO random (0, 1, 2, 4); o is written by the forward */
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
+    for (int i = 0; st == S2_OK && i < 5; i++) {
+        if (i == 3)
+            continue;
+        double lo = i == 4 ? -1.0 : -1.5, span = i == 4 ? 2.0 : 3.0;
+        for (size_t j = 0; j < elems; j++)
+            host[j] = f32_to_bf16((float)(lo + span * (double)(rng_next(&seed) >> 11) * 0x1.0p-53));
+        st = s2_memcpy_h2d(ctx, dev, t[i], host, elems * 2);
+    }
+    if (st == S2_OK) {
+        r.fa = (s2_attn_fwd_args){.batch = c->batch, .q_len = c->seq, .kv_len = c->seq, .heads = c->heads,
+                                  .kv_heads = c->heads, .head_dim = HEAD_DIM, .dtype = S2_DTYPE_BF16,
+                                  .q = t[0], .k = t[1], .v = t[2], .o = t[3], .lse = lse};
+        s2_attn_fwd_args_bshd(&r.fa);
+        r.ba = (s2_attn_bwd_args){.batch = c->batch, .q_len = c->seq, .kv_len = c->seq, .heads = c->heads,
+                                  .kv_heads = c->heads, .head_dim = HEAD_DIM, .dtype = S2_DTYPE_BF16,
+                                  .q = t[0], .k = t[1], .v = t[2], .o = t[3], .d_o = t[4], .lse = lse, .d_lse = dlse,
+                                  .dq = t[5], .dk = t[6], .dv = t[7], .workspace = ws};
+        s2_attn_bwd_args_bshd(&r.ba);
+        st = run_once(ctx, &r, 2);
+    }
+    if (st == S2_OK)
+        st = s2_device_synchronize(ctx, dev);
+    int64_t bad = 0;
+    for (int i = 5; st == S2_OK && i < 8; i++) {
+        int64_t n = nonfinite(ctx, dev, t[i], elems, host);
+        bad += n < 0 ? 1 : n;
+    }
+    double ms[3] = {0};
+    for (int w = 0; st == S2_OK && bad == 0 && w < 3; w++)
+        st = time_runs(ctx, dev, &r, w, reps, &ms[w]);
+    if (st != S2_OK || bad) {
+        printf("%-14s ERROR: %s%s\n", c->name, st != S2_OK ? s2_ctx_message(ctx) : "",
+               bad ? "non-finite gradients" : "");
+    } else {
+        const s2_manifest_kernel *d = s2_attn_kernel_desc(r.bwd);
+        double fl = stats.fwd_flops * c->batch;
+        double peer = h100 ? c->peer_h100_ms : c->peer_h200_ms;
+        printf("%-14s %d,%d,%lldK b%d L%d V%d  bwd bm%d bn%d st%d regs pre/dq/dkdv %d/%d/%d  fwd %.3f ms (%.0f TF)  "
+               "bwd %.3f ms  fwd+bwd %.3f ms  %.0f eff TF  S2-Triton %.2f ms  ratio %.2fx\n",
+               c->name, c->batch, c->heads, (long long)(c->seq / 1024), c->block, c->local, c->stride,
+               d->spec.block_m, d->spec.block_n, d->spec.num_stages, bregs[0], bregs[1], bregs[2], ms[0],
+               fl / (ms[0] * 1e-3) / 1e12, ms[1], ms[2], 3.5 * fl / (ms[2] * 1e-3) / 1e12, peer, peer / ms[2]);
+    }
+    fflush(stdout);
+    for (int i = 0; i < 8; i++)
+        s2_mem_free(ctx, dev, t[i]);
+    s2_mem_free(ctx, dev, lse);
+    s2_mem_free(ctx, dev, dlse);
+    s2_mem_free(ctx, dev, ws);
+    s2_attn_module_free(fm);
+    s2_attn_module_free(bm);
+    s2_layout_free(lay);
+    s2_pattern_set_free(set);
+    free(host);
+}
+
+int main(int argc, char **argv)
+{
+    const char *want = NULL;
+    int reps = 20, block_n = 0, stages = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--config")) want = argv[i + 1];
+        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--block-n")) block_n = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--num-stages")) stages = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: bench_bwd [--config NAME,..] [--reps N] [--block-n N] [--num-stages N]\n");
+            return 2;
+        }
+    }
+    if (reps < 1)
+        reps = 1;
+    s2_ctx *ctx = s2_ctx_new();
+    int count = 0;
+    s2_status st = s2_device_count(ctx, &count);
+    if (st != S2_OK || count == 0) {
+        printf("no GPU: skipped (%s)\n", s2_ctx_message(ctx));
+        s2_ctx_free(ctx);
+        return 0;
+    }
+    s2_device *dev = NULL;
+    s2_arch arch;
+    if (s2_device_open(ctx, 0, &dev) != S2_OK) {
+        printf("device 0: %s\n", s2_ctx_message(ctx));
+        return 1;
+    }
+    const s2_device_info *info = s2_device_get_info(dev);
+    if (s2_arch_for_device(info->cc_major, info->cc_minor, &arch) != S2_OK) {
+        printf("compute capability %d.%d: skipped\n", info->cc_major, info->cc_minor);
+        return 0;
+    }
+    bool h100 = strstr(info->name, "H100") != NULL;
+    printf("device %s (cc %d.%d), arch %s, reps %d; peer: S2-Triton %s column of PEERS.md\n", info->name,
+           info->cc_major, info->cc_minor, s2_arch_name(arch), reps, h100 ? "H100" : "H200");
+    for (int i = 0; i < NUM_CONFIGS; i++)
+        if (!want || strstr(want, configs[i].name))
+            run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, h100);
+    s2_device_free(dev);
+    s2_ctx_free(ctx);
+    return 0;
+}

@@ -1,0 +1,879 @@
+/* The S2 block-sparse attention backward, FlashAttention-2 style, sm_80
+ * instruction set (mma.sync m16n8k16, ldmatrix, cp.async; runs on sm_90).
+ * Three kernels in one module, all with the parameter list of
+ * include/s2c/attention.h ("backward kernel ABI"):
+ *
+ *   NAME_pre   delta = rowsum(dO ∘ O) - dLSE and lse2 = LSE·log2 e (+inf for
+ *              an empty row, so that its P is 0 and not NaN), fp32 [B][H][Sq].
+ *   NAME_dkdv  one CTA per (key tile, kv head, batch); each warp owns 16 key
+ *              rows and works on transposed tiles (Sᵀ = K·Qᵀ), so dK and dV
+ *              stay in its registers and every sum over queries is inside its
+ *              own mma chain.  It walks, for the query heads of its group in
+ *              increasing order, the TRANSPOSED list (query tiles visiting the
+ *              key tile): Q, dO, lse2 and delta stream through a cp.async ring.
+ *   NAME_dq    one CTA per (query tile, head, batch) walking the FORWARD list,
+ *              K and V streamed; dQ += dS·K in registers.
+ *
+ * Nothing is reduced across CTAs or warps and there are no atomics: each
+ * output element is summed by one thread in a fixed order, so results are
+ * bitwise reproducible.  P is recomputed as exp2(S·scale_log2 - lse2) with the
+ * forward's masking (live bits, causal, kv_len); rows outside the queries are
+ * read as zeros (Q, dO, delta), which makes their contribution zero. */
+#include "cg_internal.h"
+#include "s2c/attention.h"
+#include "s2c/layout.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+/* Kernel parameters, in ABI order (shared by the three kernels). */
+enum {
+    P_Q, P_K, P_V, P_O, P_DO, P_LSE, P_DLSE, P_DELTA, P_LSE2, P_DQ, P_DK, P_DV,
+    P_QS, P_KS = P_QS + 3, P_VS = P_KS + 3, P_OS = P_VS + 3, P_DOS = P_OS + 3,
+    P_DQS = P_DOS + 3, P_DKS = P_DQS + 3, P_DVS = P_DKS + 3,
+    P_QLEN = P_DVS + 3, P_KVLEN, P_SCALE_LOG2,
+    P_CLASS, P_OFFSETS, P_ENTRIES, P_FIRST_Q_TILE, P_Q_TILES,
+    P_TCLASS, P_TOFFSETS, P_TENTRIES, P_KV_TILES,
+    P_COUNT
+};
+
+enum { MAX_D = 128, MAX_N = 16 };
+
+typedef struct bwd_shape {
+    s2_dtype dt;
+    int D, chunks, row_bytes;
+    int BM;                      /* query tile (both kernels) */
+    int BN;                      /* key tile of the dQ kernel */
+    int KB;                      /* key tile of the dK/dV kernel: 16 per warp */
+    int warps, threads, stages;
+    int group, heads;
+    bool causal;
+    int f_sub_m_log2, f_sub_n_size, f_sub_n;  /* forward schedule, BM x BN */
+    int t_sub_m_size, t_sub_n_log2, t_sub_n;  /* transposed schedule, BM x KB */
+    int qc;                      /* dK/dV kernel: query columns per chunk (register budget) */
+    /* shared memory (bytes) */
+    int dq_q_off, dq_do_off, dq_stage0, dq_stage_bytes;
+    int kv_k_off, kv_v_off, kv_stage0, kv_stage_bytes, kv_lse_off;
+} bwd_shape;
+
+typedef struct bwd {
+    s2_cg *cg;
+    LLVMBuilderRef b;
+    bwd_shape s;
+    LLVMValueRef fn;
+    LLVMBasicBlockRef entry_bb;
+    LLVMValueRef tid, warp, lane, g, t4;        /* i32 */
+    LLVMValueRef batch;                         /* i64 */
+    LLVMValueRef q_len, kv_len, q_start;        /* i32 */
+    LLVMValueRef scale_log2;                    /* f32 */
+    LLVMValueRef a_row, a_lc, b_row, b_lc, bt_row, bt_lc; /* ldmatrix lane rows / chunks */
+} bwd;
+
+static LLVMValueRef c32(bwd *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
+static LLVMValueRef c64(bwd *k, long long v) { return LLVMConstInt(k->cg->t_i64, (unsigned long long)v, 1); }
+static LLVMValueRef cf(bwd *k, double v) { return LLVMConstReal(k->cg->t_f32, v); }
+static LLVMValueRef param(bwd *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
+static LLVMValueRef sext64(bwd *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, v, k->cg->t_i64, ""); }
+static LLVMValueRef add(bwd *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildAdd(k->b, a, b, ""); }
+static LLVMValueRef mul(bwd *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildMul(k->b, a, b, ""); }
+
+static int log2i(int v)
+{
+    int r = 0;
+    while ((1 << r) < v)
+        r++;
+    return r;
+}
+
+/* ---- shared-memory tiles ([rows][D] of 16-bit, 16-byte chunks swizzled as
+ *      in the forward: chunk ^= row & 7, or (row >> 1) & 3 for 4 chunks) ---- */
+
+static LLVMValueRef swizzle(bwd *k, LLVMValueRef row, LLVMValueRef chunk)
+{
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef sw = k->s.chunks >= 8
+        ? LLVMBuildXor(b, chunk, LLVMBuildAnd(b, row, c32(k, 7), ""), "")
+        : LLVMBuildXor(b, chunk, LLVMBuildAnd(b, LLVMBuildLShr(b, row, c32(k, 1), ""), c32(k, 3), ""), "");
+    return add(k, mul(k, row, c32(k, k->s.row_bytes)), LLVMBuildShl(b, sw, c32(k, 4), ""));
+}
+
+/* ldmatrix address: row lane_row + row0, chunk lc + ch0, with row0 a multiple
+ * of 8 and ch0 such that (ch0 mod 8) + lc stays below 8 (below 4 for 4 chunks):
+ * the swizzle then depends on the lane only, and the constant part becomes an
+ * immediate offset (few live address registers, as in the forward). */
+static LLVMValueRef frag_addr(bwd *k, LLVMValueRef tile, LLVMValueRef lane_row, LLVMValueRef lc, int row0, int ch0)
+{
+    LLVMBuilderRef b = k->b;
+    int cst = row0 * k->s.row_bytes;
+    int key = k->s.chunks >= 8 ? (ch0 & 7) : (ch0 & 3);
+    if (k->s.chunks >= 8)
+        cst += 16 * (ch0 & ~7);
+    LLVMValueRef part = swizzle(k, lane_row, add(k, lc, c32(k, key)));
+    LLVMValueRef p = s2_nv_smem_at(k->cg, add(k, tile, part));
+    LLVMValueRef c = c64(k, cst);
+    return LLVMBuildInBoundsGEP2(b, LLVMInt8TypeInContext(k->cg->llctx), p, &c, 1, "");
+}
+
+/* A fragment (this warp's 16 rows x k-step ks) of the tile at byte offset `tile`. */
+static void ldsm_a(bwd *k, LLVMValueRef tile, int ks, LLVMValueRef out[4])
+{
+    s2_nv_ldmatrix_x4(k->cg, frag_addr(k, tile, k->a_row, k->a_lc, 0, 2 * ks), false, out);
+}
+
+/* B fragments of X·Yᵀ, Y = tile rows row0..row0+7: k-steps 2p (out[0..1]) and 2p+1 (out[2..3]). */
+static void ldsm_b(bwd *k, LLVMValueRef tile, int row0, int p, LLVMValueRef out[4])
+{
+    s2_nv_ldmatrix_x4(k->cg, frag_addr(k, tile, k->b_row, k->b_lc, row0, 4 * p), false, out);
+}
+
+/* B fragments of P·Y, Y = tile rows row0..row0+15 (the k dimension):
+ * d-tiles 2dp (out[0..1]) and 2dp+1 (out[2..3]). */
+static void ldsm_bt(bwd *k, LLVMValueRef tile, int row0, int dp, LLVMValueRef out[4])
+{
+    s2_nv_ldmatrix_x4(k->cg, frag_addr(k, tile, k->bt_row, k->bt_lc, row0, 2 * dp), true, out);
+}
+
+/* acc[n] = A·Yᵀ over the head dim: A = this warp's 16 rows of tile `a`, Y =
+ * rows row0 + 8n of tile `bt` (n < ntiles). */
+static void mma_abt(bwd *k, LLVMValueRef a, LLVMValueRef bt, int row0, int ntiles, LLVMValueRef acc[][4])
+{
+    for (int n = 0; n < ntiles; n++)
+        for (int i = 0; i < 4; i++)
+            acc[n][i] = cf(k, 0.0);
+    for (int p = 0; p < k->s.D / 32; p++) {
+        LLVMValueRef a0[4], a1[4];
+        ldsm_a(k, a, 2 * p, a0);
+        ldsm_a(k, a, 2 * p + 1, a1);
+        for (int n = 0; n < ntiles; n++) {
+            LLVMValueRef bb[4];
+            ldsm_b(k, bt, row0 + 8 * n, p, bb);
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, a0, &bb[0], acc[n]);
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, a1, &bb[2], acc[n]);
+        }
+    }
+}
+
+/* out[dn] += X·Y: X = C-layout values x[ntiles][4] reused as A fragments
+ * (n-tiles 2kk, 2kk+1 = k-step kk, §1.4), Y = rows row0 + 16kk.. of tile `y`. */
+static void mma_xy(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, LLVMValueRef out[][4])
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    for (int kk = 0; kk < ntiles / 2; kk++) {
+        LLVMValueRef a[4] = {
+            s2_nv_pack2(cg, k->s.dt, x[2 * kk][0], x[2 * kk][1]),
+            s2_nv_pack2(cg, k->s.dt, x[2 * kk][2], x[2 * kk][3]),
+            s2_nv_pack2(cg, k->s.dt, x[2 * kk + 1][0], x[2 * kk + 1][1]),
+            s2_nv_pack2(cg, k->s.dt, x[2 * kk + 1][2], x[2 * kk + 1][3]),
+        };
+        for (int dp = 0; dp < k->s.D / 16; dp++) {
+            LLVMValueRef vb[4];
+            ldsm_bt(k, y, row0 + 16 * kk, dp, vb);
+            for (int h = 0; h < 2; h++) {
+                LLVMValueRef acc[4];
+                for (int i = 0; i < 4; i++)
+                    acc[i] = LLVMBuildLoad2(b, cg->t_f32, out[2 * dp + h][i], "");
+                s2_nv_mma_m16n8k16(cg, k->s.dt, a, &vb[2 * h], acc);
+                for (int i = 0; i < 4; i++)
+                    LLVMBuildStore(b, acc[i], out[2 * dp + h][i]);
+            }
+        }
+    }
+}
+
+/* ---- global -> shared copies ---- */
+
+static LLVMValueRef gep16(bwd *k, LLVMValueRef base, LLVMValueRef off)
+{
+    LLVMTypeRef i16 = LLVMInt16TypeInContext(k->cg->llctx);
+    return LLVMBuildInBoundsGEP2(k->b, i16, base, &off, 1, "");
+}
+
+/* Row r of a tile starting at absolute position pos0: a query row exists when
+ * q_start <= pos < kv_len (tensor row pos - q_start), a key row when pos < kv_len. */
+static LLVMValueRef tile_row(bwd *k, LLVMValueRef pos0, bool query, LLVMValueRef r, LLVMValueRef *trow)
+{
+    LLVMValueRef pos = add(k, pos0, r);
+    LLVMValueRef ok = LLVMBuildICmp(k->b, LLVMIntSLT, pos, k->kv_len, "");
+    *trow = pos;
+    if (query) {
+        *trow = LLVMBuildSub(k->b, pos, k->q_start, "qrow");
+        ok = LLVMBuildAnd(k->b, ok, LLVMBuildICmp(k->b, LLVMIntSGE, pos, k->q_start, ""), "");
+    }
+    return ok;
+}
+
+/* cp.async a [rows][D] tile of tensor `base` (slice = element offset of this
+ * (b, h), rstride its seq stride) into shared `dst`; missing rows are
+ * zero-filled and their source clamped to the slice start. */
+static void load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride, LLVMValueRef dst,
+                      LLVMValueRef pos0, bool query)
+{
+    LLVMBuilderRef b = k->b;
+    int C = k->s.chunks, T = k->s.threads, total = rows * C;
+    for (int it = 0; it * T < total; it++) {
+        LLVMValueRef idx = add(k, k->tid, c32(k, it * T));
+        s2_nv_if guard = {0};
+        bool partial = (it + 1) * T > total;
+        if (partial)
+            s2_nv_if_begin(k->cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, total), ""), "tail");
+        LLVMValueRef r = LLVMBuildLShr(b, idx, c32(k, log2i(C)), "");
+        LLVMValueRef ch = LLVMBuildAnd(b, idx, c32(k, C - 1), "");
+        LLVMValueRef trow;
+        LLVMValueRef ok = tile_row(k, pos0, query, r, &trow);
+        LLVMValueRef off = add(k, mul(k, sext64(k, trow), rstride),
+                               LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), k->cg->t_i64, ""));
+        off = LLVMBuildSelect(b, ok, add(k, slice, off), slice, "");
+        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, add(k, dst, swizzle(k, r, ch))), gep16(k, base, off),
+                          LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
+        if (partial)
+            s2_nv_if_end(k->cg, &guard);
+    }
+}
+
+/* cp.async lse2 and delta of the query tile at pos0 (rows of [B][H][Sq] from
+ * element rowbase) into dst: lse2[BM] then delta[BM]; missing rows read 0. */
+static void load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVMValueRef dst)
+{
+    LLVMBuilderRef b = k->b;
+    int BM = k->s.BM, T = k->s.threads, total = 2 * BM;
+    for (int it = 0; it * T < total; it++) {
+        LLVMValueRef idx = add(k, k->tid, c32(k, it * T));
+        s2_nv_if guard = {0};
+        bool partial = (it + 1) * T > total;
+        if (partial)
+            s2_nv_if_begin(k->cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, total), ""), "tail");
+        LLVMValueRef is_delta = LLVMBuildICmp(b, LLVMIntUGE, idx, c32(k, BM), "");
+        LLVMValueRef r = LLVMBuildAnd(b, idx, c32(k, BM - 1), "");
+        LLVMValueRef qrow;
+        LLVMValueRef ok = tile_row(k, pos0, true, r, &qrow);
+        LLVMValueRef off = LLVMBuildSelect(b, ok, add(k, rowbase, sext64(k, qrow)), rowbase, "");
+        LLVMValueRef src = LLVMBuildSelect(b, is_delta, param(k, P_DELTA), param(k, P_LSE2), "");
+        LLVMValueRef sp = LLVMBuildInBoundsGEP2(b, k->cg->t_f32, src, &off, 1, "");
+        LLVMValueRef d = add(k, dst, LLVMBuildShl(b, idx, c32(k, 2), ""));
+        s2_nv_cp_async_4(k->cg, s2_nv_smem_at(k->cg, d), sp, LLVMBuildSelect(b, ok, c32(k, 4), c32(k, 0), ""));
+        if (partial)
+            s2_nv_if_end(k->cg, &guard);
+    }
+}
+
+/* ---- schedule lists ---- */
+
+/* Field of entry e of `entries`: byte offset 0 tile, 4 flags, 8 live. */
+static LLVMValueRef entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int field_off, LLVMTypeRef ty)
+{
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
+    LLVMValueRef off = add(k, mul(k, sext64(k, e), c64(k, (long long)sizeof(s2_dev_entry))), c64(k, field_off));
+    LLVMValueRef v = LLVMBuildLoad2(k->b, ty, LLVMBuildInBoundsGEP2(k->b, i8, entries, &off, 1, ""), "");
+    LLVMSetAlignment(v, ty == k->cg->t_i64 ? 8 : 4);
+    return v;
+}
+
+static LLVMValueRef load_i32(bwd *k, LLVMValueRef base, LLVMValueRef idx64)
+{
+    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_i32, LLVMBuildInBoundsGEP2(k->b, k->cg->t_i32, base, &idx64, 1, ""), "");
+    LLVMSetAlignment(v, 4);
+    return v;
+}
+
+/* List `index` of head h's class: [*begin, *end) of the entries array. */
+static void list_bounds(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists, LLVMValueRef index,
+                        LLVMValueRef *begin, LLVMValueRef *end)
+{
+    LLVMValueRef cls = load_i32(k, param(k, p_class), h64);
+    LLVMValueRef li = sext64(k, add(k, mul(k, cls, lists), index));
+    *begin = load_i32(k, param(k, p_offsets), li);
+    *end = load_i32(k, param(k, p_offsets), add(k, li, c64(k, 1)));
+}
+
+/* ---- masks (the forward's rule, in either orientation) ----
+ * The thread's values are rows r = 16·warp + g + 8·hr and columns
+ * c = 8n + 2t + e of the tile.  Forward orientation (dQ): rows are queries
+ * at qpos0 + r, columns keys at kpos0 + c; transposed (dK/dV): rows are keys,
+ * columns queries.  A pair is kept when its sub-block pair is live, kpos <
+ * kv_len and, causal, kpos <= qpos.  Masked scores become -inf.  FULL entries
+ * skip all of it. */
+typedef struct mask_geom {
+    bool transposed;
+    int row_sub_log2;            /* log2 tokens per sub-block along rows */
+    int col_sub_size;            /* tokens per sub-block along columns */
+    int sub_n;                   /* key sub-blocks per tile (bit layout) */
+} mask_geom;
+
+static void apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntiles, int col0_const,
+                       LLVMValueRef flags, LLVMValueRef live, LLVMValueRef row_pos0, LLVMValueRef col_pos0)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "full");
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
+    LLVMBasicBlockRef mask_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "mask");
+    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
+    LLVMBuildCondBr(b, full, join, mask_bb);
+    LLVMPositionBuilderAtEnd(b, mask_bb);
+
+    LLVMValueRef masked[MAX_N][4];
+    LLVMValueRef ninf = cf(k, -INFINITY);
+    LLVMValueRef col0 = add(k, LLVMBuildShl(b, k->t4, c32(k, 1), ""), c32(k, col0_const));
+    for (int hr = 0; hr < 2; hr++) {
+        LLVMValueRef r = add(k, LLVMBuildShl(b, k->warp, c32(k, 4), ""), add(k, k->g, c32(k, 8 * hr)));
+        LLVMValueRef rpos = add(k, row_pos0, r);
+        LLVMValueRef rsub = LLVMBuildLShr(b, r, c32(k, mg->row_sub_log2), "");
+        /* column c kept when lo <= c - col0 <= hi (compared against the constant part of c) */
+        LLVMValueRef lo = c32(k, INT32_MIN / 2), hi = c32(k, INT32_MAX / 2);
+        LLVMValueRef bits, row_ok = NULL;
+        if (!mg->transposed) {
+            bits = LLVMBuildLShr(b, live, LLVMBuildZExt(b, mul(k, rsub, c32(k, mg->sub_n)), cg->t_i64, ""), "");
+            /* kpos = col_pos0 + c < kv_len, and <= qpos when causal */
+            LLVMValueRef lim = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), col_pos0, "");
+            if (k->s.causal)
+                lim = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildSub(b, rpos, col_pos0, ""), lim, ""),
+                                      LLVMBuildSub(b, rpos, col_pos0, ""), lim, "");
+            hi = LLVMBuildSub(b, lim, col0, "");
+        } else {
+            bits = LLVMBuildLShr(b, live, LLVMBuildZExt(b, rsub, cg->t_i64, ""), "");
+            row_ok = LLVMBuildICmp(b, LLVMIntSLT, rpos, k->kv_len, "");
+            /* qpos = col_pos0 + c >= kpos when causal */
+            if (k->s.causal)
+                lo = LLVMBuildSub(b, LLVMBuildSub(b, rpos, col_pos0, ""), col0, "");
+        }
+        for (int n = 0; n < ntiles; n++) {
+            int csub = (col0_const + n * 8) / mg->col_sub_size;
+            int bit = mg->transposed ? csub * mg->sub_n : csub;
+            LLVMValueRef keep = LLVMBuildICmp(b, LLVMIntNE,
+                LLVMBuildAnd(b, bits, LLVMConstInt(cg->t_i64, 1ull << bit, 0), ""), LLVMConstInt(cg->t_i64, 0, 0), "");
+            if (row_ok)
+                keep = LLVMBuildAnd(b, keep, row_ok, "");
+            for (int e = 0; e < 2; e++) {
+                int i = 2 * hr + e;
+                LLVMValueRef c = c32(k, n * 8 + e);
+                LLVMValueRef in = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSLE, lo, c, ""),
+                                               LLVMBuildICmp(b, LLVMIntSLE, c, hi, ""), "");
+                masked[n][i] = LLVMBuildSelect(b, LLVMBuildAnd(b, in, keep, ""), sc[n][i], ninf, "");
+            }
+        }
+    }
+    LLVMBasicBlockRef mask_end = LLVMGetInsertBlock(b);
+    LLVMBuildBr(b, join);
+    LLVMPositionBuilderAtEnd(b, join);
+    for (int n = 0; n < ntiles; n++)
+        for (int i = 0; i < 4; i++) {
+            LLVMValueRef phi = LLVMBuildPhi(b, cg->t_f32, "");
+            LLVMValueRef v[2] = {sc[n][i], masked[n][i]};
+            LLVMBasicBlockRef bb[2] = {from, mask_end};
+            LLVMAddIncoming(phi, v, bb, 2);
+            sc[n][i] = phi;
+        }
+}
+
+/* P = exp2(S·scale_log2 - lse2) and dS = P ∘ (dP - delta), in place; lse2
+ * and delta of value (n, i) from stat(). */
+typedef void (*stat_fn)(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
+
+static void probs_and_ds(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int ntiles, stat_fn stat, void *user)
+{
+    for (int n = 0; n < ntiles; n++)
+        for (int i = 0; i < 4; i++) {
+            LLVMValueRef l2, dl;
+            stat(k, n, i, &l2, &dl, user);
+            sc[n][i] = s2_nv_ex2_approx(k->cg, s2_nv_fma(k->cg, sc[n][i], k->scale_log2, LLVMBuildFNeg(k->b, l2, "")));
+            dp[n][i] = LLVMBuildFMul(k->b, sc[n][i], LLVMBuildFSub(k->b, dp[n][i], dl, ""), "ds");
+        }
+}
+
+/* ---- the cp.async ring (§2.1): one group per entry ---- */
+typedef void (*entry_fn)(bwd *k, LLVMValueRef e, LLVMValueRef stage_off, void *user);
+
+static void prefetch(bwd *k, LLVMValueRef e, LLVMValueRef end, LLVMValueRef stage, int stage0, int stage_bytes,
+                     entry_fn issue, void *user)
+{
+    s2_nv_if blk;
+    s2_nv_if_begin(k->cg, &blk, LLVMBuildICmp(k->b, LLVMIntSLT, e, end, ""), "prefetch");
+    issue(k, e, add(k, c32(k, stage0), mul(k, stage, c32(k, stage_bytes))), user);
+    s2_nv_if_end(k->cg, &blk);
+    s2_nv_cp_async_commit(k->cg);
+}
+
+/* Entries [begin, end): issue() copies entry e into a stage, compute() uses
+ * it.  Groups committed before stay older than the ring's, so they are
+ * complete at the first wait.  Ends with every copy landed and a barrier, so
+ * shared memory may be reused after it. */
+static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int stage0, int stage_bytes, entry_fn issue,
+                     entry_fn compute, void *user)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int S = k->s.stages;
+    for (int st = 0; st < S - 1; st++)
+        prefetch(k, add(k, begin, c32(k, st)), end, c32(k, st), stage0, stage_bytes, issue, user);
+    s2_nv_loop loop;
+    s2_nv_loop_begin(cg, &loop, "ent", begin, end, c32(k, 1), NULL, 0);
+    LLVMValueRef e = loop.iv;
+    LLVMValueRef i = LLVMBuildSub(b, e, begin, "i");
+    if (S > 1) {
+        /* one barrier per entry: it publishes stage i and tells that every
+         * warp is done with entry i-1, whose stage the prefetch refills */
+        s2_nv_cp_async_wait(cg, S - 2);
+        s2_nv_barrier_cta(cg);
+        prefetch(k, add(k, e, c32(k, S - 1)), end, LLVMBuildURem(b, add(k, i, c32(k, S - 1)), c32(k, S), ""),
+                 stage0, stage_bytes, issue, user);
+    } else {
+        prefetch(k, e, end, c32(k, 0), stage0, stage_bytes, issue, user);
+        s2_nv_cp_async_wait(cg, 0);
+        s2_nv_barrier_cta(cg);
+    }
+    LLVMValueRef soff = add(k, c32(k, stage0), mul(k, LLVMBuildURem(b, i, c32(k, S), ""), c32(k, stage_bytes)));
+    compute(k, e, soff, user);
+    if (S == 1)
+        s2_nv_barrier_cta(cg);
+    s2_nv_loop_end(cg, &loop, NULL);
+    s2_nv_cp_async_wait(cg, 0);
+    s2_nv_barrier_cta(cg);
+}
+
+/* ---- common setup ---- */
+
+static void common_setup(bwd *k)
+{
+    LLVMBuilderRef b = k->b;
+    k->tid = s2_nv_tid_x(k->cg);
+    k->warp = LLVMBuildLShr(b, k->tid, c32(k, 5), "warp");
+    k->lane = LLVMBuildAnd(b, k->tid, c32(k, 31), "lane");
+    k->g = LLVMBuildLShr(b, k->lane, c32(k, 2), "g");
+    k->t4 = LLVMBuildAnd(b, k->lane, c32(k, 3), "t4");
+    k->batch = LLVMBuildZExt(b, s2_nv_ctaid(k->cg, 'z'), k->cg->t_i64, "batch");
+    k->q_len = param(k, P_QLEN);
+    k->kv_len = param(k, P_KVLEN);
+    k->q_start = LLVMBuildSub(b, k->kv_len, k->q_len, "q_start");
+    k->scale_log2 = param(k, P_SCALE_LOG2);
+    /* A: row 16·warp + (l%8) + 8·((l/8)%2), chunk l/16; B: row l%8, chunk l/8;
+     * B transposed: row l%16, chunk l/16 (§1.3) */
+    k->a_row = add(k, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
+                   add(k, LLVMBuildAnd(b, k->lane, c32(k, 7), ""), LLVMBuildAnd(b, k->lane, c32(k, 8), "")));
+    k->a_lc = LLVMBuildLShr(b, k->lane, c32(k, 4), "");
+    k->b_row = LLVMBuildAnd(b, k->lane, c32(k, 7), "");
+    k->b_lc = LLVMBuildLShr(b, k->lane, c32(k, 3), "");
+    k->bt_row = LLVMBuildAnd(b, k->lane, c32(k, 15), "");
+    k->bt_lc = k->a_lc;
+}
+
+/* Element offset b·s0 + h·s2 of a tensor whose strides start at parameter ps. */
+static LLVMValueRef slice(bwd *k, int ps, LLVMValueRef h64)
+{
+    return add(k, mul(k, k->batch, param(k, ps)), mul(k, h64, param(k, ps + 2)));
+}
+
+/* [D/8][4] f32 accumulators as allocas at the top of the entry block (SROA
+ * makes them registers), zeroed here. */
+static void new_acc(bwd *k, LLVMValueRef acc[][4], const char *name)
+{
+    LLVMBuilderRef b = k->b;
+    LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
+    LLVMValueRef first = LLVMGetFirstInstruction(k->entry_bb);
+    if (first)
+        LLVMPositionBuilderBefore(b, first);
+    for (int dn = 0; dn < k->s.D / 8; dn++)
+        for (int i = 0; i < 4; i++)
+            acc[dn][i] = LLVMBuildAlloca(b, k->cg->t_f32, name);
+    LLVMPositionBuilderAtEnd(b, cur);
+    for (int dn = 0; dn < k->s.D / 8; dn++)
+        for (int i = 0; i < 4; i++)
+            LLVMBuildStore(b, cf(k, 0.0), acc[dn][i]);
+}
+
+/* Store acc·mul to rows (16·warp + g + 8hr) of the tile at pos0 of a 16-bit
+ * tensor (element slice `sl`, seq stride `rstride`), rows that exist only. */
+static void store_acc(bwd *k, LLVMValueRef acc[][4], LLVMValueRef scale, LLVMValueRef out, LLVMValueRef sl,
+                      LLVMValueRef rstride, LLVMValueRef pos0, bool query)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef col = LLVMBuildShl(b, k->t4, c32(k, 1), "");
+    for (int hr = 0; hr < 2; hr++) {
+        LLVMValueRef r = add(k, LLVMBuildShl(b, k->warp, c32(k, 4), ""), add(k, k->g, c32(k, 8 * hr)));
+        LLVMValueRef trow;
+        LLVMValueRef ok = tile_row(k, pos0, query, r, &trow);
+        s2_nv_if st;
+        s2_nv_if_begin(cg, &st, ok, "store");
+        LLVMValueRef row_off = add(k, sl, mul(k, sext64(k, trow), rstride));
+        for (int dn = 0; dn < k->s.D / 8; dn++) {
+            LLVMValueRef v0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[dn][2 * hr], ""), scale, "");
+            LLVMValueRef v1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[dn][2 * hr + 1], ""), scale, "");
+            LLVMValueRef c = LLVMBuildZExt(b, add(k, col, c32(k, dn * 8)), cg->t_i64, "");
+            LLVMValueRef s = LLVMBuildStore(b, s2_nv_pack2(cg, k->s.dt, v0, v1), gep16(k, out, add(k, row_off, c)));
+            LLVMSetAlignment(s, 4);
+        }
+        s2_nv_if_end(cg, &st);
+    }
+}
+
+static LLVMValueRef softmax_scale(bwd *k) { return LLVMBuildFMul(k->b, k->scale_log2, cf(k, M_LN2), "scale"); }
+
+/* ---- NAME_pre ---- */
+
+/* 8 elements of a 16-bit tensor at element `off` (16-byte aligned) as f32. */
+static void load8(bwd *k, LLVMValueRef base, LLVMValueRef off, LLVMValueRef out[8])
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMTypeRef i16 = LLVMInt16TypeInContext(cg->llctx);
+    LLVMValueRef v = LLVMBuildLoad2(b, LLVMVectorType(i16, 8), gep16(k, base, off), "");
+    LLVMSetAlignment(v, 16);
+    for (int j = 0; j < 8; j++) {
+        LLVMValueRef x = LLVMBuildExtractElement(b, v, c32(k, j), "");
+        if (k->s.dt == S2_DTYPE_F16)
+            out[j] = LLVMBuildFPExt(b, LLVMBuildBitCast(b, x, LLVMHalfTypeInContext(cg->llctx), ""), cg->t_f32, "");
+        else
+            out[j] = LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildZExt(b, x, cg->t_i32, ""), c32(k, 16), ""),
+                                      cg->t_f32, "");
+    }
+}
+
+/* f32 element idx of ptr, or 0 when ptr is null. */
+static LLVMValueRef load_f32_or_zero(bwd *k, LLVMValueRef ptr, LLVMValueRef idx)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
+    s2_nv_if blk;
+    s2_nv_if_begin(cg, &blk, LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, ptr, cg->t_i64, ""), c64(k, 0), ""), "opt");
+    LLVMValueRef v = s2_nv_load_global_f32(cg, ptr, idx, 4);
+    LLVMBasicBlockRef then_end = LLVMGetInsertBlock(b);
+    s2_nv_if_end(cg, &blk);
+    LLVMValueRef phi = LLVMBuildPhi(b, cg->t_f32, "");
+    LLVMValueRef vals[2] = {cf(k, 0.0), v};
+    LLVMBasicBlockRef bbs[2] = {from, then_end};
+    LLVMAddIncoming(phi, vals, bbs, 2);
+    return phi;
+}
+
+/* Grid (cdiv(q_len, threads / (D/8)), H, B): D/8 lanes per row, one 16-byte
+ * chunk each, summed with butterflies inside the lane group. */
+static void build_pre(bwd *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int C = k->s.chunks, rows = k->s.threads / C;
+    LLVMValueRef h64 = LLVMBuildZExt(b, s2_nv_ctaid(cg, 'y'), cg->t_i64, "head");
+    LLVMValueRef rloc = LLVMBuildLShr(b, k->tid, c32(k, log2i(C)), "");
+    LLVMValueRef ch = LLVMBuildAnd(b, k->tid, c32(k, C - 1), "");
+    LLVMValueRef i = add(k, mul(k, s2_nv_ctaid(cg, 'x'), c32(k, rows)), rloc);
+    LLVMValueRef valid = LLVMBuildICmp(b, LLVMIntSLT, i, k->q_len, "");
+    LLVMValueRef ic = sext64(k, LLVMBuildSelect(b, valid, i, c32(k, 0), ""));
+    LLVMValueRef cofs = LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), cg->t_i64, "");
+    LLVMValueRef o[8], d[8];
+    load8(k, param(k, P_O), add(k, add(k, slice(k, P_OS, h64), mul(k, ic, param(k, P_OS + 1))), cofs), o);
+    load8(k, param(k, P_DO), add(k, add(k, slice(k, P_DOS, h64), mul(k, ic, param(k, P_DOS + 1))), cofs), d);
+    LLVMValueRef dot = cf(k, 0.0);
+    for (int j = 0; j < 8; j++)
+        dot = s2_nv_fma(cg, o[j], d[j], dot);
+    for (int m = C / 2; m >= 1; m /= 2)
+        dot = LLVMBuildFAdd(b, dot, s2_nv_shfl_bfly_f32(cg, dot, m), "");
+    s2_nv_if wr;
+    s2_nv_if_begin(cg, &wr, LLVMBuildAnd(b, valid, LLVMBuildICmp(b, LLVMIntEQ, ch, c32(k, 0), ""), ""), "write");
+    LLVMValueRef idx = add(k, mul(k, add(k, mul(k, k->batch, c64(k, k->s.heads)), h64), sext64(k, k->q_len)),
+                           sext64(k, i));
+    LLVMValueRef dl = load_f32_or_zero(k, param(k, P_DLSE), idx);
+    s2_nv_store_global_f32(cg, param(k, P_DELTA), idx, LLVMBuildFSub(b, dot, dl, ""), 4);
+    LLVMValueRef lse = s2_nv_load_global_f32(cg, param(k, P_LSE), idx, 4);
+    LLVMValueRef empty = LLVMBuildFCmp(b, LLVMRealOEQ, lse, cf(k, -INFINITY), "");
+    s2_nv_store_global_f32(cg, param(k, P_LSE2), idx,
+                           LLVMBuildSelect(b, empty, cf(k, INFINITY), LLVMBuildFMul(b, lse, cf(k, M_LOG2E), ""), ""), 4);
+    s2_nv_if_end(cg, &wr);
+    LLVMBuildRetVoid(b);
+}
+
+/* ---- NAME_dq ---- */
+
+typedef struct dq_state {
+    LLVMValueRef tile_pos0;
+    LLVMValueRef kslice, vslice, entries;
+    LLVMValueRef lse2[2], delta[2];
+    LLVMValueRef (*acc)[4];
+} dq_state;
+
+static void dq_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
+{
+    dq_state *ds = user;
+    LLVMValueRef kpos0 = mul(k, entry_field(k, ds->entries, e, 0, k->cg->t_i32), c32(k, k->s.BN));
+    load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, kpos0, false);
+    load_tile(k, k->s.BN, param(k, P_V), ds->vslice, param(k, P_VS + 1), add(k, soff, c32(k, k->s.BN * k->s.row_bytes)),
+              kpos0, false);
+}
+
+static void dq_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user)
+{
+    (void)n;
+    dq_state *ds = user;
+    *lse2 = ds->lse2[i >> 1];
+    *delta = ds->delta[i >> 1];
+}
+
+static void dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
+{
+    dq_state *ds = user;
+    int NT = k->s.BN / 8;
+    LLVMValueRef vst = add(k, soff, c32(k, k->s.BN * k->s.row_bytes));
+    LLVMValueRef sc[MAX_N][4], dp[MAX_N][4];
+    mma_abt(k, c32(k, k->s.dq_q_off), soff, 0, NT, sc);
+    mask_geom mg = {false, k->s.f_sub_m_log2, k->s.f_sub_n_size, k->s.f_sub_n};
+    LLVMValueRef kpos0 = mul(k, entry_field(k, ds->entries, e, 0, k->cg->t_i32), c32(k, k->s.BN));
+    apply_mask(k, &mg, sc, NT, 0, entry_field(k, ds->entries, e, 4, k->cg->t_i32),
+               entry_field(k, ds->entries, e, 8, k->cg->t_i64), ds->tile_pos0, kpos0);
+    mma_abt(k, c32(k, k->s.dq_do_off), vst, 0, NT, dp);
+    probs_and_ds(k, sc, dp, NT, dq_stat, ds);
+    mma_xy(k, dp, NT, soff, 0, ds->acc);
+}
+
+static void build_dq(bwd *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef head32 = s2_nv_ctaid(cg, 'y');
+    LLVMValueRef h64 = LLVMBuildZExt(b, head32, cg->t_i64, "head");
+    LLVMValueRef kvh64 = LLVMBuildZExt(b, LLVMBuildUDiv(b, head32, c32(k, k->s.group), ""), cg->t_i64, "kv_head");
+    /* heavy tiles (late, long lists) first */
+    LLVMValueRef q_tiles = param(k, P_Q_TILES);
+    LLVMValueRef rel = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""), s2_nv_ctaid(cg, 'x'), "tile_rel");
+    dq_state ds = {0};
+    ds.tile_pos0 = mul(k, add(k, param(k, P_FIRST_Q_TILE), rel), c32(k, k->s.BM));
+    ds.kslice = slice(k, P_KS, kvh64);
+    ds.vslice = slice(k, P_VS, kvh64);
+    ds.entries = param(k, P_ENTRIES);
+    LLVMValueRef begin, end;
+    list_bounds(k, P_CLASS, P_OFFSETS, h64, q_tiles, rel, &begin, &end);
+    LLVMValueRef acc[MAX_D / 8][4];
+    new_acc(k, acc, "dq");
+    ds.acc = acc;
+
+    /* Q and dO of the tile: one group, older than the ring's */
+    load_tile(k, k->s.BM, param(k, P_Q), slice(k, P_QS, h64), param(k, P_QS + 1), c32(k, k->s.dq_q_off), ds.tile_pos0, true);
+    load_tile(k, k->s.BM, param(k, P_DO), slice(k, P_DOS, h64), param(k, P_DOS + 1), c32(k, k->s.dq_do_off), ds.tile_pos0,
+              true);
+    s2_nv_cp_async_commit(cg);
+    /* the thread's two rows' lse2 and delta (0 for rows that do not exist:
+     * their Q and dO are zero, so P stays finite and dS is 0) */
+    LLVMValueRef rowbase = mul(k, add(k, mul(k, k->batch, c64(k, k->s.heads)), h64), sext64(k, k->q_len));
+    for (int hr = 0; hr < 2; hr++) {
+        LLVMValueRef r = add(k, LLVMBuildShl(b, k->warp, c32(k, 4), ""), add(k, k->g, c32(k, 8 * hr)));
+        LLVMValueRef qrow;
+        LLVMValueRef ok = tile_row(k, ds.tile_pos0, true, r, &qrow);
+        LLVMValueRef idx = LLVMBuildSelect(b, ok, add(k, rowbase, sext64(k, qrow)), rowbase, "");
+        ds.lse2[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_LSE2), idx, 4), cf(k, 0.0), "");
+        ds.delta[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_DELTA), idx, 4), cf(k, 0.0), "");
+    }
+    pipeline(k, begin, end, k->s.dq_stage0, k->s.dq_stage_bytes, dq_issue, dq_compute, &ds);
+    store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
+    LLVMBuildRetVoid(b);
+}
+
+/* ---- NAME_dkdv ---- */
+
+typedef struct kv_state {
+    LLVMValueRef kpos0;
+    LLVMValueRef qslice, doslice, rowbase, entries;   /* of the current query head */
+    LLVMValueRef warp_rows;                           /* i64 mask: live bits of this warp's key sub-block */
+    LLVMValueRef warp_shift;                          /* i64: its index */
+    LLVMValueRef (*dk)[4], (*dv)[4];
+    LLVMValueRef stats;                               /* shared offset of lse2/delta of the stage in use */
+    int chunk0;
+} kv_state;
+
+static void kv_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
+{
+    kv_state *ks = user;
+    int tb = k->s.BM * k->s.row_bytes;
+    LLVMValueRef qpos0 = mul(k, entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
+    load_tile(k, k->s.BM, param(k, P_Q), ks->qslice, param(k, P_QS + 1), soff, qpos0, true);
+    load_tile(k, k->s.BM, param(k, P_DO), ks->doslice, param(k, P_DOS + 1), add(k, soff, c32(k, tb)), qpos0, true);
+    load_row_stats(k, qpos0, ks->rowbase, add(k, soff, c32(k, k->s.kv_lse_off)));
+}
+
+/* lse2 / delta of query column chunk0 + 8n + 2t + (i & 1), from the stage. */
+static void kv_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user)
+{
+    kv_state *ks = user;
+    LLVMValueRef c = add(k, LLVMBuildShl(k->b, k->t4, c32(k, 1), ""), c32(k, ks->chunk0 + 8 * n + (i & 1)));
+    LLVMValueRef off = add(k, ks->stats, LLVMBuildShl(k->b, c, c32(k, 2), ""));
+    *lse2 = LLVMBuildLoad2(k->b, k->cg->t_f32, s2_nv_smem_at(k->cg, off), "");
+    *delta = LLVMBuildLoad2(k->b, k->cg->t_f32, s2_nv_smem_at(k->cg, add(k, off, c32(k, 4 * k->s.BM))), "");
+}
+
+static void kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
+{
+    kv_state *ks = user;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef qt = soff, dot = add(k, soff, c32(k, k->s.BM * k->s.row_bytes));
+    ks->stats = add(k, soff, c32(k, k->s.kv_lse_off));
+    LLVMValueRef flags = entry_field(k, ks->entries, e, 4, k->cg->t_i32);
+    LLVMValueRef live = entry_field(k, ks->entries, e, 8, k->cg->t_i64);
+    LLVMValueRef qpos0 = mul(k, entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
+    /* a warp whose key sub-block no query of the entry keeps has nothing to add */
+    s2_nv_if skip = {0};
+    if (ks->warp_rows) {
+        LLVMValueRef mine = LLVMBuildAnd(b, LLVMBuildLShr(b, live, ks->warp_shift, ""), ks->warp_rows, "");
+        s2_nv_if_begin(k->cg, &skip, LLVMBuildICmp(b, LLVMIntNE, mine, c64(k, 0), ""), "warp_live");
+    }
+    mask_geom mg = {true, k->s.t_sub_n_log2, k->s.t_sub_m_size, k->s.t_sub_n};
+    int NT = k->s.qc / 8;
+    for (int c0 = 0; c0 < k->s.BM; c0 += k->s.qc) {
+        LLVMValueRef sc[MAX_N][4], dp[MAX_N][4];
+        ks->chunk0 = c0;
+        mma_abt(k, c32(k, k->s.kv_k_off), qt, c0, NT, sc);
+        apply_mask(k, &mg, sc, NT, c0, flags, live, ks->kpos0, qpos0);
+        mma_abt(k, c32(k, k->s.kv_v_off), dot, c0, NT, dp);
+        probs_and_ds(k, sc, dp, NT, kv_stat, ks);
+        mma_xy(k, sc, NT, dot, c0, ks->dv);
+        mma_xy(k, dp, NT, qt, c0, ks->dk);
+    }
+    if (ks->warp_rows)
+        s2_nv_if_end(k->cg, &skip);
+}
+
+static void build_dkdv(bwd *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    const bwd_shape *s = &k->s;
+    LLVMValueRef kt = s2_nv_ctaid(cg, 'x');
+    LLVMValueRef kvh32 = s2_nv_ctaid(cg, 'y');
+    LLVMValueRef kvh64 = LLVMBuildZExt(b, kvh32, cg->t_i64, "kv_head");
+    kv_state ks = {0};
+    ks.kpos0 = mul(k, kt, c32(k, s->KB));
+    ks.entries = param(k, P_TENTRIES);
+    LLVMValueRef dk[MAX_D / 8][4], dv[MAX_D / 8][4];
+    new_acc(k, dk, "dk");
+    new_acc(k, dv, "dv");
+    ks.dk = dk;
+    ks.dv = dv;
+    if (s->t_sub_n > 1) {
+        /* the warp's 16 key rows lie in key sub-block 16·warp / sub_n_size */
+        unsigned long long rows = 0;
+        for (int i = 0; i < s->BM / s->t_sub_m_size; i++)
+            rows |= 1ull << (i * s->t_sub_n);
+        ks.warp_rows = LLVMConstInt(cg->t_i64, rows, 0);
+        ks.warp_shift = LLVMBuildZExt(b, LLVMBuildLShr(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
+                                                        c32(k, s->t_sub_n_log2), ""), cg->t_i64, "");
+    }
+    /* K and V of the tile, once */
+    load_tile(k, s->KB, param(k, P_K), slice(k, P_KS, kvh64), param(k, P_KS + 1), c32(k, s->kv_k_off), ks.kpos0, false);
+    load_tile(k, s->KB, param(k, P_V), slice(k, P_VS, kvh64), param(k, P_VS + 1), c32(k, s->kv_v_off), ks.kpos0, false);
+    s2_nv_cp_async_commit(cg);
+
+    /* the group's query heads in increasing order: a fixed summation order */
+    s2_nv_loop heads;
+    s2_nv_loop_begin(cg, &heads, "qh", c32(k, 0), c32(k, s->group), c32(k, 1), NULL, 0);
+    LLVMValueRef h32 = add(k, mul(k, kvh32, c32(k, s->group)), heads.iv);
+    LLVMValueRef h64 = LLVMBuildZExt(b, h32, cg->t_i64, "head");
+    ks.qslice = slice(k, P_QS, h64);
+    ks.doslice = slice(k, P_DOS, h64);
+    ks.rowbase = mul(k, add(k, mul(k, k->batch, c64(k, s->heads)), h64), sext64(k, k->q_len));
+    LLVMValueRef begin, end;
+    list_bounds(k, P_TCLASS, P_TOFFSETS, h64, param(k, P_KV_TILES), kt, &begin, &end);
+    pipeline(k, begin, end, s->kv_stage0, s->kv_stage_bytes, kv_issue, kv_compute, &ks);
+    s2_nv_loop_end(cg, &heads, NULL);
+
+    s2_nv_cp_async_wait(cg, 0);
+    store_acc(k, dk, softmax_scale(k), param(k, P_DK), slice(k, P_DKS, kvh64), param(k, P_DKS + 1), ks.kpos0, false);
+    store_acc(k, dv, cf(k, 1.0), param(k, P_DV), slice(k, P_DVS, kvh64), param(k, P_DVS + 1), ks.kpos0, false);
+    LLVMBuildRetVoid(b);
+}
+
+/* ---- shapes, entry points ---- */
+
+static int align_up(int x, int a) { return (x + a - 1) / a * a; }
+
+static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_spec *spec)
+{
+    memset(s, 0, sizeof *s);
+    s->dt = spec->dtype;
+    s->D = spec->head_dim;
+    s->chunks = s->D / 8;
+    s->row_bytes = s->D * 2;
+    s->BM = spec->block_m;
+    s->BN = spec->block_n;
+    s->KB = spec->block_m;
+    s->warps = spec->num_warps;
+    s->threads = s->warps * 32;
+    s->stages = spec->num_stages;
+    s->group = p->heads / p->kv_heads;
+    s->heads = p->heads;
+    s->causal = p->causal;
+    int bs = p->block_size;
+    s->f_sub_m_log2 = log2i(bs < s->BM ? bs : s->BM);
+    s->f_sub_n_size = bs < s->BN ? bs : s->BN;
+    s->f_sub_n = s->BN / s->f_sub_n_size;
+    s->t_sub_m_size = bs < s->BM ? bs : s->BM;
+    s->t_sub_n_log2 = log2i(bs < s->KB ? bs : s->KB);
+    s->t_sub_n = s->KB >> s->t_sub_n_log2;
+    /* dK, dV and the transposed S, dP of a chunk live together: keep the
+     * chunk at 32 queries for d128 */
+    s->qc = s->D > 64 ? 16 : s->BM > 32 ? 32 : s->BM;
+    int rb = s->row_bytes;
+    s->dq_q_off = 0;
+    s->dq_do_off = s->BM * rb;
+    s->dq_stage0 = 2 * s->BM * rb;
+    s->dq_stage_bytes = 2 * s->BN * rb;
+    s->kv_k_off = 0;
+    s->kv_v_off = s->KB * rb;
+    s->kv_stage0 = 2 * s->KB * rb;
+    s->kv_lse_off = 2 * s->BM * rb;
+    s->kv_stage_bytes = align_up(s->kv_lse_off + 2 * s->BM * 4, 1024);
+}
+
+int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
+{
+    bwd_shape s;
+    bwd_shape_init(&s, p, spec);
+    int dq = s.dq_stage0 + s.stages * s.dq_stage_bytes;
+    int kv = s.kv_stage0 + s.stages * s.kv_stage_bytes;
+    return dq > kv ? dq : kv;
+}
+
+static LLVMValueRef new_kernel(bwd *k, const char *base, const char *suffix)
+{
+    s2_cg *cg = k->cg;
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", base, suffix);
+    LLVMTypeRef params[P_COUNT];
+    for (int i = P_Q; i <= P_DV; i++)
+        params[i] = cg->t_ptr_global;
+    for (int i = P_QS; i < P_QLEN; i++)
+        params[i] = cg->t_i64;
+    params[P_QLEN] = params[P_KVLEN] = cg->t_i32;
+    params[P_SCALE_LOG2] = cg->t_f32;
+    params[P_CLASS] = params[P_OFFSETS] = params[P_ENTRIES] = cg->t_ptr_global;
+    params[P_FIRST_Q_TILE] = params[P_Q_TILES] = cg->t_i32;
+    params[P_TCLASS] = params[P_TOFFSETS] = params[P_TENTRIES] = cg->t_ptr_global;
+    params[P_KV_TILES] = cg->t_i32;
+    LLVMValueRef fn = s2_nv_kernel_new(cg, name, params, P_COUNT, k->s.threads, 1);
+    static const int ro[] = {P_Q, P_K, P_V, P_O, P_DO, P_LSE, P_DLSE, P_CLASS, P_OFFSETS, P_ENTRIES,
+                             P_TCLASS, P_TOFFSETS, P_TENTRIES};
+    for (size_t i = 0; i < sizeof ro / sizeof ro[0]; i++) {
+        s2_nv_param_attr(cg, fn, (unsigned)ro[i], "noalias");
+        s2_nv_param_attr(cg, fn, (unsigned)ro[i], "readonly");
+    }
+    for (int i = P_DELTA; i <= P_DV; i++)
+        s2_nv_param_attr(cg, fn, (unsigned)i, "noalias");
+    k->fn = fn;
+    k->entry_bb = LLVMGetInsertBlock(cg->b);
+    common_setup(k);
+    return fn;
+}
+
+s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name)
+{
+    bwd k = {.cg = cg, .b = cg->b};
+    bwd_shape_init(&k.s, p, spec);
+    if (k.s.D > MAX_D || k.s.BN / 8 > MAX_N || k.s.qc / 8 > MAX_N || k.s.BM != 16 * k.s.warps ||
+        (k.s.chunks != 4 && k.s.chunks != 8 && k.s.chunks != 16) || k.s.threads % k.s.chunks != 0)
+        return s2_fail(ctx, S2_ERR_INTERNAL, "backward: unresolved spec reached the builder");
+    new_kernel(&k, name, "_pre");
+    build_pre(&k);
+    new_kernel(&k, name, "_dq");
+    build_dq(&k);
+    new_kernel(&k, name, "_dkdv");
+    build_dkdv(&k);
+    return S2_OK;
+}

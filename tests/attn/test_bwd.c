@@ -1,0 +1,124 @@
+/* The backward module without a GPU: block-16 (Merge-Q) and block-64
+ * patterns x d64/d128 x bf16/f16 x sm_80/sm_90a assemble with zero spills,
+ * hold the three kernels, and the manifest records kind bwd. */
+#include "patterns.h"
+#include "s2c/attention.h"
+#include "s2c/codegen.h"
+
+#include <check.h>
+#include <stdio.h>
+#include <string.h>
+
+static const int pats[] = {0, 1, 2, 3};   /* causal b64, Merge-Q b16, bidirectional b64, GQA 32/8 b32 */
+static const s2_arch archs[] = {S2_ARCH_SM80, S2_ARCH_SM90A};
+static const int dims[] = {64, 128};
+static const s2_dtype dtypes[] = {S2_DTYPE_BF16, S2_DTYPE_F16};
+enum { NUM_PATS = 4, NUM_VARIANTS = NUM_PATS * 2 * 2 * 2 };
+
+static const s2_kernel_info *find_kernel(const s2_artifact *art, const char *suffix)
+{
+    size_t n = strlen(suffix);
+    for (int i = 0; i < art->num_kernels; i++) {
+        size_t l = strlen(art->kernels[i].name);
+        if (l > n && !strcmp(art->kernels[i].name + l - n, suffix))
+            return &art->kernels[i];
+    }
+    return NULL;
+}
+
+START_TEST(bwd_assembles_without_spills)
+{
+    int v = _i;
+    int which = pats[v % NUM_PATS];
+    int D = dims[(v / NUM_PATS) % 2];
+    s2_dtype dt = dtypes[(v / NUM_PATS / 2) % 2];
+    s2_arch arch = archs[v / NUM_PATS / 4];
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(which, &a);
+    s2_pattern_set *set = NULL;
+    ck_assert_msg(s2_pattern_from_args(ctx, &a, &set) == S2_OK, "%s", s2_ctx_message(ctx));
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = dt, .head_dim = D, .arch = arch};
+    s2_artifact *art = NULL;
+    ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_PTXAS, &art) == S2_OK, "%s d%d %s %s: %s", p->name, D,
+                  s2_dtype_name(dt), s2_arch_name(arch), s2_ctx_message(ctx));
+    ck_assert_int_eq(art->num_kernels, 3);
+    static const char *const parts[] = {"_pre", "_dq", "_dkdv"};
+    for (int i = 0; i < 3; i++) {
+        const s2_kernel_info *ki = find_kernel(art, parts[i]);
+        ck_assert_msg(ki != NULL, "no kernel *%s in %s", parts[i], art->name);
+        printf("%-14s d%-3d %-4s %-6s bm%d bn%d %-5s: %3d regs, spill %d/%d, stack %d, smem %d\n", p->name, D,
+               s2_dtype_name(dt), s2_arch_name(arch), art->spec.block_m, art->spec.block_n, parts[i] + 1,
+               ki->registers, ki->spill_stores, ki->spill_loads, ki->stack_frame, art->smem_bytes);
+        ck_assert_msg(ki->registers > 0, "no resource line for %s:\n%s", ki->name, art->log);
+        ck_assert_msg(ki->spill_stores == 0 && ki->spill_loads == 0 && ki->stack_frame == 0,
+                      "%s spills: %d/%d stack %d", ki->name, ki->spill_stores, ki->spill_loads, ki->stack_frame);
+    }
+    ck_assert_msg(strncmp(art->name, "s2_bwd_", 7) == 0, "name %s", art->name);
+    ck_assert_ptr_nonnull(strstr(art->ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
+    ck_assert_ptr_nonnull(strstr(art->ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+    ck_assert_ptr_nonnull(strstr(art->ptx, "cp.async.ca.shared.global"));
+    /* deterministic by construction: no atomics or reductions to global memory */
+    ck_assert_ptr_null(strstr(art->ptx, "\tatom."));
+    ck_assert_ptr_null(strstr(art->ptx, "\tred."));
+
+    const char *text = NULL;
+    size_t len = 0;
+    ck_assert_msg(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &text, &len) == S2_OK, "%s",
+                  s2_ctx_message(ctx));
+    s2_manifest *m = NULL;
+    ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_int_eq(s2_manifest_num_kernels(m), 1);
+    const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
+    ck_assert_int_eq(mk->spec.kind, S2_KERNEL_BWD);
+    ck_assert_str_eq(mk->name, art->name);
+    ck_assert_int_eq(mk->spec.block_m, art->spec.block_m);
+    ck_assert_int_eq(mk->spec.block_n, art->spec.block_n);
+    ck_assert_int_eq(mk->smem_bytes, art->smem_bytes);
+    ck_assert_int_eq(mk->threads, art->threads_per_block);
+    s2_manifest_free(m);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(bwd_spec_limits)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(1, &a);
+    s2_pattern_set *set = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    s2_kernel_spec s = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s, p), S2_OK);
+    ck_assert_int_eq(s.block_m, 64);
+    ck_assert_int_eq(s.block_n, 16);
+    s2_kernel_spec d96 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 96, .arch = S2_ARCH_SM80};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &d96, p), S2_ERR_UNSUPPORTED);
+    s2_kernel_spec big = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 128,
+                          .num_stages = 4, .arch = S2_ARCH_SM80};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &big, p), S2_ERR_UNSUPPORTED);
+    s2_kernel_spec bad = {.kind = (s2_kernel_kind)7, .dtype = S2_DTYPE_BF16, .head_dim = 64};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &bad, p), S2_ERR_UNSUPPORTED);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("attn_bwd");
+    TCase *tc = tcase_create("bwd");
+    tcase_set_timeout(tc, 300);
+    tcase_add_loop_test(tc, bwd_assembles_without_spills, 0, NUM_VARIANTS);
+    tcase_add_test(tc, bwd_spec_limits);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

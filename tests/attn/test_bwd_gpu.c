@@ -1,0 +1,469 @@
+/* The backward kernels on a real GPU against the float64 CPU reference
+ * (s2_ref_backward).  Each case compiles the module for the device's arch
+ * in-process, computes o and lse with the CPU forward (the backward takes
+ * them as given), fills fresh random dO (and dLSE when asked; seed printed,
+ * S2C_SEED=N repeats), poisons dq/dk/dv and their row padding with NaN,
+ * launches pre -> dkdv -> dq, and compares each of dq, dk, dv (relative
+ * Frobenius error: 2e-2 bf16, 5e-3 f16).  Every case runs twice on fresh
+ * poisoned outputs, and the two results must be bitwise identical.
+ * One case goes through the runtime, s2_attn_backward.
+ * S2C_BWD_CASES=substring filters cases; S2C_FWD_ARCH=sm_80 compiles for
+ * that arch and loads the PTX (JIT by the driver).  Exits 77 without a GPU. */
+#include "patterns.h"
+#include "s2c/attention.h"
+#include "s2c/attn_runtime.h"
+#include "s2c/codegen.h"
+#include "s2c/layout.h"
+#include "s2c/ref.h"
+#include "s2c/runtime.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct bwd_case {
+    const char *name;
+    int pattern;           /* attn_pattern_args index, or -1: GQA 8/2 block 64 causal */
+    int head_dim;
+    s2_dtype dt;
+    int batch;
+    int64_t q_len, kv_len;
+    bool bhsd;
+    bool dlse;
+    bool runtime;          /* through s2_attn_backward */
+} bwd_case;
+
+static const bwd_case cases[] = {
+    {"causal64_d128_bf16_dlse", 0, 128, S2_DTYPE_BF16, 2, 640, 640, false, true, false},
+    {"causal64_d64_f16", 0, 64, S2_DTYPE_F16, 1, 500, 500, true, false, false},
+    {"mergeq16_d128_bf16", 1, 128, S2_DTYPE_BF16, 1, 600, 600, false, false, false},
+    {"mergeq16_d64_f16_ragged_dlse", 1, 64, S2_DTYPE_F16, 2, 777, 777, true, true, false},
+    {"bidir64_d128_f16_ragged", 2, 128, S2_DTYPE_F16, 1, 700, 700, false, false, false},
+    {"bidir64_d64_bf16_q100_kv1000_dlse", 2, 64, S2_DTYPE_BF16, 2, 100, 1000, true, true, false},
+    {"gqa8_2_b64_d128_bf16", -1, 128, S2_DTYPE_BF16, 1, 512, 512, false, true, false},
+    {"gqa8_2_b64_d64_f16_q200_kv555", -1, 64, S2_DTYPE_F16, 2, 200, 555, false, false, false},
+    {"gqa32_8_b32_d64_bf16", 3, 64, S2_DTYPE_BF16, 1, 300, 300, false, false, false},
+    {"empty_rows16_d64_bf16_dlse", 5, 64, S2_DTYPE_BF16, 1, 300, 300, false, true, false},
+    {"mergeq16_d128_f16_q333_kv900", 1, 128, S2_DTYPE_F16, 1, 333, 900, true, false, false},
+    {"runtime_causal64_d64_bf16_dlse", 0, 64, S2_DTYPE_BF16, 2, 384, 448, false, true, true},
+};
+enum { NUM_CASES = sizeof cases / sizeof cases[0] };
+
+typedef struct case_result {
+    bool ran, ok, same;
+    double err[3];
+    int regs[3];
+    uint64_t seed;
+} case_result;
+
+static case_result results[NUM_CASES];
+static uint64_t base_seed;
+static s2_arch dev_arch;
+static bool load_ptx;
+
+static const uint16_t POISON16 = 0xffff; /* NaN in bf16 and f16 */
+
+static bool ref_mask(const void *user, int q_head, int64_t qpos, int64_t kpos)
+{
+    return s2_token_kept((const s2_pattern *)user, q_head, qpos, kpos);
+}
+
+static void case_pattern(int which, s2_local_stride_args *a)
+{
+    if (which >= 0) {
+        attn_pattern_args(which, a);
+        return;
+    }
+    s2_local_stride_args_default(a);
+    a->name = "gqa-8/2";
+    a->num_heads = 8;
+    a->num_kv_heads = 2;
+    a->block_size = 64;
+    a->local_blocks = 3;
+    a->vert_stride = 4;
+}
+
+/* A host tensor of (B, S, H, D) with `pad` extra elements per row (bshd) or
+ * per (b, h) slice row (bhsd); its device copy. */
+typedef struct host_tensor {
+    uint16_t *data;
+    size_t elems;
+    s2_tensor t;
+    int64_t ext[4];
+    s2_devptr dev;
+} host_tensor;
+
+static void tensor_new(host_tensor *x, s2_dtype dt, int B, int64_t S, int H, int D, bool bhsd, int pad)
+{
+    int64_t st[4];
+    if (bhsd)
+        st[0] = (int64_t)H * S * (D + pad), st[1] = D + pad, st[2] = S * (D + pad), st[3] = 1;
+    else
+        st[0] = S * ((int64_t)H * D + pad), st[1] = (int64_t)H * D + pad, st[2] = D, st[3] = 1;
+    x->elems = (size_t)(st[0] * B);
+    x->data = malloc(x->elems * 2);
+    ck_assert_ptr_nonnull(x->data);
+    memset(x->data, 0, x->elems * 2);
+    x->t = (s2_tensor){x->data, dt, {st[0], st[1], st[2], st[3]}};
+    x->ext[0] = B, x->ext[1] = S, x->ext[2] = H, x->ext[3] = D;
+}
+
+static void poison(host_tensor *x)
+{
+    for (size_t i = 0; i < x->elems; i++)
+        x->data[i] = POISON16;
+}
+
+/* Relative Frobenius error against the float64 reference; counts NaNs and
+ * elements of the padding (or of rows that must stay untouched) that changed. */
+static double compare(const host_tensor *x, const s2_tensor *ref, int64_t valid_seq, int64_t *bad)
+{
+    double num = 0, den = 0;
+    const int64_t *e = x->ext;
+    for (int64_t b = 0; b < e[0]; b++)
+        for (int64_t s = 0; s < e[1]; s++)
+            for (int64_t h = 0; h < e[2]; h++)
+                for (int64_t d = 0; d < e[3]; d++) {
+                    double v = s2_tensor_get(&x->t, b, s, h, d);
+                    if (s >= valid_seq) {
+                        *bad += x->data[b * x->t.stride[0] + s * x->t.stride[1] + h * x->t.stride[2] + d] != POISON16;
+                        continue;
+                    }
+                    double r = s2_tensor_get(ref, b, s, h, d);
+                    if (isnan(v))
+                        (*bad)++;
+                    num += (v - r) * (v - r);
+                    den += r * r;
+                }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static int64_t padding_written(const host_tensor *x)
+{
+    /* each row's 8 padding elements follow the last head (bshd) or the row (bhsd) */
+    int64_t n = 0;
+    const int64_t *e = x->ext;
+    bool bhsd = x->t.stride[2] > x->t.stride[1];
+    for (int64_t b = 0; b < e[0]; b++)
+        for (int64_t s = 0; s < e[1]; s++)
+            for (int64_t h = bhsd ? 0 : e[2] - 1; h < e[2]; h++) {
+                const uint16_t *row = x->data + b * x->t.stride[0] + s * x->t.stride[1] + h * x->t.stride[2];
+                for (int d = (int)e[3]; d < e[3] + 8; d++)
+                    n += row[d] != POISON16;
+            }
+    return n;
+}
+
+typedef struct dev_sched {
+    s2_devptr buf;
+    s2_devptr cls, offs, ent;
+} dev_sched;
+
+static void upload_sched(s2_ctx *ctx, s2_device *dev, const s2_layout *lay, s2_tile_spec ts, bool tr, dev_sched *d,
+                         s2_tile_geom *geom)
+{
+    s2_schedule *sched = NULL;
+    s2_packed_schedule pk;
+    ck_assert_msg(s2_schedule_build(ctx, lay, ts, tr, &sched) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_msg(s2_schedule_pack(ctx, sched, &pk) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert(s2_mem_alloc(ctx, dev, pk.size, &d->buf) == S2_OK);
+    ck_assert(s2_memcpy_h2d(ctx, dev, d->buf, pk.data, pk.size) == S2_OK);
+    d->cls = d->buf + pk.class_of_head_off;
+    d->offs = d->buf + pk.offsets_off;
+    d->ent = d->buf + pk.entries_off;
+    *geom = sched->geom;
+    s2_packed_schedule_free(&pk);
+    s2_schedule_free(sched);
+}
+
+static void upload(s2_ctx *ctx, s2_device *dev, s2_devptr *d, const void *host, size_t bytes)
+{
+    ck_assert_msg(s2_mem_alloc(ctx, dev, bytes, d) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_msg(s2_memcpy_h2d(ctx, dev, *d, host, bytes) == S2_OK, "%s", s2_ctx_message(ctx));
+}
+
+static void run_case(int ci)
+{
+    const bwd_case *c = &cases[ci];
+    case_result *res = &results[ci];
+    const char *filter = getenv("S2C_BWD_CASES");
+    if (filter && !strstr(c->name, filter))
+        return;
+    /* the runtime loads cubins only (the manifest lives in the ELF) */
+    if (c->runtime && load_ptx)
+        return;
+    res->ran = true;
+    res->seed = base_seed + (uint64_t)ci * 7919u;
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    case_pattern(c->pattern, &a);
+    s2_pattern_set *set = NULL;
+    ck_assert_msg(s2_pattern_from_args(ctx, &a, &set) == S2_OK, "%s", s2_ctx_message(ctx));
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    const int B = c->batch, H = p->heads, HK = p->kv_heads, D = c->head_dim;
+    const int64_t SQ = c->q_len, SK = c->kv_len;
+
+    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = c->dt, .head_dim = D, .arch = dev_arch};
+    s2_artifact *art = NULL;
+    ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
+                  s2_ctx_message(ctx));
+    static const char *const kparts[3] = {"_pre", "_dq", "_dkdv"};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < art->num_kernels; j++) {
+            const char *n = art->kernels[j].name;
+            size_t l = strlen(n), m = strlen(kparts[i]);
+            if (l > m && !strcmp(n + l - m, kparts[i]))
+                res->regs[i] = art->kernels[j].registers;
+        }
+
+    /* inputs; o and lse from the CPU forward, o rounded to the dtype */
+    host_tensor q, k, v, o, dO, dq, dk, dv;
+    tensor_new(&q, c->dt, B, SQ, H, D, c->bhsd, 0);
+    tensor_new(&k, c->dt, B, SK, HK, D, c->bhsd, 0);
+    tensor_new(&v, c->dt, B, SK, HK, D, c->bhsd, 0);
+    tensor_new(&o, c->dt, B, SQ, H, D, c->bhsd, 0);
+    tensor_new(&dO, c->dt, B, SQ, H, D, !c->bhsd, 0);
+    tensor_new(&dq, c->dt, B, SQ, H, D, c->bhsd, 8);
+    tensor_new(&dk, c->dt, B, SK, HK, D, !c->bhsd, 8);
+    tensor_new(&dv, c->dt, B, SK, HK, D, c->bhsd, 8);
+    s2_tensor_fill_random(&q.t, q.ext, res->seed, -1.5, 1.5);
+    s2_tensor_fill_random(&k.t, k.ext, res->seed + 1, -1.5, 1.5);
+    s2_tensor_fill_random(&v.t, v.ext, res->seed + 2, -1.0, 1.0);
+    s2_tensor_fill_random(&dO.t, dO.ext, res->seed + 3, -1.0, 1.0);
+    size_t nlse = (size_t)B * H * SQ;
+    float *lse = malloc(nlse * 4), *dlse = malloc(nlse * 4);
+    ck_assert(lse && dlse);
+    for (size_t i = 0; i < nlse; i++)
+        dlse[i] = (float)(((res->seed + i * 2654435761u) % 2001) / 1000.0 - 1.0);
+    s2_ref_problem rp = {.batch = B, .heads = H, .kv_heads = HK, .head_dim = D, .q_len = SQ, .kv_len = SK,
+                         .causal = p->causal, .mask = ref_mask, .mask_user = p};
+    ck_assert_msg(s2_ref_forward(ctx, &rp, &q.t, &k.t, &v.t, &o.t, lse) == S2_OK, "%s", s2_ctx_message(ctx));
+    int64_t empty = 0;
+    for (size_t i = 0; i < nlse; i++)
+        empty += isinf(lse[i]) != 0;
+
+    /* reference gradients, float64 */
+    double *rq = malloc((size_t)B * SQ * H * D * 8), *rk = malloc((size_t)B * SK * HK * D * 8),
+           *rv = malloc((size_t)B * SK * HK * D * 8);
+    ck_assert(rq && rk && rv);
+    s2_tensor tq = s2_tensor_bshd(rq, S2_DTYPE_F64, SQ, H, D), tk = s2_tensor_bshd(rk, S2_DTYPE_F64, SK, HK, D),
+              tv = s2_tensor_bshd(rv, S2_DTYPE_F64, SK, HK, D);
+    ck_assert_msg(s2_ref_backward(ctx, &rp, &q.t, &k.t, &v.t, &o.t, &dO.t, lse, c->dlse ? dlse : NULL, &tq, &tk, &tv) ==
+                  S2_OK, "%s", s2_ctx_message(ctx));
+
+    s2_device *dev = NULL;
+    ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
+    host_tensor *ins[5] = {&q, &k, &v, &o, &dO};
+    for (int i = 0; i < 5; i++)
+        upload(ctx, dev, &ins[i]->dev, ins[i]->data, ins[i]->elems * 2);
+    s2_devptr d_lse, d_dlse, d_ws;
+    upload(ctx, dev, &d_lse, lse, nlse * 4);
+    upload(ctx, dev, &d_dlse, dlse, nlse * 4);
+    size_t ws_bytes = s2_attn_bwd_workspace_bytes(B, H, SQ);
+    ck_assert(s2_mem_alloc(ctx, dev, ws_bytes, &d_ws) == S2_OK);
+    host_tensor *outs[3] = {&dq, &dk, &dv};
+    for (int i = 0; i < 3; i++)
+        ck_assert(s2_mem_alloc(ctx, dev, outs[i]->elems * 2, &outs[i]->dev) == S2_OK);
+
+    s2_attn_module *amod = NULL;
+    s2_attn_kernel *ak = NULL;
+    s2_module *mod = NULL;
+    s2_kernel *fns[3] = {0};
+    dev_sched fs = {0}, ts = {0};
+    s2_tile_geom fg, tg;
+    s2_layout *lay = NULL;
+    if (c->runtime) {
+        ck_assert_msg(s2_attn_module_load(ctx, dev, art->cubin, art->cubin_size, &amod) == S2_OK, "%s",
+                      s2_ctx_message(ctx));
+        ck_assert(s2_attn_find(ctx, amod, p->name, c->dt, D, &ak) == S2_OK);
+    } else {
+        const void *image = load_ptx ? (const void *)art->ptx : (const void *)art->cubin;
+        size_t image_size = load_ptx ? art->ptx_len : art->cubin_size;
+        ck_assert_msg(s2_module_load_data(ctx, dev, image, image_size, &mod) == S2_OK, "%s", s2_ctx_message(ctx));
+        static const char *const parts[3] = {"_pre", "_dkdv", "_dq"};
+        for (int i = 0; i < 3; i++) {
+            char name[192];
+            snprintf(name, sizeof name, "%s%s", art->name, parts[i]);
+            ck_assert_msg(s2_kernel_get(ctx, mod, name, &fns[i]) == S2_OK, "%s", s2_ctx_message(ctx));
+        }
+        ck_assert_msg(s2_layout_new(ctx, p, SQ, SK, &lay) == S2_OK, "%s", s2_ctx_message(ctx));
+        upload_sched(ctx, dev, lay, (s2_tile_spec){art->spec.block_m, art->spec.block_n}, false, &fs, &fg);
+        upload_sched(ctx, dev, lay, (s2_tile_spec){art->spec.block_m, art->spec.block_m}, true, &ts, &tg);
+    }
+
+    uint16_t *first[3] = {0};
+    res->ok = true;
+    res->same = true;
+    for (int run = 0; run < 2; run++) {
+        for (int i = 0; i < 3; i++) {
+            poison(outs[i]);
+            ck_assert(s2_memcpy_h2d(ctx, dev, outs[i]->dev, outs[i]->data, outs[i]->elems * 2) == S2_OK);
+        }
+        if (c->runtime) {
+            s2_attn_bwd_args ba = {.batch = B, .q_len = SQ, .kv_len = SK, .heads = H, .kv_heads = HK,
+                                   .head_dim = D, .dtype = c->dt, .q = q.dev, .k = k.dev, .v = v.dev, .o = o.dev,
+                                   .d_o = dO.dev, .lse = d_lse, .d_lse = c->dlse ? d_dlse : 0, .dq = dq.dev,
+                                   .dk = dk.dev, .dv = dv.dev, .workspace = d_ws};
+            const host_tensor *ts8[8] = {&q, &k, &v, &o, &dO, &dq, &dk, &dv};
+            int64_t *dst8[8] = {ba.q_stride, ba.k_stride, ba.v_stride, ba.o_stride, ba.do_stride, ba.dq_stride,
+                                ba.dk_stride, ba.dv_stride};
+            for (int i = 0; i < 8; i++)
+                memcpy(dst8[i], ts8[i]->t.stride, 3 * sizeof(int64_t));
+            ck_assert_msg(s2_attn_backward(ctx, ak, NULL, &ba) == S2_OK, "%s", s2_ctx_message(ctx));
+        } else {
+            s2_devptr ptrs[12] = {q.dev, k.dev, v.dev, o.dev, dO.dev, d_lse, c->dlse ? d_dlse : 0, d_ws,
+                                  d_ws + ws_bytes / 2, dq.dev, dk.dev, dv.dev};
+            int64_t st[24];
+            const host_tensor *ts8[8] = {&q, &k, &v, &o, &dO, &dq, &dk, &dv};
+            for (int i = 0; i < 8; i++)
+                memcpy(st + 3 * i, ts8[i]->t.stride, 3 * sizeof(int64_t));
+            int32_t q_len = (int32_t)SQ, kv_len = (int32_t)SK;
+            float scale_log2 = (float)(1.0 / sqrt((double)D) * M_LOG2E);
+            int32_t first_q = (int32_t)fg.first_q_tile, q_tiles = (int32_t)fg.q_tiles, kv_tiles = (int32_t)tg.kv_tiles;
+            void *args[48];
+            for (int i = 0; i < 12; i++)
+                args[i] = &ptrs[i];
+            for (int i = 0; i < 24; i++)
+                args[12 + i] = &st[i];
+            void *tail[12] = {&q_len, &kv_len, &scale_log2, &fs.cls, &fs.offs, &fs.ent, &first_q, &q_tiles,
+                              &ts.cls, &ts.offs, &ts.ent, &kv_tiles};
+            memcpy(args + 36, tail, sizeof tail);
+            uint32_t T = (uint32_t)art->threads_per_block, rows = T / (uint32_t)(D / 8);
+            s2_launch_cfg cfg[3] = {
+                {.grid = {(uint32_t)((SQ + rows - 1) / rows), (uint32_t)H, (uint32_t)B}, .block = {T, 1, 1}},
+                {.grid = {(uint32_t)kv_tiles, (uint32_t)HK, (uint32_t)B}, .block = {T, 1, 1},
+                 .smem_bytes = (uint32_t)art->smem_bytes},
+                {.grid = {(uint32_t)q_tiles, (uint32_t)H, (uint32_t)B}, .block = {T, 1, 1},
+                 .smem_bytes = (uint32_t)art->smem_bytes},
+            };
+            for (int i = 0; i < 3; i++)
+                ck_assert_msg(s2_kernel_launch(ctx, fns[i], &cfg[i], args) == S2_OK, "%s", s2_ctx_message(ctx));
+        }
+        ck_assert_msg(s2_device_synchronize(ctx, dev) == S2_OK, "%s: %s", c->name, s2_ctx_message(ctx));
+        for (int i = 0; i < 3; i++)
+            ck_assert(s2_memcpy_d2h(ctx, dev, outs[i]->data, outs[i]->dev, outs[i]->elems * 2) == S2_OK);
+        if (run == 0) {
+            const s2_tensor *refs[3] = {&tq, &tk, &tv};
+            int64_t bad = 0;
+            for (int i = 0; i < 3; i++) {
+                res->err[i] = compare(outs[i], refs[i], i == 0 ? SQ : SK, &bad);
+                bad += padding_written(outs[i]);
+                first[i] = malloc(outs[i]->elems * 2);
+                ck_assert_ptr_nonnull(first[i]);
+                memcpy(first[i], outs[i]->data, outs[i]->elems * 2);
+            }
+            double tol = c->dt == S2_DTYPE_BF16 ? 2e-2 : 5e-3;
+            res->ok = bad == 0 && res->err[0] <= tol && res->err[1] <= tol && res->err[2] <= tol;
+            ck_assert_msg(bad == 0, "%s seed %llu: %lld NaN outputs or padding written", c->name,
+                          (unsigned long long)res->seed, (long long)bad);
+            ck_assert_msg(res->ok, "%s seed %llu: relative errors dq %.3g dk %.3g dv %.3g > %.g", c->name,
+                          (unsigned long long)res->seed, res->err[0], res->err[1], res->err[2], tol);
+            ck_assert_msg(c->pattern != 5 || empty > 0, "%s: no empty row", c->name);
+        } else {
+            for (int i = 0; i < 3; i++)
+                res->same = res->same && !memcmp(first[i], outs[i]->data, outs[i]->elems * 2);
+            ck_assert_msg(res->same, "%s seed %llu: second run differs bitwise", c->name, (unsigned long long)res->seed);
+        }
+    }
+
+    for (int i = 0; i < 3; i++) {
+        free(first[i]);
+        s2_mem_free(ctx, dev, outs[i]->dev);
+    }
+    for (int i = 0; i < 5; i++)
+        s2_mem_free(ctx, dev, ins[i]->dev);
+    s2_mem_free(ctx, dev, d_lse);
+    s2_mem_free(ctx, dev, d_dlse);
+    s2_mem_free(ctx, dev, d_ws);
+    s2_mem_free(ctx, dev, fs.buf);
+    s2_mem_free(ctx, dev, ts.buf);
+    for (int i = 0; i < 3; i++)
+        s2_kernel_free(fns[i]);
+    s2_module_free(mod);
+    s2_attn_module_free(amod);
+    s2_device_free(dev);
+    s2_layout_free(lay);
+    host_tensor *all[8] = {&q, &k, &v, &o, &dO, &dq, &dk, &dv};
+    for (int i = 0; i < 8; i++)
+        free(all[i]->data);
+    free(rq);
+    free(rk);
+    free(rv);
+    free(lse);
+    free(dlse);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+
+START_TEST(bwd_matches_reference)
+{
+    run_case(_i);
+}
+END_TEST
+
+static void print_summary(void)
+{
+    printf("\n%-36s %-5s %4s %4s %4s %9s %9s %9s %5s %s\n", "case", "dtype", "pre", "dq", "dkdv", "dq_err", "dk_err",
+           "dv_err", "bitw", "result");
+    for (int i = 0; i < NUM_CASES; i++) {
+        const case_result *r = &results[i];
+        if (!r->ran)
+            continue;
+        printf("%-36s %-5s %4d %4d %4d %9.2e %9.2e %9.2e %5s %s\n", cases[i].name, s2_dtype_name(cases[i].dt),
+               r->regs[0], r->regs[1], r->regs[2], r->err[0], r->err[1], r->err[2], r->same ? "same" : "DIFF",
+               r->ok && r->same ? "PASS" : "FAIL");
+    }
+}
+
+int main(void)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    int count = 0;
+    s2_status st = s2_device_count(ctx, &count);
+    if (st == S2_ERR_NO_DRIVER || st == S2_ERR_NO_DEVICE || count == 0) {
+        printf("no CUDA driver or device (%s): skipped\n", s2_ctx_message(ctx));
+        s2_ctx_free(ctx);
+        return 77;
+    }
+    s2_device *dev = NULL;
+    if (s2_device_open(ctx, 0, &dev) != S2_OK) {
+        printf("device 0: %s\n", s2_ctx_message(ctx));
+        return 1;
+    }
+    const s2_device_info *info = s2_device_get_info(dev);
+    if (s2_arch_for_device(info->cc_major, info->cc_minor, &dev_arch) != S2_OK) {
+        printf("compute capability %d.%d is not supported: skipped\n", info->cc_major, info->cc_minor);
+        return 77;
+    }
+    const char *arch_env = getenv("S2C_FWD_ARCH");
+    s2_arch own = dev_arch;
+    if (arch_env && s2_arch_parse(arch_env, &dev_arch) != S2_OK) {
+        printf("S2C_FWD_ARCH=%s is not an arch\n", arch_env);
+        return 1;
+    }
+    load_ptx = dev_arch != own;
+    printf("device %s (cc %d.%d), compiling for %s%s\n", info->name, info->cc_major, info->cc_minor,
+           s2_arch_name(dev_arch), load_ptx ? " (PTX, JIT-compiled by the driver)" : "");
+    s2_device_free(dev);
+    s2_ctx_free(ctx);
+    const char *seed_env = getenv("S2C_SEED");
+    base_seed = seed_env ? strtoull(seed_env, NULL, 10) : (uint64_t)time(NULL);
+    printf("seed %llu (S2C_SEED to repeat)\n", (unsigned long long)base_seed);
+
+    Suite *s = suite_create("attn_bwd_gpu");
+    TCase *tc = tcase_create("bwd");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, bwd_matches_reference, 0, NUM_CASES);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    print_summary();
+    return failed ? 1 : 0;
+}

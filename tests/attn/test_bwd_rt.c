@@ -1,0 +1,191 @@
+/* s2_attn_backward without a GPU: a real backward cubin on the fake libcuda
+ * of tests/runtime.  A good call launches NAME_pre, NAME_dkdv, NAME_dq in
+ * that order (grid of the last = query tiles, the module's shared memory)
+ * and caches both schedules; each bad argument gets its status and launches
+ * nothing; forward and backward kernels refuse each other's entry point.
+ * Usage: test_bwd_rt FAKE_LIB */
+#include "patterns.h"
+#include "../runtime/fake_cuda.h"
+#include "s2c/attn_runtime.h"
+#include "s2c/codegen.h"
+
+#include <check.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *fake_path;
+static fake_cuda_set_fn fake_set;
+static fake_cuda_get_fn fake_get;
+static s2_artifact *art;
+static s2_pattern_set *set;
+
+enum { B = 2, SQ = 256, SK = 320, H = 32, HK = 8, D = 64 };
+
+typedef struct fixture {
+    s2_ctx *ctx;
+    s2_device *dev;
+    s2_attn_module *mod;
+    s2_attn_kernel *k;
+    s2_devptr t[8], lse, dlse, ws;
+    s2_attn_bwd_args a;
+} fixture;
+
+static void fixture_init(fixture *f)
+{
+    memset(f, 0, sizeof *f);
+    ck_assert_int_eq(setenv("S2C_LIBCUDA", fake_path, 1), 0);
+    void *h = dlopen(fake_path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(h != NULL, "dlopen %s: %s", fake_path, dlerror());
+    fake_set = (fake_cuda_set_fn)dlsym(h, "fake_cuda_set");
+    fake_get = (fake_cuda_get_fn)dlsym(h, "fake_cuda_get");
+    ck_assert(fake_set && fake_get);
+    f->ctx = s2_ctx_new();
+    ck_assert_msg(s2_device_open(f->ctx, 0, &f->dev) == S2_OK, "%s", s2_ctx_message(f->ctx));
+    ck_assert_msg(s2_attn_module_load(f->ctx, f->dev, art->cubin, art->cubin_size, &f->mod) == S2_OK, "%s",
+                  s2_ctx_message(f->ctx));
+    f->k = s2_attn_module_kernel_at(f->mod, 0);
+    ck_assert_int_eq(s2_attn_kernel_desc(f->k)->spec.kind, S2_KERNEL_BWD);
+    for (int i = 0; i < 8; i++) {
+        bool kv = i == 1 || i == 2 || i == 6 || i == 7;
+        ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, (size_t)B * (kv ? SK * HK : SQ * H) * D * 2, &f->t[i]), S2_OK);
+    }
+    ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, (size_t)B * H * SQ * 4, &f->lse), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, (size_t)B * H * SQ * 4, &f->dlse), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, s2_attn_bwd_workspace_bytes(B, H, SQ), &f->ws), S2_OK);
+    f->a = (s2_attn_bwd_args){.batch = B, .q_len = SQ, .kv_len = SK, .heads = H, .kv_heads = HK, .head_dim = D,
+                              .dtype = S2_DTYPE_BF16, .q = f->t[0], .k = f->t[1], .v = f->t[2], .o = f->t[3],
+                              .d_o = f->t[4], .dq = f->t[5], .dk = f->t[6], .dv = f->t[7], .lse = f->lse,
+                              .d_lse = f->dlse, .workspace = f->ws};
+    s2_attn_bwd_args_bshd(&f->a);
+}
+
+static void fixture_free(fixture *f)
+{
+    for (int i = 0; i < 8; i++)
+        s2_mem_free(f->ctx, f->dev, f->t[i]);
+    s2_mem_free(f->ctx, f->dev, f->lse);
+    s2_mem_free(f->ctx, f->dev, f->dlse);
+    s2_mem_free(f->ctx, f->dev, f->ws);
+    s2_attn_module_free(f->mod);
+    ck_assert_int_eq(fake_get("allocs_live"), 0);
+    s2_device_free(f->dev);
+    s2_ctx_free(f->ctx);
+}
+
+START_TEST(backward_launches_three_kernels)
+{
+    fixture f;
+    fixture_init(&f);
+    long long before = fake_get("launches");
+    ck_assert_msg(s2_attn_backward(f.ctx, f.k, NULL, &f.a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    ck_assert_int_eq(fake_get("launches") - before, 3);
+    /* the last launch is NAME_dq: one CTA per query tile of 64 rows */
+    ck_assert_int_eq(fake_get("last_grid_x"), (SQ + 63) / 64);
+    ck_assert_int_eq(fake_get("last_block_x"), art->threads_per_block);
+    ck_assert_int_eq(fake_get("last_smem"), art->smem_bytes);
+    /* d_lse is optional; the second call hits the schedule cache */
+    f.a.d_lse = 0;
+    ck_assert_msg(s2_attn_backward(f.ctx, f.k, NULL, &f.a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    s2_attn_sched_stats ss;
+    s2_attn_kernel_sched_stats(f.k, &ss);
+    ck_assert_int_eq(ss.misses, 1);
+    ck_assert_int_eq(ss.hits, 1);
+    /* a backward kernel is not a forward one */
+    s2_attn_fwd_args fa = {.batch = B, .q_len = SQ, .kv_len = SK, .heads = H, .kv_heads = HK, .head_dim = D,
+                           .dtype = S2_DTYPE_BF16, .q = f.t[0], .k = f.t[1], .v = f.t[2], .o = f.t[3]};
+    s2_attn_fwd_args_bshd(&fa);
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &fa), S2_ERR_INVALID);
+    ck_assert_int_eq(fake_get("launches") - before, 6);
+    fixture_free(&f);
+}
+END_TEST
+
+typedef struct bad_case {
+    const char *what;
+    s2_status want;
+    const char *msg;
+} bad_case;
+
+static const bad_case bad_cases[] = {
+    {"dq null", S2_ERR_NULL_ARG, "dq is a null pointer"},
+    {"lse null", S2_ERR_NULL_ARG, "lse is a null pointer"},
+    {"workspace null", S2_ERR_NULL_ARG, "workspace is a null pointer"},
+    {"dk misaligned", S2_ERR_ALIGNMENT, "dk: 0x"},
+    {"d_lse misaligned", S2_ERR_ALIGNMENT, "d_lse"},
+    {"dtype", S2_ERR_DTYPE, "dtype f16"},
+    {"kv heads", S2_ERR_HEADS, "4 kv heads"},
+    {"q_len > kv_len", S2_ERR_SHAPE, "q_len 256 > kv_len 128"},
+    {"dv rows overlap", S2_ERR_STRIDE, "dv: head stride 64 makes rows overlap"},
+    {"do stride", S2_ERR_ALIGNMENT, "d_o: seq stride"},
+    {"workspace too small", S2_ERR_INVALID, "workspace"},
+};
+enum { NUM_BAD = sizeof bad_cases / sizeof bad_cases[0] };
+
+START_TEST(every_bad_argument_has_its_status)
+{
+    fixture f;
+    fixture_init(&f);
+    s2_attn_bwd_args a = f.a;
+    s2_devptr extra = 0;
+    switch (_i) {
+    case 0: a.dq = 0; break;
+    case 1: a.lse = 0; break;
+    case 2: a.workspace = 0; break;
+    case 3: a.dk += 8; break;
+    case 4: a.d_lse += 2; break;
+    case 5: a.dtype = S2_DTYPE_F16; break;
+    case 6: a.kv_heads = 4; break;
+    case 7: a.kv_len = 128; break;
+    case 8: a.dv_stride[1] = D; break;
+    case 9: a.do_stride[1] = H * D + 4; break;
+    case 10:
+        ck_assert_int_eq(s2_mem_alloc(f.ctx, f.dev, s2_attn_bwd_workspace_bytes(B, H, SQ) - 16, &extra), S2_OK);
+        a.workspace = extra;
+        break;
+    }
+    long long before = fake_get("launches");
+    s2_status st = s2_attn_backward(f.ctx, f.k, NULL, &a);
+    ck_assert_msg(st == bad_cases[_i].want, "%s: got %s (%s)", bad_cases[_i].what, s2_status_name(st),
+                  s2_ctx_message(f.ctx));
+    ck_assert_msg(strstr(s2_ctx_message(f.ctx), bad_cases[_i].msg), "%s: message \"%s\" lacks \"%s\"",
+                  bad_cases[_i].what, s2_ctx_message(f.ctx), bad_cases[_i].msg);
+    ck_assert_int_eq(fake_get("launches"), before);
+    s2_mem_free(f.ctx, f.dev, extra);
+    fixture_free(&f);
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: test_bwd_rt FAKE_LIB\n");
+        return 2;
+    }
+    fake_path = argv[1];
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(3, &a);
+    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = D, .arch = S2_ARCH_SM90A};
+    if (s2_pattern_from_args(ctx, &a, &set) != S2_OK ||
+        s2_compile_attention(ctx, s2_pattern_set_get(set, 0), &spec, S2_CUBIN_AUTO, &art) != S2_OK) {
+        printf("cannot build the backward cubin (%s): skipped\n", s2_ctx_message(ctx));
+        s2_ctx_free(ctx);
+        return 77;
+    }
+    s2_ctx_free(ctx);
+    Suite *s = suite_create("attn_bwd_rt");
+    TCase *tc = tcase_create("bwd_rt");
+    tcase_set_timeout(tc, 60);
+    tcase_add_test(tc, backward_launches_three_kernels);
+    tcase_add_loop_test(tc, every_bad_argument_has_its_status, 0, NUM_BAD);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    return failed ? 1 : 0;
+}
