@@ -13,6 +13,51 @@ static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (
  * sm_90: 227 KB). */
 static int smem_limit(int arch) { return arch == S2_ARCH_SM80 ? 163 * 1024 : 227 * 1024; }
 
+/* sm_90a, head dim 64 or 128 and tunables the wgmma template takes: that
+ * template (templates/fwd_sm90.c); anything else keeps the sm_80 one. */
+bool s2_fwd_spec_wants_tma(const s2_kernel_spec *s)
+{
+    if (s->arch != S2_ARCH_SM90A || (s->head_dim != 64 && s->head_dim != 128))
+        return false;
+    if (s->block_m != 0 && s->block_m != 64 && s->block_m != 128)
+        return false;
+    if (s->num_warps != 0 && s->num_warps != 8 && s->num_warps != 12)
+        return false;
+    if (s->block_m != 0 && s->num_warps != 0 && s->num_warps != 4 * (s->block_m / 64 + 1))
+        return false;
+    if (s->num_stages == 1)
+        return false;
+    return s->block_n == 0 || pow2_in(s->block_n, 16, 128);
+}
+
+/* Warp-specialised tiling: a producer warpgroup plus block_m / 64 consumer
+ * warpgroups (num_warps = 4 * (1 + block_m / 64)); default 128 x 64, 2 stages
+ * (FA3's causal d128 tile is 128 x 128; 64 keys = one block of the stock
+ * patterns). */
+static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
+{
+    if (spec->block_m == 0)
+        spec->block_m = spec->num_warps ? 64 * (spec->num_warps / 4 - 1) : 128;
+    spec->num_warps = 4 * (spec->block_m / 64 + 1);
+    if (spec->block_n == 0)
+        spec->block_n = 64;
+    if (spec->num_stages == 0)
+        spec->num_stages = 2;
+    if (spec->num_stages < 2 || spec->num_stages > 4)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: num_stages %d (2..4 for sm_90a)", spec->num_stages);
+    int bs = p->block_size;
+    int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);
+    int sub_n = spec->block_n / (bs < spec->block_n ? bs : spec->block_n);
+    if (sub_m * sub_n > 64)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: tile %d x %d holds %d sub-blocks of block %d (at most 64)",
+                       spec->block_m, spec->block_n, sub_m * sub_n, bs);
+    int smem = s2_fwd_sm90_smem_bytes(p, spec);
+    if (smem > smem_limit(spec->arch))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: %d bytes of shared memory exceed sm_90a's %d", smem,
+                       smem_limit(spec->arch));
+    return S2_OK;
+}
+
 s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
 {
     if (!spec || !p || !p->rules || p->heads < 1 || p->kv_heads < 1)
@@ -27,6 +72,9 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: head_dim %d (32, 64, 96 or 128)", spec->head_dim);
     if (!s2_arch_cpu((s2_arch)spec->arch))
         return s2_fail(ctx, S2_ERR_INVALID, "spec: invalid arch %d", spec->arch);
+
+    if (s2_fwd_spec_wants_tma(spec))
+        return resolve_tma(ctx, spec, p);
 
     /* FA2 tiling: each warp owns one 16-row slab, so block_m = 16 * num_warps */
     if (spec->num_warps == 0)
@@ -96,12 +144,14 @@ s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_
     if (!art)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
     art->spec = spec;
+    bool tma = s2_fwd_spec_wants_tma(&spec);
     art->threads_per_block = spec.num_warps * 32;
     art->rows_per_block = spec.block_m;
-    art->smem_bytes = s2_fwd_smem_bytes(pattern, &spec);
+    art->smem_bytes = tma ? s2_fwd_sm90_smem_bytes(pattern, &spec) : s2_fwd_smem_bytes(pattern, &spec);
 
     s2_manifest_kernel mk = {.name = name, .pattern = pattern->name ? pattern->name : "", .spec = spec,
-                             .threads = art->threads_per_block, .smem_bytes = art->smem_bytes};
+                             .threads = art->threads_per_block, .smem_bytes = art->smem_bytes,
+                             .abi = tma ? S2_FWD_ABI_TMA : S2_FWD_ABI_PTRS};
     char *manifest = NULL;
     st = s2_manifest_format(ctx, spec.arch, &mk, 1, &pattern, 1, &manifest);
     s2_cg cg;
@@ -109,7 +159,7 @@ s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_
     if (st == S2_OK)
         st = s2_cg_init(ctx, &cg, &target, name);
     if (st == S2_OK)
-        st = s2_fwd_build(ctx, &cg, pattern, &spec, name);
+        st = tma ? s2_fwd_sm90_build(ctx, &cg, pattern, &spec, name) : s2_fwd_build(ctx, &cg, pattern, &spec, name);
     if (st == S2_OK)
         st = s2_cg_add_manifest(ctx, &cg, manifest);
     if (st == S2_OK)
