@@ -375,7 +375,7 @@ static s2_status launch(s2_ctx *ctx, const config_data *cd, const variant *v, co
 }
 
 /* Tensor maps of every input set, built once (not inside the timed region). */
-static s2_status variant_maps(s2_ctx *ctx, const config_data *cd, variant *v)
+static s2_status variant_maps(s2_ctx *ctx, const s2_device *dev, const config_data *cd, variant *v)
 {
     const bench_config *c = cd->cfg;
     for (int i = 0; v->tma && i < cd->nsets; i++) {
@@ -387,7 +387,7 @@ static s2_status variant_maps(s2_ctx *ctx, const config_data *cd, variant *v)
         int64_t st3[3] = {S * H * D, H * D, D};
         for (int j = 0; j < 3; j++)
             a.q_stride[j] = a.k_stride[j] = a.v_stride[j] = a.o_stride[j] = st3[j];
-        s2_status st = s2_attn_fwd_tensor_maps(ctx, &v->spec, &a, v->maps[i]);
+        s2_status st = s2_attn_fwd_tensor_maps(ctx, dev, &v->spec, &a, v->maps[i]);
         if (st != S2_OK)
             return st;
     }
@@ -702,7 +702,7 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
     double med = 0, mn = 0;
     st = sched_upload(ctx, dev, cd, &v.spec, &sd);
     if (st == S2_OK)
-        st = variant_maps(ctx, cd, &v);
+        st = variant_maps(ctx, dev, cd, &v);
     if (st == S2_OK)
         st = check_variant(ctx, dev, cd, &v, &sd, o->rows, 0x5eed + (uint64_t)c->seq, &cr);
     if (st == S2_OK && cr.ok)

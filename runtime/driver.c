@@ -192,11 +192,12 @@ s2_status s2_device_count(s2_ctx *ctx, int *count)
     return S2_OK;
 }
 
-s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, s2_tensor_map *map, s2_dtype dtype, int rank, s2_devptr addr,
+s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *map, s2_dtype dtype, int rank,
+                                     s2_devptr addr,
                                      const uint64_t *dims, const uint64_t *strides, const uint32_t *box,
                                      int swizzle_bytes)
 {
-    if (!map || !dims || (rank > 1 && !strides) || !box)
+    if (!dev || !map || !dims || (rank > 1 && !strides) || !box)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_tensor_map_encode_tiled: null argument");
     if (rank < 1 || rank > 5)
         return s2_fail(ctx, S2_ERR_INVALID, "tensor map: rank %d (1..5)", rank);
@@ -231,9 +232,13 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, s2_tensor_map *map, s2_dtype d
             gs[i] = strides[i];
     }
     memset(map, 0, sizeof *map);
+    /* the driver wants a current context, though the map belongs to none */
+    if ((st = s2_ctx_enter(ctx, dev)) != S2_OK)
+        return st;
     CUresult r = d->TensorMapEncodeTiled((CUtensorMap *)map, ty, (cuuint32_t)rank, (void *)(uintptr_t)addr, gd, gs, bx,
                                          es, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    s2_ctx_leave(dev);
     if (r != CUDA_SUCCESS)
         return s2_cu_fail_as(ctx, S2_ERR_INVALID, d, r, "cuTensorMapEncodeTiled (rank %d, address 0x%llx)", rank,
                              (unsigned long long)addr);

@@ -118,9 +118,11 @@ typedef struct s2_tensor_map {
  * 1..rank-1 (multiples of 16); box[rank] elements per dim (box[0] times the
  * element size at most swizzle_bytes when swizzling); element strides 1,
  * L2 promotion 256 B, out-of-bounds elements read as zero.  swizzle_bytes:
- * 0, 32, 64 or 128.  S2_ERR_INVALID with the driver's reason when it refuses,
+ * 0, 32, 64 or 128.  dev's context is made current for the call (the driver
+ * wants one).  S2_ERR_INVALID with the driver's reason when it refuses,
  * S2_ERR_UNSUPPORTED when the driver has no tensor maps. */
-s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, s2_tensor_map *map, s2_dtype dtype, int rank, s2_devptr addr,
+s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *map, s2_dtype dtype, int rank,
+                                     s2_devptr addr,
                                      const uint64_t *dims, const uint64_t *strides, const uint32_t *box,
                                      int swizzle_bytes);
 

@@ -263,7 +263,7 @@ static void run_case(int run)
         memcpy(fa.k_stride, ks, sizeof ks);
         memcpy(fa.v_stride, vs, sizeof vs);
         memcpy(fa.o_stride, os, sizeof os);
-        ck_assert_msg(s2_attn_fwd_tensor_maps(ctx, &art->spec, &fa, maps) == S2_OK, "%s", s2_ctx_message(ctx));
+        ck_assert_msg(s2_attn_fwd_tensor_maps(ctx, dev, &art->spec, &fa, maps) == S2_OK, "%s", s2_ctx_message(ctx));
     }
     void *args[] = {&dq, &dk, &dv, &o.dev, &d_lse,
                     &qs[0], &qs[1], &qs[2], &ks[0], &ks[1], &ks[2], &vs[0], &vs[1], &vs[2], &os[0], &os[1], &os[2],
