@@ -31,18 +31,21 @@ bool s2_fwd_spec_wants_tma(const s2_kernel_spec *s)
 }
 
 /* Warp-specialised tiling: a producer warpgroup plus block_m / 64 consumer
- * warpgroups (num_warps = 4 * (1 + block_m / 64)); default 128 x 64, 2 stages
- * (FA3's causal d128 tile is 128 x 128; 64 keys = one block of the stock
- * patterns). */
+ * warpgroups (num_warps = 4 * (1 + block_m / 64)).  Default 64 x 64 with 3
+ * stages: measured on an H200, d128, block 64 (bench/RESULTS.md) 64 x 64 st3
+ * 0.436 ms < st2 0.481 < 128 x 64 st3 0.509 < st2 0.601; block_n 128 was
+ * slower everywhere (a 128-key tile over 64-key pattern blocks computes
+ * dead halves). */
 static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
 {
     if (spec->block_m == 0)
-        spec->block_m = spec->num_warps ? 64 * (spec->num_warps / 4 - 1) : 128;
+        spec->block_m = spec->num_warps ? 64 * (spec->num_warps / 4 - 1) : 64;
     spec->num_warps = 4 * (spec->block_m / 64 + 1);
+    /* block-16 patterns (Merge-Q): 64 x 32 st3 0.761 ms < 64 x 16 0.834 < 64 x 64 0.842 */
     if (spec->block_n == 0)
-        spec->block_n = 64;
+        spec->block_n = p->block_size <= 16 ? 32 : 64;
     if (spec->num_stages == 0)
-        spec->num_stages = 2;
+        spec->num_stages = 3;
     if (spec->num_stages < 2 || spec->num_stages > 4)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: num_stages %d (2..4 for sm_90a)", spec->num_stages);
     int bs = p->block_size;

@@ -193,10 +193,14 @@ START_TEST(spec_heuristic_and_limits)
     ck_assert_int_eq(s2_pattern_from_args(ctx, &a64, &set64), S2_OK);
     s2_kernel_spec s64 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s64, s2_pattern_set_get(set64, 0)), S2_OK);
-    /* sm_90a: the wgmma template, producer + 2 consumer warpgroups */
-    ck_assert_int_eq(s64.block_m, 128);
+    /* sm_90a: the wgmma template, producer + 1 consumer warpgroup, 3 stages */
+    ck_assert_int_eq(s64.block_m, 64);
     ck_assert_int_eq(s64.block_n, 64);
-    ck_assert_int_eq(s64.num_warps, 12);
+    ck_assert_int_eq(s64.num_warps, 8);
+    ck_assert_int_eq(s64.num_stages, 3);
+    s2_kernel_spec s128 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 128, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s128, s2_pattern_set_get(set64, 0)), S2_OK);
+    ck_assert_int_eq(s128.num_warps, 12);
     /* sm_90a with a shape that template does not take (block_m 32, head dim 96,
      * one stage) keeps the mma.sync template's rule */
     s2_kernel_spec s32 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 32, .arch = S2_ARCH_SM90A};
