@@ -22,6 +22,7 @@
  * L is a comma list; every combination is run (invalid ones are reported
  * and skipped).  --dump-dir writes each variant's PTX and cubin there. */
 #include "s2c/attention.h"
+#include "s2c/attn_runtime.h"
 #include "s2c/cache.h"
 #include "s2c/codegen.h"
 #include "s2c/layout.h"
@@ -172,6 +173,8 @@ typedef struct variant {
     double cold_ms, warm_ms;
     int regs, spill_st, spill_ld, stack;
     char kname[128];
+    bool tma;                  /* S2_FWD_ABI_TMA: tensor maps per input set */
+    s2_tensor_map maps[8][3];
 } variant;
 
 static void variant_free(variant *v)
@@ -293,6 +296,7 @@ static s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd,
         snprintf(v->kname, sizeof v->kname, "%s", k->name);
         v->threads = k->threads;
         v->smem = k->smem_bytes;
+        v->tma = k->abi == S2_FWD_ABI_TMA;
         st = s2_kernel_get(ctx, v->mod, v->kname, &v->kern);
     }
     s2_manifest_free(man);
@@ -360,12 +364,34 @@ static s2_status launch(s2_ctx *ctx, const config_data *cd, const variant *v, co
     s2_devptr cls = sd->cls, offs = sd->offs, ents = sd->ents;
     int32_t first = sd->first, q_tiles = sd->q_tiles;
     int64_t a0 = st3[0], a1 = st3[1], a2 = st3[2];
+    int si = (int)(in - cd->sets);
+    s2_tensor_map *m = (s2_tensor_map *)v->maps[si];
     void *args[] = {&q, &k, &vv, &o, &lse, &a0, &a1, &a2, &a0, &a1, &a2, &a0, &a1, &a2, &a0, &a1, &a2,
-                    &q_len, &kv_len, &scale_log2, &cls, &offs, &ents, &first, &q_tiles};
+                    &q_len, &kv_len, &scale_log2, &cls, &offs, &ents, &first, &q_tiles, &m[0], &m[1], &m[2]};
     s2_launch_cfg cfg = {.grid = {(uint32_t)q_tiles, (uint32_t)c->heads, (uint32_t)c->batch},
                          .block = {(uint32_t)v->threads, 1, 1},
                          .smem_bytes = (uint32_t)v->smem};
     return s2_kernel_launch(ctx, v->kern, &cfg, args);
+}
+
+/* Tensor maps of every input set, built once (not inside the timed region). */
+static s2_status variant_maps(s2_ctx *ctx, const s2_device *dev, const config_data *cd, variant *v)
+{
+    const bench_config *c = cd->cfg;
+    for (int i = 0; v->tma && i < cd->nsets; i++) {
+        const input_set *in = &cd->sets[i];
+        int64_t H = c->heads, S = c->seq, D = HEAD_DIM;
+        s2_attn_fwd_args a = {.batch = c->batch, .q_len = S, .kv_len = S, .heads = c->heads, .kv_heads = c->heads,
+                              .head_dim = HEAD_DIM, .dtype = S2_DTYPE_BF16, .q = in->q, .k = in->k, .v = in->v,
+                              .o = in->o, .lse = in->lse};
+        int64_t st3[3] = {S * H * D, H * D, D};
+        for (int j = 0; j < 3; j++)
+            a.q_stride[j] = a.k_stride[j] = a.v_stride[j] = a.o_stride[j] = st3[j];
+        s2_status st = s2_attn_fwd_tensor_maps(ctx, dev, &v->spec, &a, v->maps[i]);
+        if (st != S2_OK)
+            return st;
+    }
+    return S2_OK;
 }
 
 /* ---- the check ------------------------------------------------------------------
@@ -675,6 +701,8 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
     check_result cr;
     double med = 0, mn = 0;
     st = sched_upload(ctx, dev, cd, &v.spec, &sd);
+    if (st == S2_OK)
+        st = variant_maps(ctx, dev, cd, &v);
     if (st == S2_OK)
         st = check_variant(ctx, dev, cd, &v, &sd, o->rows, 0x5eed + (uint64_t)c->seq, &cr);
     if (st == S2_OK && cr.ok)

@@ -19,8 +19,8 @@ for c in /tmp/cubins/*.cubin; do
     [ -f "$c" ] || continue
     s=/tmp/cubins/$(basename "$c" .cubin).sass
     cuobjdump -sass "$c" > "$s" 2>/dev/null
-    printf '%-40s HMMA %4d LDSM %4d LDGSTS %4d LDL %3d STL %3d MUFU.EX2 %4d BAR %3d SHFL %4d FSEL %4d\n' \
-        "$(basename "$c" .cubin)" "$(grep -c 'HMMA' "$s")" "$(grep -c 'LDSM' "$s")" "$(grep -c 'LDGSTS' "$s")" \
+    printf '%-40s HGMMA %4d HMMA %4d LDSM %4d LDGSTS %4d LDL %3d STL %3d MUFU.EX2 %4d BAR %3d SHFL %4d FSEL %4d\n' \
+        "$(basename "$c" .cubin)" "$(grep -c "HGMMA" "$s")" "$(grep -c "HMMA" "$s")" "$(grep -c 'LDSM' "$s")" "$(grep -c 'LDGSTS' "$s")" \
         "$(grep -c 'LDL' "$s")" "$(grep -c 'STL' "$s")" "$(grep -c 'MUFU.EX2' "$s")" "$(grep -c 'BAR' "$s")" \
         "$(grep -c 'SHFL' "$s")" "$(grep -c 'FSEL' "$s")" | tee -a "$out/sass_summary.txt"
 done

@@ -13,6 +13,54 @@ static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (
  * sm_90: 227 KB). */
 static int smem_limit(int arch) { return arch == S2_ARCH_SM80 ? 163 * 1024 : 227 * 1024; }
 
+/* sm_90a, head dim 64 or 128 and tunables the wgmma template takes: that
+ * template (templates/fwd_sm90.c); anything else keeps the sm_80 one. */
+bool s2_fwd_spec_wants_tma(const s2_kernel_spec *s)
+{
+    if (s->kind != S2_KERNEL_FWD || s->arch != S2_ARCH_SM90A || (s->head_dim != 64 && s->head_dim != 128))
+        return false;
+    if (s->block_m != 0 && s->block_m != 64 && s->block_m != 128)
+        return false;
+    if (s->num_warps != 0 && s->num_warps != 8 && s->num_warps != 12)
+        return false;
+    if (s->block_m != 0 && s->num_warps != 0 && s->num_warps != 4 * (s->block_m / 64 + 1))
+        return false;
+    if (s->num_stages == 1)
+        return false;
+    return s->block_n == 0 || pow2_in(s->block_n, 16, 128);
+}
+
+/* Warp-specialised tiling: a producer warpgroup plus block_m / 64 consumer
+ * warpgroups (num_warps = 4 * (1 + block_m / 64)).  Default 64 x 64 with 3
+ * stages: measured on an H200, d128, block 64 (bench/RESULTS.md) 64 x 64 st3
+ * 0.436 ms < st2 0.481 < 128 x 64 st3 0.509 < st2 0.601; block_n 128 was
+ * slower everywhere (a 128-key tile over 64-key pattern blocks computes
+ * dead halves). */
+static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
+{
+    if (spec->block_m == 0)
+        spec->block_m = spec->num_warps ? 64 * (spec->num_warps / 4 - 1) : 64;
+    spec->num_warps = 4 * (spec->block_m / 64 + 1);
+    /* block-16 patterns (Merge-Q): 64 x 32 st3 0.761 ms < 64 x 16 0.834 < 64 x 64 0.842 */
+    if (spec->block_n == 0)
+        spec->block_n = p->block_size <= 16 ? 32 : 64;
+    if (spec->num_stages == 0)
+        spec->num_stages = 3;
+    if (spec->num_stages < 2 || spec->num_stages > 4)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: num_stages %d (2..4 for sm_90a)", spec->num_stages);
+    int bs = p->block_size;
+    int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);
+    int sub_n = spec->block_n / (bs < spec->block_n ? bs : spec->block_n);
+    if (sub_m * sub_n > 64)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: tile %d x %d holds %d sub-blocks of block %d (at most 64)",
+                       spec->block_m, spec->block_n, sub_m * sub_n, bs);
+    int smem = s2_fwd_sm90_smem_bytes(p, spec);
+    if (smem > smem_limit(spec->arch))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: %d bytes of shared memory exceed sm_90a's %d", smem,
+                       smem_limit(spec->arch));
+    return S2_OK;
+}
+
 s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
 {
     if (!spec || !p || !p->rules || p->heads < 1 || p->kv_heads < 1)
@@ -30,6 +78,9 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the backward takes head_dim 32, 64 or 128 and blocks of 16+ tokens");
     if (!s2_arch_cpu((s2_arch)spec->arch))
         return s2_fail(ctx, S2_ERR_INVALID, "spec: invalid arch %d", spec->arch);
+
+    if (s2_fwd_spec_wants_tma(spec))
+        return resolve_tma(ctx, spec, p);
 
     /* FA2 tiling: each warp owns one 16-row slab, so block_m = 16 * num_warps */
     if (spec->num_warps == 0)
@@ -109,11 +160,12 @@ static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int
             if (strcmp(ks[i].name, ks[j].name) == 0)
                 return s2_fail(ctx, S2_ERR_INVALID, "patterns '%s' and '%s' both give kernel %s", patterns[j]->name,
                                patterns[i]->name, ks[i].name);
+        int smem = ks[i].spec.kind == S2_KERNEL_BWD ? s2_bwd_smem_bytes(patterns[i], &ks[i].spec)
+                   : s2_fwd_spec_wants_tma(&ks[i].spec)       ? s2_fwd_sm90_smem_bytes(patterns[i], &ks[i].spec)
+                                                   : s2_fwd_smem_bytes(patterns[i], &ks[i].spec);
         mk[i] = (s2_manifest_kernel){.name = ks[i].name, .pattern = patterns[i]->name ? patterns[i]->name : "",
-                                     .spec = ks[i].spec, .threads = ks[i].spec.num_warps * 32,
-                                     .smem_bytes = ks[i].spec.kind == S2_KERNEL_BWD
-                                                       ? s2_bwd_smem_bytes(patterns[i], &ks[i].spec)
-                                                       : s2_fwd_smem_bytes(patterns[i], &ks[i].spec)};
+                                     .spec = ks[i].spec, .threads = ks[i].spec.num_warps * 32, .smem_bytes = smem,
+                                     .abi = s2_fwd_spec_wants_tma(&ks[i].spec) ? S2_FWD_ABI_TMA : S2_FWD_ABI_PTRS};
     }
     return S2_OK;
 }
@@ -151,6 +203,7 @@ s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s
         st = s2_cg_init(ctx, &cg, &target, art->name);
     for (int i = 0; i < n && st == S2_OK; i++)
         st = ks[i].spec.kind == S2_KERNEL_BWD ? s2_bwd_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name)
+             : s2_fwd_spec_wants_tma(&ks[i].spec)        ? s2_fwd_sm90_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name)
                                               : s2_fwd_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name);
     if (st == S2_OK)
         st = s2_cg_add_manifest(ctx, &cg, art->manifest);

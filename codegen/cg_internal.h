@@ -3,6 +3,7 @@
 #ifndef S2C_CG_INTERNAL_H
 #define S2C_CG_INTERNAL_H
 
+#include "s2c/attention.h"
 #include "s2c/codegen.h"
 #include "util.h"
 
@@ -120,10 +121,50 @@ void s2_nv_if_begin(s2_cg *cg, s2_nv_if *blk, LLVMValueRef cond, const char *nam
 void s2_nv_if_end(s2_cg *cg, s2_nv_if *blk);
 
 
+/* ---- Hopper helpers (cg_wgmma.c, sm_90a) ---- */
+/* 32-bit .shared address of the dynamic shared memory's start */
+LLVMValueRef s2_nv_smem_base32(s2_cg *cg);
+/* wgmma matrix descriptor, 128-byte swizzle (§3.2): smem_addr an i32 .shared address */
+LLVMValueRef s2_nv_wgmma_desc(s2_cg *cg, LLVMValueRef smem_addr, int lbo, int sbo);
+/* One asm block: wgmma.fence; `ksteps` wgmma.mma_async m64n{n}k16 (f32 accumulators
+ * acc[n/2], tied in and out); wgmma.commit_group.  Step j adds a_step[j] / b_step[j]
+ * (descriptor units, bytes >> 4) to the descriptors.  SS: A and B from shared memory
+ * (K-major both); !accumulate: the first step ignores acc (scale-d false).
+ * RS: A from registers a[j][0..3] per step, B transposed when trans_b (N-major V). */
+void s2_nv_wgmma_ss(s2_cg *cg, s2_dtype dt, int n, int ksteps, LLVMValueRef desc_a, const int *a_step,
+                    LLVMValueRef desc_b, const int *b_step, bool accumulate, LLVMValueRef *acc);
+void s2_nv_wgmma_rs(s2_cg *cg, s2_dtype dt, int n, int ksteps, LLVMValueRef (*a)[4], LLVMValueRef desc_b,
+                    const int *b_step, bool trans_b, LLVMValueRef *acc);
+void s2_nv_wgmma_ss_rs(s2_cg *cg, s2_dtype dt, int n1, int k1, LLVMValueRef desc_a, const int *a_step,
+                       LLVMValueRef desc_b, const int *b_step, LLVMValueRef *acc1, int n2, int k2,
+                       LLVMValueRef (*a2)[4], LLVMValueRef desc_v, const int *v_step, LLVMValueRef *acc2);
+/* wgmma.wait_group pending, routing the n accumulators through it (tied) so no
+ * use of them is scheduled before the wait */
+void s2_nv_wgmma_wait(s2_cg *cg, int pending, LLVMValueRef *acc, int n);
+/* mbarriers at i32 .shared addresses */
+void s2_nv_mbar_init(s2_cg *cg, LLVMValueRef bar, int count);
+void s2_nv_fence_mbar_init(s2_cg *cg);
+void s2_nv_mbar_arrive_expect_tx(s2_cg *cg, LLVMValueRef bar, int bytes);
+void s2_nv_mbar_arrive(s2_cg *cg, LLVMValueRef bar);
+void s2_nv_mbar_wait(s2_cg *cg, LLVMValueRef bar, LLVMValueRef parity);   /* try_wait loop */
+/* cp.async.bulk.tensor.4d tile load into dst (i32 .shared) completing on bar;
+ * tmap: the generic address of a grid-constant tensor-map parameter */
+void s2_nv_tma_load_4d(s2_cg *cg, LLVMValueRef dst, LLVMValueRef bar, LLVMValueRef tmap, LLVMValueRef c[4]);
+void s2_nv_prefetch_tensormap(s2_cg *cg, LLVMValueRef tmap);
+void s2_nv_setmaxnreg(s2_cg *cg, bool inc, int regs);
+void s2_nv_named_barrier(s2_cg *cg, int id, int threads, bool arrive_only);
+/* a `ptr byval([16 x i64]) align 64 "nvvm.grid_constant"` kernel parameter (§8.1) */
+void s2_nv_param_tensormap(s2_cg *cg, LLVMValueRef fn, unsigned param);
+LLVMTypeRef s2_nv_tensormap_type(s2_cg *cg);
+
 /* ---- attention templates (templates/) and the manifest global ---- */
 /* Dynamic shared memory of the forward kernel for a resolved spec. */
 int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
+/* Whether a spec (resolved or not) goes to the sm_90a wgmma/TMA template. */
+bool s2_fwd_spec_wants_tma(const s2_kernel_spec *s);
 /* Build the forward kernel `name` (resolved spec) into cg's module. */
+s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+int s2_fwd_sm90_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
 s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
 /* The backward (templates/bwd.c): dynamic shared memory of its dq / dkdv
  * kernels (the larger), and the three kernels NAME_pre, NAME_dq, NAME_dkdv. */

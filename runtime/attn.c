@@ -556,6 +556,41 @@ static s2_status get_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int
 
 /* ---- launch --------------------------------------------------------------------- */
 
+/* 4-D view {D, seq, heads, batch} of one tensor; a dimension of extent 1 is
+ * never stepped over, so its stride (possibly anything) is replaced by one
+ * the driver accepts. */
+static s2_status tensor_map_of(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *map, s2_dtype dt, int d, s2_devptr ptr,
+                               const int64_t stride[3], int64_t seq, int64_t heads, int64_t batch, uint32_t rows)
+{
+    size_t es = s2_dtype_size(dt);
+    uint64_t dims[4] = {(uint64_t)d, (uint64_t)seq, (uint64_t)heads, (uint64_t)batch};
+    int64_t ext[3] = {seq, heads, batch};
+    int64_t el[3] = {stride[1], stride[2], stride[0]};
+    uint64_t strides[3];
+    for (int i = 0; i < 3; i++)
+        strides[i] = ext[i] < 2 || el[i] <= 0 ? (uint64_t)d * es : (uint64_t)el[i] * es;
+    uint32_t box[4] = {64, rows, 1, 1};
+    return s2_tensor_map_encode_tiled(ctx, dev, map, dt, 4, ptr, dims, strides, box, 128);
+}
+
+s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_kernel_spec *spec,
+                                  const s2_attn_fwd_args *a, s2_tensor_map maps[3])
+{
+    if (!spec || !a || !maps)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_fwd_tensor_maps: null argument");
+    if (spec->head_dim % 64 != 0 || spec->block_n < 1 || spec->block_n > 256)
+        return s2_fail(ctx, S2_ERR_INVALID, "tensor maps: head_dim %d / block_n %d", spec->head_dim, spec->block_n);
+    s2_status st = tensor_map_of(ctx, dev, &maps[0], spec->dtype, spec->head_dim, a->q, a->q_stride, a->q_len, a->heads,
+                                 a->batch, 64);
+    if (st == S2_OK)
+        st = tensor_map_of(ctx, dev, &maps[1], spec->dtype, spec->head_dim, a->k, a->k_stride, a->kv_len, a->kv_heads,
+                           a->batch, (uint32_t)spec->block_n);
+    if (st == S2_OK)
+        st = tensor_map_of(ctx, dev, &maps[2], spec->dtype, spec->head_dim, a->v, a->v_stride, a->kv_len, a->kv_heads,
+                           a->batch, (uint32_t)spec->block_n);
+    return st;
+}
+
 static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a,
                         const sched_slot *s)
 {
@@ -570,9 +605,15 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     float scale_log2 = (float)(scale * 1.4426950408889634);
     s2_devptr cls = s->class_of_head, offs = s->offsets, ent = s->entries;
     int32_t first = s->first_q_tile, tiles = s->q_tiles;
+    s2_tensor_map maps[3];
     void *args[] = {&q, &kk, &v, &o, &lse,
                     &st[0], &st[1], &st[2], &st[3], &st[4], &st[5], &st[6], &st[7], &st[8], &st[9], &st[10], &st[11],
-                    &q_len, &kv_len, &scale_log2, &cls, &offs, &ent, &first, &tiles};
+                    &q_len, &kv_len, &scale_log2, &cls, &offs, &ent, &first, &tiles, &maps[0], &maps[1], &maps[2]};
+    if (k->desc->abi == S2_FWD_ABI_TMA) {
+        s2_status ms = s2_attn_fwd_tensor_maps(ctx, k->mod->dev, &k->desc->spec, a, maps);
+        if (ms != S2_OK)
+            return ms;
+    }
     s2_launch_cfg cfg = {.grid = {(uint32_t)tiles, (uint32_t)a->heads, (uint32_t)a->batch},
                          .block = {(uint32_t)k->desc->threads, 1, 1},
                          .smem_bytes = (uint32_t)k->desc->smem_bytes,

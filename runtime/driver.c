@@ -70,6 +70,8 @@ static bool resolve_all(driver_state *s, const proc_resolver *pr)
     s->drv.name = (PFN_cu##name##_##ver)fn;
     S2_DRIVER_FUNCS(S2_RESOLVE)
 #undef S2_RESOLVE
+    if (resolve(pr, "cuTensorMapEncodeTiled", &fn))
+        s->drv.TensorMapEncodeTiled = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     return true;
 }
 
@@ -187,5 +189,58 @@ s2_status s2_device_count(s2_ctx *ctx, int *count)
         *count = 0;
         return s2_fail(ctx, S2_ERR_NO_DEVICE, "the CUDA driver reports no device");
     }
+    return S2_OK;
+}
+
+s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *map, s2_dtype dtype, int rank,
+                                     s2_devptr addr,
+                                     const uint64_t *dims, const uint64_t *strides, const uint32_t *box,
+                                     int swizzle_bytes)
+{
+    if (!dev || !map || !dims || (rank > 1 && !strides) || !box)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_tensor_map_encode_tiled: null argument");
+    if (rank < 1 || rank > 5)
+        return s2_fail(ctx, S2_ERR_INVALID, "tensor map: rank %d (1..5)", rank);
+    CUtensorMapDataType ty;
+    switch (dtype) {
+    case S2_DTYPE_BF16: ty = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
+    case S2_DTYPE_F16: ty = CU_TENSOR_MAP_DATA_TYPE_FLOAT16; break;
+    case S2_DTYPE_F32: ty = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
+    default: return s2_fail(ctx, S2_ERR_DTYPE, "tensor map: dtype %s", s2_dtype_name(dtype));
+    }
+    CUtensorMapSwizzle sw;
+    switch (swizzle_bytes) {
+    case 0: sw = CU_TENSOR_MAP_SWIZZLE_NONE; break;
+    case 32: sw = CU_TENSOR_MAP_SWIZZLE_32B; break;
+    case 64: sw = CU_TENSOR_MAP_SWIZZLE_64B; break;
+    case 128: sw = CU_TENSOR_MAP_SWIZZLE_128B; break;
+    default: return s2_fail(ctx, S2_ERR_INVALID, "tensor map: swizzle %d bytes (0, 32, 64, 128)", swizzle_bytes);
+    }
+    s2_status st;
+    const s2_driver *d = s2_driver_get(ctx, &st);
+    if (!d)
+        return st;
+    if (!d->TensorMapEncodeTiled)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "the CUDA driver has no cuTensorMapEncodeTiled");
+    cuuint64_t gd[5], gs[5];
+    cuuint32_t bx[5], es[5];
+    for (int i = 0; i < rank; i++) {
+        gd[i] = dims[i];
+        bx[i] = box[i];
+        es[i] = 1;
+        if (i + 1 < rank)
+            gs[i] = strides[i];
+    }
+    memset(map, 0, sizeof *map);
+    /* the driver wants a current context, though the map belongs to none */
+    if ((st = s2_ctx_enter(ctx, dev)) != S2_OK)
+        return st;
+    CUresult r = d->TensorMapEncodeTiled((CUtensorMap *)map, ty, (cuuint32_t)rank, (void *)(uintptr_t)addr, gd, gs, bx,
+                                         es, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                                         CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    s2_ctx_leave(dev);
+    if (r != CUDA_SUCCESS)
+        return s2_cu_fail_as(ctx, S2_ERR_INVALID, d, r, "cuTensorMapEncodeTiled (rank %d, address 0x%llx)", rank,
+                             (unsigned long long)addr);
     return S2_OK;
 }

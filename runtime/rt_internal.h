@@ -59,6 +59,8 @@ typedef struct s2_driver {
 #define S2_DRIVER_FIELD(name, ver) PFN_cu##name##_##ver name;
     S2_DRIVER_FUNCS(S2_DRIVER_FIELD)
 #undef S2_DRIVER_FIELD
+    /* optional (NULL when the driver lacks it): tensor maps, cc >= 9.0 */
+    PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncodeTiled;
     int version;
 } s2_driver;
 

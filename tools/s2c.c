@@ -436,6 +436,16 @@ static void print_resources(const s2_artifact *art)
 static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, const char *ident, const char *dir)
 {
     int n = s2_manifest_num_kernels(m);
+    /* the emitter knows the pointer ABI of the forward only (attention.h) */
+    for (int i = 0; i < n; i++) {
+        const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, i);
+        if (mk->spec.kind != S2_KERNEL_FWD || mk->abi != S2_FWD_ABI_PTRS) {
+            fprintf(stderr, "s2c: --emit c: kernel %s uses the %s ABI, which has no C launcher yet; "
+                    "use --arch sm_90 (or sm_80) for C artifacts\n", mk->name,
+                    mk->abi == S2_FWD_ABI_TMA ? "sm_90a tensor-map" : "backward");
+            return EXIT_INPUT;
+        }
+    }
     s2_aot_kernel *ks = calloc((size_t)n, sizeof *ks);
     if (!ks) {
         fprintf(stderr, "s2c: out of memory\n");

@@ -73,7 +73,25 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
  * CTA x works on query tile first_q_tile + q_tiles-1-x (heavy tiles first) of
  * head y and batch z, over the entries of list class_of_head[y]*q_tiles + (q_tiles-1-x).
  * kv head = head / (heads / kv_heads).  Heads and the GQA ratio are those of
- * the pattern the kernel was generated for.  Empty rows: o = 0, lse = -inf. */
+ * the pattern the kernel was generated for.  Empty rows: o = 0, lse = -inf.
+ *
+ * ---- sm_90a variant (manifest `kernel.abi tma`, S2_FWD_ABI_TMA) -------------------
+ * Kernels generated for sm_90a with head_dim 64 or 128 (templates/fwd_sm90.c:
+ * wgmma, TMA, a producer warpgroup and block_m / 64 consumer warpgroups;
+ * num_warps = 4 * (1 + block_m / 64), block_m 64 or 128) take parameters 0..24
+ * as above, plus three CUtensorMap (128 bytes, passed by value as
+ * __grid_constant__ parameters: put the map's address in kernelParams):
+ *   25 tensor map of q   26 of k   27 of v
+ * each 4-D, bf16/f16, dims {D, seq (q_len or kv_len), heads (H or Hkv), B},
+ * strides in bytes {seq, head, batch} (the element strides above times 2),
+ * box {64, rows, 1, 1} with rows = 64 for q and block_n for k and v,
+ * CU_TENSOR_MAP_SWIZZLE_128B, interleave none, OOB fill none (zeros).
+ * s2_attn_fwd_tensor_maps (attn_runtime.h) builds them; s2_attn_forward does
+ * so for such kernels.  Grid and block as above (block = num_warps * 32). */
+typedef enum s2_fwd_abi {
+    S2_FWD_ABI_PTRS = 0,   /* parameters 0..24 */
+    S2_FWD_ABI_TMA = 1     /* 0..24 + three tensor maps */
+} s2_fwd_abi;
 
 /* ---- the backward kernel ABI (S2_KERNEL_BWD) -----------------------------------
  * One module, one manifest kernel entry (kind bwd, name NAME =
@@ -117,6 +135,7 @@ typedef struct s2_manifest_kernel {
     s2_kernel_spec spec;   /* resolved */
     int threads;           /* blockDim.x */
     int smem_bytes;        /* dynamic shared memory per CTA */
+    s2_fwd_abi abi;        /* kernel.abi (absent: S2_FWD_ABI_PTRS) */
 } s2_manifest_kernel;
 
 typedef struct s2_manifest s2_manifest;
@@ -126,7 +145,8 @@ typedef struct s2_manifest s2_manifest;
  *   generator VERSION / arch sm_XX
  *   kernel NAME               starts a kernel; then kernel.kind (fwd|bwd), kernel.pattern,
  *                             kernel.dtype, kernel.head_dim, kernel.block_m, kernel.block_n,
- *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem
+ *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem,
+ *                             kernel.abi (ptrs|tma; written only for tma)
  *   pattern NAME              starts a pattern; then pattern.heads, .kv_heads, .block_size,
  *                             .causal, .max_seq_len, .vert_position (absolute|relative),
  *                             .local L R, .vert_stride, .head_sliding STEP AUTO OFFSET,

@@ -113,6 +113,13 @@ s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2
 s2_status s2_attn_backward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a);
 s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a);
 
+/* The three tensor maps (q, k, v) of an sm_90a TMA kernel (S2_FWD_ABI_TMA,
+ * attention.h) for arguments `a` (pointers and strides as s2_attn_forward
+ * takes them) and the kernel's resolved spec (block_n, head_dim, dtype).
+ * s2_attn_forward calls it itself; for callers that launch by hand. */
+s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_kernel_spec *spec,
+                                  const s2_attn_fwd_args *a, s2_tensor_map maps[3]);
+
 /* Only the checks of s2_attn_forward (no schedule, no launch). */
 s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a);
 

@@ -100,6 +100,32 @@ s2_status s2_event_record(s2_ctx *ctx, s2_event *ev, void *stream);
 /* Waits for `stop`, then *ms = time between the two records. */
 s2_status s2_event_elapsed_ms(s2_ctx *ctx, s2_event *start, s2_event *stop, float *ms);
 
+/* ---- tensor maps (TMA, compute capability >= 9.0) ---------------------------- */
+
+/* A CUtensorMap: 128 opaque bytes, 64-byte aligned; kernels take it by value
+ * (its address goes into the kernelParams array). */
+typedef struct s2_tensor_map {
+#ifdef __cplusplus
+    alignas(64)
+#else
+    _Alignas(64)
+#endif
+    uint64_t opaque[16];
+} s2_tensor_map;
+
+/* cuTensorMapEncodeTiled for a tiled (non-interleaved) map: dims[rank]
+ * element counts, innermost first; strides[rank-1] in BYTES for dims
+ * 1..rank-1 (multiples of 16); box[rank] elements per dim (box[0] times the
+ * element size at most swizzle_bytes when swizzling); element strides 1,
+ * L2 promotion 256 B, out-of-bounds elements read as zero.  swizzle_bytes:
+ * 0, 32, 64 or 128.  dev's context is made current for the call (the driver
+ * wants one).  S2_ERR_INVALID with the driver's reason when it refuses,
+ * S2_ERR_UNSUPPORTED when the driver has no tensor maps. */
+s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *map, s2_dtype dtype, int rank,
+                                     s2_devptr addr,
+                                     const uint64_t *dims, const uint64_t *strides, const uint32_t *box,
+                                     int swizzle_bytes);
+
 /* ---- modules and kernels --------------------------------------------------- */
 
 /* Load a cubin, fatbin or PTX image (the driver JIT-compiles PTX).  PTX need

@@ -75,9 +75,24 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     char want[128];
     snprintf(want, sizeof want, "_%s_d%d", s2_dtype_name(dt), D);
     ck_assert_msg(strncmp(ki->name, "s2_fwd_", 7) == 0 && strstr(ki->name, want), "name %s", ki->name);
-    ck_assert_ptr_nonnull(strstr(art->ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
-    ck_assert_ptr_nonnull(strstr(art->ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
-    ck_assert_ptr_nonnull(strstr(art->ptx, "cp.async.cg.shared.global"));
+    /* sm_90a: the wgmma/TMA template (warp-specialised, setmaxnreg honoured,
+     * no serialising fences injected by ptxas); sm_80: mma.sync/cp.async */
+    bool tma = arch == S2_ARCH_SM90A;
+    if (tma) {
+        ck_assert_int_eq(art->spec.num_warps, 4 * (1 + art->spec.block_m / 64));
+        ck_assert_ptr_nonnull(strstr(art->ptx, "wgmma.mma_async.sync.aligned.m64n"));
+        ck_assert_ptr_nonnull(strstr(art->ptx, "cp.async.bulk.tensor.4d.shared::cluster.global.tile"));
+        ck_assert_ptr_nonnull(strstr(art->ptx, "setmaxnreg.inc.sync.aligned.u32"));
+        ck_assert_ptr_nonnull(strstr(art->ptx, ".param .align 64 .b8"));
+        ck_assert_ptr_null(strstr(art->ptx, "mma.sync"));
+        ck_assert_msg(!strstr(art->log, "C7508") && !strstr(art->log, "C7517") && !strstr(art->log, "C7519") &&
+                      !strstr(art->log, "C7510") && !strstr(art->log, "C7515"),
+                      "ptxas serialised or ignored something:\n%s", art->log);
+    } else {
+        ck_assert_ptr_nonnull(strstr(art->ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
+        ck_assert_ptr_nonnull(strstr(art->ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+        ck_assert_ptr_nonnull(strstr(art->ptx, "cp.async.cg.shared.global"));
+    }
 
     /* the manifest, from the cubin's symbol table */
     const char *text = NULL;
@@ -101,6 +116,7 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     ck_assert_int_eq(mk->spec.num_stages, art->spec.num_stages);
     ck_assert_int_eq(mk->threads, art->threads_per_block);
     ck_assert_int_eq(mk->smem_bytes, art->smem_bytes);
+    ck_assert_int_eq(mk->abi, tma ? S2_FWD_ABI_TMA : S2_FWD_ABI_PTRS);
     ck_assert_int_eq(s2_manifest_num_patterns(m), 1);
     assert_same_pattern(p, s2_manifest_find_pattern(m, p->name));
     s2_manifest_free(m);
@@ -177,8 +193,28 @@ START_TEST(spec_heuristic_and_limits)
     ck_assert_int_eq(s2_pattern_from_args(ctx, &a64, &set64), S2_OK);
     s2_kernel_spec s64 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s64, s2_pattern_set_get(set64, 0)), S2_OK);
+    /* sm_90a: the wgmma template, producer + 1 consumer warpgroup, 3 stages */
     ck_assert_int_eq(s64.block_m, 64);
     ck_assert_int_eq(s64.block_n, 64);
+    ck_assert_int_eq(s64.num_warps, 8);
+    ck_assert_int_eq(s64.num_stages, 3);
+    s2_kernel_spec s128 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 128, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s128, s2_pattern_set_get(set64, 0)), S2_OK);
+    ck_assert_int_eq(s128.num_warps, 12);
+    /* sm_90a with a shape that template does not take (block_m 32, head dim 96,
+     * one stage) keeps the mma.sync template's rule */
+    s2_kernel_spec s32 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 32, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s32, s2_pattern_set_get(set64, 0)), S2_OK);
+    ck_assert_int_eq(s32.num_warps, 2);
+    s2_kernel_spec s96 = {.dtype = S2_DTYPE_BF16, .head_dim = 96, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s96, s2_pattern_set_get(set64, 0)), S2_OK);
+    ck_assert_int_eq(s96.num_warps, 4);
+    s2_kernel_spec s1 = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .num_stages = 1, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s1, s2_pattern_set_get(set64, 0)), S2_OK);
+    ck_assert_int_eq(s1.num_warps, 4);
+    s2_kernel_spec s64n = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s64n, s2_pattern_set_get(set64, 0)), S2_OK);
+    ck_assert_int_eq(s64n.num_warps, 8);
     s2_pattern_set_free(set64);
     s2_kernel_spec t = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 128};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &t, p), S2_OK);

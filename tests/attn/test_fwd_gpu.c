@@ -3,6 +3,9 @@
  * uploads the packed forward schedule, fills fresh random inputs (seed
  * printed; S2C_SEED=N repeats a run), poisons the outputs with NaN and
  * compares o (relative Frobenius error) and lse (absolute, -inf exactly).
+ * On an sm_90a device every case runs twice: for sm_90a (the wgmma/TMA
+ * template where the spec allows it, tensor maps built by
+ * s2_attn_fwd_tensor_maps) and for sm_90 (the mma.sync template).
  * S2C_FWD_CASES=substring runs only the cases whose name contains it;
  * S2C_FWD_ARCH=sm_80 compiles for that arch instead of the device's; when it
  * is not the device's own, the PTX is loaded (the driver JIT-compiles it), so
@@ -11,6 +14,7 @@
  * process, so Check runs the tests without forking. */
 #include "patterns.h"
 #include "s2c/attention.h"
+#include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
 #include "s2c/layout.h"
 #include "s2c/ref.h"
@@ -55,8 +59,11 @@ static const fwd_case cases[] = {
     {"b128_d128_bf16_qkvpacked_ragged", 6, 128, S2_DTYPE_BF16, 1, 700, 700, L_QKV_PACKED, 128, 64, 0, false},
     {"causal64_d32_bf16", 0, 32, S2_DTYPE_BF16, 1, 500, 500, L_BSHD, 0, 0, 0, false},
     {"mergeq16_d96_f16", 1, 96, S2_DTYPE_F16, 1, 400, 400, L_BSHD, 0, 0, 0, false},
+    {"mergeq16_d128_bf16_n16", 1, 128, S2_DTYPE_BF16, 1, 1000, 1000, L_BSHD, 0, 16, 0, false},
+    {"causal64_d128_bf16_m64_s3", 0, 128, S2_DTYPE_BF16, 1, 900, 900, L_BHSD, 64, 64, 3, false},
+    {"bidir64_d128_bf16_q1", 2, 128, S2_DTYPE_BF16, 2, 1, 700, L_BSHD, 0, 0, 0, false},
 };
-enum { NUM_CASES = sizeof cases / sizeof cases[0] };
+enum { NUM_CASES = sizeof cases / sizeof cases[0], NUM_RUNS = 2 * NUM_CASES };
 
 typedef struct case_result {
     bool ran, ok;
@@ -64,12 +71,17 @@ typedef struct case_result {
     int64_t empty_rows;
     int regs, smem;
     s2_kernel_spec spec;
+    s2_arch arch;
+    bool tma;
     uint64_t seed;
 } case_result;
 
-static case_result results[NUM_CASES];
+/* run r: case r % NUM_CASES; the first NUM_CASES for the device's arch (or
+ * S2C_FWD_ARCH), the rest, on an sm_90a device, again for sm_90 (the sm_80
+ * template as a cubin), so both paths are checked on a Hopper GPU */
+static case_result results[NUM_RUNS];
 static uint64_t base_seed;
-static s2_arch dev_arch;
+static s2_arch dev_arch, own_arch;
 static bool load_ptx;   /* arch forced to one that is not the device's */
 
 typedef struct host_tensor {
@@ -104,14 +116,21 @@ static void layout_strides(layout_kind lk, int64_t seq, int64_t heads, int64_t d
     }
 }
 
-static void run_case(int ci)
+static void run_case(int run)
 {
+    int ci = run % NUM_CASES;
+    bool second = run >= NUM_CASES;
     const fwd_case *c = &cases[ci];
-    case_result *res = &results[ci];
+    case_result *res = &results[run];
     const char *filter = getenv("S2C_FWD_CASES");
     if (filter && !strstr(c->name, filter))
         return;
+    if (second && (own_arch != S2_ARCH_SM90A || dev_arch != S2_ARCH_SM90A))
+        return;
+    s2_arch arch = second ? S2_ARCH_SM90 : dev_arch;
+    bool ptx = load_ptx && !second;
     res->ran = true;
+    res->arch = arch;
     res->seed = base_seed + (uint64_t)ci * 7919u;
     s2_ctx *ctx = s2_ctx_new();
     s2_local_stride_args a;
@@ -122,12 +141,22 @@ static void run_case(int ci)
     const int B = c->batch, H = p->heads, HK = p->kv_heads, D = c->head_dim;
     const int64_t SQ = c->q_len, SK = c->kv_len;
 
-    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = c->dt, .head_dim = D, .arch = dev_arch,
+    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = c->dt, .head_dim = D, .arch = arch,
                            .block_m = c->block_m, .block_n = c->block_n, .num_stages = c->num_stages};
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
                   s2_ctx_message(ctx));
     res->spec = art->spec;
+    /* which ABI: the manifest in the cubin says */
+    const char *mtext = NULL;
+    size_t mlen = 0;
+    s2_manifest *man = NULL;
+    ck_assert_msg(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &mtext, &mlen) == S2_OK, "%s",
+                  s2_ctx_message(ctx));
+    ck_assert_msg(s2_manifest_parse(ctx, mtext, mlen, &man) == S2_OK, "%s", s2_ctx_message(ctx));
+    res->tma = s2_manifest_kernel_at(man, 0)->abi == S2_FWD_ABI_TMA;
+    s2_manifest_free(man);
+    ck_assert_msg(!res->tma || (arch == S2_ARCH_SM90A && !ptx), "%s: a TMA kernel for %s", c->name, s2_arch_name(arch));
     res->regs = art->kernels[0].registers;
     res->smem = art->smem_bytes;
 
@@ -191,8 +220,8 @@ static void run_case(int ci)
     ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
     s2_module *mod = NULL;
     s2_kernel *kern = NULL;
-    const void *image = load_ptx ? (const void *)art->ptx : (const void *)art->cubin;
-    size_t image_size = load_ptx ? art->ptx_len : art->cubin_size;
+    const void *image = ptx ? (const void *)art->ptx : (const void *)art->cubin;
+    size_t image_size = ptx ? art->ptx_len : art->cubin_size;
     ck_assert_msg(s2_module_load_data(ctx, dev, image, image_size, &mod) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_msg(s2_kernel_get(ctx, mod, art->kernels[0].name, &kern) == S2_OK, "%s", s2_ctx_message(ctx));
     s2_devptr d_packed = 0, d_lse = 0, d_sched = 0;
@@ -226,9 +255,20 @@ static void run_case(int ci)
     int32_t q_len = (int32_t)SQ, kv_len = (int32_t)SK;
     float scale_log2 = (float)(1.0 / sqrt((double)D) * M_LOG2E);
     int32_t first = (int32_t)sched->geom.first_q_tile, q_tiles = (int32_t)sched->geom.q_tiles;
+    s2_tensor_map maps[3];
+    if (res->tma) {
+        s2_attn_fwd_args fa = {.batch = B, .q_len = SQ, .kv_len = SK, .heads = H, .kv_heads = HK, .head_dim = D,
+                               .dtype = c->dt, .q = dq, .k = dk, .v = dv, .o = o.dev};
+        memcpy(fa.q_stride, qs, sizeof qs);
+        memcpy(fa.k_stride, ks, sizeof ks);
+        memcpy(fa.v_stride, vs, sizeof vs);
+        memcpy(fa.o_stride, os, sizeof os);
+        ck_assert_msg(s2_attn_fwd_tensor_maps(ctx, dev, &art->spec, &fa, maps) == S2_OK, "%s", s2_ctx_message(ctx));
+    }
     void *args[] = {&dq, &dk, &dv, &o.dev, &d_lse,
                     &qs[0], &qs[1], &qs[2], &ks[0], &ks[1], &ks[2], &vs[0], &vs[1], &vs[2], &os[0], &os[1], &os[2],
-                    &q_len, &kv_len, &scale_log2, &d_class, &d_offs, &d_ent, &first, &q_tiles};
+                    &q_len, &kv_len, &scale_log2, &d_class, &d_offs, &d_ent, &first, &q_tiles,
+                    &maps[0], &maps[1], &maps[2]};
     s2_launch_cfg cfg = {.grid = {(uint32_t)q_tiles, (uint32_t)H, (uint32_t)B},
                          .block = {(uint32_t)art->threads_per_block, 1, 1},
                          .smem_bytes = (uint32_t)art->smem_bytes};
@@ -320,16 +360,17 @@ END_TEST
 
 static void print_summary(void)
 {
-    printf("\n%-34s %-5s %-6s %4s %4s %2s %2s %4s %6s %9s %9s %6s %s\n", "case", "dtype", "layout", "bm", "bn", "w",
-           "st", "regs", "smem", "o_relerr", "lse_err", "empty", "result");
-    for (int i = 0; i < NUM_CASES; i++) {
+    printf("\n%-34s %-6s %-4s %-5s %-6s %4s %4s %2s %2s %4s %6s %9s %9s %6s %s\n", "case", "arch", "abi", "dtype",
+           "layout", "bm", "bn", "w", "st", "regs", "smem", "o_relerr", "lse_err", "empty", "result");
+    for (int i = 0; i < NUM_RUNS; i++) {
         const case_result *r = &results[i];
-        const fwd_case *c = &cases[i];
+        const fwd_case *c = &cases[i % NUM_CASES];
         if (!r->ran)
             continue;
-        printf("%-34s %-5s %-6s %4d %4d %2d %2d %4d %6d %9.2e %9.2e %6lld %s\n", c->name, s2_dtype_name(c->dt),
-               layout_names[c->layout], r->spec.block_m, r->spec.block_n, r->spec.num_warps, r->spec.num_stages,
-               r->regs, r->smem, r->o_err, r->lse_err, (long long)r->empty_rows, r->ok ? "PASS" : "FAIL");
+        printf("%-34s %-6s %-4s %-5s %-6s %4d %4d %2d %2d %4d %6d %9.2e %9.2e %6lld %s\n", c->name,
+               s2_arch_name(r->arch), r->tma ? "tma" : "ptrs", s2_dtype_name(c->dt), layout_names[c->layout],
+               r->spec.block_m, r->spec.block_n, r->spec.num_warps, r->spec.num_stages, r->regs, r->smem, r->o_err,
+               r->lse_err, (long long)r->empty_rows, r->ok ? "PASS" : "FAIL");
     }
 }
 
@@ -354,7 +395,7 @@ int main(void)
         return 77;
     }
     const char *arch_env = getenv("S2C_FWD_ARCH");
-    s2_arch own = dev_arch;
+    s2_arch own = own_arch = dev_arch;
     if (arch_env && s2_arch_parse(arch_env, &dev_arch) != S2_OK) {
         printf("S2C_FWD_ARCH=%s is not an arch\n", arch_env);
         return 1;
@@ -371,7 +412,7 @@ int main(void)
     Suite *s = suite_create("attn_gpu");
     TCase *tc = tcase_create("fwd");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, fwd_matches_reference, 0, NUM_CASES);
+    tcase_add_loop_test(tc, fwd_matches_reference, 0, NUM_RUNS);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

@@ -480,7 +480,8 @@ START_TEST(jit_miss_hit_and_rebuild)
     uint8_t *c1 = fetch(ctx, &o, A.p, &spec, &n1, &st1);
     ck_assert(!st1.hit && st1.compiled && st1.stored && !st1.rebuilt && !st1.store_failed);
     ck_assert_int_eq((int)strlen(st1.key), 64);
-    ck_assert_int_eq(st1.spec.block_m, 64);
+    ck_assert_int_eq(st1.spec.block_m, 64);   /* sm_90a, d64: the wgmma template's 64 x 64 */
+    ck_assert_int_eq(st1.spec.num_warps, 8);
     ck_assert_int_eq(st1.spec.arch, S2_ARCH_SM90A);
     ck_assert_int_eq(access(entry_path(dir, st1.key), F_OK), 0);
 
@@ -588,6 +589,8 @@ START_TEST(jit_compile_loads_and_launches)
     ck_assert_msg(s2_attn_forward(ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_int_eq(fake_get("launches"), 1);
     ck_assert_int_eq(fake_get("last_grid_x"), 4); /* cdiv(200, 64) */
+    ck_assert_int_eq(fake_get("last_block_x"), 256); /* producer + one consumer warpgroup */
+    ck_assert_int_eq(fake_get("tensor_maps"), 3); /* q, k, v maps built for the TMA ABI */
     s2_attn_kernel_free(k);
     s2_mem_free(ctx, dev, q);
     s2_mem_free(ctx, dev, kv);

@@ -235,7 +235,11 @@ def compile_and_inspect(d, path, head_dim, dtype, arch):
         if k[0] != want.get(sym) or k[1] != dt or k[2] != head_dim:
             problems.append(f"{sym}: {k}")
         bm, bn, warps, stages, threads = k[3:8]
-        if bm != 16 * warps or threads != 32 * warps or not 1 <= stages <= 4 or bn not in (16, 32, 64, 128):
+        # mma.sync template: one 16-row slab per warp; sm_90a wgmma template (head dims 64 and
+        # 128): a producer warpgroup plus one consumer warpgroup per 64 rows
+        tma = arch == "sm_90a" and head_dim in (64, 128)
+        want_warps = 4 * (bm // 64 + 1) if tma else bm // 16
+        if warps != want_warps or threads != 32 * warps or not 1 <= stages <= 4 or bn not in (16, 32, 64, 128):
             problems.append(f"{sym}: inconsistent tunables {k}")
     res = {m[0]: tuple(int(x) for x in m[1:]) for m in RESOURCES.findall(err)}
     for sym in want:
@@ -336,7 +340,7 @@ def test_tunables():
     pat = os.path.join(PATTERNS, "phi3-small.yaml")
     base = ["compile", pat, "--head-dim", "128", "--dtype", "bf16", "--arch", "sm_90a"]
     with tempfile.TemporaryDirectory() as d:
-        for extra, want in [(["--block-m", "128", "--block-n", "32", "--num-stages", "3"], (128, 32, 8, 3, 256)),
+        for extra, want in [(["--block-m", "128", "--block-n", "32", "--num-stages", "3"], (128, 32, 12, 3, 384)),  # wgmma: 1 producer + 2 consumer warpgroups
                             (["--num-warps", "2", "--block-n", "128", "--num-stages", "1"], (32, 128, 2, 1, 64)),
                             (["--block-m", "16"], (16, None, 1, None, 32))]:
             out = os.path.join(d, "t.cubin")
@@ -369,7 +373,7 @@ def test_emit_c():
           f"cc={cc} include={CUDA_INCLUDE}")
     if not cc:
         return
-    jobs = [(f, "128", "bf16", "sm_90a") for f in stock_files()]
+    jobs = [(f, "128", "bf16", "sm_90") for f in stock_files()]
     jobs.append((os.path.join(PATTERNS, "hhst-mixed.yaml"), "64", "fp16", "sm_80"))
     with tempfile.TemporaryDirectory() as d:
         for i, (f, hd, dt, arch) in enumerate(jobs):
@@ -406,6 +410,11 @@ def test_emit_c():
             has_manifest = f"{ident}_manifest[]" in text and "s2c-manifest 1" in text
             check(f"--emit c {stem} {dt} d{hd} {arch}: {len(launchers)} launcher(s), cc -std=c11 -Werror accepts",
                   not errs and has_manifest, "\n".join(errs))
+        # the sm_90a kernels take tensor maps: no C launcher for them yet, and a clear refusal
+        rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "128", "--dtype", "bf16",
+                           "--arch", "sm_90a", "--emit", "c", "-o", os.path.join(d, "tma.c"))
+        check("--emit c of an sm_90a (tensor-map ABI) kernel: exit 1 with a reason",
+              rc == 1 and "tensor-map" in err and not os.path.exists(os.path.join(d, "tma.c")), f"rc={rc} {err}")
         # OUT's name without extension, sanitised, names the files and symbols
         rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype", "bf16",
                            "--arch", "sm_80", "--emit", "c", "-o", os.path.join(d, "my-attn.v2.c"))

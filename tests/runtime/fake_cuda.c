@@ -30,6 +30,7 @@ typedef struct fake_state {
     long long max_depth;
     long long set_attr_calls, set_attr_value;
     long long launches, last_smem, last_grid_x, last_block_x;
+    long long tensor_maps;      /* cuTensorMapEncodeTiled calls */
     long long modules_loaded, modules_unloaded;
     long long allocs_live;
     long long streams_live, events_live;
@@ -46,7 +47,7 @@ static struct { const char *key; size_t off; } const keys[] = {
     K(devices), K(init_result), K(module_result), K(launch_result), K(optin_smem),
     K(static_smem), K(kernel_threads), K(dyn_limit), K(next_alloc_host), K(next_alloc_foreign),
     K(gpa_v1_calls), K(gpa_v2_calls), K(gpa_version), K(gpa_flags), K(primary_refs), K(depth),
-    K(max_depth), K(set_attr_calls), K(set_attr_value), K(launches), K(last_smem),
+    K(max_depth), K(set_attr_calls), K(set_attr_value), K(launches), K(tensor_maps), K(last_smem),
     K(last_grid_x), K(last_block_x), K(modules_loaded), K(modules_unloaded), K(allocs_live),
     K(streams_live), K(events_live), K(ctx_ptr), K(set_current),
 #undef K
@@ -394,6 +395,26 @@ static CUresult CUDAAPI f_EventSynchronize(CUevent e) { (void)e; return CUDA_SUC
 static CUresult CUDAAPI f_EventElapsedTime(float *ms, CUevent a, CUevent b) { (void)a, (void)b; *ms = 1.5f; return CUDA_SUCCESS; }
 static CUresult CUDAAPI f_EventDestroy(CUevent e) { (void)e; S.events_live--; return CUDA_SUCCESS; }
 
+/* Checks what the driver checks cheaply (rank, 16-byte aligned address and
+ * strides, box <= 256) and writes a recognisable map. */
+static CUresult CUDAAPI f_TensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType ty, cuuint32_t rank, void *addr,
+                                               const cuuint64_t *dim, const cuuint64_t *stride,
+                                               const cuuint32_t *box, const cuuint32_t *estride,
+                                               CUtensorMapInterleave il, CUtensorMapSwizzle sw,
+                                               CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob)
+{
+    (void)ty, (void)estride, (void)il, (void)sw, (void)l2, (void)oob;
+    S.tensor_maps++;
+    if (rank < 1 || rank > 5 || ((uintptr_t)addr & 15))
+        return CUDA_ERROR_INVALID_VALUE;
+    for (cuuint32_t i = 0; i < rank; i++)
+        if (dim[i] < 1 || box[i] < 1 || box[i] > 256 || (i + 1 < rank && stride[i] % 16))
+            return CUDA_ERROR_INVALID_VALUE;
+    memset(map, 0, sizeof *map);
+    memcpy(map, &addr, sizeof addr);
+    return CUDA_SUCCESS;
+}
+
 static const struct { const char *name; void *fn; } table[] = {
 #define F(n) {"cu" #n, (void *)f_##n}
     F(Init), F(DriverGetVersion), F(GetErrorName), F(GetErrorString), F(DeviceGetCount),
@@ -403,7 +424,7 @@ static const struct { const char *name; void *fn; } table[] = {
     F(ModuleGetFunction), F(FuncSetAttribute), F(FuncGetAttribute), F(LaunchKernel),
     F(MemAlloc), F(MemFree), F(MemcpyHtoD), F(MemcpyDtoH), F(MemsetD8), F(PointerGetAttribute),
     F(StreamCreate), F(StreamDestroy), F(StreamSynchronize), F(EventCreate), F(EventRecord),
-    F(EventSynchronize), F(EventElapsedTime), F(EventDestroy),
+    F(EventSynchronize), F(EventElapsedTime), F(EventDestroy), F(TensorMapEncodeTiled),
 #undef F
 };
 

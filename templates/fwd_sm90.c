@@ -1,0 +1,690 @@
+/* The S2 block-sparse attention forward for sm_90a: wgmma + TMA + warp
+ * specialisation (FlashAttention-3 structure, GPU-KERNEL-FACTS §3–§7).
+ *
+ * One CTA = one (query tile, head, batch), block_m = 64 * NC query rows.
+ * Warpgroup 0 is the producer: after setmaxnreg.dec one thread loads the Q
+ * tile and then, for every entry of the CTA's list in the packed forward
+ * schedule, the K and V tiles of that entry's key tile with TMA into a
+ * num_stages-deep ring (full/empty mbarrier pair per stage, §5.3).
+ * Warpgroups 1..NC are consumers, each owning a 64-row slab of Q:
+ * S = Q·Kᵀ with wgmma SS (Q and K K-major, 128-byte swizzle), mask, online
+ * softmax on the accumulator layout (§3.4), O += P·V with wgmma RS (P from
+ * the S registers, V N-major through trans-b).
+ * Intra-warpgroup overlap (§3.5, FA3 fwd_step): S(j+1) = Q·K(j+1)ᵀ is issued
+ * before P(j)·V(j), so the softmax of entry j+1 runs while the tensor cores
+ * finish P(j)·V(j).  With two consumer warpgroups, named barriers hand the
+ * tensor cores from one to the other (ping-pong, §5.4).
+ *
+ * Smem: Q [BM][D] then K and V stages [BN][D], each stored as 64-column
+ * blocks of 128-byte rows with the TMA/wgmma 128-byte swizzle, all 1024-byte
+ * aligned; then the mbarriers.  ABI: attention.h (sm_90a TMA variant). */
+#include "cg_internal.h"
+#include "s2c/attention.h"
+#include "s2c/layout.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+enum {
+    P_Q, P_K, P_V, P_O, P_LSE,
+    P_QS, P_KS = P_QS + 3, P_VS = P_KS + 3, P_OS = P_VS + 3,
+    P_QLEN = P_OS + 3, P_KVLEN, P_SCALE_LOG2,
+    P_CLASS, P_OFFSETS, P_ENTRIES, P_FIRST_Q_TILE, P_Q_TILES,
+    P_TMAP_Q, P_TMAP_K, P_TMAP_V,
+    P_COUNT
+};
+
+enum { MAX_D = 128, MAX_BN = 128, SLAB = 64 };
+/* named barrier ids of the ping-pong (0 is __syncthreads) */
+enum { BAR_WG_BASE = 8 };
+
+typedef struct sm90_shape {
+    s2_dtype dt;
+    int D, BM, BN, NC, stages, threads;
+    int sub_m_log2, sub_n_size, sub_n;
+    int group, heads;
+    bool causal, pingpong;
+    int q_off, k_off, v_off, stage_bytes, bar_off, smem;
+    int prod_regs, cons_regs, min_ctas;
+} sm90_shape;
+
+typedef struct sm90 {
+    s2_cg *cg;
+    LLVMBuilderRef b;
+    sm90_shape s;
+    LLVMValueRef fn;
+    LLVMValueRef tid, smem;                         /* i32 */
+    LLVMValueRef wgc, warp, g, t4;                  /* consumer: warpgroup index, warp in it, lane parts */
+    LLVMValueRef head32, batch32, kvh32;
+    LLVMValueRef batch, head;                       /* i64 */
+    LLVMValueRef q_len, kv_len, q_start, tile_pos0;
+    LLVMValueRef entries, begin, end;
+    LLVMValueRef obase;
+    LLVMValueRef o_acc[MAX_D / 8][4], m_row[2], l_row[2];
+} sm90;
+
+static LLVMValueRef c32(sm90 *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
+static LLVMValueRef c64(sm90 *k, long long v) { return LLVMConstInt(k->cg->t_i64, (unsigned long long)v, 1); }
+static LLVMValueRef cf(sm90 *k, double v) { return LLVMConstReal(k->cg->t_f32, v); }
+static LLVMValueRef param(sm90 *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
+static LLVMValueRef sext64(sm90 *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, v, k->cg->t_i64, ""); }
+static LLVMValueRef add(sm90 *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildAdd(k->b, a, b, ""); }
+static LLVMValueRef addc(sm90 *k, LLVMValueRef a, long long v) { return v ? add(k, a, c32(k, v)) : a; }
+
+static int log2i(int v)
+{
+    int r = 0;
+    while ((1 << r) < v)
+        r++;
+    return r;
+}
+
+static LLVMValueRef bar_addr(sm90 *k, int idx, LLVMValueRef stage)
+{
+    LLVMValueRef a = addc(k, k->smem, k->s.bar_off + 8 * idx);
+    return stage ? add(k, a, LLVMBuildShl(k->b, stage, c32(k, 3), "")) : a;
+}
+/* barrier layout: full[0..S), empty[0..S), q */
+static LLVMValueRef full_bar(sm90 *k, LLVMValueRef st) { return bar_addr(k, 0, st); }
+static LLVMValueRef empty_bar(sm90 *k, LLVMValueRef st) { return bar_addr(k, k->s.stages, st); }
+static LLVMValueRef q_bar(sm90 *k) { return bar_addr(k, 2 * k->s.stages, NULL); }
+
+static LLVMValueRef entry_field(sm90 *k, LLVMValueRef e, int field_off, LLVMTypeRef ty)
+{
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
+    LLVMValueRef off = LLVMBuildAdd(k->b, LLVMBuildMul(k->b, sext64(k, e), c64(k, (long long)sizeof(s2_dev_entry)), ""),
+                                    c64(k, field_off), "");
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, i8, k->entries, &off, 1, "");
+    LLVMValueRef v = LLVMBuildLoad2(k->b, ty, p, "");
+    LLVMSetAlignment(v, ty == k->cg->t_i64 ? 8 : 4);
+    return v;
+}
+
+static LLVMValueRef load_i32(sm90 *k, LLVMValueRef base, LLVMValueRef idx64, const char *name)
+{
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, k->cg->t_i32, base, &idx64, 1, "");
+    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_i32, p, name);
+    LLVMSetAlignment(v, 4);
+    return v;
+}
+
+/* Everything both roles need: ids, the list, lengths. */
+static void setup(sm90 *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    k->tid = s2_nv_tid_x(cg);
+    k->smem = s2_nv_smem_base32(cg);
+    k->head32 = s2_nv_ctaid(cg, 'y');
+    k->batch32 = s2_nv_ctaid(cg, 'z');
+    k->kvh32 = LLVMBuildUDiv(b, k->head32, c32(k, k->s.group), "kv_head");
+    k->head = LLVMBuildZExt(b, k->head32, cg->t_i64, "head");
+    k->batch = LLVMBuildZExt(b, k->batch32, cg->t_i64, "batch");
+    LLVMValueRef q_tiles = param(k, P_Q_TILES);
+    LLVMValueRef rel = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""), s2_nv_ctaid(cg, 'x'), "tile_rel");
+    LLVMValueRef tile = add(k, param(k, P_FIRST_Q_TILE), rel);
+    k->tile_pos0 = LLVMBuildMul(b, tile, c32(k, k->s.BM), "tile_pos0");
+    k->q_len = param(k, P_QLEN);
+    k->kv_len = param(k, P_KVLEN);
+    k->q_start = LLVMBuildSub(b, k->kv_len, k->q_len, "q_start");
+    LLVMValueRef cls = load_i32(k, param(k, P_CLASS), k->head, "class");
+    LLVMValueRef li = sext64(k, add(k, LLVMBuildMul(b, cls, q_tiles, ""), rel));
+    k->begin = load_i32(k, param(k, P_OFFSETS), li, "begin");
+    k->end = load_i32(k, param(k, P_OFFSETS), LLVMBuildAdd(b, li, c64(k, 1), ""), "end");
+    k->entries = param(k, P_ENTRIES);
+}
+
+/* ---- producer ---- */
+
+static void tma_tile(sm90 *k, int dst_off, LLVMValueRef dst_dyn, int rows, LLVMValueRef bar, int tmap,
+                     LLVMValueRef row0, LLVMValueRef head)
+{
+    for (int c = 0; c < k->s.D / 64; c++) {
+        LLVMValueRef dst = addc(k, k->smem, dst_off + c * rows * 128);
+        if (dst_dyn)
+            dst = add(k, dst, dst_dyn);
+        LLVMValueRef co[4] = {c32(k, 64 * c), row0, head, k->batch32};
+        s2_nv_tma_load_4d(k->cg, dst, bar, param(k, tmap), co);
+    }
+}
+
+static void producer(sm90 *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    const sm90_shape *s = &k->s;
+    s2_nv_setmaxnreg(cg, false, s->prod_regs);
+    s2_nv_if one;
+    s2_nv_if_begin(cg, &one, LLVMBuildICmp(b, LLVMIntEQ, k->tid, c32(k, 0), ""), "tma_thread");
+    for (int m = P_TMAP_Q; m <= P_TMAP_V; m++)
+        s2_nv_prefetch_tensormap(cg, param(k, m));
+    /* Q: one box of 64 rows per consumer slab and 64-column block; rows
+     * before the queries (negative) and past q_len come back as zeros */
+    LLVMValueRef qrow0 = LLVMBuildSub(b, k->tile_pos0, k->q_start, "qrow0");
+    s2_nv_mbar_arrive_expect_tx(cg, q_bar(k), s->BM * s->D * 2);
+    for (int w = 0; w < s->NC; w++)
+        tma_tile(k, s->q_off + w * SLAB * s->D * 2, NULL, SLAB, q_bar(k), P_TMAP_Q, addc(k, qrow0, SLAB * w), k->head32);
+
+    s2_nv_loop loop;
+    s2_nv_loop_begin(cg, &loop, "load", k->begin, k->end, c32(k, 1), NULL, 0);
+    LLVMValueRef i = LLVMBuildSub(b, loop.iv, k->begin, "i");
+    LLVMValueRef stage = LLVMBuildURem(b, i, c32(k, s->stages), "stage");
+    LLVMValueRef par = LLVMBuildXor(b, LLVMBuildAnd(b, LLVMBuildUDiv(b, i, c32(k, s->stages), ""), c32(k, 1), ""),
+                                    c32(k, 1), "");
+    /* the first round finds every stage free: parity 1 is the phase before phase 0 */
+    s2_nv_mbar_wait(cg, empty_bar(k, stage), par);
+    s2_nv_mbar_arrive_expect_tx(cg, full_bar(k, stage), 2 * s->stage_bytes);
+    LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, loop.iv, 0, cg->t_i32), c32(k, s->BN), "kpos0");
+    LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, s->stage_bytes), "");
+    tma_tile(k, s->k_off, soff, s->BN, full_bar(k, stage), P_TMAP_K, kpos0, k->kvh32);
+    tma_tile(k, s->v_off, soff, s->BN, full_bar(k, stage), P_TMAP_V, kpos0, k->kvh32);
+    s2_nv_loop_end(cg, &loop, NULL);
+    s2_nv_if_end(cg, &one);
+    LLVMBuildRetVoid(b);
+}
+
+/* ---- consumers ---- */
+
+/* tile row of this thread's row hr (0: g, 1: g + 8) */
+static LLVMValueRef tile_row(sm90 *k, int hr)
+{
+    LLVMValueRef r = add(k, LLVMBuildShl(k->b, k->wgc, c32(k, 6), ""), LLVMBuildShl(k->b, k->warp, c32(k, 4), ""));
+    return add(k, r, addc(k, k->g, 8 * hr));
+}
+
+/* Descriptor steps (bytes >> 4) of the k16 steps: Q and K K-major in
+ * 64-column blocks (+32 B inside a block, next block after rows * 128 B),
+ * V N-major, 16 key rows per step (§3.3). */
+static void qk_steps(const sm90_shape *s, int *a_step, int *b_step)
+{
+    for (int j = 0; j < s->D / 16; j++) {
+        a_step[j] = ((j / 4) * SLAB * 128 + (j % 4) * 32) >> 4;
+        b_step[j] = ((j / 4) * s->BN * 128 + (j % 4) * 32) >> 4;
+    }
+}
+
+static void v_steps(const sm90_shape *s, int *v_step)
+{
+    for (int j = 0; j < s->BN / 16; j++)
+        v_step[j] = (j * 16 * 128) >> 4;
+}
+
+static LLVMValueRef q_desc(sm90 *k)
+{
+    LLVMValueRef qa = add(k, addc(k, k->smem, k->s.q_off), LLVMBuildMul(k->b, k->wgc, c32(k, SLAB * k->s.D * 2), ""));
+    return s2_nv_wgmma_desc(k->cg, qa, 16, 1024);
+}
+
+static LLVMValueRef kv_desc(sm90 *k, int off, LLVMValueRef stage, int lbo)
+{
+    LLVMValueRef a = add(k, addc(k, k->smem, off), LLVMBuildMul(k->b, stage, c32(k, k->s.stage_bytes), ""));
+    return s2_nv_wgmma_desc(k->cg, a, lbo, 1024);
+}
+
+/* S = Q·K(stage)ᵀ, issued and committed (no wait). */
+static void issue_scores(sm90 *k, LLVMValueRef stage, LLVMValueRef *sacc)
+{
+    const sm90_shape *s = &k->s;
+    int a_step[MAX_D / 16], b_step[MAX_D / 16];
+    qk_steps(s, a_step, b_step);
+    for (int i = 0; i < s->BN / 2; i++)
+        sacc[i] = LLVMGetUndef(k->cg->t_f32);
+    s2_nv_wgmma_ss(k->cg, s->dt, s->BN, s->D / 16, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step, false,
+                   sacc);
+}
+
+/* O += P·V(stage), P packed from the probabilities (§3.4 register-P). */
+static void issue_pv(sm90 *k, LLVMValueRef stage, LLVMValueRef (*pa)[4], LLVMValueRef *oacc)
+{
+    const sm90_shape *s = &k->s;
+    int v_step[MAX_BN / 16];
+    v_steps(s, v_step);
+    s2_nv_wgmma_rs(k->cg, s->dt, s->D, s->BN / 16, pa, kv_desc(k, s->v_off, stage, s->BN * 128), v_step, true, oacc);
+}
+
+/* S(stage) and O += P·V(prev) as two groups of one batch. */
+static void issue_scores_pv(sm90 *k, LLVMValueRef stage, LLVMValueRef *sacc, LLVMValueRef prev,
+                            LLVMValueRef (*pa)[4], LLVMValueRef *oacc)
+{
+    const sm90_shape *s = &k->s;
+    int a_step[MAX_D / 16], b_step[MAX_D / 16], v_step[MAX_BN / 16];
+    qk_steps(s, a_step, b_step);
+    v_steps(s, v_step);
+    for (int i = 0; i < s->BN / 2; i++)
+        sacc[i] = LLVMGetUndef(k->cg->t_f32);
+    s2_nv_wgmma_ss_rs(k->cg, s->dt, s->BN, s->D / 16, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step,
+                      sacc, s->D, s->BN / 16, pa, kv_desc(k, s->v_off, prev, s->BN * 128), v_step, oacc);
+}
+
+static void pack_p(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef (*pa)[4])
+{
+    for (int j = 0; j < k->s.BN / 16; j++) {
+        pa[j][0] = s2_nv_pack2(k->cg, k->s.dt, sc[2 * j][0], sc[2 * j][1]);
+        pa[j][1] = s2_nv_pack2(k->cg, k->s.dt, sc[2 * j][2], sc[2 * j][3]);
+        pa[j][2] = s2_nv_pack2(k->cg, k->s.dt, sc[2 * j + 1][0], sc[2 * j + 1][1]);
+        pa[j][3] = s2_nv_pack2(k->cg, k->s.dt, sc[2 * j + 1][2], sc[2 * j + 1][3]);
+    }
+}
+
+/* Token mask unless the entry is FULL (as templates/fwd.c): live sub-block
+ * pair, c <= kv_len-1-kpos0 (zero-filled TMA rows past kv_len included) and,
+ * causal, c <= qpos - kpos0.  Masked scores become -inf. */
+static void apply_mask(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef e)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    const sm90_shape *s = &k->s;
+    int NT = s->BN / 8;
+    LLVMValueRef flags = entry_field(k, e, 4, cg->t_i32);
+    LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, e, 0, cg->t_i32), c32(k, s->BN), "kpos0");
+    LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "full");
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
+    LLVMBasicBlockRef mask_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "mask");
+    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
+    LLVMBuildCondBr(b, full, join, mask_bb);
+    LLVMPositionBuilderAtEnd(b, mask_bb);
+    LLVMValueRef live = entry_field(k, e, 8, cg->t_i64);
+    LLVMValueRef masked[MAX_BN / 8][4];
+    LLVMValueRef ninf = cf(k, -INFINITY);
+    LLVMValueRef col0 = LLVMBuildShl(b, k->t4, c32(k, 1), "col0");
+    for (int hr = 0; hr < 2; hr++) {
+        LLVMValueRef r = tile_row(k, hr);
+        LLVMValueRef isub = LLVMBuildLShr(b, r, c32(k, s->sub_m_log2), "");
+        LLVMValueRef shift = LLVMBuildZExt(b, LLVMBuildMul(b, isub, c32(k, s->sub_n), ""), cg->t_i64, "");
+        LLVMValueRef bits = LLVMBuildTrunc(b, LLVMBuildLShr(b, live, shift, ""), cg->t_i32, "row_live");
+        LLVMValueRef limit = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), kpos0, "");
+        if (s->causal) {
+            LLVMValueRef d = LLVMBuildSub(b, add(k, k->tile_pos0, r), kpos0, "");
+            limit = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, d, limit, ""), d, limit, "limit");
+        }
+        LLVMValueRef lim_rel = LLVMBuildSub(b, limit, col0, "");
+        for (int n = 0; n < NT; n++) {
+            int jsub = n * 8 / s->sub_n_size;
+            LLVMValueRef live_bit = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, bits, c32(k, 1 << jsub), ""), c32(k, 0), "");
+            for (int e2 = 0; e2 < 2; e2++) {
+                int i = 2 * hr + e2;
+                LLVMValueRef inside = LLVMBuildICmp(b, LLVMIntSLE, c32(k, n * 8 + e2), lim_rel, "");
+                masked[n][i] = LLVMBuildSelect(b, LLVMBuildAnd(b, inside, live_bit, ""), sc[n][i], ninf, "");
+            }
+        }
+    }
+    LLVMBasicBlockRef mask_end = LLVMGetInsertBlock(b);
+    LLVMBuildBr(b, join);
+    LLVMPositionBuilderAtEnd(b, join);
+    for (int n = 0; n < NT; n++)
+        for (int i = 0; i < 4; i++) {
+            LLVMValueRef phi = LLVMBuildPhi(b, cg->t_f32, "");
+            LLVMValueRef v[2] = {sc[n][i], masked[n][i]};
+            LLVMBasicBlockRef bb[2] = {from, mask_end};
+            LLVMAddIncoming(phi, v, bb, 2);
+            sc[n][i] = phi;
+        }
+}
+
+/* Online softmax (§1.5) of the thread's two rows; returns the O rescale
+ * factors in alpha[2] (applied by the caller once P(j-1)·V is done). */
+static void online_softmax(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef alpha[2])
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int NT = k->s.BN / 8;
+    LLVMValueRef scale = param(k, P_SCALE_LOG2);
+    for (int hr = 0; hr < 2; hr++) {
+        LLVMValueRef mx = cf(k, -INFINITY);
+        for (int n = 0; n < NT; n++)
+            for (int e = 0; e < 2; e++)
+                mx = s2_nv_fmax(cg, mx, sc[n][2 * hr + e]);
+        mx = s2_nv_quad_max_f32(cg, mx);
+        LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, k->m_row[hr], "");
+        LLVMValueRef m_new = s2_nv_fmax(cg, m_old, mx);
+        LLVMValueRef m_use = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m_new, cf(k, -INFINITY), ""),
+                                             cf(k, 0.0), LLVMBuildFMul(b, m_new, scale, ""), "m_use");
+        LLVMValueRef neg_m = LLVMBuildFNeg(b, m_use, "");
+        alpha[hr] = s2_nv_ex2_approx(cg, s2_nv_fma(cg, m_old, scale, neg_m));
+        LLVMValueRef sum = cf(k, 0.0);
+        for (int n = 0; n < NT; n++)
+            for (int e = 0; e < 2; e++) {
+                int i = 2 * hr + e;
+                sc[n][i] = s2_nv_ex2_approx(cg, s2_nv_fma(cg, sc[n][i], scale, neg_m));
+                sum = LLVMBuildFAdd(b, sum, sc[n][i], "");
+            }
+        LLVMValueRef l_old = LLVMBuildLoad2(b, cg->t_f32, k->l_row[hr], "");
+        LLVMBuildStore(b, s2_nv_fma(cg, l_old, alpha[hr], sum), k->l_row[hr]);
+        LLVMBuildStore(b, m_new, k->m_row[hr]);
+    }
+}
+
+static void load_o(sm90 *k, LLVMValueRef *oacc)
+{
+    for (int dn = 0; dn < k->s.D / 8; dn++)
+        for (int i = 0; i < 4; i++)
+            oacc[4 * dn + i] = LLVMBuildLoad2(k->b, k->cg->t_f32, k->o_acc[dn][i], "");
+}
+
+static void store_o(sm90 *k, LLVMValueRef *oacc)
+{
+    for (int dn = 0; dn < k->s.D / 8; dn++)
+        for (int i = 0; i < 4; i++)
+            LLVMBuildStore(k->b, oacc[4 * dn + i], k->o_acc[dn][i]);
+}
+
+static void rescale_o(sm90 *k, LLVMValueRef alpha[2])
+{
+    for (int dn = 0; dn < k->s.D / 8; dn++)
+        for (int i = 0; i < 4; i++) {
+            LLVMValueRef p = k->o_acc[dn][i];
+            LLVMBuildStore(k->b, LLVMBuildFMul(k->b, LLVMBuildLoad2(k->b, k->cg->t_f32, p, ""), alpha[i >> 1], ""), p);
+        }
+}
+
+static void scores_from_acc(sm90 *k, LLVMValueRef *sacc, LLVMValueRef sc[][4])
+{
+    for (int n = 0; n < k->s.BN / 8; n++)
+        for (int i = 0; i < 4; i++)
+            sc[n][i] = sacc[4 * n + i];
+}
+
+static LLVMValueRef stage_of(sm90 *k, LLVMValueRef i) { return LLVMBuildURem(k->b, i, c32(k, k->s.stages), "stage"); }
+static LLVMValueRef parity_of(sm90 *k, LLVMValueRef i)
+{
+    return LLVMBuildAnd(k->b, LLVMBuildUDiv(k->b, i, c32(k, k->s.stages), ""), c32(k, 1), "parity");
+}
+
+/* Ping-pong (§5.4): wait for this warpgroup's turn on the tensor cores,
+ * and hand them to the other after issuing. */
+static void turn_wait(sm90 *k)
+{
+    if (!k->s.pingpong)
+        return;
+    s2_nv_if a, b2;
+    LLVMValueRef first = LLVMBuildICmp(k->b, LLVMIntEQ, k->wgc, c32(k, 0), "");
+    s2_nv_if_begin(k->cg, &a, first, "turn0");
+    s2_nv_named_barrier(k->cg, BAR_WG_BASE, 256, false);
+    s2_nv_if_end(k->cg, &a);
+    s2_nv_if_begin(k->cg, &b2, LLVMBuildNot(k->b, first, ""), "turn1");
+    s2_nv_named_barrier(k->cg, BAR_WG_BASE + 1, 256, false);
+    s2_nv_if_end(k->cg, &b2);
+}
+
+static void turn_pass(sm90 *k)
+{
+    if (!k->s.pingpong)
+        return;
+    s2_nv_if a, b2;
+    LLVMValueRef first = LLVMBuildICmp(k->b, LLVMIntEQ, k->wgc, c32(k, 0), "");
+    s2_nv_if_begin(k->cg, &a, first, "pass0");
+    s2_nv_named_barrier(k->cg, BAR_WG_BASE + 1, 256, true);
+    s2_nv_if_end(k->cg, &a);
+    s2_nv_if_begin(k->cg, &b2, LLVMBuildNot(k->b, first, ""), "pass1");
+    s2_nv_named_barrier(k->cg, BAR_WG_BASE, 256, true);
+    s2_nv_if_end(k->cg, &b2);
+}
+
+/* The consumer loop, FA3's intra-warpgroup overlap:
+ *   prologue: S(0); wait; mask; softmax; P(0)
+ *   entry i >= 1: issue S(i); issue O += P(i-1)·V(i-1); wait S(i) (1 group
+ *     pending); mask, softmax -> P(i), alpha(i); wait PV; release stage i-1;
+ *     O *= alpha(i)
+ *   epilogue: O += P(last)·V(last); wait; release.
+ * P(i-1) was made with m(i-1), so O after adding it is in m(i-1)'s scale and
+ * alpha(i) = 2^(m(i-1) - m(i)) rescales it afterwards. */
+static void consumer_loop(sm90 *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    const sm90_shape *s = &k->s;
+    int ns = s->BN / 2, no = s->D / 2;
+    LLVMValueRef sacc[MAX_BN / 2], oacc[MAX_D / 2], sc[MAX_BN / 8][4], pa[MAX_BN / 16][4], alpha[2];
+
+    s2_nv_if nonempty;
+    s2_nv_if_begin(cg, &nonempty, LLVMBuildICmp(b, LLVMIntSLT, k->begin, k->end, ""), "work");
+    /* prologue: entry begin */
+    LLVMValueRef st0 = c32(k, 0);
+    s2_nv_mbar_wait(cg, full_bar(k, st0), c32(k, 0));
+    turn_wait(k);
+    issue_scores(k, st0, sacc);
+    turn_pass(k);
+    s2_nv_wgmma_wait(cg, 0, sacc, ns);
+    scores_from_acc(k, sacc, sc);
+    apply_mask(k, sc, k->begin);
+    online_softmax(k, sc, alpha);
+    pack_p(k, sc, pa);
+
+    /* P of the previous entry travels in the loop as 4 * BN/16 packed i32 */
+    int np = 4 * (s->BN / 16);
+    LLVMValueRef p_slot[MAX_BN / 16 * 4];
+    LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
+    LLVMValueRef first_inst = LLVMGetFirstInstruction(LLVMGetEntryBasicBlock(k->fn));
+    LLVMPositionBuilderBefore(b, first_inst);
+    for (int i = 0; i < np; i++)
+        p_slot[i] = LLVMBuildAlloca(b, cg->t_i32, "p");
+    LLVMPositionBuilderAtEnd(b, cur);
+    for (int j = 0; j < s->BN / 16; j++)
+        for (int q = 0; q < 4; q++)
+            LLVMBuildStore(b, pa[j][q], p_slot[4 * j + q]);
+
+    s2_nv_loop loop;
+    s2_nv_loop_begin(cg, &loop, "kv", LLVMBuildAdd(b, k->begin, c32(k, 1), ""), k->end, c32(k, 1), NULL, 0);
+    LLVMValueRef i = LLVMBuildSub(b, loop.iv, k->begin, "i");
+    LLVMValueRef stage = stage_of(k, i);
+    LLVMValueRef prev = stage_of(k, LLVMBuildSub(b, i, c32(k, 1), ""));
+    s2_nv_mbar_wait(cg, full_bar(k, stage), parity_of(k, i));
+    for (int j = 0; j < s->BN / 16; j++)
+        for (int q = 0; q < 4; q++)
+            pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
+    load_o(k, oacc);
+    turn_wait(k);
+    issue_scores_pv(k, stage, sacc, prev, pa, oacc);
+    turn_pass(k);
+    s2_nv_wgmma_wait(cg, 1, sacc, ns);
+    scores_from_acc(k, sacc, sc);
+    apply_mask(k, sc, loop.iv);
+    online_softmax(k, sc, alpha);
+    s2_nv_wgmma_wait(cg, 0, oacc, no);
+    s2_nv_mbar_arrive(cg, empty_bar(k, prev));
+    /* P(i) is converted only now: writing a future wgmma's A registers while
+     * P(i-1)·V is in flight serialises the batch (ptxas C7513) */
+    pack_p(k, sc, pa);
+    store_o(k, oacc);
+    rescale_o(k, alpha);
+    for (int j = 0; j < s->BN / 16; j++)
+        for (int q = 0; q < 4; q++)
+            LLVMBuildStore(b, pa[j][q], p_slot[4 * j + q]);
+    s2_nv_loop_end(cg, &loop, NULL);
+
+    /* the last entry's P·V */
+    LLVMValueRef last = stage_of(k, LLVMBuildSub(b, LLVMBuildSub(b, k->end, k->begin, ""), c32(k, 1), ""));
+    for (int j = 0; j < s->BN / 16; j++)
+        for (int q = 0; q < 4; q++)
+            pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
+    load_o(k, oacc);
+    issue_pv(k, last, pa, oacc);
+    s2_nv_wgmma_wait(cg, 0, oacc, no);
+    s2_nv_mbar_arrive(cg, empty_bar(k, last));
+    store_o(k, oacc);
+    s2_nv_if_end(cg, &nonempty);
+}
+
+/* O /= l, LSE; rows outside [q_start, kv_len) are not stored (as fwd.c). */
+static void epilogue(sm90 *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef col = LLVMBuildShl(b, k->t4, c32(k, 1), "");
+    for (int hr = 0; hr < 2; hr++) {
+        LLVMValueRef l = s2_nv_quad_sum_f32(cg, LLVMBuildLoad2(b, cg->t_f32, k->l_row[hr], ""));
+        LLVMValueRef m = LLVMBuildLoad2(b, cg->t_f32, k->m_row[hr], "");
+        LLVMValueRef pos_l = LLVMBuildFCmp(b, LLVMRealOGT, l, cf(k, 0.0), "");
+        LLVMValueRef inv = LLVMBuildSelect(b, pos_l, LLVMBuildFDiv(b, cf(k, 1.0), l, ""), cf(k, 0.0), "inv");
+        LLVMValueRef ms = LLVMBuildFMul(b, m, param(k, P_SCALE_LOG2), "");
+        LLVMValueRef lse = LLVMBuildFMul(b, LLVMBuildFAdd(b, ms, s2_nv_lg2_approx(cg, l), ""), cf(k, M_LN2), "");
+        lse = LLVMBuildSelect(b, pos_l, lse, cf(k, -INFINITY), "lse");
+
+        LLVMValueRef pos = add(k, k->tile_pos0, tile_row(k, hr));
+        LLVMValueRef qrow = LLVMBuildSub(b, pos, k->q_start, "qrow");
+        LLVMValueRef ok = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSGE, pos, k->q_start, ""),
+                                       LLVMBuildICmp(b, LLVMIntSLT, pos, k->kv_len, ""), "");
+        s2_nv_if store;
+        s2_nv_if_begin(cg, &store, ok, "store");
+        LLVMValueRef row_off = add(k, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""));
+        LLVMTypeRef i16 = LLVMInt16TypeInContext(cg->llctx);
+        for (int dn = 0; dn < k->s.D / 8; dn++) {
+            LLVMValueRef o0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->o_acc[dn][2 * hr], ""), inv, "");
+            LLVMValueRef o1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->o_acc[dn][2 * hr + 1], ""), inv, "");
+            LLVMValueRef c = LLVMBuildZExt(b, addc(k, col, dn * 8), cg->t_i64, "");
+            LLVMValueRef off = add(k, row_off, c);
+            LLVMValueRef p = LLVMBuildInBoundsGEP2(b, i16, param(k, P_O), &off, 1, "");
+            LLVMSetAlignment(LLVMBuildStore(b, s2_nv_pack2(cg, k->s.dt, o0, o1), p), 4);
+        }
+        LLVMValueRef lse_ptr = param(k, P_LSE);
+        LLVMValueRef want = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, k->t4, c32(k, 0), ""),
+            LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lse_ptr, cg->t_i64, ""), c64(k, 0), ""), "");
+        s2_nv_if wl;
+        s2_nv_if_begin(cg, &wl, want, "lse");
+        LLVMValueRef idx = LLVMBuildMul(b, add(k, LLVMBuildMul(b, k->batch, c64(k, k->s.heads), ""), k->head),
+                                        sext64(k, k->q_len), "");
+        idx = add(k, idx, sext64(k, qrow));
+        LLVMValueRef lp = LLVMBuildInBoundsGEP2(b, cg->t_f32, lse_ptr, &idx, 1, "");
+        LLVMSetAlignment(LLVMBuildStore(b, lse, lp), 4);
+        s2_nv_if_end(cg, &wl);
+        s2_nv_if_end(cg, &store);
+    }
+    LLVMBuildRetVoid(b);
+}
+
+static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    s2_nv_setmaxnreg(cg, true, k->s.cons_regs);
+    k->wgc = LLVMBuildSub(b, LLVMBuildLShr(b, k->tid, c32(k, 7), ""), c32(k, 1), "wgc");
+    LLVMValueRef ct = LLVMBuildAnd(b, k->tid, c32(k, 127), "");
+    k->warp = LLVMBuildLShr(b, ct, c32(k, 5), "warp");
+    LLVMValueRef lane = LLVMBuildAnd(b, ct, c32(k, 31), "lane");
+    k->g = LLVMBuildLShr(b, lane, c32(k, 2), "g");
+    k->t4 = LLVMBuildAnd(b, lane, c32(k, 3), "t4");
+    k->obase = add(k, LLVMBuildMul(b, k->batch, param(k, P_OS), ""), LLVMBuildMul(b, k->head, param(k, P_OS + 2), ""));
+
+    LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
+    LLVMPositionBuilderBefore(b, LLVMGetFirstInstruction(entry_bb));
+    for (int dn = 0; dn < k->s.D / 8; dn++)
+        for (int i = 0; i < 4; i++)
+            k->o_acc[dn][i] = LLVMBuildAlloca(b, cg->t_f32, "o");
+    for (int r = 0; r < 2; r++) {
+        k->m_row[r] = LLVMBuildAlloca(b, cg->t_f32, "m");
+        k->l_row[r] = LLVMBuildAlloca(b, cg->t_f32, "l");
+    }
+    LLVMPositionBuilderAtEnd(b, cur);
+    for (int dn = 0; dn < k->s.D / 8; dn++)
+        for (int i = 0; i < 4; i++)
+            LLVMBuildStore(b, cf(k, 0.0), k->o_acc[dn][i]);
+    for (int r = 0; r < 2; r++) {
+        LLVMBuildStore(b, cf(k, -INFINITY), k->m_row[r]);
+        LLVMBuildStore(b, cf(k, 0.0), k->l_row[r]);
+    }
+    /* the first warpgroup goes first in the ping-pong */
+    if (k->s.pingpong) {
+        s2_nv_if w0;
+        s2_nv_if_begin(cg, &w0, LLVMBuildICmp(b, LLVMIntEQ, k->wgc, c32(k, 0), ""), "first_turn");
+        s2_nv_named_barrier(cg, BAR_WG_BASE, 256, true);
+        s2_nv_if_end(cg, &w0);
+    }
+    /* Q is waited for even with an empty list: no copy may be in flight at exit */
+    s2_nv_mbar_wait(cg, q_bar(k), c32(k, 0));
+    consumer_loop(k);
+    epilogue(k);
+}
+
+static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_spec *spec)
+{
+    memset(s, 0, sizeof *s);
+    s->dt = spec->dtype;
+    s->D = spec->head_dim;
+    s->BM = spec->block_m;
+    s->BN = spec->block_n;
+    s->NC = spec->block_m / SLAB;
+    s->stages = spec->num_stages;
+    s->threads = 128 * (s->NC + 1);
+    int sub_m_size = p->block_size < s->BM ? p->block_size : s->BM;
+    s->sub_m_log2 = log2i(sub_m_size);
+    s->sub_n_size = p->block_size < s->BN ? p->block_size : s->BN;
+    s->sub_n = s->BN / s->sub_n_size;
+    s->group = p->heads / p->kv_heads;
+    s->heads = p->heads;
+    s->causal = p->causal;
+    s->pingpong = s->NC == 2;
+    s->q_off = 0;
+    s->stage_bytes = s->BN * s->D * 2;
+    s->k_off = s->BM * s->D * 2;
+    s->v_off = s->k_off + s->stages * s->stage_bytes;
+    s->bar_off = s->v_off + s->stages * s->stage_bytes;
+    s->smem = s->bar_off + 8 * (2 * s->stages + 1);
+    /* setmaxnreg (§6): the register cap at launch is 65536 / (threads *
+     * min_ctas); producer + NC consumers must fit in it after the shift */
+    if (s->NC == 2) {
+        s->min_ctas = 1, s->prod_regs = 24, s->cons_regs = 240;
+    } else {
+        s->min_ctas = 2, s->prod_regs = 24, s->cons_regs = 232;
+    }
+}
+
+int s2_fwd_sm90_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
+{
+    sm90_shape s;
+    sm90_shape_init(&s, p, spec);
+    return s.smem;
+}
+
+s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name)
+{
+    sm90 k = {.cg = cg, .b = cg->b};
+    sm90_shape_init(&k.s, p, spec);
+    const sm90_shape *s = &k.s;
+    if ((s->D != 64 && s->D != 128) || s->BN < 16 || s->BN > MAX_BN || s->BN % 16 || (s->NC != 1 && s->NC != 2) ||
+        s->BM != SLAB * s->NC || s->threads != 32 * spec->num_warps)
+        return s2_fail(ctx, S2_ERR_INTERNAL, "forward sm_90a: unresolved spec reached the builder");
+    LLVMTypeRef params[P_COUNT];
+    for (int i = P_Q; i <= P_LSE; i++)
+        params[i] = cg->t_ptr_global;
+    for (int i = P_QS; i < P_QLEN; i++)
+        params[i] = cg->t_i64;
+    params[P_QLEN] = params[P_KVLEN] = cg->t_i32;
+    params[P_SCALE_LOG2] = cg->t_f32;
+    params[P_CLASS] = params[P_OFFSETS] = params[P_ENTRIES] = cg->t_ptr_global;
+    params[P_FIRST_Q_TILE] = params[P_Q_TILES] = cg->t_i32;
+    for (int i = P_TMAP_Q; i <= P_TMAP_V; i++)
+        params[i] = LLVMPointerTypeInContext(cg->llctx, S2_AS_GENERIC);
+    k.fn = s2_nv_kernel_new(cg, name, params, P_COUNT, s->threads, s->min_ctas);
+    for (int i = P_CLASS; i <= P_ENTRIES; i++) {
+        s2_nv_param_attr(cg, k.fn, (unsigned)i, "noalias");
+        s2_nv_param_attr(cg, k.fn, (unsigned)i, "readonly");
+    }
+    s2_nv_param_attr(cg, k.fn, P_O, "noalias");
+    s2_nv_param_attr(cg, k.fn, P_LSE, "noalias");
+    for (int i = P_TMAP_Q; i <= P_TMAP_V; i++)
+        s2_nv_param_tensormap(cg, k.fn, (unsigned)i);
+    LLVMBasicBlockRef entry_bb = LLVMGetInsertBlock(cg->b);
+
+    setup(&k);
+    /* barriers: one thread initialises, everyone syncs before any use */
+    s2_nv_if init;
+    s2_nv_if_begin(cg, &init, LLVMBuildICmp(k.b, LLVMIntEQ, k.tid, c32(&k, 0), ""), "mbar_init");
+    for (int st = 0; st < s->stages; st++) {
+        s2_nv_mbar_init(cg, full_bar(&k, c32(&k, st)), 1);
+        s2_nv_mbar_init(cg, empty_bar(&k, c32(&k, st)), 128 * s->NC);
+    }
+    s2_nv_mbar_init(cg, q_bar(&k), 1);
+    s2_nv_fence_mbar_init(cg);
+    s2_nv_if_end(cg, &init);
+    s2_nv_barrier_cta(cg);
+
+    LLVMBasicBlockRef prod_bb = LLVMAppendBasicBlockInContext(cg->llctx, k.fn, "producer");
+    LLVMBasicBlockRef cons_bb = LLVMAppendBasicBlockInContext(cg->llctx, k.fn, "consumer");
+    LLVMBuildCondBr(k.b, LLVMBuildICmp(k.b, LLVMIntULT, k.tid, c32(&k, 128), ""), prod_bb, cons_bb);
+    LLVMPositionBuilderAtEnd(k.b, prod_bb);
+    producer(&k);
+    LLVMPositionBuilderAtEnd(k.b, cons_bb);
+    consumer(&k, entry_bb);
+    return S2_OK;
+}
