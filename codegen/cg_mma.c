@@ -147,3 +147,20 @@ void s2_nv_if_end(s2_cg *cg, s2_nv_if *blk)
     LLVMBuildBr(cg->b, blk->join);
     LLVMPositionBuilderAtEnd(cg->b, blk->join);
 }
+
+void s2_nv_join_scores(s2_cg *cg, LLVMBasicBlockRef from, LLVMBasicBlockRef join, int ntiles,
+                       LLVMValueRef sc[][4], LLVMValueRef masked[][4])
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMBasicBlockRef mask_end = LLVMGetInsertBlock(b);
+    LLVMBuildBr(b, join);
+    LLVMPositionBuilderAtEnd(b, join);
+    for (int n = 0; n < ntiles; n++)
+        for (int i = 0; i < 4; i++) {
+            LLVMValueRef phi = LLVMBuildPhi(b, cg->t_f32, "");
+            LLVMValueRef v[2] = {sc[n][i], masked[n][i]};
+            LLVMBasicBlockRef bb[2] = {from, mask_end};
+            LLVMAddIncoming(phi, v, bb, 2);
+            sc[n][i] = phi;
+        }
+}

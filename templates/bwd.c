@@ -354,17 +354,7 @@ static void apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int nt
             }
         }
     }
-    LLVMBasicBlockRef mask_end = LLVMGetInsertBlock(b);
-    LLVMBuildBr(b, join);
-    LLVMPositionBuilderAtEnd(b, join);
-    for (int n = 0; n < ntiles; n++)
-        for (int i = 0; i < 4; i++) {
-            LLVMValueRef phi = LLVMBuildPhi(b, cg->t_f32, "");
-            LLVMValueRef v[2] = {sc[n][i], masked[n][i]};
-            LLVMBasicBlockRef bb[2] = {from, mask_end};
-            LLVMAddIncoming(phi, v, bb, 2);
-            sc[n][i] = phi;
-        }
+    s2_nv_join_scores(cg, from, join, ntiles, sc, masked);
 }
 
 /* P = exp2(S·scale_log2 - lse2) and dS = P ∘ (dP - delta), in place; lse2

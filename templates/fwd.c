@@ -466,17 +466,7 @@ static void apply_mask(fwd *k, LLVMValueRef sc[][4], LLVMValueRef e, LLVMValueRe
             }
         }
     }
-    LLVMBasicBlockRef mask_end = LLVMGetInsertBlock(b);
-    LLVMBuildBr(b, join);
-    LLVMPositionBuilderAtEnd(b, join);
-    for (int n = 0; n < NT; n++)
-        for (int i = 0; i < 4; i++) {
-            LLVMValueRef phi = LLVMBuildPhi(b, cg->t_f32, "");
-            LLVMValueRef v[2] = {sc[n][i], masked[n][i]};
-            LLVMBasicBlockRef bb[2] = {from, mask_end};
-            LLVMAddIncoming(phi, v, bb, 2);
-            sc[n][i] = phi;
-        }
+    s2_nv_join_scores(cg, from, join, NT, sc, masked);
 }
 
 /* Online softmax (§1.5), row hr of the thread's two rows: new max, rescale
