@@ -154,6 +154,13 @@ typedef struct s2_packed_schedule {
 s2_status s2_schedule_pack(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out);
 void s2_packed_schedule_free(s2_packed_schedule *p);
 
+/* The persistent forward's work list (attention.h, S2_FWD_ABI_TMA_PERSISTENT):
+ * the heads * q_tiles items head * q_tiles + rel of a forward schedule,
+ * sorted by decreasing entry count (ties: later tiles first, then lower
+ * heads), so that a round-robin over it deals the longest items first.
+ * *out is malloc'd (free()), *n = heads * q_tiles. */
+s2_status s2_schedule_work_list(s2_ctx *ctx, const s2_schedule *s, int32_t **out, int64_t *n);
+
 /* ---- KV-cache efficiency and liveness ------------------------------------ */
 
 /* The KV-cache-efficient property: for every head and key block n, the query
