@@ -629,7 +629,7 @@ static bool parse_list(const char *s, int_list *l)
     while (*s) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > 1024 || l->n == MAX_LIST)
+        if (end == s || v < -1 || v > 1024 || l->n == MAX_LIST)
             return false;
         l->v[l->n++] = (int)v;
         s = *end == ',' ? end + 1 : end;

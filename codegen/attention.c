@@ -48,9 +48,10 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern
         spec->num_stages = 3;
     if (spec->num_stages < 2 || spec->num_stages > 4)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: num_stages %d (2..4 for sm_90a)", spec->num_stages);
-    /* persistent longest-first grid by default: see bench/RESULTS.md (persistent) */
+    /* one CTA per tile by default: the persistent grid measured slower on an
+     * H200 (bench/RESULTS.md, 2026-11-22, persistent grid) */
     if (spec->persistent == 0)
-        spec->persistent = 1;
+        spec->persistent = -1;
     spec->persistent = spec->persistent > 0 ? 1 : -1;
     int bs = p->block_size;
     int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);

@@ -145,9 +145,9 @@ static void setup_item(sm90 *k, LLVMValueRef head32, LLVMValueRef batch32, LLVMV
 
 /* The CTA's work items.  Plain grid: the one item of (x, y, z), tiles
  * reversed so heavy ones go first.  Persistent grid: items w = x, x + G, ...
- * below n_work * batch, item w being batch w % B of work[w / B] = head *
- * q_tiles + rel; the host sorts work by decreasing entry count, so the
- * round-robin hands out the longest items first.  it0 / nitem count the
+ * below n_work * batch, item w being batch w / n_work of work[w % n_work] =
+ * head * q_tiles + rel; the host orders work longest heads first and
+ * longest tiles first within a head.  it0 / nitem count the
  * ring entries and items done before, which set the mbarrier phases. */
 typedef struct work_loop {
     s2_nv_loop loop;
@@ -171,10 +171,11 @@ static void work_begin(sm90 *k, work_loop *w, const char *name)
     LLVMValueRef init[2] = {c32(k, 0), c32(k, 0)};
     s2_nv_loop_begin(cg, &w->loop, name, s2_nv_ctaid(cg, 'x'), total, grid, init, 2);
     LLVMValueRef wi = w->loop.iv;
-    LLVMValueRef item = load_i32(k, param(k, P_WORK), LLVMBuildZExt(b, LLVMBuildUDiv(b, wi, bt, ""), cg->t_i64, ""),
+    LLVMValueRef nw = param(k, P_NWORK);
+    LLVMValueRef item = load_i32(k, param(k, P_WORK), LLVMBuildZExt(b, LLVMBuildURem(b, wi, nw, ""), cg->t_i64, ""),
                                  "item");
     LLVMValueRef q_tiles = param(k, P_Q_TILES);
-    setup_item(k, LLVMBuildUDiv(b, item, q_tiles, "head"), LLVMBuildURem(b, wi, bt, "batch"),
+    setup_item(k, LLVMBuildUDiv(b, item, q_tiles, "head"), LLVMBuildUDiv(b, wi, nw, "batch"),
                LLVMBuildURem(b, item, q_tiles, "rel"));
     k->it0 = w->loop.carried[0];
     k->nitem = w->loop.carried[1];
@@ -683,9 +684,12 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
     s->bar_off = s->v_off + s->stages * s->stage_bytes;
     s->smem = s->bar_off + 8 * (2 * s->stages + 1 + s->persistent);
     /* setmaxnreg (§6): the register cap at launch is 65536 / (threads *
-     * min_ctas); producer + NC consumers must fit in it after the shift */
+     * min_ctas); producer + NC consumers must fit in it after the shift
+     * (more and setmaxnreg.inc waits for ever).  The persistent producer
+     * keeps the work loop live and spills at 24. */
     if (s->NC == 2) {
-        s->min_ctas = 1, s->prod_regs = s->persistent ? 32 : 24, s->cons_regs = 240;
+        /* 384 threads at one CTA: ptxas gives 168 at launch, 168 * 3 = 504 in all */
+        s->min_ctas = 1, s->prod_regs = s->persistent ? 32 : 24, s->cons_regs = s->persistent ? 232 : 240;
     } else {
         s->min_ctas = 2, s->prod_regs = s->persistent ? 32 : 24, s->cons_regs = s->persistent ? 224 : 232;
     }

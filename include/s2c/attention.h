@@ -44,7 +44,7 @@ typedef struct s2_kernel_spec {
     int num_stages;        /* K/V shared-memory pipeline depth */
     /* sm_90a forward only: 1 persistent grid over a longest-first work list
      * (S2_FWD_ABI_TMA_PERSISTENT), -1 one CTA per (q tile, head, batch);
-     * 0 = heuristic (resolved to 1 or -1 there, and 0 on the other paths) */
+     * 0 = heuristic (resolved to -1 there, the faster measured, and 0 on the other paths) */
     int persistent;
 } s2_kernel_spec;
 
@@ -96,13 +96,14 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
  * ---- sm_90a persistent variant (manifest `kernel.abi tma_persistent`) ------------
  * Spec persistent = 1.  Parameters 0..27 as the TMA variant, plus
  *   28 ptr work     i32 [n_work]: items head * q_tiles + rel (rel: list index
- *                   within the head's class, 0 = first_q_tile), sorted by
- *                   decreasing entry count (s2_schedule_work_list, layout.h)
+ *                   within the head's class, 0 = first_q_tile), longest
+ *                   heads first, longest tiles first within a head
+ *                   (s2_schedule_work_list, layout.h)
  *   29 i32 n_work   = heads * q_tiles      30 i32 batch
  * Grid (G, 1, 1), any G >= 1 (the runtime takes SMs x resident CTAs per SM);
  * CTA x works on items w = x, x + G, ... < n_work * batch, item w being batch
- * w % batch of work[w / batch]: a static round-robin over a longest-first
- * list.  Block and shared memory as above (8 more bytes: one mbarrier). */
+ * w / n_work of work[w % n_work]: a static round-robin over the list, batch
+ * after batch.  Block and shared memory as above (8 more bytes: one mbarrier). */
 typedef enum s2_fwd_abi {
     S2_FWD_ABI_PTRS = 0,   /* parameters 0..24 */
     S2_FWD_ABI_TMA = 1,    /* 0..24 + three tensor maps */

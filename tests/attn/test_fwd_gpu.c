@@ -6,9 +6,10 @@
  * On an sm_90a device every case runs twice: for sm_90a (the wgmma/TMA
  * template where the spec allows it, tensor maps built by
  * s2_attn_fwd_tensor_maps) and for sm_90 (the mma.sync template).
- * sm_90a kernels take the spec's default grid (persistent, S2_FWD_ABI_TMA_
- * PERSISTENT, launched on 7 CTAs so that each walks many work items and the
- * mbarrier phases carry over); S2C_FWD_PERSISTENT=-1 selects the plain grid.
+ * sm_90a kernels take the spec's default grid (one CTA per tile);
+ * S2C_FWD_PERSISTENT=1 selects the persistent one (S2_FWD_ABI_TMA_PERSISTENT),
+ * launched on 7 CTAs so that each walks many work items and the mbarrier
+ * phases carry over.
  * S2C_FWD_CASES=substring runs only the cases whose name contains it;
  * S2C_FWD_ARCH=sm_80 compiles for that arch instead of the device's; when it
  * is not the device's own, the PTX is loaded (the driver JIT-compiles it), so
