@@ -145,10 +145,14 @@ static void run_case(int run)
     const int B = c->batch, H = p->heads, HK = p->kv_heads, D = c->head_dim;
     const int64_t SQ = c->q_len, SK = c->kv_len;
 
-    const char *pers = getenv("S2C_FWD_PERSISTENT");
     s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = c->dt, .head_dim = D, .arch = arch,
-                           .block_m = c->block_m, .block_n = c->block_n, .num_stages = c->num_stages,
-                           .persistent = arch == S2_ARCH_SM90A && pers ? atoi(pers) : 0};
+                           .block_m = c->block_m, .block_n = c->block_n, .num_stages = c->num_stages};
+    /* the grid choice applies where the spec resolves to the TMA template (persistent != 0) */
+    const char *pers = getenv("S2C_FWD_PERSISTENT");
+    s2_kernel_spec probe = spec;
+    if (pers && s2_kernel_spec_resolve(ctx, &probe, p) == S2_OK && probe.persistent != 0)
+        spec.persistent = atoi(pers);
+    s2_ctx_clear(ctx);
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
                   s2_ctx_message(ctx));
