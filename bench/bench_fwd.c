@@ -17,7 +17,7 @@
  * Without a CUDA driver or device it prints "no GPU: skipped" and exits 0.
  *
  *   bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L]
- *             [--num-warps L] [--num-stages L] [--reps N] [--csv]
+ *             [--num-warps L] [--num-stages L] [--persistent L] [--reps N] [--csv]
  *             [--rows N] [--dump-dir DIR]
  * L is a comma list; every combination is run (invalid ones are reported
  * and skipped).  --dump-dir writes each variant's PTX and cubin there. */
@@ -43,16 +43,19 @@ typedef struct bench_config {
     int block, local, stride;
     const char *peer;            /* which peer the ratio is against */
     double peer_h200_ms, peer_h100_ms;
+    int dense_heads;             /* num_dense_heads: head imbalance (the last ones dense) */
 } bench_config;
 
 /* shared/PEERS.md, forward rows (bf16, D 128, causal, head_sliding_offset 0) */
 static const bench_config configs[] = {
-    {"b64_8k", 4, 16, 8192, 64, 8, 16, "S2-Triton", 0.607, 0.598},
-    {"mergeq16_8k", 4, 16, 8192, 16, 32, 16, "S2-Triton", 0.802, 0.798},
-    {"b64_32k", 1, 16, 32768, 64, 8, 16, "S2-Triton", 1.105, 1.085},
-    {"b64_128k", 1, 16, 131072, 64, 8, 16, "S2-Triton", 12.78, 11.68},
-    {"b64_l16v8_16k", 2, 32, 16384, 64, 16, 8, "S2-Triton", 2.669, 2.729},
-    {"dense_8k", 4, 16, 8192, 64, 8, 1, "FA2", 3.37, 3.32},
+    {"b64_8k", 4, 16, 8192, 64, 8, 16, "S2-Triton", 0.607, 0.598, 0},
+    {"mergeq16_8k", 4, 16, 8192, 16, 32, 16, "S2-Triton", 0.802, 0.798, 0},
+    {"b64_32k", 1, 16, 32768, 64, 8, 16, "S2-Triton", 1.105, 1.085, 0},
+    {"b64_128k", 1, 16, 131072, 64, 8, 16, "S2-Triton", 12.78, 11.68, 0},
+    {"b64_l16v8_16k", 2, 32, 16384, 64, 16, 8, "S2-Triton", 2.669, 2.729, 0},
+    {"dense_8k", 4, 16, 8192, 64, 8, 1, "FA2", 3.37, 3.32, 0},
+    /* head imbalance (not in PEERS.md): b64_8k with its last 4 of 16 heads dense */
+    {"b64_8k_dense4", 4, 16, 8192, 64, 8, 16, "none", 0, 0, 4},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0], HEAD_DIM = 128, MAX_LIST = 8 };
 
@@ -63,7 +66,7 @@ typedef struct int_list {
 
 typedef struct options {
     bool want[NUM_CONFIGS];
-    int_list block_m, block_n, warps, stages;
+    int_list block_m, block_n, warps, stages, persistent;
     int reps, rows;
     bool csv;
     const char *dump_dir;
@@ -173,7 +176,9 @@ typedef struct variant {
     double cold_ms, warm_ms;
     int regs, spill_st, spill_ld, stack;
     char kname[128];
-    bool tma;                  /* S2_FWD_ABI_TMA: tensor maps per input set */
+    bool tma;                  /* S2_FWD_ABI_TMA(_PERSISTENT): tensor maps per input set */
+    bool persistent;           /* S2_FWD_ABI_TMA_PERSISTENT: grid of SMs x resident CTAs */
+    uint32_t grid_p;
     s2_tensor_map maps[8][3];
 } variant;
 
@@ -215,8 +220,8 @@ static s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd,
     if (st != S2_OK)
         return st;
     char tag[160];
-    snprintf(tag, sizeof tag, "%s_m%d_n%d_w%d_s%d", cd->cfg->name, v->spec.block_m, v->spec.block_n,
-             v->spec.num_warps, v->spec.num_stages);
+    snprintf(tag, sizeof tag, "%s_m%d_n%d_w%d_s%d%s", cd->cfg->name, v->spec.block_m, v->spec.block_n,
+             v->spec.num_warps, v->spec.num_stages, v->spec.persistent > 0 ? "_p" : "");
     char dir[] = "/tmp/s2c-bench-cache-XXXXXX";
     if (!mkdtemp(dir))
         return S2_ERR_IO;
@@ -296,8 +301,20 @@ static s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd,
         snprintf(v->kname, sizeof v->kname, "%s", k->name);
         v->threads = k->threads;
         v->smem = k->smem_bytes;
-        v->tma = k->abi == S2_FWD_ABI_TMA;
+        v->tma = k->abi != S2_FWD_ABI_PTRS;
+        v->persistent = k->abi == S2_FWD_ABI_TMA_PERSISTENT;
         st = s2_kernel_get(ctx, v->mod, v->kname, &v->kern);
+    }
+    if (st == S2_OK && v->persistent) {
+        /* as runtime/attn.c: resident CTAs from registers, shared memory, threads */
+        s2_kernel_attrs at;
+        st = s2_kernel_get_attrs(ctx, v->kern, &at);
+        int warps = (v->threads + 31) / 32, warp_regs = ((at.num_regs * 32 + 255) / 256) * 256;
+        int by_regs = warp_regs ? 65536 / (warps * warp_regs) : 32;
+        int by_smem = 228 * 1024 / (v->smem + at.static_smem_bytes + 1024);
+        int n = by_regs < by_smem ? by_regs : by_smem;
+        n = n < 2048 / v->threads ? n : 2048 / v->threads;
+        v->grid_p = (uint32_t)(s2_device_get_info(dev)->sm_count * (n < 1 ? 1 : n));
     }
     s2_manifest_free(man);
     free(payload);
@@ -317,6 +334,8 @@ typedef struct sched_dev {
     int32_t first, q_tiles;
     double kept_pairs, tile_flops;
     int64_t entries;
+    s2_devptr work;            /* persistent: the longest-first work list */
+    int32_t n_work;
 } sched_dev;
 
 static s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd, const s2_kernel_spec *spec,
@@ -347,6 +366,17 @@ static s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd
         sd->tile_flops = stats.tile_flops;
         sd->entries = stats.entries;
     }
+    if (st == S2_OK && spec->persistent > 0) {
+        int32_t *work = NULL;
+        int64_t n = 0;
+        st = s2_schedule_work_list(ctx, sched, &work, &n);
+        if (st == S2_OK)
+            st = s2_mem_alloc(ctx, dev, (size_t)n * sizeof *work, &sd->work);
+        if (st == S2_OK)
+            st = s2_memcpy_h2d(ctx, dev, sd->work, work, (size_t)n * sizeof *work);
+        sd->n_work = (int32_t)n;
+        free(work);
+    }
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);
     return st;
@@ -362,15 +392,21 @@ static s2_status launch(s2_ctx *ctx, const config_data *cd, const variant *v, co
     float scale_log2 = (float)(1.0 / sqrt((double)D) * M_LOG2E);
     s2_devptr q = in->q, k = in->k, vv = in->v, o = in->o, lse = in->lse;
     s2_devptr cls = sd->cls, offs = sd->offs, ents = sd->ents;
-    int32_t first = sd->first, q_tiles = sd->q_tiles;
+    int32_t first = sd->first, q_tiles = sd->q_tiles, batch = c->batch;
     int64_t a0 = st3[0], a1 = st3[1], a2 = st3[2];
     int si = (int)(in - cd->sets);
     s2_tensor_map *m = (s2_tensor_map *)v->maps[si];
     void *args[] = {&q, &k, &vv, &o, &lse, &a0, &a1, &a2, &a0, &a1, &a2, &a0, &a1, &a2, &a0, &a1, &a2,
-                    &q_len, &kv_len, &scale_log2, &cls, &offs, &ents, &first, &q_tiles, &m[0], &m[1], &m[2]};
+                    &q_len, &kv_len, &scale_log2, &cls, &offs, &ents, &first, &q_tiles, &m[0], &m[1], &m[2],
+                    (void *)&sd->work, (void *)&sd->n_work, &batch};
     s2_launch_cfg cfg = {.grid = {(uint32_t)q_tiles, (uint32_t)c->heads, (uint32_t)c->batch},
                          .block = {(uint32_t)v->threads, 1, 1},
                          .smem_bytes = (uint32_t)v->smem};
+    if (v->persistent) {
+        int64_t items = (int64_t)sd->n_work * c->batch;
+        cfg.grid[0] = (uint32_t)((int64_t)v->grid_p < items ? (int64_t)v->grid_p : items);
+        cfg.grid[1] = cfg.grid[2] = 1;
+    }
     return s2_kernel_launch(ctx, v->kern, &cfg, args);
 }
 
@@ -540,6 +576,7 @@ static s2_status config_open(s2_ctx *ctx, s2_device *dev, const bench_config *c,
     a.head_sliding_offset = 0;
     a.causal = true;
     a.max_seq_len = c->seq;
+    a.num_dense_heads = c->dense_heads;
     s2_status st = s2_pattern_from_args(ctx, &a, &cd->set);
     if (st != S2_OK)
         return st;
@@ -592,7 +629,7 @@ static bool parse_list(const char *s, int_list *l)
     while (*s) {
         char *end;
         long v = strtol(s, &end, 10);
-        if (end == s || v < 0 || v > 1024 || l->n == MAX_LIST)
+        if (end == s || v < -1 || v > 1024 || l->n == MAX_LIST)
             return false;
         l->v[l->n++] = (int)v;
         s = *end == ',' ? end + 1 : end;
@@ -605,7 +642,8 @@ static bool parse_list(const char *s, int_list *l)
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L] [--num-warps L]\n"
-                    "                 [--num-stages L] [--reps N] [--rows N] [--csv] [--dump-dir DIR]\n"
+                    "                 [--num-stages L] [--persistent L] [--reps N] [--rows N] [--csv]\n"
+                    "                 [--dump-dir DIR]\n"
                     "  (L: comma list, 0 = heuristic)  configs:");
     for (int i = 0; i < NUM_CONFIGS; i++)
         fprintf(stderr, " %s", configs[i].name);
@@ -619,7 +657,7 @@ static bool parse_args(int argc, char **argv, options *o)
     o->reps = 50;
     o->rows = 24;
     int_list zero = {1, {0}};
-    o->block_m = o->block_n = o->warps = o->stages = zero;
+    o->block_m = o->block_n = o->warps = o->stages = o->persistent = zero;
     bool any = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -650,6 +688,9 @@ static bool parse_args(int argc, char **argv, options *o)
         } else if (!strcmp(a, "--num-warps")) {
             if (!parse_list(val, &o->warps))
                 return false;
+        } else if (!strcmp(a, "--persistent")) {
+            if (!parse_list(val, &o->persistent))
+                return false;
         } else if (!strcmp(a, "--num-stages")) {
             if (!parse_list(val, &o->stages))
                 return false;
@@ -678,7 +719,7 @@ static void print_header(const options *o)
 {
     if (o->csv)
         printf("config,B,H,S,block,local,stride,kept_pct,bm,bn,warps,stages,regs,spill,smem,check,o_err,lse_err,"
-               "ms_median,ms_min,tflops,tile_util,peer,peer_ms,ratio,jit_cold_ms,jit_warm_ms\n");
+               "ms_median,ms_min,tflops,tile_util,peer,peer_ms,ratio,jit_cold_ms,jit_warm_ms,persistent\n");
     else
         printf("%-14s %5s %3s %3s %2s %2s %4s %5s %6s %8s %8s %6s %5s %-9s %6s %9s %8s\n", "config", "kept%", "bm",
                "bn", "w", "st", "regs", "spill", "smem", "ms_med", "ms_min", "TF/s", "util", "peer", "ratio",
@@ -722,22 +763,24 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
         int spill = v.spill_st + v.spill_ld + v.stack;
         if (o->csv)
             printf("%s,%d,%d,%lld,%d,%d,%d,%.2f,%d,%d,%d,%d,%d,%d,%d,%s,%.3e,%.3e,%.4f,%.4f,%.1f,%.3f,%s,%.3f,%.3f,%.0f,"
-                   "%.1f\n",
+                   "%.1f,%d\n",
                    c->name, c->batch, c->heads, (long long)c->seq, c->block, c->local, c->stride, kept, v.spec.block_m,
                    v.spec.block_n, v.spec.num_warps, v.spec.num_stages, v.regs, spill, v.smem, cr.ok ? "ok" : "FAIL",
-                   cr.o_err, cr.lse_err, med, mn, tf, util, c->peer, peer, cr.ok ? med / peer : 0, v.cold_ms,
-                   v.warm_ms);
+                   cr.o_err, cr.lse_err, med, mn, tf, util, c->peer, peer, cr.ok && peer > 0 ? med / peer : 0, v.cold_ms,
+                   v.warm_ms, v.persistent);
         else if (!cr.ok)
             printf("%-14s %5.1f %3d %3d %2d %2d %4d %5d %6d  CHECK FAILED: o_err %.3g lse_err %.3g bad %lld\n",
                    c->name, kept, v.spec.block_m, v.spec.block_n, v.spec.num_warps, v.spec.num_stages, v.regs, spill,
                    v.smem, cr.o_err, cr.lse_err, (long long)cr.bad);
         else
-            printf("%-14s %5.1f %3d %3d %2d %2d %4d %5d %6d %8.3f %8.3f %6.1f %5.2f %-9s %6.2f %9.0f %8.1f\n", c->name,
+            printf("%-14s %5.1f %3d %3d %2d %2d %4d %5d %6d %8.3f %8.3f %6.1f %5.2f %-9s %6.2f %9.0f %8.1f %s\n", c->name,
                    kept, v.spec.block_m, v.spec.block_n, v.spec.num_warps, v.spec.num_stages, v.regs, spill, v.smem,
-                   med, mn, tf, util, c->peer, med / peer, v.cold_ms, v.warm_ms);
+                   med, mn, tf, util, c->peer, peer > 0 ? med / peer : 0, v.cold_ms, v.warm_ms,
+                   v.persistent ? "persistent" : "grid");
         fflush(stdout);
     }
     s2_mem_free(ctx, dev, sd.buf);
+    s2_mem_free(ctx, dev, sd.work);
     variant_free(&v);
 }
 
@@ -796,12 +839,14 @@ int main(int argc, char **argv)
         for (int a = 0; a < o.block_m.n; a++)
             for (int bn = 0; bn < o.block_n.n; bn++)
                 for (int w = 0; w < o.warps.n; w++)
-                    for (int s = 0; s < o.stages.n; s++) {
-                        s2_kernel_spec want = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM,
-                                               .arch = arch, .block_m = o.block_m.v[a], .block_n = o.block_n.v[bn],
-                                               .num_warps = o.warps.v[w], .num_stages = o.stages.v[s]};
-                        run_variant(ctx, dev, &cd, &want, &o, h100);
-                    }
+                    for (int s = 0; s < o.stages.n; s++)
+                        for (int pi = 0; pi < o.persistent.n; pi++) {
+                            s2_kernel_spec want = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16,
+                                                   .head_dim = HEAD_DIM, .arch = arch, .block_m = o.block_m.v[a],
+                                                   .block_n = o.block_n.v[bn], .num_warps = o.warps.v[w],
+                                                   .num_stages = o.stages.v[s], .persistent = o.persistent.v[pi]};
+                            run_variant(ctx, dev, &cd, &want, &o, h100);
+                        }
         config_close(ctx, dev, &cd);
     }
     rc = 0;

@@ -48,6 +48,11 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern
         spec->num_stages = 3;
     if (spec->num_stages < 2 || spec->num_stages > 4)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: num_stages %d (2..4 for sm_90a)", spec->num_stages);
+    /* one CTA per tile by default: the persistent grid measured slower on an
+     * H200 (bench/RESULTS.md, 2026-11-22, persistent grid) */
+    if (spec->persistent == 0)
+        spec->persistent = -1;
+    spec->persistent = spec->persistent > 0 ? 1 : -1;
     int bs = p->block_size;
     int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);
     int sub_n = spec->block_n / (bs < spec->block_n ? bs : spec->block_n);
@@ -81,6 +86,9 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
 
     if (s2_fwd_spec_wants_tma(spec))
         return resolve_tma(ctx, spec, p);
+    if (spec->persistent > 0)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: a persistent grid needs the sm_90a forward template");
+    spec->persistent = 0;
 
     /* FA2 tiling: each warp owns one 16-row slab, so block_m = 16 * num_warps */
     if (spec->num_warps == 0)
@@ -165,7 +173,9 @@ static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int
                                                    : s2_fwd_smem_bytes(patterns[i], &ks[i].spec);
         mk[i] = (s2_manifest_kernel){.name = ks[i].name, .pattern = patterns[i]->name ? patterns[i]->name : "",
                                      .spec = ks[i].spec, .threads = ks[i].spec.num_warps * 32, .smem_bytes = smem,
-                                     .abi = s2_fwd_spec_wants_tma(&ks[i].spec) ? S2_FWD_ABI_TMA : S2_FWD_ABI_PTRS};
+                                     .abi = !s2_fwd_spec_wants_tma(&ks[i].spec) ? S2_FWD_ABI_PTRS
+                                            : ks[i].spec.persistent > 0   ? S2_FWD_ABI_TMA_PERSISTENT
+                                                                          : S2_FWD_ABI_TMA};
     }
     return S2_OK;
 }

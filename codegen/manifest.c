@@ -92,6 +92,8 @@ s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *ke
         s2_buf_printf(&b, "kernel.threads %d\nkernel.smem %d\n", k->threads, k->smem_bytes);
         if (k->abi == S2_FWD_ABI_TMA)
             s2_buf_puts(&b, "kernel.abi tma\n");
+        else if (k->abi == S2_FWD_ABI_TMA_PERSISTENT)
+            s2_buf_puts(&b, "kernel.abi tma_persistent\n");
     }
     for (int i = 0; i < num_patterns; i++) {
         const s2_pattern *p = patterns[i];

@@ -58,3 +58,56 @@ s2_status s2_schedule_pack(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule
     out->num_entries = total;
     return S2_OK;
 }
+
+typedef struct work_item {
+    int64_t head_len, len;
+    int32_t item, rel;
+} work_item;
+
+static int longest_first(const void *a, const void *b)
+{
+    const work_item *x = a, *y = b;
+    if (x->head_len != y->head_len)
+        return x->head_len > y->head_len ? -1 : 1;
+    if ((x->item - x->rel) != (y->item - y->rel))
+        return x->item < y->item ? -1 : 1;
+    if (x->len != y->len)
+        return x->len > y->len ? -1 : 1;
+    if (x->rel != y->rel)
+        return x->rel > y->rel ? -1 : 1;
+    return x->item < y->item ? -1 : x->item > y->item;
+}
+
+s2_status s2_schedule_work_list(s2_ctx *ctx, const s2_schedule *s, int32_t **out, int64_t *n)
+{
+    if (!s || !out || !n)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "schedule_work_list: null argument");
+    *out = NULL;
+    *n = 0;
+    if (s->transposed)
+        return s2_fail(ctx, S2_ERR_INVALID, "schedule_work_list: a transposed schedule");
+    int64_t tiles = s->geom.q_tiles, count = (int64_t)s->heads * tiles;
+    if (count > INT32_MAX)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule_work_list: %lld items exceed 32 bits", (long long)count);
+    work_item *w = malloc((size_t)(count ? count : 1) * sizeof *w);
+    int32_t *list = malloc((size_t)(count ? count : 1) * sizeof *list);
+    if (!w || !list) {
+        free(w);
+        free(list);
+        return s2_fail(ctx, S2_ERR_NOMEM, "schedule_work_list: out of memory (%lld items)", (long long)count);
+    }
+    for (int h = 0; h < s->heads; h++) {
+        int64_t c0 = (int64_t)s->class_of_head[h] * tiles;
+        int64_t head_len = s->offsets[c0 + tiles] - s->offsets[c0];
+        for (int64_t r = 0; r < tiles; r++)
+            w[h * tiles + r] = (work_item){head_len, s->offsets[c0 + r + 1] - s->offsets[c0 + r],
+                                           (int32_t)(h * tiles + r), (int32_t)r};
+    }
+    qsort(w, (size_t)count, sizeof *w, longest_first);
+    for (int64_t i = 0; i < count; i++)
+        list[i] = w[i].item;
+    free(w);
+    *out = list;
+    *n = count;
+    return S2_OK;
+}

@@ -154,7 +154,8 @@ static s2_status kernel_key(mparser *ps, const char *key, const char *v)
     else if (!strcmp(key, "smem")) ok = int1(v, &k->smem_bytes, 0, 1 << 30);
     else if (!strcmp(key, "abi")) {
         if (!strcmp(v, "ptrs")) k->abi = S2_FWD_ABI_PTRS;
-        else if (!strcmp(v, "tma")) k->abi = S2_FWD_ABI_TMA;
+        else if (!strcmp(v, "tma")) k->abi = S2_FWD_ABI_TMA, k->spec.persistent = -1;
+        else if (!strcmp(v, "tma_persistent")) k->abi = S2_FWD_ABI_TMA_PERSISTENT, k->spec.persistent = 1;
         else ok = false;
     }
     k->spec.arch = ps->m->arch;

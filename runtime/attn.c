@@ -18,6 +18,9 @@ typedef struct sched_slot {
     /* backward kernels: the transposed schedule for (block_m, block_m) too */
     s2_devptr t_buf, t_class_of_head, t_offsets, t_entries;
     int32_t kv_tiles;
+    /* persistent forward (S2_FWD_ABI_TMA_PERSISTENT): the longest-first work list */
+    s2_devptr w_buf;
+    int32_t n_work;
     uint64_t last_use;           /* 0: empty */
 } sched_slot;
 
@@ -71,6 +74,7 @@ static void free_schedules(s2_attn_kernel *k)
         if (k->slots[i].last_use) {
             s2_mem_free(NULL, k->mod->dev, k->slots[i].buf);
             s2_mem_free(NULL, k->mod->dev, k->slots[i].t_buf);
+            s2_mem_free(NULL, k->mod->dev, k->slots[i].w_buf);
         }
     memset(k->slots, 0, sizeof k->slots);
 }
@@ -475,6 +479,21 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layo
     return st;
 }
 
+static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, const s2_schedule *sched, s2_devptr *buf,
+                                  int32_t *n_work)
+{
+    int32_t *list = NULL;
+    int64_t n = 0;
+    s2_status st = s2_schedule_work_list(ctx, sched, &list, &n);
+    if (st == S2_OK)
+        st = s2_mem_alloc(ctx, k->mod->dev, (size_t)(n ? n : 1) * sizeof *list, buf);
+    if (st == S2_OK && n)
+        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, list, (size_t)n * sizeof *list);
+    *n_work = (int32_t)n;
+    free(list);
+    return st;
+}
+
 static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, sched_slot *slot)
 {
     s2_device *dev = k->mod->dev;
@@ -482,7 +501,8 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
     s2_tile_spec ts = {k->desc->spec.block_m, k->desc->spec.block_n};
-    s2_devptr buf = 0, t_buf = 0;
+    s2_devptr buf = 0, t_buf = 0, w_buf = 0;
+    int32_t n_work = 0;
     sched_slot tr = {0};
     s2_status st = s2_layout_new(ctx, k->pattern, q_len, kv_len, &lay);
     if (st == S2_OK)
@@ -498,6 +518,8 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
         st = s2_memcpy_h2d(ctx, dev, buf, pk.data, pk.size);
     if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_BWD)
         st = upload_transposed(ctx, k, lay, &t_buf, &tr);
+    if (st == S2_OK && k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT)
+        st = upload_work_list(ctx, k, sched, &w_buf, &n_work);
     /* a launch on a non-blocking stream does not wait for the legacy stream */
     if (st == S2_OK)
         st = s2_stream_synchronize(ctx, dev, NULL);
@@ -507,11 +529,13 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
                              .entries = buf + pk.entries_off, .first_q_tile = (int32_t)sched->geom.first_q_tile,
                              .q_tiles = (int32_t)sched->geom.q_tiles, .t_buf = t_buf,
                              .t_class_of_head = tr.t_class_of_head, .t_offsets = tr.t_offsets,
-                             .t_entries = tr.t_entries, .kv_tiles = tr.kv_tiles};
-        buf = t_buf = 0;
+                             .t_entries = tr.t_entries, .kv_tiles = tr.kv_tiles, .w_buf = w_buf,
+                             .n_work = n_work};
+        buf = t_buf = w_buf = 0;
     }
     s2_mem_free(NULL, dev, buf);
     s2_mem_free(NULL, dev, t_buf);
+    s2_mem_free(NULL, dev, w_buf);
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);
     s2_layout_free(lay);
@@ -541,6 +565,7 @@ static s2_status get_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int
             return st;
         s2_mem_free(NULL, k->mod->dev, victim->buf);
         s2_mem_free(NULL, k->mod->dev, victim->t_buf);
+        s2_mem_free(NULL, k->mod->dev, victim->w_buf);
         memset(victim, 0, sizeof *victim);
         k->stats.evictions++;
         k->stats.cached--;
@@ -591,6 +616,26 @@ s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_ke
     return st;
 }
 
+/* Resident CTAs per SM of a kernel (registers, shared memory, threads;
+ * Hopper limits: 64 K registers in 256-register warp chunks, 228 KB of
+ * shared memory with 1 KB reserved per CTA, 2048 threads, 32 CTAs). */
+static s2_status ctas_per_sm(s2_ctx *ctx, s2_attn_kernel *k, int *out)
+{
+    s2_kernel_attrs at;
+    s2_status st = s2_kernel_get_attrs(ctx, k->fn, &at);
+    if (st != S2_OK)
+        return st;
+    int threads = k->desc->threads, warps = (threads + 31) / 32;
+    int warp_regs = ((at.num_regs * 32 + 255) / 256) * 256;
+    int by_regs = warp_regs ? 65536 / (warps * warp_regs) : 32;
+    int by_smem = 228 * 1024 / (k->desc->smem_bytes + at.static_smem_bytes + 1024);
+    int by_threads = 2048 / threads;
+    int n = by_regs < by_smem ? by_regs : by_smem;
+    n = n < by_threads ? n : by_threads;
+    *out = n < 1 ? 1 : n > 32 ? 32 : n;
+    return S2_OK;
+}
+
 static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a,
                         const sched_slot *s)
 {
@@ -606,10 +651,14 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     s2_devptr cls = s->class_of_head, offs = s->offsets, ent = s->entries;
     int32_t first = s->first_q_tile, tiles = s->q_tiles;
     s2_tensor_map maps[3];
+    s2_devptr work = s->w_buf;
+    int32_t n_work = s->n_work, batch = (int32_t)a->batch;
     void *args[] = {&q, &kk, &v, &o, &lse,
                     &st[0], &st[1], &st[2], &st[3], &st[4], &st[5], &st[6], &st[7], &st[8], &st[9], &st[10], &st[11],
-                    &q_len, &kv_len, &scale_log2, &cls, &offs, &ent, &first, &tiles, &maps[0], &maps[1], &maps[2]};
-    if (k->desc->abi == S2_FWD_ABI_TMA) {
+                    &q_len, &kv_len, &scale_log2, &cls, &offs, &ent, &first, &tiles, &maps[0], &maps[1], &maps[2],
+                    &work, &n_work, &batch};
+    bool persistent = k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT;
+    if (k->desc->abi != S2_FWD_ABI_PTRS) {
         s2_status ms = s2_attn_fwd_tensor_maps(ctx, k->mod->dev, &k->desc->spec, a, maps);
         if (ms != S2_OK)
             return ms;
@@ -618,6 +667,19 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
                          .block = {(uint32_t)k->desc->threads, 1, 1},
                          .smem_bytes = (uint32_t)k->desc->smem_bytes,
                          .stream = stream};
+    if (persistent) {
+        int per_sm = 1;
+        s2_status os = ctas_per_sm(ctx, k, &per_sm);
+        if (os != S2_OK)
+            return os;
+        int64_t items = (int64_t)n_work * a->batch;
+        int64_t g = (int64_t)s2_device_get_info(k->mod->dev)->sm_count * per_sm;
+        if (items > INT32_MAX)
+            return s2_fail(ctx, S2_ERR_UNSUPPORTED, "persistent forward: %lld work items exceed 32 bits",
+                           (long long)items);
+        cfg.grid[0] = (uint32_t)(g < items ? g : items > 0 ? items : 1);
+        cfg.grid[1] = cfg.grid[2] = 1;
+    }
     return s2_kernel_launch(ctx, k->fn, &cfg, args);
 }
 

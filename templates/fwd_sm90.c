@@ -32,6 +32,7 @@ enum {
     P_QLEN = P_OS + 3, P_KVLEN, P_SCALE_LOG2,
     P_CLASS, P_OFFSETS, P_ENTRIES, P_FIRST_Q_TILE, P_Q_TILES,
     P_TMAP_Q, P_TMAP_K, P_TMAP_V,
+    P_WORK, P_NWORK, P_BATCH,           /* persistent variant only */
     P_COUNT
 };
 
@@ -44,7 +45,7 @@ typedef struct sm90_shape {
     int D, BM, BN, NC, stages, threads;
     int sub_m_log2, sub_n_size, sub_n;
     int group, heads;
-    bool causal, pingpong;
+    bool causal, pingpong, persistent;
     int q_off, k_off, v_off, stage_bytes, bar_off, smem;
     int prod_regs, cons_regs, min_ctas;
 } sm90_shape;
@@ -60,6 +61,7 @@ typedef struct sm90 {
     LLVMValueRef batch, head;                       /* i64 */
     LLVMValueRef q_len, kv_len, q_start, tile_pos0;
     LLVMValueRef entries, begin, end;
+    LLVMValueRef it0, nitem;                        /* ring entries and items before this item (persistent) */
     LLVMValueRef obase;
     LLVMValueRef o_acc[MAX_D / 8][4], m_row[2], l_row[2];
 } sm90;
@@ -89,6 +91,8 @@ static LLVMValueRef bar_addr(sm90 *k, int idx, LLVMValueRef stage)
 static LLVMValueRef full_bar(sm90 *k, LLVMValueRef st) { return bar_addr(k, 0, st); }
 static LLVMValueRef empty_bar(sm90 *k, LLVMValueRef st) { return bar_addr(k, k->s.stages, st); }
 static LLVMValueRef q_bar(sm90 *k) { return bar_addr(k, 2 * k->s.stages, NULL); }
+/* persistent: the consumers are done with Q (arrive after an item's last wgmma) */
+static LLVMValueRef q_empty_bar(sm90 *k) { return bar_addr(k, 2 * k->s.stages + 1, NULL); }
 
 static LLVMValueRef entry_field(sm90 *k, LLVMValueRef e, int field_off, LLVMTypeRef ty)
 {
@@ -112,27 +116,77 @@ static LLVMValueRef load_i32(sm90 *k, LLVMValueRef base, LLVMValueRef idx64, con
 /* Everything both roles need: ids, the list, lengths. */
 static void setup(sm90 *k)
 {
+    k->tid = s2_nv_tid_x(k->cg);
+    k->smem = s2_nv_smem_base32(k->cg);
+    k->q_len = param(k, P_QLEN);
+    k->kv_len = param(k, P_KVLEN);
+    k->q_start = LLVMBuildSub(k->b, k->kv_len, k->q_len, "q_start");
+    k->entries = param(k, P_ENTRIES);
+}
+
+/* The ids of one work item: list rel (0 = first tile) of head, batch. */
+static void setup_item(sm90 *k, LLVMValueRef head32, LLVMValueRef batch32, LLVMValueRef rel)
+{
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    k->tid = s2_nv_tid_x(cg);
-    k->smem = s2_nv_smem_base32(cg);
-    k->head32 = s2_nv_ctaid(cg, 'y');
-    k->batch32 = s2_nv_ctaid(cg, 'z');
+    k->head32 = head32;
+    k->batch32 = batch32;
     k->kvh32 = LLVMBuildUDiv(b, k->head32, c32(k, k->s.group), "kv_head");
     k->head = LLVMBuildZExt(b, k->head32, cg->t_i64, "head");
     k->batch = LLVMBuildZExt(b, k->batch32, cg->t_i64, "batch");
     LLVMValueRef q_tiles = param(k, P_Q_TILES);
-    LLVMValueRef rel = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""), s2_nv_ctaid(cg, 'x'), "tile_rel");
     LLVMValueRef tile = add(k, param(k, P_FIRST_Q_TILE), rel);
     k->tile_pos0 = LLVMBuildMul(b, tile, c32(k, k->s.BM), "tile_pos0");
-    k->q_len = param(k, P_QLEN);
-    k->kv_len = param(k, P_KVLEN);
-    k->q_start = LLVMBuildSub(b, k->kv_len, k->q_len, "q_start");
     LLVMValueRef cls = load_i32(k, param(k, P_CLASS), k->head, "class");
     LLVMValueRef li = sext64(k, add(k, LLVMBuildMul(b, cls, q_tiles, ""), rel));
     k->begin = load_i32(k, param(k, P_OFFSETS), li, "begin");
     k->end = load_i32(k, param(k, P_OFFSETS), LLVMBuildAdd(b, li, c64(k, 1), ""), "end");
-    k->entries = param(k, P_ENTRIES);
+}
+
+/* The CTA's work items.  Plain grid: the one item of (x, y, z), tiles
+ * reversed so heavy ones go first.  Persistent grid: items w = x, x + G, ...
+ * below n_work * batch, item w being batch w / n_work of work[w % n_work] =
+ * head * q_tiles + rel; the host orders work longest heads first and
+ * longest tiles first within a head.  it0 / nitem count the
+ * ring entries and items done before, which set the mbarrier phases. */
+typedef struct work_loop {
+    s2_nv_loop loop;
+} work_loop;
+
+static void work_begin(sm90 *k, work_loop *w, const char *name)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    if (!k->s.persistent) {
+        LLVMValueRef q_tiles = param(k, P_Q_TILES);
+        LLVMValueRef rel = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""), s2_nv_ctaid(cg, 'x'), "tile_rel");
+        setup_item(k, s2_nv_ctaid(cg, 'y'), s2_nv_ctaid(cg, 'z'), rel);
+        k->it0 = c32(k, 0);
+        k->nitem = c32(k, 0);
+        return;
+    }
+    LLVMValueRef bt = param(k, P_BATCH);
+    LLVMValueRef total = LLVMBuildMul(b, param(k, P_NWORK), bt, "total");
+    LLVMValueRef grid = s2_nv_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.nctaid.x", cg->t_i32, NULL, 0, NULL);
+    LLVMValueRef init[2] = {c32(k, 0), c32(k, 0)};
+    s2_nv_loop_begin(cg, &w->loop, name, s2_nv_ctaid(cg, 'x'), total, grid, init, 2);
+    LLVMValueRef wi = w->loop.iv;
+    LLVMValueRef nw = param(k, P_NWORK);
+    LLVMValueRef item = load_i32(k, param(k, P_WORK), LLVMBuildZExt(b, LLVMBuildURem(b, wi, nw, ""), cg->t_i64, ""),
+                                 "item");
+    LLVMValueRef q_tiles = param(k, P_Q_TILES);
+    setup_item(k, LLVMBuildUDiv(b, item, q_tiles, "head"), LLVMBuildUDiv(b, wi, nw, "batch"),
+               LLVMBuildURem(b, item, q_tiles, "rel"));
+    k->it0 = w->loop.carried[0];
+    k->nitem = w->loop.carried[1];
+}
+
+static void work_end(sm90 *k, work_loop *w)
+{
+    if (!k->s.persistent)
+        return;
+    LLVMValueRef next[2] = {add(k, k->it0, LLVMBuildSub(k->b, k->end, k->begin, "")), addc(k, k->nitem, 1)};
+    s2_nv_loop_end(k->cg, &w->loop, next);
 }
 
 /* ---- producer ---- */
@@ -159,6 +213,16 @@ static void producer(sm90 *k)
     s2_nv_if_begin(cg, &one, LLVMBuildICmp(b, LLVMIntEQ, k->tid, c32(k, 0), ""), "tma_thread");
     for (int m = P_TMAP_Q; m <= P_TMAP_V; m++)
         s2_nv_prefetch_tensormap(cg, param(k, m));
+    work_loop wl;
+    work_begin(k, &wl, "work_p");
+    if (s->persistent) {
+        /* the previous item's Q must be consumed before it is overwritten */
+        s2_nv_if later;
+        s2_nv_if_begin(cg, &later, LLVMBuildICmp(b, LLVMIntNE, k->nitem, c32(k, 0), ""), "q_reuse");
+        LLVMValueRef pn = LLVMBuildAnd(b, LLVMBuildSub(b, k->nitem, c32(k, 1), ""), c32(k, 1), "");
+        s2_nv_mbar_wait(cg, q_empty_bar(k), pn);
+        s2_nv_if_end(cg, &later);
+    }
     /* Q: one box of 64 rows per consumer slab and 64-column block; rows
      * before the queries (negative) and past q_len come back as zeros */
     LLVMValueRef qrow0 = LLVMBuildSub(b, k->tile_pos0, k->q_start, "qrow0");
@@ -168,7 +232,7 @@ static void producer(sm90 *k)
 
     s2_nv_loop loop;
     s2_nv_loop_begin(cg, &loop, "load", k->begin, k->end, c32(k, 1), NULL, 0);
-    LLVMValueRef i = LLVMBuildSub(b, loop.iv, k->begin, "i");
+    LLVMValueRef i = add(k, k->it0, LLVMBuildSub(b, loop.iv, k->begin, "i"));
     LLVMValueRef stage = LLVMBuildURem(b, i, c32(k, s->stages), "stage");
     LLVMValueRef par = LLVMBuildXor(b, LLVMBuildAnd(b, LLVMBuildUDiv(b, i, c32(k, s->stages), ""), c32(k, 1), ""),
                                     c32(k, 1), "");
@@ -180,6 +244,7 @@ static void producer(sm90 *k)
     tma_tile(k, s->k_off, soff, s->BN, full_bar(k, stage), P_TMAP_K, kpos0, k->kvh32);
     tma_tile(k, s->v_off, soff, s->BN, full_bar(k, stage), P_TMAP_V, kpos0, k->kvh32);
     s2_nv_loop_end(cg, &loop, NULL);
+    work_end(k, &wl);
     s2_nv_if_end(cg, &one);
     LLVMBuildRetVoid(b);
 }
@@ -430,8 +495,8 @@ static void consumer_loop(sm90 *k)
     s2_nv_if nonempty;
     s2_nv_if_begin(cg, &nonempty, LLVMBuildICmp(b, LLVMIntSLT, k->begin, k->end, ""), "work");
     /* prologue: entry begin */
-    LLVMValueRef st0 = c32(k, 0);
-    s2_nv_mbar_wait(cg, full_bar(k, st0), c32(k, 0));
+    LLVMValueRef st0 = stage_of(k, k->it0);
+    s2_nv_mbar_wait(cg, full_bar(k, st0), parity_of(k, k->it0));
     turn_wait(k);
     issue_scores(k, st0, sacc);
     turn_pass(k);
@@ -456,7 +521,7 @@ static void consumer_loop(sm90 *k)
 
     s2_nv_loop loop;
     s2_nv_loop_begin(cg, &loop, "kv", LLVMBuildAdd(b, k->begin, c32(k, 1), ""), k->end, c32(k, 1), NULL, 0);
-    LLVMValueRef i = LLVMBuildSub(b, loop.iv, k->begin, "i");
+    LLVMValueRef i = add(k, k->it0, LLVMBuildSub(b, loop.iv, k->begin, "i"));
     LLVMValueRef stage = stage_of(k, i);
     LLVMValueRef prev = stage_of(k, LLVMBuildSub(b, i, c32(k, 1), ""));
     s2_nv_mbar_wait(cg, full_bar(k, stage), parity_of(k, i));
@@ -484,7 +549,7 @@ static void consumer_loop(sm90 *k)
     s2_nv_loop_end(cg, &loop, NULL);
 
     /* the last entry's P·V */
-    LLVMValueRef last = stage_of(k, LLVMBuildSub(b, LLVMBuildSub(b, k->end, k->begin, ""), c32(k, 1), ""));
+    LLVMValueRef last = stage_of(k, add(k, k->it0, LLVMBuildSub(b, LLVMBuildSub(b, k->end, k->begin, ""), c32(k, 1), "")));
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
@@ -540,7 +605,6 @@ static void epilogue(sm90 *k)
         s2_nv_if_end(cg, &wl);
         s2_nv_if_end(cg, &store);
     }
-    LLVMBuildRetVoid(b);
 }
 
 static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
@@ -554,7 +618,6 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
     LLVMValueRef lane = LLVMBuildAnd(b, ct, c32(k, 31), "lane");
     k->g = LLVMBuildLShr(b, lane, c32(k, 2), "g");
     k->t4 = LLVMBuildAnd(b, lane, c32(k, 3), "t4");
-    k->obase = add(k, LLVMBuildMul(b, k->batch, param(k, P_OS), ""), LLVMBuildMul(b, k->head, param(k, P_OS + 2), ""));
 
     LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
     LLVMPositionBuilderBefore(b, LLVMGetFirstInstruction(entry_bb));
@@ -566,6 +629,17 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
         k->l_row[r] = LLVMBuildAlloca(b, cg->t_f32, "l");
     }
     LLVMPositionBuilderAtEnd(b, cur);
+    /* the first warpgroup goes first in the ping-pong; both take one turn
+     * per entry, so the alternation carries over from item to item */
+    if (k->s.pingpong) {
+        s2_nv_if w0;
+        s2_nv_if_begin(cg, &w0, LLVMBuildICmp(b, LLVMIntEQ, k->wgc, c32(k, 0), ""), "first_turn");
+        s2_nv_named_barrier(cg, BAR_WG_BASE, 256, true);
+        s2_nv_if_end(cg, &w0);
+    }
+    work_loop wl;
+    work_begin(k, &wl, "work_c");
+    k->obase = add(k, LLVMBuildMul(b, k->batch, param(k, P_OS), ""), LLVMBuildMul(b, k->head, param(k, P_OS + 2), ""));
     for (int dn = 0; dn < k->s.D / 8; dn++)
         for (int i = 0; i < 4; i++)
             LLVMBuildStore(b, cf(k, 0.0), k->o_acc[dn][i]);
@@ -573,17 +647,15 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
         LLVMBuildStore(b, cf(k, -INFINITY), k->m_row[r]);
         LLVMBuildStore(b, cf(k, 0.0), k->l_row[r]);
     }
-    /* the first warpgroup goes first in the ping-pong */
-    if (k->s.pingpong) {
-        s2_nv_if w0;
-        s2_nv_if_begin(cg, &w0, LLVMBuildICmp(b, LLVMIntEQ, k->wgc, c32(k, 0), ""), "first_turn");
-        s2_nv_named_barrier(cg, BAR_WG_BASE, 256, true);
-        s2_nv_if_end(cg, &w0);
-    }
     /* Q is waited for even with an empty list: no copy may be in flight at exit */
-    s2_nv_mbar_wait(cg, q_bar(k), c32(k, 0));
+    s2_nv_mbar_wait(cg, q_bar(k), LLVMBuildAnd(b, k->nitem, c32(k, 1), ""));
     consumer_loop(k);
+    /* every wgmma reading Q has completed (waited) by now */
+    if (k->s.persistent)
+        s2_nv_mbar_arrive(cg, q_empty_bar(k));
     epilogue(k);
+    work_end(k, &wl);
+    LLVMBuildRetVoid(b);
 }
 
 static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_spec *spec)
@@ -604,18 +676,22 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
     s->heads = p->heads;
     s->causal = p->causal;
     s->pingpong = s->NC == 2;
+    s->persistent = spec->persistent > 0;
     s->q_off = 0;
     s->stage_bytes = s->BN * s->D * 2;
     s->k_off = s->BM * s->D * 2;
     s->v_off = s->k_off + s->stages * s->stage_bytes;
     s->bar_off = s->v_off + s->stages * s->stage_bytes;
-    s->smem = s->bar_off + 8 * (2 * s->stages + 1);
+    s->smem = s->bar_off + 8 * (2 * s->stages + 1 + s->persistent);
     /* setmaxnreg (§6): the register cap at launch is 65536 / (threads *
-     * min_ctas); producer + NC consumers must fit in it after the shift */
+     * min_ctas); producer + NC consumers must fit in it after the shift
+     * (more and setmaxnreg.inc waits for ever).  The persistent producer
+     * keeps the work loop live and spills at 24. */
     if (s->NC == 2) {
-        s->min_ctas = 1, s->prod_regs = 24, s->cons_regs = 240;
+        /* 384 threads at one CTA: ptxas gives 168 at launch, 168 * 3 = 504 in all */
+        s->min_ctas = 1, s->prod_regs = s->persistent ? 32 : 24, s->cons_regs = s->persistent ? 232 : 240;
     } else {
-        s->min_ctas = 2, s->prod_regs = 24, s->cons_regs = 232;
+        s->min_ctas = 2, s->prod_regs = s->persistent ? 32 : 24, s->cons_regs = s->persistent ? 224 : 232;
     }
 }
 
@@ -645,10 +721,17 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
     params[P_FIRST_Q_TILE] = params[P_Q_TILES] = cg->t_i32;
     for (int i = P_TMAP_Q; i <= P_TMAP_V; i++)
         params[i] = LLVMPointerTypeInContext(cg->llctx, S2_AS_GENERIC);
-    k.fn = s2_nv_kernel_new(cg, name, params, P_COUNT, s->threads, s->min_ctas);
+    params[P_WORK] = cg->t_ptr_global;
+    params[P_NWORK] = params[P_BATCH] = cg->t_i32;
+    int nparams = s->persistent ? P_COUNT : P_WORK;
+    k.fn = s2_nv_kernel_new(cg, name, params, (unsigned)nparams, s->threads, s->min_ctas);
     for (int i = P_CLASS; i <= P_ENTRIES; i++) {
         s2_nv_param_attr(cg, k.fn, (unsigned)i, "noalias");
         s2_nv_param_attr(cg, k.fn, (unsigned)i, "readonly");
+    }
+    if (s->persistent) {
+        s2_nv_param_attr(cg, k.fn, P_WORK, "noalias");
+        s2_nv_param_attr(cg, k.fn, P_WORK, "readonly");
     }
     s2_nv_param_attr(cg, k.fn, P_O, "noalias");
     s2_nv_param_attr(cg, k.fn, P_LSE, "noalias");
@@ -665,6 +748,8 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
         s2_nv_mbar_init(cg, empty_bar(&k, c32(&k, st)), 128 * s->NC);
     }
     s2_nv_mbar_init(cg, q_bar(&k), 1);
+    if (s->persistent)
+        s2_nv_mbar_init(cg, q_empty_bar(&k), 128 * s->NC);
     s2_nv_fence_mbar_init(cg);
     s2_nv_if_end(cg, &init);
     s2_nv_barrier_cta(cg);

@@ -442,7 +442,7 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
         if (mk->spec.kind != S2_KERNEL_FWD || mk->abi != S2_FWD_ABI_PTRS) {
             fprintf(stderr, "s2c: --emit c: kernel %s uses the %s ABI, which has no C launcher yet; "
                     "use --arch sm_90 (or sm_80) for C artifacts\n", mk->name,
-                    mk->abi == S2_FWD_ABI_TMA ? "sm_90a tensor-map" : "backward");
+                    mk->abi != S2_FWD_ABI_PTRS ? "sm_90a tensor-map" : "backward");
             return EXIT_INPUT;
         }
     }

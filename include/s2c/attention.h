@@ -42,6 +42,10 @@ typedef struct s2_kernel_spec {
     int block_n;           /* key rows per tile */
     int num_warps;
     int num_stages;        /* K/V shared-memory pipeline depth */
+    /* sm_90a forward only: 1 persistent grid over a longest-first work list
+     * (S2_FWD_ABI_TMA_PERSISTENT), -1 one CTA per (q tile, head, batch);
+     * 0 = heuristic (resolved to -1 there, the faster measured, and 0 on the other paths) */
+    int persistent;
 } s2_kernel_spec;
 
 /* Fill the zero tunables of *spec for pattern p and check the result:
@@ -87,10 +91,23 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
  * box {64, rows, 1, 1} with rows = 64 for q and block_n for k and v,
  * CU_TENSOR_MAP_SWIZZLE_128B, interleave none, OOB fill none (zeros).
  * s2_attn_fwd_tensor_maps (attn_runtime.h) builds them; s2_attn_forward does
- * so for such kernels.  Grid and block as above (block = num_warps * 32). */
+ * so for such kernels.  Grid and block as above (block = num_warps * 32).
+ *
+ * ---- sm_90a persistent variant (manifest `kernel.abi tma_persistent`) ------------
+ * Spec persistent = 1.  Parameters 0..27 as the TMA variant, plus
+ *   28 ptr work     i32 [n_work]: items head * q_tiles + rel (rel: list index
+ *                   within the head's class, 0 = first_q_tile), longest
+ *                   heads first, longest tiles first within a head
+ *                   (s2_schedule_work_list, layout.h)
+ *   29 i32 n_work   = heads * q_tiles      30 i32 batch
+ * Grid (G, 1, 1), any G >= 1 (the runtime takes SMs x resident CTAs per SM);
+ * CTA x works on items w = x, x + G, ... < n_work * batch, item w being batch
+ * w / n_work of work[w % n_work]: a static round-robin over the list, batch
+ * after batch.  Block and shared memory as above (8 more bytes: one mbarrier). */
 typedef enum s2_fwd_abi {
     S2_FWD_ABI_PTRS = 0,   /* parameters 0..24 */
-    S2_FWD_ABI_TMA = 1     /* 0..24 + three tensor maps */
+    S2_FWD_ABI_TMA = 1,    /* 0..24 + three tensor maps */
+    S2_FWD_ABI_TMA_PERSISTENT = 2 /* 0..27 + work list, n_work, batch */
 } s2_fwd_abi;
 
 /* ---- the backward kernel ABI (S2_KERNEL_BWD) -----------------------------------
@@ -146,7 +163,7 @@ typedef struct s2_manifest s2_manifest;
  *   kernel NAME               starts a kernel; then kernel.kind (fwd|bwd), kernel.pattern,
  *                             kernel.dtype, kernel.head_dim, kernel.block_m, kernel.block_n,
  *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem,
- *                             kernel.abi (ptrs|tma; written only for tma)
+ *                             kernel.abi (ptrs|tma|tma_persistent; written only for the latter two)
  *   pattern NAME              starts a pattern; then pattern.heads, .kv_heads, .block_size,
  *                             .causal, .max_seq_len, .vert_position (absolute|relative),
  *                             .local L R, .vert_stride, .head_sliding STEP AUTO OFFSET,

@@ -154,6 +154,16 @@ typedef struct s2_packed_schedule {
 s2_status s2_schedule_pack(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out);
 void s2_packed_schedule_free(s2_packed_schedule *p);
 
+/* The persistent forward's work list (attention.h, S2_FWD_ABI_TMA_PERSISTENT):
+ * the heads * q_tiles items head * q_tiles + rel of a forward schedule,
+ * heads by decreasing total entry count (ties: lower head first), and within
+ * a head its tiles by decreasing entry count (ties: later tiles first).
+ * Heads stay together so that the CTAs working at one time share their
+ * K/V in L2: a global longest-first order (the same tile of every head and
+ * batch side by side) measured up to 38% slower (bench/RESULTS.md).
+ * *out is malloc'd (free()), *n = heads * q_tiles. */
+s2_status s2_schedule_work_list(s2_ctx *ctx, const s2_schedule *s, int32_t **out, int64_t *n);
+
 /* ---- KV-cache efficiency and liveness ------------------------------------ */
 
 /* The KV-cache-efficient property: for every head and key block n, the query

@@ -6,6 +6,10 @@
  * On an sm_90a device every case runs twice: for sm_90a (the wgmma/TMA
  * template where the spec allows it, tensor maps built by
  * s2_attn_fwd_tensor_maps) and for sm_90 (the mma.sync template).
+ * sm_90a kernels take the spec's default grid (one CTA per tile);
+ * S2C_FWD_PERSISTENT=1 selects the persistent one (S2_FWD_ABI_TMA_PERSISTENT),
+ * launched on 7 CTAs so that each walks many work items and the mbarrier
+ * phases carry over.
  * S2C_FWD_CASES=substring runs only the cases whose name contains it;
  * S2C_FWD_ARCH=sm_80 compiles for that arch instead of the device's; when it
  * is not the device's own, the PTX is loaded (the driver JIT-compiles it), so
@@ -72,7 +76,7 @@ typedef struct case_result {
     int regs, smem;
     s2_kernel_spec spec;
     s2_arch arch;
-    bool tma;
+    bool tma, persistent;
     uint64_t seed;
 } case_result;
 
@@ -143,6 +147,12 @@ static void run_case(int run)
 
     s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = c->dt, .head_dim = D, .arch = arch,
                            .block_m = c->block_m, .block_n = c->block_n, .num_stages = c->num_stages};
+    /* the grid choice applies where the spec resolves to the TMA template (persistent != 0) */
+    const char *pers = getenv("S2C_FWD_PERSISTENT");
+    s2_kernel_spec probe = spec;
+    if (pers && s2_kernel_spec_resolve(ctx, &probe, p) == S2_OK && probe.persistent != 0)
+        spec.persistent = atoi(pers);
+    s2_ctx_clear(ctx);
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
                   s2_ctx_message(ctx));
@@ -154,7 +164,9 @@ static void run_case(int run)
     ck_assert_msg(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &mtext, &mlen) == S2_OK, "%s",
                   s2_ctx_message(ctx));
     ck_assert_msg(s2_manifest_parse(ctx, mtext, mlen, &man) == S2_OK, "%s", s2_ctx_message(ctx));
-    res->tma = s2_manifest_kernel_at(man, 0)->abi == S2_FWD_ABI_TMA;
+    res->tma = s2_manifest_kernel_at(man, 0)->abi != S2_FWD_ABI_PTRS;
+    bool persistent = s2_manifest_kernel_at(man, 0)->abi == S2_FWD_ABI_TMA_PERSISTENT;
+    res->persistent = persistent;
     s2_manifest_free(man);
     ck_assert_msg(!res->tma || (arch == S2_ARCH_SM90A && !ptx), "%s: a TMA kernel for %s", c->name, s2_arch_name(arch));
     res->regs = art->kernels[0].registers;
@@ -245,6 +257,14 @@ static void run_case(int run)
     UPLOAD(o.dev, o.data, o.elems * 2);
     UPLOAD(d_lse, lse, nlse * sizeof *lse);
     UPLOAD(d_sched, pk.data, pk.size);
+    int32_t *work = NULL;
+    int64_t n_work64 = 0;
+    s2_devptr d_work = 0;
+    if (persistent) {
+        ck_assert_msg(s2_schedule_work_list(ctx, sched, &work, &n_work64) == S2_OK, "%s", s2_ctx_message(ctx));
+        UPLOAD(d_work, work, (size_t)n_work64 * sizeof *work);
+    }
+    int32_t n_work = (int32_t)n_work64, batch32 = B;
 
     s2_devptr d_class = d_sched + pk.class_of_head_off, d_offs = d_sched + pk.offsets_off;
     s2_devptr d_ent = d_sched + pk.entries_off;
@@ -268,10 +288,15 @@ static void run_case(int run)
     void *args[] = {&dq, &dk, &dv, &o.dev, &d_lse,
                     &qs[0], &qs[1], &qs[2], &ks[0], &ks[1], &ks[2], &vs[0], &vs[1], &vs[2], &os[0], &os[1], &os[2],
                     &q_len, &kv_len, &scale_log2, &d_class, &d_offs, &d_ent, &first, &q_tiles,
-                    &maps[0], &maps[1], &maps[2]};
+                    &maps[0], &maps[1], &maps[2], &d_work, &n_work, &batch32};
     s2_launch_cfg cfg = {.grid = {(uint32_t)q_tiles, (uint32_t)H, (uint32_t)B},
                          .block = {(uint32_t)art->threads_per_block, 1, 1},
                          .smem_bytes = (uint32_t)art->smem_bytes};
+    if (persistent) {
+        int64_t items = n_work64 * B;
+        cfg.grid[0] = (uint32_t)(items < 7 ? items : 7);
+        cfg.grid[1] = cfg.grid[2] = 1;
+    }
     ck_assert_msg(s2_kernel_launch(ctx, kern, &cfg, args) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_msg(s2_device_synchronize(ctx, dev) == S2_OK, "%s: %s", c->name, s2_ctx_message(ctx));
     ck_assert(s2_memcpy_d2h(ctx, dev, o.data, o.dev, o.elems * 2) == S2_OK);
@@ -333,6 +358,8 @@ static void run_case(int run)
     s2_mem_free(ctx, dev, o.dev);
     s2_mem_free(ctx, dev, d_lse);
     s2_mem_free(ctx, dev, d_sched);
+    s2_mem_free(ctx, dev, d_work);
+    free(work);
     s2_kernel_free(kern);
     s2_module_free(mod);
     s2_device_free(dev);
@@ -368,7 +395,7 @@ static void print_summary(void)
         if (!r->ran)
             continue;
         printf("%-34s %-6s %-4s %-5s %-6s %4d %4d %2d %2d %4d %6d %9.2e %9.2e %6lld %s\n", c->name,
-               s2_arch_name(r->arch), r->tma ? "tma" : "ptrs", s2_dtype_name(c->dt), layout_names[c->layout],
+               s2_arch_name(r->arch), r->persistent ? "tmaP" : r->tma ? "tma" : "ptrs", s2_dtype_name(c->dt), layout_names[c->layout],
                r->spec.block_m, r->spec.block_n, r->spec.num_warps, r->spec.num_stages, r->regs, r->smem, r->o_err,
                r->lse_err, (long long)r->empty_rows, r->ok ? "PASS" : "FAIL");
     }

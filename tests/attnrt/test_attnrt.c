@@ -381,6 +381,22 @@ static int64_t q_tiles_of(const s2_pattern *p, int block_m, int block_n, int64_t
     return g.q_tiles;
 }
 
+/* The grid of a forward launch: one CTA per (q tile, head, batch), or for
+ * the persistent ABI min(items, SMs x resident CTAs) CTAs in x (the fake has
+ * 132 SMs). */
+static void assert_grid(const s2_manifest_kernel *d, int64_t q_len, const s2_attn_fwd_args *a)
+{
+    int64_t tiles = q_tiles_of(A.p, d->spec.block_m, d->spec.block_n, q_len, FSK);
+    long long gx = fake_get("last_grid_x");
+    if (d->abi != S2_FWD_ABI_TMA_PERSISTENT) {
+        ck_assert_int_eq(gx, tiles);
+        return;
+    }
+    int64_t items = tiles * a->heads * a->batch;
+    ck_assert_msg(gx >= 1 && gx <= items && (gx == items || gx % 132 == 0), "grid %lld for %lld items", gx,
+                  (long long)items);
+}
+
 START_TEST(launch_shape_and_schedule_cache)
 {
     fixture f;
@@ -388,14 +404,16 @@ START_TEST(launch_shape_and_schedule_cache)
     const s2_manifest_kernel *d = s2_attn_kernel_desc(f.k);
     long long base = fake_get("allocs_live");
     ck_assert_msg(s2_attn_forward(f.ctx, f.k, NULL, &f.a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    /* the persistent ABI uploads its work list with the schedule */
+    long long per_shape = d->abi == S2_FWD_ABI_TMA_PERSISTENT ? 2 : 1;
     ck_assert_int_eq(fake_get("launches"), 1);
-    ck_assert_int_eq(fake_get("last_grid_x"), q_tiles_of(A.p, d->spec.block_m, d->spec.block_n, FSQ, FSK));
+    assert_grid(d, FSQ, &f.a);
     ck_assert_int_eq(fake_get("last_block_x"), d->threads);
     ck_assert_int_eq(fake_get("last_smem"), d->smem_bytes);
-    ck_assert_int_eq(fake_get("allocs_live"), base + 1);
+    ck_assert_int_eq(fake_get("allocs_live"), base + per_shape);
     /* same shape: the schedule is reused */
     ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &f.a), S2_OK);
-    ck_assert_int_eq(fake_get("allocs_live"), base + 1);
+    ck_assert_int_eq(fake_get("allocs_live"), base + per_shape);
     s2_attn_sched_stats ss;
     s2_attn_kernel_sched_stats(f.k, &ss);
     ck_assert_int_eq(ss.hits, 1);
@@ -406,8 +424,8 @@ START_TEST(launch_shape_and_schedule_cache)
     s2_attn_fwd_args a = f.a;
     a.q_len = 7;
     ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &a), S2_OK);
-    ck_assert_int_eq(fake_get("last_grid_x"), q_tiles_of(A.p, d->spec.block_m, d->spec.block_n, 7, FSK));
-    ck_assert_int_eq(fake_get("last_grid_x"), 1);
+    assert_grid(d, 7, &a);
+    ck_assert_int_eq(q_tiles_of(A.p, d->spec.block_m, d->spec.block_n, 7, FSK), 1);
 
     /* fill the cache, touch the oldest shape, then one more: the least
      * recently used (q_len 7) goes, with its device memory */
@@ -415,7 +433,7 @@ START_TEST(launch_shape_and_schedule_cache)
         a.q_len = 8 * i;
         ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &a), S2_OK);
     }
-    ck_assert_int_eq(fake_get("allocs_live"), base + S2_ATTN_SCHED_CACHE);
+    ck_assert_int_eq(fake_get("allocs_live"), base + per_shape * S2_ATTN_SCHED_CACHE);
     ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &f.a), S2_OK);
     a.q_len = 100;
     ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &a), S2_OK);
@@ -424,7 +442,7 @@ START_TEST(launch_shape_and_schedule_cache)
     ck_assert_int_eq(ss.hits, 2);
     ck_assert_int_eq(ss.misses, S2_ATTN_SCHED_CACHE + 1);
     ck_assert_int_eq(ss.evictions, 1);
-    ck_assert_int_eq(fake_get("allocs_live"), base + S2_ATTN_SCHED_CACHE);
+    ck_assert_int_eq(fake_get("allocs_live"), base + per_shape * S2_ATTN_SCHED_CACHE);
     ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &f.a), S2_OK); /* still there */
     a.q_len = 7;
     ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &a), S2_OK);  /* gone: rebuilt */
@@ -588,6 +606,7 @@ START_TEST(jit_compile_loads_and_launches)
     s2_attn_fwd_args_bshd(&a);
     ck_assert_msg(s2_attn_forward(ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_int_eq(fake_get("launches"), 1);
+    ck_assert_int_eq(s2_attn_kernel_desc(k)->abi, S2_FWD_ABI_TMA);
     ck_assert_int_eq(fake_get("last_grid_x"), 4); /* cdiv(200, 64) */
     ck_assert_int_eq(fake_get("last_block_x"), 256); /* producer + one consumer warpgroup */
     ck_assert_int_eq(fake_get("tensor_maps"), 3); /* q, k, v maps built for the TMA ABI */
