@@ -38,6 +38,15 @@ s2_status s2_cg_emit_ptx(s2_ctx *ctx, s2_cg *cg, char **ptx, size_t *len); /* ma
 const char *s2_arch_cpu(s2_arch arch);     /* "sm_90a" */
 int s2_arch_sm(s2_arch arch);              /* 80, 90, 90 */
 
+/* Smallest r with 2^r >= v (v >= 1): shift amounts of power-of-two tile sizes. */
+static inline int s2_log2i(int v)
+{
+    int r = 0;
+    while ((1 << r) < v)
+        r++;
+    return r;
+}
+
 /* ---- builder helpers (cg_nvvm.c) ---- */
 LLVMValueRef s2_nv_kernel_new(s2_cg *cg, const char *name, LLVMTypeRef *params, unsigned n,
                               int max_threads, int min_ctas);

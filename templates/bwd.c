@@ -78,14 +78,6 @@ static LLVMValueRef sext64(bwd *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, 
 static LLVMValueRef add(bwd *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildAdd(k->b, a, b, ""); }
 static LLVMValueRef mul(bwd *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildMul(k->b, a, b, ""); }
 
-static int log2i(int v)
-{
-    int r = 0;
-    while ((1 << r) < v)
-        r++;
-    return r;
-}
-
 /* ---- shared-memory tiles ([rows][D] of 16-bit, 16-byte chunks swizzled as
  *      in the forward: chunk ^= row & 7, or (row >> 1) & 3 for 4 chunks) ---- */
 
@@ -218,7 +210,7 @@ static void load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, L
         bool partial = (it + 1) * T > total;
         if (partial)
             s2_nv_if_begin(k->cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, total), ""), "tail");
-        LLVMValueRef r = LLVMBuildLShr(b, idx, c32(k, log2i(C)), "");
+        LLVMValueRef r = LLVMBuildLShr(b, idx, c32(k, s2_log2i(C)), "");
         LLVMValueRef ch = LLVMBuildAnd(b, idx, c32(k, C - 1), "");
         LLVMValueRef trow;
         LLVMValueRef ok = tile_row(k, pos0, query, r, &trow);
@@ -546,7 +538,7 @@ static void build_pre(bwd *k)
     LLVMBuilderRef b = k->b;
     int C = k->s.chunks, rows = k->s.threads / C;
     LLVMValueRef h64 = LLVMBuildZExt(b, s2_nv_ctaid(cg, 'y'), cg->t_i64, "head");
-    LLVMValueRef rloc = LLVMBuildLShr(b, k->tid, c32(k, log2i(C)), "");
+    LLVMValueRef rloc = LLVMBuildLShr(b, k->tid, c32(k, s2_log2i(C)), "");
     LLVMValueRef ch = LLVMBuildAnd(b, k->tid, c32(k, C - 1), "");
     LLVMValueRef i = add(k, mul(k, s2_nv_ctaid(cg, 'x'), c32(k, rows)), rloc);
     LLVMValueRef valid = LLVMBuildICmp(b, LLVMIntSLT, i, k->q_len, "");
@@ -791,11 +783,11 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->heads = p->heads;
     s->causal = p->causal;
     int bs = p->block_size;
-    s->f_sub_m_log2 = log2i(bs < s->BM ? bs : s->BM);
+    s->f_sub_m_log2 = s2_log2i(bs < s->BM ? bs : s->BM);
     s->f_sub_n_size = bs < s->BN ? bs : s->BN;
     s->f_sub_n = s->BN / s->f_sub_n_size;
     s->t_sub_m_size = bs < s->BM ? bs : s->BM;
-    s->t_sub_n_log2 = log2i(bs < s->KB ? bs : s->KB);
+    s->t_sub_n_log2 = s2_log2i(bs < s->KB ? bs : s->KB);
     s->t_sub_n = s->KB >> s->t_sub_n_log2;
     /* dK, dV and the transposed S, dP of a chunk live together: keep the
      * chunk at 32 queries for d128 */

@@ -60,14 +60,6 @@ static LLVMValueRef cf(fwd *k, double v) { return LLVMConstReal(k->cg->t_f32, v)
 static LLVMValueRef param(fwd *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
 static LLVMValueRef sext64(fwd *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, v, k->cg->t_i64, ""); }
 
-static int log2i(int v)
-{
-    int r = 0;
-    while ((1 << r) < v)
-        r++;
-    return r;
-}
-
 /* Byte offset of 16-byte chunk `chunk` of row `row` inside a [rows][D] tile:
  * the chunk index is XORed with the row (128-byte swizzle, §2.3) so the 8
  * row addresses of an ldmatrix matrix land in 8 different bank groups. */
@@ -154,7 +146,7 @@ static LLVMValueRef kv_row_valid(fwd *k, LLVMValueRef r, LLVMValueRef *trow, voi
     *trow = kpos;
     LLVMValueRef ok = LLVMBuildICmp(k->b, LLVMIntSLT, kpos, k->kv_len, "");
     if (kr->colmask) {
-        LLVMValueRef grp = LLVMBuildLShr(k->b, r, c32(k, log2i(k->s.sub_n_size)), "");
+        LLVMValueRef grp = LLVMBuildLShr(k->b, r, c32(k, s2_log2i(k->s.sub_n_size)), "");
         LLVMValueRef bit = LLVMBuildAnd(k->b, LLVMBuildLShr(k->b, kr->colmask, grp, ""), c32(k, 1), "");
         ok = LLVMBuildAnd(k->b, ok, LLVMBuildICmp(k->b, LLVMIntNE, bit, c32(k, 0), ""), "");
     }
@@ -655,7 +647,7 @@ static void fwd_shape_init(fwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->threads = s->warps * 32;
     s->chunks = s->D / 8;
     int sub_m_size = p->block_size < s->BM ? p->block_size : s->BM;
-    s->sub_m_log2 = log2i(sub_m_size);
+    s->sub_m_log2 = s2_log2i(sub_m_size);
     s->sub_n_size = p->block_size < s->BN ? p->block_size : s->BN;
     s->sub_n = s->BN / s->sub_n_size;
     s->group = p->heads / p->kv_heads;

@@ -74,14 +74,6 @@ static LLVMValueRef sext64(sm90 *k, LLVMValueRef v) { return LLVMBuildSExt(k->b,
 static LLVMValueRef add(sm90 *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildAdd(k->b, a, b, ""); }
 static LLVMValueRef addc(sm90 *k, LLVMValueRef a, long long v) { return v ? add(k, a, c32(k, v)) : a; }
 
-static int log2i(int v)
-{
-    int r = 0;
-    while ((1 << r) < v)
-        r++;
-    return r;
-}
-
 static LLVMValueRef bar_addr(sm90 *k, int idx, LLVMValueRef stage)
 {
     LLVMValueRef a = addc(k, k->smem, k->s.bar_off + 8 * idx);
@@ -669,7 +661,7 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
     s->stages = spec->num_stages;
     s->threads = 128 * (s->NC + 1);
     int sub_m_size = p->block_size < s->BM ? p->block_size : s->BM;
-    s->sub_m_log2 = log2i(sub_m_size);
+    s->sub_m_log2 = s2_log2i(sub_m_size);
     s->sub_n_size = p->block_size < s->BN ? p->block_size : s->BN;
     s->sub_n = s->BN / s->sub_n_size;
     s->group = p->heads / p->kv_heads;
