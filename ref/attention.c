@@ -114,6 +114,13 @@ static void store_row(const s2_tensor *t, int64_t b, int64_t s, int h, int dim, 
         s2_tensor_set(t, b, s, h, d, src[d]);
 }
 
+/* Page n of (batch b, kv head g): per-head tables through strides, else
+ * one row per sequence shared by the kv heads. */
+static int32_t table_entry(const int32_t *table, const int64_t *strides, int64_t row_stride, int b, int g, int64_t n)
+{
+    return strides ? table[b * strides[0] + g * strides[1] + n * strides[2]] : table[(int64_t)b * row_stride + n];
+}
+
 /* Keys and values of batch b, kv head g, positions [0, kvl), as doubles. */
 static void load_kv(const job *j, scratch *w, int b, int g, int64_t kvl)
 {
@@ -121,8 +128,7 @@ static void load_kv(const job *j, scratch *w, int b, int g, int64_t kvl)
     for (int64_t pos = 0; pos < kvl; pos++) {
         int64_t tb = b, row = pos;
         if (src->table) {
-            tb = src->strides ? src->table[b * src->strides[0] + g * src->strides[1] + pos / src->page_size * src->strides[2]]
-                              : src->table[(int64_t)b * src->table_stride + pos / src->page_size];
+            tb = table_entry(src->table, src->strides, src->table_stride, b, g, pos / src->page_size);
             row = pos % src->page_size;
         }
         if (tb < 0) { /* a freed page: whatever keeps one of its keys turns NaN */
@@ -405,8 +411,7 @@ static s2_status check_table(s2_ctx *ctx, const char *fn, const s2_ref_paged_pro
     const int64_t *s = p->table_strides;
     for (int g = 0; g < (s ? p->kv_heads : 1); g++)
         for (int64_t n = 0; n < s2_cdiv(kvl, p->page_size); n++) {
-            int32_t e = s ? p->block_table[b * s[0] + g * s[1] + n * s[2]]
-                          : p->block_table[(int64_t)b * p->max_pages_per_seq + n];
+            int32_t e = table_entry(p->block_table, s, p->max_pages_per_seq, b, g, n);
             if (e >= p->num_pages || (e < 0 && !s))
                 return s2_fail(ctx, S2_ERR_INVALID, "%s: block_table[%d][%d][%lld] = %d is not a page in [0, %lld)",
                                fn, b, g, (long long)n, (int)e, (long long)p->num_pages);
