@@ -50,8 +50,11 @@ typedef struct s2_kv_evictor s2_kv_evictor;
 
 /* page_size: a positive multiple of 16; max_len: the longest sequence
  * (prompt + generated), 1 .. S2_MAX_SEQ_LEN, and at most the pattern's
- * max_seq_len when it has one.  The evictor copies what it needs: the
- * pattern may be freed afterwards. */
+ * max_seq_len (and explicit masks' size) when it has one.  Liveness counts
+ * queries up to max_len - 1, so one evictor serves every sequence that stays
+ * within max_len (one that stops earlier just frees its remaining pages when
+ * it ends).  The evictor copies what it needs: the pattern may be freed
+ * afterwards. */
 s2_status s2_kv_evictor_new(s2_ctx *ctx, const s2_pattern *p, int page_size, int64_t max_len, s2_kv_evictor **out);
 void s2_kv_evictor_free(s2_kv_evictor *ev);
 
