@@ -18,6 +18,7 @@ typedef struct kv_source {
     const int32_t *table; /* NULL: position kpos is row kpos of batch b */
     int64_t table_stride;
     int64_t page_size;
+    const int64_t *strides; /* per-head tables (s2_ref_paged_problem.table_strides), or NULL */
 } kv_source;
 
 /* A validated problem, whichever entry point it came from. */
@@ -113,6 +114,13 @@ static void store_row(const s2_tensor *t, int64_t b, int64_t s, int h, int dim, 
         s2_tensor_set(t, b, s, h, d, src[d]);
 }
 
+/* Page n of (batch b, kv head g): per-head tables through strides, else
+ * one row per sequence shared by the kv heads. */
+static int32_t table_entry(const int32_t *table, const int64_t *strides, int64_t row_stride, int b, int g, int64_t n)
+{
+    return strides ? table[b * strides[0] + g * strides[1] + n * strides[2]] : table[(int64_t)b * row_stride + n];
+}
+
 /* Keys and values of batch b, kv head g, positions [0, kvl), as doubles. */
 static void load_kv(const job *j, scratch *w, int b, int g, int64_t kvl)
 {
@@ -120,8 +128,13 @@ static void load_kv(const job *j, scratch *w, int b, int g, int64_t kvl)
     for (int64_t pos = 0; pos < kvl; pos++) {
         int64_t tb = b, row = pos;
         if (src->table) {
-            tb = src->table[(int64_t)b * src->table_stride + pos / src->page_size];
+            tb = table_entry(src->table, src->strides, src->table_stride, b, g, pos / src->page_size);
             row = pos % src->page_size;
+        }
+        if (tb < 0) { /* a freed page: whatever keeps one of its keys turns NaN */
+            for (int d = 0; d < j->dim; d++)
+                w->k[pos * j->dim + d] = w->v[pos * j->dim + d] = NAN;
+            continue;
         }
         load_row(src->k, tb, row, g, j->dim, w->k + pos * j->dim);
         load_row(src->v, tb, row, g, j->dim, w->v + pos * j->dim);
@@ -391,6 +404,21 @@ s2_status s2_ref_backward(s2_ctx *ctx, const s2_ref_problem *p, const s2_tensor 
     return run_backward(ctx, &j, q, o, d_out, lse, d_lse, dq, dk, dv);
 }
 
+/* Every entry a sequence of kvl keys uses names a page; with per-head
+ * tables, negative entries (freed pages) are allowed too. */
+static s2_status check_table(s2_ctx *ctx, const char *fn, const s2_ref_paged_problem *p, int b, int64_t kvl)
+{
+    const int64_t *s = p->table_strides;
+    for (int g = 0; g < (s ? p->kv_heads : 1); g++)
+        for (int64_t n = 0; n < s2_cdiv(kvl, p->page_size); n++) {
+            int32_t e = table_entry(p->block_table, s, p->max_pages_per_seq, b, g, n);
+            if (e >= p->num_pages || (e < 0 && !s))
+                return s2_fail(ctx, S2_ERR_INVALID, "%s: block_table[%d][%d][%lld] = %d is not a page in [0, %lld)",
+                               fn, b, g, (long long)n, (int)e, (long long)p->num_pages);
+        }
+    return S2_OK;
+}
+
 static s2_status job_from_paged(s2_ctx *ctx, const char *fn, const s2_ref_paged_problem *p, job *j)
 {
     if (!p)
@@ -413,11 +441,9 @@ static s2_status job_from_paged(s2_ctx *ctx, const char *fn, const s2_ref_paged_
         if (kvl < p->q_len || s2_cdiv(kvl, p->page_size) > p->max_pages_per_seq)
             return s2_fail(ctx, S2_ERR_INVALID, "%s: batch %d has kv_len %lld outside [q_len %lld, %lld pages of %d]",
                            fn, b, (long long)kvl, (long long)p->q_len, (long long)p->max_pages_per_seq, p->page_size);
-        const int32_t *row = p->block_table + (int64_t)b * p->max_pages_per_seq;
-        for (int64_t n = 0; n < s2_cdiv(kvl, p->page_size); n++)
-            if (row[n] < 0 || row[n] >= p->num_pages)
-                return s2_fail(ctx, S2_ERR_INVALID, "%s: block_table[%d][%lld] = %d is not a page in [0, %lld)",
-                               fn, b, (long long)n, (int)row[n], (long long)p->num_pages);
+        st = check_table(ctx, fn, p, b, kvl);
+        if (st != S2_OK)
+            return st;
         max_kv = s2_max64(max_kv, kvl);
     }
     *j = (job){
@@ -445,6 +471,7 @@ s2_status s2_ref_decode_paged(s2_ctx *ctx, const s2_ref_paged_problem *p, const 
         || (st = check_tensor(ctx, fn, "out", out, q_ext, true)) != S2_OK)
         return st;
     j.src = (kv_source){.k = k_pages, .v = v_pages, .table = p->block_table,
-                        .table_stride = p->max_pages_per_seq, .page_size = p->page_size};
+                        .table_stride = p->max_pages_per_seq, .page_size = p->page_size,
+                        .strides = p->table_strides};
     return run_forward(ctx, &j, q, out, lse);
 }

@@ -4,12 +4,14 @@
  *   s2c layout PATTERN --seq-len N [--kv-len N] [--name N] [--format mask|schedule|stats] ...
  *   s2c compile PATTERN --head-dim D --dtype bf16|fp16 --arch ARCH [--emit cubin|c|ptx|ll] -o OUT ...
  *   s2c info CUBIN
+ *   s2c kv-memory PATTERN --seq-len N[,N...] [--page-size N] [--prefill N] [--head-dim D] [--dtype bf16|fp16]
  *
  * Exit status: 0 success, 1 bad input (pattern, spec, toolchain, file), 2 usage.
  */
 #include "s2c/aot.h"
 #include "s2c/attention.h"
 #include "s2c/codegen.h"
+#include "s2c/kv_evict.h"
 #include "s2c/layout.h"
 #include "s2c/pattern.h"
 
@@ -48,6 +50,12 @@ static const char usage_text[] =
     "                              debugging; no --head-dim/--dtype/tunables, no --emit c)\n"
     "      -v, --verbose           print the toolchain log and registers/spills per kernel\n"
     "  info CUBIN                  print the manifest of a generated cubin (no GPU needed)\n"
+    "  kv-memory PATTERN --seq-len N[,N...]\n"
+    "                              KV-cache pages held with eviction (pages nothing reads again are\n"
+    "                              freed) against a dense cache, at the end of prefill + decode\n"
+    "      --page-size N           tokens per page, a multiple of 16 (default 64)\n"
+    "      --prefill N             prompt tokens prefilled at once, all held (default 0: decode from the start)\n"
+    "      --head-dim D --dtype bf16|fp16   for bytes (default 128, bf16); --name NAME as for layout\n"
     "  --help, --version\n"
     "\n"
     "exit status: 0 success, 1 bad input, 2 usage error\n";
@@ -85,7 +93,9 @@ typedef struct opts {
     const char *dump_dir;
     const char *override_dir;
     const char *dtype;
+    const char *seq_len_text;       /* --seq-len as given (kv-memory takes a list) */
     int64_t seq_len, kv_len;
+    int64_t page_size, prefill;
     int64_t block_m, block_n, head_dim, num_warps, num_stages;
     int verbose;
 } opts;
@@ -162,7 +172,12 @@ static int parse_opts(int argc, char **argv, int first, opts *o, const char **po
         else if (strcmp(key, "--dump-dir") == 0) o->dump_dir = val;
         else if (strcmp(key, "--override-dir") == 0) o->override_dir = val;
         else if (strcmp(key, "--dtype") == 0) o->dtype = val;
-        else if (strcmp(key, "--seq-len") == 0) rc = parse_int(key, val, 1, S2_MAX_SEQ_LEN, &o->seq_len);
+        else if (strcmp(key, "--seq-len") == 0) {
+            o->seq_len_text = val;
+            rc = strchr(val, ',') ? 0 : parse_int(key, val, 1, S2_MAX_SEQ_LEN, &o->seq_len);
+        }
+        else if (strcmp(key, "--page-size") == 0) rc = parse_int(key, val, 16, 1 << 20, &o->page_size);
+        else if (strcmp(key, "--prefill") == 0) rc = parse_int(key, val, 0, S2_MAX_SEQ_LEN, &o->prefill);
         else if (strcmp(key, "--kv-len") == 0) rc = parse_int(key, val, 1, S2_MAX_SEQ_LEN, &o->kv_len);
         else if (strcmp(key, "--block-m") == 0) rc = parse_int(key, val, 16, 128, &o->block_m);
         else if (strcmp(key, "--block-n") == 0) rc = parse_int(key, val, 16, 128, &o->block_n);
@@ -281,7 +296,7 @@ static int cmd_layout(s2_ctx *ctx, int argc, char **argv)
     if (rc)
         return rc;
     if (!o.seq_len)
-        return usage_error("%s", "layout: --seq-len is required");
+        return usage_error("%s", "layout: --seq-len (one length) is required");
     int fmt = strcmp(o.format, "mask") == 0 ? 0 : strcmp(o.format, "schedule") == 0 ? 1
             : strcmp(o.format, "stats") == 0 ? 2 : -1;
     if (fmt < 0)
@@ -695,6 +710,100 @@ static int cmd_info(s2_ctx *ctx, int argc, char **argv)
     return rc;
 }
 
+/* ---- kv-memory ------------------------------------------------------------- */
+
+enum { MAX_LENS = 64 };
+
+static int parse_len_list(const char *text, int64_t *lens, int *n)
+{
+    char buf[1024];
+    if (!text || strlen(text) >= sizeof buf)
+        return usage_error("%s", "kv-memory: --seq-len N[,N...] is required");
+    strcpy(buf, text);
+    *n = 0;
+    char *save = NULL;
+    for (char *t = strtok_r(buf, ",", &save); t; t = strtok_r(NULL, ",", &save)) {
+        if (*n == MAX_LENS)
+            return usage_error("%s", "kv-memory: too many --seq-len values");
+        if (parse_int("--seq-len", t, 1, S2_MAX_SEQ_LEN, &lens[*n]))
+            return EXIT_USAGE;
+        (*n)++;
+    }
+    return *n ? 0 : usage_error("%s", "kv-memory: --seq-len N[,N...] is required");
+}
+
+static double mib(int64_t pages, int64_t page_bytes) { return (double)pages * (double)page_bytes / 1048576.0; }
+
+static int cmd_kv_memory(s2_ctx *ctx, int argc, char **argv)
+{
+    opts o = {.page_size = 64, .head_dim = 128, .dtype = "bf16"};
+    int rc = parse_one_file(argc, argv, &o, "kv-memory", "PATTERN");
+    if (rc)
+        return rc;
+    int64_t lens[MAX_LENS];
+    int nlens = 0;
+    if ((rc = parse_len_list(o.seq_len_text, lens, &nlens)) != 0)
+        return rc;
+    s2_dtype dt;
+    if (parse_dtype(o.dtype, &dt) != 0)
+        return usage_error("kv-memory: --dtype must be bf16 or fp16, got '%s'", o.dtype);
+    if (o.page_size % 16 != 0)
+        return usage_error("%s", "kv-memory: --page-size must be a multiple of 16");
+    if (o.num_names > 1)
+        return usage_error("%s", "kv-memory: --name may be given once");
+    s2_pattern_set *set = NULL;
+    const s2_pattern *p = NULL;
+    int np = 0;
+    if ((rc = load_patterns(ctx, &o, 1, &set, &p, &np)) != 0) {
+        s2_pattern_set_free(set);
+        return rc;
+    }
+    /* K and V of one kv head: page_size rows of head_dim 2-byte elements each. */
+    int64_t page_bytes = 2 * o.page_size * o.head_dim * 2;
+    printf("%s: %d heads, %d kv heads, block %d; page %lld tokens, head_dim %lld, %s: %lld bytes of K+V per page\n",
+           p->name, p->heads, p->kv_heads, p->block_size, (long long)o.page_size, (long long)o.head_dim, o.dtype,
+           (long long)page_bytes);
+    printf("prefill %lld tokens (all held), then decode token by token; batch 1, pages summed over kv heads\n",
+           (long long)o.prefill);
+    printf("%9s %11s %11s %7s %11s %7s %10s %10s %10s %14s\n", "seq_len", "dense_pg", "held_pg", "held%", "peak_pg",
+           "peak%", "dense_MiB", "held_MiB", "peak_MiB", "head_min..max");
+    int status = EXIT_OK;
+    const char *note = NULL;
+    bool efficient = true;
+    for (int i = 0; i < nlens && status == EXIT_OK; i++) {
+        s2_kv_evictor *ev = NULL;
+        s2_kv_memory m;
+        if (o.prefill > lens[i]) {
+            fprintf(stderr, "s2c: kv-memory: --prefill %lld exceeds seq-len %lld\n", (long long)o.prefill,
+                    (long long)lens[i]);
+            status = EXIT_USAGE;
+        } else if (s2_kv_evictor_new(ctx, p, (int)o.page_size, lens[i], &ev) != S2_OK ||
+                   s2_kv_evictor_memory(ctx, ev, o.prefill, lens[i], &m) != S2_OK) {
+            status = input_error(ctx);
+        } else {
+            printf("%9lld %11lld %11lld %6.2f%% %11lld %6.2f%% %10.1f %10.1f %10.1f %6lld..%-6lld\n",
+                   (long long)lens[i], (long long)m.dense_pages, (long long)m.held_pages, 100.0 * m.held_fraction,
+                   (long long)m.peak_pages, 100.0 * m.peak_fraction, mib(m.dense_pages, page_bytes),
+                   mib(m.held_pages, page_bytes), mib(m.peak_pages, page_bytes), (long long)m.held_min_head,
+                   (long long)m.held_max_head);
+            if (!s2_kv_evictor_efficient(ev)) {
+                efficient = false;
+                if (!note) {
+                    static char buf[512];
+                    snprintf(buf, sizeof buf, "%s", s2_kv_evictor_note(ev));
+                    note = buf;
+                }
+            }
+        }
+        s2_kv_evictor_free(ev);
+    }
+    if (status == EXIT_OK)
+        printf("kv-cache efficient: %s%s\n", efficient ? "yes" : "no (only pages after their last read are freed): ",
+               note && !efficient ? note : "");
+    s2_pattern_set_free(set);
+    return status;
+}
+
 int main(int argc, char **argv)
 {
     if (argc < 2)
@@ -722,6 +831,8 @@ int main(int argc, char **argv)
         rc = cmd_compile(ctx, argc, argv);
     else if (strcmp(cmd, "info") == 0)
         rc = cmd_info(ctx, argc, argv);
+    else if (strcmp(cmd, "kv-memory") == 0)
+        rc = cmd_kv_memory(ctx, argc, argv);
     else
         rc = usage_error("unknown command '%s'", cmd);
     s2_ctx_free(ctx);

@@ -124,6 +124,14 @@ typedef struct s2_ref_paged_problem {
     double scale;               /* 0: 1/sqrt(head_dim) */
     s2_ref_mask_fn mask;
     const void *mask_user;
+    /* Optional per-(sequence, kv head) tables.  NULL: the row above, shared
+     * by every kv head.  Else the page of (b, kv head g, page n) is
+     * block_table[b*table_strides[0] + g*table_strides[1] + n*table_strides[2]]
+     * (strides in elements; table_strides[1] == 0: one table for all kv
+     * heads), and an entry < 0 marks a page that is not resident (freed by
+     * an evictor): its keys load as NaN, so a query that keeps one of them
+     * gets a NaN output. */
+    const int64_t *table_strides;
 } s2_ref_paged_problem;
 
 /* q, out: (batch, q_len, heads, head_dim), query i of sequence b at position

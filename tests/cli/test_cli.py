@@ -503,9 +503,30 @@ def test_info_errors():
         check("info on truncated cubins: exit 1 with a message", blob and bad == 0, f"{bad} cuts misbehaved")
 
 
+def test_kv_memory():
+    """kv-memory on the decode pattern against a closed form: kv head h keeps
+    the 16-block window and the blocks n with (n + h) % 8 == 0."""
+    path = os.path.join(PATTERNS, "decode-l16v8.yaml")
+    rc, out, err = run("kv-memory", path, "--seq-len", "32768,131072", "--page-size", "64")
+    rows = [l.split() for l in out.splitlines() if l.strip() and l.split()[0].isdigit()]
+    check("kv-memory: exit 0, one row per length", rc == 0 and len(rows) == 2, err + out)
+    for row in rows:
+        seq = int(row[0])
+        last = (seq - 1) // 64
+        want = sum(1 for h in range(32) for n in range(last + 1) if last - n < 16 or (n + h) % 8 == 0)
+        check(f"kv-memory decode-l16v8 {seq}: held {want} of {32 * seq // 64} pages",
+              int(row[1]) == 32 * seq // 64 and int(row[2]) == want and int(row[4]) == want, " ".join(row))
+    check("kv-memory: efficient", "kv-cache efficient: yes" in out, out)
+    for args in (("--seq-len", "1024", "--page-size", "24"), ("--page-size", "64"),
+                 ("--seq-len", "100", "--prefill", "200"), ("--seq-len", "1,x")):
+        rc, out, err = run("kv-memory", path, *args)
+        check(f"kv-memory {' '.join(args)}: usage error", rc == 2 and err.strip(), f"rc {rc} {err}")
+
+
 def main():
     for t in (test_golden, test_bad_files, test_usage, test_stock, test_compile_softmax,
-              test_compile_matrix, test_multi_pattern, test_tunables, test_emit_c, test_stages, test_info_errors):
+              test_compile_matrix, test_multi_pattern, test_tunables, test_emit_c, test_stages, test_info_errors,
+              test_kv_memory):
         try:
             t()
         except Exception as e:  # a crash in a test is a failure, not a pass
