@@ -120,6 +120,43 @@ s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
 s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_kernel_spec *spec,
                                   const s2_attn_fwd_args *a, s2_tensor_map maps[3]);
 
+/* ---- variable-length batches (attention.h: s2_attn_seq, the seqinfo parameter) ----
+ * A batch of sequences of their own lengths, for s2_attn_fwd_args.seqs:
+ * packed (cu_seqlens), right- or left-padded, chunked prefill (q_len <
+ * kv_len: the chunk attends to the cache plus itself), or a mix.  The object
+ * holds the array on the device and a host copy (checks, schedule), built
+ * once and usable by any number of launches (every layer of a model).
+ * The backward stays uniform-only. */
+typedef struct s2_attn_seqs s2_attn_seqs;
+
+/* Check and upload n sequences (1..65535).  Statuses:
+ *   S2_ERR_NULL_ARG  dev, seqs or out is null
+ *   S2_ERR_SHAPE     n out of range; a negative start or length, q_len > kv_len,
+ *                    or an end (start + length) above INT32_MAX
+ *   S2_ERR_INVALID   two sequences share a query row (their o rows would race)
+ * Key rows may be shared (two chunks reading one cache, say). */
+s2_status s2_attn_seqs_new(s2_ctx *ctx, s2_device *dev, const s2_attn_seq *seqs, int n, s2_attn_seqs **out);
+/* No launch using it may be in flight.  NULL is fine. */
+void s2_attn_seqs_free(s2_attn_seqs *s);
+int s2_attn_seqs_count(const s2_attn_seqs *s);
+const s2_attn_seq *s2_attn_seqs_host(const s2_attn_seqs *s);
+s2_devptr s2_attn_seqs_device(const s2_attn_seqs *s);   /* the seqinfo parameter, for launches by hand */
+/* (q_len, kv_len) of the schedule a launch uses (attention.h); 0, 0 when no
+ * sequence has a query (s2_attn_forward then launches nothing). */
+void s2_attn_seqs_schedule_shape(const s2_attn_seqs *s, int64_t *q_len, int64_t *kv_len);
+
+/* seqs[0..n) of a packed batch from cumulative lengths: sequence i has
+ * queries cu_q[i] .. cu_q[i+1]-1 and keys cu_k[i] .. cu_k[i+1]-1 (cu_k NULL:
+ * cu_q, self-attention).  S2_ERR_SHAPE when an array decreases or starts
+ * below 0, or a sequence has more queries than keys. */
+s2_status s2_attn_seqs_packed(s2_ctx *ctx, const int32_t *cu_q, const int32_t *cu_k, int n, s2_attn_seq *seqs);
+
+/* With a->seqs (forward only), s2_attn_forward checks besides: seqs made on
+ * the kernel's device (S2_ERR_INVALID), batch == its count, q_len / kv_len
+ * (the token rows) >= 1 and every sequence inside them (S2_ERR_SHAPE), every
+ * kv_len within s2_attn_kernel_max_kv_len (S2_ERR_SEQ_LEN); the extents are
+ * those of [rows, heads, D] tensors and of lse [heads][q_len]. */
+
 /* Only the checks of s2_attn_forward (no schedule, no launch). */
 s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a);
 
