@@ -415,8 +415,10 @@ s2_status s2_ref_forward_varlen(s2_ctx *ctx, const s2_ref_problem *p, const s2_r
     if (p->q_lens || p->kv_lens)
         return s2_fail(ctx, S2_ERR_INVALID, "%s: q_lens / kv_lens are given by seqs", fn);
     job j;
+    /* the common checks, on the tensors' batch extent 1; the sequences are checked below */
+    static const int64_t none = 0;
     s2_ref_problem one = *p;
-    one.batch = 1; /* the tensors' batch extent; the sequences are checked below */
+    one.batch = 1, one.q_lens = &none, one.kv_lens = &none;
     s2_status st = job_from_problem(ctx, fn, &one, &j);
     if (st != S2_OK)
         return st;
@@ -440,6 +442,7 @@ s2_status s2_ref_forward_varlen(s2_ctx *ctx, const s2_ref_problem *p, const s2_r
     if (st != S2_OK)
         return st;
     j.batch = p->batch;
+    j.q_lens = j.kv_lens = NULL;
     j.seqs = seqs;
     j.max_kv = max_kv;
     j.src = (kv_source){.k = k, .v = v};
