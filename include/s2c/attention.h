@@ -183,6 +183,10 @@ typedef struct s2_manifest_kernel {
     int threads;           /* blockDim.x */
     int smem_bytes;        /* dynamic shared memory per CTA */
     s2_fwd_abi abi;        /* kernel.abi (absent: S2_FWD_ABI_PTRS) */
+    /* kernel.seqinfo 1: the forward takes the trailing seqinfo parameter.
+     * Cubins made before it lack the key: the runtime refuses variable-length
+     * batches for them (a uniform launch is unchanged). */
+    bool seqinfo;
 } s2_manifest_kernel;
 
 typedef struct s2_manifest s2_manifest;
@@ -193,7 +197,8 @@ typedef struct s2_manifest s2_manifest;
  *   kernel NAME               starts a kernel; then kernel.kind (fwd|bwd), kernel.pattern,
  *                             kernel.dtype, kernel.head_dim, kernel.block_m, kernel.block_n,
  *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem,
- *                             kernel.abi (ptrs|tma|tma_persistent; written only for the latter two)
+ *                             kernel.abi (ptrs|tma|tma_persistent; written only for the latter two),
+ *                             kernel.seqinfo 1 (forward kernels with the seqinfo parameter)
  *   pattern NAME              starts a pattern; then pattern.heads, .kv_heads, .block_size,
  *                             .causal, .max_seq_len, .vert_position (absolute|relative),
  *                             .local L R, .vert_stride, .head_sliding STEP AUTO OFFSET,
