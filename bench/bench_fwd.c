@@ -398,7 +398,9 @@ static s2_status launch(s2_ctx *ctx, const config_data *cd, const variant *v, co
     s2_tensor_map *m = (s2_tensor_map *)v->maps[si];
     void *args[] = {&q, &k, &vv, &o, &lse, &a0, &a1, &a2, &a0, &a1, &a2, &a0, &a1, &a2, &a0, &a1, &a2,
                     &q_len, &kv_len, &scale_log2, &cls, &offs, &ents, &first, &q_tiles, &m[0], &m[1], &m[2],
-                    (void *)&sd->work, (void *)&sd->n_work, &batch};
+                    (void *)&sd->work, (void *)&sd->n_work, &batch, NULL};
+    s2_devptr no_seqs = 0; /* uniform batch: the trailing seqinfo parameter is null */
+    args[!v->tma ? 25 : v->persistent ? 31 : 28] = &no_seqs;
     s2_launch_cfg cfg = {.grid = {(uint32_t)q_tiles, (uint32_t)c->heads, (uint32_t)c->batch},
                          .block = {(uint32_t)v->threads, 1, 1},
                          .smem_bytes = (uint32_t)v->smem};

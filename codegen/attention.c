@@ -175,7 +175,8 @@ static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int
                                      .spec = ks[i].spec, .threads = ks[i].spec.num_warps * 32, .smem_bytes = smem,
                                      .abi = !s2_fwd_spec_wants_tma(&ks[i].spec) ? S2_FWD_ABI_PTRS
                                             : ks[i].spec.persistent > 0   ? S2_FWD_ABI_TMA_PERSISTENT
-                                                                          : S2_FWD_ABI_TMA};
+                                                                          : S2_FWD_ABI_TMA,
+                                     .seqinfo = ks[i].spec.kind == S2_KERNEL_FWD};
     }
     return S2_OK;
 }

@@ -22,6 +22,7 @@ static const s2_aot_param attn_fwd_params[] = {
     {"scale_log2", S2_AOT_F32},
     {"class_of_head", S2_AOT_PTR}, {"offsets", S2_AOT_PTR}, {"entries", S2_AOT_PTR},
     {"first_q_tile", S2_AOT_I32},  {"q_tiles", S2_AOT_I32},
+    {"seqinfo", S2_AOT_PTR},       /* variable-length batch, or 0 (attention.h) */
 };
 
 static const s2_aot_param attn_fwd_launch[] = {

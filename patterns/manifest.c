@@ -152,7 +152,11 @@ static s2_status kernel_key(mparser *ps, const char *key, const char *v)
     else if (!strcmp(key, "num_stages")) ok = int1(v, &k->spec.num_stages, 1, 16);
     else if (!strcmp(key, "threads")) ok = int1(v, &k->threads, 1, 1024);
     else if (!strcmp(key, "smem")) ok = int1(v, &k->smem_bytes, 0, 1 << 30);
-    else if (!strcmp(key, "abi")) {
+    else if (!strcmp(key, "seqinfo")) {
+        int one = 0;
+        ok = int1(v, &one, 1, 1);
+        k->seqinfo = ok;
+    } else if (!strcmp(key, "abi")) {
         if (!strcmp(v, "ptrs")) k->abi = S2_FWD_ABI_PTRS;
         else if (!strcmp(v, "tma")) k->abi = S2_FWD_ABI_TMA, k->spec.persistent = -1;
         else if (!strcmp(v, "tma_persistent")) k->abi = S2_FWD_ABI_TMA_PERSISTENT, k->spec.persistent = 1;

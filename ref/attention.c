@@ -27,6 +27,7 @@ typedef struct job {
     int64_t q_len, kv_len;           /* padded extents; the lengths when the arrays are NULL */
     const int64_t *q_lens, *kv_lens; /* may be NULL */
     int64_t max_kv;                  /* longest sequence: scratch rows */
+    const s2_ref_seq *seqs;          /* variable-length batch: rows of batch 0, or NULL */
     bool causal;
     double scale;
     s2_ref_mask_fn mask;
@@ -86,8 +87,17 @@ static s2_status scratch_init(s2_ctx *ctx, scratch *w, const job *j, bool backwa
 
 /* ---- small pieces ----------------------------------------------------------- */
 
-static int64_t seq_q_len(const job *j, int b) { return j->q_lens ? j->q_lens[b] : j->q_len; }
-static int64_t seq_kv_len(const job *j, int b) { return j->kv_lens ? j->kv_lens[b] : j->kv_len; }
+static int64_t seq_q_len(const job *j, int b)
+{
+    return j->seqs ? j->seqs[b].q_len : j->q_lens ? j->q_lens[b] : j->q_len;
+}
+static int64_t seq_kv_len(const job *j, int b)
+{
+    return j->seqs ? j->seqs[b].kv_len : j->kv_lens ? j->kv_lens[b] : j->kv_len;
+}
+/* Tensor batch index and first q row of sequence b. */
+static int64_t seq_batch(const job *j, int b) { return j->seqs ? 0 : b; }
+static int64_t seq_q_row0(const job *j, int b) { return j->seqs ? j->seqs[b].q_start : 0; }
 static int group_size(const job *j) { return j->heads / j->kv_heads; }
 static size_t lse_index(const job *j, int b, int h, int64_t i)
 {
@@ -130,6 +140,9 @@ static void load_kv(const job *j, scratch *w, int b, int g, int64_t kvl)
         if (src->table) {
             tb = table_entry(src->table, src->strides, src->table_stride, b, g, pos / src->page_size);
             row = pos % src->page_size;
+        } else if (j->seqs) {
+            tb = 0;
+            row = j->seqs[b].k_start + pos;
         }
         if (tb < 0) { /* a freed page: whatever keeps one of its keys turns NaN */
             for (int d = 0; d < j->dim; d++)
@@ -195,16 +208,17 @@ static s2_status run_forward(s2_ctx *ctx, const job *j, const s2_tensor *q, cons
     if (st != S2_OK)
         return st;
     for (int b = 0; b < j->batch; b++) {
-        int64_t ql = seq_q_len(j, b), kvl = seq_kv_len(j, b);
+        int64_t ql = seq_q_len(j, b), kvl = seq_kv_len(j, b), tb = seq_batch(j, b), r0 = seq_q_row0(j, b);
         for (int g = 0; g < j->kv_heads; g++) {
             load_kv(j, &w, b, g, kvl);
             for (int h = g * group_size(j); h < (g + 1) * group_size(j); h++)
                 for (int64_t i = 0; i < ql; i++) {
-                    load_row(q, b, i, h, j->dim, w.q);
+                    load_row(q, tb, r0 + i, h, j->dim, w.q);
                     double row_lse = attend_row(j, &w, h, kvl - ql + i, kvl);
-                    store_row(out, b, i, h, j->dim, w.acc);
+                    store_row(out, tb, r0 + i, h, j->dim, w.acc);
                     if (lse)
-                        lse[lse_index(j, b, h, i)] = (float)row_lse;
+                        lse[j->seqs ? (size_t)h * (size_t)j->q_len + (size_t)(r0 + i) : lse_index(j, b, h, i)] =
+                            (float)row_lse;
                 }
         }
     }
@@ -402,6 +416,50 @@ s2_status s2_ref_backward(s2_ctx *ctx, const s2_ref_problem *p, const s2_tensor 
         return s2_fail(ctx, S2_ERR_INVALID, "%s: lse is NULL (the backward recomputes P from it)", fn);
     j.src = (kv_source){.k = k, .v = v};
     return run_backward(ctx, &j, q, o, d_out, lse, d_lse, dq, dk, dv);
+}
+
+s2_status s2_ref_forward_varlen(s2_ctx *ctx, const s2_ref_problem *p, const s2_ref_seq *seqs,
+                                const s2_tensor *q, const s2_tensor *k, const s2_tensor *v,
+                                const s2_tensor *out, float *lse)
+{
+    static const char fn[] = "s2_ref_forward_varlen";
+    if (!p || !seqs)
+        return s2_fail(ctx, S2_ERR_INVALID, "%s: %s is NULL", fn, !p ? "problem" : "seqs");
+    if (p->q_lens || p->kv_lens)
+        return s2_fail(ctx, S2_ERR_INVALID, "%s: q_lens / kv_lens are given by seqs", fn);
+    job j;
+    /* the common checks, on the tensors' batch extent 1; the sequences are checked below */
+    static const int64_t none = 0;
+    s2_ref_problem one = *p;
+    one.batch = 1, one.q_lens = &none, one.kv_lens = &none;
+    s2_status st = job_from_problem(ctx, fn, &one, &j);
+    if (st != S2_OK)
+        return st;
+    if (p->batch < 1)
+        return s2_fail(ctx, S2_ERR_INVALID, "%s: %d sequences", fn, p->batch);
+    int64_t max_kv = 0;
+    for (int b = 0; b < p->batch; b++) {
+        const s2_ref_seq *s = &seqs[b];
+        if (s->q_start < 0 || s->k_start < 0 || s->q_len < 0 || s->q_len > s->kv_len ||
+            s->q_start + s->q_len > p->q_len || s->k_start + s->kv_len > p->kv_len)
+            return s2_fail(ctx, S2_ERR_INVALID,
+                           "%s: sequence %d (q %lld+%lld, k %lld+%lld) is not inside %lld / %lld rows with q_len <= kv_len",
+                           fn, b, (long long)s->q_start, (long long)s->q_len, (long long)s->k_start,
+                           (long long)s->kv_len, (long long)p->q_len, (long long)p->kv_len);
+        max_kv = s2_max64(max_kv, s->kv_len);
+    }
+    const tensor_arg args[] = {
+        {"q", q, false, false}, {"k", k, true, false}, {"v", v, true, false}, {"out", out, false, true},
+    };
+    st = check_tensors(ctx, fn, &j, args, 4);
+    if (st != S2_OK)
+        return st;
+    j.batch = p->batch;
+    j.q_lens = j.kv_lens = NULL;
+    j.seqs = seqs;
+    j.max_kv = max_kv;
+    j.src = (kv_source){.k = k, .v = v};
+    return run_forward(ctx, &j, q, out, lse);
 }
 
 /* Every entry a sequence of kvl keys uses names a page; with per-head

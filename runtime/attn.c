@@ -283,6 +283,138 @@ void s2_attn_fwd_args_bshd(s2_attn_fwd_args *a)
     }
 }
 
+/* ---- variable-length batches ------------------------------------------------------ */
+
+struct s2_attn_seqs {
+    const s2_device *dev;
+    s2_devptr buf;
+    s2_attn_seq *host;
+    int n;
+    int64_t sched_q_len, sched_kv_len;  /* 0, 0: no sequence has a query */
+};
+
+static int cmp_q_start(const void *a, const void *b)
+{
+    const s2_attn_seq *x = *(const s2_attn_seq *const *)a, *y = *(const s2_attn_seq *const *)b;
+    return (x->q_start > y->q_start) - (x->q_start < y->q_start);
+}
+
+static s2_status check_seq_list(s2_ctx *ctx, const s2_attn_seq *seqs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const s2_attn_seq *q = &seqs[i];
+        if (q->q_start < 0 || q->k_start < 0 || q->q_len < 0 || q->kv_len < 0)
+            return s2_fail(ctx, S2_ERR_SHAPE, "sequence %d: a negative start or length (%d, %d, %d, %d)", i,
+                           q->q_start, q->q_len, q->k_start, q->kv_len);
+        if (q->q_len > q->kv_len)
+            return s2_fail(ctx, S2_ERR_SHAPE, "sequence %d: q_len %d > kv_len %d (queries are the last keys)", i,
+                           q->q_len, q->kv_len);
+        if ((int64_t)q->q_start + q->q_len > INT32_MAX || (int64_t)q->k_start + q->kv_len > INT32_MAX)
+            return s2_fail(ctx, S2_ERR_SHAPE, "sequence %d ends past 32-bit rows", i);
+    }
+    /* o rows of two sequences must not overlap: sort the non-empty ones by start */
+    const s2_attn_seq **order = malloc((size_t)n * sizeof *order);
+    if (!order)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (seqs[i].q_len > 0)
+            order[m++] = &seqs[i];
+    qsort(order, (size_t)m, sizeof *order, cmp_q_start);
+    s2_status st = S2_OK;
+    for (int i = 1; i < m && st == S2_OK; i++)
+        if ((int64_t)order[i - 1]->q_start + order[i - 1]->q_len > order[i]->q_start)
+            st = s2_fail(ctx, S2_ERR_INVALID, "sequences %d and %d share query row %d (their o rows would race)",
+                         (int)(order[i - 1] - seqs), (int)(order[i] - seqs), order[i]->q_start);
+    free(order);
+    return st;
+}
+
+s2_status s2_attn_seqs_new(s2_ctx *ctx, s2_device *dev, const s2_attn_seq *seqs, int n, s2_attn_seqs **out)
+{
+    if (!out)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_seqs_new: out is NULL");
+    *out = NULL;
+    if (!dev || !seqs)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_seqs_new: %s is NULL", !dev ? "device" : "seqs");
+    if (n < 1 || n > 65535)
+        return s2_fail(ctx, S2_ERR_SHAPE, "%d sequences (1..65535)", n);
+    s2_status st = check_seq_list(ctx, seqs, n);
+    if (st != S2_OK)
+        return st;
+    s2_attn_seqs *s = calloc(1, sizeof *s);
+    if (!s || !(s->host = malloc((size_t)n * sizeof *s->host))) {
+        free(s);
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    }
+    s->dev = dev;
+    s->n = n;
+    memcpy(s->host, seqs, (size_t)n * sizeof *seqs);
+    int64_t max_kv = 0, min_start = INT64_MAX;
+    for (int i = 0; i < n; i++)
+        if (seqs[i].q_len > 0) {
+            max_kv = seqs[i].kv_len > max_kv ? seqs[i].kv_len : max_kv;
+            int64_t start = (int64_t)seqs[i].kv_len - seqs[i].q_len;
+            min_start = start < min_start ? start : min_start;
+        }
+    if (max_kv > 0)
+        s->sched_q_len = max_kv - min_start, s->sched_kv_len = max_kv;
+    size_t bytes = (size_t)n * sizeof *seqs;
+    st = s2_mem_alloc(ctx, dev, bytes, &s->buf);
+    if (st == S2_OK)
+        st = s2_memcpy_h2d(ctx, dev, s->buf, seqs, bytes);
+    /* a launch on a non-blocking stream does not wait for the legacy stream */
+    if (st == S2_OK)
+        st = s2_stream_synchronize(ctx, dev, NULL);
+    if (st != S2_OK) {
+        s2_attn_seqs_free(s);
+        return st;
+    }
+    *out = s;
+    return S2_OK;
+}
+
+void s2_attn_seqs_free(s2_attn_seqs *s)
+{
+    if (!s)
+        return;
+    s2_mem_free(NULL, s->dev, s->buf);
+    free(s->host);
+    free(s);
+}
+
+int s2_attn_seqs_count(const s2_attn_seqs *s) { return s ? s->n : 0; }
+const s2_attn_seq *s2_attn_seqs_host(const s2_attn_seqs *s) { return s ? s->host : NULL; }
+s2_devptr s2_attn_seqs_device(const s2_attn_seqs *s) { return s ? s->buf : 0; }
+
+void s2_attn_seqs_schedule_shape(const s2_attn_seqs *s, int64_t *q_len, int64_t *kv_len)
+{
+    if (q_len)
+        *q_len = s ? s->sched_q_len : 0;
+    if (kv_len)
+        *kv_len = s ? s->sched_kv_len : 0;
+}
+
+s2_status s2_attn_seqs_packed(s2_ctx *ctx, const int32_t *cu_q, const int32_t *cu_k, int n, s2_attn_seq *seqs)
+{
+    if (!cu_q || !seqs)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_seqs_packed: %s is NULL", !cu_q ? "cu_q" : "seqs");
+    if (n < 1)
+        return s2_fail(ctx, S2_ERR_SHAPE, "%d sequences", n);
+    if (!cu_k)
+        cu_k = cu_q;
+    if (cu_q[0] < 0 || cu_k[0] < 0)
+        return s2_fail(ctx, S2_ERR_SHAPE, "cumulative lengths start below 0");
+    for (int i = 0; i < n; i++) {
+        if (cu_q[i + 1] < cu_q[i] || cu_k[i + 1] < cu_k[i])
+            return s2_fail(ctx, S2_ERR_SHAPE, "cumulative lengths decrease at %d", i + 1);
+        seqs[i] = (s2_attn_seq){cu_q[i], cu_q[i + 1] - cu_q[i], cu_k[i], cu_k[i + 1] - cu_k[i]};
+        if (seqs[i].q_len > seqs[i].kv_len)
+            return s2_fail(ctx, S2_ERR_SHAPE, "sequence %d: %d queries but %d keys", i, seqs[i].q_len, seqs[i].kv_len);
+    }
+    return S2_OK;
+}
+
 /* ---- argument checks ------------------------------------------------------------ */
 
 typedef struct tensor_desc {
@@ -355,6 +487,42 @@ static s2_status tensor_bytes(s2_ctx *ctx, const tensor_desc *t, int64_t head_di
     return S2_OK;
 }
 
+static const char *max_kv_reason(const s2_attn_kernel *k)
+{
+    return k->max_kv_len == INT32_MAX              ? "32-bit lengths"
+           : k->max_kv_len == k->pattern->max_seq_len ? "the pattern's max_seq_len"
+                                                      : "the size of the pattern's explicit mask";
+}
+
+/* A variable-length batch: q_len / kv_len are token rows, each sequence lies inside them. */
+static s2_status check_varlen(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a)
+{
+    const s2_attn_seqs *s = a->seqs;
+    if (!k->desc->seqinfo)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
+                       "kernel %s was generated without the seqinfo parameter (an older s2c): recompile it", k->desc->name);
+    if (s->dev != k->mod->dev)
+        return s2_fail(ctx, S2_ERR_INVALID, "seqs were made for another device than kernel %s's", k->desc->name);
+    if (a->batch != s->n)
+        return s2_fail(ctx, S2_ERR_SHAPE, "batch %d, but seqs holds %d sequences", a->batch, s->n);
+    if (a->q_len > INT32_MAX || a->kv_len > INT32_MAX)
+        return s2_fail(ctx, S2_ERR_SHAPE, "%lld / %lld token rows do not fit 32 bits", (long long)a->q_len,
+                       (long long)a->kv_len);
+    for (int i = 0; i < s->n; i++) {
+        const s2_attn_seq *q = &s->host[i];
+        if ((int64_t)q->q_start + q->q_len > a->q_len || (int64_t)q->k_start + q->kv_len > a->kv_len)
+            return s2_fail(ctx, S2_ERR_SHAPE,
+                           "sequence %d (q rows %d+%d, k rows %d+%d) runs past the %lld q / %lld k token rows", i,
+                           q->q_start, q->q_len, q->k_start, q->kv_len, (long long)a->q_len, (long long)a->kv_len);
+        if (q->q_len > 0 && q->kv_len > k->max_kv_len)
+            return s2_fail(ctx, S2_ERR_SEQ_LEN, "sequence %d: kv_len %d exceeds %lld, the most kernel %s takes (%s)", i,
+                           q->kv_len, (long long)k->max_kv_len, k->desc->name, max_kv_reason(k));
+    }
+    if (!isfinite(a->scale))
+        return s2_fail(ctx, S2_ERR_INVALID, "scale %g is not finite", (double)a->scale);
+    return S2_OK;
+}
+
 static s2_status check_sizes(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a)
 {
     const s2_pattern *p = k->pattern;
@@ -373,26 +541,29 @@ static s2_status check_sizes(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn
     if (a->q_len < 1 || a->kv_len < 1)
         return s2_fail(ctx, S2_ERR_SHAPE, "q_len %lld and kv_len %lld must be >= 1", (long long)a->q_len,
                        (long long)a->kv_len);
+    if (a->seqs)
+        return check_varlen(ctx, k, a);
     if (a->q_len > a->kv_len)
         return s2_fail(ctx, S2_ERR_SHAPE, "q_len %lld > kv_len %lld (queries are the last q_len of the keys)",
                        (long long)a->q_len, (long long)a->kv_len);
     if (a->kv_len > k->max_kv_len)
         return s2_fail(ctx, S2_ERR_SEQ_LEN, "kv_len %lld exceeds %lld, the most kernel %s takes (%s)",
-                       (long long)a->kv_len, (long long)k->max_kv_len, k->desc->name,
-                       k->max_kv_len == INT32_MAX ? "32-bit lengths"
-                       : k->max_kv_len == p->max_seq_len ? "the pattern's max_seq_len"
-                                                          : "the size of the pattern's explicit mask");
+                       (long long)a->kv_len, (long long)k->max_kv_len, k->desc->name, max_kv_reason(k));
     if (!isfinite(a->scale))
         return s2_fail(ctx, S2_ERR_INVALID, "scale %g is not finite", (double)a->scale);
     return S2_OK;
 }
 
+/* Batch extent of the tensors: a variable-length batch has rows only. */
+static int64_t tensor_batch(const s2_attn_fwd_args *a) { return a->seqs ? 1 : a->batch; }
+
 static void describe_tensors(const s2_attn_fwd_args *a, tensor_desc t[4])
 {
-    t[0] = (tensor_desc){"q", a->q, a->q_stride, {a->batch, a->q_len, a->heads}};
-    t[1] = (tensor_desc){"k", a->k, a->k_stride, {a->batch, a->kv_len, a->kv_heads}};
-    t[2] = (tensor_desc){"v", a->v, a->v_stride, {a->batch, a->kv_len, a->kv_heads}};
-    t[3] = (tensor_desc){"o", a->o, a->o_stride, {a->batch, a->q_len, a->heads}};
+    int64_t nb = tensor_batch(a);
+    t[0] = (tensor_desc){"q", a->q, a->q_stride, {nb, a->q_len, a->heads}};
+    t[1] = (tensor_desc){"k", a->k, a->k_stride, {nb, a->kv_len, a->kv_heads}};
+    t[2] = (tensor_desc){"v", a->v, a->v_stride, {nb, a->kv_len, a->kv_heads}};
+    t[3] = (tensor_desc){"o", a->o, a->o_stride, {nb, a->q_len, a->heads}};
 }
 
 /* Everything that needs no driver; *bytes gets each tensor's extent. */
@@ -422,7 +593,7 @@ static s2_status check_host_side(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
     for (int i = 0; i < 4; i++)
         if ((st = tensor_bytes(ctx, &t[i], a->head_dim, esize, &bytes[i])) != S2_OK)
             return st;
-    bytes[4] = (size_t)a->batch * (size_t)a->heads * (size_t)a->q_len * sizeof(float);
+    bytes[4] = (size_t)tensor_batch(a) * (size_t)a->heads * (size_t)a->q_len * sizeof(float);
     return S2_OK;
 }
 
@@ -605,14 +776,15 @@ s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_ke
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_fwd_tensor_maps: null argument");
     if (spec->head_dim % 64 != 0 || spec->block_n < 1 || spec->block_n > 256)
         return s2_fail(ctx, S2_ERR_INVALID, "tensor maps: head_dim %d / block_n %d", spec->head_dim, spec->block_n);
+    int64_t nb = tensor_batch(a);
     s2_status st = tensor_map_of(ctx, dev, &maps[0], spec->dtype, spec->head_dim, a->q, a->q_stride, a->q_len, a->heads,
-                                 a->batch, 64);
+                                 nb, 64);
     if (st == S2_OK)
         st = tensor_map_of(ctx, dev, &maps[1], spec->dtype, spec->head_dim, a->k, a->k_stride, a->kv_len, a->kv_heads,
-                           a->batch, (uint32_t)spec->block_n);
+                           nb, (uint32_t)spec->block_n);
     if (st == S2_OK)
         st = tensor_map_of(ctx, dev, &maps[2], spec->dtype, spec->head_dim, a->v, a->v_stride, a->kv_len, a->kv_heads,
-                           a->batch, (uint32_t)spec->block_n);
+                           nb, (uint32_t)spec->block_n);
     return st;
 }
 
@@ -645,7 +817,8 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     memcpy(st + 3, a->k_stride, sizeof a->k_stride);
     memcpy(st + 6, a->v_stride, sizeof a->v_stride);
     memcpy(st + 9, a->o_stride, sizeof a->o_stride);
-    int32_t q_len = (int32_t)a->q_len, kv_len = (int32_t)a->kv_len;
+    int32_t q_len = (int32_t)a->q_len, kv_len = (int32_t)(a->seqs ? a->seqs->sched_kv_len : a->kv_len);
+    s2_devptr seqinfo = a->seqs ? a->seqs->buf : 0;
     double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
     float scale_log2 = (float)(scale * 1.4426950408889634);
     s2_devptr cls = s->class_of_head, offs = s->offsets, ent = s->entries;
@@ -656,8 +829,10 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     void *args[] = {&q, &kk, &v, &o, &lse,
                     &st[0], &st[1], &st[2], &st[3], &st[4], &st[5], &st[6], &st[7], &st[8], &st[9], &st[10], &st[11],
                     &q_len, &kv_len, &scale_log2, &cls, &offs, &ent, &first, &tiles, &maps[0], &maps[1], &maps[2],
-                    &work, &n_work, &batch};
+                    &work, &n_work, &batch, &seqinfo};
     bool persistent = k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT;
+    /* seqinfo is the last parameter of each ABI (attention.h) */
+    args[k->desc->abi == S2_FWD_ABI_PTRS ? 25 : persistent ? 31 : 28] = &seqinfo;
     if (k->desc->abi != S2_FWD_ABI_PTRS) {
         s2_status ms = s2_attn_fwd_tensor_maps(ctx, k->mod->dev, &k->desc->spec, a, maps);
         if (ms != S2_OK)
@@ -690,9 +865,15 @@ s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2
         return st;
     /* held across the launch, so that no other thread evicts the schedule
      * between the lookup and the enqueue */
+    int64_t sq = a->q_len, sk = a->kv_len;
+    if (a->seqs) {
+        sq = a->seqs->sched_q_len, sk = a->seqs->sched_kv_len;
+        if (sk == 0)
+            return S2_OK; /* no sequence has a query */
+    }
     mtx_lock(&k->lock);
     sched_slot *s = NULL;
-    st = get_schedule(ctx, k, a->q_len, a->kv_len, &s);
+    st = get_schedule(ctx, k, sq, sk, &s);
     if (st == S2_OK)
         st = launch(ctx, k, stream, a, s);
     mtx_unlock(&k->lock);

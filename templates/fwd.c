@@ -23,6 +23,7 @@ enum {
     P_QS, P_KS = P_QS + 3, P_VS = P_KS + 3, P_OS = P_VS + 3,
     P_QLEN = P_OS + 3, P_KVLEN, P_SCALE_LOG2,
     P_CLASS, P_OFFSETS, P_ENTRIES, P_FIRST_Q_TILE, P_Q_TILES,
+    P_SEQINFO,                   /* variable-length batch or null (attention.h) */
     P_COUNT
 };
 
@@ -49,6 +50,7 @@ typedef struct fwd {
     LLVMValueRef q_len, kv_len, q_start, tile_pos0; /* i32 */
     LLVMValueRef entries, begin, end;               /* list [begin, end) of the entries array */
     LLVMValueRef qbase, kbase, vbase, obase;        /* element offsets (i64) of the (b, h) slices */
+    LLVMValueRef lse_base;                          /* i64 index of query row 0 of (b, h) in lse */
     LLVMValueRef o_acc[MAX_D / 8][4], m_row[2], l_row[2]; /* allocas, promoted by SROA */
     LLVMValueRef s_acc[MAX_BN / 8][4];              /* score allocas (column groups may be skipped) */
     LLVMValueRef qf[MAX_D / 16][4];                 /* Q A-fragments */
@@ -228,8 +230,11 @@ static void setup(fwd *k)
     LLVMValueRef rel = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""), s2_nv_ctaid(cg, 'x'), "tile_rel");
     LLVMValueRef tile = LLVMBuildAdd(b, param(k, P_FIRST_Q_TILE), rel, "tile");
     k->tile_pos0 = LLVMBuildMul(b, tile, c32(k, s->BM), "tile_pos0");
-    k->q_len = param(k, P_QLEN);
-    k->kv_len = param(k, P_KVLEN);
+    /* variable-length batch: the lengths and first token rows of sequence z */
+    LLVMValueRef dflt[4] = {c32(k, 0), param(k, P_QLEN), c32(k, 0), param(k, P_KVLEN)}, seq[4];
+    s2_nv_seqinfo(cg, param(k, P_SEQINFO), s2_nv_ctaid(cg, 'z'), dflt, seq);
+    k->q_len = seq[1];
+    k->kv_len = seq[3];
     k->q_start = LLVMBuildSub(b, k->kv_len, k->q_len, "q_start");
 
     /* the list: offsets[class_of_head[h] * q_tiles + rel] .. next */
@@ -245,15 +250,31 @@ static void setup(fwd *k)
     k->end = LLVMBuildLoad2(b, cg->t_i32, op, "end");
     LLVMSetAlignment(k->end, 4);
     k->entries = param(k, P_ENTRIES);
+    /* the schedule covers the longest sequence: a tile holding none of this
+     * sequence's queries gets an empty list (it stores nothing) */
+    LLVMValueRef mine = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSLT, k->tile_pos0, k->kv_len, ""),
+        LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSGT, LLVMBuildAdd(b, k->tile_pos0, c32(k, s->BM), ""), k->q_start, ""),
+                     LLVMBuildICmp(b, LLVMIntSGT, k->q_len, c32(k, 0), ""), ""), "mine");
+    k->end = LLVMBuildSelect(b, mine, k->end, k->begin, "end");
 
-    /* (b, h) slices: b*s0 + h*s2 (seq stride applied per row) */
+    /* (b, h) slices: b*s0 + row0*s1 + h*s2 (seq stride applied per row); a
+     * variable-length batch has no batch stride, its rows start at row0 */
+    LLVMValueRef varlen = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, param(k, P_SEQINFO), cg->t_i64, ""),
+                                        c64(k, 0), "");
+    LLVMValueRef bidx = LLVMBuildSelect(b, varlen, c64(k, 0), k->batch, "bidx");
+    LLVMValueRef row0[2] = {sext64(k, seq[0]), sext64(k, seq[2])};
     LLVMValueRef *bases[4] = {&k->qbase, &k->kbase, &k->vbase, &k->obase};
     int strides[4] = {P_QS, P_KS, P_VS, P_OS};
     for (int i = 0; i < 4; i++) {
-        LLVMValueRef h = (i == 1 || i == 2) ? k->kv_head : k->head;
-        *bases[i] = LLVMBuildAdd(b, LLVMBuildMul(b, k->batch, param(k, strides[i]), ""),
-                                 LLVMBuildMul(b, h, param(k, strides[i] + 2), ""), "slice");
+        bool kv = i == 1 || i == 2;
+        LLVMValueRef h = kv ? k->kv_head : k->head;
+        LLVMValueRef bs = LLVMBuildAdd(b, LLVMBuildMul(b, bidx, param(k, strides[i]), ""),
+                                       LLVMBuildMul(b, row0[kv], param(k, strides[i] + 1), ""), "");
+        *bases[i] = LLVMBuildAdd(b, bs, LLVMBuildMul(b, h, param(k, strides[i] + 2), ""), "slice");
     }
+    /* lse [B][H][q_len], or [H][q_len] with q_len the token rows (varlen) */
+    LLVMValueRef bh = LLVMBuildAdd(b, LLVMBuildMul(b, bidx, c64(k, s->heads), ""), k->head, "");
+    k->lse_base = LLVMBuildAdd(b, LLVMBuildMul(b, bh, sext64(k, param(k, P_QLEN)), ""), row0[0], "lse_base");
 }
 
 static void init_accumulators(fwd *k, LLVMBasicBlockRef entry_bb)
@@ -424,6 +445,12 @@ static void apply_mask(fwd *k, LLVMValueRef sc[][4], LLVMValueRef e, LLVMValueRe
 
     LLVMValueRef flags = entry_field(k, e, 4, cg->t_i32);
     LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "full");
+    /* The schedule is the longest sequence's: a FULL tile may run past a
+     * shorter one's kv_len.  Not so when causal: a FULL tile's keys precede
+     * every query row of the tile, and the tile holds one of the sequence's. */
+    if (!s->causal)
+        full = LLVMBuildAnd(b, full, LLVMBuildICmp(b, LLVMIntSLE, LLVMBuildAdd(b, kpos0, c32(k, s->BN), ""), k->kv_len, ""),
+                            "full");
     LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
     LLVMBasicBlockRef mask_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "mask");
     LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
@@ -624,9 +651,7 @@ static void epilogue(fwd *k)
             LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lse_ptr, cg->t_i64, ""), c64(k, 0), ""), "");
         s2_nv_if wl;
         s2_nv_if_begin(cg, &wl, want, "lse");
-        LLVMValueRef idx = LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, k->batch, c64(k, k->s.heads), ""), k->head, ""),
-                                        sext64(k, k->q_len), "");
-        idx = LLVMBuildAdd(b, idx, sext64(k, qrow), "");
+        LLVMValueRef idx = LLVMBuildAdd(b, k->lse_base, sext64(k, qrow), "");
         LLVMValueRef lp = LLVMBuildInBoundsGEP2(b, cg->t_f32, lse_ptr, &idx, 1, "");
         LLVMSetAlignment(LLVMBuildStore(b, lse, lp), 4);
         s2_nv_if_end(cg, &wl);
@@ -681,12 +706,15 @@ s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ker
     params[P_SCALE_LOG2] = cg->t_f32;
     params[P_CLASS] = params[P_OFFSETS] = params[P_ENTRIES] = cg->t_ptr_global;
     params[P_FIRST_Q_TILE] = params[P_Q_TILES] = cg->t_i32;
+    params[P_SEQINFO] = cg->t_ptr_global;
     k.fn = s2_nv_kernel_new(cg, name, params, P_COUNT, k.s.threads, 1);
     for (int i = P_Q; i <= P_V; i++) {
         s2_nv_param_attr(cg, k.fn, (unsigned)i, "noalias");
         s2_nv_param_attr(cg, k.fn, (unsigned)i, "readonly");
     }
-    for (int i = P_CLASS; i <= P_ENTRIES; i++) {
+    for (int i = P_CLASS; i <= P_SEQINFO; i++) {
+        if (i == P_FIRST_Q_TILE || i == P_Q_TILES)
+            continue;
         s2_nv_param_attr(cg, k.fn, (unsigned)i, "noalias");
         s2_nv_param_attr(cg, k.fn, (unsigned)i, "readonly");
     }

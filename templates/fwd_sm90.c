@@ -60,6 +60,7 @@ typedef struct sm90 {
     LLVMValueRef head32, batch32, kvh32;
     LLVMValueRef batch, head;                       /* i64 */
     LLVMValueRef q_len, kv_len, q_start, tile_pos0;
+    LLVMValueRef q_row0, k_row0, bidx32, lse_base;  /* varlen: first token rows, batch coordinate; lse index of row 0 */
     LLVMValueRef entries, begin, end;
     LLVMValueRef it0, nitem;                        /* ring entries and items before this item (persistent) */
     LLVMValueRef obase;
@@ -116,6 +117,34 @@ static void setup(sm90 *k)
     k->entries = param(k, P_ENTRIES);
 }
 
+/* Variable-length batch (the trailing seqinfo parameter, attention.h):
+ * lengths and first token rows of sequence batch32; without it the uniform
+ * batch (rows 0, lengths q_len / kv_len, batch coordinate batch32).  The
+ * schedule covers the longest sequence: a tile holding none of this one's
+ * queries gets an empty list. */
+static LLVMValueRef seqinfo_param(sm90 *k) { return param(k, k->s.persistent ? P_COUNT : P_WORK); }
+
+static void seq_item(sm90 *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef dflt[4] = {c32(k, 0), param(k, P_QLEN), c32(k, 0), param(k, P_KVLEN)}, seq[4];
+    s2_nv_seqinfo(cg, seqinfo_param(k), k->batch32, dflt, seq);
+    k->q_row0 = seq[0];
+    k->q_len = seq[1];
+    k->k_row0 = seq[2];
+    k->kv_len = seq[3];
+    k->q_start = LLVMBuildSub(b, k->kv_len, k->q_len, "q_start");
+    LLVMValueRef varlen = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, seqinfo_param(k), cg->t_i64, ""), c64(k, 0), "");
+    k->bidx32 = LLVMBuildSelect(b, varlen, c32(k, 0), k->batch32, "bidx");
+    LLVMValueRef bh = add(k, LLVMBuildMul(b, LLVMBuildZExt(b, k->bidx32, cg->t_i64, ""), c64(k, k->s.heads), ""), k->head);
+    k->lse_base = add(k, LLVMBuildMul(b, bh, sext64(k, param(k, P_QLEN)), ""), sext64(k, k->q_row0));
+    LLVMValueRef mine = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSLT, k->tile_pos0, k->kv_len, ""),
+        LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSGT, addc(k, k->tile_pos0, k->s.BM), k->q_start, ""),
+                     LLVMBuildICmp(b, LLVMIntSGT, k->q_len, c32(k, 0), ""), ""), "mine");
+    k->end = LLVMBuildSelect(b, mine, k->end, k->begin, "end");
+}
+
 /* The ids of one work item: list rel (0 = first tile) of head, batch. */
 static void setup_item(sm90 *k, LLVMValueRef head32, LLVMValueRef batch32, LLVMValueRef rel)
 {
@@ -133,6 +162,7 @@ static void setup_item(sm90 *k, LLVMValueRef head32, LLVMValueRef batch32, LLVMV
     LLVMValueRef li = sext64(k, add(k, LLVMBuildMul(b, cls, q_tiles, ""), rel));
     k->begin = load_i32(k, param(k, P_OFFSETS), li, "begin");
     k->end = load_i32(k, param(k, P_OFFSETS), LLVMBuildAdd(b, li, c64(k, 1), ""), "end");
+    seq_item(k);
 }
 
 /* The CTA's work items.  Plain grid: the one item of (x, y, z), tiles
@@ -190,7 +220,7 @@ static void tma_tile(sm90 *k, int dst_off, LLVMValueRef dst_dyn, int rows, LLVMV
         LLVMValueRef dst = addc(k, k->smem, dst_off + c * rows * 128);
         if (dst_dyn)
             dst = add(k, dst, dst_dyn);
-        LLVMValueRef co[4] = {c32(k, 64 * c), row0, head, k->batch32};
+        LLVMValueRef co[4] = {c32(k, 64 * c), row0, head, k->bidx32};
         s2_nv_tma_load_4d(k->cg, dst, bar, param(k, tmap), co);
     }
 }
@@ -217,7 +247,7 @@ static void producer(sm90 *k)
     }
     /* Q: one box of 64 rows per consumer slab and 64-column block; rows
      * before the queries (negative) and past q_len come back as zeros */
-    LLVMValueRef qrow0 = LLVMBuildSub(b, k->tile_pos0, k->q_start, "qrow0");
+    LLVMValueRef qrow0 = add(k, LLVMBuildSub(b, k->tile_pos0, k->q_start, ""), k->q_row0);
     s2_nv_mbar_arrive_expect_tx(cg, q_bar(k), s->BM * s->D * 2);
     for (int w = 0; w < s->NC; w++)
         tma_tile(k, s->q_off + w * SLAB * s->D * 2, NULL, SLAB, q_bar(k), P_TMAP_Q, addc(k, qrow0, SLAB * w), k->head32);
@@ -233,8 +263,9 @@ static void producer(sm90 *k)
     s2_nv_mbar_arrive_expect_tx(cg, full_bar(k, stage), 2 * s->stage_bytes);
     LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, loop.iv, 0, cg->t_i32), c32(k, s->BN), "kpos0");
     LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, s->stage_bytes), "");
-    tma_tile(k, s->k_off, soff, s->BN, full_bar(k, stage), P_TMAP_K, kpos0, k->kvh32);
-    tma_tile(k, s->v_off, soff, s->BN, full_bar(k, stage), P_TMAP_V, kpos0, k->kvh32);
+    LLVMValueRef krow = add(k, kpos0, k->k_row0);
+    tma_tile(k, s->k_off, soff, s->BN, full_bar(k, stage), P_TMAP_K, krow, k->kvh32);
+    tma_tile(k, s->v_off, soff, s->BN, full_bar(k, stage), P_TMAP_V, krow, k->kvh32);
     s2_nv_loop_end(cg, &loop, NULL);
     work_end(k, &wl);
     s2_nv_if_end(cg, &one);
@@ -336,6 +367,9 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef e)
     LLVMValueRef flags = entry_field(k, e, 4, cg->t_i32);
     LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, e, 0, cg->t_i32), c32(k, s->BN), "kpos0");
     LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "full");
+    /* varlen: a FULL tile may run past a shorter sequence (never when causal, fwd.c) */
+    if (!s->causal)
+        full = LLVMBuildAnd(b, full, LLVMBuildICmp(b, LLVMIntSLE, addc(k, kpos0, s->BN), k->kv_len, ""), "full");
     LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
     LLVMBasicBlockRef mask_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "mask");
     LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
@@ -589,9 +623,7 @@ static void epilogue(sm90 *k)
             LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lse_ptr, cg->t_i64, ""), c64(k, 0), ""), "");
         s2_nv_if wl;
         s2_nv_if_begin(cg, &wl, want, "lse");
-        LLVMValueRef idx = LLVMBuildMul(b, add(k, LLVMBuildMul(b, k->batch, c64(k, k->s.heads), ""), k->head),
-                                        sext64(k, k->q_len), "");
-        idx = add(k, idx, sext64(k, qrow));
+        LLVMValueRef idx = add(k, k->lse_base, sext64(k, qrow));
         LLVMValueRef lp = LLVMBuildInBoundsGEP2(b, cg->t_f32, lse_ptr, &idx, 1, "");
         LLVMSetAlignment(LLVMBuildStore(b, lse, lp), 4);
         s2_nv_if_end(cg, &wl);
@@ -631,7 +663,9 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
     }
     work_loop wl;
     work_begin(k, &wl, "work_c");
-    k->obase = add(k, LLVMBuildMul(b, k->batch, param(k, P_OS), ""), LLVMBuildMul(b, k->head, param(k, P_OS + 2), ""));
+    k->obase = add(k, LLVMBuildMul(b, LLVMBuildZExt(b, k->bidx32, cg->t_i64, ""), param(k, P_OS), ""),
+                   LLVMBuildMul(b, k->head, param(k, P_OS + 2), ""));
+    k->obase = add(k, k->obase, LLVMBuildMul(b, sext64(k, k->q_row0), param(k, P_OS + 1), ""));
     for (int dn = 0; dn < k->s.D / 8; dn++)
         for (int i = 0; i < 4; i++)
             LLVMBuildStore(b, cf(k, 0.0), k->o_acc[dn][i]);
@@ -702,7 +736,7 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
     if ((s->D != 64 && s->D != 128) || s->BN < 16 || s->BN > MAX_BN || s->BN % 16 || (s->NC != 1 && s->NC != 2) ||
         s->BM != SLAB * s->NC || s->threads != 32 * spec->num_warps)
         return s2_fail(ctx, S2_ERR_INTERNAL, "forward sm_90a: unresolved spec reached the builder");
-    LLVMTypeRef params[P_COUNT];
+    LLVMTypeRef params[P_COUNT + 1];
     for (int i = P_Q; i <= P_LSE; i++)
         params[i] = cg->t_ptr_global;
     for (int i = P_QS; i < P_QLEN; i++)
@@ -716,6 +750,7 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
     params[P_WORK] = cg->t_ptr_global;
     params[P_NWORK] = params[P_BATCH] = cg->t_i32;
     int nparams = s->persistent ? P_COUNT : P_WORK;
+    params[nparams++] = cg->t_ptr_global;   /* seqinfo */
     k.fn = s2_nv_kernel_new(cg, name, params, (unsigned)nparams, s->threads, s->min_ctas);
     for (int i = P_CLASS; i <= P_ENTRIES; i++) {
         s2_nv_param_attr(cg, k.fn, (unsigned)i, "noalias");
@@ -725,6 +760,8 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
         s2_nv_param_attr(cg, k.fn, P_WORK, "noalias");
         s2_nv_param_attr(cg, k.fn, P_WORK, "readonly");
     }
+    s2_nv_param_attr(cg, k.fn, (unsigned)nparams - 1, "noalias");
+    s2_nv_param_attr(cg, k.fn, (unsigned)nparams - 1, "readonly");
     s2_nv_param_attr(cg, k.fn, P_O, "noalias");
     s2_nv_param_attr(cg, k.fn, P_LSE, "noalias");
     for (int i = P_TMAP_Q; i <= P_TMAP_V; i++)

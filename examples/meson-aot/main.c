@@ -150,7 +150,7 @@ int main(void)
     const int64_t sb = (int64_t)SEQ * HEADS * HEAD_DIM, ss = HEADS * HEAD_DIM, sh = HEAD_DIM;
     float scale_log2 = (float)(1.0 / sqrt((double)HEAD_DIM) * 1.4426950408889634);
     CHECK(attn_fwd_dense_bf16_d64(NULL, dq, dk, dv, dout, dlse, sb, ss, sh, sb, ss, sh, sb, ss, sh, sb, ss, sh,
-                                  SEQ, SEQ, scale_log2, dclass, doffs, dent, 0, Q_TILES, HEADS, 1));
+                                  SEQ, SEQ, scale_log2, dclass, doffs, dent, 0, Q_TILES, 0, HEADS, 1));
     CHECK(cuCtxSynchronize());
     CHECK(cuMemcpyDtoH(o, dout, sizeof o));
     CHECK(cuMemcpyDtoH(lse, dlse, sizeof lse));

@@ -70,6 +70,7 @@ typedef struct s2_aot_abi {
  *           scale_log2                                    float
  *           class_of_head, offsets, entries               CUdeviceptr (packed schedule)
  *           first_q_tile, q_tiles                         int32
+ *           seqinfo                                       CUdeviceptr (s2_attn_seq [batch], or 0)
  *   launch  heads, batch                                  int32
  *   grid    (q_tiles, heads, batch) */
 const s2_aot_abi *s2_aot_abi_attn_fwd(void);

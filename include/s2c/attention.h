@@ -78,6 +78,30 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
  * head y and batch z, over the entries of list class_of_head[y]*q_tiles + (q_tiles-1-x).
  * kv head = head / (heads / kv_heads).  Heads and the GQA ratio are those of
  * the pattern the kernel was generated for.  Empty rows: o = 0, lse = -inf.
+ *   25 ptr seqinfo  s2_attn_seq [batch] (a variable-length batch, below), or null
+ *                   for the uniform batch above.  In the TMA variants it is the
+ *                   last parameter too: 28 (tma), 31 (tma_persistent).
+ *
+ * ---- variable-length batches (seqinfo non-null) -----------------------------------
+ * Batch entry z is the sequence seqinfo[z] = {q_start, q_len, k_start, kv_len}:
+ * its queries are q/o token rows q_start .. q_start+q_len-1 and its keys k/v
+ * rows k_start .. k_start+kv_len-1 (rows count in seq strides; the batch
+ * strides are not used).  Positions are the sequence's own: key i is at i,
+ * query i at kv_len - q_len + i (q_len < kv_len: chunked prefill, the chunk
+ * attends to the cached keys and to itself).  This covers packed batches
+ * (cu_seqlens: start = cu[z], len = cu[z+1] - cu[z]), right padding (start =
+ * z*S, len < S) and left padding (start = z*S + pad).  q_len 0 is allowed.
+ * Parameters 17 and 18 change meaning: 17 = the token rows of q and o (the
+ * LSE is fp32 [H][rows], row q_start + i for query i, as FlashAttention's
+ * varlen), 18 = the longest kv_len; the schedule (20..24) is the one of
+ * (max kv_len - min(kv_len - q_len), max kv_len), min and max over the
+ * sequences with q_len > 0, so that every sequence's query tiles (absolute
+ * positions, tile t = [t*block_m, (t+1)*block_m)) are among the schedule's;
+ * a CTA whose tile holds none of its sequence's queries stores nothing.
+ * Rows outside a sequence are never written.  The TMA kernels take 4-D maps
+ * of {D, rows, heads, 1} and may read rows next to a sequence (the
+ * neighbours' or the padding): they are masked, but K and V rows there must
+ * hold finite values (0 · NaN would reach O); the sm_80 kernel never reads them.
  *
  * ---- sm_90a variant (manifest `kernel.abi tma`, S2_FWD_ABI_TMA) -------------------
  * Kernels generated for sm_90a with head_dim 64 or 128 (templates/fwd_sm90.c:
@@ -104,10 +128,16 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
  * CTA x works on items w = x, x + G, ... < n_work * batch, item w being batch
  * w / n_work of work[w % n_work]: a static round-robin over the list, batch
  * after batch.  Block and shared memory as above (8 more bytes: one mbarrier). */
+/* One sequence of a variable-length batch, as the kernels read it (16 bytes). */
+typedef struct s2_attn_seq {
+    int32_t q_start, q_len;      /* first q/o token row, number of queries */
+    int32_t k_start, kv_len;     /* first k/v token row, number of keys */
+} s2_attn_seq;
+
 typedef enum s2_fwd_abi {
-    S2_FWD_ABI_PTRS = 0,   /* parameters 0..24 */
-    S2_FWD_ABI_TMA = 1,    /* 0..24 + three tensor maps */
-    S2_FWD_ABI_TMA_PERSISTENT = 2 /* 0..27 + work list, n_work, batch */
+    S2_FWD_ABI_PTRS = 0,   /* parameters 0..24, seqinfo */
+    S2_FWD_ABI_TMA = 1,    /* 0..24 + three tensor maps, seqinfo */
+    S2_FWD_ABI_TMA_PERSISTENT = 2 /* 0..27 + work list, n_work, batch, seqinfo */
 } s2_fwd_abi;
 
 /* ---- the backward kernel ABI (S2_KERNEL_BWD) -----------------------------------
@@ -153,6 +183,10 @@ typedef struct s2_manifest_kernel {
     int threads;           /* blockDim.x */
     int smem_bytes;        /* dynamic shared memory per CTA */
     s2_fwd_abi abi;        /* kernel.abi (absent: S2_FWD_ABI_PTRS) */
+    /* kernel.seqinfo 1: the forward takes the trailing seqinfo parameter.
+     * Cubins made before it lack the key: the runtime refuses variable-length
+     * batches for them (a uniform launch is unchanged). */
+    bool seqinfo;
 } s2_manifest_kernel;
 
 typedef struct s2_manifest s2_manifest;
@@ -163,7 +197,8 @@ typedef struct s2_manifest s2_manifest;
  *   kernel NAME               starts a kernel; then kernel.kind (fwd|bwd), kernel.pattern,
  *                             kernel.dtype, kernel.head_dim, kernel.block_m, kernel.block_n,
  *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem,
- *                             kernel.abi (ptrs|tma|tma_persistent; written only for the latter two)
+ *                             kernel.abi (ptrs|tma|tma_persistent; written only for the latter two),
+ *                             kernel.seqinfo 1 (forward kernels with the seqinfo parameter)
  *   pattern NAME              starts a pattern; then pattern.heads, .kv_heads, .block_size,
  *                             .causal, .max_seq_len, .vert_position (absolute|relative),
  *                             .local L R, .vert_stride, .head_sliding STEP AUTO OFFSET,
@@ -204,6 +239,11 @@ typedef struct s2_attn_fwd_args {
     int64_t v_stride[3];
     int64_t o_stride[3];
     float scale;                 /* 0 = 1/sqrt(head_dim) */
+    /* Variable-length batch (s2_attn_seqs_new, attn_runtime.h), or NULL.
+     * With it: batch = its number of sequences, q_len / kv_len = the token
+     * rows of q, o / of k, v (tensors [rows, heads, D], batch strides unused),
+     * lse fp32 [heads][q_len]. */
+    const struct s2_attn_seqs *seqs;
 } s2_attn_fwd_args;
 
 /* Fill strides for contiguous (B,S,H,D) tensors. */

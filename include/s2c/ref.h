@@ -107,6 +107,27 @@ s2_status s2_ref_backward(s2_ctx *ctx, const s2_ref_problem *p,
                           const float *lse, const float *d_lse,
                           const s2_tensor *dq, const s2_tensor *dk, const s2_tensor *dv);
 
+/* ---- variable-length batches ------------------------------------------- */
+
+/* One sequence in token-major tensors: queries are rows q_start ..
+ * q_start+q_len-1, keys rows k_start .. k_start+kv_len-1 (0 <= q_len <= kv_len). */
+typedef struct s2_ref_seq {
+    int64_t q_start, q_len, k_start, kv_len;
+} s2_ref_seq;
+
+/* The forward of s2_attn_forward with a variable-length batch: p->batch
+ * sequences seqs[b] (packed, padded, chunks of a longer sequence: any rows),
+ * p->q_len / p->kv_len = the token rows of q, out / of k, v, whose views are
+ * used at batch index 0 (extents (1, rows, heads, dim)); p->q_lens and
+ * p->kv_lens must be NULL.  Query i of sequence b sits at position
+ * kv_len - q_len + i of its own keys (chunked prefill: the chunk attends to
+ * the earlier keys and itself).  lse: fp32 [heads][p->q_len], row q_start + i.
+ * Rows of out and lse that belong to no sequence are untouched.  The same
+ * numbers as s2_ref_forward on each sequence alone. */
+s2_status s2_ref_forward_varlen(s2_ctx *ctx, const s2_ref_problem *p, const s2_ref_seq *seqs,
+                                const s2_tensor *q, const s2_tensor *k, const s2_tensor *v,
+                                const s2_tensor *out, float *lse);
+
 /* ---- paged decode -------------------------------------------------------- */
 
 /* Keys and values live in pages of page_size slots: key position kpos of

@@ -153,7 +153,7 @@ START_TEST(generated_text)
     /* the launcher signature follows the descriptor table */
     ck_assert_ptr_nonnull(strstr(h, "CUresult s2fwd_fwd_a(CUstream stream,\n    CUdeviceptr q,\n    CUdeviceptr k,"));
     ck_assert_ptr_nonnull(strstr(h, "    float scale_log2,\n    CUdeviceptr class_of_head,"));
-    ck_assert_ptr_nonnull(strstr(h, "    int32_t q_tiles,\n    int32_t heads,\n    int32_t batch);"));
+    ck_assert_ptr_nonnull(strstr(h, "    int32_t q_tiles,\n    CUdeviceptr seqinfo,\n    int32_t heads,\n    int32_t batch);"));
     ck_assert_ptr_nonnull(strstr(h, "CUresult load_s2fwd(void);"));
     ck_assert_ptr_nonnull(strstr(h, "CUresult unload_s2fwd(void);"));
     ck_assert_ptr_nonnull(strstr(h, "#ifndef S2FWD_H"));
@@ -186,7 +186,8 @@ static const char host_program[] =
     "static CUfunction attr_fn[16];\n"
     "#define FAKE_MODULE ((CUmodule)(uintptr_t)0x1000)\n"
     "struct fwd_args { CUdeviceptr q, k, v, o, lse; int64_t st[12]; int32_t q_len, kv_len; float scale_log2;\n"
-    "                  CUdeviceptr class_of_head, offsets, entries; int32_t first_q_tile, q_tiles; };\n"
+    "                  CUdeviceptr class_of_head, offsets, entries; int32_t first_q_tile, q_tiles;\n"
+    "                  CUdeviceptr seqinfo; };\n"
     "static struct { CUfunction f; unsigned g[3], b[3], smem; CUstream s; void **extra; struct fwd_args a; } last;\n"
     "CUresult cuModuleLoadData(CUmodule *m, const void *image)\n"
     "{ loads++; seen_image = image; if (rc_load != CUDA_SUCCESS) return rc_load; *m = FAKE_MODULE; return CUDA_SUCCESS; }\n"
@@ -209,6 +210,7 @@ static const char host_program[] =
     "  a->q_len = *(int32_t *)p[i++]; a->kv_len = *(int32_t *)p[i++]; a->scale_log2 = *(float *)p[i++];\n"
     "  a->class_of_head = *(CUdeviceptr *)p[i++]; a->offsets = *(CUdeviceptr *)p[i++];\n"
     "  a->entries = *(CUdeviceptr *)p[i++]; a->first_q_tile = *(int32_t *)p[i++]; a->q_tiles = *(int32_t *)p[i++];\n"
+    "  a->seqinfo = *(CUdeviceptr *)p[i++];\n"
     "  return rc_launch;\n"
     "}\n"
     "static char *slurp(const char *path, size_t *n)\n"
@@ -218,7 +220,7 @@ static const char host_program[] =
     "{\n"
     "  return s2fwd_fwd_a(STREAM, 0x100000, 0x200000, 0x300000, 0x400000, 0x500000,\n"
     "                     1000000001, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, -12,\n"
-    "                     4093, 8191, 0.125f, 0x600000, 0x700000, 0x800000, 7, q_tiles, heads, batch);\n"
+    "                     4093, 8191, 0.125f, 0x600000, 0x700000, 0x800000, 7, q_tiles, 0x900000, heads, batch);\n"
     "}\n"
     "int main(int argc, char **argv)\n"
     "{\n"
@@ -260,12 +262,12 @@ static const char host_program[] =
     "  for (j = 1; j < 11; j++) EXPECT(last.a.st[j] == j + 1);\n"
     "  EXPECT(last.a.q_len == 4093 && last.a.kv_len == 8191 && last.a.scale_log2 == 0.125f);\n"
     "  EXPECT(last.a.class_of_head == 0x600000 && last.a.offsets == 0x700000 && last.a.entries == 0x800000);\n"
-    "  EXPECT(last.a.first_q_tile == 7 && last.a.q_tiles == 5);\n"
+    "  EXPECT(last.a.first_q_tile == 7 && last.a.q_tiles == 5 && last.a.seqinfo == 0x900000);\n"
     "  rc_launch = CUDA_SUCCESS;\n"
-    "  EXPECT(s2fwd_fwd_b(NULL, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 64, 1.0f, 5, 6, 7, 0, 3, 65535, 1)\n"
+    "  EXPECT(s2fwd_fwd_b(NULL, 1, 2, 3, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 64, 64, 1.0f, 5, 6, 7, 0, 3, 0, 65535, 1)\n"
     "         == CUDA_SUCCESS && launches == 2);\n"
     "  EXPECT(last.f == name_fn[1] && last.b[0] == 128 && last.smem == 0 && last.s == NULL);\n"
-    "  EXPECT(last.g[0] == 3 && last.g[1] == 65535 && last.g[2] == 1 && last.a.lse == 0 && last.a.q_tiles == 3);\n"
+    "  EXPECT(last.g[0] == 3 && last.g[1] == 65535 && last.g[2] == 1 && last.a.lse == 0 && last.a.q_tiles == 3 && last.a.seqinfo == 0);\n"
     "  /* empty grids launch nothing; bad ones are refused */\n"
     "  EXPECT(launch_a(0, 12, 2) == CUDA_SUCCESS && launches == 2);\n"
     "  EXPECT(launch_a(5, 0, 2) == CUDA_SUCCESS && launches == 2);\n"

@@ -119,6 +119,7 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     ck_assert_int_eq(mk->abi, !tma ? S2_FWD_ABI_PTRS
                               : art->spec.persistent > 0 ? S2_FWD_ABI_TMA_PERSISTENT : S2_FWD_ABI_TMA);
     ck_assert_int_eq(mk->spec.persistent, art->spec.persistent);
+    ck_assert(mk->seqinfo); /* the forward takes the trailing seqinfo parameter */
     ck_assert_int_eq(s2_manifest_num_patterns(m), 1);
     assert_same_pattern(p, s2_manifest_find_pattern(m, p->name));
     s2_manifest_free(m);
@@ -146,6 +147,23 @@ START_TEST(manifest_rejects_damage)
     ck_assert_int_eq(s2_manifest_parse(ctx, text, n, &m), S2_OK);
     assert_same_pattern(p, s2_manifest_pattern_at(m, 0));
     s2_manifest_free(m);
+    /* k has no seqinfo (a cubin of an older s2c): the key is absent and reads back false */
+    ck_assert_ptr_null(strstr(text, "kernel.seqinfo"));
+    ck_assert_int_eq(s2_manifest_parse(ctx, text, n, &m), S2_OK);
+    ck_assert(!s2_manifest_kernel_at(m, 0)->seqinfo);
+    s2_manifest_free(m);
+    k.seqinfo = true;
+    char *with = NULL;
+    ck_assert_int_eq(s2_manifest_format(ctx, S2_ARCH_SM90A, &k, 1, &p, 1, &with), S2_OK);
+    ck_assert_ptr_nonnull(strstr(with, "kernel.seqinfo 1\n"));
+    ck_assert_int_eq(s2_manifest_parse(ctx, with, strlen(with), &m), S2_OK);
+    ck_assert(s2_manifest_kernel_at(m, 0)->seqinfo);
+    s2_manifest_free(m);
+    char *bad = strstr(with, "kernel.seqinfo 1");
+    bad[15] = '2';
+    ck_assert_int_eq(s2_manifest_parse(ctx, with, strlen(with), &m), S2_ERR_PARSE);
+    free(with);
+    k.seqinfo = false;
     /* truncated: no end line, and a missing rule */
     ck_assert_int_eq(s2_manifest_parse(ctx, text, n / 2, &m), S2_ERR_PARSE);
     ck_assert_ptr_null(m);

@@ -288,7 +288,9 @@ static void run_case(int run)
     void *args[] = {&dq, &dk, &dv, &o.dev, &d_lse,
                     &qs[0], &qs[1], &qs[2], &ks[0], &ks[1], &ks[2], &vs[0], &vs[1], &vs[2], &os[0], &os[1], &os[2],
                     &q_len, &kv_len, &scale_log2, &d_class, &d_offs, &d_ent, &first, &q_tiles,
-                    &maps[0], &maps[1], &maps[2], &d_work, &n_work, &batch32};
+                    &maps[0], &maps[1], &maps[2], &d_work, &n_work, &batch32, NULL};
+    s2_devptr no_seqs = 0; /* uniform batch: the trailing seqinfo parameter is null */
+    args[!res->tma ? 25 : persistent ? 31 : 28] = &no_seqs;
     s2_launch_cfg cfg = {.grid = {(uint32_t)q_tiles, (uint32_t)H, (uint32_t)B},
                          .block = {(uint32_t)art->threads_per_block, 1, 1},
                          .smem_bytes = (uint32_t)art->smem_bytes};

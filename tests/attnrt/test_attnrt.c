@@ -460,6 +460,156 @@ START_TEST(launch_shape_and_schedule_cache)
 }
 END_TEST
 
+/* ---- variable-length batches ---------------------------------------------------- */
+
+START_TEST(varlen_sequences_are_checked)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_device *dev = open_fake(ctx);
+    s2_attn_seqs *s = NULL;
+    s2_attn_seq good[3] = {{0, 10, 0, 30}, {10, 0, 30, 0}, {10, 5, 0, 30}}; /* keys shared by two chunks */
+    struct {
+        s2_attn_seq seq[2];
+        int n;
+        s2_status want;
+        const char *msg;
+    } bad[] = {
+        {{{-1, 1, 0, 1}}, 1, S2_ERR_SHAPE, "negative"},
+        {{{0, 1, -8, 1}}, 1, S2_ERR_SHAPE, "negative"},
+        {{{0, -1, 0, 1}}, 1, S2_ERR_SHAPE, "negative"},
+        {{{0, 3, 0, 2}}, 1, S2_ERR_SHAPE, "q_len 3 > kv_len 2"},
+        {{{INT32_MAX, 1, 0, 1}}, 1, S2_ERR_SHAPE, "32-bit"},
+        {{{0, 1, INT32_MAX - 1, 2}}, 1, S2_ERR_SHAPE, "32-bit"},
+        {{{0, 10, 0, 10}, {9, 2, 10, 2}}, 2, S2_ERR_INVALID, "share query row 9"},
+        {{{0, 1, 0, 1}}, 0, S2_ERR_SHAPE, "0 sequences"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(s2_attn_seqs_new(ctx, dev, bad[i].seq, bad[i].n, &s), bad[i].want);
+        assert_msg_has(ctx, bad[i].msg);
+        ck_assert_ptr_null(s);
+    }
+    ck_assert_int_eq(s2_attn_seqs_new(ctx, dev, good, 70000, &s), S2_ERR_SHAPE);
+    ck_assert_int_eq(s2_attn_seqs_new(ctx, NULL, good, 3, &s), S2_ERR_NULL_ARG);
+    ck_assert_int_eq(s2_attn_seqs_new(ctx, dev, NULL, 3, &s), S2_ERR_NULL_ARG);
+    ck_assert_int_eq(s2_attn_seqs_new(ctx, dev, good, 3, NULL), S2_ERR_NULL_ARG);
+    ck_assert_int_eq(fake_get("allocs_live"), 0);
+    ck_assert_msg(s2_attn_seqs_new(ctx, dev, good, 3, &s) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_int_eq(fake_get("allocs_live"), 1);
+    ck_assert_int_eq(s2_attn_seqs_count(s), 3);
+    ck_assert_int_eq(s2_attn_seqs_host(s)[2].q_start, 10);
+    ck_assert_uint_ne(s2_attn_seqs_device(s), 0);
+    /* schedule: longest kv_len 30, earliest query position min(30-10, 30-5) = 20 */
+    int64_t sq = -1, sk = -1;
+    s2_attn_seqs_schedule_shape(s, &sq, &sk);
+    ck_assert_int_eq(sq, 10);
+    ck_assert_int_eq(sk, 30);
+    s2_attn_seqs_free(s);
+    ck_assert_int_eq(fake_get("allocs_live"), 0);
+    s2_attn_seqs_free(NULL);
+
+    /* cumulative lengths */
+    int32_t cq[4] = {0, 1, 18, 18}, ck[4] = {0, 5, 22, 30};
+    s2_attn_seq out[3];
+    ck_assert_int_eq(s2_attn_seqs_packed(ctx, cq, ck, 3, out), S2_OK);
+    ck_assert(out[1].q_start == 1 && out[1].q_len == 17 && out[1].k_start == 5 && out[1].kv_len == 17);
+    ck_assert(out[2].q_len == 0 && out[2].kv_len == 8 && out[2].k_start == 22);
+    ck_assert_int_eq(s2_attn_seqs_packed(ctx, cq, NULL, 3, out), S2_OK);
+    ck_assert(out[0].q_start == 0 && out[0].q_len == 1 && out[0].k_start == 0 && out[0].kv_len == 1);
+    int32_t dec[3] = {0, 5, 4};
+    ck_assert_int_eq(s2_attn_seqs_packed(ctx, dec, NULL, 2, out), S2_ERR_SHAPE);
+    assert_msg_has(ctx, "decrease at 2");
+    int32_t more_q[3] = {0, 6, 7};
+    ck_assert_int_eq(s2_attn_seqs_packed(ctx, more_q, ck, 2, out), S2_ERR_SHAPE);
+    assert_msg_has(ctx, "6 queries but 5 keys");
+    s2_device_free(dev);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+/* s2_attn_forward with seqs: the checks (nothing launched) and the launch shape. */
+START_TEST(varlen_forward_checks_and_launch)
+{
+    fixture f;
+    fixture_init(&f);
+    const s2_manifest_kernel *d = s2_attn_kernel_desc(f.k);
+    /* token-major [rows][H][D]: FB * FSQ rows of q and o, FB * FSK of k and v */
+    const int64_t rows = FB * FSQ;
+    s2_attn_seq seqs[3] = {{0, 17, 0, 300}, {17, 64, 300, 64}, {100, 1, 364, 148}};
+    s2_attn_seqs *sq = NULL;
+    ck_assert_msg(s2_attn_seqs_new(f.ctx, f.dev, seqs, 3, &sq) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    s2_attn_fwd_args a = f.a;
+    a.batch = 3, a.q_len = rows, a.kv_len = rows, a.seqs = sq;
+    s2_attn_fwd_args_bshd(&a); /* batch strides are not used */
+    /* lse is [H][rows]: exactly that much is enough */
+    s2_devptr lse_small = 0;
+    ck_assert_int_eq(s2_mem_alloc(f.ctx, f.dev, (size_t)FH * rows * 4, &lse_small), S2_OK);
+    a.lse = lse_small;
+    ck_assert_msg(s2_attn_forward_check(f.ctx, f.k, &a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+
+    s2_attn_fwd_args b = a;
+    b.batch = 2;
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &b), S2_ERR_SHAPE);
+    assert_msg_has(f.ctx, "batch 2, but seqs holds 3");
+    b = a;
+    b.kv_len = 511; /* sequence 2's keys end at row 512 */
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &b), S2_ERR_SHAPE);
+    assert_msg_has(f.ctx, "sequence 2");
+    b = a;
+    b.q_len = 100;
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &b), S2_ERR_SHAPE);
+    b = a;
+    b.q_len = rows + 1; /* o is one row short of the rows */
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &b), S2_ERR_INVALID);
+    b = a;
+    b.o_stride[1] = FD; /* rows overlap */
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &b), S2_ERR_STRIDE);
+    b = a;
+    s2_devptr lse_short = 0;
+    ck_assert_int_eq(s2_mem_alloc(f.ctx, f.dev, (size_t)FH * rows * 4 - 4, &lse_short), S2_OK);
+    b.lse = lse_short;
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &b), S2_ERR_INVALID);
+    assert_msg_has(f.ctx, "lse: needs");
+    /* kernel A takes kv_len up to its max_seq_len 4096 per sequence */
+    s2_attn_seq long_seq[1] = {{0, 1, 0, 4097}};
+    s2_attn_seqs *sl = NULL;
+    ck_assert_int_eq(s2_attn_seqs_new(f.ctx, f.dev, long_seq, 1, &sl), S2_OK);
+    b = a;
+    b.batch = 1, b.kv_len = 4097, b.seqs = sl;
+    ck_assert_int_eq(s2_attn_forward_check(f.ctx, f.k, &b), S2_ERR_SEQ_LEN);
+    assert_msg_has(f.ctx, "max_seq_len");
+    ck_assert_int_eq(fake_get("launches"), 0);
+    s2_attn_sched_stats ss;
+    s2_attn_kernel_sched_stats(f.k, &ss);
+    ck_assert_int_eq(ss.misses, 0);
+
+    /* the launch: the schedule of (300 - min(300-17, 64-64, 148-1), 300), one CTA row per sequence */
+    ck_assert_msg(s2_attn_forward(f.ctx, f.k, NULL, &a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    ck_assert_int_eq(fake_get("launches"), 1);
+    int64_t sch_q, sch_k;
+    s2_attn_seqs_schedule_shape(sq, &sch_q, &sch_k);
+    ck_assert_int_eq(sch_q, 300);
+    ck_assert_int_eq(sch_k, 300);
+    if (d->abi != S2_FWD_ABI_TMA_PERSISTENT)
+        ck_assert_int_eq(fake_get("last_grid_x"), q_tiles_of(A.p, d->spec.block_m, d->spec.block_n, 300, 300));
+    /* sequences without queries: nothing launched, nothing built */
+    s2_attn_seq none[2] = {{0, 0, 0, 40}, {0, 0, 40, 0}};
+    s2_attn_seqs *sn = NULL;
+    ck_assert_int_eq(s2_attn_seqs_new(f.ctx, f.dev, none, 2, &sn), S2_OK);
+    b = a;
+    b.batch = 2, b.seqs = sn;
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, NULL, &b), S2_OK);
+    ck_assert_int_eq(fake_get("launches"), 1);
+    s2_attn_kernel_sched_stats(f.k, &ss);
+    ck_assert_int_eq(ss.misses, 1);
+    s2_attn_seqs_free(sq);
+    s2_attn_seqs_free(sl);
+    s2_attn_seqs_free(sn);
+    ck_assert_int_eq(s2_mem_free(f.ctx, f.dev, lse_small), S2_OK);
+    ck_assert_int_eq(s2_mem_free(f.ctx, f.dev, lse_short), S2_OK);
+    fixture_free(&f);
+}
+END_TEST
+
 /* ---- JIT ------------------------------------------------------------------------ */
 
 static void fresh_dir(char *out, size_t cap, const char *name)
@@ -693,6 +843,8 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc_args, every_bad_argument_has_its_status, 0, M_COUNT);
     tcase_add_test(tc_args, null_kernel_args_and_the_32_bit_limit);
     tcase_add_test(tc_args, launch_shape_and_schedule_cache);
+    tcase_add_test(tc_args, varlen_sequences_are_checked);
+    tcase_add_test(tc_args, varlen_forward_checks_and_launch);
     suite_add_tcase(s, tc_args);
     TCase *tc_jit = tcase_create("jit");
     tcase_set_timeout(tc_jit, 300);

@@ -397,7 +397,7 @@ def test_emit_c():
                         f'    CUdeviceptr p = 0;\n    CUresult r = load_{ident}();\n')
                 for name in launchers:
                     u.write(f"    if (r == CUDA_SUCCESS)\n        r = {name}(s, p, p, p, p, p, 0, 0, 0, 0, 0, 0, "
-                            "0, 0, 0, 0, 0, 0, 1, 1, 1.0f, p, p, p, 0, 1, 1, 1);\n")
+                            "0, 0, 0, 0, 0, 0, 1, 1, 1.0f, p, p, p, 0, 1, p, 1, 1);\n")
                 u.write(f"    (void)unload_{ident}();\n    return (int)r;\n}}\n")
             errs = []
             for src in (c, user):

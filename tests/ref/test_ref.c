@@ -924,6 +924,94 @@ static void low_precision_case(s2_dtype dt, uint64_t seed)
     s2_ctx_free(ctx);
 }
 
+/* A variable-length batch is the same as each sequence alone: packed rows
+ * at arbitrary starts, a chunk (q_len < kv_len), a sequence without
+ * queries, two sequences reading the same key rows; GQA, a mask, causal and
+ * bidirectional.  Bitwise equal (the same row code); rows of no sequence
+ * keep their poison. */
+static bool mod3_mask(const void *user, int h, int64_t qpos, int64_t kpos)
+{
+    (void)user;
+    return (qpos + kpos + h) % 3 != 1 || kpos == 0;
+}
+
+START_TEST(varlen_equals_separate)
+{
+    uint64_t seed = base_seed() ^ 0x5e95ull;
+    s2_ctx *ctx = ctx_new();
+    enum { QR = 16, KR = 13, H = 4, HK = 2, D = 8, N = 4 };
+    const s2_ref_seq seqs[N] = {{2, 3, 0, 9}, {5, 0, 9, 0}, {9, 4, 9, 4}, {13, 1, 2, 6}};
+    for (int causal = 0; causal < 2; causal++) {
+        double *q = malloc(sizeof(double) * QR * H * D), *k = malloc(sizeof(double) * KR * HK * D);
+        double *v = malloc(sizeof(double) * KR * HK * D), *o = malloc(sizeof(double) * QR * H * D);
+        double *o1 = malloc(sizeof(double) * QR * H * D);
+        float *lse = malloc(sizeof(float) * H * QR), *lse1 = malloc(sizeof(float) * H * QR);
+        ck_assert(q && k && v && o && o1 && lse && lse1);
+        s2_tensor tq = s2_tensor_bshd(q, S2_DTYPE_F64, QR, H, D), tk = s2_tensor_bshd(k, S2_DTYPE_F64, KR, HK, D);
+        s2_tensor tv = s2_tensor_bshd(v, S2_DTYPE_F64, KR, HK, D), to = s2_tensor_bshd(o, S2_DTYPE_F64, QR, H, D);
+        int64_t qx[4] = {1, QR, H, D}, kx[4] = {1, KR, HK, D};
+        s2_tensor_fill_random(&tq, qx, seed, -2, 2);
+        s2_tensor_fill_random(&tk, kx, seed + 1, -2, 2);
+        s2_tensor_fill_random(&tv, kx, seed + 2, -1, 1);
+        s2_tensor_fill(&to, qx, POISON);
+        for (int i = 0; i < H * QR; i++)
+            lse[i] = (float)POISON;
+        s2_ref_problem p = {.batch = N, .heads = H, .kv_heads = HK, .head_dim = D, .q_len = QR, .kv_len = KR,
+                            .causal = causal, .mask = mod3_mask};
+        OK(s2_ref_forward_varlen(ctx, &p, seqs, &tq, &tk, &tv, &to, lse));
+        bool used[QR] = {false};
+        for (int b = 0; b < N; b++) {
+            const s2_ref_seq *sq = &seqs[b];
+            for (int64_t i = 0; i < sq->q_len; i++)
+                used[sq->q_start + i] = true;
+            if (sq->q_len == 0)
+                continue;
+            /* the sequence alone: views starting at its rows */
+            s2_tensor vq = tq, vk = tk, vv = tv, vo = s2_tensor_bshd(o1, S2_DTYPE_F64, sq->q_len, H, D);
+            vq.data = q + sq->q_start * tq.stride[1];
+            vk.data = k + sq->k_start * tk.stride[1];
+            vv.data = v + sq->k_start * tv.stride[1];
+            s2_ref_problem one = p;
+            one.batch = 1, one.q_len = sq->q_len, one.kv_len = sq->kv_len;
+            OK(s2_ref_forward(ctx, &one, &vq, &vk, &vv, &vo, lse1));
+            for (int64_t i = 0; i < sq->q_len; i++)
+                for (int h = 0; h < H; h++) {
+                    ck_assert_msg(lse[h * QR + sq->q_start + i] == lse1[h * sq->q_len + i] ||
+                                      (isnan(lse1[h * sq->q_len + i]) && isnan(lse[h * QR + sq->q_start + i])),
+                                  "seq %d row %lld head %d lse (seed %llu)", b, (long long)i, h, (unsigned long long)seed);
+                    for (int d = 0; d < D; d++)
+                        ck_assert_msg(s2_tensor_get(&to, 0, sq->q_start + i, h, d) == s2_tensor_get(&vo, 0, i, h, d),
+                                      "seq %d row %lld head %d dim %d (causal %d, seed %llu)", b, (long long)i, h, d,
+                                      causal, (unsigned long long)seed);
+                }
+        }
+        for (int r = 0; r < QR; r++)
+            for (int h = 0; h < H; h++) {
+                ck_assert(used[r] || (lse[h * QR + r] == (float)POISON && s2_tensor_get(&to, 0, r, h, D - 1) == POISON));
+                ck_assert(!used[r] || s2_tensor_get(&to, 0, r, h, 0) != POISON);
+            }
+        /* arguments */
+        s2_ref_seq bad[N];
+        memcpy(bad, seqs, sizeof bad);
+        bad[2].q_len = 5; /* q_len > kv_len */
+        ck_assert_int_eq(s2_ref_forward_varlen(ctx, &p, bad, &tq, &tk, &tv, &to, lse), S2_ERR_INVALID);
+        memcpy(bad, seqs, sizeof bad);
+        bad[3].k_start = 8; /* keys 8..13 past 13 rows */
+        ck_assert_int_eq(s2_ref_forward_varlen(ctx, &p, bad, &tq, &tk, &tv, &to, lse), S2_ERR_INVALID);
+        memcpy(bad, seqs, sizeof bad);
+        bad[0].q_start = -1;
+        ck_assert_int_eq(s2_ref_forward_varlen(ctx, &p, bad, &tq, &tk, &tv, &to, lse), S2_ERR_INVALID);
+        ck_assert_int_eq(s2_ref_forward_varlen(ctx, &p, NULL, &tq, &tk, &tv, &to, lse), S2_ERR_INVALID);
+        int64_t ql[N] = {1, 1, 1, 1};
+        s2_ref_problem with_lens = p;
+        with_lens.q_lens = ql;
+        ck_assert_int_eq(s2_ref_forward_varlen(ctx, &with_lens, seqs, &tq, &tk, &tv, &to, lse), S2_ERR_INVALID);
+        free(q), free(k), free(v), free(o), free(o1), free(lse), free(lse1);
+    }
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(low_precision)
 {
     uint64_t seed = base_seed() ^ 0xbf16ull;
@@ -1226,6 +1314,7 @@ static Suite *ref_suite(void)
     tcase_add_test(tc, gqa_is_summed_mha);
     tcase_add_test(tc, causal_queries_are_last);
     tcase_add_test(tc, ragged_equals_separate);
+    tcase_add_test(tc, varlen_equals_separate);
     tcase_add_test(tc, low_precision);
     tcase_add_test(tc, paged_equals_contiguous);
     tcase_add_test(tc, tensor_helpers);
