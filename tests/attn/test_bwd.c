@@ -1,5 +1,5 @@
 /* The backward module without a GPU: block-16 (Merge-Q) and block-64
- * patterns x d64/d128 x bf16/f16 x sm_80/sm_90a assemble with zero spills,
+ * patterns x d64/d128 x bf16/f16 x sm_80/sm_90a/sm_90a-wgmma assemble with zero spills,
  * hold the three kernels, and the manifest records kind bwd. */
 #include "patterns.h"
 #include "s2c/attention.h"
@@ -10,10 +10,11 @@
 #include <string.h>
 
 static const int pats[] = {0, 1, 2, 3};   /* causal b64, Merge-Q b16, bidirectional b64, GQA 32/8 b32 */
-static const s2_arch archs[] = {S2_ARCH_SM80, S2_ARCH_SM90A};
+static const s2_arch archs[] = {S2_ARCH_SM80, S2_ARCH_SM90A, S2_ARCH_SM90A};
+static const int wgmma[] = {0, 0, 1};   /* spec.bwd_wgmma */
 static const int dims[] = {64, 128};
 static const s2_dtype dtypes[] = {S2_DTYPE_BF16, S2_DTYPE_F16};
-enum { NUM_PATS = 4, NUM_VARIANTS = NUM_PATS * 2 * 2 * 2 };
+enum { NUM_PATS = 4, NUM_VARIANTS = NUM_PATS * 2 * 2 * 3 };
 
 static const s2_kernel_info *find_kernel(const s2_artifact *art, const char *suffix)
 {
@@ -39,7 +40,8 @@ START_TEST(bwd_assembles_without_spills)
     s2_pattern_set *set = NULL;
     ck_assert_msg(s2_pattern_from_args(ctx, &a, &set) == S2_OK, "%s", s2_ctx_message(ctx));
     const s2_pattern *p = s2_pattern_set_get(set, 0);
-    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = dt, .head_dim = D, .arch = arch};
+    bool wg = wgmma[v / NUM_PATS / 4];
+    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = dt, .head_dim = D, .arch = arch, .bwd_wgmma = wg ? 1 : 0};
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_PTXAS, &art) == S2_OK, "%s d%d %s %s: %s", p->name, D,
                   s2_dtype_name(dt), s2_arch_name(arch), s2_ctx_message(ctx));
@@ -48,16 +50,26 @@ START_TEST(bwd_assembles_without_spills)
     for (int i = 0; i < 3; i++) {
         const s2_kernel_info *ki = find_kernel(art, parts[i]);
         ck_assert_msg(ki != NULL, "no kernel *%s in %s", parts[i], art->name);
-        printf("%-14s d%-3d %-4s %-6s bm%d bn%d %-5s: %3d regs, spill %d/%d, stack %d, smem %d\n", p->name, D,
-               s2_dtype_name(dt), s2_arch_name(arch), art->spec.block_m, art->spec.block_n, parts[i] + 1,
+        printf("%-14s d%-3d %-4s %-6s%s bm%d bn%d %-5s: %3d regs, spill %d/%d, stack %d, smem %d\n", p->name, D,
+               s2_dtype_name(dt), s2_arch_name(arch), wg ? "-wg" : "", art->spec.block_m, art->spec.block_n, parts[i] + 1,
                ki->registers, ki->spill_stores, ki->spill_loads, ki->stack_frame, art->smem_bytes);
         ck_assert_msg(ki->registers > 0, "no resource line for %s:\n%s", ki->name, art->log);
         ck_assert_msg(ki->spill_stores == 0 && ki->spill_loads == 0 && ki->stack_frame == 0,
                       "%s spills: %d/%d stack %d", ki->name, ki->spill_stores, ki->spill_loads, ki->stack_frame);
     }
     ck_assert_msg(strncmp(art->name, "s2_bwd_", 7) == 0, "name %s", art->name);
-    ck_assert_ptr_nonnull(strstr(art->ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
-    ck_assert_ptr_nonnull(strstr(art->ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+    ck_assert_int_eq(art->spec.bwd_wgmma, wg ? 1 : arch == S2_ARCH_SM90A ? -1 : 0);
+    if (wg) {
+        ck_assert_ptr_nonnull(strstr(art->ptx, "wgmma.mma_async.sync.aligned.m64n"));
+        ck_assert_ptr_nonnull(strstr(art->ptx, "fence.proxy.async.shared::cta"));
+        ck_assert_ptr_null(strstr(art->ptx, "mma.sync.aligned"));
+        /* ptxas serialises a wgmma batch whose registers are touched in flight (C7513/C7517/C7519) */
+        ck_assert_msg(!art->log || !strstr(art->log, "wgmma"), "%s: %s", art->name, art->log);
+    } else {
+        ck_assert_ptr_nonnull(strstr(art->ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
+        ck_assert_ptr_nonnull(strstr(art->ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+        ck_assert_ptr_null(strstr(art->ptx, "wgmma."));
+    }
     ck_assert_ptr_nonnull(strstr(art->ptx, "cp.async.ca.shared.global"));
     /* deterministic by construction: no atomics or reductions to global memory */
     ck_assert_ptr_null(strstr(art->ptx, "\tatom."));
