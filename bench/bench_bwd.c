@@ -11,7 +11,7 @@
  * Effective TFLOP/s of forward+backward count 3.5 x 4 * kept_pairs * D.
  * Without a CUDA driver or device it prints "no GPU: skipped" and exits 0.
  *
- * --wgmma 1 takes the sm_90a wgmma backward bodies (spec.bwd_wgmma), -1 the mma.sync ones.
+ * --wgmma -1 takes the mma.sync backward bodies on sm_90a (spec.bwd_wgmma; default: wgmma).
  *
  *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] */
 #include "s2c/attention.h"
@@ -37,6 +37,9 @@ static const bench_config configs[] = {
     {"b64_8k", 4, 16, 8192, 64, 8, 16, 2.85, 2.843},
     {"mergeq16_8k", 4, 16, 8192, 16, 32, 16, 6.28, 6.172},
     {"b64_l16v8_16k", 2, 32, 16384, 64, 16, 8, 12.1, 12.23},
+    /* PEERS.md has these two on the H200 only (0: no peer) */
+    {"b64_32k", 1, 16, 32768, 64, 8, 16, 5.90, 0},
+    {"b64_128k", 1, 16, 131072, 64, 8, 16, 60.0, 0},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0], HEAD_DIM = 128 };
 
@@ -236,7 +239,8 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
                "bwd %.3f ms  fwd+bwd %.3f ms  %.0f eff TF  S2-Triton %.2f ms  ratio %.2fx\n",
                c->name, c->batch, c->heads, (long long)(c->seq / 1024), c->block, c->local, c->stride,
                d->spec.bwd_wgmma > 0 ? "wgmma" : "mma", d->spec.block_m, d->spec.block_n, d->spec.num_stages, bregs[0], bregs[1], bregs[2], ms[0],
-               fl / (ms[0] * 1e-3) / 1e12, ms[1], ms[2], 3.5 * fl / (ms[2] * 1e-3) / 1e12, peer, peer / ms[2]);
+               fl / (ms[0] * 1e-3) / 1e12, ms[1], ms[2], 3.5 * fl / (ms[2] * 1e-3) / 1e12, peer,
+               peer > 0 ? peer / ms[2] : NAN);
     }
     fflush(stdout);
     for (int i = 0; i < 8; i++)

@@ -86,14 +86,9 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
 
     if (s2_fwd_spec_wants_tma(spec))
         return resolve_tma(ctx, spec, p);
-    /* the wgmma backward bodies: sm_90a, d64 / d128; off unless asked for
-     * until measured faster than the mma.sync ones */
-    if (bwd && spec->arch == S2_ARCH_SM90A && (spec->head_dim == 64 || spec->head_dim == 128))
-        spec->bwd_wgmma = spec->bwd_wgmma > 0 ? 1 : -1;
-    else if (spec->bwd_wgmma > 0)
+    bool wg_ok = bwd && spec->arch == S2_ARCH_SM90A && (spec->head_dim == 64 || spec->head_dim == 128);
+    if (!wg_ok && spec->bwd_wgmma > 0)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the wgmma backward needs sm_90a and head_dim 64 or 128");
-    else
-        spec->bwd_wgmma = 0;
 
     if (spec->persistent > 0)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: a persistent grid needs the sm_90a forward template");
@@ -129,8 +124,12 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: tile %d x %d holds %d sub-blocks of block %d (at most 64)",
                        spec->block_m, bwd && sub_m > sub_n ? spec->block_m : spec->block_n,
                        sub_m * (bwd && sub_m > sub_n ? sub_m : sub_n), bs);
+    /* The wgmma backward bodies (one warpgroup: 4 warps, block_m 64) on
+     * sm_90a by default: measured 1.66x faster than the mma.sync ones on
+     * the block-64 fwd+bwd rows, 1.40x on Merge-Q (H200, bench/RESULTS.md). */
     if (spec->bwd_wgmma > 0 && spec->num_warps != 4)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the wgmma backward runs one warpgroup (block_m 64, 4 warps)");
+    spec->bwd_wgmma = !wg_ok ? 0 : spec->bwd_wgmma < 0 || spec->num_warps != 4 ? -1 : 1;
     int smem = bwd ? s2_bwd_smem_bytes(p, spec) : s2_fwd_smem_bytes(p, spec);
     if (smem > smem_limit(spec->arch))
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: %d bytes of shared memory exceed %s's %d", smem,

@@ -48,8 +48,8 @@ typedef struct s2_kernel_spec {
     int persistent;
     /* sm_90a backward, head_dim 64 or 128: 1 the wgmma dK/dV and dQ bodies
      * (templates/bwd_sm90.c), -1 the mma.sync ones; 0 = heuristic (resolved
-     * to -1 there, and 0 on the other paths).  Same kernels, parameters and
-     * launch either way. */
+     * to 1 there when num_warps is 4, else -1; 0 on the other paths).  Same
+     * kernels, parameters and launch either way. */
     int bwd_wgmma;
 } s2_kernel_spec;
 

@@ -11,7 +11,7 @@
 
 static const int pats[] = {0, 1, 2, 3};   /* causal b64, Merge-Q b16, bidirectional b64, GQA 32/8 b32 */
 static const s2_arch archs[] = {S2_ARCH_SM80, S2_ARCH_SM90A, S2_ARCH_SM90A};
-static const int wgmma[] = {0, 0, 1};   /* spec.bwd_wgmma */
+static const int wgmma[] = {0, -1, 1};   /* spec.bwd_wgmma */
 static const int dims[] = {64, 128};
 static const s2_dtype dtypes[] = {S2_DTYPE_BF16, S2_DTYPE_F16};
 enum { NUM_PATS = 4, NUM_VARIANTS = NUM_PATS * 2 * 2 * 3 };
@@ -40,8 +40,9 @@ START_TEST(bwd_assembles_without_spills)
     s2_pattern_set *set = NULL;
     ck_assert_msg(s2_pattern_from_args(ctx, &a, &set) == S2_OK, "%s", s2_ctx_message(ctx));
     const s2_pattern *p = s2_pattern_set_get(set, 0);
-    bool wg = wgmma[v / NUM_PATS / 4];
-    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = dt, .head_dim = D, .arch = arch, .bwd_wgmma = wg ? 1 : 0};
+    bool wg = wgmma[v / NUM_PATS / 4] > 0;
+    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = dt, .head_dim = D, .arch = arch,
+                           .bwd_wgmma = wgmma[v / NUM_PATS / 4]};
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_PTXAS, &art) == S2_OK, "%s d%d %s %s: %s", p->name, D,
                   s2_dtype_name(dt), s2_arch_name(arch), s2_ctx_message(ctx));
@@ -113,6 +114,23 @@ START_TEST(bwd_spec_limits)
     s2_kernel_spec big = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 128,
                           .num_stages = 4, .arch = S2_ARCH_SM80};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &big, p), S2_ERR_UNSUPPORTED);
+    /* the wgmma bodies: sm_90a default for d64/d128 with 4 warps, refused elsewhere */
+    s2_kernel_spec h = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h, p), S2_OK);
+    ck_assert_int_eq(h.bwd_wgmma, 1);
+    s2_kernel_spec h8 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .num_warps = 8,
+                         .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h8, p), S2_OK);
+    ck_assert_int_eq(h8.bwd_wgmma, -1);
+    h8 = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .num_warps = 8,
+                          .arch = S2_ARCH_SM90A, .bwd_wgmma = 1};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h8, p), S2_ERR_UNSUPPORTED);
+    s2_kernel_spec h32 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 32, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h32, p), S2_OK);
+    ck_assert_int_eq(h32.bwd_wgmma, 0);
+    s2_kernel_spec a80 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .arch = S2_ARCH_SM80,
+                          .bwd_wgmma = 1};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &a80, p), S2_ERR_UNSUPPORTED);
     s2_kernel_spec bad = {.kind = (s2_kernel_kind)7, .dtype = S2_DTYPE_BF16, .head_dim = 64};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &bad, p), S2_ERR_UNSUPPORTED);
     s2_pattern_set_free(set);

@@ -7,7 +7,7 @@
  * Frobenius error: 2e-2 bf16, 5e-3 f16).  Every case runs twice on fresh
  * poisoned outputs, and the two results must be bitwise identical.
  * One case goes through the runtime, s2_attn_backward.  On sm_90a every case
- * runs twice more on the wgmma bodies (spec.bwd_wgmma = 1, templates/bwd_sm90.c).
+ * runs on both bodies: mma.sync (spec.bwd_wgmma = -1) and wgmma (1, templates/bwd_sm90.c).
  * S2C_BWD_CASES=substring filters cases; S2C_FWD_ARCH=sm_80 compiles for
  * that arch and loads the PTX (JIT by the driver).  Exits 77 without a GPU. */
 #include "patterns.h"
@@ -212,7 +212,7 @@ static void run_case(int vi)
     const int64_t SQ = c->q_len, SK = c->kv_len;
 
     s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = c->dt, .head_dim = D, .arch = dev_arch,
-                           .bwd_wgmma = wg ? 1 : 0};
+                           .bwd_wgmma = wg ? 1 : -1};
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
                   s2_ctx_message(ctx));
