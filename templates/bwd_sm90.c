@@ -19,7 +19,8 @@
  * masking and the P / dS math of bwd.c apply unchanged.  dK, dV and dQ are
  * each summed by one thread in list order: deterministic, as the sm_80 path.
  * Both products of an entry are issued before the first wait, so the mask
- * and exponentials of Sᵀ overlap the dPᵀ wgmma. */
+ * and exponentials of Sᵀ overlap the dPᵀ wgmma; in dK/dV, dV += Pᵀ·dO is
+ * issued before dPᵀ is waited for, so dSᵀ is computed under it. */
 #include "bwd_internal.h"
 #include "s2c/layout.h"
 
@@ -85,6 +86,28 @@ static void pack_a(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef (*a)[4]
     }
 }
 
+/* bwd_probs_and_ds in two halves, so that P can be made before dP lands:
+ * P = exp2(S·scale_log2 - lse2), then dS = P ∘ (dP - delta). */
+static void probs(bwd *k, LLVMValueRef sc[][4], int ntiles, stat_fn stat, void *user)
+{
+    for (int n = 0; n < ntiles; n++)
+        for (int i = 0; i < 4; i++) {
+            LLVMValueRef l2, dl;
+            stat(k, n, i, &l2, &dl, user);
+            sc[n][i] = s2_nv_ex2_approx(k->cg, s2_nv_fma(k->cg, sc[n][i], k->scale_log2, LLVMBuildFNeg(k->b, l2, "")));
+        }
+}
+
+static void dsoft(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int ntiles, stat_fn stat, void *user)
+{
+    for (int n = 0; n < ntiles; n++)
+        for (int i = 0; i < 4; i++) {
+            LLVMValueRef l2, dl;
+            stat(k, n, i, &l2, &dl, user);
+            dp[n][i] = LLVMBuildFMul(k->b, sc[n][i], LLVMBuildFSub(k->b, dp[n][i], dl, ""), "ds");
+        }
+}
+
 /* The [D/8][4] accumulator allocas as the flat wgmma register list, and back. */
 static void acc_load(bwd *k, LLVMValueRef (*slots)[4], LLVMValueRef *acc)
 {
@@ -120,22 +143,24 @@ void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     acc_to_tiles(sacc, NT, sc);
     mask_geom mg = {true, s->t_sub_n_log2, s->t_sub_m_size, s->t_sub_n};
     bwd_apply_mask(k, &mg, sc, NT, 0, flags, live, ks->kpos0, qpos0);
-    s2_nv_wgmma_wait(cg, 0, dacc, BM / 2);
-    acc_to_tiles(dacc, NT, dp);
-    bwd_probs_and_ds(k, sc, dp, NT, bwd_kv_stat, ks);
-    /* both A operands are packed before the first RS wgmma: writing a
-     * pending wgmma's A registers serialises the batch (ptxas C7513) */
+    /* Pᵀ only needs Sᵀ: dV += Pᵀ·dO goes to the tensor cores while dSᵀ is
+     * computed from dPᵀ (waited for under it: 1 group pending = dV) */
+    probs(k, sc, NT, bwd_kv_stat, ks);
     LLVMValueRef pa[MAX_COLS / 16][4], da[MAX_COLS / 16][4];
     pack_a(k, sc, NT, pa);
+    LLVMValueRef dv[MAX_D / 2], dk[MAX_D / 2];
+    acc_load(k, ks->dv, dv);
+    issue_xy(k, pa, dot, BM, dv);
+    s2_nv_wgmma_wait(cg, 1, dacc, BM / 2);
+    acc_to_tiles(dacc, NT, dp);
+    dsoft(k, sc, dp, NT, bwd_kv_stat, ks);
     pack_a(k, dp, NT, da);
-    LLVMValueRef acc[MAX_D];
-    acc_load(k, ks->dv, acc);
-    acc_load(k, ks->dk, acc + no);
-    issue_xy(k, pa, dot, BM, acc);
-    issue_xy(k, da, qt, BM, acc + no);
-    s2_nv_wgmma_wait(cg, 0, acc, 2 * no);
-    acc_store(k, ks->dv, acc);
-    acc_store(k, ks->dk, acc + no);
+    acc_load(k, ks->dk, dk);
+    issue_xy(k, da, qt, BM, dk);
+    s2_nv_wgmma_wait(cg, 1, dv, no);
+    acc_store(k, ks->dv, dv);
+    s2_nv_wgmma_wait(cg, 0, dk, no);
+    acc_store(k, ks->dk, dk);
 }
 
 void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
@@ -154,9 +179,11 @@ void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     LLVMValueRef kpos0 = mul(k, bwd_entry_field(k, ds->entries, e, 0, cg->t_i32), c32(k, BN));
     bwd_apply_mask(k, &mg, sc, NT, 0, bwd_entry_field(k, ds->entries, e, 4, cg->t_i32),
                    bwd_entry_field(k, ds->entries, e, 8, cg->t_i64), ds->tile_pos0, kpos0);
+    /* P from S while dP is still on the tensor cores */
+    probs(k, sc, NT, bwd_dq_stat, ds);
     s2_nv_wgmma_wait(cg, 0, dacc, BN / 2);
     acc_to_tiles(dacc, NT, dp);
-    bwd_probs_and_ds(k, sc, dp, NT, bwd_dq_stat, ds);
+    dsoft(k, sc, dp, NT, bwd_dq_stat, ds);
     LLVMValueRef da[MAX_COLS / 16][4];
     pack_a(k, dp, NT, da);
     LLVMValueRef acc[MAX_D / 2];

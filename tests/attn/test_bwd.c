@@ -118,6 +118,7 @@ START_TEST(bwd_spec_limits)
     s2_kernel_spec h = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h, p), S2_OK);
     ck_assert_int_eq(h.bwd_wgmma, 1);
+    ck_assert_int_eq(h.block_n, 32);
     s2_kernel_spec h8 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .num_warps = 8,
                          .arch = S2_ARCH_SM90A};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h8, p), S2_OK);
