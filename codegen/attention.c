@@ -128,8 +128,9 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
                        spec->block_m, bwd && sub_m > sub_n ? spec->block_m : spec->block_n,
                        sub_m * (bwd && sub_m > sub_n ? sub_m : sub_n), bs);
     /* The wgmma backward bodies (one warpgroup: 4 warps, block_m 64) on
-     * sm_90a by default: measured 1.66x faster than the mma.sync ones on
-     * the block-64 fwd+bwd rows, 1.40x on Merge-Q (H200, bench/RESULTS.md). */
+     * sm_90a by default: the backward measured 1.6-2.1x faster than the
+     * mma.sync one on the block-64 rows, 1.46x on Merge-Q (H200,
+     * bench/RESULTS.md, 2026-11-22). */
     if (spec->bwd_wgmma > 0 && spec->num_warps != 4)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the wgmma backward runs one warpgroup (block_m 64, 4 warps)");
     spec->bwd_wgmma = !wg_ok ? 0 : wg ? 1 : -1;
