@@ -11,7 +11,9 @@
  * Effective TFLOP/s of forward+backward count 3.5 x 4 * kept_pairs * D.
  * Without a CUDA driver or device it prints "no GPU: skipped" and exits 0.
  *
- *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] */
+ * --wgmma -1 takes the mma.sync backward bodies on sm_90a (spec.bwd_wgmma; default: wgmma).
+ *
+ *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] */
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
@@ -35,6 +37,9 @@ static const bench_config configs[] = {
     {"b64_8k", 4, 16, 8192, 64, 8, 16, 2.85, 2.843},
     {"mergeq16_8k", 4, 16, 8192, 16, 32, 16, 6.28, 6.172},
     {"b64_l16v8_16k", 2, 32, 16384, 64, 16, 8, 12.1, 12.23},
+    /* PEERS.md has these two on the H200 only (0: no peer) */
+    {"b64_32k", 1, 16, 32768, 64, 8, 16, 5.90, 0},
+    {"b64_128k", 1, 16, 131072, 64, 8, 16, 60.0, 0},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0], HEAD_DIM = 128 };
 
@@ -146,7 +151,7 @@ static int64_t nonfinite(s2_ctx *ctx, s2_device *dev, s2_devptr p, size_t elems,
 }
 
 static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_config *c, int reps, int block_n,
-                       int stages, bool h100)
+                       int stages, int wgmma, bool h100)
 {
     s2_local_stride_args a;
     s2_local_stride_args_default(&a);
@@ -176,7 +181,7 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
         st = s2_layout_stats_compute(ctx, lay, (s2_tile_spec){64, 64}, HEAD_DIM, S2_DTYPE_BF16, &stats);
     s2_kernel_spec fs = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM};
     s2_kernel_spec bs = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM, .block_n = block_n,
-                         .num_stages = stages};
+                         .num_stages = stages, .bwd_wgmma = wgmma};
     if (st == S2_OK)
         st = load_kernel(ctx, dev, p, fs, arch, &fm, &r.fwd, fregs);
     if (st == S2_OK)
@@ -230,11 +235,12 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
         const s2_manifest_kernel *d = s2_attn_kernel_desc(r.bwd);
         double fl = stats.fwd_flops * c->batch;
         double peer = h100 ? c->peer_h100_ms : c->peer_h200_ms;
-        printf("%-14s %d,%d,%lldK b%d L%d V%d  bwd bm%d bn%d st%d regs pre/dq/dkdv %d/%d/%d  fwd %.3f ms (%.0f TF)  "
+        printf("%-14s %d,%d,%lldK b%d L%d V%d  bwd %s bm%d bn%d st%d regs pre/dq/dkdv %d/%d/%d  fwd %.3f ms (%.0f TF)  "
                "bwd %.3f ms  fwd+bwd %.3f ms  %.0f eff TF  S2-Triton %.2f ms  ratio %.2fx\n",
                c->name, c->batch, c->heads, (long long)(c->seq / 1024), c->block, c->local, c->stride,
-               d->spec.block_m, d->spec.block_n, d->spec.num_stages, bregs[0], bregs[1], bregs[2], ms[0],
-               fl / (ms[0] * 1e-3) / 1e12, ms[1], ms[2], 3.5 * fl / (ms[2] * 1e-3) / 1e12, peer, peer / ms[2]);
+               d->spec.bwd_wgmma > 0 ? "wgmma" : "mma", d->spec.block_m, d->spec.block_n, d->spec.num_stages, bregs[0], bregs[1], bregs[2], ms[0],
+               fl / (ms[0] * 1e-3) / 1e12, ms[1], ms[2], 3.5 * fl / (ms[2] * 1e-3) / 1e12, peer,
+               peer > 0 ? peer / ms[2] : NAN);
     }
     fflush(stdout);
     for (int i = 0; i < 8; i++)
@@ -252,14 +258,15 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
 int main(int argc, char **argv)
 {
     const char *want = NULL;
-    int reps = 20, block_n = 0, stages = 0;
+    int reps = 20, block_n = 0, stages = 0, wgmma = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--config")) want = argv[i + 1];
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--block-n")) block_n = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--num-stages")) stages = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--wgmma")) wgmma = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: bench_bwd [--config NAME,..] [--reps N] [--block-n N] [--num-stages N]\n");
+            fprintf(stderr, "usage: bench_bwd [--config NAME,..] [--reps N] [--block-n N] [--num-stages N] [--wgmma W]\n");
             return 2;
         }
     }
@@ -289,7 +296,7 @@ int main(int argc, char **argv)
            info->cc_major, info->cc_minor, s2_arch_name(arch), reps, h100 ? "H100" : "H200");
     for (int i = 0; i < NUM_CONFIGS; i++)
         if (!want || strstr(want, configs[i].name))
-            run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, h100);
+            run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, wgmma, h100);
     s2_device_free(dev);
     s2_ctx_free(ctx);
     return 0;

@@ -86,6 +86,10 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
 
     if (s2_fwd_spec_wants_tma(spec))
         return resolve_tma(ctx, spec, p);
+    bool wg_ok = bwd && spec->arch == S2_ARCH_SM90A && (spec->head_dim == 64 || spec->head_dim == 128);
+    if (!wg_ok && spec->bwd_wgmma > 0)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the wgmma backward needs sm_90a and head_dim 64 or 128");
+
     if (spec->persistent > 0)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: a persistent grid needs the sm_90a forward template");
     spec->persistent = 0;
@@ -104,9 +108,12 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
      * and 3 stages were all slower); for block-16 patterns (Merge-Q) a key
      * tile of one pattern block (block_n 16) beat 32 and 64, as a tile's
      * columns then carry no dead vertical-stripe keys.  Other head dims
-     * follow the same rule, unmeasured. */
+     * follow the same rule, unmeasured.  The wgmma backward's dQ kernel on
+     * Merge-Q measured 3% faster with 32 than 16 (one H200 run, 2026-11-22:
+     * m64n16 wgmmas are short). */
+    bool wg = wg_ok && spec->bwd_wgmma >= 0 && spec->num_warps == 4;
     if (spec->block_n == 0)
-        spec->block_n = p->block_size <= 16 ? 16 : 64;
+        spec->block_n = p->block_size <= 16 ? (wg ? 32 : 16) : 64;
     if (!pow2_in(spec->block_n, 16, 128))
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: block_n %d (16, 32, 64 or 128)", spec->block_n);
     if (spec->num_stages == 0)
@@ -120,6 +127,13 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: tile %d x %d holds %d sub-blocks of block %d (at most 64)",
                        spec->block_m, bwd && sub_m > sub_n ? spec->block_m : spec->block_n,
                        sub_m * (bwd && sub_m > sub_n ? sub_m : sub_n), bs);
+    /* The wgmma backward bodies (one warpgroup: 4 warps, block_m 64) on
+     * sm_90a by default: the backward measured 1.6-2.1x faster than the
+     * mma.sync one on the block-64 rows, 1.46x on Merge-Q (H200,
+     * bench/RESULTS.md, 2026-11-22). */
+    if (spec->bwd_wgmma > 0 && spec->num_warps != 4)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the wgmma backward runs one warpgroup (block_m 64, 4 warps)");
+    spec->bwd_wgmma = !wg_ok ? 0 : wg ? 1 : -1;
     int smem = bwd ? s2_bwd_smem_bytes(p, spec) : s2_fwd_smem_bytes(p, spec);
     if (smem > smem_limit(spec->arch))
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: %d bytes of shared memory exceed %s's %d", smem,

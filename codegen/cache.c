@@ -15,7 +15,7 @@ enum { HEADER_SIZE = 80, OFF_VERSION = 4, OFF_KEY = 8, OFF_LENGTH = 40, OFF_SUM 
 static const char MAGIC[4] = {'S', '2', 'C', 'K'};
 
 /* A new field in s2_kernel_spec must also go into the key (hash_spec). */
-_Static_assert(sizeof(s2_kernel_spec) == 9 * sizeof(int), "s2_kernel_spec changed: update hash_spec");
+_Static_assert(sizeof(s2_kernel_spec) == 10 * sizeof(int), "s2_kernel_spec changed: update hash_spec");
 
 struct s2_cache {
     char *dir;
@@ -52,10 +52,10 @@ static void hash_str(s2_sha256 *h, char tag, const char *s) { hash_field(h, tag,
 
 static void hash_spec(s2_sha256 *h, const s2_kernel_spec *s)
 {
-    const int64_t v[9] = {s->kind, s->dtype, s->head_dim, s->arch,
-                          s->block_m, s->block_n, s->num_warps, s->num_stages, s->persistent};
-    uint8_t bytes[9 * 8];
-    for (int i = 0; i < 9; i++)
+    const int64_t v[10] = {s->kind, s->dtype, s->head_dim, s->arch,
+                           s->block_m, s->block_n, s->num_warps, s->num_stages, s->persistent, s->bwd_wgmma};
+    uint8_t bytes[10 * 8];
+    for (int i = 0; i < 10; i++)
         put_le(bytes + 8 * i, 8, (uint64_t)v[i]);
     hash_field(h, 'S', bytes, sizeof bytes);
 }

@@ -174,6 +174,8 @@ void s2_nv_named_barrier(s2_cg *cg, int id, int threads, bool arrive_only);
 /* a `ptr byval([16 x i64]) align 64 "nvvm.grid_constant"` kernel parameter (§8.1) */
 void s2_nv_param_tensormap(s2_cg *cg, LLVMValueRef fn, unsigned param);
 LLVMTypeRef s2_nv_tensormap_type(s2_cg *cg);
+/* fence.proxy.async.shared::cta: generic shared writes -> wgmma reads */
+void s2_nv_fence_proxy_async(s2_cg *cg);
 
 /* ---- attention templates (templates/) and the manifest global ---- */
 /* Dynamic shared memory of the forward kernel for a resolved spec. */

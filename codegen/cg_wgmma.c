@@ -299,3 +299,11 @@ void s2_nv_param_tensormap(s2_cg *cg, LLVMValueRef fn, unsigned param)
     LLVMAddAttributeAtIndex(fn, param + 1, LLVMCreateEnumAttribute(cg->llctx, align, 64));
     LLVMAddAttributeAtIndex(fn, param + 1, LLVMCreateStringAttribute(cg->llctx, "nvvm.grid_constant", 18, "", 0));
 }
+
+/* Make this thread's generic-proxy writes to shared memory (st.shared,
+ * cp.async after its wait) visible to the async proxy (wgmma operands),
+ * before the barrier that publishes them (GPU-KERNEL-FACTS §3.5). */
+void s2_nv_fence_proxy_async(s2_cg *cg)
+{
+    asm_call(cg, cg->t_void, "fence.proxy.async.shared::cta;", "", NULL, 0);
+}

@@ -90,6 +90,8 @@ s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *ke
         s2_buf_printf(&b, "kernel.block_m %d\nkernel.block_n %d\nkernel.num_warps %d\nkernel.num_stages %d\n",
                       k->spec.block_m, k->spec.block_n, k->spec.num_warps, k->spec.num_stages);
         s2_buf_printf(&b, "kernel.threads %d\nkernel.smem %d\n", k->threads, k->smem_bytes);
+        if (k->spec.kind == S2_KERNEL_BWD && k->spec.bwd_wgmma != 0)
+            s2_buf_printf(&b, "kernel.bwd_wgmma %d\n", k->spec.bwd_wgmma);
         if (k->abi == S2_FWD_ABI_TMA)
             s2_buf_puts(&b, "kernel.abi tma\n");
         else if (k->abi == S2_FWD_ABI_TMA_PERSISTENT)

@@ -27,56 +27,7 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Kernel parameters, in ABI order (shared by the three kernels). */
-enum {
-    P_Q, P_K, P_V, P_O, P_DO, P_LSE, P_DLSE, P_DELTA, P_LSE2, P_DQ, P_DK, P_DV,
-    P_QS, P_KS = P_QS + 3, P_VS = P_KS + 3, P_OS = P_VS + 3, P_DOS = P_OS + 3,
-    P_DQS = P_DOS + 3, P_DKS = P_DQS + 3, P_DVS = P_DKS + 3,
-    P_QLEN = P_DVS + 3, P_KVLEN, P_SCALE_LOG2,
-    P_CLASS, P_OFFSETS, P_ENTRIES, P_FIRST_Q_TILE, P_Q_TILES,
-    P_TCLASS, P_TOFFSETS, P_TENTRIES, P_KV_TILES,
-    P_COUNT
-};
-
-enum { MAX_D = 128, MAX_N = 16 };
-
-typedef struct bwd_shape {
-    s2_dtype dt;
-    int D, chunks, row_bytes;
-    int BM;                      /* query tile (both kernels) */
-    int BN;                      /* key tile of the dQ kernel */
-    int KB;                      /* key tile of the dK/dV kernel: 16 per warp */
-    int warps, threads, stages;
-    int group, heads;
-    bool causal;
-    int f_sub_m_log2, f_sub_n_size, f_sub_n;  /* forward schedule, BM x BN */
-    int t_sub_m_size, t_sub_n_log2, t_sub_n;  /* transposed schedule, BM x KB */
-    int qc;                      /* dK/dV kernel: query columns per chunk (register budget) */
-    /* shared memory (bytes) */
-    int dq_q_off, dq_do_off, dq_stage0, dq_stage_bytes;
-    int kv_k_off, kv_v_off, kv_stage0, kv_stage_bytes, kv_lse_off;
-} bwd_shape;
-
-typedef struct bwd {
-    s2_cg *cg;
-    LLVMBuilderRef b;
-    bwd_shape s;
-    LLVMValueRef fn;
-    LLVMBasicBlockRef entry_bb;
-    LLVMValueRef tid, warp, lane, g, t4;        /* i32 */
-    LLVMValueRef batch;                         /* i64 */
-    LLVMValueRef q_len, kv_len, q_start;        /* i32 */
-    LLVMValueRef scale_log2;                    /* f32 */
-    LLVMValueRef a_row, a_lc, b_row, b_lc, bt_row, bt_lc; /* ldmatrix lane rows / chunks */
-} bwd;
-
-static LLVMValueRef c32(bwd *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
-static LLVMValueRef c64(bwd *k, long long v) { return LLVMConstInt(k->cg->t_i64, (unsigned long long)v, 1); }
-static LLVMValueRef cf(bwd *k, double v) { return LLVMConstReal(k->cg->t_f32, v); }
-static LLVMValueRef param(bwd *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
-static LLVMValueRef sext64(bwd *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, v, k->cg->t_i64, ""); }
-static LLVMValueRef add(bwd *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildAdd(k->b, a, b, ""); }
-static LLVMValueRef mul(bwd *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildMul(k->b, a, b, ""); }
+#include "bwd_internal.h"
 
 /* ---- shared-memory tiles ([rows][D] of 16-bit, 16-byte chunks swizzled as
  *      in the forward: chunk ^= row & 7, or (row >> 1) & 3 for 4 chunks) ---- */
@@ -88,6 +39,20 @@ static LLVMValueRef swizzle(bwd *k, LLVMValueRef row, LLVMValueRef chunk)
         ? LLVMBuildXor(b, chunk, LLVMBuildAnd(b, row, c32(k, 7), ""), "")
         : LLVMBuildXor(b, chunk, LLVMBuildAnd(b, LLVMBuildLShr(b, row, c32(k, 1), ""), c32(k, 3), ""), "");
     return add(k, mul(k, row, c32(k, k->s.row_bytes)), LLVMBuildShl(b, sw, c32(k, 4), ""));
+}
+
+/* Byte offset of (row r, 16-byte chunk ch) in a tile of `rows` rows.  The
+ * wgmma layout (sm_90a) stores 64-column blocks of 128-byte rows, one after
+ * the other, with the 128-byte swizzle (chunk ^= row & 7), which is what the
+ * wgmma descriptors of templates/bwd_sm90.c read. */
+static LLVMValueRef tile_off(bwd *k, int rows, LLVMValueRef r, LLVMValueRef ch)
+{
+    if (!k->s.wg)
+        return swizzle(k, r, ch);
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef blk = mul(k, LLVMBuildLShr(b, ch, c32(k, 3), ""), c32(k, rows * 128));
+    LLVMValueRef sw = LLVMBuildXor(b, LLVMBuildAnd(b, ch, c32(k, 7), ""), LLVMBuildAnd(b, r, c32(k, 7), ""), "");
+    return add(k, blk, add(k, LLVMBuildShl(b, r, c32(k, 7), ""), LLVMBuildShl(b, sw, c32(k, 4), "")));
 }
 
 /* ldmatrix address: row lane_row + row0, chunk lc + ch0, with row0 a multiple
@@ -217,7 +182,7 @@ static void load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, L
         LLVMValueRef off = add(k, mul(k, sext64(k, trow), rstride),
                                LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), k->cg->t_i64, ""));
         off = LLVMBuildSelect(b, ok, add(k, slice, off), slice, "");
-        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, add(k, dst, swizzle(k, r, ch))), gep16(k, base, off),
+        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, add(k, dst, tile_off(k, rows, r, ch))), gep16(k, base, off),
                           LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
         if (partial)
             s2_nv_if_end(k->cg, &guard);
@@ -253,7 +218,7 @@ static void load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVM
 /* ---- schedule lists ---- */
 
 /* Field of entry e of `entries`: byte offset 0 tile, 4 flags, 8 live. */
-static LLVMValueRef entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int field_off, LLVMTypeRef ty)
+LLVMValueRef bwd_entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int field_off, LLVMTypeRef ty)
 {
     LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
     LLVMValueRef off = add(k, mul(k, sext64(k, e), c64(k, (long long)sizeof(s2_dev_entry))), c64(k, field_off));
@@ -286,14 +251,8 @@ static void list_bounds(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LL
  * columns queries.  A pair is kept when its sub-block pair is live, kpos <
  * kv_len and, causal, kpos <= qpos.  Masked scores become -inf.  FULL entries
  * skip all of it. */
-typedef struct mask_geom {
-    bool transposed;
-    int row_sub_log2;            /* log2 tokens per sub-block along rows */
-    int col_sub_size;            /* tokens per sub-block along columns */
-    int sub_n;                   /* key sub-blocks per tile (bit layout) */
-} mask_geom;
 
-static void apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntiles, int col0_const,
+void bwd_apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntiles, int col0_const,
                        LLVMValueRef flags, LLVMValueRef live, LLVMValueRef row_pos0, LLVMValueRef col_pos0)
 {
     s2_cg *cg = k->cg;
@@ -351,9 +310,8 @@ static void apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int nt
 
 /* P = exp2(S·scale_log2 - lse2) and dS = P ∘ (dP - delta), in place; lse2
  * and delta of value (n, i) from stat(). */
-typedef void (*stat_fn)(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
 
-static void probs_and_ds(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int ntiles, stat_fn stat, void *user)
+void bwd_probs_and_ds(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int ntiles, stat_fn stat, void *user)
 {
     for (int n = 0; n < ntiles; n++)
         for (int i = 0; i < 4; i++) {
@@ -365,7 +323,6 @@ static void probs_and_ds(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int
 }
 
 /* ---- the cp.async ring (§2.1): one group per entry ---- */
-typedef void (*entry_fn)(bwd *k, LLVMValueRef e, LLVMValueRef stage_off, void *user);
 
 static void prefetch(bwd *k, LLVMValueRef e, LLVMValueRef end, LLVMValueRef stage, int stage0, int stage_bytes,
                      entry_fn issue, void *user)
@@ -397,12 +354,16 @@ static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int stage0, i
         /* one barrier per entry: it publishes stage i and tells that every
          * warp is done with entry i-1, whose stage the prefetch refills */
         s2_nv_cp_async_wait(cg, S - 2);
+        if (k->s.wg)
+            s2_nv_fence_proxy_async(cg);   /* the copies are read by wgmma (async proxy) */
         s2_nv_barrier_cta(cg);
         prefetch(k, add(k, e, c32(k, S - 1)), end, LLVMBuildURem(b, add(k, i, c32(k, S - 1)), c32(k, S), ""),
                  stage0, stage_bytes, issue, user);
     } else {
         prefetch(k, e, end, c32(k, 0), stage0, stage_bytes, issue, user);
         s2_nv_cp_async_wait(cg, 0);
+        if (k->s.wg)
+            s2_nv_fence_proxy_async(cg);
         s2_nv_barrier_cta(cg);
     }
     LLVMValueRef soff = add(k, c32(k, stage0), mul(k, LLVMBuildURem(b, i, c32(k, S), ""), c32(k, stage_bytes)));
@@ -568,23 +529,17 @@ static void build_pre(bwd *k)
 
 /* ---- NAME_dq ---- */
 
-typedef struct dq_state {
-    LLVMValueRef tile_pos0;
-    LLVMValueRef kslice, vslice, entries;
-    LLVMValueRef lse2[2], delta[2];
-    LLVMValueRef (*acc)[4];
-} dq_state;
 
 static void dq_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     dq_state *ds = user;
-    LLVMValueRef kpos0 = mul(k, entry_field(k, ds->entries, e, 0, k->cg->t_i32), c32(k, k->s.BN));
+    LLVMValueRef kpos0 = mul(k, bwd_entry_field(k, ds->entries, e, 0, k->cg->t_i32), c32(k, k->s.BN));
     load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, kpos0, false);
     load_tile(k, k->s.BN, param(k, P_V), ds->vslice, param(k, P_VS + 1), add(k, soff, c32(k, k->s.BN * k->s.row_bytes)),
               kpos0, false);
 }
 
-static void dq_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user)
+void bwd_dq_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user)
 {
     (void)n;
     dq_state *ds = user;
@@ -600,11 +555,11 @@ static void dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     LLVMValueRef sc[MAX_N][4], dp[MAX_N][4];
     mma_abt(k, c32(k, k->s.dq_q_off), soff, 0, NT, sc);
     mask_geom mg = {false, k->s.f_sub_m_log2, k->s.f_sub_n_size, k->s.f_sub_n};
-    LLVMValueRef kpos0 = mul(k, entry_field(k, ds->entries, e, 0, k->cg->t_i32), c32(k, k->s.BN));
-    apply_mask(k, &mg, sc, NT, 0, entry_field(k, ds->entries, e, 4, k->cg->t_i32),
-               entry_field(k, ds->entries, e, 8, k->cg->t_i64), ds->tile_pos0, kpos0);
+    LLVMValueRef kpos0 = mul(k, bwd_entry_field(k, ds->entries, e, 0, k->cg->t_i32), c32(k, k->s.BN));
+    bwd_apply_mask(k, &mg, sc, NT, 0, bwd_entry_field(k, ds->entries, e, 4, k->cg->t_i32),
+               bwd_entry_field(k, ds->entries, e, 8, k->cg->t_i64), ds->tile_pos0, kpos0);
     mma_abt(k, c32(k, k->s.dq_do_off), vst, 0, NT, dp);
-    probs_and_ds(k, sc, dp, NT, dq_stat, ds);
+    bwd_probs_and_ds(k, sc, dp, NT, bwd_dq_stat, ds);
     mma_xy(k, dp, NT, soff, 0, ds->acc);
 }
 
@@ -645,35 +600,27 @@ static void build_dq(bwd *k)
         ds.lse2[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_LSE2), idx, 4), cf(k, 0.0), "");
         ds.delta[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_DELTA), idx, 4), cf(k, 0.0), "");
     }
-    pipeline(k, begin, end, k->s.dq_stage0, k->s.dq_stage_bytes, dq_issue, dq_compute, &ds);
+    pipeline(k, begin, end, k->s.dq_stage0, k->s.dq_stage_bytes, dq_issue, k->s.wg ? bwd_wg_dq_compute : dq_compute,
+             &ds);
     store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
     LLVMBuildRetVoid(b);
 }
 
 /* ---- NAME_dkdv ---- */
 
-typedef struct kv_state {
-    LLVMValueRef kpos0;
-    LLVMValueRef qslice, doslice, rowbase, entries;   /* of the current query head */
-    LLVMValueRef warp_rows;                           /* i64 mask: live bits of this warp's key sub-block */
-    LLVMValueRef warp_shift;                          /* i64: its index */
-    LLVMValueRef (*dk)[4], (*dv)[4];
-    LLVMValueRef stats;                               /* shared offset of lse2/delta of the stage in use */
-    int chunk0;
-} kv_state;
 
 static void kv_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     kv_state *ks = user;
     int tb = k->s.BM * k->s.row_bytes;
-    LLVMValueRef qpos0 = mul(k, entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
+    LLVMValueRef qpos0 = mul(k, bwd_entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
     load_tile(k, k->s.BM, param(k, P_Q), ks->qslice, param(k, P_QS + 1), soff, qpos0, true);
     load_tile(k, k->s.BM, param(k, P_DO), ks->doslice, param(k, P_DOS + 1), add(k, soff, c32(k, tb)), qpos0, true);
     load_row_stats(k, qpos0, ks->rowbase, add(k, soff, c32(k, k->s.kv_lse_off)));
 }
 
 /* lse2 / delta of query column chunk0 + 8n + 2t + (i & 1), from the stage. */
-static void kv_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user)
+void bwd_kv_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user)
 {
     kv_state *ks = user;
     LLVMValueRef c = add(k, LLVMBuildShl(k->b, k->t4, c32(k, 1), ""), c32(k, ks->chunk0 + 8 * n + (i & 1)));
@@ -688,9 +635,9 @@ static void kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     LLVMBuilderRef b = k->b;
     LLVMValueRef qt = soff, dot = add(k, soff, c32(k, k->s.BM * k->s.row_bytes));
     ks->stats = add(k, soff, c32(k, k->s.kv_lse_off));
-    LLVMValueRef flags = entry_field(k, ks->entries, e, 4, k->cg->t_i32);
-    LLVMValueRef live = entry_field(k, ks->entries, e, 8, k->cg->t_i64);
-    LLVMValueRef qpos0 = mul(k, entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
+    LLVMValueRef flags = bwd_entry_field(k, ks->entries, e, 4, k->cg->t_i32);
+    LLVMValueRef live = bwd_entry_field(k, ks->entries, e, 8, k->cg->t_i64);
+    LLVMValueRef qpos0 = mul(k, bwd_entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
     /* a warp whose key sub-block no query of the entry keeps has nothing to add */
     s2_nv_if skip = {0};
     if (ks->warp_rows) {
@@ -703,14 +650,40 @@ static void kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
         LLVMValueRef sc[MAX_N][4], dp[MAX_N][4];
         ks->chunk0 = c0;
         mma_abt(k, c32(k, k->s.kv_k_off), qt, c0, NT, sc);
-        apply_mask(k, &mg, sc, NT, c0, flags, live, ks->kpos0, qpos0);
+        bwd_apply_mask(k, &mg, sc, NT, c0, flags, live, ks->kpos0, qpos0);
         mma_abt(k, c32(k, k->s.kv_v_off), dot, c0, NT, dp);
-        probs_and_ds(k, sc, dp, NT, kv_stat, ks);
+        bwd_probs_and_ds(k, sc, dp, NT, bwd_kv_stat, ks);
         mma_xy(k, sc, NT, dot, c0, ks->dv);
         mma_xy(k, dp, NT, qt, c0, ks->dk);
     }
     if (ks->warp_rows)
         s2_nv_if_end(k->cg, &skip);
+}
+
+/* CTAs start in launch order (x fastest), so with the grid read as is, the
+ * last wave holds every key tile of the last heads and batches, the heavy
+ * ones with the rest, and the GPU idles behind them (ncu: SMs active 84% of
+ * the dK/dV kernel at 8K, b64; 98.5% with this order, 1.01 -> 0.86 ms; but
+ * the 2,32,16K L16 V8 row lost 6%: fewer concurrent CTAs share a head's
+ * query tiles in L2).  Read the linear CTA index instead key tile
+ * major: all (kv head, batch) pairs of key tile 0 first, ... — key tiles in
+ * increasing order, which for causal patterns (queries at or after their
+ * keys) is longest list first, so the tail is made of short ones.  Sets
+ * *kvh32 and k->batch; returns the key tile. */
+static LLVMValueRef remap_key_tile(bwd *k, LLVMValueRef *kvh32)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int hkv = k->s.heads / k->s.group;
+    LLVMValueRef nz = s2_nv_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.nctaid.z", cg->t_i32, NULL, 0, NULL);
+    LLVMValueRef nx = s2_nv_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.nctaid.x", cg->t_i32, NULL, 0, NULL);
+    LLVMValueRef lin = add(k, s2_nv_ctaid(cg, 'x'),
+                           mul(k, nx, add(k, s2_nv_ctaid(cg, 'y'), mul(k, c32(k, hkv), s2_nv_ctaid(cg, 'z')))));
+    LLVMValueRef per = mul(k, c32(k, hkv), nz);
+    LLVMValueRef hb = LLVMBuildURem(b, lin, per, "hb");
+    *kvh32 = LLVMBuildURem(b, hb, c32(k, hkv), "kvh");
+    k->batch = LLVMBuildZExt(b, LLVMBuildUDiv(b, hb, c32(k, hkv), ""), cg->t_i64, "batch");
+    return LLVMBuildUDiv(b, lin, per, "kt");
 }
 
 static void build_dkdv(bwd *k)
@@ -720,6 +693,8 @@ static void build_dkdv(bwd *k)
     const bwd_shape *s = &k->s;
     LLVMValueRef kt = s2_nv_ctaid(cg, 'x');
     LLVMValueRef kvh32 = s2_nv_ctaid(cg, 'y');
+    if (s->wg)
+        kt = remap_key_tile(k, &kvh32);
     LLVMValueRef kvh64 = LLVMBuildZExt(b, kvh32, cg->t_i64, "kv_head");
     kv_state ks = {0};
     ks.kpos0 = mul(k, kt, c32(k, s->KB));
@@ -729,7 +704,8 @@ static void build_dkdv(bwd *k)
     new_acc(k, dv, "dv");
     ks.dk = dk;
     ks.dv = dv;
-    if (s->t_sub_n > 1) {
+    /* (a warpgroup's wgmma needs all four warps: no per-warp skip there) */
+    if (s->t_sub_n > 1 && !s->wg) {
         /* the warp's 16 key rows lie in key sub-block 16·warp / sub_n_size */
         unsigned long long rows = 0;
         for (int i = 0; i < s->BM / s->t_sub_m_size; i++)
@@ -753,7 +729,7 @@ static void build_dkdv(bwd *k)
     ks.rowbase = mul(k, add(k, mul(k, k->batch, c64(k, s->heads)), h64), sext64(k, k->q_len));
     LLVMValueRef begin, end;
     list_bounds(k, P_TCLASS, P_TOFFSETS, h64, param(k, P_KV_TILES), kt, &begin, &end);
-    pipeline(k, begin, end, s->kv_stage0, s->kv_stage_bytes, kv_issue, kv_compute, &ks);
+    pipeline(k, begin, end, s->kv_stage0, s->kv_stage_bytes, kv_issue, s->wg ? bwd_wg_kv_compute : kv_compute, &ks);
     s2_nv_loop_end(cg, &heads, NULL);
 
     s2_nv_cp_async_wait(cg, 0);
@@ -782,6 +758,7 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->group = p->heads / p->kv_heads;
     s->heads = p->heads;
     s->causal = p->causal;
+    s->wg = spec->bwd_wgmma > 0;
     int bs = p->block_size;
     s->f_sub_m_log2 = s2_log2i(bs < s->BM ? bs : s->BM);
     s->f_sub_n_size = bs < s->BN ? bs : s->BN;

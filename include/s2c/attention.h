@@ -46,6 +46,11 @@ typedef struct s2_kernel_spec {
      * (S2_FWD_ABI_TMA_PERSISTENT), -1 one CTA per (q tile, head, batch);
      * 0 = heuristic (resolved to -1 there, the faster measured, and 0 on the other paths) */
     int persistent;
+    /* sm_90a backward, head_dim 64 or 128: 1 the wgmma dK/dV and dQ bodies
+     * (templates/bwd_sm90.c), -1 the mma.sync ones; 0 = heuristic (resolved
+     * to 1 there when num_warps is 4, else -1; 0 on the other paths).  Same
+     * kernels, parameters and launch either way. */
+    int bwd_wgmma;
 } s2_kernel_spec;
 
 /* Fill the zero tunables of *spec for pattern p and check the result:
@@ -198,7 +203,8 @@ typedef struct s2_manifest s2_manifest;
  *                             kernel.dtype, kernel.head_dim, kernel.block_m, kernel.block_n,
  *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem,
  *                             kernel.abi (ptrs|tma|tma_persistent; written only for the latter two),
- *                             kernel.seqinfo 1 (forward kernels with the seqinfo parameter)
+ *                             kernel.seqinfo 1 (forward kernels with the seqinfo parameter),
+ *                             kernel.bwd_wgmma (1|-1; backward on sm_90a only, absent: 0)
  *   pattern NAME              starts a pattern; then pattern.heads, .kv_heads, .block_size,
  *                             .causal, .max_seq_len, .vert_position (absolute|relative),
  *                             .local L R, .vert_stride, .head_sliding STEP AUTO OFFSET,

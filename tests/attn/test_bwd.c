@@ -1,5 +1,5 @@
 /* The backward module without a GPU: block-16 (Merge-Q) and block-64
- * patterns x d64/d128 x bf16/f16 x sm_80/sm_90a assemble with zero spills,
+ * patterns x d64/d128 x bf16/f16 x sm_80/sm_90a/sm_90a-wgmma assemble with zero spills,
  * hold the three kernels, and the manifest records kind bwd. */
 #include "patterns.h"
 #include "s2c/attention.h"
@@ -10,10 +10,11 @@
 #include <string.h>
 
 static const int pats[] = {0, 1, 2, 3};   /* causal b64, Merge-Q b16, bidirectional b64, GQA 32/8 b32 */
-static const s2_arch archs[] = {S2_ARCH_SM80, S2_ARCH_SM90A};
+static const s2_arch archs[] = {S2_ARCH_SM80, S2_ARCH_SM90A, S2_ARCH_SM90A};
+static const int wgmma[] = {0, -1, 1};   /* spec.bwd_wgmma */
 static const int dims[] = {64, 128};
 static const s2_dtype dtypes[] = {S2_DTYPE_BF16, S2_DTYPE_F16};
-enum { NUM_PATS = 4, NUM_VARIANTS = NUM_PATS * 2 * 2 * 2 };
+enum { NUM_PATS = 4, NUM_VARIANTS = NUM_PATS * 2 * 2 * 3 };
 
 static const s2_kernel_info *find_kernel(const s2_artifact *art, const char *suffix)
 {
@@ -39,7 +40,9 @@ START_TEST(bwd_assembles_without_spills)
     s2_pattern_set *set = NULL;
     ck_assert_msg(s2_pattern_from_args(ctx, &a, &set) == S2_OK, "%s", s2_ctx_message(ctx));
     const s2_pattern *p = s2_pattern_set_get(set, 0);
-    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = dt, .head_dim = D, .arch = arch};
+    bool wg = wgmma[v / NUM_PATS / 4] > 0;
+    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = dt, .head_dim = D, .arch = arch,
+                           .bwd_wgmma = wgmma[v / NUM_PATS / 4]};
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_PTXAS, &art) == S2_OK, "%s d%d %s %s: %s", p->name, D,
                   s2_dtype_name(dt), s2_arch_name(arch), s2_ctx_message(ctx));
@@ -48,16 +51,26 @@ START_TEST(bwd_assembles_without_spills)
     for (int i = 0; i < 3; i++) {
         const s2_kernel_info *ki = find_kernel(art, parts[i]);
         ck_assert_msg(ki != NULL, "no kernel *%s in %s", parts[i], art->name);
-        printf("%-14s d%-3d %-4s %-6s bm%d bn%d %-5s: %3d regs, spill %d/%d, stack %d, smem %d\n", p->name, D,
-               s2_dtype_name(dt), s2_arch_name(arch), art->spec.block_m, art->spec.block_n, parts[i] + 1,
+        printf("%-14s d%-3d %-4s %-6s%s bm%d bn%d %-5s: %3d regs, spill %d/%d, stack %d, smem %d\n", p->name, D,
+               s2_dtype_name(dt), s2_arch_name(arch), wg ? "-wg" : "", art->spec.block_m, art->spec.block_n, parts[i] + 1,
                ki->registers, ki->spill_stores, ki->spill_loads, ki->stack_frame, art->smem_bytes);
         ck_assert_msg(ki->registers > 0, "no resource line for %s:\n%s", ki->name, art->log);
         ck_assert_msg(ki->spill_stores == 0 && ki->spill_loads == 0 && ki->stack_frame == 0,
                       "%s spills: %d/%d stack %d", ki->name, ki->spill_stores, ki->spill_loads, ki->stack_frame);
     }
     ck_assert_msg(strncmp(art->name, "s2_bwd_", 7) == 0, "name %s", art->name);
-    ck_assert_ptr_nonnull(strstr(art->ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
-    ck_assert_ptr_nonnull(strstr(art->ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+    ck_assert_int_eq(art->spec.bwd_wgmma, wg ? 1 : arch == S2_ARCH_SM90A ? -1 : 0);
+    if (wg) {
+        ck_assert_ptr_nonnull(strstr(art->ptx, "wgmma.mma_async.sync.aligned.m64n"));
+        ck_assert_ptr_nonnull(strstr(art->ptx, "fence.proxy.async.shared::cta"));
+        ck_assert_ptr_null(strstr(art->ptx, "mma.sync.aligned"));
+        /* ptxas serialises a wgmma batch whose registers are touched in flight (C7513/C7517/C7519) */
+        ck_assert_msg(!art->log || !strstr(art->log, "wgmma"), "%s: %s", art->name, art->log);
+    } else {
+        ck_assert_ptr_nonnull(strstr(art->ptx, "mma.sync.aligned.m16n8k16.row.col.f32"));
+        ck_assert_ptr_nonnull(strstr(art->ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16"));
+        ck_assert_ptr_null(strstr(art->ptx, "wgmma."));
+    }
     ck_assert_ptr_nonnull(strstr(art->ptx, "cp.async.ca.shared.global"));
     /* deterministic by construction: no atomics or reductions to global memory */
     ck_assert_ptr_null(strstr(art->ptx, "\tatom."));
@@ -101,6 +114,24 @@ START_TEST(bwd_spec_limits)
     s2_kernel_spec big = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 128,
                           .num_stages = 4, .arch = S2_ARCH_SM80};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &big, p), S2_ERR_UNSUPPORTED);
+    /* the wgmma bodies: sm_90a default for d64/d128 with 4 warps, refused elsewhere */
+    s2_kernel_spec h = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h, p), S2_OK);
+    ck_assert_int_eq(h.bwd_wgmma, 1);
+    ck_assert_int_eq(h.block_n, 32);
+    s2_kernel_spec h8 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .num_warps = 8,
+                         .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h8, p), S2_OK);
+    ck_assert_int_eq(h8.bwd_wgmma, -1);
+    h8 = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .num_warps = 8,
+                          .arch = S2_ARCH_SM90A, .bwd_wgmma = 1};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h8, p), S2_ERR_UNSUPPORTED);
+    s2_kernel_spec h32 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 32, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h32, p), S2_OK);
+    ck_assert_int_eq(h32.bwd_wgmma, 0);
+    s2_kernel_spec a80 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .arch = S2_ARCH_SM80,
+                          .bwd_wgmma = 1};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &a80, p), S2_ERR_UNSUPPORTED);
     s2_kernel_spec bad = {.kind = (s2_kernel_kind)7, .dtype = S2_DTYPE_BF16, .head_dim = 64};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &bad, p), S2_ERR_UNSUPPORTED);
     s2_pattern_set_free(set);

@@ -6,7 +6,8 @@
  * launches pre -> dkdv -> dq, and compares each of dq, dk, dv (relative
  * Frobenius error: 2e-2 bf16, 5e-3 f16).  Every case runs twice on fresh
  * poisoned outputs, and the two results must be bitwise identical.
- * One case goes through the runtime, s2_attn_backward.
+ * One case goes through the runtime, s2_attn_backward.  On sm_90a every case
+ * runs on both bodies: mma.sync (spec.bwd_wgmma = -1) and wgmma (1, templates/bwd_sm90.c).
  * S2C_BWD_CASES=substring filters cases; S2C_FWD_ARCH=sm_80 compiles for
  * that arch and loads the PTX (JIT by the driver).  Exits 77 without a GPU. */
 #include "patterns.h"
@@ -59,7 +60,7 @@ typedef struct case_result {
     uint64_t seed;
 } case_result;
 
-static case_result results[NUM_CASES];
+static case_result results[2 * NUM_CASES];   /* [path][case], path 1 = wgmma */
 static uint64_t base_seed;
 static s2_arch dev_arch;
 static bool load_ptx;
@@ -185,12 +186,16 @@ static void upload(s2_ctx *ctx, s2_device *dev, s2_devptr *d, const void *host, 
     ck_assert_msg(s2_memcpy_h2d(ctx, dev, *d, host, bytes) == S2_OK, "%s", s2_ctx_message(ctx));
 }
 
-static void run_case(int ci)
+static void run_case(int vi)
 {
+    int ci = vi % NUM_CASES;
+    bool wg = vi >= NUM_CASES;
     const bwd_case *c = &cases[ci];
-    case_result *res = &results[ci];
+    case_result *res = &results[vi];
     const char *filter = getenv("S2C_BWD_CASES");
     if (filter && !strstr(c->name, filter))
+        return;
+    if (wg && dev_arch != S2_ARCH_SM90A)
         return;
     /* the runtime loads cubins only (the manifest lives in the ELF) */
     if (c->runtime && load_ptx)
@@ -206,7 +211,8 @@ static void run_case(int ci)
     const int B = c->batch, H = p->heads, HK = p->kv_heads, D = c->head_dim;
     const int64_t SQ = c->q_len, SK = c->kv_len;
 
-    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = c->dt, .head_dim = D, .arch = dev_arch};
+    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = c->dt, .head_dim = D, .arch = dev_arch,
+                           .bwd_wgmma = wg ? 1 : -1};
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
                   s2_ctx_message(ctx));
@@ -407,13 +413,14 @@ END_TEST
 
 static void print_summary(void)
 {
-    printf("\n%-36s %-5s %4s %4s %4s %9s %9s %9s %5s %s\n", "case", "dtype", "pre", "dq", "dkdv", "dq_err", "dk_err",
+    printf("\n%-36s %-5s %-5s %4s %4s %4s %9s %9s %9s %5s %s\n", "case", "path", "dtype", "pre", "dq", "dkdv", "dq_err", "dk_err",
            "dv_err", "bitw", "result");
-    for (int i = 0; i < NUM_CASES; i++) {
+    for (int i = 0; i < 2 * NUM_CASES; i++) {
         const case_result *r = &results[i];
         if (!r->ran)
             continue;
-        printf("%-36s %-5s %4d %4d %4d %9.2e %9.2e %9.2e %5s %s\n", cases[i].name, s2_dtype_name(cases[i].dt),
+        printf("%-36s %-5s %-5s %4d %4d %4d %9.2e %9.2e %9.2e %5s %s\n", cases[i % NUM_CASES].name, i < NUM_CASES ? "mma" : "wgmma",
+               s2_dtype_name(cases[i % NUM_CASES].dt),
                r->regs[0], r->regs[1], r->regs[2], r->err[0], r->err[1], r->err[2], r->same ? "same" : "DIFF",
                r->ok && r->same ? "PASS" : "FAIL");
     }
@@ -457,7 +464,7 @@ int main(void)
     Suite *s = suite_create("attn_bwd_gpu");
     TCase *tc = tcase_create("bwd");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, bwd_matches_reference, 0, NUM_CASES);
+    tcase_add_loop_test(tc, bwd_matches_reference, 0, 2 * NUM_CASES);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_set_fork_status(sr, CK_NOFORK);

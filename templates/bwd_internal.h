@@ -1,0 +1,100 @@
+/* Internal to the backward templates (templates/bwd.c, templates/bwd_sm90.c):
+ * the builder state, the shapes and the helpers both use. */
+#ifndef S2C_BWD_INTERNAL_H
+#define S2C_BWD_INTERNAL_H
+
+#include "cg_internal.h"
+
+/* Kernel parameters, in ABI order (shared by the three kernels). */
+enum {
+    P_Q, P_K, P_V, P_O, P_DO, P_LSE, P_DLSE, P_DELTA, P_LSE2, P_DQ, P_DK, P_DV,
+    P_QS, P_KS = P_QS + 3, P_VS = P_KS + 3, P_OS = P_VS + 3, P_DOS = P_OS + 3,
+    P_DQS = P_DOS + 3, P_DKS = P_DQS + 3, P_DVS = P_DKS + 3,
+    P_QLEN = P_DVS + 3, P_KVLEN, P_SCALE_LOG2,
+    P_CLASS, P_OFFSETS, P_ENTRIES, P_FIRST_Q_TILE, P_Q_TILES,
+    P_TCLASS, P_TOFFSETS, P_TENTRIES, P_KV_TILES,
+    P_COUNT
+};
+
+enum { MAX_D = 128, MAX_N = 16 };
+
+typedef struct bwd_shape {
+    s2_dtype dt;
+    int D, chunks, row_bytes;
+    int BM;                      /* query tile (both kernels) */
+    int BN;                      /* key tile of the dQ kernel */
+    int KB;                      /* key tile of the dK/dV kernel: 16 per warp */
+    int warps, threads, stages;
+    int group, heads;
+    bool causal;
+    bool wg;                     /* sm_90a: wgmma bodies, tiles in the 128-byte-swizzle blocked layout */
+    int f_sub_m_log2, f_sub_n_size, f_sub_n;  /* forward schedule, BM x BN */
+    int t_sub_m_size, t_sub_n_log2, t_sub_n;  /* transposed schedule, BM x KB */
+    int qc;                      /* dK/dV kernel: query columns per chunk (register budget) */
+    /* shared memory (bytes) */
+    int dq_q_off, dq_do_off, dq_stage0, dq_stage_bytes;
+    int kv_k_off, kv_v_off, kv_stage0, kv_stage_bytes, kv_lse_off;
+} bwd_shape;
+
+typedef struct bwd {
+    s2_cg *cg;
+    LLVMBuilderRef b;
+    bwd_shape s;
+    LLVMValueRef fn;
+    LLVMBasicBlockRef entry_bb;
+    LLVMValueRef tid, warp, lane, g, t4;        /* i32 */
+    LLVMValueRef batch;                         /* i64 */
+    LLVMValueRef q_len, kv_len, q_start;        /* i32 */
+    LLVMValueRef scale_log2;                    /* f32 */
+    LLVMValueRef a_row, a_lc, b_row, b_lc, bt_row, bt_lc; /* ldmatrix lane rows / chunks */
+} bwd;
+
+static inline LLVMValueRef c32(bwd *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
+static inline LLVMValueRef c64(bwd *k, long long v) { return LLVMConstInt(k->cg->t_i64, (unsigned long long)v, 1); }
+static inline LLVMValueRef cf(bwd *k, double v) { return LLVMConstReal(k->cg->t_f32, v); }
+static inline LLVMValueRef param(bwd *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
+static inline LLVMValueRef sext64(bwd *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, v, k->cg->t_i64, ""); }
+static inline LLVMValueRef add(bwd *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildAdd(k->b, a, b, ""); }
+static inline LLVMValueRef mul(bwd *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildMul(k->b, a, b, ""); }
+
+typedef struct mask_geom {
+    bool transposed;
+    int row_sub_log2;            /* log2 tokens per sub-block along rows */
+    int col_sub_size;            /* tokens per sub-block along columns */
+    int sub_n;                   /* key sub-blocks per tile (bit layout) */
+} mask_geom;
+
+typedef void (*stat_fn)(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
+
+typedef void (*entry_fn)(bwd *k, LLVMValueRef e, LLVMValueRef stage_off, void *user);
+
+typedef struct dq_state {
+    LLVMValueRef tile_pos0;
+    LLVMValueRef kslice, vslice, entries;
+    LLVMValueRef lse2[2], delta[2];
+    LLVMValueRef (*acc)[4];
+} dq_state;
+
+typedef struct kv_state {
+    LLVMValueRef kpos0;
+    LLVMValueRef qslice, doslice, rowbase, entries;   /* of the current query head */
+    LLVMValueRef warp_rows;                           /* i64 mask: live bits of this warp's key sub-block */
+    LLVMValueRef warp_shift;                          /* i64: its index */
+    LLVMValueRef (*dk)[4], (*dv)[4];
+    LLVMValueRef stats;                               /* shared offset of lse2/delta of the stage in use */
+    int chunk0;
+} kv_state;
+
+LLVMValueRef bwd_entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int field_off, LLVMTypeRef ty);
+/* Token mask of scores sc[ntiles][4] (C layout: rows 16·warp + g + 8·hr,
+ * columns col0_const + 8n + 2t + e) unless the entry is FULL. */
+void bwd_apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntiles, int col0_const, LLVMValueRef flags,
+                    LLVMValueRef live, LLVMValueRef row_pos0, LLVMValueRef col_pos0);
+void bwd_probs_and_ds(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int ntiles, stat_fn stat, void *user);
+void bwd_kv_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
+void bwd_dq_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
+/* The wgmma entry bodies (templates/bwd_sm90.c), used when shape.wg is set. */
+void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
+void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
+
+#endif
