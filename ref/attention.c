@@ -17,6 +17,7 @@ typedef struct kv_source {
     const s2_tensor *k, *v;
     const int32_t *table; /* NULL: position kpos is row kpos of batch b */
     int64_t table_stride;
+    int64_t table_head_stride; /* 0: one table for every kv head */
     int64_t page_size;
 } kv_source;
 
@@ -120,7 +121,8 @@ static void load_kv(const job *j, scratch *w, int b, int g, int64_t kvl)
     for (int64_t pos = 0; pos < kvl; pos++) {
         int64_t tb = b, row = pos;
         if (src->table) {
-            tb = src->table[(int64_t)b * src->table_stride + pos / src->page_size];
+            tb = src->table[(int64_t)b * src->table_stride + (int64_t)g * src->table_head_stride
+                            + pos / src->page_size];
             row = pos % src->page_size;
         }
         load_row(src->k, tb, row, g, j->dim, w->k + pos * j->dim);
@@ -391,6 +393,11 @@ s2_status s2_ref_backward(s2_ctx *ctx, const s2_ref_problem *p, const s2_tensor 
     return run_backward(ctx, &j, q, o, d_out, lse, d_lse, dq, dk, dv);
 }
 
+static int64_t table_batch_stride(const s2_ref_paged_problem *p)
+{
+    return p->table_head_stride ? p->table_head_stride * p->kv_heads : p->max_pages_per_seq;
+}
+
 static s2_status job_from_paged(s2_ctx *ctx, const char *fn, const s2_ref_paged_problem *p, job *j)
 {
     if (!p)
@@ -405,6 +412,9 @@ static s2_status job_from_paged(s2_ctx *ctx, const char *fn, const s2_ref_paged_
     if (p->num_pages < 1 || p->max_pages_per_seq < 1)
         return s2_fail(ctx, S2_ERR_INVALID, "%s: num_pages %lld and max_pages_per_seq %lld must be >= 1", fn,
                        (long long)p->num_pages, (long long)p->max_pages_per_seq);
+    if (p->table_head_stride < 0 || (p->table_head_stride > 0 && p->table_head_stride < p->max_pages_per_seq))
+        return s2_fail(ctx, S2_ERR_INVALID, "%s: table_head_stride %lld is below max_pages_per_seq %lld", fn,
+                       (long long)p->table_head_stride, (long long)p->max_pages_per_seq);
     if (!p->kv_lens || !p->block_table)
         return s2_fail(ctx, S2_ERR_INVALID, "%s: kv_lens and block_table are required", fn);
     int64_t max_kv = 0;
@@ -413,11 +423,13 @@ static s2_status job_from_paged(s2_ctx *ctx, const char *fn, const s2_ref_paged_
         if (kvl < p->q_len || s2_cdiv(kvl, p->page_size) > p->max_pages_per_seq)
             return s2_fail(ctx, S2_ERR_INVALID, "%s: batch %d has kv_len %lld outside [q_len %lld, %lld pages of %d]",
                            fn, b, (long long)kvl, (long long)p->q_len, (long long)p->max_pages_per_seq, p->page_size);
-        const int32_t *row = p->block_table + (int64_t)b * p->max_pages_per_seq;
-        for (int64_t n = 0; n < s2_cdiv(kvl, p->page_size); n++)
-            if (row[n] < 0 || row[n] >= p->num_pages)
-                return s2_fail(ctx, S2_ERR_INVALID, "%s: block_table[%d][%lld] = %d is not a page in [0, %lld)",
-                               fn, b, (long long)n, (int)row[n], (long long)p->num_pages);
+        for (int g = 0; g < (p->table_head_stride ? p->kv_heads : 1); g++) {
+            const int32_t *row = p->block_table + (int64_t)b * table_batch_stride(p) + (int64_t)g * p->table_head_stride;
+            for (int64_t n = 0; n < s2_cdiv(kvl, p->page_size); n++)
+                if (row[n] < 0 || row[n] >= p->num_pages)
+                    return s2_fail(ctx, S2_ERR_INVALID, "%s: block_table[%d][%d][%lld] = %d is not a page in [0, %lld)",
+                                   fn, b, g, (long long)n, (int)row[n], (long long)p->num_pages);
+        }
         max_kv = s2_max64(max_kv, kvl);
     }
     *j = (job){
@@ -445,6 +457,7 @@ s2_status s2_ref_decode_paged(s2_ctx *ctx, const s2_ref_paged_problem *p, const 
         || (st = check_tensor(ctx, fn, "out", out, q_ext, true)) != S2_OK)
         return st;
     j.src = (kv_source){.k = k_pages, .v = v_pages, .table = p->block_table,
-                        .table_stride = p->max_pages_per_seq, .page_size = p->page_size};
+                        .table_stride = table_batch_stride(p), .table_head_stride = p->table_head_stride,
+                        .page_size = p->page_size};
     return run_forward(ctx, &j, q, out, lse);
 }

@@ -124,6 +124,10 @@ typedef struct s2_ref_paged_problem {
     double scale;               /* 0: 1/sqrt(head_dim) */
     s2_ref_mask_fn mask;
     const void *mask_user;
+    /* 0: one table row per sequence, block_table[b][n] (vLLM).  Else each kv
+     * head g has its own pages: block_table[(b * kv_heads + g) * table_head_stride + n],
+     * table_head_stride >= max_pages_per_seq. */
+    int64_t table_head_stride;
 } s2_ref_paged_problem;
 
 /* q, out: (batch, q_len, heads, head_dim), query i of sequence b at position
@@ -133,6 +137,17 @@ typedef struct s2_ref_paged_problem {
 s2_status s2_ref_decode_paged(s2_ctx *ctx, const s2_ref_paged_problem *p,
                               const s2_tensor *q, const s2_tensor *k_pages, const s2_tensor *v_pages,
                               const s2_tensor *out, float *lse);
+
+/* ---- merging partial attention results ----------------------------------------
+ * Attention over the union of n disjoint key sets from the n results over
+ * each set: with lse = ln sum exp over a set (natural log, fp32),
+ *   lse = ln sum_i exp(lse_i),   o = sum_i exp(lse_i - lse) o_i.
+ * Inputs with lse_i = -inf contribute nothing; all -inf gives o = 0 and
+ * lse = -inf.  outs[i] and out: (batch, seq, heads, head_dim); lses[i] and
+ * lse (may be NULL): [batch][heads][seq], contiguous.  Results are rounded
+ * once to out's dtype. */
+s2_status s2_ref_combine(s2_ctx *ctx, int n, int batch, int64_t seq, int heads, int head_dim,
+                         const s2_tensor *outs, const float *const *lses, const s2_tensor *out, float *lse);
 
 #ifdef __cplusplus
 }
