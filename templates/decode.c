@@ -48,6 +48,7 @@ typedef struct dec {
     LLVMValueRef split, kvh, batch;                      /* i32 */
     LLVMValueRef seq_len, n, q_start, m0;                /* i32 */
     LLVMValueRef begin, ngroups, t_begin, t_end;         /* i32 */
+    LLVMValueRef relevant;                               /* i32: mask bits of the query blocks present */
     LLVMValueRef table_row, k_head, v_head;              /* i64 element offsets */
     LLVMValueRef o_acc[MAX_D / 8][4], m_row[2], l_row[2];
     LLVMValueRef qf[MAX_D / 16][4];
@@ -114,6 +115,12 @@ static LLVMValueRef chunk_kpos0(dec *k, LLVMValueRef gi, LLVMValueRef block)
                         "kpos0");
 }
 
+static LLVMValueRef chunk_relevant(dec *k, LLVMValueRef e)
+{
+    LLVMValueRef bits = LLVMBuildAnd(k->b, entry_field(k, e, 1), k->relevant, "");
+    return LLVMBuildICmp(k->b, LLVMIntNE, bits, c32(k, 0), "relevant_chunk");
+}
+
 static void setup(dec *k)
 {
     s2_cg *cg = k->cg;
@@ -145,6 +152,13 @@ static void setup(dec *k)
     LLVMValueRef per = LLVMBuildUDiv(b, LLVMBuildAdd(b, ntiles, LLVMBuildSub(b, splits, c32(k, 1), ""), ""), splits, "per");
     k->t_begin = smin32(k, LLVMBuildMul(b, k->split, per, ""), ntiles);
     k->t_end = smin32(k, LLVMBuildAdd(b, k->t_begin, per, ""), ntiles);
+
+    /* a list serves query blocks m0 and m0 + 1; blocks kept only for a
+     * query block no new token lies in are skipped (never loaded) */
+    LLVMValueRef last_m = LLVMBuildLShr(b, LLVMBuildSub(b, k->seq_len, c32(k, 1), ""), c32(k, s->bs_log2), "");
+    LLVMValueRef spans = LLVMBuildICmp(b, LLVMIntSGT, last_m, k->m0, "");
+    int gbits = (1 << s->group) - 1;
+    k->relevant = LLVMBuildSelect(b, spans, c32(k, gbits | gbits << s->group), c32(k, gbits), "relevant");
 
     LLVMValueRef kvh64 = LLVMBuildZExt(b, k->kvh, cg->t_i64, "");
     k->table_row = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildZExt(b, k->batch, cg->t_i64, ""), param(k, P_TBS), ""),
@@ -214,49 +228,58 @@ static void load_q(dec *k)
     }
 }
 
-/* cp.async K and V of tile `tile` into stage `stage`: row r is key
- * kpos0(chunk) + r % 16 of chunk tile * warps + r / 16; rows past the list
- * or past seq_len are zero-filled without touching the table or the pools. */
+/* cp.async K and V of tile `tile` into stage `stage`: stage rows 16w .. 16w+15
+ * hold chunk tile * warps + w.  A chunk lies in one page, so its entry, page
+ * id and slot are looked up once per chunk, not per row; chunks past the list,
+ * chunks no present query block keeps, and rows past seq_len are zero-filled
+ * without touching the table or the pools. */
 static void load_kv(dec *k, LLVMValueRef tile, LLVMValueRef stage)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    int C = k->s.chunks, T = k->s.threads, total = k->s.BN * C;
+    int C = k->s.chunks, T = k->s.threads, per_chunk = ROWS * C;
     LLVMValueRef soff = LLVMBuildAdd(b, c32(k, k->s.kv_off), LLVMBuildMul(b, stage, c32(k, k->s.stage_bytes), ""), "");
-    for (int it = 0; it * T < total; it++) {
-        LLVMValueRef idx = LLVMBuildAdd(b, k->tid, c32(k, it * T), "");
-        s2_nv_if guard = {0};
-        bool partial = (it + 1) * T > total;
-        if (partial)
-            s2_nv_if_begin(cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, total), ""), "kvtail");
-        LLVMValueRef r = LLVMBuildUDiv(b, idx, c32(k, C), "");
-        LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
-        LLVMValueRef gi = LLVMBuildAdd(b, LLVMBuildMul(b, tile, c32(k, k->s.warps), ""), LLVMBuildLShr(b, r, c32(k, 4), ""), "gi");
+    for (int w = 0; w < k->s.warps; w++) {
+        LLVMValueRef gi = LLVMBuildAdd(b, LLVMBuildMul(b, tile, c32(k, k->s.warps), ""), c32(k, w), "gi");
         LLVMValueRef in_list = LLVMBuildICmp(b, LLVMIntULT, gi, k->ngroups, "");
         /* entries[] has one padding entry, so begin is always readable */
         LLVMValueRef e = LLVMBuildSelect(b, in_list, chunk_entry(k, gi), k->begin, "");
-        LLVMValueRef kpos = LLVMBuildAdd(b, chunk_kpos0(k, gi, entry_field(k, e, 0)), LLVMBuildAnd(b, r, c32(k, 15), ""), "kpos");
-        LLVMValueRef ok = LLVMBuildAnd(b, in_list, LLVMBuildICmp(b, LLVMIntSLT, kpos, k->seq_len, ""), "");
-        kpos = LLVMBuildSelect(b, ok, kpos, c32(k, 0), "");
-        LLVMValueRef pidx = LLVMBuildUDiv(b, kpos, param(k, P_PAGE), "pidx");
-        LLVMValueRef slot = LLVMBuildSub(b, kpos, LLVMBuildMul(b, pidx, param(k, P_PAGE), ""), "slot");
+        LLVMValueRef kpos0 = chunk_kpos0(k, gi, entry_field(k, e, 0));
+        LLVMValueRef chunk_ok = LLVMBuildAnd(b, in_list, chunk_relevant(k, e), "");
+        chunk_ok = LLVMBuildAnd(b, chunk_ok, LLVMBuildICmp(b, LLVMIntSLT, kpos0, k->seq_len, ""), "");
+        kpos0 = LLVMBuildSelect(b, chunk_ok, kpos0, c32(k, 0), "");
+        LLVMValueRef pidx = LLVMBuildUDiv(b, kpos0, param(k, P_PAGE), "pidx");
+        LLVMValueRef slot0 = LLVMBuildSub(b, kpos0, LLVMBuildMul(b, pidx, param(k, P_PAGE), ""), "slot0");
         LLVMValueRef page = load_i32(k, param(k, P_TABLE), LLVMBuildAdd(b, k->table_row, LLVMBuildZExt(b, pidx, cg->t_i64, ""), ""), "page");
         LLVMValueRef page64 = LLVMBuildSExt(b, page, cg->t_i64, "");
-        LLVMValueRef slot64 = LLVMBuildZExt(b, slot, cg->t_i64, "");
-        LLVMValueRef col = LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), cg->t_i64, "");
-        LLVMValueRef src = LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), "");
-        LLVMValueRef dst = LLVMBuildAdd(b, soff, swizzle(k, r, ch), "");
+        LLVMValueRef base[2];
         for (int kv = 0; kv < 2; kv++) {
             int ps = kv ? P_VS : P_KS;
-            LLVMValueRef off = LLVMBuildAdd(b, LLVMBuildMul(b, page64, param(k, ps), ""),
-                                            LLVMBuildMul(b, slot64, param(k, ps + 1), ""), "");
-            off = LLVMBuildAdd(b, LLVMBuildAdd(b, off, kv ? k->v_head : k->k_head, ""), col, "");
-            off = LLVMBuildSelect(b, ok, off, c64(k, 0), "");
-            LLVMValueRef d = kv ? LLVMBuildAdd(b, dst, c32(k, k->s.v_in_stage), "") : dst;
-            s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), gep16(k, param(k, kv ? P_V : P_K), off), src);
+            base[kv] = LLVMBuildAdd(b, LLVMBuildMul(b, page64, param(k, ps), ""), kv ? k->v_head : k->k_head, "");
         }
-        if (partial)
-            s2_nv_if_end(cg, &guard);
+        for (int it = 0; it * T < per_chunk; it++) {
+            LLVMValueRef idx = LLVMBuildAdd(b, k->tid, c32(k, it * T), "");
+            s2_nv_if guard = {0};
+            bool partial = (it + 1) * T > per_chunk;
+            if (partial)
+                s2_nv_if_begin(cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, per_chunk), ""), "kvtail");
+            LLVMValueRef rr = LLVMBuildUDiv(b, idx, c32(k, C), "");
+            LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
+            LLVMValueRef ok = LLVMBuildAnd(b, chunk_ok, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildAdd(b, kpos0, rr, ""), k->seq_len, ""), "");
+            LLVMValueRef slot64 = LLVMBuildZExt(b, LLVMBuildAdd(b, slot0, rr, ""), cg->t_i64, "");
+            LLVMValueRef col = LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), cg->t_i64, "");
+            LLVMValueRef src = LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), "");
+            LLVMValueRef dst = LLVMBuildAdd(b, soff, swizzle(k, LLVMBuildAdd(b, rr, c32(k, 16 * w), ""), ch), "");
+            for (int kv = 0; kv < 2; kv++) {
+                int ps = kv ? P_VS : P_KS;
+                LLVMValueRef off = LLVMBuildAdd(b, base[kv], LLVMBuildMul(b, slot64, param(k, ps + 1), ""), "");
+                off = LLVMBuildSelect(b, ok, LLVMBuildAdd(b, off, col, ""), c64(k, 0), "");
+                LLVMValueRef d = kv ? LLVMBuildAdd(b, dst, c32(k, k->s.v_in_stage), "") : dst;
+                s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), gep16(k, param(k, kv ? P_V : P_K), off), src);
+            }
+            if (partial)
+                s2_nv_if_end(cg, &guard);
+        }
     }
 }
 
@@ -401,9 +424,10 @@ static void warp_chunk(dec *k, LLVMValueRef tile, LLVMValueRef stage)
 {
     LLVMBuilderRef b = k->b;
     LLVMValueRef gi = LLVMBuildAdd(b, LLVMBuildMul(b, tile, c32(k, k->s.warps), ""), k->warp, "gi");
-    s2_nv_if has;
+    s2_nv_if has, rel;
     s2_nv_if_begin(k->cg, &has, LLVMBuildICmp(b, LLVMIntULT, gi, k->ngroups, ""), "chunk");
     LLVMValueRef e = chunk_entry(k, gi);
+    s2_nv_if_begin(k->cg, &rel, chunk_relevant(k, e), "relevant");
     LLVMValueRef kpos0 = chunk_kpos0(k, gi, entry_field(k, e, 0));
     LLVMValueRef heads = entry_field(k, e, 1);
     LLVMValueRef soff = LLVMBuildAdd(b, c32(k, k->s.kv_off), LLVMBuildMul(b, stage, c32(k, k->s.stage_bytes), ""), "");
@@ -412,6 +436,7 @@ static void warp_chunk(dec *k, LLVMValueRef tile, LLVMValueRef stage)
     apply_mask(k, sc, kpos0, heads);
     online_softmax(k, sc);
     accumulate_pv(k, LLVMBuildAdd(b, soff, c32(k, k->s.v_in_stage), ""), sc);
+    s2_nv_if_end(k->cg, &rel);
     s2_nv_if_end(k->cg, &has);
 }
 
