@@ -42,9 +42,25 @@ static const row rows[] = {
 };
 enum { NUM_ROWS = sizeof rows / sizeof rows[0], H = 32, D = 128, BLOCK = 64 };
 
+enum { MAX_LIST = 16 };
 typedef struct opts {
-    int page, reps, splits, stages, warps;
+    int page, reps;
+    int splits[MAX_LIST], stages[MAX_LIST], warps[MAX_LIST], rows[MAX_LIST];
+    int n_splits, n_stages, n_warps, n_rows;
+    int stage, warp;             /* the combination being run */
 } opts;
+
+/* "a,b,c" -> list (at most MAX_LIST) */
+static int parse_list(const char *s, int *out)
+{
+    int n = 0;
+    while (*s && n < MAX_LIST) {
+        out[n++] = (int)strtol(s, (char **)&s, 10);
+        if (*s == ',')
+            s++;
+    }
+    return n;
+}
 
 static int fail(s2_ctx *ctx, const char *what)
 {
@@ -85,7 +101,7 @@ static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, cons
         return fail(ctx, "pattern");
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     s2_kernel_spec spec = {.kind = S2_KERNEL_DECODE, .dtype = S2_DTYPE_BF16, .head_dim = D, .arch = arch,
-                           .num_stages = o->stages, .num_warps = o->warps};
+                           .num_stages = o->stage, .num_warps = o->warp};
     s2_artifact *art = NULL;
     s2_attn_kernel *k = NULL;
     int rc = 1;
@@ -142,48 +158,54 @@ static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, cons
                              .dtype = S2_DTYPE_BF16, .q = dq, .o = dout, .k_pages = pool_k, .v_pages = pool_v,
                              .num_pages = pages, .page_size = o->page, .block_table = dtab,
                              .table_stride = {per_seq, 0}, .max_pages_per_seq = per_seq, .seq_lens = dlens,
-                             .max_seq_len = len, .splits = o->splits,
+                             .max_seq_len = len,
                              .q_stride = {H * D, H * D, D}, .o_stride = {H * D, H * D, D},
                              .k_stride = {(int64_t)o->page * H * D, H * D, D}, .v_stride = {(int64_t)o->page * H * D, H * D, D}};
-    size_t wsb = 0;
-    if (s2_attn_decode_workspace(ctx, k, &a, &wsb) != S2_OK) {
-        fail(ctx, "workspace");
-        goto done;
-    }
-    if (wsb && s2_mem_alloc(ctx, dev, wsb, &ws) != S2_OK) {
-        fail(ctx, "workspace alloc");
-        goto done;
-    }
-    a.workspace = ws;
     if (s2_event_create(ctx, dev, &e0) != S2_OK || s2_event_create(ctx, dev, &e1) != S2_OK) {
         fail(ctx, "events");
         goto done;
     }
-    float best = INFINITY;
-    int n_splits = wsb ? (int)(wsb / ((size_t)r->batch * H * (D + 1) * 4)) : 1;
-    for (int round = 0; round < 4; round++) {
-        st = s2_event_record(ctx, e0, NULL);
-        for (int i = 0; i < o->reps && st == S2_OK; i++) {
-            a.block_table = dtab + sizeof(int32_t) * (size_t)(per_set * (i % sets));
-            st = s2_attn_decode(ctx, k, NULL, &a);
-        }
-        float ms = 0;
-        if (st == S2_OK) st = s2_event_record(ctx, e1, NULL);
-        if (st == S2_OK) st = s2_device_synchronize(ctx, dev);
-        if (st == S2_OK) st = s2_event_elapsed_ms(ctx, e0, e1, &ms);
-        if (st != S2_OK) {
-            fail(ctx, "launch");
+    for (int si = 0; si < (o->n_splits ? o->n_splits : 1); si++) {
+        a.splits = o->n_splits ? o->splits[si] : 0;
+        size_t wsb = 0;
+        s2_mem_free(NULL, dev, ws);
+        ws = 0;
+        if (s2_attn_decode_workspace(ctx, k, &a, &wsb) != S2_OK) {
+            fail(ctx, "workspace");
             goto done;
         }
-        if (round > 0 && ms / o->reps < best)  /* round 0 is the warm-up */
-            best = ms / o->reps;
+        if (wsb && s2_mem_alloc(ctx, dev, wsb, &ws) != S2_OK) {
+            fail(ctx, "workspace alloc");
+            goto done;
+        }
+        a.workspace = ws;
+        float best = INFINITY;
+        int n_splits = wsb ? (int)(wsb / ((size_t)r->batch * H * (D + 1) * 4)) : 1;
+        for (int round = 0; round < 4; round++) {
+            st = s2_event_record(ctx, e0, NULL);
+            for (int i = 0; i < o->reps && st == S2_OK; i++) {
+                a.block_table = dtab + sizeof(int32_t) * (size_t)(per_set * (i % sets));
+                st = s2_attn_decode(ctx, k, NULL, &a);
+            }
+            float ms = 0;
+            if (st == S2_OK) st = s2_event_record(ctx, e1, NULL);
+            if (st == S2_OK) st = s2_device_synchronize(ctx, dev);
+            if (st == S2_OK) st = s2_event_elapsed_ms(ctx, e0, e1, &ms);
+            if (st != S2_OK) {
+                fail(ctx, "launch");
+                goto done;
+            }
+            if (round > 0 && ms / o->reps < best)  /* round 0 is the warm-up */
+                best = ms / o->reps;
+        }
+        double tbs = bytes / (best * 1e-3) / 1e12;
+        printf("| %d,%d,%lldK | %d, %d, %d | %4d | %d/%d | %5.1f%% | %3d | %7.4f | %5.2f TB/s (%3.0f%%) | %6.3f | %s |\n",
+               r->batch, H, (long long)(r->past / 1024), BLOCK, r->local, r->stride, o->page, art->spec.num_warps,
+               art->spec.num_stages, 100 * bytes / dense, n_splits, best, tbs, 100 * tbs / 4.3, r->peer_ms,
+               r->target_ms > 0 ? (best <= r->target_ms ? "<= 0.08 ms: met" : "> 0.08 ms: missed")
+                                : (tbs >= 0.9 * 4.3 ? ">= 90%: met" : "< 90%: missed"));
+        fflush(stdout);
     }
-    double tbs = bytes / (best * 1e-3) / 1e12;
-    printf("| %d,%d,%lldK | %d, %d, %d | %4d | %5.1f%% | %3d | %7.4f | %5.2f TB/s (%3.0f%%) | %6.3f | %s |\n", r->batch, H,
-           (long long)(r->past / 1024), BLOCK, r->local, r->stride, o->page, 100 * bytes / dense, n_splits, best, tbs,
-           100 * tbs / 4.3, r->peer_ms,
-           r->target_ms > 0 ? (best <= r->target_ms ? "<= 0.08 ms: met" : "> 0.08 ms: missed")
-                            : (tbs >= 0.9 * 4.3 ? ">= 90%: met" : "< 90%: missed"));
     rc = 0;
 done:
     s2_event_free(e0);
@@ -206,11 +228,13 @@ int main(int argc, char **argv)
         int v = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--page")) o.page = v;
         else if (!strcmp(argv[i], "--reps")) o.reps = v;
-        else if (!strcmp(argv[i], "--splits")) o.splits = v;
-        else if (!strcmp(argv[i], "--stages")) o.stages = v;
-        else if (!strcmp(argv[i], "--warps")) o.warps = v;
+        else if (!strcmp(argv[i], "--splits")) o.n_splits = parse_list(argv[i + 1], o.splits);
+        else if (!strcmp(argv[i], "--stages")) o.n_stages = parse_list(argv[i + 1], o.stages);
+        else if (!strcmp(argv[i], "--warps")) o.n_warps = parse_list(argv[i + 1], o.warps);
+        else if (!strcmp(argv[i], "--rows")) o.n_rows = parse_list(argv[i + 1], o.rows);
         else {
-            fprintf(stderr, "usage: bench_decode [--page N] [--reps N] [--splits N] [--stages N] [--warps N]\n");
+            fprintf(stderr, "usage: bench_decode [--page N] [--reps N] [--splits L] [--stages L] [--warps L] [--rows L]\n"
+                            "  L: comma list (rows: 1-based indices into the PEERS rows); every combination runs\n");
             return 2;
         }
     }
@@ -228,11 +252,20 @@ int main(int argc, char **argv)
         return fail(ctx, "arch");
     printf("device %s, %d SMs; bf16, D %d, H = kv heads = %d, block %d, page %d, 1 new token\n", info->name,
            info->sm_count, D, H, BLOCK, o.page);
-    printf("| B,H,past | block, local, stride | page | KV read | splits | ms | eff (of 4.3 TB/s) | S2-Triton ms | target |\n");
-    printf("|---|---|---|---|---|---|---|---|---|\n");
+    printf("| B,H,past | block, local, stride | page | warps/stages | KV read | splits | ms | eff (of 4.3 TB/s) | S2-Triton ms | target |\n");
+    printf("|---|---|---|---|---|---|---|---|---|---|\n");
     int rc = 0;
-    for (int i = 0; i < NUM_ROWS; i++)
-        rc |= run_row(ctx, dev, arch, &rows[i], &o);
+    for (int ri = 0; ri < (o.n_rows ? o.n_rows : NUM_ROWS); ri++) {
+        int i = o.n_rows ? o.rows[ri] - 1 : ri;
+        if (i < 0 || i >= NUM_ROWS)
+            continue;
+        for (int wi = 0; wi < (o.n_warps ? o.n_warps : 1); wi++)
+            for (int sti = 0; sti < (o.n_stages ? o.n_stages : 1); sti++) {
+                o.warp = o.n_warps ? o.warps[wi] : 0;
+                o.stage = o.n_stages ? o.stages[sti] : 0;
+                rc |= run_row(ctx, dev, arch, &rows[i], &o);
+            }
+    }
     s2_device_free(dev);
     s2_ctx_free(ctx);
     return rc;

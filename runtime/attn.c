@@ -968,9 +968,11 @@ static s2_status dec_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t max_seq_len, de
     return S2_OK;
 }
 
-/* Splits: enough CTAs to fill every SM with as many CTAs as fit (B = 1 at
- * 32 kv heads: 8 or 9 splits on 132 SMs), but at least 8 tiles of keys per
- * split on the longest list, and one split when the batch fills the GPU. */
+/* Splits: the fewest that fill the resident CTA slots (SMs x CTAs per SM)
+ * to at least 90% in whole waves (B = 1 at 32 kv heads on 132 SMs x 2: 8
+ * splits, 256 CTAs, one wave; 9 made a second wave of 24 CTAs and measured
+ * 0.099 ms at 128K, bench/RESULTS.md), at most one per 4 key tiles of the
+ * longest list. */
 static s2_status dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, int64_t max_list, int *out)
 {
     if (a->splits > 0) {
@@ -989,10 +991,20 @@ static s2_status dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode
     per_sm = per_sm < 1 ? 1 : per_sm;
     int64_t target = (int64_t)s2_device_get_info(k->mod->dev)->sm_count * per_sm;
     int64_t ctas = (int64_t)a->batch * a->kv_heads;
-    int64_t s = ctas >= target ? 1 : s2_cdiv(target, ctas);
     int64_t tiles = s2_cdiv(max_list * (k->pattern->block_size / 16), warps);
-    s = s2_min64(s, s2_max64(1, tiles / 8));
-    *out = (int)s2_min64(s, DEC_MAX_SPLITS);
+    int64_t cap = s2_min64(DEC_MAX_SPLITS, s2_max64(1, tiles / 4)), best = 1;
+    double best_eff = 0;
+    for (int64_t s = 1; s <= cap; s++) {
+        int64_t n = ctas * s;
+        double eff = (double)n / (double)(s2_cdiv(n, target) * target);
+        if (eff > best_eff + 1e-9) {
+            best_eff = eff;
+            best = s;
+        }
+        if (eff >= 0.9)
+            break;
+    }
+    *out = (int)best;
     return S2_OK;
 }
 

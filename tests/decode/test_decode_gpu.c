@@ -9,7 +9,8 @@
  * so reading one page too many shows; o and lse start as NaN.
  * Tolerances: relative Frobenius error of o <= 2e-2 (bf16) / 5e-3 (f16), per
  * row (token, head); |lse - ref| <= 2e-3.  Fresh seeds, printed (S2C_SEED=N
- * repeats); S2C_DECODE_SMALL=1 runs two small cases only (for the sanitizer).
+ * repeats); S2C_DECODE_SMALL=1 runs two small cases only (for the sanitizer);
+ * S2C_DECODE_WARPS / S2C_DECODE_STAGES override the spec's tunables.
  * Exits 77 without libcuda.so.1 or a device; CUDA lives in this process, so
  * Check does not fork. */
 #include "../attn/patterns.h"
@@ -67,6 +68,13 @@ typedef struct result {
     int64_t pages, poisoned;
 } result;
 static result results[NUM_CASES];
+
+/* spec overrides (0: the heuristic), so other tunables can be verified too */
+static int env_int(const char *name)
+{
+    const char *v = getenv(name);
+    return v ? atoi(v) : 0;
+}
 
 static uint64_t rnd(uint64_t *s)
 {
@@ -236,7 +244,8 @@ static void run_case(int ci)
     s2_ctx *ctx = s2_ctx_new();
     const s2_pattern *p = NULL;
     s2_pattern_set *set = load_case_pattern(ctx, c, &p);
-    s2_kernel_spec spec = {.kind = S2_KERNEL_DECODE, .dtype = c->dt, .head_dim = c->head_dim, .arch = dev_arch};
+    s2_kernel_spec spec = {.kind = S2_KERNEL_DECODE, .dtype = c->dt, .head_dim = c->head_dim, .arch = dev_arch,
+                           .num_warps = env_int("S2C_DECODE_WARPS"), .num_stages = env_int("S2C_DECODE_STAGES")};
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
                   s2_ctx_message(ctx));
