@@ -228,68 +228,95 @@ static void load_q(dec *k)
     }
 }
 
-/* cp.async K and V of tile `tile` into stage `stage`: stage rows 16w .. 16w+15
- * hold chunk tile * warps + w.  A chunk lies in one page, so its entry, page
- * id and slot are looked up once per chunk, not per row; chunks past the list,
- * chunks no present query block keeps, and rows past seq_len are zero-filled
- * without touching the table or the pools. */
-static void load_kv(dec *k, LLVMValueRef tile, LLVMValueRef stage)
+/* Where chunk tile * warps + w of the list lives: ok (it exists, a present
+ * query block keeps it, and it starts before seq_len), its first key and its
+ * page id.  A chunk lies in one page (pages and blocks are multiples of 16
+ * tokens), so this is one entry and one table read per chunk. */
+typedef struct chunk_addr {
+    LLVMValueRef ok, kpos0, page;
+} chunk_addr;
+
+static void lookup_chunk(dec *k, LLVMValueRef tile, int w, chunk_addr *ca)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef gi = LLVMBuildAdd(b, LLVMBuildMul(b, tile, c32(k, k->s.warps), ""), c32(k, w), "gi");
+    LLVMValueRef in_list = LLVMBuildICmp(b, LLVMIntULT, gi, k->ngroups, "");
+    /* entries[] has one padding entry, so begin is always readable */
+    LLVMValueRef e = LLVMBuildSelect(b, in_list, chunk_entry(k, gi), k->begin, "");
+    LLVMValueRef kpos0 = chunk_kpos0(k, gi, entry_field(k, e, 0));
+    LLVMValueRef ok = LLVMBuildAnd(b, in_list, chunk_relevant(k, e), "");
+    ok = LLVMBuildAnd(b, ok, LLVMBuildICmp(b, LLVMIntSLT, kpos0, k->seq_len, ""), "chunk_ok");
+    kpos0 = LLVMBuildSelect(b, ok, kpos0, c32(k, 0), "");
+    LLVMValueRef pidx = LLVMBuildUDiv(b, kpos0, param(k, P_PAGE), "pidx");
+    ca->ok = ok;
+    ca->kpos0 = kpos0;
+    ca->page = load_i32(k, param(k, P_TABLE), LLVMBuildAdd(b, k->table_row, LLVMBuildZExt(b, pidx, cg->t_i64, ""), ""), "page");
+}
+
+/* cp.async K and V of chunk w into stage rows 16w .. 16w+15 at byte offset
+ * soff; rows past seq_len (and whole chunks not ok) are zero-filled without
+ * touching the pools. */
+static void issue_chunk(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     int C = k->s.chunks, T = k->s.threads, per_chunk = ROWS * C;
-    LLVMValueRef soff = LLVMBuildAdd(b, c32(k, k->s.kv_off), LLVMBuildMul(b, stage, c32(k, k->s.stage_bytes), ""), "");
-    for (int w = 0; w < k->s.warps; w++) {
-        LLVMValueRef gi = LLVMBuildAdd(b, LLVMBuildMul(b, tile, c32(k, k->s.warps), ""), c32(k, w), "gi");
-        LLVMValueRef in_list = LLVMBuildICmp(b, LLVMIntULT, gi, k->ngroups, "");
-        /* entries[] has one padding entry, so begin is always readable */
-        LLVMValueRef e = LLVMBuildSelect(b, in_list, chunk_entry(k, gi), k->begin, "");
-        LLVMValueRef kpos0 = chunk_kpos0(k, gi, entry_field(k, e, 0));
-        LLVMValueRef chunk_ok = LLVMBuildAnd(b, in_list, chunk_relevant(k, e), "");
-        chunk_ok = LLVMBuildAnd(b, chunk_ok, LLVMBuildICmp(b, LLVMIntSLT, kpos0, k->seq_len, ""), "");
-        kpos0 = LLVMBuildSelect(b, chunk_ok, kpos0, c32(k, 0), "");
-        LLVMValueRef pidx = LLVMBuildUDiv(b, kpos0, param(k, P_PAGE), "pidx");
-        LLVMValueRef slot0 = LLVMBuildSub(b, kpos0, LLVMBuildMul(b, pidx, param(k, P_PAGE), ""), "slot0");
-        LLVMValueRef page = load_i32(k, param(k, P_TABLE), LLVMBuildAdd(b, k->table_row, LLVMBuildZExt(b, pidx, cg->t_i64, ""), ""), "page");
-        LLVMValueRef page64 = LLVMBuildSExt(b, page, cg->t_i64, "");
-        LLVMValueRef base[2];
+    LLVMValueRef pidx = LLVMBuildUDiv(b, ca->kpos0, param(k, P_PAGE), "");
+    LLVMValueRef slot0 = LLVMBuildSub(b, ca->kpos0, LLVMBuildMul(b, pidx, param(k, P_PAGE), ""), "slot0");
+    LLVMValueRef page64 = LLVMBuildSExt(b, ca->page, cg->t_i64, "");
+    LLVMValueRef base[2];
+    for (int kv = 0; kv < 2; kv++)
+        base[kv] = LLVMBuildAdd(b, LLVMBuildMul(b, page64, param(k, kv ? P_VS : P_KS), ""), kv ? k->v_head : k->k_head, "");
+    for (int it = 0; it * T < per_chunk; it++) {
+        LLVMValueRef idx = LLVMBuildAdd(b, k->tid, c32(k, it * T), "");
+        s2_nv_if guard = {0};
+        bool partial = (it + 1) * T > per_chunk;
+        if (partial)
+            s2_nv_if_begin(cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, per_chunk), ""), "kvtail");
+        LLVMValueRef rr = LLVMBuildUDiv(b, idx, c32(k, C), "");
+        LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
+        LLVMValueRef ok = LLVMBuildAnd(b, ca->ok, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildAdd(b, ca->kpos0, rr, ""), k->seq_len, ""), "");
+        LLVMValueRef slot64 = LLVMBuildZExt(b, LLVMBuildAdd(b, slot0, rr, ""), cg->t_i64, "");
+        LLVMValueRef col = LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), cg->t_i64, "");
+        LLVMValueRef src = LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), "");
+        LLVMValueRef dst = LLVMBuildAdd(b, soff, swizzle(k, LLVMBuildAdd(b, rr, c32(k, 16 * w), ""), ch), "");
         for (int kv = 0; kv < 2; kv++) {
-            int ps = kv ? P_VS : P_KS;
-            base[kv] = LLVMBuildAdd(b, LLVMBuildMul(b, page64, param(k, ps), ""), kv ? k->v_head : k->k_head, "");
+            LLVMValueRef off = LLVMBuildAdd(b, base[kv], LLVMBuildMul(b, slot64, param(k, (kv ? P_VS : P_KS) + 1), ""), "");
+            off = LLVMBuildSelect(b, ok, LLVMBuildAdd(b, off, col, ""), c64(k, 0), "");
+            LLVMValueRef d = kv ? LLVMBuildAdd(b, dst, c32(k, k->s.v_in_stage), "") : dst;
+            s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), gep16(k, param(k, kv ? P_V : P_K), off), src);
         }
-        for (int it = 0; it * T < per_chunk; it++) {
-            LLVMValueRef idx = LLVMBuildAdd(b, k->tid, c32(k, it * T), "");
-            s2_nv_if guard = {0};
-            bool partial = (it + 1) * T > per_chunk;
-            if (partial)
-                s2_nv_if_begin(cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, per_chunk), ""), "kvtail");
-            LLVMValueRef rr = LLVMBuildUDiv(b, idx, c32(k, C), "");
-            LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
-            LLVMValueRef ok = LLVMBuildAnd(b, chunk_ok, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildAdd(b, kpos0, rr, ""), k->seq_len, ""), "");
-            LLVMValueRef slot64 = LLVMBuildZExt(b, LLVMBuildAdd(b, slot0, rr, ""), cg->t_i64, "");
-            LLVMValueRef col = LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), cg->t_i64, "");
-            LLVMValueRef src = LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), "");
-            LLVMValueRef dst = LLVMBuildAdd(b, soff, swizzle(k, LLVMBuildAdd(b, rr, c32(k, 16 * w), ""), ch), "");
-            for (int kv = 0; kv < 2; kv++) {
-                int ps = kv ? P_VS : P_KS;
-                LLVMValueRef off = LLVMBuildAdd(b, base[kv], LLVMBuildMul(b, slot64, param(k, ps + 1), ""), "");
-                off = LLVMBuildSelect(b, ok, LLVMBuildAdd(b, off, col, ""), c64(k, 0), "");
-                LLVMValueRef d = kv ? LLVMBuildAdd(b, dst, c32(k, k->s.v_in_stage), "") : dst;
-                s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), gep16(k, param(k, kv ? P_V : P_K), off), src);
-            }
-            if (partial)
-                s2_nv_if_end(cg, &guard);
-        }
+        if (partial)
+            s2_nv_if_end(cg, &guard);
     }
 }
 
-static void prefetch_kv(dec *k, LLVMValueRef tile, LLVMValueRef stage)
+static LLVMValueRef stage_off(dec *k, LLVMValueRef stage)
+{
+    return LLVMBuildAdd(k->b, c32(k, k->s.kv_off), LLVMBuildMul(k->b, stage, c32(k, k->s.stage_bytes), ""), "");
+}
+
+/* if (tile < t_end) issue its chunks (addresses in ca); then commit (always,
+ * so the group count stays fixed). */
+static void prefetch_kv(dec *k, LLVMValueRef tile, LLVMValueRef stage, const chunk_addr *ca)
 {
     s2_nv_if blk;
     s2_nv_if_begin(k->cg, &blk, LLVMBuildICmp(k->b, LLVMIntSLT, tile, k->t_end, ""), "prefetch");
-    load_kv(k, tile, stage);
+    LLVMValueRef soff = stage_off(k, stage);
+    for (int w = 0; w < k->s.warps; w++)
+        issue_chunk(k, &ca[w], w, soff);
     s2_nv_if_end(k->cg, &blk);
     s2_nv_cp_async_commit(k->cg);
+}
+
+/* Look up and issue tile `tile` at once (the prologue). */
+static void load_tile_now(dec *k, LLVMValueRef tile, LLVMValueRef stage)
+{
+    chunk_addr ca[16];
+    for (int w = 0; w < k->s.warps; w++)
+        lookup_chunk(k, tile, w, &ca[w]);
+    prefetch_kv(k, tile, stage, ca);
 }
 
 /* Q A-fragments: every warp holds the same 16 rows. */
@@ -430,7 +457,7 @@ static void warp_chunk(dec *k, LLVMValueRef tile, LLVMValueRef stage)
     s2_nv_if_begin(k->cg, &rel, chunk_relevant(k, e), "relevant");
     LLVMValueRef kpos0 = chunk_kpos0(k, gi, entry_field(k, e, 0));
     LLVMValueRef heads = entry_field(k, e, 1);
-    LLVMValueRef soff = LLVMBuildAdd(b, c32(k, k->s.kv_off), LLVMBuildMul(b, stage, c32(k, k->s.stage_bytes), ""), "");
+    LLVMValueRef soff = stage_off(k, stage);
     LLVMValueRef sc[2][4];
     compute_scores(k, soff, sc);
     apply_mask(k, sc, kpos0, heads);
@@ -440,11 +467,35 @@ static void warp_chunk(dec *k, LLVMValueRef tile, LLVMValueRef stage)
     s2_nv_if_end(k->cg, &has);
 }
 
-static void main_loop(dec *k)
+/* The page ids of a tile are looked up one iteration before its copies are
+ * issued (kept in allocas, promoted to loop phis), so the entry and table
+ * reads never stall the issue of the copies. */
+static void main_loop(dec *k, LLVMBasicBlockRef entry_bb)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    int S = k->s.stages;
+    int S = k->s.stages, W = k->s.warps;
+    LLVMValueRef slot_ok[16], slot_kpos[16], slot_page[16];
+    {
+        LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
+        LLVMValueRef first = LLVMGetFirstInstruction(entry_bb);
+        if (first)
+            LLVMPositionBuilderBefore(b, first);
+        for (int w = 0; w < W; w++) {
+            slot_ok[w] = LLVMBuildAlloca(b, cg->t_i1, "next_ok");
+            slot_kpos[w] = LLVMBuildAlloca(b, cg->t_i32, "next_kpos0");
+            slot_page[w] = LLVMBuildAlloca(b, cg->t_i32, "next_page");
+        }
+        LLVMPositionBuilderAtEnd(b, cur);
+    }
+    chunk_addr ca[16];
+    LLVMValueRef first_next = LLVMBuildAdd(b, k->t_begin, c32(k, S - 1), "");
+    for (int w = 0; w < W; w++) {
+        lookup_chunk(k, first_next, w, &ca[w]);
+        LLVMBuildStore(b, ca[w].ok, slot_ok[w]);
+        LLVMBuildStore(b, ca[w].kpos0, slot_kpos[w]);
+        LLVMBuildStore(b, ca[w].page, slot_page[w]);
+    }
     s2_nv_loop loop;
     s2_nv_loop_begin(cg, &loop, "tiles", k->t_begin, k->t_end, c32(k, 1), NULL, 0);
     LLVMValueRef t = loop.iv;
@@ -453,7 +504,20 @@ static void main_loop(dec *k)
      * is done with tile i-1, whose stage the prefetch refills */
     s2_nv_cp_async_wait(cg, S - 2);
     s2_nv_barrier_cta(cg);
-    prefetch_kv(k, LLVMBuildAdd(b, t, c32(k, S - 1), ""), LLVMBuildURem(b, LLVMBuildAdd(b, i, c32(k, S - 1), ""), c32(k, S), ""));
+    for (int w = 0; w < W; w++) {
+        ca[w].ok = LLVMBuildLoad2(b, cg->t_i1, slot_ok[w], "");
+        ca[w].kpos0 = LLVMBuildLoad2(b, cg->t_i32, slot_kpos[w], "");
+        ca[w].page = LLVMBuildLoad2(b, cg->t_i32, slot_page[w], "");
+    }
+    prefetch_kv(k, LLVMBuildAdd(b, t, c32(k, S - 1), ""), LLVMBuildURem(b, LLVMBuildAdd(b, i, c32(k, S - 1), ""), c32(k, S), ""), ca);
+    LLVMValueRef next = LLVMBuildAdd(b, t, c32(k, S), "");
+    for (int w = 0; w < W; w++) {
+        chunk_addr n;
+        lookup_chunk(k, next, w, &n);
+        LLVMBuildStore(b, n.ok, slot_ok[w]);
+        LLVMBuildStore(b, n.kpos0, slot_kpos[w]);
+        LLVMBuildStore(b, n.page, slot_page[w]);
+    }
     warp_chunk(k, t, LLVMBuildURem(b, i, c32(k, S), "stage"));
     s2_nv_loop_end(cg, &loop, NULL);
 }
@@ -661,11 +725,11 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
     load_q(&k);
     s2_nv_cp_async_commit(cg);
     for (int st = 0; st < k.s.stages - 1; st++)
-        prefetch_kv(&k, LLVMBuildAdd(k.b, k.t_begin, c32(&k, st), ""), c32(&k, st));
+        load_tile_now(&k, LLVMBuildAdd(k.b, k.t_begin, c32(&k, st), ""), c32(&k, st));
     s2_nv_cp_async_wait(cg, k.s.stages - 1);
     s2_nv_barrier_cta(cg);
     load_q_fragments(&k);
-    main_loop(&k);
+    main_loop(&k, entry_bb);
     s2_nv_cp_async_wait(cg, 0);
     s2_nv_barrier_cta(cg);
     spill_warp_state(&k);
