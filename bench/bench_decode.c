@@ -174,13 +174,14 @@ static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, cons
             fail(ctx, "workspace");
             goto done;
         }
-        if (wsb && s2_mem_alloc(ctx, dev, wsb, &ws) != S2_OK) {
+        if (wsb && (s2_mem_alloc(ctx, dev, wsb, &ws) != S2_OK || s2_memset_d8(ctx, dev, ws, 0, wsb) != S2_OK)) {
             fail(ctx, "workspace alloc");
             goto done;
         }
         a.workspace = ws;
         float best = INFINITY;
-        int n_splits = wsb ? (int)(wsb / ((size_t)r->batch * H * (D + 1) * 4)) : 1;
+        /* partial o and lse per split and row, plus one counter per (b, kv head) */
+        int n_splits = wsb ? (int)((wsb - (size_t)r->batch * H * 4) / ((size_t)r->batch * H * (D + 1) * 4)) : 1;
         for (int round = 0; round < 4; round++) {
             st = s2_event_record(ctx, e0, NULL);
             for (int i = 0; i < o->reps && st == S2_OK; i++) {

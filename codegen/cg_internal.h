@@ -185,7 +185,7 @@ s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ker
 int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
 s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
 /* The paged decode (templates/decode.c): shared memory, and the kernels
- * NAME, NAME_combine, NAME_combine16 (ABI in s2c/decode.h). */
+ * NAME and NAME_combine (ABI in s2c/decode.h). */
 int s2_decode_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
 s2_status s2_decode_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
 /* Add the NUL-terminated manifest text as the global S2_MANIFEST_SYMBOL. */

@@ -30,7 +30,7 @@ struct s2_attn_kernel {
     const s2_pattern *pattern;
     s2_kernel *fn;
     s2_kernel *bwd_fn[3];        /* backward: NAME_pre, NAME_dkdv, NAME_dq */
-    s2_kernel *dec_fn[3];        /* decode: NAME, NAME_combine, NAME_combine16 */
+    s2_kernel *dec_fn[2];        /* decode: NAME, NAME_combine */
     struct dec_slot *dec_slots;  /* decode: cached kept-block lists (DEC_CACHE) */
     int64_t max_kv_len;
     mtx_t lock;                  /* guards everything below */
@@ -875,10 +875,10 @@ typedef struct dec_slot {
 
 static s2_status decode_init(s2_ctx *ctx, s2_attn_kernel *k)
 {
-    static const char *const parts[3] = {"", "_combine", "_combine16"};
+    static const char *const parts[2] = {"", "_combine"};
     if (!(k->dec_slots = calloc(DEC_CACHE, sizeof *k->dec_slots)))
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    for (int j = 0; j < 3; j++) {
+    for (int j = 0; j < 2; j++) {
         char name[512];
         snprintf(name, sizeof name, "%s%s", k->desc->name, parts[j]);
         s2_status st = s2_kernel_get(ctx, k->mod->cu, name, &k->dec_fn[j]);
@@ -895,18 +895,23 @@ static void decode_free(s2_attn_kernel *k)
             s2_mem_free(NULL, k->mod->dev, k->dec_slots[i].buf);
     free(k->dec_slots);
     k->dec_slots = NULL;
-    for (int j = 0; j < 3; j++)
+    for (int j = 0; j < 2; j++)
         s2_kernel_free(k->dec_fn[j]);
 }
 
-/* Lists are built for a whole number of 64-block steps (each step's lists
- * serve every shorter length: the kernel masks keys past seq_len), so a
- * growing max_seq_len rebuilds them once per 64 blocks. */
+/* Lists are built for more blocks than asked (a list serves every shorter
+ * length: the kernel masks keys past seq_len): up to the next multiple of a
+ * quarter of the power of two below (at least 64 blocks), so a growing
+ * max_seq_len rebuilds them about 4 times per doubling (at 128K, block 64:
+ * 19 MB, 0.4 s to build) with at most 25% more entries. */
 static int64_t dec_q_blocks(const s2_attn_kernel *k, int64_t max_seq_len)
 {
     int bs = k->pattern->block_size;
-    int64_t blocks = (s2_cdiv(max_seq_len, bs) + 63) / 64 * 64;
-    return s2_min64(blocks, k->max_kv_len / bs);
+    int64_t blocks = s2_cdiv(max_seq_len, bs), step = 64;
+    while (step * 8 <= blocks)
+        step *= 2;
+    blocks = s2_cdiv(blocks, step) * step;
+    return s2_max64(1, s2_min64(blocks, k->max_kv_len / bs));
 }
 
 static s2_status dec_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_blocks, dec_slot *slot)
@@ -1008,12 +1013,22 @@ static s2_status dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode
     return S2_OK;
 }
 
-static size_t dec_workspace_of(const s2_attn_decode_args *a, int splits)
+/* Workspace: partial o fp32 [splits][B][n][H][D], partial lse fp32
+ * [splits][B][H][n], counters i32 [B][kv_heads]; each part 16-byte aligned. */
+typedef struct dec_ws {
+    size_t lse_off, counters_off, bytes;
+} dec_ws;
+
+static dec_ws dec_workspace_of(const s2_attn_decode_args *a, int splits)
 {
+    dec_ws w = {0};
     if (splits <= 1)
-        return 0;
+        return w;
     size_t rows = (size_t)splits * (size_t)a->batch * (size_t)a->n_new * (size_t)a->heads;
-    return align16(rows * (size_t)a->head_dim * sizeof(float)) + rows * sizeof(float);
+    w.lse_off = align16(rows * (size_t)a->head_dim * sizeof(float));
+    w.counters_off = w.lse_off + align16(rows * sizeof(float));
+    w.bytes = w.counters_off + (size_t)a->batch * (size_t)a->kv_heads * sizeof(int32_t);
+    return w;
 }
 
 static s2_status dec_check_table(s2_ctx *ctx, const s2_attn_decode_args *a, size_t *bytes)
@@ -1150,35 +1165,18 @@ s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn
     if (st == S2_OK)
         st = dec_splits(ctx, k, a, slot->max_list, &splits);
     mtx_unlock(&k->lock);
-    *bytes = st == S2_OK ? dec_workspace_of(a, splits) : 0;
+    *bytes = st == S2_OK ? dec_workspace_of(a, splits).bytes : 0;
     return st;
-}
-
-static s2_status dec_launch_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
-                                    int splits)
-{
-    uint64_t table[2 * S2_COMBINE_MAX_INPUTS] = {0};
-    size_t rows = (size_t)a->batch * (size_t)a->n_new * (size_t)a->heads;
-    s2_devptr obase = a->workspace, lbase = a->workspace + align16(rows * (size_t)splits * (size_t)a->head_dim * sizeof(float));
-    int64_t opart = (int64_t)rows * a->head_dim, lpart = (int64_t)rows;
-    int64_t is[3] = {(int64_t)a->n_new * a->heads * a->head_dim, (int64_t)a->heads * a->head_dim, a->head_dim};
-    s2_devptr out = a->o, lse = a->lse;
-    int64_t os[3] = {a->o_stride[0], a->o_stride[1], a->o_stride[2]};
-    int32_t n = splits, S = a->n_new, H = a->heads, nrows = (int32_t)rows;
-    void *args[] = {table, &obase, &lbase, &opart, &lpart, &is[0], &is[1], &is[2], &out, &os[0], &os[1], &os[2],
-                    &lse, &n, &S, &H, &nrows};
-    int rpc = 128 / (a->head_dim / 8);
-    s2_launch_cfg cfg = {.grid = {(uint32_t)s2_cdiv((int64_t)rows, rpc), 1, 1}, .block = {128, 1, 1}, .stream = stream};
-    return s2_kernel_launch(ctx, k->dec_fn[1], &cfg, args);
 }
 
 static s2_status dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
                             const dec_slot *s, int splits)
 {
     s2_devptr q = a->q, kp = a->k_pages, vp = a->v_pages, o = a->o, lse = a->lse;
-    size_t rows = (size_t)a->batch * (size_t)a->n_new * (size_t)a->heads;
+    dec_ws w = dec_workspace_of(a, splits);
     s2_devptr ws_o = splits > 1 ? a->workspace : 0;
-    s2_devptr ws_lse = splits > 1 ? a->workspace + align16(rows * (size_t)splits * (size_t)a->head_dim * sizeof(float)) : 0;
+    s2_devptr ws_lse = splits > 1 ? a->workspace + w.lse_off : 0;
+    s2_devptr counters = splits > 1 ? a->workspace + w.counters_off : 0;
     int64_t st[12];
     memcpy(st, a->q_stride, sizeof a->q_stride);
     memcpy(st + 3, a->k_stride, sizeof a->k_stride);
@@ -1192,15 +1190,12 @@ static s2_status dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
     s2_devptr cls = s->class_of_kv_head, offs = s->offsets, ent = s->entries;
     void *args[] = {&q, &kp, &vp, &o, &lse, &ws_o, &ws_lse,
                     &st[0], &st[1], &st[2], &st[3], &st[4], &st[5], &st[6], &st[7], &st[8], &st[9], &st[10], &st[11],
-                    &table, &tbs, &ths, &seq_lens, &n, &page, &scale_log2, &cls, &offs, &ent, &qb, &sp};
+                    &table, &tbs, &ths, &seq_lens, &n, &page, &scale_log2, &cls, &offs, &ent, &qb, &sp, &counters};
     s2_launch_cfg cfg = {.grid = {(uint32_t)splits, (uint32_t)a->kv_heads, (uint32_t)a->batch},
                          .block = {(uint32_t)k->desc->threads, 1, 1},
                          .smem_bytes = (uint32_t)k->desc->smem_bytes,
                          .stream = stream};
-    s2_status r = s2_kernel_launch(ctx, k->dec_fn[0], &cfg, args);
-    if (r == S2_OK && splits > 1)
-        r = dec_launch_combine(ctx, k, stream, a, splits);
-    return r;
+    return s2_kernel_launch(ctx, k->dec_fn[0], &cfg, args);
 }
 
 s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
@@ -1216,7 +1211,7 @@ s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_
     if (st == S2_OK)
         st = dec_splits(ctx, k, a, slot->max_list, &splits);
     if (st == S2_OK)
-        st = dec_check_device(ctx, k, a, bytes, dec_workspace_of(a, splits));
+        st = dec_check_device(ctx, k, a, bytes, dec_workspace_of(a, splits).bytes);
     if (st == S2_OK)
         st = dec_launch(ctx, k, stream, a, slot, splits);
     mtx_unlock(&k->lock);
@@ -1295,5 +1290,5 @@ s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_comb
                     &lse, &n, &S, &H, &rows};
     int rpc = 128 / (a->head_dim / 8);
     s2_launch_cfg cfg = {.grid = {(uint32_t)s2_cdiv(rows, rpc), 1, 1}, .block = {128, 1, 1}, .stream = stream};
-    return s2_kernel_launch(ctx, k->dec_fn[2], &cfg, args);
+    return s2_kernel_launch(ctx, k->dec_fn[1], &cfg, args);
 }

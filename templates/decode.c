@@ -1,6 +1,7 @@
 /* Paged-KV decode with split-KV (flash-decoding), sm_80 instruction set
  * (mma.sync m16n8k16, ldmatrix, cp.async; runs on sm_90), and the combine
- * kernels that merge partial (O, LSE).  ABIs: include/s2c/decode.h.
+ * kernel that merges attention outputs over disjoint key sets (s2_combine).
+ * ABIs: include/s2c/decode.h.
  *
  * One CTA = (split, kv head, sequence).  The query heads of the kv head's
  * group times the new tokens fill the 16 rows of one mma tile, so every kept
@@ -10,7 +11,10 @@
  * tile stream through a cp.async ring, each warp runs its own chunk with its
  * own online softmax, and the warps' (m, l, O) are merged through shared
  * memory at the end.  Page ids come from the block table per chunk, so the
- * page size is a runtime value independent of the pattern's block size. */
+ * page size is a runtime value independent of the pattern's block size.
+ * With several splits, each CTA writes its partial (O, LSE) to the workspace
+ * and the last CTA of a (sequence, kv head) to finish merges them (no second
+ * launch). */
 #include "cg_internal.h"
 #include "s2c/attention.h"
 #include "s2c/decode.h"
@@ -23,7 +27,7 @@ enum {
     P_Q, P_K, P_V, P_O, P_LSE, P_WS_O, P_WS_LSE,
     P_QS, P_KS = P_QS + 3, P_VS = P_KS + 3, P_OS = P_VS + 3,
     P_TABLE = P_OS + 3, P_TBS, P_THS, P_SEQ_LENS, P_N, P_PAGE, P_SCALE_LOG2,
-    P_CLASS, P_OFFSETS, P_ENTRIES, P_QBLOCKS, P_SPLITS,
+    P_CLASS, P_OFFSETS, P_ENTRIES, P_QBLOCKS, P_SPLITS, P_COUNTERS,
     P_COUNT
 };
 
@@ -36,7 +40,7 @@ typedef struct dec_shape {
     int group, heads, bs_log2, gpb_log2;
     bool causal;
     int q_off, kv_off, stage_bytes, v_in_stage;
-    int merge_o_off, merge_ml_off;
+    int merge_o_off, merge_ml_off, flag_off;
 } dec_shape;
 
 typedef struct dec {
@@ -658,6 +662,140 @@ static void merge_and_store(dec *k)
     s2_nv_if_end(cg, &real);
 }
 
+static LLVMValueRef load_volatile_f32(dec *k, LLVMValueRef base, LLVMValueRef idx)
+{
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, k->cg->t_f32, base, &idx, 1, "");
+    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_f32, p, "");
+    LLVMSetAlignment(v, 4);
+    LLVMSetVolatile(v, 1);   /* other CTAs wrote it: read L2, not a stale L1 line */
+    return v;
+}
+
+/* Split-KV without a second launch: every CTA of (b, kv head) counts itself
+ * done on counters[b * kv_heads + kv head] after its partial is visible
+ * (fence, barrier, one atomic); the last one merges the splits' partials of
+ * its 16 rows into o / lse and puts the counter back to 0 for the next
+ * launch.  Same row / column split as merge_and_store. */
+static void last_cta_combine(dec *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int D = k->s.D, TPR = k->s.threads / ROWS, CPT = D / TPR;
+    LLVMValueRef splits = param(k, P_SPLITS);
+    s2_nv_if many;
+    s2_nv_if_begin(cg, &many, LLVMBuildICmp(b, LLVMIntNE, splits, c32(k, 1), ""), "split_kv");
+    s2_nv_inline_asm(cg, cg->t_void, "fence.acq_rel.gpu;", "", NULL, 0);
+    s2_nv_barrier_cta(cg);
+    LLVMValueRef flag_p = s2_nv_smem_at(cg, c32(k, k->s.flag_off));
+    s2_nv_if t0;
+    s2_nv_if_begin(cg, &t0, LLVMBuildICmp(b, LLVMIntEQ, k->tid, c32(k, 0), ""), "count");
+    {
+        LLVMValueRef nkv = LLVMBuildZExt(b, s2_nv_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.nctaid.y", cg->t_i32, NULL, 0, NULL), cg->t_i64, "");
+        LLVMValueRef ci = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildZExt(b, k->batch, cg->t_i64, ""), nkv, ""),
+                                       LLVMBuildZExt(b, k->kvh, cg->t_i64, ""), "");
+        LLVMValueRef cp = LLVMBuildInBoundsGEP2(b, cg->t_i32, param(k, P_COUNTERS), &ci, 1, "");
+        LLVMValueRef old = LLVMBuildAtomicRMW(b, LLVMAtomicRMWBinOpAdd, cp, c32(k, 1), LLVMAtomicOrderingAcquireRelease, 0);
+        LLVMValueRef last = LLVMBuildICmp(b, LLVMIntEQ, old, LLVMBuildSub(b, splits, c32(k, 1), ""), "last");
+        LLVMSetAlignment(LLVMBuildStore(b, LLVMBuildZExt(b, last, cg->t_i32, ""), flag_p), 4);
+        s2_nv_if rs;
+        s2_nv_if_begin(cg, &rs, last, "reset");
+        LLVMValueRef st = LLVMBuildStore(b, c32(k, 0), cp);
+        LLVMSetAlignment(st, 4);
+        LLVMSetVolatile(st, 1);
+        s2_nv_if_end(cg, &rs);
+    }
+    s2_nv_if_end(cg, &t0);
+    s2_nv_barrier_cta(cg);
+    LLVMValueRef flag = LLVMBuildLoad2(b, cg->t_i32, flag_p, "");
+    LLVMSetAlignment(flag, 4);
+    s2_nv_if lastb;
+    s2_nv_if_begin(cg, &lastb, LLVMBuildICmp(b, LLVMIntNE, flag, c32(k, 0), ""), "last_cta");
+    s2_nv_inline_asm(cg, cg->t_void, "fence.acq_rel.gpu;", "", NULL, 0);
+    LLVMValueRef r = LLVMBuildUDiv(b, k->tid, c32(k, TPR), "");
+    LLVMValueRef c0 = LLVMBuildMul(b, LLVMBuildURem(b, k->tid, c32(k, TPR), ""), c32(k, CPT), "");
+    LLVMValueRef t, i;
+    row_token_head(k, r, &t, &i);
+    s2_nv_if real;
+    s2_nv_if_begin(cg, &real, LLVMBuildICmp(b, LLVMIntULT, t, k->n, ""), "real");
+    {
+        LLVMValueRef h64 = LLVMBuildZExt(b, LLVMBuildAdd(b, LLVMBuildMul(b, k->kvh, c32(k, k->s.group), ""), i, ""), cg->t_i64, "");
+        LLVMValueRef t64 = LLVMBuildZExt(b, t, cg->t_i64, ""), b64 = LLVMBuildZExt(b, k->batch, cg->t_i64, "");
+        LLVMValueRef n64 = LLVMBuildZExt(b, k->n, cg->t_i64, "");
+        LLVMValueRef nb = LLVMBuildZExt(b, s2_nv_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.nctaid.z", cg->t_i32, NULL, 0, NULL), cg->t_i64, "");
+        LLVMValueRef H = c64(k, k->s.heads);
+        /* allocas (entry block) for the two passes */
+        LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
+        LLVMValueRef fi = LLVMGetFirstInstruction(LLVMGetEntryBasicBlock(k->fn));
+        LLVMPositionBuilderBefore(b, fi);
+        LLVMValueRef mx_p = LLVMBuildAlloca(b, cg->t_f32, "cmx"), sum_p = LLVMBuildAlloca(b, cg->t_f32, "csum");
+        LLVMValueRef acc[MAX_D];
+        for (int c = 0; c < CPT; c++)
+            acc[c] = LLVMBuildAlloca(b, cg->t_f32, "cacc");
+        LLVMPositionBuilderAtEnd(b, cur);
+        LLVMBuildStore(b, cf(k, -INFINITY), mx_p);
+        LLVMBuildStore(b, cf(k, 0.0), sum_p);
+        for (int c = 0; c < CPT; c++)
+            LLVMBuildStore(b, cf(k, 0.0), acc[c]);
+        /* ws_lse[((s * B + b) * H + h) * n + t], ws_o[(((s * B + b) * n + t) * H + h) * D + c] */
+        s2_nv_loop l1;
+        s2_nv_loop_begin(cg, &l1, "cmax", c32(k, 0), splits, c32(k, 1), NULL, 0);
+        {
+            LLVMValueRef sb = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildZExt(b, l1.iv, cg->t_i64, ""), nb, ""), b64, "");
+            LLVMValueRef li = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, sb, H, ""), h64, ""), n64, ""), t64, "");
+            LLVMValueRef lv = load_volatile_f32(k, param(k, P_WS_LSE), li);
+            LLVMBuildStore(b, s2_nv_fmax(cg, LLVMBuildLoad2(b, cg->t_f32, mx_p, ""), lv), mx_p);
+        }
+        s2_nv_loop_end(cg, &l1, NULL);
+        LLVMValueRef mx = LLVMBuildLoad2(b, cg->t_f32, mx_p, "");
+        LLVMValueRef mx_use = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, mx, cf(k, -INFINITY), ""), cf(k, 0.0), mx, "");
+        s2_nv_loop l2;
+        s2_nv_loop_begin(cg, &l2, "csum", c32(k, 0), splits, c32(k, 1), NULL, 0);
+        {
+            LLVMValueRef sb = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildZExt(b, l2.iv, cg->t_i64, ""), nb, ""), b64, "");
+            LLVMValueRef li = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, sb, H, ""), h64, ""), n64, ""), t64, "");
+            LLVMValueRef lv = load_volatile_f32(k, param(k, P_WS_LSE), li);
+            s2_nv_if has;
+            s2_nv_if_begin(cg, &has, LLVMBuildFCmp(b, LLVMRealONE, lv, cf(k, -INFINITY), ""), "has");
+            LLVMValueRef w = s2_nv_ex2_approx(cg, LLVMBuildFMul(b, LLVMBuildFSub(b, lv, mx_use, ""), cf(k, M_LOG2E), ""));
+            LLVMBuildStore(b, LLVMBuildFAdd(b, LLVMBuildLoad2(b, cg->t_f32, sum_p, ""), w, ""), sum_p);
+            LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, sb, n64, ""), t64, ""), H, ""), h64, "");
+            LLVMValueRef off = LLVMBuildAdd(b, LLVMBuildMul(b, row, c64(k, D), ""), LLVMBuildZExt(b, c0, cg->t_i64, ""), "");
+            for (int c = 0; c < CPT; c++) {
+                LLVMValueRef x = load_volatile_f32(k, param(k, P_WS_O), LLVMBuildAdd(b, off, c64(k, c), ""));
+                LLVMBuildStore(b, s2_nv_fma(cg, w, x, LLVMBuildLoad2(b, cg->t_f32, acc[c], "")), acc[c]);
+            }
+            s2_nv_if_end(cg, &has);
+        }
+        s2_nv_loop_end(cg, &l2, NULL);
+        LLVMValueRef sum = LLVMBuildLoad2(b, cg->t_f32, sum_p, "");
+        LLVMValueRef pos = LLVMBuildFCmp(b, LLVMRealOGT, sum, cf(k, 0.0), "");
+        LLVMValueRef inv = LLVMBuildSelect(b, pos, LLVMBuildFDiv(b, cf(k, 1.0), sum, ""), cf(k, 0.0), "");
+        LLVMValueRef off = LLVMBuildMul(b, b64, param(k, P_OS), "");
+        off = LLVMBuildAdd(b, off, LLVMBuildMul(b, t64, param(k, P_OS + 1), ""), "");
+        off = LLVMBuildAdd(b, off, LLVMBuildMul(b, h64, param(k, P_OS + 2), ""), "");
+        off = LLVMBuildAdd(b, off, LLVMBuildZExt(b, c0, cg->t_i64, ""), "");
+        for (int c = 0; c < CPT; c += 2) {
+            LLVMValueRef lo = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[c], ""), inv, "");
+            LLVMValueRef hi = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[c + 1], ""), inv, "");
+            LLVMValueRef pp = gep16(k, param(k, P_O), LLVMBuildAdd(b, off, c64(k, c), ""));
+            LLVMSetAlignment(LLVMBuildStore(b, s2_nv_pack2(cg, k->s.dt, lo, hi), pp), 4);
+        }
+        LLVMValueRef lp = param(k, P_LSE);
+        LLVMValueRef first = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildURem(b, k->tid, c32(k, TPR), ""), c32(k, 0), "");
+        LLVMValueRef want = LLVMBuildAnd(b, first, LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lp, cg->t_i64, ""), c64(k, 0), ""), "");
+        s2_nv_if wl;
+        s2_nv_if_begin(cg, &wl, want, "lse");
+        LLVMValueRef lse = LLVMBuildFAdd(b, mx, LLVMBuildFMul(b, s2_nv_lg2_approx(cg, sum), cf(k, M_LN2), ""), "");
+        lse = LLVMBuildSelect(b, pos, lse, cf(k, -INFINITY), "");
+        LLVMValueRef li = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, b64, H, ""), h64, ""), n64, ""), t64, "");
+        store_global_f32(k, lp, li, lse);
+        s2_nv_if_end(cg, &wl);
+    }
+    s2_nv_if_end(cg, &real);
+    s2_nv_if_end(cg, &lastb);
+    s2_nv_if_end(cg, &many);
+}
+
 static void dec_shape_init(dec_shape *s, const s2_pattern *p, const s2_kernel_spec *spec)
 {
     memset(s, 0, sizeof *s);
@@ -680,6 +818,7 @@ static void dec_shape_init(dec_shape *s, const s2_pattern *p, const s2_kernel_sp
     /* after the loop the stages are free: the warps' O then (m, l) */
     s->merge_o_off = 0;
     s->merge_ml_off = s->warps * ROWS * s->D * 4;
+    s->flag_off = s->merge_ml_off + s->warps * ROWS * 8;
 }
 
 int s2_decode_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
@@ -687,7 +826,7 @@ int s2_decode_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
     dec_shape s;
     dec_shape_init(&s, p, spec);
     int ring = s.kv_off + s.stages * s.stage_bytes;
-    int merge = s.merge_ml_off + s.warps * ROWS * 8;
+    int merge = s.flag_off + 16;
     return ring > merge ? ring : merge;
 }
 
@@ -710,6 +849,7 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
     params[P_SCALE_LOG2] = cg->t_f32;
     params[P_CLASS] = params[P_OFFSETS] = params[P_ENTRIES] = cg->t_ptr_global;
     params[P_QBLOCKS] = params[P_SPLITS] = cg->t_i32;
+    params[P_COUNTERS] = cg->t_ptr_global;
     k.fn = s2_nv_kernel_new(cg, name, params, P_COUNT, k.s.threads, 1);
     static const int ro[] = {P_Q, P_K, P_V, P_TABLE, P_SEQ_LENS, P_CLASS, P_OFFSETS, P_ENTRIES};
     for (size_t i = 0; i < sizeof ro / sizeof ro[0]; i++) {
@@ -718,6 +858,7 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
     }
     for (int i = P_O; i <= P_WS_LSE; i++)
         s2_nv_param_attr(cg, k.fn, (unsigned)i, "noalias");
+    s2_nv_param_attr(cg, k.fn, P_COUNTERS, "noalias");
     LLVMBasicBlockRef entry_bb = LLVMGetInsertBlock(cg->b);
 
     setup(&k);
@@ -735,6 +876,7 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
     spill_warp_state(&k);
     s2_nv_barrier_cta(cg);
     merge_and_store(&k);
+    last_cta_combine(&k);
     LLVMBuildRetVoid(k.b);
     return S2_OK;
 }
@@ -753,7 +895,6 @@ typedef struct comb {
     LLVMBuilderRef b;
     LLVMValueRef fn;
     s2_dtype out_dt;
-    bool in_f32;
     int D;
 } comb;
 
@@ -786,23 +927,11 @@ static LLVMValueRef input_base(comb *k, int which, LLVMValueRef i, int esize)
     return LLVMBuildIntToPtr(b, LLVMBuildSelect(b, use, strided, tv, ""), cg->t_ptr_global, "");
 }
 
-/* 8 consecutive input elements as f32 (one or two 16-byte loads). */
+/* 8 consecutive 16-bit input elements as f32 (one 16-byte load). */
 static void load8(comb *k, LLVMValueRef base, LLVMValueRef off, LLVMValueRef x[8])
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    if (k->in_f32) {
-        LLVMTypeRef v4 = LLVMVectorType(cg->t_f32, 4);
-        for (int h = 0; h < 2; h++) {
-            LLVMValueRef o = LLVMBuildAdd(b, off, cc64(k, 4 * h), "");
-            LLVMValueRef p = LLVMBuildInBoundsGEP2(b, cg->t_f32, base, &o, 1, "");
-            LLVMValueRef v = LLVMBuildLoad2(b, v4, p, "");
-            LLVMSetAlignment(v, 16);
-            for (int j = 0; j < 4; j++)
-                x[4 * h + j] = LLVMBuildExtractElement(b, v, cc32(k, j), "");
-        }
-        return;
-    }
     LLVMTypeRef i16 = LLVMInt16TypeInContext(cg->llctx);
     LLVMTypeRef v8 = LLVMVectorType(i16, 8);
     LLVMValueRef p = LLVMBuildInBoundsGEP2(b, i16, base, &off, 1, "");
@@ -825,10 +954,10 @@ static LLVMValueRef load_lse(comb *k, LLVMValueRef i, LLVMValueRef li)
     return v;
 }
 
-static s2_status combine_kernel(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D, bool in_f32, const char *name)
+static s2_status combine_kernel(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D, const char *name)
 {
     (void)ctx;
-    comb k = {.cg = cg, .b = cg->b, .out_dt = out_dt, .in_f32 = in_f32, .D = D};
+    comb k = {.cg = cg, .b = cg->b, .out_dt = out_dt, .D = D};
     LLVMBuilderRef b = cg->b;
     LLVMTypeRef params[C_COUNT];
     LLVMTypeRef generic = LLVMPointerTypeInContext(cg->llctx, 0);
@@ -896,7 +1025,7 @@ static s2_status combine_kernel(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D, 
         s2_nv_if_begin(cg, &hb, has, "contrib");
         LLVMBuildStore(b, LLVMBuildFAdd(b, LLVMBuildLoad2(b, cg->t_f32, sum_p, ""), w, ""), sum_p);
         LLVMValueRef x[8];
-        load8(&k, input_base(&k, 0, l2.iv, in_f32 ? 4 : 2), ioff, x);
+        load8(&k, input_base(&k, 0, l2.iv, 2), ioff, x);
         for (int j = 0; j < 8; j++)
             LLVMBuildStore(b, s2_nv_fma(cg, w, x[j], LLVMBuildLoad2(b, cg->t_f32, acc[j], "")), acc[j]);
         s2_nv_if_end(cg, &hb);
@@ -936,9 +1065,6 @@ s2_status s2_decode_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_
     s2_status st = decode_kernel(ctx, cg, p, spec, name);
     snprintf(sub, sizeof sub, "%s_combine", name);
     if (st == S2_OK)
-        st = combine_kernel(ctx, cg, spec->dtype, spec->head_dim, true, sub);
-    snprintf(sub, sizeof sub, "%s_combine16", name);
-    if (st == S2_OK)
-        st = combine_kernel(ctx, cg, spec->dtype, spec->head_dim, false, sub);
+        st = combine_kernel(ctx, cg, spec->dtype, spec->head_dim, sub);
     return st;
 }

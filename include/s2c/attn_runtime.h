@@ -133,18 +133,21 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
  *   S2_ERR_STRIDE     table strides that make rows overlap
  *   S2_ERR_INVALID    splits outside 0..64; a pointer that is not device memory
  *                     or is too small for its extent)
- * then builds (first use; cached per 64-block step of max_seq_len, like the
- * forward's schedules) the kept-block lists, picks the split count and launches
- * NAME, plus NAME_combine when splits > 1, on `stream`.  seq_lens live on the
- * device and are not checked: each must be in [n_new, max_seq_len], and its
- * table row must hold valid page ids for the pages of kept blocks.
+ * then builds the kept-block lists (first use; cached for a range of
+ * max_seq_len, like the forward's schedules), picks the split count and
+ * launches NAME on `stream` (one launch: with splits > 1 its last CTA per
+ * sequence and kv head merges the partials).  seq_lens live on the device and
+ * are not checked: each must be in [n_new, max_seq_len], and its table row
+ * must hold valid page ids for the pages of kept blocks.
  * s2_attn_decode_workspace gives the workspace bytes for these arguments
- * (0: none needed); the split count depends only on the shapes. */
+ * (0: none needed; the split count depends only on the shapes).  Zero the
+ * workspace once after allocating it; launches leave it zeroed.  Launches
+ * sharing a workspace must not run concurrently. */
 s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a);
 s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, size_t *bytes);
 
 /* Merge the outputs of n attention calls over disjoint key sets (context
- * parallelism; s2_ref_combine is the reference) with the NAME_combine16
+ * parallelism; s2_ref_combine is the reference) with the NAME_combine
  * kernel of a decode kernel of the same dtype and head_dim.  Inputs share
  * in_stride; their pointer table travels as a kernel parameter (no upload).
  * Statuses as s2_attn_forward for the tensors named in s2_combine_args. */

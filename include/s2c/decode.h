@@ -71,9 +71,9 @@ s2_status s2_decode_lists_pack(s2_ctx *ctx, const s2_decode_lists *l, s2_packed_
 void s2_packed_decode_lists_free(s2_packed_decode_lists *p);
 
 /* ---- the decode kernel ABI (S2_KERNEL_DECODE) -------------------------------------
- * One module, one manifest entry NAME = s2_dec_<pattern>_<dtype>_d<D>, three
- * kernels: NAME (decode), NAME_combine (merges fp32 partials), NAME_combine16
- * (merges 16-bit partials: s2_combine).  NAME's parameters:
+ * One module, one manifest entry NAME = s2_dec_<pattern>_<dtype>_d<D>, two
+ * kernels: NAME (decode) and NAME_combine (merges 16-bit outputs of disjoint
+ * key sets: s2_combine).  NAME's parameters:
  *    0 ptr q [B, n, H, D]   1 ptr k_pages   2 ptr v_pages   3 ptr o [B, n, H, D]
  *    4 ptr lse fp32 [B][H][n] or null
  *    5 ptr ws_o fp32 [splits][B][n][H][D]   6 ptr ws_lse fp32 [splits][B][H][n]  (splits > 1)
@@ -82,7 +82,7 @@ void s2_packed_decode_lists_free(s2_packed_decode_lists *p);
  *   19 ptr block_table (i32)   20 i64 table batch stride   21 i64 table head stride (0: shared)
  *   22 ptr seq_lens (i32 [B])  23 i32 n  24 i32 page_size  25 f32 scale·log2 e
  *   26 ptr class_of_kv_head  27 ptr offsets  28 ptr entries  29 i32 q_blocks   (packed lists)
- *   30 i32 splits
+ *   30 i32 splits   31 ptr counters (i32 [B][kv_heads], zero before the launch; left zero)
  * Grid (splits, kv_heads, B), block num_warps * 32, smem art->smem_bytes.
  * CTA (x, g, b) packs the group's query heads × n tokens into the 16 rows of
  * one mma tile (row t * group + i: token t, head g * group + i; group * n <= 16),
@@ -90,17 +90,19 @@ void s2_packed_decode_lists_free(s2_packed_decode_lists *p);
  * a CTA tile is num_warps chunks, one per warp, with an in-CTA merge at the
  * end) and writes o / lse directly when splits = 1, else its partial (o
  * normalised over its slice, lse natural log, -inf when it saw nothing) to
- * the workspace, merged by NAME_combine.
+ * the workspace; the last CTA of (b, g) to finish (an atomic count on
+ * counters[b][g]) merges the partials into o / lse and resets the counter.
  *
- * NAME_combine / NAME_combine16 parameters:
- *    0 ptr o_ptrs (u64 [n_in] device pointers) or null   1 ptr lse_ptrs or null
- *    2 ptr o_base   3 ptr lse_base   4 i64 o_part   5 i64 lse_part
- *         (input i at o_ptrs[i] / lse_ptrs[i], or at base + i * part elements)
- *    6..8 i64 input strides (b, s, h)   9 ptr out (16-bit)   10..12 i64 out strides
- *   13 ptr lse_out fp32 [B][H][S] or null   14 i32 n_in   15 i32 S   16 i32 H   17 i32 rows = B*S*H
+ * NAME_combine parameters:
+ *    0 byval {u64 o[64]; u64 lse[64]} (1 KB, a grid constant: put its address in
+ *      kernelParams): input i at o[i] / lse[i] when o_base is null
+ *    1 ptr o_base   2 ptr lse_base   3 i64 o_part   4 i64 lse_part
+ *         (when o_base is set, input i is at base + i * part elements)
+ *    5..7 i64 input strides (b, s, h)   8 ptr out (16-bit)   9..11 i64 out strides
+ *   12 ptr lse_out fp32 [B][H][S] or null   13 i32 n_in   14 i32 S   15 i32 H   16 i32 rows = B*S*H
  * Input LSE i is contiguous [B][H][S].  Grid (cdiv(rows, 128 / (D/8))), block 128:
- * D/8 threads per row, 8 columns each.  Input strides multiples of 8
- * (16-bit) or 4 (fp32); pointers 16-byte aligned. */
+ * D/8 threads per row, 8 columns each.  Input strides multiples of 8,
+ * pointers 16-byte aligned. */
 
 /* ---- decode launch arguments --------------------------------------------------- */
 typedef struct s2_attn_decode_args {
@@ -120,7 +122,8 @@ typedef struct s2_attn_decode_args {
     int64_t max_pages_per_seq;   /* entries per table row the caller allocated */
     uint64_t seq_lens;           /* int32 [B], device: n_new <= seq_lens[b] <= max_seq_len */
     int64_t max_seq_len;         /* host bound on seq_lens (sizes the lists) */
-    uint64_t workspace;          /* s2_attn_decode_workspace_bytes(), 16-byte aligned; 0 if that is 0 */
+    uint64_t workspace;          /* s2_attn_decode_workspace() bytes, 16-byte aligned, zero-filled once
+                                  * when allocated (every launch leaves it so); 0 if none is needed */
     int splits;                  /* 0 = heuristic (fill the GPU); 1 = no workspace */
     float scale;                 /* 0 = 1/sqrt(head_dim) */
 } s2_attn_decode_args;

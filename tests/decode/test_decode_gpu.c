@@ -299,8 +299,10 @@ static void run_case(int ci)
         OK(ctx, s2_attn_decode_workspace(ctx, k, &a, &wsb));
         s2_mem_free(ctx, dev, ws);
         ws = 0;
-        if (wsb)
+        if (wsb) {
             OK(ctx, s2_mem_alloc(ctx, dev, wsb, &ws));
+            OK(ctx, s2_memset_d8(ctx, dev, ws, 0, wsb));  /* once: launches leave it zeroed */
+        }
         a.workspace = ws;
         /* the split count in force: 1 needs no workspace */
         res->splits[run] = run == 0 ? 1 : c->splits ? c->splits : (wsb ? -1 : 1);
