@@ -66,14 +66,46 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern
     return S2_OK;
 }
 
+/* Decode: num_warps 16-key chunks per tile (default 4: 64 keys), a ring of
+ * num_stages tiles (default 3: 2 CTAs of 100 KB fit an SM at d128, so a
+ * CTA's loads overlap the other's merge); block_m is the 16-row mma tile. */
+static s2_status resolve_decode(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
+{
+    if (p->heads / p->kv_heads > 16)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode packs a GQA group into 16 rows; %d heads per kv head",
+                       p->heads / p->kv_heads);
+    if (p->block_size < 16)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode needs blocks of 16+ tokens");
+    if (spec->num_warps == 0)
+        spec->num_warps = 4;
+    if (spec->num_warps != 2 && spec->num_warps != 4 && spec->num_warps != 8)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode num_warps %d (2, 4 or 8)", spec->num_warps);
+    if (spec->num_stages == 0)
+        spec->num_stages = 3;
+    if (spec->num_stages < 2 || spec->num_stages > 6)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode num_stages %d (2..6)", spec->num_stages);
+    if (spec->block_m != 0 && spec->block_m != 16)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode block_m %d (16: one mma tile)", spec->block_m);
+    if (spec->block_n != 0 && spec->block_n != 16 * spec->num_warps)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode block_n %d (16 * num_warps)", spec->block_n);
+    spec->block_m = 16;
+    spec->block_n = 16 * spec->num_warps;
+    spec->persistent = 0;
+    int smem = s2_decode_smem_bytes(p, spec);
+    if (smem > smem_limit(spec->arch))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: %d bytes of shared memory exceed %s's %d", smem,
+                       s2_arch_cpu((s2_arch)spec->arch), smem_limit(spec->arch));
+    return S2_OK;
+}
+
 s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
 {
     if (!spec || !p || !p->rules || p->heads < 1 || p->kv_heads < 1)
         return s2_fail(ctx, S2_ERR_INVALID, "spec: null spec or unresolved pattern");
     if (p->heads % p->kv_heads != 0)
         return s2_fail(ctx, S2_ERR_INVALID, "spec: %d heads are not a multiple of %d kv heads", p->heads, p->kv_heads);
-    bool bwd = spec->kind == S2_KERNEL_BWD;
-    if (spec->kind != S2_KERNEL_FWD && !bwd)
+    bool bwd = spec->kind == S2_KERNEL_BWD, dec = spec->kind == S2_KERNEL_DECODE;
+    if (spec->kind != S2_KERNEL_FWD && !bwd && !dec)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: kernel kind %d is not generated yet", (int)spec->kind);
     if (spec->dtype != S2_DTYPE_BF16 && spec->dtype != S2_DTYPE_F16)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: dtype %s (bf16 or f16 only)", s2_dtype_name(spec->dtype));
@@ -84,6 +116,8 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
     if (!s2_arch_cpu((s2_arch)spec->arch))
         return s2_fail(ctx, S2_ERR_INVALID, "spec: invalid arch %d", spec->arch);
 
+    if (dec)
+        return resolve_decode(ctx, spec, p);
     if (s2_fwd_spec_wants_tma(spec))
         return resolve_tma(ctx, spec, p);
     bool wg_ok = bwd && spec->arch == S2_ARCH_SM90A && (spec->head_dim == 64 || spec->head_dim == 128);
@@ -145,7 +179,7 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
 static void kernel_name(char *out, size_t cap, const s2_pattern *p, const s2_kernel_spec *spec)
 {
     const char *pn = p->name && p->name[0] ? p->name : "pattern";
-    size_t n = (size_t)snprintf(out, cap, spec->kind == S2_KERNEL_BWD ? "s2_bwd_" : "s2_fwd_");
+    size_t n = (size_t)snprintf(out, cap, spec->kind == S2_KERNEL_BWD ? "s2_bwd_" : spec->kind == S2_KERNEL_DECODE ? "s2_dec_" : "s2_fwd_");
     for (const char *s = pn; *s && n + 1 < cap - 16; s++) {
         char c = *s;
         int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
@@ -182,7 +216,8 @@ static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int
             if (strcmp(ks[i].name, ks[j].name) == 0)
                 return s2_fail(ctx, S2_ERR_INVALID, "patterns '%s' and '%s' both give kernel %s", patterns[j]->name,
                                patterns[i]->name, ks[i].name);
-        int smem = ks[i].spec.kind == S2_KERNEL_BWD ? s2_bwd_smem_bytes(patterns[i], &ks[i].spec)
+        int smem = ks[i].spec.kind == S2_KERNEL_DECODE ? s2_decode_smem_bytes(patterns[i], &ks[i].spec)
+                   : ks[i].spec.kind == S2_KERNEL_BWD ? s2_bwd_smem_bytes(patterns[i], &ks[i].spec)
                    : s2_fwd_spec_wants_tma(&ks[i].spec)       ? s2_fwd_sm90_smem_bytes(patterns[i], &ks[i].spec)
                                                    : s2_fwd_smem_bytes(patterns[i], &ks[i].spec);
         mk[i] = (s2_manifest_kernel){.name = ks[i].name, .pattern = patterns[i]->name ? patterns[i]->name : "",
@@ -227,7 +262,8 @@ s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s
     if (st == S2_OK)
         st = s2_cg_init(ctx, &cg, &target, art->name);
     for (int i = 0; i < n && st == S2_OK; i++)
-        st = ks[i].spec.kind == S2_KERNEL_BWD ? s2_bwd_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name)
+        st = ks[i].spec.kind == S2_KERNEL_DECODE ? s2_decode_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name)
+             : ks[i].spec.kind == S2_KERNEL_BWD ? s2_bwd_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name)
              : s2_fwd_spec_wants_tma(&ks[i].spec)        ? s2_fwd_sm90_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name)
                                               : s2_fwd_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name);
     if (st == S2_OK)

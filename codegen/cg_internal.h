@@ -190,6 +190,10 @@ s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ker
  * kernels (the larger), and the three kernels NAME_pre, NAME_dq, NAME_dkdv. */
 int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
 s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+/* The paged decode (templates/decode.c): shared memory, and the kernels
+ * NAME and NAME_combine (ABI in s2c/decode.h). */
+int s2_decode_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
+s2_status s2_decode_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
 /* Add the NUL-terminated manifest text as the global S2_MANIFEST_SYMBOL. */
 s2_status s2_cg_add_manifest(s2_ctx *ctx, s2_cg *cg, const char *text);
 

@@ -7,7 +7,10 @@
 #include <inttypes.h>
 #include <string.h>
 
-static const char *kind_name(s2_kernel_kind k) { return k == S2_KERNEL_FWD ? "fwd" : k == S2_KERNEL_BWD ? "bwd" : "?"; }
+static const char *kind_name(s2_kernel_kind k)
+{
+    return k == S2_KERNEL_FWD ? "fwd" : k == S2_KERNEL_BWD ? "bwd" : k == S2_KERNEL_DECODE ? "decode" : "?";
+}
 
 static const char *range_action_name(s2_range_action a)
 {

@@ -138,7 +138,8 @@ static s2_status kernel_key(mparser *ps, const char *key, const char *v)
     bool ok = true;
     if (!strcmp(key, "kind"))
         ok = (!strcmp(v, "fwd") && ((k->spec.kind = S2_KERNEL_FWD), true)) ||
-             (!strcmp(v, "bwd") && ((k->spec.kind = S2_KERNEL_BWD), true));
+             (!strcmp(v, "bwd") && ((k->spec.kind = S2_KERNEL_BWD), true)) ||
+             (!strcmp(v, "decode") && ((k->spec.kind = S2_KERNEL_DECODE), true));
     else if (!strcmp(key, "pattern"))
         ok = (k->pattern = s2_arena_strdup(&ps->m->arena, v)) != NULL;
     else if (!strcmp(key, "dtype")) {

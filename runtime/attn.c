@@ -30,6 +30,8 @@ struct s2_attn_kernel {
     const s2_pattern *pattern;
     s2_kernel *fn;
     s2_kernel *bwd_fn[3];        /* backward: NAME_pre, NAME_dkdv, NAME_dq */
+    s2_kernel *dec_fn[2];        /* decode: NAME, NAME_combine */
+    struct dec_slot *dec_slots;  /* decode: cached kept-block lists (DEC_CACHE) */
     int64_t max_kv_len;
     mtx_t lock;                  /* guards everything below */
     bool lock_ok;
@@ -68,6 +70,9 @@ static int64_t max_kv_len_of(const s2_pattern *p)
     return lim;
 }
 
+static void decode_free(s2_attn_kernel *k);
+static s2_status decode_init(s2_ctx *ctx, s2_attn_kernel *k);
+
 static void free_schedules(s2_attn_kernel *k)
 {
     for (int i = 0; i < S2_ATTN_SCHED_CACHE; i++)
@@ -92,6 +97,7 @@ void s2_attn_module_free(s2_attn_module *mod)
         s2_kernel_free(k->fn);
         for (int j = 0; j < 3; j++)
             s2_kernel_free(k->bwd_fn[j]);
+        decode_free(k);
     }
     free(mod->kernels);
     s2_module_free(mod->cu);
@@ -108,13 +114,15 @@ static s2_status init_kernel(s2_ctx *ctx, s2_attn_module *mod, int i)
     k->pattern = s2_manifest_find_pattern(mod->manifest, d->pattern);
     if (!k->pattern)
         return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s names unknown pattern '%s'", d->name, d->pattern);
-    if ((d->spec.kind != S2_KERNEL_FWD && d->spec.kind != S2_KERNEL_BWD) || d->threads != 32 * d->spec.num_warps || d->spec.block_m < 16 ||
+    if ((d->spec.kind != S2_KERNEL_FWD && d->spec.kind != S2_KERNEL_BWD && d->spec.kind != S2_KERNEL_DECODE) || d->threads != 32 * d->spec.num_warps || d->spec.block_m < 16 ||
         d->spec.block_n < 16)
         return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s has an inconsistent launch shape", d->name);
     k->max_kv_len = max_kv_len_of(k->pattern);
     if (mtx_init(&k->lock, mtx_plain) != thrd_success)
         return s2_fail(ctx, S2_ERR_NOMEM, "cannot create a mutex");
     k->lock_ok = true;
+    if (d->spec.kind == S2_KERNEL_DECODE)
+        return decode_init(ctx, k);
     if (d->spec.kind == S2_KERNEL_BWD) {
         static const char *const parts[3] = {"_pre", "_dkdv", "_dq"};
         for (int j = 0; j < 3; j++) {
@@ -1031,4 +1039,437 @@ s2_status s2_attn_backward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
         st = launch_bwd(ctx, k, stream, a, s);
     mtx_unlock(&k->lock);
     return st;
+}
+
+/* ---- paged decode and combine (s2c/decode.h) ---------------------------------------- */
+
+
+enum { DEC_CACHE = 4, DEC_MAX_SPLITS = 64 };
+
+/* Uploaded kept-block lists for sequences of up to q_blocks blocks. */
+typedef struct dec_slot {
+    int64_t q_blocks;
+    s2_devptr buf, class_of_kv_head, offsets, entries;
+    int64_t max_list;
+    uint64_t last_use;           /* 0: empty */
+} dec_slot;
+
+static s2_status decode_init(s2_ctx *ctx, s2_attn_kernel *k)
+{
+    static const char *const parts[2] = {"", "_combine"};
+    if (!(k->dec_slots = calloc(DEC_CACHE, sizeof *k->dec_slots)))
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    for (int j = 0; j < 2; j++) {
+        char name[512];
+        snprintf(name, sizeof name, "%s%s", k->desc->name, parts[j]);
+        s2_status st = s2_kernel_get(ctx, k->mod->cu, name, &k->dec_fn[j]);
+        if (st != S2_OK)
+            return st;
+    }
+    return S2_OK;
+}
+
+static void decode_free(s2_attn_kernel *k)
+{
+    for (int i = 0; k->dec_slots && i < DEC_CACHE; i++)
+        if (k->dec_slots[i].last_use)
+            s2_mem_free(NULL, k->mod->dev, k->dec_slots[i].buf);
+    free(k->dec_slots);
+    k->dec_slots = NULL;
+    for (int j = 0; j < 2; j++)
+        s2_kernel_free(k->dec_fn[j]);
+}
+
+/* Lists are built for more blocks than asked (a list serves every shorter
+ * length: the kernel masks keys past seq_len): up to the next multiple of a
+ * quarter of the power of two below (at least 64 blocks), so a growing
+ * max_seq_len rebuilds them about 4 times per doubling (at 128K, block 64:
+ * 19 MB, 0.4 s to build) with at most 25% more entries. */
+static int64_t dec_q_blocks(const s2_attn_kernel *k, int64_t max_seq_len)
+{
+    int bs = k->pattern->block_size;
+    int64_t blocks = s2_cdiv(max_seq_len, bs), step = 64;
+    while (step * 8 <= blocks)
+        step *= 2;
+    blocks = s2_cdiv(blocks, step) * step;
+    return s2_max64(1, s2_min64(blocks, k->max_kv_len / bs));
+}
+
+static s2_status dec_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_blocks, dec_slot *slot)
+{
+    s2_device *dev = k->mod->dev;
+    s2_decode_lists *l = NULL;
+    s2_packed_decode_lists pk = {0};
+    s2_devptr buf = 0;
+    s2_status st = s2_decode_lists_build(ctx, k->pattern, q_blocks * k->pattern->block_size, &l);
+    if (st == S2_OK)
+        st = s2_decode_lists_pack(ctx, l, &pk);
+    if (st == S2_OK)
+        st = s2_mem_alloc(ctx, dev, pk.size, &buf);
+    if (st == S2_OK)
+        st = s2_memcpy_h2d(ctx, dev, buf, pk.data, pk.size);
+    if (st == S2_OK)
+        st = s2_stream_synchronize(ctx, dev, NULL);
+    if (st == S2_OK) {
+        *slot = (dec_slot){.q_blocks = l->q_blocks, .buf = buf, .class_of_kv_head = buf + pk.class_off,
+                           .offsets = buf + pk.offsets_off, .entries = buf + pk.entries_off, .max_list = l->max_list};
+        buf = 0;
+    }
+    s2_mem_free(NULL, dev, buf);
+    s2_packed_decode_lists_free(&pk);
+    s2_decode_lists_free(l);
+    return st;
+}
+
+/* Called with k->lock held. */
+static s2_status dec_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t max_seq_len, dec_slot **out)
+{
+    int64_t qb = dec_q_blocks(k, max_seq_len);
+    dec_slot *victim = &k->dec_slots[0];
+    for (int i = 0; i < DEC_CACHE; i++) {
+        dec_slot *s = &k->dec_slots[i];
+        if (s->last_use && s->q_blocks == qb) {
+            s->last_use = ++k->tick;
+            k->stats.hits++;
+            *out = s;
+            return S2_OK;
+        }
+        if (s->last_use < victim->last_use)
+            victim = s;
+    }
+    k->stats.misses++;
+    if (victim->last_use) {
+        s2_status st = s2_device_synchronize(ctx, k->mod->dev);
+        if (st != S2_OK)
+            return st;
+        s2_mem_free(NULL, k->mod->dev, victim->buf);
+        memset(victim, 0, sizeof *victim);
+        k->stats.evictions++;
+    }
+    s2_status st = dec_build(ctx, k, qb, victim);
+    if (st != S2_OK)
+        return st;
+    victim->last_use = ++k->tick;
+    *out = victim;
+    return S2_OK;
+}
+
+/* Splits: the fewest that fill the resident CTA slots (SMs x CTAs per SM)
+ * to at least 90% in whole waves (B = 1 at 32 kv heads on 132 SMs x 2: 8
+ * splits, 256 CTAs, one wave; 9 made a second wave of 24 CTAs and measured
+ * 0.099 ms at 128K, bench/RESULTS.md), at most one per 4 key tiles of the
+ * longest list. */
+static s2_status dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, int64_t max_list, int *out)
+{
+    if (a->splits > 0) {
+        *out = a->splits;
+        return S2_OK;
+    }
+    s2_kernel_attrs at;
+    s2_status st = s2_kernel_get_attrs(ctx, k->dec_fn[0], &at);
+    if (st != S2_OK)
+        return st;
+    int warps = k->desc->spec.num_warps;
+    int warp_regs = ((at.num_regs * 32 + 255) / 256) * 256;
+    int by_regs = warp_regs ? 65536 / (warps * warp_regs) : 32;
+    int by_smem = 228 * 1024 / (k->desc->smem_bytes + at.static_smem_bytes + 1024);
+    int per_sm = by_regs < by_smem ? by_regs : by_smem;
+    per_sm = per_sm < 1 ? 1 : per_sm;
+    int64_t target = (int64_t)s2_device_get_info(k->mod->dev)->sm_count * per_sm;
+    int64_t ctas = (int64_t)a->batch * a->kv_heads;
+    int64_t tiles = s2_cdiv(max_list * (k->pattern->block_size / 16), warps);
+    int64_t cap = s2_min64(DEC_MAX_SPLITS, s2_max64(1, tiles / 4)), best = 1;
+    double best_eff = 0;
+    for (int64_t s = 1; s <= cap; s++) {
+        int64_t n = ctas * s;
+        double eff = (double)n / (double)(s2_cdiv(n, target) * target);
+        if (eff > best_eff + 1e-9) {
+            best_eff = eff;
+            best = s;
+        }
+        if (eff >= 0.9)
+            break;
+    }
+    *out = (int)best;
+    return S2_OK;
+}
+
+/* Workspace: partial o fp32 [splits][B][n][H][D], partial lse fp32
+ * [splits][B][H][n], counters i32 [B][kv_heads]; each part 16-byte aligned. */
+typedef struct dec_ws {
+    size_t lse_off, counters_off, bytes;
+} dec_ws;
+
+static dec_ws dec_workspace_of(const s2_attn_decode_args *a, int splits)
+{
+    dec_ws w = {0};
+    if (splits <= 1)
+        return w;
+    size_t rows = (size_t)splits * (size_t)a->batch * (size_t)a->n_new * (size_t)a->heads;
+    w.lse_off = align16(rows * (size_t)a->head_dim * sizeof(float));
+    w.counters_off = w.lse_off + align16(rows * sizeof(float));
+    w.bytes = w.counters_off + (size_t)a->batch * (size_t)a->kv_heads * sizeof(int32_t);
+    return w;
+}
+
+static s2_status dec_check_table(s2_ctx *ctx, const s2_attn_decode_args *a, size_t *bytes)
+{
+    int64_t tb = a->table_stride[0], th = a->table_stride[1];
+    if (tb < 0 || th < 0)
+        return s2_fail(ctx, S2_ERR_STRIDE, "block_table: negative stride (%lld, %lld)", (long long)tb, (long long)th);
+    if (th != 0 && th < a->max_pages_per_seq)
+        return s2_fail(ctx, S2_ERR_STRIDE, "block_table: kv-head stride %lld below max_pages_per_seq %lld (rows overlap)",
+                       (long long)th, (long long)a->max_pages_per_seq);
+    int64_t row = th ? th * (a->kv_heads - 1) + a->max_pages_per_seq : a->max_pages_per_seq;
+    if (a->batch > 1 && tb < row)
+        return s2_fail(ctx, S2_ERR_STRIDE, "block_table: batch stride %lld below the %lld entries of a sequence",
+                       (long long)tb, (long long)row);
+    int64_t n = tb * (a->batch - 1) + row;
+    *bytes = (size_t)n * sizeof(int32_t);
+    return S2_OK;
+}
+
+static s2_status dec_check_sizes(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a)
+{
+    const s2_pattern *p = k->pattern;
+    const s2_kernel_spec *sp = &k->desc->spec;
+    if (a->dtype != sp->dtype)
+        return s2_fail(ctx, S2_ERR_DTYPE, "dtype %s, but kernel %s is %s", s2_dtype_name(a->dtype), k->desc->name,
+                       s2_dtype_name(sp->dtype));
+    if (a->head_dim != sp->head_dim)
+        return s2_fail(ctx, S2_ERR_HEAD_DIM, "head_dim %d, but kernel %s is for head_dim %d", a->head_dim,
+                       k->desc->name, sp->head_dim);
+    if (a->heads != p->heads || a->kv_heads != p->kv_heads)
+        return s2_fail(ctx, S2_ERR_HEADS, "%d heads / %d kv heads, but pattern '%s' has %d / %d", a->heads,
+                       a->kv_heads, p->name, p->heads, p->kv_heads);
+    int group = p->heads / p->kv_heads;
+    if (a->batch < 1 || a->batch > 65535)
+        return s2_fail(ctx, S2_ERR_SHAPE, "batch %d (1..65535)", a->batch);
+    if (a->n_new < 1 || a->n_new * group > 16 || a->n_new > p->block_size)
+        return s2_fail(ctx, S2_ERR_SHAPE, "n_new %d: 1 .. min(16 / %d heads per kv head, block size %d)", a->n_new,
+                       group, p->block_size);
+    if (a->page_size < 16 || a->page_size % 16 != 0)
+        return s2_fail(ctx, S2_ERR_SHAPE, "page_size %d is not a positive multiple of 16", a->page_size);
+    if (a->num_pages < 1 || a->num_pages > INT32_MAX || a->max_pages_per_seq < 1)
+        return s2_fail(ctx, S2_ERR_SHAPE, "num_pages %lld (1..2^31-1) and max_pages_per_seq %lld (>= 1)",
+                       (long long)a->num_pages, (long long)a->max_pages_per_seq);
+    if (a->max_seq_len < a->n_new)
+        return s2_fail(ctx, S2_ERR_SHAPE, "max_seq_len %lld below n_new %d", (long long)a->max_seq_len, a->n_new);
+    if (a->max_seq_len > k->max_kv_len)
+        return s2_fail(ctx, S2_ERR_SEQ_LEN, "max_seq_len %lld exceeds %lld, the most kernel %s takes",
+                       (long long)a->max_seq_len, (long long)k->max_kv_len, k->desc->name);
+    if (s2_cdiv(a->max_seq_len, a->page_size) > a->max_pages_per_seq)
+        return s2_fail(ctx, S2_ERR_SHAPE, "max_seq_len %lld needs %lld pages of %d, table rows hold %lld",
+                       (long long)a->max_seq_len, (long long)s2_cdiv(a->max_seq_len, a->page_size), a->page_size,
+                       (long long)a->max_pages_per_seq);
+    if (a->splits < 0 || a->splits > DEC_MAX_SPLITS)
+        return s2_fail(ctx, S2_ERR_INVALID, "splits %d (0 = heuristic, at most %d)", a->splits, DEC_MAX_SPLITS);
+    if (!isfinite(a->scale))
+        return s2_fail(ctx, S2_ERR_INVALID, "scale %g is not finite", (double)a->scale);
+    return S2_OK;
+}
+
+/* Host-side checks; bytes: q, o, k pool, v pool, table, seq_lens, lse. */
+static s2_status dec_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a, size_t bytes[7])
+{
+    if (!k || !a)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_decode: %s is NULL", !k ? "kernel" : "args");
+    if (k->desc->spec.kind != S2_KERNEL_DECODE)
+        return s2_fail(ctx, S2_ERR_INVALID, "kernel %s is not a decode kernel", k->desc->name);
+    tensor_desc t[4] = {
+        {"q", a->q, a->q_stride, {a->batch, a->n_new, a->heads}},
+        {"o", a->o, a->o_stride, {a->batch, a->n_new, a->heads}},
+        {"k_pages", a->k_pages, a->k_stride, {a->num_pages, a->page_size, a->kv_heads}},
+        {"v_pages", a->v_pages, a->v_stride, {a->num_pages, a->page_size, a->kv_heads}},
+    };
+    for (int i = 0; i < 4; i++)
+        if (!t[i].ptr)
+            return s2_fail(ctx, S2_ERR_NULL_ARG, "%s is a null pointer", t[i].name);
+    if (!a->block_table || !a->seq_lens)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "%s is a null pointer", !a->block_table ? "block_table" : "seq_lens");
+    s2_status st = dec_check_sizes(ctx, k, a);
+    for (int i = 0; i < 4 && st == S2_OK; i++)
+        st = check_strides(ctx, &t[i]);
+    if (st == S2_OK)
+        st = check_no_overlap(ctx, &t[1], a->head_dim);
+    if (st == S2_OK)
+        st = dec_check_table(ctx, a, &bytes[4]);
+    if (st != S2_OK)
+        return st;
+    for (int i = 0; i < 4; i++)
+        if (t[i].ptr % 16 != 0)
+            return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
+                           (unsigned long long)t[i].ptr);
+    if (a->lse % 4 || a->block_table % 4 || a->seq_lens % 4 || a->workspace % 16)
+        return s2_fail(ctx, S2_ERR_ALIGNMENT, "lse, block_table, seq_lens must be 4-byte aligned, workspace 16-byte");
+    size_t es = s2_dtype_size(a->dtype);
+    for (int i = 0; i < 4; i++)
+        if ((st = tensor_bytes(ctx, &t[i], a->head_dim, es, &bytes[i])) != S2_OK)
+            return st;
+    bytes[5] = (size_t)a->batch * sizeof(int32_t);
+    bytes[6] = (size_t)a->batch * (size_t)a->heads * (size_t)a->n_new * sizeof(float);
+    return S2_OK;
+}
+
+static s2_status dec_check_device(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a,
+                                  const size_t bytes[7], size_t ws_bytes)
+{
+    const char *names[7] = {"q", "o", "k_pages", "v_pages", "block_table", "seq_lens", "lse"};
+    s2_devptr ptrs[7] = {a->q, a->o, a->k_pages, a->v_pages, a->block_table, a->seq_lens, a->lse};
+    for (int i = 0; i < 7; i++) {
+        if (!ptrs[i])
+            continue;
+        s2_status st = s2_check_device_ptr(ctx, k->mod->dev, ptrs[i], bytes[i], i < 4 ? 16 : 4, names[i]);
+        if (st != S2_OK)
+            return st;
+    }
+    if (ws_bytes == 0)
+        return S2_OK;
+    if (!a->workspace)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "workspace is null, but %zu bytes are needed (s2_attn_decode_workspace)",
+                       ws_bytes);
+    return s2_check_device_ptr(ctx, k->mod->dev, a->workspace, ws_bytes, 16, "workspace");
+}
+
+s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, size_t *bytes)
+{
+    size_t b7[7];
+    if (!bytes)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_decode_workspace: bytes is NULL");
+    s2_status st = dec_check_host(ctx, k, a, b7);
+    if (st != S2_OK)
+        return st;
+    mtx_lock(&k->lock);
+    dec_slot *slot = NULL;
+    int splits = 1;
+    st = dec_get(ctx, k, a->max_seq_len, &slot);
+    if (st == S2_OK)
+        st = dec_splits(ctx, k, a, slot->max_list, &splits);
+    mtx_unlock(&k->lock);
+    *bytes = st == S2_OK ? dec_workspace_of(a, splits).bytes : 0;
+    return st;
+}
+
+static s2_status dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
+                            const dec_slot *s, int splits)
+{
+    s2_devptr q = a->q, kp = a->k_pages, vp = a->v_pages, o = a->o, lse = a->lse;
+    dec_ws w = dec_workspace_of(a, splits);
+    s2_devptr ws_o = splits > 1 ? a->workspace : 0;
+    s2_devptr ws_lse = splits > 1 ? a->workspace + w.lse_off : 0;
+    s2_devptr counters = splits > 1 ? a->workspace + w.counters_off : 0;
+    int64_t st[12];
+    memcpy(st, a->q_stride, sizeof a->q_stride);
+    memcpy(st + 3, a->k_stride, sizeof a->k_stride);
+    memcpy(st + 6, a->v_stride, sizeof a->v_stride);
+    memcpy(st + 9, a->o_stride, sizeof a->o_stride);
+    s2_devptr table = a->block_table, seq_lens = a->seq_lens;
+    int64_t tbs = a->table_stride[0], ths = a->table_stride[1];
+    int32_t n = a->n_new, page = a->page_size, qb = (int32_t)s->q_blocks, sp = splits;
+    double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
+    float scale_log2 = (float)(scale * 1.4426950408889634);
+    s2_devptr cls = s->class_of_kv_head, offs = s->offsets, ent = s->entries;
+    void *args[] = {&q, &kp, &vp, &o, &lse, &ws_o, &ws_lse,
+                    &st[0], &st[1], &st[2], &st[3], &st[4], &st[5], &st[6], &st[7], &st[8], &st[9], &st[10], &st[11],
+                    &table, &tbs, &ths, &seq_lens, &n, &page, &scale_log2, &cls, &offs, &ent, &qb, &sp, &counters};
+    s2_launch_cfg cfg = {.grid = {(uint32_t)splits, (uint32_t)a->kv_heads, (uint32_t)a->batch},
+                         .block = {(uint32_t)k->desc->threads, 1, 1},
+                         .smem_bytes = (uint32_t)k->desc->smem_bytes,
+                         .stream = stream};
+    return s2_kernel_launch(ctx, k->dec_fn[0], &cfg, args);
+}
+
+s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
+{
+    size_t bytes[7];
+    s2_status st = dec_check_host(ctx, k, a, bytes);
+    if (st != S2_OK)
+        return st;
+    mtx_lock(&k->lock);
+    dec_slot *slot = NULL;
+    int splits = 1;
+    st = dec_get(ctx, k, a->max_seq_len, &slot);
+    if (st == S2_OK)
+        st = dec_splits(ctx, k, a, slot->max_list, &splits);
+    if (st == S2_OK)
+        st = dec_check_device(ctx, k, a, bytes, dec_workspace_of(a, splits).bytes);
+    if (st == S2_OK)
+        st = dec_launch(ctx, k, stream, a, slot, splits);
+    mtx_unlock(&k->lock);
+    return st;
+}
+
+s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a)
+{
+    if (!k || !a)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_combine: %s is NULL", !k ? "kernel" : "args");
+    if (k->desc->spec.kind != S2_KERNEL_DECODE)
+        return s2_fail(ctx, S2_ERR_INVALID, "kernel %s is not a decode kernel (it holds the combine)", k->desc->name);
+    if (a->dtype != k->desc->spec.dtype)
+        return s2_fail(ctx, S2_ERR_DTYPE, "dtype %s, but kernel %s is %s", s2_dtype_name(a->dtype), k->desc->name,
+                       s2_dtype_name(k->desc->spec.dtype));
+    if (a->head_dim != k->desc->spec.head_dim)
+        return s2_fail(ctx, S2_ERR_HEAD_DIM, "head_dim %d, but kernel %s is for head_dim %d", a->head_dim,
+                       k->desc->name, k->desc->spec.head_dim);
+    if (a->n < 1 || a->n > S2_COMBINE_MAX_INPUTS)
+        return s2_fail(ctx, S2_ERR_SHAPE, "n %d inputs (1..%d)", a->n, S2_COMBINE_MAX_INPUTS);
+    if (a->batch < 1 || a->heads < 1 || a->seq < 1 || (int64_t)a->batch * a->seq * a->heads > INT32_MAX)
+        return s2_fail(ctx, S2_ERR_SHAPE, "batch %d, seq %lld, heads %d (each >= 1, rows below 2^31)", a->batch,
+                       (long long)a->seq, a->heads);
+    tensor_desc in = {"o_in", 1, a->in_stride, {a->batch, a->seq, a->heads}};
+    tensor_desc out = {"o", a->o, a->o_stride, {a->batch, a->seq, a->heads}};
+    if (!a->o)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "o is a null pointer");
+    s2_status st = check_strides(ctx, &in);
+    if (st == S2_OK)
+        st = check_strides(ctx, &out);
+    if (st == S2_OK)
+        st = check_no_overlap(ctx, &out, a->head_dim);
+    if (st != S2_OK)
+        return st;
+    size_t es = s2_dtype_size(a->dtype), ib, ob;
+    if ((st = tensor_bytes(ctx, &in, a->head_dim, es, &ib)) != S2_OK || (st = tensor_bytes(ctx, &out, a->head_dim, es, &ob)) != S2_OK)
+        return st;
+    size_t lb = (size_t)a->batch * (size_t)a->heads * (size_t)a->seq * sizeof(float);
+    if (a->o % 16 || a->lse % 4)
+        return s2_fail(ctx, S2_ERR_ALIGNMENT, "o must be 16-byte aligned, lse 4-byte");
+    for (int i = 0; i < a->n; i++) {
+        char name[32];
+        if (!a->o_in[i] || !a->lse_in[i])
+            return s2_fail(ctx, S2_ERR_NULL_ARG, "input %d: null %s", i, !a->o_in[i] ? "o_in" : "lse_in");
+        if (a->o_in[i] % 16 || a->lse_in[i] % 4)
+            return s2_fail(ctx, S2_ERR_ALIGNMENT, "input %d: o_in must be 16-byte aligned, lse_in 4-byte", i);
+        snprintf(name, sizeof name, "o_in[%d]", i);
+        if ((st = s2_check_device_ptr(ctx, k->mod->dev, a->o_in[i], ib, 16, name)) != S2_OK)
+            return st;
+        snprintf(name, sizeof name, "lse_in[%d]", i);
+        if ((st = s2_check_device_ptr(ctx, k->mod->dev, a->lse_in[i], lb, 4, name)) != S2_OK)
+            return st;
+    }
+    if ((st = s2_check_device_ptr(ctx, k->mod->dev, a->o, ob, 16, "o")) != S2_OK)
+        return st;
+    return a->lse ? s2_check_device_ptr(ctx, k->mod->dev, a->lse, lb, 4, "lse") : S2_OK;
+}
+
+s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a)
+{
+    s2_status st = s2_combine_check(ctx, k, a);
+    if (st != S2_OK)
+        return st;
+    uint64_t table[2 * S2_COMBINE_MAX_INPUTS] = {0};
+    for (int i = 0; i < a->n; i++) {
+        table[i] = a->o_in[i];
+        table[S2_COMBINE_MAX_INPUTS + i] = a->lse_in[i];
+    }
+    s2_devptr obase = 0, lbase = 0, out = a->o, lse = a->lse;
+    int64_t opart = 0, lpart = 0;
+    int64_t is[3] = {a->in_stride[0], a->in_stride[1], a->in_stride[2]};
+    int64_t os[3] = {a->o_stride[0], a->o_stride[1], a->o_stride[2]};
+    int32_t n = a->n, S = (int32_t)a->seq, H = a->heads;
+    int32_t rows = (int32_t)((int64_t)a->batch * a->seq * a->heads);
+    void *args[] = {table, &obase, &lbase, &opart, &lpart, &is[0], &is[1], &is[2], &out, &os[0], &os[1], &os[2],
+                    &lse, &n, &S, &H, &rows};
+    int rpc = 128 / (a->head_dim / 8);
+    s2_launch_cfg cfg = {.grid = {(uint32_t)s2_cdiv(rows, rpc), 1, 1}, .block = {128, 1, 1}, .stream = stream};
+    return s2_kernel_launch(ctx, k->dec_fn[1], &cfg, args);
 }

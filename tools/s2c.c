@@ -42,6 +42,7 @@ static const char usage_text[] =
     "      --emit cubin|c|ptx|ll   what to write (default: cubin); c writes DIR/NAME.h and DIR/NAME.c,\n"
     "                              NAME = OUT's file name without extension as a C identifier\n"
     "      --block-m N --block-n N --num-warps N --num-stages N\n"
+    "      --kind fwd|bwd|decode     what to generate (default fwd; decode: paged decode + combine)\n"
     "                              tunables (default: the per-arch heuristic; all recorded in the manifest)\n"
     "      --backend auto|ptxas|nvjitlink   PTX -> cubin (default: auto = ptxas, else nvJitLink)\n"
     "      --dump-dir DIR          write every stage (NAME.pre.ll, NAME.ll, NAME.ptx, NAME.cubin) to DIR\n"
@@ -94,6 +95,7 @@ typedef struct opts {
     const char *override_dir;
     const char *dtype;
     const char *seq_len_text;       /* --seq-len as given (kv-memory takes a list) */
+    const char *kind;
     int64_t seq_len, kv_len;
     int64_t page_size, prefill;
     int64_t block_m, block_n, head_dim, num_warps, num_stages;
@@ -178,6 +180,7 @@ static int parse_opts(int argc, char **argv, int first, opts *o, const char **po
         }
         else if (strcmp(key, "--page-size") == 0) rc = parse_int(key, val, 16, 1 << 20, &o->page_size);
         else if (strcmp(key, "--prefill") == 0) rc = parse_int(key, val, 0, S2_MAX_SEQ_LEN, &o->prefill);
+        else if (strcmp(key, "--kind") == 0) o->kind = val;
         else if (strcmp(key, "--kv-len") == 0) rc = parse_int(key, val, 1, S2_MAX_SEQ_LEN, &o->kv_len);
         else if (strcmp(key, "--block-m") == 0) rc = parse_int(key, val, 16, 128, &o->block_m);
         else if (strcmp(key, "--block-n") == 0) rc = parse_int(key, val, 16, 128, &o->block_n);
@@ -429,7 +432,8 @@ static void print_kernel(const s2_manifest_kernel *k)
     const s2_kernel_spec *s = &k->spec;
     printf("kernel %s: pattern %s, %s %s, head_dim %d, block_m %d, block_n %d, num_warps %d, num_stages %d, "
            "%d threads, %d bytes smem\n",
-           k->name, k->pattern, s->kind == S2_KERNEL_FWD ? "fwd" : "?", s2_dtype_name(s->dtype), s->head_dim,
+           k->name, k->pattern, s->kind == S2_KERNEL_FWD ? "fwd" : s->kind == S2_KERNEL_BWD ? "bwd" : s->kind == S2_KERNEL_DECODE ? "decode" : "?",
+           s2_dtype_name(s->dtype), s->head_dim,
            s->block_m, s->block_n, s->num_warps, s->num_stages, k->threads, k->smem_bytes);
 }
 
@@ -457,7 +461,7 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
         if (mk->spec.kind != S2_KERNEL_FWD || mk->abi != S2_FWD_ABI_PTRS) {
             fprintf(stderr, "s2c: --emit c: kernel %s uses the %s ABI, which has no C launcher yet; "
                     "use --arch sm_90 (or sm_80) for C artifacts\n", mk->name,
-                    mk->abi != S2_FWD_ABI_PTRS ? "sm_90a tensor-map" : "backward");
+                    mk->abi != S2_FWD_ABI_PTRS ? "sm_90a tensor-map" : mk->spec.kind == S2_KERNEL_DECODE ? "decode" : "backward");
             return EXIT_INPUT;
         }
     }
@@ -521,7 +525,16 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
 {
     if (!o->head_dim || !o->dtype)
         return usage_error("%s", "compile: --head-dim and --dtype are required");
-    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .head_dim = (int)o->head_dim, .arch = (int)arch,
+    s2_kernel_kind kind = S2_KERNEL_FWD;
+    if (o->kind && strcmp(o->kind, "fwd") != 0) {
+        if (strcmp(o->kind, "bwd") == 0)
+            kind = S2_KERNEL_BWD;
+        else if (strcmp(o->kind, "decode") == 0)
+            kind = S2_KERNEL_DECODE;
+        else
+            return usage_error("compile: --kind must be fwd, bwd or decode, got '%s'", o->kind);
+    }
+    s2_kernel_spec spec = {.kind = kind, .head_dim = (int)o->head_dim, .arch = (int)arch,
                            .block_m = (int)o->block_m, .block_n = (int)o->block_n,
                            .num_warps = (int)o->num_warps, .num_stages = (int)o->num_stages};
     if (parse_dtype(o->dtype, &spec.dtype) != 0)

@@ -27,6 +27,7 @@ extern "C" {
 typedef enum s2_kernel_kind {
     S2_KERNEL_FWD = 0,   /* forward with LSE */
     S2_KERNEL_BWD = 1,   /* backward: NAME_pre, NAME_dq, NAME_dkdv in one module */
+    S2_KERNEL_DECODE = 2, /* paged decode: NAME, NAME_combine (s2c/decode.h) */
     S2_KERNEL_KIND_COUNT_
 } s2_kernel_kind;
 

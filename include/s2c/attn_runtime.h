@@ -24,6 +24,7 @@
 #define S2C_ATTN_RUNTIME_H
 
 #include "s2c/attention.h"
+#include "s2c/decode.h"
 #include "s2c/runtime.h"
 
 #include <stdbool.h>
@@ -160,6 +161,36 @@ s2_status s2_attn_seqs_packed(s2_ctx *ctx, const int32_t *cu_q, const int32_t *c
 
 /* Only the checks of s2_attn_forward (no schedule, no launch). */
 s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a);
+
+/* ---- paged decode (S2_KERNEL_DECODE; arguments and ABI in s2c/decode.h) ----------
+ * s2_attn_decode checks every argument (statuses as s2_attn_forward, plus:
+ *   S2_ERR_NULL_ARG   block_table, seq_lens null; workspace null when splits > 1
+ *   S2_ERR_SHAPE      n_new outside 1 .. min(16 / group, block size); page_size
+ *                     not a multiple of 16; table rows shorter than max_seq_len needs
+ *   S2_ERR_SEQ_LEN    max_seq_len above s2_attn_kernel_max_kv_len
+ *   S2_ERR_STRIDE     table strides that make rows overlap
+ *   S2_ERR_INVALID    splits outside 0..64; a pointer that is not device memory
+ *                     or is too small for its extent)
+ * then builds the kept-block lists (first use; cached for a range of
+ * max_seq_len, like the forward's schedules), picks the split count and
+ * launches NAME on `stream` (one launch: with splits > 1 its last CTA per
+ * sequence and kv head merges the partials).  seq_lens live on the device and
+ * are not checked: each must be in [n_new, max_seq_len], and its table row
+ * must hold valid page ids for the pages of kept blocks.
+ * s2_attn_decode_workspace gives the workspace bytes for these arguments
+ * (0: none needed; the split count depends only on the shapes).  Zero the
+ * workspace once after allocating it; launches leave it zeroed.  Launches
+ * sharing a workspace must not run concurrently. */
+s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a);
+s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, size_t *bytes);
+
+/* Merge the outputs of n attention calls over disjoint key sets (context
+ * parallelism; s2_ref_combine is the reference) with the NAME_combine
+ * kernel of a decode kernel of the same dtype and head_dim.  Inputs share
+ * in_stride; their pointer table travels as a kernel parameter (no upload).
+ * Statuses as s2_attn_forward for the tensors named in s2_combine_args. */
+s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a);
+s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a);
 
 #ifdef __cplusplus
 }

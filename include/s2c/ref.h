@@ -163,6 +163,17 @@ s2_status s2_ref_decode_paged(s2_ctx *ctx, const s2_ref_paged_problem *p,
                               const s2_tensor *q, const s2_tensor *k_pages, const s2_tensor *v_pages,
                               const s2_tensor *out, float *lse);
 
+/* ---- merging partial attention results ----------------------------------------
+ * Attention over the union of n disjoint key sets from the n results over
+ * each set: with lse = ln sum exp over a set (natural log, fp32),
+ *   lse = ln sum_i exp(lse_i),   o = sum_i exp(lse_i - lse) o_i.
+ * Inputs with lse_i = -inf contribute nothing; all -inf gives o = 0 and
+ * lse = -inf.  outs[i] and out: (batch, seq, heads, head_dim); lses[i] and
+ * lse (may be NULL): [batch][heads][seq], contiguous.  Results are rounded
+ * once to out's dtype. */
+s2_status s2_ref_combine(s2_ctx *ctx, int n, int batch, int64_t seq, int heads, int head_dim,
+                         const s2_tensor *outs, const float *const *lses, const s2_tensor *out, float *lse);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,363 @@
+/* Paged decode on the CPU: the kept-block lists exactly against the block
+ * predicate (every stock pattern and the shared test patterns, several
+ * lengths), their packing, the combine reference against a full forward
+ * split into disjoint key sets, and the paged reference with per-head block
+ * tables against the forward on gathered keys.  Fresh seeds, printed. */
+#include "../attn/patterns.h"
+#include "s2c/decode.h"
+#include "s2c/layout.h"
+#include "s2c/ref.h"
+#include "util.h"
+
+#include <check.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static uint64_t seed;
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* Every list equals {n : some head i of the group keeps n at m or m + 1},
+ * masks bit for bit, increasing, over every kv head and query block. */
+static void check_lists(const s2_pattern *p, int64_t max_len)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_decode_lists *l = NULL;
+    ck_assert_msg(s2_decode_lists_build(ctx, p, max_len, &l) == S2_OK, "%s: %s", p->name, s2_ctx_message(ctx));
+    int G = p->heads / p->kv_heads, bs = p->block_size;
+    int64_t M = s2_cdiv(max_len, bs);
+    ck_assert_int_eq(l->q_blocks, M);
+    ck_assert_int_eq(l->group, G);
+    int64_t longest = 0;
+    for (int g = 0; g < p->kv_heads; g++) {
+        int c = l->class_of_kv_head[g];
+        ck_assert(c >= 0 && c < l->num_classes);
+        for (int64_t m = 0; m < M; m++) {
+            int64_t b0 = l->offsets[c * M + m], b1 = l->offsets[c * M + m + 1], e = b0;
+            longest = s2_max64(longest, b1 - b0);
+            for (int64_t n = 0; n < M; n++) {
+                uint32_t want = 0;
+                for (int sel = 0; sel < 2 && m + sel < M; sel++)
+                    for (int i = 0; i < G; i++)
+                        if (s2_block_kept(p, g * G + i, m + sel, n))
+                            want |= 1u << (sel * G + i);
+                if (!want)
+                    continue;
+                ck_assert_msg(e < b1 && l->entries[e].block == n && l->entries[e].heads == want,
+                              "%s len %lld kv head %d m %lld: block %lld mask %x missing or wrong (got %d %x)",
+                              p->name, (long long)max_len, g, (long long)m, (long long)n, want,
+                              e < b1 ? l->entries[e].block : -1, e < b1 ? l->entries[e].heads : 0);
+                e++;
+            }
+            ck_assert_msg(e == b1, "%s kv head %d m %lld: %lld extra entries", p->name, g, (long long)m,
+                          (long long)(b1 - e));
+        }
+    }
+    ck_assert_int_eq(l->max_list, longest);
+    s2_packed_decode_lists pk;
+    ck_assert(s2_decode_lists_pack(ctx, l, &pk) == S2_OK);
+    const int32_t *offs = (const int32_t *)((const char *)pk.data + pk.offsets_off);
+    const s2_decode_entry *ent = (const s2_decode_entry *)((const char *)pk.data + pk.entries_off);
+    ck_assert(pk.offsets_off % 16 == 0 && pk.entries_off % 16 == 0);
+    int64_t total = l->offsets[l->num_classes * M];
+    ck_assert_int_eq(offs[l->num_classes * M], total);
+    ck_assert(pk.size >= pk.entries_off + (size_t)(total + 1) * sizeof *ent);
+    for (int64_t i = 0; i < total; i++)
+        ck_assert(ent[i].block == l->entries[i].block && ent[i].heads == l->entries[i].heads);
+    s2_packed_decode_lists_free(&pk);
+    s2_decode_lists_free(l);
+    s2_ctx_free(ctx);
+}
+
+START_TEST(lists_test_patterns)
+{
+    for (int w = 0; w < ATTN_NUM_PATTERNS; w++) {
+        s2_local_stride_args a;
+        attn_pattern_args(w, &a);
+        s2_ctx *ctx = s2_ctx_new();
+        s2_pattern_set *set = NULL;
+        ck_assert_msg(s2_pattern_from_args(ctx, &a, &set) == S2_OK, "%s", s2_ctx_message(ctx));
+        const s2_pattern *p = s2_pattern_set_get(set, 0);
+        int64_t lens[] = {1, 17, p->block_size * 5 + 3, 3000};
+        for (size_t i = 0; i < sizeof lens / sizeof lens[0]; i++)
+            check_lists(p, lens[i]);
+        s2_pattern_set_free(set);
+        s2_ctx_free(ctx);
+    }
+}
+END_TEST
+
+START_TEST(lists_stock_patterns)
+{
+    const char *dir = getenv("S2C_PATTERNS");
+    ck_assert_msg(dir != NULL, "S2C_PATTERNS is not set");
+    DIR *d = opendir(dir);
+    ck_assert(d != NULL);
+    struct dirent *de;
+    int files = 0;
+    while ((de = readdir(d))) {
+        size_t n = strlen(de->d_name);
+        if (n < 6 || strcmp(de->d_name + n - 5, ".yaml") != 0)
+            continue;
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", dir, de->d_name);
+        s2_ctx *ctx = s2_ctx_new();
+        s2_pattern_set *set = NULL;
+        ck_assert_msg(s2_pattern_load(ctx, path, &set) == S2_OK, "%s", s2_ctx_message(ctx));
+        for (int i = 0; i < s2_pattern_set_count(set); i++) {
+            const s2_pattern *p = s2_pattern_set_get(set, i);
+            check_lists(p, 4096 + 100);
+        }
+        s2_pattern_set_free(set);
+        s2_ctx_free(ctx);
+        files++;
+    }
+    closedir(d);
+    ck_assert_int_ge(files, 5);
+}
+END_TEST
+
+/* ranges with distances need long contexts: hhst-mixed's far stripe starts at 64K */
+START_TEST(lists_long_ranges)
+{
+    const char *dir = getenv("S2C_PATTERNS");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/hhst-mixed.yaml", dir);
+    s2_ctx *ctx = s2_ctx_new();
+    s2_pattern_set *set = NULL;
+    ck_assert_msg(s2_pattern_load(ctx, path, &set) == S2_OK, "%s", s2_ctx_message(ctx));
+    const s2_pattern *p = s2_pattern_set_find(set, "sparse-layer");
+    ck_assert(p != NULL);
+    s2_decode_lists *l = NULL;
+    int64_t len = 70000;
+    ck_assert(s2_decode_lists_build(ctx, p, len, &l) == S2_OK);
+    /* spot-check the last query blocks (a full check is quadratic) */
+    int G = l->group;
+    int64_t M = l->q_blocks;
+    for (int g = 0; g < p->kv_heads; g++)
+        for (int64_t m = M - 3; m < M; m++) {
+            int c = l->class_of_kv_head[g];
+            int64_t e = l->offsets[c * M + m], end = l->offsets[c * M + m + 1];
+            for (int64_t n = 0; n < M; n++) {
+                uint32_t want = 0;
+                for (int sel = 0; sel < 2 && m + sel < M; sel++)
+                    for (int i = 0; i < G; i++)
+                        if (s2_block_kept(p, g * G + i, m + sel, n))
+                            want |= 1u << (sel * G + i);
+                if (!want)
+                    continue;
+                ck_assert(e < end && l->entries[e].block == n && l->entries[e].heads == want);
+                e++;
+            }
+            ck_assert(e == end);
+        }
+    s2_decode_lists_free(l);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(lists_refuse_big_groups)
+{
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.name = "g32";
+    a.num_heads = 32;
+    a.num_kv_heads = 1;
+    a.block_size = 64;
+    a.local_blocks = 2;
+    a.vert_stride = 4;
+    s2_ctx *ctx = s2_ctx_new();
+    s2_pattern_set *set = NULL;
+    ck_assert(s2_pattern_from_args(ctx, &a, &set) == S2_OK);
+    s2_decode_lists *l = NULL;
+    ck_assert_int_eq(s2_decode_lists_build(ctx, s2_pattern_set_get(set, 0), 1000, &l), S2_ERR_UNSUPPORTED);
+    ck_assert(l == NULL);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+/* ---- combine reference ------------------------------------------------------ */
+
+typedef struct part_mask {
+    int part, parts;
+} part_mask;
+
+/* key kpos belongs to partition (kpos * 7 + 3) % parts (disjoint, uneven) */
+static bool in_part(const void *user, int q_head, int64_t qpos, int64_t kpos)
+{
+    (void)q_head;
+    (void)qpos;
+    const part_mask *pm = user;
+    return (kpos * 7 + 3) % pm->parts == pm->part;
+}
+
+START_TEST(combine_matches_forward)
+{
+    uint64_t s = seed + 11;
+    enum { B = 2, SQ = 5, SK = 37, H = 3, D = 16, PARTS = 4 };
+    s2_ctx *ctx = s2_ctx_new();
+    uint16_t *q = malloc(sizeof(uint16_t) * B * SQ * H * D), *k = malloc(sizeof(uint16_t) * B * SK * H * D);
+    uint16_t *v = malloc(sizeof(uint16_t) * B * SK * H * D);
+    double *full = malloc(sizeof(double) * B * SQ * H * D), *merged = malloc(sizeof(double) * B * SQ * H * D);
+    double *parts_o[PARTS];
+    float *parts_l[PARTS], full_l[B * H * SQ], merged_l[B * H * SQ];
+    s2_tensor tq = s2_tensor_bshd(q, S2_DTYPE_BF16, SQ, H, D), tk = s2_tensor_bshd(k, S2_DTYPE_BF16, SK, H, D);
+    s2_tensor tv = s2_tensor_bshd(v, S2_DTYPE_BF16, SK, H, D);
+    int64_t qe[4] = {B, SQ, H, D}, ke[4] = {B, SK, H, D};
+    s2_tensor_fill_random(&tq, qe, rnd(&s), -2, 2);
+    s2_tensor_fill_random(&tk, ke, rnd(&s), -2, 2);
+    s2_tensor_fill_random(&tv, ke, rnd(&s), -1, 1);
+    s2_ref_problem pr = {.batch = B, .heads = H, .kv_heads = H, .head_dim = D, .q_len = SQ, .kv_len = SK, .causal = true};
+    s2_tensor tf = s2_tensor_bshd(full, S2_DTYPE_F64, SQ, H, D);
+    ck_assert(s2_ref_forward(ctx, &pr, &tq, &tk, &tv, &tf, full_l) == S2_OK);
+    s2_tensor to[PARTS];
+    part_mask pm[PARTS];
+    for (int i = 0; i < PARTS; i++) {
+        parts_o[i] = malloc(sizeof(double) * B * SQ * H * D);
+        parts_l[i] = malloc(sizeof(float) * B * H * SQ);
+        to[i] = s2_tensor_bshd(parts_o[i], S2_DTYPE_F64, SQ, H, D);
+        pm[i] = (part_mask){i, PARTS};
+        pr.mask = in_part;
+        pr.mask_user = &pm[i];
+        ck_assert(s2_ref_forward(ctx, &pr, &tq, &tk, &tv, &to[i], parts_l[i]) == S2_OK);
+    }
+    s2_tensor tm = s2_tensor_bshd(merged, S2_DTYPE_F64, SQ, H, D);
+    const float *lp[PARTS] = {parts_l[0], parts_l[1], parts_l[2], parts_l[3]};
+    ck_assert(s2_ref_combine(ctx, PARTS, B, SQ, H, D, to, lp, &tm, merged_l) == S2_OK);
+    /* the partial LSE are fp32, so the merge is exact to ~1e-7 relative */
+    double err = s2_tensor_max_abs_diff(&tf, &tm, qe);
+    ck_assert_msg(err < 1e-5, "seed %llu: combine differs from the full forward by %g", (unsigned long long)seed, err);
+    for (int i = 0; i < B * H * SQ; i++)
+        ck_assert_msg(fabs(full_l[i] - merged_l[i]) < 1e-5, "lse %d: %g vs %g", i, full_l[i], merged_l[i]);
+    for (int i = 0; i < PARTS; i++) {
+        free(parts_o[i]);
+        free(parts_l[i]);
+    }
+    free(q), free(k), free(v), free(full), free(merged);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(combine_empty_inputs)
+{
+    enum { D = 8 };
+    double o1[D], o2[D], out[D];
+    float l1 = -INFINITY, l2 = -INFINITY, lo = 0;
+    for (int d = 0; d < D; d++)
+        o1[d] = 5, o2[d] = 7, out[d] = NAN;
+    s2_tensor t[2] = {s2_tensor_bshd(o1, S2_DTYPE_F64, 1, 1, D), s2_tensor_bshd(o2, S2_DTYPE_F64, 1, 1, D)};
+    s2_tensor to = s2_tensor_bshd(out, S2_DTYPE_F64, 1, 1, D);
+    const float *lp[2] = {&l1, &l2};
+    s2_ctx *ctx = s2_ctx_new();
+    ck_assert(s2_ref_combine(ctx, 2, 1, 1, 1, D, t, lp, &to, &lo) == S2_OK);
+    for (int d = 0; d < D; d++)
+        ck_assert(out[d] == 0.0);
+    ck_assert(lo == -INFINITY);
+    /* one finite input: its output comes through unchanged */
+    l2 = 1.5f;
+    ck_assert(s2_ref_combine(ctx, 2, 1, 1, 1, D, t, lp, &to, &lo) == S2_OK);
+    for (int d = 0; d < D; d++)
+        ck_assert(out[d] == 7.0);
+    ck_assert(lo == 1.5f);
+    ck_assert_int_eq(s2_ref_combine(ctx, 0, 1, 1, 1, D, t, lp, &to, &lo), S2_ERR_INVALID);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+/* ---- paged reference with per-head tables ------------------------------------ */
+
+START_TEST(paged_per_head_tables)
+{
+    uint64_t s = seed + 23;
+    enum { B = 2, HKV = 2, H = 4, D = 16, PS = 16, NP = 40, MAXP = 6, N = 2 };
+    int64_t kv_lens[B] = {70, 41};
+    s2_ctx *ctx = s2_ctx_new();
+    uint16_t *kp = malloc(sizeof(uint16_t) * NP * PS * HKV * D), *vp = malloc(sizeof(uint16_t) * NP * PS * HKV * D);
+    uint16_t *q = malloc(sizeof(uint16_t) * B * N * H * D);
+    uint16_t *kc = calloc((size_t)B * MAXP * PS * HKV * D, 2), *vc = calloc((size_t)B * MAXP * PS * HKV * D, 2);
+    double out_p[B * N * H * D], out_f[B * N * H * D];
+    float lse_p[B * H * N], lse_f[B * H * N];
+    s2_tensor tkp = s2_tensor_bshd(kp, S2_DTYPE_BF16, PS, HKV, D), tvp = s2_tensor_bshd(vp, S2_DTYPE_BF16, PS, HKV, D);
+    s2_tensor tq = s2_tensor_bshd(q, S2_DTYPE_BF16, N, H, D);
+    int64_t pe[4] = {NP, PS, HKV, D}, qe[4] = {B, N, H, D};
+    s2_tensor_fill_random(&tkp, pe, rnd(&s), -2, 2);
+    s2_tensor_fill_random(&tvp, pe, rnd(&s), -1, 1);
+    s2_tensor_fill_random(&tq, qe, rnd(&s), -2, 2);
+    /* each (b, g) gets its own distinct pages */
+    int32_t table[B * HKV * MAXP];
+    int used[NP] = {0};
+    for (int i = 0; i < B * HKV * MAXP; i++) {
+        int pg;
+        do
+            pg = (int)(rnd(&s) % NP);
+        while (used[pg]);
+        used[pg] = 1;
+        table[i] = pg;
+    }
+    s2_tensor tkc = s2_tensor_bshd(kc, S2_DTYPE_BF16, MAXP * PS, HKV, D), tvc = s2_tensor_bshd(vc, S2_DTYPE_BF16, MAXP * PS, HKV, D);
+    for (int b = 0; b < B; b++)
+        for (int g = 0; g < HKV; g++)
+            for (int64_t pos = 0; pos < kv_lens[b]; pos++)
+                for (int d = 0; d < D; d++) {
+                    int pg = table[(b * HKV + g) * MAXP + pos / PS];
+                    s2_tensor_set(&tkc, b, pos, g, d, s2_tensor_get(&tkp, pg, pos % PS, g, d));
+                    s2_tensor_set(&tvc, b, pos, g, d, s2_tensor_get(&tvp, pg, pos % PS, g, d));
+                }
+    const int64_t table_strides[3] = {HKV * MAXP, MAXP, 1};
+    s2_ref_paged_problem pp = {.batch = B, .heads = H, .kv_heads = HKV, .head_dim = D, .q_len = N, .kv_lens = kv_lens,
+                               .block_table = table, .max_pages_per_seq = MAXP, .num_pages = NP, .page_size = PS,
+                               .causal = true, .table_strides = table_strides};
+    s2_tensor top = s2_tensor_bshd(out_p, S2_DTYPE_F64, N, H, D), tof = s2_tensor_bshd(out_f, S2_DTYPE_F64, N, H, D);
+    ck_assert_msg(s2_ref_decode_paged(ctx, &pp, &tq, &tkp, &tvp, &top, lse_p) == S2_OK, "%s", s2_ctx_message(ctx));
+    int64_t q_lens[B] = {N, N};
+    s2_ref_problem pr = {.batch = B, .heads = H, .kv_heads = HKV, .head_dim = D, .q_len = N, .kv_len = MAXP * PS,
+                         .q_lens = q_lens, .kv_lens = kv_lens, .causal = true};
+    ck_assert(s2_ref_forward(ctx, &pr, &tq, &tkc, &tvc, &tof, lse_f) == S2_OK);
+    ck_assert(s2_tensor_max_abs_diff(&top, &tof, qe) == 0.0);
+    for (int i = 0; i < B * H * N; i++)
+        ck_assert(lse_p[i] == lse_f[i]);
+    int32_t saved = table[0];
+    table[0] = NP; /* not a page of the pool */
+    ck_assert_int_eq(s2_ref_decode_paged(ctx, &pp, &tq, &tkp, &tvp, &top, lse_p), S2_ERR_INVALID);
+    table[0] = saved;
+    free(kp), free(vp), free(q), free(kc), free(vc);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+int main(void)
+{
+    const char *env = getenv("S2C_SEED");
+    seed = env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL) * 2654435761u;
+    if (!seed)
+        seed = 1;
+    printf("seed %llu (S2C_SEED=N repeats)\n", (unsigned long long)seed);
+    Suite *s = suite_create("decode");
+    TCase *tc = tcase_create("cpu");
+    tcase_set_timeout(tc, 120);
+    tcase_add_test(tc, lists_test_patterns);
+    tcase_add_test(tc, lists_stock_patterns);
+    tcase_add_test(tc, lists_long_ranges);
+    tcase_add_test(tc, lists_refuse_big_groups);
+    tcase_add_test(tc, combine_matches_forward);
+    tcase_add_test(tc, combine_empty_inputs);
+    tcase_add_test(tc, paged_per_head_tables);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}

@@ -1,0 +1,536 @@
+/* Paged decode and s2_combine on a real GPU against the float64 reference
+ * (s2_ref_decode_paged, s2_ref_combine).  Per case: a pattern (stock files
+ * and the shared test patterns: MHA, GQA, dense heads, ranges, block 16..128,
+ * bidirectional), page size below / equal to / above the block size (and one
+ * not a power of two), shared (vLLM) or per-kv-head block tables with shuffled
+ * page ids, 1 or several new tokens, random sequence lengths, split 1 and
+ * several.  The pools are poisoned with NaN wherever the pattern reads nothing
+ * (every (page, kv head) slice holding no kept key, and slots past seq_len),
+ * so reading one page too many shows; o and lse start as NaN.
+ * Tolerances: relative Frobenius error of o <= 2e-2 (bf16) / 5e-3 (f16), per
+ * row (token, head); |lse - ref| <= 2e-3.  Fresh seeds, printed (S2C_SEED=N
+ * repeats); S2C_DECODE_SMALL=1 runs two small cases only (for the sanitizer);
+ * S2C_DECODE_WARPS / S2C_DECODE_STAGES override the spec's tunables.
+ * Exits 77 without libcuda.so.1 or a device; CUDA lives in this process, so
+ * Check does not fork. */
+#include "../attn/patterns.h"
+#include "s2c/attn_runtime.h"
+#include "s2c/codegen.h"
+#include "s2c/decode.h"
+#include "s2c/layout.h"
+#include "s2c/ref.h"
+#include "util.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct dec_case {
+    const char *name;
+    const char *file;            /* stock pattern file (NULL: attn_pattern_args(args)) */
+    const char *pattern;         /* name inside the file (NULL: first) */
+    int args;
+    s2_dtype dt;
+    int head_dim, batch, n_new, page_size;
+    bool per_head;               /* per-kv-head block tables */
+    int64_t max_len;
+    int splits;                  /* the second run's split count (0: heuristic) */
+} dec_case;
+
+static const dec_case cases[] = {
+    {"mha_s2l8v16_p16_shared", "s2-l8v16.yaml", NULL, 0, S2_DTYPE_BF16, 128, 3, 1, 16, false, 3000, 7},
+    {"gqa_phi3_n4_p64_perhead", "phi3-small.yaml", NULL, 0, S2_DTYPE_BF16, 128, 2, 4, 64, true, 2500, 0},
+    {"hhst_ranges_f16_d64_n2_p256", "hhst-mixed.yaml", "sparse-layer", 0, S2_DTYPE_F16, 64, 2, 2, 256, false, 2200, 5},
+    {"hhst_dense_layer_n1_p32", "hhst-mixed.yaml", "dense-layer", 0, S2_DTYPE_BF16, 128, 2, 1, 32, true, 1200, 3},
+    {"mergeq_b16_n3_p32_perhead", "mergeq-b16.yaml", NULL, 0, S2_DTYPE_BF16, 64, 2, 3, 32, true, 1500, 4},
+    {"dense_p128_n1", "dense.yaml", NULL, 0, S2_DTYPE_F16, 128, 2, 1, 128, false, 900, 0},
+    {"gqa32_8_b32_f16_n2_p16_perhead", NULL, NULL, 3, S2_DTYPE_F16, 128, 2, 2, 16, true, 1000, 3},
+    {"dense2_b32_n2_p48", NULL, NULL, 4, S2_DTYPE_BF16, 64, 3, 2, 48, false, 700, 2},
+    {"bidir_b64_n2_p64", NULL, NULL, 2, S2_DTYPE_BF16, 64, 2, 2, 64, false, 600, 3},
+    {"empty_rows_b16_d32_n1_p16", NULL, NULL, 5, S2_DTYPE_BF16, 32, 2, 1, 16, true, 400, 2},
+    {"b128_d96_f16_n5_p80", NULL, NULL, 6, S2_DTYPE_F16, 96, 2, 5, 80, true, 1300, 4},
+    {"sliding_long_b1", "sliding-window.yaml", NULL, 0, S2_DTYPE_BF16, 128, 1, 1, 16, false, 20000, 0},
+};
+enum { NUM_CASES = sizeof cases / sizeof cases[0] };
+
+static uint64_t base_seed;
+static s2_arch dev_arch;
+static bool small_only;
+static const uint16_t POISON16 = 0xffff; /* NaN in bf16 and f16 */
+
+typedef struct result {
+    bool ran, ok;
+    double o_err[2], lse_err[2];
+    int splits[2];
+    int64_t pages, poisoned;
+} result;
+static result results[NUM_CASES];
+
+/* spec overrides (0: the heuristic), so other tunables can be verified too */
+static int env_int(const char *name)
+{
+    const char *v = getenv(name);
+    return v ? atoi(v) : 0;
+}
+
+static uint64_t rnd(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+#define OK(ctx, call) ck_assert_msg((call) == S2_OK, "%s: %s", #call, s2_ctx_message(ctx))
+
+static bool ref_mask(const void *user, int q_head, int64_t qpos, int64_t kpos)
+{
+    return s2_token_kept((const s2_pattern *)user, q_head, qpos, kpos);
+}
+
+static s2_pattern_set *load_case_pattern(s2_ctx *ctx, const dec_case *c, const s2_pattern **p)
+{
+    s2_pattern_set *set = NULL;
+    if (c->file) {
+        char path[4096];
+        snprintf(path, sizeof path, "%s/%s", getenv("S2C_PATTERNS"), c->file);
+        OK(ctx, s2_pattern_load(ctx, path, &set));
+        *p = c->pattern ? s2_pattern_set_find(set, c->pattern) : s2_pattern_set_get(set, 0);
+    } else {
+        s2_local_stride_args a;
+        attn_pattern_args(c->args, &a);
+        OK(ctx, s2_pattern_from_args(ctx, &a, &set));
+        *p = s2_pattern_set_get(set, 0);
+    }
+    ck_assert(*p != NULL);
+    return set;
+}
+
+/* Does kv head g's group read key block n for sequence length len (n new tokens)? */
+static bool block_needed(const s2_pattern *p, int g, int64_t len, int n_new, int64_t n)
+{
+    int G = p->heads / p->kv_heads;
+    for (int t = 0; t < n_new; t++) {
+        int64_t m = (len - n_new + t) / p->block_size;
+        for (int i = 0; i < G; i++)
+            if (s2_block_kept(p, g * G + i, m, n))
+                return true;
+    }
+    return false;
+}
+
+typedef struct problem {
+    int B, H, HK, D, N, P;
+    int64_t max_pages, num_pages, table_hs, table_bs;
+    int64_t *lens;
+    int32_t *lens32, *table;
+    uint16_t *kp, *vp, *q;
+    size_t pool_elems;
+    int64_t poisoned;
+} problem;
+
+/* Random lengths, shuffled distinct pages per table row, pools random where
+ * read and NaN elsewhere. */
+static void make_problem(problem *pr, const dec_case *c, const s2_pattern *p, uint64_t *s)
+{
+    memset(pr, 0, sizeof *pr);
+    pr->B = c->batch, pr->H = p->heads, pr->HK = p->kv_heads, pr->D = c->head_dim, pr->N = c->n_new, pr->P = c->page_size;
+    pr->max_pages = s2_cdiv(c->max_len, c->page_size);
+    int rows = c->per_head ? pr->B * pr->HK : pr->B;
+    pr->table_hs = c->per_head ? pr->max_pages : 0;
+    pr->table_bs = c->per_head ? pr->max_pages * pr->HK : pr->max_pages;
+    pr->num_pages = rows * pr->max_pages + 7;  /* a few never referenced */
+    pr->lens = calloc((size_t)pr->B, sizeof *pr->lens);
+    pr->lens32 = calloc((size_t)pr->B, sizeof *pr->lens32);
+    pr->table = calloc((size_t)(rows * pr->max_pages), sizeof *pr->table);
+    for (int b = 0; b < pr->B; b++) {
+        /* the first sequence is the longest the lists allow, the others random */
+        pr->lens[b] = b == 0 ? c->max_len : pr->N + (int64_t)(rnd(s) % (uint64_t)(c->max_len - pr->N + 1));
+        pr->lens32[b] = (int32_t)pr->lens[b];
+    }
+    int32_t *perm = malloc(sizeof(int32_t) * (size_t)pr->num_pages);
+    for (int64_t i = 0; i < pr->num_pages; i++)
+        perm[i] = (int32_t)i;
+    for (int64_t i = pr->num_pages - 1; i > 0; i--) {
+        int64_t j = (int64_t)(rnd(s) % (uint64_t)(i + 1));
+        int32_t x = perm[i];
+        perm[i] = perm[j];
+        perm[j] = x;
+    }
+    for (int64_t i = 0; i < rows * pr->max_pages; i++)
+        pr->table[i] = perm[i];
+    free(perm);
+    pr->pool_elems = (size_t)pr->num_pages * pr->P * pr->HK * pr->D;
+    pr->kp = malloc(pr->pool_elems * 2);
+    pr->vp = malloc(pr->pool_elems * 2);
+    for (size_t i = 0; i < pr->pool_elems; i++)
+        pr->kp[i] = pr->vp[i] = POISON16;
+    pr->q = malloc((size_t)pr->B * pr->N * pr->H * pr->D * 2);
+    s2_tensor tk = s2_tensor_bshd(pr->kp, c->dt, pr->P, pr->HK, pr->D), tv = s2_tensor_bshd(pr->vp, c->dt, pr->P, pr->HK, pr->D);
+    s2_tensor tq = s2_tensor_bshd(pr->q, c->dt, pr->N, pr->H, pr->D);
+    int64_t qe[4] = {pr->B, pr->N, pr->H, pr->D};
+    s2_tensor_fill_random(&tq, qe, rnd(s), -2, 2);
+    int64_t total = 0, live = 0;
+    for (int b = 0; b < pr->B; b++)
+        for (int g = 0; g < pr->HK; g++)
+            for (int64_t j = 0; j < s2_cdiv(pr->lens[b], pr->P); j++) {
+                int32_t page = pr->table[b * pr->table_bs + g * pr->table_hs + j];
+                total++;
+                /* the page slice is filled only when a kept block overlaps it */
+                bool need = false;
+                for (int64_t n = j * pr->P / p->block_size; n * p->block_size < (j + 1) * pr->P && !need; n++)
+                    need = block_needed(p, g, pr->lens[b], pr->N, n);
+                if (!need)
+                    continue;
+                live++;
+                for (int64_t slot = 0; slot < pr->P && j * pr->P + slot < pr->lens[b]; slot++)
+                    for (int d = 0; d < pr->D; d++) {
+                        s2_tensor_set(&tk, page, slot, g, d, ((double)(rnd(s) % 4001) - 2000) / 1000.0);
+                        s2_tensor_set(&tv, page, slot, g, d, ((double)(rnd(s) % 2001) - 1000) / 1000.0);
+                    }
+            }
+    pr->poisoned = total - live;
+}
+
+static void free_problem(problem *pr)
+{
+    free(pr->lens), free(pr->lens32), free(pr->table), free(pr->kp), free(pr->vp), free(pr->q);
+}
+
+static s2_devptr upload(s2_ctx *ctx, s2_device *dev, const void *src, size_t bytes)
+{
+    s2_devptr d = 0;
+    OK(ctx, s2_mem_alloc(ctx, dev, bytes, &d));
+    OK(ctx, s2_memcpy_h2d(ctx, dev, d, src, bytes));
+    return d;
+}
+
+/* Per (token, head) row: relative Frobenius error; lse absolute. */
+static void compare(const problem *pr, s2_dtype dt, const uint16_t *o, const float *lse, const double *ref_o,
+                    const float *ref_lse, double *o_err, double *lse_err)
+{
+    s2_tensor to = s2_tensor_bshd((void *)o, dt, pr->N, pr->H, pr->D);
+    *o_err = 0;
+    *lse_err = 0;
+    for (int b = 0; b < pr->B; b++)
+        for (int t = 0; t < pr->N; t++)
+            for (int h = 0; h < pr->H; h++) {
+                double num = 0, den = 0;
+                for (int d = 0; d < pr->D; d++) {
+                    double r = ref_o[(((int64_t)b * pr->N + t) * pr->H + h) * pr->D + d];
+                    double g = s2_tensor_get(&to, b, t, h, d);
+                    num += (g - r) * (g - r);
+                    den += r * r;
+                }
+                double e = den > 0 ? sqrt(num / den) : sqrt(num);
+                if (!(e <= *o_err))
+                    *o_err = isnan(e) ? INFINITY : fmax(*o_err, e);
+                int64_t li = ((int64_t)b * pr->H + h) * pr->N + t;
+                double le = ref_lse[li] == -INFINITY ? (lse[li] == -INFINITY ? 0 : INFINITY) : fabs(lse[li] - ref_lse[li]);
+                if (!(le <= *lse_err))
+                    *lse_err = isnan(le) ? INFINITY : fmax(*lse_err, le);
+            }
+}
+
+static void run_case(int ci)
+{
+    const dec_case *c = &cases[ci];
+    result *res = &results[ci];
+    res->ran = true;
+    uint64_t s = base_seed * 1000003u + (uint64_t)ci * 7919u + 1;
+    s2_ctx *ctx = s2_ctx_new();
+    const s2_pattern *p = NULL;
+    s2_pattern_set *set = load_case_pattern(ctx, c, &p);
+    s2_kernel_spec spec = {.kind = S2_KERNEL_DECODE, .dtype = c->dt, .head_dim = c->head_dim, .arch = dev_arch,
+                           .num_warps = env_int("S2C_DECODE_WARPS"), .num_stages = env_int("S2C_DECODE_STAGES")};
+    s2_artifact *art = NULL;
+    ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
+                  s2_ctx_message(ctx));
+    s2_device *dev = NULL;
+    OK(ctx, s2_device_open(ctx, 0, &dev));
+    s2_attn_kernel *k = NULL;
+    OK(ctx, s2_attn_load(ctx, dev, art->cubin, art->cubin_size, p->name, c->dt, c->head_dim, &k));
+
+    problem pr;
+    make_problem(&pr, c, p, &s);
+    res->pages = pr.num_pages;
+    res->poisoned = pr.poisoned;
+    size_t q_bytes = (size_t)pr.B * pr.N * pr.H * pr.D * 2, lse_n = (size_t)pr.B * pr.H * pr.N;
+    s2_devptr dq = upload(ctx, dev, pr.q, q_bytes), dk = upload(ctx, dev, pr.kp, pr.pool_elems * 2);
+    s2_devptr dv = upload(ctx, dev, pr.vp, pr.pool_elems * 2);
+    int rows = c->per_head ? pr.B * pr.HK : pr.B;
+    s2_devptr dt = upload(ctx, dev, pr.table, (size_t)rows * pr.max_pages * sizeof(int32_t));
+    s2_devptr dl = upload(ctx, dev, pr.lens32, (size_t)pr.B * sizeof(int32_t));
+    s2_devptr dout = 0, dlse = 0, ws = 0;
+    OK(ctx, s2_mem_alloc(ctx, dev, q_bytes, &dout));
+    OK(ctx, s2_mem_alloc(ctx, dev, lse_n * sizeof(float), &dlse));
+
+    /* reference */
+    double *ref_o = malloc(sizeof(double) * q_bytes / 2);
+    float *ref_lse = malloc(sizeof(float) * lse_n);
+    const int64_t table_strides[3] = {pr.table_bs, pr.table_hs, 1};
+    s2_ref_paged_problem rp = {.batch = pr.B, .heads = pr.H, .kv_heads = pr.HK, .head_dim = pr.D, .q_len = pr.N,
+                               .kv_lens = pr.lens, .block_table = pr.table, .max_pages_per_seq = pr.max_pages,
+                               .num_pages = pr.num_pages, .page_size = pr.P, .causal = p->causal, .mask = ref_mask,
+                               .mask_user = p, .table_strides = table_strides};
+    s2_tensor tq = s2_tensor_bshd(pr.q, c->dt, pr.N, pr.H, pr.D);
+    s2_tensor tk = s2_tensor_bshd(pr.kp, c->dt, pr.P, pr.HK, pr.D), tv = s2_tensor_bshd(pr.vp, c->dt, pr.P, pr.HK, pr.D);
+    s2_tensor tro = s2_tensor_bshd(ref_o, S2_DTYPE_F64, pr.N, pr.H, pr.D);
+    OK(ctx, s2_ref_decode_paged(ctx, &rp, &tq, &tk, &tv, &tro, ref_lse));
+
+    s2_attn_decode_args a = {.batch = pr.B, .n_new = pr.N, .heads = pr.H, .kv_heads = pr.HK, .head_dim = pr.D,
+                             .dtype = c->dt, .q = dq, .o = dout, .lse = dlse, .k_pages = dk, .v_pages = dv,
+                             .num_pages = pr.num_pages, .page_size = pr.P, .block_table = dt,
+                             .table_stride = {pr.table_bs, pr.table_hs}, .max_pages_per_seq = pr.max_pages,
+                             .seq_lens = dl, .max_seq_len = c->max_len};
+    int64_t qs[3] = {(int64_t)pr.N * pr.H * pr.D, (int64_t)pr.H * pr.D, pr.D};
+    int64_t ks[3] = {(int64_t)pr.P * pr.HK * pr.D, (int64_t)pr.HK * pr.D, pr.D};
+    memcpy(a.q_stride, qs, sizeof qs), memcpy(a.o_stride, qs, sizeof qs);
+    memcpy(a.k_stride, ks, sizeof ks), memcpy(a.v_stride, ks, sizeof ks);
+
+    uint16_t *o = malloc(q_bytes);
+    float *lse = malloc(lse_n * sizeof(float));
+    bool ok = true;
+    for (int run = 0; run < 2; run++) {
+        a.splits = run == 0 ? 1 : c->splits;
+        size_t wsb = 0;
+        OK(ctx, s2_attn_decode_workspace(ctx, k, &a, &wsb));
+        s2_mem_free(ctx, dev, ws);
+        ws = 0;
+        if (wsb) {
+            OK(ctx, s2_mem_alloc(ctx, dev, wsb, &ws));
+            OK(ctx, s2_memset_d8(ctx, dev, ws, 0, wsb));  /* once: launches leave it zeroed */
+        }
+        a.workspace = ws;
+        /* the split count in force: 1 needs no workspace */
+        res->splits[run] = run == 0 ? 1 : c->splits ? c->splits : (wsb ? -1 : 1);
+        OK(ctx, s2_memset_d8(ctx, dev, dout, 0xff, q_bytes));
+        OK(ctx, s2_memset_d8(ctx, dev, dlse, 0xff, lse_n * sizeof(float)));
+        OK(ctx, s2_attn_decode(ctx, k, NULL, &a));
+        OK(ctx, s2_device_synchronize(ctx, dev));
+        OK(ctx, s2_memcpy_d2h(ctx, dev, o, dout, q_bytes));
+        OK(ctx, s2_memcpy_d2h(ctx, dev, lse, dlse, lse_n * sizeof(float)));
+        compare(&pr, c->dt, o, lse, ref_o, ref_lse, &res->o_err[run], &res->lse_err[run]);
+        double tol = c->dt == S2_DTYPE_BF16 ? 2e-2 : 5e-3;
+        ok = ok && res->o_err[run] <= tol && res->lse_err[run] <= 2e-3;
+    }
+    res->ok = ok;
+    s2_mem_free(ctx, dev, ws);
+    s2_devptr all[] = {dq, dk, dv, dt, dl, dout, dlse};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+        s2_mem_free(ctx, dev, all[i]);
+    free(o), free(lse), free(ref_o), free(ref_lse);
+    free_problem(&pr);
+    s2_attn_kernel_free(k);
+    s2_device_free(dev);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+    ck_assert_msg(ok, "%s (seed %llu): o err %.3g / %.3g, lse err %.3g / %.3g (splits 1 / %d)", c->name,
+                  (unsigned long long)base_seed, res->o_err[0], res->o_err[1], res->lse_err[0], res->lse_err[1],
+                  res->splits[1]);
+}
+
+START_TEST(decode_case)
+{
+    if (small_only && _i != 0 && _i != 6)
+        return;
+    run_case(_i);
+}
+END_TEST
+
+/* Argument checks on real memory: each refused with its status, nothing launched. */
+START_TEST(decode_checks)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    const dec_case *c = &cases[6];
+    const s2_pattern *p = NULL;
+    s2_pattern_set *set = load_case_pattern(ctx, c, &p);
+    s2_kernel_spec spec = {.kind = S2_KERNEL_DECODE, .dtype = c->dt, .head_dim = c->head_dim, .arch = dev_arch};
+    s2_artifact *art = NULL;
+    OK(ctx, s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art));
+    s2_device *dev = NULL;
+    OK(ctx, s2_device_open(ctx, 0, &dev));
+    s2_attn_kernel *k = NULL;
+    OK(ctx, s2_attn_load(ctx, dev, art->cubin, art->cubin_size, p->name, c->dt, c->head_dim, &k));
+    s2_devptr buf = 0;
+    OK(ctx, s2_mem_alloc(ctx, dev, 1 << 20, &buf));
+    s2_attn_decode_args a0 = {.batch = 1, .n_new = 1, .heads = p->heads, .kv_heads = p->kv_heads, .head_dim = 128,
+                              .dtype = c->dt, .q = buf, .o = buf + 65536, .k_pages = buf + 131072, .v_pages = buf + 262144,
+                              .num_pages = 2, .page_size = 16, .block_table = buf + 512 * 1024,
+                              .table_stride = {4, 0}, .max_pages_per_seq = 2, .seq_lens = buf + 600 * 1024,
+                              .max_seq_len = 32, .splits = 1,
+                              .q_stride = {32 * 128, 32 * 128, 128}, .o_stride = {32 * 128, 32 * 128, 128},
+                              .k_stride = {16 * 8 * 128, 8 * 128, 128}, .v_stride = {16 * 8 * 128, 8 * 128, 128}};
+    s2_attn_decode_args a = a0;
+    OK(ctx, s2_attn_decode_workspace(ctx, k, &a, &(size_t){0}));
+    a.block_table = 0;
+    ck_assert_int_eq(s2_attn_decode(ctx, k, NULL, &a), S2_ERR_NULL_ARG);
+    a = a0, a.n_new = 5;  /* group 4 x 5 > 16 rows */
+    ck_assert_int_eq(s2_attn_decode(ctx, k, NULL, &a), S2_ERR_SHAPE);
+    a = a0, a.page_size = 24;
+    ck_assert_int_eq(s2_attn_decode(ctx, k, NULL, &a), S2_ERR_SHAPE);
+    a = a0, a.dtype = c->dt == S2_DTYPE_F16 ? S2_DTYPE_BF16 : S2_DTYPE_F16;
+    ck_assert_int_eq(s2_attn_decode(ctx, k, NULL, &a), S2_ERR_DTYPE);
+    a = a0, a.max_seq_len = 33;  /* 3 pages of 16, rows hold 2 */
+    ck_assert_int_eq(s2_attn_decode(ctx, k, NULL, &a), S2_ERR_SHAPE);
+    a = a0, a.table_stride[1] = 1;  /* per-head rows overlapping */
+    ck_assert_int_eq(s2_attn_decode(ctx, k, NULL, &a), S2_ERR_STRIDE);
+    a = a0, a.q = buf + 8;
+    ck_assert_int_eq(s2_attn_decode(ctx, k, NULL, &a), S2_ERR_ALIGNMENT);
+    a = a0, a.splits = 2, a.workspace = 0;
+    ck_assert_int_eq(s2_attn_decode(ctx, k, NULL, &a), S2_ERR_NULL_ARG);
+    a = a0, a.k_pages = buf + (1 << 20) - 4096;  /* the pool runs past the allocation */
+    ck_assert_int_eq(s2_attn_decode(ctx, k, NULL, &a), S2_ERR_INVALID);
+    s2_mem_free(ctx, dev, buf);
+    s2_attn_kernel_free(k);
+    s2_device_free(dev);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+/* s2_combine: 3 inputs in (B,H,S,D) storage with some -inf rows (one row
+ * -inf everywhere) into a (B,S,H,D) output, poisoned first. */
+START_TEST(combine_gpu)
+{
+    for (int dti = 0; dti < 2; dti++) {
+        s2_dtype dt = dti ? S2_DTYPE_F16 : S2_DTYPE_BF16;
+        enum { NIN = 3, B = 2, S = 5, H = 4, D = 64 };
+        uint64_t s = base_seed * 31 + 5 + (uint64_t)dti;
+        s2_ctx *ctx = s2_ctx_new();
+        const dec_case *c = &cases[dti ? 2 : 4];  /* a D64 kernel of each dtype */
+        const s2_pattern *p = NULL;
+        s2_pattern_set *set = load_case_pattern(ctx, c, &p);
+        ck_assert_int_eq(c->dt, dt);
+        s2_kernel_spec spec = {.kind = S2_KERNEL_DECODE, .dtype = dt, .head_dim = D, .arch = dev_arch};
+        s2_artifact *art = NULL;
+        OK(ctx, s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art));
+        s2_device *dev = NULL;
+        OK(ctx, s2_device_open(ctx, 0, &dev));
+        s2_attn_kernel *k = NULL;
+        OK(ctx, s2_attn_load(ctx, dev, art->cubin, art->cubin_size, p->name, dt, D, &k));
+        size_t n_el = (size_t)B * S * H * D, n_l = (size_t)B * H * S;
+        uint16_t *in[NIN];
+        float *lin[NIN];
+        s2_tensor tin[NIN];
+        s2_combine_args a = {.n = NIN, .batch = B, .heads = H, .head_dim = D, .seq = S, .dtype = dt,
+                             .in_stride = {(int64_t)H * S * D, D, (int64_t)S * D}, .o_stride = {(int64_t)S * H * D, (int64_t)H * D, D}};
+        int64_t ext[4] = {B, S, H, D};
+        for (int i = 0; i < NIN; i++) {
+            in[i] = malloc(n_el * 2);
+            lin[i] = malloc(n_l * sizeof(float));
+            tin[i] = s2_tensor_bhsd(in[i], dt, S, H, D);
+            s2_tensor_fill_random(&tin[i], ext, rnd(&s), -1, 1);
+            for (size_t r = 0; r < n_l; r++) {
+                uint64_t x = rnd(&s) % 5;
+                lin[i][r] = x == 0 ? -INFINITY : (float)((double)(rnd(&s) % 2000) / 100.0 - 10.0);
+                if (r == 3)
+                    lin[i][r] = -INFINITY;
+            }
+            a.o_in[i] = upload(ctx, dev, in[i], n_el * 2);
+            a.lse_in[i] = upload(ctx, dev, lin[i], n_l * sizeof(float));
+        }
+        OK(ctx, s2_mem_alloc(ctx, dev, n_el * 2, &a.o));
+        OK(ctx, s2_mem_alloc(ctx, dev, n_l * sizeof(float), &a.lse));
+        OK(ctx, s2_memset_d8(ctx, dev, a.o, 0xff, n_el * 2));
+        OK(ctx, s2_memset_d8(ctx, dev, a.lse, 0xff, n_l * sizeof(float)));
+        OK(ctx, s2_combine(ctx, k, NULL, &a));
+        OK(ctx, s2_device_synchronize(ctx, dev));
+        uint16_t *o = malloc(n_el * 2);
+        float *lse = malloc(n_l * sizeof(float)), *rl = malloc(n_l * sizeof(float));
+        double *ro = malloc(n_el * sizeof(double));
+        OK(ctx, s2_memcpy_d2h(ctx, dev, o, a.o, n_el * 2));
+        OK(ctx, s2_memcpy_d2h(ctx, dev, lse, a.lse, n_l * sizeof(float)));
+        s2_tensor tro = s2_tensor_bshd(ro, S2_DTYPE_F64, S, H, D), to = s2_tensor_bshd(o, dt, S, H, D);
+        const float *lp[NIN] = {lin[0], lin[1], lin[2]};
+        OK(ctx, s2_ref_combine(ctx, NIN, B, S, H, D, tin, lp, &tro, rl));
+        double err = s2_tensor_max_abs_diff(&to, &tro, ext);
+        /* outputs are convex combinations of values in [-1, 1]: one rounding of the dtype */
+        ck_assert_msg(err <= (dt == S2_DTYPE_BF16 ? 8e-3 : 1e-3), "combine %s (seed %llu): max |o - ref| %g",
+                      s2_dtype_name(dt), (unsigned long long)base_seed, err);
+        for (size_t r = 0; r < n_l; r++)
+            ck_assert_msg(rl[r] == -INFINITY ? lse[r] == -INFINITY : fabsf(lse[r] - rl[r]) <= 1e-4f * fmaxf(1, fabsf(rl[r])),
+                          "combine lse %zu: %g vs %g", r, lse[r], rl[r]);
+        for (int d = 0; d < D; d++)
+            ck_assert(s2_tensor_get(&to, 0, 3, 0, d) == 0.0);  /* lse row 3 is b 0, h 0, s 3 */
+        a.n = 0;
+        ck_assert_int_eq(s2_combine(ctx, k, NULL, &a), S2_ERR_SHAPE);
+        for (int i = 0; i < NIN; i++) {
+            s2_mem_free(ctx, dev, a.o_in[i]);
+            s2_mem_free(ctx, dev, a.lse_in[i]);
+            free(in[i]), free(lin[i]);
+        }
+        s2_mem_free(ctx, dev, a.o);
+        s2_mem_free(ctx, dev, a.lse);
+        free(o), free(lse), free(rl), free(ro);
+        s2_attn_kernel_free(k);
+        s2_device_free(dev);
+        s2_artifact_free(art);
+        s2_pattern_set_free(set);
+        s2_ctx_free(ctx);
+    }
+}
+END_TEST
+
+static void print_summary(void)
+{
+    printf("\n%-34s %8s %8s %9s %9s %9s %9s %s\n", "case", "pages", "poison", "o_err s1", "lse s1", "o_err sN", "lse sN",
+           "splits");
+    for (int i = 0; i < NUM_CASES; i++) {
+        const result *r = &results[i];
+        if (!r->ran)
+            continue;
+        printf("%-34s %8lld %8lld %9.2e %9.2e %9.2e %9.2e %d %s\n", cases[i].name, (long long)r->pages,
+               (long long)r->poisoned, r->o_err[0], r->lse_err[0], r->o_err[1], r->lse_err[1], r->splits[1],
+               r->ok ? "PASS" : "FAIL");
+    }
+}
+
+int main(void)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    int count = 0;
+    s2_status st = s2_device_count(ctx, &count);
+    if (st == S2_ERR_NO_DRIVER || st == S2_ERR_NO_DEVICE || count == 0) {
+        printf("no CUDA driver or device (%s): skipped\n", s2_ctx_message(ctx));
+        s2_ctx_free(ctx);
+        return 77;
+    }
+    s2_device *dev = NULL;
+    if (s2_device_open(ctx, 0, &dev) != S2_OK) {
+        printf("device 0: %s\n", s2_ctx_message(ctx));
+        return 1;
+    }
+    const s2_device_info *info = s2_device_get_info(dev);
+    if (s2_arch_for_device(info->cc_major, info->cc_minor, &dev_arch) != S2_OK) {
+        printf("compute capability %d.%d is not supported: skipped\n", info->cc_major, info->cc_minor);
+        return 77;
+    }
+    printf("device %s (cc %d.%d), compiling for %s\n", info->name, info->cc_major, info->cc_minor, s2_arch_name(dev_arch));
+    s2_device_free(dev);
+    s2_ctx_free(ctx);
+    const char *seed_env = getenv("S2C_SEED");
+    base_seed = seed_env ? strtoull(seed_env, NULL, 10) : (uint64_t)time(NULL);
+    small_only = getenv("S2C_DECODE_SMALL") != NULL;
+    printf("seed %llu (S2C_SEED to repeat)\n", (unsigned long long)base_seed);
+
+    Suite *s = suite_create("decode_gpu");
+    TCase *tc = tcase_create("decode");
+    tcase_set_timeout(tc, 600);
+    tcase_add_loop_test(tc, decode_case, 0, NUM_CASES);
+    tcase_add_test(tc, decode_checks);
+    tcase_add_test(tc, combine_gpu);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_set_fork_status(sr, CK_NOFORK);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    print_summary();
+    return failed ? 1 : 0;
+}
