@@ -94,6 +94,8 @@ s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *ke
             s2_buf_puts(&b, "kernel.abi tma\n");
         else if (k->abi == S2_FWD_ABI_TMA_PERSISTENT)
             s2_buf_puts(&b, "kernel.abi tma_persistent\n");
+        if (k->spec.kv_gather > 1)
+            s2_buf_printf(&b, "kernel.kv_gather %d\n", k->spec.kv_gather);
     }
     for (int i = 0; i < num_patterns; i++) {
         const s2_pattern *p = patterns[i];

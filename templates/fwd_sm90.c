@@ -24,6 +24,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum {
@@ -44,8 +45,11 @@ typedef struct sm90_shape {
     s2_dtype dt;
     int D, BM, BN, NC, stages, threads;
     int sub_m_log2, sub_n_size, sub_n;
+    int gather, entry_bytes;       /* key blocks per gathered key tile (1: off); schedule entry size */
     int group, heads;
     bool causal, pingpong, persistent;
+    bool early_rescale;            /* O *= alpha while S(i+1) is in flight (FA3 order) */
+    bool skip_rescale;             /* ... only when the warp's row maxima moved */
     int q_off, k_off, v_off, stage_bytes, bar_off, smem;
     int prod_regs, cons_regs, min_ctas;
 } sm90_shape;
@@ -89,7 +93,7 @@ static LLVMValueRef q_empty_bar(sm90 *k) { return bar_addr(k, 2 * k->s.stages + 
 static LLVMValueRef entry_field(sm90 *k, LLVMValueRef e, int field_off, LLVMTypeRef ty)
 {
     LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
-    LLVMValueRef off = LLVMBuildAdd(k->b, LLVMBuildMul(k->b, sext64(k, e), c64(k, (long long)sizeof(s2_dev_entry)), ""),
+    LLVMValueRef off = LLVMBuildAdd(k->b, LLVMBuildMul(k->b, sext64(k, e), c64(k, k->s.entry_bytes), ""),
                                     c64(k, field_off), "");
     LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, i8, k->entries, &off, 1, "");
     LLVMValueRef v = LLVMBuildLoad2(k->b, ty, p, "");
@@ -195,6 +199,28 @@ static void tma_tile(sm90 *k, int dst_off, LLVMValueRef dst_dyn, int rows, LLVMV
     }
 }
 
+/* Gathered key tile (s2_dev_gentry): slot j's block fills key rows
+ * [j*rows, (j+1)*rows) of the stage, one box per slot and 64-column block.
+ * A slot of 16+ rows starts on a 2048-byte boundary inside a 1024-byte
+ * aligned column block, i.e. on whole 128-byte-swizzle atoms (8 rows of
+ * 128 bytes), so the boxes compose into the layout one box of BN rows has. */
+static void load_gathered(sm90 *k, LLVMValueRef e, LLVMValueRef soff, LLVMValueRef bar)
+{
+    const sm90_shape *s = &k->s;
+    int rows = s->BN / s->gather;
+    for (int j = 0; j < s->gather; j++) {
+        LLVMValueRef row0 = LLVMBuildMul(k->b, entry_field(k, e, 4 * j, k->cg->t_i32), c32(k, rows), "krow0");
+        for (int m = 0; m < 2; m++) {
+            int base = m ? s->v_off : s->k_off;
+            for (int c = 0; c < s->D / 64; c++) {
+                LLVMValueRef dst = add(k, addc(k, k->smem, base + c * s->BN * 128 + j * rows * 128), soff);
+                LLVMValueRef co[4] = {c32(k, 64 * c), row0, k->kvh32, k->batch32};
+                s2_nv_tma_load_4d(k->cg, dst, bar, param(k, m ? P_TMAP_V : P_TMAP_K), co);
+            }
+        }
+    }
+}
+
 static void producer(sm90 *k)
 {
     s2_cg *cg = k->cg;
@@ -231,10 +257,14 @@ static void producer(sm90 *k)
     /* the first round finds every stage free: parity 1 is the phase before phase 0 */
     s2_nv_mbar_wait(cg, empty_bar(k, stage), par);
     s2_nv_mbar_arrive_expect_tx(cg, full_bar(k, stage), 2 * s->stage_bytes);
-    LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, loop.iv, 0, cg->t_i32), c32(k, s->BN), "kpos0");
     LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, s->stage_bytes), "");
-    tma_tile(k, s->k_off, soff, s->BN, full_bar(k, stage), P_TMAP_K, kpos0, k->kvh32);
-    tma_tile(k, s->v_off, soff, s->BN, full_bar(k, stage), P_TMAP_V, kpos0, k->kvh32);
+    if (s->gather > 1) {
+        load_gathered(k, loop.iv, soff, full_bar(k, stage));
+    } else {
+        LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, loop.iv, 0, cg->t_i32), c32(k, s->BN), "kpos0");
+        tma_tile(k, s->k_off, soff, s->BN, full_bar(k, stage), P_TMAP_K, kpos0, k->kvh32);
+        tma_tile(k, s->v_off, soff, s->BN, full_bar(k, stage), P_TMAP_V, kpos0, k->kvh32);
+    }
     s2_nv_loop_end(cg, &loop, NULL);
     work_end(k, &wl);
     s2_nv_if_end(cg, &one);
@@ -333,15 +363,24 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef e)
     LLVMBuilderRef b = k->b;
     const sm90_shape *s = &k->s;
     int NT = s->BN / 8;
-    LLVMValueRef flags = entry_field(k, e, 4, cg->t_i32);
-    LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, e, 0, cg->t_i32), c32(k, s->BN), "kpos0");
+    bool gat = s->gather > 1;
+    LLVMValueRef flags = entry_field(k, e, gat ? 16 : 4, cg->t_i32);
     LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "full");
     LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
     LLVMBasicBlockRef mask_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "mask");
     LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
     LLVMBuildCondBr(b, full, join, mask_bb);
     LLVMPositionBuilderAtEnd(b, mask_bb);
-    LLVMValueRef live = entry_field(k, e, 8, cg->t_i64);
+    LLVMValueRef live = gat ? LLVMBuildZExt(b, entry_field(k, e, 20, cg->t_i32), cg->t_i64, "")
+                            : entry_field(k, e, 8, cg->t_i64);
+    /* key position of column 0 of each slot (one slot unless gathered), and
+     * the slot's first column in the tile */
+    int nslot = gat ? s->gather : 1, slot_cols = s->BN / nslot;
+    LLVMValueRef kpos[4];
+    for (int j = 0; j < nslot; j++) {
+        LLVMValueRef blk = entry_field(k, e, gat ? 4 * j : 0, cg->t_i32);
+        kpos[j] = LLVMBuildSub(b, LLVMBuildMul(b, blk, c32(k, slot_cols), ""), c32(k, j * slot_cols), "kpos0");
+    }
     LLVMValueRef masked[MAX_BN / 8][4];
     LLVMValueRef ninf = cf(k, -INFINITY);
     LLVMValueRef col0 = LLVMBuildShl(b, k->t4, c32(k, 1), "col0");
@@ -350,18 +389,23 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef e)
         LLVMValueRef isub = LLVMBuildLShr(b, r, c32(k, s->sub_m_log2), "");
         LLVMValueRef shift = LLVMBuildZExt(b, LLVMBuildMul(b, isub, c32(k, s->sub_n), ""), cg->t_i64, "");
         LLVMValueRef bits = LLVMBuildTrunc(b, LLVMBuildLShr(b, live, shift, ""), cg->t_i32, "row_live");
-        LLVMValueRef limit = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), kpos0, "");
-        if (s->causal) {
-            LLVMValueRef d = LLVMBuildSub(b, add(k, k->tile_pos0, r), kpos0, "");
-            limit = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, d, limit, ""), d, limit, "limit");
+        LLVMValueRef lim_rel[4];
+        for (int j = 0; j < nslot; j++) {
+            /* column c of the tile holds key kpos[slot] + c */
+            LLVMValueRef limit = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), kpos[j], "");
+            if (s->causal) {
+                LLVMValueRef d = LLVMBuildSub(b, add(k, k->tile_pos0, r), kpos[j], "");
+                limit = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, d, limit, ""), d, limit, "limit");
+            }
+            lim_rel[j] = LLVMBuildSub(b, limit, col0, "");
         }
-        LLVMValueRef lim_rel = LLVMBuildSub(b, limit, col0, "");
         for (int n = 0; n < NT; n++) {
             int jsub = n * 8 / s->sub_n_size;
+            LLVMValueRef lim = lim_rel[gat ? n * 8 / slot_cols : 0];
             LLVMValueRef live_bit = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, bits, c32(k, 1 << jsub), ""), c32(k, 0), "");
             for (int e2 = 0; e2 < 2; e2++) {
                 int i = 2 * hr + e2;
-                LLVMValueRef inside = LLVMBuildICmp(b, LLVMIntSLE, c32(k, n * 8 + e2), lim_rel, "");
+                LLVMValueRef inside = LLVMBuildICmp(b, LLVMIntSLE, c32(k, n * 8 + e2), lim, "");
                 masked[n][i] = LLVMBuildSelect(b, LLVMBuildAnd(b, inside, live_bit, ""), sc[n][i], ninf, "");
             }
         }
@@ -423,6 +467,28 @@ static void rescale_o(sm90 *k, LLVMValueRef alpha[2])
             LLVMValueRef p = k->o_acc[dn][i];
             LLVMBuildStore(k->b, LLVMBuildFMul(k->b, LLVMBuildLoad2(k->b, k->cg->t_f32, p, ""), alpha[i >> 1], ""), p);
         }
+}
+
+/* Early-rescale order: O *= alpha, skipped (warp-uniformly) when no row
+ * maximum of the warp moved (alpha == 1 for all its rows). */
+static void rescale_o_early(sm90 *k, LLVMValueRef a_slot[2])
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef ap[2] = {LLVMBuildLoad2(b, cg->t_f32, a_slot[0], ""), LLVMBuildLoad2(b, cg->t_f32, a_slot[1], "")};
+    if (!k->s.skip_rescale) {
+        rescale_o(k, ap);
+        return;
+    }
+    LLVMValueRef moved = LLVMBuildOr(b, LLVMBuildFCmp(b, LLVMRealUNE, ap[0], cf(k, 1.0), ""),
+                                     LLVMBuildFCmp(b, LLVMRealUNE, ap[1], cf(k, 1.0), ""), "moved");
+    LLVMTypeRef at[2] = {cg->t_i32, LLVMInt1TypeInContext(cg->llctx)};
+    LLVMValueRef av[2] = {c32(k, -1), moved};
+    LLVMValueRef any = s2_nv_intrinsic(cg, "llvm.nvvm.vote.any.sync", LLVMInt1TypeInContext(cg->llctx), at, 2, av);
+    s2_nv_if blk;
+    s2_nv_if_begin(cg, &blk, any, "rescale");
+    rescale_o(k, ap);
+    s2_nv_if_end(cg, &blk);
 }
 
 static void scores_from_acc(sm90 *k, LLVMValueRef *sacc, LLVMValueRef sc[][4])
@@ -510,6 +576,15 @@ static void consumer_loop(sm90 *k)
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             LLVMBuildStore(b, pa[j][q], p_slot[4 * j + q]);
+    LLVMValueRef a_slot[2] = {NULL, NULL};
+    if (s->early_rescale) {
+        LLVMPositionBuilderBefore(b, first_inst);
+        for (int r = 0; r < 2; r++)
+            a_slot[r] = LLVMBuildAlloca(b, cg->t_f32, "alpha");
+        LLVMPositionBuilderAtEnd(b, cur);
+        for (int r = 0; r < 2; r++)
+            LLVMBuildStore(b, alpha[r], a_slot[r]);
+    }
 
     s2_nv_loop loop;
     s2_nv_loop_begin(cg, &loop, "kv", LLVMBuildAdd(b, k->begin, c32(k, 1), ""), k->end, c32(k, 1), NULL, 0);
@@ -520,9 +595,17 @@ static void consumer_loop(sm90 *k)
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
-    load_o(k, oacc);
     turn_wait(k);
-    issue_scores_pv(k, stage, sacc, prev, pa, oacc);
+    if (s->early_rescale) {
+        /* O (m(i-2) scale) *= alpha(i-1) under S(i), then O += P(i-1)·V */
+        issue_scores(k, stage, sacc);
+        rescale_o_early(k, a_slot);
+        load_o(k, oacc);
+        issue_pv(k, prev, pa, oacc);
+    } else {
+        load_o(k, oacc);
+        issue_scores_pv(k, stage, sacc, prev, pa, oacc);
+    }
     turn_pass(k);
     s2_nv_wgmma_wait(cg, 1, sacc, ns);
     scores_from_acc(k, sacc, sc);
@@ -534,7 +617,11 @@ static void consumer_loop(sm90 *k)
      * P(i-1)·V is in flight serialises the batch (ptxas C7513) */
     pack_p(k, sc, pa);
     store_o(k, oacc);
-    rescale_o(k, alpha);
+    if (s->early_rescale)
+        for (int r = 0; r < 2; r++)
+            LLVMBuildStore(b, alpha[r], a_slot[r]);
+    else
+        rescale_o(k, alpha);
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             LLVMBuildStore(b, pa[j][q], p_slot[4 * j + q]);
@@ -545,6 +632,8 @@ static void consumer_loop(sm90 *k)
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
+    if (s->early_rescale)
+        rescale_o_early(k, a_slot);
     load_o(k, oacc);
     issue_pv(k, last, pa, oacc);
     s2_nv_wgmma_wait(cg, 0, oacc, no);
@@ -664,11 +753,18 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
     s->sub_m_log2 = s2_log2i(sub_m_size);
     s->sub_n_size = p->block_size < s->BN ? p->block_size : s->BN;
     s->sub_n = s->BN / s->sub_n_size;
+    s->gather = spec->kv_gather > 1 ? spec->kv_gather : 1;
+    s->entry_bytes = s->gather > 1 ? (int)sizeof(s2_dev_gentry) : (int)sizeof(s2_dev_entry);
     s->group = p->heads / p->kv_heads;
     s->heads = p->heads;
     s->causal = p->causal;
     s->pingpong = s->NC == 2;
     s->persistent = spec->persistent > 0;
+#ifdef S2C_FWD90_EXPERIMENT
+    /* measurement builds only */
+    s->early_rescale = getenv("S2C_FWD90_ER") != NULL;
+    s->skip_rescale = s->early_rescale && getenv("S2C_FWD90_SKIP") != NULL;
+#endif
     s->q_off = 0;
     s->stage_bytes = s->BN * s->D * 2;
     s->k_off = s->BM * s->D * 2;
