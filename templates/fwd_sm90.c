@@ -48,9 +48,9 @@ typedef struct sm90_shape {
     int gather, entry_bytes;       /* key blocks per gathered key tile (1: off); schedule entry size */
     int group, heads;
     bool causal, pingpong, persistent;
-    bool early_rescale;            /* O *= alpha while S(i+1) is in flight (FA3 order) */
-    bool skip_rescale;             /* ... only when the warp's row maxima moved */
-    int q_off, k_off, v_off, stage_bytes, bar_off, smem;
+    bool q_regs;                   /* S = Q·Kᵀ with Q from registers (RS): no Q re-read from smem per entry */
+    bool pv_fence;                 /* a store of the row sum before the P·V wait (consumer_loop) */
+    int q_off, k_off, v_off, stage_bytes, bar_off, scratch_off, smem;
     int prod_regs, cons_regs, min_ctas;
 } sm90_shape;
 
@@ -68,6 +68,7 @@ typedef struct sm90 {
     LLVMValueRef it0, nitem;                        /* ring entries and items before this item (persistent) */
     LLVMValueRef obase;
     LLVMValueRef o_acc[MAX_D / 8][4], m_row[2], l_row[2];
+    LLVMValueRef qa[MAX_D / 16][4];                 /* q_regs: the thread's Q fragments */
 } sm90;
 
 static LLVMValueRef c32(sm90 *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
@@ -297,6 +298,31 @@ static void v_steps(const sm90_shape *s, int *v_step)
         v_step[j] = (j * 16 * 128) >> 4;
 }
 
+/* Q as the wgmma A operand in registers (§3.4 layout, as pack_p): step j,
+ * register q holds row g (+8 if q & 1), columns 16j + 2*t4 (+8 if q & 2) of
+ * the warp's 16 rows, read from the 128B-swizzled slab (16-byte chunk ^= row % 8). */
+static void load_q_regs(sm90 *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(cg->llctx);
+    LLVMValueRef base = s2_nv_dynamic_smem(cg);
+    LLVMValueRef r0 = add(k, LLVMBuildShl(b, k->warp, c32(k, 4), ""), k->g);
+    LLVMValueRef row = add(k, LLVMBuildMul(b, k->wgc, c32(k, SLAB * k->s.D * 2), ""), LLVMBuildShl(b, r0, c32(k, 7), ""));
+    row = add(k, row, LLVMBuildShl(b, k->t4, c32(k, 2), ""));
+    for (int j = 0; j < k->s.D / 16; j++)
+        for (int q = 0; q < 4; q++) {
+            int chunk = 2 * (j % 4) + (q >> 1);
+            LLVMValueRef sw = LLVMBuildShl(b, LLVMBuildXor(b, k->g, c32(k, chunk), ""), c32(k, 4), "");
+            LLVMValueRef off = add(k, addc(k, row, k->s.q_off + (j / 4) * SLAB * 128 + (q & 1) * 8 * 128), sw);
+            LLVMValueRef off64 = LLVMBuildZExt(b, off, cg->t_i64, "");
+            LLVMValueRef p = LLVMBuildInBoundsGEP2(b, i8, base, &off64, 1, "");
+            LLVMValueRef v = LLVMBuildLoad2(b, cg->t_i32, p, "q");
+            LLVMSetAlignment(v, 4);
+            k->qa[j][q] = v;
+        }
+}
+
 static LLVMValueRef q_desc(sm90 *k)
 {
     LLVMValueRef qa = add(k, addc(k, k->smem, k->s.q_off), LLVMBuildMul(k->b, k->wgc, c32(k, SLAB * k->s.D * 2), ""));
@@ -317,8 +343,12 @@ static void issue_scores(sm90 *k, LLVMValueRef stage, LLVMValueRef *sacc)
     qk_steps(s, a_step, b_step);
     for (int i = 0; i < s->BN / 2; i++)
         sacc[i] = LLVMGetUndef(k->cg->t_f32);
-    s2_nv_wgmma_ss(k->cg, s->dt, s->BN, s->D / 16, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step, false,
-                   sacc);
+    if (s->q_regs)
+        s2_nv_wgmma_rs_rs(k->cg, s->dt, s->BN, s->D / 16, k->qa, kv_desc(k, s->k_off, stage, 16), b_step, sacc, 0, 0,
+                          NULL, NULL, NULL, NULL);
+    else
+        s2_nv_wgmma_ss(k->cg, s->dt, s->BN, s->D / 16, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step,
+                       false, sacc);
 }
 
 /* O += P·V(stage), P packed from the probabilities (§3.4 register-P). */
@@ -340,6 +370,11 @@ static void issue_scores_pv(sm90 *k, LLVMValueRef stage, LLVMValueRef *sacc, LLV
     v_steps(s, v_step);
     for (int i = 0; i < s->BN / 2; i++)
         sacc[i] = LLVMGetUndef(k->cg->t_f32);
+    if (s->q_regs) {
+        s2_nv_wgmma_rs_rs(k->cg, s->dt, s->BN, s->D / 16, k->qa, kv_desc(k, s->k_off, stage, 16), b_step, sacc, s->D,
+                          s->BN / 16, pa, kv_desc(k, s->v_off, prev, s->BN * 128), v_step, oacc);
+        return;
+    }
     s2_nv_wgmma_ss_rs(k->cg, s->dt, s->BN, s->D / 16, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step,
                       sacc, s->D, s->BN / 16, pa, kv_desc(k, s->v_off, prev, s->BN * 128), v_step, oacc);
 }
@@ -352,6 +387,21 @@ static void pack_p(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef (*pa)[4])
         pa[j][2] = s2_nv_pack2(k->cg, k->s.dt, sc[2 * j + 1][0], sc[2 * j + 1][1]);
         pa[j][3] = s2_nv_pack2(k->cg, k->s.dt, sc[2 * j + 1][2], sc[2 * j + 1][3]);
     }
+}
+
+/* The fields apply_mask reads of entry e: flags, live bits, each slot's block. */
+typedef struct entry_vals {
+    LLVMValueRef flags, live, blk[4];
+} entry_vals;
+
+static void load_entry(sm90 *k, LLVMValueRef e, entry_vals *ev)
+{
+    s2_cg *cg = k->cg;
+    bool gat = k->s.gather > 1;
+    ev->flags = entry_field(k, e, gat ? 16 : 4, cg->t_i32);
+    ev->live = gat ? LLVMBuildZExt(k->b, entry_field(k, e, 20, cg->t_i32), cg->t_i64, "") : entry_field(k, e, 8, cg->t_i64);
+    for (int j = 0; j < (gat ? k->s.gather : 1); j++)
+        ev->blk[j] = entry_field(k, e, gat ? 4 * j : 0, cg->t_i32);
 }
 
 /* Token mask unless the entry is FULL (as templates/fwd.c): live sub-block
@@ -371,14 +421,15 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef e)
     LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
     LLVMBuildCondBr(b, full, join, mask_bb);
     LLVMPositionBuilderAtEnd(b, mask_bb);
-    LLVMValueRef live = gat ? LLVMBuildZExt(b, entry_field(k, e, 20, cg->t_i32), cg->t_i64, "")
-                            : entry_field(k, e, 8, cg->t_i64);
+    entry_vals ev;
+    load_entry(k, e, &ev);
+    LLVMValueRef live = ev.live;
     /* key position of column 0 of each slot (one slot unless gathered), and
      * the slot's first column in the tile */
     int nslot = gat ? s->gather : 1, slot_cols = s->BN / nslot;
     LLVMValueRef kpos[4];
     for (int j = 0; j < nslot; j++) {
-        LLVMValueRef blk = entry_field(k, e, gat ? 4 * j : 0, cg->t_i32);
+        LLVMValueRef blk = ev.blk[j];
         kpos[j] = LLVMBuildSub(b, LLVMBuildMul(b, blk, c32(k, slot_cols), ""), c32(k, j * slot_cols), "kpos0");
     }
     LLVMValueRef masked[MAX_BN / 8][4];
@@ -469,28 +520,6 @@ static void rescale_o(sm90 *k, LLVMValueRef alpha[2])
         }
 }
 
-/* Early-rescale order: O *= alpha, skipped (warp-uniformly) when no row
- * maximum of the warp moved (alpha == 1 for all its rows). */
-static void rescale_o_early(sm90 *k, LLVMValueRef a_slot[2])
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    LLVMValueRef ap[2] = {LLVMBuildLoad2(b, cg->t_f32, a_slot[0], ""), LLVMBuildLoad2(b, cg->t_f32, a_slot[1], "")};
-    if (!k->s.skip_rescale) {
-        rescale_o(k, ap);
-        return;
-    }
-    LLVMValueRef moved = LLVMBuildOr(b, LLVMBuildFCmp(b, LLVMRealUNE, ap[0], cf(k, 1.0), ""),
-                                     LLVMBuildFCmp(b, LLVMRealUNE, ap[1], cf(k, 1.0), ""), "moved");
-    LLVMTypeRef at[2] = {cg->t_i32, LLVMInt1TypeInContext(cg->llctx)};
-    LLVMValueRef av[2] = {c32(k, -1), moved};
-    LLVMValueRef any = s2_nv_intrinsic(cg, "llvm.nvvm.vote.any.sync", LLVMInt1TypeInContext(cg->llctx), at, 2, av);
-    s2_nv_if blk;
-    s2_nv_if_begin(cg, &blk, any, "rescale");
-    rescale_o(k, ap);
-    s2_nv_if_end(cg, &blk);
-}
-
 static void scores_from_acc(sm90 *k, LLVMValueRef *sacc, LLVMValueRef sc[][4])
 {
     for (int n = 0; n < k->s.BN / 8; n++)
@@ -532,6 +561,24 @@ static void turn_pass(sm90 *k)
     s2_nv_if_begin(k->cg, &b2, LLVMBuildNot(k->b, first, ""), "pass1");
     s2_nv_named_barrier(k->cg, BAR_WG_BASE, 256, true);
     s2_nv_if_end(k->cg, &b2);
+}
+
+/* ptxas schedules the wgmma.wait_group of P(i-1)·V (and the stage release
+ * behind it) right after the wait for S(i), above the softmax it does not
+ * depend on, which serialises softmax and P·V (SASS: DEPBAR.LE 0 before
+ * the MUFU.EX2s).  A shared-memory store of the last row sum (a per-thread
+ * scratch word, never read) is kept above the wait, and depends on the
+ * whole softmax. */
+static void fence_pv_wait(sm90 *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef ct = LLVMBuildSub(b, k->tid, c32(k, 128), "");
+    LLVMValueRef off = add(k, c32(k, k->s.scratch_off), LLVMBuildShl(b, ct, c32(k, 2), ""));
+    LLVMValueRef off64 = LLVMBuildZExt(b, off, cg->t_i64, "");
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(b, LLVMInt8TypeInContext(cg->llctx), s2_nv_dynamic_smem(cg), &off64, 1, "");
+    LLVMValueRef st = LLVMBuildStore(b, LLVMBuildLoad2(b, cg->t_f32, k->l_row[1], ""), p);
+    LLVMSetVolatile(st, 1);
 }
 
 /* The consumer loop, FA3's intra-warpgroup overlap:
@@ -576,15 +623,6 @@ static void consumer_loop(sm90 *k)
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             LLVMBuildStore(b, pa[j][q], p_slot[4 * j + q]);
-    LLVMValueRef a_slot[2] = {NULL, NULL};
-    if (s->early_rescale) {
-        LLVMPositionBuilderBefore(b, first_inst);
-        for (int r = 0; r < 2; r++)
-            a_slot[r] = LLVMBuildAlloca(b, cg->t_f32, "alpha");
-        LLVMPositionBuilderAtEnd(b, cur);
-        for (int r = 0; r < 2; r++)
-            LLVMBuildStore(b, alpha[r], a_slot[r]);
-    }
 
     s2_nv_loop loop;
     s2_nv_loop_begin(cg, &loop, "kv", LLVMBuildAdd(b, k->begin, c32(k, 1), ""), k->end, c32(k, 1), NULL, 0);
@@ -595,33 +633,23 @@ static void consumer_loop(sm90 *k)
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
+    load_o(k, oacc);
     turn_wait(k);
-    if (s->early_rescale) {
-        /* O (m(i-2) scale) *= alpha(i-1) under S(i), then O += P(i-1)·V */
-        issue_scores(k, stage, sacc);
-        rescale_o_early(k, a_slot);
-        load_o(k, oacc);
-        issue_pv(k, prev, pa, oacc);
-    } else {
-        load_o(k, oacc);
-        issue_scores_pv(k, stage, sacc, prev, pa, oacc);
-    }
+    issue_scores_pv(k, stage, sacc, prev, pa, oacc);
     turn_pass(k);
     s2_nv_wgmma_wait(cg, 1, sacc, ns);
     scores_from_acc(k, sacc, sc);
     apply_mask(k, sc, loop.iv);
     online_softmax(k, sc, alpha);
+    if (s->pv_fence)
+        fence_pv_wait(k);
     s2_nv_wgmma_wait(cg, 0, oacc, no);
     s2_nv_mbar_arrive(cg, empty_bar(k, prev));
     /* P(i) is converted only now: writing a future wgmma's A registers while
      * P(i-1)·V is in flight serialises the batch (ptxas C7513) */
     pack_p(k, sc, pa);
     store_o(k, oacc);
-    if (s->early_rescale)
-        for (int r = 0; r < 2; r++)
-            LLVMBuildStore(b, alpha[r], a_slot[r]);
-    else
-        rescale_o(k, alpha);
+    rescale_o(k, alpha);
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             LLVMBuildStore(b, pa[j][q], p_slot[4 * j + q]);
@@ -632,8 +660,6 @@ static void consumer_loop(sm90 *k)
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
-    if (s->early_rescale)
-        rescale_o_early(k, a_slot);
     load_o(k, oacc);
     issue_pv(k, last, pa, oacc);
     s2_nv_wgmma_wait(cg, 0, oacc, no);
@@ -730,6 +756,8 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
     }
     /* Q is waited for even with an empty list: no copy may be in flight at exit */
     s2_nv_mbar_wait(cg, q_bar(k), LLVMBuildAnd(b, k->nitem, c32(k, 1), ""));
+    if (k->s.q_regs)
+        load_q_regs(k);
     consumer_loop(k);
     /* every wgmma reading Q has completed (waited) by now */
     if (k->s.persistent)
@@ -760,10 +788,14 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
     s->causal = p->causal;
     s->pingpong = s->NC == 2;
     s->persistent = spec->persistent > 0;
+    /* measured on an H200 (bench/RESULTS.md, 2026-11-22): Q from registers
+     * -2..-7%, the P·V wait kept below the softmax (see consumer_loop) */
+    s->q_regs = true;
+    s->pv_fence = true;
 #ifdef S2C_FWD90_EXPERIMENT
-    /* measurement builds only */
-    s->early_rescale = getenv("S2C_FWD90_ER") != NULL;
-    s->skip_rescale = s->early_rescale && getenv("S2C_FWD90_SKIP") != NULL;
+    /* measurement builds only: the previous kernel for comparison */
+    if (getenv("S2C_FWD90_OLD"))
+        s->q_regs = s->pv_fence = false;
 #endif
     s->q_off = 0;
     s->stage_bytes = s->BN * s->D * 2;
@@ -771,6 +803,9 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
     s->v_off = s->k_off + s->stages * s->stage_bytes;
     s->bar_off = s->v_off + s->stages * s->stage_bytes;
     s->smem = s->bar_off + 8 * (2 * s->stages + 1 + s->persistent);
+    s->scratch_off = s->smem;
+    if (s->pv_fence)
+        s->smem += 4 * 128 * s->NC;
     /* setmaxnreg (§6): the register cap at launch is 65536 / (threads *
      * min_ctas); producer + NC consumers must fit in it after the shift
      * (more and setmaxnreg.inc waits for ever).  The persistent producer
