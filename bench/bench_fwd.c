@@ -66,7 +66,9 @@ typedef struct int_list {
 
 typedef struct options {
     bool want[NUM_CONFIGS];
-    int_list block_m, block_n, warps, stages, persistent;
+    int_list block_m, block_n, warps, stages, persistent, gather;
+    int nspecs;                /* --specs: explicit variants instead of the cross product */
+    s2_kernel_spec specs[16];
     int reps, rows;
     bool csv;
     const char *dump_dir;
@@ -220,8 +222,8 @@ static s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd,
     if (st != S2_OK)
         return st;
     char tag[160];
-    snprintf(tag, sizeof tag, "%s_m%d_n%d_w%d_s%d%s", cd->cfg->name, v->spec.block_m, v->spec.block_n,
-             v->spec.num_warps, v->spec.num_stages, v->spec.persistent > 0 ? "_p" : "");
+    snprintf(tag, sizeof tag, "%s_m%d_n%d_w%d_s%d%s_g%d", cd->cfg->name, v->spec.block_m, v->spec.block_n,
+             v->spec.num_warps, v->spec.num_stages, v->spec.persistent > 0 ? "_p" : "", v->spec.kv_gather);
     char dir[] = "/tmp/s2c-bench-cache-XXXXXX";
     if (!mkdtemp(dir))
         return S2_ERR_IO;
@@ -342,14 +344,15 @@ static s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd
                               sched_dev *sd)
 {
     memset(sd, 0, sizeof *sd);
-    s2_tile_spec ts = {spec->block_m, spec->block_n};
+    int gather = spec->kv_gather > 1 ? spec->kv_gather : 1;
+    s2_tile_spec ts = {spec->block_m, spec->block_n / gather};
     s2_schedule *sched = NULL;
     s2_packed_schedule pk;
     memset(&pk, 0, sizeof pk);
     s2_layout_stats stats;
     s2_status st = s2_schedule_build(ctx, cd->lay, ts, false, &sched);
     if (st == S2_OK)
-        st = s2_schedule_pack(ctx, sched, &pk);
+        st = gather > 1 ? s2_schedule_pack_gathered(ctx, sched, gather, &pk) : s2_schedule_pack(ctx, sched, &pk);
     if (st == S2_OK)
         st = s2_layout_stats_compute(ctx, cd->lay, ts, HEAD_DIM, S2_DTYPE_BF16, &stats);
     if (st == S2_OK)
@@ -364,6 +367,9 @@ static s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd
         sd->q_tiles = (int32_t)sched->geom.q_tiles;
         sd->kept_pairs = stats.kept_pairs;
         sd->tile_flops = stats.tile_flops;
+        /* gathered: group key blocks per computed tile */
+        if (gather > 1 && stats.entries > 0)
+            sd->tile_flops *= (double)gather * (double)pk.num_entries / (double)stats.entries;
         sd->entries = stats.entries;
     }
     if (st == S2_OK && spec->persistent > 0) {
@@ -644,7 +650,8 @@ static bool parse_list(const char *s, int_list *l)
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L] [--num-warps L]\n"
-                    "                 [--num-stages L] [--persistent L] [--reps N] [--rows N] [--csv]\n"
+                    "                 [--num-stages L] [--persistent L] [--kv-gather L] [--specs BMxBNsSTgG,..]\n"
+                    "                 [--reps N] [--rows N] [--csv]\n"
                     "                 [--dump-dir DIR]\n"
                     "  (L: comma list, 0 = heuristic)  configs:");
     for (int i = 0; i < NUM_CONFIGS; i++)
@@ -653,13 +660,27 @@ static int usage(void)
     return 2;
 }
 
+/* "BMxBNsSTgG[,..]" (0 = heuristic), e.g. 64x64s3g4 */
+static bool parse_specs(const char *val, options *o)
+{
+    char buf[512];
+    snprintf(buf, sizeof buf, "%s", val);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        int bm, bn, st, g;
+        if (o->nspecs == 16 || sscanf(tok, "%dx%ds%dg%d", &bm, &bn, &st, &g) != 4)
+            return false;
+        o->specs[o->nspecs++] = (s2_kernel_spec){.block_m = bm, .block_n = bn, .num_stages = st, .kv_gather = g};
+    }
+    return o->nspecs > 0;
+}
+
 static bool parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
     o->reps = 50;
     o->rows = 24;
     int_list zero = {1, {0}};
-    o->block_m = o->block_n = o->warps = o->stages = o->persistent = zero;
+    o->block_m = o->block_n = o->warps = o->stages = o->persistent = o->gather = zero;
     bool any = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -689,6 +710,12 @@ static bool parse_args(int argc, char **argv, options *o)
                 return false;
         } else if (!strcmp(a, "--num-warps")) {
             if (!parse_list(val, &o->warps))
+                return false;
+        } else if (!strcmp(a, "--kv-gather")) {
+            if (!parse_list(val, &o->gather))
+                return false;
+        } else if (!strcmp(a, "--specs")) {
+            if (!parse_specs(val, o))
                 return false;
         } else if (!strcmp(a, "--persistent")) {
             if (!parse_list(val, &o->persistent))
@@ -778,7 +805,7 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
             printf("%-14s %5.1f %3d %3d %2d %2d %4d %5d %6d %8.3f %8.3f %6.1f %5.2f %-9s %6.2f %9.0f %8.1f %s\n", c->name,
                    kept, v.spec.block_m, v.spec.block_n, v.spec.num_warps, v.spec.num_stages, v.regs, spill, v.smem,
                    med, mn, tf, util, c->peer, peer > 0 ? med / peer : 0, v.cold_ms, v.warm_ms,
-                   v.persistent ? "persistent" : "grid");
+                   v.persistent ? "persistent" : v.spec.kv_gather > 1 ? "grid gathered" : "grid");
         fflush(stdout);
     }
     s2_mem_free(ctx, dev, sd.buf);
@@ -838,17 +865,24 @@ int main(int argc, char **argv)
             config_close(ctx, dev, &cd);
             continue;
         }
-        for (int a = 0; a < o.block_m.n; a++)
+        for (int i = 0; i < o.nspecs; i++) {
+            s2_kernel_spec want = o.specs[i];
+            want.kind = S2_KERNEL_FWD, want.dtype = S2_DTYPE_BF16, want.head_dim = HEAD_DIM, want.arch = arch;
+            run_variant(ctx, dev, &cd, &want, &o, h100);
+        }
+        for (int a = 0; a < (o.nspecs ? 0 : o.block_m.n); a++)
             for (int bn = 0; bn < o.block_n.n; bn++)
                 for (int w = 0; w < o.warps.n; w++)
                     for (int s = 0; s < o.stages.n; s++)
-                        for (int pi = 0; pi < o.persistent.n; pi++) {
-                            s2_kernel_spec want = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16,
-                                                   .head_dim = HEAD_DIM, .arch = arch, .block_m = o.block_m.v[a],
-                                                   .block_n = o.block_n.v[bn], .num_warps = o.warps.v[w],
-                                                   .num_stages = o.stages.v[s], .persistent = o.persistent.v[pi]};
-                            run_variant(ctx, dev, &cd, &want, &o, h100);
-                        }
+                        for (int pi = 0; pi < o.persistent.n; pi++)
+                            for (int gi = 0; gi < o.gather.n; gi++) {
+                                s2_kernel_spec want = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16,
+                                                       .head_dim = HEAD_DIM, .arch = arch, .block_m = o.block_m.v[a],
+                                                       .block_n = o.block_n.v[bn], .num_warps = o.warps.v[w],
+                                                       .num_stages = o.stages.v[s], .persistent = o.persistent.v[pi],
+                                                       .kv_gather = o.gather.v[gi]};
+                                run_variant(ctx, dev, &cd, &want, &o, h100);
+                            }
         config_close(ctx, dev, &cd);
     }
     rc = 0;

@@ -41,6 +41,13 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern
     if (spec->block_m == 0)
         spec->block_m = spec->num_warps ? 64 * (spec->num_warps / 4 - 1) : 64;
     spec->num_warps = 4 * (spec->block_m / 64 + 1);
+    /* block-16 patterns (Merge-Q): 64-key tiles gathered from 4 live blocks,
+     * 0.542 ms vs 0.761 for 64 x 32 (H200, bench/RESULTS.md 2026-11-22) */
+    if (spec->kv_gather == 0)
+        spec->kv_gather = p->block_size == 16 && (spec->block_n == 0 || spec->block_n == 64) && spec->persistent <= 0
+                              ? 4 : 1;
+    if (spec->kv_gather > 1 && spec->block_n == 0)
+        spec->block_n = spec->kv_gather * p->block_size;
     /* block-16 patterns (Merge-Q): 64 x 32 st3 0.761 ms < 64 x 16 0.834 < 64 x 64 0.842 */
     if (spec->block_n == 0)
         spec->block_n = p->block_size <= 16 ? 32 : 64;
@@ -54,6 +61,13 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern
         spec->persistent = -1;
     spec->persistent = spec->persistent > 0 ? 1 : -1;
     int bs = p->block_size;
+    if (spec->kv_gather < 1)
+        spec->kv_gather = 1;
+    if (spec->kv_gather > 1 && (spec->kv_gather > 4 || bs < 16 || spec->block_n != spec->kv_gather * bs ||
+                                spec->persistent > 0))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
+                       "spec: kv_gather %d needs 2..4 blocks of 16+ tokens filling block_n (%d, block %d), "
+                       "and the plain grid", spec->kv_gather, spec->block_n, bs);
     int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);
     int sub_n = spec->block_n / (bs < spec->block_n ? bs : spec->block_n);
     if (sub_m * sub_n > 64)
@@ -127,6 +141,9 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
     if (spec->persistent > 0)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: a persistent grid needs the sm_90a forward template");
     spec->persistent = 0;
+    if (spec->kv_gather > 1)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: gathered key tiles need the sm_90a forward template");
+    spec->kv_gather = 0;
 
     /* FA2 tiling: each warp owns one 16-row slab, so block_m = 16 * num_warps */
     if (spec->num_warps == 0)

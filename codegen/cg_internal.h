@@ -156,6 +156,10 @@ void s2_nv_wgmma_rs(s2_cg *cg, s2_dtype dt, int n, int ksteps, LLVMValueRef (*a)
 void s2_nv_wgmma_ss_rs(s2_cg *cg, s2_dtype dt, int n1, int k1, LLVMValueRef desc_a, const int *a_step,
                        LLVMValueRef desc_b, const int *b_step, LLVMValueRef *acc1, int n2, int k2,
                        LLVMValueRef (*a2)[4], LLVMValueRef desc_v, const int *v_step, LLVMValueRef *acc2);
+/* as s2_nv_wgmma_ss_rs with S's A operand from registers (a1[k1][4]); n2 = 0: S only */
+void s2_nv_wgmma_rs_rs(s2_cg *cg, s2_dtype dt, int n1, int k1, LLVMValueRef (*a1)[4], LLVMValueRef desc_b,
+                       const int *b_step, LLVMValueRef *acc1, int n2, int k2, LLVMValueRef (*a2)[4],
+                       LLVMValueRef desc_v, const int *v_step, LLVMValueRef *acc2);
 /* wgmma.wait_group pending, routing the n accumulators through it (tied) so no
  * use of them is scheduled before the wait */
 void s2_nv_wgmma_wait(s2_cg *cg, int pending, LLVMValueRef *acc, int n);

@@ -307,3 +307,71 @@ void s2_nv_fence_proxy_async(s2_cg *cg)
 {
     asm_call(cg, cg->t_void, "fence.proxy.async.shared::cta;", "", NULL, 0);
 }
+
+/* S = A·B with A from registers (RS, B K-major, the first step overwrites)
+ * as one group, then, when n2 > 0, O += P·V (RS, trans-b) as a second group,
+ * in one asm block (every descriptor made before the first wgmma, as
+ * s2_nv_wgmma_ss_rs).  a1: the A fragments per k16 step, §3.4 layout. */
+void s2_nv_wgmma_rs_rs(s2_cg *cg, s2_dtype dt, int n1, int k1, LLVMValueRef (*a1)[4], LLVMValueRef desc_b,
+                       const int *b_step, LLVMValueRef *acc1, int n2, int k2, LLVMValueRef (*a2)[4],
+                       LLVMValueRef desc_v, const int *v_step, LLVMValueRef *acc2)
+{
+    int na1 = n1 / 2, na2 = n2 / 2, na = na1 + na2;
+    s2_buf t, c;
+    s2_buf_init(&t);
+    s2_buf_init(&c);
+    int ia = 2 * na, ib = ia + 4 * k1, ip = ib + 1, iv = ip + 4 * k2, iz = iv + 1;
+    s2_buf_printf(&t, "{\n.reg .pred p0, p1;\n.reg .b64 db<%d>, dv<%d>;\n", k1, k2 > 0 ? k2 : 1);
+    s2_buf_printf(&t, "setp.ne.b32 p0, $%d, 0;\nsetp.eq.b32 p1, $%d, 0;\n", iz, iz);
+    for (int j = 0; j < k1; j++)
+        s2_buf_printf(&t, "add.s64 db%d, $%d, %d;\n", j, ib, b_step[j]);
+    for (int j = 0; j < k2; j++)
+        s2_buf_printf(&t, "add.s64 dv%d, $%d, %d;\n", j, iv, v_step[j]);
+    s2_buf_puts(&t, "wgmma.fence.sync.aligned;\n");
+    for (int j = 0; j < k1; j++) {
+        s2_buf_printf(&t, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s ", n1, dt_name(dt), dt_name(dt));
+        put_regs(&t, 0, na1);
+        s2_buf_puts(&t, ", ");
+        put_regs(&t, ia + 4 * j, 4);
+        s2_buf_printf(&t, ", db%d, %s, 1, 1, 0;\n", j, j == 0 ? "p0" : "p1");
+    }
+    s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n");
+    for (int j = 0; j < k2; j++) {
+        s2_buf_printf(&t, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s ", n2, dt_name(dt), dt_name(dt));
+        put_regs(&t, na1, na2);
+        s2_buf_puts(&t, ", ");
+        put_regs(&t, ip + 4 * j, 4);
+        s2_buf_printf(&t, ", dv%d, p1, 1, 1, 1;\n", j);
+    }
+    if (k2 > 0)
+        s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n");
+    s2_buf_puts(&t, "}");
+    put_tied(&c, na);
+    for (int j = 0; j < 4 * k1; j++)
+        s2_buf_puts(&c, ",r");
+    s2_buf_puts(&c, ",l");
+    for (int j = 0; j < 4 * k2; j++)
+        s2_buf_puts(&c, ",r");
+    s2_buf_puts(&c, ",l,r");
+    LLVMValueRef args[512];
+    for (int i = 0; i < na1; i++)
+        args[i] = acc1[i];
+    for (int i = 0; i < na2; i++)
+        args[na1 + i] = acc2[i];
+    for (int j = 0; j < k1; j++)
+        for (int q = 0; q < 4; q++)
+            args[na + 4 * j + q] = a1[j][q];
+    args[na + 4 * k1] = desc_b;
+    for (int j = 0; j < k2; j++)
+        for (int q = 0; q < 4; q++)
+            args[na + 4 * k1 + 1 + 4 * j + q] = a2[j][q];
+    args[na + 4 * k1 + 1 + 4 * k2] = k2 > 0 ? desc_v : LLVMConstInt(cg->t_i64, 0, 0);
+    args[na + 4 * k1 + 2 + 4 * k2] = LLVMConstInt(cg->t_i32, 0, 0);
+    LLVMValueRef r = asm_call(cg, acc_struct(cg, na), t.data, c.data, args, (unsigned)(na + 4 * k1 + 3 + 4 * k2));
+    for (int i = 0; i < na1; i++)
+        acc1[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)i, "");
+    for (int i = 0; i < na2; i++)
+        acc2[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)(na1 + i), "");
+    s2_buf_free(&t);
+    s2_buf_free(&c);
+}

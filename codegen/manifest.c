@@ -101,6 +101,8 @@ s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *ke
             s2_buf_puts(&b, "kernel.abi tma_persistent\n");
         if (k->seqinfo)
             s2_buf_puts(&b, "kernel.seqinfo 1\n");
+        if (k->spec.kv_gather > 1)
+            s2_buf_printf(&b, "kernel.kv_gather %d\n", k->spec.kv_gather);
     }
     for (int i = 0; i < num_patterns; i++) {
         const s2_pattern *p = patterns[i];

@@ -111,3 +111,75 @@ s2_status s2_schedule_work_list(s2_ctx *ctx, const s2_schedule *s, int32_t **out
     *n = count;
     return S2_OK;
 }
+
+/* Entries of one list, `group` at a time: live bits regrouped from
+ * (i, sub-block of one block) = bit i to bit i * group + j. */
+static void gather_list(const s2_schedule *s, int group, int64_t b, int64_t e, s2_dev_gentry *out)
+{
+    int sub_m = s->geom.sub_m;
+    for (int64_t g0 = b, o = 0; g0 < e; g0 += group, o++) {
+        s2_dev_gentry *d = &out[o];
+        bool full = g0 + group <= e;
+        d->live = 0;
+        for (int j = 0; j < group; j++) {
+            int64_t src = g0 + j < e ? g0 + j : e - 1;
+            const s2_tile_entry *t = &s->entries[src];
+            d->block[j] = (int32_t)t->tile;
+            if (src != g0 + j)
+                continue;
+            full = full && (t->flags & S2_ENTRY_FULL);
+            for (int i = 0; i < sub_m; i++)
+                if (t->live & (UINT64_C(1) << i))
+                    d->live |= 1u << (i * group + j);
+        }
+        for (int j = group; j < 4; j++)
+            d->block[j] = d->block[group - 1];
+        d->flags = full ? S2_ENTRY_FULL : 0;
+    }
+}
+
+s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, s2_packed_schedule *out)
+{
+    memset(out, 0, sizeof *out);
+    if (!s)
+        return s2_fail(ctx, S2_ERR_INVALID, "schedule_pack_gathered: null schedule");
+    if (s->transposed || s->geom.sub_n != 1 || group < 2 || group > 4 || s->geom.sub_m * group > 32)
+        return s2_fail(ctx, S2_ERR_INVALID,
+                       "schedule_pack_gathered: needs a forward schedule of one-block key tiles, group 2..4 "
+                       "(sub_m %d, sub_n %d, group %d)", s->geom.sub_m, s->geom.sub_n, group);
+    int64_t lists = s->geom.q_tiles;
+    int64_t nlists = (int64_t)s->num_classes * lists;
+    int64_t total = 0;
+    for (int64_t i = 0; i < nlists; i++)
+        total += (s->offsets[i + 1] - s->offsets[i] + group - 1) / group;
+    if (total > INT32_MAX || nlists + 1 > INT32_MAX || s->geom.kv_tiles > INT32_MAX)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
+                       "schedule of %lld gathered entries in %lld lists exceeds the 32-bit device format",
+                       (long long)total, (long long)nlists);
+    size_t class_off = 0;
+    size_t offsets_off = align16(class_off + (size_t)s->heads * sizeof(int32_t));
+    size_t entries_off = align16(offsets_off + (size_t)(nlists + 1) * sizeof(int32_t));
+    size_t size = entries_off + (size_t)total * sizeof(s2_dev_gentry);
+    unsigned char *buf = calloc(1, size ? size : 1);
+    if (!buf)
+        return s2_fail(ctx, S2_ERR_NOMEM, "schedule_pack_gathered: out of memory (%zu bytes)", size);
+    int32_t *cls = (int32_t *)(buf + class_off);
+    for (int h = 0; h < s->heads; h++)
+        cls[h] = s->class_of_head[h];
+    int32_t *offs = (int32_t *)(buf + offsets_off);
+    s2_dev_gentry *ent = (s2_dev_gentry *)(buf + entries_off);
+    int64_t at = 0;
+    for (int64_t i = 0; i < nlists; i++) {
+        offs[i] = (int32_t)at;
+        gather_list(s, group, s->offsets[i], s->offsets[i + 1], ent + at);
+        at += (s->offsets[i + 1] - s->offsets[i] + group - 1) / group;
+    }
+    offs[nlists] = (int32_t)at;
+    out->data = buf;
+    out->size = size;
+    out->class_of_head_off = class_off;
+    out->offsets_off = offsets_off;
+    out->entries_off = entries_off;
+    out->num_entries = total;
+    return S2_OK;
+}

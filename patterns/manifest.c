@@ -163,7 +163,10 @@ static s2_status kernel_key(mparser *ps, const char *key, const char *v)
         else if (!strcmp(v, "tma")) k->abi = S2_FWD_ABI_TMA, k->spec.persistent = -1;
         else if (!strcmp(v, "tma_persistent")) k->abi = S2_FWD_ABI_TMA_PERSISTENT, k->spec.persistent = 1;
         else ok = false;
-    }
+        if (k->abi != S2_FWD_ABI_PTRS && k->spec.kv_gather == 0)
+            k->spec.kv_gather = 1;
+    } else if (!strcmp(key, "kv_gather"))
+        ok = int1(v, &k->spec.kv_gather, 2, 4);
     k->spec.arch = ps->m->arch;
     return ok ? S2_OK : perr(ps, "bad kernel value", key);
 }

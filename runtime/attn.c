@@ -679,7 +679,8 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
     s2_layout *lay = NULL;
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
-    s2_tile_spec ts = {k->desc->spec.block_m, k->desc->spec.block_n};
+    int gather = k->desc->spec.kv_gather > 1 ? k->desc->spec.kv_gather : 1;
+    s2_tile_spec ts = {k->desc->spec.block_m, k->desc->spec.block_n / gather};
     s2_devptr buf = 0, t_buf = 0, w_buf = 0;
     int32_t n_work = 0;
     sched_slot tr = {0};
@@ -687,7 +688,7 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
     if (st == S2_OK)
         st = s2_schedule_build(ctx, lay, ts, false, &sched);
     if (st == S2_OK)
-        st = s2_schedule_pack(ctx, sched, &pk);
+        st = gather > 1 ? s2_schedule_pack_gathered(ctx, sched, gather, &pk) : s2_schedule_pack(ctx, sched, &pk);
     if (st == S2_OK && (sched->geom.q_tiles > INT32_MAX || sched->geom.first_q_tile > INT32_MAX))
         st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld query tiles do not fit 32 bits",
                      (long long)sched->geom.q_tiles);
@@ -785,14 +786,15 @@ s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_ke
     if (spec->head_dim % 64 != 0 || spec->block_n < 1 || spec->block_n > 256)
         return s2_fail(ctx, S2_ERR_INVALID, "tensor maps: head_dim %d / block_n %d", spec->head_dim, spec->block_n);
     int64_t nb = tensor_batch(a);
+    uint32_t kv_rows = (uint32_t)(spec->kv_gather > 1 ? spec->block_n / spec->kv_gather : spec->block_n);
     s2_status st = tensor_map_of(ctx, dev, &maps[0], spec->dtype, spec->head_dim, a->q, a->q_stride, a->q_len, a->heads,
                                  nb, 64);
     if (st == S2_OK)
         st = tensor_map_of(ctx, dev, &maps[1], spec->dtype, spec->head_dim, a->k, a->k_stride, a->kv_len, a->kv_heads,
-                           nb, (uint32_t)spec->block_n);
+                           nb, kv_rows);
     if (st == S2_OK)
         st = tensor_map_of(ctx, dev, &maps[2], spec->dtype, spec->head_dim, a->v, a->v_stride, a->kv_len, a->kv_heads,
-                           nb, (uint32_t)spec->block_n);
+                           nb, kv_rows);
     return st;
 }
 

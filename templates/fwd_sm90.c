@@ -24,6 +24,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 enum {
@@ -44,9 +45,12 @@ typedef struct sm90_shape {
     s2_dtype dt;
     int D, BM, BN, NC, stages, threads;
     int sub_m_log2, sub_n_size, sub_n;
+    int gather, entry_bytes;       /* key blocks per gathered key tile (1: off); schedule entry size */
     int group, heads;
     bool causal, pingpong, persistent;
-    int q_off, k_off, v_off, stage_bytes, bar_off, smem;
+    bool q_regs;                   /* S = Q·Kᵀ with Q from registers (RS): no Q re-read from smem per entry */
+    bool pv_fence;                 /* a store of the row sum before the P·V wait (consumer_loop) */
+    int q_off, k_off, v_off, stage_bytes, bar_off, scratch_off, smem;
     int prod_regs, cons_regs, min_ctas;
 } sm90_shape;
 
@@ -65,6 +69,7 @@ typedef struct sm90 {
     LLVMValueRef it0, nitem;                        /* ring entries and items before this item (persistent) */
     LLVMValueRef obase;
     LLVMValueRef o_acc[MAX_D / 8][4], m_row[2], l_row[2];
+    LLVMValueRef qa[MAX_D / 16][4];                 /* q_regs: the thread's Q fragments */
 } sm90;
 
 static LLVMValueRef c32(sm90 *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
@@ -90,7 +95,7 @@ static LLVMValueRef q_empty_bar(sm90 *k) { return bar_addr(k, 2 * k->s.stages + 
 static LLVMValueRef entry_field(sm90 *k, LLVMValueRef e, int field_off, LLVMTypeRef ty)
 {
     LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
-    LLVMValueRef off = LLVMBuildAdd(k->b, LLVMBuildMul(k->b, sext64(k, e), c64(k, (long long)sizeof(s2_dev_entry)), ""),
+    LLVMValueRef off = LLVMBuildAdd(k->b, LLVMBuildMul(k->b, sext64(k, e), c64(k, k->s.entry_bytes), ""),
                                     c64(k, field_off), "");
     LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, i8, k->entries, &off, 1, "");
     LLVMValueRef v = LLVMBuildLoad2(k->b, ty, p, "");
@@ -225,6 +230,29 @@ static void tma_tile(sm90 *k, int dst_off, LLVMValueRef dst_dyn, int rows, LLVMV
     }
 }
 
+/* Gathered key tile (s2_dev_gentry): slot j's block fills key rows
+ * [j*rows, (j+1)*rows) of the stage, one box per slot and 64-column block.
+ * A slot of 16+ rows starts on a 2048-byte boundary inside a 1024-byte
+ * aligned column block, i.e. on whole 128-byte-swizzle atoms (8 rows of
+ * 128 bytes), so the boxes compose into the layout one box of BN rows has. */
+static void load_gathered(sm90 *k, LLVMValueRef e, LLVMValueRef soff, LLVMValueRef bar)
+{
+    const sm90_shape *s = &k->s;
+    int rows = s->BN / s->gather;
+    for (int j = 0; j < s->gather; j++) {
+        LLVMValueRef row0 = add(k, LLVMBuildMul(k->b, entry_field(k, e, 4 * j, k->cg->t_i32), c32(k, rows), "krow0"),
+                                k->k_row0);
+        for (int m = 0; m < 2; m++) {
+            int base = m ? s->v_off : s->k_off;
+            for (int c = 0; c < s->D / 64; c++) {
+                LLVMValueRef dst = add(k, addc(k, k->smem, base + c * s->BN * 128 + j * rows * 128), soff);
+                LLVMValueRef co[4] = {c32(k, 64 * c), row0, k->kvh32, k->bidx32};
+                s2_nv_tma_load_4d(k->cg, dst, bar, param(k, m ? P_TMAP_V : P_TMAP_K), co);
+            }
+        }
+    }
+}
+
 static void producer(sm90 *k)
 {
     s2_cg *cg = k->cg;
@@ -261,11 +289,15 @@ static void producer(sm90 *k)
     /* the first round finds every stage free: parity 1 is the phase before phase 0 */
     s2_nv_mbar_wait(cg, empty_bar(k, stage), par);
     s2_nv_mbar_arrive_expect_tx(cg, full_bar(k, stage), 2 * s->stage_bytes);
-    LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, loop.iv, 0, cg->t_i32), c32(k, s->BN), "kpos0");
     LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, s->stage_bytes), "");
-    LLVMValueRef krow = add(k, kpos0, k->k_row0);
-    tma_tile(k, s->k_off, soff, s->BN, full_bar(k, stage), P_TMAP_K, krow, k->kvh32);
-    tma_tile(k, s->v_off, soff, s->BN, full_bar(k, stage), P_TMAP_V, krow, k->kvh32);
+    if (s->gather > 1) {
+        load_gathered(k, loop.iv, soff, full_bar(k, stage));
+    } else {
+        LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, loop.iv, 0, cg->t_i32), c32(k, s->BN), "kpos0");
+        LLVMValueRef krow = add(k, kpos0, k->k_row0);
+        tma_tile(k, s->k_off, soff, s->BN, full_bar(k, stage), P_TMAP_K, krow, k->kvh32);
+        tma_tile(k, s->v_off, soff, s->BN, full_bar(k, stage), P_TMAP_V, krow, k->kvh32);
+    }
     s2_nv_loop_end(cg, &loop, NULL);
     work_end(k, &wl);
     s2_nv_if_end(cg, &one);
@@ -298,6 +330,31 @@ static void v_steps(const sm90_shape *s, int *v_step)
         v_step[j] = (j * 16 * 128) >> 4;
 }
 
+/* Q as the wgmma A operand in registers (§3.4 layout, as pack_p): step j,
+ * register q holds row g (+8 if q & 1), columns 16j + 2*t4 (+8 if q & 2) of
+ * the warp's 16 rows, read from the 128B-swizzled slab (16-byte chunk ^= row % 8). */
+static void load_q_regs(sm90 *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(cg->llctx);
+    LLVMValueRef base = s2_nv_dynamic_smem(cg);
+    LLVMValueRef r0 = add(k, LLVMBuildShl(b, k->warp, c32(k, 4), ""), k->g);
+    LLVMValueRef row = add(k, LLVMBuildMul(b, k->wgc, c32(k, SLAB * k->s.D * 2), ""), LLVMBuildShl(b, r0, c32(k, 7), ""));
+    row = add(k, row, LLVMBuildShl(b, k->t4, c32(k, 2), ""));
+    for (int j = 0; j < k->s.D / 16; j++)
+        for (int q = 0; q < 4; q++) {
+            int chunk = 2 * (j % 4) + (q >> 1);
+            LLVMValueRef sw = LLVMBuildShl(b, LLVMBuildXor(b, k->g, c32(k, chunk), ""), c32(k, 4), "");
+            LLVMValueRef off = add(k, addc(k, row, k->s.q_off + (j / 4) * SLAB * 128 + (q & 1) * 8 * 128), sw);
+            LLVMValueRef off64 = LLVMBuildZExt(b, off, cg->t_i64, "");
+            LLVMValueRef p = LLVMBuildInBoundsGEP2(b, i8, base, &off64, 1, "");
+            LLVMValueRef v = LLVMBuildLoad2(b, cg->t_i32, p, "q");
+            LLVMSetAlignment(v, 4);
+            k->qa[j][q] = v;
+        }
+}
+
 static LLVMValueRef q_desc(sm90 *k)
 {
     LLVMValueRef qa = add(k, addc(k, k->smem, k->s.q_off), LLVMBuildMul(k->b, k->wgc, c32(k, SLAB * k->s.D * 2), ""));
@@ -318,8 +375,12 @@ static void issue_scores(sm90 *k, LLVMValueRef stage, LLVMValueRef *sacc)
     qk_steps(s, a_step, b_step);
     for (int i = 0; i < s->BN / 2; i++)
         sacc[i] = LLVMGetUndef(k->cg->t_f32);
-    s2_nv_wgmma_ss(k->cg, s->dt, s->BN, s->D / 16, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step, false,
-                   sacc);
+    if (s->q_regs)
+        s2_nv_wgmma_rs_rs(k->cg, s->dt, s->BN, s->D / 16, k->qa, kv_desc(k, s->k_off, stage, 16), b_step, sacc, 0, 0,
+                          NULL, NULL, NULL, NULL);
+    else
+        s2_nv_wgmma_ss(k->cg, s->dt, s->BN, s->D / 16, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step,
+                       false, sacc);
 }
 
 /* O += P·V(stage), P packed from the probabilities (§3.4 register-P). */
@@ -341,6 +402,11 @@ static void issue_scores_pv(sm90 *k, LLVMValueRef stage, LLVMValueRef *sacc, LLV
     v_steps(s, v_step);
     for (int i = 0; i < s->BN / 2; i++)
         sacc[i] = LLVMGetUndef(k->cg->t_f32);
+    if (s->q_regs) {
+        s2_nv_wgmma_rs_rs(k->cg, s->dt, s->BN, s->D / 16, k->qa, kv_desc(k, s->k_off, stage, 16), b_step, sacc, s->D,
+                          s->BN / 16, pa, kv_desc(k, s->v_off, prev, s->BN * 128), v_step, oacc);
+        return;
+    }
     s2_nv_wgmma_ss_rs(k->cg, s->dt, s->BN, s->D / 16, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step,
                       sacc, s->D, s->BN / 16, pa, kv_desc(k, s->v_off, prev, s->BN * 128), v_step, oacc);
 }
@@ -355,6 +421,21 @@ static void pack_p(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef (*pa)[4])
     }
 }
 
+/* The fields apply_mask reads of entry e: flags, live bits, each slot's block. */
+typedef struct entry_vals {
+    LLVMValueRef flags, live, blk[4];
+} entry_vals;
+
+static void load_entry(sm90 *k, LLVMValueRef e, entry_vals *ev)
+{
+    s2_cg *cg = k->cg;
+    bool gat = k->s.gather > 1;
+    ev->flags = entry_field(k, e, gat ? 16 : 4, cg->t_i32);
+    ev->live = gat ? LLVMBuildZExt(k->b, entry_field(k, e, 20, cg->t_i32), cg->t_i64, "") : entry_field(k, e, 8, cg->t_i64);
+    for (int j = 0; j < (gat ? k->s.gather : 1); j++)
+        ev->blk[j] = entry_field(k, e, gat ? 4 * j : 0, cg->t_i32);
+}
+
 /* Token mask unless the entry is FULL (as templates/fwd.c): live sub-block
  * pair, c <= kv_len-1-kpos0 (zero-filled TMA rows past kv_len included) and,
  * causal, c <= qpos - kpos0.  Masked scores become -inf. */
@@ -364,18 +445,30 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef e)
     LLVMBuilderRef b = k->b;
     const sm90_shape *s = &k->s;
     int NT = s->BN / 8;
-    LLVMValueRef flags = entry_field(k, e, 4, cg->t_i32);
-    LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, e, 0, cg->t_i32), c32(k, s->BN), "kpos0");
+    bool gat = s->gather > 1;
+    LLVMValueRef flags = entry_field(k, e, gat ? 16 : 4, cg->t_i32);
     LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "full");
-    /* varlen: a FULL tile may run past a shorter sequence (never when causal, fwd.c) */
+    /* varlen: a FULL tile may run past a shorter sequence (never when causal,
+     * fwd.c); bidirectional tiles of a sequence shorter than the schedule's
+     * kv_len parameter are always masked (gathered tiles have no single kpos0) */
     if (!s->causal)
-        full = LLVMBuildAnd(b, full, LLVMBuildICmp(b, LLVMIntSLE, addc(k, kpos0, s->BN), k->kv_len, ""), "full");
+        full = LLVMBuildAnd(b, full, LLVMBuildICmp(b, LLVMIntEQ, k->kv_len, param(k, P_KVLEN), ""), "full");
     LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
     LLVMBasicBlockRef mask_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "mask");
     LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
     LLVMBuildCondBr(b, full, join, mask_bb);
     LLVMPositionBuilderAtEnd(b, mask_bb);
-    LLVMValueRef live = entry_field(k, e, 8, cg->t_i64);
+    entry_vals ev;
+    load_entry(k, e, &ev);
+    LLVMValueRef live = ev.live;
+    /* key position of column 0 of each slot (one slot unless gathered), and
+     * the slot's first column in the tile */
+    int nslot = gat ? s->gather : 1, slot_cols = s->BN / nslot;
+    LLVMValueRef kpos[4];
+    for (int j = 0; j < nslot; j++) {
+        LLVMValueRef blk = ev.blk[j];
+        kpos[j] = LLVMBuildSub(b, LLVMBuildMul(b, blk, c32(k, slot_cols), ""), c32(k, j * slot_cols), "kpos0");
+    }
     LLVMValueRef masked[MAX_BN / 8][4];
     LLVMValueRef ninf = cf(k, -INFINITY);
     LLVMValueRef col0 = LLVMBuildShl(b, k->t4, c32(k, 1), "col0");
@@ -384,18 +477,23 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef e)
         LLVMValueRef isub = LLVMBuildLShr(b, r, c32(k, s->sub_m_log2), "");
         LLVMValueRef shift = LLVMBuildZExt(b, LLVMBuildMul(b, isub, c32(k, s->sub_n), ""), cg->t_i64, "");
         LLVMValueRef bits = LLVMBuildTrunc(b, LLVMBuildLShr(b, live, shift, ""), cg->t_i32, "row_live");
-        LLVMValueRef limit = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), kpos0, "");
-        if (s->causal) {
-            LLVMValueRef d = LLVMBuildSub(b, add(k, k->tile_pos0, r), kpos0, "");
-            limit = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, d, limit, ""), d, limit, "limit");
+        LLVMValueRef lim_rel[4];
+        for (int j = 0; j < nslot; j++) {
+            /* column c of the tile holds key kpos[slot] + c */
+            LLVMValueRef limit = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), kpos[j], "");
+            if (s->causal) {
+                LLVMValueRef d = LLVMBuildSub(b, add(k, k->tile_pos0, r), kpos[j], "");
+                limit = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, d, limit, ""), d, limit, "limit");
+            }
+            lim_rel[j] = LLVMBuildSub(b, limit, col0, "");
         }
-        LLVMValueRef lim_rel = LLVMBuildSub(b, limit, col0, "");
         for (int n = 0; n < NT; n++) {
             int jsub = n * 8 / s->sub_n_size;
+            LLVMValueRef lim = lim_rel[gat ? n * 8 / slot_cols : 0];
             LLVMValueRef live_bit = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, bits, c32(k, 1 << jsub), ""), c32(k, 0), "");
             for (int e2 = 0; e2 < 2; e2++) {
                 int i = 2 * hr + e2;
-                LLVMValueRef inside = LLVMBuildICmp(b, LLVMIntSLE, c32(k, n * 8 + e2), lim_rel, "");
+                LLVMValueRef inside = LLVMBuildICmp(b, LLVMIntSLE, c32(k, n * 8 + e2), lim, "");
                 masked[n][i] = LLVMBuildSelect(b, LLVMBuildAnd(b, inside, live_bit, ""), sc[n][i], ninf, "");
             }
         }
@@ -502,6 +600,24 @@ static void turn_pass(sm90 *k)
     s2_nv_if_end(k->cg, &b2);
 }
 
+/* ptxas schedules the wgmma.wait_group of P(i-1)·V (and the stage release
+ * behind it) right after the wait for S(i), above the softmax it does not
+ * depend on, which serialises softmax and P·V (SASS: DEPBAR.LE 0 before
+ * the MUFU.EX2s).  A shared-memory store of the last row sum (a per-thread
+ * scratch word, never read) is kept above the wait, and depends on the
+ * whole softmax. */
+static void fence_pv_wait(sm90 *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef ct = LLVMBuildSub(b, k->tid, c32(k, 128), "");
+    LLVMValueRef off = add(k, c32(k, k->s.scratch_off), LLVMBuildShl(b, ct, c32(k, 2), ""));
+    LLVMValueRef off64 = LLVMBuildZExt(b, off, cg->t_i64, "");
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(b, LLVMInt8TypeInContext(cg->llctx), s2_nv_dynamic_smem(cg), &off64, 1, "");
+    LLVMValueRef st = LLVMBuildStore(b, LLVMBuildLoad2(b, cg->t_f32, k->l_row[1], ""), p);
+    LLVMSetVolatile(st, 1);
+}
+
 /* The consumer loop, FA3's intra-warpgroup overlap:
  *   prologue: S(0); wait; mask; softmax; P(0)
  *   entry i >= 1: issue S(i); issue O += P(i-1)·V(i-1); wait S(i) (1 group
@@ -562,6 +678,8 @@ static void consumer_loop(sm90 *k)
     scores_from_acc(k, sacc, sc);
     apply_mask(k, sc, loop.iv);
     online_softmax(k, sc, alpha);
+    if (s->pv_fence)
+        fence_pv_wait(k);
     s2_nv_wgmma_wait(cg, 0, oacc, no);
     s2_nv_mbar_arrive(cg, empty_bar(k, prev));
     /* P(i) is converted only now: writing a future wgmma's A registers while
@@ -675,6 +793,8 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
     }
     /* Q is waited for even with an empty list: no copy may be in flight at exit */
     s2_nv_mbar_wait(cg, q_bar(k), LLVMBuildAnd(b, k->nitem, c32(k, 1), ""));
+    if (k->s.q_regs)
+        load_q_regs(k);
     consumer_loop(k);
     /* every wgmma reading Q has completed (waited) by now */
     if (k->s.persistent)
@@ -698,17 +818,31 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
     s->sub_m_log2 = s2_log2i(sub_m_size);
     s->sub_n_size = p->block_size < s->BN ? p->block_size : s->BN;
     s->sub_n = s->BN / s->sub_n_size;
+    s->gather = spec->kv_gather > 1 ? spec->kv_gather : 1;
+    s->entry_bytes = s->gather > 1 ? (int)sizeof(s2_dev_gentry) : (int)sizeof(s2_dev_entry);
     s->group = p->heads / p->kv_heads;
     s->heads = p->heads;
     s->causal = p->causal;
     s->pingpong = s->NC == 2;
     s->persistent = spec->persistent > 0;
+    /* measured on an H200 (bench/RESULTS.md, 2026-11-22): Q from registers
+     * -2..-7%, the P·V wait kept below the softmax (see consumer_loop) */
+    s->q_regs = true;
+    s->pv_fence = true;
+#ifdef S2C_FWD90_EXPERIMENT
+    /* measurement builds only: the previous kernel for comparison */
+    if (getenv("S2C_FWD90_OLD"))
+        s->q_regs = s->pv_fence = false;
+#endif
     s->q_off = 0;
     s->stage_bytes = s->BN * s->D * 2;
     s->k_off = s->BM * s->D * 2;
     s->v_off = s->k_off + s->stages * s->stage_bytes;
     s->bar_off = s->v_off + s->stages * s->stage_bytes;
     s->smem = s->bar_off + 8 * (2 * s->stages + 1 + s->persistent);
+    s->scratch_off = s->smem;
+    if (s->pv_fence)
+        s->smem += 4 * 128 * s->NC;
     /* setmaxnreg (§6): the register cap at launch is 65536 / (threads *
      * min_ctas); producer + NC consumers must fit in it after the shift
      * (more and setmaxnreg.inc waits for ever).  The persistent producer

@@ -52,6 +52,13 @@ typedef struct s2_kernel_spec {
      * to 1 there when num_warps is 4, else -1; 0 on the other paths).  Same
      * kernels, parameters and launch either way. */
     int bwd_wgmma;
+    /* sm_90a forward only: key tiles gathered from kv_gather pattern blocks
+     * (block_n = kv_gather * block_size, 2..4 blocks, not necessarily
+     * adjacent: the packed schedule is s2_schedule_pack_gathered's, the k and v
+     * tensor maps have boxes of block_size rows; manifest `kernel.kv_gather`).
+     * 1 = one key tile per entry (s2_schedule_pack); 0 = heuristic: 4 for block-16
+     * patterns (block_n 64), else 1; 0 on the other paths */
+    int kv_gather;
 } s2_kernel_spec;
 
 /* Fill the zero tunables of *spec for pattern p and check the result:
@@ -118,7 +125,7 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
  *   25 tensor map of q   26 of k   27 of v
  * each 4-D, bf16/f16, dims {D, seq (q_len or kv_len), heads (H or Hkv), B},
  * strides in bytes {seq, head, batch} (the element strides above times 2),
- * box {64, rows, 1, 1} with rows = 64 for q and block_n for k and v,
+ * box {64, rows, 1, 1} with rows = 64 for q and block_n / kv_gather for k and v,
  * CU_TENSOR_MAP_SWIZZLE_128B, interleave none, OOB fill none (zeros).
  * s2_attn_fwd_tensor_maps (attn_runtime.h) builds them; s2_attn_forward does
  * so for such kernels.  Grid and block as above (block = num_warps * 32).

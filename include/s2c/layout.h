@@ -152,6 +152,21 @@ typedef struct s2_packed_schedule {
 
 /* S2_ERR_UNSUPPORTED when a count does not fit the 32-bit device format. */
 s2_status s2_schedule_pack(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out);
+
+/* Gathered key tiles (sm_90a forward, spec kv_gather): s is a forward
+ * schedule whose key tiles are one pattern block (block_n = sub_n_size);
+ * each list's entries, in order, are taken `group` at a time (2..4) into one
+ * entry of group key blocks that fill one key tile of group * block_n rows.
+ * Same buffer layout as s2_schedule_pack with s2_dev_gentry entries; the
+ * offsets count gathered entries.  A list's last entry may hold fewer blocks:
+ * the unused slots repeat its last block with no live bit. */
+typedef struct s2_dev_gentry {
+    int32_t block[4];    /* key tile of s (absolute index), slot j fills key rows [j*bn, (j+1)*bn) */
+    uint32_t flags;      /* S2_ENTRY_FULL only when every slot is full and used */
+    uint32_t live;       /* bit i*group + j: query sub-block i keeps slot j */
+} s2_dev_gentry;
+
+s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, s2_packed_schedule *out);
 void s2_packed_schedule_free(s2_packed_schedule *p);
 
 /* The persistent forward's work list (attention.h, S2_FWD_ABI_TMA_PERSISTENT):

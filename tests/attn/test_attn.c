@@ -120,6 +120,7 @@ START_TEST(assembles_without_spills_and_carries_manifest)
                               : art->spec.persistent > 0 ? S2_FWD_ABI_TMA_PERSISTENT : S2_FWD_ABI_TMA);
     ck_assert_int_eq(mk->spec.persistent, art->spec.persistent);
     ck_assert(mk->seqinfo); /* the forward takes the trailing seqinfo parameter */
+    ck_assert_int_eq(mk->spec.kv_gather, art->spec.kv_gather);
     ck_assert_int_eq(s2_manifest_num_patterns(m), 1);
     assert_same_pattern(p, s2_manifest_find_pattern(m, p->name));
     s2_manifest_free(m);

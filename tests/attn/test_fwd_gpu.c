@@ -44,28 +44,37 @@ typedef struct fwd_case {
     layout_kind layout;
     int block_m, block_n, num_stages;   /* 0 = heuristic */
     bool expect_empty_rows;
+    int kv_gather;         /* sm_90a runs only (gathered key tiles); the sm_90 run ignores it */
 } fwd_case;
 
 static const fwd_case cases[] = {
-    {"causal64_d128_bf16", 0, 128, S2_DTYPE_BF16, 2, 1024, 1024, L_BSHD, 0, 0, 0, false},
-    {"causal64_d64_f16_bhsd", 0, 64, S2_DTYPE_F16, 1, 1000, 1000, L_BHSD, 0, 0, 0, false},
-    {"mergeq16_d64_f16_ragged", 1, 64, S2_DTYPE_F16, 2, 777, 777, L_BHSD, 0, 0, 0, false},
-    {"mergeq16_d128_bf16_m128n128", 1, 128, S2_DTYPE_BF16, 1, 600, 600, L_BSHD, 128, 128, 2, false},
-    {"mergeq16_d64_bf16_m16n128_s1", 1, 64, S2_DTYPE_BF16, 1, 333, 333, L_BSHD, 16, 128, 1, false},
-    {"bidir64_d128_f16_ragged", 2, 128, S2_DTYPE_F16, 1, 1000, 1000, L_BSHD, 0, 0, 0, false},
-    {"bidir64_d64_bf16_q100", 2, 64, S2_DTYPE_BF16, 2, 100, 1000, L_BHSD, 0, 0, 0, false},
-    {"gqa32_8_b32_d64_bf16", 3, 64, S2_DTYPE_BF16, 1, 512, 512, L_BSHD, 0, 0, 0, false},
-    {"gqa32_8_b32_d128_f16_s3", 3, 128, S2_DTYPE_F16, 1, 300, 300, L_BHSD, 64, 32, 3, false},
-    {"dense2_d128_bf16_q100_kv1000", 4, 128, S2_DTYPE_BF16, 2, 100, 1000, L_BSHD, 0, 0, 0, false},
-    {"empty_rows16_d64_bf16", 5, 64, S2_DTYPE_BF16, 2, 300, 300, L_BSHD, 0, 0, 0, true},
-    {"empty_rows16_d128_f16_q195", 5, 128, S2_DTYPE_F16, 1, 195, 200, L_BHSD, 32, 64, 0, true},
-    {"b128_d64_f16_qkvpacked", 6, 64, S2_DTYPE_F16, 2, 640, 640, L_QKV_PACKED, 0, 0, 0, false},
-    {"b128_d128_bf16_qkvpacked_ragged", 6, 128, S2_DTYPE_BF16, 1, 700, 700, L_QKV_PACKED, 128, 64, 0, false},
-    {"causal64_d32_bf16", 0, 32, S2_DTYPE_BF16, 1, 500, 500, L_BSHD, 0, 0, 0, false},
-    {"mergeq16_d96_f16", 1, 96, S2_DTYPE_F16, 1, 400, 400, L_BSHD, 0, 0, 0, false},
-    {"mergeq16_d128_bf16_n16", 1, 128, S2_DTYPE_BF16, 1, 1000, 1000, L_BSHD, 0, 16, 0, false},
-    {"causal64_d128_bf16_m64_s3", 0, 128, S2_DTYPE_BF16, 1, 900, 900, L_BHSD, 64, 64, 3, false},
-    {"bidir64_d128_bf16_q1", 2, 128, S2_DTYPE_BF16, 2, 1, 700, L_BSHD, 0, 0, 0, false},
+    {"causal64_d128_bf16", 0, 128, S2_DTYPE_BF16, 2, 1024, 1024, L_BSHD, 0, 0, 0, false, 0},
+    {"causal64_d64_f16_bhsd", 0, 64, S2_DTYPE_F16, 1, 1000, 1000, L_BHSD, 0, 0, 0, false, 0},
+    {"mergeq16_d64_f16_ragged", 1, 64, S2_DTYPE_F16, 2, 777, 777, L_BHSD, 0, 0, 0, false, 0},
+    {"mergeq16_d128_bf16_m128n128", 1, 128, S2_DTYPE_BF16, 1, 600, 600, L_BSHD, 128, 128, 2, false, 0},
+    {"mergeq16_d64_bf16_m16n128_s1", 1, 64, S2_DTYPE_BF16, 1, 333, 333, L_BSHD, 16, 128, 1, false, 0},
+    {"bidir64_d128_f16_ragged", 2, 128, S2_DTYPE_F16, 1, 1000, 1000, L_BSHD, 0, 0, 0, false, 0},
+    {"bidir64_d64_bf16_q100", 2, 64, S2_DTYPE_BF16, 2, 100, 1000, L_BHSD, 0, 0, 0, false, 0},
+    {"gqa32_8_b32_d64_bf16", 3, 64, S2_DTYPE_BF16, 1, 512, 512, L_BSHD, 0, 0, 0, false, 0},
+    {"gqa32_8_b32_d128_f16_s3", 3, 128, S2_DTYPE_F16, 1, 300, 300, L_BHSD, 64, 32, 3, false, 0},
+    {"dense2_d128_bf16_q100_kv1000", 4, 128, S2_DTYPE_BF16, 2, 100, 1000, L_BSHD, 0, 0, 0, false, 0},
+    {"empty_rows16_d64_bf16", 5, 64, S2_DTYPE_BF16, 2, 300, 300, L_BSHD, 0, 0, 0, true, 0},
+    {"empty_rows16_d128_f16_q195", 5, 128, S2_DTYPE_F16, 1, 195, 200, L_BHSD, 32, 64, 0, true, 0},
+    {"b128_d64_f16_qkvpacked", 6, 64, S2_DTYPE_F16, 2, 640, 640, L_QKV_PACKED, 0, 0, 0, false, 0},
+    {"b128_d128_bf16_qkvpacked_ragged", 6, 128, S2_DTYPE_BF16, 1, 700, 700, L_QKV_PACKED, 128, 64, 0, false, 0},
+    {"causal64_d32_bf16", 0, 32, S2_DTYPE_BF16, 1, 500, 500, L_BSHD, 0, 0, 0, false, 0},
+    {"mergeq16_d96_f16", 1, 96, S2_DTYPE_F16, 1, 400, 400, L_BSHD, 0, 0, 0, false, 0},
+    {"mergeq16_d128_bf16_n16", 1, 128, S2_DTYPE_BF16, 1, 1000, 1000, L_BSHD, 0, 16, 0, false, 0},
+    {"causal64_d128_bf16_m64_s3", 0, 128, S2_DTYPE_BF16, 1, 900, 900, L_BHSD, 64, 64, 3, false, 0},
+    {"bidir64_d128_bf16_q1", 2, 128, S2_DTYPE_BF16, 2, 1, 700, L_BSHD, 0, 0, 0, false, 0},
+    /* gathered key tiles: 4 (or 2) live pattern blocks, usually not adjacent, per key tile */
+    {"mergeq16_d128_bf16_g4_ragged", 1, 128, S2_DTYPE_BF16, 2, 1000, 1000, L_BSHD, 0, 0, 0, false, 4},
+    {"mergeq16_d64_f16_g4_s2_q300", 1, 64, S2_DTYPE_F16, 1, 300, 777, L_BHSD, 64, 64, 2, false, 4},
+    {"empty_rows16_d128_bf16_g4", 5, 128, S2_DTYPE_BF16, 2, 300, 300, L_BSHD, 0, 0, 0, true, 4},
+    {"gqa32_8_b32_d128_bf16_g2", 3, 128, S2_DTYPE_BF16, 1, 500, 500, L_BSHD, 0, 0, 0, false, 2},
+    {"gqa32_8_b32_d64_f16_g4_m128", 3, 64, S2_DTYPE_F16, 1, 700, 700, L_BSHD, 128, 0, 2, false, 4},
+    {"causal64_d128_bf16_g2_s2", 0, 128, S2_DTYPE_BF16, 1, 1500, 1500, L_BSHD, 0, 0, 2, false, 2},
+    {"bidir64_d64_bf16_g2_q100", 2, 64, S2_DTYPE_BF16, 2, 100, 1000, L_BHSD, 0, 0, 2, false, 2},
 };
 enum { NUM_CASES = sizeof cases / sizeof cases[0], NUM_RUNS = 2 * NUM_CASES };
 
@@ -146,7 +155,8 @@ static void run_case(int run)
     const int64_t SQ = c->q_len, SK = c->kv_len;
 
     s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = c->dt, .head_dim = D, .arch = arch,
-                           .block_m = c->block_m, .block_n = c->block_n, .num_stages = c->num_stages};
+                           .block_m = c->block_m, .block_n = c->block_n, .num_stages = c->num_stages,
+                           .kv_gather = arch == S2_ARCH_SM90A ? c->kv_gather : 0};
     /* the grid choice applies where the spec resolves to the TMA template (persistent != 0) */
     const char *pers = getenv("S2C_FWD_PERSISTENT");
     s2_kernel_spec probe = spec;
@@ -177,9 +187,13 @@ static void run_case(int run)
     s2_schedule *sched = NULL;
     s2_packed_schedule pk;
     ck_assert_msg(s2_layout_new(ctx, p, SQ, SK, &lay) == S2_OK, "%s", s2_ctx_message(ctx));
-    s2_tile_spec ts = {art->spec.block_m, art->spec.block_n};
+    int gather = art->spec.kv_gather > 1 ? art->spec.kv_gather : 1;
+    if (c->kv_gather > 1)
+        ck_assert_int_eq(gather, arch == S2_ARCH_SM90A ? c->kv_gather : 1);
+    s2_tile_spec ts = {art->spec.block_m, art->spec.block_n / gather};
     ck_assert_msg(s2_schedule_build(ctx, lay, ts, false, &sched) == S2_OK, "%s", s2_ctx_message(ctx));
-    ck_assert_msg(s2_schedule_pack(ctx, sched, &pk) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_msg((gather > 1 ? s2_schedule_pack_gathered(ctx, sched, gather, &pk) : s2_schedule_pack(ctx, sched, &pk)) ==
+                      S2_OK, "%s", s2_ctx_message(ctx));
 
     /* host tensors */
     host_tensor q = {0}, k = {0}, v = {0}, o = {0};
@@ -397,7 +411,7 @@ static void print_summary(void)
         if (!r->ran)
             continue;
         printf("%-34s %-6s %-4s %-5s %-6s %4d %4d %2d %2d %4d %6d %9.2e %9.2e %6lld %s\n", c->name,
-               s2_arch_name(r->arch), r->persistent ? "tmaP" : r->tma ? "tma" : "ptrs", s2_dtype_name(c->dt), layout_names[c->layout],
+               s2_arch_name(r->arch), r->persistent ? "tmaP" : r->spec.kv_gather > 1 ? "tmaG" : r->tma ? "tma" : "ptrs", s2_dtype_name(c->dt), layout_names[c->layout],
                r->spec.block_m, r->spec.block_n, r->spec.num_warps, r->spec.num_stages, r->regs, r->smem, r->o_err,
                r->lse_err, (long long)r->empty_rows, r->ok ? "PASS" : "FAIL");
     }

@@ -490,6 +490,79 @@ START_TEST(test_schedule_build_matches_lists)
 }
 END_TEST
 
+/* Gathered packing: every list's entries, in order, `group` per gathered
+ * entry, live bits regrouped to i * group + j, padding slots repeating the
+ * last block with no live bit, FULL only for whole groups of FULL entries. */
+START_TEST(test_schedule_pack_gathered)
+{
+    for (int it = 0; it < 60; it++) {
+        seed_rng(7000 + (uint64_t)it);
+        rand_pat rp;
+        make_random(&rp);
+        s2_layout *l = make_layout(rp.p, rp.q_len, rp.kv_len);
+        int bs = rp.p->block_size, group = rnd_int(2, 4);
+        s2_tile_spec spec = {rnd_int(0, 1) ? 64 : 128, bs};
+        s2_schedule *fw = NULL;
+        s2_packed_schedule pk;
+        if (bs > 64 || s2_schedule_build(NULL, l, spec, false, &fw) != S2_OK) {
+            s2_layout_free(l);
+            free_random(&rp);
+            continue;
+        }
+        const s2_tile_geom *g = &fw->geom;
+        ck_assert_int_eq(g->sub_n, 1);
+        if (g->sub_m * group > 32) {
+            ck_assert_int_eq(s2_schedule_pack_gathered(NULL, fw, group, &pk), S2_ERR_INVALID);
+            s2_schedule_free(fw);
+            s2_layout_free(l);
+            free_random(&rp);
+            continue;
+        }
+        ck_assert_int_eq(s2_schedule_pack_gathered(NULL, fw, group, &pk), S2_OK);
+        const unsigned char *b = pk.data;
+        ck_assert(pk.offsets_off % 16 == 0 && pk.entries_off % 16 == 0);
+        const int32_t *pcls = (const int32_t *)(b + pk.class_of_head_off);
+        const int32_t *poff = (const int32_t *)(b + pk.offsets_off);
+        const s2_dev_gentry *pent = (const s2_dev_gentry *)(b + pk.entries_off);
+        for (int q = 0; q < rp.p->heads; q++)
+            ck_assert_int_eq(pcls[q], fw->class_of_head[q]);
+        int64_t nl = (int64_t)fw->num_classes * g->q_tiles;
+        ck_assert_int_eq(poff[0], 0);
+        ck_assert_int_eq(poff[nl], pk.num_entries);
+        for (int64_t i = 0; i < nl; i++) {
+            int64_t b0 = fw->offsets[i], n = fw->offsets[i + 1] - b0;
+            ck_assert_int_eq(poff[i + 1] - poff[i], (n + group - 1) / group);
+            for (int64_t k = 0; k < n; k++) {
+                const s2_dev_gentry *d = &pent[poff[i] + k / group];
+                const s2_tile_entry *e = &fw->entries[b0 + k];
+                int j = (int)(k % group);
+                ck_assert_int_eq(d->block[j], e->tile);
+                for (int r = 0; r < g->sub_m; r++)
+                    ck_assert(!!(d->live >> (r * group + j) & 1u) == !!(e->live >> r & 1u));
+            }
+            for (int64_t k = n; k % group; k++) {   /* padding of the last entry */
+                const s2_dev_gentry *d = &pent[poff[i] + k / group];
+                ck_assert_int_eq(d->block[k % group], fw->entries[b0 + n - 1].tile);
+                for (int r = 0; r < g->sub_m; r++)
+                    ck_assert(!(d->live >> (r * group + (int)(k % group)) & 1u));
+            }
+            for (int64_t e = 0; e < poff[i + 1] - poff[i]; e++) {
+                bool full = (e + 1) * group <= n;
+                for (int64_t k = e * group; full && k < (e + 1) * group; k++)
+                    full = fw->entries[b0 + k].flags & S2_ENTRY_FULL;
+                ck_assert_uint_eq(pent[poff[i] + e].flags, full ? S2_ENTRY_FULL : 0u);
+            }
+        }
+        s2_packed_schedule_free(&pk);
+        ck_assert_int_eq(s2_schedule_pack_gathered(NULL, fw, 5, &pk), S2_ERR_INVALID);
+        ck_assert_int_eq(s2_schedule_pack_gathered(NULL, fw, 1, &pk), S2_ERR_INVALID);
+        s2_schedule_free(fw);
+        s2_layout_free(l);
+        free_random(&rp);
+    }
+}
+END_TEST
+
 START_TEST(test_classes)
 {
     s2_local_stride_args a;
@@ -758,6 +831,7 @@ static Suite *ir_suite(void)
     tcase_add_test(tc, test_predicate_bidirectional);
     tcase_add_test(tc, test_schedule_random);
     tcase_add_test(tc, test_schedule_build_matches_lists);
+    tcase_add_test(tc, test_schedule_pack_gathered);
     tcase_add_test(tc, test_classes);
     tcase_add_test(tc, test_kv_efficient);
     tcase_add_test(tc, test_kv_efficient_random);
