@@ -11,9 +11,10 @@
  * filled with NaN bit patterns on the device, their table entries set to -1,
  * and the free list (a stack) hands them to the next token that opens a
  * page, of any sequence.  Each step launches s2_attn_decode (batch 1, the
- * sequence's table rows; split-KV heuristic; every fourth step also forced
- * splits = 1, and as many a forced 3-way split) and compares o and lse with s2_ref_forward (float64) on a
- * dense copy of the sequence's K / V that is never freed.
+ * sequence's table rows; split-KV heuristic; on every fourth step also
+ * splits = 1, on as many others a forced 3-way split) and compares o and
+ * lse with s2_ref_forward (float64) on a dense copy of the sequence's K / V
+ * that is never freed.
  *
  * Tolerances (bf16): per (token, head) row relative Frobenius error of o
  * <= 2e-2, |lse - ref| <= 2e-3 (as tests/decode/test_decode_gpu.c); NaN
