@@ -596,7 +596,9 @@ static void merge_and_store(dec *k)
         a[w] = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, ms[w], cf(k, -INFINITY), ""), cf(k, 0.0), ex, "");
         L = s2_nv_fma(cg, a[w], ls[w], L);
     }
-    LLVMValueRef pos = LLVMBuildFCmp(b, LLVMRealOGT, L, cf(k, 0.0), "");
+    /* unordered compares here and in the merges below: a NaN sum (NaN keys or
+     * values) must come out as NaN, not as an empty partial that a merge skips */
+    LLVMValueRef pos = LLVMBuildFCmp(b, LLVMRealUGT, L, cf(k, 0.0), "");
     LLVMValueRef inv = LLVMBuildSelect(b, pos, LLVMBuildFDiv(b, cf(k, 1.0), L, ""), cf(k, 0.0), "");
     for (int w = 0; w < W; w++)
         a[w] = LLVMBuildFMul(b, a[w], inv, "");
@@ -755,7 +757,7 @@ static void last_cta_combine(dec *k)
             LLVMValueRef li = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, sb, H, ""), h64, ""), n64, ""), t64, "");
             LLVMValueRef lv = load_volatile_f32(k, param(k, P_WS_LSE), li);
             s2_nv_if has;
-            s2_nv_if_begin(cg, &has, LLVMBuildFCmp(b, LLVMRealONE, lv, cf(k, -INFINITY), ""), "has");
+            s2_nv_if_begin(cg, &has, LLVMBuildFCmp(b, LLVMRealUNE, lv, cf(k, -INFINITY), ""), "has");
             LLVMValueRef w = s2_nv_ex2_approx(cg, LLVMBuildFMul(b, LLVMBuildFSub(b, lv, mx_use, ""), cf(k, M_LOG2E), ""));
             LLVMBuildStore(b, LLVMBuildFAdd(b, LLVMBuildLoad2(b, cg->t_f32, sum_p, ""), w, ""), sum_p);
             LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, sb, n64, ""), t64, ""), H, ""), h64, "");
@@ -768,7 +770,7 @@ static void last_cta_combine(dec *k)
         }
         s2_nv_loop_end(cg, &l2, NULL);
         LLVMValueRef sum = LLVMBuildLoad2(b, cg->t_f32, sum_p, "");
-        LLVMValueRef pos = LLVMBuildFCmp(b, LLVMRealOGT, sum, cf(k, 0.0), "");
+        LLVMValueRef pos = LLVMBuildFCmp(b, LLVMRealUGT, sum, cf(k, 0.0), "");
         LLVMValueRef inv = LLVMBuildSelect(b, pos, LLVMBuildFDiv(b, cf(k, 1.0), sum, ""), cf(k, 0.0), "");
         LLVMValueRef off = LLVMBuildMul(b, b64, param(k, P_OS), "");
         off = LLVMBuildAdd(b, off, LLVMBuildMul(b, t64, param(k, P_OS + 1), ""), "");
@@ -1020,7 +1022,7 @@ static s2_status combine_kernel(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D, 
     {
         LLVMValueRef lv = load_lse(&k, l2.iv, li);
         LLVMValueRef w = s2_nv_ex2_approx(cg, LLVMBuildFMul(b, LLVMBuildFSub(b, lv, mx_use, ""), LLVMConstReal(cg->t_f32, M_LOG2E), ""));
-        LLVMValueRef has = LLVMBuildFCmp(b, LLVMRealONE, lv, LLVMConstReal(cg->t_f32, -INFINITY), "");
+        LLVMValueRef has = LLVMBuildFCmp(b, LLVMRealUNE, lv, LLVMConstReal(cg->t_f32, -INFINITY), "");
         s2_nv_if hb;
         s2_nv_if_begin(cg, &hb, has, "contrib");
         LLVMBuildStore(b, LLVMBuildFAdd(b, LLVMBuildLoad2(b, cg->t_f32, sum_p, ""), w, ""), sum_p);
@@ -1032,7 +1034,7 @@ static s2_status combine_kernel(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D, 
     }
     s2_nv_loop_end(cg, &l2, NULL);
     LLVMValueRef sum = LLVMBuildLoad2(b, cg->t_f32, sum_p, "");
-    LLVMValueRef pos = LLVMBuildFCmp(b, LLVMRealOGT, sum, LLVMConstReal(cg->t_f32, 0.0), "");
+    LLVMValueRef pos = LLVMBuildFCmp(b, LLVMRealUGT, sum, LLVMConstReal(cg->t_f32, 0.0), "");
     LLVMValueRef inv = LLVMBuildSelect(b, pos, LLVMBuildFDiv(b, LLVMConstReal(cg->t_f32, 1.0), sum, ""), LLVMConstReal(cg->t_f32, 0.0), "");
     LLVMValueRef packed = LLVMGetUndef(LLVMVectorType(cg->t_i32, 4));
     for (int j = 0; j < 4; j++) {
