@@ -1161,10 +1161,17 @@ static s2_status dec_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t max_seq_len, de
  * splits, 256 CTAs, one wave; 9 made a second wave of 24 CTAs and measured
  * 0.099 ms at 128K, bench/RESULTS.md), at most one per 4 key tiles of the
  * longest list. */
+/* split counters in the workspace: one per (sequence, kv head), see dec_workspace_of */
+#define DEC_COUNTERS 65536
+
 static s2_status dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, int64_t max_list, int *out)
 {
-    if (a->splits > 0) {
-        *out = a->splits;
+    int64_t ctas = (int64_t)a->batch * a->kv_heads;
+    if (a->splits > 1 && ctas > DEC_COUNTERS)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "splits %d with batch x kv_heads = %lld above %d", a->splits,
+                       (long long)ctas, DEC_COUNTERS);
+    if (a->splits > 0 || ctas > DEC_COUNTERS) {
+        *out = a->splits > 0 ? a->splits : 1;
         return S2_OK;
     }
     s2_kernel_attrs at;
@@ -1178,7 +1185,6 @@ static s2_status dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode
     int per_sm = by_regs < by_smem ? by_regs : by_smem;
     per_sm = per_sm < 1 ? 1 : per_sm;
     int64_t target = (int64_t)s2_device_get_info(k->mod->dev)->sm_count * per_sm;
-    int64_t ctas = (int64_t)a->batch * a->kv_heads;
     int64_t tiles = s2_cdiv(max_list * (k->pattern->block_size / 16), warps);
     int64_t cap = s2_min64(DEC_MAX_SPLITS, s2_max64(1, tiles / 4)), best = 1;
     double best_eff = 0;
@@ -1196,10 +1202,14 @@ static s2_status dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode
     return S2_OK;
 }
 
-/* Workspace: partial o fp32 [splits][B][n][H][D], partial lse fp32
- * [splits][B][H][n], counters i32 [B][kv_heads]; each part 16-byte aligned. */
+/* Workspace: the split counters first, i32 [B][kv_heads] in a region of a
+ * fixed DEC_COUNTERS slots, then partial o fp32 [splits][B][n][H][D] and
+ * partial lse fp32 [splits][B][H][n], 16-byte aligned.  The counters must be
+ * zero before a launch and every launch leaves them zero, but the partials are
+ * left behind: the counters' place may not depend on the shapes, or a launch
+ * of other shapes would find old partials where it expects zero counters. */
 typedef struct dec_ws {
-    size_t lse_off, counters_off, bytes;
+    size_t o_off, lse_off, bytes;
 } dec_ws;
 
 static dec_ws dec_workspace_of(const s2_attn_decode_args *a, int splits)
@@ -1208,9 +1218,9 @@ static dec_ws dec_workspace_of(const s2_attn_decode_args *a, int splits)
     if (splits <= 1)
         return w;
     size_t rows = (size_t)splits * (size_t)a->batch * (size_t)a->n_new * (size_t)a->heads;
-    w.lse_off = align16(rows * (size_t)a->head_dim * sizeof(float));
-    w.counters_off = w.lse_off + align16(rows * sizeof(float));
-    w.bytes = w.counters_off + (size_t)a->batch * (size_t)a->kv_heads * sizeof(int32_t);
+    w.o_off = DEC_COUNTERS * sizeof(int32_t);
+    w.lse_off = w.o_off + align16(rows * (size_t)a->head_dim * sizeof(float));
+    w.bytes = w.lse_off + align16(rows * sizeof(float));
     return w;
 }
 
@@ -1357,9 +1367,9 @@ static s2_status dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
 {
     s2_devptr q = a->q, kp = a->k_pages, vp = a->v_pages, o = a->o, lse = a->lse;
     dec_ws w = dec_workspace_of(a, splits);
-    s2_devptr ws_o = splits > 1 ? a->workspace : 0;
+    s2_devptr ws_o = splits > 1 ? a->workspace + w.o_off : 0;
     s2_devptr ws_lse = splits > 1 ? a->workspace + w.lse_off : 0;
-    s2_devptr counters = splits > 1 ? a->workspace + w.counters_off : 0;
+    s2_devptr counters = splits > 1 ? a->workspace : 0;
     int64_t st[12];
     memcpy(st, a->q_stride, sizeof a->q_stride);
     memcpy(st + 3, a->k_stride, sizeof a->k_stride);

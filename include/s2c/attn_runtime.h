@@ -179,8 +179,12 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
  * must hold valid page ids for the pages of kept blocks.
  * s2_attn_decode_workspace gives the workspace bytes for these arguments
  * (0: none needed; the split count depends only on the shapes).  Zero the
- * workspace once after allocating it; launches leave it zeroed.  Launches
- * sharing a workspace must not run concurrently. */
+ * workspace once after allocating it; launches leave the part that must be
+ * zero (split counters at its start, a fixed region whatever the shapes) so,
+ * and one workspace may serve launches of any shapes if it has the largest
+ * size they ask for.  Launches sharing a workspace must not run concurrently.
+ * Split-KV needs batch * kv_heads <= 65536 (the heuristic takes 1 split above;
+ * an explicit splits > 1 gives S2_ERR_UNSUPPORTED). */
 s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a);
 s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, size_t *bytes);
 
