@@ -180,8 +180,11 @@ static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, cons
         }
         a.workspace = ws;
         float best = INFINITY;
-        /* partial o and lse per split and row, plus one counter per (b, kv head) */
-        int n_splits = wsb ? (int)((wsb - (size_t)r->batch * H * 4) / ((size_t)r->batch * H * (D + 1) * 4)) : 1;
+        int n_splits = 1;
+        if (s2_attn_decode_splits(ctx, k, &a, &n_splits) != S2_OK) {
+            fail(ctx, "splits");
+            goto done;
+        }
         for (int round = 0; round < 4; round++) {
             st = s2_event_record(ctx, e0, NULL);
             for (int i = 0; i < o->reps && st == S2_OK; i++) {

@@ -1343,21 +1343,30 @@ static s2_status dec_check_device(s2_ctx *ctx, const s2_attn_kernel *k, const s2
     return s2_check_device_ptr(ctx, k->mod->dev, a->workspace, ws_bytes, 16, "workspace");
 }
 
-s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, size_t *bytes)
+s2_status s2_attn_decode_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, int *splits)
 {
     size_t b7[7];
-    if (!bytes)
-        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_decode_workspace: bytes is NULL");
+    if (!splits)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_decode_splits: splits is NULL");
+    *splits = 1;
     s2_status st = dec_check_host(ctx, k, a, b7);
     if (st != S2_OK)
         return st;
     mtx_lock(&k->lock);
     dec_slot *slot = NULL;
-    int splits = 1;
     st = dec_get(ctx, k, a->max_seq_len, &slot);
     if (st == S2_OK)
-        st = dec_splits(ctx, k, a, slot->max_list, &splits);
+        st = dec_splits(ctx, k, a, slot->max_list, splits);
     mtx_unlock(&k->lock);
+    return st;
+}
+
+s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, size_t *bytes)
+{
+    if (!bytes)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_decode_workspace: bytes is NULL");
+    int splits = 1;
+    s2_status st = s2_attn_decode_splits(ctx, k, a, &splits);
     *bytes = st == S2_OK ? dec_workspace_of(a, splits).bytes : 0;
     return st;
 }

@@ -187,6 +187,8 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
  * an explicit splits > 1 gives S2_ERR_UNSUPPORTED). */
 s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a);
 s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, size_t *bytes);
+/* The number of KV splits s2_attn_decode takes for these arguments. */
+s2_status s2_attn_decode_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, int *splits);
 
 /* Merge the outputs of n attention calls over disjoint key sets (context
  * parallelism; s2_ref_combine is the reference) with the NAME_combine
