@@ -7,7 +7,8 @@
  * template where the spec allows it, tensor maps built by
  * s2_attn_fwd_tensor_maps) and for sm_90 (the mma.sync template).
  * sm_90a kernels take the spec's default grid (one CTA per tile);
- * S2C_FWD_PERSISTENT=1 selects the persistent one (S2_FWD_ABI_TMA_PERSISTENT),
+ * S2C_FWD_PERSISTENT=1 selects the persistent one (S2_FWD_ABI_TMA_PERSISTENT;
+ * not for the gathered-key-tile cases, which have the plain grid only),
  * launched on 7 CTAs so that each walks many work items and the mbarrier
  * phases carry over.
  * S2C_FWD_CASES=substring runs only the cases whose name contains it;
@@ -157,10 +158,11 @@ static void run_case(int run)
     s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = c->dt, .head_dim = D, .arch = arch,
                            .block_m = c->block_m, .block_n = c->block_n, .num_stages = c->num_stages,
                            .kv_gather = arch == S2_ARCH_SM90A ? c->kv_gather : 0};
-    /* the grid choice applies where the spec resolves to the TMA template (persistent != 0) */
+    /* the grid choice applies where the spec resolves to the TMA template
+     * (persistent != 0) without gathered key tiles (those take the plain grid only) */
     const char *pers = getenv("S2C_FWD_PERSISTENT");
     s2_kernel_spec probe = spec;
-    if (pers && s2_kernel_spec_resolve(ctx, &probe, p) == S2_OK && probe.persistent != 0)
+    if (pers && s2_kernel_spec_resolve(ctx, &probe, p) == S2_OK && probe.persistent != 0 && probe.kv_gather <= 1)
         spec.persistent = atoi(pers);
     s2_ctx_clear(ctx);
     s2_artifact *art = NULL;
