@@ -159,11 +159,16 @@ static void run_case(int run)
                            .block_m = c->block_m, .block_n = c->block_n, .num_stages = c->num_stages,
                            .kv_gather = arch == S2_ARCH_SM90A ? c->kv_gather : 0};
     /* the grid choice applies where the spec resolves to the TMA template
-     * (persistent != 0) without gathered key tiles (those take the plain grid only) */
+     * (persistent != 0) and allows it (explicit gathered key tiles take the
+     * plain grid only) */
     const char *pers = getenv("S2C_FWD_PERSISTENT");
     s2_kernel_spec probe = spec;
-    if (pers && s2_kernel_spec_resolve(ctx, &probe, p) == S2_OK && probe.persistent != 0 && probe.kv_gather <= 1)
-        spec.persistent = atoi(pers);
+    if (pers && s2_kernel_spec_resolve(ctx, &probe, p) == S2_OK && probe.persistent != 0) {
+        s2_kernel_spec with = spec;
+        with.persistent = atoi(pers);
+        if (s2_kernel_spec_resolve(ctx, &with, p) == S2_OK)
+            spec.persistent = with.persistent;
+    }
     s2_ctx_clear(ctx);
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
