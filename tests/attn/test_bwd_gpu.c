@@ -19,11 +19,11 @@
 #include "s2c/runtime.h"
 
 #include <check.h>
+#include "gpu_harness.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef struct bwd_case {
     const char *name;
@@ -428,49 +428,20 @@ static void print_summary(void)
 
 int main(void)
 {
-    s2_ctx *ctx = s2_ctx_new();
-    int count = 0;
-    s2_status st = s2_device_count(ctx, &count);
-    if (st == S2_ERR_NO_DRIVER || st == S2_ERR_NO_DEVICE || count == 0) {
-        printf("no CUDA driver or device (%s): skipped\n", s2_ctx_message(ctx));
-        s2_ctx_free(ctx);
-        return 77;
-    }
-    s2_device *dev = NULL;
-    if (s2_device_open(ctx, 0, &dev) != S2_OK) {
-        printf("device 0: %s\n", s2_ctx_message(ctx));
-        return 1;
-    }
-    const s2_device_info *info = s2_device_get_info(dev);
-    if (s2_arch_for_device(info->cc_major, info->cc_minor, &dev_arch) != S2_OK) {
-        printf("compute capability %d.%d is not supported: skipped\n", info->cc_major, info->cc_minor);
-        return 77;
-    }
-    const char *arch_env = getenv("S2C_FWD_ARCH");
-    s2_arch own = dev_arch;
-    if (arch_env && s2_arch_parse(arch_env, &dev_arch) != S2_OK) {
-        printf("S2C_FWD_ARCH=%s is not an arch\n", arch_env);
-        return 1;
-    }
-    load_ptx = dev_arch != own;
-    printf("device %s (cc %d.%d), compiling for %s%s\n", info->name, info->cc_major, info->cc_minor,
-           s2_arch_name(dev_arch), load_ptx ? " (PTX, JIT-compiled by the driver)" : "");
-    s2_device_free(dev);
-    s2_ctx_free(ctx);
-    const char *seed_env = getenv("S2C_SEED");
-    base_seed = seed_env ? strtoull(seed_env, NULL, 10) : (uint64_t)time(NULL);
-    printf("seed %llu (S2C_SEED to repeat)\n", (unsigned long long)base_seed);
+    s2t_gpu g;
+    int rc = s2t_gpu_start("compiling for", "S2C_FWD_ARCH", &g);
+    if (rc != 0)
+        return rc;
+    dev_arch = g.arch;
+    load_ptx = g.load_ptx;
+    base_seed = g.seed;
 
     Suite *s = suite_create("attn_bwd_gpu");
     TCase *tc = tcase_create("bwd");
     tcase_set_timeout(tc, 600);
     tcase_add_loop_test(tc, bwd_matches_reference, 0, 2 * NUM_CASES);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = s2t_run_nofork(s);
     print_summary();
     return failed ? 1 : 0;
 }

@@ -15,6 +15,7 @@
 #include "s2c/ref.h"
 
 #include <check.h>
+#include "gpu_harness.h"
 #include <ftw.h>
 #include <limits.h>
 #include <math.h>
@@ -556,31 +557,11 @@ static void print_summary(void)
 
 int main(void)
 {
-    s2_ctx *ctx = s2_ctx_new();
-    int count = 0;
-    s2_status st = s2_device_count(ctx, &count);
-    if (st == S2_ERR_NO_DRIVER || st == S2_ERR_NO_DEVICE || count == 0) {
-        printf("no CUDA driver or device (%s): skipped\n", s2_ctx_message(ctx));
-        s2_ctx_free(ctx);
-        return 77;
-    }
-    s2_device *dev = NULL;
-    if (s2_device_open(ctx, 0, &dev) != S2_OK) {
-        printf("device 0: %s\n", s2_ctx_message(ctx));
-        return 1;
-    }
-    const s2_device_info *info = s2_device_get_info(dev);
-    s2_arch arch;
-    if (s2_arch_for_device(info->cc_major, info->cc_minor, &arch) != S2_OK) {
-        printf("compute capability %d.%d is not supported: skipped\n", info->cc_major, info->cc_minor);
-        return 77;
-    }
-    printf("device %s (cc %d.%d), JIT for %s\n", info->name, info->cc_major, info->cc_minor, s2_arch_name(arch));
-    s2_device_free(dev);
-    s2_ctx_free(ctx);
-    const char *seed_env = getenv("S2C_SEED");
-    base_seed = seed_env ? strtoull(seed_env, NULL, 10) : (uint64_t)time(NULL);
-    printf("seed %llu (S2C_SEED to repeat)\n", (unsigned long long)base_seed);
+    s2t_gpu g;
+    int rc = s2t_gpu_start("JIT for", NULL, &g);
+    if (rc != 0)
+        return rc;
+    base_seed = g.seed;
     const char *tmp = getenv("TMPDIR");
     snprintf(cache_root, sizeof cache_root, "%s/s2attnrt-gpu-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(cache_root)) {
@@ -595,11 +576,7 @@ int main(void)
     tcase_add_test(tc, bad_arguments_launch_nothing);
     tcase_add_test(tc, four_threads_share_one_kernel);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = s2t_run_nofork(s);
     print_summary();
     nftw(cache_root, remove_one, 16, FTW_DEPTH | FTW_PHYS);
     return failed ? 1 : 0;

@@ -19,11 +19,11 @@
 #include "s2c/ref.h"
 
 #include <check.h>
+#include "gpu_harness.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef enum { M_PACKED, M_RIGHT, M_LEFT } seq_mode;
 static const char *const mode_names[] = {"packed", "right", "left"};
@@ -361,30 +361,12 @@ static void print_summary(void)
 
 int main(void)
 {
-    s2_ctx *ctx = s2_ctx_new();
-    int count = 0;
-    s2_status st = s2_device_count(ctx, &count);
-    if (st == S2_ERR_NO_DRIVER || st == S2_ERR_NO_DEVICE || count == 0) {
-        printf("no CUDA driver or device (%s): skipped\n", s2_ctx_message(ctx));
-        s2_ctx_free(ctx);
-        return 77;
-    }
-    s2_device *dev = NULL;
-    if (s2_device_open(ctx, 0, &dev) != S2_OK) {
-        printf("device 0: %s\n", s2_ctx_message(ctx));
-        return 1;
-    }
-    const s2_device_info *info = s2_device_get_info(dev);
-    if (s2_arch_for_device(info->cc_major, info->cc_minor, &dev_arch) != S2_OK) {
-        printf("compute capability %d.%d is not supported: skipped\n", info->cc_major, info->cc_minor);
-        return 77;
-    }
-    printf("device %s (cc %d.%d), %s\n", info->name, info->cc_major, info->cc_minor, s2_arch_name(dev_arch));
-    s2_device_free(dev);
-    s2_ctx_free(ctx);
-    const char *seed_env = getenv("S2C_SEED");
-    base_seed = seed_env ? strtoull(seed_env, NULL, 10) : (uint64_t)time(NULL);
-    printf("seed %llu (S2C_SEED to repeat)\n", (unsigned long long)base_seed);
+    s2t_gpu g;
+    int rc = s2t_gpu_start("compiling for", NULL, &g);
+    if (rc != 0)
+        return rc;
+    dev_arch = g.arch;
+    base_seed = g.seed;
 
     Suite *s = suite_create("varlen_gpu");
     TCase *tc = tcase_create("varlen");
@@ -392,11 +374,7 @@ int main(void)
     tcase_add_loop_test(tc, varlen_matches_reference, 0, NUM_RUNS);
     tcase_add_test(tc, nothing_to_do_and_bad_sequences);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_set_fork_status(sr, CK_NOFORK);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = s2t_run_nofork(s);
     print_summary();
     return failed ? 1 : 0;
 }
