@@ -15,6 +15,31 @@ void s2_packed_schedule_free(s2_packed_schedule *p)
     memset(p, 0, sizeof *p);
 }
 
+/* The buffer both packings share: class_of_head, the list offsets, then
+ * `total` entries of entry_size bytes, each part 16-byte aligned; the class
+ * table is filled, the offsets and entries are the caller's. */
+static s2_status pack_alloc(s2_ctx *ctx, const char *fn, const s2_schedule *s, int64_t nlists, int64_t total,
+                            size_t entry_size, s2_packed_schedule *out)
+{
+    size_t class_off = 0;
+    size_t offsets_off = align16(class_off + (size_t)s->heads * sizeof(int32_t));
+    size_t entries_off = align16(offsets_off + (size_t)(nlists + 1) * sizeof(int32_t));
+    size_t size = entries_off + (size_t)total * entry_size;
+    unsigned char *buf = calloc(1, size ? size : 1);
+    if (!buf)
+        return s2_fail(ctx, S2_ERR_NOMEM, "%s: out of memory (%zu bytes)", fn, size);
+    int32_t *cls = (int32_t *)(buf + class_off);
+    for (int h = 0; h < s->heads; h++)
+        cls[h] = s->class_of_head[h];
+    out->data = buf;
+    out->size = size;
+    out->class_of_head_off = class_off;
+    out->offsets_off = offsets_off;
+    out->entries_off = entries_off;
+    out->num_entries = total;
+    return S2_OK;
+}
+
 s2_status s2_schedule_pack(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out)
 {
     memset(out, 0, sizeof *out);
@@ -29,33 +54,20 @@ s2_status s2_schedule_pack(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule
                        "schedule of %lld entries in %lld lists exceeds the 32-bit device format",
                        (long long)total, (long long)nlists);
 
-    size_t class_off = 0;
-    size_t offsets_off = align16(class_off + (size_t)s->heads * sizeof(int32_t));
-    size_t entries_off = align16(offsets_off + (size_t)(nlists + 1) * sizeof(int32_t));
-    size_t size = entries_off + (size_t)total * sizeof(s2_dev_entry);
-    unsigned char *buf = calloc(1, size ? size : 1);
-    if (!buf)
-        return s2_fail(ctx, S2_ERR_NOMEM, "schedule_pack: out of memory (%zu bytes)", size);
-
-    int32_t *cls = (int32_t *)(buf + class_off);
-    for (int h = 0; h < s->heads; h++)
-        cls[h] = s->class_of_head[h];
-    int32_t *offs = (int32_t *)(buf + offsets_off);
+    s2_status st = pack_alloc(ctx, "schedule_pack", s, nlists, total, sizeof(s2_dev_entry), out);
+    if (st != S2_OK)
+        return st;
+    unsigned char *buf = out->data;
+    int32_t *offs = (int32_t *)(buf + out->offsets_off);
     for (int64_t i = 0; i <= nlists; i++)
         offs[i] = (int32_t)s->offsets[i];
-    s2_dev_entry *ent = (s2_dev_entry *)(buf + entries_off);
+    s2_dev_entry *ent = (s2_dev_entry *)(buf + out->entries_off);
     for (int64_t i = 0; i < total; i++) {
         const s2_tile_entry *e = &s->entries[i];
         ent[i].tile = (int32_t)e->tile;
         ent[i].flags = (e->flags & 0xffu) | (e->row_mask << 8);
         ent[i].live = e->live;
     }
-    out->data = buf;
-    out->size = size;
-    out->class_of_head_off = class_off;
-    out->offsets_off = offsets_off;
-    out->entries_off = entries_off;
-    out->num_entries = total;
     return S2_OK;
 }
 
@@ -156,18 +168,12 @@ s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group
         return s2_fail(ctx, S2_ERR_UNSUPPORTED,
                        "schedule of %lld gathered entries in %lld lists exceeds the 32-bit device format",
                        (long long)total, (long long)nlists);
-    size_t class_off = 0;
-    size_t offsets_off = align16(class_off + (size_t)s->heads * sizeof(int32_t));
-    size_t entries_off = align16(offsets_off + (size_t)(nlists + 1) * sizeof(int32_t));
-    size_t size = entries_off + (size_t)total * sizeof(s2_dev_gentry);
-    unsigned char *buf = calloc(1, size ? size : 1);
-    if (!buf)
-        return s2_fail(ctx, S2_ERR_NOMEM, "schedule_pack_gathered: out of memory (%zu bytes)", size);
-    int32_t *cls = (int32_t *)(buf + class_off);
-    for (int h = 0; h < s->heads; h++)
-        cls[h] = s->class_of_head[h];
-    int32_t *offs = (int32_t *)(buf + offsets_off);
-    s2_dev_gentry *ent = (s2_dev_gentry *)(buf + entries_off);
+    s2_status st = pack_alloc(ctx, "schedule_pack_gathered", s, nlists, total, sizeof(s2_dev_gentry), out);
+    if (st != S2_OK)
+        return st;
+    unsigned char *buf = out->data;
+    int32_t *offs = (int32_t *)(buf + out->offsets_off);
+    s2_dev_gentry *ent = (s2_dev_gentry *)(buf + out->entries_off);
     int64_t at = 0;
     for (int64_t i = 0; i < nlists; i++) {
         offs[i] = (int32_t)at;
@@ -175,11 +181,5 @@ s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group
         at += (s->offsets[i + 1] - s->offsets[i] + group - 1) / group;
     }
     offs[nlists] = (int32_t)at;
-    out->data = buf;
-    out->size = size;
-    out->class_of_head_off = class_off;
-    out->offsets_off = offsets_off;
-    out->entries_off = entries_off;
-    out->num_entries = total;
     return S2_OK;
 }
