@@ -531,21 +531,32 @@ static s2_status check_varlen(s2_ctx *ctx, const s2_attn_kernel *k, const s2_att
     return S2_OK;
 }
 
-static s2_status check_sizes(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a)
+/* The kernel was generated for these: dtype, head_dim, and the pattern's
+ * heads (heads < 0: not checked); batch within the grid's z limit. */
+static s2_status check_kernel_shape(s2_ctx *ctx, const s2_attn_kernel *k, s2_dtype dtype, int head_dim, int heads,
+                                    int kv_heads, int batch)
 {
     const s2_pattern *p = k->pattern;
     const s2_kernel_spec *sp = &k->desc->spec;
-    if (a->dtype != sp->dtype)
-        return s2_fail(ctx, S2_ERR_DTYPE, "dtype %s, but kernel %s is %s", s2_dtype_name(a->dtype), k->desc->name,
+    if (dtype != sp->dtype)
+        return s2_fail(ctx, S2_ERR_DTYPE, "dtype %s, but kernel %s is %s", s2_dtype_name(dtype), k->desc->name,
                        s2_dtype_name(sp->dtype));
-    if (a->head_dim != sp->head_dim)
-        return s2_fail(ctx, S2_ERR_HEAD_DIM, "head_dim %d, but kernel %s is for head_dim %d", a->head_dim,
+    if (head_dim != sp->head_dim)
+        return s2_fail(ctx, S2_ERR_HEAD_DIM, "head_dim %d, but kernel %s is for head_dim %d", head_dim,
                        k->desc->name, sp->head_dim);
-    if (a->heads != p->heads || a->kv_heads != p->kv_heads)
-        return s2_fail(ctx, S2_ERR_HEADS, "%d heads / %d kv heads, but pattern '%s' has %d / %d", a->heads,
-                       a->kv_heads, p->name, p->heads, p->kv_heads);
-    if (a->batch < 1 || a->batch > 65535)
-        return s2_fail(ctx, S2_ERR_SHAPE, "batch %d (1..65535)", a->batch);
+    if (heads >= 0 && (heads != p->heads || kv_heads != p->kv_heads))
+        return s2_fail(ctx, S2_ERR_HEADS, "%d heads / %d kv heads, but pattern '%s' has %d / %d", heads, kv_heads,
+                       p->name, p->heads, p->kv_heads);
+    if (batch < 1 || batch > 65535)
+        return s2_fail(ctx, S2_ERR_SHAPE, "batch %d (1..65535)", batch);
+    return S2_OK;
+}
+
+static s2_status check_sizes(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a)
+{
+    s2_status st = check_kernel_shape(ctx, k, a->dtype, a->head_dim, a->heads, a->kv_heads, a->batch);
+    if (st != S2_OK)
+        return st;
     if (a->q_len < 1 || a->kv_len < 1)
         return s2_fail(ctx, S2_ERR_SHAPE, "q_len %lld and kv_len %lld must be >= 1", (long long)a->q_len,
                        (long long)a->kv_len);
@@ -1244,19 +1255,10 @@ static s2_status dec_check_table(s2_ctx *ctx, const s2_attn_decode_args *a, size
 static s2_status dec_check_sizes(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a)
 {
     const s2_pattern *p = k->pattern;
-    const s2_kernel_spec *sp = &k->desc->spec;
-    if (a->dtype != sp->dtype)
-        return s2_fail(ctx, S2_ERR_DTYPE, "dtype %s, but kernel %s is %s", s2_dtype_name(a->dtype), k->desc->name,
-                       s2_dtype_name(sp->dtype));
-    if (a->head_dim != sp->head_dim)
-        return s2_fail(ctx, S2_ERR_HEAD_DIM, "head_dim %d, but kernel %s is for head_dim %d", a->head_dim,
-                       k->desc->name, sp->head_dim);
-    if (a->heads != p->heads || a->kv_heads != p->kv_heads)
-        return s2_fail(ctx, S2_ERR_HEADS, "%d heads / %d kv heads, but pattern '%s' has %d / %d", a->heads,
-                       a->kv_heads, p->name, p->heads, p->kv_heads);
+    s2_status st = check_kernel_shape(ctx, k, a->dtype, a->head_dim, a->heads, a->kv_heads, a->batch);
+    if (st != S2_OK)
+        return st;
     int group = p->heads / p->kv_heads;
-    if (a->batch < 1 || a->batch > 65535)
-        return s2_fail(ctx, S2_ERR_SHAPE, "batch %d (1..65535)", a->batch);
     if (a->n_new < 1 || a->n_new * group > 16 || a->n_new > p->block_size)
         return s2_fail(ctx, S2_ERR_SHAPE, "n_new %d: 1 .. min(16 / %d heads per kv head, block size %d)", a->n_new,
                        group, p->block_size);
@@ -1426,12 +1428,9 @@ s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combin
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_combine: %s is NULL", !k ? "kernel" : "args");
     if (k->desc->spec.kind != S2_KERNEL_DECODE)
         return s2_fail(ctx, S2_ERR_INVALID, "kernel %s is not a decode kernel (it holds the combine)", k->desc->name);
-    if (a->dtype != k->desc->spec.dtype)
-        return s2_fail(ctx, S2_ERR_DTYPE, "dtype %s, but kernel %s is %s", s2_dtype_name(a->dtype), k->desc->name,
-                       s2_dtype_name(k->desc->spec.dtype));
-    if (a->head_dim != k->desc->spec.head_dim)
-        return s2_fail(ctx, S2_ERR_HEAD_DIM, "head_dim %d, but kernel %s is for head_dim %d", a->head_dim,
-                       k->desc->name, k->desc->spec.head_dim);
+    s2_status st0 = check_kernel_shape(ctx, k, a->dtype, a->head_dim, -1, -1, 1);
+    if (st0 != S2_OK)
+        return st0;
     if (a->n < 1 || a->n > S2_COMBINE_MAX_INPUTS)
         return s2_fail(ctx, S2_ERR_SHAPE, "n %d inputs (1..%d)", a->n, S2_COMBINE_MAX_INPUTS);
     if (a->batch < 1 || a->heads < 1 || a->seq < 1 || (int64_t)a->batch * a->seq * a->heads > INT32_MAX)
