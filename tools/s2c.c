@@ -455,13 +455,18 @@ static void print_resources(const s2_artifact *art)
 static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, const char *ident, const char *dir)
 {
     int n = s2_manifest_num_kernels(m);
-    /* the emitter knows the pointer ABI of the forward only (attention.h) */
+    /* the emitter knows the forward's pointer and tensor-map ABIs (attention.h, aot.h) */
     for (int i = 0; i < n; i++) {
         const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, i);
-        if (mk->spec.kind != S2_KERNEL_FWD || mk->abi != S2_FWD_ABI_PTRS) {
-            fprintf(stderr, "s2c: --emit c: kernel %s uses the %s ABI, which has no C launcher yet; "
-                    "use --arch sm_90 (or sm_80) for C artifacts\n", mk->name,
-                    mk->abi != S2_FWD_ABI_PTRS ? "sm_90a tensor-map" : mk->spec.kind == S2_KERNEL_DECODE ? "decode" : "backward");
+        const char *why = mk->spec.kind == S2_KERNEL_DECODE ? "the decode module"
+                          : mk->spec.kind != S2_KERNEL_FWD  ? "the backward module"
+                          : mk->abi == S2_FWD_ABI_TMA_PERSISTENT
+                              ? "the persistent sm_90a forward (its grid depends on the device)"
+                              : NULL;
+        if (why) {
+            fprintf(stderr, "s2c: --emit c: kernel %s is %s, which has no C launcher yet; C launchers exist for the "
+                    "forward (sm_80/sm_90 pointer ABI and the non-persistent sm_90a tensor-map ABI)\n",
+                    mk->name, why);
             return EXIT_INPUT;
         }
     }
@@ -472,9 +477,12 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
     }
     for (int i = 0; i < n; i++) {
         const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, i);
+        bool tma = mk->abi == S2_FWD_ABI_TMA;
+        int gather = mk->spec.kv_gather > 1 ? mk->spec.kv_gather : 1;
         ks[i] = (s2_aot_kernel){.name = strncmp(mk->name, "s2_", 3) == 0 ? mk->name + 3 : mk->name,
-                                .symbol = mk->name, .abi = s2_aot_abi_attn_fwd(), .threads = mk->threads,
-                                .smem_bytes = mk->smem_bytes};
+                                .symbol = mk->name, .abi = tma ? s2_aot_abi_attn_fwd_tma() : s2_aot_abi_attn_fwd(),
+                                .threads = mk->threads, .smem_bytes = mk->smem_bytes, .dtype = mk->spec.dtype,
+                                .head_dim = mk->spec.head_dim, .kv_box_rows = mk->spec.block_n / gather};
     }
     s2_aot_module mod = {.name = ident, .cubin = art->cubin, .cubin_size = art->cubin_size,
                          .manifest = art->manifest, .kernels = ks, .num_kernels = n};

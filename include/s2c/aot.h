@@ -42,6 +42,8 @@ typedef enum s2_aot_type {
     S2_AOT_I32,     /* int32_t */
     S2_AOT_I64,     /* int64_t */
     S2_AOT_F32,     /* float */
+    S2_AOT_TMAP,    /* CUtensorMap (128 bytes, by value): built by the launcher
+                       (s2_aot_maps), not one of its arguments */
     S2_AOT_TYPE_COUNT_
 } s2_aot_type;
 
@@ -49,6 +51,21 @@ typedef struct s2_aot_param {
     const char *name;   /* a C identifier, unique in the launcher, not "stream" */
     s2_aot_type type;
 } s2_aot_param;
+
+/* How a launcher builds its S2_AOT_TMAP parameters. */
+typedef enum s2_aot_maps {
+    S2_AOT_MAPS_NONE = 0,
+    /* the sm_90a forward's q_map, k_map, v_map (attention.h): 4-D
+     * cuTensorMapEncodeTiled maps of q, k, v, dims {D, rows, heads, tensor batch},
+     * byte strides {seq, head, batch} (a stride over an extent of 1 or <= 0
+     * becomes D * element size, as s2_attn_fwd_tensor_maps does), box
+     * {64, rows, 1, 1} with rows 64 for q and the kernel's kv_box_rows for k
+     * and v, SWIZZLE_128B, interleave none, L2 promotion 256B, OOB fill none.
+     * q rows = q_len, k/v rows = kv_rows, heads / kv_heads, tensor batch =
+     * batch (1 when seqinfo != 0).  The ABI must name those parameters and
+     * launch arguments; a failing encode's CUresult is returned unlaunched. */
+    S2_AOT_MAPS_ATTN_FWD
+} s2_aot_maps;
 
 /* A kernel's launch ABI: its parameters in order, the launcher's extra
  * arguments that are not passed to the kernel, and where each grid
@@ -61,6 +78,7 @@ typedef struct s2_aot_abi {
     const s2_aot_param *launch_args;
     int num_launch_args;
     const char *grid[3];
+    s2_aot_maps maps;                   /* who builds the S2_AOT_TMAP parameters */
 } s2_aot_abi;
 
 /* The forward attention kernel (S2_KERNEL_FWD):
@@ -75,12 +93,36 @@ typedef struct s2_aot_abi {
  *   grid    (q_tiles, heads, batch) */
 const s2_aot_abi *s2_aot_abi_attn_fwd(void);
 
+/* The sm_90a tensor-map forward (S2_FWD_ABI_TMA, manifest `kernel.abi tma`):
+ *   params  q .. q_tiles as s2_aot_abi_attn_fwd (0..24),
+ *           q_map, k_map, v_map      CUtensorMap, built by the launcher (S2_AOT_MAPS_ATTN_FWD)
+ *           seqinfo                  CUdeviceptr (s2_attn_seq [batch], or 0)
+ *   launch  heads, batch, kv_heads   int32
+ *           kv_rows                  int64: the rows of k and v (= kv_len for a
+ *                                    uniform batch; with seqinfo, the token rows of
+ *                                    the packed k/v, while kv_len is the longest kv_len)
+ *   grid    (q_tiles, heads, batch)
+ * The launcher signature is therefore
+ *   CUresult NAME_KERNEL(CUstream stream, CUdeviceptr q, k, v, o, lse,
+ *                        int64_t q_stride_b .. o_stride_h, int32_t q_len, kv_len,
+ *                        float scale_log2, CUdeviceptr class_of_head, offsets, entries,
+ *                        int32_t first_q_tile, q_tiles, CUdeviceptr seqinfo,
+ *                        int32_t heads, batch, kv_heads, int64_t kv_rows);
+ * i.e. the pointer forward's plus kv_heads and kv_rows; the schedule buffers
+ * are the caller's, as there.  The persistent variant (tma_persistent) has no
+ * launcher: its grid depends on the device's SM count and resident CTAs. */
+const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void);
+
 typedef struct s2_aot_kernel {
     const char *name;        /* launcher NAME_<name>; a C identifier */
     const char *symbol;      /* the kernel's symbol in the cubin */
     const s2_aot_abi *abi;
     int threads;             /* blockDim.x, 1..1024 (from the manifest) */
     int smem_bytes;          /* dynamic shared memory, >= 0 (from the manifest) */
+    /* ABIs with S2_AOT_MAPS_ATTN_FWD only (from the manifest's spec): */
+    s2_dtype dtype;          /* S2_DTYPE_BF16 or S2_DTYPE_F16 */
+    int head_dim;            /* D, a positive multiple of 64 */
+    int kv_box_rows;         /* k/v box rows, block_n / kv_gather, 1..256 */
 } s2_aot_kernel;
 
 typedef struct s2_aot_module {

@@ -1,0 +1,352 @@
+/* AOT launchers against the runtime, on the fake libcuda of tests/runtime:
+ * for real sm_90a tensor-map cubins, the generated C launcher and
+ * s2_attn_forward, given the same tensors, must hand the driver the same
+ * grid, block, shared memory and parameter bytes, the three tensor maps
+ * included (the fake writes every encode input into the map it returns).
+ * The generated sources are built into a shared object with a shim that
+ * forwards the Driver API calls to the fake (which only exports
+ * cuGetProcAddress), and loaded with dlopen. */
+#include "s2c/aot.h"
+#include "s2c/attention.h"
+#include "s2c/attn_runtime.h"
+#include "s2c/cache.h"
+#include "s2c/codegen.h"
+#include "s2c/runtime.h"
+#include "util.h"
+#include "../attn/patterns.h"
+#include "../runtime/fake_cuda.h"
+
+#include <check.h>
+#include <cuda.h>
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#ifndef S2C_CUDA_INCLUDE
+#define S2C_CUDA_INCLUDE "/usr/local/cuda/include"
+#endif
+
+static const char *fake_path;
+static fake_cuda_set_fn fake_set;
+static fake_cuda_get_fn fake_get;
+static fake_cuda_param_sizes_fn fake_param_sizes;
+static fake_cuda_last_params_fn fake_last_params;
+static char tmp_dir[512];
+
+/* The launcher of s2_aot_abi_attn_fwd_tma (aot.h). */
+typedef CUresult (*tma_launcher)(CUstream, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, int64_t,
+                                 int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
+                                 int64_t, int64_t, int32_t, int32_t, float, CUdeviceptr, CUdeviceptr, CUdeviceptr,
+                                 int32_t, int32_t, CUdeviceptr, int32_t, int32_t, int32_t, int64_t);
+typedef CUresult (*load_fn)(void);
+
+/* Parameter sizes of the tensor-map forward (attention.h), packed. */
+static const int tma_sizes[29] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4,
+                                  8, 8, 8, 4, 4, 128, 128, 128, 8};
+enum { OFF_SCHED = 17 * 8 + 12, TMA_PARAM_BYTES = 17 * 8 + 12 + 24 + 8 + 384 + 8 };
+
+static const char shim[] =
+    "#include <cuda.h>\n"
+    "#include <dlfcn.h>\n"
+    "#include <stdlib.h>\n"
+    "typedef CUresult (*gpa_fn)(const char *, void **, int, cuuint64_t, CUdriverProcAddressQueryResult *);\n"
+    "static void *fake(const char *name)\n"
+    "{\n"
+    "    void *h = dlopen(getenv(\"S2C_LIBCUDA\"), RTLD_NOW | RTLD_LOCAL);\n"
+    "    gpa_fn gpa = h ? (gpa_fn)dlsym(h, \"cuGetProcAddress_v2\") : NULL;\n"
+    "    void *f = NULL;\n"
+    "    if (gpa)\n"
+    "        gpa(name, &f, 12000, 0, NULL);\n"
+    "    return f;\n"
+    "}\n"
+    "CUresult cuModuleLoadData(CUmodule *m, const void *image)\n"
+    "{ CUresult (*f)(CUmodule *, const void *) = (CUresult (*)(CUmodule *, const void *))fake(\"cuModuleLoadData\");\n"
+    "  return f(m, image); }\n"
+    "CUresult cuModuleUnload(CUmodule m)\n"
+    "{ CUresult (*f)(CUmodule) = (CUresult (*)(CUmodule))fake(\"cuModuleUnload\"); return f(m); }\n"
+    "CUresult cuModuleGetFunction(CUfunction *fn, CUmodule m, const char *name)\n"
+    "{ CUresult (*f)(CUfunction *, CUmodule, const char *) =\n"
+    "      (CUresult (*)(CUfunction *, CUmodule, const char *))fake(\"cuModuleGetFunction\");\n"
+    "  return f(fn, m, name); }\n"
+    "CUresult cuFuncSetAttribute(CUfunction fn, CUfunction_attribute a, int v)\n"
+    "{ CUresult (*f)(CUfunction, CUfunction_attribute, int) =\n"
+    "      (CUresult (*)(CUfunction, CUfunction_attribute, int))fake(\"cuFuncSetAttribute\");\n"
+    "  return f(fn, a, v); }\n"
+    "typedef CUresult (*launch_fn)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,\n"
+    "                              unsigned, CUstream, void **, void **);\n"
+    "CUresult cuLaunchKernel(CUfunction fn, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,\n"
+    "                        unsigned bz, unsigned smem, CUstream s, void **p, void **e)\n"
+    "{ launch_fn f = (launch_fn)fake(\"cuLaunchKernel\"); return f(fn, gx, gy, gz, bx, by, bz, smem, s, p, e); }\n"
+    "typedef CUresult (*encode_fn)(CUtensorMap *, CUtensorMapDataType, cuuint32_t, void *, const cuuint64_t *,\n"
+    "    const cuuint64_t *, const cuuint32_t *, const cuuint32_t *, CUtensorMapInterleave, CUtensorMapSwizzle,\n"
+    "    CUtensorMapL2promotion, CUtensorMapFloatOOBfill);\n"
+    "CUresult cuTensorMapEncodeTiled(CUtensorMap *m, CUtensorMapDataType t, cuuint32_t r, void *a,\n"
+    "    const cuuint64_t *d, const cuuint64_t *s, const cuuint32_t *b, const cuuint32_t *e,\n"
+    "    CUtensorMapInterleave i, CUtensorMapSwizzle w, CUtensorMapL2promotion l, CUtensorMapFloatOOBfill o)\n"
+    "{ encode_fn f = (encode_fn)fake(\"cuTensorMapEncodeTiled\"); return f(m, t, r, a, d, s, b, e, i, w, l, o); }\n";
+
+static int run_cmd(const char *cmd)
+{
+    int rc = system(cmd);
+    return rc == -1 ? -1 : WEXITSTATUS(rc);
+}
+
+/* One compiled pattern: its artifact and the generated launcher library. */
+typedef struct gen {
+    s2_pattern_set *set;
+    s2_artifact *art;
+    void *so;
+    tma_launcher launch;
+} gen;
+
+static void build_gen(gen *g, int which, s2_dtype dt, int head_dim, int kv_gather, const char *mod)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(which, &a);
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &g->set), S2_OK);
+    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = dt, .head_dim = head_dim, .arch = S2_ARCH_SM90A,
+                           .kv_gather = kv_gather};
+    ck_assert_msg(s2_compile_attention(ctx, s2_pattern_set_get(g->set, 0), &spec, S2_CUBIN_AUTO, &g->art) == S2_OK,
+                  "%s", s2_ctx_message(ctx));
+    /* what `s2c compile --emit c` does with the manifest (tools/s2c.c) */
+    s2_manifest *m = NULL;
+    const char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(s2_cubin_find_manifest(ctx, g->art->cubin, g->art->cubin_size, &text, &len), S2_OK);
+    ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
+    const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
+    ck_assert_int_eq(mk->abi, S2_FWD_ABI_TMA);
+    int gather = mk->spec.kv_gather > 1 ? mk->spec.kv_gather : 1;
+    ck_assert_int_eq(gather, kv_gather > 1 ? kv_gather : 1);
+    s2_aot_kernel k = {.name = "fwd", .symbol = mk->name, .abi = s2_aot_abi_attn_fwd_tma(), .threads = mk->threads,
+                       .smem_bytes = mk->smem_bytes, .dtype = mk->spec.dtype, .head_dim = mk->spec.head_dim,
+                       .kv_box_rows = mk->spec.block_n / gather};
+    s2_aot_module am = {.name = mod, .cubin = g->art->cubin, .cubin_size = g->art->cubin_size,
+                        .manifest = g->art->manifest, .kernels = &k, .num_kernels = 1};
+    ck_assert_msg(s2_aot_write(ctx, &am, tmp_dir) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_manifest_free(m);
+
+    char path[700], cmd[2400];
+    snprintf(path, sizeof path, "%s/shim.c", tmp_dir);
+    ck_assert_int_eq(s2_write_file_atomic(ctx, path, shim, strlen(shim)), S2_OK);
+    const char *cc = getenv("CC");
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s -std=c11 -Wall -Wextra -Werror -fPIC -shared -I'%s' %s.c shim.c "
+                              "-o %s.so -ldl 2>&1", tmp_dir, cc && cc[0] ? cc : "cc", S2C_CUDA_INCLUDE, mod, mod);
+    ck_assert_msg(run_cmd(cmd) == 0, "%s", cmd);
+    snprintf(path, sizeof path, "%s/%s.so", tmp_dir, mod);
+    g->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(g->so != NULL, "%s", dlerror());
+    char sym[64];
+    snprintf(sym, sizeof sym, "%s_fwd", mod);
+    g->launch = (tma_launcher)dlsym(g->so, sym);
+    snprintf(sym, sizeof sym, "load_%s", mod);
+    load_fn load = (load_fn)dlsym(g->so, sym);
+    ck_assert(g->launch && load);
+    fake_set("set_current", 1); /* an application has a current context */
+    ck_assert_int_eq(load(), CUDA_SUCCESS);
+    s2_ctx_free(ctx);
+}
+
+static void use_fake(void)
+{
+    ck_assert_int_eq(setenv("S2C_LIBCUDA", fake_path, 1), 0);
+    void *h = dlopen(fake_path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(h != NULL, "dlopen %s: %s", fake_path, dlerror());
+    fake_set = (fake_cuda_set_fn)dlsym(h, "fake_cuda_set");
+    fake_get = (fake_cuda_get_fn)dlsym(h, "fake_cuda_get");
+    fake_param_sizes = (fake_cuda_param_sizes_fn)dlsym(h, "fake_cuda_param_sizes");
+    fake_last_params = (fake_cuda_last_params_fn)dlsym(h, "fake_cuda_last_params");
+    ck_assert(fake_set && fake_get && fake_param_sizes && fake_last_params);
+}
+
+typedef struct launch_rec {
+    long long grid[3], block[3], smem;
+    unsigned char params[TMA_PARAM_BYTES];
+} launch_rec;
+
+static void record(launch_rec *r)
+{
+    ck_assert_int_eq(fake_get("last_params_bytes"), TMA_PARAM_BYTES);
+    r->grid[0] = fake_get("last_grid_x"), r->grid[1] = fake_get("last_grid_y"), r->grid[2] = fake_get("last_grid_z");
+    r->block[0] = fake_get("last_block_x"), r->block[1] = fake_get("last_block_y");
+    r->block[2] = fake_get("last_block_z"), r->smem = fake_get("last_smem");
+    memcpy(r->params, fake_last_params(), TMA_PARAM_BYTES);
+}
+
+/* s2_attn_forward, then the generated launcher with the same arguments and
+ * the runtime's schedule buffers (the caller's, in the AOT model). */
+static void compare(s2_ctx *ctx, s2_attn_kernel *k, const gen *g, const s2_attn_fwd_args *a, const char *what)
+{
+    launch_rec rt, aot;
+    long long launches = fake_get("launches"), maps = fake_get("tensor_maps");
+    CUstream stream = (CUstream)(uintptr_t)0x40;
+    ck_assert_msg(s2_attn_forward(ctx, k, stream, a) == S2_OK, "%s: %s", what, s2_ctx_message(ctx));
+    ck_assert_int_eq(fake_get("launches"), launches + 1);
+    ck_assert_int_eq(fake_get("tensor_maps"), maps + 3);
+    record(&rt);
+
+    CUdeviceptr cls, offs, ent, seqinfo = a->seqs ? s2_attn_seqs_device(a->seqs) : 0;
+    int32_t first, tiles;
+    memcpy(&cls, rt.params + OFF_SCHED, 8);
+    memcpy(&offs, rt.params + OFF_SCHED + 8, 8);
+    memcpy(&ent, rt.params + OFF_SCHED + 16, 8);
+    memcpy(&first, rt.params + OFF_SCHED + 24, 4);
+    memcpy(&tiles, rt.params + OFF_SCHED + 28, 4);
+    int64_t sq = a->q_len, sk = a->kv_len;
+    if (a->seqs)
+        s2_attn_seqs_schedule_shape(a->seqs, &sq, &sk);
+    float scale_log2 = (float)(1.0 / sqrt((double)a->head_dim) * 1.4426950408889634);
+    const int64_t *qs = a->q_stride, *ks = a->k_stride, *vs = a->v_stride, *os = a->o_stride;
+    fake_set("set_current", 1);
+    CUresult r = g->launch(stream, a->q, a->k, a->v, a->o, a->lse, qs[0], qs[1], qs[2], ks[0], ks[1], ks[2], vs[0],
+                           vs[1], vs[2], os[0], os[1], os[2], (int32_t)a->q_len, (int32_t)sk, scale_log2, cls, offs,
+                           ent, first, tiles, seqinfo, a->heads, a->batch, a->kv_heads, a->kv_len);
+    ck_assert_msg(r == CUDA_SUCCESS, "%s: launcher returned %d", what, (int)r);
+    ck_assert_int_eq(fake_get("launches"), launches + 2);
+    ck_assert_int_eq(fake_get("tensor_maps"), maps + 6);
+    record(&aot);
+    for (int d = 0; d < 3; d++) {
+        ck_assert_msg(rt.grid[d] == aot.grid[d], "%s: grid %d: %lld vs %lld", what, d, rt.grid[d], aot.grid[d]);
+        ck_assert_msg(rt.block[d] == aot.block[d], "%s: block %d", what, d);
+    }
+    ck_assert_int_eq(rt.grid[0], tiles);
+    ck_assert_int_eq(rt.grid[1], a->heads);
+    ck_assert_int_eq(rt.smem, aot.smem);
+    for (int i = 0; i < TMA_PARAM_BYTES; i++)
+        ck_assert_msg(rt.params[i] == aot.params[i], "%s: parameter byte %d: runtime 0x%02x, launcher 0x%02x", what,
+                      i, rt.params[i], aot.params[i]);
+}
+
+static void check_pattern(int which, s2_dtype dt, int head_dim, int kv_gather, const char *mod)
+{
+    use_fake();
+    fake_param_sizes(tma_sizes, 29);
+    gen g = {0};
+    s2_ctx *ctx = s2_ctx_new();
+    s2_device *dev = NULL;
+    ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
+    build_gen(&g, which, dt, head_dim, kv_gather, mod);
+    s2_attn_kernel *k = NULL;
+    ck_assert_msg(s2_attn_load(ctx, dev, g.art->cubin, g.art->cubin_size, NULL, dt, head_dim, &k) == S2_OK, "%s",
+                  s2_ctx_message(ctx));
+    const s2_pattern *p = s2_attn_kernel_pattern(k);
+    const int B = 2, H = p->heads, HK = p->kv_heads;
+    const int64_t SQ = 300, SK = 333, D = head_dim;
+    /* room for every layout below: padded rows, 2 sequences */
+    size_t qb = (size_t)B * (size_t)(SK + 8) * (size_t)(H + 2) * (size_t)D * 2;
+    s2_devptr q, kk, v, o, lse;
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, qb, &q), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, qb, &kk), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, qb, &v), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, qb, &o), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)B * H * SK * 4, &lse), S2_OK);
+
+    /* a uniform batch, contiguous */
+    s2_attn_fwd_args a = {.batch = B, .q_len = SQ, .kv_len = SK, .heads = H, .kv_heads = HK, .head_dim = (int)D,
+                          .dtype = dt, .q = q, .k = kk, .v = v, .o = o, .lse = lse};
+    s2_attn_fwd_args_bshd(&a);
+    compare(ctx, k, &g, &a, "bshd");
+    /* batch 1, BHSD q and o, k and v with two spare heads of row padding */
+    s2_attn_fwd_args b = a;
+    b.batch = 1;
+    b.q_stride[0] = b.o_stride[0] = H * SQ * D, b.q_stride[1] = b.o_stride[1] = D;
+    b.q_stride[2] = b.o_stride[2] = SQ * D;
+    b.k_stride[0] = b.v_stride[0] = SK * (HK + 2) * D, b.k_stride[1] = b.v_stride[1] = (HK + 2) * D;
+    b.k_stride[2] = b.v_stride[2] = D;
+    b.lse = 0;
+    compare(ctx, k, &g, &b, "batch 1, bhsd q/o, padded k/v");
+    /* a packed batch of two sequences (chunked prefill in the second) */
+    s2_attn_seq seqs[2] = {{0, 100, 0, 100}, {100, 64, 100, 200}};
+    s2_attn_seqs *sq = NULL;
+    ck_assert_msg(s2_attn_seqs_new(ctx, dev, seqs, 2, &sq) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_attn_fwd_args c = {.batch = 2, .q_len = 164, .kv_len = 300, .heads = H, .kv_heads = HK, .head_dim = (int)D,
+                          .dtype = dt, .q = q, .k = kk, .v = v, .o = o, .lse = lse, .seqs = sq};
+    s2_attn_fwd_args_bshd(&c);
+    compare(ctx, k, &g, &c, "packed");
+
+    /* a failing encode is returned, nothing launched */
+    long long launches = fake_get("launches");
+    CUresult r = g.launch(NULL, q + 8, kk, v, o, 0, 0, H * D, D, 0, HK * D, D, 0, HK * D, D, 0, H * D, D, 64, 64, 1.0f,
+                          q, q, q, 0, 1, 0, H, 1, HK, 64);
+    ck_assert_int_eq(r, CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(fake_get("launches"), launches);
+    /* an empty grid encodes and launches nothing */
+    long long maps = fake_get("tensor_maps");
+    r = g.launch(NULL, q, kk, v, o, 0, 0, H * D, D, 0, HK * D, D, 0, HK * D, D, 0, H * D, D, 64, 64, 1.0f, q, q, q, 0,
+                 0, 0, H, 1, HK, 64);
+    ck_assert_int_eq(r, CUDA_SUCCESS);
+    ck_assert_int_eq(fake_get("tensor_maps"), maps);
+    ck_assert_int_eq(fake_get("launches"), launches);
+
+    s2_attn_seqs_free(sq);
+    s2_attn_kernel_free(k);
+    s2_devptr *ps[] = {&q, &kk, &v, &o, &lse};
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(s2_mem_free(ctx, dev, *ps[i]), S2_OK);
+    s2_device_free(dev);
+    s2_artifact_free(g.art);
+    s2_pattern_set_free(g.set);
+    s2_ctx_free(ctx);
+}
+
+/* GQA 32/8, block 32, bf16 d64: box rows = block_n */
+START_TEST(tma_launcher_matches_runtime_gqa)
+{
+    check_pattern(3, S2_DTYPE_BF16, 64, 0, "gqa");
+}
+END_TEST
+
+/* causal block 64, f16 d128 */
+START_TEST(tma_launcher_matches_runtime_causal)
+{
+    check_pattern(0, S2_DTYPE_F16, 128, 0, "causal");
+}
+END_TEST
+
+/* block 32 gathered two at a time: k/v boxes of block_n / 2 rows */
+START_TEST(tma_launcher_matches_runtime_gathered)
+{
+    check_pattern(4, S2_DTYPE_BF16, 128, 2, "gathered");
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s FAKE_LIBCUDA\n", argv[0]);
+        return 1;
+    }
+    fake_path = argv[1];
+    const char *tc = NULL;
+    if (s2_toolchain_version(NULL, S2_CUBIN_AUTO, &tc) != S2_OK) {
+        printf("no ptxas or nvJitLink: skipped\n");
+        return 77;
+    }
+    const char *tmp = getenv("TMPDIR");
+    snprintf(tmp_dir, sizeof tmp_dir, "%s/s2c-aot-fake-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
+    if (!mkdtemp(tmp_dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
+    Suite *s = suite_create("aot_fake");
+    TCase *tc_ = tcase_create("tma");
+    tcase_set_timeout(tc_, 240);
+    tcase_add_test(tc_, tma_launcher_matches_runtime_gqa);
+    tcase_add_test(tc_, tma_launcher_matches_runtime_causal);
+    tcase_add_test(tc_, tma_launcher_matches_runtime_gathered);
+    suite_add_tcase(s, tc_);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    char cmd[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "could not remove %s\n", tmp_dir);
+    return failed ? 1 : 0;
+}
