@@ -410,11 +410,39 @@ def test_emit_c():
             has_manifest = f"{ident}_manifest[]" in text and "s2c-manifest 1" in text
             check(f"--emit c {stem} {dt} d{hd} {arch}: {len(launchers)} launcher(s), cc -std=c11 -Werror accepts",
                   not errs and has_manifest, "\n".join(errs))
-        # the sm_90a kernels take tensor maps: no C launcher for them yet, and a clear refusal
+        # sm_90a tensor-map kernels: the launcher builds the maps; it takes kv_heads and kv_rows besides
+        tdir = os.path.join(d, "tma")
+        os.mkdir(tdir)
         rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "128", "--dtype", "bf16",
-                           "--arch", "sm_90a", "--emit", "c", "-o", os.path.join(d, "tma.c"))
-        check("--emit c of an sm_90a (tensor-map ABI) kernel: exit 1 with a reason",
-              rc == 1 and "tensor-map" in err and not os.path.exists(os.path.join(d, "tma.c")), f"rc={rc} {err}")
+                           "--arch", "sm_90a", "--emit", "c", "-o", os.path.join(tdir, "tma.c"))
+        launchers = re.findall(r"^launcher (\S+)$", out, re.M)
+        errs = [f"rc={rc} {err}"] if rc != 0 or len(launchers) != 1 else []
+        if not errs:
+            with open(os.path.join(tdir, "user.c"), "w") as u:
+                u.write('#include "tma.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
+                        f'    CUresult r = load_tma();\n    if (r == CUDA_SUCCESS)\n        r = {launchers[0]}(s, p, p, '
+                        'p, p, p, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1.0f, p, p, p, 0, 1, p, 1, 1, 1, 1);\n'
+                        '    (void)unload_tma();\n    return (int)r;\n}\n')
+            for src in ("tma.c", "user.c"):
+                p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
+                                    "-I" + tdir, os.path.join(tdir, src), "-o", os.path.join(tdir, src + ".o")],
+                                   capture_output=True, text=True)
+                if p.returncode != 0:
+                    errs.append(p.stderr[-500:])
+            text = open(os.path.join(tdir, "tma.c")).read()
+            if text.count("cuTensorMapEncodeTiled(") != 1 or text.count("tma_encode_map(&") != 3:
+                errs.append("the launcher does not encode three maps")
+        check("--emit c of an sm_90a (tensor-map ABI) kernel: one launcher that encodes q/k/v maps, cc accepts",
+              not errs, "\n".join(errs))
+        # backward and decode modules: no C launcher yet, and a clear refusal
+        for kind in ("bwd", "decode"):
+            rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "128", "--dtype",
+                               "bf16", "--arch", "sm_80", "--kind", kind, "--emit", "c",
+                               "-o", os.path.join(d, kind + ".c"))
+            word = "backward" if kind == "bwd" else "decode"
+            check(f"--emit c of a {word} module: exit 1 with a reason",
+                  rc == 1 and word in err and "no C launcher" in err and not os.path.exists(os.path.join(d, kind + ".c")),
+                  f"rc={rc} {err}")
         # OUT's name without extension, sanitised, names the files and symbols
         rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype", "bf16",
                            "--arch", "sm_80", "--emit", "c", "-o", os.path.join(d, "my-attn.v2.c"))
