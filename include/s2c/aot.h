@@ -18,6 +18,10 @@
  * (cuFuncSetAttribute); on failure it unloads what it loaded and returns the
  * driver's CUresult.  Calling it again while loaded does nothing.
  * unload_NAME() returns cuModuleUnload's result (CUDA_SUCCESS when not loaded).
+ * Kernels whose ABI has tensor-map parameters (S2_AOT_TMAP: the sm_90a
+ * forward, s2_aot_abi_attn_fwd_tma) get them built inside the launcher with
+ * cuTensorMapEncodeTiled, after the grid checks; a failing encode's result is
+ * returned and nothing is launched.
  * A launcher returns CUDA_ERROR_NOT_INITIALIZED before load_NAME(), computes
  * its grid from its arguments (a zero dimension launches nothing and returns
  * CUDA_SUCCESS; a negative or too large one returns CUDA_ERROR_INVALID_VALUE),
