@@ -77,6 +77,46 @@ static const s2_aot_abi attn_fwd_tma_abi = {
 
 const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void) { return &attn_fwd_tma_abi; }
 
+/* ---- the backward module (attention.h, S2_KERNEL_BWD) ---- */
+
+#define BWD_STRIDES(t) {t "_stride_b", S2_AOT_I64}, {t "_stride_s", S2_AOT_I64}, {t "_stride_h", S2_AOT_I64}
+
+static const s2_aot_param attn_bwd_params[] = {
+    {"q", S2_AOT_PTR},     {"k", S2_AOT_PTR},     {"v", S2_AOT_PTR},     {"o", S2_AOT_PTR},
+    {"d_o", S2_AOT_PTR},   {"lse", S2_AOT_PTR},   {"dlse", S2_AOT_PTR},  {"delta", S2_AOT_PTR},
+    {"lse2", S2_AOT_PTR},  {"dq", S2_AOT_PTR},    {"dk", S2_AOT_PTR},    {"dv", S2_AOT_PTR},
+    BWD_STRIDES("q"),      BWD_STRIDES("k"),      BWD_STRIDES("v"),      BWD_STRIDES("o"),
+    BWD_STRIDES("d_o"),    BWD_STRIDES("dq"),     BWD_STRIDES("dk"),     BWD_STRIDES("dv"),
+    {"q_len", S2_AOT_I32}, {"kv_len", S2_AOT_I32}, {"scale_log2", S2_AOT_F32},
+    {"class_of_head", S2_AOT_PTR},   {"offsets", S2_AOT_PTR},   {"entries", S2_AOT_PTR},
+    {"first_q_tile", S2_AOT_I32},    {"q_tiles", S2_AOT_I32},
+    {"t_class_of_head", S2_AOT_PTR}, {"t_offsets", S2_AOT_PTR}, {"t_entries", S2_AOT_PTR},
+    {"kv_tiles", S2_AOT_I32},
+};
+
+static const s2_aot_param attn_bwd_launch[] = {
+    {"heads", S2_AOT_I32},
+    {"kv_heads", S2_AOT_I32},
+    {"batch", S2_AOT_I32},
+};
+
+#define BWD_ABI(nm, gx, gy)                                                                  \
+    {.name = nm, .params = attn_bwd_params,                                                  \
+     .num_params = (int)(sizeof attn_bwd_params / sizeof attn_bwd_params[0]),                \
+     .launch_args = attn_bwd_launch,                                                         \
+     .num_launch_args = (int)(sizeof attn_bwd_launch / sizeof attn_bwd_launch[0]),           \
+     .grid = {gx, gy, "batch"}}
+
+static const s2_aot_abi attn_bwd_abis[3] = {
+    BWD_ABI("attn_bwd_pre", "q_len", "heads"),
+    BWD_ABI("attn_bwd_dkdv", "kv_tiles", "kv_heads"),
+    BWD_ABI("attn_bwd_dq", "q_tiles", "heads"),
+};
+
+const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void) { return &attn_bwd_abis[0]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void) { return &attn_bwd_abis[1]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void) { return &attn_bwd_abis[2]; }
+
 /* What S2_AOT_MAPS_ATTN_FWD reads (and fills): name and type. */
 static const s2_aot_param fwd_map_inputs[] = {
     {"q", S2_AOT_PTR},          {"k", S2_AOT_PTR},          {"v", S2_AOT_PTR},
@@ -242,6 +282,10 @@ static s2_status check_module(s2_ctx *ctx, const s2_aot_module *m)
                 return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: two kernels are called %s", m->name, k->name);
         if (!k->symbol || !k->symbol[0])
             return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s has no symbol", m->name, k->name);
+        for (int d = 0; d < 3; d++)
+            if (k->grid_div[d] < 0 || (k->grid_div[d] > 1 && !k->abi->grid[d]))
+                return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s divides grid dimension %c by %d",
+                               m->name, k->name, "xyz"[d], k->grid_div[d]);
         if (k->threads < 1 || k->threads > 1024 || k->smem_bytes < 0)
             return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s launches %d threads with %d bytes of shared memory",
                            m->name, k->name, k->threads, k->smem_bytes);
@@ -328,8 +372,12 @@ static void emit_prototype(s2_buf *b, const char *module, const s2_aot_kernel *k
 static void emit_kernel_comment(s2_buf *b, const s2_aot_kernel *k)
 {
     s2_buf_printf(b, "/* %s (ABI %s): grid (", k->symbol, k->abi->name);
-    for (int d = 0; d < 3; d++)
-        s2_buf_printf(b, "%s%s", d ? ", " : "", k->abi->grid[d] ? k->abi->grid[d] : "1");
+    for (int d = 0; d < 3; d++) {
+        if (k->abi->grid[d] && k->grid_div[d] > 1)
+            s2_buf_printf(b, "%scdiv(%s, %d)", d ? ", " : "", k->abi->grid[d], k->grid_div[d]);
+        else
+            s2_buf_printf(b, "%s%s", d ? ", " : "", k->abi->grid[d] ? k->abi->grid[d] : "1");
+    }
     s2_buf_printf(b, "), %d threads, %d bytes of dynamic shared memory", k->threads, k->smem_bytes);
     if (k->abi->maps == S2_AOT_MAPS_ATTN_FWD)
         s2_buf_printf(b, ";\n * builds the q/k/v tensor maps (%s, D %d, k/v box rows %d; kv_rows = rows of k and v)",
@@ -491,9 +539,14 @@ static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
     s2_buf_puts(b, "\n{\n");
     if (abi->maps == S2_AOT_MAPS_ATTN_FWD)
         s2_buf_puts(b, "    CUtensorMap q_map, k_map, v_map;\n    int64_t s2_tb;\n    CUresult s2_r;\n");
-    for (int d = 0; d < 3; d++)
-        s2_buf_printf(b, "    int64_t s2_g%c = %s%s;\n", "xyz"[d], abi->grid[d] ? "(int64_t)" : "",
-                      abi->grid[d] ? abi->grid[d] : "1");
+    for (int d = 0; d < 3; d++) {
+        if (abi->grid[d] && k->grid_div[d] > 1) /* a negative source stays negative: refused below */
+            s2_buf_printf(b, "    int64_t s2_g%c = %s < 0 ? -1 : ((int64_t)%s + %d) / %d;\n", "xyz"[d], abi->grid[d],
+                          abi->grid[d], k->grid_div[d] - 1, k->grid_div[d]);
+        else
+            s2_buf_printf(b, "    int64_t s2_g%c = %s%s;\n", "xyz"[d], abi->grid[d] ? "(int64_t)" : "",
+                          abi->grid[d] ? abi->grid[d] : "1");
+    }
     if (abi->num_params > 0) {
         s2_buf_printf(b, "    void *s2_args[%d] = {", abi->num_params);
         for (int i = 0; i < abi->num_params; i++)

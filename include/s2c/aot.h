@@ -117,6 +117,27 @@ const s2_aot_abi *s2_aot_abi_attn_fwd(void);
  * launcher: its grid depends on the device's SM count and resident CTAs. */
 const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void);
 
+/* The backward module (S2_KERNEL_BWD, attention.h): three kernels NAME_pre,
+ * NAME_dkdv, NAME_dq with the same 48 parameters, so one ABI each with the
+ * same launcher arguments; call the three launchers in that order on one
+ * stream.
+ *   params  q, k, v, o, d_o, lse, dlse, delta, lse2, dq, dk, dv     CUdeviceptr
+ *             (delta and lse2: fp32 [B][H][Sq] workspaces; the runtime's
+ *             s2_attn_bwd_workspace_bytes workspace is delta, then lse2 at half)
+ *           {q,k,v,o,d_o,dq,dk,dv}_stride_{b,s,h}                  int64
+ *           q_len, kv_len                                         int32
+ *           scale_log2                                            float
+ *           class_of_head, offsets, entries                       CUdeviceptr (packed forward schedule)
+ *           first_q_tile, q_tiles                                 int32
+ *           t_class_of_head, t_offsets, t_entries                 CUdeviceptr (packed transposed schedule)
+ *           kv_tiles                                              int32
+ *   launch  heads, kv_heads, batch                                int32
+ *   grid    pre (cdiv(q_len, grid_div), heads, batch), no shared memory;
+ *           dkdv (kv_tiles, kv_heads, batch); dq (q_tiles, heads, batch) */
+const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void);
+const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void);
+const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void);
+
 typedef struct s2_aot_kernel {
     const char *name;        /* launcher NAME_<name>; a C identifier */
     const char *symbol;      /* the kernel's symbol in the cubin */
@@ -127,6 +148,9 @@ typedef struct s2_aot_kernel {
     s2_dtype dtype;          /* S2_DTYPE_BF16 or S2_DTYPE_F16 */
     int head_dim;            /* D, a positive multiple of 64 */
     int kv_box_rows;         /* k/v box rows, block_n / kv_gather, 1..256 */
+    /* grid_div[d] > 1: grid dimension d is ceil(its source / grid_div[d])
+     * (the backward's NAME_pre: threads / (head_dim / 8) rows per CTA) */
+    int grid_div[3];
 } s2_aot_kernel;
 
 typedef struct s2_aot_module {

@@ -434,15 +434,37 @@ def test_emit_c():
                 errs.append("the launcher does not encode three maps")
         check("--emit c of an sm_90a (tensor-map ABI) kernel: one launcher that encodes q/k/v maps, cc accepts",
               not errs, "\n".join(errs))
-        # backward and decode modules: no C launcher yet, and a clear refusal
-        for kind in ("bwd", "decode"):
-            rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "128", "--dtype",
-                               "bf16", "--arch", "sm_80", "--kind", kind, "--emit", "c",
-                               "-o", os.path.join(d, kind + ".c"))
-            word = "backward" if kind == "bwd" else "decode"
-            check(f"--emit c of a {word} module: exit 1 with a reason",
-                  rc == 1 and word in err and "no C launcher" in err and not os.path.exists(os.path.join(d, kind + ".c")),
-                  f"rc={rc} {err}")
+        # the backward module: three launchers (pre, dkdv, dq) with one signature
+        bdir = os.path.join(d, "bwd")
+        os.mkdir(bdir)
+        rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype", "bf16",
+                           "--arch", "sm_80", "--kind", "bwd", "--emit", "c", "-o", os.path.join(bdir, "bw.c"))
+        launchers = re.findall(r"^launcher (\S+)$", out, re.M)
+        want = ["bw_bwd_dense_bf16_d64" + part for part in ("_pre", "_dkdv", "_dq")]
+        errs = [] if rc == 0 and launchers == want else [f"rc={rc} {launchers} {err}"]
+        if not errs:
+            args = ", ".join(["p"] * 12 + ["0"] * 24 + ["1", "1", "1.0f", "p", "p", "p", "0", "1", "p", "p", "p", "1",
+                                                         "1", "1", "1"])
+            with open(os.path.join(bdir, "user.c"), "w") as u:
+                u.write('#include "bw.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
+                        '    CUresult r = load_bw();\n')
+                for name in launchers:
+                    u.write(f"    if (r == CUDA_SUCCESS)\n        r = {name}(s, {args});\n")
+                u.write('    (void)unload_bw();\n    return (int)r;\n}\n')
+            for src in ("bw.c", "user.c"):
+                p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
+                                    "-I" + bdir, os.path.join(bdir, src), "-o", os.path.join(bdir, src + ".o")],
+                                   capture_output=True, text=True)
+                if p.returncode != 0:
+                    errs.append(p.stderr[-500:])
+        check("--emit c of a backward module: launchers _pre, _dkdv, _dq, cc accepts", not errs, "\n".join(errs))
+        # decode: no C launcher yet, and a clear refusal
+        rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "128", "--dtype",
+                           "bf16", "--arch", "sm_80", "--kind", "decode", "--emit", "c",
+                           "-o", os.path.join(d, "decode.c"))
+        check("--emit c of a decode module: exit 1 with a reason",
+              rc == 1 and "decode" in err and "no C launcher" in err and not os.path.exists(os.path.join(d, "decode.c")),
+              f"rc={rc} {err}")
         # OUT's name without extension, sanitised, names the files and symbols
         rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype", "bf16",
                            "--arch", "sm_80", "--emit", "c", "-o", os.path.join(d, "my-attn.v2.c"))
