@@ -2,7 +2,9 @@
  * for real sm_90a tensor-map cubins, the generated C launcher and
  * s2_attn_forward, given the same tensors, must hand the driver the same
  * grid, block, shared memory and parameter bytes, the three tensor maps
- * included (the fake writes every encode input into the map it returns).
+ * included (the fake writes every encode input into the map it returns);
+ * for backward modules, the three generated launchers and s2_attn_backward
+ * the same three launches.
  * The generated sources are built into a shared object with a shim that
  * forwards the Driver API calls to the fake (which only exports
  * cuGetProcAddress), and loaded with dlopen. */
@@ -35,6 +37,7 @@ static fake_cuda_set_fn fake_set;
 static fake_cuda_get_fn fake_get;
 static fake_cuda_param_sizes_fn fake_param_sizes;
 static fake_cuda_last_params_fn fake_last_params;
+static fake_cuda_launch_at_fn fake_launch_at;
 static char tmp_dir[512];
 
 /* The launcher of s2_aot_abi_attn_fwd_tma (aot.h). */
@@ -161,7 +164,8 @@ static void use_fake(void)
     fake_get = (fake_cuda_get_fn)dlsym(h, "fake_cuda_get");
     fake_param_sizes = (fake_cuda_param_sizes_fn)dlsym(h, "fake_cuda_param_sizes");
     fake_last_params = (fake_cuda_last_params_fn)dlsym(h, "fake_cuda_last_params");
-    ck_assert(fake_set && fake_get && fake_param_sizes && fake_last_params);
+    fake_launch_at = (fake_cuda_launch_at_fn)dlsym(h, "fake_cuda_launch_at");
+    ck_assert(fake_set && fake_get && fake_param_sizes && fake_last_params && fake_launch_at);
 }
 
 typedef struct launch_rec {
@@ -294,6 +298,209 @@ static void check_pattern(int which, s2_dtype dt, int head_dim, int kv_gather, c
     s2_ctx_free(ctx);
 }
 
+/* ---- the backward module ---- */
+
+#define P CUdeviceptr
+#define I int64_t
+typedef CUresult (*bwd_launcher)(CUstream, P, P, P, P, P, P, P, P, P, P, P, P, I, I, I, I, I, I, I, I, I, I, I, I, I,
+                                 I, I, I, I, I, I, I, I, I, I, I, int32_t, int32_t, float, P, P, P, int32_t, int32_t, P,
+                                 P, P, int32_t, int32_t, int32_t, int32_t);
+#undef P
+#undef I
+
+/* Backward parameter sizes (attention.h), packed: 360 bytes. */
+static int bwd_sizes[48];
+enum { BWD_OFF_TAIL = 12 * 8 + 24 * 8, BWD_PARAM_BYTES = BWD_OFF_TAIL + 12 + 24 + 8 + 24 + 4 };
+
+static void init_bwd_sizes(void)
+{
+    for (int i = 0; i < 48; i++)
+        bwd_sizes[i] = i < 36 ? 8 : (i == 39 || i == 40 || i == 41 || i == 44 || i == 45 || i == 46) ? 8 : 4;
+}
+
+typedef struct bwd_gen {
+    s2_pattern_set *set;
+    s2_artifact *art;
+    void *so;
+    bwd_launcher launch[3];
+} bwd_gen;
+
+static void build_bwd_gen(bwd_gen *g, int which, s2_dtype dt, int head_dim, s2_arch arch, const char *mod)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(which, &a);
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &g->set), S2_OK);
+    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = dt, .head_dim = head_dim, .arch = arch};
+    ck_assert_msg(s2_compile_attention(ctx, s2_pattern_set_get(g->set, 0), &spec, S2_CUBIN_AUTO, &g->art) == S2_OK,
+                  "%s", s2_ctx_message(ctx));
+    s2_manifest *m = NULL;
+    const char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(s2_cubin_find_manifest(ctx, g->art->cubin, g->art->cubin_size, &text, &len), S2_OK);
+    ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
+    const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
+    ck_assert_int_eq(mk->spec.kind, S2_KERNEL_BWD);
+    /* what `s2c compile --emit c` does with a backward kernel (tools/s2c.c) */
+    static const char *const part[3] = {"pre", "dkdv", "dq"};
+    char symbols[3][256];
+    s2_aot_kernel k[3];
+    const s2_aot_abi *abi[3] = {s2_aot_abi_attn_bwd_pre(), s2_aot_abi_attn_bwd_dkdv(), s2_aot_abi_attn_bwd_dq()};
+    for (int j = 0; j < 3; j++) {
+        snprintf(symbols[j], sizeof symbols[j], "%s_%s", mk->name, part[j]);
+        k[j] = (s2_aot_kernel){.name = part[j], .symbol = symbols[j], .abi = abi[j], .threads = mk->threads,
+                               .smem_bytes = j == 0 ? 0 : mk->smem_bytes,
+                               .grid_div = {j == 0 ? mk->threads / (mk->spec.head_dim / 8) : 0}};
+    }
+    s2_aot_module am = {.name = mod, .cubin = g->art->cubin, .cubin_size = g->art->cubin_size,
+                        .manifest = g->art->manifest, .kernels = k, .num_kernels = 3};
+    ck_assert_msg(s2_aot_write(ctx, &am, tmp_dir) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_manifest_free(m);
+    char path[700], cmd[2400];
+    snprintf(path, sizeof path, "%s/shim.c", tmp_dir);
+    ck_assert_int_eq(s2_write_file_atomic(ctx, path, shim, strlen(shim)), S2_OK);
+    const char *cc = getenv("CC");
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s -std=c11 -Wall -Wextra -Werror -fPIC -shared -I'%s' %s.c shim.c "
+                              "-o %s.so -ldl 2>&1", tmp_dir, cc && cc[0] ? cc : "cc", S2C_CUDA_INCLUDE, mod, mod);
+    ck_assert_msg(run_cmd(cmd) == 0, "%s", cmd);
+    snprintf(path, sizeof path, "%s/%s.so", tmp_dir, mod);
+    g->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(g->so != NULL, "%s", dlerror());
+    char sym[64];
+    for (int j = 0; j < 3; j++) {
+        snprintf(sym, sizeof sym, "%s_%s", mod, part[j]);
+        g->launch[j] = (bwd_launcher)dlsym(g->so, sym);
+        ck_assert_ptr_nonnull(g->launch[j]);
+    }
+    snprintf(sym, sizeof sym, "load_%s", mod);
+    load_fn load = (load_fn)dlsym(g->so, sym);
+    ck_assert_ptr_nonnull(load);
+    fake_set("set_current", 1);
+    ck_assert_int_eq(load(), CUDA_SUCCESS);
+    s2_ctx_free(ctx);
+}
+
+typedef struct bwd_rec {
+    long long shape[3][8];
+    unsigned char params[3][BWD_PARAM_BYTES];
+} bwd_rec;
+
+static void record_three(bwd_rec *r)
+{
+    for (int j = 0; j < 3; j++) {
+        const unsigned char *p = fake_launch_at(2 - j, r->shape[j]);
+        ck_assert_ptr_nonnull(p);
+        ck_assert_int_eq(r->shape[j][7], BWD_PARAM_BYTES);
+        memcpy(r->params[j], p, BWD_PARAM_BYTES);
+    }
+}
+
+static void compare_bwd(s2_ctx *ctx, s2_attn_kernel *k, const bwd_gen *g, const s2_attn_bwd_args *a, const char *what)
+{
+    bwd_rec rt, aot;
+    long long launches = fake_get("launches");
+    CUstream stream = (CUstream)(uintptr_t)0x50;
+    ck_assert_msg(s2_attn_backward(ctx, k, stream, a) == S2_OK, "%s: %s", what, s2_ctx_message(ctx));
+    ck_assert_int_eq(fake_get("launches"), launches + 3);
+    record_three(&rt);
+    /* the schedules are the caller's: take the runtime's */
+    const unsigned char *t = rt.params[0] + BWD_OFF_TAIL;
+    CUdeviceptr sch[6];
+    int32_t first, tiles, kv_tiles;
+    memcpy(&sch[0], t + 12, 8), memcpy(&sch[1], t + 20, 8), memcpy(&sch[2], t + 28, 8);
+    memcpy(&first, t + 36, 4), memcpy(&tiles, t + 40, 4);
+    memcpy(&sch[3], t + 44, 8), memcpy(&sch[4], t + 52, 8), memcpy(&sch[5], t + 60, 8);
+    memcpy(&kv_tiles, t + 68, 4);
+    size_t ws = s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len);
+    float scale_log2 = (float)(1.0 / sqrt((double)a->head_dim) * 1.4426950408889634);
+    const int64_t *s[8] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride,
+                           a->do_stride, a->dq_stride, a->dk_stride, a->dv_stride};
+    fake_set("set_current", 1);
+    for (int j = 0; j < 3; j++) {
+        CUresult r = g->launch[j](stream, a->q, a->k, a->v, a->o, a->d_o, a->lse, a->d_lse, a->workspace,
+                                  a->workspace + ws / 2, a->dq, a->dk, a->dv, s[0][0], s[0][1], s[0][2], s[1][0],
+                                  s[1][1], s[1][2], s[2][0], s[2][1], s[2][2], s[3][0], s[3][1], s[3][2], s[4][0],
+                                  s[4][1], s[4][2], s[5][0], s[5][1], s[5][2], s[6][0], s[6][1], s[6][2], s[7][0],
+                                  s[7][1], s[7][2], (int32_t)a->q_len, (int32_t)a->kv_len, scale_log2, sch[0], sch[1],
+                                  sch[2], first, tiles, sch[3], sch[4], sch[5], kv_tiles, a->heads, a->kv_heads,
+                                  a->batch);
+        ck_assert_msg(r == CUDA_SUCCESS, "%s: launcher %d returned %d", what, j, (int)r);
+    }
+    ck_assert_int_eq(fake_get("launches"), launches + 6);
+    record_three(&aot);
+    for (int j = 0; j < 3; j++) {
+        for (int i = 0; i < 7; i++)
+            ck_assert_msg(rt.shape[j][i] == aot.shape[j][i], "%s: launch %d shape %d: runtime %lld, launcher %lld",
+                          what, j, i, rt.shape[j][i], aot.shape[j][i]);
+        for (int i = 0; i < BWD_PARAM_BYTES; i++)
+            ck_assert_msg(rt.params[j][i] == aot.params[j][i], "%s: launch %d parameter byte %d", what, j, i);
+    }
+    ck_assert_int_eq(rt.shape[1][0], kv_tiles);
+    ck_assert_int_eq(rt.shape[1][1], a->kv_heads);
+    ck_assert_int_eq(rt.shape[2][0], tiles);
+}
+
+static void check_bwd(int which, s2_dtype dt, int head_dim, s2_arch arch, const char *mod)
+{
+    use_fake();
+    init_bwd_sizes();
+    fake_param_sizes(bwd_sizes, 48);
+    bwd_gen g = {0};
+    s2_ctx *ctx = s2_ctx_new();
+    s2_device *dev = NULL;
+    ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
+    build_bwd_gen(&g, which, dt, head_dim, arch, mod);
+    s2_attn_module *amod = NULL;
+    ck_assert_msg(s2_attn_module_load(ctx, dev, g.art->cubin, g.art->cubin_size, &amod) == S2_OK, "%s",
+                  s2_ctx_message(ctx));
+    s2_attn_kernel *k = s2_attn_module_kernel_at(amod, 0);
+    const s2_pattern *p = s2_attn_kernel_pattern(k);
+    const int B = 2, H = p->heads, HK = p->kv_heads;
+    const int64_t SQ = 200, SK = 260, D = head_dim;
+    s2_devptr t[8], lse, dlse, ws;
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)B * SK * H * D * 2, &t[i]), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)B * H * SQ * 4, &lse), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)B * H * SQ * 4, &dlse), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, s2_attn_bwd_workspace_bytes(B, H, SQ), &ws), S2_OK);
+    s2_attn_bwd_args a = {.batch = B, .q_len = SQ, .kv_len = SK, .heads = H, .kv_heads = HK, .head_dim = (int)D,
+                          .dtype = dt, .q = t[0], .k = t[1], .v = t[2], .o = t[3], .d_o = t[4], .dq = t[5],
+                          .dk = t[6], .dv = t[7], .lse = lse, .d_lse = dlse, .workspace = ws};
+    s2_attn_bwd_args_bshd(&a);
+    compare_bwd(ctx, k, &g, &a, "bshd");
+    /* batch 1, no dlse, q/o/do/dq in BHSD */
+    s2_attn_bwd_args b = a;
+    b.batch = 1, b.d_lse = 0;
+    int64_t bhsd[3] = {H * SQ * D, D, SQ * D};
+    memcpy(b.q_stride, bhsd, sizeof bhsd), memcpy(b.o_stride, bhsd, sizeof bhsd);
+    memcpy(b.do_stride, bhsd, sizeof bhsd), memcpy(b.dq_stride, bhsd, sizeof bhsd);
+    compare_bwd(ctx, k, &g, &b, "batch 1, bhsd, no dlse");
+    for (int i = 0; i < 8; i++)
+        ck_assert_int_eq(s2_mem_free(ctx, dev, t[i]), S2_OK);
+    ck_assert_int_eq(s2_mem_free(ctx, dev, lse), S2_OK);
+    ck_assert_int_eq(s2_mem_free(ctx, dev, dlse), S2_OK);
+    ck_assert_int_eq(s2_mem_free(ctx, dev, ws), S2_OK);
+    s2_attn_module_free(amod);
+    s2_device_free(dev);
+    s2_artifact_free(g.art);
+    s2_pattern_set_free(g.set);
+    s2_ctx_free(ctx);
+}
+
+/* GQA 32/8 on sm_90a (the wgmma backward), bf16 d64 */
+START_TEST(bwd_launchers_match_runtime_sm90a)
+{
+    check_bwd(3, S2_DTYPE_BF16, 64, S2_ARCH_SM90A, "bwa");
+}
+END_TEST
+
+/* causal block 64 on mma.sync, f16 d128 */
+START_TEST(bwd_launchers_match_runtime_sm80)
+{
+    check_bwd(0, S2_DTYPE_F16, 128, S2_ARCH_SM80, "bwb");
+}
+END_TEST
+
 /* GQA 32/8, block 32, bf16 d64: box rows = block_n */
 START_TEST(tma_launcher_matches_runtime_gqa)
 {
@@ -339,6 +546,8 @@ int main(int argc, char **argv)
     tcase_add_test(tc_, tma_launcher_matches_runtime_gqa);
     tcase_add_test(tc_, tma_launcher_matches_runtime_causal);
     tcase_add_test(tc_, tma_launcher_matches_runtime_gathered);
+    tcase_add_test(tc_, bwd_launchers_match_runtime_sm90a);
+    tcase_add_test(tc_, bwd_launchers_match_runtime_sm80);
     suite_add_tcase(s, tc_);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -73,12 +73,20 @@ long long fake_cuda_get(const char *key);
 const char *fake_cuda_last_image(void);
 void fake_cuda_param_sizes(const int *sizes, int n);
 const unsigned char *fake_cuda_last_params(void);
+const unsigned char *fake_cuda_launch_at(int back, long long shape[8]);
 
 /* The launch parameters' sizes are not the driver's to know: a test that
  * wants a launch's parameter bytes declares them (n = 0 stops recording). */
 enum { FAKE_MAX_PARAMS = 64, FAKE_PARAM_BYTES = 2048 };
 static int param_sizes[FAKE_MAX_PARAMS], num_param_sizes;
 static unsigned char last_params[FAKE_PARAM_BYTES];
+/* the last FAKE_HISTORY launches while recording (a module launches several kernels) */
+enum { FAKE_HISTORY = 4 };
+static struct {
+    long long shape[8]; /* grid x y z, block x y z, shared memory, parameter bytes */
+    unsigned char params[FAKE_PARAM_BYTES];
+} history[FAKE_HISTORY];
+static long long history_n;
 
 static long long *slot(const char *key)
 {
@@ -114,6 +122,16 @@ void fake_cuda_param_sizes(const int *sizes, int n)
 }
 
 const unsigned char *fake_cuda_last_params(void) { return last_params; }
+
+/* back = 0: the last recorded launch, 1 the one before...; NULL if none. */
+const unsigned char *fake_cuda_launch_at(int back, long long shape[8])
+{
+    if (back < 0 || back >= FAKE_HISTORY || back >= history_n)
+        return NULL;
+    int at = (int)((history_n - 1 - back) % FAKE_HISTORY);
+    memcpy(shape, history[at].shape, sizeof history[at].shape);
+    return history[at].params;
+}
 
 static void record_params(void **params)
 {
@@ -314,6 +332,12 @@ static CUresult CUDAAPI f_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, u
     S.last_block_x = bx;
     S.last_grid_y = gy, S.last_grid_z = gz, S.last_block_y = by, S.last_block_z = bz;
     record_params(params);
+    if (num_param_sizes > 0) {
+        int at = (int)(history_n++ % FAKE_HISTORY);
+        long long shape[8] = {gx, gy, gz, bx, by, bz, smem, S.last_params_bytes};
+        memcpy(history[at].shape, shape, sizeof shape);
+        memcpy(history[at].params, last_params, (size_t)S.last_params_bytes);
+    }
     return CUDA_SUCCESS;
 }
 
