@@ -117,6 +117,40 @@ const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void) { return &attn_bwd_abis[0]; }
 const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void) { return &attn_bwd_abis[1]; }
 const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void) { return &attn_bwd_abis[2]; }
 
+/* ---- the paged decode kernel (decode.h, S2_KERNEL_DECODE; not NAME_combine) ---- */
+
+static const s2_aot_param attn_decode_params[] = {
+    {"q", S2_AOT_PTR},          {"k_pages", S2_AOT_PTR},     {"v_pages", S2_AOT_PTR},
+    {"o", S2_AOT_PTR},          {"lse", S2_AOT_PTR},         {"ws_o", S2_AOT_PTR},
+    {"ws_lse", S2_AOT_PTR},
+    {"q_stride_b", S2_AOT_I64}, {"q_stride_s", S2_AOT_I64},  {"q_stride_h", S2_AOT_I64},
+    {"k_stride_page", S2_AOT_I64}, {"k_stride_slot", S2_AOT_I64}, {"k_stride_h", S2_AOT_I64},
+    {"v_stride_page", S2_AOT_I64}, {"v_stride_slot", S2_AOT_I64}, {"v_stride_h", S2_AOT_I64},
+    {"o_stride_b", S2_AOT_I64}, {"o_stride_s", S2_AOT_I64},  {"o_stride_h", S2_AOT_I64},
+    {"block_table", S2_AOT_PTR}, {"table_stride_b", S2_AOT_I64}, {"table_stride_h", S2_AOT_I64},
+    {"seq_lens", S2_AOT_PTR},   {"n", S2_AOT_I32},           {"page_size", S2_AOT_I32},
+    {"scale_log2", S2_AOT_F32},
+    {"class_of_kv_head", S2_AOT_PTR}, {"offsets", S2_AOT_PTR}, {"entries", S2_AOT_PTR},
+    {"q_blocks", S2_AOT_I32},
+    {"splits", S2_AOT_I32},     {"counters", S2_AOT_PTR},
+};
+
+static const s2_aot_param attn_decode_launch[] = {
+    {"kv_heads", S2_AOT_I32},
+    {"batch", S2_AOT_I32},
+};
+
+static const s2_aot_abi attn_decode_abi = {
+    .name = "attn_decode",
+    .params = attn_decode_params,
+    .num_params = (int)(sizeof attn_decode_params / sizeof attn_decode_params[0]),
+    .launch_args = attn_decode_launch,
+    .num_launch_args = (int)(sizeof attn_decode_launch / sizeof attn_decode_launch[0]),
+    .grid = {"splits", "kv_heads", "batch"},
+};
+
+const s2_aot_abi *s2_aot_abi_attn_decode(void) { return &attn_decode_abi; }
+
 /* What S2_AOT_MAPS_ATTN_FWD reads (and fills): name and type. */
 static const s2_aot_param fwd_map_inputs[] = {
     {"q", S2_AOT_PTR},          {"k", S2_AOT_PTR},          {"v", S2_AOT_PTR},

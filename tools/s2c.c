@@ -456,7 +456,8 @@ typedef struct aot_names {
 } aot_names;
 
 /* The AOT kernels of one manifest kernel: one for a forward, three for a
- * backward module (NAME_pre, NAME_dkdv, NAME_dq, in launch order). */
+ * backward module (NAME_pre, NAME_dkdv, NAME_dq, in launch order), one for
+ * a decode module (NAME; NAME_combine has none). */
 static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_names *nm)
 {
     const char *base = strncmp(mk->name, "s2_", 3) == 0 ? mk->name + 3 : mk->name;
@@ -469,6 +470,13 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_n
                                 .abi = tma ? s2_aot_abi_attn_fwd_tma() : s2_aot_abi_attn_fwd(),
                                 .threads = mk->threads, .smem_bytes = mk->smem_bytes, .dtype = mk->spec.dtype,
                                 .head_dim = mk->spec.head_dim, .kv_box_rows = mk->spec.block_n / gather};
+        return 1;
+    }
+    if (mk->spec.kind == S2_KERNEL_DECODE) {
+        snprintf(nm->name, sizeof nm->name, "%s", base);
+        snprintf(nm->symbol, sizeof nm->symbol, "%s", mk->name);
+        ks[0] = (s2_aot_kernel){.name = nm->name, .symbol = nm->symbol, .abi = s2_aot_abi_attn_decode(),
+                                .threads = mk->threads, .smem_bytes = mk->smem_bytes};
         return 1;
     }
     static const char *const part[3] = {"_pre", "_dkdv", "_dq"};
@@ -492,14 +500,15 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
     /* the emitter knows the forward's pointer and tensor-map ABIs and the backward's (attention.h, aot.h) */
     for (int i = 0; i < n; i++) {
         const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, i);
-        const char *why = mk->spec.kind == S2_KERNEL_DECODE ? "the decode module"
-                          : mk->spec.kind == S2_KERNEL_FWD && mk->abi == S2_FWD_ABI_TMA_PERSISTENT
+        const char *why = mk->spec.kind == S2_KERNEL_FWD && mk->abi == S2_FWD_ABI_TMA_PERSISTENT
                               ? "the persistent sm_90a forward (its grid depends on the device)"
-                          : mk->spec.kind != S2_KERNEL_FWD && mk->spec.kind != S2_KERNEL_BWD ? "of an unknown kind"
+                          : mk->spec.kind != S2_KERNEL_FWD && mk->spec.kind != S2_KERNEL_BWD &&
+                                    mk->spec.kind != S2_KERNEL_DECODE
+                              ? "of an unknown kind"
                               : NULL;
         if (why) {
             fprintf(stderr, "s2c: --emit c: kernel %s is %s, which has no C launcher yet; C launchers exist for the "
-                    "forward (sm_80/sm_90 pointer ABI, sm_90a tensor-map ABI) and the backward module\n",
+                    "forward (sm_80/sm_90 pointer ABI, sm_90a tensor-map ABI), the backward module and decode\n",
                     mk->name, why);
             return EXIT_INPUT;
         }

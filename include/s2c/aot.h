@@ -138,6 +138,21 @@ const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void);
 const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void);
 const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void);
 
+/* The paged decode kernel NAME of a decode module (S2_KERNEL_DECODE,
+ * decode.h); NAME_combine (a 1 KB by-value parameter) has no launcher.
+ *   params  q, k_pages, v_pages, o, lse, ws_o, ws_lse                  CUdeviceptr
+ *           q_stride_{b,s,h}, k_stride_{page,slot,h}, v_stride_{page,slot,h}, o_stride_{b,s,h}   int64
+ *           block_table CUdeviceptr, table_stride_b, table_stride_h int64
+ *           seq_lens CUdeviceptr, n, page_size int32, scale_log2 float
+ *           class_of_kv_head, offsets, entries CUdeviceptr, q_blocks int32   (packed kept-block lists,
+ *             s2_decode_lists_pack, decode.h)
+ *           splits int32, counters CUdeviceptr (i32 [B][kv_heads], zeroed once; splits > 1)
+ *   launch  kv_heads, batch                                              int32
+ *   grid    (splits, kv_heads, batch)
+ * With splits > 1, ws_o / ws_lse / counters are the caller's workspace
+ * (decode.h gives their shapes; s2_attn_decode carves them from one buffer). */
+const s2_aot_abi *s2_aot_abi_attn_decode(void);
+
 typedef struct s2_aot_kernel {
     const char *name;        /* launcher NAME_<name>; a C identifier */
     const char *symbol;      /* the kernel's symbol in the cubin */

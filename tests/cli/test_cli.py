@@ -458,13 +458,30 @@ def test_emit_c():
                 if p.returncode != 0:
                     errs.append(p.stderr[-500:])
         check("--emit c of a backward module: launchers _pre, _dkdv, _dq, cc accepts", not errs, "\n".join(errs))
-        # decode: no C launcher yet, and a clear refusal
+        # decode: one launcher for NAME (NAME_combine has none)
+        ddir = os.path.join(d, "dec")
+        os.mkdir(ddir)
         rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "128", "--dtype",
                            "bf16", "--arch", "sm_80", "--kind", "decode", "--emit", "c",
-                           "-o", os.path.join(d, "decode.c"))
-        check("--emit c of a decode module: exit 1 with a reason",
-              rc == 1 and "decode" in err and "no C launcher" in err and not os.path.exists(os.path.join(d, "decode.c")),
-              f"rc={rc} {err}")
+                           "-o", os.path.join(ddir, "dec.c"))
+        launchers = re.findall(r"^launcher (\S+)$", out, re.M)
+        errs = [] if rc == 0 and launchers == ["dec_dec_dense_bf16_d128"] else [f"rc={rc} {launchers} {err}"]
+        if not errs:
+            args = ", ".join(["p"] * 7 + ["0"] * 12 + ["p", "0", "0", "p", "1", "16", "1.0f", "p", "p", "p", "1",
+                                                        "1", "p", "1", "1"])
+            with open(os.path.join(ddir, "user.c"), "w") as u:
+                u.write('#include "dec.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
+                        f'    CUresult r = load_dec();\n    if (r == CUDA_SUCCESS)\n        r = {launchers[0]}(s, {args});\n'
+                        '    (void)unload_dec();\n    return (int)r;\n}\n')
+            for src in ("dec.c", "user.c"):
+                p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
+                                    "-I" + ddir, os.path.join(ddir, src), "-o", os.path.join(ddir, src + ".o")],
+                                   capture_output=True, text=True)
+                if p.returncode != 0:
+                    errs.append(p.stderr[-500:])
+            if "_combine" in open(os.path.join(ddir, "dec.h")).read():
+                errs.append("a combine launcher")
+        check("--emit c of a decode module: one decode launcher, cc accepts", not errs, "\n".join(errs))
         # OUT's name without extension, sanitised, names the files and symbols
         rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype", "bf16",
                            "--arch", "sm_80", "--emit", "c", "-o", os.path.join(d, "my-attn.v2.c"))
