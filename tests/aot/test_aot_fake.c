@@ -4,7 +4,8 @@
  * grid, block, shared memory and parameter bytes, the three tensor maps
  * included (the fake writes every encode input into the map it returns);
  * for backward modules, the three generated launchers and s2_attn_backward
- * the same three launches.
+ * the same three launches; for decode modules, the decode launcher and
+ * s2_attn_decode the same launch.
  * The generated sources are built into a shared object with a shim that
  * forwards the Driver API calls to the fake (which only exports
  * cuGetProcAddress), and loaded with dlopen. */
@@ -487,6 +488,157 @@ static void check_bwd(int which, s2_dtype dt, int head_dim, s2_arch arch, const 
     s2_ctx_free(ctx);
 }
 
+/* ---- the decode kernel ---- */
+
+#define P CUdeviceptr
+#define I int64_t
+typedef CUresult (*dec_launcher)(CUstream, P, P, P, P, P, P, P, I, I, I, I, I, I, I, I, I, I, I, I, P, I, I, P, int32_t,
+                                 int32_t, float, P, P, P, int32_t, int32_t, P, int32_t, int32_t);
+#undef P
+#undef I
+
+static const int dec_sizes[32] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8,
+                                  8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 4, 8};
+enum { DEC_PARAM_BYTES = 236 };
+
+static void check_decode(int which, s2_dtype dt, int head_dim, s2_arch arch, int splits, const char *mod)
+{
+    use_fake();
+    fake_param_sizes(dec_sizes, 32);
+    s2_ctx *ctx = s2_ctx_new();
+    s2_device *dev = NULL;
+    ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_pattern_set *set = NULL;
+    s2_artifact *art = NULL;
+    s2_local_stride_args la;
+    attn_pattern_args(which, &la);
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &la, &set), S2_OK);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    s2_kernel_spec spec = {.kind = S2_KERNEL_DECODE, .dtype = dt, .head_dim = head_dim, .arch = arch};
+    ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_manifest *m = NULL;
+    const char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &text, &len), S2_OK);
+    ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
+    const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
+    ck_assert_int_eq(mk->spec.kind, S2_KERNEL_DECODE);
+    s2_aot_kernel k = {.name = "dec", .symbol = mk->name, .abi = s2_aot_abi_attn_decode(), .threads = mk->threads,
+                       .smem_bytes = mk->smem_bytes};
+    s2_aot_module am = {.name = mod, .cubin = art->cubin, .cubin_size = art->cubin_size, .manifest = art->manifest,
+                        .kernels = &k, .num_kernels = 1};
+    ck_assert_msg(s2_aot_write(ctx, &am, tmp_dir) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_manifest_free(m);
+    char path[700], cmd[2400], sym[64];
+    snprintf(path, sizeof path, "%s/shim.c", tmp_dir);
+    ck_assert_int_eq(s2_write_file_atomic(ctx, path, shim, strlen(shim)), S2_OK);
+    const char *cc = getenv("CC");
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s -std=c11 -Wall -Wextra -Werror -fPIC -shared -I'%s' %s.c shim.c "
+                              "-o %s.so -ldl 2>&1", tmp_dir, cc && cc[0] ? cc : "cc", S2C_CUDA_INCLUDE, mod, mod);
+    ck_assert_msg(run_cmd(cmd) == 0, "%s", cmd);
+    snprintf(path, sizeof path, "%s/%s.so", tmp_dir, mod);
+    void *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(so != NULL, "%s", dlerror());
+    snprintf(sym, sizeof sym, "%s_dec", mod);
+    dec_launcher launch = (dec_launcher)dlsym(so, sym);
+    snprintf(sym, sizeof sym, "load_%s", mod);
+    load_fn load = (load_fn)dlsym(so, sym);
+    ck_assert(launch && load);
+    fake_set("set_current", 1);
+    ck_assert_int_eq(load(), CUDA_SUCCESS);
+
+    s2_attn_kernel *ak = NULL;
+    ck_assert_msg(s2_attn_load(ctx, dev, art->cubin, art->cubin_size, NULL, dt, head_dim, &ak) == S2_OK, "%s",
+                  s2_ctx_message(ctx));
+    enum { B = 2, PS = 16, MAXP = 4, NP = B * MAXP };
+    const int H = p->heads, HK = p->kv_heads;
+    const int64_t D = head_dim;
+    s2_devptr q, o, lse, kp, vp, table, lens, ws = 0;
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)B * H * D * 2, &q), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)B * H * D * 2, &o), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)B * H * 4, &lse), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)NP * PS * HK * D * 2, &kp), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)NP * PS * HK * D * 2, &vp), S2_OK);
+    int32_t tab[B * MAXP], sl[B] = {50, 33};
+    for (int i = 0; i < B * MAXP; i++)
+        tab[i] = B * MAXP - 1 - i;
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, sizeof tab, &table), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, sizeof sl, &lens), S2_OK);
+    ck_assert_int_eq(s2_memcpy_h2d(ctx, dev, table, tab, sizeof tab), S2_OK);
+    ck_assert_int_eq(s2_memcpy_h2d(ctx, dev, lens, sl, sizeof sl), S2_OK);
+    s2_attn_decode_args a = {.batch = B, .n_new = 1, .heads = H, .kv_heads = HK, .head_dim = (int)D, .dtype = dt,
+                             .q = q, .o = o, .lse = lse, .k_pages = kp, .v_pages = vp, .num_pages = NP,
+                             .page_size = PS, .q_stride = {H * D, H * D, D}, .o_stride = {H * D, H * D, D},
+                             .k_stride = {PS * HK * D, HK * D, D}, .v_stride = {PS * HK * D, HK * D, D},
+                             .block_table = table, .table_stride = {MAXP, 0}, .max_pages_per_seq = MAXP,
+                             .seq_lens = lens, .max_seq_len = MAXP * PS, .splits = splits};
+    size_t wsb = 0;
+    ck_assert_msg(s2_attn_decode_workspace(ctx, ak, &a, &wsb) == S2_OK, "%s", s2_ctx_message(ctx));
+    if (wsb) {
+        ck_assert_int_eq(s2_mem_alloc(ctx, dev, wsb, &ws), S2_OK);
+        ck_assert_int_eq(s2_memset_d8(ctx, dev, ws, 0, wsb), S2_OK);
+    }
+    a.workspace = ws;
+    long long launches = fake_get("launches");
+    CUstream stream = (CUstream)(uintptr_t)0x60;
+    ck_assert_msg(s2_attn_decode(ctx, ak, stream, &a) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_int_eq(fake_get("launches"), launches + 1);
+    long long rs[8], gs[8];
+    unsigned char rt[DEC_PARAM_BYTES];
+    const unsigned char *rp = fake_launch_at(0, rs);
+    ck_assert_ptr_nonnull(rp);
+    ck_assert_int_eq(rs[7], DEC_PARAM_BYTES);
+    memcpy(rt, rp, DEC_PARAM_BYTES);
+    /* the workspace carving and the kept-block lists are the caller's: take the runtime's */
+    CUdeviceptr ws_o, ws_lse, cls, offs, ent, counters;
+    int32_t qb, sp;
+    memcpy(&ws_o, rt + 40, 8), memcpy(&ws_lse, rt + 48, 8);
+    memcpy(&cls, rt + 196, 8), memcpy(&offs, rt + 204, 8), memcpy(&ent, rt + 212, 8);
+    memcpy(&qb, rt + 220, 4), memcpy(&sp, rt + 224, 4), memcpy(&counters, rt + 228, 8);
+    ck_assert_int_eq(sp, splits);
+    ck_assert(splits > 1 ? ws_o != 0 && counters == ws : ws_o == 0 && counters == 0);
+    float scale_log2 = (float)(1.0 / sqrt((double)D) * 1.4426950408889634);
+    fake_set("set_current", 1);
+    CUresult r = launch(stream, q, kp, vp, o, lse, ws_o, ws_lse, a.q_stride[0], a.q_stride[1], a.q_stride[2],
+                        a.k_stride[0], a.k_stride[1], a.k_stride[2], a.v_stride[0], a.v_stride[1], a.v_stride[2],
+                        a.o_stride[0], a.o_stride[1], a.o_stride[2], table, MAXP, 0, lens, 1, PS, scale_log2, cls,
+                        offs, ent, qb, sp, counters, HK, B);
+    ck_assert_int_eq(r, CUDA_SUCCESS);
+    ck_assert_int_eq(fake_get("launches"), launches + 2);
+    const unsigned char *gp = fake_launch_at(0, gs);
+    ck_assert_ptr_nonnull(gp);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(rs[i] == gs[i], "decode shape %d: runtime %lld, launcher %lld", i, rs[i], gs[i]);
+    ck_assert_int_eq(rs[0], splits);
+    ck_assert_int_eq(rs[1], HK);
+    for (int i = 0; i < DEC_PARAM_BYTES; i++)
+        ck_assert_msg(rt[i] == gp[i], "decode parameter byte %d", i);
+
+    s2_devptr bufs[] = {q, o, lse, kp, vp, table, lens, ws};
+    for (int i = 0; i < 8; i++)
+        if (bufs[i])
+            ck_assert_int_eq(s2_mem_free(ctx, dev, bufs[i]), S2_OK);
+    s2_attn_kernel_free(ak);
+    s2_device_free(dev);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+
+/* GQA 32/8 (group 4), bf16 d128, three KV splits through the workspace */
+START_TEST(decode_launcher_matches_runtime_split)
+{
+    check_decode(3, S2_DTYPE_BF16, 128, S2_ARCH_SM80, 3, "deca");
+}
+END_TEST
+
+/* causal 4 heads, f16 d64, one split (no workspace) */
+START_TEST(decode_launcher_matches_runtime_single)
+{
+    check_decode(0, S2_DTYPE_F16, 64, S2_ARCH_SM80, 1, "decb");
+}
+END_TEST
+
 /* GQA 32/8 on sm_90a (the wgmma backward), bf16 d64 */
 START_TEST(bwd_launchers_match_runtime_sm90a)
 {
@@ -548,6 +700,8 @@ int main(int argc, char **argv)
     tcase_add_test(tc_, tma_launcher_matches_runtime_gathered);
     tcase_add_test(tc_, bwd_launchers_match_runtime_sm90a);
     tcase_add_test(tc_, bwd_launchers_match_runtime_sm80);
+    tcase_add_test(tc_, decode_launcher_matches_runtime_split);
+    tcase_add_test(tc_, decode_launcher_matches_runtime_single);
     suite_add_tcase(s, tc_);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
