@@ -317,7 +317,7 @@ static s2_status check_module(s2_ctx *ctx, const s2_aot_module *m)
         if (!k->symbol || !k->symbol[0])
             return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s has no symbol", m->name, k->name);
         for (int d = 0; d < 3; d++)
-            if (k->grid_div[d] < 0 || (k->grid_div[d] > 1 && !k->abi->grid[d]))
+            if (k->grid_div[d] < 0 || (k->grid_div[d] > 1 && (!k->abi || !k->abi->grid[d])))
                 return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s divides grid dimension %c by %d",
                                m->name, k->name, "xyz"[d], k->grid_div[d]);
         if (k->threads < 1 || k->threads > 1024 || k->smem_bytes < 0)

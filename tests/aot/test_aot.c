@@ -443,6 +443,20 @@ START_TEST(invalid_modules)
         ck_assert_msg(strstr(s2_ctx_message(ctx), cases[i].msg) != NULL, "%s: \"%s\"", cases[i].what,
                       s2_ctx_message(ctx));
     }
+    /* a divisor on a constant grid dimension, a negative one */
+    s2_aot_kernel div = {.name = "k", .symbol = "s", .abi = &(s2_aot_abi){.name = "x", .grid = {NULL, NULL, NULL}},
+                         .threads = 32, .grid_div = {4}};
+    s2_aot_module dm = {.name = "m", .cubin = cubin, .cubin_size = 16, .kernels = &div, .num_kernels = 1};
+    ck_assert_int_eq(s2_aot_emit(ctx, &dm, &h, &c), S2_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "divides grid dimension x by 4"));
+    div.abi = s2_aot_abi_attn_bwd_pre();
+    div.grid_div[0] = -2;
+    ck_assert_int_eq(s2_aot_emit(ctx, &dm, &h, &c), S2_ERR_INVALID);
+    div.grid_div[0] = 16;
+    ck_assert_int_eq(s2_aot_emit(ctx, &dm, &h, &c), S2_OK);
+    ck_assert_ptr_nonnull(strstr(c, "int64_t s2_gx = q_len < 0 ? -1 : ((int64_t)q_len + 15) / 16;"));
+    free(h);
+    free(c);
     /* two kernels of one name */
     s2_aot_kernel two[2] = {{.name = "k", .symbol = "a", .abi = fwd, .threads = 32},
                             {.name = "k", .symbol = "b", .abi = fwd, .threads = 32}};
