@@ -41,6 +41,128 @@ static const s2_aot_abi attn_fwd_abi = {
 
 const s2_aot_abi *s2_aot_abi_attn_fwd(void) { return &attn_fwd_abi; }
 
+/* ---- the sm_90a tensor-map forward (attention.h, S2_FWD_ABI_TMA) ---- */
+
+static const s2_aot_param attn_fwd_tma_params[] = {
+    {"q", S2_AOT_PTR},          {"k", S2_AOT_PTR},          {"v", S2_AOT_PTR},
+    {"o", S2_AOT_PTR},          {"lse", S2_AOT_PTR},
+    {"q_stride_b", S2_AOT_I64}, {"q_stride_s", S2_AOT_I64}, {"q_stride_h", S2_AOT_I64},
+    {"k_stride_b", S2_AOT_I64}, {"k_stride_s", S2_AOT_I64}, {"k_stride_h", S2_AOT_I64},
+    {"v_stride_b", S2_AOT_I64}, {"v_stride_s", S2_AOT_I64}, {"v_stride_h", S2_AOT_I64},
+    {"o_stride_b", S2_AOT_I64}, {"o_stride_s", S2_AOT_I64}, {"o_stride_h", S2_AOT_I64},
+    {"q_len", S2_AOT_I32},      {"kv_len", S2_AOT_I32},
+    {"scale_log2", S2_AOT_F32},
+    {"class_of_head", S2_AOT_PTR}, {"offsets", S2_AOT_PTR}, {"entries", S2_AOT_PTR},
+    {"first_q_tile", S2_AOT_I32},  {"q_tiles", S2_AOT_I32},
+    {"q_map", S2_AOT_TMAP},        {"k_map", S2_AOT_TMAP},  {"v_map", S2_AOT_TMAP},
+    {"seqinfo", S2_AOT_PTR},
+};
+
+static const s2_aot_param attn_fwd_tma_launch[] = {
+    {"heads", S2_AOT_I32},
+    {"batch", S2_AOT_I32},
+    {"kv_heads", S2_AOT_I32},
+    {"kv_rows", S2_AOT_I64},
+};
+
+static const s2_aot_abi attn_fwd_tma_abi = {
+    .name = "attn_fwd_tma",
+    .params = attn_fwd_tma_params,
+    .num_params = (int)(sizeof attn_fwd_tma_params / sizeof attn_fwd_tma_params[0]),
+    .launch_args = attn_fwd_tma_launch,
+    .num_launch_args = (int)(sizeof attn_fwd_tma_launch / sizeof attn_fwd_tma_launch[0]),
+    .grid = {"q_tiles", "heads", "batch"},
+    .maps = S2_AOT_MAPS_ATTN_FWD,
+};
+
+const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void) { return &attn_fwd_tma_abi; }
+
+/* ---- the backward module (attention.h, S2_KERNEL_BWD) ---- */
+
+#define BWD_STRIDES(t) {t "_stride_b", S2_AOT_I64}, {t "_stride_s", S2_AOT_I64}, {t "_stride_h", S2_AOT_I64}
+
+static const s2_aot_param attn_bwd_params[] = {
+    {"q", S2_AOT_PTR},     {"k", S2_AOT_PTR},     {"v", S2_AOT_PTR},     {"o", S2_AOT_PTR},
+    {"d_o", S2_AOT_PTR},   {"lse", S2_AOT_PTR},   {"dlse", S2_AOT_PTR},  {"delta", S2_AOT_PTR},
+    {"lse2", S2_AOT_PTR},  {"dq", S2_AOT_PTR},    {"dk", S2_AOT_PTR},    {"dv", S2_AOT_PTR},
+    BWD_STRIDES("q"),      BWD_STRIDES("k"),      BWD_STRIDES("v"),      BWD_STRIDES("o"),
+    BWD_STRIDES("d_o"),    BWD_STRIDES("dq"),     BWD_STRIDES("dk"),     BWD_STRIDES("dv"),
+    {"q_len", S2_AOT_I32}, {"kv_len", S2_AOT_I32}, {"scale_log2", S2_AOT_F32},
+    {"class_of_head", S2_AOT_PTR},   {"offsets", S2_AOT_PTR},   {"entries", S2_AOT_PTR},
+    {"first_q_tile", S2_AOT_I32},    {"q_tiles", S2_AOT_I32},
+    {"t_class_of_head", S2_AOT_PTR}, {"t_offsets", S2_AOT_PTR}, {"t_entries", S2_AOT_PTR},
+    {"kv_tiles", S2_AOT_I32},
+};
+
+static const s2_aot_param attn_bwd_launch[] = {
+    {"heads", S2_AOT_I32},
+    {"kv_heads", S2_AOT_I32},
+    {"batch", S2_AOT_I32},
+};
+
+#define BWD_ABI(nm, gx, gy)                                                                  \
+    {.name = nm, .params = attn_bwd_params,                                                  \
+     .num_params = (int)(sizeof attn_bwd_params / sizeof attn_bwd_params[0]),                \
+     .launch_args = attn_bwd_launch,                                                         \
+     .num_launch_args = (int)(sizeof attn_bwd_launch / sizeof attn_bwd_launch[0]),           \
+     .grid = {gx, gy, "batch"}}
+
+static const s2_aot_abi attn_bwd_abis[3] = {
+    BWD_ABI("attn_bwd_pre", "q_len", "heads"),
+    BWD_ABI("attn_bwd_dkdv", "kv_tiles", "kv_heads"),
+    BWD_ABI("attn_bwd_dq", "q_tiles", "heads"),
+};
+
+const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void) { return &attn_bwd_abis[0]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void) { return &attn_bwd_abis[1]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void) { return &attn_bwd_abis[2]; }
+
+/* ---- the paged decode kernel (decode.h, S2_KERNEL_DECODE; not NAME_combine) ---- */
+
+static const s2_aot_param attn_decode_params[] = {
+    {"q", S2_AOT_PTR},          {"k_pages", S2_AOT_PTR},     {"v_pages", S2_AOT_PTR},
+    {"o", S2_AOT_PTR},          {"lse", S2_AOT_PTR},         {"ws_o", S2_AOT_PTR},
+    {"ws_lse", S2_AOT_PTR},
+    {"q_stride_b", S2_AOT_I64}, {"q_stride_s", S2_AOT_I64},  {"q_stride_h", S2_AOT_I64},
+    {"k_stride_page", S2_AOT_I64}, {"k_stride_slot", S2_AOT_I64}, {"k_stride_h", S2_AOT_I64},
+    {"v_stride_page", S2_AOT_I64}, {"v_stride_slot", S2_AOT_I64}, {"v_stride_h", S2_AOT_I64},
+    {"o_stride_b", S2_AOT_I64}, {"o_stride_s", S2_AOT_I64},  {"o_stride_h", S2_AOT_I64},
+    {"block_table", S2_AOT_PTR}, {"table_stride_b", S2_AOT_I64}, {"table_stride_h", S2_AOT_I64},
+    {"seq_lens", S2_AOT_PTR},   {"n", S2_AOT_I32},           {"page_size", S2_AOT_I32},
+    {"scale_log2", S2_AOT_F32},
+    {"class_of_kv_head", S2_AOT_PTR}, {"offsets", S2_AOT_PTR}, {"entries", S2_AOT_PTR},
+    {"q_blocks", S2_AOT_I32},
+    {"splits", S2_AOT_I32},     {"counters", S2_AOT_PTR},
+};
+
+static const s2_aot_param attn_decode_launch[] = {
+    {"kv_heads", S2_AOT_I32},
+    {"batch", S2_AOT_I32},
+};
+
+static const s2_aot_abi attn_decode_abi = {
+    .name = "attn_decode",
+    .params = attn_decode_params,
+    .num_params = (int)(sizeof attn_decode_params / sizeof attn_decode_params[0]),
+    .launch_args = attn_decode_launch,
+    .num_launch_args = (int)(sizeof attn_decode_launch / sizeof attn_decode_launch[0]),
+    .grid = {"splits", "kv_heads", "batch"},
+};
+
+const s2_aot_abi *s2_aot_abi_attn_decode(void) { return &attn_decode_abi; }
+
+/* What S2_AOT_MAPS_ATTN_FWD reads (and fills): name and type. */
+static const s2_aot_param fwd_map_inputs[] = {
+    {"q", S2_AOT_PTR},          {"k", S2_AOT_PTR},          {"v", S2_AOT_PTR},
+    {"q_stride_b", S2_AOT_I64}, {"q_stride_s", S2_AOT_I64}, {"q_stride_h", S2_AOT_I64},
+    {"k_stride_b", S2_AOT_I64}, {"k_stride_s", S2_AOT_I64}, {"k_stride_h", S2_AOT_I64},
+    {"v_stride_b", S2_AOT_I64}, {"v_stride_s", S2_AOT_I64}, {"v_stride_h", S2_AOT_I64},
+    {"q_len", S2_AOT_I32},      {"kv_rows", S2_AOT_I64},
+    {"heads", S2_AOT_I32},      {"kv_heads", S2_AOT_I32},   {"batch", S2_AOT_I32},
+    {"seqinfo", S2_AOT_PTR},
+    {"q_map", S2_AOT_TMAP},     {"k_map", S2_AOT_TMAP},     {"v_map", S2_AOT_TMAP},
+};
+
 /* ---- checks ---- */
 
 static const char *const c_keywords[] = {
@@ -71,6 +193,7 @@ static const char *c_type(s2_aot_type t)
     case S2_AOT_I32: return "int32_t";
     case S2_AOT_I64: return "int64_t";
     case S2_AOT_F32: return "float";
+    case S2_AOT_TMAP: return "CUtensorMap";
     default: return NULL;
     }
 }
@@ -113,6 +236,35 @@ static s2_status check_unique(s2_ctx *ctx, const s2_aot_abi *abi, const s2_aot_p
     return S2_OK;
 }
 
+static int count_maps(const s2_aot_abi *abi)
+{
+    int n = 0;
+    for (int i = 0; i < abi->num_params; i++)
+        n += abi->params[i].type == S2_AOT_TMAP;
+    return n;
+}
+
+/* Tensor maps only where a known convention builds them, from parameters
+ * that exist with the types it needs. */
+static s2_status check_maps(s2_ctx *ctx, const s2_aot_abi *abi)
+{
+    int n = count_maps(abi);
+    if (abi->maps == S2_AOT_MAPS_NONE)
+        return n == 0 ? S2_OK : s2_fail(ctx, S2_ERR_INVALID, "ABI %s: tensor-map parameters but no way to build them",
+                                        abi->name);
+    if (abi->maps != S2_AOT_MAPS_ATTN_FWD)
+        return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: unknown tensor-map convention %d", abi->name, (int)abi->maps);
+    if (n != 3)
+        return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: the forward's tensor maps are q_map, k_map, v_map", abi->name);
+    for (size_t i = 0; i < sizeof fwd_map_inputs / sizeof fwd_map_inputs[0]; i++) {
+        const s2_aot_param *p = abi_find(abi, fwd_map_inputs[i].name);
+        if (!p || p->type != fwd_map_inputs[i].type)
+            return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: the forward's tensor maps need %s %s", abi->name,
+                           c_type(fwd_map_inputs[i].type), fwd_map_inputs[i].name);
+    }
+    return S2_OK;
+}
+
 static s2_status check_abi(s2_ctx *ctx, const s2_aot_abi *abi)
 {
     if (!abi || !abi->name)
@@ -124,6 +276,12 @@ static s2_status check_abi(s2_ctx *ctx, const s2_aot_abi *abi)
         st = check_unique(ctx, abi, abi->params, abi->num_params);
     if (st == S2_OK)
         st = check_unique(ctx, abi, abi->launch_args, abi->num_launch_args);
+    for (int i = 0; st == S2_OK && i < abi->num_launch_args; i++)
+        if (abi->launch_args[i].type == S2_AOT_TMAP)
+            st = s2_fail(ctx, S2_ERR_INVALID, "ABI %s: launch argument %s is a tensor map", abi->name,
+                         abi->launch_args[i].name);
+    if (st == S2_OK)
+        st = check_maps(ctx, abi);
     for (int d = 0; st == S2_OK && d < 3; d++) {
         if (!abi->grid[d])
             continue;
@@ -144,7 +302,7 @@ static s2_status check_module(s2_ctx *ctx, const s2_aot_module *m)
         return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: no cubin", m->name);
     if (m->num_kernels < 1 || !m->kernels)
         return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: no kernels", m->name);
-    static const char *const reserved[] = {"cubin", "cubin_size", "manifest", "module", "functions"};
+    static const char *const reserved[] = {"cubin", "cubin_size", "manifest", "module", "functions", "encode_map"};
     for (int i = 0; i < m->num_kernels; i++) {
         const s2_aot_kernel *k = &m->kernels[i];
         if (!is_ident(k->name))
@@ -158,12 +316,21 @@ static s2_status check_module(s2_ctx *ctx, const s2_aot_module *m)
                 return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: two kernels are called %s", m->name, k->name);
         if (!k->symbol || !k->symbol[0])
             return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s has no symbol", m->name, k->name);
+        for (int d = 0; d < 3; d++)
+            if (k->grid_div[d] < 0 || (k->grid_div[d] > 1 && (!k->abi || !k->abi->grid[d])))
+                return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s divides grid dimension %c by %d",
+                               m->name, k->name, "xyz"[d], k->grid_div[d]);
         if (k->threads < 1 || k->threads > 1024 || k->smem_bytes < 0)
             return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s launches %d threads with %d bytes of shared memory",
                            m->name, k->name, k->threads, k->smem_bytes);
         s2_status st = check_abi(ctx, k->abi);
         if (st != S2_OK)
             return st;
+        if (k->abi->maps == S2_AOT_MAPS_ATTN_FWD &&
+            ((k->dtype != S2_DTYPE_BF16 && k->dtype != S2_DTYPE_F16) || k->head_dim < 64 || k->head_dim % 64 != 0 ||
+             k->head_dim > 256 || k->kv_box_rows < 1 || k->kv_box_rows > 256))
+            return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s: tensor maps of dtype %d, head_dim %d, "
+                           "%d k/v rows per box", m->name, k->name, (int)k->dtype, k->head_dim, k->kv_box_rows);
     }
     return S2_OK;
 }
@@ -223,7 +390,8 @@ static void emit_bytes(s2_buf *b, const char *name, const uint8_t *data, size_t 
 static void emit_params(s2_buf *b, const s2_aot_param *list, int n)
 {
     for (int i = 0; i < n; i++)
-        s2_buf_printf(b, ",\n    %s %s", c_type(list[i].type), list[i].name);
+        if (list[i].type != S2_AOT_TMAP)
+            s2_buf_printf(b, ",\n    %s %s", c_type(list[i].type), list[i].name);
 }
 
 /* "CUresult NAME_KERNEL(CUstream stream, ...)" without the terminator. */
@@ -238,9 +406,17 @@ static void emit_prototype(s2_buf *b, const char *module, const s2_aot_kernel *k
 static void emit_kernel_comment(s2_buf *b, const s2_aot_kernel *k)
 {
     s2_buf_printf(b, "/* %s (ABI %s): grid (", k->symbol, k->abi->name);
-    for (int d = 0; d < 3; d++)
-        s2_buf_printf(b, "%s%s", d ? ", " : "", k->abi->grid[d] ? k->abi->grid[d] : "1");
-    s2_buf_printf(b, "), %d threads, %d bytes of dynamic shared memory */\n", k->threads, k->smem_bytes);
+    for (int d = 0; d < 3; d++) {
+        if (k->abi->grid[d] && k->grid_div[d] > 1)
+            s2_buf_printf(b, "%scdiv(%s, %d)", d ? ", " : "", k->abi->grid[d], k->grid_div[d]);
+        else
+            s2_buf_printf(b, "%s%s", d ? ", " : "", k->abi->grid[d] ? k->abi->grid[d] : "1");
+    }
+    s2_buf_printf(b, "), %d threads, %d bytes of dynamic shared memory", k->threads, k->smem_bytes);
+    if (k->abi->maps == S2_AOT_MAPS_ATTN_FWD)
+        s2_buf_printf(b, ";\n * builds the q/k/v tensor maps (%s, D %d, k/v box rows %d; kv_rows = rows of k and v)",
+                      k->dtype == S2_DTYPE_BF16 ? "bf16" : "f16", k->head_dim, k->kv_box_rows);
+    s2_buf_puts(b, " */\n");
 }
 
 static bool used_in_grid(const s2_aot_abi *abi, const char *name)
@@ -323,6 +499,69 @@ static void emit_load(s2_buf *b, const s2_aot_module *m)
     s2_buf_printf(b, "    return CUDA_SUCCESS;\nfail:\n    (void)unload_%s();\n    return r;\n}\n", n);
 }
 
+static bool module_has_maps(const s2_aot_module *m)
+{
+    for (int i = 0; i < m->num_kernels; i++)
+        if (m->kernels[i].abi->maps != S2_AOT_MAPS_NONE)
+            return true;
+    return false;
+}
+
+/* The encoder of S2_AOT_MAPS_ATTN_FWD, the rules of s2_attn_fwd_tensor_maps
+ * (runtime/attn.c) in generated C: element strides (batch, seq, head) become
+ * byte strides of dims 1..3, and a dimension of extent 1 is never stepped
+ * over, so its stride (possibly anything) is replaced by one the driver
+ * accepts. */
+static void emit_map_encoder(s2_buf *b, const s2_aot_module *m)
+{
+    s2_buf_printf(b, "\nstatic CUresult %s_encode_map(CUtensorMap *map, CUtensorMapDataType type, CUdeviceptr base,\n"
+                     "    int64_t d, int64_t elem, int64_t rows, int64_t heads, int64_t batch,\n"
+                     "    int64_t stride_b, int64_t stride_s, int64_t stride_h, cuuint32_t box_rows)\n{\n", m->name);
+    s2_buf_puts(b, "    cuuint64_t dims[4];\n    cuuint64_t strides[3];\n"
+                   "    cuuint32_t box[4];\n    cuuint32_t step[4] = {1, 1, 1, 1};\n"
+                   "    int64_t extent[3];\n    int64_t elems[3];\n    int i;\n"
+                   "    dims[0] = (cuuint64_t)d; dims[1] = (cuuint64_t)rows;\n"
+                   "    dims[2] = (cuuint64_t)heads; dims[3] = (cuuint64_t)batch;\n"
+                   "    extent[0] = rows; extent[1] = heads; extent[2] = batch;\n"
+                   "    elems[0] = stride_s; elems[1] = stride_h; elems[2] = stride_b;\n"
+                   "    for (i = 0; i < 3; i++)\n"
+                   "        strides[i] = (cuuint64_t)(extent[i] < 2 || elems[i] <= 0 ? d * elem : elems[i] * elem);\n"
+                   "    box[0] = 64; box[1] = box_rows; box[2] = 1; box[3] = 1;\n"
+                   "    return cuTensorMapEncodeTiled(map, type, 4, (void *)(uintptr_t)base, dims, strides, box, step,\n"
+                   "                                  CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,\n"
+                   "                                  CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);\n"
+                   "}\n");
+}
+
+/* The three maps of S2_AOT_MAPS_ATTN_FWD; a failure returns unlaunched. */
+static void emit_fwd_maps(s2_buf *b, const s2_aot_module *m, const s2_aot_kernel *k)
+{
+    const char *type = k->dtype == S2_DTYPE_BF16 ? "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" : "CU_TENSOR_MAP_DATA_TYPE_FLOAT16";
+    static const struct { const char *t, *rows, *heads; } maps[3] = {
+        {"q", "q_len", "heads"}, {"k", "kv_rows", "kv_heads"}, {"v", "kv_rows", "kv_heads"}};
+    /* a packed (variable-length) batch is one tensor of token rows */
+    s2_buf_puts(b, "    s2_tb = seqinfo != 0 ? 1 : (int64_t)batch;\n");
+    for (int i = 0; i < 3; i++) {
+        s2_buf_printf(b, "    s2_r = %s_encode_map(&%s_map, %s, %s, %d, 2, (int64_t)%s, (int64_t)%s, s2_tb,\n"
+                         "        %s_stride_b, %s_stride_s, %s_stride_h, %d);\n",
+                      m->name, maps[i].t, type, maps[i].t, k->head_dim, maps[i].rows, maps[i].heads, maps[i].t,
+                      maps[i].t, maps[i].t, i == 0 ? 64 : k->kv_box_rows);
+        s2_buf_puts(b, "    if (s2_r != CUDA_SUCCESS)\n        return s2_r;\n");
+    }
+}
+
+/* Launch arguments the grid or the tensor maps read need no (void). */
+static bool launch_arg_used(const s2_aot_abi *abi, const char *name)
+{
+    if (used_in_grid(abi, name))
+        return true;
+    if (abi->maps == S2_AOT_MAPS_ATTN_FWD)
+        for (size_t i = 0; i < sizeof fwd_map_inputs / sizeof fwd_map_inputs[0]; i++)
+            if (strcmp(fwd_map_inputs[i].name, name) == 0)
+                return true;
+    return false;
+}
+
 static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
 {
     const s2_aot_kernel *k = &m->kernels[index];
@@ -332,9 +571,16 @@ static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
     emit_kernel_comment(b, k);
     emit_prototype(b, m->name, k);
     s2_buf_puts(b, "\n{\n");
-    for (int d = 0; d < 3; d++)
-        s2_buf_printf(b, "    int64_t s2_g%c = %s%s;\n", "xyz"[d], abi->grid[d] ? "(int64_t)" : "",
-                      abi->grid[d] ? abi->grid[d] : "1");
+    if (abi->maps == S2_AOT_MAPS_ATTN_FWD)
+        s2_buf_puts(b, "    CUtensorMap q_map, k_map, v_map;\n    int64_t s2_tb;\n    CUresult s2_r;\n");
+    for (int d = 0; d < 3; d++) {
+        if (abi->grid[d] && k->grid_div[d] > 1) /* a negative source stays negative: refused below */
+            s2_buf_printf(b, "    int64_t s2_g%c = %s < 0 ? -1 : ((int64_t)%s + %d) / %d;\n", "xyz"[d], abi->grid[d],
+                          abi->grid[d], k->grid_div[d] - 1, k->grid_div[d]);
+        else
+            s2_buf_printf(b, "    int64_t s2_g%c = %s%s;\n", "xyz"[d], abi->grid[d] ? "(int64_t)" : "",
+                          abi->grid[d] ? abi->grid[d] : "1");
+    }
     if (abi->num_params > 0) {
         s2_buf_printf(b, "    void *s2_args[%d] = {", abi->num_params);
         for (int i = 0; i < abi->num_params; i++)
@@ -342,7 +588,7 @@ static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
         s2_buf_puts(b, "\n    };\n");
     }
     for (int i = 0; i < abi->num_launch_args; i++)
-        if (!used_in_grid(abi, abi->launch_args[i].name))
+        if (!launch_arg_used(abi, abi->launch_args[i].name))
             s2_buf_printf(b, "    (void)%s;\n", abi->launch_args[i].name);
     s2_buf_printf(b, "    if (%s_functions[%d] == NULL)\n        return CUDA_ERROR_NOT_INITIALIZED;\n", m->name, index);
     s2_buf_puts(b, "    if (");
@@ -350,6 +596,8 @@ static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
         s2_buf_printf(b, "%ss2_g%c < 0 || s2_g%c > %s", d ? " ||\n        " : "", "xyz"[d], "xyz"[d], limit[d]);
     s2_buf_puts(b, ")\n        return CUDA_ERROR_INVALID_VALUE;\n");
     s2_buf_puts(b, "    if (s2_gx == 0 || s2_gy == 0 || s2_gz == 0)\n        return CUDA_SUCCESS;\n");
+    if (abi->maps == S2_AOT_MAPS_ATTN_FWD)
+        emit_fwd_maps(b, m, k);
     s2_buf_printf(b, "    return cuLaunchKernel(%s_functions[%d], (unsigned int)s2_gx, (unsigned int)s2_gy, "
                      "(unsigned int)s2_gz,\n                          %d, 1, 1, %d, stream, %s, NULL);\n}\n",
                   m->name, index, k->threads, k->smem_bytes, abi->num_params > 0 ? "s2_args" : "NULL");
@@ -367,6 +615,8 @@ static void emit_source(s2_buf *b, const s2_aot_module *m)
                   m->num_kernels);
     emit_unload(b, m);
     emit_load(b, m);
+    if (module_has_maps(m))
+        emit_map_encoder(b, m);
     for (int i = 0; i < m->num_kernels; i++)
         emit_launcher(b, m, i);
 }

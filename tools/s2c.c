@@ -450,41 +450,90 @@ static void print_resources(const s2_artifact *art)
     }
 }
 
+/* Launcher and symbol names of one AOT kernel (backward parts have suffixes). */
+typedef struct aot_names {
+    char name[256], symbol[256];
+} aot_names;
+
+/* The AOT kernels of one manifest kernel: one for a forward, three for a
+ * backward module (NAME_pre, NAME_dkdv, NAME_dq, in launch order), one for
+ * a decode module (NAME; NAME_combine has none). */
+static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_names *nm)
+{
+    const char *base = strncmp(mk->name, "s2_", 3) == 0 ? mk->name + 3 : mk->name;
+    if (mk->spec.kind == S2_KERNEL_FWD) {
+        bool tma = mk->abi == S2_FWD_ABI_TMA;
+        int gather = mk->spec.kv_gather > 1 ? mk->spec.kv_gather : 1;
+        snprintf(nm->name, sizeof nm->name, "%s", base);
+        snprintf(nm->symbol, sizeof nm->symbol, "%s", mk->name);
+        ks[0] = (s2_aot_kernel){.name = nm->name, .symbol = nm->symbol,
+                                .abi = tma ? s2_aot_abi_attn_fwd_tma() : s2_aot_abi_attn_fwd(),
+                                .threads = mk->threads, .smem_bytes = mk->smem_bytes, .dtype = mk->spec.dtype,
+                                .head_dim = mk->spec.head_dim, .kv_box_rows = mk->spec.block_n / gather};
+        return 1;
+    }
+    if (mk->spec.kind == S2_KERNEL_DECODE) {
+        snprintf(nm->name, sizeof nm->name, "%s", base);
+        snprintf(nm->symbol, sizeof nm->symbol, "%s", mk->name);
+        ks[0] = (s2_aot_kernel){.name = nm->name, .symbol = nm->symbol, .abi = s2_aot_abi_attn_decode(),
+                                .threads = mk->threads, .smem_bytes = mk->smem_bytes};
+        return 1;
+    }
+    static const char *const part[3] = {"_pre", "_dkdv", "_dq"};
+    const s2_aot_abi *abi[3] = {s2_aot_abi_attn_bwd_pre(), s2_aot_abi_attn_bwd_dkdv(), s2_aot_abi_attn_bwd_dq()};
+    /* NAME_pre: threads / (D / 8) query rows per CTA, no shared memory (attention.h) */
+    int rows = mk->spec.head_dim >= 8 ? mk->threads / (mk->spec.head_dim / 8) : 0;
+    for (int j = 0; j < 3; j++) {
+        snprintf(nm[j].name, sizeof nm[j].name, "%s%s", base, part[j]);
+        snprintf(nm[j].symbol, sizeof nm[j].symbol, "%s%s", mk->name, part[j]);
+        ks[j] = (s2_aot_kernel){.name = nm[j].name, .symbol = nm[j].symbol, .abi = abi[j], .threads = mk->threads,
+                                .smem_bytes = j == 0 ? 0 : mk->smem_bytes, .grid_div = {j == 0 ? rows : 0}};
+    }
+    return 3;
+}
+
 /* DIR/IDENT.h and DIR/IDENT.c: one launcher IDENT_<symbol without "s2_">
- * per kernel of the manifest. */
+ * per kernel of the manifest (three for a backward module). */
 static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, const char *ident, const char *dir)
 {
     int n = s2_manifest_num_kernels(m);
-    /* the emitter knows the pointer ABI of the forward only (attention.h) */
+    /* the emitter knows the forward's pointer and tensor-map ABIs and the backward's (attention.h, aot.h) */
     for (int i = 0; i < n; i++) {
         const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, i);
-        if (mk->spec.kind != S2_KERNEL_FWD || mk->abi != S2_FWD_ABI_PTRS) {
-            fprintf(stderr, "s2c: --emit c: kernel %s uses the %s ABI, which has no C launcher yet; "
-                    "use --arch sm_90 (or sm_80) for C artifacts\n", mk->name,
-                    mk->abi != S2_FWD_ABI_PTRS ? "sm_90a tensor-map" : mk->spec.kind == S2_KERNEL_DECODE ? "decode" : "backward");
+        const char *why = mk->spec.kind == S2_KERNEL_FWD && mk->abi == S2_FWD_ABI_TMA_PERSISTENT
+                              ? "the persistent sm_90a forward (its grid depends on the device)"
+                          : mk->spec.kind != S2_KERNEL_FWD && mk->spec.kind != S2_KERNEL_BWD &&
+                                    mk->spec.kind != S2_KERNEL_DECODE
+                              ? "of an unknown kind"
+                              : NULL;
+        if (why) {
+            fprintf(stderr, "s2c: --emit c: kernel %s is %s, which has no C launcher yet; C launchers exist for the "
+                    "forward (sm_80/sm_90 pointer ABI, sm_90a tensor-map ABI), the backward module and decode\n",
+                    mk->name, why);
             return EXIT_INPUT;
         }
     }
-    s2_aot_kernel *ks = calloc((size_t)n, sizeof *ks);
-    if (!ks) {
+    s2_aot_kernel *ks = calloc((size_t)n * 3, sizeof *ks);
+    aot_names *names = calloc((size_t)n * 3, sizeof *names);
+    if (!ks || !names) {
+        free(ks);
+        free(names);
         fprintf(stderr, "s2c: out of memory\n");
         return EXIT_INPUT;
     }
-    for (int i = 0; i < n; i++) {
-        const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, i);
-        ks[i] = (s2_aot_kernel){.name = strncmp(mk->name, "s2_", 3) == 0 ? mk->name + 3 : mk->name,
-                                .symbol = mk->name, .abi = s2_aot_abi_attn_fwd(), .threads = mk->threads,
-                                .smem_bytes = mk->smem_bytes};
-    }
+    int nk = 0;
+    for (int i = 0; i < n; i++)
+        nk += aot_kernels_of(s2_manifest_kernel_at(m, i), ks + nk, names + nk);
     s2_aot_module mod = {.name = ident, .cubin = art->cubin, .cubin_size = art->cubin_size,
-                         .manifest = art->manifest, .kernels = ks, .num_kernels = n};
+                         .manifest = art->manifest, .kernels = ks, .num_kernels = nk};
     s2_status st = s2_aot_write(ctx, &mod, dir);
     if (st == S2_OK) {
         printf("%s/%s.h, %s/%s.c: load_%s(), unload_%s()\n", dir, ident, dir, ident, ident, ident);
-        for (int i = 0; i < n; i++)
+        for (int i = 0; i < nk; i++)
             printf("launcher %s_%s\n", ident, ks[i].name);
     }
     free(ks);
+    free(names);
     return st == S2_OK ? EXIT_OK : input_error(ctx);
 }
 

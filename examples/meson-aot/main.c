@@ -149,8 +149,15 @@ int main(void)
     /* strides (batch, seq, head) in elements of contiguous [B][S][H][D] */
     const int64_t sb = (int64_t)SEQ * HEADS * HEAD_DIM, ss = HEADS * HEAD_DIM, sh = HEAD_DIM;
     float scale_log2 = (float)(1.0 / sqrt((double)HEAD_DIM) * 1.4426950408889634);
+#if ATTN_TMA
+    /* sm_90a (tensor-map ABI): the launcher encodes the q/k/v maps itself
+     * and takes kv_heads and the rows of k and v besides */
+    CHECK(attn_fwd_dense_bf16_d64(NULL, dq, dk, dv, dout, dlse, sb, ss, sh, sb, ss, sh, sb, ss, sh, sb, ss, sh,
+                                  SEQ, SEQ, scale_log2, dclass, doffs, dent, 0, Q_TILES, 0, HEADS, 1, HEADS, SEQ));
+#else
     CHECK(attn_fwd_dense_bf16_d64(NULL, dq, dk, dv, dout, dlse, sb, ss, sh, sb, ss, sh, sb, ss, sh, sb, ss, sh,
                                   SEQ, SEQ, scale_log2, dclass, doffs, dent, 0, Q_TILES, 0, HEADS, 1));
+#endif
     CHECK(cuCtxSynchronize());
     CHECK(cuMemcpyDtoH(o, dout, sizeof o));
     CHECK(cuMemcpyDtoH(lse, dlse, sizeof lse));

@@ -18,6 +18,10 @@
  * (cuFuncSetAttribute); on failure it unloads what it loaded and returns the
  * driver's CUresult.  Calling it again while loaded does nothing.
  * unload_NAME() returns cuModuleUnload's result (CUDA_SUCCESS when not loaded).
+ * Kernels whose ABI has tensor-map parameters (S2_AOT_TMAP: the sm_90a
+ * forward, s2_aot_abi_attn_fwd_tma) get them built inside the launcher with
+ * cuTensorMapEncodeTiled, after the grid checks; a failing encode's result is
+ * returned and nothing is launched.
  * A launcher returns CUDA_ERROR_NOT_INITIALIZED before load_NAME(), computes
  * its grid from its arguments (a zero dimension launches nothing and returns
  * CUDA_SUCCESS; a negative or too large one returns CUDA_ERROR_INVALID_VALUE),
@@ -42,6 +46,8 @@ typedef enum s2_aot_type {
     S2_AOT_I32,     /* int32_t */
     S2_AOT_I64,     /* int64_t */
     S2_AOT_F32,     /* float */
+    S2_AOT_TMAP,    /* CUtensorMap (128 bytes, by value): built by the launcher
+                       (s2_aot_maps), not one of its arguments */
     S2_AOT_TYPE_COUNT_
 } s2_aot_type;
 
@@ -49,6 +55,21 @@ typedef struct s2_aot_param {
     const char *name;   /* a C identifier, unique in the launcher, not "stream" */
     s2_aot_type type;
 } s2_aot_param;
+
+/* How a launcher builds its S2_AOT_TMAP parameters. */
+typedef enum s2_aot_maps {
+    S2_AOT_MAPS_NONE = 0,
+    /* the sm_90a forward's q_map, k_map, v_map (attention.h): 4-D
+     * cuTensorMapEncodeTiled maps of q, k, v, dims {D, rows, heads, tensor batch},
+     * byte strides {seq, head, batch} (a stride over an extent of 1 or <= 0
+     * becomes D * element size, as s2_attn_fwd_tensor_maps does), box
+     * {64, rows, 1, 1} with rows 64 for q and the kernel's kv_box_rows for k
+     * and v, SWIZZLE_128B, interleave none, L2 promotion 256B, OOB fill none.
+     * q rows = q_len, k/v rows = kv_rows, heads / kv_heads, tensor batch =
+     * batch (1 when seqinfo != 0).  The ABI must name those parameters and
+     * launch arguments; a failing encode's CUresult is returned unlaunched. */
+    S2_AOT_MAPS_ATTN_FWD
+} s2_aot_maps;
 
 /* A kernel's launch ABI: its parameters in order, the launcher's extra
  * arguments that are not passed to the kernel, and where each grid
@@ -61,6 +82,7 @@ typedef struct s2_aot_abi {
     const s2_aot_param *launch_args;
     int num_launch_args;
     const char *grid[3];
+    s2_aot_maps maps;                   /* who builds the S2_AOT_TMAP parameters */
 } s2_aot_abi;
 
 /* The forward attention kernel (S2_KERNEL_FWD):
@@ -75,12 +97,75 @@ typedef struct s2_aot_abi {
  *   grid    (q_tiles, heads, batch) */
 const s2_aot_abi *s2_aot_abi_attn_fwd(void);
 
+/* The sm_90a tensor-map forward (S2_FWD_ABI_TMA, manifest `kernel.abi tma`):
+ *   params  q .. q_tiles as s2_aot_abi_attn_fwd (0..24),
+ *           q_map, k_map, v_map      CUtensorMap, built by the launcher (S2_AOT_MAPS_ATTN_FWD)
+ *           seqinfo                  CUdeviceptr (s2_attn_seq [batch], or 0)
+ *   launch  heads, batch, kv_heads   int32
+ *           kv_rows                  int64: the rows of k and v (= kv_len for a
+ *                                    uniform batch; with seqinfo, the token rows of
+ *                                    the packed k/v, while kv_len is the longest kv_len)
+ *   grid    (q_tiles, heads, batch)
+ * The launcher signature is therefore
+ *   CUresult NAME_KERNEL(CUstream stream, CUdeviceptr q, k, v, o, lse,
+ *                        int64_t q_stride_b .. o_stride_h, int32_t q_len, kv_len,
+ *                        float scale_log2, CUdeviceptr class_of_head, offsets, entries,
+ *                        int32_t first_q_tile, q_tiles, CUdeviceptr seqinfo,
+ *                        int32_t heads, batch, kv_heads, int64_t kv_rows);
+ * i.e. the pointer forward's plus kv_heads and kv_rows; the schedule buffers
+ * are the caller's, as there.  The persistent variant (tma_persistent) has no
+ * launcher: its grid depends on the device's SM count and resident CTAs. */
+const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void);
+
+/* The backward module (S2_KERNEL_BWD, attention.h): three kernels NAME_pre,
+ * NAME_dkdv, NAME_dq with the same 48 parameters, so one ABI each with the
+ * same launcher arguments; call the three launchers in that order on one
+ * stream.
+ *   params  q, k, v, o, d_o, lse, dlse, delta, lse2, dq, dk, dv     CUdeviceptr
+ *             (delta and lse2: fp32 [B][H][Sq] workspaces; the runtime's
+ *             s2_attn_bwd_workspace_bytes workspace is delta, then lse2 at half)
+ *           {q,k,v,o,d_o,dq,dk,dv}_stride_{b,s,h}                  int64
+ *           q_len, kv_len                                         int32
+ *           scale_log2                                            float
+ *           class_of_head, offsets, entries                       CUdeviceptr (packed forward schedule)
+ *           first_q_tile, q_tiles                                 int32
+ *           t_class_of_head, t_offsets, t_entries                 CUdeviceptr (packed transposed schedule)
+ *           kv_tiles                                              int32
+ *   launch  heads, kv_heads, batch                                int32
+ *   grid    pre (cdiv(q_len, grid_div), heads, batch), no shared memory;
+ *           dkdv (kv_tiles, kv_heads, batch); dq (q_tiles, heads, batch) */
+const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void);
+const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void);
+const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void);
+
+/* The paged decode kernel NAME of a decode module (S2_KERNEL_DECODE,
+ * decode.h); NAME_combine (a 1 KB by-value parameter) has no launcher.
+ *   params  q, k_pages, v_pages, o, lse, ws_o, ws_lse                  CUdeviceptr
+ *           q_stride_{b,s,h}, k_stride_{page,slot,h}, v_stride_{page,slot,h}, o_stride_{b,s,h}   int64
+ *           block_table CUdeviceptr, table_stride_b, table_stride_h int64
+ *           seq_lens CUdeviceptr, n, page_size int32, scale_log2 float
+ *           class_of_kv_head, offsets, entries CUdeviceptr, q_blocks int32   (packed kept-block lists,
+ *             s2_decode_lists_pack, decode.h)
+ *           splits int32, counters CUdeviceptr (i32 [B][kv_heads], zeroed once; splits > 1)
+ *   launch  kv_heads, batch                                              int32
+ *   grid    (splits, kv_heads, batch)
+ * With splits > 1, ws_o / ws_lse / counters are the caller's workspace
+ * (decode.h gives their shapes; s2_attn_decode carves them from one buffer). */
+const s2_aot_abi *s2_aot_abi_attn_decode(void);
+
 typedef struct s2_aot_kernel {
     const char *name;        /* launcher NAME_<name>; a C identifier */
     const char *symbol;      /* the kernel's symbol in the cubin */
     const s2_aot_abi *abi;
     int threads;             /* blockDim.x, 1..1024 (from the manifest) */
     int smem_bytes;          /* dynamic shared memory, >= 0 (from the manifest) */
+    /* ABIs with S2_AOT_MAPS_ATTN_FWD only (from the manifest's spec): */
+    s2_dtype dtype;          /* S2_DTYPE_BF16 or S2_DTYPE_F16 */
+    int head_dim;            /* D, a positive multiple of 64 */
+    int kv_box_rows;         /* k/v box rows, block_n / kv_gather, 1..256 */
+    /* grid_div[d] > 1: grid dimension d is ceil(its source / grid_div[d])
+     * (the backward's NAME_pre: threads / (head_dim / 8) rows per CTA) */
+    int grid_div[3];
 } s2_aot_kernel;
 
 typedef struct s2_aot_module {

@@ -169,6 +169,34 @@ START_TEST(generated_text)
 }
 END_TEST
 
+/* A tensor-map forward: the maps are not launcher arguments, kv_heads and
+ * kv_rows are; three encodes with the kernel's dtype, D and box rows. */
+START_TEST(tma_text)
+{
+    uint8_t cubin[FAKE_SIZE];
+    fake_cubin(cubin);
+    s2_aot_kernel k = {.name = "fwd", .symbol = "s2_fwd_x_f16_d128", .abi = s2_aot_abi_attn_fwd_tma(), .threads = 384,
+                       .smem_bytes = 180000, .dtype = S2_DTYPE_F16, .head_dim = 128, .kv_box_rows = 32};
+    s2_aot_module m = {.name = "t", .cubin = cubin, .cubin_size = FAKE_SIZE, .kernels = &k, .num_kernels = 1};
+    s2_ctx *ctx = s2_ctx_new();
+    char *h, *c;
+    ck_assert_msg(s2_aot_emit(ctx, &m, &h, &c) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_ptr_null(strstr(h, "_map"));
+    ck_assert_ptr_nonnull(strstr(h, "    int32_t q_tiles,\n    CUdeviceptr seqinfo,\n    int32_t heads,\n    int32_t batch,\n"
+                                    "    int32_t kv_heads,\n    int64_t kv_rows);"));
+    ck_assert_ptr_nonnull(strstr(c, "&q_tiles, &q_map, &k_map, &v_map, &seqinfo\n"));
+    ck_assert_ptr_nonnull(strstr(c, "t_encode_map(&q_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, q, 128, 2, (int64_t)q_len, "
+                                    "(int64_t)heads, s2_tb,\n        q_stride_b, q_stride_s, q_stride_h, 64);"));
+    ck_assert_ptr_nonnull(strstr(c, "t_encode_map(&v_map, CU_TENSOR_MAP_DATA_TYPE_FLOAT16, v, 128, 2, (int64_t)kv_rows, "
+                                    "(int64_t)kv_heads, s2_tb,\n        v_stride_b, v_stride_s, v_stride_h, 32);"));
+    ck_assert_ptr_nonnull(strstr(c, "s2_tb = seqinfo != 0 ? 1 : (int64_t)batch;"));
+    ck_assert_ptr_null(strstr(c, "(void)kv_rows"));
+    free(h);
+    free(c);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 /* The host program: stubs of the five driver calls, then the checks. */
 static const char host_program[] =
     "#include \"s2fwd.c\"\n"
@@ -361,7 +389,9 @@ START_TEST(invalid_modules)
     static const s2_aot_param bad_type[] = {{"a", (s2_aot_type)9}};
     static const s2_aot_param f32[] = {{"a", S2_AOT_F32}};
     static const s2_aot_param launch_dup[] = {{"q", S2_AOT_I32}};
+    static const s2_aot_param tmap[] = {{"m", S2_AOT_TMAP}};
     const s2_aot_abi *fwd = s2_aot_abi_attn_fwd();
+    const s2_aot_abi *tma = s2_aot_abi_attn_fwd_tma();
     const struct {
         const char *what;
         s2_aot_abi abi;
@@ -390,6 +420,17 @@ START_TEST(invalid_modules)
         {"smem < 0", *fwd, "m", "k", "s", 32, -1, 1, 16, "shared memory"},
         {"no kernels", *fwd, "m", "k", "s", 32, 0, 0, 16, "no kernels"},
         {"no cubin", *fwd, "m", "k", "s", 32, 0, 1, 0, "no cubin"},
+        {"map, no builder", {.name = "x", .params = tmap, .num_params = 1}, "m", "k", "s", 32, 0, 1, 16, "no way to build"},
+        {"map launch arg", {.name = "x", .launch_args = tmap, .num_launch_args = 1}, "m", "k", "s", 32, 0, 1, 16,
+         "is a tensor map"},
+        {"builder, no maps", {.name = "x", .params = fwd->params, .num_params = fwd->num_params,
+                              .launch_args = fwd->launch_args, .num_launch_args = fwd->num_launch_args,
+                              .maps = S2_AOT_MAPS_ATTN_FWD}, "m", "k", "s", 32, 0, 1, 16, "q_map, k_map, v_map"},
+        {"builder, no kv_rows", {.name = "x", .params = tma->params, .num_params = tma->num_params,
+                                 .launch_args = tma->launch_args, .num_launch_args = 3, .maps = S2_AOT_MAPS_ATTN_FWD},
+         "m", "k", "s", 32, 0, 1, 16, "need int64_t kv_rows"},
+        {"unknown builder", {.name = "x", .maps = (s2_aot_maps)7}, "m", "k", "s", 32, 0, 1, 16, "unknown tensor-map"},
+        {"maps without a shape", *tma, "m", "k", "s", 32, 0, 1, 16, "tensor maps of dtype"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         s2_aot_kernel k = {.name = cases[i].kname, .symbol = cases[i].symbol, .abi = &cases[i].abi,
@@ -402,6 +443,20 @@ START_TEST(invalid_modules)
         ck_assert_msg(strstr(s2_ctx_message(ctx), cases[i].msg) != NULL, "%s: \"%s\"", cases[i].what,
                       s2_ctx_message(ctx));
     }
+    /* a divisor on a constant grid dimension, a negative one */
+    s2_aot_kernel div = {.name = "k", .symbol = "s", .abi = &(s2_aot_abi){.name = "x", .grid = {NULL, NULL, NULL}},
+                         .threads = 32, .grid_div = {4}};
+    s2_aot_module dm = {.name = "m", .cubin = cubin, .cubin_size = 16, .kernels = &div, .num_kernels = 1};
+    ck_assert_int_eq(s2_aot_emit(ctx, &dm, &h, &c), S2_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "divides grid dimension x by 4"));
+    div.abi = s2_aot_abi_attn_bwd_pre();
+    div.grid_div[0] = -2;
+    ck_assert_int_eq(s2_aot_emit(ctx, &dm, &h, &c), S2_ERR_INVALID);
+    div.grid_div[0] = 16;
+    ck_assert_int_eq(s2_aot_emit(ctx, &dm, &h, &c), S2_OK);
+    ck_assert_ptr_nonnull(strstr(c, "int64_t s2_gx = q_len < 0 ? -1 : ((int64_t)q_len + 15) / 16;"));
+    free(h);
+    free(c);
     /* two kernels of one name */
     s2_aot_kernel two[2] = {{.name = "k", .symbol = "a", .abi = fwd, .threads = 32},
                             {.name = "k", .symbol = "b", .abi = fwd, .threads = 32}};
@@ -422,6 +477,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_test(tc, generated_files_compile_cleanly);
     tcase_add_test(tc, generated_text);
+    tcase_add_test(tc, tma_text);
     tcase_add_test(tc, host_program_with_stub_driver);
     tcase_add_test(tc, other_abis_compile);
     tcase_add_test(tc, invalid_modules);

@@ -410,11 +410,78 @@ def test_emit_c():
             has_manifest = f"{ident}_manifest[]" in text and "s2c-manifest 1" in text
             check(f"--emit c {stem} {dt} d{hd} {arch}: {len(launchers)} launcher(s), cc -std=c11 -Werror accepts",
                   not errs and has_manifest, "\n".join(errs))
-        # the sm_90a kernels take tensor maps: no C launcher for them yet, and a clear refusal
+        # sm_90a tensor-map kernels: the launcher builds the maps; it takes kv_heads and kv_rows besides
+        tdir = os.path.join(d, "tma")
+        os.mkdir(tdir)
         rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "128", "--dtype", "bf16",
-                           "--arch", "sm_90a", "--emit", "c", "-o", os.path.join(d, "tma.c"))
-        check("--emit c of an sm_90a (tensor-map ABI) kernel: exit 1 with a reason",
-              rc == 1 and "tensor-map" in err and not os.path.exists(os.path.join(d, "tma.c")), f"rc={rc} {err}")
+                           "--arch", "sm_90a", "--emit", "c", "-o", os.path.join(tdir, "tma.c"))
+        launchers = re.findall(r"^launcher (\S+)$", out, re.M)
+        errs = [f"rc={rc} {err}"] if rc != 0 or len(launchers) != 1 else []
+        if not errs:
+            with open(os.path.join(tdir, "user.c"), "w") as u:
+                u.write('#include "tma.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
+                        f'    CUresult r = load_tma();\n    if (r == CUDA_SUCCESS)\n        r = {launchers[0]}(s, p, p, '
+                        'p, p, p, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1.0f, p, p, p, 0, 1, p, 1, 1, 1, 1);\n'
+                        '    (void)unload_tma();\n    return (int)r;\n}\n')
+            for src in ("tma.c", "user.c"):
+                p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
+                                    "-I" + tdir, os.path.join(tdir, src), "-o", os.path.join(tdir, src + ".o")],
+                                   capture_output=True, text=True)
+                if p.returncode != 0:
+                    errs.append(p.stderr[-500:])
+            text = open(os.path.join(tdir, "tma.c")).read()
+            if text.count("cuTensorMapEncodeTiled(") != 1 or text.count("tma_encode_map(&") != 3:
+                errs.append("the launcher does not encode three maps")
+        check("--emit c of an sm_90a (tensor-map ABI) kernel: one launcher that encodes q/k/v maps, cc accepts",
+              not errs, "\n".join(errs))
+        # the backward module: three launchers (pre, dkdv, dq) with one signature
+        bdir = os.path.join(d, "bwd")
+        os.mkdir(bdir)
+        rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype", "bf16",
+                           "--arch", "sm_80", "--kind", "bwd", "--emit", "c", "-o", os.path.join(bdir, "bw.c"))
+        launchers = re.findall(r"^launcher (\S+)$", out, re.M)
+        want = ["bw_bwd_dense_bf16_d64" + part for part in ("_pre", "_dkdv", "_dq")]
+        errs = [] if rc == 0 and launchers == want else [f"rc={rc} {launchers} {err}"]
+        if not errs:
+            args = ", ".join(["p"] * 12 + ["0"] * 24 + ["1", "1", "1.0f", "p", "p", "p", "0", "1", "p", "p", "p", "1",
+                                                         "1", "1", "1"])
+            with open(os.path.join(bdir, "user.c"), "w") as u:
+                u.write('#include "bw.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
+                        '    CUresult r = load_bw();\n')
+                for name in launchers:
+                    u.write(f"    if (r == CUDA_SUCCESS)\n        r = {name}(s, {args});\n")
+                u.write('    (void)unload_bw();\n    return (int)r;\n}\n')
+            for src in ("bw.c", "user.c"):
+                p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
+                                    "-I" + bdir, os.path.join(bdir, src), "-o", os.path.join(bdir, src + ".o")],
+                                   capture_output=True, text=True)
+                if p.returncode != 0:
+                    errs.append(p.stderr[-500:])
+        check("--emit c of a backward module: launchers _pre, _dkdv, _dq, cc accepts", not errs, "\n".join(errs))
+        # decode: one launcher for NAME (NAME_combine has none)
+        ddir = os.path.join(d, "dec")
+        os.mkdir(ddir)
+        rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "128", "--dtype",
+                           "bf16", "--arch", "sm_80", "--kind", "decode", "--emit", "c",
+                           "-o", os.path.join(ddir, "dec.c"))
+        launchers = re.findall(r"^launcher (\S+)$", out, re.M)
+        errs = [] if rc == 0 and launchers == ["dec_dec_dense_bf16_d128"] else [f"rc={rc} {launchers} {err}"]
+        if not errs:
+            args = ", ".join(["p"] * 7 + ["0"] * 12 + ["p", "0", "0", "p", "1", "16", "1.0f", "p", "p", "p", "1",
+                                                        "1", "p", "1", "1"])
+            with open(os.path.join(ddir, "user.c"), "w") as u:
+                u.write('#include "dec.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
+                        f'    CUresult r = load_dec();\n    if (r == CUDA_SUCCESS)\n        r = {launchers[0]}(s, {args});\n'
+                        '    (void)unload_dec();\n    return (int)r;\n}\n')
+            for src in ("dec.c", "user.c"):
+                p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
+                                    "-I" + ddir, os.path.join(ddir, src), "-o", os.path.join(ddir, src + ".o")],
+                                   capture_output=True, text=True)
+                if p.returncode != 0:
+                    errs.append(p.stderr[-500:])
+            if "_combine" in open(os.path.join(ddir, "dec.h")).read():
+                errs.append("a combine launcher")
+        check("--emit c of a decode module: one decode launcher, cc accepts", not errs, "\n".join(errs))
         # OUT's name without extension, sanitised, names the files and symbols
         rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype", "bf16",
                            "--arch", "sm_80", "--emit", "c", "-o", os.path.join(d, "my-attn.v2.c"))

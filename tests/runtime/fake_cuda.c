@@ -30,6 +30,8 @@ typedef struct fake_state {
     long long max_depth;
     long long set_attr_calls, set_attr_value;
     long long launches, last_smem, last_grid_x, last_block_x;
+    long long last_grid_y, last_grid_z, last_block_y, last_block_z;
+    long long last_params_bytes; /* bytes copied after fake_cuda_param_sizes, else 0 */
     long long tensor_maps;      /* cuTensorMapEncodeTiled calls */
     long long modules_loaded, modules_unloaded;
     long long allocs_live;
@@ -49,7 +51,8 @@ static struct { const char *key; size_t off; } const keys[] = {
     K(gpa_v1_calls), K(gpa_v2_calls), K(gpa_version), K(gpa_flags), K(primary_refs), K(depth),
     K(max_depth), K(set_attr_calls), K(set_attr_value), K(launches), K(tensor_maps), K(last_smem),
     K(last_grid_x), K(last_block_x), K(modules_loaded), K(modules_unloaded), K(allocs_live),
-    K(streams_live), K(events_live), K(ctx_ptr), K(set_current),
+    K(streams_live), K(events_live), K(ctx_ptr), K(set_current), K(last_grid_y), K(last_grid_z),
+    K(last_block_y), K(last_block_z), K(last_params_bytes),
 #undef K
 };
 
@@ -68,6 +71,22 @@ static fake_alloc allocs[64];
 void fake_cuda_set(const char *key, long long value);
 long long fake_cuda_get(const char *key);
 const char *fake_cuda_last_image(void);
+void fake_cuda_param_sizes(const int *sizes, int n);
+const unsigned char *fake_cuda_last_params(void);
+const unsigned char *fake_cuda_launch_at(int back, long long shape[8]);
+
+/* The launch parameters' sizes are not the driver's to know: a test that
+ * wants a launch's parameter bytes declares them (n = 0 stops recording). */
+enum { FAKE_MAX_PARAMS = 64, FAKE_PARAM_BYTES = 2048 };
+static int param_sizes[FAKE_MAX_PARAMS], num_param_sizes;
+static unsigned char last_params[FAKE_PARAM_BYTES];
+/* the last FAKE_HISTORY launches while recording (a module launches several kernels) */
+enum { FAKE_HISTORY = 4 };
+static struct {
+    long long shape[8]; /* grid x y z, block x y z, shared memory, parameter bytes */
+    unsigned char params[FAKE_PARAM_BYTES];
+} history[FAKE_HISTORY];
+static long long history_n;
 
 static long long *slot(const char *key)
 {
@@ -94,6 +113,38 @@ long long fake_cuda_get(const char *key)
 }
 
 const char *fake_cuda_last_image(void) { return last_image; }
+
+void fake_cuda_param_sizes(const int *sizes, int n)
+{
+    num_param_sizes = n < 0 ? 0 : n > FAKE_MAX_PARAMS ? FAKE_MAX_PARAMS : n;
+    for (int i = 0; i < num_param_sizes; i++)
+        param_sizes[i] = sizes[i];
+}
+
+const unsigned char *fake_cuda_last_params(void) { return last_params; }
+
+/* back = 0: the last recorded launch, 1 the one before...; NULL if none. */
+const unsigned char *fake_cuda_launch_at(int back, long long shape[8])
+{
+    if (back < 0 || back >= FAKE_HISTORY || back >= history_n)
+        return NULL;
+    int at = (int)((history_n - 1 - back) % FAKE_HISTORY);
+    memcpy(shape, history[at].shape, sizeof history[at].shape);
+    return history[at].params;
+}
+
+static void record_params(void **params)
+{
+    size_t at = 0;
+    for (int i = 0; i < num_param_sizes && params; i++) {
+        size_t n = (size_t)param_sizes[i];
+        if (at + n > sizeof last_params)
+            break;
+        memcpy(last_params + at, params[i], n);
+        at += n;
+    }
+    S.last_params_bytes = (long long)at;
+}
 
 static CUcontext current(void) { return S.depth > 0 ? stack[S.depth - 1] : NULL; }
 
@@ -268,7 +319,7 @@ static CUresult CUDAAPI f_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, u
                                        unsigned bx, unsigned by, unsigned bz, unsigned smem,
                                        CUstream s, void **params, void **extra)
 {
-    (void)gy, (void)gz, (void)by, (void)bz, (void)s, (void)params, (void)extra;
+    (void)s, (void)extra;
     if (current() != (CUcontext)&primary_ctx_obj)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (f != (CUfunction)&function_obj || smem > S.dyn_limit)
@@ -279,6 +330,14 @@ static CUresult CUDAAPI f_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, u
     S.last_smem = smem;
     S.last_grid_x = gx;
     S.last_block_x = bx;
+    S.last_grid_y = gy, S.last_grid_z = gz, S.last_block_y = by, S.last_block_z = bz;
+    record_params(params);
+    if (num_param_sizes > 0) {
+        int at = (int)(history_n++ % FAKE_HISTORY);
+        long long shape[8] = {gx, gy, gz, bx, by, bz, smem, S.last_params_bytes};
+        memcpy(history[at].shape, shape, sizeof shape);
+        memcpy(history[at].params, last_params, (size_t)S.last_params_bytes);
+    }
     return CUDA_SUCCESS;
 }
 
@@ -396,22 +455,39 @@ static CUresult CUDAAPI f_EventElapsedTime(float *ms, CUevent a, CUevent b) { (v
 static CUresult CUDAAPI f_EventDestroy(CUevent e) { (void)e; S.events_live--; return CUDA_SUCCESS; }
 
 /* Checks what the driver checks cheaply (rank, 16-byte aligned address and
- * strides, box <= 256) and writes a recognisable map. */
+ * strides, box <= 256) and writes a recognisable map: the address first,
+ * then every other input, so that equal maps mean equal encodes. */
 static CUresult CUDAAPI f_TensorMapEncodeTiled(CUtensorMap *map, CUtensorMapDataType ty, cuuint32_t rank, void *addr,
                                                const cuuint64_t *dim, const cuuint64_t *stride,
                                                const cuuint32_t *box, const cuuint32_t *estride,
                                                CUtensorMapInterleave il, CUtensorMapSwizzle sw,
                                                CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob)
 {
-    (void)ty, (void)estride, (void)il, (void)sw, (void)l2, (void)oob;
     S.tensor_maps++;
     if (rank < 1 || rank > 5 || ((uintptr_t)addr & 15))
         return CUDA_ERROR_INVALID_VALUE;
     for (cuuint32_t i = 0; i < rank; i++)
         if (dim[i] < 1 || box[i] < 1 || box[i] > 256 || (i + 1 < rank && stride[i] % 16))
             return CUDA_ERROR_INVALID_VALUE;
+    /* 8 + 4 * 8 + 3 * 8 + 4 * 2 + 4 * 2 + 6 = 86 bytes for rank <= 4 */
+    unsigned char *p = (unsigned char *)map;
+    size_t at = 0;
+#define PUT(x) do { memcpy(p + at, &(x), sizeof(x)); at += sizeof(x); } while (0)
     memset(map, 0, sizeof *map);
-    memcpy(map, &addr, sizeof addr);
+    PUT(addr);
+    for (cuuint32_t i = 0; i < rank && i < 4; i++)
+        PUT(dim[i]);
+    for (cuuint32_t i = 0; i + 1 < rank && i < 3; i++)
+        PUT(stride[i]);
+    for (cuuint32_t i = 0; i < rank && i < 4; i++) {
+        uint16_t b = (uint16_t)box[i], e = (uint16_t)estride[i];
+        PUT(b);
+        PUT(e);
+    }
+    unsigned char tail[6] = {(unsigned char)ty, (unsigned char)rank, (unsigned char)il, (unsigned char)sw,
+                             (unsigned char)l2, (unsigned char)oob};
+    PUT(tail);
+#undef PUT
     return CUDA_SUCCESS;
 }
 

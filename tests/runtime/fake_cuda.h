@@ -7,5 +7,12 @@
 typedef void (*fake_cuda_set_fn)(const char *key, long long value);
 typedef long long (*fake_cuda_get_fn)(const char *key);
 typedef const char *(*fake_cuda_last_image_fn)(void);
+/* Declare the next launches' parameter sizes; the bytes of the last launch
+ * (key last_params_bytes of them) are then at fake_cuda_last_params(). */
+typedef void (*fake_cuda_param_sizes_fn)(const int *sizes, int n);
+typedef const unsigned char *(*fake_cuda_last_params_fn)(void);
+/* While recording: shape {grid xyz, block xyz, smem, parameter bytes} and
+ * parameter bytes of the back-th launch before the last (0 = the last). */
+typedef const unsigned char *(*fake_cuda_launch_at_fn)(int back, long long shape[8]);
 
 #endif
