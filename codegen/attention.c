@@ -141,9 +141,8 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
     if (spec->persistent > 0)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: a persistent grid needs the sm_90a forward template");
     spec->persistent = 0;
-    if (spec->kv_gather > 1)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: gathered key tiles need the sm_90a forward template");
-    spec->kv_gather = 0;
+    if (spec->kv_gather > 1 && !wg_ok)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: gathered key tiles need the sm_90a forward or wgmma backward");
 
     /* FA2 tiling: each warp owns one 16-row slab, so block_m = 16 * num_warps */
     if (spec->num_warps == 0)
@@ -163,6 +162,22 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
      * Merge-Q measured 3% faster with 32 than 16 (one H200 run, 2026-11-22:
      * m64n16 wgmmas are short). */
     bool wg = wg_ok && spec->bwd_wgmma >= 0 && spec->num_warps == 4;
+    /* The wgmma backward on block-16 patterns (Merge-Q): key tiles of 4
+     * pattern blocks gathered by the schedule in both kernels (the dQ
+     * kernel's from its query tile's list, the dK/dV kernel's resident tile
+     * from blocks with the same readers: s2_schedule_pack_gathered_kv) */
+    if (spec->kv_gather == 0)
+        spec->kv_gather = wg && p->block_size == 16 && spec->block_m == 64 &&
+                                  (spec->block_n == 0 || spec->block_n == 64) ? 4 : 1;
+    if (spec->kv_gather > 1 && spec->block_n == 0)
+        spec->block_n = spec->kv_gather * p->block_size;
+    if (spec->kv_gather > 1 && (!wg || spec->kv_gather != 4 || p->block_size != 16 || spec->block_m != 64 ||
+                                spec->block_n != 64))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
+                       "spec: the gathered backward (kv_gather %d) takes 4 blocks of 16 tokens, block_m and "
+                       "block_n 64, and the wgmma bodies", spec->kv_gather);
+    if (spec->kv_gather <= 1)
+        spec->kv_gather = 0;
     if (spec->block_n == 0)
         spec->block_n = p->block_size <= 16 ? (wg ? 32 : 16) : 64;
     if (!pow2_in(spec->block_n, 16, 128))

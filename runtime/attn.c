@@ -645,12 +645,16 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
 static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay, s2_devptr *buf,
                                    sched_slot *tr)
 {
-    s2_tile_spec ts = {k->desc->spec.block_m, k->desc->spec.block_m};
+    /* gathered (spec kv_gather): one-block key tiles, grouped per kv head */
+    int gather = k->desc->spec.kv_gather > 1 ? k->desc->spec.kv_gather : 1;
+    s2_tile_spec ts = {k->desc->spec.block_m, gather > 1 ? k->pattern->block_size : k->desc->spec.block_m};
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
+    int32_t lists = 0;
     s2_status st = s2_schedule_build(ctx, lay, ts, true, &sched);
     if (st == S2_OK)
-        st = s2_schedule_pack(ctx, sched, &pk);
+        st = gather > 1 ? s2_schedule_pack_gathered_kv(ctx, sched, k->pattern->kv_heads, gather, &pk, &lists)
+                        : s2_schedule_pack(ctx, sched, &pk);
     if (st == S2_OK && sched->geom.kv_tiles > INT32_MAX)
         st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld key tiles do not fit 32 bits",
                      (long long)sched->geom.kv_tiles);
@@ -662,7 +666,7 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layo
         tr->t_class_of_head = *buf + pk.class_of_head_off;
         tr->t_offsets = *buf + pk.offsets_off;
         tr->t_entries = *buf + pk.entries_off;
-        tr->kv_tiles = (int32_t)sched->geom.kv_tiles;
+        tr->kv_tiles = gather > 1 ? lists : (int32_t)sched->geom.kv_tiles;
     }
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);

@@ -147,13 +147,30 @@ static LLVMValueRef gep16(bwd *k, LLVMValueRef base, LLVMValueRef off)
     return LLVMBuildInBoundsGEP2(k->b, i16, base, &off, 1, "");
 }
 
-/* Row r of a tile starting at absolute position pos0: a query row exists when
- * q_start <= pos < kv_len (tensor row pos - q_start), a key row when pos < kv_len. */
-static LLVMValueRef tile_row(bwd *k, LLVMValueRef pos0, bool query, LLVMValueRef r, LLVMValueRef *trow)
+/* Position of row r of a gathered tile: slot r / gbs starts at slot[r / gbs]. */
+static LLVMValueRef slot_row_pos(bwd *k, const LLVMValueRef *slot, LLVMValueRef r)
 {
-    LLVMValueRef pos = add(k, pos0, r);
+    LLVMBuilderRef b = k->b;
+    int lg = s2_log2i(k->s.gbs);
+    LLVMValueRef j = LLVMBuildLShr(b, r, c32(k, lg), "");
+    LLVMValueRef base = slot[0];
+    for (int i = 1; i < k->s.gather; i++)
+        base = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, j, c32(k, i), ""), slot[i], base, "");
+    return add(k, base, LLVMBuildAnd(b, r, c32(k, k->s.gbs - 1), ""));
+}
+
+/* Row r of a tile starting at absolute position pos0 (or of a gathered tile
+ * with the given slots): a query row exists when q_start <= pos < kv_len
+ * (tensor row pos - q_start), a key row when 0 <= pos < kv_len (gathered
+ * tiles mark unused slots with negative positions). */
+static LLVMValueRef tile_row_at(bwd *k, LLVMValueRef pos0, const LLVMValueRef *slot, bool query, LLVMValueRef r,
+                                LLVMValueRef *trow)
+{
+    LLVMValueRef pos = slot ? slot_row_pos(k, slot, r) : add(k, pos0, r);
     LLVMValueRef ok = LLVMBuildICmp(k->b, LLVMIntSLT, pos, k->kv_len, "");
     *trow = pos;
+    if (!query)
+        ok = LLVMBuildAnd(k->b, ok, LLVMBuildICmp(k->b, LLVMIntSGE, pos, c32(k, 0), ""), "");
     if (query) {
         *trow = LLVMBuildSub(k->b, pos, k->q_start, "qrow");
         ok = LLVMBuildAnd(k->b, ok, LLVMBuildICmp(k->b, LLVMIntSGE, pos, k->q_start, ""), "");
@@ -161,11 +178,16 @@ static LLVMValueRef tile_row(bwd *k, LLVMValueRef pos0, bool query, LLVMValueRef
     return ok;
 }
 
+static LLVMValueRef tile_row(bwd *k, LLVMValueRef pos0, bool query, LLVMValueRef r, LLVMValueRef *trow)
+{
+    return tile_row_at(k, pos0, NULL, query, r, trow);
+}
+
 /* cp.async a [rows][D] tile of tensor `base` (slice = element offset of this
  * (b, h), rstride its seq stride) into shared `dst`; missing rows are
  * zero-filled and their source clamped to the slice start. */
 static void load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride, LLVMValueRef dst,
-                      LLVMValueRef pos0, bool query)
+                      LLVMValueRef pos0, const LLVMValueRef *slot, bool query)
 {
     LLVMBuilderRef b = k->b;
     int C = k->s.chunks, T = k->s.threads, total = rows * C;
@@ -178,7 +200,7 @@ static void load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, L
         LLVMValueRef r = LLVMBuildLShr(b, idx, c32(k, s2_log2i(C)), "");
         LLVMValueRef ch = LLVMBuildAnd(b, idx, c32(k, C - 1), "");
         LLVMValueRef trow;
-        LLVMValueRef ok = tile_row(k, pos0, query, r, &trow);
+        LLVMValueRef ok = tile_row_at(k, pos0, slot, query, r, &trow);
         LLVMValueRef off = add(k, mul(k, sext64(k, trow), rstride),
                                LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), k->cg->t_i64, ""));
         off = LLVMBuildSelect(b, ok, add(k, slice, off), slice, "");
@@ -253,7 +275,8 @@ static void list_bounds(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LL
  * skip all of it. */
 
 void bwd_apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntiles, int col0_const,
-                       LLVMValueRef flags, LLVMValueRef live, LLVMValueRef row_pos0, LLVMValueRef col_pos0)
+                       LLVMValueRef flags, LLVMValueRef live, LLVMValueRef row_pos0, LLVMValueRef col_pos0,
+                       const LLVMValueRef *col_slot)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -273,15 +296,21 @@ void bwd_apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntile
         LLVMValueRef rsub = LLVMBuildLShr(b, r, c32(k, mg->row_sub_log2), "");
         /* column c kept when lo <= c - col0 <= hi (compared against the constant part of c) */
         LLVMValueRef lo = c32(k, INT32_MIN / 2), hi = c32(k, INT32_MAX / 2);
+        LLVMValueRef his[4] = {0};
         LLVMValueRef bits, row_ok = NULL;
         if (!mg->transposed) {
             bits = LLVMBuildLShr(b, live, LLVMBuildZExt(b, mul(k, rsub, c32(k, mg->sub_n)), cg->t_i64, ""), "");
-            /* kpos = col_pos0 + c < kv_len, and <= qpos when causal */
-            LLVMValueRef lim = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), col_pos0, "");
-            if (k->s.causal)
-                lim = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildSub(b, rpos, col_pos0, ""), lim, ""),
-                                      LLVMBuildSub(b, rpos, col_pos0, ""), lim, "");
-            hi = LLVMBuildSub(b, lim, col0, "");
+            /* kpos = col_pos0 + c < kv_len, and <= qpos when causal (per slot
+             * when gathered: c then counts from the slot's first column) */
+            for (int j = 0; j < (col_slot ? k->s.gather : 1); j++) {
+                LLVMValueRef cp = col_slot ? col_slot[j] : col_pos0;
+                LLVMValueRef lim = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), cp, "");
+                if (k->s.causal)
+                    lim = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildSub(b, rpos, cp, ""), lim, ""),
+                                          LLVMBuildSub(b, rpos, cp, ""), lim, "");
+                his[j] = LLVMBuildSub(b, lim, col0, "");
+            }
+            hi = his[0];
         } else {
             bits = LLVMBuildLShr(b, live, LLVMBuildZExt(b, rsub, cg->t_i64, ""), "");
             row_ok = LLVMBuildICmp(b, LLVMIntSLT, rpos, k->kv_len, "");
@@ -296,9 +325,15 @@ void bwd_apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntile
                 LLVMBuildAnd(b, bits, LLVMConstInt(cg->t_i64, 1ull << bit, 0), ""), LLVMConstInt(cg->t_i64, 0, 0), "");
             if (row_ok)
                 keep = LLVMBuildAnd(b, keep, row_ok, "");
+            int cc = n * 8;
+            if (col_slot && !mg->transposed) {
+                int j = (col0_const + n * 8) / k->s.gbs;
+                hi = his[j];
+                cc = n * 8 - j * k->s.gbs;
+            }
             for (int e = 0; e < 2; e++) {
                 int i = 2 * hr + e;
-                LLVMValueRef c = c32(k, n * 8 + e);
+                LLVMValueRef c = c32(k, cc + e);
                 LLVMValueRef in = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSLE, lo, c, ""),
                                                LLVMBuildICmp(b, LLVMIntSLE, c, hi, ""), "");
                 masked[n][i] = LLVMBuildSelect(b, LLVMBuildAnd(b, in, keep, ""), sc[n][i], ninf, "");
@@ -530,13 +565,44 @@ static void build_pre(bwd *k)
 /* ---- NAME_dq ---- */
 
 
+static LLVMValueRef field_at(bwd *k, LLVMValueRef entries, LLVMValueRef e, int size, int field_off, LLVMTypeRef ty)
+{
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
+    LLVMValueRef off = add(k, mul(k, sext64(k, e), c64(k, size)), c64(k, field_off));
+    LLVMValueRef v = LLVMBuildLoad2(k->b, ty, LLVMBuildInBoundsGEP2(k->b, i8, entries, &off, 1, ""), "");
+    LLVMSetAlignment(v, ty == k->cg->t_i64 ? 8 : 4);
+    return v;
+}
+
+void bwd_dq_entry(bwd *k, dq_state *ds, LLVMValueRef e, LLVMValueRef *flags, LLVMValueRef *live)
+{
+    s2_cg *cg = k->cg;
+    if (k->s.gather > 1) {
+        int sz = (int)sizeof(s2_dev_gentry);
+        for (int j = 0; j < k->s.gather; j++)
+            ds->slot[j] = mul(k, field_at(k, ds->entries, e, sz, 4 * j, cg->t_i32), c32(k, k->s.gbs));
+        ds->kpos0 = NULL;
+        if (flags)
+            *flags = field_at(k, ds->entries, e, sz, 16, cg->t_i32);
+        if (live)
+            *live = LLVMBuildZExt(k->b, field_at(k, ds->entries, e, sz, 20, cg->t_i32), cg->t_i64, "");
+        return;
+    }
+    ds->kpos0 = mul(k, bwd_entry_field(k, ds->entries, e, 0, cg->t_i32), c32(k, k->s.BN));
+    if (flags)
+        *flags = bwd_entry_field(k, ds->entries, e, 4, cg->t_i32);
+    if (live)
+        *live = bwd_entry_field(k, ds->entries, e, 8, cg->t_i64);
+}
+
 static void dq_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     dq_state *ds = user;
-    LLVMValueRef kpos0 = mul(k, bwd_entry_field(k, ds->entries, e, 0, k->cg->t_i32), c32(k, k->s.BN));
-    load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, kpos0, false);
+    bwd_dq_entry(k, ds, e, NULL, NULL);
+    const LLVMValueRef *slot = k->s.gather > 1 ? ds->slot : NULL;
+    load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, ds->kpos0, slot, false);
     load_tile(k, k->s.BN, param(k, P_V), ds->vslice, param(k, P_VS + 1), add(k, soff, c32(k, k->s.BN * k->s.row_bytes)),
-              kpos0, false);
+              ds->kpos0, slot, false);
 }
 
 void bwd_dq_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user)
@@ -555,9 +621,9 @@ static void dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     LLVMValueRef sc[MAX_N][4], dp[MAX_N][4];
     mma_abt(k, c32(k, k->s.dq_q_off), soff, 0, NT, sc);
     mask_geom mg = {false, k->s.f_sub_m_log2, k->s.f_sub_n_size, k->s.f_sub_n};
-    LLVMValueRef kpos0 = mul(k, bwd_entry_field(k, ds->entries, e, 0, k->cg->t_i32), c32(k, k->s.BN));
-    bwd_apply_mask(k, &mg, sc, NT, 0, bwd_entry_field(k, ds->entries, e, 4, k->cg->t_i32),
-               bwd_entry_field(k, ds->entries, e, 8, k->cg->t_i64), ds->tile_pos0, kpos0);
+    LLVMValueRef flags, live;
+    bwd_dq_entry(k, ds, e, &flags, &live);
+    bwd_apply_mask(k, &mg, sc, NT, 0, flags, live, ds->tile_pos0, ds->kpos0, k->s.gather > 1 ? ds->slot : NULL);
     mma_abt(k, c32(k, k->s.dq_do_off), vst, 0, NT, dp);
     bwd_probs_and_ds(k, sc, dp, NT, bwd_dq_stat, ds);
     mma_xy(k, dp, NT, soff, 0, ds->acc);
@@ -585,9 +651,10 @@ static void build_dq(bwd *k)
     ds.acc = acc;
 
     /* Q and dO of the tile: one group, older than the ring's */
-    load_tile(k, k->s.BM, param(k, P_Q), slice(k, P_QS, h64), param(k, P_QS + 1), c32(k, k->s.dq_q_off), ds.tile_pos0, true);
+    load_tile(k, k->s.BM, param(k, P_Q), slice(k, P_QS, h64), param(k, P_QS + 1), c32(k, k->s.dq_q_off), ds.tile_pos0,
+              NULL, true);
     load_tile(k, k->s.BM, param(k, P_DO), slice(k, P_DOS, h64), param(k, P_DOS + 1), c32(k, k->s.dq_do_off), ds.tile_pos0,
-              true);
+              NULL, true);
     s2_nv_cp_async_commit(cg);
     /* the thread's two rows' lse2 and delta (0 for rows that do not exist:
      * their Q and dO are zero, so P stays finite and dS is 0) */
@@ -614,8 +681,8 @@ static void kv_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     kv_state *ks = user;
     int tb = k->s.BM * k->s.row_bytes;
     LLVMValueRef qpos0 = mul(k, bwd_entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
-    load_tile(k, k->s.BM, param(k, P_Q), ks->qslice, param(k, P_QS + 1), soff, qpos0, true);
-    load_tile(k, k->s.BM, param(k, P_DO), ks->doslice, param(k, P_DOS + 1), add(k, soff, c32(k, tb)), qpos0, true);
+    load_tile(k, k->s.BM, param(k, P_Q), ks->qslice, param(k, P_QS + 1), soff, qpos0, NULL, true);
+    load_tile(k, k->s.BM, param(k, P_DO), ks->doslice, param(k, P_DOS + 1), add(k, soff, c32(k, tb)), qpos0, NULL, true);
     load_row_stats(k, qpos0, ks->rowbase, add(k, soff, c32(k, k->s.kv_lse_off)));
 }
 
@@ -650,7 +717,7 @@ static void kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
         LLVMValueRef sc[MAX_N][4], dp[MAX_N][4];
         ks->chunk0 = c0;
         mma_abt(k, c32(k, k->s.kv_k_off), qt, c0, NT, sc);
-        bwd_apply_mask(k, &mg, sc, NT, c0, flags, live, ks->kpos0, qpos0);
+        bwd_apply_mask(k, &mg, sc, NT, c0, flags, live, ks->kpos0, qpos0, NULL);
         mma_abt(k, c32(k, k->s.kv_v_off), dot, c0, NT, dp);
         bwd_probs_and_ds(k, sc, dp, NT, bwd_kv_stat, ks);
         mma_xy(k, sc, NT, dot, c0, ks->dv);
@@ -699,6 +766,29 @@ static void build_dkdv(bwd *k)
     kv_state ks = {0};
     ks.kpos0 = mul(k, kt, c32(k, s->KB));
     ks.entries = param(k, P_TENTRIES);
+    const LLVMValueRef *slot = NULL;
+    if (s->gather > 1) {
+        /* gathered key tile: the key blocks are the header record of the
+         * list (s2_schedule_pack_gathered_kv), the same for every query head
+         * of the group; warp w owns slot w (16 rows) */
+        LLVMValueRef hb, he;
+        LLVMValueRef h0 = LLVMBuildZExt(b, mul(k, kvh32, c32(k, s->group)), cg->t_i64, "");
+        list_bounds(k, P_TCLASS, P_TOFFSETS, h0, param(k, P_KV_TILES), kt, &hb, &he);
+        LLVMValueRef mine = NULL;
+        for (int j = 0; j < s->gather; j++) {
+            LLVMValueRef blk = LLVMBuildLoad2(b, cg->t_i32,
+                LLVMBuildInBoundsGEP2(b, cg->t_i32, ks.entries, (LLVMValueRef[]){add(k, mul(k, sext64(k, hb), c64(k, 4)),
+                                                                                      c64(k, j))}, 1, ""), "");
+            LLVMSetAlignment(blk, 4);
+            /* unused slots (-1) get a position no row reaches: every row fails 0 <= pos */
+            ks.slot[j] = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, blk, c32(k, 0), ""), c32(k, -(1 << 20)),
+                                         mul(k, blk, c32(k, s->gbs)), "slot");
+            mine = j == 0 ? ks.slot[0]
+                          : LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, k->warp, c32(k, j), ""), ks.slot[j], mine, "");
+        }
+        ks.kpos0 = LLVMBuildSub(b, mine, LLVMBuildShl(b, k->warp, c32(k, 4), ""), "kpos0");
+        slot = ks.slot;
+    }
     LLVMValueRef dk[MAX_D / 8][4], dv[MAX_D / 8][4];
     new_acc(k, dk, "dk");
     new_acc(k, dv, "dv");
@@ -715,8 +805,10 @@ static void build_dkdv(bwd *k)
                                                         c32(k, s->t_sub_n_log2), ""), cg->t_i64, "");
     }
     /* K and V of the tile, once */
-    load_tile(k, s->KB, param(k, P_K), slice(k, P_KS, kvh64), param(k, P_KS + 1), c32(k, s->kv_k_off), ks.kpos0, false);
-    load_tile(k, s->KB, param(k, P_V), slice(k, P_VS, kvh64), param(k, P_VS + 1), c32(k, s->kv_v_off), ks.kpos0, false);
+    load_tile(k, s->KB, param(k, P_K), slice(k, P_KS, kvh64), param(k, P_KS + 1), c32(k, s->kv_k_off), ks.kpos0, slot,
+              false);
+    load_tile(k, s->KB, param(k, P_V), slice(k, P_VS, kvh64), param(k, P_VS + 1), c32(k, s->kv_v_off), ks.kpos0, slot,
+              false);
     s2_nv_cp_async_commit(cg);
 
     /* the group's query heads in increasing order: a fixed summation order */
@@ -729,6 +821,8 @@ static void build_dkdv(bwd *k)
     ks.rowbase = mul(k, add(k, mul(k, k->batch, c64(k, s->heads)), h64), sext64(k, k->q_len));
     LLVMValueRef begin, end;
     list_bounds(k, P_TCLASS, P_TOFFSETS, h64, param(k, P_KV_TILES), kt, &begin, &end);
+    if (s->gather > 1)
+        begin = add(k, begin, c32(k, 1));   /* past the header */
     pipeline(k, begin, end, s->kv_stage0, s->kv_stage_bytes, kv_issue, s->wg ? bwd_wg_kv_compute : kv_compute, &ks);
     s2_nv_loop_end(cg, &heads, NULL);
 
@@ -760,6 +854,8 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->causal = p->causal;
     s->wg = spec->bwd_wgmma > 0;
     int bs = p->block_size;
+    s->gather = spec->kv_gather > 1 ? spec->kv_gather : 1;
+    s->gbs = bs;
     s->f_sub_m_log2 = s2_log2i(bs < s->BM ? bs : s->BM);
     s->f_sub_n_size = bs < s->BN ? bs : s->BN;
     s->f_sub_n = s->BN / s->f_sub_n_size;
@@ -826,7 +922,8 @@ s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ker
     bwd k = {.cg = cg, .b = cg->b};
     bwd_shape_init(&k.s, p, spec);
     if (k.s.D > MAX_D || k.s.BN / 8 > MAX_N || k.s.qc / 8 > MAX_N || k.s.BM != 16 * k.s.warps ||
-        (k.s.chunks != 4 && k.s.chunks != 8 && k.s.chunks != 16) || k.s.threads % k.s.chunks != 0)
+        (k.s.chunks != 4 && k.s.chunks != 8 && k.s.chunks != 16) || k.s.threads % k.s.chunks != 0 ||
+        (k.s.gather > 1 && (k.s.gbs != 16 || k.s.gather * k.s.gbs != k.s.BN || k.s.gather * k.s.gbs != k.s.KB)))
         return s2_fail(ctx, S2_ERR_INTERNAL, "backward: unresolved spec reached the builder");
     new_kernel(&k, name, "_pre");
     build_pre(&k);

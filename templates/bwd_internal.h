@@ -28,6 +28,8 @@ typedef struct bwd_shape {
     int group, heads;
     bool causal;
     bool wg;                     /* sm_90a: wgmma bodies, tiles in the 128-byte-swizzle blocked layout */
+    int gather;                  /* spec kv_gather: key blocks per gathered key tile (1: off) */
+    int gbs;                     /* their size (the pattern's block_size): rows per slot */
     int f_sub_m_log2, f_sub_n_size, f_sub_n;  /* forward schedule, BM x BN */
     int t_sub_m_size, t_sub_n_log2, t_sub_n;  /* transposed schedule, BM x KB */
     int qc;                      /* dK/dV kernel: query columns per chunk (register budget) */
@@ -70,13 +72,15 @@ typedef void (*entry_fn)(bwd *k, LLVMValueRef e, LLVMValueRef stage_off, void *u
 
 typedef struct dq_state {
     LLVMValueRef tile_pos0;
+    LLVMValueRef kpos0, slot[4];                      /* of the entry in use: key tile position, or slots (gathered) */
     LLVMValueRef kslice, vslice, entries;
     LLVMValueRef lse2[2], delta[2];
     LLVMValueRef (*acc)[4];
 } dq_state;
 
 typedef struct kv_state {
-    LLVMValueRef kpos0;
+    LLVMValueRef kpos0;                               /* key position of row 0 (gathered: of this warp's slot, minus 16·warp) */
+    LLVMValueRef slot[4];                             /* gathered: key position of each slot's row 0 (negative: unused) */
     LLVMValueRef qslice, doslice, rowbase, entries;   /* of the current query head */
     LLVMValueRef warp_rows;                           /* i64 mask: live bits of this warp's key sub-block */
     LLVMValueRef warp_shift;                          /* i64: its index */
@@ -86,10 +90,15 @@ typedef struct kv_state {
 } kv_state;
 
 LLVMValueRef bwd_entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int field_off, LLVMTypeRef ty);
+/* The dQ kernel's entry e: sets ds->kpos0 (plain) or ds->slot (gathered key
+ * tiles, s2_dev_gentry) and returns its flags and live bits (i64). */
+void bwd_dq_entry(bwd *k, dq_state *ds, LLVMValueRef e, LLVMValueRef *flags, LLVMValueRef *live);
 /* Token mask of scores sc[ntiles][4] (C layout: rows 16·warp + g + 8·hr,
- * columns col0_const + 8n + 2t + e) unless the entry is FULL. */
+ * columns col0_const + 8n + 2t + e) unless the entry is FULL.  col_slot
+ * (forward orientation, gathered key tiles): the key position of column 0
+ * of each k->s.gbs-column slot, instead of col_pos0. */
 void bwd_apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntiles, int col0_const, LLVMValueRef flags,
-                    LLVMValueRef live, LLVMValueRef row_pos0, LLVMValueRef col_pos0);
+                    LLVMValueRef live, LLVMValueRef row_pos0, LLVMValueRef col_pos0, const LLVMValueRef *col_slot);
 void bwd_probs_and_ds(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int ntiles, stat_fn stat, void *user);
 void bwd_kv_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
 void bwd_dq_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);

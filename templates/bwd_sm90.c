@@ -142,7 +142,7 @@ void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     s2_nv_wgmma_wait(cg, 1, sacc, BM / 2);
     acc_to_tiles(sacc, NT, sc);
     mask_geom mg = {true, s->t_sub_n_log2, s->t_sub_m_size, s->t_sub_n};
-    bwd_apply_mask(k, &mg, sc, NT, 0, flags, live, ks->kpos0, qpos0);
+    bwd_apply_mask(k, &mg, sc, NT, 0, flags, live, ks->kpos0, qpos0, NULL);
     /* Pᵀ only needs Sᵀ: dV += Pᵀ·dO goes to the tensor cores while dSᵀ is
      * computed from dPᵀ (waited for under it: 1 group pending = dV) */
     probs(k, sc, NT, bwd_kv_stat, ks);
@@ -176,9 +176,9 @@ void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     s2_nv_wgmma_wait(cg, 1, sacc, BN / 2);
     acc_to_tiles(sacc, NT, sc);
     mask_geom mg = {false, s->f_sub_m_log2, s->f_sub_n_size, s->f_sub_n};
-    LLVMValueRef kpos0 = mul(k, bwd_entry_field(k, ds->entries, e, 0, cg->t_i32), c32(k, BN));
-    bwd_apply_mask(k, &mg, sc, NT, 0, bwd_entry_field(k, ds->entries, e, 4, cg->t_i32),
-                   bwd_entry_field(k, ds->entries, e, 8, cg->t_i64), ds->tile_pos0, kpos0);
+    LLVMValueRef flags, live;
+    bwd_dq_entry(k, ds, e, &flags, &live);
+    bwd_apply_mask(k, &mg, sc, NT, 0, flags, live, ds->tile_pos0, ds->kpos0, s->gather > 1 ? ds->slot : NULL);
     /* P from S while dP is still on the tensor cores */
     probs(k, sc, NT, bwd_dq_stat, ds);
     s2_nv_wgmma_wait(cg, 0, dacc, BN / 2);

@@ -52,12 +52,17 @@ typedef struct s2_kernel_spec {
      * to 1 there when num_warps is 4, else -1; 0 on the other paths).  Same
      * kernels, parameters and launch either way. */
     int bwd_wgmma;
-    /* sm_90a forward only: key tiles gathered from kv_gather pattern blocks
-     * (block_n = kv_gather * block_size, 2..4 blocks, not necessarily
-     * adjacent: the packed schedule is s2_schedule_pack_gathered's, the k and v
-     * tensor maps have boxes of block_size rows; manifest `kernel.kv_gather`).
-     * 1 = one key tile per entry (s2_schedule_pack); 0 = heuristic: 4 for block-16
-     * patterns (block_n 64), else 1; 0 on the other paths */
+    /* Key tiles gathered from kv_gather pattern blocks (block_n = kv_gather *
+     * block_size, not necessarily adjacent; manifest `kernel.kv_gather`).
+     * sm_90a forward: 2..4 blocks, the packed schedule is
+     * s2_schedule_pack_gathered's, the k and v tensor maps have boxes of
+     * block_size rows; 0 = heuristic: 4 for block-16 patterns (block_n 64).
+     * sm_90a wgmma backward: 4 blocks of 16 tokens, block_m = block_n = 64:
+     * the dQ kernel's key tiles as the forward's, the dK/dV kernel's resident
+     * key tile from s2_schedule_pack_gathered_kv (see the backward ABI);
+     * 0 = heuristic: 4 for block-16 patterns.  1 = one key tile per entry.
+     * Resolved to 1 or more on the sm_90a forward, 0 or 4 on the backward,
+     * 0 elsewhere. */
     int kv_gather;
 } s2_kernel_spec;
 
@@ -169,6 +174,12 @@ typedef enum s2_fwd_abi {
  *   44 ptr class_of_head  45 ptr offsets  46 ptr entries  47 i32 kv_tiles
  *        the packed TRANSPOSED schedule for (block_m, block_m): per key tile the
  *        query tiles that visit it; kv_tiles = cdiv(kv_len, block_m)
+ * Gathered backward (spec kv_gather 4, block-16 patterns on sm_90a): 39..43 is
+ * s2_schedule_pack_gathered's packing of the forward schedule for (block_m,
+ * block_size), as the gathered forward; 44..47 is s2_schedule_pack_gathered_kv's
+ * packing of the transposed schedule for (block_m, block_size) with kv_tiles =
+ * its list count (cdiv(kv blocks, 4)): CTA x of dK/dV works on the key blocks
+ * of list x's header (their rows >= kv_len untouched); grids as below.
  * Launch in this order (one stream), block (num_warps * 32):
  *   NAME_pre   grid (cdiv(q_len, threads / (D/8)), H, B), no shared memory: writes delta, lse2
  *   NAME_dkdv  grid (kv_tiles, Hkv, B), smem art->smem_bytes: dk, dv of key tile x

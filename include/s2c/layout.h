@@ -169,6 +169,31 @@ typedef struct s2_dev_gentry {
 s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, s2_packed_schedule *out);
 void s2_packed_schedule_free(s2_packed_schedule *p);
 
+/* Gathered resident key tiles of the backward's dK/dV kernel (spec kv_gather,
+ * sm_90a wgmma backward): t is a TRANSPOSED schedule whose key tiles are one
+ * pattern block (block_n = block_size, sub_n 1).  Per kv head (heads /
+ * kv_heads query heads), its key blocks are cut into groups of `group`
+ * blocks read by the same query tiles: sorted by the last, then the first
+ * query tile reading them (over the group's query heads), so that vertical
+ * stripes share a tile with stripes and local-only blocks with their
+ * neighbours.  Every key block is in exactly one group; *lists =
+ * cdiv(kv blocks, group) groups per kv head, heaviest (most entries) first.
+ * Buffer as s2_schedule_pack's: class_of_head[h] is the list class of head
+ * h (kv heads whose query heads have the same classes share one), list x of
+ * a class is the group's header, one s2_dev_kvgroup (its key blocks, -1 for
+ * an unused slot; slot j is key rows [j*bs, (j+1)*bs) of the tile), then
+ * its s2_dev_entry records: tile = query tile (absolute, increasing), live
+ * bit i*group + j = query sub-block i keeps slot j, FULL when every slot is
+ * used and full, row_mask and CAUSAL/RAGGED or-ed.  Offsets count records,
+ * headers included.  The kv heads of one class share groups, so a kernel
+ * reads the header of any of its query heads' lists. */
+typedef struct s2_dev_kvgroup {
+    int32_t block[4];
+} s2_dev_kvgroup;
+
+s2_status s2_schedule_pack_gathered_kv(s2_ctx *ctx, const s2_schedule *t, int kv_heads, int group,
+                                       s2_packed_schedule *out, int32_t *lists);
+
 /* The persistent forward's work list (attention.h, S2_FWD_ABI_TMA_PERSISTENT):
  * the heads * q_tiles items head * q_tiles + rel of a forward schedule,
  * heads by decreasing total entry count (ties: lower head first), and within

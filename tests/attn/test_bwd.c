@@ -88,6 +88,8 @@ START_TEST(bwd_assembles_without_spills)
     ck_assert_str_eq(mk->name, art->name);
     ck_assert_int_eq(mk->spec.block_m, art->spec.block_m);
     ck_assert_int_eq(mk->spec.block_n, art->spec.block_n);
+    ck_assert_int_eq(mk->spec.kv_gather, art->spec.kv_gather);
+    ck_assert_int_eq(art->spec.kv_gather, wg && p->block_size == 16 ? 4 : 0);
     ck_assert_int_eq(mk->smem_bytes, art->smem_bytes);
     ck_assert_int_eq(mk->threads, art->threads_per_block);
     s2_manifest_free(m);
@@ -118,7 +120,25 @@ START_TEST(bwd_spec_limits)
     s2_kernel_spec h = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h, p), S2_OK);
     ck_assert_int_eq(h.bwd_wgmma, 1);
-    ck_assert_int_eq(h.block_n, 32);
+    ck_assert_int_eq(h.block_n, 64);    /* block 16: 4 gathered blocks */
+    ck_assert_int_eq(h.kv_gather, 4);
+    s2_kernel_spec h1 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+                         .kv_gather = 1};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h1, p), S2_OK);
+    ck_assert_int_eq(h1.block_n, 32);
+    ck_assert_int_eq(h1.kv_gather, 0);
+    s2_kernel_spec hg = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+                         .kv_gather = 4, .block_n = 32};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &hg, p), S2_ERR_UNSUPPORTED);
+    hg = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+                          .kv_gather = 2};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &hg, p), S2_ERR_UNSUPPORTED);
+    hg = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+                          .kv_gather = 4, .bwd_wgmma = -1};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &hg, p), S2_ERR_UNSUPPORTED);
+    hg = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80,
+                          .kv_gather = 4};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &hg, p), S2_ERR_UNSUPPORTED);
     s2_kernel_spec h8 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .num_warps = 8,
                          .arch = S2_ARCH_SM90A};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h8, p), S2_OK);

@@ -35,21 +35,27 @@ typedef struct bwd_case {
     bool bhsd;
     bool dlse;
     bool runtime;          /* through s2_attn_backward */
+    int gather;            /* spec.kv_gather on the wgmma path: 0 heuristic (4 for block 16), 1 off */
 } bwd_case;
 
 static const bwd_case cases[] = {
-    {"causal64_d128_bf16_dlse", 0, 128, S2_DTYPE_BF16, 2, 640, 640, false, true, false},
-    {"causal64_d64_f16", 0, 64, S2_DTYPE_F16, 1, 500, 500, true, false, false},
-    {"mergeq16_d128_bf16", 1, 128, S2_DTYPE_BF16, 1, 600, 600, false, false, false},
-    {"mergeq16_d64_f16_ragged_dlse", 1, 64, S2_DTYPE_F16, 2, 777, 777, true, true, false},
-    {"bidir64_d128_f16_ragged", 2, 128, S2_DTYPE_F16, 1, 700, 700, false, false, false},
-    {"bidir64_d64_bf16_q100_kv1000_dlse", 2, 64, S2_DTYPE_BF16, 2, 100, 1000, true, true, false},
-    {"gqa8_2_b64_d128_bf16", -1, 128, S2_DTYPE_BF16, 1, 512, 512, false, true, false},
-    {"gqa8_2_b64_d64_f16_q200_kv555", -1, 64, S2_DTYPE_F16, 2, 200, 555, false, false, false},
-    {"gqa32_8_b32_d64_bf16", 3, 64, S2_DTYPE_BF16, 1, 300, 300, false, false, false},
-    {"empty_rows16_d64_bf16_dlse", 5, 64, S2_DTYPE_BF16, 1, 300, 300, false, true, false},
-    {"mergeq16_d128_f16_q333_kv900", 1, 128, S2_DTYPE_F16, 1, 333, 900, true, false, false},
-    {"runtime_causal64_d64_bf16_dlse", 0, 64, S2_DTYPE_BF16, 2, 384, 448, false, true, true},
+    {"causal64_d128_bf16_dlse", 0, 128, S2_DTYPE_BF16, 2, 640, 640, false, true, false, 0},
+    {"causal64_d64_f16", 0, 64, S2_DTYPE_F16, 1, 500, 500, true, false, false, 0},
+    {"mergeq16_d128_bf16", 1, 128, S2_DTYPE_BF16, 1, 600, 600, false, false, false, 0},
+    {"mergeq16_d64_f16_ragged_dlse", 1, 64, S2_DTYPE_F16, 2, 777, 777, true, true, false, 0},
+    {"bidir64_d128_f16_ragged", 2, 128, S2_DTYPE_F16, 1, 700, 700, false, false, false, 0},
+    {"bidir64_d64_bf16_q100_kv1000_dlse", 2, 64, S2_DTYPE_BF16, 2, 100, 1000, true, true, false, 0},
+    {"gqa8_2_b64_d128_bf16", -1, 128, S2_DTYPE_BF16, 1, 512, 512, false, true, false, 0},
+    {"gqa8_2_b64_d64_f16_q200_kv555", -1, 64, S2_DTYPE_F16, 2, 200, 555, false, false, false, 0},
+    {"gqa32_8_b32_d64_bf16", 3, 64, S2_DTYPE_BF16, 1, 300, 300, false, false, false, 0},
+    {"empty_rows16_d64_bf16_dlse", 5, 64, S2_DTYPE_BF16, 1, 300, 300, false, true, false, 0},
+    {"mergeq16_d128_f16_q333_kv900", 1, 128, S2_DTYPE_F16, 1, 333, 900, true, false, false, 0},
+    {"runtime_causal64_d64_bf16_dlse", 0, 64, S2_DTYPE_BF16, 2, 384, 448, false, true, true, 0},
+    /* block 16 on the wgmma path: gathered key tiles by default (kv_gather 4) */
+    {"gqa8_2_b16_d128_bf16_ragged", -2, 128, S2_DTYPE_BF16, 2, 555, 555, false, true, false, 0},
+    {"bidir16_d64_f16_q200_kv650", -3, 64, S2_DTYPE_F16, 1, 200, 650, true, false, false, 0},
+    {"runtime_mergeq16_d128_bf16_q300_kv700", 1, 128, S2_DTYPE_BF16, 2, 300, 700, false, true, true, 0},
+    {"mergeq16_d128_bf16_nogather", 1, 128, S2_DTYPE_BF16, 1, 600, 600, false, false, false, 1},
 };
 enum { NUM_CASES = sizeof cases / sizeof cases[0] };
 
@@ -57,6 +63,7 @@ typedef struct case_result {
     bool ran, ok, same;
     double err[3];
     int regs[3];
+    int gather;
     uint64_t seed;
 } case_result;
 
@@ -79,6 +86,25 @@ static void case_pattern(int which, s2_local_stride_args *a)
         return;
     }
     s2_local_stride_args_default(a);
+    if (which == -2) {   /* GQA with block 16: the query heads of a group have other stripes */
+        a->name = "gqa-8/2-b16";
+        a->num_heads = 8;
+        a->num_kv_heads = 2;
+        a->block_size = 16;
+        a->local_blocks = 6;
+        a->vert_stride = 8;
+        return;
+    }
+    if (which == -3) {   /* bidirectional, block 16 */
+        a->name = "bidir-b16";
+        a->num_heads = 4;
+        a->block_size = 16;
+        a->local_blocks = 5;
+        a->local_right = 3;
+        a->vert_stride = 8;
+        a->causal = false;
+        return;
+    }
     a->name = "gqa-8/2";
     a->num_heads = 8;
     a->num_kv_heads = 2;
@@ -163,19 +189,30 @@ typedef struct dev_sched {
     s2_devptr cls, offs, ent;
 } dev_sched;
 
-static void upload_sched(s2_ctx *ctx, s2_device *dev, const s2_layout *lay, s2_tile_spec ts, bool tr, dev_sched *d,
-                         s2_tile_geom *geom)
+/* The forward (tr false) or transposed schedule of the kernel's spec,
+ * packed as the backward ABI says (gathered with spec kv_gather); geom's
+ * kv_tiles is the dK/dV grid. */
+static void upload_sched(s2_ctx *ctx, s2_device *dev, const s2_layout *lay, const s2_kernel_spec *spec,
+                         const s2_pattern *p, bool tr, dev_sched *d, s2_tile_geom *geom)
 {
     s2_schedule *sched = NULL;
     s2_packed_schedule pk;
+    int gather = spec->kv_gather > 1 ? spec->kv_gather : 1;
+    s2_tile_spec ts = {spec->block_m, gather > 1 ? p->block_size : tr ? spec->block_m : spec->block_n};
+    int32_t lists = 0;
     ck_assert_msg(s2_schedule_build(ctx, lay, ts, tr, &sched) == S2_OK, "%s", s2_ctx_message(ctx));
-    ck_assert_msg(s2_schedule_pack(ctx, sched, &pk) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_status st = gather == 1 ? s2_schedule_pack(ctx, sched, &pk)
+                   : tr        ? s2_schedule_pack_gathered_kv(ctx, sched, p->kv_heads, gather, &pk, &lists)
+                               : s2_schedule_pack_gathered(ctx, sched, gather, &pk);
+    ck_assert_msg(st == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert(s2_mem_alloc(ctx, dev, pk.size, &d->buf) == S2_OK);
     ck_assert(s2_memcpy_h2d(ctx, dev, d->buf, pk.data, pk.size) == S2_OK);
     d->cls = d->buf + pk.class_of_head_off;
     d->offs = d->buf + pk.offsets_off;
     d->ent = d->buf + pk.entries_off;
     *geom = sched->geom;
+    if (gather > 1 && tr)
+        geom->kv_tiles = lists;
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);
 }
@@ -212,10 +249,11 @@ static void run_case(int vi)
     const int64_t SQ = c->q_len, SK = c->kv_len;
 
     s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = c->dt, .head_dim = D, .arch = dev_arch,
-                           .bwd_wgmma = wg ? 1 : -1};
+                           .bwd_wgmma = wg ? 1 : -1, .kv_gather = wg ? c->gather : 0};
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
                   s2_ctx_message(ctx));
+    res->gather = art->spec.kv_gather;
     static const char *const kparts[3] = {"_pre", "_dq", "_dkdv"};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < art->num_kernels; j++) {
@@ -296,8 +334,8 @@ static void run_case(int vi)
             ck_assert_msg(s2_kernel_get(ctx, mod, name, &fns[i]) == S2_OK, "%s", s2_ctx_message(ctx));
         }
         ck_assert_msg(s2_layout_new(ctx, p, SQ, SK, &lay) == S2_OK, "%s", s2_ctx_message(ctx));
-        upload_sched(ctx, dev, lay, (s2_tile_spec){art->spec.block_m, art->spec.block_n}, false, &fs, &fg);
-        upload_sched(ctx, dev, lay, (s2_tile_spec){art->spec.block_m, art->spec.block_m}, true, &ts, &tg);
+        upload_sched(ctx, dev, lay, &art->spec, p, false, &fs, &fg);
+        upload_sched(ctx, dev, lay, &art->spec, p, true, &ts, &tg);
     }
 
     uint16_t *first[3] = {0};
@@ -413,14 +451,14 @@ END_TEST
 
 static void print_summary(void)
 {
-    printf("\n%-36s %-5s %-5s %4s %4s %4s %9s %9s %9s %5s %s\n", "case", "path", "dtype", "pre", "dq", "dkdv", "dq_err", "dk_err",
-           "dv_err", "bitw", "result");
+    printf("\n%-40s %-5s %-5s %3s %4s %4s %4s %9s %9s %9s %5s %s\n", "case", "path", "dtype", "gat", "pre", "dq", "dkdv",
+           "dq_err", "dk_err", "dv_err", "bitw", "result");
     for (int i = 0; i < 2 * NUM_CASES; i++) {
         const case_result *r = &results[i];
         if (!r->ran)
             continue;
-        printf("%-36s %-5s %-5s %4d %4d %4d %9.2e %9.2e %9.2e %5s %s\n", cases[i % NUM_CASES].name, i < NUM_CASES ? "mma" : "wgmma",
-               s2_dtype_name(cases[i % NUM_CASES].dt),
+        printf("%-40s %-5s %-5s %3d %4d %4d %4d %9.2e %9.2e %9.2e %5s %s\n", cases[i % NUM_CASES].name,
+               i < NUM_CASES ? "mma" : "wgmma", s2_dtype_name(cases[i % NUM_CASES].dt), r->gather,
                r->regs[0], r->regs[1], r->regs[2], r->err[0], r->err[1], r->err[2], r->same ? "same" : "DIFF",
                r->ok && r->same ? "PASS" : "FAIL");
     }

@@ -563,6 +563,171 @@ START_TEST(test_schedule_pack_gathered)
 }
 END_TEST
 
+/* Gathered resident key tiles (dK/dV): per kv head every key block in exactly
+ * one group, the same groups for every query head of the kv head, and each
+ * head's list of a group the merge of its blocks' transposed lists: same
+ * query tiles, live bit i * group + j from block j's bit i, FULL only when
+ * every slot is used and FULL there; groups heaviest first. */
+START_TEST(test_schedule_pack_gathered_kv)
+{
+    int checked = 0;
+    for (int it = 0; it < 80; it++) {
+        seed_rng(9100 + (uint64_t)it);
+        rand_pat rp;
+        make_random(&rp);
+        const s2_pattern *p = rp.p;
+        s2_layout *l = make_layout(p, rp.q_len, rp.kv_len);
+        int bs = p->block_size, group = rnd_int(2, 4);
+        s2_tile_spec spec = {rnd_int(0, 1) ? 64 : 128, bs};
+        s2_schedule *tr = NULL;
+        s2_packed_schedule pk;
+        int32_t lists = -1;
+        if (bs > 64 || s2_schedule_build(NULL, l, spec, true, &tr) != S2_OK) {
+            s2_layout_free(l);
+            free_random(&rp);
+            continue;
+        }
+        const s2_tile_geom *g = &tr->geom;
+        int G = p->heads / p->kv_heads;
+        int64_t nb = g->kv_tiles;
+        ck_assert_int_eq(s2_schedule_pack_gathered_kv(NULL, tr, p->kv_heads, group, &pk, &lists), S2_OK);
+        ck_assert_int_eq(lists, (nb + group - 1) / group);
+        const unsigned char *b = pk.data;
+        ck_assert(pk.offsets_off % 16 == 0 && pk.entries_off % 16 == 0);
+        const int32_t *pcls = (const int32_t *)(b + pk.class_of_head_off);
+        const int32_t *poff = (const int32_t *)(b + pk.offsets_off);
+        const s2_dev_entry *pent = (const s2_dev_entry *)(b + pk.entries_off);
+        char *seen = malloc((size_t)nb + 1);
+        for (int kvh = 0; kvh < p->kv_heads; kvh++) {
+            memset(seen, 0, (size_t)nb + 1);
+            int64_t prev_weight = INT64_MAX;
+            for (int32_t x = 0; x < lists; x++) {
+                const s2_dev_kvgroup *hdr0 = (const s2_dev_kvgroup *)&pent[poff[(int64_t)pcls[kvh * G] * lists + x]];
+                int used = 0;
+                for (int j = 0; j < 4; j++) {
+                    int32_t blk = hdr0->block[j];
+                    if (j >= group) {
+                        ck_assert_int_eq(blk, -1);
+                        continue;
+                    }
+                    if (blk < 0)
+                        continue;
+                    ck_assert(blk < nb);
+                    ck_assert_msg(!seen[blk], "kv head %d: block %d in two groups", kvh, blk);
+                    seen[blk] = 1;
+                    used++;
+                }
+                int64_t weight = 0;
+                for (int i = 0; i < G; i++) {
+                    int h = kvh * G + i;
+                    int cls = tr->class_of_head[h];
+                    int64_t li = (int64_t)pcls[h] * lists + x;
+                    const s2_dev_kvgroup *hdr = (const s2_dev_kvgroup *)&pent[poff[li]];
+                    ck_assert(!memcmp(hdr, hdr0, sizeof *hdr));
+                    int64_t m0 = poff[li] + 1, m1 = poff[li + 1];
+                    weight += m1 - m0;
+                    for (int64_t e = m0 + 1; e < m1; e++)
+                        ck_assert_int_lt(pent[e - 1].tile, pent[e].tile);
+                    /* slot by slot: the block's own list against the merged one */
+                    int64_t sum = 0;
+                    for (int j = 0; j < group; j++) {
+                        int32_t blk = hdr->block[j];
+                        int64_t o0 = blk < 0 ? 0 : tr->offsets[(int64_t)cls * nb + blk];
+                        int64_t o1 = blk < 0 ? 0 : tr->offsets[(int64_t)cls * nb + blk + 1];
+                        sum += o1 - o0;
+                        int64_t o = o0;
+                        for (int64_t e = m0; e < m1; e++) {
+                            const s2_dev_entry *d = &pent[e];
+                            bool here = o < o1 && tr->entries[o].tile == d->tile;
+                            for (int r = 0; r < g->sub_m; r++) {
+                                bool bit = (d->live >> (r * group + j)) & 1u;
+                                ck_assert(bit == (here && ((tr->entries[o].live >> r) & 1u)));
+                            }
+                            if (here)
+                                o++;
+                        }
+                        ck_assert_msg(o == o1, "head %d block %d: %lld entries missing from the merge", h, blk,
+                                      (long long)(o1 - o));
+                    }
+                    ck_assert(m1 - m0 <= sum);
+                    for (int64_t e = m0; e < m1; e++) {
+                        bool full = used == group;
+                        for (int j = 0; j < group && full; j++) {
+                            int32_t blk = hdr->block[j];
+                            int64_t o0 = tr->offsets[(int64_t)cls * nb + blk], o1 = tr->offsets[(int64_t)cls * nb + blk + 1];
+                            bool found = false;
+                            for (int64_t o = o0; o < o1; o++)
+                                if (tr->entries[o].tile == pent[e].tile)
+                                    found = (tr->entries[o].flags & S2_ENTRY_FULL) != 0;
+                            full = found;
+                        }
+                        ck_assert_uint_eq(pent[e].flags & S2_ENTRY_FULL, full ? S2_ENTRY_FULL : 0u);
+                    }
+                }
+                ck_assert_int_le(weight, prev_weight);
+                prev_weight = weight;
+            }
+            for (int64_t n = 0; n < nb; n++)
+                ck_assert_msg(seen[n], "kv head %d: block %lld in no group", kvh, (long long)n);
+        }
+        free(seen);
+        checked++;
+        s2_packed_schedule_free(&pk);
+        ck_assert_int_eq(s2_schedule_pack_gathered_kv(NULL, tr, p->kv_heads, 5, &pk, &lists), S2_ERR_INVALID);
+        ck_assert_int_eq(s2_schedule_pack_gathered_kv(NULL, tr, p->kv_heads, 1, &pk, &lists), S2_ERR_INVALID);
+        if (p->heads > 1)
+            ck_assert_int_eq(s2_schedule_pack_gathered_kv(NULL, tr, p->heads + 1, 4, &pk, &lists), S2_ERR_INVALID);
+        s2_schedule *fw = NULL;
+        ck_assert_int_eq(s2_schedule_build(NULL, l, spec, false, &fw), S2_OK);
+        ck_assert_int_eq(s2_schedule_pack_gathered_kv(NULL, fw, p->kv_heads, group, &pk, &lists), S2_ERR_INVALID);
+        s2_schedule_free(fw);
+        s2_schedule_free(tr);
+        s2_layout_free(l);
+        free_random(&rp);
+    }
+    ck_assert_int_gt(checked, 20);
+}
+END_TEST
+
+/* The S2 Merge-Q pattern (block 16, local 32, stride 16) at 8K: grouping by
+ * readers fills the dK/dV tiles better than adjacent blocks do (printed:
+ * live pairs / computed pairs: 0.50 -> 0.82 when written). */
+START_TEST(test_pack_gathered_kv_mergeq_util)
+{
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.num_heads = 4;
+    a.block_size = 16;
+    a.local_blocks = 32;
+    a.vert_stride = 16;
+    s2_pattern_set *set = make_set(&a);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    s2_layout *l = make_layout(p, 8192, 8192);
+    s2_schedule *one = NULL, *adj = NULL;
+    ck_assert_int_eq(s2_schedule_build(NULL, l, (s2_tile_spec){64, 16}, true, &one), S2_OK);
+    ck_assert_int_eq(s2_schedule_build(NULL, l, (s2_tile_spec){64, 64}, true, &adj), S2_OK);
+    s2_packed_schedule pk;
+    int32_t lists = 0;
+    ck_assert_int_eq(s2_schedule_pack_gathered_kv(NULL, one, p->kv_heads, 4, &pk, &lists), S2_OK);
+    /* live (query sub-block, key block) pairs per visited 64 x 64 tile */
+    int64_t nl = (int64_t)one->num_classes * one->geom.kv_tiles, pairs = 0;
+    for (int64_t e = 0; e < one->offsets[nl]; e++)
+        pairs += __builtin_popcountll(one->entries[e].live);
+    int64_t adj_entries = adj->offsets[(int64_t)adj->num_classes * adj->geom.kv_tiles];
+    int64_t gat_entries = pk.num_entries - (int64_t)one->num_classes * lists;   /* headers out (MHA: classes = heads) */
+    double util_adj = (double)pairs / (16.0 * (double)adj_entries);
+    double util_gat = (double)pairs / (16.0 * (double)gat_entries);
+    printf("Merge-Q 8K dK/dV tiles: adjacent %lld entries (util %.2f), gathered %lld (util %.2f)\n",
+           (long long)adj_entries, util_adj, (long long)gat_entries, util_gat);
+    ck_assert(util_gat > 0.8 && util_gat > util_adj + 0.15);
+    s2_packed_schedule_free(&pk);
+    s2_schedule_free(one);
+    s2_schedule_free(adj);
+    s2_layout_free(l);
+    s2_pattern_set_free(set);
+}
+END_TEST
+
 START_TEST(test_classes)
 {
     s2_local_stride_args a;
@@ -832,6 +997,8 @@ static Suite *ir_suite(void)
     tcase_add_test(tc, test_schedule_random);
     tcase_add_test(tc, test_schedule_build_matches_lists);
     tcase_add_test(tc, test_schedule_pack_gathered);
+    tcase_add_test(tc, test_schedule_pack_gathered_kv);
+    tcase_add_test(tc, test_pack_gathered_kv_mergeq_util);
     tcase_add_test(tc, test_classes);
     tcase_add_test(tc, test_kv_efficient);
     tcase_add_test(tc, test_kv_efficient_random);
