@@ -12,8 +12,10 @@
  * Without a CUDA driver or device it prints "no GPU: skipped" and exits 0.
  *
  * --wgmma -1 takes the mma.sync backward bodies on sm_90a (spec.bwd_wgmma; default: wgmma).
+ * --gather 1 turns off the gathered key tiles of block-16 patterns (spec.kv_gather; default:
+ * heuristic, 4 there).
  *
- *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] */
+ *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--gather G] */
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
@@ -151,7 +153,7 @@ static int64_t nonfinite(s2_ctx *ctx, s2_device *dev, s2_devptr p, size_t elems,
 }
 
 static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_config *c, int reps, int block_n,
-                       int stages, int wgmma, bool h100)
+                       int stages, int wgmma, int gather, bool h100)
 {
     s2_local_stride_args a;
     s2_local_stride_args_default(&a);
@@ -181,7 +183,7 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
         st = s2_layout_stats_compute(ctx, lay, (s2_tile_spec){64, 64}, HEAD_DIM, S2_DTYPE_BF16, &stats);
     s2_kernel_spec fs = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM};
     s2_kernel_spec bs = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM, .block_n = block_n,
-                         .num_stages = stages, .bwd_wgmma = wgmma};
+                         .num_stages = stages, .bwd_wgmma = wgmma, .kv_gather = gather};
     if (st == S2_OK)
         st = load_kernel(ctx, dev, p, fs, arch, &fm, &r.fwd, fregs);
     if (st == S2_OK)
@@ -235,10 +237,11 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
         const s2_manifest_kernel *d = s2_attn_kernel_desc(r.bwd);
         double fl = stats.fwd_flops * c->batch;
         double peer = h100 ? c->peer_h100_ms : c->peer_h200_ms;
-        printf("%-14s %d,%d,%lldK b%d L%d V%d  bwd %s bm%d bn%d st%d regs pre/dq/dkdv %d/%d/%d  fwd %.3f ms (%.0f TF)  "
+        printf("%-14s %d,%d,%lldK b%d L%d V%d  bwd %s bm%d bn%d st%d g%d regs pre/dq/dkdv %d/%d/%d  fwd %.3f ms (%.0f TF)  "
                "bwd %.3f ms  fwd+bwd %.3f ms  %.0f eff TF  S2-Triton %.2f ms  ratio %.2fx\n",
                c->name, c->batch, c->heads, (long long)(c->seq / 1024), c->block, c->local, c->stride,
-               d->spec.bwd_wgmma > 0 ? "wgmma" : "mma", d->spec.block_m, d->spec.block_n, d->spec.num_stages, bregs[0], bregs[1], bregs[2], ms[0],
+               d->spec.bwd_wgmma > 0 ? "wgmma" : "mma", d->spec.block_m, d->spec.block_n, d->spec.num_stages,
+               d->spec.kv_gather > 1 ? d->spec.kv_gather : 1, bregs[0], bregs[1], bregs[2], ms[0],
                fl / (ms[0] * 1e-3) / 1e12, ms[1], ms[2], 3.5 * fl / (ms[2] * 1e-3) / 1e12, peer,
                peer > 0 ? peer / ms[2] : NAN);
     }
@@ -258,15 +261,17 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
 int main(int argc, char **argv)
 {
     const char *want = NULL;
-    int reps = 20, block_n = 0, stages = 0, wgmma = 0;
+    int reps = 20, block_n = 0, stages = 0, wgmma = 0, gather = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--config")) want = argv[i + 1];
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--block-n")) block_n = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--num-stages")) stages = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--wgmma")) wgmma = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--gather")) gather = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: bench_bwd [--config NAME,..] [--reps N] [--block-n N] [--num-stages N] [--wgmma W]\n");
+            fprintf(stderr, "usage: bench_bwd [--config NAME,..] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] "
+                            "[--gather G]\n");
             return 2;
         }
     }
@@ -296,7 +301,7 @@ int main(int argc, char **argv)
            info->cc_major, info->cc_minor, s2_arch_name(arch), reps, h100 ? "H100" : "H200");
     for (int i = 0; i < NUM_CONFIGS; i++)
         if (!want || strstr(want, configs[i].name))
-            run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, wgmma, h100);
+            run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, wgmma, gather, h100);
     s2_device_free(dev);
     s2_ctx_free(ctx);
     return 0;

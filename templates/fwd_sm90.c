@@ -235,13 +235,12 @@ static void tma_tile(sm90 *k, int dst_off, LLVMValueRef dst_dyn, int rows, LLVMV
  * A slot of 16+ rows starts on a 2048-byte boundary inside a 1024-byte
  * aligned column block, i.e. on whole 128-byte-swizzle atoms (8 rows of
  * 128 bytes), so the boxes compose into the layout one box of BN rows has. */
-static void load_gathered(sm90 *k, LLVMValueRef e, LLVMValueRef soff, LLVMValueRef bar)
+static void load_gathered(sm90 *k, const LLVMValueRef *row0s, LLVMValueRef soff, LLVMValueRef bar)
 {
     const sm90_shape *s = &k->s;
     int rows = s->BN / s->gather;
     for (int j = 0; j < s->gather; j++) {
-        LLVMValueRef row0 = add(k, LLVMBuildMul(k->b, entry_field(k, e, 4 * j, k->cg->t_i32), c32(k, rows), "krow0"),
-                                k->k_row0);
+        LLVMValueRef row0 = row0s[j];
         for (int m = 0; m < 2; m++) {
             int base = m ? s->v_off : s->k_off;
             for (int c = 0; c < s->D / 64; c++) {
@@ -286,15 +285,22 @@ static void producer(sm90 *k)
     LLVMValueRef stage = LLVMBuildURem(b, i, c32(k, s->stages), "stage");
     LLVMValueRef par = LLVMBuildXor(b, LLVMBuildAnd(b, LLVMBuildUDiv(b, i, c32(k, s->stages), ""), c32(k, 1), ""),
                                     c32(k, 1), "");
+    /* the entry's key rows first: their global loads complete while the
+     * thread waits for the stage (the wait is an asm with a memory clobber,
+     * so they stay above it) */
+    int nslot = s->gather > 1 ? s->gather : 1, slot_rows = s->BN / nslot;
+    LLVMValueRef row0s[4];
+    for (int j = 0; j < nslot; j++)
+        row0s[j] = add(k, LLVMBuildMul(b, entry_field(k, loop.iv, 4 * j, cg->t_i32), c32(k, slot_rows), "kpos0"),
+                       k->k_row0);
     /* the first round finds every stage free: parity 1 is the phase before phase 0 */
     s2_nv_mbar_wait(cg, empty_bar(k, stage), par);
     s2_nv_mbar_arrive_expect_tx(cg, full_bar(k, stage), 2 * s->stage_bytes);
     LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, s->stage_bytes), "");
     if (s->gather > 1) {
-        load_gathered(k, loop.iv, soff, full_bar(k, stage));
+        load_gathered(k, row0s, soff, full_bar(k, stage));
     } else {
-        LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, loop.iv, 0, cg->t_i32), c32(k, s->BN), "kpos0");
-        LLVMValueRef krow = add(k, kpos0, k->k_row0);
+        LLVMValueRef krow = row0s[0];
         tma_tile(k, s->k_off, soff, s->BN, full_bar(k, stage), P_TMAP_K, krow, k->kvh32);
         tma_tile(k, s->v_off, soff, s->BN, full_bar(k, stage), P_TMAP_V, krow, k->kvh32);
     }
