@@ -23,32 +23,34 @@ set -uo pipefail
 
 # shellcheck disable=SC2016  # expanded by the step's shell
 # name               timeout  command (run by bash with the programs on PATH)
+# The timeouts are about 3 times what the step took on an H200 (every step
+# together: about 5 minutes), so that the default budget runs them all.
 STEPS='
-paged_example             60  S2C_SEED=1 paged --len 700 --page 32
-codegen_gpu              120  test_codegen_gpu
-runtime_gpu              120  test_runtime_gpu
-fwd_gpu                  400  test_fwd_gpu
-fwd_gpu_sm80             400  S2C_FWD_ARCH=sm_80 test_fwd_gpu
-bwd_gpu                  400  test_bwd_gpu
-attnrt_gpu               300  test_attn_gpu
-varlen_gpu               300  test_varlen_gpu
-patterns_gpu             500  test_patterns_gpu
-decode_gpu               500  test_decode_gpu
-paged_gpu                500  test_paged_gpu
-example_embed            120  embed "$S2C_BUNDLE/data/examples/embed"
-example_jit              120  jit examples/jit/layer.yaml
-example_train            180  train examples/train/train.yaml
-memcheck_codegen         300  compute-sanitizer --tool memcheck --error-exitcode 1 test_codegen_gpu
-racecheck_codegen        300  compute-sanitizer --tool racecheck --error-exitcode 1 test_codegen_gpu
-memcheck_runtime         300  CK_FORK=no compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_runtime_gpu
-memcheck_fwd             450  S2C_FWD_CASES=d64 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
-racecheck_fwd            450  S2C_FWD_CASES=d32 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
-memcheck_bwd             450  S2C_BWD_CASES=d64_f16 compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
-memcheck_attnrt          450  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_attn_gpu
-memcheck_decode          450  S2C_DECODE_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu
-bench_fwd                400  bench_fwd --reps 30 --rows 12 --config b64_8k,mergeq16_8k,b64_32k,b64_128k,b64_l16v8_16k,dense_8k
-bench_bwd                300  bench_bwd --reps 20
-bench_decode             300  bench_decode --reps 30
+paged_example              60  S2C_SEED=1 paged --len 700 --page 32
+codegen_gpu                60  test_codegen_gpu
+runtime_gpu                60  test_runtime_gpu
+fwd_gpu                   180  test_fwd_gpu
+fwd_gpu_sm80              150  S2C_FWD_ARCH=sm_80 test_fwd_gpu
+bwd_gpu                   150  test_bwd_gpu
+attnrt_gpu                 90  test_attn_gpu
+varlen_gpu                 90  test_varlen_gpu
+patterns_gpu              180  test_patterns_gpu
+decode_gpu                120  test_decode_gpu
+paged_gpu                 180  test_paged_gpu
+example_embed              60  embed "$S2C_BUNDLE/data/examples/embed"
+example_jit                60  jit examples/jit/layer.yaml
+example_train              90  train examples/train/train.yaml
+memcheck_codegen           60  compute-sanitizer --tool memcheck --error-exitcode 1 test_codegen_gpu
+racecheck_codegen          60  compute-sanitizer --tool racecheck --error-exitcode 1 test_codegen_gpu
+memcheck_runtime           60  CK_FORK=no compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_runtime_gpu
+memcheck_fwd              120  S2C_FWD_CASES=d64 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
+racecheck_fwd              60  S2C_FWD_CASES=d32 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
+memcheck_bwd               90  S2C_BWD_CASES=d64_f16 compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
+memcheck_attnrt            90  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_attn_gpu
+memcheck_decode            90  S2C_DECODE_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu
+bench_fwd                 120  bench_fwd --reps 30 --rows 12 --config b64_8k,mergeq16_8k,b64_32k,b64_128k,b64_l16v8_16k,dense_8k
+bench_bwd                 120  bench_bwd --reps 20
+bench_decode               60  bench_decode --reps 30
 '
 
 if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
