@@ -73,48 +73,68 @@ typedef struct run_ctx {
 } run_ctx;
 
 /* which: 0 forward, 1 backward, 2 both */
-static s2_status run_once(s2_ctx *ctx, run_ctx *r, int which)
+static s2_status run_once(s2_ctx *ctx, run_ctx *r, int which, s2_event *mid)
 {
     s2_status st = S2_OK;
     if (which != 1)
         st = s2_attn_forward(ctx, r->fwd, NULL, &r->fa);
+    if (st == S2_OK && mid)
+        st = s2_event_record(ctx, mid, NULL);
     if (st == S2_OK && which != 0)
         st = s2_attn_backward(ctx, r->bwd, NULL, &r->ba);
     return st;
 }
 
-static s2_status time_runs(s2_ctx *ctx, s2_device *dev, run_ctx *r, int which, int reps, double *med)
+/* Median time of `which` (0 forward, 1 backward, 2 both); for both, also
+ * the medians of its forward part and backward part (an event between). */
+static s2_status time_runs(s2_ctx *ctx, s2_device *dev, run_ctx *r, int which, int reps, double *med, double parts[2])
 {
-    s2_event *e0 = NULL, *e1 = NULL;
+    s2_event *e0 = NULL, *e1 = NULL, *em = NULL;
     s2_status st = s2_event_create(ctx, dev, &e0);
     if (st == S2_OK)
         st = s2_event_create(ctx, dev, &e1);
-    double *t = malloc((size_t)reps * sizeof *t);
+    if (st == S2_OK && which == 2)
+        st = s2_event_create(ctx, dev, &em);
+    double *t = malloc((size_t)reps * 3 * sizeof *t);
     if (!t)
         st = S2_ERR_NOMEM;
     for (int i = 0; st == S2_OK && i < 3; i++)
-        st = run_once(ctx, r, which);
+        st = run_once(ctx, r, which, NULL);
     if (st == S2_OK)
         st = s2_device_synchronize(ctx, dev);
     for (int i = 0; st == S2_OK && i < reps; i++) {
         float ms = 0;
         st = s2_event_record(ctx, e0, NULL);
         if (st == S2_OK)
-            st = run_once(ctx, r, which);
+            st = run_once(ctx, r, which, em);
         if (st == S2_OK)
             st = s2_event_record(ctx, e1, NULL);
         if (st == S2_OK)
             st = s2_event_elapsed_ms(ctx, e0, e1, &ms);
         if (st == S2_OK)
             t[i] = ms;
+        if (st == S2_OK && em) {
+            float a = 0, b = 0;
+            st = s2_event_elapsed_ms(ctx, e0, em, &a);
+            if (st == S2_OK)
+                st = s2_event_elapsed_ms(ctx, em, e1, &b);
+            t[reps + i] = a;
+            t[2 * reps + i] = b;
+        }
     }
-    if (st == S2_OK) {
-        qsort(t, (size_t)reps, sizeof *t, cmp_double);
-        *med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
+    for (int j = 0; st == S2_OK && j < (em ? 3 : 1); j++) {
+        double *v = t + j * reps;
+        qsort(v, (size_t)reps, sizeof *v, cmp_double);
+        double m = reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
+        if (j == 0)
+            *med = m;
+        else if (parts)
+            parts[j - 1] = m;
     }
     free(t);
     s2_event_free(e0);
     s2_event_free(e1);
+    s2_event_free(em);
     return st;
 }
 
@@ -218,7 +238,7 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
                                   .q = t[0], .k = t[1], .v = t[2], .o = t[3], .d_o = t[4], .lse = lse, .d_lse = dlse,
                                   .dq = t[5], .dk = t[6], .dv = t[7], .workspace = ws};
         s2_attn_bwd_args_bshd(&r.ba);
-        st = run_once(ctx, &r, 2);
+        st = run_once(ctx, &r, 2, NULL);
     }
     if (st == S2_OK)
         st = s2_device_synchronize(ctx, dev);
@@ -227,9 +247,9 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
         int64_t n = nonfinite(ctx, dev, t[i], elems, host);
         bad += n < 0 ? 1 : n;
     }
-    double ms[3] = {0};
+    double ms[3] = {0}, parts[2] = {0};
     for (int w = 0; st == S2_OK && bad == 0 && w < 3; w++)
-        st = time_runs(ctx, dev, &r, w, reps, &ms[w]);
+        st = time_runs(ctx, dev, &r, w, reps, &ms[w], parts);
     if (st != S2_OK || bad) {
         printf("%-14s ERROR: %s%s\n", c->name, st != S2_OK ? s2_ctx_message(ctx) : "",
                bad ? "non-finite gradients" : "");
@@ -238,11 +258,11 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
         double fl = stats.fwd_flops * c->batch;
         double peer = h100 ? c->peer_h100_ms : c->peer_h200_ms;
         printf("%-14s %d,%d,%lldK b%d L%d V%d  bwd %s bm%d bn%d st%d g%d regs pre/dq/dkdv %d/%d/%d  fwd %.3f ms (%.0f TF)  "
-               "bwd %.3f ms  fwd+bwd %.3f ms  %.0f eff TF  S2-Triton %.2f ms  ratio %.2fx\n",
+               "bwd %.3f ms  fwd+bwd %.3f ms (%.3f + %.3f)  %.0f eff TF  S2-Triton %.2f ms  ratio %.2fx\n",
                c->name, c->batch, c->heads, (long long)(c->seq / 1024), c->block, c->local, c->stride,
                d->spec.bwd_wgmma > 0 ? "wgmma" : "mma", d->spec.block_m, d->spec.block_n, d->spec.num_stages,
                d->spec.kv_gather > 1 ? d->spec.kv_gather : 1, bregs[0], bregs[1], bregs[2], ms[0],
-               fl / (ms[0] * 1e-3) / 1e12, ms[1], ms[2], 3.5 * fl / (ms[2] * 1e-3) / 1e12, peer,
+               fl / (ms[0] * 1e-3) / 1e12, ms[1], ms[2], parts[0], parts[1], 3.5 * fl / (ms[2] * 1e-3) / 1e12, peer,
                peer > 0 ? peer / ms[2] : NAN);
     }
     fflush(stdout);

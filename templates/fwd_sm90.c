@@ -103,6 +103,17 @@ static LLVMValueRef entry_field(sm90 *k, LLVMValueRef e, int field_off, LLVMType
     return v;
 }
 
+/* i32 at byte offset `off` (runtime) of entry e */
+static LLVMValueRef entry_field_dyn(sm90 *k, LLVMValueRef e, LLVMValueRef off)
+{
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
+    LLVMValueRef o = LLVMBuildAdd(k->b, LLVMBuildMul(k->b, sext64(k, e), c64(k, k->s.entry_bytes), ""),
+                                  LLVMBuildZExt(k->b, off, k->cg->t_i64, ""), "");
+    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_i32, LLVMBuildInBoundsGEP2(k->b, i8, k->entries, &o, 1, ""), "");
+    LLVMSetAlignment(v, 4);
+    return v;
+}
+
 static LLVMValueRef load_i32(sm90 *k, LLVMValueRef base, LLVMValueRef idx64, const char *name)
 {
     LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, k->cg->t_i32, base, &idx64, 1, "");
@@ -231,23 +242,23 @@ static void tma_tile(sm90 *k, int dst_off, LLVMValueRef dst_dyn, int rows, LLVMV
 }
 
 /* Gathered key tile (s2_dev_gentry): slot j's block fills key rows
- * [j*rows, (j+1)*rows) of the stage, one box per slot and 64-column block.
+ * [j*rows, (j+1)*rows) of the stage, one box per slot and 64-column block,
+ * issued by producer lane j (the lanes' copies go out side by side instead
+ * of 4 * gather one after the other from one thread; slot is the lane).
  * A slot of 16+ rows starts on a 2048-byte boundary inside a 1024-byte
  * aligned column block, i.e. on whole 128-byte-swizzle atoms (8 rows of
  * 128 bytes), so the boxes compose into the layout one box of BN rows has. */
-static void load_gathered(sm90 *k, const LLVMValueRef *row0s, LLVMValueRef soff, LLVMValueRef bar)
+static void load_gathered(sm90 *k, LLVMValueRef slot, LLVMValueRef row0, LLVMValueRef soff, LLVMValueRef bar)
 {
     const sm90_shape *s = &k->s;
     int rows = s->BN / s->gather;
-    for (int j = 0; j < s->gather; j++) {
-        LLVMValueRef row0 = row0s[j];
-        for (int m = 0; m < 2; m++) {
-            int base = m ? s->v_off : s->k_off;
-            for (int c = 0; c < s->D / 64; c++) {
-                LLVMValueRef dst = add(k, addc(k, k->smem, base + c * s->BN * 128 + j * rows * 128), soff);
-                LLVMValueRef co[4] = {c32(k, 64 * c), row0, k->kvh32, k->bidx32};
-                s2_nv_tma_load_4d(k->cg, dst, bar, param(k, m ? P_TMAP_V : P_TMAP_K), co);
-            }
+    LLVMValueRef slot_off = LLVMBuildMul(k->b, slot, c32(k, rows * 128), "slot_off");
+    for (int m = 0; m < 2; m++) {
+        int base = m ? s->v_off : s->k_off;
+        for (int c = 0; c < s->D / 64; c++) {
+            LLVMValueRef dst = add(k, add(k, addc(k, k->smem, base + c * s->BN * 128), slot_off), soff);
+            LLVMValueRef co[4] = {c32(k, 64 * c), row0, k->kvh32, k->bidx32};
+            s2_nv_tma_load_4d(k->cg, dst, bar, param(k, m ? P_TMAP_V : P_TMAP_K), co);
         }
     }
 }
@@ -258,10 +269,16 @@ static void producer(sm90 *k)
     LLVMBuilderRef b = k->b;
     const sm90_shape *s = &k->s;
     s2_nv_setmaxnreg(cg, false, s->prod_regs);
+    /* one thread issues the copies, or one per slot of a gathered tile */
+    int lanes = s->gather > 1 ? s->gather : 1;
     s2_nv_if one;
-    s2_nv_if_begin(cg, &one, LLVMBuildICmp(b, LLVMIntEQ, k->tid, c32(k, 0), ""), "tma_thread");
+    s2_nv_if_begin(cg, &one, LLVMBuildICmp(b, LLVMIntULT, k->tid, c32(k, lanes), ""), "tma_thread");
+    LLVMValueRef lead = LLVMBuildICmp(b, LLVMIntEQ, k->tid, c32(k, 0), "lead");
+    s2_nv_if pf;
+    s2_nv_if_begin(cg, &pf, lead, "prefetch_maps");
     for (int m = P_TMAP_Q; m <= P_TMAP_V; m++)
         s2_nv_prefetch_tensormap(cg, param(k, m));
+    s2_nv_if_end(cg, &pf);
     work_loop wl;
     work_begin(k, &wl, "work_p");
     if (s->persistent) {
@@ -275,9 +292,12 @@ static void producer(sm90 *k)
     /* Q: one box of 64 rows per consumer slab and 64-column block; rows
      * before the queries (negative) and past q_len come back as zeros */
     LLVMValueRef qrow0 = add(k, LLVMBuildSub(b, k->tile_pos0, k->q_start, ""), k->q_row0);
+    s2_nv_if ql;
+    s2_nv_if_begin(cg, &ql, lead, "q_load");
     s2_nv_mbar_arrive_expect_tx(cg, q_bar(k), s->BM * s->D * 2);
     for (int w = 0; w < s->NC; w++)
         tma_tile(k, s->q_off + w * SLAB * s->D * 2, NULL, SLAB, q_bar(k), P_TMAP_Q, addc(k, qrow0, SLAB * w), k->head32);
+    s2_nv_if_end(cg, &ql);
 
     s2_nv_loop loop;
     s2_nv_loop_begin(cg, &loop, "load", k->begin, k->end, c32(k, 1), NULL, 0);
@@ -288,19 +308,24 @@ static void producer(sm90 *k)
     /* the entry's key rows first: their global loads complete while the
      * thread waits for the stage (the wait is an asm with a memory clobber,
      * so they stay above it) */
-    int nslot = s->gather > 1 ? s->gather : 1, slot_rows = s->BN / nslot;
-    LLVMValueRef row0s[4];
-    for (int j = 0; j < nslot; j++)
-        row0s[j] = add(k, LLVMBuildMul(b, entry_field(k, loop.iv, 4 * j, cg->t_i32), c32(k, slot_rows), "kpos0"),
-                       k->k_row0);
+    int slot_rows = s->BN / lanes;
+    /* lane j: slot j (entry field block[j] at byte 4j; lane 0 of a plain tile: its tile at 0) */
+    LLVMValueRef row0 = add(k, LLVMBuildMul(b, entry_field_dyn(k, loop.iv, LLVMBuildShl(b, k->tid, c32(k, 2), "")),
+                                            c32(k, slot_rows), "kpos0"), k->k_row0);
     /* the first round finds every stage free: parity 1 is the phase before phase 0 */
     s2_nv_mbar_wait(cg, empty_bar(k, stage), par);
+    s2_nv_if ex;
+    s2_nv_if_begin(cg, &ex, lead, "expect");
     s2_nv_mbar_arrive_expect_tx(cg, full_bar(k, stage), 2 * s->stage_bytes);
+    s2_nv_if_end(cg, &ex);
+    /* the other lanes' copies complete on the stage only after its expect-tx */
+    if (lanes > 1)
+        s2_nv_syncwarp(cg, (1u << lanes) - 1);
     LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, s->stage_bytes), "");
     if (s->gather > 1) {
-        load_gathered(k, row0s, soff, full_bar(k, stage));
+        load_gathered(k, k->tid, row0, soff, full_bar(k, stage));
     } else {
-        LLVMValueRef krow = row0s[0];
+        LLVMValueRef krow = row0;
         tma_tile(k, s->k_off, soff, s->BN, full_bar(k, stage), P_TMAP_K, krow, k->kvh32);
         tma_tile(k, s->v_off, soff, s->BN, full_bar(k, stage), P_TMAP_V, krow, k->kvh32);
     }
