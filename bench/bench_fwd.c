@@ -337,6 +337,7 @@ typedef struct sched_dev {
     double kept_pairs, tile_flops;
     int64_t entries;
     s2_devptr work;            /* persistent: the longest-first work list */
+    s2_devptr counter;         /* and its work counters (after the list) */
     int32_t n_work;
 } sched_dev;
 
@@ -376,11 +377,20 @@ static s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd
         int32_t *work = NULL;
         int64_t n = 0;
         st = s2_schedule_work_list(ctx, sched, &work, &n);
+        /* the list, then two zeroed work counters (attention.h) */
+        int32_t *w4 = st == S2_OK ? realloc(work, (size_t)(n + 4) * sizeof *work) : NULL;
+        if (w4) {
+            work = w4;
+            memset(work + n, 0, 4 * sizeof *work);
+        } else if (st == S2_OK) {
+            st = S2_ERR_NOMEM;
+        }
         if (st == S2_OK)
-            st = s2_mem_alloc(ctx, dev, (size_t)n * sizeof *work, &sd->work);
+            st = s2_mem_alloc(ctx, dev, (size_t)(n + 4) * sizeof *work, &sd->work);
         if (st == S2_OK)
-            st = s2_memcpy_h2d(ctx, dev, sd->work, work, (size_t)n * sizeof *work);
+            st = s2_memcpy_h2d(ctx, dev, sd->work, work, (size_t)(n + 4) * sizeof *work);
         sd->n_work = (int32_t)n;
+        sd->counter = sd->work + 4 * (s2_devptr)((n + 1) & ~1);
         free(work);
     }
     s2_packed_schedule_free(&pk);
@@ -404,9 +414,9 @@ static s2_status launch(s2_ctx *ctx, const config_data *cd, const variant *v, co
     s2_tensor_map *m = (s2_tensor_map *)v->maps[si];
     void *args[] = {&q, &k, &vv, &o, &lse, &a0, &a1, &a2, &a0, &a1, &a2, &a0, &a1, &a2, &a0, &a1, &a2,
                     &q_len, &kv_len, &scale_log2, &cls, &offs, &ents, &first, &q_tiles, &m[0], &m[1], &m[2],
-                    (void *)&sd->work, (void *)&sd->n_work, &batch, NULL};
+                    (void *)&sd->work, (void *)&sd->n_work, &batch, (void *)&sd->counter, NULL};
     s2_devptr no_seqs = 0; /* uniform batch: the trailing seqinfo parameter is null */
-    args[!v->tma ? 25 : v->persistent ? 31 : 28] = &no_seqs;
+    args[!v->tma ? 25 : v->persistent ? 32 : 28] = &no_seqs;
     s2_launch_cfg cfg = {.grid = {(uint32_t)q_tiles, (uint32_t)c->heads, (uint32_t)c->batch},
                          .block = {(uint32_t)v->threads, 1, 1},
                          .smem_bytes = (uint32_t)v->smem};

@@ -44,8 +44,7 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern
     /* block-16 patterns (Merge-Q): 64-key tiles gathered from 4 live blocks,
      * 0.542 ms vs 0.761 for 64 x 32 (H200, bench/RESULTS.md 2026-11-22) */
     if (spec->kv_gather == 0)
-        spec->kv_gather = p->block_size == 16 && (spec->block_n == 0 || spec->block_n == 64) && spec->persistent <= 0
-                              ? 4 : 1;
+        spec->kv_gather = p->block_size == 16 && (spec->block_n == 0 || spec->block_n == 64) ? 4 : 1;
     if (spec->kv_gather > 1 && spec->block_n == 0)
         spec->block_n = spec->kv_gather * p->block_size;
     /* block-16 patterns (Merge-Q): 64 x 32 st3 0.761 ms < 64 x 16 0.834 < 64 x 64 0.842 */
@@ -63,11 +62,10 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern
     int bs = p->block_size;
     if (spec->kv_gather < 1)
         spec->kv_gather = 1;
-    if (spec->kv_gather > 1 && (spec->kv_gather > 4 || bs < 16 || spec->block_n != spec->kv_gather * bs ||
-                                spec->persistent > 0))
+    if (spec->kv_gather > 1 && (spec->kv_gather > 4 || bs < 16 || spec->block_n != spec->kv_gather * bs))
         return s2_fail(ctx, S2_ERR_UNSUPPORTED,
-                       "spec: kv_gather %d needs 2..4 blocks of 16+ tokens filling block_n (%d, block %d), "
-                       "and the plain grid", spec->kv_gather, spec->block_n, bs);
+                       "spec: kv_gather %d needs 2..4 blocks of 16+ tokens filling block_n (%d, block %d)",
+                       spec->kv_gather, spec->block_n, bs);
     int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);
     int sub_n = spec->block_n / (bs < spec->block_n ? bs : spec->block_n);
     if (sub_m * sub_n > 64)

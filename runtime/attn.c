@@ -673,16 +673,28 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layo
     return st;
 }
 
+/* Where the persistent forward's counters follow its work list of n items (8-byte aligned). */
+static int32_t work_counter_index(int32_t n) { return (n + 1) & ~1; }
+
 static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, const s2_schedule *sched, s2_devptr *buf,
                                   int32_t *n_work)
 {
     int32_t *list = NULL;
     int64_t n = 0;
     s2_status st = s2_schedule_work_list(ctx, sched, &list, &n);
-    if (st == S2_OK)
-        st = s2_mem_alloc(ctx, k->mod->dev, (size_t)(n ? n : 1) * sizeof *list, buf);
+    /* the list, then the kernel's two work counters (zero; each launch
+     * leaves them zero): [work_counter_index(n)] */
+    size_t words = (size_t)work_counter_index((int32_t)n) + 2;
+    int32_t *host = st == S2_OK ? calloc(words, sizeof *host) : NULL;
+    if (st == S2_OK && !host)
+        st = s2_fail(ctx, S2_ERR_NOMEM, "work list: out of memory");
     if (st == S2_OK && n)
-        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, list, (size_t)n * sizeof *list);
+        memcpy(host, list, (size_t)n * sizeof *list);
+    if (st == S2_OK)
+        st = s2_mem_alloc(ctx, k->mod->dev, words * sizeof *host, buf);
+    if (st == S2_OK)
+        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, host, words * sizeof *host);
+    free(host);
     *n_work = (int32_t)n;
     free(list);
     return st;
@@ -849,15 +861,15 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     s2_devptr cls = s->class_of_head, offs = s->offsets, ent = s->entries;
     int32_t first = s->first_q_tile, tiles = s->q_tiles;
     s2_tensor_map maps[3];
-    s2_devptr work = s->w_buf;
+    s2_devptr work = s->w_buf, counter = s->w_buf + 4 * (s2_devptr)work_counter_index(s->n_work);
     int32_t n_work = s->n_work, batch = (int32_t)a->batch;
     void *args[] = {&q, &kk, &v, &o, &lse,
                     &st[0], &st[1], &st[2], &st[3], &st[4], &st[5], &st[6], &st[7], &st[8], &st[9], &st[10], &st[11],
                     &q_len, &kv_len, &scale_log2, &cls, &offs, &ent, &first, &tiles, &maps[0], &maps[1], &maps[2],
-                    &work, &n_work, &batch, &seqinfo};
+                    &work, &n_work, &batch, &counter, &seqinfo};
     bool persistent = k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT;
     /* seqinfo is the last parameter of each ABI (attention.h) */
-    args[k->desc->abi == S2_FWD_ABI_PTRS ? 25 : persistent ? 31 : 28] = &seqinfo;
+    args[k->desc->abi == S2_FWD_ABI_PTRS ? 25 : persistent ? 32 : 28] = &seqinfo;
     if (k->desc->abi != S2_FWD_ABI_PTRS) {
         s2_status ms = s2_attn_fwd_tensor_maps(ctx, k->mod->dev, &k->desc->spec, a, maps);
         if (ms != S2_OK)

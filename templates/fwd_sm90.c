@@ -33,7 +33,7 @@ enum {
     P_QLEN = P_OS + 3, P_KVLEN, P_SCALE_LOG2,
     P_CLASS, P_OFFSETS, P_ENTRIES, P_FIRST_Q_TILE, P_Q_TILES,
     P_TMAP_Q, P_TMAP_K, P_TMAP_V,
-    P_WORK, P_NWORK, P_BATCH,           /* persistent variant only */
+    P_WORK, P_NWORK, P_BATCH, P_COUNTER, /* persistent variant only */
     P_COUNT
 };
 
@@ -50,7 +50,7 @@ typedef struct sm90_shape {
     bool causal, pingpong, persistent;
     bool q_regs;                   /* S = Q·Kᵀ with Q from registers (RS): no Q re-read from smem per entry */
     bool pv_fence;                 /* a store of the row sum before the P·V wait (consumer_loop) */
-    int q_off, k_off, v_off, stage_bytes, bar_off, scratch_off, smem;
+    int q_off, k_off, v_off, stage_bytes, bar_off, slot_off, scratch_off, smem;
     int prod_regs, cons_regs, min_ctas;
 } sm90_shape;
 
@@ -182,16 +182,20 @@ static void setup_item(sm90 *k, LLVMValueRef head32, LLVMValueRef batch32, LLVMV
 }
 
 /* The CTA's work items.  Plain grid: the one item of (x, y, z), tiles
- * reversed so heavy ones go first.  Persistent grid: items w = x, x + G, ...
- * below n_work * batch, item w being batch w / n_work of work[w % n_work] =
+ * reversed so heavy ones go first.  Persistent grid: items w below
+ * n_work * batch, item w being batch w / n_work of work[w % n_work] =
  * head * q_tiles + rel; the host orders work longest heads first and
- * longest tiles first within a head.  it0 / nitem count the
- * ring entries and items done before, which set the mbarrier phases. */
+ * longest tiles first within a head.  CTA x starts with w = x; each next w
+ * is G + a fetch of the launch's counter (dynamic: a CTA takes the next
+ * item when it is ready for one, as the hardware's block scheduler does),
+ * fetched by the producer and handed to the consumers through a shared
+ * word published by the Q barrier.  it0 / nitem count the ring entries and
+ * items done before, which set the mbarrier phases. */
 typedef struct work_loop {
     s2_nv_loop loop;
 } work_loop;
 
-static void work_begin(sm90 *k, work_loop *w, const char *name)
+static void work_begin(sm90 *k, work_loop *w, const char *name, LLVMValueRef start)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -205,9 +209,9 @@ static void work_begin(sm90 *k, work_loop *w, const char *name)
     }
     LLVMValueRef bt = param(k, P_BATCH);
     LLVMValueRef total = LLVMBuildMul(b, param(k, P_NWORK), bt, "total");
-    LLVMValueRef grid = s2_nv_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.nctaid.x", cg->t_i32, NULL, 0, NULL);
     LLVMValueRef init[2] = {c32(k, 0), c32(k, 0)};
-    s2_nv_loop_begin(cg, &w->loop, name, s2_nv_ctaid(cg, 'x'), total, grid, init, 2);
+    /* the step is set by work_end: the next item less this one */
+    s2_nv_loop_begin(cg, &w->loop, name, start, total, c32(k, 0), init, 2);
     LLVMValueRef wi = w->loop.iv;
     LLVMValueRef nw = param(k, P_NWORK);
     LLVMValueRef item = load_i32(k, param(k, P_WORK), LLVMBuildZExt(b, LLVMBuildURem(b, wi, nw, ""), cg->t_i64, ""),
@@ -219,12 +223,65 @@ static void work_begin(sm90 *k, work_loop *w, const char *name)
     k->nitem = w->loop.carried[1];
 }
 
-static void work_end(sm90 *k, work_loop *w)
+static void work_end(sm90 *k, work_loop *w, LLVMValueRef w_next)
 {
     if (!k->s.persistent)
         return;
+    w->loop.step = LLVMBuildSub(k->b, w_next, w->loop.iv, "w_step");
     LLVMValueRef next[2] = {add(k, k->it0, LLVMBuildSub(k->b, k->end, k->begin, "")), addc(k, k->nitem, 1)};
     s2_nv_loop_end(k->cg, &w->loop, next);
+}
+
+/* ---- persistent work hand-off ---- */
+
+static LLVMValueRef slot_ptr(sm90 *k)
+{
+    LLVMValueRef off64 = LLVMConstInt(k->cg->t_i64, (unsigned long long)k->s.slot_off, 0);
+    return LLVMBuildInBoundsGEP2(k->b, LLVMInt8TypeInContext(k->cg->llctx), s2_nv_dynamic_smem(k->cg), &off64, 1, "slot");
+}
+
+static void slot_store(sm90 *k, LLVMValueRef v)
+{
+    LLVMValueRef st = LLVMBuildStore(k->b, v, slot_ptr(k));
+    LLVMSetVolatile(st, 1);
+    LLVMSetAlignment(st, 4);
+}
+
+static LLVMValueRef slot_load(sm90 *k)
+{
+    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_i32, slot_ptr(k), "next_w");
+    LLVMSetVolatile(v, 1);
+    LLVMSetAlignment(v, 4);
+    return v;
+}
+
+static LLVMValueRef counter_ptr(sm90 *k, int i)
+{
+    LLVMValueRef idx = c64(k, i);
+    return LLVMBuildInBoundsGEP2(k->b, k->cg->t_i32, param(k, P_COUNTER), &idx, 1, "");
+}
+
+/* atomicAdd(counter[i], 1) in the thread where cond holds; 0 elsewhere */
+static LLVMValueRef counter_fetch(sm90 *k, LLVMValueRef cond, int i)
+{
+    s2_cg *cg = k->cg;
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(k->b);
+    s2_nv_if blk;
+    s2_nv_if_begin(cg, &blk, cond, "fetch");
+    LLVMValueRef v = LLVMBuildAtomicRMW(k->b, LLVMAtomicRMWBinOpAdd, counter_ptr(k, i), c32(k, 1),
+                                        LLVMAtomicOrderingMonotonic, 0);
+    LLVMBasicBlockRef then_end = LLVMGetInsertBlock(k->b);
+    s2_nv_if_end(cg, &blk);
+    LLVMValueRef phi = LLVMBuildPhi(k->b, cg->t_i32, "fetched");
+    LLVMValueRef vals[2] = {c32(k, 0), v};
+    LLVMBasicBlockRef bbs[2] = {from, then_end};
+    LLVMAddIncoming(phi, vals, bbs, 2);
+    return phi;
+}
+
+static LLVMValueRef grid_x(sm90 *k)
+{
+    return s2_nv_intrinsic(k->cg, "llvm.nvvm.read.ptx.sreg.nctaid.x", k->cg->t_i32, NULL, 0, NULL);
 }
 
 /* ---- producer ---- */
@@ -280,14 +337,21 @@ static void producer(sm90 *k)
         s2_nv_prefetch_tensormap(cg, param(k, m));
     s2_nv_if_end(cg, &pf);
     work_loop wl;
-    work_begin(k, &wl, "work_p");
+    work_begin(k, &wl, "work_p", s->persistent ? s2_nv_ctaid(cg, 'x') : NULL);
+    LLVMValueRef fetched = NULL;
     if (s->persistent) {
-        /* the previous item's Q must be consumed before it is overwritten */
+        /* the previous item's Q (and the hand-off word) must be consumed
+         * before they are overwritten: the consumers arrive once Q is in
+         * their registers, so this runs one item ahead of them */
         s2_nv_if later;
         s2_nv_if_begin(cg, &later, LLVMBuildICmp(b, LLVMIntNE, k->nitem, c32(k, 0), ""), "q_reuse");
         LLVMValueRef pn = LLVMBuildAnd(b, LLVMBuildSub(b, k->nitem, c32(k, 1), ""), c32(k, 1), "");
         s2_nv_mbar_wait(cg, q_empty_bar(k), pn);
         s2_nv_if_end(cg, &later);
+        s2_nv_if sw;
+        s2_nv_if_begin(cg, &sw, lead, "hand_off");
+        slot_store(k, wl.loop.iv);
+        s2_nv_if_end(cg, &sw);
     }
     /* Q: one box of 64 rows per consumer slab and 64-column block; rows
      * before the queries (negative) and past q_len come back as zeros */
@@ -298,6 +362,9 @@ static void producer(sm90 *k)
     for (int w = 0; w < s->NC; w++)
         tma_tile(k, s->q_off + w * SLAB * s->D * 2, NULL, SLAB, q_bar(k), P_TMAP_Q, addc(k, qrow0, SLAB * w), k->head32);
     s2_nv_if_end(cg, &ql);
+    /* the next item, fetched now so that the atomic's latency passes under this item's loads */
+    if (s->persistent)
+        fetched = counter_fetch(k, lead, 0);
 
     s2_nv_loop loop;
     s2_nv_loop_begin(cg, &loop, "load", k->begin, k->end, c32(k, 1), NULL, 0);
@@ -330,7 +397,34 @@ static void producer(sm90 *k)
         tma_tile(k, s->v_off, soff, s->BN, full_bar(k, stage), P_TMAP_V, krow, k->kvh32);
     }
     s2_nv_loop_end(cg, &loop, NULL);
-    work_end(k, &wl);
+    if (s->persistent) {
+        LLVMValueRef f = lanes > 1 ? s2_nv_shfl_idx_i32(cg, fetched, 0, (1u << lanes) - 1) : fetched;
+        work_end(k, &wl, add(k, grid_x(k), f));
+        /* no more items: once the last item's Q is consumed, hand the
+         * consumers the end (a plain arrival completes the Q barrier's
+         * phase); the CTA that fetches last resets the counters for the
+         * next launch on the stream */
+        s2_nv_if fin;
+        s2_nv_if_begin(cg, &fin, lead, "finish");
+        LLVMValueRef nf = wl.loop.result[1];
+        s2_nv_if some;
+        s2_nv_if_begin(cg, &some, LLVMBuildICmp(b, LLVMIntNE, nf, c32(k, 0), ""), "last_q");
+        s2_nv_mbar_wait(cg, q_empty_bar(k), LLVMBuildAnd(b, LLVMBuildSub(b, nf, c32(k, 1), ""), c32(k, 1), ""));
+        s2_nv_if_end(cg, &some);
+        slot_store(k, LLVMBuildMul(b, param(k, P_NWORK), param(k, P_BATCH), "total"));
+        s2_nv_mbar_arrive(cg, q_bar(k));
+        LLVMValueRef done = counter_fetch(k, LLVMConstInt(LLVMInt1TypeInContext(cg->llctx), 1, 0), 1);
+        s2_nv_if last;
+        s2_nv_if_begin(cg, &last, LLVMBuildICmp(b, LLVMIntEQ, done, LLVMBuildSub(b, grid_x(k), c32(k, 1), ""), ""),
+                       "reset");
+        for (int ci = 0; ci < 2; ci++) {
+            LLVMValueRef st = LLVMBuildStore(b, c32(k, 0), counter_ptr(k, ci));
+            LLVMSetVolatile(st, 1);
+            LLVMSetAlignment(st, 4);
+        }
+        s2_nv_if_end(cg, &last);
+        s2_nv_if_end(cg, &fin);
+    }
     s2_nv_if_end(cg, &one);
     LLVMBuildRetVoid(b);
 }
@@ -811,7 +905,13 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
         s2_nv_if_end(cg, &w0);
     }
     work_loop wl;
-    work_begin(k, &wl, "work_c");
+    LLVMValueRef w0 = NULL;
+    if (k->s.persistent) {
+        /* the first item: the producer's hand-off, published with Q */
+        s2_nv_mbar_wait(cg, q_bar(k), c32(k, 0));
+        w0 = slot_load(k);
+    }
+    work_begin(k, &wl, "work_c", w0);
     k->obase = add(k, LLVMBuildMul(b, LLVMBuildZExt(b, k->bidx32, cg->t_i64, ""), param(k, P_OS), ""),
                    LLVMBuildMul(b, k->head, param(k, P_OS + 2), ""));
     k->obase = add(k, k->obase, LLVMBuildMul(b, sext64(k, k->q_row0), param(k, P_OS + 1), ""));
@@ -822,16 +922,26 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
         LLVMBuildStore(b, cf(k, -INFINITY), k->m_row[r]);
         LLVMBuildStore(b, cf(k, 0.0), k->l_row[r]);
     }
-    /* Q is waited for even with an empty list: no copy may be in flight at exit */
-    s2_nv_mbar_wait(cg, q_bar(k), LLVMBuildAnd(b, k->nitem, c32(k, 1), ""));
+    /* Q is waited for even with an empty list: no copy may be in flight at
+     * exit (persistent: waited for with the hand-off, before the item) */
+    if (!k->s.persistent)
+        s2_nv_mbar_wait(cg, q_bar(k), LLVMBuildAnd(b, k->nitem, c32(k, 1), ""));
     if (k->s.q_regs)
         load_q_regs(k);
+    /* persistent: Q in registers frees its tile (and the hand-off word) for
+     * the next item's copy at once; else after every wgmma reading it */
+    if (k->s.persistent && k->s.q_regs)
+        s2_nv_mbar_arrive(cg, q_empty_bar(k));
     consumer_loop(k);
-    /* every wgmma reading Q has completed (waited) by now */
-    if (k->s.persistent)
+    if (k->s.persistent && !k->s.q_regs)
         s2_nv_mbar_arrive(cg, q_empty_bar(k));
     epilogue(k);
-    work_end(k, &wl);
+    LLVMValueRef w_next = NULL;
+    if (k->s.persistent) {
+        s2_nv_mbar_wait(cg, q_bar(k), LLVMBuildAnd(b, add(k, k->nitem, c32(k, 1)), c32(k, 1), ""));
+        w_next = slot_load(k);
+    }
+    work_end(k, &wl, w_next);
     LLVMBuildRetVoid(b);
 }
 
@@ -870,7 +980,9 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
     s->k_off = s->BM * s->D * 2;
     s->v_off = s->k_off + s->stages * s->stage_bytes;
     s->bar_off = s->v_off + s->stages * s->stage_bytes;
-    s->smem = s->bar_off + 8 * (2 * s->stages + 1 + s->persistent);
+    /* persistent: q_empty, then the next work item's word */
+    s->slot_off = s->bar_off + 8 * (2 * s->stages + 2);
+    s->smem = s->bar_off + 8 * (2 * s->stages + 1 + 2 * s->persistent);
     s->scratch_off = s->smem;
     if (s->pv_fence)
         s->smem += 4 * 128 * s->NC;
@@ -912,7 +1024,7 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
     params[P_FIRST_Q_TILE] = params[P_Q_TILES] = cg->t_i32;
     for (int i = P_TMAP_Q; i <= P_TMAP_V; i++)
         params[i] = LLVMPointerTypeInContext(cg->llctx, S2_AS_GENERIC);
-    params[P_WORK] = cg->t_ptr_global;
+    params[P_WORK] = params[P_COUNTER] = cg->t_ptr_global;
     params[P_NWORK] = params[P_BATCH] = cg->t_i32;
     int nparams = s->persistent ? P_COUNT : P_WORK;
     params[nparams++] = cg->t_ptr_global;   /* seqinfo */

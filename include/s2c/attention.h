@@ -98,7 +98,7 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
  * the pattern the kernel was generated for.  Empty rows: o = 0, lse = -inf.
  *   25 ptr seqinfo  s2_attn_seq [batch] (a variable-length batch, below), or null
  *                   for the uniform batch above.  In the TMA variants it is the
- *                   last parameter too: 28 (tma), 31 (tma_persistent).
+ *                   last parameter too: 28 (tma), 32 (tma_persistent).
  *
  * ---- variable-length batches (seqinfo non-null) -----------------------------------
  * Batch entry z is the sequence seqinfo[z] = {q_start, q_len, k_start, kv_len}:
@@ -142,10 +142,16 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
  *                   heads first, longest tiles first within a head
  *                   (s2_schedule_work_list, layout.h)
  *   29 i32 n_work   = heads * q_tiles      30 i32 batch
- * Grid (G, 1, 1), any G >= 1 (the runtime takes SMs x resident CTAs per SM);
- * CTA x works on items w = x, x + G, ... < n_work * batch, item w being batch
- * w / n_work of work[w % n_work]: a static round-robin over the list, batch
- * after batch.  Block and shared memory as above (8 more bytes: one mbarrier). */
+ *   31 ptr counter  i32 [2], zero before the launch; the kernel leaves them
+ *                   zero (the last CTA to finish resets them), so one pair
+ *                   serves launch after launch on one stream.  Launches that
+ *                   may overlap (other streams) need a pair each.
+ * Grid (G, 1, 1), 1 <= G <= n_work * batch (the runtime takes SMs x resident
+ * CTAs per SM); CTA x works on item x first, then on G + the next value of
+ * counter[0], until that reaches n_work * batch: a dynamic schedule over the
+ * list in its order, batch after batch, item w being batch w / n_work of
+ * work[w % n_work].  Block and shared memory as above (16 more bytes: an
+ * mbarrier and a word).  seqinfo is parameter 32. */
 /* One sequence of a variable-length batch, as the kernels read it (16 bytes). */
 typedef struct s2_attn_seq {
     int32_t q_start, q_len;      /* first q/o token row, number of queries */
@@ -155,7 +161,7 @@ typedef struct s2_attn_seq {
 typedef enum s2_fwd_abi {
     S2_FWD_ABI_PTRS = 0,   /* parameters 0..24, seqinfo */
     S2_FWD_ABI_TMA = 1,    /* 0..24 + three tensor maps, seqinfo */
-    S2_FWD_ABI_TMA_PERSISTENT = 2 /* 0..27 + work list, n_work, batch, seqinfo */
+    S2_FWD_ABI_TMA_PERSISTENT = 2 /* 0..27 + work list, n_work, batch, counter, seqinfo */
 } s2_fwd_abi;
 
 /* ---- the backward kernel ABI (S2_KERNEL_BWD) -----------------------------------

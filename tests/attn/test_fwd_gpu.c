@@ -159,8 +159,7 @@ static void run_case(int run)
                            .block_m = c->block_m, .block_n = c->block_n, .num_stages = c->num_stages,
                            .kv_gather = arch == S2_ARCH_SM90A ? c->kv_gather : 0};
     /* the grid choice applies where the spec resolves to the TMA template
-     * (persistent != 0) and allows it (explicit gathered key tiles take the
-     * plain grid only) */
+     * (persistent != 0) */
     const char *pers = getenv("S2C_FWD_PERSISTENT");
     s2_kernel_spec probe = spec;
     if (pers && s2_kernel_spec_resolve(ctx, &probe, p) == S2_OK && probe.persistent != 0) {
@@ -283,8 +282,13 @@ static void run_case(int run)
     s2_devptr d_work = 0;
     if (persistent) {
         ck_assert_msg(s2_schedule_work_list(ctx, sched, &work, &n_work64) == S2_OK, "%s", s2_ctx_message(ctx));
-        UPLOAD(d_work, work, (size_t)n_work64 * sizeof *work);
+        /* the list, then two zeroed work counters (attention.h) */
+        work = realloc(work, (size_t)(n_work64 + 4) * sizeof *work);
+        ck_assert_ptr_nonnull(work);
+        memset(work + n_work64, 0, 4 * sizeof *work);
+        UPLOAD(d_work, work, (size_t)(n_work64 + 4) * sizeof *work);
     }
+    s2_devptr d_counter = d_work + 4 * (s2_devptr)((n_work64 + 1) & ~1);
     int32_t n_work = (int32_t)n_work64, batch32 = B;
 
     s2_devptr d_class = d_sched + pk.class_of_head_off, d_offs = d_sched + pk.offsets_off;
@@ -309,9 +313,9 @@ static void run_case(int run)
     void *args[] = {&dq, &dk, &dv, &o.dev, &d_lse,
                     &qs[0], &qs[1], &qs[2], &ks[0], &ks[1], &ks[2], &vs[0], &vs[1], &vs[2], &os[0], &os[1], &os[2],
                     &q_len, &kv_len, &scale_log2, &d_class, &d_offs, &d_ent, &first, &q_tiles,
-                    &maps[0], &maps[1], &maps[2], &d_work, &n_work, &batch32, NULL};
+                    &maps[0], &maps[1], &maps[2], &d_work, &n_work, &batch32, &d_counter, NULL};
     s2_devptr no_seqs = 0; /* uniform batch: the trailing seqinfo parameter is null */
-    args[!res->tma ? 25 : persistent ? 31 : 28] = &no_seqs;
+    args[!res->tma ? 25 : persistent ? 32 : 28] = &no_seqs;
     s2_launch_cfg cfg = {.grid = {(uint32_t)q_tiles, (uint32_t)H, (uint32_t)B},
                          .block = {(uint32_t)art->threads_per_block, 1, 1},
                          .smem_bytes = (uint32_t)art->smem_bytes};
