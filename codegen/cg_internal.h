@@ -68,8 +68,6 @@ LLVMValueRef s2_nv_fma(s2_cg *cg, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c
 LLVMValueRef s2_nv_smax_i32(s2_cg *cg, LLVMValueRef a, LLVMValueRef b);
 /* barriers */
 void s2_nv_barrier_cta(s2_cg *cg);   /* bar.sync 0 (barrier.cta.sync.aligned.all) */
-void s2_nv_syncwarp(s2_cg *cg, unsigned mask);   /* bar.warp.sync mask */
-LLVMValueRef s2_nv_shfl_idx_i32(s2_cg *cg, LLVMValueRef v, int lane, unsigned mask);   /* shfl.sync.idx */
 /* global memory: element `index` (i64) of a float array in addrspace(1) */
 LLVMValueRef s2_nv_gep_f32(s2_cg *cg, LLVMValueRef base, LLVMValueRef index);
 LLVMValueRef s2_nv_load_global_f32(s2_cg *cg, LLVMValueRef base, LLVMValueRef index, unsigned align);

@@ -128,20 +128,6 @@ void s2_nv_barrier_cta(s2_cg *cg)
                     (LLVMTypeRef[]){cg->t_i32}, 1, (LLVMValueRef[]){LLVMConstInt(cg->t_i32, 0, 0)});
 }
 
-LLVMValueRef s2_nv_shfl_idx_i32(s2_cg *cg, LLVMValueRef v, int lane, unsigned mask)
-{
-    LLVMValueRef a[4] = {LLVMConstInt(cg->t_i32, mask, 0), v, LLVMConstInt(cg->t_i32, (unsigned)lane, 0),
-                         LLVMConstInt(cg->t_i32, 0x1f, 0)};
-    return s2_nv_intrinsic(cg, "llvm.nvvm.shfl.sync.idx.i32", cg->t_i32,
-                           (LLVMTypeRef[]){cg->t_i32, cg->t_i32, cg->t_i32, cg->t_i32}, 4, a);
-}
-
-void s2_nv_syncwarp(s2_cg *cg, unsigned mask)
-{
-    s2_nv_intrinsic(cg, "llvm.nvvm.bar.warp.sync", cg->t_void, (LLVMTypeRef[]){cg->t_i32}, 1,
-                    (LLVMValueRef[]){LLVMConstInt(cg->t_i32, mask, 0)});
-}
-
 LLVMValueRef s2_nv_gep_f32(s2_cg *cg, LLVMValueRef base, LLVMValueRef index)
 {
     return LLVMBuildInBoundsGEP2(cg->b, cg->t_f32, base, &index, 1, "");

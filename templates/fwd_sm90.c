@@ -103,17 +103,6 @@ static LLVMValueRef entry_field(sm90 *k, LLVMValueRef e, int field_off, LLVMType
     return v;
 }
 
-/* i32 at byte offset `off` (runtime) of entry e */
-static LLVMValueRef entry_field_dyn(sm90 *k, LLVMValueRef e, LLVMValueRef off)
-{
-    LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
-    LLVMValueRef o = LLVMBuildAdd(k->b, LLVMBuildMul(k->b, sext64(k, e), c64(k, k->s.entry_bytes), ""),
-                                  LLVMBuildZExt(k->b, off, k->cg->t_i64, ""), "");
-    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_i32, LLVMBuildInBoundsGEP2(k->b, i8, k->entries, &o, 1, ""), "");
-    LLVMSetAlignment(v, 4);
-    return v;
-}
-
 static LLVMValueRef load_i32(sm90 *k, LLVMValueRef base, LLVMValueRef idx64, const char *name)
 {
     LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, k->cg->t_i32, base, &idx64, 1, "");
@@ -261,22 +250,10 @@ static LLVMValueRef counter_ptr(sm90 *k, int i)
     return LLVMBuildInBoundsGEP2(k->b, k->cg->t_i32, param(k, P_COUNTER), &idx, 1, "");
 }
 
-/* atomicAdd(counter[i], 1) in the thread where cond holds; 0 elsewhere */
-static LLVMValueRef counter_fetch(sm90 *k, LLVMValueRef cond, int i)
+/* atomicAdd(counter[i], 1) */
+static LLVMValueRef counter_fetch(sm90 *k, int i)
 {
-    s2_cg *cg = k->cg;
-    LLVMBasicBlockRef from = LLVMGetInsertBlock(k->b);
-    s2_nv_if blk;
-    s2_nv_if_begin(cg, &blk, cond, "fetch");
-    LLVMValueRef v = LLVMBuildAtomicRMW(k->b, LLVMAtomicRMWBinOpAdd, counter_ptr(k, i), c32(k, 1),
-                                        LLVMAtomicOrderingMonotonic, 0);
-    LLVMBasicBlockRef then_end = LLVMGetInsertBlock(k->b);
-    s2_nv_if_end(cg, &blk);
-    LLVMValueRef phi = LLVMBuildPhi(k->b, cg->t_i32, "fetched");
-    LLVMValueRef vals[2] = {c32(k, 0), v};
-    LLVMBasicBlockRef bbs[2] = {from, then_end};
-    LLVMAddIncoming(phi, vals, bbs, 2);
-    return phi;
+    return LLVMBuildAtomicRMW(k->b, LLVMAtomicRMWBinOpAdd, counter_ptr(k, i), c32(k, 1), LLVMAtomicOrderingMonotonic, 0);
 }
 
 static LLVMValueRef grid_x(sm90 *k)
@@ -298,26 +275,26 @@ static void tma_tile(sm90 *k, int dst_off, LLVMValueRef dst_dyn, int rows, LLVMV
     }
 }
 
-/* Gathered key tile (s2_dev_gentry): slot j's block fills key rows
- * [j*rows, (j+1)*rows) of the stage, one box per slot and 64-column block,
- * issued by producer lane j (the lanes' copies go out side by side instead
- * of 4 * gather one after the other from one thread; slot is the lane).
- * A slot of 16+ rows starts on a 2048-byte boundary inside a 1024-byte
- * aligned column block, i.e. on whole 128-byte-swizzle atoms (8 rows of
- * 128 bytes), so the boxes compose into the layout one box of BN rows has. */
-static void load_gathered(sm90 *k, LLVMValueRef slot, LLVMValueRef row0, LLVMValueRef soff, LLVMValueRef bar)
+/* Gathered key tile (s2_dev_gentry): slot j's block (first key row
+ * row0s[j]) fills key rows [j*rows, (j+1)*rows) of the stage, one box per
+ * slot and 64-column block.  A slot of 16+ rows starts on a 2048-byte
+ * boundary inside a 1024-byte aligned column block, i.e. on whole
+ * 128-byte-swizzle atoms (8 rows of 128 bytes), so the boxes compose into
+ * the layout one box of BN rows has.  (Issuing the slots from one lane each
+ * measured 3-5% slower on Merge-Q than this one thread: bench/RESULTS.md.) */
+static void load_gathered(sm90 *k, const LLVMValueRef *row0s, LLVMValueRef soff, LLVMValueRef bar)
 {
     const sm90_shape *s = &k->s;
     int rows = s->BN / s->gather;
-    LLVMValueRef slot_off = LLVMBuildMul(k->b, slot, c32(k, rows * 128), "slot_off");
-    for (int m = 0; m < 2; m++) {
-        int base = m ? s->v_off : s->k_off;
-        for (int c = 0; c < s->D / 64; c++) {
-            LLVMValueRef dst = add(k, add(k, addc(k, k->smem, base + c * s->BN * 128), slot_off), soff);
-            LLVMValueRef co[4] = {c32(k, 64 * c), row0, k->kvh32, k->bidx32};
-            s2_nv_tma_load_4d(k->cg, dst, bar, param(k, m ? P_TMAP_V : P_TMAP_K), co);
+    for (int j = 0; j < s->gather; j++)
+        for (int m = 0; m < 2; m++) {
+            int base = m ? s->v_off : s->k_off;
+            for (int c = 0; c < s->D / 64; c++) {
+                LLVMValueRef dst = add(k, addc(k, k->smem, base + c * s->BN * 128 + j * rows * 128), soff);
+                LLVMValueRef co[4] = {c32(k, 64 * c), row0s[j], k->kvh32, k->bidx32};
+                s2_nv_tma_load_4d(k->cg, dst, bar, param(k, m ? P_TMAP_V : P_TMAP_K), co);
+            }
         }
-    }
 }
 
 static void producer(sm90 *k)
@@ -326,16 +303,11 @@ static void producer(sm90 *k)
     LLVMBuilderRef b = k->b;
     const sm90_shape *s = &k->s;
     s2_nv_setmaxnreg(cg, false, s->prod_regs);
-    /* one thread issues the copies, or one per slot of a gathered tile */
-    int lanes = s->gather > 1 ? s->gather : 1;
+    /* one thread issues the copies */
     s2_nv_if one;
-    s2_nv_if_begin(cg, &one, LLVMBuildICmp(b, LLVMIntULT, k->tid, c32(k, lanes), ""), "tma_thread");
-    LLVMValueRef lead = LLVMBuildICmp(b, LLVMIntEQ, k->tid, c32(k, 0), "lead");
-    s2_nv_if pf;
-    s2_nv_if_begin(cg, &pf, lead, "prefetch_maps");
+    s2_nv_if_begin(cg, &one, LLVMBuildICmp(b, LLVMIntEQ, k->tid, c32(k, 0), ""), "tma_thread");
     for (int m = P_TMAP_Q; m <= P_TMAP_V; m++)
         s2_nv_prefetch_tensormap(cg, param(k, m));
-    s2_nv_if_end(cg, &pf);
     work_loop wl;
     work_begin(k, &wl, "work_p", s->persistent ? s2_nv_ctaid(cg, 'x') : NULL);
     LLVMValueRef fetched = NULL;
@@ -348,23 +320,17 @@ static void producer(sm90 *k)
         LLVMValueRef pn = LLVMBuildAnd(b, LLVMBuildSub(b, k->nitem, c32(k, 1), ""), c32(k, 1), "");
         s2_nv_mbar_wait(cg, q_empty_bar(k), pn);
         s2_nv_if_end(cg, &later);
-        s2_nv_if sw;
-        s2_nv_if_begin(cg, &sw, lead, "hand_off");
         slot_store(k, wl.loop.iv);
-        s2_nv_if_end(cg, &sw);
     }
     /* Q: one box of 64 rows per consumer slab and 64-column block; rows
      * before the queries (negative) and past q_len come back as zeros */
     LLVMValueRef qrow0 = add(k, LLVMBuildSub(b, k->tile_pos0, k->q_start, ""), k->q_row0);
-    s2_nv_if ql;
-    s2_nv_if_begin(cg, &ql, lead, "q_load");
     s2_nv_mbar_arrive_expect_tx(cg, q_bar(k), s->BM * s->D * 2);
     for (int w = 0; w < s->NC; w++)
         tma_tile(k, s->q_off + w * SLAB * s->D * 2, NULL, SLAB, q_bar(k), P_TMAP_Q, addc(k, qrow0, SLAB * w), k->head32);
-    s2_nv_if_end(cg, &ql);
     /* the next item, fetched now so that the atomic's latency passes under this item's loads */
     if (s->persistent)
-        fetched = counter_fetch(k, lead, 0);
+        fetched = counter_fetch(k, 0);
 
     s2_nv_loop loop;
     s2_nv_loop_begin(cg, &loop, "load", k->begin, k->end, c32(k, 1), NULL, 0);
@@ -375,37 +341,29 @@ static void producer(sm90 *k)
     /* the entry's key rows first: their global loads complete while the
      * thread waits for the stage (the wait is an asm with a memory clobber,
      * so they stay above it) */
-    int slot_rows = s->BN / lanes;
-    /* lane j: slot j (entry field block[j] at byte 4j; lane 0 of a plain tile: its tile at 0) */
-    LLVMValueRef row0 = add(k, LLVMBuildMul(b, entry_field_dyn(k, loop.iv, LLVMBuildShl(b, k->tid, c32(k, 2), "")),
-                                            c32(k, slot_rows), "kpos0"), k->k_row0);
+    int nslot = s->gather > 1 ? s->gather : 1, slot_rows = s->BN / nslot;
+    LLVMValueRef row0s[4];
+    for (int j = 0; j < nslot; j++)
+        row0s[j] = add(k, LLVMBuildMul(b, entry_field(k, loop.iv, 4 * j, cg->t_i32), c32(k, slot_rows), "kpos0"),
+                       k->k_row0);
     /* the first round finds every stage free: parity 1 is the phase before phase 0 */
     s2_nv_mbar_wait(cg, empty_bar(k, stage), par);
-    s2_nv_if ex;
-    s2_nv_if_begin(cg, &ex, lead, "expect");
     s2_nv_mbar_arrive_expect_tx(cg, full_bar(k, stage), 2 * s->stage_bytes);
-    s2_nv_if_end(cg, &ex);
-    /* the other lanes' copies complete on the stage only after its expect-tx */
-    if (lanes > 1)
-        s2_nv_syncwarp(cg, (1u << lanes) - 1);
     LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, s->stage_bytes), "");
     if (s->gather > 1) {
-        load_gathered(k, k->tid, row0, soff, full_bar(k, stage));
+        load_gathered(k, row0s, soff, full_bar(k, stage));
     } else {
-        LLVMValueRef krow = row0;
+        LLVMValueRef krow = row0s[0];
         tma_tile(k, s->k_off, soff, s->BN, full_bar(k, stage), P_TMAP_K, krow, k->kvh32);
         tma_tile(k, s->v_off, soff, s->BN, full_bar(k, stage), P_TMAP_V, krow, k->kvh32);
     }
     s2_nv_loop_end(cg, &loop, NULL);
     if (s->persistent) {
-        LLVMValueRef f = lanes > 1 ? s2_nv_shfl_idx_i32(cg, fetched, 0, (1u << lanes) - 1) : fetched;
-        work_end(k, &wl, add(k, grid_x(k), f));
+        work_end(k, &wl, add(k, grid_x(k), fetched));
         /* no more items: once the last item's Q is consumed, hand the
          * consumers the end (a plain arrival completes the Q barrier's
          * phase); the CTA that fetches last resets the counters for the
          * next launch on the stream */
-        s2_nv_if fin;
-        s2_nv_if_begin(cg, &fin, lead, "finish");
         LLVMValueRef nf = wl.loop.result[1];
         s2_nv_if some;
         s2_nv_if_begin(cg, &some, LLVMBuildICmp(b, LLVMIntNE, nf, c32(k, 0), ""), "last_q");
@@ -413,7 +371,7 @@ static void producer(sm90 *k)
         s2_nv_if_end(cg, &some);
         slot_store(k, LLVMBuildMul(b, param(k, P_NWORK), param(k, P_BATCH), "total"));
         s2_nv_mbar_arrive(cg, q_bar(k));
-        LLVMValueRef done = counter_fetch(k, LLVMConstInt(LLVMInt1TypeInContext(cg->llctx), 1, 0), 1);
+        LLVMValueRef done = counter_fetch(k, 1);
         s2_nv_if last;
         s2_nv_if_begin(cg, &last, LLVMBuildICmp(b, LLVMIntEQ, done, LLVMBuildSub(b, grid_x(k), c32(k, 1), ""), ""),
                        "reset");
@@ -423,7 +381,6 @@ static void producer(sm90 *k)
             LLVMSetAlignment(st, 4);
         }
         s2_nv_if_end(cg, &last);
-        s2_nv_if_end(cg, &fin);
     }
     s2_nv_if_end(cg, &one);
     LLVMBuildRetVoid(b);
