@@ -129,7 +129,7 @@ s2_status s2_pattern_describe(const s2_pattern *p, char **text)
         const s2_range_rule *r = &p->ranges[i];
         int nh = 0;
         for (int q = 0; q < p->heads; q++)
-            nh += r->heads[q] != 0;
+            nh += !r->heads || r->heads[q] != 0;   /* no list: every head (as ir/predicate.c) */
         s2_buf_printf(&b, "range %d (line %d): %s", i, r->line, action_name(r->action));
         if (r->action == S2_RANGE_STRIDE)
             s2_buf_printf(&b, " %d", r->stride);

@@ -78,7 +78,7 @@ typedef struct s2_range_rule {
     int64_t key_lo, key_hi;    /* tokens; default [0, INT64_MAX) */
     int64_t dist_lo, dist_hi;  /* tokens; default [0, INT64_MAX) */
     int stride;                /* for S2_RANGE_STRIDE */
-    uint8_t *heads;            /* heads[q] != 0 when query head q is selected (length = pattern heads) */
+    uint8_t *heads;            /* heads[q] != 0 when query head q is selected (length = pattern heads); NULL: all */
     int line, col;             /* where it was declared, for messages */
 } s2_range_rule;
 

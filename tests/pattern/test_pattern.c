@@ -346,6 +346,13 @@ START_TEST(ranges_fields)
     ck_assert_ptr_nonnull(strstr(text, "range 1 (line 6): keep none, distance [64, 4096), 4 heads"));
     ck_assert_ptr_nonnull(strstr(text, "range 2 (line 7): stride 16, distance [256, end), 1 heads"));
     free(text);
+    /* a range built in code with no head list applies to every head (ir/predicate.c) */
+    uint8_t *own = r[2].heads;
+    ((s2_range_rule *)r)[2].heads = NULL;
+    ck_assert_int_eq(s2_pattern_describe(p, &text), S2_OK);
+    ck_assert_ptr_nonnull(strstr(text, "range 2 (line 7): stride 16, distance [256, end), 4 heads"));
+    free(text);
+    ((s2_range_rule *)r)[2].heads = own;
     s2_pattern_set_free(set);
     s2_ctx_free(ctx);
 }
