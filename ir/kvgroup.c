@@ -102,10 +102,10 @@ s2_status s2_schedule_pack_gathered_kv(s2_ctx *ctx, const s2_schedule *t, int kv
     if (!t || !out || !lists_out)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "schedule_pack_gathered_kv: null argument");
     int heads = t->heads;
-    if (!t->transposed || t->geom.sub_n != 1 || group < 2 || group > 4 || t->geom.sub_m * group > 64 ||
+    if (!t->transposed || t->geom.sub_n != 1 || group < 1 || group > 4 || t->geom.sub_m * group > 64 ||
         kv_heads < 1 || heads % kv_heads != 0)
         return s2_fail(ctx, S2_ERR_INVALID,
-                       "schedule_pack_gathered_kv: needs a transposed schedule of one-block key tiles, group 2..4 "
+                       "schedule_pack_gathered_kv: needs a transposed schedule of one-block key tiles, group 1..4 "
                        "and heads a multiple of kv heads (sub_m %d, sub_n %d, group %d, heads %d, kv heads %d)",
                        t->geom.sub_m, t->geom.sub_n, group, heads, kv_heads);
     int G = heads / kv_heads;

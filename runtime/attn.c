@@ -645,16 +645,17 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
 static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay, s2_devptr *buf,
                                    sched_slot *tr)
 {
-    /* gathered (spec kv_gather): one-block key tiles, grouped per kv head */
-    int gather = k->desc->spec.kv_gather > 1 ? k->desc->spec.kv_gather : 1;
-    s2_tile_spec ts = {k->desc->spec.block_m, gather > 1 ? k->pattern->block_size : k->desc->spec.block_m};
+    /* one-block key tiles (or block_m-key tiles of bigger blocks), grouped
+     * per kv head into block_m-key tiles (attention.h, backward ABI) */
+    int bm = k->desc->spec.block_m, bs = k->pattern->block_size < bm ? k->pattern->block_size : bm;
+    int gather = bm / bs;
+    s2_tile_spec ts = {bm, bs};
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
     int32_t lists = 0;
     s2_status st = s2_schedule_build(ctx, lay, ts, true, &sched);
     if (st == S2_OK)
-        st = gather > 1 ? s2_schedule_pack_gathered_kv(ctx, sched, k->pattern->kv_heads, gather, &pk, &lists)
-                        : s2_schedule_pack(ctx, sched, &pk);
+        st = s2_schedule_pack_gathered_kv(ctx, sched, k->pattern->kv_heads, gather, &pk, &lists);
     if (st == S2_OK && sched->geom.kv_tiles > INT32_MAX)
         st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld key tiles do not fit 32 bits",
                      (long long)sched->geom.kv_tiles);
@@ -666,7 +667,7 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layo
         tr->t_class_of_head = *buf + pk.class_of_head_off;
         tr->t_offsets = *buf + pk.offsets_off;
         tr->t_entries = *buf + pk.entries_off;
-        tr->kv_tiles = gather > 1 ? lists : (int32_t)sched->geom.kv_tiles;
+        tr->kv_tiles = lists;
     }
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);

@@ -147,23 +147,29 @@ static LLVMValueRef gep16(bwd *k, LLVMValueRef base, LLVMValueRef off)
     return LLVMBuildInBoundsGEP2(k->b, i16, base, &off, 1, "");
 }
 
-/* Position of row r of a gathered tile: slot r / gbs starts at slot[r / gbs]. */
-static LLVMValueRef slot_row_pos(bwd *k, const LLVMValueRef *slot, LLVMValueRef r)
+/* Slots of a gathered tile: nslot runs of `rows` rows, slot j's first row
+ * at position pos[j]. */
+typedef struct slots {
+    const LLVMValueRef *pos;
+    int n, rows;
+} slots;
+
+/* Position of row r of a gathered tile: slot r / rows starts at pos[r / rows]. */
+static LLVMValueRef slot_row_pos(bwd *k, const slots *sl, LLVMValueRef r)
 {
     LLVMBuilderRef b = k->b;
-    int lg = s2_log2i(k->s.gbs);
-    LLVMValueRef j = LLVMBuildLShr(b, r, c32(k, lg), "");
-    LLVMValueRef base = slot[0];
-    for (int i = 1; i < k->s.gather; i++)
-        base = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, j, c32(k, i), ""), slot[i], base, "");
-    return add(k, base, LLVMBuildAnd(b, r, c32(k, k->s.gbs - 1), ""));
+    LLVMValueRef j = LLVMBuildLShr(b, r, c32(k, s2_log2i(sl->rows)), "");
+    LLVMValueRef base = sl->pos[0];
+    for (int i = 1; i < sl->n; i++)
+        base = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, j, c32(k, i), ""), sl->pos[i], base, "");
+    return add(k, base, LLVMBuildAnd(b, r, c32(k, sl->rows - 1), ""));
 }
 
 /* Row r of a tile starting at absolute position pos0 (or of a gathered tile
  * with the given slots): a query row exists when q_start <= pos < kv_len
  * (tensor row pos - q_start), a key row when 0 <= pos < kv_len (gathered
  * tiles mark unused slots with negative positions). */
-static LLVMValueRef tile_row_at(bwd *k, LLVMValueRef pos0, const LLVMValueRef *slot, bool query, LLVMValueRef r,
+static LLVMValueRef tile_row_at(bwd *k, LLVMValueRef pos0, const slots *slot, bool query, LLVMValueRef r,
                                 LLVMValueRef *trow)
 {
     LLVMValueRef pos = slot ? slot_row_pos(k, slot, r) : add(k, pos0, r);
@@ -187,7 +193,7 @@ static LLVMValueRef tile_row(bwd *k, LLVMValueRef pos0, bool query, LLVMValueRef
  * (b, h), rstride its seq stride) into shared `dst`; missing rows are
  * zero-filled and their source clamped to the slice start. */
 static void load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride, LLVMValueRef dst,
-                      LLVMValueRef pos0, const LLVMValueRef *slot, bool query)
+                      LLVMValueRef pos0, const slots *slot, bool query)
 {
     LLVMBuilderRef b = k->b;
     int C = k->s.chunks, T = k->s.threads, total = rows * C;
@@ -599,7 +605,8 @@ static void dq_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     dq_state *ds = user;
     bwd_dq_entry(k, ds, e, NULL, NULL);
-    const LLVMValueRef *slot = k->s.gather > 1 ? ds->slot : NULL;
+    slots sl = {ds->slot, k->s.gather, k->s.gbs};
+    const slots *slot = k->s.gather > 1 ? &sl : NULL;
     load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, ds->kpos0, slot, false);
     load_tile(k, k->s.BN, param(k, P_V), ds->vslice, param(k, P_VS + 1), add(k, soff, c32(k, k->s.BN * k->s.row_bytes)),
               ds->kpos0, slot, false);
@@ -676,9 +683,15 @@ static void build_dq(bwd *k)
 /* ---- NAME_dkdv ---- */
 
 
+/* The list is walked from its end (the ring's i-th entry is end-1-i): the
+ * long lists of vertical stripes then all start at the last query tiles and
+ * read each query tile at about the same time, from L2. */
+LLVMValueRef bwd_kv_entry(bwd *k, const kv_state *ks, LLVMValueRef e) { return LLVMBuildSub(k->b, ks->rev, e, "e_rev"); }
+
 static void kv_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     kv_state *ks = user;
+    e = bwd_kv_entry(k, ks, e);
     int tb = k->s.BM * k->s.row_bytes;
     LLVMValueRef qpos0 = mul(k, bwd_entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
     load_tile(k, k->s.BM, param(k, P_Q), ks->qslice, param(k, P_QS + 1), soff, qpos0, NULL, true);
@@ -699,6 +712,7 @@ void bwd_kv_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, 
 static void kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     kv_state *ks = user;
+    e = bwd_kv_entry(k, ks, e);
     LLVMBuilderRef b = k->b;
     LLVMValueRef qt = soff, dot = add(k, soff, c32(k, k->s.BM * k->s.row_bytes));
     ks->stats = add(k, soff, c32(k, k->s.kv_lse_off));
@@ -776,29 +790,29 @@ static void build_dkdv(bwd *k)
     kv_state ks = {0};
     ks.kpos0 = mul(k, kt, c32(k, s->KB));
     ks.entries = param(k, P_TENTRIES);
-    const LLVMValueRef *slot = NULL;
-    if (s->gather > 1) {
-        /* gathered key tile: the key blocks are the header record of the
-         * list (s2_schedule_pack_gathered_kv), the same for every query head
-         * of the group; warp w owns slot w (16 rows) */
-        LLVMValueRef hb, he;
-        LLVMValueRef h0 = LLVMBuildZExt(b, mul(k, kvh32, c32(k, s->group)), cg->t_i64, "");
-        list_bounds(k, P_TCLASS, P_TOFFSETS, h0, param(k, P_KV_TILES), kt, &hb, &he);
-        LLVMValueRef mine = NULL;
-        for (int j = 0; j < s->gather; j++) {
-            LLVMValueRef blk = LLVMBuildLoad2(b, cg->t_i32,
-                LLVMBuildInBoundsGEP2(b, cg->t_i32, ks.entries, (LLVMValueRef[]){add(k, mul(k, sext64(k, hb), c64(k, 4)),
-                                                                                      c64(k, j))}, 1, ""), "");
-            LLVMSetAlignment(blk, 4);
-            /* unused slots (-1) get a position no row reaches: every row fails 0 <= pos */
-            ks.slot[j] = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, blk, c32(k, 0), ""), c32(k, -(1 << 20)),
-                                         mul(k, blk, c32(k, s->gbs)), "slot");
-            mine = j == 0 ? ks.slot[0]
-                          : LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, k->warp, c32(k, j), ""), ks.slot[j], mine, "");
-        }
-        ks.kpos0 = LLVMBuildSub(b, mine, LLVMBuildShl(b, k->warp, c32(k, 4), ""), "kpos0");
-        slot = ks.slot;
+    /* the key tile's slots (pattern blocks, or the tile itself) are the
+     * header record of its list (s2_schedule_pack_gathered_kv), the same for
+     * every query head of the group; warp w's 16 rows lie in slot 16w / kgbs */
+    LLVMValueRef hb, he;
+    LLVMValueRef h0 = LLVMBuildZExt(b, mul(k, kvh32, c32(k, s->group)), cg->t_i64, "");
+    list_bounds(k, P_TCLASS, P_TOFFSETS, h0, param(k, P_KV_TILES), kt, &hb, &he);
+    LLVMValueRef jw = LLVMBuildLShr(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), c32(k, s2_log2i(s->kgbs)), "warp_slot");
+    LLVMValueRef mine = NULL;
+    for (int j = 0; j < s->kvg; j++) {
+        LLVMValueRef blk = LLVMBuildLoad2(b, cg->t_i32,
+            LLVMBuildInBoundsGEP2(b, cg->t_i32, ks.entries, (LLVMValueRef[]){add(k, mul(k, sext64(k, hb), c64(k, 4)),
+                                                                                  c64(k, j))}, 1, ""), "");
+        LLVMSetAlignment(blk, 4);
+        /* unused slots (-1) get a position no row reaches: every row fails 0 <= pos */
+        ks.slot[j] = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, blk, c32(k, 0), ""), c32(k, -(1 << 20)),
+                                     mul(k, blk, c32(k, s->kgbs)), "slot");
+        /* row r of the tile is at kpos0 + r for this warp's rows */
+        LLVMValueRef base = LLVMBuildSub(b, ks.slot[j], c32(k, j * s->kgbs), "");
+        mine = j == 0 ? base : LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, jw, c32(k, j), ""), base, mine, "");
     }
+    ks.kpos0 = mine;
+    slots kslots = {ks.slot, s->kvg, s->kgbs};
+    const slots *slot = &kslots;
     LLVMValueRef dk[MAX_D / 8][4], dv[MAX_D / 8][4];
     new_acc(k, dk, "dk");
     new_acc(k, dv, "dv");
@@ -831,8 +845,8 @@ static void build_dkdv(bwd *k)
     ks.rowbase = mul(k, add(k, mul(k, k->batch, c64(k, s->heads)), h64), sext64(k, k->q_len));
     LLVMValueRef begin, end;
     list_bounds(k, P_TCLASS, P_TOFFSETS, h64, param(k, P_KV_TILES), kt, &begin, &end);
-    if (s->gather > 1)
-        begin = add(k, begin, c32(k, 1));   /* past the header */
+    begin = add(k, begin, c32(k, 1));   /* past the header */
+    ks.rev = LLVMBuildSub(b, add(k, begin, end), c32(k, 1), "rev");
     pipeline(k, begin, end, s->kv_stage0, s->kv_stage_bytes, kv_issue, s->wg ? bwd_wg_kv_compute : kv_compute, &ks);
     s2_nv_loop_end(cg, &heads, NULL);
 
@@ -866,6 +880,8 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     int bs = p->block_size;
     s->gather = spec->kv_gather > 1 ? spec->kv_gather : 1;
     s->gbs = bs;
+    s->kgbs = bs < s->KB ? bs : s->KB;
+    s->kvg = s->KB / s->kgbs;
     s->f_sub_m_log2 = s2_log2i(bs < s->BM ? bs : s->BM);
     s->f_sub_n_size = bs < s->BN ? bs : s->BN;
     s->f_sub_n = s->BN / s->f_sub_n_size;
@@ -933,7 +949,8 @@ s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ker
     bwd_shape_init(&k.s, p, spec);
     if (k.s.D > MAX_D || k.s.BN / 8 > MAX_N || k.s.qc / 8 > MAX_N || k.s.BM != 16 * k.s.warps ||
         (k.s.chunks != 4 && k.s.chunks != 8 && k.s.chunks != 16) || k.s.threads % k.s.chunks != 0 ||
-        (k.s.gather > 1 && (k.s.gbs != 16 || k.s.gather * k.s.gbs != k.s.BN || k.s.gather * k.s.gbs != k.s.KB)))
+        (k.s.gather > 1 && (k.s.gbs != 16 || k.s.gather * k.s.gbs != k.s.BN || k.s.gather * k.s.gbs != k.s.KB)) ||
+        k.s.kvg > 4 || k.s.kgbs < 16)
         return s2_fail(ctx, S2_ERR_INTERNAL, "backward: unresolved spec reached the builder");
     new_kernel(&k, name, "_pre");
     build_pre(&k);

@@ -28,8 +28,10 @@ typedef struct bwd_shape {
     int group, heads;
     bool causal;
     bool wg;                     /* sm_90a: wgmma bodies, tiles in the 128-byte-swizzle blocked layout */
-    int gather;                  /* spec kv_gather: key blocks per gathered key tile (1: off) */
+    int gather;                  /* dQ kernel, spec kv_gather: key blocks per gathered key tile (1: off) */
     int gbs;                     /* their size (the pattern's block_size): rows per slot */
+    int kvg, kgbs;               /* dK/dV kernel: slots of its key tile (KB / kgbs), rows per slot
+                                  * (min(block_size, KB)): the lists of s2_schedule_pack_gathered_kv */
     int f_sub_m_log2, f_sub_n_size, f_sub_n;  /* forward schedule, BM x BN */
     int t_sub_m_size, t_sub_n_log2, t_sub_n;  /* transposed schedule, BM x KB */
     int qc;                      /* dK/dV kernel: query columns per chunk (register budget) */
@@ -79,6 +81,7 @@ typedef struct dq_state {
 } dq_state;
 
 typedef struct kv_state {
+    LLVMValueRef rev;                                 /* begin + end - 1 of the list: entries are walked from the end */
     LLVMValueRef kpos0;                               /* key position of row 0 (gathered: of this warp's slot, minus 16·warp) */
     LLVMValueRef slot[4];                             /* gathered: key position of each slot's row 0 (negative: unused) */
     LLVMValueRef qslice, doslice, rowbase, entries;   /* of the current query head */
@@ -101,6 +104,8 @@ void bwd_apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntile
                     LLVMValueRef live, LLVMValueRef row_pos0, LLVMValueRef col_pos0, const LLVMValueRef *col_slot);
 void bwd_probs_and_ds(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int ntiles, stat_fn stat, void *user);
 void bwd_kv_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
+/* The dK/dV kernel's list entry for the ring's entry e (walked from the end). */
+LLVMValueRef bwd_kv_entry(bwd *k, const kv_state *ks, LLVMValueRef e);
 void bwd_dq_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
 /* The wgmma entry bodies (templates/bwd_sm90.c), used when shape.wg is set. */
 void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);

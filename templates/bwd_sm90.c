@@ -126,6 +126,7 @@ static void acc_store(bwd *k, LLVMValueRef (*slots)[4], const LLVMValueRef *acc)
 void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     kv_state *ks = user;
+    e = bwd_kv_entry(k, ks, e);
     s2_cg *cg = k->cg;
     const bwd_shape *s = &k->s;
     int BM = s->BM, NT = BM / 8, no = s->D / 2;

@@ -178,19 +178,20 @@ typedef enum s2_fwd_abi {
  *   39 ptr class_of_head  40 ptr offsets  41 ptr entries  42 i32 first_q_tile  43 i32 q_tiles
  *        the packed FORWARD schedule for (block_m, block_n), as the forward
  *   44 ptr class_of_head  45 ptr offsets  46 ptr entries  47 i32 kv_tiles
- *        the packed TRANSPOSED schedule for (block_m, block_m): per key tile the
- *        query tiles that visit it; kv_tiles = cdiv(kv_len, block_m)
+ *        the TRANSPOSED schedule for (block_m, bs), bs = min(block_size, block_m),
+ *        packed by s2_schedule_pack_gathered_kv with group block_m / bs: per
+ *        key tile of block_m keys (group key blocks, or one tile of a bigger
+ *        block), its header then the query tiles that visit it, heaviest
+ *        tiles first; kv_tiles = its list count (cdiv(kv_len, bs) / group,
+ *        rounded up).  The dK/dV kernel walks each list from its end.
  * Gathered backward (spec kv_gather 4, block-16 patterns on sm_90a): 39..43 is
  * s2_schedule_pack_gathered's packing of the forward schedule for (block_m,
- * block_size), as the gathered forward; 44..47 is s2_schedule_pack_gathered_kv's
- * packing of the transposed schedule for (block_m, block_size) with kv_tiles =
- * its list count (cdiv(kv blocks, 4)): CTA x of dK/dV works on the key blocks
- * of list x's header (their rows >= kv_len untouched); grids as below.
+ * block_size), as the gathered forward.
  * Launch in this order (one stream), block (num_warps * 32):
  *   NAME_pre   grid (cdiv(q_len, threads / (D/8)), H, B), no shared memory: writes delta, lse2
- *   NAME_dkdv  grid (kv_tiles, Hkv, B), smem art->smem_bytes: dk, dv of key tile x
- *              (block_m keys; rows >= kv_len untouched), summed over the query
- *              heads of kv head y in increasing order
+ *   NAME_dkdv  grid (kv_tiles, Hkv, B), smem art->smem_bytes: dk, dv of the keys
+ *              of list x's header (rows >= kv_len untouched), summed over the
+ *              query heads of kv head y in increasing order
  *   NAME_dq    grid (q_tiles, H, B), smem art->smem_bytes: dq of the tile, as the forward
  * No atomics: every output element is summed by one thread in a fixed order,
  * so two runs give bitwise-identical results.  dq = scale·dS·K, dk =

@@ -169,9 +169,9 @@ typedef struct s2_dev_gentry {
 s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, s2_packed_schedule *out);
 void s2_packed_schedule_free(s2_packed_schedule *p);
 
-/* Gathered resident key tiles of the backward's dK/dV kernel (spec kv_gather,
- * sm_90a wgmma backward): t is a TRANSPOSED schedule whose key tiles are one
- * pattern block (block_n = block_size, sub_n 1).  Per kv head (heads /
+/* The resident key tiles of the backward's dK/dV kernel (attention.h,
+ * backward ABI): t is a TRANSPOSED schedule whose key tiles are one pattern
+ * block or part of one (sub_n 1), group 1..4.  Per kv head (heads /
  * kv_heads query heads), its key blocks are cut into groups of `group`
  * blocks read by the same query tiles: sorted by the last, then the first
  * query tile reading them (over the group's query heads), so that vertical

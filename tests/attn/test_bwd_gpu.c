@@ -56,6 +56,7 @@ static const bwd_case cases[] = {
     {"bidir16_d64_f16_q200_kv650", -3, 64, S2_DTYPE_F16, 1, 200, 650, true, false, false, 0},
     {"runtime_mergeq16_d128_bf16_q300_kv700", 1, 128, S2_DTYPE_BF16, 2, 300, 700, false, true, true, 0},
     {"mergeq16_d128_bf16_nogather", 1, 128, S2_DTYPE_BF16, 1, 600, 600, false, false, false, 1},
+    {"b128_d64_bf16_ragged", 6, 64, S2_DTYPE_BF16, 1, 700, 700, true, true, false, 0},
 };
 enum { NUM_CASES = sizeof cases / sizeof cases[0] };
 
@@ -198,12 +199,14 @@ static void upload_sched(s2_ctx *ctx, s2_device *dev, const s2_layout *lay, cons
     s2_schedule *sched = NULL;
     s2_packed_schedule pk;
     int gather = spec->kv_gather > 1 ? spec->kv_gather : 1;
-    s2_tile_spec ts = {spec->block_m, gather > 1 ? p->block_size : tr ? spec->block_m : spec->block_n};
+    /* transposed: always grouped into block_m-key tiles */
+    int bs = p->block_size < spec->block_m ? p->block_size : spec->block_m;
+    s2_tile_spec ts = {spec->block_m, tr ? bs : gather > 1 ? p->block_size : spec->block_n};
     int32_t lists = 0;
     ck_assert_msg(s2_schedule_build(ctx, lay, ts, tr, &sched) == S2_OK, "%s", s2_ctx_message(ctx));
-    s2_status st = gather == 1 ? s2_schedule_pack(ctx, sched, &pk)
-                   : tr        ? s2_schedule_pack_gathered_kv(ctx, sched, p->kv_heads, gather, &pk, &lists)
-                               : s2_schedule_pack_gathered(ctx, sched, gather, &pk);
+    s2_status st = tr            ? s2_schedule_pack_gathered_kv(ctx, sched, p->kv_heads, spec->block_m / bs, &pk, &lists)
+                   : gather == 1 ? s2_schedule_pack(ctx, sched, &pk)
+                                 : s2_schedule_pack_gathered(ctx, sched, gather, &pk);
     ck_assert_msg(st == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert(s2_mem_alloc(ctx, dev, pk.size, &d->buf) == S2_OK);
     ck_assert(s2_memcpy_h2d(ctx, dev, d->buf, pk.data, pk.size) == S2_OK);
@@ -211,7 +214,7 @@ static void upload_sched(s2_ctx *ctx, s2_device *dev, const s2_layout *lay, cons
     d->offs = d->buf + pk.offsets_off;
     d->ent = d->buf + pk.entries_off;
     *geom = sched->geom;
-    if (gather > 1 && tr)
+    if (tr)
         geom->kv_tiles = lists;
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);

@@ -577,7 +577,7 @@ START_TEST(test_schedule_pack_gathered_kv)
         make_random(&rp);
         const s2_pattern *p = rp.p;
         s2_layout *l = make_layout(p, rp.q_len, rp.kv_len);
-        int bs = p->block_size, group = rnd_int(2, 4);
+        int bs = p->block_size, group = rnd_int(1, 4);
         s2_tile_spec spec = {rnd_int(0, 1) ? 64 : 128, bs};
         s2_schedule *tr = NULL;
         s2_packed_schedule pk;
@@ -674,7 +674,7 @@ START_TEST(test_schedule_pack_gathered_kv)
         checked++;
         s2_packed_schedule_free(&pk);
         ck_assert_int_eq(s2_schedule_pack_gathered_kv(NULL, tr, p->kv_heads, 5, &pk, &lists), S2_ERR_INVALID);
-        ck_assert_int_eq(s2_schedule_pack_gathered_kv(NULL, tr, p->kv_heads, 1, &pk, &lists), S2_ERR_INVALID);
+        ck_assert_int_eq(s2_schedule_pack_gathered_kv(NULL, tr, p->kv_heads, 0, &pk, &lists), S2_ERR_INVALID);
         if (p->heads > 1)
             ck_assert_int_eq(s2_schedule_pack_gathered_kv(NULL, tr, p->heads + 1, 4, &pk, &lists), S2_ERR_INVALID);
         s2_schedule *fw = NULL;
