@@ -21,6 +21,10 @@ typedef struct sched_slot {
     /* persistent forward (S2_FWD_ABI_TMA_PERSISTENT): the longest-first work list */
     s2_devptr w_buf;
     int32_t n_work;
+    /* its work counters: one pair per stream (launches on one stream run in
+     * order; a pair serves them all), taken by the stream that uses it */
+    void *counter_stream[S2_ATTN_COUNTER_PAIRS];
+    bool counter_used[S2_ATTN_COUNTER_PAIRS];
     uint64_t last_use;           /* 0: empty */
 } sched_slot;
 
@@ -674,8 +678,31 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layo
     return st;
 }
 
-/* Where the persistent forward's counters follow its work list of n items (8-byte aligned). */
+/* Where the persistent forward's counter pairs follow its work list of n items (8-byte aligned). */
 static int32_t work_counter_index(int32_t n) { return (n + 1) & ~1; }
+
+/* The counter pair of `stream` in slot s (called with k->lock held).  A
+ * stream keeps its pair; when every pair belongs to another stream, the
+ * context is synchronised (no launch in flight uses any) and the pairs are
+ * handed out anew.  Concurrent launches thus never share a pair. */
+static s2_status counter_for(s2_ctx *ctx, s2_attn_kernel *k, sched_slot *s, void *stream, s2_devptr *out)
+{
+    int i = 0;
+    for (; i < S2_ATTN_COUNTER_PAIRS; i++)
+        if (!s->counter_used[i] || s->counter_stream[i] == stream)
+            break;
+    if (i == S2_ATTN_COUNTER_PAIRS) {
+        s2_status st = s2_device_synchronize(ctx, k->mod->dev);
+        if (st != S2_OK)
+            return st;
+        memset(s->counter_used, 0, sizeof s->counter_used);
+        i = 0;
+    }
+    s->counter_used[i] = true;
+    s->counter_stream[i] = stream;
+    *out = s->w_buf + 4 * (s2_devptr)(work_counter_index(s->n_work) + 2 * i);
+    return S2_OK;
+}
 
 static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, const s2_schedule *sched, s2_devptr *buf,
                                   int32_t *n_work)
@@ -684,8 +711,8 @@ static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, const s2_sched
     int64_t n = 0;
     s2_status st = s2_schedule_work_list(ctx, sched, &list, &n);
     /* the list, then the kernel's two work counters (zero; each launch
-     * leaves them zero): [work_counter_index(n)] */
-    size_t words = (size_t)work_counter_index((int32_t)n) + 2;
+     * leaves them zero): S2_ATTN_COUNTER_PAIRS pairs from [work_counter_index(n)] */
+    size_t words = (size_t)work_counter_index((int32_t)n) + 2 * S2_ATTN_COUNTER_PAIRS;
     int32_t *host = st == S2_OK ? calloc(words, sizeof *host) : NULL;
     if (st == S2_OK && !host)
         st = s2_fail(ctx, S2_ERR_NOMEM, "work list: out of memory");
@@ -846,8 +873,7 @@ static s2_status ctas_per_sm(s2_ctx *ctx, s2_attn_kernel *k, int *out)
     return S2_OK;
 }
 
-static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a,
-                        const sched_slot *s)
+static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a, sched_slot *s)
 {
     s2_devptr q = a->q, kk = a->k, v = a->v, o = a->o, lse = a->lse;
     int64_t st[12];
@@ -862,7 +888,12 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     s2_devptr cls = s->class_of_head, offs = s->offsets, ent = s->entries;
     int32_t first = s->first_q_tile, tiles = s->q_tiles;
     s2_tensor_map maps[3];
-    s2_devptr work = s->w_buf, counter = s->w_buf + 4 * (s2_devptr)work_counter_index(s->n_work);
+    s2_devptr work = s->w_buf, counter = 0;
+    if (k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT) {
+        s2_status cs = counter_for(ctx, k, s, stream, &counter);
+        if (cs != S2_OK)
+            return cs;
+    }
     int32_t n_work = s->n_work, batch = (int32_t)a->batch;
     void *args[] = {&q, &kk, &v, &o, &lse,
                     &st[0], &st[1], &st[2], &st[3], &st[4], &st[5], &st[6], &st[7], &st[8], &st[9], &st[10], &st[11],

@@ -18,7 +18,9 @@
  * after the upload, so that a launch on any stream sees the schedule.
  *
  * Threads: s2_attn_forward may be called on one kernel from several threads
- * at once (each with its own s2_ctx); the schedule cache is locked.
+ * at once (each with its own s2_ctx); the schedule cache is locked.  A
+ * persistent forward's launches on one stream share a work counter, those on
+ * other streams get their own (S2_ATTN_COUNTER_PAIRS).
  */
 #ifndef S2C_ATTN_RUNTIME_H
 #define S2C_ATTN_RUNTIME_H
@@ -36,6 +38,10 @@ extern "C" {
 #endif
 
 #define S2_ATTN_SCHED_CACHE 8
+/* Work-counter pairs of a persistent forward's schedule entry: launches on
+ * up to this many streams at once run without waiting; one more stream
+ * synchronises the context first (attention.h, persistent variant). */
+#define S2_ATTN_COUNTER_PAIRS 8
 
 typedef struct s2_attn_module s2_attn_module;
 typedef struct s2_attn_kernel s2_attn_kernel;
