@@ -710,19 +710,20 @@ static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, const s2_sched
     int32_t *list = NULL;
     int64_t n = 0;
     s2_status st = s2_schedule_work_list(ctx, sched, &list, &n);
-    /* the list, then the kernel's two work counters (zero; each launch
-     * leaves them zero): S2_ATTN_COUNTER_PAIRS pairs from [work_counter_index(n)] */
+    /* the list, then the kernel's work counters (zero; each launch leaves
+     * them zero): S2_ATTN_COUNTER_PAIRS pairs from [work_counter_index(n)] */
     size_t words = (size_t)work_counter_index((int32_t)n) + 2 * S2_ATTN_COUNTER_PAIRS;
-    int32_t *host = st == S2_OK ? calloc(words, sizeof *host) : NULL;
-    if (st == S2_OK && !host)
+    int32_t *grown = st == S2_OK ? realloc(list, words * sizeof *list) : NULL;
+    if (grown) {
+        list = grown;
+        memset(list + n, 0, (words - (size_t)n) * sizeof *list);
+    } else if (st == S2_OK) {
         st = s2_fail(ctx, S2_ERR_NOMEM, "work list: out of memory");
-    if (st == S2_OK && n)
-        memcpy(host, list, (size_t)n * sizeof *list);
+    }
     if (st == S2_OK)
-        st = s2_mem_alloc(ctx, k->mod->dev, words * sizeof *host, buf);
+        st = s2_mem_alloc(ctx, k->mod->dev, words * sizeof *list, buf);
     if (st == S2_OK)
-        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, host, words * sizeof *host);
-    free(host);
+        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, list, words * sizeof *list);
     *n_work = (int32_t)n;
     free(list);
     return st;

@@ -175,9 +175,9 @@ static LLVMValueRef tile_row_at(bwd *k, LLVMValueRef pos0, const slots *slot, bo
     LLVMValueRef pos = slot ? slot_row_pos(k, slot, r) : add(k, pos0, r);
     LLVMValueRef ok = LLVMBuildICmp(k->b, LLVMIntSLT, pos, k->kv_len, "");
     *trow = pos;
-    if (!query)
+    if (!query) {
         ok = LLVMBuildAnd(k->b, ok, LLVMBuildICmp(k->b, LLVMIntSGE, pos, c32(k, 0), ""), "");
-    if (query) {
+    } else {
         *trow = LLVMBuildSub(k->b, pos, k->q_start, "qrow");
         ok = LLVMBuildAnd(k->b, ok, LLVMBuildICmp(k->b, LLVMIntSGE, pos, k->q_start, ""), "");
     }
@@ -246,13 +246,19 @@ static void load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVM
 /* ---- schedule lists ---- */
 
 /* Field of entry e of `entries`: byte offset 0 tile, 4 flags, 8 live. */
-LLVMValueRef bwd_entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int field_off, LLVMTypeRef ty)
+/* Field at byte field_off of record e of `size` bytes. */
+static LLVMValueRef field_at(bwd *k, LLVMValueRef entries, LLVMValueRef e, int size, int field_off, LLVMTypeRef ty)
 {
     LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
-    LLVMValueRef off = add(k, mul(k, sext64(k, e), c64(k, (long long)sizeof(s2_dev_entry))), c64(k, field_off));
+    LLVMValueRef off = add(k, mul(k, sext64(k, e), c64(k, size)), c64(k, field_off));
     LLVMValueRef v = LLVMBuildLoad2(k->b, ty, LLVMBuildInBoundsGEP2(k->b, i8, entries, &off, 1, ""), "");
     LLVMSetAlignment(v, ty == k->cg->t_i64 ? 8 : 4);
     return v;
+}
+
+LLVMValueRef bwd_entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int field_off, LLVMTypeRef ty)
+{
+    return field_at(k, entries, e, (int)sizeof(s2_dev_entry), field_off, ty);
 }
 
 static LLVMValueRef load_i32(bwd *k, LLVMValueRef base, LLVMValueRef idx64)
@@ -571,15 +577,6 @@ static void build_pre(bwd *k)
 /* ---- NAME_dq ---- */
 
 
-static LLVMValueRef field_at(bwd *k, LLVMValueRef entries, LLVMValueRef e, int size, int field_off, LLVMTypeRef ty)
-{
-    LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
-    LLVMValueRef off = add(k, mul(k, sext64(k, e), c64(k, size)), c64(k, field_off));
-    LLVMValueRef v = LLVMBuildLoad2(k->b, ty, LLVMBuildInBoundsGEP2(k->b, i8, entries, &off, 1, ""), "");
-    LLVMSetAlignment(v, ty == k->cg->t_i64 ? 8 : 4);
-    return v;
-}
-
 void bwd_dq_entry(bwd *k, dq_state *ds, LLVMValueRef e, LLVMValueRef *flags, LLVMValueRef *live)
 {
     s2_cg *cg = k->cg;
@@ -745,13 +742,13 @@ static void kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
  * tiles of one head, then the next head) the last wave holds the long lists
  * (vertical stripes: every later query tile) of the last heads and the GPU
  * idles behind them (ncu: SMs active 84% of the dK/dV kernel at 8K, b64).
- * Read key tile major instead (all (kv head, batch) pairs of key tile 0
- * first, ...: for causal patterns longest first, short ones in the tail:
- * 1.01 -> 0.86 ms), but in chunks of KT_CHUNK adjacent key tiles per pair:
- * those read mostly the same query tiles (the local windows overlap), so
- * their Q and dO come from L2 instead of once per key tile from DRAM (ncu,
- * key tile major: 2.25 TB/s of DRAM, L2 hit 47%).  Sets *kvh32 and k->batch;
- * returns the key tile. */
+ * Read the lists major instead (all (kv head, batch) pairs of list 0 first,
+ * ...: the lists come heaviest first, so the tail is made of short ones:
+ * 1.01 -> 0.86 ms), in rows of KT_CHUNK lists per pair: a head's heaviest
+ * lists (its vertical stripes) then run together and, walked from their
+ * ends, read each query tile at about the same time (Q and dO from L2:
+ * ncu at 8K, DRAM 46% -> 30% of peak; bench/RESULTS.md 2026-11-25).  Sets
+ * *kvh32 and k->batch; returns the list (key tile) index. */
 enum { KT_CHUNK = 8 };
 
 static LLVMValueRef remap_key_tile(bwd *k, LLVMValueRef *kvh32)
