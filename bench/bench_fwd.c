@@ -17,10 +17,11 @@
  * Without a CUDA driver or device it prints "no GPU: skipped" and exits 0.
  *
  *   bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L]
- *             [--num-warps L] [--num-stages L] [--persistent L] [--reps N] [--csv]
- *             [--rows N] [--dump-dir DIR]
+ *             [--num-warps L] [--num-stages L] [--persistent L] [--kv-gather L]
+ *             [--specs BMxBNsSTgG[pP],..] [--reps N] [--csv] [--rows N] [--dump-dir DIR]
  * L is a comma list; every combination is run (invalid ones are reported
- * and skipped).  --dump-dir writes each variant's PTX and cubin there. */
+ * and skipped).  --specs names the variants instead (block_m x block_n,
+ * stages, kv_gather, persistent: 128x64s3g1p1).  --dump-dir writes each variant's PTX and cubin there. */
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/cache.h"
@@ -660,7 +661,7 @@ static bool parse_list(const char *s, int_list *l)
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L] [--num-warps L]\n"
-                    "                 [--num-stages L] [--persistent L] [--kv-gather L] [--specs BMxBNsSTgG,..]\n"
+                    "                 [--num-stages L] [--persistent L] [--kv-gather L] [--specs BMxBNsSTgG[pP],..]\n"
                     "                 [--reps N] [--rows N] [--csv]\n"
                     "                 [--dump-dir DIR]\n"
                     "  (L: comma list, 0 = heuristic)  configs:");
@@ -676,10 +677,12 @@ static bool parse_specs(const char *val, options *o)
     char buf[512];
     snprintf(buf, sizeof buf, "%s", val);
     for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        int bm, bn, st, g;
-        if (o->nspecs == 16 || sscanf(tok, "%dx%ds%dg%d", &bm, &bn, &st, &g) != 4)
+        int bm, bn, st, g, per = 0;
+        int n = o->nspecs == 16 ? 0 : sscanf(tok, "%dx%ds%dg%dp%d", &bm, &bn, &st, &g, &per);
+        if (n != 4 && n != 5)
             return false;
-        o->specs[o->nspecs++] = (s2_kernel_spec){.block_m = bm, .block_n = bn, .num_stages = st, .kv_gather = g};
+        o->specs[o->nspecs++] =
+            (s2_kernel_spec){.block_m = bm, .block_n = bn, .num_stages = st, .kv_gather = g, .persistent = per};
     }
     return o->nspecs > 0;
 }
