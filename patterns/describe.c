@@ -16,6 +16,18 @@ static const char *action_name(s2_range_action a)
     return "?";
 }
 
+bool s2_pattern_is_dense(const s2_pattern *p)
+{
+    if (!p || !p->rules || p->heads < 1 || p->num_ranges > 0)
+        return false;
+    for (int q = 0; q < p->heads; q++) {
+        const s2_head_rule *r = &p->rules[q];
+        if (r->mask >= 0 || (!r->dense && r->vert_stride != 1))
+            return false;
+    }
+    return true;
+}
+
 static bool same_rule(const s2_head_rule *a, const s2_head_rule *b)
 {
     return a->dense == b->dense && a->local_left == b->local_left && a->local_right == b->local_right &&

@@ -157,6 +157,11 @@ s2_status s2_block_mask_parse(s2_ctx *ctx, const char *filename, const char *tex
                               const char *case_name, s2_block_mask *out);
 void s2_block_mask_free(s2_block_mask *m);
 
+/* True when every head keeps every visible block (a dense rule, or a
+ * vertical stride of 1) and no range rule applies: the kernel heuristic
+ * then picks the dense tiling.  A NULL or unresolved pattern is not dense. */
+bool s2_pattern_is_dense(const s2_pattern *p);
+
 /* Print a one-screen human summary of a pattern (for `s2c check`). */
 s2_status s2_pattern_describe(const s2_pattern *p, char **text); /* malloc'd */
 

@@ -237,6 +237,45 @@ START_TEST(spec_heuristic_and_limits)
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s64n, s2_pattern_set_get(set64, 0)), S2_OK);
     ck_assert_int_eq(s64n.num_warps, 8);
     s2_pattern_set_free(set64);
+    /* a dense pattern at d128 on sm_90a: 128 x 64 st4 (K/V tiles shared by two
+     * consumer warpgroups); at d64, on sm_80, or with any tunable given: as before */
+    s2_local_stride_args ad;
+    attn_pattern_args(7, &ad);
+    s2_pattern_set *setd = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &ad, &setd), S2_OK);
+    const s2_pattern *pd = s2_pattern_set_get(setd, 0);
+    ck_assert(s2_pattern_is_dense(pd));
+    s2_kernel_spec sd = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &sd, pd), S2_OK);
+    ck_assert_int_eq(sd.block_m, 128);
+    ck_assert_int_eq(sd.block_n, 64);
+    ck_assert_int_eq(sd.num_warps, 12);
+    ck_assert_int_eq(sd.num_stages, 4);
+    ck_assert_int_eq(sd.kv_gather, 1);
+    s2_kernel_spec sd3 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .num_stages = 3, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &sd3, pd), S2_OK);
+    ck_assert_int_eq(sd3.block_m, 128);
+    ck_assert_int_eq(sd3.num_stages, 3);
+    s2_kernel_spec sd64 = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &sd64, pd), S2_OK);
+    ck_assert_int_eq(sd64.block_m, 64);
+    s2_kernel_spec sdm = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 64, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &sdm, pd), S2_OK);
+    ck_assert_int_eq(sdm.block_m, 64);
+    ck_assert_int_eq(sdm.num_stages, 3);
+    s2_kernel_spec sd80 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &sd80, pd), S2_OK);
+    ck_assert_int_eq(sd80.block_m, 64);
+    s2_pattern_set_free(setd);
+    /* the sparse ones are not dense: the local-stride pattern, and dense heads mixed with sparse ones */
+    ck_assert(!s2_pattern_is_dense(p));
+    s2_local_stride_args amix;
+    attn_pattern_args(4, &amix);
+    s2_pattern_set *setm = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &amix, &setm), S2_OK);
+    ck_assert(!s2_pattern_is_dense(s2_pattern_set_get(setm, 0)));
+    s2_pattern_set_free(setm);
+    ck_assert(!s2_pattern_is_dense(NULL));
     s2_kernel_spec t = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 128};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &t, p), S2_OK);
     ck_assert_int_eq(t.num_warps, 8);

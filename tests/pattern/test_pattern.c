@@ -144,10 +144,24 @@ START_TEST(sliding_window_and_dense)
     ck_assert_int_eq(p->vert_stride, 0);
     ck_assert_int_eq(p->rules[5].vert_stride, 0);
     ck_assert_int_eq(p->rules[5].local_left, 16);
+    ck_assert(!s2_pattern_is_dense(p));
     s2_pattern_set_free(set);
     set = load_ok(ctx, stock("dense.yaml"));
     p = s2_pattern_set_get(set, 0);
     ck_assert_int_eq(p->num_dense_heads, 32);
+    ck_assert(s2_pattern_is_dense(p));
+    s2_pattern_set_free(set);
+    /* dense by a vertical stride of 1; any range rule (it may drop blocks) or a
+     * head with another stride makes it sparse */
+    set = parse_ok(ctx, "heads: 2\nblock_size: 64\nlocal_stride: {local_blocks: 2, vert_stride: 1}\n");
+    ck_assert(s2_pattern_is_dense(s2_pattern_set_get(set, 0)));
+    s2_pattern_set_free(set);
+    set = parse_ok(ctx, "heads: 2\nblock_size: 64\nlocal_stride: {local_blocks: 2, vert_stride: 1}\n"
+                        "ranges:\n  - sink: 64\n");
+    ck_assert(!s2_pattern_is_dense(s2_pattern_set_get(set, 0)));
+    s2_pattern_set_free(set);
+    set = load_ok(ctx, stock("s2-l8v16.yaml"));
+    ck_assert(!s2_pattern_is_dense(s2_pattern_set_get(set, 0)));
     s2_pattern_set_free(set);
     s2_ctx_free(ctx);
 }
