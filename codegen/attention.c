@@ -39,18 +39,16 @@ bool s2_fwd_spec_wants_tma(const s2_kernel_spec *s)
 static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
 {
     /* dense patterns (every block of every head, blocks of 64+): 128 x 64
-     * st4, two consumer warpgroups sharing each K/V tile, halves the K/V
+     * st3, two consumer warpgroups sharing each K/V tile, halves the K/V
      * bytes per pair; the 128-row tile costs nothing there (it computes dead
      * pairs only on sparse patterns: b64_8k 0.473 vs 0.436 ms).  Dense 8K,
-     * d128: 1.875 ms vs 2.040 for 64 x 64 st3 (H100, bench/RESULTS.md
-     * 2026-11-25, run 10). */
+     * d128, H100 (bench/RESULTS.md 2026-11-25, runs 10-12): 1.90 ms against
+     * 2.04 for 64 x 64 st3; st4 was as fast at best and less steady. */
     if (spec->block_m == 0 && spec->block_n == 0 && spec->num_warps == 0 && spec->kv_gather == 0 &&
         spec->head_dim == 128 && p->block_size >= 64 && s2_pattern_is_dense(p)) {
         spec->block_m = 128;
         spec->block_n = 64;
         spec->kv_gather = 1;
-        if (spec->num_stages == 0)
-            spec->num_stages = 4;
     }
     if (spec->block_m == 0)
         spec->block_m = spec->num_warps ? 64 * (spec->num_warps / 4 - 1) : 64;

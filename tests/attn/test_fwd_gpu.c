@@ -68,7 +68,7 @@ static const fwd_case cases[] = {
     {"mergeq16_d128_bf16_n16", 1, 128, S2_DTYPE_BF16, 1, 1000, 1000, L_BSHD, 0, 16, 0, false, 0},
     {"causal64_d128_bf16_m64_s3", 0, 128, S2_DTYPE_BF16, 1, 900, 900, L_BHSD, 64, 64, 3, false, 0},
     {"bidir64_d128_bf16_q1", 2, 128, S2_DTYPE_BF16, 2, 1, 700, L_BSHD, 0, 0, 0, false, 0},
-    /* dense pattern, d128: the heuristic's 128 x 64 st4 (two consumer warpgroups) on sm_90a */
+    /* dense pattern, d128: the heuristic's 128 x 64 st3 (two consumer warpgroups) on sm_90a */
     {"dense64_d128_bf16_gqa_ragged", 7, 128, S2_DTYPE_BF16, 2, 1000, 1000, L_BSHD, 0, 0, 0, false, 0},
     {"dense64_d64_f16_q300", 7, 64, S2_DTYPE_F16, 1, 300, 900, L_BHSD, 0, 0, 0, false, 0},
     /* gathered key tiles: 4 (or 2) live pattern blocks, usually not adjacent, per key tile */
