@@ -42,8 +42,9 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern
      * st3, two consumer warpgroups sharing each K/V tile, halves the K/V
      * bytes per pair; the 128-row tile costs nothing there (it computes dead
      * pairs only on sparse patterns: b64_8k 0.473 vs 0.436 ms).  Dense 8K,
-     * d128, H100 (bench/RESULTS.md 2026-11-25, runs 10-12): 1.90 ms against
-     * 2.04 for 64 x 64 st3; st4 was as fast at best and less steady. */
+     * d128, H100 (bench/RESULTS.md 2026-11-25, runs 10-12): medians
+     * 1.88-2.02 ms (min 1.87) against a steady 2.04 (min 2.02) for 64 x 64
+     * st3; st4 measured the same within that spread. */
     if (spec->block_m == 0 && spec->block_n == 0 && spec->num_warps == 0 && spec->kv_gather == 0 &&
         spec->head_dim == 128 && p->block_size >= 64 && s2_pattern_is_dense(p)) {
         spec->block_m = 128;
