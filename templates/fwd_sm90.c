@@ -50,7 +50,6 @@ typedef struct sm90_shape {
     bool causal, pingpong, persistent;
     bool q_regs;                   /* S = Q·Kᵀ with Q from registers (RS): no Q re-read from smem per entry */
     bool pv_fence;                 /* a store of the row sum before the P·V wait (consumer_loop) */
-    bool wg_skip;                  /* two consumer warpgroups skip the entries their rows do not keep */
     int q_off, k_off, v_off, stage_bytes, bar_off, slot_off, scratch_off, smem;
     int prod_regs, cons_regs, min_ctas;
 } sm90_shape;
@@ -701,94 +700,6 @@ static void fence_pv_wait(sm90 *k)
     LLVMSetVolatile(st, 1);
 }
 
-/* P of the previous entry travels from entry to entry as 4 * BN/16 packed
- * i32 in allocas of the entry block (promoted to registers). */
-typedef struct p_carry {
-    LLVMValueRef slot[MAX_BN / 16 * 4];
-} p_carry;
-
-static void p_carry_init(sm90 *k, p_carry *pc)
-{
-    LLVMBasicBlockRef cur = LLVMGetInsertBlock(k->b);
-    LLVMPositionBuilderBefore(k->b, LLVMGetFirstInstruction(LLVMGetEntryBasicBlock(k->fn)));
-    for (int i = 0; i < 4 * (k->s.BN / 16); i++)
-        pc->slot[i] = LLVMBuildAlloca(k->b, k->cg->t_i32, "p");
-    LLVMPositionBuilderAtEnd(k->b, cur);
-}
-
-static void p_store(sm90 *k, p_carry *pc, LLVMValueRef (*pa)[4])
-{
-    for (int j = 0; j < k->s.BN / 16; j++)
-        for (int q = 0; q < 4; q++)
-            LLVMBuildStore(k->b, pa[j][q], pc->slot[4 * j + q]);
-}
-
-static void p_load(sm90 *k, p_carry *pc, LLVMValueRef (*pa)[4])
-{
-    for (int j = 0; j < k->s.BN / 16; j++)
-        for (int q = 0; q < 4; q++)
-            pa[j][q] = LLVMBuildLoad2(k->b, k->cg->t_i32, pc->slot[4 * j + q], "");
-}
-
-/* An entry e (in stage st0, already waited for) with no P·V pending:
- * S; wait; mask; softmax -> P; O *= alpha when O may hold earlier entries
- * (rescale; the item's first entry finds O = 0). */
-static void entry_first(sm90 *k, LLVMValueRef st0, LLVMValueRef e, LLVMValueRef (*pa)[4], bool rescale)
-{
-    LLVMValueRef sacc[MAX_BN / 2], sc[MAX_BN / 8][4], alpha[2];
-    turn_wait(k);
-    issue_scores(k, st0, sacc);
-    turn_pass(k);
-    s2_nv_wgmma_wait(k->cg, 0, sacc, k->s.BN / 2);
-    scores_from_acc(k, sacc, sc);
-    apply_mask(k, sc, e);
-    online_softmax(k, sc, alpha);
-    pack_p(k, sc, pa);
-    if (rescale)
-        rescale_o(k, alpha);
-}
-
-/* A later entry e in `stage` (waited for), the previous one in `prev`:
- * issue S(e) and O += P(prev)·V(prev); wait S(e) (1 group pending); mask,
- * softmax -> P(e), alpha(e); wait PV; release prev; O *= alpha(e). */
-static void entry_next(sm90 *k, LLVMValueRef stage, LLVMValueRef prev, LLVMValueRef e, p_carry *pc)
-{
-    s2_cg *cg = k->cg;
-    const sm90_shape *s = &k->s;
-    LLVMValueRef sacc[MAX_BN / 2], oacc[MAX_D / 2], sc[MAX_BN / 8][4], pa[MAX_BN / 16][4], alpha[2];
-    p_load(k, pc, pa);
-    load_o(k, oacc);
-    turn_wait(k);
-    issue_scores_pv(k, stage, sacc, prev, pa, oacc);
-    turn_pass(k);
-    s2_nv_wgmma_wait(cg, 1, sacc, s->BN / 2);
-    scores_from_acc(k, sacc, sc);
-    apply_mask(k, sc, e);
-    online_softmax(k, sc, alpha);
-    if (s->pv_fence)
-        fence_pv_wait(k);
-    s2_nv_wgmma_wait(cg, 0, oacc, s->D / 2);
-    s2_nv_mbar_arrive(cg, empty_bar(k, prev));
-    /* P(e) is converted only now: writing a future wgmma's A registers while
-     * P(prev)·V is in flight serialises the batch (ptxas C7513) */
-    pack_p(k, sc, pa);
-    store_o(k, oacc);
-    rescale_o(k, alpha);
-    p_store(k, pc, pa);
-}
-
-/* The last entry's O += P·V, in stage `last`; releases it. */
-static void entry_last(sm90 *k, LLVMValueRef last, p_carry *pc)
-{
-    LLVMValueRef oacc[MAX_D / 2], pa[MAX_BN / 16][4];
-    p_load(k, pc, pa);
-    load_o(k, oacc);
-    issue_pv(k, last, pa, oacc);
-    s2_nv_wgmma_wait(k->cg, 0, oacc, k->s.D / 2);
-    s2_nv_mbar_arrive(k->cg, empty_bar(k, last));
-    store_o(k, oacc);
-}
-
 /* The consumer loop, FA3's intra-warpgroup overlap:
  *   prologue: S(0); wait; mask; softmax; P(0)
  *   entry i >= 1: issue S(i); issue O += P(i-1)·V(i-1); wait S(i) (1 group
@@ -801,17 +712,36 @@ static void consumer_loop(sm90 *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    LLVMValueRef pa[MAX_BN / 16][4];
+    const sm90_shape *s = &k->s;
+    int ns = s->BN / 2, no = s->D / 2;
+    LLVMValueRef sacc[MAX_BN / 2], oacc[MAX_D / 2], sc[MAX_BN / 8][4], pa[MAX_BN / 16][4], alpha[2];
 
     s2_nv_if nonempty;
     s2_nv_if_begin(cg, &nonempty, LLVMBuildICmp(b, LLVMIntSLT, k->begin, k->end, ""), "work");
     /* prologue: entry begin */
     LLVMValueRef st0 = stage_of(k, k->it0);
     s2_nv_mbar_wait(cg, full_bar(k, st0), parity_of(k, k->it0));
-    entry_first(k, st0, k->begin, pa, false);
-    p_carry pc;
-    p_carry_init(k, &pc);
-    p_store(k, &pc, pa);
+    turn_wait(k);
+    issue_scores(k, st0, sacc);
+    turn_pass(k);
+    s2_nv_wgmma_wait(cg, 0, sacc, ns);
+    scores_from_acc(k, sacc, sc);
+    apply_mask(k, sc, k->begin);
+    online_softmax(k, sc, alpha);
+    pack_p(k, sc, pa);
+
+    /* P of the previous entry travels in the loop as 4 * BN/16 packed i32 */
+    int np = 4 * (s->BN / 16);
+    LLVMValueRef p_slot[MAX_BN / 16 * 4];
+    LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
+    LLVMValueRef first_inst = LLVMGetFirstInstruction(LLVMGetEntryBasicBlock(k->fn));
+    LLVMPositionBuilderBefore(b, first_inst);
+    for (int i = 0; i < np; i++)
+        p_slot[i] = LLVMBuildAlloca(b, cg->t_i32, "p");
+    LLVMPositionBuilderAtEnd(b, cur);
+    for (int j = 0; j < s->BN / 16; j++)
+        for (int q = 0; q < 4; q++)
+            LLVMBuildStore(b, pa[j][q], p_slot[4 * j + q]);
 
     s2_nv_loop loop;
     s2_nv_loop_begin(cg, &loop, "kv", LLVMBuildAdd(b, k->begin, c32(k, 1), ""), k->end, c32(k, 1), NULL, 0);
@@ -819,111 +749,41 @@ static void consumer_loop(sm90 *k)
     LLVMValueRef stage = stage_of(k, i);
     LLVMValueRef prev = stage_of(k, LLVMBuildSub(b, i, c32(k, 1), ""));
     s2_nv_mbar_wait(cg, full_bar(k, stage), parity_of(k, i));
-    entry_next(k, stage, prev, loop.iv, &pc);
+    for (int j = 0; j < s->BN / 16; j++)
+        for (int q = 0; q < 4; q++)
+            pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
+    load_o(k, oacc);
+    turn_wait(k);
+    issue_scores_pv(k, stage, sacc, prev, pa, oacc);
+    turn_pass(k);
+    s2_nv_wgmma_wait(cg, 1, sacc, ns);
+    scores_from_acc(k, sacc, sc);
+    apply_mask(k, sc, loop.iv);
+    online_softmax(k, sc, alpha);
+    if (s->pv_fence)
+        fence_pv_wait(k);
+    s2_nv_wgmma_wait(cg, 0, oacc, no);
+    s2_nv_mbar_arrive(cg, empty_bar(k, prev));
+    /* P(i) is converted only now: writing a future wgmma's A registers while
+     * P(i-1)·V is in flight serialises the batch (ptxas C7513) */
+    pack_p(k, sc, pa);
+    store_o(k, oacc);
+    rescale_o(k, alpha);
+    for (int j = 0; j < s->BN / 16; j++)
+        for (int q = 0; q < 4; q++)
+            LLVMBuildStore(b, pa[j][q], p_slot[4 * j + q]);
     s2_nv_loop_end(cg, &loop, NULL);
 
     /* the last entry's P·V */
-    entry_last(k, stage_of(k, add(k, k->it0, LLVMBuildSub(b, LLVMBuildSub(b, k->end, k->begin, ""), c32(k, 1), ""))),
-               &pc);
-    s2_nv_if_end(cg, &nonempty);
-}
-
-/* Does entry e hold a live pair in this warpgroup's 64 rows?  (Two consumer
- * warpgroups over query sub-blocks of at most 64 rows: the live bits of the
- * slab's sub-blocks, any key sub-block.) */
-static LLVMValueRef wg_live(sm90 *k, LLVMValueRef e)
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    const sm90_shape *s = &k->s;
-    bool gat = s->gather > 1;
-    LLVMValueRef flags = entry_field(k, e, gat ? 16 : 4, cg->t_i32);
-    LLVMValueRef live = gat ? LLVMBuildZExt(b, entry_field(k, e, 20, cg->t_i32), cg->t_i64, "")
-                            : entry_field(k, e, 8, cg->t_i64);
-    int nbits = (SLAB >> s->sub_m_log2) * s->sub_n;     /* bits of one slab: its sub-block rows x sub_n */
-    unsigned long long ones = nbits >= 64 ? ~0ull : (1ull << nbits) - 1;
-    LLVMValueRef shift = LLVMBuildZExt(b, LLVMBuildMul(b, k->wgc, c32(k, nbits), ""), cg->t_i64, "");
-    LLVMValueRef mine = LLVMBuildAnd(b, LLVMBuildLShr(b, live, shift, ""), c64(k, (long long)ones), "");
-    LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "");
-    return LLVMBuildOr(b, full, LLVMBuildICmp(b, LLVMIntNE, mine, c64(k, 0), ""), "wg_live");
-}
-
-/* Two consumer warpgroups whose slabs cover whole query sub-blocks (pattern
- * blocks of 64 rows or fewer): each walks the CTA's list but computes only
- * the entries that keep a pair in its own rows, so a 128-row tile shares
- * the K/V tiles its two halves both read without computing the pairs only
- * one of them keeps.  An entry it skips is still waited for (in order, so
- * its arrival counts in that entry's phase of the empty barrier) and
- * released at once; its ping-pong turn is taken empty, so the two
- * warpgroups keep alternating.  pend / pstage: a live entry's P·V is
- * pending, in stage pstage.  A skip first finishes that P·V and releases
- * its stage: held across skipped entries, it would keep the producer from
- * the entry `stages` later, which this warpgroup waits for (deadlock). */
-static void consumer_loop_skip(sm90 *k)
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    LLVMValueRef pa[MAX_BN / 16][4];
-    p_carry pc;
-    p_carry_init(k, &pc);
-
-    s2_nv_if nonempty;
-    s2_nv_if_begin(cg, &nonempty, LLVMBuildICmp(b, LLVMIntSLT, k->begin, k->end, ""), "work");
-    LLVMValueRef init[2] = {c32(k, 0), c32(k, 0)};
-    s2_nv_loop loop;
-    s2_nv_loop_begin(cg, &loop, "kv", k->begin, k->end, c32(k, 1), init, 2);
-    LLVMValueRef pend = loop.carried[0], pstage = loop.carried[1];
-    LLVMValueRef i = add(k, k->it0, LLVMBuildSub(b, loop.iv, k->begin, "i"));
-    LLVMValueRef stage = stage_of(k, i);
-    s2_nv_mbar_wait(cg, full_bar(k, stage), parity_of(k, i));
-    LLVMValueRef live = wg_live(k, loop.iv);
-    LLVMValueRef has = LLVMBuildICmp(b, LLVMIntNE, pend, c32(k, 0), "");
-
-    LLVMBasicBlockRef skip_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "wg_skip");
-    LLVMBasicBlockRef live_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "wg_entry");
-    LLVMBasicBlockRef first_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "wg_first");
-    LLVMBasicBlockRef next_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "wg_next");
-    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "wg_done");
-    LLVMBuildCondBr(b, live, live_bb, skip_bb);
-
-    LLVMPositionBuilderAtEnd(b, skip_bb);
-    turn_wait(k);
-    turn_pass(k);
-    s2_nv_if flush;
-    s2_nv_if_begin(cg, &flush, has, "wg_flush");
-    entry_last(k, pstage, &pc);
-    s2_nv_if_end(cg, &flush);
-    s2_nv_mbar_arrive(cg, empty_bar(k, stage));
-    LLVMBasicBlockRef skip_end = LLVMGetInsertBlock(b);
-    LLVMBuildBr(b, join);
-
-    LLVMPositionBuilderAtEnd(b, live_bb);
-    LLVMBuildCondBr(b, has, next_bb, first_bb);
-    LLVMPositionBuilderAtEnd(b, first_bb);
-    entry_first(k, stage, loop.iv, pa, true);
-    p_store(k, &pc, pa);
-    LLVMBasicBlockRef first_end = LLVMGetInsertBlock(b);
-    LLVMBuildBr(b, join);
-    LLVMPositionBuilderAtEnd(b, next_bb);
-    entry_next(k, stage, pstage, loop.iv, &pc);
-    LLVMBasicBlockRef next_end = LLVMGetInsertBlock(b);
-    LLVMBuildBr(b, join);
-
-    LLVMPositionBuilderAtEnd(b, join);
-    LLVMValueRef npend = LLVMBuildPhi(b, cg->t_i32, "pend_next");
-    LLVMValueRef nst = LLVMBuildPhi(b, cg->t_i32, "pstage_next");
-    LLVMValueRef one = c32(k, 1);
-    LLVMValueRef pv[3] = {c32(k, 0), one, one}, sv[3] = {pstage, stage, stage};
-    LLVMBasicBlockRef from[3] = {skip_end, first_end, next_end};
-    LLVMAddIncoming(npend, pv, from, 3);
-    LLVMAddIncoming(nst, sv, from, 3);
-    LLVMValueRef next[2] = {npend, nst};
-    s2_nv_loop_end(cg, &loop, next);
-
-    s2_nv_if last;
-    s2_nv_if_begin(cg, &last, LLVMBuildICmp(b, LLVMIntNE, loop.result[0], c32(k, 0), ""), "wg_last");
-    entry_last(k, loop.result[1], &pc);
-    s2_nv_if_end(cg, &last);
+    LLVMValueRef last = stage_of(k, add(k, k->it0, LLVMBuildSub(b, LLVMBuildSub(b, k->end, k->begin, ""), c32(k, 1), "")));
+    for (int j = 0; j < s->BN / 16; j++)
+        for (int q = 0; q < 4; q++)
+            pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
+    load_o(k, oacc);
+    issue_pv(k, last, pa, oacc);
+    s2_nv_wgmma_wait(cg, 0, oacc, no);
+    s2_nv_mbar_arrive(cg, empty_bar(k, last));
+    store_o(k, oacc);
     s2_nv_if_end(cg, &nonempty);
 }
 
@@ -1029,10 +889,7 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
      * the next item's copy at once; else after every wgmma reading it */
     if (k->s.persistent && k->s.q_regs)
         s2_nv_mbar_arrive(cg, q_empty_bar(k));
-    if (k->s.wg_skip)
-        consumer_loop_skip(k);
-    else
-        consumer_loop(k);
+    consumer_loop(k);
     if (k->s.persistent && !k->s.q_regs)
         s2_nv_mbar_arrive(cg, q_empty_bar(k));
     epilogue(k);
@@ -1070,7 +927,6 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
      * -2..-7%, the P·V wait kept below the softmax (see consumer_loop) */
     s->q_regs = true;
     s->pv_fence = true;
-    s->wg_skip = s->NC == 2 && sub_m_size <= SLAB;
 #ifdef S2C_FWD90_EXPERIMENT
     /* measurement builds only: the previous kernel for comparison */
     if (getenv("S2C_FWD90_OLD"))

@@ -68,8 +68,8 @@ static const fwd_case cases[] = {
     {"mergeq16_d128_bf16_n16", 1, 128, S2_DTYPE_BF16, 1, 1000, 1000, L_BSHD, 0, 16, 0, false, 0},
     {"causal64_d128_bf16_m64_s3", 0, 128, S2_DTYPE_BF16, 1, 900, 900, L_BHSD, 64, 64, 3, false, 0},
     {"bidir64_d128_bf16_q1", 2, 128, S2_DTYPE_BF16, 2, 1, 700, L_BSHD, 0, 0, 0, false, 0},
-    /* two consumer warpgroups over query blocks of 64 or fewer rows: each skips
-     * the entries its own rows do not keep (local-window edges, empty rows) */
+    /* 128-row tiles (two consumer warpgroups) over query blocks of 64 or fewer
+     * rows: per-row-block live bits, local-window edges, empty rows */
     {"causal64_d128_bf16_m128_s3", 0, 128, S2_DTYPE_BF16, 2, 1500, 1500, L_BSHD, 128, 64, 3, false, 0},
     {"bidir64_d64_f16_m128_q300", 2, 64, S2_DTYPE_F16, 1, 300, 1000, L_BHSD, 128, 64, 0, false, 0},
     {"empty_rows16_d64_bf16_m128", 5, 64, S2_DTYPE_BF16, 2, 300, 300, L_BSHD, 128, 64, 0, true, 0},
