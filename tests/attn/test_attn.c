@@ -245,27 +245,30 @@ START_TEST(spec_heuristic_and_limits)
     ck_assert_int_eq(s2_pattern_from_args(ctx, &ad, &setd), S2_OK);
     const s2_pattern *pd = s2_pattern_set_get(setd, 0);
     ck_assert(s2_pattern_is_dense(pd));
-    s2_kernel_spec sd = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &sd, pd), S2_OK);
-    ck_assert_int_eq(sd.block_m, 128);
-    ck_assert_int_eq(sd.block_n, 64);
-    ck_assert_int_eq(sd.num_warps, 12);
-    ck_assert_int_eq(sd.num_stages, 3);
-    ck_assert_int_eq(sd.kv_gather, 1);
-    s2_kernel_spec sd4 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .num_stages = 4, .arch = S2_ARCH_SM90A};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &sd4, pd), S2_OK);
-    ck_assert_int_eq(sd4.block_m, 128);
-    ck_assert_int_eq(sd4.num_stages, 4);
-    s2_kernel_spec sd64 = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .arch = S2_ARCH_SM90A};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &sd64, pd), S2_OK);
-    ck_assert_int_eq(sd64.block_m, 64);
-    s2_kernel_spec sdm = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 64, .arch = S2_ARCH_SM90A};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &sdm, pd), S2_OK);
-    ck_assert_int_eq(sdm.block_m, 64);
-    ck_assert_int_eq(sdm.num_stages, 3);
-    s2_kernel_spec sd80 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &sd80, pd), S2_OK);
-    ck_assert_int_eq(sd80.block_m, 64);
+    static const struct {
+        int head_dim, block_m, num_stages;
+        s2_arch arch;
+        int want_bm, want_stages;
+    } dense_cases[] = {
+        {128, 0, 0, S2_ARCH_SM90A, 128, 3},
+        {128, 0, 4, S2_ARCH_SM90A, 128, 4},
+        {64, 0, 0, S2_ARCH_SM90A, 64, 3},
+        {128, 64, 0, S2_ARCH_SM90A, 64, 3},
+        {128, 0, 0, S2_ARCH_SM80, 64, 2},
+    };
+    for (size_t i = 0; i < sizeof dense_cases / sizeof dense_cases[0]; i++) {
+        s2_kernel_spec sd = {.dtype = S2_DTYPE_BF16, .head_dim = dense_cases[i].head_dim,
+                             .block_m = dense_cases[i].block_m, .num_stages = dense_cases[i].num_stages,
+                             .arch = dense_cases[i].arch};
+        ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &sd, pd), S2_OK);
+        ck_assert_msg(sd.block_m == dense_cases[i].want_bm && sd.num_stages == dense_cases[i].want_stages,
+                      "dense case %zu: %d x %d st%d", i, sd.block_m, sd.block_n, sd.num_stages);
+        ck_assert_int_eq(sd.block_n, 64);
+        if (sd.arch == S2_ARCH_SM90A) {
+            ck_assert_int_eq(sd.num_warps, 4 * (1 + sd.block_m / 64));
+            ck_assert_int_le(sd.kv_gather, 1);
+        }
+    }
     s2_pattern_set_free(setd);
     /* the sparse ones are not dense: the local-stride pattern, and dense heads mixed with sparse ones */
     ck_assert(!s2_pattern_is_dense(p));
