@@ -16,6 +16,7 @@
  * and the last CTA of a (sequence, kv head) to finish merges them (no second
  * launch). */
 #include "cg_internal.h"
+#include "flash.h"
 #include "s2c/attention.h"
 #include "s2c/decode.h"
 
@@ -54,7 +55,7 @@ typedef struct dec {
     LLVMValueRef begin, ngroups, t_begin, t_end;         /* i32 */
     LLVMValueRef relevant;                               /* i32: mask bits of the query blocks present */
     LLVMValueRef table_row, k_head, v_head;              /* i64 element offsets */
-    LLVMValueRef o_acc[MAX_D / 8][4], m_row[2], l_row[2];
+    s2_flash_rows acc;                              /* O, m, l (flash.h) */
     LLVMValueRef qf[MAX_D / 16][4];
 } dec;
 
@@ -173,27 +174,8 @@ static void setup(dec *k)
 
 static void init_accumulators(dec *k, LLVMBasicBlockRef entry_bb)
 {
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
-    LLVMValueRef first = LLVMGetFirstInstruction(entry_bb);
-    if (first)
-        LLVMPositionBuilderBefore(b, first);
-    for (int dn = 0; dn < k->s.D / 8; dn++)
-        for (int i = 0; i < 4; i++)
-            k->o_acc[dn][i] = LLVMBuildAlloca(b, cg->t_f32, "o");
-    for (int r = 0; r < 2; r++) {
-        k->m_row[r] = LLVMBuildAlloca(b, cg->t_f32, "m");
-        k->l_row[r] = LLVMBuildAlloca(b, cg->t_f32, "l");
-    }
-    LLVMPositionBuilderAtEnd(b, cur);
-    for (int dn = 0; dn < k->s.D / 8; dn++)
-        for (int i = 0; i < 4; i++)
-            LLVMBuildStore(b, cf(k, 0.0), k->o_acc[dn][i]);
-    for (int r = 0; r < 2; r++) {
-        LLVMBuildStore(b, cf(k, -INFINITY), k->m_row[r]);
-        LLVMBuildStore(b, cf(k, 0.0), k->l_row[r]);
-    }
+    s2_flash_rows_alloca(k->cg, &k->acc, k->s.D, entry_bb);
+    s2_flash_rows_zero(k->cg, &k->acc);
 }
 
 /* Tile row r (0..15) holds token r / group of query head kvh * group + r % group. */
@@ -399,7 +381,7 @@ static void online_softmax(dec *k, LLVMValueRef sc[2][4])
             for (int e = 0; e < 2; e++)
                 mx = s2_nv_fmax(cg, mx, sc[n][2 * hr + e]);
         mx = s2_nv_quad_max_f32(cg, mx);
-        LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, k->m_row[hr], "");
+        LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, k->acc.m[hr], "");
         LLVMValueRef m_new = s2_nv_fmax(cg, m_old, mx);
         LLVMValueRef m_use = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m_new, cf(k, -INFINITY), ""),
                                              cf(k, 0.0), LLVMBuildFMul(b, m_new, scale, ""), "m_use");
@@ -412,12 +394,12 @@ static void online_softmax(dec *k, LLVMValueRef sc[2][4])
                 sc[n][i] = s2_nv_ex2_approx(cg, s2_nv_fma(cg, sc[n][i], scale, neg_m));
                 sum = LLVMBuildFAdd(b, sum, sc[n][i], "");
             }
-        LLVMValueRef l_old = LLVMBuildLoad2(b, cg->t_f32, k->l_row[hr], "");
-        LLVMBuildStore(b, s2_nv_fma(cg, l_old, alpha, sum), k->l_row[hr]);
-        LLVMBuildStore(b, m_new, k->m_row[hr]);
+        LLVMValueRef l_old = LLVMBuildLoad2(b, cg->t_f32, k->acc.l[hr], "");
+        LLVMBuildStore(b, s2_nv_fma(cg, l_old, alpha, sum), k->acc.l[hr]);
+        LLVMBuildStore(b, m_new, k->acc.m[hr]);
         for (int dn = 0; dn < k->s.D / 8; dn++)
             for (int e = 0; e < 2; e++) {
-                LLVMValueRef p = k->o_acc[dn][2 * hr + e];
+                LLVMValueRef p = k->acc.o[dn][2 * hr + e];
                 LLVMBuildStore(b, LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, p, ""), alpha, ""), p);
             }
     }
@@ -442,10 +424,10 @@ static void accumulate_pv(dec *k, LLVMValueRef vst, LLVMValueRef sc[2][4])
             int dn = 2 * dp + h;
             LLVMValueRef acc[4];
             for (int i = 0; i < 4; i++)
-                acc[i] = LLVMBuildLoad2(b, cg->t_f32, k->o_acc[dn][i], "");
+                acc[i] = LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][i], "");
             s2_nv_mma_m16n8k16(cg, k->s.dt, a, &vb[2 * h], acc);
             for (int i = 0; i < 4; i++)
-                LLVMBuildStore(b, acc[i], k->o_acc[dn][i]);
+                LLVMBuildStore(b, acc[i], k->acc.o[dn][i]);
         }
     }
 }
@@ -542,8 +524,8 @@ static void spill_warp_state(dec *k)
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef r = LLVMBuildAdd(b, k->g, c32(k, 8 * hr), "");
         LLVMValueRef wr = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), r, "wrow");
-        LLVMValueRef l = s2_nv_quad_sum_f32(cg, LLVMBuildLoad2(b, cg->t_f32, k->l_row[hr], ""));
-        LLVMValueRef m = LLVMBuildLoad2(b, cg->t_f32, k->m_row[hr], "");
+        LLVMValueRef l = s2_nv_quad_sum_f32(cg, LLVMBuildLoad2(b, cg->t_f32, k->acc.l[hr], ""));
+        LLVMValueRef m = LLVMBuildLoad2(b, cg->t_f32, k->acc.m[hr], "");
         LLVMValueRef ms = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m, cf(k, -INFINITY), ""), cf(k, -INFINITY),
                                           LLVMBuildFMul(b, m, param(k, P_SCALE_LOG2), ""), "");
         s2_nv_if w0;
@@ -557,7 +539,7 @@ static void spill_warp_state(dec *k)
             for (int e = 0; e < 2; e++) {
                 LLVMValueRef c = LLVMBuildAdd(b, col0, c32(k, dn * 8 + e), "");
                 LLVMValueRef off = LLVMBuildAdd(b, rowoff, LLVMBuildShl(b, c, c32(k, 2), ""), "");
-                LLVMSetAlignment(LLVMBuildStore(b, LLVMBuildLoad2(b, cg->t_f32, k->o_acc[dn][2 * hr + e], ""), smem_f32(k, off)), 4);
+                LLVMSetAlignment(LLVMBuildStore(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr + e], ""), smem_f32(k, off)), 4);
             }
     }
 }

@@ -10,6 +10,7 @@
  * scaled domain (x = score · scale·log2 e).  The kernel ABI is documented in
  * include/s2c/attention.h. */
 #include "cg_internal.h"
+#include "flash.h"
 #include "s2c/attention.h"
 #include "s2c/layout.h"
 
@@ -51,7 +52,7 @@ typedef struct fwd {
     LLVMValueRef entries, begin, end;               /* list [begin, end) of the entries array */
     LLVMValueRef qbase, kbase, vbase, obase;        /* element offsets (i64) of the (b, h) slices */
     LLVMValueRef lse_base;                          /* i64 index of query row 0 of (b, h) in lse */
-    LLVMValueRef o_acc[MAX_D / 8][4], m_row[2], l_row[2]; /* allocas, promoted by SROA */
+    s2_flash_rows acc;                              /* O, m, l (flash.h) */
     LLVMValueRef s_acc[MAX_BN / 8][4];              /* score allocas (column groups may be skipped) */
     LLVMValueRef qf[MAX_D / 16][4];                 /* Q A-fragments */
 } fwd;
@@ -281,29 +282,15 @@ static void init_accumulators(fwd *k, LLVMBasicBlockRef entry_bb)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    /* allocas at the top of the entry block, so SROA turns them into SSA */
+    s2_flash_rows_alloca(cg, &k->acc, k->s.D, entry_bb);
+    /* S accumulators too, among those allocas (SROA makes them SSA) */
     LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
-    LLVMValueRef first = LLVMGetFirstInstruction(entry_bb);
-    if (first)
-        LLVMPositionBuilderBefore(b, first);
-    for (int dn = 0; dn < k->s.D / 8; dn++)
-        for (int i = 0; i < 4; i++)
-            k->o_acc[dn][i] = LLVMBuildAlloca(b, cg->t_f32, "o");
+    LLVMPositionBuilderBefore(b, k->acc.m[0]);
     for (int n = 0; n < k->s.BN / 8; n++)
         for (int i = 0; i < 4; i++)
             k->s_acc[n][i] = LLVMBuildAlloca(b, cg->t_f32, "s");
-    for (int r = 0; r < 2; r++) {
-        k->m_row[r] = LLVMBuildAlloca(b, cg->t_f32, "m");
-        k->l_row[r] = LLVMBuildAlloca(b, cg->t_f32, "l");
-    }
     LLVMPositionBuilderAtEnd(b, cur);
-    for (int dn = 0; dn < k->s.D / 8; dn++)
-        for (int i = 0; i < 4; i++)
-            LLVMBuildStore(b, cf(k, 0.0), k->o_acc[dn][i]);
-    for (int r = 0; r < 2; r++) {
-        LLVMBuildStore(b, cf(k, -INFINITY), k->m_row[r]);
-        LLVMBuildStore(b, cf(k, 0.0), k->l_row[r]);
-    }
+    s2_flash_rows_zero(cg, &k->acc);
 }
 
 /* Q A-fragments of this warp's slab (§1.3: lane l addresses row
@@ -504,7 +491,7 @@ static void online_softmax(fwd *k, LLVMValueRef sc[][4])
         /* m is kept in unscaled score units; exponents are s*scale - m*scale,
          * one FFMA each (FA2's scale_apply_exp2) */
         LLVMValueRef scale = param(k, P_SCALE_LOG2);
-        LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, k->m_row[hr], "");
+        LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, k->acc.m[hr], "");
         LLVMValueRef m_new = s2_nv_fmax(cg, m_old, mx);
         /* Check_inf: a row with nothing kept so far subtracts 0, not -inf */
         LLVMValueRef m_use = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m_new, cf(k, -INFINITY), ""),
@@ -518,12 +505,12 @@ static void online_softmax(fwd *k, LLVMValueRef sc[][4])
                 sc[n][i] = s2_nv_ex2_approx(cg, s2_nv_fma(cg, sc[n][i], scale, neg_m));
                 sum = LLVMBuildFAdd(b, sum, sc[n][i], "");
             }
-        LLVMValueRef l_old = LLVMBuildLoad2(b, cg->t_f32, k->l_row[hr], "");
-        LLVMBuildStore(b, s2_nv_fma(cg, l_old, alpha, sum), k->l_row[hr]);
-        LLVMBuildStore(b, m_new, k->m_row[hr]);
+        LLVMValueRef l_old = LLVMBuildLoad2(b, cg->t_f32, k->acc.l[hr], "");
+        LLVMBuildStore(b, s2_nv_fma(cg, l_old, alpha, sum), k->acc.l[hr]);
+        LLVMBuildStore(b, m_new, k->acc.m[hr]);
         for (int dn = 0; dn < k->s.D / 8; dn++)
             for (int e = 0; e < 2; e++) {
-                LLVMValueRef p = k->o_acc[dn][2 * hr + e];
+                LLVMValueRef p = k->acc.o[dn][2 * hr + e];
                 LLVMBuildStore(b, LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, p, ""), alpha, ""), p);
             }
     }
@@ -558,10 +545,10 @@ static void accumulate_pv(fwd *k, const kv_lanes *L, LLVMValueRef vst, LLVMValue
                 int dn = 2 * dp + h;
                 LLVMValueRef acc[4];
                 for (int i = 0; i < 4; i++)
-                    acc[i] = LLVMBuildLoad2(b, cg->t_f32, k->o_acc[dn][i], "");
+                    acc[i] = LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][i], "");
                 s2_nv_mma_m16n8k16(cg, k->s.dt, a, &vb[2 * h], acc);
                 for (int i = 0; i < 4; i++)
-                    LLVMBuildStore(b, acc[i], k->o_acc[dn][i]);
+                    LLVMBuildStore(b, acc[i], k->acc.o[dn][i]);
             }
         }
         if (colmask && last)
@@ -622,13 +609,8 @@ static void epilogue(fwd *k)
     s2_nv_cp_async_wait(cg, 0);
     LLVMValueRef col = LLVMBuildShl(b, k->t4, c32(k, 1), "");
     for (int hr = 0; hr < 2; hr++) {
-        LLVMValueRef l = s2_nv_quad_sum_f32(cg, LLVMBuildLoad2(b, cg->t_f32, k->l_row[hr], ""));
-        LLVMValueRef m = LLVMBuildLoad2(b, cg->t_f32, k->m_row[hr], "");
-        LLVMValueRef pos_l = LLVMBuildFCmp(b, LLVMRealOGT, l, cf(k, 0.0), "");
-        LLVMValueRef inv = LLVMBuildSelect(b, pos_l, LLVMBuildFDiv(b, cf(k, 1.0), l, ""), cf(k, 0.0), "inv");
-        LLVMValueRef ms = LLVMBuildFMul(b, m, param(k, P_SCALE_LOG2), "");
-        LLVMValueRef lse = LLVMBuildFMul(b, LLVMBuildFAdd(b, ms, s2_nv_lg2_approx(cg, l), ""), cf(k, M_LN2), "");
-        lse = LLVMBuildSelect(b, pos_l, lse, cf(k, -INFINITY), "lse");
+        LLVMValueRef inv, lse;
+        s2_flash_row_final(cg, &k->acc, hr, param(k, P_SCALE_LOG2), &inv, &lse);
 
         LLVMValueRef r = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
                                       LLVMBuildAdd(b, k->g, c32(k, 8 * hr), ""), "row");
@@ -638,8 +620,8 @@ static void epilogue(fwd *k)
         s2_nv_if_begin(cg, &store, ok, "store");
         LLVMValueRef row_off = LLVMBuildAdd(b, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""), "");
         for (int dn = 0; dn < k->s.D / 8; dn++) {
-            LLVMValueRef o0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->o_acc[dn][2 * hr], ""), inv, "");
-            LLVMValueRef o1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->o_acc[dn][2 * hr + 1], ""), inv, "");
+            LLVMValueRef o0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr], ""), inv, "");
+            LLVMValueRef o1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr + 1], ""), inv, "");
             LLVMValueRef c = LLVMBuildZExt(b, LLVMBuildAdd(b, col, c32(k, dn * 8), ""), cg->t_i64, "");
             LLVMValueRef p = gep16(k, param(k, P_O), LLVMBuildAdd(b, row_off, c, ""));
             LLVMValueRef st = LLVMBuildStore(b, s2_nv_pack2(cg, k->s.dt, o0, o1), p);

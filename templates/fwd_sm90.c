@@ -19,6 +19,7 @@
  * blocks of 128-byte rows with the TMA/wgmma 128-byte swizzle, all 1024-byte
  * aligned; then the mbarriers.  ABI: attention.h (sm_90a TMA variant). */
 #include "cg_internal.h"
+#include "flash.h"
 #include "s2c/attention.h"
 #include "s2c/layout.h"
 
@@ -68,7 +69,7 @@ typedef struct sm90 {
     LLVMValueRef entries, begin, end;
     LLVMValueRef it0, nitem;                        /* ring entries and items before this item (persistent) */
     LLVMValueRef obase;
-    LLVMValueRef o_acc[MAX_D / 8][4], m_row[2], l_row[2];
+    s2_flash_rows acc;                              /* O, m, l (flash.h) */
     LLVMValueRef qa[MAX_D / 16][4];                 /* q_regs: the thread's Q fragments */
 } sm90;
 
@@ -597,7 +598,7 @@ static void online_softmax(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef alpha[2])
             for (int e = 0; e < 2; e++)
                 mx = s2_nv_fmax(cg, mx, sc[n][2 * hr + e]);
         mx = s2_nv_quad_max_f32(cg, mx);
-        LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, k->m_row[hr], "");
+        LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, k->acc.m[hr], "");
         LLVMValueRef m_new = s2_nv_fmax(cg, m_old, mx);
         LLVMValueRef m_use = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m_new, cf(k, -INFINITY), ""),
                                              cf(k, 0.0), LLVMBuildFMul(b, m_new, scale, ""), "m_use");
@@ -610,9 +611,9 @@ static void online_softmax(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef alpha[2])
                 sc[n][i] = s2_nv_ex2_approx(cg, s2_nv_fma(cg, sc[n][i], scale, neg_m));
                 sum = LLVMBuildFAdd(b, sum, sc[n][i], "");
             }
-        LLVMValueRef l_old = LLVMBuildLoad2(b, cg->t_f32, k->l_row[hr], "");
-        LLVMBuildStore(b, s2_nv_fma(cg, l_old, alpha[hr], sum), k->l_row[hr]);
-        LLVMBuildStore(b, m_new, k->m_row[hr]);
+        LLVMValueRef l_old = LLVMBuildLoad2(b, cg->t_f32, k->acc.l[hr], "");
+        LLVMBuildStore(b, s2_nv_fma(cg, l_old, alpha[hr], sum), k->acc.l[hr]);
+        LLVMBuildStore(b, m_new, k->acc.m[hr]);
     }
 }
 
@@ -620,21 +621,21 @@ static void load_o(sm90 *k, LLVMValueRef *oacc)
 {
     for (int dn = 0; dn < k->s.D / 8; dn++)
         for (int i = 0; i < 4; i++)
-            oacc[4 * dn + i] = LLVMBuildLoad2(k->b, k->cg->t_f32, k->o_acc[dn][i], "");
+            oacc[4 * dn + i] = LLVMBuildLoad2(k->b, k->cg->t_f32, k->acc.o[dn][i], "");
 }
 
 static void store_o(sm90 *k, LLVMValueRef *oacc)
 {
     for (int dn = 0; dn < k->s.D / 8; dn++)
         for (int i = 0; i < 4; i++)
-            LLVMBuildStore(k->b, oacc[4 * dn + i], k->o_acc[dn][i]);
+            LLVMBuildStore(k->b, oacc[4 * dn + i], k->acc.o[dn][i]);
 }
 
 static void rescale_o(sm90 *k, LLVMValueRef alpha[2])
 {
     for (int dn = 0; dn < k->s.D / 8; dn++)
         for (int i = 0; i < 4; i++) {
-            LLVMValueRef p = k->o_acc[dn][i];
+            LLVMValueRef p = k->acc.o[dn][i];
             LLVMBuildStore(k->b, LLVMBuildFMul(k->b, LLVMBuildLoad2(k->b, k->cg->t_f32, p, ""), alpha[i >> 1], ""), p);
         }
 }
@@ -696,7 +697,7 @@ static void fence_pv_wait(sm90 *k)
     LLVMValueRef off = add(k, c32(k, k->s.scratch_off), LLVMBuildShl(b, ct, c32(k, 2), ""));
     LLVMValueRef off64 = LLVMBuildZExt(b, off, cg->t_i64, "");
     LLVMValueRef p = LLVMBuildInBoundsGEP2(b, LLVMInt8TypeInContext(cg->llctx), s2_nv_dynamic_smem(cg), &off64, 1, "");
-    LLVMValueRef st = LLVMBuildStore(b, LLVMBuildLoad2(b, cg->t_f32, k->l_row[1], ""), p);
+    LLVMValueRef st = LLVMBuildStore(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.l[1], ""), p);
     LLVMSetVolatile(st, 1);
 }
 
@@ -794,13 +795,8 @@ static void epilogue(sm90 *k)
     LLVMBuilderRef b = k->b;
     LLVMValueRef col = LLVMBuildShl(b, k->t4, c32(k, 1), "");
     for (int hr = 0; hr < 2; hr++) {
-        LLVMValueRef l = s2_nv_quad_sum_f32(cg, LLVMBuildLoad2(b, cg->t_f32, k->l_row[hr], ""));
-        LLVMValueRef m = LLVMBuildLoad2(b, cg->t_f32, k->m_row[hr], "");
-        LLVMValueRef pos_l = LLVMBuildFCmp(b, LLVMRealOGT, l, cf(k, 0.0), "");
-        LLVMValueRef inv = LLVMBuildSelect(b, pos_l, LLVMBuildFDiv(b, cf(k, 1.0), l, ""), cf(k, 0.0), "inv");
-        LLVMValueRef ms = LLVMBuildFMul(b, m, param(k, P_SCALE_LOG2), "");
-        LLVMValueRef lse = LLVMBuildFMul(b, LLVMBuildFAdd(b, ms, s2_nv_lg2_approx(cg, l), ""), cf(k, M_LN2), "");
-        lse = LLVMBuildSelect(b, pos_l, lse, cf(k, -INFINITY), "lse");
+        LLVMValueRef inv, lse;
+        s2_flash_row_final(cg, &k->acc, hr, param(k, P_SCALE_LOG2), &inv, &lse);
 
         LLVMValueRef pos = add(k, k->tile_pos0, tile_row(k, hr));
         LLVMValueRef qrow = LLVMBuildSub(b, pos, k->q_start, "qrow");
@@ -811,8 +807,8 @@ static void epilogue(sm90 *k)
         LLVMValueRef row_off = add(k, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""));
         LLVMTypeRef i16 = LLVMInt16TypeInContext(cg->llctx);
         for (int dn = 0; dn < k->s.D / 8; dn++) {
-            LLVMValueRef o0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->o_acc[dn][2 * hr], ""), inv, "");
-            LLVMValueRef o1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->o_acc[dn][2 * hr + 1], ""), inv, "");
+            LLVMValueRef o0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr], ""), inv, "");
+            LLVMValueRef o1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr + 1], ""), inv, "");
             LLVMValueRef c = LLVMBuildZExt(b, addc(k, col, dn * 8), cg->t_i64, "");
             LLVMValueRef off = add(k, row_off, c);
             LLVMValueRef p = LLVMBuildInBoundsGEP2(b, i16, param(k, P_O), &off, 1, "");
@@ -843,16 +839,7 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
     k->g = LLVMBuildLShr(b, lane, c32(k, 2), "g");
     k->t4 = LLVMBuildAnd(b, lane, c32(k, 3), "t4");
 
-    LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
-    LLVMPositionBuilderBefore(b, LLVMGetFirstInstruction(entry_bb));
-    for (int dn = 0; dn < k->s.D / 8; dn++)
-        for (int i = 0; i < 4; i++)
-            k->o_acc[dn][i] = LLVMBuildAlloca(b, cg->t_f32, "o");
-    for (int r = 0; r < 2; r++) {
-        k->m_row[r] = LLVMBuildAlloca(b, cg->t_f32, "m");
-        k->l_row[r] = LLVMBuildAlloca(b, cg->t_f32, "l");
-    }
-    LLVMPositionBuilderAtEnd(b, cur);
+    s2_flash_rows_alloca(cg, &k->acc, k->s.D, entry_bb);
     /* the first warpgroup goes first in the ping-pong; both take one turn
      * per entry, so the alternation carries over from item to item */
     if (k->s.pingpong) {
@@ -872,13 +859,7 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
     k->obase = add(k, LLVMBuildMul(b, LLVMBuildZExt(b, k->bidx32, cg->t_i64, ""), param(k, P_OS), ""),
                    LLVMBuildMul(b, k->head, param(k, P_OS + 2), ""));
     k->obase = add(k, k->obase, LLVMBuildMul(b, sext64(k, k->q_row0), param(k, P_OS + 1), ""));
-    for (int dn = 0; dn < k->s.D / 8; dn++)
-        for (int i = 0; i < 4; i++)
-            LLVMBuildStore(b, cf(k, 0.0), k->o_acc[dn][i]);
-    for (int r = 0; r < 2; r++) {
-        LLVMBuildStore(b, cf(k, -INFINITY), k->m_row[r]);
-        LLVMBuildStore(b, cf(k, 0.0), k->l_row[r]);
-    }
+    s2_flash_rows_zero(cg, &k->acc);
     /* Q is waited for even with an empty list: no copy may be in flight at
      * exit (persistent: waited for with the hand-off, before the item) */
     if (!k->s.persistent)

@@ -1,0 +1,52 @@
+/* The online-softmax row state shared by the attention templates (flash.h). */
+#include "flash.h"
+
+#include <math.h>
+
+void s2_flash_rows_alloca(s2_cg *cg, s2_flash_rows *r, int D, LLVMBasicBlockRef entry_bb)
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
+    LLVMValueRef first = LLVMGetFirstInstruction(entry_bb);
+    if (first)
+        LLVMPositionBuilderBefore(b, first);
+    else
+        LLVMPositionBuilderAtEnd(b, entry_bb);
+    r->D = D;
+    for (int dn = 0; dn < D / 8; dn++)
+        for (int i = 0; i < 4; i++)
+            r->o[dn][i] = LLVMBuildAlloca(b, cg->t_f32, "o");
+    for (int h = 0; h < 2; h++) {
+        r->m[h] = LLVMBuildAlloca(b, cg->t_f32, "m");
+        r->l[h] = LLVMBuildAlloca(b, cg->t_f32, "l");
+    }
+    LLVMPositionBuilderAtEnd(b, cur);
+}
+
+void s2_flash_rows_zero(s2_cg *cg, const s2_flash_rows *r)
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMValueRef zero = LLVMConstReal(cg->t_f32, 0.0);
+    for (int dn = 0; dn < r->D / 8; dn++)
+        for (int i = 0; i < 4; i++)
+            LLVMBuildStore(b, zero, r->o[dn][i]);
+    for (int h = 0; h < 2; h++) {
+        LLVMBuildStore(b, LLVMConstReal(cg->t_f32, -INFINITY), r->m[h]);
+        LLVMBuildStore(b, zero, r->l[h]);
+    }
+}
+
+void s2_flash_row_final(s2_cg *cg, const s2_flash_rows *r, int hr, LLVMValueRef scale_log2, LLVMValueRef *inv,
+                        LLVMValueRef *lse)
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMValueRef zero = LLVMConstReal(cg->t_f32, 0.0);
+    LLVMValueRef l = s2_nv_quad_sum_f32(cg, LLVMBuildLoad2(b, cg->t_f32, r->l[hr], ""));
+    LLVMValueRef m = LLVMBuildLoad2(b, cg->t_f32, r->m[hr], "");
+    LLVMValueRef pos_l = LLVMBuildFCmp(b, LLVMRealOGT, l, zero, "");
+    *inv = LLVMBuildSelect(b, pos_l, LLVMBuildFDiv(b, LLVMConstReal(cg->t_f32, 1.0), l, ""), zero, "inv");
+    LLVMValueRef ms = LLVMBuildFMul(b, m, scale_log2, "");
+    LLVMValueRef v = LLVMBuildFMul(b, LLVMBuildFAdd(b, ms, s2_nv_lg2_approx(cg, l), ""),
+                                   LLVMConstReal(cg->t_f32, M_LN2), "");
+    *lse = LLVMBuildSelect(b, pos_l, v, LLVMConstReal(cg->t_f32, -INFINITY), "lse");
+}

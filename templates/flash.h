@@ -1,0 +1,29 @@
+/* Internal to the attention templates (fwd.c, fwd_sm90.c, decode.c): the
+ * online-softmax state of one thread's two accumulator rows (rows g and
+ * g + 8 of the mma.sync m16n8 and wgmma accumulator layouts), kept in
+ * allocas at the top of the entry block so that SROA makes them SSA. */
+#ifndef S2C_TEMPLATES_FLASH_H
+#define S2C_TEMPLATES_FLASH_H
+
+#include "cg_internal.h"
+
+enum { S2_FLASH_MAX_D = 256 };
+
+typedef struct s2_flash_rows {
+    LLVMValueRef o[S2_FLASH_MAX_D / 8][4];   /* O: n-tile dn, accumulator register i (f32) */
+    LLVMValueRef m[2], l[2];                 /* running max (score units) and this thread's part of the sum */
+    int D;
+} s2_flash_rows;
+
+/* The allocas, placed before the first instruction of entry_bb (at its end
+ * when it is empty); the builder's position is kept. */
+void s2_flash_rows_alloca(s2_cg *cg, s2_flash_rows *r, int D, LLVMBasicBlockRef entry_bb);
+/* O = 0, m = -inf, l = 0, at the builder's position. */
+void s2_flash_rows_zero(s2_cg *cg, const s2_flash_rows *r);
+/* Row hr's end of the softmax: the quad's sum l, then *inv = 1/l and *lse =
+ * (m·scale_log2 + log2 l)·ln 2 (natural log), 0 and -inf for a row that kept
+ * nothing (l = 0). */
+void s2_flash_row_final(s2_cg *cg, const s2_flash_rows *r, int hr, LLVMValueRef scale_log2, LLVMValueRef *inv,
+                        LLVMValueRef *lse);
+
+#endif
