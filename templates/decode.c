@@ -369,40 +369,11 @@ static void apply_mask(dec *k, LLVMValueRef sc[2][4], LLVMValueRef kpos0, LLVMVa
     }
 }
 
-/* Online softmax in base 2 (m kept unscaled), as the forward. */
+/* Online softmax in base 2 (m kept unscaled), as the forward (flash.h). */
 static void online_softmax(dec *k, LLVMValueRef sc[2][4])
 {
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    LLVMValueRef scale = param(k, P_SCALE_LOG2);
-    for (int hr = 0; hr < 2; hr++) {
-        LLVMValueRef mx = cf(k, -INFINITY);
-        for (int n = 0; n < 2; n++)
-            for (int e = 0; e < 2; e++)
-                mx = s2_nv_fmax(cg, mx, sc[n][2 * hr + e]);
-        mx = s2_nv_quad_max_f32(cg, mx);
-        LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, k->acc.m[hr], "");
-        LLVMValueRef m_new = s2_nv_fmax(cg, m_old, mx);
-        LLVMValueRef m_use = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m_new, cf(k, -INFINITY), ""),
-                                             cf(k, 0.0), LLVMBuildFMul(b, m_new, scale, ""), "m_use");
-        LLVMValueRef neg_m = LLVMBuildFNeg(b, m_use, "");
-        LLVMValueRef alpha = s2_nv_ex2_approx(cg, s2_nv_fma(cg, m_old, scale, neg_m));
-        LLVMValueRef sum = cf(k, 0.0);
-        for (int n = 0; n < 2; n++)
-            for (int e = 0; e < 2; e++) {
-                int i = 2 * hr + e;
-                sc[n][i] = s2_nv_ex2_approx(cg, s2_nv_fma(cg, sc[n][i], scale, neg_m));
-                sum = LLVMBuildFAdd(b, sum, sc[n][i], "");
-            }
-        LLVMValueRef l_old = LLVMBuildLoad2(b, cg->t_f32, k->acc.l[hr], "");
-        LLVMBuildStore(b, s2_nv_fma(cg, l_old, alpha, sum), k->acc.l[hr]);
-        LLVMBuildStore(b, m_new, k->acc.m[hr]);
-        for (int dn = 0; dn < k->s.D / 8; dn++)
-            for (int e = 0; e < 2; e++) {
-                LLVMValueRef p = k->acc.o[dn][2 * hr + e];
-                LLVMBuildStore(b, LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, p, ""), alpha, ""), p);
-            }
-    }
+    for (int hr = 0; hr < 2; hr++)
+        s2_flash_softmax_row(k->cg, &k->acc, hr, sc, 2, param(k, P_SCALE_LOG2), true);
 }
 
 /* O += P·V over the warp's 16 keys: one k-step, V by ldmatrix.x4.trans. */

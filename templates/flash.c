@@ -50,3 +50,38 @@ void s2_flash_row_final(s2_cg *cg, const s2_flash_rows *r, int hr, LLVMValueRef 
                                    LLVMConstReal(cg->t_f32, M_LN2), "");
     *lse = LLVMBuildSelect(b, pos_l, v, LLVMConstReal(cg->t_f32, -INFINITY), "lse");
 }
+
+LLVMValueRef s2_flash_softmax_row(s2_cg *cg, const s2_flash_rows *r, int hr, LLVMValueRef sc[][4], int NT,
+                                  LLVMValueRef scale, bool rescale_o)
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMValueRef ninf = LLVMConstReal(cg->t_f32, -INFINITY);
+    LLVMValueRef mx = ninf;
+    for (int n = 0; n < NT; n++)
+        for (int e = 0; e < 2; e++)
+            mx = s2_nv_fmax(cg, mx, sc[n][2 * hr + e]);
+    mx = s2_nv_quad_max_f32(cg, mx);
+    LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, r->m[hr], "");
+    LLVMValueRef m_new = s2_nv_fmax(cg, m_old, mx);
+    LLVMValueRef m_use = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m_new, ninf, ""),
+                                         LLVMConstReal(cg->t_f32, 0.0), LLVMBuildFMul(b, m_new, scale, ""), "m_use");
+    LLVMValueRef neg_m = LLVMBuildFNeg(b, m_use, "");
+    LLVMValueRef alpha = s2_nv_ex2_approx(cg, s2_nv_fma(cg, m_old, scale, neg_m));
+    LLVMValueRef sum = LLVMConstReal(cg->t_f32, 0.0);
+    for (int n = 0; n < NT; n++)
+        for (int e = 0; e < 2; e++) {
+            int i = 2 * hr + e;
+            sc[n][i] = s2_nv_ex2_approx(cg, s2_nv_fma(cg, sc[n][i], scale, neg_m));
+            sum = LLVMBuildFAdd(b, sum, sc[n][i], "");
+        }
+    LLVMValueRef l_old = LLVMBuildLoad2(b, cg->t_f32, r->l[hr], "");
+    LLVMBuildStore(b, s2_nv_fma(cg, l_old, alpha, sum), r->l[hr]);
+    LLVMBuildStore(b, m_new, r->m[hr]);
+    if (rescale_o)
+        for (int dn = 0; dn < r->D / 8; dn++)
+            for (int e = 0; e < 2; e++) {
+                LLVMValueRef p = r->o[dn][2 * hr + e];
+                LLVMBuildStore(b, LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, p, ""), alpha, ""), p);
+            }
+    return alpha;
+}

@@ -20,6 +20,14 @@ typedef struct s2_flash_rows {
 void s2_flash_rows_alloca(s2_cg *cg, s2_flash_rows *r, int D, LLVMBasicBlockRef entry_bb);
 /* O = 0, m = -inf, l = 0, at the builder's position. */
 void s2_flash_rows_zero(s2_cg *cg, const s2_flash_rows *r);
+/* Online softmax (base 2, m kept in unscaled score units: exponents are
+ * s·scale - m·scale, one FMA each) of row hr over n-tiles 0..NT-1 of sc
+ * (columns sc[n][2hr], sc[n][2hr+1]): new max m (a row with nothing kept
+ * so far subtracts 0, not -inf), l = l·alpha + the row's sum, the scores
+ * replaced by probabilities.  Returns alpha = 2^((m_old - m_new)·scale);
+ * with rescale_o, O's row is multiplied by it here. */
+LLVMValueRef s2_flash_softmax_row(s2_cg *cg, const s2_flash_rows *r, int hr, LLVMValueRef sc[][4], int NT,
+                                  LLVMValueRef scale, bool rescale_o);
 /* Row hr's end of the softmax: the quad's sum l, then *inv = 1/l and *lse =
  * (m·scale_log2 + log2 l)·ln 2 (natural log), 0 and -inf for a row that kept
  * nothing (l = 0). */

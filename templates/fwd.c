@@ -475,45 +475,12 @@ static void apply_mask(fwd *k, LLVMValueRef sc[][4], LLVMValueRef e, LLVMValueRe
     s2_nv_join_scores(cg, from, join, NT, sc, masked);
 }
 
-/* Online softmax (§1.5), row hr of the thread's two rows: new max, rescale
- * O and l, scores -> probabilities in place. */
+/* Online softmax (§1.5, flash.h) of the thread's two rows: new max, O and l
+ * rescaled, scores -> probabilities in place. */
 static void online_softmax(fwd *k, LLVMValueRef sc[][4])
 {
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    int NT = k->s.BN / 8;
-    for (int hr = 0; hr < 2; hr++) {
-        LLVMValueRef mx = cf(k, -INFINITY);
-        for (int n = 0; n < NT; n++)
-            for (int e = 0; e < 2; e++)
-                mx = s2_nv_fmax(cg, mx, sc[n][2 * hr + e]);
-        mx = s2_nv_quad_max_f32(cg, mx);
-        /* m is kept in unscaled score units; exponents are s*scale - m*scale,
-         * one FFMA each (FA2's scale_apply_exp2) */
-        LLVMValueRef scale = param(k, P_SCALE_LOG2);
-        LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, k->acc.m[hr], "");
-        LLVMValueRef m_new = s2_nv_fmax(cg, m_old, mx);
-        /* Check_inf: a row with nothing kept so far subtracts 0, not -inf */
-        LLVMValueRef m_use = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m_new, cf(k, -INFINITY), ""),
-                                             cf(k, 0.0), LLVMBuildFMul(b, m_new, scale, ""), "m_use");
-        LLVMValueRef neg_m = LLVMBuildFNeg(b, m_use, "");
-        LLVMValueRef alpha = s2_nv_ex2_approx(cg, s2_nv_fma(cg, m_old, scale, neg_m));
-        LLVMValueRef sum = cf(k, 0.0);
-        for (int n = 0; n < NT; n++)
-            for (int e = 0; e < 2; e++) {
-                int i = 2 * hr + e;
-                sc[n][i] = s2_nv_ex2_approx(cg, s2_nv_fma(cg, sc[n][i], scale, neg_m));
-                sum = LLVMBuildFAdd(b, sum, sc[n][i], "");
-            }
-        LLVMValueRef l_old = LLVMBuildLoad2(b, cg->t_f32, k->acc.l[hr], "");
-        LLVMBuildStore(b, s2_nv_fma(cg, l_old, alpha, sum), k->acc.l[hr]);
-        LLVMBuildStore(b, m_new, k->acc.m[hr]);
-        for (int dn = 0; dn < k->s.D / 8; dn++)
-            for (int e = 0; e < 2; e++) {
-                LLVMValueRef p = k->acc.o[dn][2 * hr + e];
-                LLVMBuildStore(b, LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, p, ""), alpha, ""), p);
-            }
-    }
+    for (int hr = 0; hr < 2; hr++)
+        s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), true);
 }
 
 /* O += P·V: P from the score registers (C layout of n-tiles 2kk, 2kk+1 = A

@@ -584,37 +584,12 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef e)
     s2_nv_join_scores(cg, from, join, NT, sc, masked);
 }
 
-/* Online softmax (§1.5) of the thread's two rows; returns the O rescale
- * factors in alpha[2] (applied by the caller once P(j-1)·V is done). */
+/* Online softmax (§1.5, flash.h) of the thread's two rows; returns the O
+ * rescale factors in alpha[2] (applied by the caller once P(j-1)·V is done). */
 static void online_softmax(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef alpha[2])
 {
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    int NT = k->s.BN / 8;
-    LLVMValueRef scale = param(k, P_SCALE_LOG2);
-    for (int hr = 0; hr < 2; hr++) {
-        LLVMValueRef mx = cf(k, -INFINITY);
-        for (int n = 0; n < NT; n++)
-            for (int e = 0; e < 2; e++)
-                mx = s2_nv_fmax(cg, mx, sc[n][2 * hr + e]);
-        mx = s2_nv_quad_max_f32(cg, mx);
-        LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, k->acc.m[hr], "");
-        LLVMValueRef m_new = s2_nv_fmax(cg, m_old, mx);
-        LLVMValueRef m_use = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m_new, cf(k, -INFINITY), ""),
-                                             cf(k, 0.0), LLVMBuildFMul(b, m_new, scale, ""), "m_use");
-        LLVMValueRef neg_m = LLVMBuildFNeg(b, m_use, "");
-        alpha[hr] = s2_nv_ex2_approx(cg, s2_nv_fma(cg, m_old, scale, neg_m));
-        LLVMValueRef sum = cf(k, 0.0);
-        for (int n = 0; n < NT; n++)
-            for (int e = 0; e < 2; e++) {
-                int i = 2 * hr + e;
-                sc[n][i] = s2_nv_ex2_approx(cg, s2_nv_fma(cg, sc[n][i], scale, neg_m));
-                sum = LLVMBuildFAdd(b, sum, sc[n][i], "");
-            }
-        LLVMValueRef l_old = LLVMBuildLoad2(b, cg->t_f32, k->acc.l[hr], "");
-        LLVMBuildStore(b, s2_nv_fma(cg, l_old, alpha[hr], sum), k->acc.l[hr]);
-        LLVMBuildStore(b, m_new, k->acc.m[hr]);
-    }
+    for (int hr = 0; hr < 2; hr++)
+        alpha[hr] = s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), false);
 }
 
 static void load_o(sm90 *k, LLVMValueRef *oacc)
