@@ -83,7 +83,11 @@ static LLVMValueRef gep16(dec *k, LLVMValueRef base, LLVMValueRef off)
 }
 
 /* Byte offset of 16-byte chunk ch of row `row` in a [rows][D] tile, the
- * chunk XORed with the row so that ldmatrix's 8 rows hit 8 bank groups. */
+ * chunk XORed with the row so that ldmatrix's 8 rows hit 8 bank groups.
+ * (s2_flash_swizzle computes the same value; this copy keeps the IR order
+ * the decode kernel was verified with on the GPU: its last line's two
+ * nested builder calls run in the C compiler's argument evaluation order,
+ * which C leaves unspecified.) */
 static LLVMValueRef swizzle(dec *k, LLVMValueRef row, LLVMValueRef ch)
 {
     LLVMBuilderRef b = k->b;

@@ -85,3 +85,21 @@ LLVMValueRef s2_flash_softmax_row(s2_cg *cg, const s2_flash_rows *r, int hr, LLV
             }
     return alpha;
 }
+
+LLVMValueRef s2_flash_swizzle(s2_cg *cg, LLVMValueRef row, LLVMValueRef chunk, int chunks)
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMValueRef sw = chunk;
+    if (chunks >= 8) {
+        LLVMValueRef x = LLVMBuildXor(b, chunk, LLVMBuildAnd(b, row, LLVMConstInt(cg->t_i32, 7, 0), ""), "");
+        int full = chunks & ~7;
+        sw = full == chunks ? x
+                            : LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntULT, chunk, LLVMConstInt(cg->t_i32, (unsigned)full, 0), ""),
+                                              x, chunk, "");
+    } else if (chunks == 4) {
+        LLVMValueRef r2 = LLVMBuildLShr(b, row, LLVMConstInt(cg->t_i32, 1, 0), "");
+        sw = LLVMBuildXor(b, chunk, LLVMBuildAnd(b, r2, LLVMConstInt(cg->t_i32, 3, 0), ""), "");
+    }
+    LLVMValueRef off = LLVMBuildMul(b, row, LLVMConstInt(cg->t_i32, (unsigned)(chunks * 16), 0), "");
+    return LLVMBuildAdd(b, off, LLVMBuildShl(b, sw, LLVMConstInt(cg->t_i32, 4, 0), ""), "");
+}

@@ -34,4 +34,11 @@ LLVMValueRef s2_flash_softmax_row(s2_cg *cg, const s2_flash_rows *r, int hr, LLV
 void s2_flash_row_final(s2_cg *cg, const s2_flash_rows *r, int hr, LLVMValueRef scale_log2, LLVMValueRef *inv,
                         LLVMValueRef *lse);
 
+/* Byte offset of 16-byte chunk `chunk` of row `row` in a [rows][chunks*16 B]
+ * shared-memory tile of the mma.sync templates: the chunk index XORed with
+ * the row (row & 7 with 8+ chunks, the part past the last whole 8 left as
+ * is; (row >> 1) & 3 with 4), so an ldmatrix's 8 row addresses land in 8
+ * different bank groups (GPU-KERNEL-FACTS §2.3). */
+LLVMValueRef s2_flash_swizzle(s2_cg *cg, LLVMValueRef row, LLVMValueRef chunk, int chunks);
+
 #endif

@@ -63,23 +63,11 @@ static LLVMValueRef cf(fwd *k, double v) { return LLVMConstReal(k->cg->t_f32, v)
 static LLVMValueRef param(fwd *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
 static LLVMValueRef sext64(fwd *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, v, k->cg->t_i64, ""); }
 
-/* Byte offset of 16-byte chunk `chunk` of row `row` inside a [rows][D] tile:
- * the chunk index is XORed with the row (128-byte swizzle, §2.3) so the 8
- * row addresses of an ldmatrix matrix land in 8 different bank groups. */
+/* Byte offset of 16-byte chunk `chunk` of row `row` inside a [rows][D] tile
+ * (128-byte swizzle, flash.h). */
 static LLVMValueRef swizzle(fwd *k, LLVMValueRef row, LLVMValueRef chunk)
 {
-    LLVMBuilderRef b = k->b;
-    int C = k->s.chunks;
-    LLVMValueRef sw = chunk;
-    if (C >= 8) {
-        LLVMValueRef x = LLVMBuildXor(b, chunk, LLVMBuildAnd(b, row, c32(k, 7), ""), "");
-        int full = C & ~7;
-        sw = full == C ? x : LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntULT, chunk, c32(k, full), ""), x, chunk, "");
-    } else if (C == 4) {
-        sw = LLVMBuildXor(b, chunk, LLVMBuildAnd(b, LLVMBuildLShr(b, row, c32(k, 1), ""), c32(k, 3), ""), "");
-    }
-    LLVMValueRef off = LLVMBuildMul(b, row, c32(k, C * 16), "");
-    return LLVMBuildAdd(b, off, LLVMBuildShl(b, sw, c32(k, 4), ""), "");
+    return s2_flash_swizzle(k->cg, row, chunk, k->s.chunks);
 }
 
 /* Element pointer `base + off` in a 16-bit global tensor. */
