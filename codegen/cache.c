@@ -79,7 +79,7 @@ s2_status s2_cache_key_build(s2_ctx *ctx, const s2_cache_key_desc *d, s2_cache_k
     s2_sha256 h;
     s2_sha256_init(&h);
     hash_str(&h, 'K', "s2c-cache-key-1");
-    hash_str(&h, 'G', d->generator ? d->generator : s2_version());
+    hash_str(&h, 'G', d->generator ? d->generator : s2_generator_id());
     hash_str(&h, 'P', d->pattern);
     hash_spec(&h, d->spec);
     hash_str(&h, 'T', toolchain);

@@ -4,6 +4,7 @@
  * The ptxas search repeats s2_ptx_to_cubin's order (cubin.c keeps its own
  * copy static); both must name the same program. */
 #include "s2c/cache.h"
+#include "s2c_generator_id.h"
 #include "util.h"
 
 #include <dlfcn.h>
@@ -186,3 +187,5 @@ s2_status s2_toolchain_version(s2_ctx *ctx, s2_cubin_backend backend, const char
     *out = id->text;
     return S2_OK;
 }
+
+const char *s2_generator_id(void) { return S2C_GENERATOR_ID; }

@@ -200,7 +200,7 @@ typedef enum s2_fwd_abi {
 
 /* ---- the manifest: what a cubin says about itself ------------------------------
  * Every generated module holds a NUL-terminated text global `s2c_manifest`
- * (see s2_manifest_format): the generator version, the arch, and per kernel
+ * (see s2_manifest_format): the generator identity (s2_generator_id), the arch, and per kernel
  * its name, kind, pattern, resolved spec, launch shape and shared memory,
  * plus each pattern's resolved rules, so that the runtime can rebuild the
  * schedules without the pattern file. */
@@ -224,7 +224,7 @@ typedef struct s2_manifest s2_manifest;
 
 /* Text format (one `key value` per line; the value is the rest of the line):
  *   s2c-manifest 1            first line, the format version
- *   generator VERSION / arch sm_XX
+ *   generator VERSION+HASH / arch sm_XX
  *   kernel NAME               starts a kernel; then kernel.kind (fwd|bwd), kernel.pattern,
  *                             kernel.dtype, kernel.head_dim, kernel.block_m, kernel.block_n,
  *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem,

@@ -7,7 +7,7 @@
  * Missing directories are created like `mkdir -p`, mode 0700.
  *
  * Key: SHA-256 over, in this order and each with its length, the generator
- * version, the caller's pattern serialization, every field of the kernel
+ * identity (s2_generator_id: version and a hash of the generating sources), the caller's pattern serialization, every field of the kernel
  * spec, the toolchain identity (s2_toolchain_version) and the arch name.
  *
  * Entry: one file DIR/<64 hex digits of the key>.s2ck:
@@ -51,7 +51,7 @@ typedef struct s2_cache_key {
 
 /* What a key is made of.  Strings are NUL-terminated. */
 typedef struct s2_cache_key_desc {
-    const char *generator;        /* NULL: s2_version() */
+    const char *generator;        /* NULL: s2_generator_id() */
     const char *pattern;          /* the caller's serialization of the pattern(s); required */
     const s2_kernel_spec *spec;   /* required */
     const char *toolchain;        /* NULL: s2_toolchain_version(ctx, S2_CUBIN_AUTO) */
@@ -61,6 +61,14 @@ typedef struct s2_cache_key_desc {
 s2_status s2_cache_key_build(s2_ctx *ctx, const s2_cache_key_desc *desc, s2_cache_key *out);
 /* 64 lowercase hex digits and a NUL. */
 void s2_cache_key_hex(const s2_cache_key *key, char out[2 * S2_CACHE_KEY_BYTES + 1]);
+
+/* The identity of the code generator: "VERSION+HASH", HASH 16 hex digits of
+ * a SHA-256 over the sources the generated PTX depends on (codegen,
+ * templates, ir, patterns, common, the public headers), taken at build time.
+ * Two builds of s2c that could generate different code have different
+ * identities, so neither takes the other's cached kernels.  Also written as
+ * the generator of every manifest.  Static storage. */
+const char *s2_generator_id(void);
 
 /* The identity of the assembler, for keys: "ptxas <its version line>" (from
  * `ptxas --version`, the program s2_ptx_to_cubin would run: $S2C_PTXAS,

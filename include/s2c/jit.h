@@ -2,7 +2,7 @@
  * s2_attn_forward out, through the on-disk kernel cache (s2c/cache.h).
  * Part of libs2c (links LLVM and the runtime).
  *
- * Key: s2_cache_key_build over the generator version, the pattern serialised
+ * Key: s2_cache_key_build over the generator identity (s2_generator_id), the pattern serialised
  * as manifest text (s2_manifest_format with no kernel: every resolved rule,
  * so two files that resolve alike share entries), the resolved spec, the
  * toolchain identity of the chosen back end and the arch.
