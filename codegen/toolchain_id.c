@@ -5,6 +5,7 @@
  * copy static); both must name the same program. */
 #include "s2c/cache.h"
 #include "s2c_generator_id.h"
+#include <llvm/Config/llvm-config.h>
 #include "util.h"
 
 #include <dlfcn.h>
@@ -188,4 +189,5 @@ s2_status s2_toolchain_version(s2_ctx *ctx, s2_cubin_backend backend, const char
     return S2_OK;
 }
 
-const char *s2_generator_id(void) { return S2C_GENERATOR_ID; }
+/* the LLVM that builds the PTX is part of the generator too */
+const char *s2_generator_id(void) { return S2C_GENERATOR_ID "+llvm" LLVM_VERSION_STRING; }

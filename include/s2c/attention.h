@@ -224,7 +224,7 @@ typedef struct s2_manifest s2_manifest;
 
 /* Text format (one `key value` per line; the value is the rest of the line):
  *   s2c-manifest 1            first line, the format version
- *   generator VERSION+HASH / arch sm_XX
+ *   generator VERSION+HASH+llvmX.Y.Z / arch sm_XX
  *   kernel NAME               starts a kernel; then kernel.kind (fwd|bwd), kernel.pattern,
  *                             kernel.dtype, kernel.head_dim, kernel.block_m, kernel.block_n,
  *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem,

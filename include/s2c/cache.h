@@ -62,9 +62,10 @@ s2_status s2_cache_key_build(s2_ctx *ctx, const s2_cache_key_desc *desc, s2_cach
 /* 64 lowercase hex digits and a NUL. */
 void s2_cache_key_hex(const s2_cache_key *key, char out[2 * S2_CACHE_KEY_BYTES + 1]);
 
-/* The identity of the code generator: "VERSION+HASH", HASH 16 hex digits of
- * a SHA-256 over the sources the generated PTX depends on (codegen,
- * templates, ir, patterns, common, the public headers), taken at build time.
+/* The identity of the code generator: "VERSION+HASH+llvmX.Y.Z", HASH 16 hex
+ * digits of a SHA-256 over the sources the generated PTX depends on (codegen,
+ * templates, ir, patterns, common, the public headers), taken at build time,
+ * and the version of the LLVM linked in.
  * Two builds of s2c that could generate different code have different
  * identities, so neither takes the other's cached kernels.  Also written as
  * the generator of every manifest.  Static storage. */
