@@ -1,12 +1,14 @@
-/* The identity of the PTX assembler, for cache keys: a cubin made by another
- * ptxas or nvJitLink release is another cubin.
+/* The identities that go into cache keys: the PTX assembler's (a cubin made
+ * by another ptxas or nvJitLink release is another cubin) and the
+ * generator's (s2_generator_id).
  *
  * The ptxas search repeats s2_ptx_to_cubin's order (cubin.c keeps its own
  * copy static); both must name the same program. */
 #include "s2c/cache.h"
 #include "s2c_generator_id.h"
-#include <llvm/Config/llvm-config.h>
 #include "util.h"
+
+#include <llvm/Config/llvm-config.h>
 
 #include <dlfcn.h>
 #include <errno.h>

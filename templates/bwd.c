@@ -245,7 +245,6 @@ static void load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVM
 
 /* ---- schedule lists ---- */
 
-/* Field of entry e of `entries`: byte offset 0 tile, 4 flags, 8 live. */
 /* Field at byte field_off of record e of `size` bytes. */
 static LLVMValueRef field_at(bwd *k, LLVMValueRef entries, LLVMValueRef e, int size, int field_off, LLVMTypeRef ty)
 {
@@ -256,6 +255,7 @@ static LLVMValueRef field_at(bwd *k, LLVMValueRef entries, LLVMValueRef e, int s
     return v;
 }
 
+/* Field of s2_dev_entry e of `entries`: byte offset 0 tile, 4 flags, 8 live. */
 LLVMValueRef bwd_entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int field_off, LLVMTypeRef ty)
 {
     return field_at(k, entries, e, (int)sizeof(s2_dev_entry), field_off, ty);
