@@ -108,6 +108,10 @@ LLVMValueRef s2_nv_dynamic_smem(s2_cg *cg);
 LLVMValueRef s2_nv_smem_at(s2_cg *cg, LLVMValueRef byte_off);
 /* ldmatrix.sync.aligned.m8n8.x4[.trans].shared.b16: out[j] = matrix j (lanes 8j..8j+7 address it) */
 void s2_nv_ldmatrix_x4(s2_cg *cg, LLVMValueRef smem_ptr, bool trans, LLVMValueRef out[4]);
+/* stmatrix.sync.aligned.m8n8.x4[.trans].shared.b16 (sm_90): v[j] (packed i32) = matrix j,
+ * lanes 8j..8j+7 give the addresses of its 8 rows (16 bytes each); .trans stores
+ * each matrix transposed (a thread's pair (row g, cols 2t, 2t+1) lands in rows 2t, 2t+1) */
+void s2_nv_stmatrix_x4(s2_cg *cg, LLVMValueRef smem_ptr, bool trans, LLVMValueRef v[4]);
 /* acc += A·B, mma.sync m16n8k16 row.col, f32 accumulators; a, b packed i32 of dt (bf16 or f16) */
 void s2_nv_mma_m16n8k16(s2_cg *cg, s2_dtype dt, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef acc[4]);
 /* cp.async.cg.shared.global 16 bytes, src_size (i32) bytes read, the rest zero-filled */
@@ -147,10 +151,11 @@ LLVMValueRef s2_nv_wgmma_desc(s2_cg *cg, LLVMValueRef smem_addr, int lbo, int sb
 /* One asm block: wgmma.fence; `ksteps` wgmma.mma_async m64n{n}k16 (f32 accumulators
  * acc[n/2], tied in and out); wgmma.commit_group.  Step j adds a_step[j] / b_step[j]
  * (descriptor units, bytes >> 4) to the descriptors.  SS: A and B from shared memory
- * (K-major both); !accumulate: the first step ignores acc (scale-d false).
+ * (A K-major; B K-major, or N-major when trans_b); !accumulate: the first step
+ * ignores acc (scale-d false).
  * RS: A from registers a[j][0..3] per step, B transposed when trans_b (N-major V). */
 void s2_nv_wgmma_ss(s2_cg *cg, s2_dtype dt, int n, int ksteps, LLVMValueRef desc_a, const int *a_step,
-                    LLVMValueRef desc_b, const int *b_step, bool accumulate, LLVMValueRef *acc);
+                    LLVMValueRef desc_b, const int *b_step, bool trans_b, bool accumulate, LLVMValueRef *acc);
 void s2_nv_wgmma_rs(s2_cg *cg, s2_dtype dt, int n, int ksteps, LLVMValueRef (*a)[4], LLVMValueRef desc_b,
                     const int *b_step, bool trans_b, LLVMValueRef *acc);
 void s2_nv_wgmma_ss_rs(s2_cg *cg, s2_dtype dt, int n1, int k1, LLVMValueRef desc_a, const int *a_step,

@@ -46,6 +46,15 @@ void s2_nv_ldmatrix_x4(s2_cg *cg, LLVMValueRef smem_ptr, bool trans, LLVMValueRe
         out[i] = LLVMBuildExtractValue(cg->b, r, i, "");
 }
 
+void s2_nv_stmatrix_x4(s2_cg *cg, LLVMValueRef smem_ptr, bool trans, LLVMValueRef v[4])
+{
+    LLVMTypeRef p3 = LLVMPointerTypeInContext(cg->llctx, S2_AS_SHARED);
+    LLVMValueRef args[5] = {smem_ptr, v[0], v[1], v[2], v[3]};
+    call_overloaded(cg, trans ? "llvm.nvvm.stmatrix.sync.aligned.m8n8.x4.trans.b16"
+                              : "llvm.nvvm.stmatrix.sync.aligned.m8n8.x4.b16",
+                    &p3, 1, args, 5);
+}
+
 /* i32 -> <2 x half> for the f16 mma intrinsic, which types its operands. */
 static LLVMValueRef as_half2(s2_cg *cg, LLVMValueRef v)
 {

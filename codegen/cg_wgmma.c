@@ -76,7 +76,7 @@ static void unpack_acc(s2_cg *cg, LLVMValueRef r, LLVMValueRef *acc, int n)
 }
 
 void s2_nv_wgmma_ss(s2_cg *cg, s2_dtype dt, int n, int ksteps, LLVMValueRef desc_a, const int *a_step,
-                    LLVMValueRef desc_b, const int *b_step, bool accumulate, LLVMValueRef *acc)
+                    LLVMValueRef desc_b, const int *b_step, bool trans_b, bool accumulate, LLVMValueRef *acc)
 {
     int na = n / 2;
     s2_buf t, c;
@@ -93,7 +93,7 @@ void s2_nv_wgmma_ss(s2_cg *cg, s2_dtype dt, int n, int ksteps, LLVMValueRef desc
     for (int j = 0; j < ksteps; j++) {
         s2_buf_printf(&t, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s ", n, dt_name(dt), dt_name(dt));
         put_regs(&t, 0, na);
-        s2_buf_printf(&t, ", da%d, db%d, %s, 1, 1, 0, 0;\n", j, j, j == 0 && !accumulate ? "p0" : "p1");
+        s2_buf_printf(&t, ", da%d, db%d, %s, 1, 1, 0, %d;\n", j, j, j == 0 && !accumulate ? "p0" : "p1", trans_b ? 1 : 0);
     }
     s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n}");
     put_tied(&c, na);

@@ -55,7 +55,7 @@ static void issue_abt(bwd *k, LLVMValueRef x, LLVMValueRef y, int rows, LLVMValu
     kmajor_steps(k->s.D, rows, bs);
     for (int i = 0; i < rows / 2; i++)
         acc[i] = LLVMGetUndef(k->cg->t_f32);
-    s2_nv_wgmma_ss(k->cg, k->s.dt, rows, k->s.D / 16, desc_kmajor(k, x), as, desc_kmajor(k, y), bs, false, acc);
+    s2_nv_wgmma_ss(k->cg, k->s.dt, rows, k->s.D / 16, desc_kmajor(k, x), as, desc_kmajor(k, y), bs, false, false, acc);
 }
 
 /* Issue acc += A·Y (m64 nD, reduction over the `rows` rows of tile y, read

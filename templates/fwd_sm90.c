@@ -463,7 +463,7 @@ static void issue_scores(sm90 *k, LLVMValueRef stage, LLVMValueRef *sacc)
                           NULL, NULL, NULL, NULL);
     else
         s2_nv_wgmma_ss(k->cg, s->dt, s->BN, s->D / 16, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step,
-                       false, sacc);
+                       false, false, sacc);
 }
 
 /* O += P·V(stage), P packed from the probabilities (§3.4 register-P). */
