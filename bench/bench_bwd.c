@@ -14,8 +14,12 @@
  * --wgmma -1 takes the mma.sync backward bodies on sm_90a (spec.bwd_wgmma; default: wgmma).
  * --gather 1 turns off the gathered key tiles of block-16 patterns (spec.kv_gather; default:
  * heuristic, 4 there).
+ * --ds 0 gives the backward the plain workspace, so that dq is recomputed (NAME_dq); by
+ * default it gets s2_attn_backward_workspace's, which takes the dS path where the
+ * module has one (the row says "dS" and the workspace's size).
  *
- *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--gather G] */
+ *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--gather G]
+ *             [--ds 0|1] */
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
@@ -173,7 +177,7 @@ static int64_t nonfinite(s2_ctx *ctx, s2_device *dev, s2_devptr p, size_t elems,
 }
 
 static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_config *c, int reps, int block_n,
-                       int stages, int wgmma, int gather, bool h100)
+                       int stages, int wgmma, int gather, int use_ds, bool h100)
 {
     s2_local_stride_args a;
     s2_local_stride_args_default(&a);
@@ -214,8 +218,12 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
         st = s2_mem_alloc(ctx, dev, rows * 4, &lse);
     if (st == S2_OK)
         st = s2_mem_alloc(ctx, dev, rows * 4, &dlse);
+    size_t ws_bytes = s2_attn_bwd_workspace_bytes(c->batch, c->heads, c->seq);
+    bool ds = false;
+    if (st == S2_OK && use_ds)
+        st = s2_attn_backward_workspace(ctx, r.bwd, c->batch, c->seq, c->seq, &ws_bytes, &ds);
     if (st == S2_OK)
-        st = s2_mem_alloc(ctx, dev, s2_attn_bwd_workspace_bytes(c->batch, c->heads, c->seq), &ws);
+        st = s2_mem_alloc(ctx, dev, ws_bytes, &ws);
     if (st == S2_OK)
         st = s2_memset_d8(ctx, dev, dlse, 0, rows * 4);
     /* q, k, v and dO random (0, 1, 2, 4); o is written by the forward */
@@ -236,7 +244,8 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
         r.ba = (s2_attn_bwd_args){.batch = c->batch, .q_len = c->seq, .kv_len = c->seq, .heads = c->heads,
                                   .kv_heads = c->heads, .head_dim = HEAD_DIM, .dtype = S2_DTYPE_BF16,
                                   .q = t[0], .k = t[1], .v = t[2], .o = t[3], .d_o = t[4], .lse = lse, .d_lse = dlse,
-                                  .dq = t[5], .dk = t[6], .dv = t[7], .workspace = ws};
+                                  .dq = t[5], .dk = t[6], .dv = t[7], .workspace = ws,
+                                  .workspace_bytes = ws_bytes};
         s2_attn_bwd_args_bshd(&r.ba);
         st = run_once(ctx, &r, 2, NULL);
     }
@@ -257,10 +266,10 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
         const s2_manifest_kernel *d = s2_attn_kernel_desc(r.bwd);
         double fl = stats.fwd_flops * c->batch;
         double peer = h100 ? c->peer_h100_ms : c->peer_h200_ms;
-        printf("%-14s %d,%d,%lldK b%d L%d V%d  bwd %s bm%d bn%d st%d g%d regs pre/dq/dkdv %d/%d/%d  fwd %.3f ms (%.0f TF)  "
-               "bwd %.3f ms  fwd+bwd %.3f ms (%.3f + %.3f)  %.0f eff TF  S2-Triton %.2f ms  ratio %.2fx\n",
+        printf("%-14s %d,%d,%lldK b%d L%d V%d  bwd %s%s (ws %.0f MB) bm%d bn%d st%d g%d regs pre/dq/dkdv %d/%d/%d  "
+               "fwd %.3f ms (%.0f TF)  bwd %.3f ms  fwd+bwd %.3f ms (%.3f + %.3f)  %.0f eff TF  S2-Triton %.2f ms  ratio %.2fx\n",
                c->name, c->batch, c->heads, (long long)(c->seq / 1024), c->block, c->local, c->stride,
-               d->spec.bwd_wgmma > 0 ? "wgmma" : "mma", d->spec.block_m, d->spec.block_n, d->spec.num_stages,
+               d->spec.bwd_wgmma > 0 ? "wgmma" : "mma", ds ? "+dS" : "", ws_bytes / 1e6, d->spec.block_m, d->spec.block_n, d->spec.num_stages,
                d->spec.kv_gather > 1 ? d->spec.kv_gather : 1, bregs[0], bregs[1], bregs[2], ms[0],
                fl / (ms[0] * 1e-3) / 1e12, ms[1], ms[2], parts[0], parts[1], 3.5 * fl / (ms[2] * 1e-3) / 1e12, peer,
                peer > 0 ? peer / ms[2] : NAN);
@@ -281,7 +290,7 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
 int main(int argc, char **argv)
 {
     const char *want = NULL;
-    int reps = 20, block_n = 0, stages = 0, wgmma = 0, gather = 0;
+    int reps = 20, block_n = 0, stages = 0, wgmma = 0, gather = 0, use_ds = 1;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--config")) want = argv[i + 1];
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
@@ -289,9 +298,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--num-stages")) stages = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--wgmma")) wgmma = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gather")) gather = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--ds")) use_ds = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: bench_bwd [--config NAME,..] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] "
-                            "[--gather G]\n");
+                            "[--gather G] [--ds 0|1]\n");
             return 2;
         }
     }
@@ -321,7 +331,7 @@ int main(int argc, char **argv)
            info->cc_major, info->cc_minor, s2_arch_name(arch), reps, h100 ? "H100" : "H200");
     for (int i = 0; i < NUM_CONFIGS; i++)
         if (!want || strstr(want, configs[i].name))
-            run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, wgmma, gather, h100);
+            run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, wgmma, gather, use_ds, h100);
     s2_device_free(dev);
     s2_ctx_free(ctx);
     return 0;

@@ -92,6 +92,7 @@ static const s2_aot_param attn_bwd_params[] = {
     {"first_q_tile", S2_AOT_I32},    {"q_tiles", S2_AOT_I32},
     {"t_class_of_head", S2_AOT_PTR}, {"t_offsets", S2_AOT_PTR}, {"t_entries", S2_AOT_PTR},
     {"kv_tiles", S2_AOT_I32},
+    {"ds", S2_AOT_PTR},              {"ds_head", S2_AOT_PTR},   {"ds_map", S2_AOT_PTR},
 };
 
 static const s2_aot_param attn_bwd_launch[] = {
@@ -107,15 +108,17 @@ static const s2_aot_param attn_bwd_launch[] = {
      .num_launch_args = (int)(sizeof attn_bwd_launch / sizeof attn_bwd_launch[0]),           \
      .grid = {gx, gy, "batch"}}
 
-static const s2_aot_abi attn_bwd_abis[3] = {
+static const s2_aot_abi attn_bwd_abis[4] = {
     BWD_ABI("attn_bwd_pre", "q_len", "heads"),
     BWD_ABI("attn_bwd_dkdv", "kv_tiles", "kv_heads"),
     BWD_ABI("attn_bwd_dq", "q_tiles", "heads"),
+    BWD_ABI("attn_bwd_dqds", "q_tiles", "heads"),
 };
 
 const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void) { return &attn_bwd_abis[0]; }
 const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void) { return &attn_bwd_abis[1]; }
 const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void) { return &attn_bwd_abis[2]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dqds(void) { return &attn_bwd_abis[3]; }
 
 /* ---- the paged decode kernel (decode.h, S2_KERNEL_DECODE; not NAME_combine) ---- */
 

@@ -17,6 +17,9 @@ typedef struct sched_slot {
     int32_t first_q_tile, q_tiles;
     /* backward kernels: the transposed schedule for (block_m, block_m) too */
     s2_devptr t_buf, t_class_of_head, t_offsets, t_entries;
+    /* and, in t_buf, the dS workspace's map (s2_ds_map; ds_tiles < 0: none) */
+    s2_devptr ds_head, ds_map;
+    int64_t ds_tiles;
     int32_t kv_tiles;
     /* persistent forward (S2_FWD_ABI_TMA_PERSISTENT): the longest-first work list */
     s2_devptr w_buf;
@@ -33,7 +36,7 @@ struct s2_attn_kernel {
     const s2_manifest_kernel *desc;
     const s2_pattern *pattern;
     s2_kernel *fn;
-    s2_kernel *bwd_fn[3];        /* backward: NAME_pre, NAME_dkdv, NAME_dq */
+    s2_kernel *bwd_fn[4];        /* backward: NAME_pre, NAME_dkdv, NAME_dq, NAME_dqds (or NULL) */
     s2_kernel *dec_fn[2];        /* decode: NAME, NAME_combine */
     struct dec_slot *dec_slots;  /* decode: cached kept-block lists (DEC_CACHE) */
     int64_t max_kv_len;
@@ -99,7 +102,7 @@ void s2_attn_module_free(s2_attn_module *mod)
         if (k->lock_ok)
             mtx_destroy(&k->lock);
         s2_kernel_free(k->fn);
-        for (int j = 0; j < 3; j++)
+        for (int j = 0; j < 4; j++)
             s2_kernel_free(k->bwd_fn[j]);
         decode_free(k);
     }
@@ -128,11 +131,16 @@ static s2_status init_kernel(s2_ctx *ctx, s2_attn_module *mod, int i)
     if (d->spec.kind == S2_KERNEL_DECODE)
         return decode_init(ctx, k);
     if (d->spec.kind == S2_KERNEL_BWD) {
-        static const char *const parts[3] = {"_pre", "_dkdv", "_dq"};
-        for (int j = 0; j < 3; j++) {
+        static const char *const parts[4] = {"_pre", "_dkdv", "_dq", "_dqds"};
+        int n = s2_bwd_ds_capable(k->pattern, &d->spec) ? 4 : 3;
+        for (int j = 0; j < n; j++) {
             char name[512];
             snprintf(name, sizeof name, "%s%s", d->name, parts[j]);
             s2_status st = s2_kernel_get(ctx, mod->cu, name, &k->bwd_fn[j]);
+            if (st == S2_ERR_NOT_FOUND && j == 3) {
+                s2_ctx_clear(ctx);   /* a module from before the dS path: without it */
+                continue;
+            }
             if (st != S2_OK)
                 return st;
         }
@@ -646,7 +654,12 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
 
 /* The backward's transposed schedule: per key tile of block_m keys, the
  * query tiles visiting it. */
-static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay, s2_devptr *buf,
+static size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
+
+/* The transposed schedule (and, for a kernel with NAME_dqds, the dS map
+ * pairing it with the forward schedule fwd / fg) in one buffer. */
+static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay,
+                                   const s2_packed_schedule *fwd, const s2_tile_geom *fg, s2_devptr *buf,
                                    sched_slot *tr)
 {
     /* one-block key tiles (or block_m-key tiles of bigger blocks), grouped
@@ -656,6 +669,7 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layo
     s2_tile_spec ts = {bm, bs};
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
+    s2_ds_map map = {0};
     int32_t lists = 0;
     s2_status st = s2_schedule_build(ctx, lay, ts, true, &sched);
     if (st == S2_OK)
@@ -663,16 +677,34 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layo
     if (st == S2_OK && sched->geom.kv_tiles > INT32_MAX)
         st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld key tiles do not fit 32 bits",
                      (long long)sched->geom.kv_tiles);
+    tr->ds_tiles = -1;
+    if (st == S2_OK && k->bwd_fn[3]) {
+        st = s2_schedule_ds_map(ctx, fwd, fg->q_tiles, fg->first_q_tile, &pk, lists, gather, k->pattern->heads,
+                                &map);
+        if (st == S2_ERR_UNSUPPORTED) {   /* this shape takes the recomputing dQ kernel */
+            s2_ctx_clear(ctx);
+            st = S2_OK;
+        }
+    }
+    size_t map_at = align16(pk.size), size = map.data ? map_at + map.size : pk.size;
     if (st == S2_OK)
-        st = s2_mem_alloc(ctx, k->mod->dev, pk.size, buf);
+        st = s2_mem_alloc(ctx, k->mod->dev, size, buf);
     if (st == S2_OK)
         st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, pk.data, pk.size);
+    if (st == S2_OK && map.data)
+        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf + map_at, map.data, map.size);
     if (st == S2_OK) {
         tr->t_class_of_head = *buf + pk.class_of_head_off;
         tr->t_offsets = *buf + pk.offsets_off;
         tr->t_entries = *buf + pk.entries_off;
         tr->kv_tiles = lists;
+        if (map.data) {
+            tr->ds_head = *buf + map_at + map.head_base_off;
+            tr->ds_map = *buf + map_at + map.map_off;
+            tr->ds_tiles = map.tiles;
+        }
     }
+    s2_ds_map_free(&map);
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);
     return st;
@@ -753,7 +785,7 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
     if (st == S2_OK)
         st = s2_memcpy_h2d(ctx, dev, buf, pk.data, pk.size);
     if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_BWD)
-        st = upload_transposed(ctx, k, lay, &t_buf, &tr);
+        st = upload_transposed(ctx, k, lay, &pk, &sched->geom, &t_buf, &tr);
     if (st == S2_OK && k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT)
         st = upload_work_list(ctx, k, sched, &w_buf, &n_work);
     /* a launch on a non-blocking stream does not wait for the legacy stream */
@@ -765,7 +797,8 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
                              .entries = buf + pk.entries_off, .first_q_tile = (int32_t)sched->geom.first_q_tile,
                              .q_tiles = (int32_t)sched->geom.q_tiles, .t_buf = t_buf,
                              .t_class_of_head = tr.t_class_of_head, .t_offsets = tr.t_offsets,
-                             .t_entries = tr.t_entries, .kv_tiles = tr.kv_tiles, .w_buf = w_buf,
+                             .t_entries = tr.t_entries, .kv_tiles = tr.kv_tiles, .ds_head = tr.ds_head,
+                             .ds_map = tr.ds_map, .ds_tiles = tr.ds_tiles, .w_buf = w_buf,
                              .n_work = n_work};
         buf = t_buf = w_buf = 0;
     }
@@ -952,13 +985,56 @@ s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2
 
 /* ---- backward ------------------------------------------------------------------- */
 
-static size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
-
 size_t s2_attn_bwd_workspace_bytes(int batch, int heads, int64_t q_len)
 {
     if (batch < 1 || heads < 1 || q_len < 1)
         return 0;
     return 2 * align16((size_t)batch * (size_t)heads * (size_t)q_len * sizeof(float));
+}
+
+enum { DS_TILE_BYTES = 64 * 64 * 2 };
+
+/* Where the dS tiles start in the workspace, and the size that holds them
+ * (0: slot s has no dS path). */
+static size_t ds_offset(int batch, int heads, int64_t q_len)
+{
+    return (s2_attn_bwd_workspace_bytes(batch, heads, q_len) + 255u) & ~(size_t)255u;
+}
+
+static size_t ds_workspace_bytes(const s2_attn_kernel *k, const sched_slot *s, int batch, int heads, int64_t q_len)
+{
+    if (!k->bwd_fn[3] || s->ds_tiles < 0)
+        return 0;
+    return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)s->ds_tiles * DS_TILE_BYTES;
+}
+
+s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len, int64_t kv_len,
+                                     size_t *bytes, bool *ds_path)
+{
+    if (!k || !bytes)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_backward_workspace: %s is NULL", !k ? "kernel" : "bytes");
+    *bytes = 0;
+    if (ds_path)
+        *ds_path = false;
+    if (k->desc->spec.kind != S2_KERNEL_BWD)
+        return s2_fail(ctx, S2_ERR_INVALID, "kernel %s is not a backward kernel", k->desc->name);
+    s2_attn_fwd_args f = {.batch = batch, .q_len = q_len, .kv_len = kv_len, .heads = k->pattern->heads,
+                          .kv_heads = k->pattern->kv_heads, .head_dim = k->desc->spec.head_dim,
+                          .dtype = k->desc->spec.dtype};
+    s2_status st = check_sizes(ctx, k, &f);
+    if (st != S2_OK)
+        return st;
+    mtx_lock(&k->lock);
+    sched_slot *s = NULL;
+    st = get_schedule(ctx, k, q_len, kv_len, &s);
+    size_t full = st == S2_OK ? ds_workspace_bytes(k, s, batch, k->pattern->heads, q_len) : 0;
+    mtx_unlock(&k->lock);
+    if (st != S2_OK)
+        return st;
+    *bytes = full ? full : s2_attn_bwd_workspace_bytes(batch, k->pattern->heads, q_len);
+    if (ds_path)
+        *ds_path = full != 0;
+    return S2_OK;
 }
 
 void s2_attn_bwd_args_bshd(s2_attn_bwd_args *a)
@@ -1018,6 +1094,9 @@ static s2_status check_bwd_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
         if (t[i].ptr % 16 != 0)
             return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
                            (unsigned long long)t[i].ptr);
+    if (a->workspace_bytes && a->workspace_bytes < s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len))
+        return s2_fail(ctx, S2_ERR_SHAPE, "workspace_bytes %zu is below s2_attn_bwd_workspace_bytes() = %zu",
+                       a->workspace_bytes, s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len));
     if (a->lse % 4 != 0 || a->d_lse % 4 != 0 || a->workspace % 16 != 0)
         return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s is not %d-byte aligned",
                        a->lse % 4 ? "lse" : a->d_lse % 4 ? "d_lse" : "workspace", a->workspace % 16 ? 16 : 4);
@@ -1045,7 +1124,9 @@ s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
         st = s2_check_device_ptr(ctx, k->mod->dev, a->d_lse, rows, 4, "d_lse");
     if (st == S2_OK)
         st = s2_check_device_ptr(ctx, k->mod->dev, a->workspace,
-                                 s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len), 16, "workspace");
+                                 a->workspace_bytes ? a->workspace_bytes
+                                                    : s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len),
+                                 16, "workspace");
     return st;
 }
 
@@ -1065,13 +1146,18 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
     float scale_log2 = (float)(scale * 1.4426950408889634);
     s2_devptr sch[6] = {s->class_of_head, s->offsets, s->entries, s->t_class_of_head, s->t_offsets, s->t_entries};
     int32_t first = s->first_q_tile, tiles = s->q_tiles, kv_tiles = s->kv_tiles;
-    void *args[48];
+    /* the dS path when the workspace holds the tiles (s2_attn_backward_workspace) */
+    size_t need = ds_workspace_bytes(k, s, a->batch, a->heads, a->q_len);
+    bool ds = need && a->workspace_bytes >= need;
+    s2_devptr dsp[3] = {ds ? a->workspace + ds_offset(a->batch, a->heads, a->q_len) : 0, ds ? s->ds_head : 0,
+                        ds ? s->ds_map : 0};
+    void *args[51];
     for (int i = 0; i < 12; i++)
         args[i] = &ptrs[i];
     for (int i = 0; i < 24; i++)
         args[12 + i] = &st[i];
-    void *tail[12] = {&q_len, &kv_len, &scale_log2, &sch[0], &sch[1], &sch[2], &first, &tiles,
-                      &sch[3], &sch[4], &sch[5], &kv_tiles};
+    void *tail[15] = {&q_len, &kv_len, &scale_log2, &sch[0], &sch[1], &sch[2], &first, &tiles,
+                      &sch[3], &sch[4], &sch[5], &kv_tiles, &dsp[0], &dsp[1], &dsp[2]};
     memcpy(args + 36, tail, sizeof tail);
     uint32_t T = (uint32_t)k->desc->threads, rows = T / (uint32_t)(a->head_dim / 8);
     uint32_t smem = (uint32_t)k->desc->smem_bytes;
@@ -1081,11 +1167,11 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
         {.grid = {(uint32_t)kv_tiles, (uint32_t)a->kv_heads, (uint32_t)a->batch}, .block = {T, 1, 1},
          .smem_bytes = smem, .stream = stream},
         {.grid = {(uint32_t)tiles, (uint32_t)a->heads, (uint32_t)a->batch}, .block = {T, 1, 1},
-         .smem_bytes = smem, .stream = stream},
+         .smem_bytes = ds ? (uint32_t)s2_bwd_dqds_smem_bytes(&k->desc->spec) : smem, .stream = stream},
     };
     s2_status rc = S2_OK;
     for (int i = 0; i < 3 && rc == S2_OK; i++)
-        rc = s2_kernel_launch(ctx, k->bwd_fn[i], &cfg[i], args);
+        rc = s2_kernel_launch(ctx, k->bwd_fn[i == 2 && ds ? 3 : i], &cfg[i], args);
     return rc;
 }
 

@@ -1,6 +1,6 @@
 /* The S2 block-sparse attention backward, FlashAttention-2 style, sm_80
  * instruction set (mma.sync m16n8k16, ldmatrix, cp.async; runs on sm_90).
- * Three kernels in one module, all with the parameter list of
+ * Three kernels (four) in one module, all with the parameter list of
  * include/s2c/attention.h ("backward kernel ABI"):
  *
  *   NAME_pre   delta = rowsum(dO ∘ O) - dLSE and lse2 = LSE·log2 e (+inf for
@@ -13,6 +13,9 @@
  *              key tile): Q, dO, lse2 and delta stream through a cp.async ring.
  *   NAME_dq    one CTA per (query tile, head, batch) walking the FORWARD list,
  *              K and V streamed; dQ += dS·K in registers.
+ *   NAME_dqds  (wgmma bodies on a 64 x 64 grid, s2_bwd_ds_capable) the same
+ *              walk taking the dS tiles the dK/dV kernel wrote to the
+ *              workspace (ABI 48..50): one tile product per entry.
  *
  * Nothing is reduced across CTAs or warps and there are no atomics: each
  * output element is summed by one thread in a fixed order, so results are
@@ -268,14 +271,36 @@ static LLVMValueRef load_i32(bwd *k, LLVMValueRef base, LLVMValueRef idx64)
     return v;
 }
 
-/* List `index` of head h's class: [*begin, *end) of the entries array. */
-static void list_bounds(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists, LLVMValueRef index,
-                        LLVMValueRef *begin, LLVMValueRef *end)
+/* List `index` of head h's class: [*begin, *end) of the entries array;
+ * *first (if asked) the class's first entry. */
+static void list_bounds_of(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists,
+                           LLVMValueRef index, LLVMValueRef *begin, LLVMValueRef *end, LLVMValueRef *first)
 {
     LLVMValueRef cls = load_i32(k, param(k, p_class), h64);
     LLVMValueRef li = sext64(k, add(k, mul(k, cls, lists), index));
     *begin = load_i32(k, param(k, p_offsets), li);
     *end = load_i32(k, param(k, p_offsets), add(k, li, c64(k, 1)));
+    if (first)
+        *first = load_i32(k, param(k, p_offsets), sext64(k, mul(k, cls, lists)));
+}
+
+static void list_bounds(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists, LLVMValueRef index,
+                        LLVMValueRef *begin, LLVMValueRef *end)
+{
+    list_bounds_of(k, p_class, p_offsets, h64, lists, index, begin, end, NULL);
+}
+
+LLVMValueRef bwd_ds_slot_base(bwd *k, LLVMValueRef h64)
+{
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef hb = param(k, P_DS_HEAD);
+    LLVMValueRef all = LLVMBuildLoad2(b, k->cg->t_i64, LLVMBuildInBoundsGEP2(b, k->cg->t_i64, hb,
+                                      (LLVMValueRef[]){c64(k, k->s.heads)}, 1, ""), "ds_tiles");
+    LLVMValueRef mine = LLVMBuildLoad2(b, k->cg->t_i64, LLVMBuildInBoundsGEP2(b, k->cg->t_i64, hb, &h64, 1, ""),
+                                       "ds_head");
+    LLVMSetAlignment(all, 8);
+    LLVMSetAlignment(mine, 8);
+    return add(k, mul(k, k->batch, all), mine);
 }
 
 /* ---- masks (the forward's rule, in either orientation) ----
@@ -385,12 +410,11 @@ static void prefetch(bwd *k, LLVMValueRef e, LLVMValueRef end, LLVMValueRef stag
  * it.  Groups committed before stay older than the ring's, so they are
  * complete at the first wait.  Ends with every copy landed and a barrier, so
  * shared memory may be reused after it. */
-static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int stage0, int stage_bytes, entry_fn issue,
+static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage0, int stage_bytes, entry_fn issue,
                      entry_fn compute, void *user)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    int S = k->s.stages;
     for (int st = 0; st < S - 1; st++)
         prefetch(k, add(k, begin, c32(k, st)), end, c32(k, st), stage0, stage_bytes, issue, user);
     s2_nv_loop loop;
@@ -671,8 +695,52 @@ static void build_dq(bwd *k)
         ds.lse2[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_LSE2), idx, 4), cf(k, 0.0), "");
         ds.delta[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_DELTA), idx, 4), cf(k, 0.0), "");
     }
-    pipeline(k, begin, end, k->s.dq_stage0, k->s.dq_stage_bytes, dq_issue, k->s.wg ? bwd_wg_dq_compute : dq_compute,
+    pipeline(k, begin, end, k->s.stages, k->s.dq_stage0, k->s.dq_stage_bytes, dq_issue, k->s.wg ? bwd_wg_dq_compute : dq_compute,
              &ds);
+    store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
+    LLVMBuildRetVoid(b);
+}
+
+/* ---- NAME_dqds: dq = scale·dS·K from the dS tiles of the dK/dV kernel ---- */
+
+static void dqds_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
+{
+    dq_state *ds = user;
+    LLVMBuilderRef b = k->b;
+    bwd_dq_entry(k, ds, e, NULL, NULL);
+    load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, ds->kpos0, NULL, false);
+    /* the dS tile: a plain copy (it is stored in the layout the wgmma reads) */
+    LLVMValueRef src = mul(k, add(k, ds->ds_base, sext64(k, e)), c64(k, DS_TILE_BYTES));
+    LLVMValueRef dst = add(k, soff, c32(k, k->s.BN * k->s.row_bytes));
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
+    for (int it = 0; it * k->s.threads * 16 < DS_TILE_BYTES; it++) {
+        LLVMValueRef off = LLVMBuildShl(b, add(k, k->tid, c32(k, it * k->s.threads)), c32(k, 4), "");
+        LLVMValueRef g = add(k, src, LLVMBuildZExt(b, off, k->cg->t_i64, ""));
+        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, add(k, dst, off)),
+                          LLVMBuildInBoundsGEP2(b, i8, param(k, P_DS), &g, 1, ""), c32(k, 16));
+    }
+}
+
+static void build_dqds(bwd *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef head32 = s2_nv_ctaid(cg, 'y');
+    LLVMValueRef h64 = LLVMBuildZExt(b, head32, cg->t_i64, "head");
+    LLVMValueRef kvh64 = LLVMBuildZExt(b, LLVMBuildUDiv(b, head32, c32(k, k->s.group), ""), cg->t_i64, "kv_head");
+    LLVMValueRef q_tiles = param(k, P_Q_TILES);
+    LLVMValueRef rel = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""), s2_nv_ctaid(cg, 'x'), "tile_rel");
+    dq_state ds = {0};
+    ds.tile_pos0 = mul(k, add(k, param(k, P_FIRST_Q_TILE), rel), c32(k, k->s.BM));
+    ds.kslice = slice(k, P_KS, kvh64);
+    ds.entries = param(k, P_ENTRIES);
+    LLVMValueRef begin, end, first;
+    list_bounds_of(k, P_CLASS, P_OFFSETS, h64, q_tiles, rel, &begin, &end, &first);
+    ds.ds_base = LLVMBuildSub(b, bwd_ds_slot_base(k, h64), sext64(k, first), "ds_base");
+    LLVMValueRef acc[MAX_D / 8][4];
+    new_acc(k, acc, "dq");
+    ds.acc = acc;
+    pipeline(k, begin, end, k->s.dqs_stages, 0, k->s.dqs_stage_bytes, dqds_issue, bwd_wg_dqds_compute, &ds);
     store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
     LLVMBuildRetVoid(b);
 }
@@ -815,6 +883,8 @@ static void build_dkdv(bwd *k)
     new_acc(k, dv, "dv");
     ks.dk = dk;
     ks.dv = dv;
+    if (s->ds)
+        ks.ds_on = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, param(k, P_DS), cg->t_i64, ""), c64(k, 0), "ds_on");
     /* (a warpgroup's wgmma needs all four warps: no per-warp skip there) */
     if (s->t_sub_n > 1 && !s->wg) {
         /* the warp's 16 key rows lie in key sub-block 16·warp / sub_n_size */
@@ -837,6 +907,7 @@ static void build_dkdv(bwd *k)
     s2_nv_loop_begin(cg, &heads, "qh", c32(k, 0), c32(k, s->group), c32(k, 1), NULL, 0);
     LLVMValueRef h32 = add(k, mul(k, kvh32, c32(k, s->group)), heads.iv);
     LLVMValueRef h64 = LLVMBuildZExt(b, h32, cg->t_i64, "head");
+    ks.h64 = h64;
     ks.qslice = slice(k, P_QS, h64);
     ks.doslice = slice(k, P_DOS, h64);
     ks.rowbase = mul(k, add(k, mul(k, k->batch, c64(k, s->heads)), h64), sext64(k, k->q_len));
@@ -844,7 +915,7 @@ static void build_dkdv(bwd *k)
     list_bounds(k, P_TCLASS, P_TOFFSETS, h64, param(k, P_KV_TILES), kt, &begin, &end);
     begin = add(k, begin, c32(k, 1));   /* past the header */
     ks.rev = LLVMBuildSub(b, add(k, begin, end), c32(k, 1), "rev");
-    pipeline(k, begin, end, s->kv_stage0, s->kv_stage_bytes, kv_issue, s->wg ? bwd_wg_kv_compute : kv_compute, &ks);
+    pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, kv_issue, s->wg ? bwd_wg_kv_compute : kv_compute, &ks);
     s2_nv_loop_end(cg, &heads, NULL);
 
     s2_nv_cp_async_wait(cg, 0);
@@ -898,6 +969,12 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->kv_stage0 = 2 * s->KB * rb;
     s->kv_lse_off = 2 * s->BM * rb;
     s->kv_stage_bytes = align_up(s->kv_lse_off + 2 * s->BM * 4, 1024);
+    s->ds = s2_bwd_ds_capable(p, spec);
+    s->kv_ds_off = s->kv_stage0 + s->stages * s->kv_stage_bytes;
+    /* NAME_dqds streams a K tile and a dS tile per entry and does one
+     * product: a deeper ring than the recomputing kernels' */
+    s->dqs_stages = s2_bwd_dqds_stages();
+    s->dqs_stage_bytes = s->BN * rb + DS_TILE_BYTES;
 }
 
 int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
@@ -906,6 +983,11 @@ int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
     bwd_shape_init(&s, p, spec);
     int dq = s.dq_stage0 + s.stages * s.dq_stage_bytes;
     int kv = s.kv_stage0 + s.stages * s.kv_stage_bytes;
+    if (s.ds) {
+        kv = s.kv_ds_off + DS_TILE_BYTES;
+        int dqs = s.dqs_stages * s.dqs_stage_bytes;
+        dq = dq > dqs ? dq : dqs;
+    }
     return dq > kv ? dq : kv;
 }
 
@@ -925,15 +1007,17 @@ static LLVMValueRef new_kernel(bwd *k, const char *base, const char *suffix)
     params[P_FIRST_Q_TILE] = params[P_Q_TILES] = cg->t_i32;
     params[P_TCLASS] = params[P_TOFFSETS] = params[P_TENTRIES] = cg->t_ptr_global;
     params[P_KV_TILES] = cg->t_i32;
+    params[P_DS] = params[P_DS_HEAD] = params[P_DS_MAP] = cg->t_ptr_global;
     LLVMValueRef fn = s2_nv_kernel_new(cg, name, params, P_COUNT, k->s.threads, 1);
     static const int ro[] = {P_Q, P_K, P_V, P_O, P_DO, P_LSE, P_DLSE, P_CLASS, P_OFFSETS, P_ENTRIES,
-                             P_TCLASS, P_TOFFSETS, P_TENTRIES};
+                             P_TCLASS, P_TOFFSETS, P_TENTRIES, P_DS_HEAD, P_DS_MAP};
     for (size_t i = 0; i < sizeof ro / sizeof ro[0]; i++) {
         s2_nv_param_attr(cg, fn, (unsigned)ro[i], "noalias");
         s2_nv_param_attr(cg, fn, (unsigned)ro[i], "readonly");
     }
     for (int i = P_DELTA; i <= P_DV; i++)
         s2_nv_param_attr(cg, fn, (unsigned)i, "noalias");
+    s2_nv_param_attr(cg, fn, P_DS, "noalias");
     k->fn = fn;
     k->entry_bb = LLVMGetInsertBlock(cg->b);
     common_setup(k);
@@ -955,5 +1039,9 @@ s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ker
     build_dq(&k);
     new_kernel(&k, name, "_dkdv");
     build_dkdv(&k);
+    if (k.s.ds) {
+        new_kernel(&k, name, "_dqds");
+        build_dqds(&k);
+    }
     return S2_OK;
 }

@@ -13,6 +13,7 @@ enum {
     P_QLEN = P_DVS + 3, P_KVLEN, P_SCALE_LOG2,
     P_CLASS, P_OFFSETS, P_ENTRIES, P_FIRST_Q_TILE, P_Q_TILES,
     P_TCLASS, P_TOFFSETS, P_TENTRIES, P_KV_TILES,
+    P_DS, P_DS_HEAD, P_DS_MAP,   /* the dS workspace (s2_ds_map) */
     P_COUNT
 };
 
@@ -35,10 +36,15 @@ typedef struct bwd_shape {
     int f_sub_m_log2, f_sub_n_size, f_sub_n;  /* forward schedule, BM x BN */
     int t_sub_m_size, t_sub_n_log2, t_sub_n;  /* transposed schedule, BM x KB */
     int qc;                      /* dK/dV kernel: query columns per chunk (register budget) */
+    bool ds;                     /* s2_bwd_ds_capable: the dK/dV kernel writes dS tiles, NAME_dqds */
     /* shared memory (bytes) */
     int dq_q_off, dq_do_off, dq_stage0, dq_stage_bytes;
     int kv_k_off, kv_v_off, kv_stage0, kv_stage_bytes, kv_lse_off;
+    int kv_ds_off;               /* the dS tile on its way out (ds) */
+    int dqs_stages, dqs_stage_bytes;  /* NAME_dqds: K tile then dS tile per stage, from 0 */
 } bwd_shape;
+
+enum { DS_TILE = 64, DS_TILE_BYTES = DS_TILE * DS_TILE * 2 };
 
 typedef struct bwd {
     s2_cg *cg;
@@ -72,12 +78,17 @@ typedef void (*stat_fn)(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *
 
 typedef void (*entry_fn)(bwd *k, LLVMValueRef e, LLVMValueRef stage_off, void *user);
 
+/* The dS workspace's tile slot of entry 0 of head h's class for this batch
+ * element: batch · head_base[H] + head_base[h] (s2_ds_map). */
+LLVMValueRef bwd_ds_slot_base(bwd *k, LLVMValueRef h64);
+
 typedef struct dq_state {
     LLVMValueRef tile_pos0;
     LLVMValueRef kpos0, slot[4];                      /* of the entry in use: key tile position, or slots (gathered) */
     LLVMValueRef kslice, vslice, entries;
     LLVMValueRef lse2[2], delta[2];
     LLVMValueRef (*acc)[4];
+    LLVMValueRef ds_base;                             /* NAME_dqds: i64 tile slot of forward entry 0 */
 } dq_state;
 
 typedef struct kv_state {
@@ -89,6 +100,8 @@ typedef struct kv_state {
     LLVMValueRef warp_shift;                          /* i64: its index */
     LLVMValueRef (*dk)[4], (*dv)[4];
     LLVMValueRef stats;                               /* shared offset of lse2/delta of the stage in use */
+    LLVMValueRef ds_on;                               /* i1: the dS workspace is given */
+    LLVMValueRef h64;                                 /* the query head */
     int chunk0;
 } kv_state;
 
@@ -110,5 +123,10 @@ void bwd_dq_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, 
 /* The wgmma entry bodies (templates/bwd_sm90.c), used when shape.wg is set. */
 void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
 void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
+/* The dS tile of transposed entry e (C layout, packed as wgmma A registers
+ * da[4][4]) to its slot of the workspace (when ks->ds_on), through shared memory. */
+void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef e, LLVMValueRef (*da)[4]);
+/* NAME_dqds's entry body: acc += dS·K (templates/bwd_sm90.c). */
+void bwd_wg_dqds_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
 
 #endif

@@ -158,6 +158,8 @@ void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     pack_a(k, dp, NT, da);
     acc_load(k, ks->dk, dk);
     issue_xy(k, da, qt, BM, dk);
+    if (s->ds)
+        bwd_ds_store(k, ks, e, da);
     s2_nv_wgmma_wait(cg, 1, dv, no);
     acc_store(k, ks->dv, dv);
     s2_nv_wgmma_wait(cg, 0, dk, no);
@@ -190,6 +192,68 @@ void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     LLVMValueRef acc[MAX_D / 2];
     acc_load(k, ds->acc, acc);
     issue_xy(k, da, kt, BN, acc);
+    s2_nv_wgmma_wait(cg, 0, acc, s->D / 2);
+    acc_store(k, ds->acc, acc);
+}
+
+/* The thread's dSᵀ values (keys 16·warp + g (+8), queries 16j + 2t (+1)
+ * (+8), packed as da[j]) go out query-major: stmatrix.trans writes the
+ * 64 x 64 tile to shared memory as rows of 64 keys (128 bytes, 16-byte
+ * chunk c at c ^ (q & 7): the 128-byte-swizzle K-major layout that
+ * NAME_dqds hands to wgmma as its A operand), then the CTA copies the 8 KB
+ * to the entry's slot in 16-byte pieces.  Called under the dK product; the
+ * pipeline's barrier at the next entry orders the reads before the next
+ * tile's writes. */
+void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef e, LLVMValueRef (*da)[4])
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    s2_nv_if on;
+    s2_nv_if_begin(cg, &on, ks->ds_on, "ds_store");
+    /* lane l addresses row (l & 7) of matrix l >> 3: matrices 1 and 3 hold
+     * keys +8 (chunk +1), 2 and 3 queries +8 */
+    LLVMValueRef i = LLVMBuildAnd(b, k->lane, c32(k, 7), "");
+    LLVMValueRef m = LLVMBuildLShr(b, k->lane, c32(k, 3), "");
+    LLVMValueRef chunk = add(k, LLVMBuildShl(b, k->warp, c32(k, 1), ""), LLVMBuildAnd(b, m, c32(k, 1), ""));
+    LLVMValueRef q = add(k, LLVMBuildShl(b, LLVMBuildLShr(b, m, c32(k, 1), ""), c32(k, 3), ""), i);
+    LLVMValueRef lane_off = add(k, LLVMBuildShl(b, q, c32(k, 7), ""),
+                                LLVMBuildShl(b, LLVMBuildXor(b, chunk, i, ""), c32(k, 4), ""));
+    for (int j = 0; j < DS_TILE / 16; j++)
+        s2_nv_stmatrix_x4(cg, s2_nv_smem_at(cg, add(k, lane_off, c32(k, k->s.kv_ds_off + j * 16 * 128))), true, da[j]);
+    s2_nv_barrier_cta(cg);
+    LLVMValueRef map = LLVMBuildLoad2(b, cg->t_i32, LLVMBuildInBoundsGEP2(b, cg->t_i32, param(k, P_DS_MAP),
+                                      (LLVMValueRef[]){sext64(k, e)}, 1, ""), "ds_entry");
+    LLVMSetAlignment(map, 4);
+    LLVMValueRef slot = add(k, bwd_ds_slot_base(k, ks->h64), sext64(k, map));
+    LLVMValueRef base = mul(k, slot, c64(k, DS_TILE_BYTES));
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(cg->llctx), v4 = LLVMVectorType(cg->t_i32, 4);
+    for (int it = 0; it * k->s.threads * 16 < DS_TILE_BYTES; it++) {
+        LLVMValueRef off = LLVMBuildShl(b, add(k, k->tid, c32(k, it * k->s.threads)), c32(k, 4), "");
+        LLVMValueRef v = LLVMBuildLoad2(b, v4, s2_nv_smem_at(cg, add(k, c32(k, k->s.kv_ds_off), off)), "");
+        LLVMSetAlignment(v, 16);
+        LLVMValueRef g = add(k, base, LLVMBuildZExt(b, off, cg->t_i64, ""));
+        LLVMValueRef st = LLVMBuildStore(b, v, LLVMBuildInBoundsGEP2(b, i8, param(k, P_DS), &g, 1, ""));
+        LLVMSetAlignment(st, 16);
+    }
+    s2_nv_if_end(cg, &on);
+}
+
+/* NAME_dqds: dQ += dS·K, dS the stage's tile after K (A, K-major over the
+ * 64 keys), K N-major (the head dim is N). */
+void bwd_wg_dqds_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
+{
+    (void)e;
+    dq_state *ds = user;
+    s2_cg *cg = k->cg;
+    const bwd_shape *s = &k->s;
+    int as[DS_TILE / 16], ks[MAX_COLS / 16];
+    kmajor_steps(DS_TILE, WG_ROWS, as);
+    for (int j = 0; j < s->BN / 16; j++)
+        ks[j] = (j * 16 * 128) >> 4;
+    LLVMValueRef acc[MAX_D / 2];
+    acc_load(k, ds->acc, acc);
+    s2_nv_wgmma_ss(cg, s->dt, s->D, s->BN / 16, desc_kmajor(k, add(k, soff, c32(k, s->BN * s->row_bytes))), as,
+                   desc_nmajor(k, soff, s->BN), ks, true, true, acc);
     s2_nv_wgmma_wait(cg, 0, acc, s->D / 2);
     acc_store(k, ds->acc, acc);
 }

@@ -458,7 +458,7 @@ typedef struct aot_names {
 /* The AOT kernels of one manifest kernel: one for a forward, three for a
  * backward module (NAME_pre, NAME_dkdv, NAME_dq, in launch order), one for
  * a decode module (NAME; NAME_combine has none). */
-static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_names *nm)
+static int aot_kernels_of(const s2_manifest_kernel *mk, const s2_pattern *p, s2_aot_kernel *ks, aot_names *nm)
 {
     const char *base = strncmp(mk->name, "s2_", 3) == 0 ? mk->name + 3 : mk->name;
     if (mk->spec.kind == S2_KERNEL_FWD) {
@@ -479,21 +479,24 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_n
                                 .threads = mk->threads, .smem_bytes = mk->smem_bytes};
         return 1;
     }
-    static const char *const part[3] = {"_pre", "_dkdv", "_dq"};
-    const s2_aot_abi *abi[3] = {s2_aot_abi_attn_bwd_pre(), s2_aot_abi_attn_bwd_dkdv(), s2_aot_abi_attn_bwd_dq()};
+    static const char *const part[4] = {"_pre", "_dkdv", "_dq", "_dqds"};
+    const s2_aot_abi *abi[4] = {s2_aot_abi_attn_bwd_pre(), s2_aot_abi_attn_bwd_dkdv(), s2_aot_abi_attn_bwd_dq(),
+                                s2_aot_abi_attn_bwd_dqds()};
     /* NAME_pre: threads / (D / 8) query rows per CTA, no shared memory (attention.h) */
     int rows = mk->spec.head_dim >= 8 ? mk->threads / (mk->spec.head_dim / 8) : 0;
-    for (int j = 0; j < 3; j++) {
+    int n = p && s2_bwd_ds_capable(p, &mk->spec) ? 4 : 3;
+    for (int j = 0; j < n; j++) {
         snprintf(nm[j].name, sizeof nm[j].name, "%s%s", base, part[j]);
         snprintf(nm[j].symbol, sizeof nm[j].symbol, "%s%s", mk->name, part[j]);
+        int smem = j == 0 ? 0 : j == 3 ? s2_bwd_dqds_smem_bytes(&mk->spec) : mk->smem_bytes;
         ks[j] = (s2_aot_kernel){.name = nm[j].name, .symbol = nm[j].symbol, .abi = abi[j], .threads = mk->threads,
-                                .smem_bytes = j == 0 ? 0 : mk->smem_bytes, .grid_div = {j == 0 ? rows : 0}};
+                                .smem_bytes = smem, .grid_div = {j == 0 ? rows : 0}};
     }
-    return 3;
+    return n;
 }
 
 /* DIR/IDENT.h and DIR/IDENT.c: one launcher IDENT_<symbol without "s2_">
- * per kernel of the manifest (three for a backward module). */
+ * per kernel of the manifest (three for a backward module, four with NAME_dqds). */
 static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, const char *ident, const char *dir)
 {
     int n = s2_manifest_num_kernels(m);
@@ -513,8 +516,8 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
             return EXIT_INPUT;
         }
     }
-    s2_aot_kernel *ks = calloc((size_t)n * 3, sizeof *ks);
-    aot_names *names = calloc((size_t)n * 3, sizeof *names);
+    s2_aot_kernel *ks = calloc((size_t)n * 4, sizeof *ks);
+    aot_names *names = calloc((size_t)n * 4, sizeof *names);
     if (!ks || !names) {
         free(ks);
         free(names);
@@ -523,7 +526,8 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
     }
     int nk = 0;
     for (int i = 0; i < n; i++)
-        nk += aot_kernels_of(s2_manifest_kernel_at(m, i), ks + nk, names + nk);
+        nk += aot_kernels_of(s2_manifest_kernel_at(m, i),
+                             s2_manifest_find_pattern(m, s2_manifest_kernel_at(m, i)->pattern), ks + nk, names + nk);
     s2_aot_module mod = {.name = ident, .cubin = art->cubin, .cubin_size = art->cubin_size,
                          .manifest = art->manifest, .kernels = ks, .num_kernels = nk};
     s2_status st = s2_aot_write(ctx, &mod, dir);

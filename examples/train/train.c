@@ -10,7 +10,9 @@
  * with other random weights outputs under dense causal attention, so the
  * loss can go down).  Per step the projections and their backprop run on
  * the host; q, k, v are rounded to bf16 and go through s2_attn_forward
- * (saving LSE) and s2_attn_backward (kernels from s2_jit_compile).  A
+ * (saving LSE) and s2_attn_backward (kernels from s2_jit_compile; the
+ * workspace from s2_attn_backward_workspace, so that blocks of 64+ on sm_90a
+ * take the dS path).  A
  * second model, from the same initial weights, takes the same steps with
  * s2_ref_forward / s2_ref_backward in float64 on its own bf16-rounded q, k,
  * v.  For each pattern of the file both loss curves are printed; the GPU's
@@ -69,6 +71,8 @@ typedef struct trainer {
     s2_ref_problem rp;
     s2_attn_kernel *fwd, *bwd;
     s2_devptr dqkv[3], dout, dlse, dgo, dgrad[3], dws;
+    size_t dws_bytes;
+    bool ds_path;
 } trainer;
 
 /* A flat view: element i is (0, 0, 0, i). */
@@ -209,7 +213,7 @@ static s2_status gpu_step(s2_ctx *ctx, s2_device *dev, const trainer *t, model *
     s2_attn_bwd_args ba = {.batch = B, .q_len = S, .kv_len = S, .heads = H, .kv_heads = H, .head_dim = D,
                            .dtype = DT, .q = t->dqkv[0], .k = t->dqkv[1], .v = t->dqkv[2], .o = t->dout,
                            .d_o = t->dgo, .lse = t->dlse, .dq = t->dgrad[0], .dk = t->dgrad[1],
-                           .dv = t->dgrad[2], .workspace = t->dws};
+                           .dv = t->dgrad[2], .workspace = t->dws, .workspace_bytes = t->dws_bytes};
     s2_attn_bwd_args_bshd(&ba);
     if ((st = s2_attn_backward(ctx, t->bwd, NULL, &ba)) != S2_OK)
         return st;
@@ -238,7 +242,9 @@ static s2_status trainer_open(s2_ctx *ctx, s2_device *dev, trainer *t)
     if (st == S2_OK)
         st = s2_mem_alloc(ctx, dev, N_LSE * 4, &t->dlse);
     if (st == S2_OK)
-        st = s2_mem_alloc(ctx, dev, s2_attn_bwd_workspace_bytes(B, H, S), &t->dws);
+        st = s2_attn_backward_workspace(ctx, t->bwd, B, S, S, &t->dws_bytes, &t->ds_path);
+    if (st == S2_OK)
+        st = s2_mem_alloc(ctx, dev, t->dws_bytes, &t->dws);
     return st;
 }
 
@@ -260,8 +266,9 @@ static s2_status train_pattern(s2_ctx *ctx, s2_device *dev, trainer *t, model *g
     s2_status st = trainer_open(ctx, dev, t);
     memcpy(gm, init, sizeof *gm);
     memcpy(rm, init, sizeof *rm);
-    printf("\n%s (block %d, %s):\n%5s %12s %12s %10s\n", t->p->name, t->p->block_size,
-           t->p->causal ? "causal" : "bidirectional", "step", "loss GPU", "loss ref", "rel diff");
+    printf("\n%s (block %d, %s, backward %s):\n%5s %12s %12s %10s\n", t->p->name, t->p->block_size,
+           t->p->causal ? "causal" : "bidirectional", t->ds_path ? "with the dS workspace" : "recomputing dQ",
+           "step", "loss GPU", "loss ref", "rel diff");
     int bad = 0;
     for (int i = 0; i < STEPS && st == S2_OK; i++) {
         if ((st = gpu_step(ctx, dev, t, gm, s, i)) == S2_OK)

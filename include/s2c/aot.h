@@ -131,12 +131,18 @@ const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void);
  *           first_q_tile, q_tiles                                 int32
  *           t_class_of_head, t_offsets, t_entries                 CUdeviceptr (packed transposed schedule)
  *           kv_tiles                                              int32
+ *           ds, ds_head, ds_map                                   CUdeviceptr (the dS workspace, or 0)
  *   launch  heads, kv_heads, batch                                int32
  *   grid    pre (cdiv(q_len, grid_div), heads, batch), no shared memory;
  *           dkdv (kv_tiles, kv_heads, batch); dq (q_tiles, heads, batch) */
 const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void);
 const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void);
 const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void);
+/* NAME_dqds (modules for which s2_bwd_ds_capable holds): launch it instead of
+ * NAME_dq with ds, ds_head and ds_map given (the s2_ds_map of the two
+ * schedules, layout.h) after NAME_dkdv wrote the dS tiles; smem_bytes
+ * s2_bwd_dqds_smem_bytes(spec). */
+const s2_aot_abi *s2_aot_abi_attn_bwd_dqds(void);
 
 /* The paged decode kernel NAME of a decode module (S2_KERNEL_DECODE,
  * decode.h); NAME_combine (a 1 KB by-value parameter) has no launcher.

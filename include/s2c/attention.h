@@ -75,6 +75,16 @@ typedef struct s2_kernel_spec {
  * S2_ERR_UNSUPPORTED names what does not fit. */
 s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p);
 
+/* Whether the backward module of a resolved spec holds NAME_dqds (dQ from
+ * the dS tiles the dK/dV kernel writes, backward ABI 48..50): the wgmma
+ * bodies, no gathered key tiles, block_m = block_n = 64, block_size >= 64. */
+bool s2_bwd_ds_capable(const s2_pattern *p, const s2_kernel_spec *spec);
+/* NAME_dqds's ring (stages of a K tile and a dS tile) and the dynamic shared
+ * memory it is launched with (less than the module's smem_bytes, so that
+ * more CTAs share an SM). */
+int s2_bwd_dqds_stages(void);
+int s2_bwd_dqds_smem_bytes(const s2_kernel_spec *spec);
+
 /* ---- the forward kernel ABI ------------------------------------------------------
  * Symbol s2_fwd_<pattern name, non-identifier characters as '_'>_<bf16|f16>_d<D>.
  * Launch: grid (q_tiles, heads, batch), block (num_warps * 32), dynamic shared
@@ -184,6 +194,14 @@ typedef enum s2_fwd_abi {
  *        block), its header then the query tiles that visit it, heaviest
  *        tiles first; kv_tiles = its list count (cdiv(kv_len, bs) / group,
  *        rounded up).  The dK/dV kernel walks each list from its end.
+ *   48 ptr ds         dS workspace, or null: 16-bit [B][tiles][64][64] (s2_ds_map)
+ *   49 ptr ds_head    int64 head_base[H + 1] of the s2_ds_map
+ *   50 ptr ds_map     int32 map[] of the s2_ds_map (one per transposed record)
+ *        With ds non-null (modules for which s2_bwd_ds_capable holds), the
+ *        dK/dV kernel also writes each entry's dS tile, query-major (row q
+ *        = 128 bytes of 64 keys, 16-byte chunk c at c ^ (q & 7)), and
+ *        NAME_dqds computes dq = scale·dS·K from them instead of NAME_dq
+ *        recomputing S and dP: 5 tile products per entry instead of 7.
  * Gathered backward (spec kv_gather 4, block-16 patterns on sm_90a): 39..43 is
  * s2_schedule_pack_gathered's packing of the forward schedule for (block_m,
  * block_size), as the gathered forward.
@@ -193,6 +211,7 @@ typedef enum s2_fwd_abi {
  *              of list x's header (rows >= kv_len untouched), summed over the
  *              query heads of kv head y in increasing order
  *   NAME_dq    grid (q_tiles, H, B), smem art->smem_bytes: dq of the tile, as the forward
+ *              (or NAME_dqds, same grid, when ds is given)
  * No atomics: every output element is summed by one thread in a fixed order,
  * so two runs give bitwise-identical results.  dq = scale·dS·K, dk =
  * scale·dSᵀ·Q, dv = Pᵀ·dO with P recomputed from lse2 (s2_ref_backward).
@@ -295,6 +314,9 @@ typedef struct s2_attn_bwd_args {
     int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3], do_stride[3];
     int64_t dq_stride[3], dk_stride[3], dv_stride[3];
     float scale;                 /* 0 = 1/sqrt(head_dim); the forward's */
+    /* The workspace's size: 0 means s2_attn_bwd_workspace_bytes(); at least
+     * s2_attn_backward_workspace()'s takes the dS path (attn_runtime.h). */
+    size_t workspace_bytes;
 } s2_attn_bwd_args;
 
 /* Workspace of the backward: delta then lse·log2 e, fp32 [B][H][Sq] each,

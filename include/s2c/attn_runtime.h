@@ -112,13 +112,25 @@ s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2
 /* The backward of a S2_KERNEL_BWD kernel: the same checks as the forward
  * (statuses as above; inputs q, k, v, o, d_o, lse, workspace and outputs dq,
  * dk, dv must be non-null; dq, dk, dv must not overlap themselves), then
- * NAME_pre, NAME_dkdv and NAME_dq are launched on `stream`.  The forward and
+ * NAME_pre, NAME_dkdv and NAME_dq (NAME_dqds when a->workspace_bytes holds
+ * the dS tiles: s2_attn_backward_workspace) are launched on `stream`.  The forward and
  * transposed schedules of (q_len, kv_len) are cached like the forward's.
  * Deterministic: the same inputs give bitwise-identical dq, dk, dv.
  * A forward kernel gives S2_ERR_INVALID here, and a backward one in
  * s2_attn_forward. */
 s2_status s2_attn_backward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a);
 s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a);
+
+/* The workspace that lets s2_attn_backward take the dS path (attention.h,
+ * backward ABI 48..50: the dK/dV kernel keeps each entry's dS tile, 8 KB per
+ * 64 x 64 entry, so that the dQ kernel does one tile product per entry
+ * instead of three): s2_attn_bwd_workspace_bytes() plus the dS tiles of
+ * (batch, q_len, kv_len).  Pass it as a->workspace_bytes.  *bytes is the
+ * plain size when the kernel has no dS path (s2_bwd_ds_capable) or the
+ * schedules do not pair up; *ds_path says which (may be NULL).  Builds
+ * (and caches) the schedules of (q_len, kv_len), as a launch would. */
+s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len, int64_t kv_len,
+                                     size_t *bytes, bool *ds_path);
 
 /* The three tensor maps (q, k, v) of an sm_90a TMA kernel (S2_FWD_ABI_TMA,
  * attention.h) for arguments `a` (pointers and strides as s2_attn_forward

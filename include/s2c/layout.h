@@ -194,6 +194,33 @@ typedef struct s2_dev_kvgroup {
 s2_status s2_schedule_pack_gathered_kv(s2_ctx *ctx, const s2_schedule *t, int kv_heads, int group,
                                        s2_packed_schedule *out, int32_t *lists);
 
+/* The backward's dS workspace (attention.h, backward ABI 48..50): with one
+ * 64 x 64 tile grid in both schedules (s2_bwd_ds_capable), the dK/dV kernel
+ * writes the dS tile of each of its entries where the dQ kernel finds it by
+ * its forward entry.  Tile slot of (batch b, head h, forward entry e of h's
+ * class c) = b * tiles + head_base[h] + (e - offsets[c * q_tiles]), where
+ * tiles = head_base[heads].  fwd:
+ * s2_schedule_pack's (q_tiles lists per class, from first_q_tile); tr:
+ * s2_schedule_pack_gathered_kv's with group kv_group (kv_lists lists per
+ * class); only group 1 pairs up (block_size >= 64), others give
+ * S2_ERR_UNSUPPORTED.
+ * One buffer:
+ *   int64 head_base[heads + 1]  (head_base_off)
+ *   int32 map[tr->num_entries]  (map_off): record r of tr -> its forward
+ *                               entry's index in its class (-1: a header)
+ * S2_ERR_UNSUPPORTED when the two schedules do not pair up one to one. */
+typedef struct s2_ds_map {
+    void *data;                  /* malloc'd; free with s2_ds_map_free */
+    size_t size;
+    size_t head_base_off, map_off;
+    int64_t tiles;               /* dS tiles per batch element */
+} s2_ds_map;
+
+s2_status s2_schedule_ds_map(s2_ctx *ctx, const s2_packed_schedule *fwd, int64_t q_tiles, int64_t first_q_tile,
+                             const s2_packed_schedule *tr, int64_t kv_lists, int kv_group, int heads,
+                             s2_ds_map *out);
+void s2_ds_map_free(s2_ds_map *m);
+
 /* The persistent forward's work list (attention.h, S2_FWD_ABI_TMA_PERSISTENT):
  * the heads * q_tiles items head * q_tiles + rel of a forward schedule,
  * heads by decreasing total entry count (ties: lower head first), and within

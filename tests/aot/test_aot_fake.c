@@ -305,18 +305,18 @@ static void check_pattern(int which, s2_dtype dt, int head_dim, int kv_gather, c
 #define I int64_t
 typedef CUresult (*bwd_launcher)(CUstream, P, P, P, P, P, P, P, P, P, P, P, P, I, I, I, I, I, I, I, I, I, I, I, I, I,
                                  I, I, I, I, I, I, I, I, I, I, I, int32_t, int32_t, float, P, P, P, int32_t, int32_t, P,
-                                 P, P, int32_t, int32_t, int32_t, int32_t);
+                                 P, P, int32_t, P, P, P, int32_t, int32_t, int32_t);
 #undef P
 #undef I
 
-/* Backward parameter sizes (attention.h), packed: 360 bytes. */
-static int bwd_sizes[48];
-enum { BWD_OFF_TAIL = 12 * 8 + 24 * 8, BWD_PARAM_BYTES = BWD_OFF_TAIL + 12 + 24 + 8 + 24 + 4 };
+/* Backward parameter sizes (attention.h), packed: 384 bytes. */
+static int bwd_sizes[51];
+enum { BWD_OFF_TAIL = 12 * 8 + 24 * 8, BWD_PARAM_BYTES = BWD_OFF_TAIL + 12 + 24 + 8 + 24 + 4 + 24 };
 
 static void init_bwd_sizes(void)
 {
-    for (int i = 0; i < 48; i++)
-        bwd_sizes[i] = i < 36 ? 8 : (i == 39 || i == 40 || i == 41 || i == 44 || i == 45 || i == 46) ? 8 : 4;
+    for (int i = 0; i < 51; i++)
+        bwd_sizes[i] = i < 36 || i >= 48 ? 8 : (i == 39 || i == 40 || i == 41 || i == 44 || i == 45 || i == 46) ? 8 : 4;
 }
 
 typedef struct bwd_gen {
@@ -423,8 +423,8 @@ static void compare_bwd(s2_ctx *ctx, s2_attn_kernel *k, const bwd_gen *g, const 
                                   s[1][1], s[1][2], s[2][0], s[2][1], s[2][2], s[3][0], s[3][1], s[3][2], s[4][0],
                                   s[4][1], s[4][2], s[5][0], s[5][1], s[5][2], s[6][0], s[6][1], s[6][2], s[7][0],
                                   s[7][1], s[7][2], (int32_t)a->q_len, (int32_t)a->kv_len, scale_log2, sch[0], sch[1],
-                                  sch[2], first, tiles, sch[3], sch[4], sch[5], kv_tiles, a->heads, a->kv_heads,
-                                  a->batch);
+                                  sch[2], first, tiles, sch[3], sch[4], sch[5], kv_tiles, 0, 0, 0, a->heads,
+                                  a->kv_heads, a->batch);
         ck_assert_msg(r == CUDA_SUCCESS, "%s: launcher %d returned %d", what, j, (int)r);
     }
     ck_assert_int_eq(fake_get("launches"), launches + 6);
@@ -445,7 +445,7 @@ static void check_bwd(int which, s2_dtype dt, int head_dim, s2_arch arch, const 
 {
     use_fake();
     init_bwd_sizes();
-    fake_param_sizes(bwd_sizes, 48);
+    fake_param_sizes(bwd_sizes, 51);
     bwd_gen g = {0};
     s2_ctx *ctx = s2_ctx_new();
     s2_device *dev = NULL;

@@ -7,7 +7,10 @@
  * Frobenius error: 2e-2 bf16, 5e-3 f16).  Every case runs twice on fresh
  * poisoned outputs, and the two results must be bitwise identical.
  * One case goes through the runtime, s2_attn_backward.  On sm_90a every case
- * runs on both bodies: mma.sync (spec.bwd_wgmma = -1) and wgmma (1, templates/bwd_sm90.c).
+ * runs on both bodies: mma.sync (spec.bwd_wgmma = -1) and wgmma (1, templates/bwd_sm90.c),
+ * and the cases with a dS path (s2_bwd_ds_capable) a third time through the
+ * runtime with the workspace of s2_attn_backward_workspace (NAME_dqds), the
+ * workspace poisoned with NaN so that a dS tile not written shows in dq.
  * S2C_BWD_CASES=substring filters cases; S2C_FWD_ARCH=sm_80 compiles for
  * that arch and loads the PTX (JIT by the driver).  Exits 77 without a GPU. */
 #include "patterns.h"
@@ -68,7 +71,9 @@ typedef struct case_result {
     uint64_t seed;
 } case_result;
 
-static case_result results[2 * NUM_CASES];   /* [path][case], path 1 = wgmma */
+enum { NUM_PATHS = 3 };
+static const char *const path_name[NUM_PATHS] = {"mma", "wgmma", "wg+dS"};
+static case_result results[NUM_PATHS * NUM_CASES];   /* [path][case] */
 static uint64_t base_seed;
 static s2_arch dev_arch;
 static bool load_ptx;
@@ -228,8 +233,8 @@ static void upload(s2_ctx *ctx, s2_device *dev, s2_devptr *d, const void *host, 
 
 static void run_case(int vi)
 {
-    int ci = vi % NUM_CASES;
-    bool wg = vi >= NUM_CASES;
+    int ci = vi % NUM_CASES, path = vi / NUM_CASES;
+    bool wg = path >= 1, dsp = path == 2;
     const bwd_case *c = &cases[ci];
     case_result *res = &results[vi];
     const char *filter = getenv("S2C_BWD_CASES");
@@ -238,7 +243,8 @@ static void run_case(int vi)
     if (wg && dev_arch != S2_ARCH_SM90A)
         return;
     /* the runtime loads cubins only (the manifest lives in the ELF) */
-    if (c->runtime && load_ptx)
+    bool use_rt = c->runtime || dsp;
+    if (use_rt && load_ptx)
         return;
     res->ran = true;
     res->seed = base_seed + (uint64_t)ci * 7919u;
@@ -253,11 +259,20 @@ static void run_case(int vi)
 
     s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = c->dt, .head_dim = D, .arch = dev_arch,
                            .bwd_wgmma = wg ? 1 : -1, .kv_gather = wg ? c->gather : 0};
+    if (dsp) {
+        s2_kernel_spec r = spec;
+        if (s2_kernel_spec_resolve(ctx, &r, p) != S2_OK || !s2_bwd_ds_capable(p, &r)) {
+            res->ran = false;
+            s2_pattern_set_free(set);
+            s2_ctx_free(ctx);
+            return;
+        }
+    }
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
                   s2_ctx_message(ctx));
     res->gather = art->spec.kv_gather;
-    static const char *const kparts[3] = {"_pre", "_dq", "_dkdv"};
+    const char *const kparts[3] = {"_pre", dsp ? "_dqds" : "_dq", "_dkdv"};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < art->num_kernels; j++) {
             const char *n = art->kernels[j].name;
@@ -309,8 +324,7 @@ static void run_case(int vi)
     s2_devptr d_lse, d_dlse, d_ws;
     upload(ctx, dev, &d_lse, lse, nlse * 4);
     upload(ctx, dev, &d_dlse, dlse, nlse * 4);
-    size_t ws_bytes = s2_attn_bwd_workspace_bytes(B, H, SQ);
-    ck_assert(s2_mem_alloc(ctx, dev, ws_bytes, &d_ws) == S2_OK);
+    size_t ws_bytes = s2_attn_bwd_workspace_bytes(B, H, SQ), ws_full = 0;
     host_tensor *outs[3] = {&dq, &dk, &dv};
     for (int i = 0; i < 3; i++)
         ck_assert(s2_mem_alloc(ctx, dev, outs[i]->elems * 2, &outs[i]->dev) == S2_OK);
@@ -322,10 +336,16 @@ static void run_case(int vi)
     dev_sched fs = {0}, ts = {0};
     s2_tile_geom fg, tg;
     s2_layout *lay = NULL;
-    if (c->runtime) {
+    if (use_rt) {
         ck_assert_msg(s2_attn_module_load(ctx, dev, art->cubin, art->cubin_size, &amod) == S2_OK, "%s",
                       s2_ctx_message(ctx));
         ck_assert(s2_attn_find(ctx, amod, p->name, c->dt, D, &ak) == S2_OK);
+        if (dsp) {
+            bool on = false;
+            ck_assert_msg(s2_attn_backward_workspace(ctx, ak, B, SQ, SK, &ws_full, &on) == S2_OK, "%s",
+                          s2_ctx_message(ctx));
+            ck_assert_msg(on && ws_full > ws_bytes, "%s: no dS path (%zu bytes)", c->name, ws_full);
+        }
     } else {
         const void *image = load_ptx ? (const void *)art->ptx : (const void *)art->cubin;
         size_t image_size = load_ptx ? art->ptx_len : art->cubin_size;
@@ -340,6 +360,7 @@ static void run_case(int vi)
         upload_sched(ctx, dev, lay, &art->spec, p, false, &fs, &fg);
         upload_sched(ctx, dev, lay, &art->spec, p, true, &ts, &tg);
     }
+    ck_assert(s2_mem_alloc(ctx, dev, ws_full ? ws_full : ws_bytes, &d_ws) == S2_OK);
 
     uint16_t *first[3] = {0};
     res->ok = true;
@@ -349,11 +370,12 @@ static void run_case(int vi)
             poison(outs[i]);
             ck_assert(s2_memcpy_h2d(ctx, dev, outs[i]->dev, outs[i]->data, outs[i]->elems * 2) == S2_OK);
         }
-        if (c->runtime) {
+        ck_assert(s2_memset_d8(ctx, dev, d_ws, 0xff, ws_full ? ws_full : ws_bytes) == S2_OK);
+        if (use_rt) {
             s2_attn_bwd_args ba = {.batch = B, .q_len = SQ, .kv_len = SK, .heads = H, .kv_heads = HK,
                                    .head_dim = D, .dtype = c->dt, .q = q.dev, .k = k.dev, .v = v.dev, .o = o.dev,
                                    .d_o = dO.dev, .lse = d_lse, .d_lse = c->dlse ? d_dlse : 0, .dq = dq.dev,
-                                   .dk = dk.dev, .dv = dv.dev, .workspace = d_ws};
+                                   .dk = dk.dev, .dv = dv.dev, .workspace = d_ws, .workspace_bytes = ws_full};
             const host_tensor *ts8[8] = {&q, &k, &v, &o, &dO, &dq, &dk, &dv};
             int64_t *dst8[8] = {ba.q_stride, ba.k_stride, ba.v_stride, ba.o_stride, ba.do_stride, ba.dq_stride,
                                 ba.dk_stride, ba.dv_stride};
@@ -370,7 +392,8 @@ static void run_case(int vi)
             int32_t q_len = (int32_t)SQ, kv_len = (int32_t)SK;
             float scale_log2 = (float)(1.0 / sqrt((double)D) * M_LOG2E);
             int32_t first_q = (int32_t)fg.first_q_tile, q_tiles = (int32_t)fg.q_tiles, kv_tiles = (int32_t)tg.kv_tiles;
-            void *args[48];
+            s2_devptr no_ds = 0;   /* no dS workspace: NAME_dq recomputes */
+            void *args[51];
             for (int i = 0; i < 12; i++)
                 args[i] = &ptrs[i];
             for (int i = 0; i < 24; i++)
@@ -378,6 +401,7 @@ static void run_case(int vi)
             void *tail[12] = {&q_len, &kv_len, &scale_log2, &fs.cls, &fs.offs, &fs.ent, &first_q, &q_tiles,
                               &ts.cls, &ts.offs, &ts.ent, &kv_tiles};
             memcpy(args + 36, tail, sizeof tail);
+            args[48] = args[49] = args[50] = &no_ds;
             uint32_t T = (uint32_t)art->threads_per_block, rows = T / (uint32_t)(D / 8);
             s2_launch_cfg cfg[3] = {
                 {.grid = {(uint32_t)((SQ + rows - 1) / rows), (uint32_t)H, (uint32_t)B}, .block = {T, 1, 1}},
@@ -456,12 +480,12 @@ static void print_summary(void)
 {
     printf("\n%-40s %-5s %-5s %3s %4s %4s %4s %9s %9s %9s %5s %s\n", "case", "path", "dtype", "gat", "pre", "dq", "dkdv",
            "dq_err", "dk_err", "dv_err", "bitw", "result");
-    for (int i = 0; i < 2 * NUM_CASES; i++) {
+    for (int i = 0; i < NUM_PATHS * NUM_CASES; i++) {
         const case_result *r = &results[i];
         if (!r->ran)
             continue;
         printf("%-40s %-5s %-5s %3d %4d %4d %4d %9.2e %9.2e %9.2e %5s %s\n", cases[i % NUM_CASES].name,
-               i < NUM_CASES ? "mma" : "wgmma", s2_dtype_name(cases[i % NUM_CASES].dt), r->gather,
+               path_name[i / NUM_CASES], s2_dtype_name(cases[i % NUM_CASES].dt), r->gather,
                r->regs[0], r->regs[1], r->regs[2], r->err[0], r->err[1], r->err[2], r->same ? "same" : "DIFF",
                r->ok && r->same ? "PASS" : "FAIL");
     }
@@ -480,7 +504,7 @@ int main(void)
     Suite *s = suite_create("attn_bwd_gpu");
     TCase *tc = tcase_create("bwd");
     tcase_set_timeout(tc, 600);
-    tcase_add_loop_test(tc, bwd_matches_reference, 0, 2 * NUM_CASES);
+    tcase_add_loop_test(tc, bwd_matches_reference, 0, NUM_PATHS * NUM_CASES);
     suite_add_tcase(s, tc);
     int failed = s2t_run_nofork(s);
     print_summary();

@@ -434,30 +434,37 @@ def test_emit_c():
                 errs.append("the launcher does not encode three maps")
         check("--emit c of an sm_90a (tensor-map ABI) kernel: one launcher that encodes q/k/v maps, cc accepts",
               not errs, "\n".join(errs))
-        # the backward module: three launchers (pre, dkdv, dq) with one signature
-        bdir = os.path.join(d, "bwd")
-        os.mkdir(bdir)
-        rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype", "bf16",
-                           "--arch", "sm_80", "--kind", "bwd", "--emit", "c", "-o", os.path.join(bdir, "bw.c"))
-        launchers = re.findall(r"^launcher (\S+)$", out, re.M)
-        want = ["bw_bwd_dense_bf16_d64" + part for part in ("_pre", "_dkdv", "_dq")]
-        errs = [] if rc == 0 and launchers == want else [f"rc={rc} {launchers} {err}"]
-        if not errs:
-            args = ", ".join(["p"] * 12 + ["0"] * 24 + ["1", "1", "1.0f", "p", "p", "p", "0", "1", "p", "p", "p", "1",
-                                                         "1", "1", "1"])
-            with open(os.path.join(bdir, "user.c"), "w") as u:
-                u.write('#include "bw.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
-                        '    CUresult r = load_bw();\n')
-                for name in launchers:
-                    u.write(f"    if (r == CUDA_SUCCESS)\n        r = {name}(s, {args});\n")
-                u.write('    (void)unload_bw();\n    return (int)r;\n}\n')
-            for src in ("bw.c", "user.c"):
-                p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
-                                    "-I" + bdir, os.path.join(bdir, src), "-o", os.path.join(bdir, src + ".o")],
-                                   capture_output=True, text=True)
-                if p.returncode != 0:
-                    errs.append(p.stderr[-500:])
-        check("--emit c of a backward module: launchers _pre, _dkdv, _dq, cc accepts", not errs, "\n".join(errs))
+        # the backward module: three launchers (pre, dkdv, dq) with one signature; on sm_90a with
+        # block 64 a fourth, dqds (dQ from the dS workspace), launched with its own smaller smem
+        for arch, parts in (("sm_80", ("_pre", "_dkdv", "_dq")), ("sm_90a", ("_pre", "_dkdv", "_dq", "_dqds"))):
+            bdir = os.path.join(d, "bwd_" + arch)
+            os.mkdir(bdir)
+            rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype",
+                               "bf16", "--arch", arch, "--kind", "bwd", "--emit", "c", "-o",
+                               os.path.join(bdir, "bw.c"))
+            launchers = re.findall(r"^launcher (\S+)$", out, re.M)
+            want = ["bw_bwd_dense_bf16_d64" + part for part in parts]
+            errs = [] if rc == 0 and launchers == want else [f"rc={rc} {launchers} {err}"]
+            if not errs:
+                args = ", ".join(["p"] * 12 + ["0"] * 24 + ["1", "1", "1.0f", "p", "p", "p", "0", "1", "p", "p",
+                                                             "p", "1", "p", "p", "p", "1", "1", "1"])
+                with open(os.path.join(bdir, "user.c"), "w") as u:
+                    u.write('#include "bw.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n'
+                            '    CUdeviceptr p = 0;\n    CUresult r = load_bw();\n')
+                    for name in launchers:
+                        u.write(f"    if (r == CUDA_SUCCESS)\n        r = {name}(s, {args});\n")
+                    u.write('    (void)unload_bw();\n    return (int)r;\n}\n')
+                for src in ("bw.c", "user.c"):
+                    p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
+                                        "-I" + bdir, os.path.join(bdir, src), "-o", os.path.join(bdir, src + ".o")],
+                                       capture_output=True, text=True)
+                    if p.returncode != 0:
+                        errs.append(p.stderr[-500:])
+                # dqds: 3 stages of a 64 x 64 K tile and a dS tile, 3 * 16384 bytes at d64
+                if arch == "sm_90a" and "49152" not in open(os.path.join(bdir, "bw.c")).read():
+                    errs.append("the dqds launcher does not take 49152 bytes of shared memory")
+            check(f"--emit c of a backward module ({arch}): launchers {', '.join(parts)}, cc accepts", not errs,
+                  "\n".join(errs))
         # decode: one launcher for NAME (NAME_combine has none)
         ddir = os.path.join(d, "dec")
         os.mkdir(ddir)

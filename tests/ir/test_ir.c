@@ -728,6 +728,88 @@ START_TEST(test_pack_gathered_kv_mergeq_util)
 }
 END_TEST
 
+/* The backward's dS map: with block >= 64 (one 64 x 64 grid in both
+ * schedules) every forward entry of every head is named by exactly one
+ * transposed record of that head's list class, with the same (query tile,
+ * key tile); head_base counts the heads' entries.  Smaller blocks (key tiles
+ * of several blocks) are refused. */
+START_TEST(test_schedule_ds_map)
+{
+    int checked = 0;
+    for (int it = 0; it < 60; it++) {
+        seed_rng(9700 + (uint64_t)it);
+        rand_pat rp;
+        make_random(&rp);
+        const s2_pattern *p = rp.p;
+        s2_layout *l = make_layout(p, rp.q_len, rp.kv_len);
+        int bs = p->block_size, sub = bs < 64 ? bs : 64;
+        s2_schedule *fw = NULL, *tr = NULL;
+        s2_packed_schedule fpk, tpk;
+        int32_t lists = 0;
+        ck_assert_int_eq(s2_schedule_build(NULL, l, (s2_tile_spec){64, 64}, false, &fw), S2_OK);
+        ck_assert_int_eq(s2_schedule_build(NULL, l, (s2_tile_spec){64, sub}, true, &tr), S2_OK);
+        ck_assert_int_eq(s2_schedule_pack(NULL, fw, &fpk), S2_OK);
+        ck_assert_int_eq(s2_schedule_pack_gathered_kv(NULL, tr, p->kv_heads, 64 / sub, &tpk, &lists), S2_OK);
+        s2_ds_map m;
+        s2_status st = s2_schedule_ds_map(NULL, &fpk, fw->geom.q_tiles, fw->geom.first_q_tile, &tpk, lists, 64 / sub,
+                                          p->heads, &m);
+        if (bs < 64) {
+            ck_assert_int_eq(st, S2_ERR_UNSUPPORTED);
+        } else {
+            ck_assert_int_eq(st, S2_OK);
+            const unsigned char *fb = fpk.data, *tb = tpk.data, *mb = m.data;
+            const int32_t *fcls = (const int32_t *)(fb + fpk.class_of_head_off);
+            const int32_t *foff = (const int32_t *)(fb + fpk.offsets_off);
+            const s2_dev_entry *fent = (const s2_dev_entry *)(fb + fpk.entries_off);
+            const int32_t *tcls = (const int32_t *)(tb + tpk.class_of_head_off);
+            const int32_t *toff = (const int32_t *)(tb + tpk.offsets_off);
+            const s2_dev_entry *tent = (const s2_dev_entry *)(tb + tpk.entries_off);
+            const int64_t *base = (const int64_t *)(mb + m.head_base_off);
+            const int32_t *map = (const int32_t *)(mb + m.map_off);
+            int64_t QT = fw->geom.q_tiles;
+            ck_assert(m.head_base_off % 8 == 0 && m.map_off % 16 == 0);
+            ck_assert_int_eq(base[0], 0);
+            ck_assert_int_eq(base[p->heads], m.tiles);
+            for (int h = 0; h < p->heads; h++) {
+                int fc = fcls[h], tc = tcls[h];
+                int64_t fbeg = foff[fc * QT], n = foff[(fc + 1) * QT] - fbeg;
+                ck_assert_int_eq(base[h + 1] - base[h], n);
+                int *hits = calloc((size_t)n + 1, sizeof *hits);
+                ck_assert_ptr_nonnull(hits);
+                for (int32_t x = 0; x < lists; x++) {
+                    int64_t b = toff[(int64_t)tc * lists + x], e = toff[(int64_t)tc * lists + x + 1];
+                    if (b == e)
+                        continue;
+                    int32_t kt = ((const s2_dev_kvgroup *)&tent[b])->block[0];
+                    ck_assert_int_eq(map[b], -1);
+                    for (int64_t r = b + 1; r < e; r++) {
+                        ck_assert(map[r] >= 0 && map[r] < n);
+                        const s2_dev_entry *f = &fent[fbeg + map[r]];
+                        ck_assert_int_eq(f->tile, kt);
+                        /* the forward entry sits in query tile tent[r].tile's list */
+                        int64_t li = fc * QT + (tent[r].tile - fw->geom.first_q_tile);
+                        ck_assert(fbeg + map[r] >= foff[li] && fbeg + map[r] < foff[li + 1]);
+                        hits[map[r]]++;
+                    }
+                }
+                for (int64_t i = 0; i < n; i++)
+                    ck_assert_int_eq(hits[i], 1);
+                free(hits);
+            }
+            checked++;
+            s2_ds_map_free(&m);
+        }
+        s2_packed_schedule_free(&fpk);
+        s2_packed_schedule_free(&tpk);
+        s2_schedule_free(fw);
+        s2_schedule_free(tr);
+        s2_layout_free(l);
+        free_random(&rp);
+    }
+    ck_assert_int_ge(checked, 10);
+}
+END_TEST
+
 START_TEST(test_classes)
 {
     s2_local_stride_args a;
@@ -999,6 +1081,7 @@ static Suite *ir_suite(void)
     tcase_add_test(tc, test_schedule_pack_gathered);
     tcase_add_test(tc, test_schedule_pack_gathered_kv);
     tcase_add_test(tc, test_pack_gathered_kv_mergeq_util);
+    tcase_add_test(tc, test_schedule_ds_map);
     tcase_add_test(tc, test_classes);
     tcase_add_test(tc, test_kv_efficient);
     tcase_add_test(tc, test_kv_efficient_random);
