@@ -323,7 +323,7 @@ typedef struct bwd_gen {
     s2_pattern_set *set;
     s2_artifact *art;
     void *so;
-    bwd_launcher launch[3];
+    bwd_launcher launch[4];   /* pre, dkdv, dq, dqds (NULL: the module has no dS path) */
 } bwd_gen;
 
 static void build_bwd_gen(bwd_gen *g, int which, s2_dtype dt, int head_dim, s2_arch arch, const char *mod)
@@ -343,18 +343,20 @@ static void build_bwd_gen(bwd_gen *g, int which, s2_dtype dt, int head_dim, s2_a
     const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
     ck_assert_int_eq(mk->spec.kind, S2_KERNEL_BWD);
     /* what `s2c compile --emit c` does with a backward kernel (tools/s2c.c) */
-    static const char *const part[3] = {"pre", "dkdv", "dq"};
-    char symbols[3][256];
-    s2_aot_kernel k[3];
-    const s2_aot_abi *abi[3] = {s2_aot_abi_attn_bwd_pre(), s2_aot_abi_attn_bwd_dkdv(), s2_aot_abi_attn_bwd_dq()};
-    for (int j = 0; j < 3; j++) {
+    static const char *const part[4] = {"pre", "dkdv", "dq", "dqds"};
+    char symbols[4][256];
+    s2_aot_kernel k[4];
+    const s2_aot_abi *abi[4] = {s2_aot_abi_attn_bwd_pre(), s2_aot_abi_attn_bwd_dkdv(), s2_aot_abi_attn_bwd_dq(),
+                                s2_aot_abi_attn_bwd_dqds()};
+    int nk = s2_bwd_ds_capable(s2_pattern_set_get(g->set, 0), &mk->spec) ? 4 : 3;
+    for (int j = 0; j < nk; j++) {
         snprintf(symbols[j], sizeof symbols[j], "%s_%s", mk->name, part[j]);
         k[j] = (s2_aot_kernel){.name = part[j], .symbol = symbols[j], .abi = abi[j], .threads = mk->threads,
-                               .smem_bytes = j == 0 ? 0 : mk->smem_bytes,
+                               .smem_bytes = j == 0 ? 0 : j == 3 ? s2_bwd_dqds_smem_bytes(&mk->spec) : mk->smem_bytes,
                                .grid_div = {j == 0 ? mk->threads / (mk->spec.head_dim / 8) : 0}};
     }
     s2_aot_module am = {.name = mod, .cubin = g->art->cubin, .cubin_size = g->art->cubin_size,
-                        .manifest = g->art->manifest, .kernels = k, .num_kernels = 3};
+                        .manifest = g->art->manifest, .kernels = k, .num_kernels = nk};
     ck_assert_msg(s2_aot_write(ctx, &am, tmp_dir) == S2_OK, "%s", s2_ctx_message(ctx));
     s2_manifest_free(m);
     char path[700], cmd[2400];
@@ -368,7 +370,7 @@ static void build_bwd_gen(bwd_gen *g, int which, s2_dtype dt, int head_dim, s2_a
     g->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
     ck_assert_msg(g->so != NULL, "%s", dlerror());
     char sym[64];
-    for (int j = 0; j < 3; j++) {
+    for (int j = 0; j < nk; j++) {
         snprintf(sym, sizeof sym, "%s_%s", mod, part[j]);
         g->launch[j] = (bwd_launcher)dlsym(g->so, sym);
         ck_assert_ptr_nonnull(g->launch[j]);
@@ -396,7 +398,12 @@ static void record_three(bwd_rec *r)
     }
 }
 
-static void compare_bwd(s2_ctx *ctx, s2_attn_kernel *k, const bwd_gen *g, const s2_attn_bwd_args *a, const char *what)
+/* The runtime's three launches of `a` against the generated launchers with the
+ * same arguments (the schedules and, on the dS path, the dS map taken from
+ * the runtime's): parameters byte for byte, grid, block, shared memory.  ds:
+ * a->workspace_bytes holds the dS tiles, so the third launch is NAME_dqds. */
+static void compare_bwd(s2_ctx *ctx, s2_attn_kernel *k, const bwd_gen *g, const s2_attn_bwd_args *a, const char *what,
+                        bool ds)
 {
     bwd_rec rt, aot;
     long long launches = fake_get("launches");
@@ -412,19 +419,22 @@ static void compare_bwd(s2_ctx *ctx, s2_attn_kernel *k, const bwd_gen *g, const 
     memcpy(&first, t + 36, 4), memcpy(&tiles, t + 40, 4);
     memcpy(&sch[3], t + 44, 8), memcpy(&sch[4], t + 52, 8), memcpy(&sch[5], t + 60, 8);
     memcpy(&kv_tiles, t + 68, 4);
+    CUdeviceptr dsp[3];
+    memcpy(&dsp[0], t + 72, 8), memcpy(&dsp[1], t + 80, 8), memcpy(&dsp[2], t + 88, 8);
+    ck_assert_msg(ds ? dsp[0] && dsp[1] && dsp[2] : !dsp[0] && !dsp[1] && !dsp[2], "%s: dS parameters", what);
     size_t ws = s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len);
     float scale_log2 = (float)(1.0 / sqrt((double)a->head_dim) * 1.4426950408889634);
     const int64_t *s[8] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride,
                            a->do_stride, a->dq_stride, a->dk_stride, a->dv_stride};
     fake_set("set_current", 1);
     for (int j = 0; j < 3; j++) {
-        CUresult r = g->launch[j](stream, a->q, a->k, a->v, a->o, a->d_o, a->lse, a->d_lse, a->workspace,
+        CUresult r = g->launch[j == 2 && ds ? 3 : j](stream, a->q, a->k, a->v, a->o, a->d_o, a->lse, a->d_lse, a->workspace,
                                   a->workspace + ws / 2, a->dq, a->dk, a->dv, s[0][0], s[0][1], s[0][2], s[1][0],
                                   s[1][1], s[1][2], s[2][0], s[2][1], s[2][2], s[3][0], s[3][1], s[3][2], s[4][0],
                                   s[4][1], s[4][2], s[5][0], s[5][1], s[5][2], s[6][0], s[6][1], s[6][2], s[7][0],
                                   s[7][1], s[7][2], (int32_t)a->q_len, (int32_t)a->kv_len, scale_log2, sch[0], sch[1],
-                                  sch[2], first, tiles, sch[3], sch[4], sch[5], kv_tiles, 0, 0, 0, a->heads,
-                                  a->kv_heads, a->batch);
+                                  sch[2], first, tiles, sch[3], sch[4], sch[5], kv_tiles, dsp[0], dsp[1], dsp[2],
+                                  a->heads, a->kv_heads, a->batch);
         ck_assert_msg(r == CUDA_SUCCESS, "%s: launcher %d returned %d", what, j, (int)r);
     }
     ck_assert_int_eq(fake_get("launches"), launches + 6);
@@ -468,14 +478,31 @@ static void check_bwd(int which, s2_dtype dt, int head_dim, s2_arch arch, const 
                           .dtype = dt, .q = t[0], .k = t[1], .v = t[2], .o = t[3], .d_o = t[4], .dq = t[5],
                           .dk = t[6], .dv = t[7], .lse = lse, .d_lse = dlse, .workspace = ws};
     s2_attn_bwd_args_bshd(&a);
-    compare_bwd(ctx, k, &g, &a, "bshd");
+    compare_bwd(ctx, k, &g, &a, "bshd", false);
     /* batch 1, no dlse, q/o/do/dq in BHSD */
     s2_attn_bwd_args b = a;
     b.batch = 1, b.d_lse = 0;
     int64_t bhsd[3] = {H * SQ * D, D, SQ * D};
     memcpy(b.q_stride, bhsd, sizeof bhsd), memcpy(b.o_stride, bhsd, sizeof bhsd);
     memcpy(b.do_stride, bhsd, sizeof bhsd), memcpy(b.dq_stride, bhsd, sizeof bhsd);
-    compare_bwd(ctx, k, &g, &b, "batch 1, bhsd, no dlse");
+    compare_bwd(ctx, k, &g, &b, "batch 1, bhsd, no dlse", false);
+    if (g.launch[3]) {
+        /* the dS path: the workspace of s2_attn_backward_workspace */
+        size_t full = 0;
+        bool on = false;
+        ck_assert_msg(s2_attn_backward_workspace(ctx, k, B, SQ, SK, &full, &on) == S2_OK, "%s", s2_ctx_message(ctx));
+        ck_assert(on && full > s2_attn_bwd_workspace_bytes(B, H, SQ));
+        s2_devptr big = 0;
+        ck_assert_int_eq(s2_mem_alloc(ctx, dev, full, &big), S2_OK);
+        s2_attn_bwd_args c = a;
+        c.workspace = big, c.workspace_bytes = full;
+        compare_bwd(ctx, k, &g, &c, "dS path", true);
+        c.workspace_bytes = full - 1;   /* one byte short: the plain path */
+        compare_bwd(ctx, k, &g, &c, "dS path, workspace one byte short", false);
+        ck_assert_int_eq(s2_mem_free(ctx, dev, big), S2_OK);
+    } else {
+        ck_assert(!s2_bwd_ds_capable(p, &s2_attn_kernel_desc(k)->spec));
+    }
     for (int i = 0; i < 8; i++)
         ck_assert_int_eq(s2_mem_free(ctx, dev, t[i]), S2_OK);
     ck_assert_int_eq(s2_mem_free(ctx, dev, lse), S2_OK);
@@ -646,6 +673,14 @@ START_TEST(bwd_launchers_match_runtime_sm90a)
 }
 END_TEST
 
+/* causal block 64 on sm_90a, bf16 d128: the module has NAME_dqds; the dS
+ * path's launches (workspace of s2_attn_backward_workspace) against _dqds */
+START_TEST(bwd_launchers_match_runtime_ds)
+{
+    check_bwd(0, S2_DTYPE_BF16, 128, S2_ARCH_SM90A, "bwc");
+}
+END_TEST
+
 /* causal block 64 on mma.sync, f16 d128 */
 START_TEST(bwd_launchers_match_runtime_sm80)
 {
@@ -699,6 +734,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc_, tma_launcher_matches_runtime_causal);
     tcase_add_test(tc_, tma_launcher_matches_runtime_gathered);
     tcase_add_test(tc_, bwd_launchers_match_runtime_sm90a);
+    tcase_add_test(tc_, bwd_launchers_match_runtime_ds);
     tcase_add_test(tc_, bwd_launchers_match_runtime_sm80);
     tcase_add_test(tc_, decode_launcher_matches_runtime_split);
     tcase_add_test(tc_, decode_launcher_matches_runtime_single);
