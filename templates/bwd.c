@@ -410,8 +410,8 @@ static void prefetch(bwd *k, LLVMValueRef e, LLVMValueRef end, LLVMValueRef stag
  * it.  Groups committed before stay older than the ring's, so they are
  * complete at the first wait.  Ends with every copy landed and a barrier, so
  * shared memory may be reused after it. */
-static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage0, int stage_bytes, entry_fn issue,
-                     entry_fn compute, void *user)
+static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage0, int stage_bytes, prep_fn prep,
+                     entry_fn issue, entry_fn compute, void *user)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -421,6 +421,11 @@ static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int st
     s2_nv_loop_begin(cg, &loop, "ent", begin, end, c32(k, 1), NULL, 0);
     LLVMValueRef e = loop.iv;
     LLVMValueRef i = LLVMBuildSub(b, e, begin, "i");
+    if (prep) {
+        /* the refill's entry (a valid one past the end: nothing is issued then) */
+        LLVMValueRef en = add(k, e, c32(k, S - 1));
+        prep(k, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, en, end, ""), en, begin, ""), user);
+    }
     if (S > 1) {
         /* one barrier per entry: it publishes stage i and tells that every
          * warp is done with entry i-1, whose stage the prefetch refills */
@@ -622,10 +627,19 @@ void bwd_dq_entry(bwd *k, dq_state *ds, LLVMValueRef e, LLVMValueRef *flags, LLV
         *live = bwd_entry_field(k, ds->entries, e, 8, cg->t_i64);
 }
 
-static void dq_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
+static void dq_prep(bwd *k, LLVMValueRef e, void *user)
 {
     dq_state *ds = user;
     bwd_dq_entry(k, ds, e, NULL, NULL);
+    ds->prepped = true;
+}
+
+static void dq_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
+{
+    dq_state *ds = user;
+    if (!ds->prepped)
+        bwd_dq_entry(k, ds, e, NULL, NULL);
+    ds->prepped = false;
     slots sl = {ds->slot, k->s.gather, k->s.gbs};
     const slots *slot = k->s.gather > 1 ? &sl : NULL;
     load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, ds->kpos0, slot, false);
@@ -695,7 +709,7 @@ static void build_dq(bwd *k)
         ds.lse2[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_LSE2), idx, 4), cf(k, 0.0), "");
         ds.delta[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_DELTA), idx, 4), cf(k, 0.0), "");
     }
-    pipeline(k, begin, end, k->s.stages, k->s.dq_stage0, k->s.dq_stage_bytes, dq_issue, k->s.wg ? bwd_wg_dq_compute : dq_compute,
+    pipeline(k, begin, end, k->s.stages, k->s.dq_stage0, k->s.dq_stage_bytes, dq_prep, dq_issue, k->s.wg ? bwd_wg_dq_compute : dq_compute,
              &ds);
     store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
     LLVMBuildRetVoid(b);
@@ -707,7 +721,9 @@ static void dqds_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     dq_state *ds = user;
     LLVMBuilderRef b = k->b;
-    bwd_dq_entry(k, ds, e, NULL, NULL);
+    if (!ds->prepped)
+        bwd_dq_entry(k, ds, e, NULL, NULL);
+    ds->prepped = false;
     load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, ds->kpos0, NULL, false);
     /* the dS tile: a plain copy (it is stored in the layout the wgmma reads) */
     LLVMValueRef src = mul(k, add(k, ds->ds_base, sext64(k, e)), c64(k, DS_TILE_BYTES));
@@ -740,7 +756,7 @@ static void build_dqds(bwd *k)
     LLVMValueRef acc[MAX_D / 8][4];
     new_acc(k, acc, "dq");
     ds.acc = acc;
-    pipeline(k, begin, end, k->s.dqs_stages, 0, k->s.dqs_stage_bytes, dqds_issue, bwd_wg_dqds_compute, &ds);
+    pipeline(k, begin, end, k->s.dqs_stages, 0, k->s.dqs_stage_bytes, dq_prep, dqds_issue, bwd_wg_dqds_compute, &ds);
     store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
     LLVMBuildRetVoid(b);
 }
@@ -753,12 +769,21 @@ static void build_dqds(bwd *k)
  * read each query tile at about the same time, from L2. */
 LLVMValueRef bwd_kv_entry(bwd *k, const kv_state *ks, LLVMValueRef e) { return LLVMBuildSub(k->b, ks->rev, e, "e_rev"); }
 
+static void kv_prep(bwd *k, LLVMValueRef e, void *user)
+{
+    kv_state *ks = user;
+    ks->pre_qpos = mul(k, bwd_entry_field(k, ks->entries, bwd_kv_entry(k, ks, e), 0, k->cg->t_i32), c32(k, k->s.BM));
+    ks->prepped = true;
+}
+
 static void kv_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     kv_state *ks = user;
     e = bwd_kv_entry(k, ks, e);
     int tb = k->s.BM * k->s.row_bytes;
-    LLVMValueRef qpos0 = mul(k, bwd_entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
+    LLVMValueRef qpos0 = ks->prepped ? ks->pre_qpos
+                                     : mul(k, bwd_entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
+    ks->prepped = false;
     load_tile(k, k->s.BM, param(k, P_Q), ks->qslice, param(k, P_QS + 1), soff, qpos0, NULL, true);
     load_tile(k, k->s.BM, param(k, P_DO), ks->doslice, param(k, P_DOS + 1), add(k, soff, c32(k, tb)), qpos0, NULL, true);
     load_row_stats(k, qpos0, ks->rowbase, add(k, soff, c32(k, k->s.kv_lse_off)));
@@ -915,7 +940,20 @@ static void build_dkdv(bwd *k)
     list_bounds(k, P_TCLASS, P_TOFFSETS, h64, param(k, P_KV_TILES), kt, &begin, &end);
     begin = add(k, begin, c32(k, 1));   /* past the header */
     ks.rev = LLVMBuildSub(b, add(k, begin, end), c32(k, 1), "rev");
-    pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, kv_issue, s->wg ? bwd_wg_kv_compute : kv_compute, &ks);
+    if (s->ds) {
+        /* the head's dS slot base, once (its table is read only when ds is given) */
+        LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
+        s2_nv_if on;
+        s2_nv_if_begin(cg, &on, ks.ds_on, "ds_head");
+        LLVMValueRef base = bwd_ds_slot_base(k, h64);
+        LLVMBasicBlockRef then_end = LLVMGetInsertBlock(b);
+        s2_nv_if_end(cg, &on);
+        ks.ds_base = LLVMBuildPhi(b, cg->t_i64, "ds_base");
+        LLVMValueRef vals[2] = {c64(k, 0), base};
+        LLVMBasicBlockRef bbs[2] = {from, then_end};
+        LLVMAddIncoming(ks.ds_base, vals, bbs, 2);
+    }
+    pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, kv_prep, kv_issue, s->wg ? bwd_wg_kv_compute : kv_compute, &ks);
     s2_nv_loop_end(cg, &heads, NULL);
 
     s2_nv_cp_async_wait(cg, 0);

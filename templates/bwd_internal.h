@@ -77,6 +77,9 @@ typedef struct mask_geom {
 typedef void (*stat_fn)(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
 
 typedef void (*entry_fn)(bwd *k, LLVMValueRef e, LLVMValueRef stage_off, void *user);
+/* Loads what issuing entry e needs (its tile) ahead of the ring's wait and
+ * barrier, so that their latency is not paid after them. */
+typedef void (*prep_fn)(bwd *k, LLVMValueRef e, void *user);
 
 /* The dS workspace's tile slot of entry 0 of head h's class for this batch
  * element: batch · head_base[H] + head_base[h] (s2_ds_map). */
@@ -89,6 +92,7 @@ typedef struct dq_state {
     LLVMValueRef lse2[2], delta[2];
     LLVMValueRef (*acc)[4];
     LLVMValueRef ds_base;                             /* NAME_dqds: i64 tile slot of forward entry 0 */
+    bool prepped;                                     /* kpos0 / slot hold the next issue's (prep_fn) */
 } dq_state;
 
 typedef struct kv_state {
@@ -102,6 +106,9 @@ typedef struct kv_state {
     LLVMValueRef stats;                               /* shared offset of lse2/delta of the stage in use */
     LLVMValueRef ds_on;                               /* i1: the dS workspace is given */
     LLVMValueRef h64;                                 /* the query head */
+    LLVMValueRef ds_base;                             /* i64: its dS slot base (bwd_ds_slot_base; 0 when off) */
+    LLVMValueRef pre_qpos;                            /* the next issue's query position (prep_fn) */
+    bool prepped;
     int chunk0;
 } kv_state;
 
@@ -123,9 +130,11 @@ void bwd_dq_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, 
 /* The wgmma entry bodies (templates/bwd_sm90.c), used when shape.wg is set. */
 void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
 void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
-/* The dS tile of transposed entry e (C layout, packed as wgmma A registers
- * da[4][4]) to its slot of the workspace (when ks->ds_on), through shared memory. */
-void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef e, LLVMValueRef (*da)[4]);
+/* The dS tile of a transposed entry (C layout, packed as wgmma A registers
+ * da[4][4]) to workspace slot `slot` (when ks->ds_on), through shared memory;
+ * bwd_ds_slot loads the slot of transposed record e (0 when off). */
+LLVMValueRef bwd_ds_slot(bwd *k, const kv_state *ks, LLVMValueRef e);
+void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef slot, LLVMValueRef (*da)[4]);
 /* NAME_dqds's entry body: acc += dS·K (templates/bwd_sm90.c). */
 void bwd_wg_dqds_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
 

@@ -129,6 +129,8 @@ void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     e = bwd_kv_entry(k, ks, e);
     s2_cg *cg = k->cg;
     const bwd_shape *s = &k->s;
+    /* the dS slot first: its load is in flight under the products */
+    LLVMValueRef ds_slot = s->ds ? bwd_ds_slot(k, ks, e) : NULL;
     int BM = s->BM, NT = BM / 8, no = s->D / 2;
     LLVMValueRef qt = soff, dot = add(k, soff, c32(k, BM * s->row_bytes));
     ks->stats = add(k, soff, c32(k, s->kv_lse_off));
@@ -159,7 +161,7 @@ void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     acc_load(k, ks->dk, dk);
     issue_xy(k, da, qt, BM, dk);
     if (s->ds)
-        bwd_ds_store(k, ks, e, da);
+        bwd_ds_store(k, ks, ds_slot, da);
     s2_nv_wgmma_wait(cg, 1, dv, no);
     acc_store(k, ks->dv, dv);
     s2_nv_wgmma_wait(cg, 0, dk, no);
@@ -204,7 +206,18 @@ void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
  * to the entry's slot in 16-byte pieces.  Called under the dK product; the
  * pipeline's barrier at the next entry orders the reads before the next
  * tile's writes. */
-void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef e, LLVMValueRef (*da)[4])
+LLVMValueRef bwd_ds_slot(bwd *k, const kv_state *ks, LLVMValueRef e)
+{
+    LLVMBuilderRef b = k->b;
+    /* without ds the map is null: read the entries array instead (valid, ignored) */
+    LLVMValueRef table = LLVMBuildSelect(b, ks->ds_on, param(k, P_DS_MAP), ks->entries, "");
+    LLVMValueRef map = LLVMBuildLoad2(b, k->cg->t_i32, LLVMBuildInBoundsGEP2(b, k->cg->t_i32, table,
+                                      (LLVMValueRef[]){sext64(k, e)}, 1, ""), "ds_entry");
+    LLVMSetAlignment(map, 4);
+    return add(k, ks->ds_base, sext64(k, map));
+}
+
+void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef slot, LLVMValueRef (*da)[4])
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -221,10 +234,6 @@ void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef e, LLVMValueRef (*da)
     for (int j = 0; j < DS_TILE / 16; j++)
         s2_nv_stmatrix_x4(cg, s2_nv_smem_at(cg, add(k, lane_off, c32(k, k->s.kv_ds_off + j * 16 * 128))), true, da[j]);
     s2_nv_barrier_cta(cg);
-    LLVMValueRef map = LLVMBuildLoad2(b, cg->t_i32, LLVMBuildInBoundsGEP2(b, cg->t_i32, param(k, P_DS_MAP),
-                                      (LLVMValueRef[]){sext64(k, e)}, 1, ""), "ds_entry");
-    LLVMSetAlignment(map, 4);
-    LLVMValueRef slot = add(k, bwd_ds_slot_base(k, ks->h64), sext64(k, map));
     LLVMValueRef base = mul(k, slot, c64(k, DS_TILE_BYTES));
     LLVMTypeRef i8 = LLVMInt8TypeInContext(cg->llctx), v4 = LLVMVectorType(cg->t_i32, 4);
     for (int it = 0; it * k->s.threads * 16 < DS_TILE_BYTES; it++) {
