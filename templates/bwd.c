@@ -932,7 +932,6 @@ static void build_dkdv(bwd *k)
     s2_nv_loop_begin(cg, &heads, "qh", c32(k, 0), c32(k, s->group), c32(k, 1), NULL, 0);
     LLVMValueRef h32 = add(k, mul(k, kvh32, c32(k, s->group)), heads.iv);
     LLVMValueRef h64 = LLVMBuildZExt(b, h32, cg->t_i64, "head");
-    ks.h64 = h64;
     ks.qslice = slice(k, P_QS, h64);
     ks.doslice = slice(k, P_DOS, h64);
     ks.rowbase = mul(k, add(k, mul(k, k->batch, c64(k, s->heads)), h64), sext64(k, k->q_len));

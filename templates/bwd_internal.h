@@ -105,7 +105,6 @@ typedef struct kv_state {
     LLVMValueRef (*dk)[4], (*dv)[4];
     LLVMValueRef stats;                               /* shared offset of lse2/delta of the stage in use */
     LLVMValueRef ds_on;                               /* i1: the dS workspace is given */
-    LLVMValueRef h64;                                 /* the query head */
     LLVMValueRef ds_base;                             /* i64: its dS slot base (bwd_ds_slot_base; 0 when off) */
     LLVMValueRef pre_qpos;                            /* the next issue's query position (prep_fn) */
     bool prepped;
