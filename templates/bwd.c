@@ -671,7 +671,10 @@ static void dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     mma_xy(k, dp, NT, soff, 0, ds->acc);
 }
 
-static void build_dq(bwd *k)
+/* The query tile of a dQ CTA (NAME_dq, NAME_dqds): its head (returned), the
+ * tile, the K/V slices, its forward list [*begin, *end) and, if asked, the
+ * first entry of the head's class. */
+static LLVMValueRef dq_cta(bwd *k, dq_state *ds, LLVMValueRef *begin, LLVMValueRef *end, LLVMValueRef *first)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -681,13 +684,21 @@ static void build_dq(bwd *k)
     /* heavy tiles (late, long lists) first */
     LLVMValueRef q_tiles = param(k, P_Q_TILES);
     LLVMValueRef rel = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""), s2_nv_ctaid(cg, 'x'), "tile_rel");
+    ds->tile_pos0 = mul(k, add(k, param(k, P_FIRST_Q_TILE), rel), c32(k, k->s.BM));
+    ds->kslice = slice(k, P_KS, kvh64);
+    ds->vslice = slice(k, P_VS, kvh64);
+    ds->entries = param(k, P_ENTRIES);
+    list_bounds_of(k, P_CLASS, P_OFFSETS, h64, q_tiles, rel, begin, end, first);
+    return h64;
+}
+
+static void build_dq(bwd *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
     dq_state ds = {0};
-    ds.tile_pos0 = mul(k, add(k, param(k, P_FIRST_Q_TILE), rel), c32(k, k->s.BM));
-    ds.kslice = slice(k, P_KS, kvh64);
-    ds.vslice = slice(k, P_VS, kvh64);
-    ds.entries = param(k, P_ENTRIES);
     LLVMValueRef begin, end;
-    list_bounds(k, P_CLASS, P_OFFSETS, h64, q_tiles, rel, &begin, &end);
+    LLVMValueRef h64 = dq_cta(k, &ds, &begin, &end, NULL);
     LLVMValueRef acc[MAX_D / 8][4];
     new_acc(k, acc, "dq");
     ds.acc = acc;
@@ -739,19 +750,10 @@ static void dqds_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 
 static void build_dqds(bwd *k)
 {
-    s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    LLVMValueRef head32 = s2_nv_ctaid(cg, 'y');
-    LLVMValueRef h64 = LLVMBuildZExt(b, head32, cg->t_i64, "head");
-    LLVMValueRef kvh64 = LLVMBuildZExt(b, LLVMBuildUDiv(b, head32, c32(k, k->s.group), ""), cg->t_i64, "kv_head");
-    LLVMValueRef q_tiles = param(k, P_Q_TILES);
-    LLVMValueRef rel = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""), s2_nv_ctaid(cg, 'x'), "tile_rel");
     dq_state ds = {0};
-    ds.tile_pos0 = mul(k, add(k, param(k, P_FIRST_Q_TILE), rel), c32(k, k->s.BM));
-    ds.kslice = slice(k, P_KS, kvh64);
-    ds.entries = param(k, P_ENTRIES);
     LLVMValueRef begin, end, first;
-    list_bounds_of(k, P_CLASS, P_OFFSETS, h64, q_tiles, rel, &begin, &end, &first);
+    LLVMValueRef h64 = dq_cta(k, &ds, &begin, &end, &first);
     ds.ds_base = LLVMBuildSub(b, bwd_ds_slot_base(k, h64), sext64(k, first), "ds_base");
     LLVMValueRef acc[MAX_D / 8][4];
     new_acc(k, acc, "dq");
