@@ -758,7 +758,7 @@ static void build_dqds(bwd *k)
     LLVMValueRef acc[MAX_D / 8][4];
     new_acc(k, acc, "dq");
     ds.acc = acc;
-    pipeline(k, begin, end, k->s.dqs_stages, 0, k->s.dqs_stage_bytes, dq_prep, dqds_issue, bwd_wg_dqds_compute, &ds);
+    pipeline(k, begin, end, k->s.dqds_stages, 0, k->s.dqds_stage_bytes, dq_prep, dqds_issue, bwd_wg_dqds_compute, &ds);
     store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
     LLVMBuildRetVoid(b);
 }
@@ -1012,8 +1012,8 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->kv_ds_off = s->kv_stage0 + s->stages * s->kv_stage_bytes;
     /* NAME_dqds streams a K tile and a dS tile per entry and does one
      * product: a deeper ring than the recomputing kernels' */
-    s->dqs_stages = s2_bwd_dqds_stages();
-    s->dqs_stage_bytes = s->BN * rb + DS_TILE_BYTES;
+    s->dqds_stages = s2_bwd_dqds_stages();
+    s->dqds_stage_bytes = s->BN * rb + DS_TILE_BYTES;
 }
 
 int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
@@ -1024,8 +1024,8 @@ int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
     int kv = s.kv_stage0 + s.stages * s.kv_stage_bytes;
     if (s.ds) {
         kv = s.kv_ds_off + DS_TILE_BYTES;
-        int dqs = s.dqs_stages * s.dqs_stage_bytes;
-        dq = dq > dqs ? dq : dqs;
+        int dqds = s.dqds_stages * s.dqds_stage_bytes;
+        dq = dq > dqds ? dq : dqds;
     }
     return dq > kv ? dq : kv;
 }

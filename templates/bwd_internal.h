@@ -41,7 +41,7 @@ typedef struct bwd_shape {
     int dq_q_off, dq_do_off, dq_stage0, dq_stage_bytes;
     int kv_k_off, kv_v_off, kv_stage0, kv_stage_bytes, kv_lse_off;
     int kv_ds_off;               /* the dS tile on its way out (ds) */
-    int dqs_stages, dqs_stage_bytes;  /* NAME_dqds: K tile then dS tile per stage, from 0 */
+    int dqds_stages, dqds_stage_bytes;  /* NAME_dqds: K tile then dS tile per stage, from 0 */
 } bwd_shape;
 
 enum { DS_TILE = 64, DS_TILE_BYTES = DS_TILE * DS_TILE * 2 };
