@@ -521,16 +521,18 @@ static void load_entry(sm90 *k, LLVMValueRef e, entry_vals *ev)
 
 /* Token mask unless the entry is FULL (as templates/fwd.c): live sub-block
  * pair, c <= kv_len-1-kpos0 (zero-filled TMA rows past kv_len included) and,
- * causal, c <= qpos - kpos0.  Masked scores become -inf. */
-static void apply_mask(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef e)
+ * causal, c <= qpos - kpos0.  Masked scores become -inf.  ev: the entry's
+ * fields, loaded by the caller before its stage wait (their latency then
+ * passes under the wait and the S wgmma; bench/RESULTS.md run 25). */
+static void apply_mask(sm90 *k, LLVMValueRef sc[][4], const entry_vals *ev)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     const sm90_shape *s = &k->s;
     int NT = s->BN / 8;
     bool gat = s->gather > 1;
-    LLVMValueRef flags = entry_field(k, e, gat ? 16 : 4, cg->t_i32);
-    LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "full");
+    LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, ev->flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0),
+                                      "full");
     /* varlen: a FULL tile may run past a shorter sequence (never when causal,
      * fwd.c); bidirectional tiles of a sequence shorter than the schedule's
      * kv_len parameter are always masked (gathered tiles have no single kpos0) */
@@ -541,15 +543,13 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef e)
     LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
     LLVMBuildCondBr(b, full, join, mask_bb);
     LLVMPositionBuilderAtEnd(b, mask_bb);
-    entry_vals ev;
-    load_entry(k, e, &ev);
-    LLVMValueRef live = ev.live;
+    LLVMValueRef live = ev->live;
     /* key position of column 0 of each slot (one slot unless gathered), and
      * the slot's first column in the tile */
     int nslot = gat ? s->gather : 1, slot_cols = s->BN / nslot;
     LLVMValueRef kpos[4];
     for (int j = 0; j < nslot; j++) {
-        LLVMValueRef blk = ev.blk[j];
+        LLVMValueRef blk = ev->blk[j];
         kpos[j] = LLVMBuildSub(b, LLVMBuildMul(b, blk, c32(k, slot_cols), ""), c32(k, j * slot_cols), "kpos0");
     }
     LLVMValueRef masked[MAX_BN / 8][4];
@@ -696,13 +696,15 @@ static void consumer_loop(sm90 *k)
     s2_nv_if_begin(cg, &nonempty, LLVMBuildICmp(b, LLVMIntSLT, k->begin, k->end, ""), "work");
     /* prologue: entry begin */
     LLVMValueRef st0 = stage_of(k, k->it0);
+    entry_vals ev;
+    load_entry(k, k->begin, &ev);
     s2_nv_mbar_wait(cg, full_bar(k, st0), parity_of(k, k->it0));
     turn_wait(k);
     issue_scores(k, st0, sacc);
     turn_pass(k);
     s2_nv_wgmma_wait(cg, 0, sacc, ns);
     scores_from_acc(k, sacc, sc);
-    apply_mask(k, sc, k->begin);
+    apply_mask(k, sc, &ev);
     online_softmax(k, sc, alpha);
     pack_p(k, sc, pa);
 
@@ -724,6 +726,7 @@ static void consumer_loop(sm90 *k)
     LLVMValueRef i = add(k, k->it0, LLVMBuildSub(b, loop.iv, k->begin, "i"));
     LLVMValueRef stage = stage_of(k, i);
     LLVMValueRef prev = stage_of(k, LLVMBuildSub(b, i, c32(k, 1), ""));
+    load_entry(k, loop.iv, &ev);
     s2_nv_mbar_wait(cg, full_bar(k, stage), parity_of(k, i));
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
@@ -734,7 +737,7 @@ static void consumer_loop(sm90 *k)
     turn_pass(k);
     s2_nv_wgmma_wait(cg, 1, sacc, ns);
     scores_from_acc(k, sacc, sc);
-    apply_mask(k, sc, loop.iv);
+    apply_mask(k, sc, &ev);
     online_softmax(k, sc, alpha);
     if (s->pv_fence)
         fence_pv_wait(k);
