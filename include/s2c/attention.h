@@ -211,7 +211,7 @@ typedef enum s2_fwd_abi {
  *              of list x's header (rows >= kv_len untouched), summed over the
  *              query heads of kv head y in increasing order
  *   NAME_dq    grid (q_tiles, H, B), smem art->smem_bytes: dq of the tile, as the forward
- *              (or NAME_dqds, same grid, when ds is given)
+ *              (or NAME_dqds, same grid, smem s2_bwd_dqds_smem_bytes, when ds is given)
  * No atomics: every output element is summed by one thread in a fixed order,
  * so two runs give bitwise-identical results.  dq = scale·dS·K, dk =
  * scale·dSᵀ·Q, dv = Pᵀ·dO with P recomputed from lse2 (s2_ref_backward).

@@ -128,7 +128,8 @@ s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
  * (batch, q_len, kv_len).  Pass it as a->workspace_bytes.  *bytes is the
  * plain size when the kernel has no dS path (s2_bwd_ds_capable) or the
  * schedules do not pair up; *ds_path says which (may be NULL).  Builds
- * (and caches) the schedules of (q_len, kv_len), as a launch would. */
+ * (and caches) the schedules of (q_len, kv_len), as a launch would.  The
+ * dS tiles go at the first 256-byte boundary after the plain part. */
 s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len, int64_t kv_len,
                                      size_t *bytes, bool *ds_path);
 
