@@ -25,7 +25,8 @@ int s2_bwd_dqds_stages(void) { return 3; }
 
 int s2_bwd_dqds_smem_bytes(const s2_kernel_spec *spec)
 {
-    return s2_bwd_dqds_stages() * (spec->block_n * spec->head_dim * 2 + 64 * 64 * 2);
+    /* per stage: the K tile, then the dS tile */
+    return s2_bwd_dqds_stages() * (spec->block_n * spec->head_dim * 2 + S2_BWD_DS_TILE_BYTES);
 }
 
 void s2_ds_map_free(s2_ds_map *m)

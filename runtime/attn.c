@@ -992,8 +992,6 @@ size_t s2_attn_bwd_workspace_bytes(int batch, int heads, int64_t q_len)
     return 2 * align16((size_t)batch * (size_t)heads * (size_t)q_len * sizeof(float));
 }
 
-enum { DS_TILE_BYTES = 64 * 64 * 2 };
-
 /* Where the dS tiles start in the workspace, and the size that holds them
  * (0: slot s has no dS path). */
 static size_t ds_offset(int batch, int heads, int64_t q_len)
@@ -1005,7 +1003,7 @@ static size_t ds_workspace_bytes(const s2_attn_kernel *k, const sched_slot *s, i
 {
     if (!k->bwd_fn[3] || s->ds_tiles < 0)
         return 0;
-    return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)s->ds_tiles * DS_TILE_BYTES;
+    return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)s->ds_tiles * S2_BWD_DS_TILE_BYTES;
 }
 
 s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len, int64_t kv_len,

@@ -1,6 +1,6 @@
 /* The S2 block-sparse attention backward, FlashAttention-2 style, sm_80
  * instruction set (mma.sync m16n8k16, ldmatrix, cp.async; runs on sm_90).
- * Three kernels (four) in one module, all with the parameter list of
+ * Three kernels (four with NAME_dqds) in one module, all with the parameter list of
  * include/s2c/attention.h ("backward kernel ABI"):
  *
  *   NAME_pre   delta = rowsum(dO ∘ O) - dLSE and lse2 = LSE·log2 e (+inf for
@@ -1011,9 +1011,10 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->ds = s2_bwd_ds_capable(p, spec);
     s->kv_ds_off = s->kv_stage0 + s->stages * s->kv_stage_bytes;
     /* NAME_dqds streams a K tile and a dS tile per entry and does one
-     * product: a deeper ring than the recomputing kernels' */
+     * product: a deeper ring than the recomputing kernels', sized where the
+     * runtime reads its launch smem (s2_bwd_dqds_smem_bytes) */
     s->dqds_stages = s2_bwd_dqds_stages();
-    s->dqds_stage_bytes = s->BN * rb + DS_TILE_BYTES;
+    s->dqds_stage_bytes = s2_bwd_dqds_smem_bytes(spec) / s->dqds_stages;
 }
 
 int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)

@@ -4,6 +4,7 @@
 #define S2C_BWD_INTERNAL_H
 
 #include "cg_internal.h"
+#include "s2c/attention.h"
 
 /* Kernel parameters, in ABI order (shared by the three kernels). */
 enum {
@@ -44,7 +45,7 @@ typedef struct bwd_shape {
     int dqds_stages, dqds_stage_bytes;  /* NAME_dqds: K tile then dS tile per stage, from 0 */
 } bwd_shape;
 
-enum { DS_TILE = 64, DS_TILE_BYTES = DS_TILE * DS_TILE * 2 };
+enum { DS_TILE = 64, DS_TILE_BYTES = S2_BWD_DS_TILE_BYTES };
 
 typedef struct bwd {
     s2_cg *cg;

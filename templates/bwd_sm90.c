@@ -198,14 +198,6 @@ void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     acc_store(k, ds->acc, acc);
 }
 
-/* The thread's dSᵀ values (keys 16·warp + g (+8), queries 16j + 2t (+1)
- * (+8), packed as da[j]) go out query-major: stmatrix.trans writes the
- * 64 x 64 tile to shared memory as rows of 64 keys (128 bytes, 16-byte
- * chunk c at c ^ (q & 7): the 128-byte-swizzle K-major layout that
- * NAME_dqds hands to wgmma as its A operand), then the CTA copies the 8 KB
- * to the entry's slot in 16-byte pieces.  Called under the dK product; the
- * pipeline's barrier at the next entry orders the reads before the next
- * tile's writes. */
 LLVMValueRef bwd_ds_slot(bwd *k, const kv_state *ks, LLVMValueRef e)
 {
     LLVMBuilderRef b = k->b;
@@ -217,6 +209,14 @@ LLVMValueRef bwd_ds_slot(bwd *k, const kv_state *ks, LLVMValueRef e)
     return add(k, ks->ds_base, sext64(k, map));
 }
 
+/* The thread's dSᵀ values (keys 16·warp + g (+8), queries 16j + 2t (+1)
+ * (+8), packed as da[j]) go out query-major: stmatrix.trans writes the
+ * 64 x 64 tile to shared memory as rows of 64 keys (128 bytes, 16-byte
+ * chunk c at c ^ (q & 7): the 128-byte-swizzle K-major layout that
+ * NAME_dqds hands to wgmma as its A operand), then the CTA copies the 8 KB
+ * to the slot in 16-byte pieces.  Called under the dK product; the
+ * pipeline's barrier at the next entry orders the reads before the next
+ * tile's writes. */
 void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef slot, LLVMValueRef (*da)[4])
 {
     s2_cg *cg = k->cg;

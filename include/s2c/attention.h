@@ -75,6 +75,9 @@ typedef struct s2_kernel_spec {
  * S2_ERR_UNSUPPORTED names what does not fit. */
 s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p);
 
+/* One dS tile of the backward's dS workspace: 64 x 64 16-bit values. */
+enum { S2_BWD_DS_TILE_BYTES = 64 * 64 * 2 };
+
 /* Whether the backward module of a resolved spec holds NAME_dqds (dQ from
  * the dS tiles the dK/dV kernel writes, backward ABI 48..50): the wgmma
  * bodies, no gathered key tiles, block_m = block_n = 64, block_size >= 64. */
