@@ -652,12 +652,11 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
 
 /* ---- schedules ------------------------------------------------------------------ */
 
-/* The backward's transposed schedule: per key tile of block_m keys, the
- * query tiles visiting it. */
 static size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
 
-/* The transposed schedule (and, for a kernel with NAME_dqds, the dS map
- * pairing it with the forward schedule fwd / fg) in one buffer. */
+/* The backward's transposed schedule: per key tile of block_m keys, the
+ * query tiles visiting it; and, for a kernel with NAME_dqds, the dS map
+ * pairing it with the forward schedule fwd / fg, in the same buffer. */
 static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay,
                                    const s2_packed_schedule *fwd, const s2_tile_geom *fg, s2_devptr *buf,
                                    sched_slot *tr)
