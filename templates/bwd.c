@@ -192,11 +192,62 @@ static LLVMValueRef tile_row(bwd *k, LLVMValueRef pos0, bool query, LLVMValueRef
     return tile_row_at(k, pos0, NULL, query, r, trow);
 }
 
+static void load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride,
+                           LLVMValueRef dst, LLVMValueRef pos0, const slots *slot, bool query);
+
+/* A tile whose rows all exist (the common case): the thread's chunk and
+ * first row are fixed, each next copy is T / C rows further, so its address
+ * is one add away (no per-row checks, multiplies or zero-fill sizes). */
+static void load_tile_whole(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride,
+                            LLVMValueRef dst, LLVMValueRef trow0)
+{
+    LLVMBuilderRef b = k->b;
+    int C = k->s.chunks, T = k->s.threads, step = T / C;
+    LLVMValueRef r = LLVMBuildLShr(b, k->tid, c32(k, s2_log2i(C)), "");
+    LLVMValueRef ch = LLVMBuildAnd(b, k->tid, c32(k, C - 1), "");
+    LLVMValueRef off = add(k, slice, add(k, mul(k, sext64(k, add(k, trow0, r)), rstride),
+                                         LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), k->cg->t_i64, "")));
+    LLVMValueRef src = gep16(k, base, off);
+    LLVMValueRef inc = mul(k, rstride, c64(k, step));
+    for (int it = 0; it * step < rows; it++) {
+        if (it)
+            src = gep16(k, src, inc);
+        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, add(k, dst, tile_off(k, rows, add(k, r, c32(k, it * step)), ch))),
+                          src, c32(k, 16));
+    }
+}
+
 /* cp.async a [rows][D] tile of tensor `base` (slice = element offset of this
  * (b, h), rstride its seq stride) into shared `dst`; missing rows are
- * zero-filled and their source clamped to the slice start. */
+ * zero-filled and their source clamped to the slice start.  A tile whose
+ * rows all exist takes load_tile_whole: the per-row checks and multiplies
+ * were about a fifth of the dK/dV kernel's instructions per entry
+ * (bench/RESULTS.md run 30: dK/dV -5%, dQ -13%). */
 static void load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride, LLVMValueRef dst,
                       LLVMValueRef pos0, const slots *slot, bool query)
+{
+    int step = k->s.threads / k->s.chunks;
+    if (slot || k->s.threads % k->s.chunks || step % 8 || rows % step) {
+        load_tile_rows(k, rows, base, slice, rstride, dst, pos0, slot, query);
+        return;
+    }
+    /* rows [pos0, pos0 + rows) exist when lo <= pos0 and pos0 + rows <= kv_len (tile_row_at) */
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef lo = query ? k->q_start : c32(k, 0);
+    LLVMValueRef whole = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSGE, pos0, lo, ""),
+                                      LLVMBuildICmp(b, LLVMIntSLE, add(k, pos0, c32(k, rows)), k->kv_len, ""), "whole");
+    s2_nv_if w, p;
+    s2_nv_if_begin(k->cg, &w, whole, "tile_whole");
+    load_tile_whole(k, rows, base, slice, rstride, dst, LLVMBuildSub(b, pos0, lo, ""));
+    s2_nv_if_end(k->cg, &w);
+    s2_nv_if_begin(k->cg, &p, LLVMBuildNot(b, whole, ""), "tile_part");
+    load_tile_rows(k, rows, base, slice, rstride, dst, pos0, NULL, query);
+    s2_nv_if_end(k->cg, &p);
+}
+
+/* load_tile row by row: each row checked, missing ones zero-filled. */
+static void load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride,
+                           LLVMValueRef dst, LLVMValueRef pos0, const slots *slot, bool query)
 {
     LLVMBuilderRef b = k->b;
     int C = k->s.chunks, T = k->s.threads, total = rows * C;
