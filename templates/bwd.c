@@ -197,22 +197,29 @@ static void load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef sli
 
 /* A tile whose rows all exist (the common case): the thread's chunk and
  * first row are fixed, each next copy is T / C rows further, so its address
- * is one add away (no per-row checks, multiplies or zero-fill sizes). */
+ * is one add away (no per-row checks, multiplies or zero-fill sizes).
+ * trow0: the tensor row of tile row 0, or with slot, of each slot's row 0
+ * (slot->rows a multiple of T / C: a copy never straddles two slots). */
 static void load_tile_whole(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride,
-                            LLVMValueRef dst, LLVMValueRef trow0)
+                            LLVMValueRef dst, const LLVMValueRef *trow0, const slots *slot)
 {
     LLVMBuilderRef b = k->b;
-    int C = k->s.chunks, T = k->s.threads, step = T / C;
+    int C = k->s.chunks, T = k->s.threads, step = T / C, run = slot ? slot->rows : rows;
     LLVMValueRef r = LLVMBuildLShr(b, k->tid, c32(k, s2_log2i(C)), "");
     LLVMValueRef ch = LLVMBuildAnd(b, k->tid, c32(k, C - 1), "");
-    LLVMValueRef off = add(k, slice, add(k, mul(k, sext64(k, add(k, trow0, r)), rstride),
-                                         LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), k->cg->t_i64, "")));
-    LLVMValueRef src = gep16(k, base, off);
-    LLVMValueRef inc = mul(k, rstride, c64(k, step));
+    LLVMValueRef src = NULL, inc = NULL;
     for (int it = 0; it * step < rows; it++) {
-        if (it)
+        int row = it * step;
+        if (row % run == 0) {   /* a new run of rows (a slot): its first address */
+            LLVMValueRef off = add(k, slice, add(k, mul(k, sext64(k, add(k, trow0[row / run], r)), rstride),
+                                                 LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), k->cg->t_i64, "")));
+            src = gep16(k, base, off);
+            if (!inc)
+                inc = mul(k, rstride, c64(k, step));
+        } else {
             src = gep16(k, src, inc);
-        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, add(k, dst, tile_off(k, rows, add(k, r, c32(k, it * step)), ch))),
+        }
+        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, add(k, dst, tile_off(k, rows, add(k, r, c32(k, row)), ch))),
                           src, c32(k, 16));
     }
 }
@@ -227,21 +234,30 @@ static void load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, L
                       LLVMValueRef pos0, const slots *slot, bool query)
 {
     int step = k->s.threads / k->s.chunks;
-    if (slot || k->s.threads % k->s.chunks || step % 8 || rows % step) {
+    /* (a one-slot tile is the dK/dV kernel's resident one, loaded once: the
+     * fast path would only add code, and registers, there) */
+    if (k->s.threads % k->s.chunks || step % 8 || rows % step || (slot && (slot->n < 2 || slot->rows % step))) {
         load_tile_rows(k, rows, base, slice, rstride, dst, pos0, slot, query);
         return;
     }
-    /* rows [pos0, pos0 + rows) exist when lo <= pos0 and pos0 + rows <= kv_len (tile_row_at) */
+    /* rows [p, p + n) exist when lo <= p and p + n <= kv_len (tile_row_at),
+     * for the tile or for each of its slots */
     LLVMBuilderRef b = k->b;
-    LLVMValueRef lo = query ? k->q_start : c32(k, 0);
-    LLVMValueRef whole = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSGE, pos0, lo, ""),
-                                      LLVMBuildICmp(b, LLVMIntSLE, add(k, pos0, c32(k, rows)), k->kv_len, ""), "whole");
+    LLVMValueRef lo = query ? k->q_start : c32(k, 0), whole = NULL, trow0[4];
+    int runs = slot ? slot->n : 1, run = slot ? slot->rows : rows;
+    for (int j = 0; j < runs; j++) {
+        LLVMValueRef p = slot ? slot->pos[j] : pos0;
+        LLVMValueRef ok = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSGE, p, lo, ""),
+                                       LLVMBuildICmp(b, LLVMIntSLE, add(k, p, c32(k, run)), k->kv_len, ""), "");
+        whole = whole ? LLVMBuildAnd(b, whole, ok, "") : ok;
+        trow0[j] = LLVMBuildSub(b, p, lo, "");
+    }
     s2_nv_if w, p;
     s2_nv_if_begin(k->cg, &w, whole, "tile_whole");
-    load_tile_whole(k, rows, base, slice, rstride, dst, LLVMBuildSub(b, pos0, lo, ""));
+    load_tile_whole(k, rows, base, slice, rstride, dst, trow0, slot);
     s2_nv_if_end(k->cg, &w);
     s2_nv_if_begin(k->cg, &p, LLVMBuildNot(b, whole, ""), "tile_part");
-    load_tile_rows(k, rows, base, slice, rstride, dst, pos0, NULL, query);
+    load_tile_rows(k, rows, base, slice, rstride, dst, pos0, slot, query);
     s2_nv_if_end(k->cg, &p);
 }
 
