@@ -234,9 +234,7 @@ static void load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, L
                       LLVMValueRef pos0, const slots *slot, bool query)
 {
     int step = k->s.threads / k->s.chunks;
-    /* (a one-slot tile is the dK/dV kernel's resident one, loaded once: the
-     * fast path would only add code, and registers, there) */
-    if (k->s.threads % k->s.chunks || step % 8 || rows % step || (slot && (slot->n < 2 || slot->rows % step))) {
+    if (k->s.threads % k->s.chunks || step % 8 || rows % step || (slot && slot->rows % step)) {
         load_tile_rows(k, rows, base, slice, rstride, dst, pos0, slot, query);
         return;
     }
@@ -771,9 +769,9 @@ static void build_dq(bwd *k)
     ds.acc = acc;
 
     /* Q and dO of the tile: one group, older than the ring's */
-    load_tile(k, k->s.BM, param(k, P_Q), slice(k, P_QS, h64), param(k, P_QS + 1), c32(k, k->s.dq_q_off), ds.tile_pos0,
+    load_tile_rows(k, k->s.BM, param(k, P_Q), slice(k, P_QS, h64), param(k, P_QS + 1), c32(k, k->s.dq_q_off), ds.tile_pos0,
               NULL, true);
-    load_tile(k, k->s.BM, param(k, P_DO), slice(k, P_DOS, h64), param(k, P_DOS + 1), c32(k, k->s.dq_do_off), ds.tile_pos0,
+    load_tile_rows(k, k->s.BM, param(k, P_DO), slice(k, P_DOS, h64), param(k, P_DOS + 1), c32(k, k->s.dq_do_off), ds.tile_pos0,
               NULL, true);
     s2_nv_cp_async_commit(cg);
     /* the thread's two rows' lse2 and delta (0 for rows that do not exist:
@@ -853,8 +851,12 @@ static void kv_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     LLVMValueRef qpos0 = ks->prepped ? ks->pre_qpos
                                      : mul(k, bwd_entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
     ks->prepped = false;
-    load_tile(k, k->s.BM, param(k, P_Q), ks->qslice, param(k, P_QS + 1), soff, qpos0, NULL, true);
-    load_tile(k, k->s.BM, param(k, P_DO), ks->doslice, param(k, P_DOS + 1), add(k, soff, c32(k, tb)), qpos0, NULL, true);
+    /* (the query heads' loop of a GQA kernel leaves no registers for the
+     * whole-tile path: it spilled there) */
+    void (*load)(bwd *, int, LLVMValueRef, LLVMValueRef, LLVMValueRef, LLVMValueRef, LLVMValueRef, const slots *,
+                 bool) = k->s.group > 1 ? load_tile_rows : load_tile;
+    load(k, k->s.BM, param(k, P_Q), ks->qslice, param(k, P_QS + 1), soff, qpos0, NULL, true);
+    load(k, k->s.BM, param(k, P_DO), ks->doslice, param(k, P_DOS + 1), add(k, soff, c32(k, tb)), qpos0, NULL, true);
     load_row_stats(k, qpos0, ks->rowbase, add(k, soff, c32(k, k->s.kv_lse_off)));
 }
 
@@ -990,9 +992,9 @@ static void build_dkdv(bwd *k)
                                                         c32(k, s->t_sub_n_log2), ""), cg->t_i64, "");
     }
     /* K and V of the tile, once */
-    load_tile(k, s->KB, param(k, P_K), slice(k, P_KS, kvh64), param(k, P_KS + 1), c32(k, s->kv_k_off), ks.kpos0, slot,
+    load_tile_rows(k, s->KB, param(k, P_K), slice(k, P_KS, kvh64), param(k, P_KS + 1), c32(k, s->kv_k_off), ks.kpos0, slot,
               false);
-    load_tile(k, s->KB, param(k, P_V), slice(k, P_VS, kvh64), param(k, P_VS + 1), c32(k, s->kv_v_off), ks.kpos0, slot,
+    load_tile_rows(k, s->KB, param(k, P_V), slice(k, P_VS, kvh64), param(k, P_VS + 1), c32(k, s->kv_v_off), ks.kpos0, slot,
               false);
     s2_nv_cp_async_commit(cg);
 
