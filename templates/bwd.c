@@ -475,21 +475,54 @@ static void prefetch(bwd *k, LLVMValueRef e, LLVMValueRef end, LLVMValueRef stag
  * it.  Groups committed before stay older than the ring's, so they are
  * complete at the first wait.  Ends with every copy landed and a barrier, so
  * shared memory may be reused after it. */
+/* The refill entry e + d, or begin past the end (a valid entry: nothing is
+ * issued for it then). */
+static LLVMValueRef refill_entry(bwd *k, LLVMValueRef e, int d, LLVMValueRef begin, LLVMValueRef end)
+{
+    LLVMValueRef en = add(k, e, c32(k, d));
+    return LLVMBuildSelect(k->b, LLVMBuildICmp(k->b, LLVMIntSLT, en, end, ""), en, begin, "");
+}
+
 static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage0, int stage_bytes, prep_fn prep,
-                     entry_fn issue, entry_fn compute, void *user)
+                     take_fn take, entry_fn issue, entry_fn compute, void *user)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     for (int st = 0; st < S - 1; st++)
         prefetch(k, add(k, begin, c32(k, st)), end, c32(k, st), stage0, stage_bytes, issue, user);
+    /* What the refills issue needs is loaded one iteration ahead: loaded in
+     * the refill's own iteration, ptxas placed the load after the ring's
+     * barrier, right before its use (warp-stall sampling, bench/RESULTS.md
+     * run 34).  The first refill's, before the loop (non-empty lists only:
+     * an empty list's begin may be past the array). */
+    prep_vals first = {{0}, 0};
+    if (prep) {
+        LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
+        s2_nv_if some;
+        s2_nv_if_begin(cg, &some, LLVMBuildICmp(b, LLVMIntSLT, begin, end, ""), "prep0");
+        prep_vals v;
+        prep(k, refill_entry(k, begin, S - 1, begin, end), &v, user);
+        LLVMBasicBlockRef then_end = LLVMGetInsertBlock(b);
+        s2_nv_if_end(cg, &some);
+        first.n = v.n;
+        for (int j = 0; j < v.n; j++) {
+            first.v[j] = LLVMBuildPhi(b, LLVMTypeOf(v.v[j]), "prep");
+            LLVMValueRef in[2] = {LLVMGetUndef(LLVMTypeOf(v.v[j])), v.v[j]};
+            LLVMBasicBlockRef bbs[2] = {from, then_end};
+            LLVMAddIncoming(first.v[j], in, bbs, 2);
+        }
+    }
     s2_nv_loop loop;
-    s2_nv_loop_begin(cg, &loop, "ent", begin, end, c32(k, 1), NULL, 0);
+    s2_nv_loop_begin(cg, &loop, "ent", begin, end, c32(k, 1), first.v, (unsigned)first.n);
     LLVMValueRef e = loop.iv;
     LLVMValueRef i = LLVMBuildSub(b, e, begin, "i");
+    prep_vals next = {{0}, 0};
     if (prep) {
-        /* the refill's entry (a valid one past the end: nothing is issued then) */
-        LLVMValueRef en = add(k, e, c32(k, S - 1));
-        prep(k, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, en, end, ""), en, begin, ""), user);
+        prep_vals cur = {{0}, first.n};
+        for (int j = 0; j < first.n; j++)
+            cur.v[j] = loop.carried[j];
+        take(k, &cur, user);
+        prep(k, refill_entry(k, e, S, begin, end), &next, user);
     }
     if (S > 1) {
         /* one barrier per entry: it publishes stage i and tells that every
@@ -511,7 +544,7 @@ static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int st
     compute(k, e, soff, user);
     if (S == 1)
         s2_nv_barrier_cta(cg);
-    s2_nv_loop_end(cg, &loop, NULL);
+    s2_nv_loop_end(cg, &loop, prep ? next.v : NULL);
     s2_nv_cp_async_wait(cg, 0);
     s2_nv_barrier_cta(cg);
 }
@@ -692,10 +725,28 @@ void bwd_dq_entry(bwd *k, dq_state *ds, LLVMValueRef e, LLVMValueRef *flags, LLV
         *live = bwd_entry_field(k, ds->entries, e, 8, cg->t_i64);
 }
 
-static void dq_prep(bwd *k, LLVMValueRef e, void *user)
+static void dq_prep(bwd *k, LLVMValueRef e, prep_vals *out, void *user)
 {
     dq_state *ds = user;
+    dq_state keep = *ds;   /* the current entry's fields stay */
     bwd_dq_entry(k, ds, e, NULL, NULL);
+    bool gat = k->s.gather > 1;
+    out->n = gat ? k->s.gather : 1;
+    for (int j = 0; j < out->n; j++)
+        out->v[j] = gat ? ds->slot[j] : ds->kpos0;
+    *ds = keep;
+}
+
+static void dq_take(bwd *k, const prep_vals *in, void *user)
+{
+    dq_state *ds = user;
+    if (k->s.gather > 1) {
+        for (int j = 0; j < in->n; j++)
+            ds->slot[j] = in->v[j];
+        ds->kpos0 = NULL;
+    } else {
+        ds->kpos0 = in->v[0];
+    }
     ds->prepped = true;
 }
 
@@ -785,7 +836,8 @@ static void build_dq(bwd *k)
         ds.lse2[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_LSE2), idx, 4), cf(k, 0.0), "");
         ds.delta[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_DELTA), idx, 4), cf(k, 0.0), "");
     }
-    pipeline(k, begin, end, k->s.stages, k->s.dq_stage0, k->s.dq_stage_bytes, dq_prep, dq_issue, k->s.wg ? bwd_wg_dq_compute : dq_compute,
+    pipeline(k, begin, end, k->s.stages, k->s.dq_stage0, k->s.dq_stage_bytes, dq_prep, dq_take, dq_issue,
+             k->s.wg ? bwd_wg_dq_compute : dq_compute,
              &ds);
     store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
     LLVMBuildRetVoid(b);
@@ -823,7 +875,8 @@ static void build_dqds(bwd *k)
     LLVMValueRef acc[MAX_D / 8][4];
     new_acc(k, acc, "dq");
     ds.acc = acc;
-    pipeline(k, begin, end, k->s.dqds_stages, 0, k->s.dqds_stage_bytes, dq_prep, dqds_issue, bwd_wg_dqds_compute, &ds);
+    pipeline(k, begin, end, k->s.dqds_stages, 0, k->s.dqds_stage_bytes, dq_prep, dq_take, dqds_issue,
+             bwd_wg_dqds_compute, &ds);
     store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
     LLVMBuildRetVoid(b);
 }
@@ -836,10 +889,18 @@ static void build_dqds(bwd *k)
  * read each query tile at about the same time, from L2. */
 LLVMValueRef bwd_kv_entry(bwd *k, const kv_state *ks, LLVMValueRef e) { return LLVMBuildSub(k->b, ks->rev, e, "e_rev"); }
 
-static void kv_prep(bwd *k, LLVMValueRef e, void *user)
+static void kv_prep(bwd *k, LLVMValueRef e, prep_vals *out, void *user)
 {
     kv_state *ks = user;
-    ks->pre_qpos = mul(k, bwd_entry_field(k, ks->entries, bwd_kv_entry(k, ks, e), 0, k->cg->t_i32), c32(k, k->s.BM));
+    out->n = 1;
+    out->v[0] = mul(k, bwd_entry_field(k, ks->entries, bwd_kv_entry(k, ks, e), 0, k->cg->t_i32), c32(k, k->s.BM));
+}
+
+static void kv_take(bwd *k, const prep_vals *in, void *user)
+{
+    (void)k;
+    kv_state *ks = user;
+    ks->pre_qpos = in->v[0];
     ks->prepped = true;
 }
 
@@ -1023,7 +1084,8 @@ static void build_dkdv(bwd *k)
         LLVMBasicBlockRef bbs[2] = {from, then_end};
         LLVMAddIncoming(ks.ds_base, vals, bbs, 2);
     }
-    pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, kv_prep, kv_issue, s->wg ? bwd_wg_kv_compute : kv_compute, &ks);
+    pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, kv_prep, kv_take, kv_issue,
+             s->wg ? bwd_wg_kv_compute : kv_compute, &ks);
     s2_nv_loop_end(cg, &heads, NULL);
 
     s2_nv_cp_async_wait(cg, 0);

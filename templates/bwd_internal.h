@@ -78,9 +78,15 @@ typedef struct mask_geom {
 typedef void (*stat_fn)(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
 
 typedef void (*entry_fn)(bwd *k, LLVMValueRef e, LLVMValueRef stage_off, void *user);
-/* Loads what issuing entry e needs (its tile) ahead of the ring's wait and
- * barrier, so that their latency is not paid after them. */
-typedef void (*prep_fn)(bwd *k, LLVMValueRef e, void *user);
+/* What issuing an entry needs (its tile's position, or its slots'),
+ * loaded one ring iteration ahead by prep_fn and carried through the
+ * pipeline's loop; take_fn hands them to the next issue. */
+typedef struct prep_vals {
+    LLVMValueRef v[4];
+    int n;
+} prep_vals;
+typedef void (*prep_fn)(bwd *k, LLVMValueRef e, prep_vals *out, void *user);
+typedef void (*take_fn)(bwd *k, const prep_vals *in, void *user);
 
 /* The dS workspace's tile slot of entry 0 of head h's class for this batch
  * element: batch · head_base[H] + head_base[h] (s2_ds_map). */
@@ -93,7 +99,7 @@ typedef struct dq_state {
     LLVMValueRef lse2[2], delta[2];
     LLVMValueRef (*acc)[4];
     LLVMValueRef ds_base;                             /* NAME_dqds: i64 tile slot of forward entry 0 */
-    bool prepped;                                     /* kpos0 / slot hold the next issue's (prep_fn) */
+    bool prepped;                                     /* kpos0 / slot hold the next issue's (take_fn) */
 } dq_state;
 
 typedef struct kv_state {
@@ -107,7 +113,7 @@ typedef struct kv_state {
     LLVMValueRef stats;                               /* shared offset of lse2/delta of the stage in use */
     LLVMValueRef ds_on;                               /* i1: the dS workspace is given */
     LLVMValueRef ds_base;                             /* i64: its dS slot base (bwd_ds_slot_base; 0 when off) */
-    LLVMValueRef pre_qpos;                            /* the next issue's query position (prep_fn) */
+    LLVMValueRef pre_qpos;                            /* the next issue's query position (take_fn) */
     bool prepped;
     int chunk0;
 } kv_state;
