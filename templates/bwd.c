@@ -461,20 +461,23 @@ void bwd_probs_and_ds(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int nt
 
 /* ---- the cp.async ring (§2.1): one group per entry ---- */
 
-static void prefetch(bwd *k, LLVMValueRef e, LLVMValueRef end, LLVMValueRef stage, int stage0, int stage_bytes,
-                     entry_fn issue, void *user)
+/* Copies entry e (when e < end) into `stage`; with `own`, its issue values
+ * are loaded here (the prologue's), else they were taken before. */
+static void prefetch(bwd *k, const ring_fns *f, LLVMValueRef e, LLVMValueRef end, LLVMValueRef stage, int stage0,
+                     int stage_bytes, bool own, void *user)
 {
     s2_nv_if blk;
     s2_nv_if_begin(k->cg, &blk, LLVMBuildICmp(k->b, LLVMIntSLT, e, end, ""), "prefetch");
-    issue(k, e, add(k, c32(k, stage0), mul(k, stage, c32(k, stage_bytes))), user);
+    if (own) {
+        prep_vals v;
+        f->prep(k, e, &v, user);
+        f->take(k, &v, user);
+    }
+    f->issue(k, e, add(k, c32(k, stage0), mul(k, stage, c32(k, stage_bytes))), user);
     s2_nv_if_end(k->cg, &blk);
     s2_nv_cp_async_commit(k->cg);
 }
 
-/* Entries [begin, end): issue() copies entry e into a stage, compute() uses
- * it.  Groups committed before stay older than the ring's, so they are
- * complete at the first wait.  Ends with every copy landed and a barrier, so
- * shared memory may be reused after it. */
 /* The refill entry e + d, or begin past the end (a valid entry: nothing is
  * issued for it then). */
 static LLVMValueRef refill_entry(bwd *k, LLVMValueRef e, int d, LLVMValueRef begin, LLVMValueRef end)
@@ -483,47 +486,46 @@ static LLVMValueRef refill_entry(bwd *k, LLVMValueRef e, int d, LLVMValueRef beg
     return LLVMBuildSelect(k->b, LLVMBuildICmp(k->b, LLVMIntSLT, en, end, ""), en, begin, "");
 }
 
-static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage0, int stage_bytes, prep_fn prep,
-                     take_fn take, entry_fn issue, entry_fn compute, void *user)
+/* Entries [begin, end) through an S-stage ring (ring_fns): issue() copies
+ * entry e into a stage, compute() uses it.  Groups committed before stay
+ * older than the ring's, so they are complete at the first wait.  Ends with
+ * every copy landed and a barrier, so shared memory may be reused after it. */
+static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage0, int stage_bytes,
+                     const ring_fns *f, void *user)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     for (int st = 0; st < S - 1; st++)
-        prefetch(k, add(k, begin, c32(k, st)), end, c32(k, st), stage0, stage_bytes, issue, user);
-    /* What the refills issue needs is loaded one iteration ahead: loaded in
-     * the refill's own iteration, ptxas placed the load after the ring's
-     * barrier, right before its use (warp-stall sampling, bench/RESULTS.md
-     * run 34).  The first refill's, before the loop (non-empty lists only:
-     * an empty list's begin may be past the array). */
-    prep_vals first = {{0}, 0};
-    if (prep) {
-        LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
-        s2_nv_if some;
-        s2_nv_if_begin(cg, &some, LLVMBuildICmp(b, LLVMIntSLT, begin, end, ""), "prep0");
-        prep_vals v;
-        prep(k, refill_entry(k, begin, S - 1, begin, end), &v, user);
-        LLVMBasicBlockRef then_end = LLVMGetInsertBlock(b);
-        s2_nv_if_end(cg, &some);
-        first.n = v.n;
-        for (int j = 0; j < v.n; j++) {
-            first.v[j] = LLVMBuildPhi(b, LLVMTypeOf(v.v[j]), "prep");
-            LLVMValueRef in[2] = {LLVMGetUndef(LLVMTypeOf(v.v[j])), v.v[j]};
-            LLVMBasicBlockRef bbs[2] = {from, then_end};
-            LLVMAddIncoming(first.v[j], in, bbs, 2);
-        }
+        prefetch(k, f, add(k, begin, c32(k, st)), end, c32(k, st), stage0, stage_bytes, true, user);
+    /* What a refill's issue needs is loaded one iteration ahead and carried:
+     * loaded in the refill's own iteration, ptxas placed the load after the
+     * ring's barrier, right before its use (warp-stall sampling,
+     * bench/RESULTS.md run 34).  The first refill's, before the loop
+     * (non-empty lists only: an empty list's begin may be past the array). */
+    prep_vals first;
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
+    s2_nv_if some;
+    s2_nv_if_begin(cg, &some, LLVMBuildICmp(b, LLVMIntSLT, begin, end, ""), "prep0");
+    prep_vals v;
+    f->prep(k, refill_entry(k, begin, S - 1, begin, end), &v, user);
+    LLVMBasicBlockRef then_end = LLVMGetInsertBlock(b);
+    s2_nv_if_end(cg, &some);
+    first.n = v.n;
+    for (int j = 0; j < v.n; j++) {
+        first.v[j] = LLVMBuildPhi(b, LLVMTypeOf(v.v[j]), "prep");
+        LLVMValueRef in[2] = {LLVMGetUndef(LLVMTypeOf(v.v[j])), v.v[j]};
+        LLVMBasicBlockRef bbs[2] = {from, then_end};
+        LLVMAddIncoming(first.v[j], in, bbs, 2);
     }
     s2_nv_loop loop;
     s2_nv_loop_begin(cg, &loop, "ent", begin, end, c32(k, 1), first.v, (unsigned)first.n);
     LLVMValueRef e = loop.iv;
     LLVMValueRef i = LLVMBuildSub(b, e, begin, "i");
-    prep_vals next = {{0}, 0};
-    if (prep) {
-        prep_vals cur = {{0}, first.n};
-        for (int j = 0; j < first.n; j++)
-            cur.v[j] = loop.carried[j];
-        take(k, &cur, user);
-        prep(k, refill_entry(k, e, S, begin, end), &next, user);
-    }
+    prep_vals cur = {{0}, first.n}, next;
+    for (int j = 0; j < first.n; j++)
+        cur.v[j] = loop.carried[j];
+    f->take(k, &cur, user);
+    f->prep(k, refill_entry(k, e, S, begin, end), &next, user);
     if (S > 1) {
         /* one barrier per entry: it publishes stage i and tells that every
          * warp is done with entry i-1, whose stage the prefetch refills */
@@ -531,20 +533,20 @@ static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int st
         if (k->s.wg)
             s2_nv_fence_proxy_async(cg);   /* the copies are read by wgmma (async proxy) */
         s2_nv_barrier_cta(cg);
-        prefetch(k, add(k, e, c32(k, S - 1)), end, LLVMBuildURem(b, add(k, i, c32(k, S - 1)), c32(k, S), ""),
-                 stage0, stage_bytes, issue, user);
+        prefetch(k, f, add(k, e, c32(k, S - 1)), end, LLVMBuildURem(b, add(k, i, c32(k, S - 1)), c32(k, S), ""),
+                 stage0, stage_bytes, false, user);
     } else {
-        prefetch(k, e, end, c32(k, 0), stage0, stage_bytes, issue, user);
+        prefetch(k, f, e, end, c32(k, 0), stage0, stage_bytes, false, user);
         s2_nv_cp_async_wait(cg, 0);
         if (k->s.wg)
             s2_nv_fence_proxy_async(cg);
         s2_nv_barrier_cta(cg);
     }
     LLVMValueRef soff = add(k, c32(k, stage0), mul(k, LLVMBuildURem(b, i, c32(k, S), ""), c32(k, stage_bytes)));
-    compute(k, e, soff, user);
+    f->compute(k, e, soff, user);
     if (S == 1)
         s2_nv_barrier_cta(cg);
-    s2_nv_loop_end(cg, &loop, prep ? next.v : NULL);
+    s2_nv_loop_end(cg, &loop, next.v);
     s2_nv_cp_async_wait(cg, 0);
     s2_nv_barrier_cta(cg);
 }
@@ -747,15 +749,12 @@ static void dq_take(bwd *k, const prep_vals *in, void *user)
     } else {
         ds->kpos0 = in->v[0];
     }
-    ds->prepped = true;
 }
 
 static void dq_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
+    (void)e;   /* its key tile: dq_take's */
     dq_state *ds = user;
-    if (!ds->prepped)
-        bwd_dq_entry(k, ds, e, NULL, NULL);
-    ds->prepped = false;
     slots sl = {ds->slot, k->s.gather, k->s.gbs};
     const slots *slot = k->s.gather > 1 ? &sl : NULL;
     load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, ds->kpos0, slot, false);
@@ -836,9 +835,8 @@ static void build_dq(bwd *k)
         ds.lse2[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_LSE2), idx, 4), cf(k, 0.0), "");
         ds.delta[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_DELTA), idx, 4), cf(k, 0.0), "");
     }
-    pipeline(k, begin, end, k->s.stages, k->s.dq_stage0, k->s.dq_stage_bytes, dq_prep, dq_take, dq_issue,
-             k->s.wg ? bwd_wg_dq_compute : dq_compute,
-             &ds);
+    ring_fns f = {dq_prep, dq_take, dq_issue, k->s.wg ? bwd_wg_dq_compute : dq_compute};
+    pipeline(k, begin, end, k->s.stages, k->s.dq_stage0, k->s.dq_stage_bytes, &f, &ds);
     store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
     LLVMBuildRetVoid(b);
 }
@@ -849,9 +847,6 @@ static void dqds_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     dq_state *ds = user;
     LLVMBuilderRef b = k->b;
-    if (!ds->prepped)
-        bwd_dq_entry(k, ds, e, NULL, NULL);
-    ds->prepped = false;
     load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, ds->kpos0, NULL, false);
     /* the dS tile: a plain copy (it is stored in the layout the wgmma reads) */
     LLVMValueRef src = mul(k, add(k, ds->ds_base, sext64(k, e)), c64(k, DS_TILE_BYTES));
@@ -875,8 +870,8 @@ static void build_dqds(bwd *k)
     LLVMValueRef acc[MAX_D / 8][4];
     new_acc(k, acc, "dq");
     ds.acc = acc;
-    pipeline(k, begin, end, k->s.dqds_stages, 0, k->s.dqds_stage_bytes, dq_prep, dq_take, dqds_issue,
-             bwd_wg_dqds_compute, &ds);
+    ring_fns f = {dq_prep, dq_take, dqds_issue, bwd_wg_dqds_compute};
+    pipeline(k, begin, end, k->s.dqds_stages, 0, k->s.dqds_stage_bytes, &f, &ds);
     store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
     LLVMBuildRetVoid(b);
 }
@@ -901,7 +896,6 @@ static void kv_take(bwd *k, const prep_vals *in, void *user)
     (void)k;
     kv_state *ks = user;
     ks->pre_qpos = in->v[0];
-    ks->prepped = true;
 }
 
 static void kv_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
@@ -909,15 +903,12 @@ static void kv_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     kv_state *ks = user;
     e = bwd_kv_entry(k, ks, e);
     int tb = k->s.BM * k->s.row_bytes;
-    LLVMValueRef qpos0 = ks->prepped ? ks->pre_qpos
-                                     : mul(k, bwd_entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
-    ks->prepped = false;
+    LLVMValueRef qpos0 = ks->pre_qpos;   /* kv_take's */
     /* (the query heads' loop of a GQA kernel leaves no registers for the
      * whole-tile path: it spilled there) */
-    void (*load)(bwd *, int, LLVMValueRef, LLVMValueRef, LLVMValueRef, LLVMValueRef, LLVMValueRef, const slots *,
-                 bool) = k->s.group > 1 ? load_tile_rows : load_tile;
-    load(k, k->s.BM, param(k, P_Q), ks->qslice, param(k, P_QS + 1), soff, qpos0, NULL, true);
-    load(k, k->s.BM, param(k, P_DO), ks->doslice, param(k, P_DOS + 1), add(k, soff, c32(k, tb)), qpos0, NULL, true);
+    bool whole = k->s.group == 1;
+    (whole ? load_tile : load_tile_rows)(k, k->s.BM, param(k, P_Q), ks->qslice, param(k, P_QS + 1), soff, qpos0, NULL, true);
+    (whole ? load_tile : load_tile_rows)(k, k->s.BM, param(k, P_DO), ks->doslice, param(k, P_DOS + 1), add(k, soff, c32(k, tb)), qpos0, NULL, true);
     load_row_stats(k, qpos0, ks->rowbase, add(k, soff, c32(k, k->s.kv_lse_off)));
 }
 
@@ -1084,8 +1075,8 @@ static void build_dkdv(bwd *k)
         LLVMBasicBlockRef bbs[2] = {from, then_end};
         LLVMAddIncoming(ks.ds_base, vals, bbs, 2);
     }
-    pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, kv_prep, kv_take, kv_issue,
-             s->wg ? bwd_wg_kv_compute : kv_compute, &ks);
+    ring_fns f = {kv_prep, kv_take, kv_issue, s->wg ? bwd_wg_kv_compute : kv_compute};
+    pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, &f, &ks);
     s2_nv_loop_end(cg, &heads, NULL);
 
     s2_nv_cp_async_wait(cg, 0);

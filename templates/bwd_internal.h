@@ -87,6 +87,13 @@ typedef struct prep_vals {
 } prep_vals;
 typedef void (*prep_fn)(bwd *k, LLVMValueRef e, prep_vals *out, void *user);
 typedef void (*take_fn)(bwd *k, const prep_vals *in, void *user);
+/* A kernel's ring (templates/bwd.c pipeline): issue() copies an entry with
+ * the values take() handed it, compute() uses the entry's stage. */
+typedef struct ring_fns {
+    prep_fn prep;
+    take_fn take;
+    entry_fn issue, compute;
+} ring_fns;
 
 /* The dS workspace's tile slot of entry 0 of head h's class for this batch
  * element: batch · head_base[H] + head_base[h] (s2_ds_map). */
@@ -99,7 +106,6 @@ typedef struct dq_state {
     LLVMValueRef lse2[2], delta[2];
     LLVMValueRef (*acc)[4];
     LLVMValueRef ds_base;                             /* NAME_dqds: i64 tile slot of forward entry 0 */
-    bool prepped;                                     /* kpos0 / slot hold the next issue's (take_fn) */
 } dq_state;
 
 typedef struct kv_state {
@@ -114,7 +120,6 @@ typedef struct kv_state {
     LLVMValueRef ds_on;                               /* i1: the dS workspace is given */
     LLVMValueRef ds_base;                             /* i64: its dS slot base (bwd_ds_slot_base; 0 when off) */
     LLVMValueRef pre_qpos;                            /* the next issue's query position (take_fn) */
-    bool prepped;
     int chunk0;
 } kv_state;
 

@@ -93,13 +93,18 @@ static LLVMValueRef q_bar(sm90 *k) { return bar_addr(k, 2 * k->s.stages, NULL); 
 /* persistent: the consumers are done with Q (arrive after an item's last wgmma) */
 static LLVMValueRef q_empty_bar(sm90 *k) { return bar_addr(k, 2 * k->s.stages + 1, NULL); }
 
-static LLVMValueRef entry_field(sm90 *k, LLVMValueRef e, int field_off, LLVMTypeRef ty)
+/* Address of the field at byte field_off of entry e of the list. */
+static LLVMValueRef entry_ptr(sm90 *k, LLVMValueRef e, int field_off)
 {
     LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
     LLVMValueRef off = LLVMBuildAdd(k->b, LLVMBuildMul(k->b, sext64(k, e), c64(k, k->s.entry_bytes), ""),
                                     c64(k, field_off), "");
-    LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, i8, k->entries, &off, 1, "");
-    LLVMValueRef v = LLVMBuildLoad2(k->b, ty, p, "");
+    return LLVMBuildInBoundsGEP2(k->b, i8, k->entries, &off, 1, "");
+}
+
+static LLVMValueRef entry_field(sm90 *k, LLVMValueRef e, int field_off, LLVMTypeRef ty)
+{
+    LLVMValueRef v = LLVMBuildLoad2(k->b, ty, entry_ptr(k, e, field_off), "");
     LLVMSetAlignment(v, ty == k->cg->t_i64 ? 8 : 4);
     return v;
 }
@@ -108,11 +113,7 @@ static LLVMValueRef entry_field(sm90 *k, LLVMValueRef e, int field_off, LLVMType
  * valid address: the entries array may be empty), ignored by the caller. */
 static LLVMValueRef entry_field_if(sm90 *k, LLVMValueRef e, LLVMValueRef ok, int field_off)
 {
-    LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
-    LLVMValueRef off = LLVMBuildAdd(k->b, LLVMBuildMul(k->b, sext64(k, e), c64(k, k->s.entry_bytes), ""),
-                                    c64(k, field_off), "");
-    LLVMValueRef p = LLVMBuildSelect(k->b, ok, LLVMBuildInBoundsGEP2(k->b, i8, k->entries, &off, 1, ""),
-                                     param(k, P_OFFSETS), "");
+    LLVMValueRef p = LLVMBuildSelect(k->b, ok, entry_ptr(k, e, field_off), param(k, P_OFFSETS), "");
     LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_i32, p, "blk");
     LLVMSetAlignment(v, 4);
     return v;
