@@ -42,6 +42,7 @@ static const char usage_text[] =
     "      --emit cubin|c|ptx|ll   what to write (default: cubin); c writes DIR/NAME.h and DIR/NAME.c,\n"
     "                              NAME = OUT's file name without extension as a C identifier\n"
     "      --block-m N --block-n N --num-warps N --num-stages N\n"
+    "      --kv-gather N           key blocks gathered into one key tile (1..4, filling block_n)\n"
     "      --kind fwd|bwd|decode     what to generate (default fwd; decode: paged decode + combine)\n"
     "                              tunables (default: the per-arch heuristic; all recorded in the manifest)\n"
     "      --backend auto|ptxas|nvjitlink   PTX -> cubin (default: auto = ptxas, else nvJitLink)\n"
@@ -98,7 +99,7 @@ typedef struct opts {
     const char *kind;
     int64_t seq_len, kv_len;
     int64_t page_size, prefill;
-    int64_t block_m, block_n, head_dim, num_warps, num_stages;
+    int64_t block_m, block_n, head_dim, num_warps, num_stages, kv_gather;
     int verbose;
 } opts;
 
@@ -187,6 +188,7 @@ static int parse_opts(int argc, char **argv, int first, opts *o, const char **po
         else if (strcmp(key, "--head-dim") == 0) rc = parse_int(key, val, 1, 1024, &o->head_dim);
         else if (strcmp(key, "--num-warps") == 0) rc = parse_int(key, val, 1, 32, &o->num_warps);
         else if (strcmp(key, "--num-stages") == 0) rc = parse_int(key, val, 1, 16, &o->num_stages);
+        else if (strcmp(key, "--kv-gather") == 0) rc = parse_int(key, val, 1, 4, &o->kv_gather);
         else return usage_error("unknown option '%s'", key);
         if (rc)
             return EXIT_USAGE;
@@ -435,6 +437,12 @@ static void print_kernel(const s2_manifest_kernel *k)
            k->name, k->pattern, s->kind == S2_KERNEL_FWD ? "fwd" : s->kind == S2_KERNEL_BWD ? "bwd" : s->kind == S2_KERNEL_DECODE ? "decode" : "?",
            s2_dtype_name(s->dtype), s->head_dim,
            s->block_m, s->block_n, s->num_warps, s->num_stages, k->threads, k->smem_bytes);
+    if (k->has_wide) {
+        const s2_kernel_spec *w = &k->wide_spec;
+        printf("kernel %s%s: wide variant (long lists), block_m %d, block_n %d (%d gathered blocks), num_warps %d, "
+               "num_stages %d, %d threads, %d bytes smem\n", k->name, S2_WIDE_SUFFIX, w->block_m, w->block_n,
+               w->kv_gather > 1 ? w->kv_gather : 1, w->num_warps, w->num_stages, k->wide_threads, k->wide_smem_bytes);
+    }
 }
 
 /* Registers and spills as the assembler reported them, one line per kernel. */
@@ -543,7 +551,7 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
 
 static int compile_softmax(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind emit, s2_cubin_backend backend)
 {
-    if (o->head_dim || o->dtype || o->block_m || o->block_n || o->num_warps || o->num_stages)
+    if (o->head_dim || o->dtype || o->block_m || o->block_n || o->num_warps || o->num_stages || o->kv_gather)
         return usage_error("%s", "compile: --kernel softmax takes no --head-dim, --dtype or tunables");
     if (emit == EMIT_C)
         return usage_error("%s", "compile: --kernel softmax has no --emit c");
@@ -589,7 +597,8 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
     }
     s2_kernel_spec spec = {.kind = kind, .head_dim = (int)o->head_dim, .arch = (int)arch,
                            .block_m = (int)o->block_m, .block_n = (int)o->block_n,
-                           .num_warps = (int)o->num_warps, .num_stages = (int)o->num_stages};
+                           .num_warps = (int)o->num_warps, .num_stages = (int)o->num_stages,
+                           .kv_gather = (int)o->kv_gather};
     if (parse_dtype(o->dtype, &spec.dtype) != 0)
         return usage_error("compile: --dtype must be bf16 or fp16, got '%s'", o->dtype);
     for (int i = 0; i < o->num_names; i++)
