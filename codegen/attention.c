@@ -235,7 +235,41 @@ static void kernel_name(char *out, size_t cap, const s2_pattern *p, const s2_ker
 typedef struct set_kernel {
     s2_kernel_spec spec;
     char name[128];
+    bool has_wide;               /* NAME_w (wide_variant) */
+    s2_kernel_spec wide;
+    char wide_name[132];
 } set_kernel;
+
+/* The wide variant of a forward built with the default spec (spec_in all
+ * zero): 128 x 128 tiles, two consumer warpgroups at one CTA per SM, each
+ * key tile two live 64-token blocks gathered by the schedule, 3 stages.  On
+ * an H200 (bench/RESULTS.md, run 39) it ran 128K 8.64 against 9.28 ms,
+ * b64_l16v8_16k 1.76 against 1.82, dense 8K 1.72 against 1.99 (128 x 64),
+ * and lost where the lists are short (b64_8k 0.468 against 0.419: the
+ * 128-row union lists compute dead pairs, one CTA per SM hides less); so
+ * the module holds both and the runtime picks by list length. */
+static bool wide_variant(s2_ctx *ctx, const s2_pattern *p, const s2_kernel_spec *spec_in,
+                         const s2_kernel_spec *resolved, s2_kernel_spec *out)
+{
+    if (spec_in->block_m || spec_in->block_n || spec_in->num_warps || spec_in->num_stages ||
+        spec_in->kv_gather || spec_in->persistent > 0)
+        return false;
+    if (!s2_fwd_spec_wants_tma(resolved) || resolved->persistent > 0 || resolved->head_dim != 128 ||
+        p->block_size != 64)
+        return false;
+    *out = *spec_in;
+    out->block_m = 128;
+    out->block_n = 128;
+    out->num_warps = 12;
+    out->num_stages = 3;
+    out->kv_gather = 2;
+    /* a variant that does not resolve (shared memory) is left out */
+    if (s2_kernel_spec_resolve(ctx, out, p) != S2_OK) {
+        s2_ctx_clear(ctx);
+        return false;
+    }
+    return true;
+}
 
 static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int n, const s2_kernel_spec *spec_in,
                              set_kernel *ks, s2_manifest_kernel *mk)
@@ -269,6 +303,14 @@ static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int
                                             : ks[i].spec.persistent > 0   ? S2_FWD_ABI_TMA_PERSISTENT
                                                                           : S2_FWD_ABI_TMA,
                                      .seqinfo = ks[i].spec.kind == S2_KERNEL_FWD};
+        ks[i].has_wide = wide_variant(ctx, patterns[i], spec_in, &ks[i].spec, &ks[i].wide);
+        if (ks[i].has_wide) {
+            snprintf(ks[i].wide_name, sizeof ks[i].wide_name, "%s%s", ks[i].name, S2_WIDE_SUFFIX);
+            mk[i].has_wide = true;
+            mk[i].wide_spec = ks[i].wide;
+            mk[i].wide_threads = ks[i].wide.num_warps * 32;
+            mk[i].wide_smem_bytes = s2_fwd_sm90_smem_bytes(patterns[i], &ks[i].wide);
+        }
     }
     return S2_OK;
 }
@@ -309,15 +351,35 @@ s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s
              : ks[i].spec.kind == S2_KERNEL_BWD ? s2_bwd_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name)
              : s2_fwd_spec_wants_tma(&ks[i].spec)        ? s2_fwd_sm90_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name)
                                               : s2_fwd_build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name);
+    for (int i = 0; i < n && st == S2_OK; i++)
+        if (ks[i].has_wide)
+            st = s2_fwd_sm90_build(ctx, &cg, patterns[i], &ks[i].wide, ks[i].wide_name);
     if (st == S2_OK)
         st = s2_cg_add_manifest(ctx, &cg, art->manifest);
     if (st == S2_OK)
         st = s2_cg_finish(ctx, &cg, backend, art);
-    /* a backward entry is three kernels, NAME_pre / _dq / _dkdv */
+    /* the assembler lists the kernels in its own order: the primary kernels
+     * first (art->kernels[0] of a one-pattern forward is its kernel), wide
+     * variants after them */
+    for (int i = 0, placed = 0; st == S2_OK && i < art->num_kernels; i++) {
+        bool wide = false;
+        for (int j = 0; j < n && !wide; j++)
+            wide = ks[j].has_wide && strcmp(art->kernels[i].name, ks[j].wide_name) == 0;
+        if (wide)
+            continue;
+        s2_kernel_info keep = art->kernels[i];
+        memmove(&art->kernels[placed + 1], &art->kernels[placed], (size_t)(i - placed) * sizeof *art->kernels);
+        art->kernels[placed++] = keep;
+    }
+    /* a backward entry is three kernels, NAME_pre / _dq / _dkdv; a forward's
+     * wide variant NAME_w has its own launch shape */
     for (int i = 0; st == S2_OK && i < art->num_kernels; i++)
-        for (int j = 0; j < n; j++)
-            if (strncmp(art->kernels[i].name, ks[j].name, strlen(ks[j].name)) == 0)
+        for (int j = 0; j < n; j++) {
+            if (ks[j].has_wide && strcmp(art->kernels[i].name, ks[j].wide_name) == 0)
+                art->kernels[i].max_threads = mk[j].wide_threads;
+            else if (strncmp(art->kernels[i].name, ks[j].name, strlen(ks[j].name)) == 0)
                 art->kernels[i].max_threads = mk[j].threads;
+        }
 done:
     s2_cg_destroy(&cg);
     if (st == S2_OK)

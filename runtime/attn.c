@@ -28,6 +28,11 @@ typedef struct sched_slot {
      * order; a pair serves them all), taken by the stream that uses it */
     void *counter_stream[S2_ATTN_COUNTER_PAIRS];
     bool counter_used[S2_ATTN_COUNTER_PAIRS];
+    /* the forward's wide variant (kernel.wide), when its lists are long
+     * enough: its own packed gathered schedule */
+    bool use_wide;
+    s2_devptr wide_buf, wide_class_of_head, wide_offsets, wide_entries;
+    int32_t wide_first_q_tile, wide_q_tiles;
     uint64_t last_use;           /* 0: empty */
 } sched_slot;
 
@@ -36,6 +41,7 @@ struct s2_attn_kernel {
     const s2_manifest_kernel *desc;
     const s2_pattern *pattern;
     s2_kernel *fn;
+    s2_kernel *wide_fn;          /* forward: NAME_w (kernel.wide), or NULL */
     s2_kernel *bwd_fn[4];        /* backward: NAME_pre, NAME_dkdv, NAME_dq, NAME_dqds (or NULL) */
     s2_kernel *dec_fn[2];        /* decode: NAME, NAME_combine */
     struct dec_slot *dec_slots;  /* decode: cached kept-block lists (DEC_CACHE) */
@@ -87,6 +93,7 @@ static void free_schedules(s2_attn_kernel *k)
             s2_mem_free(NULL, k->mod->dev, k->slots[i].buf);
             s2_mem_free(NULL, k->mod->dev, k->slots[i].t_buf);
             s2_mem_free(NULL, k->mod->dev, k->slots[i].w_buf);
+            s2_mem_free(NULL, k->mod->dev, k->slots[i].wide_buf);
         }
     memset(k->slots, 0, sizeof k->slots);
 }
@@ -102,6 +109,7 @@ void s2_attn_module_free(s2_attn_module *mod)
         if (k->lock_ok)
             mtx_destroy(&k->lock);
         s2_kernel_free(k->fn);
+        s2_kernel_free(k->wide_fn);
         for (int j = 0; j < 4; j++)
             s2_kernel_free(k->bwd_fn[j]);
         decode_free(k);
@@ -146,7 +154,16 @@ static s2_status init_kernel(s2_ctx *ctx, s2_attn_module *mod, int i)
         }
         return S2_OK;
     }
-    return s2_kernel_get(ctx, mod->cu, d->name, &k->fn);
+    s2_status st = s2_kernel_get(ctx, mod->cu, d->name, &k->fn);
+    if (st == S2_OK && d->has_wide) {
+        char name[512];
+        snprintf(name, sizeof name, "%s%s", d->name, S2_WIDE_SUFFIX);
+        if (d->wide_threads != 32 * d->wide_spec.num_warps || d->wide_spec.block_n % d->wide_spec.kv_gather ||
+            d->abi != S2_FWD_ABI_TMA)
+            return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s has an inconsistent wide variant", d->name);
+        st = s2_kernel_get(ctx, mod->cu, name, &k->wide_fn);
+    }
+    return st;
 }
 
 s2_status s2_attn_module_load(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
@@ -760,6 +777,64 @@ static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, const s2_sched
     return st;
 }
 
+/* The wide forward variant pays for its 128-row tiles (union lists: dead
+ * pairs; one CTA per SM) once a query tile visits enough keys: on an H200
+ * (bench/RESULTS.md, run 39) it lost 12% at ~690 keys per 64-row tile
+ * (b64_8k), tied at ~1500 (b64_32k), and won 3% at ~1870 (b64_l16v8_16k)
+ * and 7% at ~4500 (b64_128k).  Keys per query tile of the primary schedule. */
+enum { WIDE_MIN_KEYS = 1536 };
+
+static bool wants_wide(const s2_attn_kernel *k, const s2_schedule *sched)
+{
+    if (!k->wide_fn || sched->geom.q_tiles < 1 || sched->heads < 1)
+        return false;
+    int64_t lists = sched->geom.q_tiles, total = 0;
+    for (int h = 0; h < sched->heads; h++) {
+        int c = sched->class_of_head[h];
+        total += sched->offsets[(int64_t)(c + 1) * lists] - sched->offsets[(int64_t)c * lists];
+    }
+    /* the schedule's entries are key tiles of block_n / gather keys */
+    const s2_kernel_spec *sp = &k->desc->spec;
+    int gather = sp->kv_gather > 1 ? sp->kv_gather : 1;
+    double keys = (double)total * (sp->block_n / gather) / ((double)lists * sched->heads);
+    return keys >= WIDE_MIN_KEYS;
+}
+
+/* The wide variant's schedule into slot (its own tile shape). */
+static s2_status build_wide(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay, sched_slot *slot)
+{
+    const s2_kernel_spec *w = &k->desc->wide_spec;
+    int gather = w->kv_gather > 1 ? w->kv_gather : 1;
+    s2_tile_spec ts = {w->block_m, w->block_n / gather};
+    s2_schedule *sched = NULL;
+    s2_packed_schedule pk = {0};
+    s2_devptr buf = 0;
+    s2_status st = s2_schedule_build(ctx, lay, ts, false, &sched);
+    if (st == S2_OK)
+        st = gather > 1 ? s2_schedule_pack_gathered(ctx, sched, gather, &pk) : s2_schedule_pack(ctx, sched, &pk);
+    if (st == S2_OK && (sched->geom.q_tiles > INT32_MAX || sched->geom.first_q_tile > INT32_MAX))
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld query tiles do not fit 32 bits",
+                     (long long)sched->geom.q_tiles);
+    if (st == S2_OK)
+        st = s2_mem_alloc(ctx, k->mod->dev, pk.size, &buf);
+    if (st == S2_OK)
+        st = s2_memcpy_h2d(ctx, k->mod->dev, buf, pk.data, pk.size);
+    if (st == S2_OK) {
+        slot->use_wide = true;
+        slot->wide_buf = buf;
+        slot->wide_class_of_head = buf + pk.class_of_head_off;
+        slot->wide_offsets = buf + pk.offsets_off;
+        slot->wide_entries = buf + pk.entries_off;
+        slot->wide_first_q_tile = (int32_t)sched->geom.first_q_tile;
+        slot->wide_q_tiles = (int32_t)sched->geom.q_tiles;
+    } else {
+        s2_mem_free(NULL, k->mod->dev, buf);
+    }
+    s2_packed_schedule_free(&pk);
+    s2_schedule_free(sched);
+    return st;
+}
+
 static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, sched_slot *slot)
 {
     s2_device *dev = k->mod->dev;
@@ -787,6 +862,9 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
         st = upload_transposed(ctx, k, lay, &pk, &sched->geom, &t_buf, &tr);
     if (st == S2_OK && k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT)
         st = upload_work_list(ctx, k, sched, &w_buf, &n_work);
+    sched_slot wide = {0};
+    if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_FWD && wants_wide(k, sched))
+        st = build_wide(ctx, k, lay, &wide);
     /* a launch on a non-blocking stream does not wait for the legacy stream */
     if (st == S2_OK)
         st = s2_stream_synchronize(ctx, dev, NULL);
@@ -798,9 +876,15 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
                              .t_class_of_head = tr.t_class_of_head, .t_offsets = tr.t_offsets,
                              .t_entries = tr.t_entries, .kv_tiles = tr.kv_tiles, .ds_head = tr.ds_head,
                              .ds_map = tr.ds_map, .ds_tiles = tr.ds_tiles, .w_buf = w_buf,
-                             .n_work = n_work};
-        buf = t_buf = w_buf = 0;
+                             .n_work = n_work, .use_wide = wide.use_wide, .wide_buf = wide.wide_buf,
+                             .wide_class_of_head = wide.wide_class_of_head, .wide_offsets = wide.wide_offsets,
+                             .wide_entries = wide.wide_entries, .wide_first_q_tile = wide.wide_first_q_tile,
+                             .wide_q_tiles = wide.wide_q_tiles};
+        if (wide.use_wide)
+            k->stats.wide++;
+        buf = t_buf = w_buf = wide.wide_buf = 0;
     }
+    s2_mem_free(NULL, dev, wide.wide_buf);
     s2_mem_free(NULL, dev, buf);
     s2_mem_free(NULL, dev, t_buf);
     s2_mem_free(NULL, dev, w_buf);
@@ -834,6 +918,7 @@ static s2_status get_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int
         s2_mem_free(NULL, k->mod->dev, victim->buf);
         s2_mem_free(NULL, k->mod->dev, victim->t_buf);
         s2_mem_free(NULL, k->mod->dev, victim->w_buf);
+        s2_mem_free(NULL, k->mod->dev, victim->wide_buf);
         memset(victim, 0, sizeof *victim);
         k->stats.evictions++;
         k->stats.cached--;
@@ -920,6 +1005,16 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     float scale_log2 = (float)(scale * 1.4426950408889634);
     s2_devptr cls = s->class_of_head, offs = s->offsets, ent = s->entries;
     int32_t first = s->first_q_tile, tiles = s->q_tiles;
+    /* the wide variant: same ABI, its own schedule and launch shape */
+    s2_kernel *fn = k->fn;
+    const s2_kernel_spec *spec = &k->desc->spec;
+    int threads = k->desc->threads, smem = k->desc->smem_bytes;
+    if (s->use_wide && k->wide_fn) {
+        fn = k->wide_fn, spec = &k->desc->wide_spec;
+        threads = k->desc->wide_threads, smem = k->desc->wide_smem_bytes;
+        cls = s->wide_class_of_head, offs = s->wide_offsets, ent = s->wide_entries;
+        first = s->wide_first_q_tile, tiles = s->wide_q_tiles;
+    }
     s2_tensor_map maps[3];
     s2_devptr work = s->w_buf, counter = 0;
     if (k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT) {
@@ -936,13 +1031,13 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     /* seqinfo is the last parameter of each ABI (attention.h) */
     args[k->desc->abi == S2_FWD_ABI_PTRS ? 25 : persistent ? 32 : 28] = &seqinfo;
     if (k->desc->abi != S2_FWD_ABI_PTRS) {
-        s2_status ms = s2_attn_fwd_tensor_maps(ctx, k->mod->dev, &k->desc->spec, a, maps);
+        s2_status ms = s2_attn_fwd_tensor_maps(ctx, k->mod->dev, spec, a, maps);
         if (ms != S2_OK)
             return ms;
     }
     s2_launch_cfg cfg = {.grid = {(uint32_t)tiles, (uint32_t)a->heads, (uint32_t)a->batch},
-                         .block = {(uint32_t)k->desc->threads, 1, 1},
-                         .smem_bytes = (uint32_t)k->desc->smem_bytes,
+                         .block = {(uint32_t)threads, 1, 1},
+                         .smem_bytes = (uint32_t)smem,
                          .stream = stream};
     if (persistent) {
         int per_sm = 1;
@@ -957,7 +1052,7 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
         cfg.grid[0] = (uint32_t)(g < items ? g : items > 0 ? items : 1);
         cfg.grid[1] = cfg.grid[2] = 1;
     }
-    return s2_kernel_launch(ctx, k->fn, &cfg, args);
+    return s2_kernel_launch(ctx, fn, &cfg, args);
 }
 
 s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a)

@@ -240,7 +240,20 @@ typedef struct s2_manifest_kernel {
      * Cubins made before it lack the key: the runtime refuses variable-length
      * batches for them (a uniform launch is unchanged). */
     bool seqinfo;
+    /* kernel.wide BM BN WARPS STAGES GATHER THREADS SMEM: the module also
+     * holds NAME_w, the same forward (same ABI and parameters) on wider tiles,
+     * which the runtime launches where the schedule's lists are long
+     * (s2_attn_forward).  Written for sm_90a forwards of 64-token blocks at
+     * d128 built with the default spec: 128 x 128 tiles whose key tiles
+     * gather two live blocks, 3 stages, one CTA per SM (bench/RESULTS.md,
+     * run 38). */
+    bool has_wide;
+    s2_kernel_spec wide_spec;
+    int wide_threads, wide_smem_bytes;
 } s2_manifest_kernel;
+
+/* Symbol suffix of a forward's wide variant (kernel.wide). */
+#define S2_WIDE_SUFFIX "_w"
 
 typedef struct s2_manifest s2_manifest;
 
@@ -252,7 +265,9 @@ typedef struct s2_manifest s2_manifest;
  *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem,
  *                             kernel.abi (ptrs|tma|tma_persistent; written only for the latter two),
  *                             kernel.seqinfo 1 (forward kernels with the seqinfo parameter),
- *                             kernel.bwd_wgmma (1|-1; backward on sm_90a only, absent: 0)
+ *                             kernel.bwd_wgmma (1|-1; backward on sm_90a only, absent: 0),
+ *                             kernel.kv_gather G (above 1 only),
+ *                             kernel.wide BM BN WARPS STAGES GATHER THREADS SMEM (the NAME_w variant)
  *   pattern NAME              starts a pattern; then pattern.heads, .kv_heads, .block_size,
  *                             .causal, .max_seq_len, .vert_position (absolute|relative),
  *                             .local L R, .vert_stride, .head_sliding STEP AUTO OFFSET,

@@ -86,6 +86,7 @@ int64_t s2_attn_kernel_max_kv_len(const s2_attn_kernel *k);
 typedef struct s2_attn_sched_stats {
     int64_t hits, misses, evictions;
     int cached;                      /* entries held now (<= S2_ATTN_SCHED_CACHE) */
+    int64_t wide;                    /* forward schedules built for the wide variant (kernel.wide) */
 } s2_attn_sched_stats;
 void s2_attn_kernel_sched_stats(s2_attn_kernel *k, s2_attn_sched_stats *out);
 

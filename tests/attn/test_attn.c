@@ -64,8 +64,23 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     s2_status st = s2_compile_attention(ctx, p, &spec, S2_CUBIN_PTXAS, &art);
     ck_assert_msg(st == S2_OK, "%s d%d %s %s: %s", p->name, D, s2_dtype_name(dt), s2_arch_name(arch),
                   s2_ctx_message(ctx));
-    ck_assert_int_eq(art->num_kernels, 1);
-    const s2_kernel_info *ki = &art->kernels[0];
+    /* one kernel, or with the wide variant (sm_90a, block 64, d128) two: every one without spills */
+    bool wide_expected = arch == S2_ARCH_SM90A && D == 128 && p->block_size == 64;
+    ck_assert_int_eq(art->num_kernels, wide_expected ? 2 : 1);
+    const s2_kernel_info *ki = &art->kernels[0], *wi = NULL;
+    for (int i = 0; i < art->num_kernels; i++) {
+        const s2_kernel_info *x = &art->kernels[i];
+        size_t nl = strlen(x->name), sl = strlen(S2_WIDE_SUFFIX);
+        if (nl > sl && strcmp(x->name + nl - sl, S2_WIDE_SUFFIX) == 0)
+            wi = x;
+        else
+            ki = x;
+        ck_assert_msg(x->registers > 0 && x->spill_stores == 0 && x->spill_loads == 0 && x->stack_frame == 0,
+                      "%s: %d regs, spills %d/%d stack %d", x->name, x->registers, x->spill_stores, x->spill_loads,
+                      x->stack_frame);
+    }
+    ck_assert_int_eq(wi != NULL, wide_expected);
+    ck_assert_str_eq(art->kernels[0].name, ki->name);   /* the primary kernel first */
     printf("%-14s d%-3d %-4s %-6s bm%d bn%d w%d st%d: %3d regs, spill %d/%d, stack %d, smem %d\n", p->name, D,
            s2_dtype_name(dt), s2_arch_name(arch), art->spec.block_m, art->spec.block_n, art->spec.num_warps,
            art->spec.num_stages, ki->registers, ki->spill_stores, ki->spill_loads, ki->stack_frame, art->smem_bytes);
@@ -122,6 +137,23 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     ck_assert_int_eq(mk->spec.persistent, art->spec.persistent);
     ck_assert(mk->seqinfo); /* the forward takes the trailing seqinfo parameter */
     ck_assert_int_eq(mk->spec.kv_gather, art->spec.kv_gather);
+    ck_assert_int_eq(mk->has_wide, wide_expected);
+    if (wi) {
+        char wname[160];
+        snprintf(wname, sizeof wname, "%s%s", mk->name, S2_WIDE_SUFFIX);
+        ck_assert_str_eq(wi->name, wname);
+        ck_assert_int_eq(mk->wide_spec.block_m, 128);
+        ck_assert_int_eq(mk->wide_spec.block_n, 128);
+        ck_assert_int_eq(mk->wide_spec.kv_gather, 2);
+        ck_assert_int_eq(mk->wide_spec.num_stages, 3);
+        ck_assert_int_eq(mk->wide_spec.num_warps, 12);
+        ck_assert_int_eq(mk->wide_threads, 384);
+        ck_assert_int_eq(wi->max_threads, 384);
+        ck_assert_int_eq(mk->wide_spec.dtype, dt);
+        ck_assert_int_eq(mk->wide_spec.head_dim, D);
+        ck_assert_msg(mk->wide_smem_bytes > art->smem_bytes && mk->wide_smem_bytes <= 227 * 1024, "wide smem %d",
+                      mk->wide_smem_bytes);
+    }
     ck_assert_int_eq(s2_manifest_num_patterns(m), 1);
     assert_same_pattern(p, s2_manifest_find_pattern(m, p->name));
     s2_manifest_free(m);

@@ -85,6 +85,10 @@ static const fwd_case cases[] = {
     {"gqa32_8_b32_d64_f16_g4_m128", 3, 64, S2_DTYPE_F16, 1, 700, 700, L_BSHD, 128, 0, 2, false, 4},
     {"causal64_d128_bf16_g2_s2", 0, 128, S2_DTYPE_BF16, 1, 1500, 1500, L_BSHD, 0, 0, 2, false, 2},
     {"bidir64_d64_bf16_g2_q100", 2, 64, S2_DTYPE_BF16, 2, 100, 1000, L_BHSD, 0, 0, 2, false, 2},
+    /* the wide variant's shape (kernel.wide: 128 x 128, two gathered blocks, 3 stages) */
+    {"causal64_d128_bf16_wide", 0, 128, S2_DTYPE_BF16, 2, 1500, 1500, L_BSHD, 128, 128, 3, false, 2},
+    {"bidir64_d128_f16_wide_q300", 2, 128, S2_DTYPE_F16, 1, 300, 1000, L_BHSD, 128, 128, 3, false, 2},
+    {"dense64_d128_bf16_gqa_wide_ragged", 7, 128, S2_DTYPE_BF16, 2, 1000, 1000, L_BSHD, 128, 128, 3, false, 2},
 };
 enum { NUM_CASES = sizeof cases / sizeof cases[0], NUM_RUNS = 2 * NUM_CASES };
 

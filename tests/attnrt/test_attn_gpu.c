@@ -49,6 +49,8 @@ static const gpu_case cases[] = {
     {"dense2_gqa_bf16_d64_decode", 4, S2_DTYPE_BF16, 64, 3, 1, 777, L_BSHD, 0, 0, 0, false},
     {"mergeq16_bf16_d128_m16", 1, S2_DTYPE_BF16, 128, 1, 257, 257, L_BHSD, 16, 64, 0, false},
     {"empty_rows16_f16_d64", 5, S2_DTYPE_F16, 64, 2, 300, 300, L_BSHD, 0, 0, 0, false},
+    /* long lists: on sm_90a the runtime launches the wide variant (kernel.wide) */
+    {"dense64_gqa_bf16_d128_q300_kv2100_wide", 7, S2_DTYPE_BF16, 128, 2, 300, 2100, L_BSHD, 0, 0, 0, true},
 };
 enum { NUM_CASES = sizeof cases / sizeof cases[0] };
 
@@ -281,6 +283,11 @@ static void run_case(int ci)
     OK(ctx, s2_memcpy_d2h(ctx, dev, o.host, o.dev, o.elems * 2));
     OK(ctx, s2_memcpy_d2h(ctx, dev, lse, d_lse, nlse * 4));
     OK(ctx, s2_stream_destroy(ctx, dev, stream));
+    if (strstr(c->name, "_wide") && s2_attn_kernel_desc(k)->has_wide) {
+        s2_attn_sched_stats ss;
+        s2_attn_kernel_sched_stats(k, &ss);
+        ck_assert_msg(ss.wide == 1, "%s: the wide variant was not chosen", c->name);
+    }
 
     double *ref;
     float *lse_ref;

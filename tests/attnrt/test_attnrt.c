@@ -462,6 +462,63 @@ END_TEST
 
 /* ---- variable-length batches ---------------------------------------------------- */
 
+/* Kernel B (sm_90a, block 64, d128, default spec) carries a wide variant
+ * (kernel.wide): a schedule whose query tiles visit few keys launches the
+ * kernel itself, one with long lists NAME_w, with its threads, shared memory
+ * and 128-row grid. */
+START_TEST(wide_variant_for_long_lists)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_device *dev = open_fake(ctx);
+    s2_attn_module *mod = load(ctx, dev, &B);
+    s2_attn_kernel *k = s2_attn_module_kernel_at(mod, 0);
+    const s2_manifest_kernel *d = s2_attn_kernel_desc(k);
+    ck_assert(d->has_wide);
+    ck_assert_int_eq(d->wide_spec.block_m, 128);
+    ck_assert_int_eq(d->wide_spec.block_n, 128);
+    ck_assert_int_eq(d->wide_spec.kv_gather, 2);
+    ck_assert_int_eq(d->wide_threads, 384);
+    enum { H = 4, D = 128, SQ = 1024, SK = 65536 };
+    s2_devptr q = 0, kk = 0, v = 0, o = 0;
+    size_t qb = (size_t)SQ * H * D * 2, kb = (size_t)SK * H * D * 2;
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, qb, &q), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, kb, &kk), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, kb, &v), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, qb, &o), S2_OK);
+    s2_attn_fwd_args a = {.batch = 1, .q_len = SQ, .kv_len = SQ, .heads = H, .kv_heads = H, .head_dim = D,
+                          .dtype = S2_DTYPE_F16, .q = q, .k = kk, .v = v, .o = o};
+    s2_attn_fwd_args_bshd(&a);
+    /* 1K x 1K: at most 8 local blocks and a stripe per query tile */
+    ck_assert_msg(s2_attn_forward(ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_int_eq(fake_get("last_block_x"), d->threads);
+    ck_assert_int_eq(fake_get("last_smem"), d->smem_bytes);
+    ck_assert_int_eq(fake_get("last_grid_x"), q_tiles_of(B.p, d->spec.block_m, d->spec.block_n, SQ, SQ));
+    s2_attn_sched_stats ss;
+    s2_attn_kernel_sched_stats(k, &ss);
+    ck_assert_int_eq(ss.wide, 0);
+    /* the last 1K queries of 64K keys: ~70 key blocks per query tile */
+    a.kv_len = SK;
+    s2_attn_fwd_args_bshd(&a);
+    ck_assert_msg(s2_attn_forward(ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_int_eq(fake_get("last_block_x"), d->wide_threads);
+    ck_assert_int_eq(fake_get("last_smem"), d->wide_smem_bytes);
+    ck_assert_int_eq(fake_get("last_grid_x"), q_tiles_of(B.p, 128, 64, SQ, SK));
+    s2_attn_kernel_sched_stats(k, &ss);
+    ck_assert_int_eq(ss.wide, 1);
+    ck_assert_int_eq(ss.misses, 2);
+    /* the cached schedule keeps its choice */
+    ck_assert_int_eq(s2_attn_forward(ctx, k, NULL, &a), S2_OK);
+    ck_assert_int_eq(fake_get("last_block_x"), d->wide_threads);
+    s2_devptr ps[] = {q, kk, v, o};
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(s2_mem_free(ctx, dev, ps[i]), S2_OK);
+    s2_attn_module_free(mod);
+    ck_assert_int_eq(fake_get("allocs_live"), 0);
+    s2_device_free(dev);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(varlen_sequences_are_checked)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -843,6 +900,7 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc_args, every_bad_argument_has_its_status, 0, M_COUNT);
     tcase_add_test(tc_args, null_kernel_args_and_the_32_bit_limit);
     tcase_add_test(tc_args, launch_shape_and_schedule_cache);
+    tcase_add_test(tc_args, wide_variant_for_long_lists);
     tcase_add_test(tc_args, varlen_sequences_are_checked);
     tcase_add_test(tc_args, varlen_forward_checks_and_launch);
     suite_add_tcase(s, tc_args);
