@@ -183,6 +183,8 @@ typedef struct variant {
     bool persistent;           /* S2_FWD_ABI_TMA_PERSISTENT: grid of SMs x resident CTAs */
     uint32_t grid_p;
     s2_tensor_map maps[8][3];
+    bool has_wide;             /* the module's kernel.wide (timed as a row of its own, labelled "wide") */
+    s2_kernel_spec wide;
 } variant;
 
 static void variant_free(variant *v)
@@ -257,7 +259,7 @@ static s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd,
         }
     }
     if (st == S2_OK)
-        st = s2_compile_attention(ctx, cd->p, &v->spec, S2_CUBIN_AUTO, &art);
+        st = s2_compile_attention(ctx, cd->p, want, S2_CUBIN_AUTO, &art);   /* unresolved: the wide variant too */
     if (st == S2_OK)
         st = s2_cache_store(ctx, cache, &key, art->cubin, art->cubin_size);
     s2_module *cold_mod = NULL;
@@ -306,6 +308,8 @@ static s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd,
         v->smem = k->smem_bytes;
         v->tma = k->abi != S2_FWD_ABI_PTRS;
         v->persistent = k->abi == S2_FWD_ABI_TMA_PERSISTENT;
+        v->has_wide = k->has_wide;
+        v->wide = k->wide_spec;
         st = s2_kernel_get(ctx, v->mod, v->kname, &v->kern);
     }
     if (st == S2_OK && v->persistent) {
@@ -369,9 +373,16 @@ static s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd
         sd->q_tiles = (int32_t)sched->geom.q_tiles;
         sd->kept_pairs = stats.kept_pairs;
         sd->tile_flops = stats.tile_flops;
-        /* gathered: group key blocks per computed tile */
-        if (gather > 1 && stats.entries > 0)
-            sd->tile_flops *= (double)gather * (double)pk.num_entries / (double)stats.entries;
+        /* gathered: group key blocks per computed tile; the packed entries
+         * are per class of heads, the layout's per head */
+        if (gather > 1 && stats.entries > 0) {
+            const int32_t *cls = (const int32_t *)((const char *)pk.data + pk.class_of_head_off);
+            const int32_t *off = (const int32_t *)((const char *)pk.data + pk.offsets_off);
+            int64_t lists = sched->geom.q_tiles, per_head = 0;
+            for (int h = 0; h < sched->heads; h++)
+                per_head += off[(int64_t)(cls[h] + 1) * lists] - off[(int64_t)cls[h] * lists];
+            sd->tile_flops *= (double)gather * (double)per_head / (double)stats.entries;
+        }
         sd->entries = stats.entries;
     }
     if (st == S2_OK && spec->persistent > 0) {
@@ -768,8 +779,11 @@ static void print_header(const options *o)
                "jit_cold", "jit_warm");
 }
 
+/* Times one spec; a module with a wide variant (kernel.wide: the runtime
+ * launches it for long lists) sets *wide to its spec, timed by the caller as
+ * a row of its own. */
 static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_kernel_spec *want,
-                        const options *o, bool h100)
+                        const options *o, bool h100, const char *label, s2_kernel_spec *wide)
 {
     const bench_config *c = cd->cfg;
     variant v;
@@ -818,7 +832,9 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
             printf("%-14s %5.1f %3d %3d %2d %2d %4d %5d %6d %8.3f %8.3f %6.1f %5.2f %-9s %6.2f %9.0f %8.1f %s\n", c->name,
                    kept, v.spec.block_m, v.spec.block_n, v.spec.num_warps, v.spec.num_stages, v.regs, spill, v.smem,
                    med, mn, tf, util, c->peer, peer > 0 ? med / peer : 0, v.cold_ms, v.warm_ms,
-                   v.persistent ? "persistent" : v.spec.kv_gather > 1 ? "grid gathered" : "grid");
+                   label ? label : v.persistent ? "persistent" : v.spec.kv_gather > 1 ? "grid gathered" : "grid");
+        if (wide && v.has_wide)
+            *wide = v.wide;
         fflush(stdout);
     }
     s2_mem_free(ctx, dev, sd.buf);
@@ -881,7 +897,7 @@ int main(int argc, char **argv)
         for (int i = 0; i < o.nspecs; i++) {
             s2_kernel_spec want = o.specs[i];
             want.kind = S2_KERNEL_FWD, want.dtype = S2_DTYPE_BF16, want.head_dim = HEAD_DIM, want.arch = arch;
-            run_variant(ctx, dev, &cd, &want, &o, h100);
+            run_variant(ctx, dev, &cd, &want, &o, h100, NULL, NULL);
         }
         for (int a = 0; a < (o.nspecs ? 0 : o.block_m.n); a++)
             for (int bn = 0; bn < o.block_n.n; bn++)
@@ -894,7 +910,12 @@ int main(int argc, char **argv)
                                                        .block_n = o.block_n.v[bn], .num_warps = o.warps.v[w],
                                                        .num_stages = o.stages.v[s], .persistent = o.persistent.v[pi],
                                                        .kv_gather = o.gather.v[gi]};
-                                run_variant(ctx, dev, &cd, &want, &o, h100);
+                                s2_kernel_spec wide = {0};
+                                run_variant(ctx, dev, &cd, &want, &o, h100, NULL, &wide);
+                                if (wide.block_m) {
+                                    wide.persistent = 0;
+                                    run_variant(ctx, dev, &cd, &wide, &o, h100, "wide", NULL);
+                                }
                             }
         config_close(ctx, dev, &cd);
     }
