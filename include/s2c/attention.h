@@ -246,7 +246,7 @@ typedef struct s2_manifest_kernel {
      * (s2_attn_forward).  Written for sm_90a forwards of 64-token blocks at
      * d128 built with the default spec: 128 x 128 tiles whose key tiles
      * gather two live blocks, 3 stages, one CTA per SM (bench/RESULTS.md,
-     * run 38). */
+     * run 39). */
     bool has_wide;
     s2_kernel_spec wide_spec;
     int wide_threads, wide_smem_bytes;
