@@ -971,12 +971,14 @@ static LLVMValueRef remap_key_tile(bwd *k, LLVMValueRef *kvh32)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    int hkv = k->s.heads / k->s.group;
+    /* the grid's kv heads: all of them, or a chunk of them (the runtime's
+     * dS path over head chunks) */
+    LLVMValueRef hkv = s2_nv_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.nctaid.y", cg->t_i32, NULL, 0, NULL);
     LLVMValueRef nz = s2_nv_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.nctaid.z", cg->t_i32, NULL, 0, NULL);
     LLVMValueRef nx = s2_nv_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.nctaid.x", cg->t_i32, NULL, 0, NULL);
     LLVMValueRef lin = add(k, s2_nv_ctaid(cg, 'x'),
-                           mul(k, nx, add(k, s2_nv_ctaid(cg, 'y'), mul(k, c32(k, hkv), s2_nv_ctaid(cg, 'z')))));
-    LLVMValueRef per = mul(k, c32(k, hkv), nz);
+                           mul(k, nx, add(k, s2_nv_ctaid(cg, 'y'), mul(k, hkv, s2_nv_ctaid(cg, 'z')))));
+    LLVMValueRef per = mul(k, hkv, nz);
     /* row of KT_CHUNK key tiles (the last one narrower) over every pair, pair major inside */
     LLVMValueRef row = LLVMBuildUDiv(b, lin, mul(k, per, c32(k, KT_CHUNK)), "kt_row");
     LLVMValueRef kt0 = mul(k, row, c32(k, KT_CHUNK));
@@ -985,8 +987,8 @@ static LLVMValueRef remap_key_tile(bwd *k, LLVMValueRef *kvh32)
                                          c32(k, KT_CHUNK), "kt_width");
     LLVMValueRef r = LLVMBuildSub(b, lin, mul(k, row, mul(k, per, c32(k, KT_CHUNK))), "");
     LLVMValueRef hb = LLVMBuildUDiv(b, r, width, "hb");
-    *kvh32 = LLVMBuildURem(b, hb, c32(k, hkv), "kvh");
-    k->batch = LLVMBuildZExt(b, LLVMBuildUDiv(b, hb, c32(k, hkv), ""), cg->t_i64, "batch");
+    *kvh32 = LLVMBuildURem(b, hb, hkv, "kvh");
+    k->batch = LLVMBuildZExt(b, LLVMBuildUDiv(b, hb, hkv, ""), cg->t_i64, "batch");
     return add(k, kt0, LLVMBuildURem(b, r, width, ""));
 }
 
