@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+enum { DS_CHUNKINGS = 12 };
+
 /* One uploaded forward schedule: the packed buffer of s2_schedule_pack. */
 typedef struct sched_slot {
     int64_t q_len, kv_len;
@@ -20,6 +22,19 @@ typedef struct sched_slot {
     /* and, in t_buf, the dS workspace's map (s2_ds_map; ds_tiles < 0: none) */
     s2_devptr ds_head, ds_map;
     int64_t ds_tiles;
+    /* the dS path over chunks of kv heads (launch_bwd), for each chunk count
+     * ds_chunks[i] (a divisor of kv_heads above 1): chunk j's head_base array
+     * (attention.h: heads + 1 int64, the chunk's heads from 0, then its tile
+     * count) at ds_chunk_head[i] + j * (heads + 1) * 8, in t_buf; and the
+     * largest chunk's tiles per batch element */
+    int ds_nchunk;
+    int ds_chunks[DS_CHUNKINGS];
+    int64_t ds_chunk_tiles[DS_CHUNKINGS];
+    s2_devptr ds_chunk_head[DS_CHUNKINGS];
+    /* for the runtime's own choice: the least dK/dV work (entries per batch
+     * element) of a chunk of each chunking, and the longest dK/dV list */
+    int64_t ds_chunk_work[DS_CHUNKINGS];
+    int64_t ds_longest;
     int32_t kv_tiles;
     /* persistent forward (S2_FWD_ABI_TMA_PERSISTENT): the longest-first work list */
     s2_devptr w_buf;
@@ -674,6 +689,46 @@ static size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
 /* The backward's transposed schedule: per key tile of block_m keys, the
  * query tiles visiting it; and, for a kernel with NAME_dqds, the dS map
  * pairing it with the forward schedule fwd / fg, in the same buffer. */
+/* The head_base arrays of every chunking of the kv heads into c equal
+ * chunks (c > 1 dividing kv_heads, at most DS_CHUNKINGS of them), laid out
+ * one chunking after the other (tr->ds_chunk_head holds offsets into *out
+ * in bytes until the caller rebases them). */
+static s2_status ds_chunk_arrays(s2_ctx *ctx, const s2_attn_kernel *k, const int64_t *head_base, sched_slot *tr,
+                                 int64_t **out, size_t *bytes)
+{
+    int heads = k->pattern->heads, kvh = k->pattern->kv_heads, group = heads / kvh;
+    size_t n = 0;
+    tr->ds_nchunk = 0;
+    for (int c = 2; c <= kvh && tr->ds_nchunk < DS_CHUNKINGS; c++)
+        if (kvh % c == 0)
+            tr->ds_chunks[tr->ds_nchunk++] = c;
+    for (int i = 0; i < tr->ds_nchunk; i++)
+        n += (size_t)tr->ds_chunks[i] * (size_t)(heads + 1);
+    int64_t *a = n ? malloc(n * sizeof *a) : NULL;
+    if (n && !a)
+        return s2_fail(ctx, S2_ERR_NOMEM, "dS chunks: out of memory");
+    size_t at = 0;
+    for (int i = 0; i < tr->ds_nchunk; i++) {
+        int c = tr->ds_chunks[i], nh = kvh / c * group;
+        tr->ds_chunk_head[i] = (s2_devptr)(at * sizeof *a);
+        tr->ds_chunk_tiles[i] = 0;
+        tr->ds_chunk_work[i] = INT64_MAX;
+        for (int j = 0; j < c; j++, at += (size_t)heads + 1) {
+            int64_t h0 = (int64_t)j * nh, total = head_base[h0 + nh] - head_base[h0];
+            for (int h = 0; h <= heads; h++)
+                a[at + (size_t)h] = h <= nh ? head_base[h0 + h] - head_base[h0] : total;
+            if (total > tr->ds_chunk_tiles[i])
+                tr->ds_chunk_tiles[i] = total;
+            /* a dS tile per dK/dV entry */
+            if (total < tr->ds_chunk_work[i])
+                tr->ds_chunk_work[i] = total;
+        }
+    }
+    *out = a;
+    *bytes = n * sizeof *a;
+    return S2_OK;
+}
+
 static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay,
                                    const s2_packed_schedule *fwd, const s2_tile_geom *fg, s2_devptr *buf,
                                    sched_slot *tr)
@@ -702,13 +757,39 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layo
             st = S2_OK;
         }
     }
+    int64_t *chunks = NULL;
+    size_t chunk_bytes = 0;
+    /* the longest dK/dV list: a CTA's (its group's query heads) */
+    tr->ds_longest = 0;
+    if (st == S2_OK && map.data) {
+        const int32_t *cls = (const int32_t *)((const char *)pk.data + pk.class_of_head_off);
+        const int32_t *offs = (const int32_t *)((const char *)pk.data + pk.offsets_off);
+        int nclass = 0;
+        for (int h = 0; h < k->pattern->heads; h++)
+            nclass = cls[h] + 1 > nclass ? cls[h] + 1 : nclass;
+        for (int64_t i = 0; i < (int64_t)nclass * lists; i++)
+            if (offs[i + 1] - offs[i] > tr->ds_longest)
+                tr->ds_longest = offs[i + 1] - offs[i];
+        tr->ds_longest *= k->pattern->heads / k->pattern->kv_heads;
+    }
+    if (st == S2_OK && map.data)
+        st = ds_chunk_arrays(ctx, k, (const int64_t *)((const char *)map.data + map.head_base_off), tr, &chunks,
+                             &chunk_bytes);
     size_t map_at = align16(pk.size), size = map.data ? map_at + map.size : pk.size;
+    size_t chunk_at = align16(size);
+    if (chunk_bytes)
+        size = chunk_at + chunk_bytes;
     if (st == S2_OK)
         st = s2_mem_alloc(ctx, k->mod->dev, size, buf);
     if (st == S2_OK)
         st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, pk.data, pk.size);
     if (st == S2_OK && map.data)
         st = s2_memcpy_h2d(ctx, k->mod->dev, *buf + map_at, map.data, map.size);
+    if (st == S2_OK && chunk_bytes)
+        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf + chunk_at, chunks, chunk_bytes);
+    free(chunks);
+    for (int i = 0; st == S2_OK && i < tr->ds_nchunk; i++)
+        tr->ds_chunk_head[i] += *buf + chunk_at;
     if (st == S2_OK) {
         tr->t_class_of_head = *buf + pk.class_of_head_off;
         tr->t_offsets = *buf + pk.offsets_off;
@@ -875,11 +956,16 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
                              .q_tiles = (int32_t)sched->geom.q_tiles, .t_buf = t_buf,
                              .t_class_of_head = tr.t_class_of_head, .t_offsets = tr.t_offsets,
                              .t_entries = tr.t_entries, .kv_tiles = tr.kv_tiles, .ds_head = tr.ds_head,
-                             .ds_map = tr.ds_map, .ds_tiles = tr.ds_tiles, .w_buf = w_buf,
+                             .ds_map = tr.ds_map, .ds_tiles = tr.ds_tiles, .ds_nchunk = tr.ds_nchunk, .w_buf = w_buf,
                              .n_work = n_work, .use_wide = wide.use_wide, .wide_buf = wide.wide_buf,
                              .wide_class_of_head = wide.wide_class_of_head, .wide_offsets = wide.wide_offsets,
                              .wide_entries = wide.wide_entries, .wide_first_q_tile = wide.wide_first_q_tile,
                              .wide_q_tiles = wide.wide_q_tiles};
+        memcpy(slot->ds_chunks, tr.ds_chunks, sizeof tr.ds_chunks);
+        memcpy(slot->ds_chunk_tiles, tr.ds_chunk_tiles, sizeof tr.ds_chunk_tiles);
+        memcpy(slot->ds_chunk_head, tr.ds_chunk_head, sizeof tr.ds_chunk_head);
+        memcpy(slot->ds_chunk_work, tr.ds_chunk_work, sizeof tr.ds_chunk_work);
+        slot->ds_longest = tr.ds_longest;
         if (wide.use_wide)
             k->stats.wide++;
         buf = t_buf = w_buf = wide.wide_buf = 0;
@@ -1100,6 +1186,52 @@ static size_t ds_workspace_bytes(const s2_attn_kernel *k, const sched_slot *s, i
     return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)s->ds_tiles * S2_BWD_DS_TILE_BYTES;
 }
 
+/* The same over `chunks` chunks of kv heads (one after the other through
+ * the workspace): 0 when that chunking is not offered (index in *which). */
+static size_t ds_chunked_bytes(const s2_attn_kernel *k, const sched_slot *s, int batch, int heads, int64_t q_len,
+                               int chunks, int *which)
+{
+    if (chunks == 1)
+        return ds_workspace_bytes(k, s, batch, heads, q_len);
+    for (int i = 0; k->bwd_fn[3] && s->ds_tiles >= 0 && i < s->ds_nchunk; i++)
+        if (s->ds_chunks[i] == chunks) {
+            if (which)
+                *which = i;
+            return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)s->ds_chunk_tiles[i] *
+                                                        S2_BWD_DS_TILE_BYTES;
+        }
+    return 0;
+}
+
+s2_status s2_attn_backward_workspace_chunked(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len,
+                                             int64_t kv_len, int chunks, size_t *bytes)
+{
+    if (!k || !bytes)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_backward_workspace_chunked: %s is NULL", !k ? "kernel" : "bytes");
+    *bytes = 0;
+    if (k->desc->spec.kind != S2_KERNEL_BWD)
+        return s2_fail(ctx, S2_ERR_INVALID, "kernel %s is not a backward kernel", k->desc->name);
+    if (chunks < 1 || chunks > k->pattern->kv_heads || k->pattern->kv_heads % chunks)
+        return s2_fail(ctx, S2_ERR_INVALID, "%d head chunks do not divide %d kv heads", chunks, k->pattern->kv_heads);
+    s2_attn_fwd_args f = {.batch = batch, .q_len = q_len, .kv_len = kv_len, .heads = k->pattern->heads,
+                          .kv_heads = k->pattern->kv_heads, .head_dim = k->desc->spec.head_dim,
+                          .dtype = k->desc->spec.dtype};
+    s2_status st = check_sizes(ctx, k, &f);
+    if (st != S2_OK)
+        return st;
+    mtx_lock(&k->lock);
+    sched_slot *s = NULL;
+    st = get_schedule(ctx, k, q_len, kv_len, &s);
+    size_t need = st == S2_OK ? ds_chunked_bytes(k, s, batch, k->pattern->heads, q_len, chunks, NULL) : 0;
+    mtx_unlock(&k->lock);
+    if (st != S2_OK)
+        return st;
+    if (!need)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "kernel %s has no dS path for this shape", k->desc->name);
+    *bytes = need;
+    return S2_OK;
+}
+
 s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len, int64_t kv_len,
                                      size_t *bytes, bool *ds_path)
 {
@@ -1186,6 +1318,8 @@ static s2_status check_bwd_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
         if (t[i].ptr % 16 != 0)
             return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
                            (unsigned long long)t[i].ptr);
+    if (a->ds_chunks < 0 || (a->ds_chunks > 0 && (a->kv_heads < 1 || a->kv_heads % a->ds_chunks)))
+        return s2_fail(ctx, S2_ERR_INVALID, "ds_chunks %d does not divide %d kv heads", a->ds_chunks, a->kv_heads);
     if (a->workspace_bytes && a->workspace_bytes < s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len))
         return s2_fail(ctx, S2_ERR_SHAPE, "workspace_bytes %zu is below s2_attn_bwd_workspace_bytes() = %zu",
                        a->workspace_bytes, s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len));
@@ -1222,48 +1356,131 @@ s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
     return st;
 }
 
-static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,
-                            const sched_slot *s)
-{
-    size_t ws = s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len);
-    s2_devptr ptrs[12] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->d_lse, a->workspace, a->workspace + ws / 2,
-                          a->dq, a->dk, a->dv};
+/* The backward's launch arguments (attention.h, backward ABI), for kv heads
+ * [kv0, kv0 + nkv) (query heads kv0 * group ..): tensors, lse/delta rows and
+ * the schedules' class arrays are moved to the first head (the kernels index
+ * them from the grid's head, with the full head count as the batch stride),
+ * ds_head is the chunk's head_base array. */
+typedef struct bwd_launch {
+    s2_devptr ptrs[12];
     int64_t st[24];
+    int32_t q_len, kv_len, first, tiles, kv_tiles;
+    float scale_log2;
+    s2_devptr sch[6], dsp[3];
+    void *args[51];
+} bwd_launch;
+
+static void bwd_launch_args(bwd_launch *L, const s2_attn_kernel *k, const s2_attn_bwd_args *a, const sched_slot *s,
+                            int kv0, s2_devptr ds, s2_devptr ds_head)
+{
+    int group = a->heads / a->kv_heads;
+    int64_t h0 = (int64_t)kv0 * group;
+    size_t es = s2_dtype_size(a->dtype), ws = s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len);
+    size_t rows = (size_t)h0 * (size_t)a->q_len * sizeof(float);
+    s2_devptr base[12] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->d_lse, a->workspace, a->workspace + ws / 2,
+                          a->dq, a->dk, a->dv};
+    /* which head each pointer follows: 0 query heads, 1 kv heads, 2 rows of lse/delta */
+    static const int kind[12] = {0, 1, 1, 0, 0, 2, 2, 2, 2, 0, 1, 1};
+    const int64_t *head_stride[12] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride, a->do_stride, NULL, NULL,
+                                      NULL, NULL, a->dq_stride, a->dk_stride, a->dv_stride};
+    for (int i = 0; i < 12; i++) {
+        s2_devptr off = kind[i] == 2 ? (s2_devptr)rows
+                        : (s2_devptr)((kind[i] == 0 ? h0 : kv0) * head_stride[i][2] * (int64_t)es);
+        L->ptrs[i] = base[i] ? base[i] + off : 0;
+    }
     const int64_t *strides[8] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride,
                                  a->do_stride, a->dq_stride, a->dk_stride, a->dv_stride};
     for (int i = 0; i < 8; i++)
-        memcpy(st + 3 * i, strides[i], 3 * sizeof(int64_t));
-    int32_t q_len = (int32_t)a->q_len, kv_len = (int32_t)a->kv_len;
+        memcpy(L->st + 3 * i, strides[i], 3 * sizeof(int64_t));
+    L->q_len = (int32_t)a->q_len, L->kv_len = (int32_t)a->kv_len;
     double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
-    float scale_log2 = (float)(scale * 1.4426950408889634);
-    s2_devptr sch[6] = {s->class_of_head, s->offsets, s->entries, s->t_class_of_head, s->t_offsets, s->t_entries};
-    int32_t first = s->first_q_tile, tiles = s->q_tiles, kv_tiles = s->kv_tiles;
-    /* the dS path when the workspace holds the tiles (s2_attn_backward_workspace) */
-    size_t need = ds_workspace_bytes(k, s, a->batch, a->heads, a->q_len);
-    bool ds = need && a->workspace_bytes >= need;
-    s2_devptr dsp[3] = {ds ? a->workspace + ds_offset(a->batch, a->heads, a->q_len) : 0, ds ? s->ds_head : 0,
-                        ds ? s->ds_map : 0};
-    void *args[51];
+    L->scale_log2 = (float)(scale * 1.4426950408889634);
+    s2_devptr cls = 4 * (s2_devptr)h0;   /* int32 class_of_head[heads] of both schedules, by query head */
+    s2_devptr sch[6] = {s->class_of_head + cls, s->offsets, s->entries, s->t_class_of_head + cls, s->t_offsets,
+                        s->t_entries};
+    memcpy(L->sch, sch, sizeof sch);
+    L->first = s->first_q_tile, L->tiles = s->q_tiles, L->kv_tiles = s->kv_tiles;
+    L->dsp[0] = ds, L->dsp[1] = ds ? ds_head : 0, L->dsp[2] = ds ? s->ds_map : 0;
     for (int i = 0; i < 12; i++)
-        args[i] = &ptrs[i];
+        L->args[i] = &L->ptrs[i];
     for (int i = 0; i < 24; i++)
-        args[12 + i] = &st[i];
-    void *tail[15] = {&q_len, &kv_len, &scale_log2, &sch[0], &sch[1], &sch[2], &first, &tiles,
-                      &sch[3], &sch[4], &sch[5], &kv_tiles, &dsp[0], &dsp[1], &dsp[2]};
-    memcpy(args + 36, tail, sizeof tail);
+        L->args[12 + i] = &L->st[i];
+    void *tail[15] = {&L->q_len, &L->kv_len, &L->scale_log2, &L->sch[0], &L->sch[1], &L->sch[2], &L->first,
+                      &L->tiles, &L->sch[3], &L->sch[4], &L->sch[5], &L->kv_tiles, &L->dsp[0], &L->dsp[1],
+                      &L->dsp[2]};
+    memcpy(L->args + 36, tail, sizeof tail);
+}
+
+/* A chunking the runtime takes by itself: a chunk's dK/dV work spread over
+ * the GPU's CTA slots (two per SM) takes at least as long as its longest
+ * list, which otherwise becomes each chunk's tail.  On an H200
+ * (bench/RESULTS.md, runs 43-44): 128K, B=1: 2 and 4 chunks ran as fast as
+ * one launch, 8 chunks (work 1100 entries per slot, longest list 2048)
+ * 25% slower, 16 chunks 2x; 8K, B=4: 2 chunks (168 against 128) +3%, 4
+ * chunks (84) +11%, 16 chunks 2.7x (the recomputing dQ: +12%). */
+static bool chunks_fill(const s2_attn_kernel *k, const sched_slot *s, int i, int batch)
+{
+    int64_t slots = 2 * (int64_t)s2_device_get_info(k->mod->dev)->sm_count;
+    return s->ds_chunk_work[i] * batch >= s->ds_longest * slots;
+}
+
+/* NAME_pre over every head, then NAME_dkdv and NAME_dq, or with the dS path
+ * NAME_dkdv and NAME_dqds: over all heads when the workspace holds every dS
+ * tile, else over the fewest equal chunks of kv heads whose tiles it holds
+ * and whose launches fill the GPU (a->ds_chunks: that many, the caller's
+ * choice), one chunk after the other from the start of the dS area (the
+ * results are those of one launch, bit for bit), else the recomputing
+ * NAME_dq. */
+static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,
+                            const sched_slot *s)
+{
+    int chunks = 1, which = -1;
+    bool ds = false;
+    size_t need = ds_workspace_bytes(k, s, a->batch, a->heads, a->q_len);
+    if (a->ds_chunks > 0) {
+        size_t c = ds_chunked_bytes(k, s, a->batch, a->heads, a->q_len, a->ds_chunks, &which);
+        if (!c)
+            return s2_fail(ctx, S2_ERR_UNSUPPORTED, "ds_chunks %d: kernel %s has no dS path for this shape",
+                           a->ds_chunks, k->desc->name);
+        if (a->workspace_bytes < c)
+            return s2_fail(ctx, S2_ERR_INVALID,
+                           "ds_chunks %d: workspace_bytes %zu below the %zu bytes of s2_attn_backward_workspace_chunked()",
+                           a->ds_chunks, a->workspace_bytes, c);
+        ds = true, chunks = a->ds_chunks;
+    } else if (need && a->workspace_bytes >= need) {
+        ds = true;
+    } else if (need && a->ds_chunks == 0) {
+        for (int i = 0; i < s->ds_nchunk && !ds; i++) {
+            size_t c = ds_chunked_bytes(k, s, a->batch, a->heads, a->q_len, s->ds_chunks[i], NULL);
+            if (c && a->workspace_bytes >= c && chunks_fill(k, s, i, a->batch))
+                ds = true, chunks = s->ds_chunks[i], which = i;
+        }
+    }
+    s2_devptr dsw = ds ? a->workspace + ds_offset(a->batch, a->heads, a->q_len) : 0;
     uint32_t T = (uint32_t)k->desc->threads, rows = T / (uint32_t)(a->head_dim / 8);
     uint32_t smem = (uint32_t)k->desc->smem_bytes;
-    s2_launch_cfg cfg[3] = {
-        {.grid = {(uint32_t)((a->q_len + rows - 1) / rows), (uint32_t)a->heads, (uint32_t)a->batch},
-         .block = {T, 1, 1}, .stream = stream},
-        {.grid = {(uint32_t)kv_tiles, (uint32_t)a->kv_heads, (uint32_t)a->batch}, .block = {T, 1, 1},
-         .smem_bytes = smem, .stream = stream},
-        {.grid = {(uint32_t)tiles, (uint32_t)a->heads, (uint32_t)a->batch}, .block = {T, 1, 1},
-         .smem_bytes = ds ? (uint32_t)s2_bwd_dqds_smem_bytes(&k->desc->spec) : smem, .stream = stream},
-    };
-    s2_status rc = S2_OK;
-    for (int i = 0; i < 3 && rc == S2_OK; i++)
-        rc = s2_kernel_launch(ctx, k->bwd_fn[i == 2 && ds ? 3 : i], &cfg[i], args);
+    bwd_launch L;
+    bwd_launch_args(&L, k, a, s, 0, dsw, s->ds_head);
+    s2_launch_cfg pre = {.grid = {(uint32_t)((a->q_len + rows - 1) / rows), (uint32_t)a->heads, (uint32_t)a->batch},
+                         .block = {T, 1, 1}, .stream = stream};
+    s2_status rc = s2_kernel_launch(ctx, k->bwd_fn[0], &pre, L.args);
+    int nkv = a->kv_heads / chunks, group = a->heads / a->kv_heads;
+    for (int j = 0; j < chunks && rc == S2_OK; j++) {
+        s2_devptr head = chunks == 1 ? s->ds_head
+                         : s->ds_chunk_head[which] + (s2_devptr)j * (s2_devptr)(a->heads + 1) * sizeof(int64_t);
+        bwd_launch_args(&L, k, a, s, j * nkv, dsw, head);
+        s2_launch_cfg cfg[2] = {
+            {.grid = {(uint32_t)L.kv_tiles, (uint32_t)nkv, (uint32_t)a->batch}, .block = {T, 1, 1},
+             .smem_bytes = smem, .stream = stream},
+            {.grid = {(uint32_t)L.tiles, (uint32_t)(nkv * group), (uint32_t)a->batch}, .block = {T, 1, 1},
+             .smem_bytes = ds ? (uint32_t)s2_bwd_dqds_smem_bytes(&k->desc->spec) : smem, .stream = stream},
+        };
+        rc = s2_kernel_launch(ctx, k->bwd_fn[1], &cfg[0], L.args);
+        if (rc == S2_OK)
+            rc = s2_kernel_launch(ctx, k->bwd_fn[ds ? 3 : 2], &cfg[1], L.args);
+    }
+    if (rc == S2_OK && chunks > 1)
+        k->stats.ds_chunked++;
     return rc;
 }
 

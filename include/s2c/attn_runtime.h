@@ -87,6 +87,7 @@ typedef struct s2_attn_sched_stats {
     int64_t hits, misses, evictions;
     int cached;                      /* entries held now (<= S2_ATTN_SCHED_CACHE) */
     int64_t wide;                    /* forward schedules built for the wide variant (kernel.wide) */
+    int64_t ds_chunked;              /* backward launches that ran the dS path in chunks of heads */
 } s2_attn_sched_stats;
 void s2_attn_kernel_sched_stats(s2_attn_kernel *k, s2_attn_sched_stats *out);
 
@@ -133,6 +134,19 @@ s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
  * dS tiles go at the first 256-byte boundary after the plain part. */
 s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len, int64_t kv_len,
                                      size_t *bytes, bool *ds_path);
+
+/* The dS path with less memory: the workspace that holds the dS tiles of
+ * the largest of `chunks` equal chunks of kv heads (chunks divides
+ * kv_heads; 1: s2_attn_backward_workspace's size).  s2_attn_backward runs
+ * NAME_dkdv and NAME_dqds chunk after chunk (same results, bit for bit;
+ * s2_attn_sched_stats.ds_chunked counts such launches) when a->ds_chunks
+ * asks for it, or by itself when the workspace does not hold every dS tile
+ * but holds those of the fewest chunks whose dK/dV work still fills the GPU
+ * for as long as its longest list takes (smaller chunks run slower than the
+ * recomputing NAME_dq, which it takes otherwise).  S2_ERR_INVALID when chunks does not divide kv_heads,
+ * S2_ERR_UNSUPPORTED when the kernel or the shape has no dS path. */
+s2_status s2_attn_backward_workspace_chunked(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len,
+                                             int64_t kv_len, int chunks, size_t *bytes);
 
 /* The three tensor maps (q, k, v) of an sm_90a TMA kernel (S2_FWD_ABI_TMA,
  * attention.h) for arguments `a` (pointers and strides as s2_attn_forward

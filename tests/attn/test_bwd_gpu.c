@@ -10,7 +10,10 @@
  * runs on both bodies: mma.sync (spec.bwd_wgmma = -1) and wgmma (1, templates/bwd_sm90.c),
  * and the cases with a dS path (s2_bwd_ds_capable) a third time through the
  * runtime with the workspace of s2_attn_backward_workspace (NAME_dqds), the
- * workspace poisoned with NaN so that a dS tile not written shows in dq.
+ * workspace poisoned with NaN so that a dS tile not written shows in dq; its
+ * second run gets a workspace that holds one kv head's dS tiles only (the
+ * runtime then runs the dS path head chunk by head chunk) and must match the
+ * first bitwise.
  * S2C_BWD_CASES=substring filters cases; S2C_FWD_ARCH=sm_80 compiles for
  * that arch and loads the PTX (JIT by the driver).  Exits 77 without a GPU. */
 #include "patterns.h"
@@ -324,7 +327,7 @@ static void run_case(int vi)
     s2_devptr d_lse, d_dlse, d_ws;
     upload(ctx, dev, &d_lse, lse, nlse * 4);
     upload(ctx, dev, &d_dlse, dlse, nlse * 4);
-    size_t ws_bytes = s2_attn_bwd_workspace_bytes(B, H, SQ), ws_full = 0;
+    size_t ws_bytes = s2_attn_bwd_workspace_bytes(B, H, SQ), ws_full = 0, ws_chunk = 0;
     host_tensor *outs[3] = {&dq, &dk, &dv};
     for (int i = 0; i < 3; i++)
         ck_assert(s2_mem_alloc(ctx, dev, outs[i]->elems * 2, &outs[i]->dev) == S2_OK);
@@ -345,6 +348,14 @@ static void run_case(int vi)
             ck_assert_msg(s2_attn_backward_workspace(ctx, ak, B, SQ, SK, &ws_full, &on) == S2_OK, "%s",
                           s2_ctx_message(ctx));
             ck_assert_msg(on && ws_full > ws_bytes, "%s: no dS path (%zu bytes)", c->name, ws_full);
+            /* the second run: the dS path over head chunks (one per kv head),
+             * in a workspace that holds one chunk's tiles only */
+            if (HK > 1) {
+                ck_assert_msg(s2_attn_backward_workspace_chunked(ctx, ak, B, SQ, SK, HK, &ws_chunk) == S2_OK, "%s",
+                              s2_ctx_message(ctx));
+                ck_assert_msg(ws_chunk > ws_bytes && ws_chunk < ws_full, "%s: chunked %zu, full %zu", c->name,
+                              ws_chunk, ws_full);
+            }
         }
     } else {
         const void *image = load_ptx ? (const void *)art->ptx : (const void *)art->cubin;
@@ -375,13 +386,18 @@ static void run_case(int vi)
             s2_attn_bwd_args ba = {.batch = B, .q_len = SQ, .kv_len = SK, .heads = H, .kv_heads = HK,
                                    .head_dim = D, .dtype = c->dt, .q = q.dev, .k = k.dev, .v = v.dev, .o = o.dev,
                                    .d_o = dO.dev, .lse = d_lse, .d_lse = c->dlse ? d_dlse : 0, .dq = dq.dev,
-                                   .dk = dk.dev, .dv = dv.dev, .workspace = d_ws, .workspace_bytes = ws_full};
+                                   .dk = dk.dev, .dv = dv.dev, .workspace = d_ws,
+                                   .workspace_bytes = run == 1 && ws_chunk ? ws_chunk : ws_full,
+                                   .ds_chunks = run == 1 && ws_chunk ? HK : 0};
             const host_tensor *ts8[8] = {&q, &k, &v, &o, &dO, &dq, &dk, &dv};
             int64_t *dst8[8] = {ba.q_stride, ba.k_stride, ba.v_stride, ba.o_stride, ba.do_stride, ba.dq_stride,
                                 ba.dk_stride, ba.dv_stride};
             for (int i = 0; i < 8; i++)
                 memcpy(dst8[i], ts8[i]->t.stride, 3 * sizeof(int64_t));
             ck_assert_msg(s2_attn_backward(ctx, ak, NULL, &ba) == S2_OK, "%s", s2_ctx_message(ctx));
+            s2_attn_sched_stats ss;
+            s2_attn_kernel_sched_stats(ak, &ss);
+            ck_assert_int_eq(ss.ds_chunked, run == 1 && ws_chunk ? 1 : 0);
         } else {
             s2_devptr ptrs[12] = {q.dev, k.dev, v.dev, o.dev, dO.dev, d_lse, c->dlse ? d_dlse : 0, d_ws,
                                   d_ws + ws_bytes / 2, dq.dev, dk.dev, dv.dev};
@@ -436,7 +452,8 @@ static void run_case(int vi)
         } else {
             for (int i = 0; i < 3; i++)
                 res->same = res->same && !memcmp(first[i], outs[i]->data, outs[i]->elems * 2);
-            ck_assert_msg(res->same, "%s seed %llu: second run differs bitwise", c->name, (unsigned long long)res->seed);
+            ck_assert_msg(res->same, "%s seed %llu: second run differs bitwise%s", c->name,
+                          (unsigned long long)res->seed, ws_chunk ? " (the dS path in head chunks)" : "");
         }
     }
 

@@ -18,8 +18,8 @@
 static const char *fake_path;
 static fake_cuda_set_fn fake_set;
 static fake_cuda_get_fn fake_get;
-static s2_artifact *art;
-static s2_pattern_set *set;
+static s2_artifact *art, *art_ds;
+static s2_pattern_set *set, *set_ds;
 
 enum { B = 2, SQ = 256, SK = 320, H = 32, HK = 8, D = 64 };
 
@@ -102,6 +102,106 @@ START_TEST(backward_launches_three_kernels)
 }
 END_TEST
 
+/* A module with the dS path (block 64, GQA 4/2: dense_b64): the workspace
+ * decides between the dS path over all heads (pre, dkdv, dqds), over chunks
+ * of kv heads (pre, then dkdv and dqds per chunk) and the recomputing dq. */
+START_TEST(ds_path_in_head_chunks)
+{
+    enum { CB = 2, CS = 512, CH = 4, CHK = 2, CD = 64 };
+    fixture f;
+    fixture_init(&f);
+    s2_attn_module *mod = NULL;
+    ck_assert_msg(s2_attn_module_load(f.ctx, f.dev, art_ds->cubin, art_ds->cubin_size, &mod) == S2_OK, "%s",
+                  s2_ctx_message(f.ctx));
+    s2_attn_kernel *k = s2_attn_module_kernel_at(mod, 0);
+    size_t full = 0, half = 0, plain = s2_attn_bwd_workspace_bytes(CB, CH, CS), none = 0;
+    bool on = false;
+    ck_assert_msg(s2_attn_backward_workspace(f.ctx, k, CB, CS, CS, &full, &on) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    ck_assert(on);
+    ck_assert_msg(s2_attn_backward_workspace_chunked(f.ctx, k, CB, CS, CS, 2, &half) == S2_OK, "%s",
+                  s2_ctx_message(f.ctx));
+    ck_assert_msg(half > plain && half < full, "plain %zu, 2 chunks %zu, full %zu", plain, half, full);
+    ck_assert_int_eq(s2_attn_backward_workspace_chunked(f.ctx, k, CB, CS, CS, 1, &none), S2_OK);
+    ck_assert_uint_eq(none, full);
+    ck_assert_int_eq(s2_attn_backward_workspace_chunked(f.ctx, k, CB, CS, CS, 3, &none), S2_ERR_INVALID);
+    ck_assert_uint_eq(none, 0);
+    s2_devptr t[8], lse = 0, ws = 0;
+    for (int i = 0; i < 8; i++) {
+        bool kv = i == 1 || i == 2 || i == 6 || i == 7;
+        ck_assert_int_eq(s2_mem_alloc(f.ctx, f.dev, (size_t)CB * CS * (kv ? CHK : CH) * CD * 2, &t[i]), S2_OK);
+    }
+    ck_assert_int_eq(s2_mem_alloc(f.ctx, f.dev, (size_t)CB * CH * CS * 4, &lse), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(f.ctx, f.dev, full, &ws), S2_OK);
+    s2_attn_bwd_args a = {.batch = CB, .q_len = CS, .kv_len = CS, .heads = CH, .kv_heads = CHK, .head_dim = CD,
+                          .dtype = S2_DTYPE_BF16, .q = t[0], .k = t[1], .v = t[2], .o = t[3], .d_o = t[4],
+                          .dq = t[5], .dk = t[6], .dv = t[7], .lse = lse, .workspace = ws};
+    s2_attn_bwd_args_bshd(&a);
+    /* full: one dS launch; two chunks asked for; half the workspace left to
+     * the runtime (chunks of 16 CTAs would leave the GPU empty: recompute);
+     * the plain workspace */
+    size_t sizes[4] = {full, half, half, plain};
+    int chunks[4] = {0, 2, 0, 0}, launches[4] = {3, 1 + 2 * 2, 3, 3}, grid_y[4] = {CH, CH / 2, CH, CH};
+    bool dqds[4] = {true, true, false, false};
+    for (int i = 0; i < 4; i++) {
+        a.workspace_bytes = sizes[i];
+        a.ds_chunks = chunks[i];
+        long long before = fake_get("launches");
+        ck_assert_msg(s2_attn_backward(f.ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+        ck_assert_int_eq(fake_get("launches") - before, launches[i]);
+        /* the last launch: the dQ kernel (of the last chunk: the query heads of one kv head) */
+        ck_assert_int_eq(fake_get("last_grid_y"), grid_y[i]);
+        ck_assert_int_eq(fake_get("last_smem"), dqds[i] ? s2_bwd_dqds_smem_bytes(&art_ds->spec) : art_ds->smem_bytes);
+        s2_attn_sched_stats ss;
+        s2_attn_kernel_sched_stats(k, &ss);
+        ck_assert_int_eq(ss.ds_chunked, i >= 1 ? 1 : 0);
+    }
+    /* two chunks in less than their workspace; chunks that do not divide the kv heads */
+    long long before = fake_get("launches");
+    a.workspace_bytes = half - 16, a.ds_chunks = 2;
+    ck_assert_int_eq(s2_attn_backward(f.ctx, k, NULL, &a), S2_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(f.ctx), "s2_attn_backward_workspace_chunked"));
+    a.workspace_bytes = full, a.ds_chunks = 3;
+    ck_assert_int_eq(s2_attn_backward(f.ctx, k, NULL, &a), S2_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(f.ctx), "does not divide"));
+    ck_assert_int_eq(fake_get("launches"), before);
+    for (int i = 0; i < 8; i++)
+        s2_mem_free(f.ctx, f.dev, t[i]);
+    s2_mem_free(f.ctx, f.dev, lse);
+    s2_mem_free(f.ctx, f.dev, ws);
+    s2_attn_module_free(mod);
+    /* on a GPU of one SM the same two chunks fill it: the runtime takes them */
+    s2_device *small = NULL;
+    fake_set("sm_count", 1);
+    ck_assert_int_eq(s2_device_open(f.ctx, 0, &small), S2_OK);
+    fake_set("sm_count", 132);
+    ck_assert_int_eq(s2_attn_module_load(f.ctx, small, art_ds->cubin, art_ds->cubin_size, &mod), S2_OK);
+    k = s2_attn_module_kernel_at(mod, 0);
+    s2_devptr ts[8], lse1 = 0, ws1 = 0;
+    for (int i = 0; i < 8; i++) {
+        bool kv = i == 1 || i == 2 || i == 6 || i == 7;
+        ck_assert_int_eq(s2_mem_alloc(f.ctx, small, (size_t)CB * CS * (kv ? CHK : CH) * CD * 2, &ts[i]), S2_OK);
+    }
+    ck_assert_int_eq(s2_mem_alloc(f.ctx, small, (size_t)CB * CH * CS * 4, &lse1), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(f.ctx, small, half, &ws1), S2_OK);
+    s2_attn_bwd_args a1 = {.batch = CB, .q_len = CS, .kv_len = CS, .heads = CH, .kv_heads = CHK, .head_dim = CD,
+                           .dtype = S2_DTYPE_BF16, .q = ts[0], .k = ts[1], .v = ts[2], .o = ts[3], .d_o = ts[4],
+                           .dq = ts[5], .dk = ts[6], .dv = ts[7], .lse = lse1, .workspace = ws1,
+                           .workspace_bytes = half};
+    s2_attn_bwd_args_bshd(&a1);
+    long long before1 = fake_get("launches");
+    ck_assert_msg(s2_attn_backward(f.ctx, k, NULL, &a1) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    ck_assert_int_eq(fake_get("launches") - before1, 1 + 2 * 2);
+    ck_assert_int_eq(fake_get("last_grid_y"), CH / 2);
+    for (int i = 0; i < 8; i++)
+        s2_mem_free(f.ctx, small, ts[i]);
+    s2_mem_free(f.ctx, small, lse1);
+    s2_mem_free(f.ctx, small, ws1);
+    s2_attn_module_free(mod);
+    s2_device_free(small);
+    fixture_free(&f);
+}
+END_TEST
+
 typedef struct bad_case {
     const char *what;
     s2_status want;
@@ -174,11 +274,20 @@ int main(int argc, char **argv)
         s2_ctx_free(ctx);
         return 77;
     }
+    attn_pattern_args(7, &a);
+    spec.head_dim = 64;
+    if (s2_pattern_from_args(ctx, &a, &set_ds) != S2_OK ||
+        s2_compile_attention(ctx, s2_pattern_set_get(set_ds, 0), &spec, S2_CUBIN_AUTO, &art_ds) != S2_OK) {
+        printf("cannot build the dS backward cubin (%s)\n", s2_ctx_message(ctx));
+        s2_ctx_free(ctx);
+        return 1;
+    }
     s2_ctx_free(ctx);
     Suite *s = suite_create("attn_bwd_rt");
     TCase *tc = tcase_create("bwd_rt");
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, backward_launches_three_kernels);
+    tcase_add_test(tc, ds_path_in_head_chunks);
     tcase_add_loop_test(tc, every_bad_argument_has_its_status, 0, NUM_BAD);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
@@ -187,5 +296,7 @@ int main(int argc, char **argv)
     srunner_free(sr);
     s2_artifact_free(art);
     s2_pattern_set_free(set);
+    s2_artifact_free(art_ds);
+    s2_pattern_set_free(set_ds);
     return failed ? 1 : 0;
 }
