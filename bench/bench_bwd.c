@@ -16,7 +16,9 @@
  * heuristic, 4 there).
  * --ds 0 gives the backward the plain workspace, so that dq is recomputed (NAME_dq); by
  * default it gets s2_attn_backward_workspace's, which takes the dS path where the
- * module has one (the row says "dS" and the workspace's size).
+ * module has one (the row says "dS" and the workspace's size); --ds N (N > 1) gives it the
+ * workspace of N chunks of kv heads (s2_attn_backward_workspace_chunked), the dS path
+ * then runs chunk by chunk.
  *
  *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--gather G]
  *             [--ds 0|1] */
@@ -222,6 +224,9 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
     bool ds = false;
     if (st == S2_OK && use_ds)
         st = s2_attn_backward_workspace(ctx, r.bwd, c->batch, c->seq, c->seq, &ws_bytes, &ds);
+    /* --ds N > 1: the dS path over N chunks of kv heads, in the workspace one chunk needs */
+    if (st == S2_OK && ds && use_ds > 1)
+        st = s2_attn_backward_workspace_chunked(ctx, r.bwd, c->batch, c->seq, c->seq, use_ds, &ws_bytes);
     if (st == S2_OK)
         st = s2_mem_alloc(ctx, dev, ws_bytes, &ws);
     if (st == S2_OK)
@@ -245,7 +250,7 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
                                   .kv_heads = c->heads, .head_dim = HEAD_DIM, .dtype = S2_DTYPE_BF16,
                                   .q = t[0], .k = t[1], .v = t[2], .o = t[3], .d_o = t[4], .lse = lse, .d_lse = dlse,
                                   .dq = t[5], .dk = t[6], .dv = t[7], .workspace = ws,
-                                  .workspace_bytes = ws_bytes};
+                                  .workspace_bytes = ws_bytes, .ds_chunks = ds && use_ds > 1 ? use_ds : 0};
         s2_attn_bwd_args_bshd(&r.ba);
         st = run_once(ctx, &r, 2, NULL);
     }
