@@ -881,21 +881,29 @@ static bool wants_wide(const s2_attn_kernel *k, const s2_schedule *sched)
     return keys >= WIDE_MIN_KEYS;
 }
 
+/* The forward schedule of a spec's tile shape, packed (gathered key tiles
+ * when the spec gathers). */
+static s2_status pack_forward(s2_ctx *ctx, const s2_layout *lay, const s2_kernel_spec *spec, s2_schedule **sched,
+                              s2_packed_schedule *pk)
+{
+    int gather = spec->kv_gather > 1 ? spec->kv_gather : 1;
+    s2_tile_spec ts = {spec->block_m, spec->block_n / gather};
+    s2_status st = s2_schedule_build(ctx, lay, ts, false, sched);
+    if (st == S2_OK)
+        st = gather > 1 ? s2_schedule_pack_gathered(ctx, *sched, gather, pk) : s2_schedule_pack(ctx, *sched, pk);
+    if (st == S2_OK && ((*sched)->geom.q_tiles > INT32_MAX || (*sched)->geom.first_q_tile > INT32_MAX))
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld query tiles do not fit 32 bits",
+                     (long long)(*sched)->geom.q_tiles);
+    return st;
+}
+
 /* The wide variant's schedule into slot (its own tile shape). */
 static s2_status build_wide(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay, sched_slot *slot)
 {
-    const s2_kernel_spec *w = &k->desc->wide_spec;
-    int gather = w->kv_gather > 1 ? w->kv_gather : 1;
-    s2_tile_spec ts = {w->block_m, w->block_n / gather};
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
     s2_devptr buf = 0;
-    s2_status st = s2_schedule_build(ctx, lay, ts, false, &sched);
-    if (st == S2_OK)
-        st = gather > 1 ? s2_schedule_pack_gathered(ctx, sched, gather, &pk) : s2_schedule_pack(ctx, sched, &pk);
-    if (st == S2_OK && (sched->geom.q_tiles > INT32_MAX || sched->geom.first_q_tile > INT32_MAX))
-        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld query tiles do not fit 32 bits",
-                     (long long)sched->geom.q_tiles);
+    s2_status st = pack_forward(ctx, lay, &k->desc->wide_spec, &sched, &pk);
     if (st == S2_OK)
         st = s2_mem_alloc(ctx, k->mod->dev, pk.size, &buf);
     if (st == S2_OK)
@@ -922,19 +930,12 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
     s2_layout *lay = NULL;
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
-    int gather = k->desc->spec.kv_gather > 1 ? k->desc->spec.kv_gather : 1;
-    s2_tile_spec ts = {k->desc->spec.block_m, k->desc->spec.block_n / gather};
     s2_devptr buf = 0, t_buf = 0, w_buf = 0;
     int32_t n_work = 0;
     sched_slot tr = {0};
     s2_status st = s2_layout_new(ctx, k->pattern, q_len, kv_len, &lay);
     if (st == S2_OK)
-        st = s2_schedule_build(ctx, lay, ts, false, &sched);
-    if (st == S2_OK)
-        st = gather > 1 ? s2_schedule_pack_gathered(ctx, sched, gather, &pk) : s2_schedule_pack(ctx, sched, &pk);
-    if (st == S2_OK && (sched->geom.q_tiles > INT32_MAX || sched->geom.first_q_tile > INT32_MAX))
-        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld query tiles do not fit 32 bits",
-                     (long long)sched->geom.q_tiles);
+        st = pack_forward(ctx, lay, &k->desc->spec, &sched, &pk);
     if (st == S2_OK)
         st = s2_mem_alloc(ctx, dev, pk.size, &buf);
     if (st == S2_OK)
@@ -1203,16 +1204,14 @@ static size_t ds_chunked_bytes(const s2_attn_kernel *k, const sched_slot *s, int
     return 0;
 }
 
-s2_status s2_attn_backward_workspace_chunked(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len,
-                                             int64_t kv_len, int chunks, size_t *bytes)
+/* The dS workspace of (batch, q_len, kv_len) in `chunks` chunks of kv heads
+ * (0: no dS path), the schedules built (and cached) as a launch would. */
+static s2_status ds_need(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len, int64_t kv_len, int chunks,
+                         size_t *need)
 {
-    if (!k || !bytes)
-        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_backward_workspace_chunked: %s is NULL", !k ? "kernel" : "bytes");
-    *bytes = 0;
+    *need = 0;
     if (k->desc->spec.kind != S2_KERNEL_BWD)
         return s2_fail(ctx, S2_ERR_INVALID, "kernel %s is not a backward kernel", k->desc->name);
-    if (chunks < 1 || chunks > k->pattern->kv_heads || k->pattern->kv_heads % chunks)
-        return s2_fail(ctx, S2_ERR_INVALID, "%d head chunks do not divide %d kv heads", chunks, k->pattern->kv_heads);
     s2_attn_fwd_args f = {.batch = batch, .q_len = q_len, .kv_len = kv_len, .heads = k->pattern->heads,
                           .kv_heads = k->pattern->kv_heads, .head_dim = k->desc->spec.head_dim,
                           .dtype = k->desc->spec.dtype};
@@ -1222,8 +1221,23 @@ s2_status s2_attn_backward_workspace_chunked(s2_ctx *ctx, s2_attn_kernel *k, int
     mtx_lock(&k->lock);
     sched_slot *s = NULL;
     st = get_schedule(ctx, k, q_len, kv_len, &s);
-    size_t need = st == S2_OK ? ds_chunked_bytes(k, s, batch, k->pattern->heads, q_len, chunks, NULL) : 0;
+    if (st == S2_OK)
+        *need = ds_chunked_bytes(k, s, batch, k->pattern->heads, q_len, chunks, NULL);
     mtx_unlock(&k->lock);
+    return st;
+}
+
+s2_status s2_attn_backward_workspace_chunked(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len,
+                                             int64_t kv_len, int chunks, size_t *bytes)
+{
+    if (!k || !bytes)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_backward_workspace_chunked: %s is NULL", !k ? "kernel" : "bytes");
+    *bytes = 0;
+    if (k->desc->spec.kind == S2_KERNEL_BWD &&
+        (chunks < 1 || chunks > k->pattern->kv_heads || k->pattern->kv_heads % chunks))
+        return s2_fail(ctx, S2_ERR_INVALID, "%d head chunks do not divide %d kv heads", chunks, k->pattern->kv_heads);
+    size_t need = 0;
+    s2_status st = ds_need(ctx, k, batch, q_len, kv_len, chunks, &need);
     if (st != S2_OK)
         return st;
     if (!need)
@@ -1240,19 +1254,8 @@ s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int batch, 
     *bytes = 0;
     if (ds_path)
         *ds_path = false;
-    if (k->desc->spec.kind != S2_KERNEL_BWD)
-        return s2_fail(ctx, S2_ERR_INVALID, "kernel %s is not a backward kernel", k->desc->name);
-    s2_attn_fwd_args f = {.batch = batch, .q_len = q_len, .kv_len = kv_len, .heads = k->pattern->heads,
-                          .kv_heads = k->pattern->kv_heads, .head_dim = k->desc->spec.head_dim,
-                          .dtype = k->desc->spec.dtype};
-    s2_status st = check_sizes(ctx, k, &f);
-    if (st != S2_OK)
-        return st;
-    mtx_lock(&k->lock);
-    sched_slot *s = NULL;
-    st = get_schedule(ctx, k, q_len, kv_len, &s);
-    size_t full = st == S2_OK ? ds_workspace_bytes(k, s, batch, k->pattern->heads, q_len) : 0;
-    mtx_unlock(&k->lock);
+    size_t full = 0;
+    s2_status st = ds_need(ctx, k, batch, q_len, kv_len, 1, &full);
     if (st != S2_OK)
         return st;
     *bytes = full ? full : s2_attn_bwd_workspace_bytes(batch, k->pattern->heads, q_len);
