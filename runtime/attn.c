@@ -686,17 +686,27 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
 
 static size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
 
-/* The backward's transposed schedule: per key tile of block_m keys, the
- * query tiles visiting it; and, for a kernel with NAME_dqds, the dS map
- * pairing it with the forward schedule fwd / fg, in the same buffer. */
-/* The head_base arrays of every chunking of the kv heads into c equal
- * chunks (c > 1 dividing kv_heads, at most DS_CHUNKINGS of them), laid out
- * one chunking after the other (tr->ds_chunk_head holds offsets into *out
- * in bytes until the caller rebases them). */
-static s2_status ds_chunk_arrays(s2_ctx *ctx, const s2_attn_kernel *k, const int64_t *head_base, sched_slot *tr,
-                                 int64_t **out, size_t *bytes)
+/* The dS path's chunkings of the kv heads into c equal chunks (c > 1
+ * dividing kv_heads, at most DS_CHUNKINGS of them): each chunk's head_base
+ * array, laid out one chunking after the other (tr->ds_chunk_head holds
+ * offsets into *out in bytes until the caller rebases them), and the
+ * longest dK/dV list of the transposed schedule tp (lists per class). */
+static s2_status ds_chunk_arrays(s2_ctx *ctx, const s2_attn_kernel *k, const int64_t *head_base,
+                                 const s2_packed_schedule *tp, int32_t lists, sched_slot *tr, int64_t **out,
+                                 size_t *bytes)
 {
     int heads = k->pattern->heads, kvh = k->pattern->kv_heads, group = heads / kvh;
+    /* a CTA's list: its group's query heads' */
+    const int32_t *cls = (const int32_t *)((const char *)tp->data + tp->class_of_head_off);
+    const int32_t *offs = (const int32_t *)((const char *)tp->data + tp->offsets_off);
+    int nclass = 0;
+    for (int h = 0; h < heads; h++)
+        nclass = cls[h] + 1 > nclass ? cls[h] + 1 : nclass;
+    tr->ds_longest = 0;
+    for (int64_t i = 0; i < (int64_t)nclass * lists; i++)
+        if (offs[i + 1] - offs[i] > tr->ds_longest)
+            tr->ds_longest = offs[i + 1] - offs[i];
+    tr->ds_longest *= group;
     size_t n = 0;
     tr->ds_nchunk = 0;
     for (int c = 2; c <= kvh && tr->ds_nchunk < DS_CHUNKINGS; c++)
@@ -729,6 +739,9 @@ static s2_status ds_chunk_arrays(s2_ctx *ctx, const s2_attn_kernel *k, const int
     return S2_OK;
 }
 
+/* The backward's transposed schedule: per key tile of block_m keys, the
+ * query tiles visiting it; and, for a kernel with NAME_dqds, the dS map
+ * pairing it with the forward schedule fwd / fg, in the same buffer. */
 static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay,
                                    const s2_packed_schedule *fwd, const s2_tile_geom *fg, s2_devptr *buf,
                                    sched_slot *tr)
@@ -759,22 +772,9 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layo
     }
     int64_t *chunks = NULL;
     size_t chunk_bytes = 0;
-    /* the longest dK/dV list: a CTA's (its group's query heads) */
-    tr->ds_longest = 0;
-    if (st == S2_OK && map.data) {
-        const int32_t *cls = (const int32_t *)((const char *)pk.data + pk.class_of_head_off);
-        const int32_t *offs = (const int32_t *)((const char *)pk.data + pk.offsets_off);
-        int nclass = 0;
-        for (int h = 0; h < k->pattern->heads; h++)
-            nclass = cls[h] + 1 > nclass ? cls[h] + 1 : nclass;
-        for (int64_t i = 0; i < (int64_t)nclass * lists; i++)
-            if (offs[i + 1] - offs[i] > tr->ds_longest)
-                tr->ds_longest = offs[i + 1] - offs[i];
-        tr->ds_longest *= k->pattern->heads / k->pattern->kv_heads;
-    }
     if (st == S2_OK && map.data)
-        st = ds_chunk_arrays(ctx, k, (const int64_t *)((const char *)map.data + map.head_base_off), tr, &chunks,
-                             &chunk_bytes);
+        st = ds_chunk_arrays(ctx, k, (const int64_t *)((const char *)map.data + map.head_base_off), &pk, lists, tr,
+                             &chunks, &chunk_bytes);
     size_t map_at = align16(pk.size), size = map.data ? map_at + map.size : pk.size;
     size_t chunk_at = align16(size);
     if (chunk_bytes)
@@ -930,9 +930,9 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
     s2_layout *lay = NULL;
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
-    s2_devptr buf = 0, t_buf = 0, w_buf = 0;
-    int32_t n_work = 0;
-    sched_slot tr = {0};
+    s2_devptr buf = 0, t_buf = 0;
+    /* filled part by part (transposed schedule, work list, wide variant), then stored */
+    sched_slot sl = {.q_len = q_len, .kv_len = kv_len};
     s2_status st = s2_layout_new(ctx, k->pattern, q_len, kv_len, &lay);
     if (st == S2_OK)
         st = pack_forward(ctx, lay, &k->desc->spec, &sched, &pk);
@@ -941,40 +941,28 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
     if (st == S2_OK)
         st = s2_memcpy_h2d(ctx, dev, buf, pk.data, pk.size);
     if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_BWD)
-        st = upload_transposed(ctx, k, lay, &pk, &sched->geom, &t_buf, &tr);
+        st = upload_transposed(ctx, k, lay, &pk, &sched->geom, &t_buf, &sl);
     if (st == S2_OK && k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT)
-        st = upload_work_list(ctx, k, sched, &w_buf, &n_work);
-    sched_slot wide = {0};
+        st = upload_work_list(ctx, k, sched, &sl.w_buf, &sl.n_work);
     if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_FWD && wants_wide(k, sched))
-        st = build_wide(ctx, k, lay, &wide);
+        st = build_wide(ctx, k, lay, &sl);
     /* a launch on a non-blocking stream does not wait for the legacy stream */
     if (st == S2_OK)
         st = s2_stream_synchronize(ctx, dev, NULL);
     if (st == S2_OK) {
-        *slot = (sched_slot){.q_len = q_len, .kv_len = kv_len, .buf = buf,
-                             .class_of_head = buf + pk.class_of_head_off, .offsets = buf + pk.offsets_off,
-                             .entries = buf + pk.entries_off, .first_q_tile = (int32_t)sched->geom.first_q_tile,
-                             .q_tiles = (int32_t)sched->geom.q_tiles, .t_buf = t_buf,
-                             .t_class_of_head = tr.t_class_of_head, .t_offsets = tr.t_offsets,
-                             .t_entries = tr.t_entries, .kv_tiles = tr.kv_tiles, .ds_head = tr.ds_head,
-                             .ds_map = tr.ds_map, .ds_tiles = tr.ds_tiles, .ds_nchunk = tr.ds_nchunk, .w_buf = w_buf,
-                             .n_work = n_work, .use_wide = wide.use_wide, .wide_buf = wide.wide_buf,
-                             .wide_class_of_head = wide.wide_class_of_head, .wide_offsets = wide.wide_offsets,
-                             .wide_entries = wide.wide_entries, .wide_first_q_tile = wide.wide_first_q_tile,
-                             .wide_q_tiles = wide.wide_q_tiles};
-        memcpy(slot->ds_chunks, tr.ds_chunks, sizeof tr.ds_chunks);
-        memcpy(slot->ds_chunk_tiles, tr.ds_chunk_tiles, sizeof tr.ds_chunk_tiles);
-        memcpy(slot->ds_chunk_head, tr.ds_chunk_head, sizeof tr.ds_chunk_head);
-        memcpy(slot->ds_chunk_work, tr.ds_chunk_work, sizeof tr.ds_chunk_work);
-        slot->ds_longest = tr.ds_longest;
-        if (wide.use_wide)
+        sl.buf = buf, sl.t_buf = t_buf;
+        sl.class_of_head = buf + pk.class_of_head_off, sl.offsets = buf + pk.offsets_off;
+        sl.entries = buf + pk.entries_off;
+        sl.first_q_tile = (int32_t)sched->geom.first_q_tile, sl.q_tiles = (int32_t)sched->geom.q_tiles;
+        *slot = sl;
+        if (sl.use_wide)
             k->stats.wide++;
-        buf = t_buf = w_buf = wide.wide_buf = 0;
+        buf = t_buf = sl.w_buf = sl.wide_buf = 0;
     }
-    s2_mem_free(NULL, dev, wide.wide_buf);
+    s2_mem_free(NULL, dev, sl.wide_buf);
     s2_mem_free(NULL, dev, buf);
     s2_mem_free(NULL, dev, t_buf);
-    s2_mem_free(NULL, dev, w_buf);
+    s2_mem_free(NULL, dev, sl.w_buf);
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);
     s2_layout_free(lay);
