@@ -61,6 +61,8 @@ LLVMValueRef s2_nv_laneid(s2_cg *cg);
 LLVMValueRef s2_nv_shfl_bfly_f32(s2_cg *cg, LLVMValueRef v, int lane_mask);
 LLVMValueRef s2_nv_warp_max_f32(s2_cg *cg, LLVMValueRef v);
 LLVMValueRef s2_nv_warp_sum_f32(s2_cg *cg, LLVMValueRef v);
+/* vote.sync.any over the whole warp: pred (i1) of any lane */
+LLVMValueRef s2_nv_vote_any(s2_cg *cg, LLVMValueRef pred);
 /* math */
 LLVMValueRef s2_nv_ex2_approx(s2_cg *cg, LLVMValueRef x);         /* ex2.approx.ftz.f32 */
 LLVMValueRef s2_nv_fmax(s2_cg *cg, LLVMValueRef a, LLVMValueRef b); /* llvm.maxnum */

@@ -84,6 +84,14 @@ LLVMValueRef s2_nv_shfl_bfly_f32(s2_cg *cg, LLVMValueRef v, int lane_mask)
     return s2_nv_intrinsic(cg, "llvm.nvvm.shfl.sync.bfly.f32", cg->t_f32, args, 4, vals);
 }
 
+LLVMValueRef s2_nv_vote_any(s2_cg *cg, LLVMValueRef pred)
+{
+    LLVMTypeRef i1 = LLVMInt1TypeInContext(cg->llctx);
+    LLVMTypeRef args[2] = {cg->t_i32, i1};
+    LLVMValueRef vals[2] = {LLVMConstInt(cg->t_i32, 0xffffffffu, 0), pred};
+    return s2_nv_intrinsic(cg, "llvm.nvvm.vote.any.sync", i1, args, 2, vals);
+}
+
 LLVMValueRef s2_nv_warp_max_f32(s2_cg *cg, LLVMValueRef v)
 {
     for (int m = 16; m >= 1; m /= 2)

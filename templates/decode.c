@@ -377,7 +377,7 @@ static void apply_mask(dec *k, LLVMValueRef sc[2][4], LLVMValueRef kpos0, LLVMVa
 static void online_softmax(dec *k, LLVMValueRef sc[2][4])
 {
     for (int hr = 0; hr < 2; hr++)
-        s2_flash_softmax_row(k->cg, &k->acc, hr, sc, 2, param(k, P_SCALE_LOG2), true);
+        s2_flash_softmax_row(k->cg, &k->acc, hr, sc, 2, param(k, P_SCALE_LOG2), true, NULL);
 }
 
 /* O += P·V over the warp's 16 keys: one k-step, V by ldmatrix.x4.trans. */

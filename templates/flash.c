@@ -52,10 +52,12 @@ void s2_flash_row_final(s2_cg *cg, const s2_flash_rows *r, int hr, LLVMValueRef 
 }
 
 LLVMValueRef s2_flash_softmax_row(s2_cg *cg, const s2_flash_rows *r, int hr, LLVMValueRef sc[][4], int NT,
-                                  LLVMValueRef scale, bool rescale_o)
+                                  LLVMValueRef scale, bool rescale_o, LLVMValueRef *grew)
 {
     LLVMBuilderRef b = cg->b;
     LLVMValueRef ninf = LLVMConstReal(cg->t_f32, -INFINITY);
+    /* sequential chains: pairwise max and sum trees measured 1-2% slower in
+     * the sm_90a forward (bench/RESULTS.md run 50) */
     LLVMValueRef mx = ninf;
     for (int n = 0; n < NT; n++)
         for (int e = 0; e < 2; e++)
@@ -63,10 +65,25 @@ LLVMValueRef s2_flash_softmax_row(s2_cg *cg, const s2_flash_rows *r, int hr, LLV
     mx = s2_nv_quad_max_f32(cg, mx);
     LLVMValueRef m_old = LLVMBuildLoad2(b, cg->t_f32, r->m[hr], "");
     LLVMValueRef m_new = s2_nv_fmax(cg, m_old, mx);
+    LLVMValueRef keep = NULL;
+    if (grew) {
+        /* the old maximum stays while the new one exceeds it by at most
+         * S2_FLASH_LAZY_LOG2 in exponent units (probabilities up to
+         * 2^S2_FLASH_LAZY_LOG2, far inside f32 and the 16-bit P types):
+         * alpha is 1 and O need not be rescaled.  A first finite maximum
+         * (m_old = -inf) always replaces it; -inf - -inf is NaN: kept. */
+        LLVMValueRef d = LLVMBuildFMul(b, LLVMBuildFSub(b, m_new, m_old, ""), scale, "");
+        LLVMValueRef big = LLVMBuildFCmp(b, LLVMRealOGT, d, LLVMConstReal(cg->t_f32, S2_FLASH_LAZY_LOG2), "grew");
+        keep = LLVMBuildNot(b, big, "");
+        m_new = LLVMBuildSelect(b, big, m_new, m_old, "m_new");
+        *grew = big;
+    }
     LLVMValueRef m_use = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m_new, ninf, ""),
                                          LLVMConstReal(cg->t_f32, 0.0), LLVMBuildFMul(b, m_new, scale, ""), "m_use");
     LLVMValueRef neg_m = LLVMBuildFNeg(b, m_use, "");
     LLVMValueRef alpha = s2_nv_ex2_approx(cg, s2_nv_fma(cg, m_old, scale, neg_m));
+    if (keep)
+        alpha = LLVMBuildSelect(b, keep, LLVMConstReal(cg->t_f32, 1.0), alpha, "alpha");
     LLVMValueRef sum = LLVMConstReal(cg->t_f32, 0.0);
     for (int n = 0; n < NT; n++)
         for (int e = 0; e < 2; e++) {

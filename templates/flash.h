@@ -8,6 +8,9 @@
 #include "cg_internal.h"
 
 enum { S2_FLASH_MAX_D = 256 };
+/* lazy rescaling: the running maximum is replaced only when a new one exceeds
+ * it by more than this many powers of two (s2_flash_softmax_row, grew) */
+#define S2_FLASH_LAZY_LOG2 8.0
 
 typedef struct s2_flash_rows {
     LLVMValueRef o[S2_FLASH_MAX_D / 8][4];   /* O: n-tile dn, accumulator register i (f32) */
@@ -25,9 +28,12 @@ void s2_flash_rows_zero(s2_cg *cg, const s2_flash_rows *r);
  * (columns sc[n][2hr], sc[n][2hr+1]): new max m (a row with nothing kept
  * so far subtracts 0, not -inf), l = l·alpha + the row's sum, the scores
  * replaced by probabilities.  Returns alpha = 2^((m_old - m_new)·scale);
- * with rescale_o, O's row is multiplied by it here. */
+ * with rescale_o, O's row is multiplied by it here.  With grew (lazy
+ * rescaling, FlashAttention-4's): the maximum is replaced only when the
+ * new one exceeds it by more than S2_FLASH_LAZY_LOG2 in exponent units,
+ * else alpha is exactly 1; *grew is the i1 "replaced". */
 LLVMValueRef s2_flash_softmax_row(s2_cg *cg, const s2_flash_rows *r, int hr, LLVMValueRef sc[][4], int NT,
-                                  LLVMValueRef scale, bool rescale_o);
+                                  LLVMValueRef scale, bool rescale_o, LLVMValueRef *grew);
 /* Row hr's end of the softmax: the quad's sum l, then *inv = 1/l and *lse =
  * (m·scale_log2 + log2 l)·ln 2 (natural log), 0 and -inf for a row that kept
  * nothing (l = 0). */

@@ -468,7 +468,7 @@ static void apply_mask(fwd *k, LLVMValueRef sc[][4], LLVMValueRef e, LLVMValueRe
 static void online_softmax(fwd *k, LLVMValueRef sc[][4])
 {
     for (int hr = 0; hr < 2; hr++)
-        s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), true);
+        s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), true, NULL);
 }
 
 /* O += P·V: P from the score registers (C layout of n-tiles 2kk, 2kk+1 = A

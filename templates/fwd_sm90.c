@@ -51,6 +51,8 @@ typedef struct sm90_shape {
     bool causal, pingpong, persistent;
     bool q_regs;                   /* S = Q·Kᵀ with Q from registers (RS): no Q re-read from smem per entry */
     bool pv_fence;                 /* a store of the row sum before the P·V wait (consumer_loop) */
+    bool lazy;                     /* O rescaled only when a warp's row maximum grew (flash.h, grew) */
+    bool split;                    /* O rescaled between the S and the P·V wgmma (FA3's order) */
     int q_off, k_off, v_off, stage_bytes, bar_off, slot_off, scratch_off, smem;
     int prod_regs, cons_regs, min_ctas;
 } sm90_shape;
@@ -617,10 +619,14 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], const entry_vals *ev)
 
 /* Online softmax (§1.5, flash.h) of the thread's two rows; returns the O
  * rescale factors in alpha[2] (applied by the caller once P(j-1)·V is done). */
-static void online_softmax(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef alpha[2])
+static LLVMValueRef online_softmax(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef alpha[2])
 {
+    LLVMValueRef grew[2];
     for (int hr = 0; hr < 2; hr++)
-        alpha[hr] = s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), false);
+        alpha[hr] = s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), false,
+                                         k->s.lazy ? &grew[hr] : NULL);
+    /* lazy: whether any row of the warp must rescale O (a warp-uniform branch) */
+    return k->s.lazy ? s2_nv_vote_any(k->cg, LLVMBuildOr(k->b, grew[0], grew[1], "")) : NULL;
 }
 
 static void load_o(sm90 *k, LLVMValueRef *oacc)
@@ -637,13 +643,52 @@ static void store_o(sm90 *k, LLVMValueRef *oacc)
             LLVMBuildStore(k->b, oacc[4 * dn + i], k->acc.o[dn][i]);
 }
 
-static void rescale_o(sm90 *k, LLVMValueRef alpha[2])
+/* O *= alpha per row; with lazy rescaling only where grow (warp-uniform) holds */
+static void rescale_o(sm90 *k, LLVMValueRef alpha[2], LLVMValueRef grow)
 {
+    s2_nv_if any;
+    if (grow)
+        s2_nv_if_begin(k->cg, &any, grow, "rescale");
     for (int dn = 0; dn < k->s.D / 8; dn++)
         for (int i = 0; i < 4; i++) {
             LLVMValueRef p = k->acc.o[dn][i];
             LLVMBuildStore(k->b, LLVMBuildFMul(k->b, LLVMBuildLoad2(k->b, k->cg->t_f32, p, ""), alpha[i >> 1], ""), p);
         }
+    if (grow)
+        s2_nv_if_end(k->cg, &any);
+}
+
+/* alpha and grow of an entry, kept for the next iteration (split) */
+typedef struct rescale_slots {
+    LLVMValueRef alpha[2], grow;
+} rescale_slots;
+
+static void rescale_slots_new(sm90 *k, rescale_slots *rs)
+{
+    LLVMBuilderRef b = k->b;
+    LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
+    LLVMPositionBuilderBefore(b, LLVMGetFirstInstruction(LLVMGetEntryBasicBlock(k->fn)));
+    for (int h = 0; h < 2; h++)
+        rs->alpha[h] = LLVMBuildAlloca(b, k->cg->t_f32, "alpha");
+    rs->grow = LLVMBuildAlloca(b, LLVMInt1TypeInContext(k->cg->llctx), "grow");
+    LLVMPositionBuilderAtEnd(b, cur);
+}
+
+static void rescale_slots_store(sm90 *k, const rescale_slots *rs, LLVMValueRef alpha[2], LLVMValueRef grow)
+{
+    for (int h = 0; h < 2; h++)
+        LLVMBuildStore(k->b, alpha[h], rs->alpha[h]);
+    LLVMBuildStore(k->b, grow ? grow : LLVMConstInt(LLVMInt1TypeInContext(k->cg->llctx), 1, 0), rs->grow);
+}
+
+/* O *= the alpha kept in rs (split: before P·V of the entry it came from) */
+static void rescale_o_kept(sm90 *k, const rescale_slots *rs)
+{
+    LLVMValueRef alpha[2];
+    for (int h = 0; h < 2; h++)
+        alpha[h] = LLVMBuildLoad2(k->b, k->cg->t_f32, rs->alpha[h], "");
+    LLVMValueRef grow = LLVMBuildLoad2(k->b, LLVMInt1TypeInContext(k->cg->llctx), rs->grow, "");
+    rescale_o(k, alpha, grow);
 }
 
 static void scores_from_acc(sm90 *k, LLVMValueRef *sacc, LLVMValueRef sc[][4])
@@ -714,7 +759,10 @@ static void fence_pv_wait(sm90 *k)
  *     O *= alpha(i)
  *   epilogue: O += P(last)·V(last); wait; release.
  * P(i-1) was made with m(i-1), so O after adding it is in m(i-1)'s scale and
- * alpha(i) = 2^(m(i-1) - m(i)) rescales it afterwards. */
+ * alpha(i) = 2^(m(i-1) - m(i)) rescales it afterwards.  With split, O *=
+ * alpha(i) moves to the next iteration, between the issue of S(i+1) and of
+ * P(i)·V (FA3's order: the multiplies run under the S wgmma); with lazy, it
+ * runs only in warps where a row maximum grew. */
 static void consumer_loop(sm90 *k)
 {
     s2_cg *cg = k->cg;
@@ -736,8 +784,15 @@ static void consumer_loop(sm90 *k)
     s2_nv_wgmma_wait(cg, 0, sacc, ns);
     scores_from_acc(k, sacc, sc);
     apply_mask(k, sc, &ev);
-    online_softmax(k, sc, alpha);
+    LLVMValueRef grow = online_softmax(k, sc, alpha);
     pack_p(k, sc, pa);
+    /* split: O is still zero, nothing to rescale in the first iteration */
+    rescale_slots rs;
+    if (s->split) {
+        rescale_slots_new(k, &rs);
+        rescale_slots_store(k, &rs, alpha, LLVMConstInt(LLVMInt1TypeInContext(cg->llctx), 0, 0));
+    }
+    (void)grow;
 
     /* P of the previous entry travels in the loop as 4 * BN/16 packed i32 */
     int np = 4 * (s->BN / 16);
@@ -762,14 +817,23 @@ static void consumer_loop(sm90 *k)
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
-    load_o(k, oacc);
-    turn_wait(k);
-    issue_scores_pv(k, stage, sacc, prev, pa, oacc);
-    turn_pass(k);
+    if (s->split) {
+        turn_wait(k);
+        issue_scores(k, stage, sacc);
+        rescale_o_kept(k, &rs);
+        load_o(k, oacc);
+        issue_pv(k, prev, pa, oacc);
+        turn_pass(k);
+    } else {
+        load_o(k, oacc);
+        turn_wait(k);
+        issue_scores_pv(k, stage, sacc, prev, pa, oacc);
+        turn_pass(k);
+    }
     s2_nv_wgmma_wait(cg, 1, sacc, ns);
     scores_from_acc(k, sacc, sc);
     apply_mask(k, sc, &ev);
-    online_softmax(k, sc, alpha);
+    grow = online_softmax(k, sc, alpha);
     if (s->pv_fence)
         fence_pv_wait(k);
     s2_nv_wgmma_wait(cg, 0, oacc, no);
@@ -778,7 +842,10 @@ static void consumer_loop(sm90 *k)
      * P(i-1)·V is in flight serialises the batch (ptxas C7513) */
     pack_p(k, sc, pa);
     store_o(k, oacc);
-    rescale_o(k, alpha);
+    if (s->split)
+        rescale_slots_store(k, &rs, alpha, grow);
+    else
+        rescale_o(k, alpha, grow);
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             LLVMBuildStore(b, pa[j][q], p_slot[4 * j + q]);
@@ -789,6 +856,8 @@ static void consumer_loop(sm90 *k)
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
+    if (s->split)
+        rescale_o_kept(k, &rs);
     load_o(k, oacc);
     issue_pv(k, last, pa, oacc);
     s2_nv_wgmma_wait(cg, 0, oacc, no);
@@ -917,10 +986,19 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
      * -2..-7%, the P·V wait kept below the softmax (see consumer_loop) */
     s->q_regs = true;
     s->pv_fence = true;
+    s->lazy = true;
+    s->split = true;
 #ifdef S2C_FWD90_EXPERIMENT
-    /* measurement builds only: the previous kernel for comparison */
+    /* measurement builds only: the previous kernels for comparison */
     if (getenv("S2C_FWD90_OLD"))
         s->q_regs = s->pv_fence = false;
+    const char *e;
+    if ((e = getenv("S2C_FWD90_LAZY")))
+        s->lazy = e[0] == '1';
+    if ((e = getenv("S2C_FWD90_SPLIT")))
+        s->split = e[0] == '1';
+    if ((e = getenv("S2C_FWD90_PVFENCE")))
+        s->pv_fence = e[0] == '1';
 #endif
     s->q_off = 0;
     s->stage_bytes = s->BN * s->D * 2;
