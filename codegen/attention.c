@@ -247,7 +247,12 @@ typedef struct set_kernel {
  * b64_l16v8_16k 1.76 against 1.82, dense 8K 1.72 against 1.99 (128 x 64),
  * and lost where the lists are short (b64_8k 0.468 against 0.419: the
  * 128-row union lists compute dead pairs, one CTA per SM hides less); so
- * the module holds both and the runtime picks by list length. */
+ * the module holds both and the runtime picks by list length.  On the
+ * persistent grid (the next tile's Q and K/V loaded under the current
+ * tile's end, which no second CTA covers at one CTA per SM) it ran b64_32k
+ * 0.694 against 0.719 ms and b64_l16v8_16k 1.671 against 1.684, 128K the
+ * same within the spread, and dense 8K 1.66 against 1.63 (run 51): the
+ * persistent grid but for dense patterns. */
 static bool wide_variant(s2_ctx *ctx, const s2_pattern *p, const s2_kernel_spec *spec_in,
                          const s2_kernel_spec *resolved, s2_kernel_spec *out)
 {
@@ -263,6 +268,7 @@ static bool wide_variant(s2_ctx *ctx, const s2_pattern *p, const s2_kernel_spec 
     out->num_warps = 12;
     out->num_stages = 3;
     out->kv_gather = 2;
+    out->persistent = s2_pattern_is_dense(p) ? -1 : 1;
     /* a variant that does not resolve (shared memory) is left out */
     if (s2_kernel_spec_resolve(ctx, out, p) != S2_OK) {
         s2_ctx_clear(ctx);

@@ -106,8 +106,11 @@ s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *ke
             s2_buf_printf(&b, "kernel.kv_gather %d\n", k->spec.kv_gather);
         if (k->has_wide) {
             const s2_kernel_spec *w = &k->wide_spec;
-            s2_buf_printf(&b, "kernel.wide %d %d %d %d %d %d %d\n", w->block_m, w->block_n, w->num_warps,
-                          w->num_stages, w->kv_gather > 1 ? w->kv_gather : 1, k->wide_threads, k->wide_smem_bytes);
+            /* a persistent variant under its own key: readers that predate it
+             * skip it (and launch NAME only) instead of launching NAME_w
+             * with the wrong parameters */
+            s2_buf_printf(&b, "kernel.%s %d %d %d %d %d %d %d\n", w->persistent > 0 ? "wide_persistent" : "wide",
+                          w->block_m, w->block_n, w->num_warps, w->num_stages, w->kv_gather > 1 ? w->kv_gather : 1, k->wide_threads, k->wide_smem_bytes);
         }
     }
     for (int i = 0; i < num_patterns; i++) {

@@ -167,7 +167,7 @@ static s2_status kernel_key(mparser *ps, const char *key, const char *v)
             k->spec.kv_gather = 1;
     } else if (!strcmp(key, "kv_gather"))
         ok = int1(v, &k->spec.kv_gather, 2, 4);
-    else if (!strcmp(key, "wide")) {
+    else if (!strcmp(key, "wide") || !strcmp(key, "wide_persistent")) {
         /* after the kernel's own keys: the variant is its spec with these tiles */
         int64_t x[7];
         ok = ints(v, x, 7) && x[0] >= 16 && x[0] <= 1024 && x[1] >= 16 && x[1] <= 1024 && x[2] >= 1 && x[2] <= 32 &&
@@ -181,7 +181,7 @@ static s2_status kernel_key(mparser *ps, const char *key, const char *v)
             k->wide_spec.num_warps = (int)x[2];
             k->wide_spec.num_stages = (int)x[3];
             k->wide_spec.kv_gather = (int)x[4];
-            k->wide_spec.persistent = -1;
+            k->wide_spec.persistent = !strcmp(key, "wide") ? -1 : 1;
             k->wide_threads = (int)x[5];
             k->wide_smem_bytes = (int)x[6];
         }

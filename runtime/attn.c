@@ -862,8 +862,10 @@ static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, const s2_sched
  * pairs; one CTA per SM) once a query tile visits enough keys: on an H200
  * (bench/RESULTS.md, run 39) it lost 12% at ~690 keys per 64-row tile
  * (b64_8k), tied at ~1500 (b64_32k), and won 3% at ~1870 (b64_l16v8_16k)
- * and 7% at ~4500 (b64_128k).  Keys per query tile of the primary schedule. */
-enum { WIDE_MIN_KEYS = 1536 };
+ * and 7% at ~4500 (b64_128k); with the lazy rescaling of both (run 50) it
+ * loses 7% at ~690 and wins 1.5-2% at ~1500 (b64_32k: 1503), 5% at ~1870.
+ * Keys per query tile of the primary schedule. */
+enum { WIDE_MIN_KEYS = 1408 };
 
 static bool wants_wide(const s2_attn_kernel *k, const s2_schedule *sched)
 {
@@ -897,13 +899,19 @@ static s2_status pack_forward(s2_ctx *ctx, const s2_layout *lay, const s2_kernel
     return st;
 }
 
-/* The wide variant's schedule into slot (its own tile shape). */
+/* The wide variant's schedule into slot (its own tile shape), and on the
+ * persistent grid its work list (the slot's, which the kernel itself then
+ * does not use: a module has a wide variant only for a grid kernel). */
 static s2_status build_wide(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay, sched_slot *slot)
 {
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
     s2_devptr buf = 0;
     s2_status st = pack_forward(ctx, lay, &k->desc->wide_spec, &sched, &pk);
+    if (st == S2_OK && k->desc->wide_spec.persistent > 0 && slot->w_buf)
+        st = s2_fail(ctx, S2_ERR_INTERNAL, "wide variant: the kernel has a work list already");
+    if (st == S2_OK && k->desc->wide_spec.persistent > 0)
+        st = upload_work_list(ctx, k, sched, &slot->w_buf, &slot->n_work);
     if (st == S2_OK)
         st = s2_mem_alloc(ctx, k->mod->dev, pk.size, &buf);
     if (st == S2_OK)
@@ -1049,16 +1057,16 @@ s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_ke
 /* Resident CTAs per SM of a kernel (registers, shared memory, threads;
  * Hopper limits: 64 K registers in 256-register warp chunks, 228 KB of
  * shared memory with 1 KB reserved per CTA, 2048 threads, 32 CTAs). */
-static s2_status ctas_per_sm(s2_ctx *ctx, s2_attn_kernel *k, int *out)
+static s2_status ctas_per_sm(s2_ctx *ctx, s2_kernel *fn, int threads, int smem_bytes, int *out)
 {
     s2_kernel_attrs at;
-    s2_status st = s2_kernel_get_attrs(ctx, k->fn, &at);
+    s2_status st = s2_kernel_get_attrs(ctx, fn, &at);
     if (st != S2_OK)
         return st;
-    int threads = k->desc->threads, warps = (threads + 31) / 32;
+    int warps = (threads + 31) / 32;
     int warp_regs = ((at.num_regs * 32 + 255) / 256) * 256;
     int by_regs = warp_regs ? 65536 / (warps * warp_regs) : 32;
-    int by_smem = 228 * 1024 / (k->desc->smem_bytes + at.static_smem_bytes + 1024);
+    int by_smem = 228 * 1024 / (smem_bytes + at.static_smem_bytes + 1024);
     int by_threads = 2048 / threads;
     int n = by_regs < by_smem ? by_regs : by_smem;
     n = n < by_threads ? n : by_threads;
@@ -1084,15 +1092,17 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     s2_kernel *fn = k->fn;
     const s2_kernel_spec *spec = &k->desc->spec;
     int threads = k->desc->threads, smem = k->desc->smem_bytes;
+    bool persistent = k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT;
     if (s->use_wide && k->wide_fn) {
         fn = k->wide_fn, spec = &k->desc->wide_spec;
         threads = k->desc->wide_threads, smem = k->desc->wide_smem_bytes;
         cls = s->wide_class_of_head, offs = s->wide_offsets, ent = s->wide_entries;
         first = s->wide_first_q_tile, tiles = s->wide_q_tiles;
+        persistent = spec->persistent > 0;
     }
     s2_tensor_map maps[3];
     s2_devptr work = s->w_buf, counter = 0;
-    if (k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT) {
+    if (persistent) {
         s2_status cs = counter_for(ctx, k, s, stream, &counter);
         if (cs != S2_OK)
             return cs;
@@ -1102,7 +1112,6 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
                     &st[0], &st[1], &st[2], &st[3], &st[4], &st[5], &st[6], &st[7], &st[8], &st[9], &st[10], &st[11],
                     &q_len, &kv_len, &scale_log2, &cls, &offs, &ent, &first, &tiles, &maps[0], &maps[1], &maps[2],
                     &work, &n_work, &batch, &counter, &seqinfo};
-    bool persistent = k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT;
     /* seqinfo is the last parameter of each ABI (attention.h) */
     args[k->desc->abi == S2_FWD_ABI_PTRS ? 25 : persistent ? 32 : 28] = &seqinfo;
     if (k->desc->abi != S2_FWD_ABI_PTRS) {
@@ -1116,7 +1125,7 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
                          .stream = stream};
     if (persistent) {
         int per_sm = 1;
-        s2_status os = ctas_per_sm(ctx, k, &per_sm);
+        s2_status os = ctas_per_sm(ctx, fn, threads, smem, &per_sm);
         if (os != S2_OK)
             return os;
         int64_t items = (int64_t)n_work * a->batch;

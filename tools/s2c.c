@@ -439,8 +439,9 @@ static void print_kernel(const s2_manifest_kernel *k)
            s->block_m, s->block_n, s->num_warps, s->num_stages, k->threads, k->smem_bytes);
     if (k->has_wide) {
         const s2_kernel_spec *w = &k->wide_spec;
-        printf("kernel %s%s: wide variant (long lists), block_m %d, block_n %d (%d gathered blocks), num_warps %d, "
-               "num_stages %d, %d threads, %d bytes smem\n", k->name, S2_WIDE_SUFFIX, w->block_m, w->block_n,
+        printf("kernel %s%s: wide variant (long lists)%s, block_m %d, block_n %d (%d gathered blocks), num_warps %d, "
+               "num_stages %d, %d threads, %d bytes smem\n", k->name, S2_WIDE_SUFFIX,
+               w->persistent > 0 ? " on the persistent grid" : "", w->block_m, w->block_n,
                w->kv_gather > 1 ? w->kv_gather : 1, w->num_warps, w->num_stages, k->wide_threads, k->wide_smem_bytes);
     }
 }

@@ -246,7 +246,9 @@ typedef struct s2_manifest_kernel {
      * (s2_attn_forward).  Written for sm_90a forwards of 64-token blocks at
      * d128 built with the default spec: 128 x 128 tiles whose key tiles
      * gather two live blocks, 3 stages, one CTA per SM (bench/RESULTS.md,
-     * run 39). */
+     * run 39).  kernel.wide_persistent: the same on the persistent grid
+     * (wide_spec.persistent 1, the S2_FWD_ABI_TMA_PERSISTENT parameters;
+     * run 51), written instead for patterns that are not dense. */
     bool has_wide;
     s2_kernel_spec wide_spec;
     int wide_threads, wide_smem_bytes;
@@ -267,7 +269,8 @@ typedef struct s2_manifest s2_manifest;
  *                             kernel.seqinfo 1 (forward kernels with the seqinfo parameter),
  *                             kernel.bwd_wgmma (1|-1; backward on sm_90a only, absent: 0),
  *                             kernel.kv_gather G (above 1 only),
- *                             kernel.wide BM BN WARPS STAGES GATHER THREADS SMEM (the NAME_w variant)
+ *                             kernel.wide BM BN WARPS STAGES GATHER THREADS SMEM (the NAME_w variant),
+ *                             or kernel.wide_persistent (the same fields; NAME_w on the persistent grid)
  *   pattern NAME              starts a pattern; then pattern.heads, .kv_heads, .block_size,
  *                             .causal, .max_seq_len, .vert_position (absolute|relative),
  *                             .local L R, .vert_stride, .head_sliding STEP AUTO OFFSET,

@@ -151,6 +151,13 @@ START_TEST(assembles_without_spills_and_carries_manifest)
         ck_assert_int_eq(wi->max_threads, 384);
         ck_assert_int_eq(mk->wide_spec.dtype, dt);
         ck_assert_int_eq(mk->wide_spec.head_dim, D);
+        /* the persistent grid (its own manifest key) but for dense patterns */
+        bool dense = s2_pattern_is_dense(p);
+        ck_assert_int_eq(mk->wide_spec.persistent, dense ? -1 : 1);
+        char *t0 = strndup(text, len);
+        ck_assert_ptr_nonnull(t0);
+        ck_assert_ptr_nonnull(strstr(t0, dense ? "\nkernel.wide 128 128 " : "\nkernel.wide_persistent 128 128 "));
+        free(t0);
         ck_assert_msg(mk->wide_smem_bytes > art->smem_bytes && mk->wide_smem_bytes <= 227 * 1024, "wide smem %d",
                       mk->wide_smem_bytes);
     }
@@ -302,6 +309,20 @@ START_TEST(spec_heuristic_and_limits)
             ck_assert_int_le(sd.kv_gather, 1);
         }
     }
+    /* its wide variant stays on the plain grid (kernel.wide; S2 patterns'
+     * go persistent: kernel.wide_persistent, checked above) */
+    s2_kernel_spec sw = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
+    s2_artifact *aw = NULL;
+    ck_assert_msg(s2_compile_attention(ctx, pd, &sw, S2_CUBIN_AUTO, &aw) == S2_OK, "%s", s2_ctx_message(ctx));
+    const char *wt = NULL;
+    size_t wl = 0;
+    s2_manifest *mw = NULL;
+    ck_assert_int_eq(s2_cubin_find_manifest(ctx, aw->cubin, aw->cubin_size, &wt, &wl), S2_OK);
+    ck_assert_int_eq(s2_manifest_parse(ctx, wt, wl, &mw), S2_OK);
+    ck_assert(s2_manifest_kernel_at(mw, 0)->has_wide);
+    ck_assert_int_eq(s2_manifest_kernel_at(mw, 0)->wide_spec.persistent, -1);
+    s2_manifest_free(mw);
+    s2_artifact_free(aw);
     s2_pattern_set_free(setd);
     /* the sparse ones are not dense: the local-stride pattern, and dense heads mixed with sparse ones */
     ck_assert(!s2_pattern_is_dense(p));

@@ -469,7 +469,11 @@ END_TEST
 START_TEST(wide_variant_for_long_lists)
 {
     s2_ctx *ctx = s2_ctx_new();
+    /* a GPU of 5 SMs (read at open): fewer than the wide grid's work items */
+    use_fake();
+    fake_set("sm_count", 5);
     s2_device *dev = open_fake(ctx);
+    fake_set("sm_count", 132);
     s2_attn_module *mod = load(ctx, dev, &B);
     s2_attn_kernel *k = s2_attn_module_kernel_at(mod, 0);
     const s2_manifest_kernel *d = s2_attn_kernel_desc(k);
@@ -478,6 +482,8 @@ START_TEST(wide_variant_for_long_lists)
     ck_assert_int_eq(d->wide_spec.block_n, 128);
     ck_assert_int_eq(d->wide_spec.kv_gather, 2);
     ck_assert_int_eq(d->wide_threads, 384);
+    /* pattern B is not dense: NAME_w runs on the persistent grid */
+    ck_assert_int_eq(d->wide_spec.persistent, 1);
     enum { H = 4, D = 128, SQ = 1024, SK = 65536 };
     s2_devptr q = 0, kk = 0, v = 0, o = 0;
     size_t qb = (size_t)SQ * H * D * 2, kb = (size_t)SK * H * D * 2;
@@ -499,10 +505,14 @@ START_TEST(wide_variant_for_long_lists)
     /* the last 1K queries of 64K keys: ~70 key blocks per query tile */
     a.kv_len = SK;
     s2_attn_fwd_args_bshd(&a);
+    /* the persistent grid: one CTA per SM (its shared memory), fewer than the work items */
+    ck_assert_int_lt(5, q_tiles_of(B.p, 128, 64, SQ, SK) * H);
     ck_assert_msg(s2_attn_forward(ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_int_eq(fake_get("last_block_x"), d->wide_threads);
     ck_assert_int_eq(fake_get("last_smem"), d->wide_smem_bytes);
-    ck_assert_int_eq(fake_get("last_grid_x"), q_tiles_of(B.p, 128, 64, SQ, SK));
+    ck_assert_int_eq(fake_get("last_grid_x"), 5);
+    ck_assert_int_eq(fake_get("last_grid_y"), 1);
+    ck_assert_int_eq(fake_get("last_grid_z"), 1);
     s2_attn_kernel_sched_stats(k, &ss);
     ck_assert_int_eq(ss.wide, 1);
     ck_assert_int_eq(ss.misses, 2);
