@@ -50,6 +50,8 @@ racecheck_fwd              60  S2C_FWD_CASES=d32 compute-sanitizer --tool racech
 memcheck_fwd_dense         90  S2C_FWD_CASES=dense64_d128 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 racecheck_fwd_dense        90  S2C_FWD_CASES=dense64_d128 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_persistent   120  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=mergeq16_d64_f16_g4 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
+memcheck_fwd_wide         120  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=_wide compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
+racecheck_fwd_wide        150  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=_wide compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
 memcheck_bwd               90  S2C_BWD_CASES=d64_f16 compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
 racecheck_bwd             240  S2C_BWD_CASES=16_d compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
 racecheck_bwd_ds           90  S2C_BWD_CASES=causal64_d64 compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
