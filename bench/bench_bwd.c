@@ -19,9 +19,14 @@
  * module has one (the row says "dS" and the workspace's size); --ds N (N > 1) gives it the
  * workspace of N chunks of kv heads (s2_attn_backward_workspace_chunked), the dS path
  * then runs chunk by chunk.
+ * --order sets which of the three timings runs first: f the forward alone, b the backward
+ * alone, x both back to back (default fbx).  The GPU's clock falls within tens of ms of
+ * sustained load (bench/RESULTS.md run 56), so a timing run later in the sequence reads
+ * slower; --cool MS idles the GPU that long before each timing (each then starts from the
+ * same state, as separate do_bench calls would).
  *
  *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--gather G]
- *             [--ds 0|1] */
+ *             [--ds 0|1|N] [--order fbx] [--cool MS] */
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
@@ -32,6 +37,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef struct bench_config {
     const char *name;
@@ -179,7 +185,7 @@ static int64_t nonfinite(s2_ctx *ctx, s2_device *dev, s2_devptr p, size_t elems,
 }
 
 static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_config *c, int reps, int block_n,
-                       int stages, int wgmma, int gather, int use_ds, bool h100)
+                       int stages, int wgmma, int gather, int use_ds, const char *order, int cool_ms, bool h100)
 {
     s2_local_stride_args a;
     s2_local_stride_args_default(&a);
@@ -262,8 +268,18 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
         bad += n < 0 ? 1 : n;
     }
     double ms[3] = {0}, parts[2] = {0};
-    for (int w = 0; st == S2_OK && bad == 0 && w < 3; w++)
-        st = time_runs(ctx, dev, &r, w, reps, &ms[w], parts);
+    /* order: which timing runs when (f forward, b backward, x both back to back) */
+    for (int i = 0; st == S2_OK && bad == 0 && i < 3; i++) {
+        int w = order[i] == 'f' ? 0 : order[i] == 'b' ? 1 : 2;
+        if (cool_ms > 0) {
+            st = s2_device_synchronize(ctx, dev);
+            struct timespec ts = {cool_ms / 1000, (long)(cool_ms % 1000) * 1000000L};
+            while (st == S2_OK && nanosleep(&ts, &ts) != 0)
+                ;
+        }
+        if (st == S2_OK)
+            st = time_runs(ctx, dev, &r, w, reps, &ms[w], w == 2 ? parts : NULL);
+    }
     if (st != S2_OK || bad) {
         printf("%-14s ERROR: %s%s\n", c->name, st != S2_OK ? s2_ctx_message(ctx) : "",
                bad ? "non-finite gradients" : "");
@@ -296,6 +312,8 @@ int main(int argc, char **argv)
 {
     const char *want = NULL;
     int reps = 20, block_n = 0, stages = 0, wgmma = 0, gather = 0, use_ds = 1;
+    const char *order = "fbx";
+    int cool_ms = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--config")) want = argv[i + 1];
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
@@ -304,11 +322,17 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--wgmma")) wgmma = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gather")) gather = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--ds")) use_ds = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--order")) order = argv[i + 1];
+        else if (!strcmp(argv[i], "--cool")) cool_ms = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: bench_bwd [--config NAME,..] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] "
-                            "[--gather G] [--ds 0|1]\n");
+                            "[--gather G] [--ds 0|1|N] [--order fbx] [--cool MS]\n");
             return 2;
         }
+    }
+    if (strlen(order) != 3 || !strchr(order, 'f') || !strchr(order, 'b') || !strchr(order, 'x')) {
+        fprintf(stderr, "bench_bwd: --order takes f, b and x once each (forward, backward, both), e.g. xfb\n");
+        return 2;
     }
     if (reps < 1)
         reps = 1;
@@ -332,11 +356,11 @@ int main(int argc, char **argv)
         return 0;
     }
     bool h100 = strstr(info->name, "H100") != NULL;
-    printf("device %s (cc %d.%d), arch %s, reps %d; peer: S2-Triton %s column of PEERS.md\n", info->name,
-           info->cc_major, info->cc_minor, s2_arch_name(arch), reps, h100 ? "H100" : "H200");
+    printf("device %s (cc %d.%d), arch %s, reps %d, order %s, cool %d ms; peer: S2-Triton %s column of PEERS.md\n",
+           info->name, info->cc_major, info->cc_minor, s2_arch_name(arch), reps, order, cool_ms, h100 ? "H100" : "H200");
     for (int i = 0; i < NUM_CONFIGS; i++)
         if (!want || strstr(want, configs[i].name))
-            run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, wgmma, gather, use_ds, h100);
+            run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, wgmma, gather, use_ds, order, cool_ms, h100);
     s2_device_free(dev);
     s2_ctx_free(ctx);
     return 0;
