@@ -912,10 +912,10 @@ int main(int argc, char **argv)
                                                        .kv_gather = o.gather.v[gi]};
                                 s2_kernel_spec wide = {0};
                                 run_variant(ctx, dev, &cd, &want, &o, h100, NULL, &wide);
-                                if (wide.block_m) {
-                                    /* on its own grid (kernel.wide: -1, kernel.wide_persistent: 1) */
-                                    run_variant(ctx, dev, &cd, &wide, &o, h100, wide.persistent > 0 ? "wide persistent" : "wide", NULL);
-                                }
+                                /* on its own grid (kernel.wide: -1, kernel.wide_persistent: 1) */
+                                if (wide.block_m)
+                                    run_variant(ctx, dev, &cd, &wide, &o, h100,
+                                                wide.persistent > 0 ? "wide persistent" : "wide", NULL);
                             }
         config_close(ctx, dev, &cd);
     }

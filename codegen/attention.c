@@ -277,6 +277,15 @@ static bool wide_variant(s2_ctx *ctx, const s2_pattern *p, const s2_kernel_spec 
     return true;
 }
 
+/* The pattern whose wide variant the kernel `name` is, or -1. */
+static int wide_of(const set_kernel *ks, int n, const char *name)
+{
+    for (int j = 0; j < n; j++)
+        if (ks[j].has_wide && strcmp(name, ks[j].wide_name) == 0)
+            return j;
+    return -1;
+}
+
 static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int n, const s2_kernel_spec *spec_in,
                              set_kernel *ks, s2_manifest_kernel *mk)
 {
@@ -368,10 +377,7 @@ s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s
      * first (art->kernels[0] of a one-pattern forward is its kernel), wide
      * variants after them */
     for (int i = 0, placed = 0; st == S2_OK && i < art->num_kernels; i++) {
-        bool wide = false;
-        for (int j = 0; j < n && !wide; j++)
-            wide = ks[j].has_wide && strcmp(art->kernels[i].name, ks[j].wide_name) == 0;
-        if (wide)
+        if (wide_of(ks, n, art->kernels[i].name) >= 0)
             continue;
         s2_kernel_info keep = art->kernels[i];
         memmove(&art->kernels[placed + 1], &art->kernels[placed], (size_t)(i - placed) * sizeof *art->kernels);
@@ -379,13 +385,12 @@ s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s
     }
     /* a backward entry is three kernels, NAME_pre / _dq / _dkdv; a forward's
      * wide variant NAME_w has its own launch shape */
-    for (int i = 0; st == S2_OK && i < art->num_kernels; i++)
-        for (int j = 0; j < n; j++) {
-            if (ks[j].has_wide && strcmp(art->kernels[i].name, ks[j].wide_name) == 0)
-                art->kernels[i].max_threads = mk[j].wide_threads;
-            else if (strncmp(art->kernels[i].name, ks[j].name, strlen(ks[j].name)) == 0)
-                art->kernels[i].max_threads = mk[j].threads;
-        }
+    for (int i = 0; st == S2_OK && i < art->num_kernels; i++) {
+        int w = wide_of(ks, n, art->kernels[i].name);
+        for (int j = 0; j < n; j++)
+            if (strncmp(art->kernels[i].name, ks[j].name, strlen(ks[j].name)) == 0)
+                art->kernels[i].max_threads = j == w ? mk[j].wide_threads : mk[j].threads;
+    }
 done:
     s2_cg_destroy(&cg);
     if (st == S2_OK)

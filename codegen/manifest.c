@@ -110,7 +110,8 @@ s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *ke
              * skip it (and launch NAME only) instead of launching NAME_w
              * with the wrong parameters */
             s2_buf_printf(&b, "kernel.%s %d %d %d %d %d %d %d\n", w->persistent > 0 ? "wide_persistent" : "wide",
-                          w->block_m, w->block_n, w->num_warps, w->num_stages, w->kv_gather > 1 ? w->kv_gather : 1, k->wide_threads, k->wide_smem_bytes);
+                          w->block_m, w->block_n, w->num_warps, w->num_stages, w->kv_gather > 1 ? w->kv_gather : 1,
+                          k->wide_threads, k->wide_smem_bytes);
         }
     }
     for (int i = 0; i < num_patterns; i++) {

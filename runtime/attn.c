@@ -11,12 +11,18 @@
 
 enum { DS_CHUNKINGS = 12 };
 
-/* One uploaded forward schedule: the packed buffer of s2_schedule_pack. */
+/* A packed forward schedule (s2_schedule_pack or _gathered) on the device,
+ * and where its arrays start. */
+typedef struct fwd_tables {
+    s2_devptr buf, class_of_head, offsets, entries;
+    int32_t first_q_tile, q_tiles;
+} fwd_tables;
+
+/* One uploaded schedule: the forward one of the kernel's tile shape, and
+ * what the kernel kind needs besides. */
 typedef struct sched_slot {
     int64_t q_len, kv_len;
-    s2_devptr buf;
-    s2_devptr class_of_head, offsets, entries;
-    int32_t first_q_tile, q_tiles;
+    fwd_tables fwd;
     /* backward kernels: the transposed schedule for (block_m, block_m) too */
     s2_devptr t_buf, t_class_of_head, t_offsets, t_entries;
     /* and, in t_buf, the dS workspace's map (s2_ds_map; ds_tiles < 0: none) */
@@ -46,8 +52,7 @@ typedef struct sched_slot {
     /* the forward's wide variant (kernel.wide), when its lists are long
      * enough: its own packed gathered schedule */
     bool use_wide;
-    s2_devptr wide_buf, wide_class_of_head, wide_offsets, wide_entries;
-    int32_t wide_first_q_tile, wide_q_tiles;
+    fwd_tables wide;
     uint64_t last_use;           /* 0: empty */
 } sched_slot;
 
@@ -101,15 +106,21 @@ static int64_t max_kv_len_of(const s2_pattern *p)
 static void decode_free(s2_attn_kernel *k);
 static s2_status decode_init(s2_ctx *ctx, s2_attn_kernel *k);
 
+/* The device buffers of a slot (built or partly built). */
+static void slot_free(s2_device *dev, sched_slot *s)
+{
+    s2_mem_free(NULL, dev, s->fwd.buf);
+    s2_mem_free(NULL, dev, s->t_buf);
+    s2_mem_free(NULL, dev, s->w_buf);
+    s2_mem_free(NULL, dev, s->wide.buf);
+    memset(s, 0, sizeof *s);
+}
+
 static void free_schedules(s2_attn_kernel *k)
 {
     for (int i = 0; i < S2_ATTN_SCHED_CACHE; i++)
-        if (k->slots[i].last_use) {
-            s2_mem_free(NULL, k->mod->dev, k->slots[i].buf);
-            s2_mem_free(NULL, k->mod->dev, k->slots[i].t_buf);
-            s2_mem_free(NULL, k->mod->dev, k->slots[i].w_buf);
-            s2_mem_free(NULL, k->mod->dev, k->slots[i].wide_buf);
-        }
+        if (k->slots[i].last_use)
+            slot_free(k->mod->dev, &k->slots[i]);
     memset(k->slots, 0, sizeof k->slots);
 }
 
@@ -899,6 +910,22 @@ static s2_status pack_forward(s2_ctx *ctx, const s2_layout *lay, const s2_kernel
     return st;
 }
 
+/* A packed forward schedule to the device (t->buf is set as soon as it is
+ * allocated: the caller frees it on failure). */
+static s2_status upload_forward(s2_ctx *ctx, s2_device *dev, const s2_packed_schedule *pk, const s2_schedule *sched,
+                                fwd_tables *t)
+{
+    s2_status st = s2_mem_alloc(ctx, dev, pk->size, &t->buf);
+    if (st == S2_OK)
+        st = s2_memcpy_h2d(ctx, dev, t->buf, pk->data, pk->size);
+    t->class_of_head = t->buf + pk->class_of_head_off;
+    t->offsets = t->buf + pk->offsets_off;
+    t->entries = t->buf + pk->entries_off;
+    t->first_q_tile = (int32_t)sched->geom.first_q_tile;
+    t->q_tiles = (int32_t)sched->geom.q_tiles;
+    return st;
+}
+
 /* The wide variant's schedule into slot (its own tile shape), and on the
  * persistent grid its work list (the slot's, which the kernel itself then
  * does not use: a module has a wide variant only for a grid kernel). */
@@ -906,27 +933,14 @@ static s2_status build_wide(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay
 {
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
-    s2_devptr buf = 0;
     s2_status st = pack_forward(ctx, lay, &k->desc->wide_spec, &sched, &pk);
     if (st == S2_OK && k->desc->wide_spec.persistent > 0 && slot->w_buf)
         st = s2_fail(ctx, S2_ERR_INTERNAL, "wide variant: the kernel has a work list already");
     if (st == S2_OK && k->desc->wide_spec.persistent > 0)
         st = upload_work_list(ctx, k, sched, &slot->w_buf, &slot->n_work);
     if (st == S2_OK)
-        st = s2_mem_alloc(ctx, k->mod->dev, pk.size, &buf);
-    if (st == S2_OK)
-        st = s2_memcpy_h2d(ctx, k->mod->dev, buf, pk.data, pk.size);
-    if (st == S2_OK) {
-        slot->use_wide = true;
-        slot->wide_buf = buf;
-        slot->wide_class_of_head = buf + pk.class_of_head_off;
-        slot->wide_offsets = buf + pk.offsets_off;
-        slot->wide_entries = buf + pk.entries_off;
-        slot->wide_first_q_tile = (int32_t)sched->geom.first_q_tile;
-        slot->wide_q_tiles = (int32_t)sched->geom.q_tiles;
-    } else {
-        s2_mem_free(NULL, k->mod->dev, buf);
-    }
+        st = upload_forward(ctx, k->mod->dev, &pk, sched, &slot->wide);
+    slot->use_wide = st == S2_OK;
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);
     return st;
@@ -938,18 +952,15 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
     s2_layout *lay = NULL;
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
-    s2_devptr buf = 0, t_buf = 0;
-    /* filled part by part (transposed schedule, work list, wide variant), then stored */
+    /* filled part by part (forward and transposed schedules, work list, wide variant), then stored */
     sched_slot sl = {.q_len = q_len, .kv_len = kv_len};
     s2_status st = s2_layout_new(ctx, k->pattern, q_len, kv_len, &lay);
     if (st == S2_OK)
         st = pack_forward(ctx, lay, &k->desc->spec, &sched, &pk);
     if (st == S2_OK)
-        st = s2_mem_alloc(ctx, dev, pk.size, &buf);
-    if (st == S2_OK)
-        st = s2_memcpy_h2d(ctx, dev, buf, pk.data, pk.size);
+        st = upload_forward(ctx, dev, &pk, sched, &sl.fwd);
     if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_BWD)
-        st = upload_transposed(ctx, k, lay, &pk, &sched->geom, &t_buf, &sl);
+        st = upload_transposed(ctx, k, lay, &pk, &sched->geom, &sl.t_buf, &sl);
     if (st == S2_OK && k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT)
         st = upload_work_list(ctx, k, sched, &sl.w_buf, &sl.n_work);
     if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_FWD && wants_wide(k, sched))
@@ -958,19 +969,12 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
     if (st == S2_OK)
         st = s2_stream_synchronize(ctx, dev, NULL);
     if (st == S2_OK) {
-        sl.buf = buf, sl.t_buf = t_buf;
-        sl.class_of_head = buf + pk.class_of_head_off, sl.offsets = buf + pk.offsets_off;
-        sl.entries = buf + pk.entries_off;
-        sl.first_q_tile = (int32_t)sched->geom.first_q_tile, sl.q_tiles = (int32_t)sched->geom.q_tiles;
         *slot = sl;
         if (sl.use_wide)
             k->stats.wide++;
-        buf = t_buf = sl.w_buf = sl.wide_buf = 0;
+    } else {
+        slot_free(dev, &sl);
     }
-    s2_mem_free(NULL, dev, sl.wide_buf);
-    s2_mem_free(NULL, dev, buf);
-    s2_mem_free(NULL, dev, t_buf);
-    s2_mem_free(NULL, dev, sl.w_buf);
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);
     s2_layout_free(lay);
@@ -998,11 +1002,7 @@ static s2_status get_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int
         s2_status st = s2_device_synchronize(ctx, k->mod->dev);
         if (st != S2_OK)
             return st;
-        s2_mem_free(NULL, k->mod->dev, victim->buf);
-        s2_mem_free(NULL, k->mod->dev, victim->t_buf);
-        s2_mem_free(NULL, k->mod->dev, victim->w_buf);
-        s2_mem_free(NULL, k->mod->dev, victim->wide_buf);
-        memset(victim, 0, sizeof *victim);
+        slot_free(k->mod->dev, victim);
         k->stats.evictions++;
         k->stats.cached--;
     }
@@ -1086,20 +1086,19 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     s2_devptr seqinfo = a->seqs ? a->seqs->buf : 0;
     double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
     float scale_log2 = (float)(scale * 1.4426950408889634);
-    s2_devptr cls = s->class_of_head, offs = s->offsets, ent = s->entries;
-    int32_t first = s->first_q_tile, tiles = s->q_tiles;
     /* the wide variant: same ABI, its own schedule and launch shape */
+    const fwd_tables *ft = &s->fwd;
     s2_kernel *fn = k->fn;
     const s2_kernel_spec *spec = &k->desc->spec;
     int threads = k->desc->threads, smem = k->desc->smem_bytes;
     bool persistent = k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT;
-    if (s->use_wide && k->wide_fn) {
-        fn = k->wide_fn, spec = &k->desc->wide_spec;
+    if (s->use_wide) {
+        ft = &s->wide, fn = k->wide_fn, spec = &k->desc->wide_spec;
         threads = k->desc->wide_threads, smem = k->desc->wide_smem_bytes;
-        cls = s->wide_class_of_head, offs = s->wide_offsets, ent = s->wide_entries;
-        first = s->wide_first_q_tile, tiles = s->wide_q_tiles;
         persistent = spec->persistent > 0;
     }
+    s2_devptr cls = ft->class_of_head, offs = ft->offsets, ent = ft->entries;
+    int32_t first = ft->first_q_tile, tiles = ft->q_tiles;
     s2_tensor_map maps[3];
     s2_devptr work = s->w_buf, counter = 0;
     if (persistent) {
@@ -1184,8 +1183,14 @@ static size_t ds_workspace_bytes(const s2_attn_kernel *k, const sched_slot *s, i
     return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)s->ds_tiles * S2_BWD_DS_TILE_BYTES;
 }
 
-/* The same over `chunks` chunks of kv heads (one after the other through
- * the workspace): 0 when that chunking is not offered (index in *which). */
+/* The same over the slot's chunking i (s->ds_chunks[i] chunks of kv heads,
+ * one after the other through the workspace). */
+static size_t ds_chunking_bytes(const sched_slot *s, int batch, int heads, int64_t q_len, int i)
+{
+    return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)s->ds_chunk_tiles[i] * S2_BWD_DS_TILE_BYTES;
+}
+
+/* The same over `chunks` chunks: 0 when that chunking is not offered (its index in *which). */
 static size_t ds_chunked_bytes(const s2_attn_kernel *k, const sched_slot *s, int batch, int heads, int64_t q_len,
                                int chunks, int *which)
 {
@@ -1195,8 +1200,7 @@ static size_t ds_chunked_bytes(const s2_attn_kernel *k, const sched_slot *s, int
         if (s->ds_chunks[i] == chunks) {
             if (which)
                 *which = i;
-            return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)s->ds_chunk_tiles[i] *
-                                                        S2_BWD_DS_TILE_BYTES;
+            return ds_chunking_bytes(s, batch, heads, q_len, i);
         }
     return 0;
 }
@@ -1396,10 +1400,10 @@ static void bwd_launch_args(bwd_launch *L, const s2_attn_kernel *k, const s2_att
     double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
     L->scale_log2 = (float)(scale * 1.4426950408889634);
     s2_devptr cls = 4 * (s2_devptr)h0;   /* int32 class_of_head[heads] of both schedules, by query head */
-    s2_devptr sch[6] = {s->class_of_head + cls, s->offsets, s->entries, s->t_class_of_head + cls, s->t_offsets,
+    s2_devptr sch[6] = {s->fwd.class_of_head + cls, s->fwd.offsets, s->fwd.entries, s->t_class_of_head + cls, s->t_offsets,
                         s->t_entries};
     memcpy(L->sch, sch, sizeof sch);
-    L->first = s->first_q_tile, L->tiles = s->q_tiles, L->kv_tiles = s->kv_tiles;
+    L->first = s->fwd.first_q_tile, L->tiles = s->fwd.q_tiles, L->kv_tiles = s->kv_tiles;
     L->dsp[0] = ds, L->dsp[1] = ds ? ds_head : 0, L->dsp[2] = ds ? s->ds_map : 0;
     for (int i = 0; i < 12; i++)
         L->args[i] = &L->ptrs[i];
@@ -1450,11 +1454,11 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
     } else if (need && a->workspace_bytes >= need) {
         ds = true;
     } else if (need && a->ds_chunks == 0) {
-        for (int i = 0; i < s->ds_nchunk && !ds; i++) {
-            size_t c = ds_chunked_bytes(k, s, a->batch, a->heads, a->q_len, s->ds_chunks[i], NULL);
-            if (c && a->workspace_bytes >= c && chunks_fill(k, s, i, a->batch))
+        /* need != 0: the kernel has NAME_dqds and the shape a dS map */
+        for (int i = 0; i < s->ds_nchunk && !ds; i++)
+            if (a->workspace_bytes >= ds_chunking_bytes(s, a->batch, a->heads, a->q_len, i) &&
+                chunks_fill(k, s, i, a->batch))
                 ds = true, chunks = s->ds_chunks[i], which = i;
-        }
     }
     s2_devptr dsw = ds ? a->workspace + ds_offset(a->batch, a->heads, a->q_len) : 0;
     uint32_t T = (uint32_t)k->desc->threads, rows = T / (uint32_t)(a->head_dim / 8);
