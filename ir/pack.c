@@ -150,7 +150,79 @@ static void gather_list(const s2_schedule *s, int group, int64_t b, int64_t e, s
     }
 }
 
-s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, s2_packed_schedule *out)
+/* Whether query sub-block i keeps every pair of entry t of list `list`
+ * (no mask needed for its rows): kept, not past kv_len and, causal, the key
+ * block ends at or before the sub-block's first row (a row clipped by
+ * q_start only raises that row: the test stays safe). */
+static bool sub_full(const s2_schedule *s, int64_t list, const s2_tile_entry *t, int i)
+{
+    const s2_tile_geom *g = &s->geom;
+    if (!(t->live >> i & 1u) || (t->flags & S2_ENTRY_RAGGED))
+        return false;
+    if (!(t->flags & S2_ENTRY_CAUSAL))
+        return true;
+    int64_t qt = g->first_q_tile + list % g->q_tiles;
+    return (t->tile + 1) * g->block_n - 1 <= qt * g->block_m + (int64_t)i * g->sub_m_size;
+}
+
+/* One gathered entry of two slots read by query sub-block `owner` only. */
+static void owned_entry(const s2_schedule *s, int64_t list, const s2_tile_entry *a, const s2_tile_entry *c,
+                        int owner, s2_dev_gentry *d)
+{
+    d->block[0] = (int32_t)a->tile;
+    d->block[1] = (int32_t)c->tile;
+    d->block[2] = d->block[3] = d->block[1];
+    d->live = 3u << (2 * owner);
+    d->flags = owner ? S2_ENTRY_OWN1 : S2_ENTRY_OWN0;
+    if (sub_full(s, list, a, owner) && sub_full(s, list, c, owner))
+        d->flags |= S2_ENTRY_OWN_FULL;
+}
+
+/* A list of a two-slab schedule in pairs (s2_schedule_pack_gathered_owned). */
+static void owned_list(const s2_schedule *s, int64_t list, int64_t b, int64_t e, s2_dev_gentry *out)
+{
+    int64_t both = 0, only[2] = {0, 0}, at[2] = {-1, -1}, cstar = -1;
+    for (int64_t k = b; k < e; k++) {
+        uint64_t lv = s->entries[k].live & 3u;
+        if (lv == 3u) {
+            both++;
+            if (cstar < 0 || !(s->entries[k].flags & S2_ENTRY_FULL) || (s->entries[cstar].flags & S2_ENTRY_FULL))
+                cstar = k;
+        } else if (lv) {
+            int o = lv == 2u;
+            only[o]++;
+            at[o] = k;
+        }
+    }
+    if (only[0] != 1 || only[1] != 1 || both % 2 == 0) {
+        gather_list(s, 2, b, e, out);
+        return;
+    }
+    /* (A, c*) for sub-block 0, (c*, B) for sub-block 1, then the blocks both
+     * read, two per entry in list order (c* left out) */
+    owned_entry(s, list, &s->entries[at[0]], &s->entries[cstar], 0, &out[0]);
+    owned_entry(s, list, &s->entries[cstar], &s->entries[at[1]], 1, &out[1]);
+    const s2_tile_entry *pend = NULL;
+    int64_t o = 2;
+    for (int64_t k = b; k < e; k++) {
+        const s2_tile_entry *t = &s->entries[k];
+        if ((t->live & 3u) != 3u || k == cstar)
+            continue;
+        if (!pend) {
+            pend = t;
+            continue;
+        }
+        s2_dev_gentry *d = &out[o++];
+        d->block[0] = (int32_t)pend->tile;
+        d->block[1] = d->block[2] = d->block[3] = (int32_t)t->tile;
+        d->live = 0xfu;
+        d->flags = (pend->flags & t->flags & S2_ENTRY_FULL) ? S2_ENTRY_FULL : 0;
+        pend = NULL;
+    }
+}
+
+static s2_status pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, bool owned, s2_packed_schedule *out)
+
 {
     memset(out, 0, sizeof *out);
     if (!s)
@@ -177,9 +249,26 @@ s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group
     int64_t at = 0;
     for (int64_t i = 0; i < nlists; i++) {
         offs[i] = (int32_t)at;
-        gather_list(s, group, s->offsets[i], s->offsets[i + 1], ent + at);
+        if (owned)
+            owned_list(s, i, s->offsets[i], s->offsets[i + 1], ent + at);
+        else
+            gather_list(s, group, s->offsets[i], s->offsets[i + 1], ent + at);
         at += (s->offsets[i + 1] - s->offsets[i] + group - 1) / group;
     }
     offs[nlists] = (int32_t)at;
     return S2_OK;
+}
+
+s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, s2_packed_schedule *out)
+{
+    return pack_gathered(ctx, s, group, false, out);
+}
+
+s2_status s2_schedule_pack_gathered_owned(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out)
+{
+    memset(out, 0, sizeof *out);
+    if (s && (s->transposed || s->geom.sub_m != 2))
+        return s2_fail(ctx, S2_ERR_INVALID, "schedule_pack_gathered_owned: needs a forward schedule of two query "
+                       "sub-blocks (sub_m %d)", s->geom.sub_m);
+    return pack_gathered(ctx, s, 2, true, out);
 }

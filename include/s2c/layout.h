@@ -81,6 +81,12 @@ enum {
     S2_ENTRY_FULL = 1u << 0,   /* every (query, key) pair of the tile is kept: no mask needed */
     S2_ENTRY_CAUSAL = 1u << 1, /* the tile crosses the causal diagonal: token mask needed */
     S2_ENTRY_RAGGED = 1u << 2, /* the key tile runs past kv_len: length mask needed */
+    /* s2_schedule_pack_gathered_owned only: the entry is read by query
+     * sub-block 0 (OWN0) or 1 (OWN1) alone, and OWN_FULL when that
+     * sub-block keeps every pair of it */
+    S2_ENTRY_OWN0 = 1u << 3,
+    S2_ENTRY_OWN1 = 1u << 4,
+    S2_ENTRY_OWN_FULL = 1u << 5,
 };
 
 typedef struct s2_tile_entry {
@@ -167,6 +173,21 @@ typedef struct s2_dev_gentry {
 } s2_dev_gentry;
 
 s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, s2_packed_schedule *out);
+
+/* Gathered pairs for a tile of two 64-row warpgroups (sm_90a forward,
+ * block_m 128, kv_gather 2: sub-block i is warpgroup i's rows).  As
+ * s2_schedule_pack_gathered with group 2, except in a list where exactly
+ * one block A is read by sub-block 0 alone, one block B by sub-block 1
+ * alone, and an odd number by both (an S2 local window: A its first block
+ * for the upper rows, B the diagonal of the lower), the list is (A, c*)
+ * marked OWN0, (c*, B) marked OWN1, then the blocks both read, c* left out,
+ * two per entry in list order; c* is the last block both read whose entry
+ * is not FULL (else the last).  A kernel that knows the marks runs one
+ * entry fewer per warpgroup (each skips the other's), with no dead slot,
+ * where union pairs leave four; one that does not runs them all, masked by
+ * their live bits (the other sub-block has none): the same result.  Same
+ * number of entries per list as group 2. */
+s2_status s2_schedule_pack_gathered_owned(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out);
 void s2_packed_schedule_free(s2_packed_schedule *p);
 
 /* The resident key tiles of the backward's dK/dV kernel (attention.h,

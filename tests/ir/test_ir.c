@@ -563,6 +563,149 @@ START_TEST(test_schedule_pack_gathered)
 }
 END_TEST
 
+/* Owned pairs (two-slab tiles over 64-token blocks): per list as many
+ * entries as union pairs; each query sub-block computes each block it keeps
+ * exactly once over the entries it runs (all but the other's owned entry)
+ * and no other live slot; owned entries are the first two (OWN0, then OWN1),
+ * live for their owner only; FULL as union pairs for the rest; OWN_FULL only
+ * where the 64-row schedule calls the owner's tile of that block FULL. */
+static void check_owned(const s2_layout *l, const s2_schedule *fw, const s2_packed_schedule *pk, int64_t *dead_owned,
+                        int64_t *dead_union)
+{
+    const s2_tile_geom *g = &fw->geom;
+    s2_schedule *f64 = NULL;
+    ck_assert_int_eq(s2_schedule_build(NULL, l, (s2_tile_spec){64, g->block_n}, false, &f64), S2_OK);
+    const unsigned char *b = pk->data;
+    const int32_t *poff = (const int32_t *)(b + pk->offsets_off);
+    const s2_dev_gentry *pent = (const s2_dev_gentry *)(b + pk->entries_off);
+    *dead_owned = *dead_union = 0;
+    for (int h = 0; h < fw->heads; h++) {
+        int c = fw->class_of_head[h];
+        for (int64_t t = 0; t < g->q_tiles; t++) {
+            int64_t li = (int64_t)c * g->q_tiles + t, b0 = fw->offsets[li], n = fw->offsets[li + 1] - b0;
+            int64_t ne = poff[li + 1] - poff[li];
+            ck_assert_int_eq(ne, (n + 1) / 2);
+            const s2_dev_gentry *d = &pent[poff[li]];
+            bool owned = ne >= 2 && (d[0].flags & S2_ENTRY_OWN0);
+            int64_t live = 0;
+            for (int64_t k = 0; k < n; k++)
+                live += __builtin_popcountll(fw->entries[b0 + k].live & 3u);
+            *dead_union += 4 * ne - live;
+            *dead_owned += 4 * ne - (owned ? 4 : 0) - live;
+            for (int64_t e = 0; e < ne; e++) {
+                uint32_t f = d[e].flags;
+                if (owned && e == 0)
+                    ck_assert(f & S2_ENTRY_OWN0 && !(f & S2_ENTRY_OWN1) && (d[e].live & ~3u) == 0);
+                else if (owned && e == 1)
+                    ck_assert(f & S2_ENTRY_OWN1 && !(f & S2_ENTRY_OWN0) && (d[e].live & ~12u) == 0);
+                else
+                    ck_assert(!(f & (S2_ENTRY_OWN0 | S2_ENTRY_OWN1 | S2_ENTRY_OWN_FULL)));
+            }
+            for (int r = 0; r < 2; r++) {
+                /* blocks sub-block r computes live, each once */
+                int64_t seen = 0;
+                for (int64_t e = 0; e < ne; e++) {
+                    if (owned && e == 1 - r)   /* the other's owned entry: not run */
+                        continue;
+                    for (int j = 0; j < 2; j++) {
+                        if (!(d[e].live >> (2 * r + j) & 1u))
+                            continue;
+                        int64_t hits = 0;
+                        for (int64_t k = 0; k < n; k++)
+                            hits += fw->entries[b0 + k].tile == d[e].block[j] && (fw->entries[b0 + k].live >> r & 1u);
+                        ck_assert_int_eq(hits, 1);
+                        seen++;
+                        if (!(d[e].flags & S2_ENTRY_OWN_FULL))
+                            continue;
+                        /* the owner's 64-row tile of this block is FULL */
+                        int64_t u = 2 * (g->first_q_tile + t) + r - f64->geom.first_q_tile;
+                        ck_assert(u >= 0 && u < f64->geom.q_tiles);
+                        int64_t l64 = (int64_t)f64->class_of_head[h] * f64->geom.q_tiles + u;
+                        bool full = false;
+                        for (int64_t k = f64->offsets[l64]; k < f64->offsets[l64 + 1]; k++)
+                            if (f64->entries[k].tile == d[e].block[j])
+                                full = f64->entries[k].flags & S2_ENTRY_FULL;
+                        ck_assert(full);
+                    }
+                }
+                int64_t want = 0;
+                for (int64_t k = 0; k < n; k++)
+                    want += fw->entries[b0 + k].live >> r & 1u;
+                ck_assert_int_eq(seen, want);
+            }
+        }
+    }
+    s2_schedule_free(f64);
+}
+
+START_TEST(test_schedule_pack_gathered_owned)
+{
+    int tried = 0;
+    for (int it = 0; it < 200 && tried < 40; it++) {
+        seed_rng(9100 + (uint64_t)it);
+        rand_pat rp;
+        make_random(&rp);
+        s2_layout *l = make_layout(rp.p, rp.q_len, rp.kv_len);
+        int bs = rp.p->block_size;
+        s2_schedule *fw = NULL;
+        s2_packed_schedule pk;
+        if (bs > 64 || s2_schedule_build(NULL, l, (s2_tile_spec){128, bs}, false, &fw) != S2_OK) {
+            s2_layout_free(l);
+            free_random(&rp);
+            continue;
+        }
+        if (fw->geom.sub_m != 2) {
+            ck_assert_int_eq(s2_schedule_pack_gathered_owned(NULL, fw, &pk), S2_ERR_INVALID);
+        } else {
+            tried++;
+            ck_assert_int_eq(s2_schedule_pack_gathered_owned(NULL, fw, &pk), S2_OK);
+            int64_t dead_owned, dead_union;
+            check_owned(l, fw, &pk, &dead_owned, &dead_union);
+            ck_assert(dead_owned <= dead_union);
+            s2_packed_schedule_free(&pk);
+        }
+        s2_schedule_free(fw);
+        s2_layout_free(l);
+        free_random(&rp);
+    }
+    ck_assert(tried > 0);
+}
+END_TEST
+
+/* The S2 rows of the forward bench (block 64, local 8 stride 16 at 8K, local
+ * 16 stride 8 at 4K): owned pairs leave fewer dead (sub-block, block) slots
+ * than union pairs (printed). */
+START_TEST(test_pack_owned_s2_rows)
+{
+    static const int rows[2][3] = {{8, 16, 8192}, {16, 8, 4096}};
+    for (int i = 0; i < 2; i++) {
+        s2_local_stride_args a;
+        s2_local_stride_args_default(&a);
+        a.num_heads = 4;
+        a.block_size = 64;
+        a.local_blocks = rows[i][0];
+        a.vert_stride = rows[i][1];
+        s2_pattern_set *set = make_set(&a);
+        const s2_pattern *p = s2_pattern_set_get(set, 0);
+        s2_layout *l = make_layout(p, rows[i][2], rows[i][2]);
+        s2_schedule *fw = NULL;
+        ck_assert_int_eq(s2_schedule_build(NULL, l, (s2_tile_spec){128, 64}, false, &fw), S2_OK);
+        s2_packed_schedule pk;
+        ck_assert_int_eq(s2_schedule_pack_gathered_owned(NULL, fw, &pk), S2_OK);
+        int64_t dead_owned, dead_union;
+        check_owned(l, fw, &pk, &dead_owned, &dead_union);
+        int64_t computed = 4 * pk.num_entries;
+        printf("owned pairs, local %d stride %d, %d tokens: dead slots %lld (union pairs %lld) of %lld\n",
+               rows[i][0], rows[i][1], rows[i][2], (long long)dead_owned, (long long)dead_union, (long long)computed);
+        ck_assert(dead_owned * 2 < dead_union);
+        s2_packed_schedule_free(&pk);
+        s2_schedule_free(fw);
+        s2_layout_free(l);
+        s2_pattern_set_free(set);
+    }
+}
+END_TEST
+
 /* Gathered resident key tiles (dK/dV): per kv head every key block in exactly
  * one group, the same groups for every query head of the kv head, and each
  * head's list of a group the merge of its blocks' transposed lists: same
@@ -1079,6 +1222,8 @@ static Suite *ir_suite(void)
     tcase_add_test(tc, test_schedule_random);
     tcase_add_test(tc, test_schedule_build_matches_lists);
     tcase_add_test(tc, test_schedule_pack_gathered);
+    tcase_add_test(tc, test_schedule_pack_gathered_owned);
+    tcase_add_test(tc, test_pack_owned_s2_rows);
     tcase_add_test(tc, test_schedule_pack_gathered_kv);
     tcase_add_test(tc, test_pack_gathered_kv_mergeq_util);
     tcase_add_test(tc, test_schedule_ds_map);
