@@ -57,6 +57,9 @@ static const bench_config configs[] = {
     {"dense_8k", 4, 16, 8192, 64, 8, 1, "FA2", 3.37, 3.32, 0},
     /* head imbalance (not in PEERS.md): b64_8k with its last 4 of 16 heads dense */
     {"b64_8k_dense4", 4, 16, 8192, 64, 8, 16, "none", 0, 0, 4},
+    /* shorter rows for the runtime's wide-variant threshold (not in PEERS.md) */
+    {"b64_4k", 8, 16, 4096, 64, 8, 16, "none", 0, 0, 0},
+    {"b64_l16v8_4k", 8, 32, 4096, 64, 16, 8, "none", 0, 0, 0},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0], HEAD_DIM = 128, MAX_LIST = 8 };
 
@@ -358,7 +361,11 @@ static s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd
     s2_layout_stats stats;
     s2_status st = s2_schedule_build(ctx, cd->lay, ts, false, &sched);
     if (st == S2_OK)
-        st = gather > 1 ? s2_schedule_pack_gathered(ctx, sched, gather, &pk) : s2_schedule_pack(ctx, sched, &pk);
+        /* (S2C_BENCH_UNION_PAIRS=1: the two-slab shape on union pairs, for comparison) */
+        st = s2_kernel_spec_owned_pairs(spec) && !getenv("S2C_BENCH_UNION_PAIRS")
+                 ? s2_schedule_pack_gathered_owned(ctx, sched, &pk)
+             : gather > 1 ? s2_schedule_pack_gathered(ctx, sched, gather, &pk)
+                          : s2_schedule_pack(ctx, sched, &pk);
     if (st == S2_OK)
         st = s2_layout_stats_compute(ctx, cd->lay, ts, HEAD_DIM, S2_DTYPE_BF16, &stats);
     if (st == S2_OK)

@@ -59,6 +59,7 @@ LLVMValueRef s2_nv_ctaid(s2_cg *cg, char dim);   /* 'x', 'y', 'z' */
 LLVMValueRef s2_nv_laneid(s2_cg *cg);
 /* warp shuffles and reductions across all 32 lanes (full mask) */
 LLVMValueRef s2_nv_shfl_bfly_f32(s2_cg *cg, LLVMValueRef v, int lane_mask);
+LLVMValueRef s2_nv_shfl_idx_i32(s2_cg *cg, LLVMValueRef v, int lane);
 LLVMValueRef s2_nv_warp_max_f32(s2_cg *cg, LLVMValueRef v);
 LLVMValueRef s2_nv_warp_sum_f32(s2_cg *cg, LLVMValueRef v);
 /* vote.sync.any over the whole warp: pred (i1) of any lane */

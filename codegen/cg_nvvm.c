@@ -73,6 +73,21 @@ LLVMValueRef s2_nv_ctaid(s2_cg *cg, char dim)
     }
 }
 
+/* v of lane `lane` for the whole warp (shfl.sync.idx): a broadcast ptxas
+ * knows to be warp-uniform, so values derived from it (wgmma descriptors,
+ * barrier addresses) can stay in uniform registers, as CUTLASS's
+ * canonical_warp_group_idx does for the warpgroup index. */
+LLVMValueRef s2_nv_shfl_idx_i32(s2_cg *cg, LLVMValueRef v, int lane)
+{
+    LLVMTypeRef args[4] = {cg->t_i32, cg->t_i32, cg->t_i32, cg->t_i32};
+    LLVMValueRef vals[4] = {
+        LLVMConstInt(cg->t_i32, 0xffffffffu, 0), v,
+        LLVMConstInt(cg->t_i32, (unsigned)lane, 0),
+        LLVMConstInt(cg->t_i32, 31, 0),
+    };
+    return s2_nv_intrinsic(cg, "llvm.nvvm.shfl.sync.idx.i32", cg->t_i32, args, 4, vals);
+}
+
 LLVMValueRef s2_nv_shfl_bfly_f32(s2_cg *cg, LLVMValueRef v, int lane_mask)
 {
     LLVMTypeRef args[4] = {cg->t_i32, cg->t_f32, cg->t_i32, cg->t_i32};

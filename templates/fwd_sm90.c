@@ -53,6 +53,7 @@ typedef struct sm90_shape {
     bool pv_fence;                 /* a store of the row sum before the P·V wait (consumer_loop) */
     bool lazy;                     /* O rescaled only when a warp's row maximum grew (flash.h, grew) */
     bool split;                    /* O rescaled between the S and the P·V wgmma (FA3's order) */
+    bool owned;                    /* lists may start with two owned entries (s2_schedule_pack_gathered_owned) */
     int q_off, k_off, v_off, stage_bytes, bar_off, slot_off, scratch_off, smem;
     int prod_regs, cons_regs, min_ctas;
 } sm90_shape;
@@ -564,7 +565,9 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], const entry_vals *ev)
     const sm90_shape *s = &k->s;
     int NT = s->BN / 8;
     bool gat = s->gather > 1;
-    LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, ev->flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0),
+    /* an owned entry is run by its owner only: OWN_FULL is its FULL */
+    unsigned full_bits = S2_ENTRY_FULL | (s->owned ? S2_ENTRY_OWN_FULL : 0u);
+    LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, ev->flags, c32(k, full_bits), ""), c32(k, 0),
                                       "full");
     /* varlen: a FULL tile may run past a shorter sequence (never when causal,
      * fwd.c); bidirectional tiles of a sequence shorter than the schedule's
@@ -752,6 +755,16 @@ static void fence_pv_wait(sm90 *k)
     LLVMSetVolatile(st, 1);
 }
 
+/* Wait for the stage of ring index i and release it unused, when cond. */
+static void release_skipped(sm90 *k, LLVMValueRef cond, LLVMValueRef i)
+{
+    s2_nv_if sk;
+    s2_nv_if_begin(k->cg, &sk, cond, "skip_stage");
+    s2_nv_mbar_wait(k->cg, full_bar(k, stage_of(k, i)), parity_of(k, i));
+    s2_nv_mbar_arrive(k->cg, empty_bar(k, stage_of(k, i)));
+    s2_nv_if_end(k->cg, &sk);
+}
+
 /* The consumer loop, FA3's intra-warpgroup overlap:
  *   prologue: S(0); wait; mask; softmax; P(0)
  *   entry i >= 1: issue S(i); issue O += P(i-1)·V(i-1); wait S(i) (1 group
@@ -762,7 +775,14 @@ static void fence_pv_wait(sm90 *k)
  * alpha(i) = 2^(m(i-1) - m(i)) rescales it afterwards.  With split, O *=
  * alpha(i) moves to the next iteration, between the issue of S(i+1) and of
  * P(i)·V (FA3's order: the multiplies run under the S wgmma); with lazy, it
- * runs only in warps where a row maximum grew. */
+ * runs only in warps where a row maximum grew.
+ * Owned entries (s2_schedule_pack_gathered_owned): a list starting with an
+ * OWN0 entry has its first two entries one per warpgroup.  Warpgroup 0 runs
+ * entry begin in the prologue and releases begin + 1 unused, warpgroup 1
+ * releases begin and runs begin + 1; both then loop from begin + 2.  The
+ * instructions are the same in both, only the entry index differs, so no
+ * wgmma sits in a divergent path; the stage of the previous entry is
+ * carried through the loop. */
 static void consumer_loop(sm90 *k)
 {
     s2_cg *cg = k->cg;
@@ -773,11 +793,31 @@ static void consumer_loop(sm90 *k)
 
     s2_nv_if nonempty;
     s2_nv_if_begin(cg, &nonempty, LLVMBuildICmp(b, LLVMIntSLT, k->begin, k->end, ""), "work");
-    /* prologue: entry begin */
-    LLVMValueRef st0 = stage_of(k, k->it0);
+    /* prologue: entry begin (owned, warpgroup 1: begin + 1) */
+    LLVMValueRef own = NULL, own1 = NULL, i0 = k->it0;
     entry_vals ev;
     load_entry(k, k->begin, &ev);
-    s2_nv_mbar_wait(cg, full_bar(k, st0), parity_of(k, k->it0));
+    if (s->owned) {
+        /* both candidates' fields loaded at once: no global load waits on
+         * another at the tile start */
+        entry_vals ev1;
+        LLVMValueRef e1 = add(k, k->begin, c32(k, 1));
+        LLVMValueRef has1 = LLVMBuildICmp(b, LLVMIntSLT, e1, k->end, "");
+        ev1.flags = entry_field_if(k, e1, has1, 16);
+        ev1.live = LLVMBuildZExt(b, entry_field_if(k, e1, has1, 20), cg->t_i64, "");
+        for (int j = 0; j < s->gather; j++)
+            ev1.blk[j] = entry_field_if(k, e1, has1, 4 * j);
+        own = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, ev.flags, c32(k, S2_ENTRY_OWN0), ""), c32(k, 0), "owned");
+        own1 = LLVMBuildAnd(b, own, LLVMBuildICmp(b, LLVMIntEQ, k->wgc, c32(k, 1), ""), "own1");
+        ev.flags = LLVMBuildSelect(b, own1, ev1.flags, ev.flags, "");
+        ev.live = LLVMBuildSelect(b, own1, ev1.live, ev.live, "");
+        for (int j = 0; j < s->gather; j++)
+            ev.blk[j] = LLVMBuildSelect(b, own1, ev1.blk[j], ev.blk[j], "");
+        release_skipped(k, own1, k->it0);
+        i0 = add(k, k->it0, LLVMBuildZExt(b, own1, cg->t_i32, ""));
+    }
+    LLVMValueRef st0 = stage_of(k, i0);
+    s2_nv_mbar_wait(cg, full_bar(k, st0), parity_of(k, i0));
     turn_wait(k);
     issue_scores(k, st0, sacc);
     turn_pass(k);
@@ -805,12 +845,20 @@ static void consumer_loop(sm90 *k)
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             LLVMBuildStore(b, pa[j][q], p_slot[4 * j + q]);
+    LLVMValueRef from = LLVMBuildAdd(b, k->begin, c32(k, 1), "");
+    if (s->owned) {
+        /* warpgroup 0 skips entry begin + 1 */
+        LLVMValueRef own0 = LLVMBuildAnd(b, own, LLVMBuildICmp(b, LLVMIntEQ, k->wgc, c32(k, 0), ""), "own0");
+        release_skipped(k, own0, add(k, k->it0, c32(k, 1)));
+        from = add(k, from, LLVMBuildZExt(b, own, cg->t_i32, ""));
+    }
 
     s2_nv_loop loop;
-    s2_nv_loop_begin(cg, &loop, "kv", LLVMBuildAdd(b, k->begin, c32(k, 1), ""), k->end, c32(k, 1), NULL, 0);
+    bool carry = s->owned;
+    s2_nv_loop_begin(cg, &loop, "kv", from, k->end, c32(k, 1), &st0, carry ? 1 : 0);
     LLVMValueRef i = add(k, k->it0, LLVMBuildSub(b, loop.iv, k->begin, "i"));
     LLVMValueRef stage = stage_of(k, i);
-    LLVMValueRef prev = stage_of(k, LLVMBuildSub(b, i, c32(k, 1), ""));
+    LLVMValueRef prev = carry ? loop.carried[0] : stage_of(k, LLVMBuildSub(b, i, c32(k, 1), ""));
     load_entry(k, loop.iv, &ev);
     s2_nv_mbar_wait(cg, full_bar(k, stage), parity_of(k, i));
     for (int j = 0; j < s->BN / 16; j++)
@@ -848,10 +896,12 @@ static void consumer_loop(sm90 *k)
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             LLVMBuildStore(b, pa[j][q], p_slot[4 * j + q]);
-    s2_nv_loop_end(cg, &loop, NULL);
+    s2_nv_loop_end(cg, &loop, carry ? &stage : NULL);
 
     /* the last entry's P·V */
-    LLVMValueRef last = stage_of(k, add(k, k->it0, LLVMBuildSub(b, LLVMBuildSub(b, k->end, k->begin, ""), c32(k, 1), "")));
+    LLVMValueRef last = carry ? loop.result[0]
+                                 : stage_of(k, add(k, k->it0, LLVMBuildSub(b, LLVMBuildSub(b, k->end, k->begin, ""),
+                                                                           c32(k, 1), "")));
     for (int j = 0; j < s->BN / 16; j++)
         for (int q = 0; q < 4; q++)
             pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
@@ -909,7 +959,12 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     s2_nv_setmaxnreg(cg, true, k->s.cons_regs);
-    k->wgc = LLVMBuildSub(b, LLVMBuildLShr(b, k->tid, c32(k, 7), ""), c32(k, 1), "wgc");
+    /* broadcast from lane 0: warp-uniform to ptxas, so what derives from it
+     * (with owned entries the first entry's stage, and through the carried
+     * stage the P·V descriptors) stays in uniform registers; from the thread
+     * index as such, every entry of the wide kernel ran 2-5% slower
+     * (bench/RESULTS.md runs 62-66; CUTLASS's canonical_warp_group_idx) */
+    k->wgc = s2_nv_shfl_idx_i32(cg, LLVMBuildSub(b, LLVMBuildLShr(b, k->tid, c32(k, 7), ""), c32(k, 1), ""), 0);
     LLVMValueRef ct = LLVMBuildAnd(b, k->tid, c32(k, 127), "");
     k->warp = LLVMBuildLShr(b, ct, c32(k, 5), "warp");
     LLVMValueRef lane = LLVMBuildAnd(b, ct, c32(k, 31), "lane");
@@ -990,6 +1045,7 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
      * the 64-row one; the moved rescale alone +1..2% */
     s->lazy = true;
     s->split = true;
+    s->owned = s2_kernel_spec_owned_pairs(spec);
 #ifdef S2C_FWD90_EXPERIMENT
     /* measurement builds only: the previous kernels for comparison */
     if (getenv("S2C_FWD90_OLD"))
@@ -1001,6 +1057,8 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
         s->split = e[0] == '1';
     if ((e = getenv("S2C_FWD90_PVFENCE")))
         s->pv_fence = e[0] == '1';
+    if ((e = getenv("S2C_FWD90_OWNED")))
+        s->owned = s->owned && e[0] == '1';
 #endif
     s->q_off = 0;
     s->stage_bytes = s->BN * s->D * 2;

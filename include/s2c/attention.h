@@ -75,6 +75,16 @@ typedef struct s2_kernel_spec {
  * S2_ERR_UNSUPPORTED names what does not fit. */
 s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p);
 
+/* Whether a resolved sm_90a forward spec takes owned pairs
+ * (s2_schedule_pack_gathered_owned) instead of s2_schedule_pack_gathered's:
+ * two 64-row warpgroups over two gathered 64-token blocks. */
+static inline bool s2_kernel_spec_owned_pairs(const s2_kernel_spec *spec)
+{
+    /* (kv_gather above 1 is resolved on the sm_90a forward and backward only) */
+    return spec->kind == S2_KERNEL_FWD && spec->block_m == 128 &&
+           spec->kv_gather == 2 && spec->block_n == 128;
+}
+
 /* One dS tile of the backward's dS workspace: 64 x 64 16-bit values. */
 enum { S2_BWD_DS_TILE_BYTES = 64 * 64 * 2 };
 

@@ -101,6 +101,7 @@ typedef struct case_result {
     s2_arch arch;
     bool tma, persistent;
     uint64_t seed;
+    int64_t owned_lists;   /* lists starting with owned entries (s2_schedule_pack_gathered_owned) */
 } case_result;
 
 /* run r: case r % NUM_CASES; the first NUM_CASES for the device's arch (or
@@ -215,8 +216,20 @@ static void run_case(int run)
         ck_assert_int_eq(gather, arch == S2_ARCH_SM90A ? c->kv_gather : 1);
     s2_tile_spec ts = {art->spec.block_m, art->spec.block_n / gather};
     ck_assert_msg(s2_schedule_build(ctx, lay, ts, false, &sched) == S2_OK, "%s", s2_ctx_message(ctx));
-    ck_assert_msg((gather > 1 ? s2_schedule_pack_gathered(ctx, sched, gather, &pk) : s2_schedule_pack(ctx, sched, &pk)) ==
-                      S2_OK, "%s", s2_ctx_message(ctx));
+    /* the two-slab shape on owned pairs, as the runtime packs it */
+    s2_status pst = s2_kernel_spec_owned_pairs(&art->spec) ? s2_schedule_pack_gathered_owned(ctx, sched, &pk)
+                    : gather > 1                            ? s2_schedule_pack_gathered(ctx, sched, gather, &pk)
+                                                            : s2_schedule_pack(ctx, sched, &pk);
+    ck_assert_msg(pst == S2_OK, "%s", s2_ctx_message(ctx));
+    if (s2_kernel_spec_owned_pairs(&art->spec)) {
+        const int32_t *po = (const int32_t *)((const char *)pk.data + pk.offsets_off);
+        const s2_dev_gentry *pe = (const s2_dev_gentry *)((const char *)pk.data + pk.entries_off);
+        for (int64_t li = 0; li < (int64_t)sched->num_classes * sched->geom.q_tiles; li++)
+            res->owned_lists += po[li + 1] > po[li] && (pe[po[li]].flags & S2_ENTRY_OWN0);
+        /* the S2 local window of pattern 0 gives owned lists: the path is run */
+        if (c->pattern == 0)
+            ck_assert_msg(res->owned_lists > 0, "%s: no owned lists", c->name);
+    }
 
     /* host tensors */
     host_tensor q = {0}, k = {0}, v = {0}, o = {0};
@@ -431,17 +444,17 @@ END_TEST
 
 static void print_summary(void)
 {
-    printf("\n%-34s %-6s %-4s %-5s %-6s %4s %4s %2s %2s %4s %6s %9s %9s %6s %s\n", "case", "arch", "abi", "dtype",
-           "layout", "bm", "bn", "w", "st", "regs", "smem", "o_relerr", "lse_err", "empty", "result");
+    printf("\n%-34s %-6s %-4s %-5s %-6s %4s %4s %2s %2s %4s %6s %9s %9s %6s %5s %s\n", "case", "arch", "abi", "dtype",
+           "layout", "bm", "bn", "w", "st", "regs", "smem", "o_relerr", "lse_err", "empty", "owned", "result");
     for (int i = 0; i < NUM_RUNS; i++) {
         const case_result *r = &results[i];
         const fwd_case *c = &cases[i % NUM_CASES];
         if (!r->ran)
             continue;
-        printf("%-34s %-6s %-4s %-5s %-6s %4d %4d %2d %2d %4d %6d %9.2e %9.2e %6lld %s\n", c->name,
+        printf("%-34s %-6s %-4s %-5s %-6s %4d %4d %2d %2d %4d %6d %9.2e %9.2e %6lld %5lld %s\n", c->name,
                s2_arch_name(r->arch), r->persistent ? "tmaP" : r->spec.kv_gather > 1 ? "tmaG" : r->tma ? "tma" : "ptrs", s2_dtype_name(c->dt), layout_names[c->layout],
                r->spec.block_m, r->spec.block_n, r->spec.num_warps, r->spec.num_stages, r->regs, r->smem, r->o_err,
-               r->lse_err, (long long)r->empty_rows, r->ok ? "PASS" : "FAIL");
+               r->lse_err, (long long)r->empty_rows, (long long)r->owned_lists, r->ok ? "PASS" : "FAIL");
     }
 }
 
