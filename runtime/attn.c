@@ -875,8 +875,10 @@ static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, const s2_sched
  * (b64_8k), tied at ~1500 (b64_32k), and won 3% at ~1870 (b64_l16v8_16k)
  * and 7% at ~4500 (b64_128k); with the lazy rescaling of both (run 50) it
  * loses 7% at ~690 and wins 1.5-2% at ~1500 (b64_32k: 1503), 5% at ~1870.
- * Keys per query tile of the primary schedule. */
-enum { WIDE_MIN_KEYS = 1408 };
+ * On owned pairs (s2_schedule_pack_gathered_owned, run 67) it wins 3% at
+ * 725 (b64_8k), 6% at 1051 (local 16, stride 8, 4K) and ties at 584 (b64
+ * at 4K).  Keys per query tile of the primary schedule. */
+enum { WIDE_MIN_KEYS = 640 };
 
 static bool wants_wide(const s2_attn_kernel *k, const s2_schedule *sched)
 {
@@ -895,7 +897,7 @@ static bool wants_wide(const s2_attn_kernel *k, const s2_schedule *sched)
 }
 
 /* The forward schedule of a spec's tile shape, packed (gathered key tiles
- * when the spec gathers). */
+ * when the spec gathers, owned pairs for the two-slab shape). */
 static s2_status pack_forward(s2_ctx *ctx, const s2_layout *lay, const s2_kernel_spec *spec, s2_schedule **sched,
                               s2_packed_schedule *pk)
 {
@@ -903,7 +905,9 @@ static s2_status pack_forward(s2_ctx *ctx, const s2_layout *lay, const s2_kernel
     s2_tile_spec ts = {spec->block_m, spec->block_n / gather};
     s2_status st = s2_schedule_build(ctx, lay, ts, false, sched);
     if (st == S2_OK)
-        st = gather > 1 ? s2_schedule_pack_gathered(ctx, *sched, gather, pk) : s2_schedule_pack(ctx, *sched, pk);
+        st = s2_kernel_spec_owned_pairs(spec) ? s2_schedule_pack_gathered_owned(ctx, *sched, pk)
+             : gather > 1                     ? s2_schedule_pack_gathered(ctx, *sched, gather, pk)
+                                              : s2_schedule_pack(ctx, *sched, pk);
     if (st == S2_OK && ((*sched)->geom.q_tiles > INT32_MAX || (*sched)->geom.first_q_tile > INT32_MAX))
         st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld query tiles do not fit 32 bits",
                      (long long)(*sched)->geom.q_tiles);
