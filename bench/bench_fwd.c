@@ -21,7 +21,10 @@
  *             [--specs BMxBNsSTgG[pP],..] [--reps N] [--csv] [--rows N] [--dump-dir DIR]
  * L is a comma list; every combination is run (invalid ones are reported
  * and skipped).  --specs names the variants instead (block_m x block_n,
- * stages, kv_gather, persistent: 128x64s3g1p1).  --dump-dir writes each variant's PTX and cubin there. */
+ * stages, kv_gather, persistent: 128x64s3g1p1).  --dump-dir writes each variant's PTX and cubin there.
+ * The two-slab gathered shape (128x128, kv_gather 2) runs on owned pairs
+ * (s2_schedule_pack_gathered_owned), as the runtime packs it; with
+ * S2C_BENCH_UNION_PAIRS=1 in the environment, on union pairs instead. */
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/cache.h"
