@@ -77,6 +77,43 @@ static const s2_aot_abi attn_fwd_tma_abi = {
 
 const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void) { return &attn_fwd_tma_abi; }
 
+/* ---- the persistent sm_90a forward (attention.h, S2_FWD_ABI_TMA_PERSISTENT) ---- */
+
+static const s2_aot_param attn_fwd_tma_p_params[] = {
+    {"q", S2_AOT_PTR},          {"k", S2_AOT_PTR},          {"v", S2_AOT_PTR},
+    {"o", S2_AOT_PTR},          {"lse", S2_AOT_PTR},
+    {"q_stride_b", S2_AOT_I64}, {"q_stride_s", S2_AOT_I64}, {"q_stride_h", S2_AOT_I64},
+    {"k_stride_b", S2_AOT_I64}, {"k_stride_s", S2_AOT_I64}, {"k_stride_h", S2_AOT_I64},
+    {"v_stride_b", S2_AOT_I64}, {"v_stride_s", S2_AOT_I64}, {"v_stride_h", S2_AOT_I64},
+    {"o_stride_b", S2_AOT_I64}, {"o_stride_s", S2_AOT_I64}, {"o_stride_h", S2_AOT_I64},
+    {"q_len", S2_AOT_I32},      {"kv_len", S2_AOT_I32},
+    {"scale_log2", S2_AOT_F32},
+    {"class_of_head", S2_AOT_PTR}, {"offsets", S2_AOT_PTR}, {"entries", S2_AOT_PTR},
+    {"first_q_tile", S2_AOT_I32},  {"q_tiles", S2_AOT_I32},
+    {"q_map", S2_AOT_TMAP},        {"k_map", S2_AOT_TMAP},  {"v_map", S2_AOT_TMAP},
+    {"work", S2_AOT_PTR},          {"n_work", S2_AOT_I32},  {"batch", S2_AOT_I32},
+    {"counter", S2_AOT_PTR},
+    {"seqinfo", S2_AOT_PTR},
+};
+
+static const s2_aot_param attn_fwd_tma_p_launch[] = {
+    {"heads", S2_AOT_I32},
+    {"kv_heads", S2_AOT_I32},
+    {"kv_rows", S2_AOT_I64},
+};
+
+static const s2_aot_abi attn_fwd_tma_p_abi = {
+    .name = "attn_fwd_tma_persistent",
+    .params = attn_fwd_tma_p_params,
+    .num_params = (int)(sizeof attn_fwd_tma_p_params / sizeof attn_fwd_tma_p_params[0]),
+    .launch_args = attn_fwd_tma_p_launch,
+    .num_launch_args = (int)(sizeof attn_fwd_tma_p_launch / sizeof attn_fwd_tma_p_launch[0]),
+    .maps = S2_AOT_MAPS_ATTN_FWD,
+    .grid_persistent = true,
+};
+
+const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void) { return &attn_fwd_tma_p_abi; }
+
 /* ---- the backward module (attention.h, S2_KERNEL_BWD) ---- */
 
 #define BWD_STRIDES(t) {t "_stride_b", S2_AOT_I64}, {t "_stride_s", S2_AOT_I64}, {t "_stride_h", S2_AOT_I64}
@@ -285,9 +322,17 @@ static s2_status check_abi(s2_ctx *ctx, const s2_aot_abi *abi)
                          abi->launch_args[i].name);
     if (st == S2_OK)
         st = check_maps(ctx, abi);
+    for (int i = 0; st == S2_OK && abi->grid_persistent && i < 2; i++) {
+        const char *nm = i ? "batch" : "n_work";
+        const s2_aot_param *p = abi_find(abi, nm);
+        if (!p || p->type != S2_AOT_I32)
+            st = s2_fail(ctx, S2_ERR_INVALID, "ABI %s: a persistent grid needs the int32 parameter %s", abi->name, nm);
+    }
     for (int d = 0; st == S2_OK && d < 3; d++) {
         if (!abi->grid[d])
             continue;
+        if (abi->grid_persistent)
+            st = s2_fail(ctx, S2_ERR_INVALID, "ABI %s: a persistent grid names no dimensions", abi->name);
         const s2_aot_param *p = abi_find(abi, abi->grid[d]);
         if (!p || (p->type != S2_AOT_I32 && p->type != S2_AOT_I64))
             st = s2_fail(ctx, S2_ERR_INVALID, "ABI %s: grid dimension %c names %s, which is not an integer parameter",
@@ -409,7 +454,9 @@ static void emit_prototype(s2_buf *b, const char *module, const s2_aot_kernel *k
 static void emit_kernel_comment(s2_buf *b, const s2_aot_kernel *k)
 {
     s2_buf_printf(b, "/* %s (ABI %s): grid (", k->symbol, k->abi->name);
-    for (int d = 0; d < 3; d++) {
+    if (k->abi->grid_persistent)
+        s2_buf_puts(b, "min(SMs x resident CTAs per SM, n_work x batch), 1, 1");
+    for (int d = 0; !k->abi->grid_persistent && d < 3; d++) {
         if (k->abi->grid[d] && k->grid_div[d] > 1)
             s2_buf_printf(b, "%scdiv(%s, %d)", d ? ", " : "", k->abi->grid[d], k->grid_div[d]);
         else
@@ -565,6 +612,41 @@ static bool launch_arg_used(const s2_aot_abi *abi, const char *name)
     return false;
 }
 
+/* s2_gx of a persistent grid: SMs x resident CTAs per SM (the runtime's
+ * ctas_per_sm: 64 K registers in 256-register warp chunks, 228 KB of shared
+ * memory with 1 KB reserved per CTA, 2048 threads, 1..32 CTAs), at most
+ * n_work x batch work items, at least 1. */
+static void emit_persistent_grid(s2_buf *b, const s2_aot_module *m, int index)
+{
+    const s2_aot_kernel *k = &m->kernels[index];
+    s2_buf_printf(b,
+        "    {\n"
+        "        CUdevice s2_dev;\n"
+        "        int s2_sms = 0, s2_regs = 0, s2_static = 0;\n"
+        "        CUresult s2_e = cuCtxGetDevice(&s2_dev);\n"
+        "        if (s2_e == CUDA_SUCCESS)\n"
+        "            s2_e = cuDeviceGetAttribute(&s2_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, s2_dev);\n"
+        "        if (s2_e == CUDA_SUCCESS)\n"
+        "            s2_e = cuFuncGetAttribute(&s2_regs, CU_FUNC_ATTRIBUTE_NUM_REGS, %s_functions[%d]);\n"
+        "        if (s2_e == CUDA_SUCCESS)\n"
+        "            s2_e = cuFuncGetAttribute(&s2_static, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, %s_functions[%d]);\n"
+        "        if (s2_e != CUDA_SUCCESS)\n"
+        "            return s2_e;\n"
+        "        int s2_warp_regs = ((s2_regs * 32 + 255) / 256) * 256;\n"
+        "        int s2_per = s2_warp_regs ? 65536 / (%d * s2_warp_regs) : 32;\n"
+        "        int s2_by_smem = 228 * 1024 / (%d + s2_static + 1024), s2_by_threads = 2048 / %d;\n"
+        "        s2_per = s2_per < s2_by_smem ? s2_per : s2_by_smem;\n"
+        "        s2_per = s2_per < s2_by_threads ? s2_per : s2_by_threads;\n"
+        "        s2_per = s2_per < 1 ? 1 : s2_per > 32 ? 32 : s2_per;\n"
+        "        int64_t s2_items = (int64_t)n_work * (int64_t)batch;\n"
+        "        if (n_work < 0 || batch < 0 || s2_items > 2147483647)\n"
+        "            return CUDA_ERROR_INVALID_VALUE;\n"
+        "        s2_gx = (int64_t)s2_sms * s2_per;\n"
+        "        s2_gx = s2_gx < s2_items ? s2_gx : s2_items > 0 ? s2_items : 1;\n"
+        "    }\n",
+        m->name, index, m->name, index, (k->threads + 31) / 32, k->smem_bytes, k->threads);
+}
+
 static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
 {
     const s2_aot_kernel *k = &m->kernels[index];
@@ -594,6 +676,8 @@ static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
         if (!launch_arg_used(abi, abi->launch_args[i].name))
             s2_buf_printf(b, "    (void)%s;\n", abi->launch_args[i].name);
     s2_buf_printf(b, "    if (%s_functions[%d] == NULL)\n        return CUDA_ERROR_NOT_INITIALIZED;\n", m->name, index);
+    if (abi->grid_persistent)
+        emit_persistent_grid(b, m, index);
     s2_buf_puts(b, "    if (");
     for (int d = 0; d < 3; d++)
         s2_buf_printf(b, "%ss2_g%c < 0 || s2_g%c > %s", d ? " ||\n        " : "", "xyz"[d], "xyz"[d], limit[d]);

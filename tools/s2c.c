@@ -471,15 +471,29 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, const s2_pattern *p, s2_
 {
     const char *base = strncmp(mk->name, "s2_", 3) == 0 ? mk->name + 3 : mk->name;
     if (mk->spec.kind == S2_KERNEL_FWD) {
-        bool tma = mk->abi == S2_FWD_ABI_TMA;
+        const s2_aot_abi *abi = mk->abi == S2_FWD_ABI_TMA_PERSISTENT ? s2_aot_abi_attn_fwd_tma_persistent()
+                                : mk->abi == S2_FWD_ABI_TMA            ? s2_aot_abi_attn_fwd_tma()
+                                                                       : s2_aot_abi_attn_fwd();
         int gather = mk->spec.kv_gather > 1 ? mk->spec.kv_gather : 1;
         snprintf(nm->name, sizeof nm->name, "%s", base);
         snprintf(nm->symbol, sizeof nm->symbol, "%s", mk->name);
-        ks[0] = (s2_aot_kernel){.name = nm->name, .symbol = nm->symbol,
-                                .abi = tma ? s2_aot_abi_attn_fwd_tma() : s2_aot_abi_attn_fwd(),
-                                .threads = mk->threads, .smem_bytes = mk->smem_bytes, .dtype = mk->spec.dtype,
+        ks[0] = (s2_aot_kernel){.name = nm->name, .symbol = nm->symbol, .abi = abi, .threads = mk->threads,
+                                .smem_bytes = mk->smem_bytes, .dtype = mk->spec.dtype,
                                 .head_dim = mk->spec.head_dim, .kv_box_rows = mk->spec.block_n / gather};
-        return 1;
+        if (!mk->has_wide)
+            return 1;
+        /* the wide variant NAME_w: the tensor-map ABI on its own tile shape,
+         * on the persistent grid under kernel.wide_persistent */
+        const s2_kernel_spec *w = &mk->wide_spec;
+        int wg = w->kv_gather > 1 ? w->kv_gather : 1;
+        snprintf(nm[1].name, sizeof nm[1].name, "%s%s", base, S2_WIDE_SUFFIX);
+        snprintf(nm[1].symbol, sizeof nm[1].symbol, "%s%s", mk->name, S2_WIDE_SUFFIX);
+        ks[1] = (s2_aot_kernel){.name = nm[1].name, .symbol = nm[1].symbol,
+                                .abi = w->persistent > 0 ? s2_aot_abi_attn_fwd_tma_persistent()
+                                                         : s2_aot_abi_attn_fwd_tma(),
+                                .threads = mk->wide_threads, .smem_bytes = mk->wide_smem_bytes,
+                                .dtype = w->dtype, .head_dim = w->head_dim, .kv_box_rows = w->block_n / wg};
+        return 2;
     }
     if (mk->spec.kind == S2_KERNEL_DECODE) {
         snprintf(nm->name, sizeof nm->name, "%s", base);
@@ -505,22 +519,23 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, const s2_pattern *p, s2_
 }
 
 /* DIR/IDENT.h and DIR/IDENT.c: one launcher IDENT_<symbol without "s2_">
- * per kernel of the manifest (three for a backward module, four with NAME_dqds). */
+ * per kernel of the manifest (three for a backward module, four with NAME_dqds,
+ * two for a forward with a wide variant NAME_w). */
 static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, const char *ident, const char *dir)
 {
     int n = s2_manifest_num_kernels(m);
-    /* the emitter knows the forward's pointer and tensor-map ABIs and the backward's (attention.h, aot.h) */
+    /* the emitter knows the forward's pointer, tensor-map and persistent ABIs, the backward's and decode's
+     * (attention.h, aot.h) */
     for (int i = 0; i < n; i++) {
         const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, i);
-        const char *why = mk->spec.kind == S2_KERNEL_FWD && mk->abi == S2_FWD_ABI_TMA_PERSISTENT
-                              ? "the persistent sm_90a forward (its grid depends on the device)"
-                          : mk->spec.kind != S2_KERNEL_FWD && mk->spec.kind != S2_KERNEL_BWD &&
-                                    mk->spec.kind != S2_KERNEL_DECODE
+        const char *why = mk->spec.kind != S2_KERNEL_FWD && mk->spec.kind != S2_KERNEL_BWD &&
+                                  mk->spec.kind != S2_KERNEL_DECODE
                               ? "of an unknown kind"
                               : NULL;
         if (why) {
             fprintf(stderr, "s2c: --emit c: kernel %s is %s, which has no C launcher yet; C launchers exist for the "
-                    "forward (sm_80/sm_90 pointer ABI, sm_90a tensor-map ABI), the backward module and decode\n",
+                    "forward (sm_80/sm_90 pointer ABI, sm_90a tensor-map and persistent ABIs), the backward module "
+                    "and decode\n",
                     mk->name, why);
             return EXIT_INPUT;
         }

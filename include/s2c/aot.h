@@ -35,6 +35,7 @@
 #include "s2c/common.h"
 
 #include <stddef.h>
+#include <stdbool.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -83,6 +84,11 @@ typedef struct s2_aot_abi {
     int num_launch_args;
     const char *grid[3];
     s2_aot_maps maps;                   /* who builds the S2_AOT_TMAP parameters */
+    /* grid (x, 1, 1) with x = the current device's SMs times the kernel's
+     * resident CTAs per SM (registers, shared memory, threads: the runtime's
+     * rule), at most the product of the integer parameters n_work and batch,
+     * at least 1; grid[] unused */
+    bool grid_persistent;
 } s2_aot_abi;
 
 /* The forward attention kernel (S2_KERNEL_FWD):
@@ -113,9 +119,33 @@ const s2_aot_abi *s2_aot_abi_attn_fwd(void);
  *                        int32_t first_q_tile, q_tiles, CUdeviceptr seqinfo,
  *                        int32_t heads, batch, kv_heads, int64_t kv_rows);
  * i.e. the pointer forward's plus kv_heads and kv_rows; the schedule buffers
- * are the caller's, as there.  The persistent variant (tma_persistent) has no
- * launcher: its grid depends on the device's SM count and resident CTAs. */
+ * are the caller's, as there. */
 const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void);
+
+/* The persistent sm_90a forward (S2_FWD_ABI_TMA_PERSISTENT, manifest `kernel.abi
+ * tma_persistent`, and a module's wide variant NAME_w under
+ * `kernel.wide_persistent`):
+ *   params  q .. v_map as s2_aot_abi_attn_fwd_tma (0..27),
+ *           work                     CUdeviceptr: int32 [n_work], the longest-first
+ *                                    work list (s2_schedule_work_list)
+ *           n_work, batch            int32
+ *           counter                  CUdeviceptr: 2 int32, zero before the first
+ *                                    launch (each launch leaves them zero); one pair
+ *                                    per stream that may run a launch at a time
+ *           seqinfo                  CUdeviceptr (s2_attn_seq [batch], or 0)
+ *   launch  heads, kv_heads          int32
+ *           kv_rows                  int64 (as the tensor-map forward)
+ *   grid    persistent (grid_persistent above)
+ * i.e. CUresult NAME_KERNEL(CUstream stream, CUdeviceptr q, k, v, o, lse,
+ *                           int64_t q_stride_b .. o_stride_h, int32_t q_len, kv_len,
+ *                           float scale_log2, CUdeviceptr class_of_head, offsets,
+ *                           entries, int32_t first_q_tile, q_tiles, CUdeviceptr work,
+ *                           int32_t n_work, batch, CUdeviceptr counter, seqinfo,
+ *                           int32_t heads, kv_heads, int64_t kv_rows);
+ * The schedule is packed for the kernel's own tile shape: NAME_w's by
+ * s2_schedule_pack_gathered_owned (block_m 128, key tiles of one 64-token
+ * block), as the runtime does. */
+const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void);
 
 /* The backward module (S2_KERNEL_BWD, attention.h): three kernels NAME_pre,
  * NAME_dkdv, NAME_dq with the same 48 parameters, so one ABI each with the

@@ -76,6 +76,16 @@ static const char shim[] =
     "{ CUresult (*f)(CUfunction *, CUmodule, const char *) =\n"
     "      (CUresult (*)(CUfunction *, CUmodule, const char *))fake(\"cuModuleGetFunction\");\n"
     "  return f(fn, m, name); }\n"
+    "CUresult cuCtxGetDevice(CUdevice *d)\n"
+    "{ CUresult (*f)(CUdevice *) = (CUresult (*)(CUdevice *))fake(\"cuCtxGetDevice\"); return f(d); }\n"
+    "CUresult cuDeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)\n"
+    "{ CUresult (*f)(int *, CUdevice_attribute, CUdevice) =\n"
+    "      (CUresult (*)(int *, CUdevice_attribute, CUdevice))fake(\"cuDeviceGetAttribute\");\n"
+    "  return f(v, a, d); }\n"
+    "CUresult cuFuncGetAttribute(int *v, CUfunction_attribute a, CUfunction fn)\n"
+    "{ CUresult (*f)(int *, CUfunction_attribute, CUfunction) =\n"
+    "      (CUresult (*)(int *, CUfunction_attribute, CUfunction))fake(\"cuFuncGetAttribute\");\n"
+    "  return f(v, a, fn); }\n"
     "CUresult cuFuncSetAttribute(CUfunction fn, CUfunction_attribute a, int v)\n"
     "{ CUresult (*f)(CUfunction, CUfunction_attribute, int) =\n"
     "      (CUresult (*)(CUfunction, CUfunction_attribute, int))fake(\"cuFuncSetAttribute\");\n"
@@ -296,6 +306,175 @@ static void check_pattern(int which, s2_dtype dt, int head_dim, int kv_gather, c
     s2_device_free(dev);
     s2_artifact_free(g.art);
     s2_pattern_set_free(g.set);
+    s2_ctx_free(ctx);
+}
+
+/* ---- the persistent tensor-map forward: a module's wide variant NAME_w ---- */
+
+#define P CUdeviceptr
+#define I int64_t
+typedef CUresult (*tma_p_launcher)(CUstream, P, P, P, P, P, I, I, I, I, I, I, I, I, I, I, I, I, int32_t, int32_t,
+                                   float, P, P, P, int32_t, int32_t, P, int32_t, int32_t, P, P, int32_t, int32_t, I);
+#undef P
+#undef I
+
+/* Parameter sizes of the persistent forward (attention.h), packed: 596 bytes. */
+static const int tma_p_sizes[33] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 4,
+                                    128, 128, 128, 8, 4, 4, 8, 8};
+enum { OFF_WORK = OFF_SCHED + 32 + 384, TMA_P_PARAM_BYTES = OFF_WORK + 8 + 4 + 4 + 8 + 8 };
+
+typedef struct launch_p_rec {
+    long long grid[3], block[3], smem;
+    unsigned char params[TMA_P_PARAM_BYTES];
+} launch_p_rec;
+
+static void record_p(launch_p_rec *r)
+{
+    ck_assert_int_eq(fake_get("last_params_bytes"), TMA_P_PARAM_BYTES);
+    r->grid[0] = fake_get("last_grid_x"), r->grid[1] = fake_get("last_grid_y"), r->grid[2] = fake_get("last_grid_z");
+    r->block[0] = fake_get("last_block_x"), r->block[1] = fake_get("last_block_y");
+    r->block[2] = fake_get("last_block_z"), r->smem = fake_get("last_smem");
+    memcpy(r->params, fake_last_params(), TMA_P_PARAM_BYTES);
+}
+
+/* A default-spec sm_90a forward of 64-token blocks at d128 holds NAME_w on
+ * the persistent grid (kernel.wide_persistent); `s2c compile --emit c`
+ * writes a launcher for it (tools/s2c.c, aot_kernels_of).  The runtime
+ * launches it for long lists: its launch against the generated launcher's
+ * with the runtime's schedule, work list and counters (the caller's, in the
+ * AOT model). */
+static void check_wide(int which, s2_dtype dt, int64_t S, const char *mod)
+{
+    use_fake();
+    fake_param_sizes(tma_p_sizes, 33);
+    s2_ctx *ctx = s2_ctx_new();
+    s2_pattern_set *set = NULL;
+    s2_local_stride_args pa;
+    attn_pattern_args(which, &pa);
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &pa, &set), S2_OK);
+    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = dt, .head_dim = 128, .arch = S2_ARCH_SM90A};
+    s2_artifact *art = NULL;
+    ck_assert_msg(s2_compile_attention(ctx, s2_pattern_set_get(set, 0), &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s",
+                  s2_ctx_message(ctx));
+    s2_manifest *m = NULL;
+    const char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &text, &len), S2_OK);
+    ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
+    const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
+    ck_assert(mk->has_wide && mk->wide_spec.persistent > 0);
+    char wsym[128];
+    snprintf(wsym, sizeof wsym, "%s%s", mk->name, S2_WIDE_SUFFIX);
+    const s2_kernel_spec *w = &mk->wide_spec;
+    s2_aot_kernel ks[2] = {
+        {.name = "fwd", .symbol = mk->name, .abi = s2_aot_abi_attn_fwd_tma(), .threads = mk->threads,
+         .smem_bytes = mk->smem_bytes, .dtype = mk->spec.dtype, .head_dim = mk->spec.head_dim,
+         .kv_box_rows = mk->spec.block_n / (mk->spec.kv_gather > 1 ? mk->spec.kv_gather : 1)},
+        {.name = "fwd_w", .symbol = wsym, .abi = s2_aot_abi_attn_fwd_tma_persistent(), .threads = mk->wide_threads,
+         .smem_bytes = mk->wide_smem_bytes, .dtype = w->dtype, .head_dim = w->head_dim,
+         .kv_box_rows = w->block_n / (w->kv_gather > 1 ? w->kv_gather : 1)},
+    };
+    s2_aot_module am = {.name = mod, .cubin = art->cubin, .cubin_size = art->cubin_size, .manifest = art->manifest,
+                        .kernels = ks, .num_kernels = 2};
+    ck_assert_msg(s2_aot_write(ctx, &am, tmp_dir) == S2_OK, "%s", s2_ctx_message(ctx));
+    char path[700], cmd[2400];
+    snprintf(path, sizeof path, "%s/shim.c", tmp_dir);
+    ck_assert_int_eq(s2_write_file_atomic(ctx, path, shim, strlen(shim)), S2_OK);
+    const char *cc = getenv("CC");
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s -std=c11 -Wall -Wextra -Werror -fPIC -shared -I'%s' %s.c shim.c "
+                              "-o %s.so -ldl 2>&1", tmp_dir, cc && cc[0] ? cc : "cc", S2C_CUDA_INCLUDE, mod, mod);
+    ck_assert_msg(run_cmd(cmd) == 0, "%s", cmd);
+    snprintf(path, sizeof path, "%s/%s.so", tmp_dir, mod);
+    void *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(so != NULL, "%s", dlerror());
+    char sym[64];
+    snprintf(sym, sizeof sym, "%s_fwd_w", mod);
+    tma_p_launcher launch = (tma_p_launcher)dlsym(so, sym);
+    snprintf(sym, sizeof sym, "load_%s", mod);
+    load_fn load = (load_fn)dlsym(so, sym);
+    ck_assert(launch && load);
+    fake_set("set_current", 1);
+    ck_assert_int_eq(load(), CUDA_SUCCESS);
+
+    s2_device *dev = NULL;
+    ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_attn_kernel *k = NULL;
+    ck_assert_msg(s2_attn_load(ctx, dev, art->cubin, art->cubin_size, NULL, dt, 128, &k) == S2_OK, "%s",
+                  s2_ctx_message(ctx));
+    const s2_pattern *p = s2_attn_kernel_pattern(k);
+    const int B = 2, H = p->heads, HK = p->kv_heads, D = 128;
+    size_t bytes = (size_t)B * (size_t)S * (size_t)H * D * 2;
+    s2_devptr q, kk, v, o, lse;
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, bytes, &q), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, bytes, &kk), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, bytes, &v), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, bytes, &o), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)B * H * S * 4, &lse), S2_OK);
+    s2_attn_fwd_args a = {.batch = B, .q_len = S, .kv_len = S, .heads = H, .kv_heads = HK, .head_dim = D,
+                          .dtype = dt, .q = q, .k = kk, .v = v, .o = o, .lse = lse};
+    s2_attn_fwd_args_bshd(&a);
+
+    launch_p_rec rt, aot;
+    long long launches = fake_get("launches");
+    CUstream stream = (CUstream)(uintptr_t)0x40;
+    ck_assert_msg(s2_attn_forward(ctx, k, stream, &a) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_int_eq(fake_get("launches"), launches + 1);
+    s2_attn_sched_stats ss;
+    s2_attn_kernel_sched_stats(k, &ss);
+    ck_assert_msg(ss.wide == 1, "the runtime did not take the wide variant at %lld tokens", (long long)S);
+    record_p(&rt);
+    ck_assert_int_eq(rt.block[0], mk->wide_threads);
+
+    CUdeviceptr cls, offs, ent, work, counter;
+    int32_t first, tiles, n_work, batch;
+    memcpy(&cls, rt.params + OFF_SCHED, 8);
+    memcpy(&offs, rt.params + OFF_SCHED + 8, 8);
+    memcpy(&ent, rt.params + OFF_SCHED + 16, 8);
+    memcpy(&first, rt.params + OFF_SCHED + 24, 4);
+    memcpy(&tiles, rt.params + OFF_SCHED + 28, 4);
+    memcpy(&work, rt.params + OFF_WORK, 8);
+    memcpy(&n_work, rt.params + OFF_WORK + 8, 4);
+    memcpy(&batch, rt.params + OFF_WORK + 12, 4);
+    memcpy(&counter, rt.params + OFF_WORK + 16, 8);
+    ck_assert_int_eq(batch, B);
+    ck_assert_int_eq(n_work, H * tiles);
+    float scale_log2 = (float)(1.0 / sqrt((double)D) * 1.4426950408889634);
+    const int64_t *qs = a.q_stride, *ks_ = a.k_stride, *vs = a.v_stride, *os = a.o_stride;
+    fake_set("set_current", 1);
+    CUresult r = launch(stream, q, kk, v, o, lse, qs[0], qs[1], qs[2], ks_[0], ks_[1], ks_[2], vs[0], vs[1], vs[2],
+                        os[0], os[1], os[2], (int32_t)S, (int32_t)S, scale_log2, cls, offs, ent, first, tiles, work,
+                        n_work, batch, counter, 0, H, HK, S);
+    ck_assert_msg(r == CUDA_SUCCESS, "launcher returned %d", (int)r);
+    ck_assert_int_eq(fake_get("launches"), launches + 2);
+    record_p(&aot);
+    for (int d = 0; d < 3; d++) {
+        ck_assert_msg(rt.grid[d] == aot.grid[d], "grid %d: runtime %lld, launcher %lld", d, rt.grid[d], aot.grid[d]);
+        ck_assert_int_eq(rt.block[d], aot.block[d]);
+    }
+    /* the persistent grid: every SM's resident CTAs (one for the wide kernel), at most the items */
+    ck_assert_int_eq(rt.grid[0], fake_get("sm_count") < (long long)n_work * B ? fake_get("sm_count")
+                                                                               : (long long)n_work * B);
+    ck_assert_int_eq(rt.grid[1], 1);
+    ck_assert_int_eq(rt.smem, aot.smem);
+    for (int i = 0; i < TMA_P_PARAM_BYTES; i++)
+        ck_assert_msg(rt.params[i] == aot.params[i], "parameter byte %d: runtime 0x%02x, launcher 0x%02x", i,
+                      rt.params[i], aot.params[i]);
+    /* a work list over 32 bits is refused, nothing launched */
+    r = launch(stream, q, kk, v, o, lse, qs[0], qs[1], qs[2], ks_[0], ks_[1], ks_[2], vs[0], vs[1], vs[2], os[0], os[1],
+               os[2], (int32_t)S, (int32_t)S, scale_log2, cls, offs, ent, first, tiles, work, INT32_MAX, 2, counter, 0,
+               H, HK, S);
+    ck_assert_int_eq(r, CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(fake_get("launches"), launches + 2);
+
+    s2_attn_kernel_free(k);
+    s2_devptr *ps[] = {&q, &kk, &v, &o, &lse};
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(s2_mem_free(ctx, dev, *ps[i]), S2_OK);
+    s2_device_free(dev);
+    dlclose(so);
+    s2_manifest_free(m);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
     s2_ctx_free(ctx);
 }
 
@@ -707,6 +886,14 @@ START_TEST(tma_launcher_matches_runtime_causal)
 }
 END_TEST
 
+/* causal block 64 (local 8, stride 16) at 8K, bf16 d128: the wide variant
+ * on the persistent grid, owned pairs (725 keys per query tile) */
+START_TEST(wide_launcher_matches_runtime)
+{
+    check_wide(0, S2_DTYPE_BF16, 8192, "wide");
+}
+END_TEST
+
 /* block 32 gathered two at a time: k/v boxes of block_n / 2 rows */
 START_TEST(tma_launcher_matches_runtime_gathered)
 {
@@ -738,6 +925,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc_, tma_launcher_matches_runtime_gqa);
     tcase_add_test(tc_, tma_launcher_matches_runtime_causal);
     tcase_add_test(tc_, tma_launcher_matches_runtime_gathered);
+    tcase_add_test(tc_, wide_launcher_matches_runtime);
     tcase_add_test(tc_, bwd_launchers_match_runtime_sm90a);
     tcase_add_test(tc_, bwd_launchers_match_runtime_ds);
     tcase_add_test(tc_, bwd_launchers_match_runtime_sm80);

@@ -410,19 +410,22 @@ def test_emit_c():
             has_manifest = f"{ident}_manifest[]" in text and "s2c-manifest 1" in text
             check(f"--emit c {stem} {dt} d{hd} {arch}: {len(launchers)} launcher(s), cc -std=c11 -Werror accepts",
                   not errs and has_manifest, "\n".join(errs))
-        # sm_90a tensor-map kernels: the launcher builds the maps; it takes kv_heads and kv_rows besides
+        # sm_90a tensor-map kernels: the launcher builds the maps; it takes kv_heads and kv_rows besides.
+        # A default-spec d128 forward of 64-token blocks also holds NAME_w (dense: the same ABI)
         tdir = os.path.join(d, "tma")
         os.mkdir(tdir)
         rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "128", "--dtype", "bf16",
                            "--arch", "sm_90a", "--emit", "c", "-o", os.path.join(tdir, "tma.c"))
         launchers = re.findall(r"^launcher (\S+)$", out, re.M)
-        errs = [f"rc={rc} {err}"] if rc != 0 or len(launchers) != 1 else []
+        errs = [f"rc={rc} {err}"] if rc != 0 or len(launchers) != 2 or launchers[1] != launchers[0] + "_w" else []
         if not errs:
             with open(os.path.join(tdir, "user.c"), "w") as u:
                 u.write('#include "tma.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
-                        f'    CUresult r = load_tma();\n    if (r == CUDA_SUCCESS)\n        r = {launchers[0]}(s, p, p, '
-                        'p, p, p, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1.0f, p, p, p, 0, 1, p, 1, 1, 1, 1);\n'
-                        '    (void)unload_tma();\n    return (int)r;\n}\n')
+                        '    CUresult r = load_tma();\n')
+                for name in launchers:
+                    u.write(f'    if (r == CUDA_SUCCESS)\n        r = {name}(s, p, p, '
+                            'p, p, p, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1.0f, p, p, p, 0, 1, p, 1, 1, 1, 1);\n')
+                u.write('    (void)unload_tma();\n    return (int)r;\n}\n')
             for src in ("tma.c", "user.c"):
                 p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
                                     "-I" + tdir, os.path.join(tdir, src), "-o", os.path.join(tdir, src + ".o")],
@@ -430,10 +433,36 @@ def test_emit_c():
                 if p.returncode != 0:
                     errs.append(p.stderr[-500:])
             text = open(os.path.join(tdir, "tma.c")).read()
-            if text.count("cuTensorMapEncodeTiled(") != 1 or text.count("tma_encode_map(&") != 3:
-                errs.append("the launcher does not encode three maps")
-        check("--emit c of an sm_90a (tensor-map ABI) kernel: one launcher that encodes q/k/v maps, cc accepts",
+            if text.count("cuTensorMapEncodeTiled(") != 1 or text.count("tma_encode_map(&") != 6:
+                errs.append("the launchers do not encode three maps each")
+        check("--emit c of an sm_90a (tensor-map ABI) kernel and its wide variant: two launchers that encode q/k/v "
+              "maps, cc accepts",
               not errs, "\n".join(errs))
+        # an S2 pattern's wide variant runs on the persistent grid: its launcher takes the work list,
+        # its length, batch and the counter pair, and sizes the grid from the device
+        pdir = os.path.join(d, "tmap")
+        os.mkdir(pdir)
+        rc, out, err = run("compile", os.path.join(PATTERNS, "s2-l8v16.yaml"), "--head-dim", "128", "--dtype", "bf16",
+                           "--arch", "sm_90a", "--emit", "c", "-o", os.path.join(pdir, "tmap.c"))
+        launchers = re.findall(r"^launcher (\S+)$", out, re.M)
+        errs = [f"rc={rc} {err}"] if rc != 0 or len(launchers) != 2 or not launchers[1].endswith("_w") else []
+        if not errs:
+            with open(os.path.join(pdir, "user.c"), "w") as u:
+                u.write('#include "tmap.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
+                        f'    CUresult r = load_tmap();\n    if (r == CUDA_SUCCESS)\n        r = {launchers[1]}(s, p, p, '
+                        'p, p, p, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1.0f, p, p, p, 0, 1, p, 1, 1, p, p, 1, 1, 1);\n'
+                        '    (void)unload_tmap();\n    return (int)r;\n}\n')
+            for src in ("tmap.c", "user.c"):
+                p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
+                                    "-I" + pdir, os.path.join(pdir, src), "-o", os.path.join(pdir, src + ".o")],
+                                   capture_output=True, text=True)
+                if p.returncode != 0:
+                    errs.append(p.stderr[-500:])
+            text = open(os.path.join(pdir, "tmap.c")).read()
+            if "attn_fwd_tma_persistent" not in text or "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT" not in text:
+                errs.append("no persistent launcher")
+        check("--emit c of an S2 pattern: the wide variant's persistent launcher sizes its grid from the device, "
+              "cc accepts", not errs, "\n".join(errs))
         # the backward module: three launchers (pre, dkdv, dq) with one signature; on sm_90a with
         # block 64 a fourth, dqds (dQ from the dS workspace), launched with its own smaller smem
         for arch, parts in (("sm_80", ("_pre", "_dkdv", "_dq")), ("sm_90a", ("_pre", "_dkdv", "_dq", "_dqds"))):
