@@ -43,18 +43,21 @@ const s2_aot_abi *s2_aot_abi_attn_fwd(void) { return &attn_fwd_abi; }
 
 /* ---- the sm_90a tensor-map forward (attention.h, S2_FWD_ABI_TMA) ---- */
 
+/* Parameters 0..27 of both tensor-map forwards: the pointer forward's 0..24, then the maps. */
+#define FWD_TMA_PARAMS                                                                              \
+    {"q", S2_AOT_PTR},             {"k", S2_AOT_PTR},          {"v", S2_AOT_PTR},                  \
+    {"o", S2_AOT_PTR},             {"lse", S2_AOT_PTR},                                            \
+    {"q_stride_b", S2_AOT_I64},    {"q_stride_s", S2_AOT_I64}, {"q_stride_h", S2_AOT_I64},         \
+    {"k_stride_b", S2_AOT_I64},    {"k_stride_s", S2_AOT_I64}, {"k_stride_h", S2_AOT_I64},         \
+    {"v_stride_b", S2_AOT_I64},    {"v_stride_s", S2_AOT_I64}, {"v_stride_h", S2_AOT_I64},         \
+    {"o_stride_b", S2_AOT_I64},    {"o_stride_s", S2_AOT_I64}, {"o_stride_h", S2_AOT_I64},         \
+    {"q_len", S2_AOT_I32},         {"kv_len", S2_AOT_I32},     {"scale_log2", S2_AOT_F32},         \
+    {"class_of_head", S2_AOT_PTR}, {"offsets", S2_AOT_PTR},    {"entries", S2_AOT_PTR},            \
+    {"first_q_tile", S2_AOT_I32},  {"q_tiles", S2_AOT_I32},                                        \
+    {"q_map", S2_AOT_TMAP},        {"k_map", S2_AOT_TMAP},     {"v_map", S2_AOT_TMAP}
+
 static const s2_aot_param attn_fwd_tma_params[] = {
-    {"q", S2_AOT_PTR},          {"k", S2_AOT_PTR},          {"v", S2_AOT_PTR},
-    {"o", S2_AOT_PTR},          {"lse", S2_AOT_PTR},
-    {"q_stride_b", S2_AOT_I64}, {"q_stride_s", S2_AOT_I64}, {"q_stride_h", S2_AOT_I64},
-    {"k_stride_b", S2_AOT_I64}, {"k_stride_s", S2_AOT_I64}, {"k_stride_h", S2_AOT_I64},
-    {"v_stride_b", S2_AOT_I64}, {"v_stride_s", S2_AOT_I64}, {"v_stride_h", S2_AOT_I64},
-    {"o_stride_b", S2_AOT_I64}, {"o_stride_s", S2_AOT_I64}, {"o_stride_h", S2_AOT_I64},
-    {"q_len", S2_AOT_I32},      {"kv_len", S2_AOT_I32},
-    {"scale_log2", S2_AOT_F32},
-    {"class_of_head", S2_AOT_PTR}, {"offsets", S2_AOT_PTR}, {"entries", S2_AOT_PTR},
-    {"first_q_tile", S2_AOT_I32},  {"q_tiles", S2_AOT_I32},
-    {"q_map", S2_AOT_TMAP},        {"k_map", S2_AOT_TMAP},  {"v_map", S2_AOT_TMAP},
+    FWD_TMA_PARAMS,
     {"seqinfo", S2_AOT_PTR},
 };
 
@@ -80,17 +83,7 @@ const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void) { return &attn_fwd_tma_abi; }
 /* ---- the persistent sm_90a forward (attention.h, S2_FWD_ABI_TMA_PERSISTENT) ---- */
 
 static const s2_aot_param attn_fwd_tma_p_params[] = {
-    {"q", S2_AOT_PTR},          {"k", S2_AOT_PTR},          {"v", S2_AOT_PTR},
-    {"o", S2_AOT_PTR},          {"lse", S2_AOT_PTR},
-    {"q_stride_b", S2_AOT_I64}, {"q_stride_s", S2_AOT_I64}, {"q_stride_h", S2_AOT_I64},
-    {"k_stride_b", S2_AOT_I64}, {"k_stride_s", S2_AOT_I64}, {"k_stride_h", S2_AOT_I64},
-    {"v_stride_b", S2_AOT_I64}, {"v_stride_s", S2_AOT_I64}, {"v_stride_h", S2_AOT_I64},
-    {"o_stride_b", S2_AOT_I64}, {"o_stride_s", S2_AOT_I64}, {"o_stride_h", S2_AOT_I64},
-    {"q_len", S2_AOT_I32},      {"kv_len", S2_AOT_I32},
-    {"scale_log2", S2_AOT_F32},
-    {"class_of_head", S2_AOT_PTR}, {"offsets", S2_AOT_PTR}, {"entries", S2_AOT_PTR},
-    {"first_q_tile", S2_AOT_I32},  {"q_tiles", S2_AOT_I32},
-    {"q_map", S2_AOT_TMAP},        {"k_map", S2_AOT_TMAP},  {"v_map", S2_AOT_TMAP},
+    FWD_TMA_PARAMS,
     {"work", S2_AOT_PTR},          {"n_work", S2_AOT_I32},  {"batch", S2_AOT_I32},
     {"counter", S2_AOT_PTR},
     {"seqinfo", S2_AOT_PTR},

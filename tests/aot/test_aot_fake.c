@@ -53,6 +53,11 @@ static const int tma_sizes[29] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8
                                   8, 8, 8, 4, 4, 128, 128, 128, 8};
 enum { OFF_SCHED = 17 * 8 + 12, TMA_PARAM_BYTES = 17 * 8 + 12 + 24 + 8 + 384 + 8 };
 
+/* Parameter sizes of the persistent forward (attention.h), packed: 596 bytes. */
+static const int tma_p_sizes[33] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 4,
+                                    128, 128, 128, 8, 4, 4, 8, 8};
+enum { OFF_WORK = OFF_SCHED + 32 + 384, TMA_P_PARAM_BYTES = OFF_WORK + 8 + 4 + 4 + 8 + 8 };
+
 static const char shim[] =
     "#include <cuda.h>\n"
     "#include <dlfcn.h>\n"
@@ -109,6 +114,61 @@ static int run_cmd(const char *cmd)
     return rc == -1 ? -1 : WEXITSTATUS(rc);
 }
 
+/* tmp_dir/MOD.c (written by s2_aot_write) and the driver shim as a shared
+ * library, opened. */
+/* q, k, v and o of `bytes` each and lse of lse_bytes on the fake device. */
+static void alloc_fwd(s2_ctx *ctx, s2_device *dev, size_t bytes, size_t lse_bytes, s2_devptr *q, s2_devptr *k,
+                      s2_devptr *v, s2_devptr *o, s2_devptr *lse)
+{
+    s2_devptr *t[4] = {q, k, v, o};
+    for (int i = 0; i < 4; i++)
+        ck_assert_int_eq(s2_mem_alloc(ctx, dev, bytes, t[i]), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, lse_bytes, lse), S2_OK);
+}
+
+/* The manifest an artifact's cubin embeds, parsed. */
+static s2_manifest *manifest_of(s2_ctx *ctx, const s2_artifact *art)
+{
+    s2_manifest *m = NULL;
+    const char *text = NULL;
+    size_t len = 0;
+    ck_assert_int_eq(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &text, &len), S2_OK);
+    ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
+    return m;
+}
+
+static void *compile_so(s2_ctx *ctx, const char *mod)
+{
+    char path[700], cmd[2400];
+    snprintf(path, sizeof path, "%s/shim.c", tmp_dir);
+    ck_assert_int_eq(s2_write_file_atomic(ctx, path, shim, strlen(shim)), S2_OK);
+    const char *cc = getenv("CC");
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s -std=c11 -Wall -Wextra -Werror -fPIC -shared -I'%s' %s.c shim.c "
+                              "-o %s.so -ldl 2>&1", tmp_dir, cc && cc[0] ? cc : "cc", S2C_CUDA_INCLUDE, mod, mod);
+    ck_assert_msg(run_cmd(cmd) == 0, "%s", cmd);
+    snprintf(path, sizeof path, "%s/%s.so", tmp_dir, mod);
+    void *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(so != NULL, "%s", dlerror());
+    return so;
+}
+
+/* am written into tmp_dir, compiled with the shim and opened (*so), and
+ * load_MOD() called; the address of launcher MOD_name. */
+static void *open_aot(s2_ctx *ctx, const s2_aot_module *am, const char *name, void **so)
+{
+    ck_assert_msg(s2_aot_write(ctx, am, tmp_dir) == S2_OK, "%s", s2_ctx_message(ctx));
+    *so = compile_so(ctx, am->name);
+    char sym[64];
+    snprintf(sym, sizeof sym, "%s_%s", am->name, name);
+    void *launch = dlsym(*so, sym);
+    snprintf(sym, sizeof sym, "load_%s", am->name);
+    load_fn load = (load_fn)dlsym(*so, sym);
+    ck_assert(launch && load);
+    fake_set("set_current", 1);
+    ck_assert_int_eq(load(), CUDA_SUCCESS);
+    return launch;
+}
+
 /* One compiled pattern: its artifact and the generated launcher library. */
 typedef struct gen {
     s2_pattern_set *set;
@@ -145,16 +205,7 @@ static void build_gen(gen *g, int which, s2_dtype dt, int head_dim, int kv_gathe
     ck_assert_msg(s2_aot_write(ctx, &am, tmp_dir) == S2_OK, "%s", s2_ctx_message(ctx));
     s2_manifest_free(m);
 
-    char path[700], cmd[2400];
-    snprintf(path, sizeof path, "%s/shim.c", tmp_dir);
-    ck_assert_int_eq(s2_write_file_atomic(ctx, path, shim, strlen(shim)), S2_OK);
-    const char *cc = getenv("CC");
-    snprintf(cmd, sizeof cmd, "cd '%s' && %s -std=c11 -Wall -Wextra -Werror -fPIC -shared -I'%s' %s.c shim.c "
-                              "-o %s.so -ldl 2>&1", tmp_dir, cc && cc[0] ? cc : "cc", S2C_CUDA_INCLUDE, mod, mod);
-    ck_assert_msg(run_cmd(cmd) == 0, "%s", cmd);
-    snprintf(path, sizeof path, "%s/%s.so", tmp_dir, mod);
-    g->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(g->so != NULL, "%s", dlerror());
+    g->so = compile_so(ctx, mod);
     char sym[64];
     snprintf(sym, sizeof sym, "%s_fwd", mod);
     g->launch = (tma_launcher)dlsym(g->so, sym);
@@ -181,16 +232,17 @@ static void use_fake(void)
 
 typedef struct launch_rec {
     long long grid[3], block[3], smem;
-    unsigned char params[TMA_PARAM_BYTES];
+    unsigned char params[TMA_P_PARAM_BYTES];   /* the larger of the two forwards' */
 } launch_rec;
 
-static void record(launch_rec *r)
+/* The fake's last launch, of `bytes` bytes of parameters. */
+static void record(launch_rec *r, int bytes)
 {
-    ck_assert_int_eq(fake_get("last_params_bytes"), TMA_PARAM_BYTES);
+    ck_assert_int_eq(fake_get("last_params_bytes"), bytes);
     r->grid[0] = fake_get("last_grid_x"), r->grid[1] = fake_get("last_grid_y"), r->grid[2] = fake_get("last_grid_z");
     r->block[0] = fake_get("last_block_x"), r->block[1] = fake_get("last_block_y");
     r->block[2] = fake_get("last_block_z"), r->smem = fake_get("last_smem");
-    memcpy(r->params, fake_last_params(), TMA_PARAM_BYTES);
+    memcpy(r->params, fake_last_params(), (size_t)bytes);
 }
 
 /* s2_attn_forward, then the generated launcher with the same arguments and
@@ -203,7 +255,7 @@ static void compare(s2_ctx *ctx, s2_attn_kernel *k, const gen *g, const s2_attn_
     ck_assert_msg(s2_attn_forward(ctx, k, stream, a) == S2_OK, "%s: %s", what, s2_ctx_message(ctx));
     ck_assert_int_eq(fake_get("launches"), launches + 1);
     ck_assert_int_eq(fake_get("tensor_maps"), maps + 3);
-    record(&rt);
+    record(&rt, TMA_PARAM_BYTES);
 
     CUdeviceptr cls, offs, ent, seqinfo = a->seqs ? s2_attn_seqs_device(a->seqs) : 0;
     int32_t first, tiles;
@@ -224,7 +276,7 @@ static void compare(s2_ctx *ctx, s2_attn_kernel *k, const gen *g, const s2_attn_
     ck_assert_msg(r == CUDA_SUCCESS, "%s: launcher returned %d", what, (int)r);
     ck_assert_int_eq(fake_get("launches"), launches + 2);
     ck_assert_int_eq(fake_get("tensor_maps"), maps + 6);
-    record(&aot);
+    record(&aot, TMA_PARAM_BYTES);
     for (int d = 0; d < 3; d++) {
         ck_assert_msg(rt.grid[d] == aot.grid[d], "%s: grid %d: %lld vs %lld", what, d, rt.grid[d], aot.grid[d]);
         ck_assert_msg(rt.block[d] == aot.block[d], "%s: block %d", what, d);
@@ -255,11 +307,7 @@ static void check_pattern(int which, s2_dtype dt, int head_dim, int kv_gather, c
     /* room for every layout below: padded rows, 2 sequences */
     size_t qb = (size_t)B * (size_t)(SK + 8) * (size_t)(H + 2) * (size_t)D * 2;
     s2_devptr q, kk, v, o, lse;
-    ck_assert_int_eq(s2_mem_alloc(ctx, dev, qb, &q), S2_OK);
-    ck_assert_int_eq(s2_mem_alloc(ctx, dev, qb, &kk), S2_OK);
-    ck_assert_int_eq(s2_mem_alloc(ctx, dev, qb, &v), S2_OK);
-    ck_assert_int_eq(s2_mem_alloc(ctx, dev, qb, &o), S2_OK);
-    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)B * H * SK * 4, &lse), S2_OK);
+    alloc_fwd(ctx, dev, qb, (size_t)B * H * SK * 4, &q, &kk, &v, &o, &lse);
 
     /* a uniform batch, contiguous */
     s2_attn_fwd_args a = {.batch = B, .q_len = SQ, .kv_len = SK, .heads = H, .kv_heads = HK, .head_dim = (int)D,
@@ -318,25 +366,6 @@ typedef CUresult (*tma_p_launcher)(CUstream, P, P, P, P, P, I, I, I, I, I, I, I,
 #undef P
 #undef I
 
-/* Parameter sizes of the persistent forward (attention.h), packed: 596 bytes. */
-static const int tma_p_sizes[33] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 4,
-                                    128, 128, 128, 8, 4, 4, 8, 8};
-enum { OFF_WORK = OFF_SCHED + 32 + 384, TMA_P_PARAM_BYTES = OFF_WORK + 8 + 4 + 4 + 8 + 8 };
-
-typedef struct launch_p_rec {
-    long long grid[3], block[3], smem;
-    unsigned char params[TMA_P_PARAM_BYTES];
-} launch_p_rec;
-
-static void record_p(launch_p_rec *r)
-{
-    ck_assert_int_eq(fake_get("last_params_bytes"), TMA_P_PARAM_BYTES);
-    r->grid[0] = fake_get("last_grid_x"), r->grid[1] = fake_get("last_grid_y"), r->grid[2] = fake_get("last_grid_z");
-    r->block[0] = fake_get("last_block_x"), r->block[1] = fake_get("last_block_y");
-    r->block[2] = fake_get("last_block_z"), r->smem = fake_get("last_smem");
-    memcpy(r->params, fake_last_params(), TMA_P_PARAM_BYTES);
-}
-
 /* A default-spec sm_90a forward of 64-token blocks at d128 holds NAME_w on
  * the persistent grid (kernel.wide_persistent); `s2c compile --emit c`
  * writes a launcher for it (tools/s2c.c, aot_kernels_of).  The runtime
@@ -356,11 +385,7 @@ static void check_wide(int which, s2_dtype dt, int64_t S, const char *mod)
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, s2_pattern_set_get(set, 0), &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s",
                   s2_ctx_message(ctx));
-    s2_manifest *m = NULL;
-    const char *text = NULL;
-    size_t len = 0;
-    ck_assert_int_eq(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &text, &len), S2_OK);
-    ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_manifest *m = manifest_of(ctx, art);
     const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
     ck_assert(mk->has_wide && mk->wide_spec.persistent > 0);
     char wsym[128];
@@ -376,25 +401,8 @@ static void check_wide(int which, s2_dtype dt, int64_t S, const char *mod)
     };
     s2_aot_module am = {.name = mod, .cubin = art->cubin, .cubin_size = art->cubin_size, .manifest = art->manifest,
                         .kernels = ks, .num_kernels = 2};
-    ck_assert_msg(s2_aot_write(ctx, &am, tmp_dir) == S2_OK, "%s", s2_ctx_message(ctx));
-    char path[700], cmd[2400];
-    snprintf(path, sizeof path, "%s/shim.c", tmp_dir);
-    ck_assert_int_eq(s2_write_file_atomic(ctx, path, shim, strlen(shim)), S2_OK);
-    const char *cc = getenv("CC");
-    snprintf(cmd, sizeof cmd, "cd '%s' && %s -std=c11 -Wall -Wextra -Werror -fPIC -shared -I'%s' %s.c shim.c "
-                              "-o %s.so -ldl 2>&1", tmp_dir, cc && cc[0] ? cc : "cc", S2C_CUDA_INCLUDE, mod, mod);
-    ck_assert_msg(run_cmd(cmd) == 0, "%s", cmd);
-    snprintf(path, sizeof path, "%s/%s.so", tmp_dir, mod);
-    void *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(so != NULL, "%s", dlerror());
-    char sym[64];
-    snprintf(sym, sizeof sym, "%s_fwd_w", mod);
-    tma_p_launcher launch = (tma_p_launcher)dlsym(so, sym);
-    snprintf(sym, sizeof sym, "load_%s", mod);
-    load_fn load = (load_fn)dlsym(so, sym);
-    ck_assert(launch && load);
-    fake_set("set_current", 1);
-    ck_assert_int_eq(load(), CUDA_SUCCESS);
+    void *so = NULL;
+    tma_p_launcher launch = (tma_p_launcher)open_aot(ctx, &am, "fwd_w", &so);
 
     s2_device *dev = NULL;
     ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
@@ -405,16 +413,12 @@ static void check_wide(int which, s2_dtype dt, int64_t S, const char *mod)
     const int B = 2, H = p->heads, HK = p->kv_heads, D = 128;
     size_t bytes = (size_t)B * (size_t)S * (size_t)H * D * 2;
     s2_devptr q, kk, v, o, lse;
-    ck_assert_int_eq(s2_mem_alloc(ctx, dev, bytes, &q), S2_OK);
-    ck_assert_int_eq(s2_mem_alloc(ctx, dev, bytes, &kk), S2_OK);
-    ck_assert_int_eq(s2_mem_alloc(ctx, dev, bytes, &v), S2_OK);
-    ck_assert_int_eq(s2_mem_alloc(ctx, dev, bytes, &o), S2_OK);
-    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)B * H * S * 4, &lse), S2_OK);
+    alloc_fwd(ctx, dev, bytes, (size_t)B * H * S * 4, &q, &kk, &v, &o, &lse);
     s2_attn_fwd_args a = {.batch = B, .q_len = S, .kv_len = S, .heads = H, .kv_heads = HK, .head_dim = D,
                           .dtype = dt, .q = q, .k = kk, .v = v, .o = o, .lse = lse};
     s2_attn_fwd_args_bshd(&a);
 
-    launch_p_rec rt, aot;
+    launch_rec rt, aot;
     long long launches = fake_get("launches");
     CUstream stream = (CUstream)(uintptr_t)0x40;
     ck_assert_msg(s2_attn_forward(ctx, k, stream, &a) == S2_OK, "%s", s2_ctx_message(ctx));
@@ -422,7 +426,7 @@ static void check_wide(int which, s2_dtype dt, int64_t S, const char *mod)
     s2_attn_sched_stats ss;
     s2_attn_kernel_sched_stats(k, &ss);
     ck_assert_msg(ss.wide == 1, "the runtime did not take the wide variant at %lld tokens", (long long)S);
-    record_p(&rt);
+    record(&rt, TMA_P_PARAM_BYTES);
     ck_assert_int_eq(rt.block[0], mk->wide_threads);
 
     CUdeviceptr cls, offs, ent, work, counter;
@@ -446,7 +450,7 @@ static void check_wide(int which, s2_dtype dt, int64_t S, const char *mod)
                         n_work, batch, counter, 0, H, HK, S);
     ck_assert_msg(r == CUDA_SUCCESS, "launcher returned %d", (int)r);
     ck_assert_int_eq(fake_get("launches"), launches + 2);
-    record_p(&aot);
+    record(&aot, TMA_P_PARAM_BYTES);
     for (int d = 0; d < 3; d++) {
         ck_assert_msg(rt.grid[d] == aot.grid[d], "grid %d: runtime %lld, launcher %lld", d, rt.grid[d], aot.grid[d]);
         ck_assert_int_eq(rt.block[d], aot.block[d]);
@@ -538,16 +542,7 @@ static void build_bwd_gen(bwd_gen *g, int which, s2_dtype dt, int head_dim, s2_a
                         .manifest = g->art->manifest, .kernels = k, .num_kernels = nk};
     ck_assert_msg(s2_aot_write(ctx, &am, tmp_dir) == S2_OK, "%s", s2_ctx_message(ctx));
     s2_manifest_free(m);
-    char path[700], cmd[2400];
-    snprintf(path, sizeof path, "%s/shim.c", tmp_dir);
-    ck_assert_int_eq(s2_write_file_atomic(ctx, path, shim, strlen(shim)), S2_OK);
-    const char *cc = getenv("CC");
-    snprintf(cmd, sizeof cmd, "cd '%s' && %s -std=c11 -Wall -Wextra -Werror -fPIC -shared -I'%s' %s.c shim.c "
-                              "-o %s.so -ldl 2>&1", tmp_dir, cc && cc[0] ? cc : "cc", S2C_CUDA_INCLUDE, mod, mod);
-    ck_assert_msg(run_cmd(cmd) == 0, "%s", cmd);
-    snprintf(path, sizeof path, "%s/%s.so", tmp_dir, mod);
-    g->so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(g->so != NULL, "%s", dlerror());
+    g->so = compile_so(ctx, mod);
     char sym[64];
     for (int j = 0; j < nk; j++) {
         snprintf(sym, sizeof sym, "%s_%s", mod, part[j]);
@@ -727,36 +722,16 @@ static void check_decode(int which, s2_dtype dt, int head_dim, s2_arch arch, int
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     s2_kernel_spec spec = {.kind = S2_KERNEL_DECODE, .dtype = dt, .head_dim = head_dim, .arch = arch};
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s", s2_ctx_message(ctx));
-    s2_manifest *m = NULL;
-    const char *text = NULL;
-    size_t len = 0;
-    ck_assert_int_eq(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &text, &len), S2_OK);
-    ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_manifest *m = manifest_of(ctx, art);
     const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
     ck_assert_int_eq(mk->spec.kind, S2_KERNEL_DECODE);
     s2_aot_kernel k = {.name = "dec", .symbol = mk->name, .abi = s2_aot_abi_attn_decode(), .threads = mk->threads,
                        .smem_bytes = mk->smem_bytes};
     s2_aot_module am = {.name = mod, .cubin = art->cubin, .cubin_size = art->cubin_size, .manifest = art->manifest,
                         .kernels = &k, .num_kernels = 1};
-    ck_assert_msg(s2_aot_write(ctx, &am, tmp_dir) == S2_OK, "%s", s2_ctx_message(ctx));
+    void *so = NULL;
+    dec_launcher launch = (dec_launcher)open_aot(ctx, &am, "dec", &so);
     s2_manifest_free(m);
-    char path[700], cmd[2400], sym[64];
-    snprintf(path, sizeof path, "%s/shim.c", tmp_dir);
-    ck_assert_int_eq(s2_write_file_atomic(ctx, path, shim, strlen(shim)), S2_OK);
-    const char *cc = getenv("CC");
-    snprintf(cmd, sizeof cmd, "cd '%s' && %s -std=c11 -Wall -Wextra -Werror -fPIC -shared -I'%s' %s.c shim.c "
-                              "-o %s.so -ldl 2>&1", tmp_dir, cc && cc[0] ? cc : "cc", S2C_CUDA_INCLUDE, mod, mod);
-    ck_assert_msg(run_cmd(cmd) == 0, "%s", cmd);
-    snprintf(path, sizeof path, "%s/%s.so", tmp_dir, mod);
-    void *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(so != NULL, "%s", dlerror());
-    snprintf(sym, sizeof sym, "%s_dec", mod);
-    dec_launcher launch = (dec_launcher)dlsym(so, sym);
-    snprintf(sym, sizeof sym, "load_%s", mod);
-    load_fn load = (load_fn)dlsym(so, sym);
-    ck_assert(launch && load);
-    fake_set("set_current", 1);
-    ck_assert_int_eq(load(), CUDA_SUCCESS);
 
     s2_attn_kernel *ak = NULL;
     ck_assert_msg(s2_attn_load(ctx, dev, art->cubin, art->cubin_size, NULL, dt, head_dim, &ak) == S2_OK, "%s",

@@ -367,6 +367,18 @@ def test_tunables():
                   f"rc={rc} {err!r}")
 
 
+def cc_errors(cc, d, srcs):
+    """Compile d/SRC for each of srcs with cc -std=c11 -Werror (the CUDA headers and d on the include path);
+    the tail of each failure's stderr."""
+    errs = []
+    for src in srcs:
+        p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE, "-I" + d,
+                            os.path.join(d, src), "-o", os.path.join(d, src + ".o")], capture_output=True, text=True)
+        if p.returncode != 0:
+            errs.append(p.stderr[-500:])
+    return errs
+
+
 def test_emit_c():
     cc = shutil.which("cc")
     check("a C compiler and cuda.h are present", cc and os.path.exists(os.path.join(CUDA_INCLUDE, "cuda.h")),
@@ -426,12 +438,7 @@ def test_emit_c():
                     u.write(f'    if (r == CUDA_SUCCESS)\n        r = {name}(s, p, p, '
                             'p, p, p, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1.0f, p, p, p, 0, 1, p, 1, 1, 1, 1);\n')
                 u.write('    (void)unload_tma();\n    return (int)r;\n}\n')
-            for src in ("tma.c", "user.c"):
-                p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
-                                    "-I" + tdir, os.path.join(tdir, src), "-o", os.path.join(tdir, src + ".o")],
-                                   capture_output=True, text=True)
-                if p.returncode != 0:
-                    errs.append(p.stderr[-500:])
+            errs += cc_errors(cc, tdir, ("tma.c", "user.c"))
             text = open(os.path.join(tdir, "tma.c")).read()
             if text.count("cuTensorMapEncodeTiled(") != 1 or text.count("tma_encode_map(&") != 6:
                 errs.append("the launchers do not encode three maps each")
@@ -452,12 +459,7 @@ def test_emit_c():
                         f'    CUresult r = load_tmap();\n    if (r == CUDA_SUCCESS)\n        r = {launchers[1]}(s, p, p, '
                         'p, p, p, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1.0f, p, p, p, 0, 1, p, 1, 1, p, p, 1, 1, 1);\n'
                         '    (void)unload_tmap();\n    return (int)r;\n}\n')
-            for src in ("tmap.c", "user.c"):
-                p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
-                                    "-I" + pdir, os.path.join(pdir, src), "-o", os.path.join(pdir, src + ".o")],
-                                   capture_output=True, text=True)
-                if p.returncode != 0:
-                    errs.append(p.stderr[-500:])
+            errs += cc_errors(cc, pdir, ("tmap.c", "user.c"))
             text = open(os.path.join(pdir, "tmap.c")).read()
             if "attn_fwd_tma_persistent" not in text or "CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT" not in text:
                 errs.append("no persistent launcher")
@@ -483,12 +485,7 @@ def test_emit_c():
                     for name in launchers:
                         u.write(f"    if (r == CUDA_SUCCESS)\n        r = {name}(s, {args});\n")
                     u.write('    (void)unload_bw();\n    return (int)r;\n}\n')
-                for src in ("bw.c", "user.c"):
-                    p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
-                                        "-I" + bdir, os.path.join(bdir, src), "-o", os.path.join(bdir, src + ".o")],
-                                       capture_output=True, text=True)
-                    if p.returncode != 0:
-                        errs.append(p.stderr[-500:])
+                errs += cc_errors(cc, bdir, ("bw.c", "user.c"))
                 # dqds: 3 stages of a 64 x 64 K tile and a dS tile, 3 * 16384 bytes at d64
                 if arch == "sm_90a" and "49152" not in open(os.path.join(bdir, "bw.c")).read():
                     errs.append("the dqds launcher does not take 49152 bytes of shared memory")
@@ -509,12 +506,7 @@ def test_emit_c():
                 u.write('#include "dec.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
                         f'    CUresult r = load_dec();\n    if (r == CUDA_SUCCESS)\n        r = {launchers[0]}(s, {args});\n'
                         '    (void)unload_dec();\n    return (int)r;\n}\n')
-            for src in ("dec.c", "user.c"):
-                p = subprocess.run([cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-c", "-I" + CUDA_INCLUDE,
-                                    "-I" + ddir, os.path.join(ddir, src), "-o", os.path.join(ddir, src + ".o")],
-                                   capture_output=True, text=True)
-                if p.returncode != 0:
-                    errs.append(p.stderr[-500:])
+            errs += cc_errors(cc, ddir, ("dec.c", "user.c"))
             if "_combine" in open(os.path.join(ddir, "dec.h")).read():
                 errs.append("a combine launcher")
         check("--emit c of a decode module: one decode launcher, cc accepts", not errs, "\n".join(errs))
