@@ -365,10 +365,9 @@ static s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd
     s2_status st = s2_schedule_build(ctx, cd->lay, ts, false, &sched);
     if (st == S2_OK)
         /* (S2C_BENCH_UNION_PAIRS=1: the two-slab shape on union pairs, for comparison) */
-        st = s2_kernel_spec_owned_pairs(spec) && !getenv("S2C_BENCH_UNION_PAIRS")
-                 ? s2_schedule_pack_gathered_owned(ctx, sched, &pk)
-             : gather > 1 ? s2_schedule_pack_gathered(ctx, sched, gather, &pk)
-                          : s2_schedule_pack(ctx, sched, &pk);
+        st = s2_kernel_spec_owned_pairs(spec) && getenv("S2C_BENCH_UNION_PAIRS")
+                 ? s2_schedule_pack_gathered(ctx, sched, gather, &pk)
+                 : s2_kernel_spec_pack_forward(ctx, spec, sched, &pk);
     if (st == S2_OK)
         st = s2_layout_stats_compute(ctx, cd->lay, ts, HEAD_DIM, S2_DTYPE_BF16, &stats);
     if (st == S2_OK)

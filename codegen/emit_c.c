@@ -324,10 +324,10 @@ static s2_status check_abi(s2_ctx *ctx, const s2_aot_abi *abi)
     for (int d = 0; st == S2_OK && d < 3; d++) {
         if (!abi->grid[d])
             continue;
+        const s2_aot_param *p = abi_find(abi, abi->grid[d]);
         if (abi->grid_persistent)
             st = s2_fail(ctx, S2_ERR_INVALID, "ABI %s: a persistent grid names no dimensions", abi->name);
-        const s2_aot_param *p = abi_find(abi, abi->grid[d]);
-        if (!p || (p->type != S2_AOT_I32 && p->type != S2_AOT_I64))
+        else if (!p || (p->type != S2_AOT_I32 && p->type != S2_AOT_I64))
             st = s2_fail(ctx, S2_ERR_INVALID, "ABI %s: grid dimension %c names %s, which is not an integer parameter",
                          abi->name, "xyz"[d], abi->grid[d]);
     }

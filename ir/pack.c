@@ -124,18 +124,17 @@ s2_status s2_schedule_work_list(s2_ctx *ctx, const s2_schedule *s, int32_t **out
     return S2_OK;
 }
 
-/* Entries of one list, `group` at a time: live bits regrouped from
- * (i, sub-block of one block) = bit i to bit i * group + j. */
-static void gather_list(const s2_schedule *s, int group, int64_t b, int64_t e, s2_dev_gentry *out)
+/* n entries, `group` at a time: live bits regrouped from (i, sub-block of
+ * one block) = bit i to bit i * group + j. */
+static void gather_run(const s2_tile_entry *ents, int64_t n, int group, int sub_m, s2_dev_gentry *out)
 {
-    int sub_m = s->geom.sub_m;
-    for (int64_t g0 = b, o = 0; g0 < e; g0 += group, o++) {
+    for (int64_t g0 = 0, o = 0; g0 < n; g0 += group, o++) {
         s2_dev_gentry *d = &out[o];
-        bool full = g0 + group <= e;
+        bool full = g0 + group <= n;
         d->live = 0;
         for (int j = 0; j < group; j++) {
-            int64_t src = g0 + j < e ? g0 + j : e - 1;
-            const s2_tile_entry *t = &s->entries[src];
+            int64_t src = g0 + j < n ? g0 + j : n - 1;
+            const s2_tile_entry *t = &ents[src];
             d->block[j] = (int32_t)t->tile;
             if (src != g0 + j)
                 continue;
@@ -178,8 +177,10 @@ static void owned_entry(const s2_schedule *s, int64_t list, const s2_tile_entry 
         d->flags |= S2_ENTRY_OWN_FULL;
 }
 
-/* A list of a two-slab schedule in pairs (s2_schedule_pack_gathered_owned). */
-static void owned_list(const s2_schedule *s, int64_t list, int64_t b, int64_t e, s2_dev_gentry *out)
+/* A list of a two-slab schedule in pairs (s2_schedule_pack_gathered_owned);
+ * tmp holds room for the list's entries. */
+static void owned_list(const s2_schedule *s, int64_t list, int64_t b, int64_t e, s2_tile_entry *tmp,
+                       s2_dev_gentry *out)
 {
     int64_t both = 0, only[2] = {0, 0}, at[2] = {-1, -1}, cstar = -1;
     for (int64_t k = b; k < e; k++) {
@@ -195,34 +196,21 @@ static void owned_list(const s2_schedule *s, int64_t list, int64_t b, int64_t e,
         }
     }
     if (only[0] != 1 || only[1] != 1 || both % 2 == 0) {
-        gather_list(s, 2, b, e, out);
+        gather_run(&s->entries[b], e - b, 2, 2, out);
         return;
     }
     /* (A, c*) for sub-block 0, (c*, B) for sub-block 1, then the blocks both
      * read, two per entry in list order (c* left out) */
     owned_entry(s, list, &s->entries[at[0]], &s->entries[cstar], 0, &out[0]);
     owned_entry(s, list, &s->entries[cstar], &s->entries[at[1]], 1, &out[1]);
-    const s2_tile_entry *pend = NULL;
-    int64_t o = 2;
-    for (int64_t k = b; k < e; k++) {
-        const s2_tile_entry *t = &s->entries[k];
-        if ((t->live & 3u) != 3u || k == cstar)
-            continue;
-        if (!pend) {
-            pend = t;
-            continue;
-        }
-        s2_dev_gentry *d = &out[o++];
-        d->block[0] = (int32_t)pend->tile;
-        d->block[1] = d->block[2] = d->block[3] = (int32_t)t->tile;
-        d->live = 0xfu;
-        d->flags = (pend->flags & t->flags & S2_ENTRY_FULL) ? S2_ENTRY_FULL : 0;
-        pend = NULL;
-    }
+    int64_t m = 0;
+    for (int64_t k = b; k < e; k++)
+        if ((s->entries[k].live & 3u) == 3u && k != cstar)
+            tmp[m++] = s->entries[k];
+    gather_run(tmp, m, 2, 2, out + 2);
 }
 
 static s2_status pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, bool owned, s2_packed_schedule *out)
-
 {
     memset(out, 0, sizeof *out);
     if (!s)
@@ -233,9 +221,12 @@ static s2_status pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, boo
                        "(sub_m %d, sub_n %d, group %d)", s->geom.sub_m, s->geom.sub_n, group);
     int64_t lists = s->geom.q_tiles;
     int64_t nlists = (int64_t)s->num_classes * lists;
-    int64_t total = 0;
-    for (int64_t i = 0; i < nlists; i++)
-        total += (s->offsets[i + 1] - s->offsets[i] + group - 1) / group;
+    int64_t total = 0, longest = 0;
+    for (int64_t i = 0; i < nlists; i++) {
+        int64_t n = s->offsets[i + 1] - s->offsets[i];
+        total += (n + group - 1) / group;
+        longest = n > longest ? n : longest;
+    }
     if (total > INT32_MAX || nlists + 1 > INT32_MAX || s->geom.kv_tiles > INT32_MAX)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED,
                        "schedule of %lld gathered entries in %lld lists exceeds the 32-bit device format",
@@ -243,19 +234,27 @@ static s2_status pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, boo
     s2_status st = pack_alloc(ctx, "schedule_pack_gathered", s, nlists, total, sizeof(s2_dev_gentry), out);
     if (st != S2_OK)
         return st;
+    s2_tile_entry *tmp = owned ? malloc((size_t)(longest ? longest : 1) * sizeof *tmp) : NULL;
+    if (owned && !tmp) {
+        s2_packed_schedule_free(out);
+        return s2_fail(ctx, S2_ERR_NOMEM, "schedule_pack_gathered_owned: out of memory (%lld entries)",
+                       (long long)longest);
+    }
     unsigned char *buf = out->data;
     int32_t *offs = (int32_t *)(buf + out->offsets_off);
     s2_dev_gentry *ent = (s2_dev_gentry *)(buf + out->entries_off);
     int64_t at = 0;
     for (int64_t i = 0; i < nlists; i++) {
         offs[i] = (int32_t)at;
+        int64_t b = s->offsets[i], e = s->offsets[i + 1];
         if (owned)
-            owned_list(s, i, s->offsets[i], s->offsets[i + 1], ent + at);
+            owned_list(s, i, b, e, tmp, ent + at);
         else
-            gather_list(s, group, s->offsets[i], s->offsets[i + 1], ent + at);
-        at += (s->offsets[i + 1] - s->offsets[i] + group - 1) / group;
+            gather_run(&s->entries[b], e - b, group, s->geom.sub_m, ent + at);
+        at += (e - b + group - 1) / group;
     }
     offs[nlists] = (int32_t)at;
+    free(tmp);
     return S2_OK;
 }
 

@@ -905,9 +905,7 @@ static s2_status pack_forward(s2_ctx *ctx, const s2_layout *lay, const s2_kernel
     s2_tile_spec ts = {spec->block_m, spec->block_n / gather};
     s2_status st = s2_schedule_build(ctx, lay, ts, false, sched);
     if (st == S2_OK)
-        st = s2_kernel_spec_owned_pairs(spec) ? s2_schedule_pack_gathered_owned(ctx, *sched, pk)
-             : gather > 1                     ? s2_schedule_pack_gathered(ctx, *sched, gather, pk)
-                                              : s2_schedule_pack(ctx, *sched, pk);
+        st = s2_kernel_spec_pack_forward(ctx, spec, *sched, pk);
     if (st == S2_OK && ((*sched)->geom.q_tiles > INT32_MAX || (*sched)->geom.first_q_tile > INT32_MAX))
         st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld query tiles do not fit 32 bits",
                      (long long)(*sched)->geom.q_tiles);

@@ -16,6 +16,7 @@
 #define S2C_ATTENTION_H
 
 #include "s2c/common.h"
+#include "s2c/layout.h"
 #include "s2c/pattern.h"
 
 #include <stdint.h>
@@ -83,6 +84,17 @@ static inline bool s2_kernel_spec_owned_pairs(const s2_kernel_spec *spec)
     /* (kv_gather above 1 is resolved on the sm_90a forward and backward only) */
     return spec->kind == S2_KERNEL_FWD && spec->block_m == 128 &&
            spec->kv_gather == 2 && spec->block_n == 128;
+}
+
+/* A forward schedule s (tile shape {block_m, block_n / kv_gather}) packed
+ * for spec's kernel: owned pairs for the two-slab shape, gathered key tiles
+ * when the spec gathers, else plain. */
+static inline s2_status s2_kernel_spec_pack_forward(s2_ctx *ctx, const s2_kernel_spec *spec, const s2_schedule *s,
+                                                    s2_packed_schedule *out)
+{
+    if (s2_kernel_spec_owned_pairs(spec))
+        return s2_schedule_pack_gathered_owned(ctx, s, out);
+    return spec->kv_gather > 1 ? s2_schedule_pack_gathered(ctx, s, spec->kv_gather, out) : s2_schedule_pack(ctx, s, out);
 }
 
 /* One dS tile of the backward's dS workspace: 64 x 64 16-bit values. */

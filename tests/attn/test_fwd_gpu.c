@@ -217,10 +217,7 @@ static void run_case(int run)
     s2_tile_spec ts = {art->spec.block_m, art->spec.block_n / gather};
     ck_assert_msg(s2_schedule_build(ctx, lay, ts, false, &sched) == S2_OK, "%s", s2_ctx_message(ctx));
     /* the two-slab shape on owned pairs, as the runtime packs it */
-    s2_status pst = s2_kernel_spec_owned_pairs(&art->spec) ? s2_schedule_pack_gathered_owned(ctx, sched, &pk)
-                    : gather > 1                            ? s2_schedule_pack_gathered(ctx, sched, gather, &pk)
-                                                            : s2_schedule_pack(ctx, sched, &pk);
-    ck_assert_msg(pst == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_msg(s2_kernel_spec_pack_forward(ctx, &art->spec, sched, &pk) == S2_OK, "%s", s2_ctx_message(ctx));
     if (s2_kernel_spec_owned_pairs(&art->spec)) {
         const int32_t *po = (const int32_t *)((const char *)pk.data + pk.offsets_off);
         const s2_dev_gentry *pe = (const s2_dev_gentry *)((const char *)pk.data + pk.entries_off);
