@@ -55,6 +55,7 @@ typedef struct sm90_shape {
     bool split;                    /* O rescaled between the S and the P·V wgmma (FA3's order) */
     bool owned;                    /* lists may start with two owned entries (s2_schedule_pack_gathered_owned) */
     int q_off, k_off, v_off, stage_bytes, bar_off, slot_off, scratch_off, smem;
+    int n_first;                   /* persistent: entries handed over in the slot (owned: 2) */
     int prod_regs, cons_regs, min_ctas;
 } sm90_shape;
 
@@ -72,6 +73,8 @@ typedef struct sm90 {
     LLVMValueRef entries, begin, end;
     LLVMValueRef it0, nitem;                        /* ring entries and items before this item (persistent) */
     LLVMValueRef obase;
+    LLVMValueRef item;                              /* persistent: the item's work word (head * q_tiles + rel) */
+    LLVMValueRef first[2][6];                       /* persistent consumer: the first entries' words, from the slot */
     s2_flash_rows acc;                              /* O, m, l (flash.h) */
     LLVMValueRef qa[MAX_D / 16][4];                 /* q_regs: the thread's Q fragments */
 } sm90;
@@ -169,8 +172,9 @@ static void seq_item(sm90 *k)
     k->end = LLVMBuildSelect(b, mine, k->end, k->begin, "end");
 }
 
-/* The ids of one work item: list rel (0 = first tile) of head, batch. */
-static void setup_item(sm90 *k, LLVMValueRef head32, LLVMValueRef batch32, LLVMValueRef rel)
+/* The ids of one work item: list rel (0 = first tile) of head, batch.
+ * given: the list's bounds, handed over by the producer (NULL: loaded). */
+static void setup_item(sm90 *k, LLVMValueRef head32, LLVMValueRef batch32, LLVMValueRef rel, const LLVMValueRef *given)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -182,12 +186,50 @@ static void setup_item(sm90 *k, LLVMValueRef head32, LLVMValueRef batch32, LLVMV
     LLVMValueRef q_tiles = param(k, P_Q_TILES);
     LLVMValueRef tile = add(k, param(k, P_FIRST_Q_TILE), rel);
     k->tile_pos0 = LLVMBuildMul(b, tile, c32(k, k->s.BM), "tile_pos0");
-    LLVMValueRef cls = load_i32(k, param(k, P_CLASS), k->head, "class");
-    LLVMValueRef li = sext64(k, add(k, LLVMBuildMul(b, cls, q_tiles, ""), rel));
-    k->begin = load_i32(k, param(k, P_OFFSETS), li, "begin");
-    k->end = load_i32(k, param(k, P_OFFSETS), LLVMBuildAdd(b, li, c64(k, 1), ""), "end");
+    if (given) {
+        k->begin = given[0];
+        k->end = given[1];
+    } else {
+        LLVMValueRef cls = load_i32(k, param(k, P_CLASS), k->head, "class");
+        LLVMValueRef li = sext64(k, add(k, LLVMBuildMul(b, cls, q_tiles, ""), rel));
+        k->begin = load_i32(k, param(k, P_OFFSETS), li, "begin");
+        k->end = load_i32(k, param(k, P_OFFSETS), LLVMBuildAdd(b, li, c64(k, 1), ""), "end");
+    }
     seq_item(k);
 }
+
+/* ---- persistent work hand-off ----
+ * The producer runs one item ahead of the consumers and publishes the next
+ * item with its Q copy (the Q barrier): its index w, work word, list bounds
+ * and the words of its first entries (two with owned pairs), so that a
+ * consumer starts an item with shared-memory reads only, not the chain of
+ * global loads work -> class -> offsets -> entries (four L2 round trips
+ * with the tensor cores idle at every tile boundary).  The consumers read
+ * the slot before they release Q (q_empty), the producer writes it after. */
+enum { SLOT_W, SLOT_ITEM, SLOT_BEGIN, SLOT_END, SLOT_ENTRY };
+
+static LLVMValueRef slot_ptr(sm90 *k, int word)
+{
+    LLVMValueRef off64 = LLVMConstInt(k->cg->t_i64, (unsigned long long)(k->s.slot_off + 4 * word), 0);
+    return LLVMBuildInBoundsGEP2(k->b, LLVMInt8TypeInContext(k->cg->llctx), s2_nv_dynamic_smem(k->cg), &off64, 1, "slot");
+}
+
+static void slot_store(sm90 *k, int word, LLVMValueRef v)
+{
+    LLVMValueRef st = LLVMBuildStore(k->b, v, slot_ptr(k, word));
+    LLVMSetVolatile(st, 1);
+    LLVMSetAlignment(st, 4);
+}
+
+static LLVMValueRef slot_load(sm90 *k, int word)
+{
+    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_i32, slot_ptr(k, word), "slot_v");
+    LLVMSetVolatile(v, 1);
+    LLVMSetAlignment(v, 4);
+    return v;
+}
+
+static int entry_words(const sm90_shape *s) { return s->entry_bytes / 4; }
 
 /* The CTA's work items.  Plain grid: the one item of (x, y, z), tiles
  * reversed so heavy ones go first.  Persistent grid: items w below
@@ -203,14 +245,14 @@ typedef struct work_loop {
     s2_nv_loop loop;
 } work_loop;
 
-static void work_begin(sm90 *k, work_loop *w, const char *name, LLVMValueRef start)
+static void work_begin(sm90 *k, work_loop *w, const char *name, LLVMValueRef start, bool consumer)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     if (!k->s.persistent) {
         LLVMValueRef q_tiles = param(k, P_Q_TILES);
         LLVMValueRef rel = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""), s2_nv_ctaid(cg, 'x'), "tile_rel");
-        setup_item(k, s2_nv_ctaid(cg, 'y'), s2_nv_ctaid(cg, 'z'), rel);
+        setup_item(k, s2_nv_ctaid(cg, 'y'), s2_nv_ctaid(cg, 'z'), rel, NULL);
         k->it0 = c32(k, 0);
         k->nitem = c32(k, 0);
         return;
@@ -222,11 +264,21 @@ static void work_begin(sm90 *k, work_loop *w, const char *name, LLVMValueRef sta
     s2_nv_loop_begin(cg, &w->loop, name, start, total, c32(k, 0), init, 2);
     LLVMValueRef wi = w->loop.iv;
     LLVMValueRef nw = param(k, P_NWORK);
-    LLVMValueRef item = load_i32(k, param(k, P_WORK), LLVMBuildZExt(b, LLVMBuildURem(b, wi, nw, ""), cg->t_i64, ""),
-                                 "item");
+    LLVMValueRef item, given[2];
+    if (consumer) {
+        item = slot_load(k, SLOT_ITEM);
+        given[0] = slot_load(k, SLOT_BEGIN);
+        given[1] = slot_load(k, SLOT_END);
+        for (int e = 0; e < k->s.n_first; e++)
+            for (int j = 0; j < entry_words(&k->s); j++)
+                k->first[e][j] = slot_load(k, SLOT_ENTRY + e * entry_words(&k->s) + j);
+    } else {
+        item = load_i32(k, param(k, P_WORK), LLVMBuildZExt(b, LLVMBuildURem(b, wi, nw, ""), cg->t_i64, ""), "item");
+    }
+    k->item = item;
     LLVMValueRef q_tiles = param(k, P_Q_TILES);
     setup_item(k, LLVMBuildUDiv(b, item, q_tiles, "head"), LLVMBuildUDiv(b, wi, nw, "batch"),
-               LLVMBuildURem(b, item, q_tiles, "rel"));
+               LLVMBuildURem(b, item, q_tiles, "rel"), consumer ? given : NULL);
     k->it0 = w->loop.carried[0];
     k->nitem = w->loop.carried[1];
 }
@@ -238,29 +290,6 @@ static void work_end(sm90 *k, work_loop *w, LLVMValueRef w_next)
     w->loop.step = LLVMBuildSub(k->b, w_next, w->loop.iv, "w_step");
     LLVMValueRef next[2] = {add(k, k->it0, LLVMBuildSub(k->b, k->end, k->begin, "")), addc(k, k->nitem, 1)};
     s2_nv_loop_end(k->cg, &w->loop, next);
-}
-
-/* ---- persistent work hand-off ---- */
-
-static LLVMValueRef slot_ptr(sm90 *k)
-{
-    LLVMValueRef off64 = LLVMConstInt(k->cg->t_i64, (unsigned long long)k->s.slot_off, 0);
-    return LLVMBuildInBoundsGEP2(k->b, LLVMInt8TypeInContext(k->cg->llctx), s2_nv_dynamic_smem(k->cg), &off64, 1, "slot");
-}
-
-static void slot_store(sm90 *k, LLVMValueRef v)
-{
-    LLVMValueRef st = LLVMBuildStore(k->b, v, slot_ptr(k));
-    LLVMSetVolatile(st, 1);
-    LLVMSetAlignment(st, 4);
-}
-
-static LLVMValueRef slot_load(sm90 *k)
-{
-    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_i32, slot_ptr(k), "next_w");
-    LLVMSetVolatile(v, 1);
-    LLVMSetAlignment(v, 4);
-    return v;
 }
 
 static LLVMValueRef counter_ptr(sm90 *k, int i)
@@ -328,8 +357,8 @@ static void producer(sm90 *k)
     for (int m = P_TMAP_Q; m <= P_TMAP_V; m++)
         s2_nv_prefetch_tensormap(cg, param(k, m));
     work_loop wl;
-    work_begin(k, &wl, "work_p", s->persistent ? s2_nv_ctaid(cg, 'x') : NULL);
-    LLVMValueRef fetched = NULL;
+    work_begin(k, &wl, "work_p", s->persistent ? s2_nv_ctaid(cg, 'x') : NULL, false);
+    LLVMValueRef fetched = NULL, words[2][6];
     if (s->persistent) {
         /* the previous item's Q (and the hand-off word) must be consumed
          * before they are overwritten: the consumers arrive once Q is in
@@ -339,7 +368,21 @@ static void producer(sm90 *k)
         LLVMValueRef pn = LLVMBuildAnd(b, LLVMBuildSub(b, k->nitem, c32(k, 1), ""), c32(k, 1), "");
         s2_nv_mbar_wait(cg, q_empty_bar(k), pn);
         s2_nv_if_end(cg, &later);
-        slot_store(k, wl.loop.iv);
+        /* the first entries' words (loaded after the wait: held across it,
+         * the producer's 32 registers spill) */
+        for (int e = 0; e < s->n_first; e++) {
+            LLVMValueRef en = addc(k, k->begin, e);
+            LLVMValueRef ok = LLVMBuildICmp(b, LLVMIntSLT, en, k->end, "");
+            for (int j = 0; j < entry_words(s); j++)
+                words[e][j] = entry_field_if(k, en, ok, 4 * j);
+        }
+        slot_store(k, SLOT_W, wl.loop.iv);
+        slot_store(k, SLOT_ITEM, k->item);
+        slot_store(k, SLOT_BEGIN, k->begin);
+        slot_store(k, SLOT_END, k->end);
+        for (int e = 0; e < s->n_first; e++)
+            for (int j = 0; j < entry_words(s); j++)
+                slot_store(k, SLOT_ENTRY + e * entry_words(s) + j, words[e][j]);
     }
     /* Q: one box of 64 rows per consumer slab and 64-column block; rows
      * before the queries (negative) and past q_len come back as zeros */
@@ -361,7 +404,8 @@ static void producer(sm90 *k)
     int nslot = ahead ? s->gather : 1, slot_rows = s->BN / nslot;
     LLVMValueRef blk0[4];
     for (int j = 0; ahead && j < nslot; j++)
-        blk0[j] = entry_field_if(k, k->begin, LLVMBuildICmp(b, LLVMIntSLT, k->begin, k->end, ""), 4 * j);
+        blk0[j] = s->persistent ? words[0][j]
+                                : entry_field_if(k, k->begin, LLVMBuildICmp(b, LLVMIntSLT, k->begin, k->end, ""), 4 * j);
     s2_nv_loop loop;
     s2_nv_loop_begin(cg, &loop, "load", k->begin, k->end, c32(k, 1), blk0, ahead ? (unsigned)nslot : 0);
     LLVMValueRef i = add(k, k->it0, LLVMBuildSub(b, loop.iv, k->begin, "i"));
@@ -404,7 +448,7 @@ static void producer(sm90 *k)
         s2_nv_if_begin(cg, &some, LLVMBuildICmp(b, LLVMIntNE, nf, c32(k, 0), ""), "last_q");
         s2_nv_mbar_wait(cg, q_empty_bar(k), LLVMBuildAnd(b, LLVMBuildSub(b, nf, c32(k, 1), ""), c32(k, 1), ""));
         s2_nv_if_end(cg, &some);
-        slot_store(k, LLVMBuildMul(b, param(k, P_NWORK), param(k, P_BATCH), "total"));
+        slot_store(k, SLOT_W, LLVMBuildMul(b, param(k, P_NWORK), param(k, P_BATCH), "total"));
         s2_nv_mbar_arrive(cg, q_bar(k));
         LLVMValueRef done = counter_fetch(k, 1);
         s2_nv_if last;
@@ -551,6 +595,25 @@ static void load_entry(sm90 *k, LLVMValueRef e, entry_vals *ev)
     ev->live = gat ? LLVMBuildZExt(k->b, entry_field(k, e, 20, cg->t_i32), cg->t_i64, "") : entry_field(k, e, 8, cg->t_i64);
     for (int j = 0; j < (gat ? k->s.gather : 1); j++)
         ev->blk[j] = entry_field(k, e, gat ? 4 * j : 0, cg->t_i32);
+}
+
+/* An entry's fields from its words (the persistent consumer's first
+ * entries, handed over in the slot). */
+static void entry_from_words(sm90 *k, LLVMValueRef *w, entry_vals *ev)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    if (k->s.gather > 1) {
+        for (int j = 0; j < k->s.gather; j++)
+            ev->blk[j] = w[j];
+        ev->flags = w[4];
+        ev->live = LLVMBuildZExt(b, w[5], cg->t_i64, "");
+    } else {
+        ev->blk[0] = w[0];
+        ev->flags = w[1];
+        ev->live = LLVMBuildOr(b, LLVMBuildZExt(b, w[2], cg->t_i64, ""),
+                               LLVMBuildShl(b, LLVMBuildZExt(b, w[3], cg->t_i64, ""), c64(k, 32), ""), "live");
+    }
 }
 
 /* Token mask unless the entry is FULL (as templates/fwd.c): live sub-block
@@ -796,17 +859,24 @@ static void consumer_loop(sm90 *k)
     /* prologue: entry begin (owned, warpgroup 1: begin + 1) */
     LLVMValueRef own = NULL, own1 = NULL, i0 = k->it0;
     entry_vals ev;
-    load_entry(k, k->begin, &ev);
+    if (s->persistent)
+        entry_from_words(k, k->first[0], &ev);
+    else
+        load_entry(k, k->begin, &ev);
     if (s->owned) {
         /* both candidates' fields loaded at once: no global load waits on
          * another at the tile start */
         entry_vals ev1;
         LLVMValueRef e1 = add(k, k->begin, c32(k, 1));
         LLVMValueRef has1 = LLVMBuildICmp(b, LLVMIntSLT, e1, k->end, "");
-        ev1.flags = entry_field_if(k, e1, has1, 16);
-        ev1.live = LLVMBuildZExt(b, entry_field_if(k, e1, has1, 20), cg->t_i64, "");
-        for (int j = 0; j < s->gather; j++)
-            ev1.blk[j] = entry_field_if(k, e1, has1, 4 * j);
+        if (s->persistent) {
+            entry_from_words(k, k->first[1], &ev1);
+        } else {
+            ev1.flags = entry_field_if(k, e1, has1, 16);
+            ev1.live = LLVMBuildZExt(b, entry_field_if(k, e1, has1, 20), cg->t_i64, "");
+            for (int j = 0; j < s->gather; j++)
+                ev1.blk[j] = entry_field_if(k, e1, has1, 4 * j);
+        }
         own = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, ev.flags, c32(k, S2_ENTRY_OWN0), ""), c32(k, 0), "owned");
         own1 = LLVMBuildAnd(b, own, LLVMBuildICmp(b, LLVMIntEQ, k->wgc, c32(k, 1), ""), "own1");
         ev.flags = LLVMBuildSelect(b, own1, ev1.flags, ev.flags, "");
@@ -985,9 +1055,9 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
     if (k->s.persistent) {
         /* the first item: the producer's hand-off, published with Q */
         s2_nv_mbar_wait(cg, q_bar(k), c32(k, 0));
-        w0 = slot_load(k);
+        w0 = slot_load(k, SLOT_W);
     }
-    work_begin(k, &wl, "work_c", w0);
+    work_begin(k, &wl, "work_c", w0, true);
     k->obase = add(k, LLVMBuildMul(b, LLVMBuildZExt(b, k->bidx32, cg->t_i64, ""), param(k, P_OS), ""),
                    LLVMBuildMul(b, k->head, param(k, P_OS + 2), ""));
     k->obase = add(k, k->obase, LLVMBuildMul(b, sext64(k, k->q_row0), param(k, P_OS + 1), ""));
@@ -1009,7 +1079,7 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
     LLVMValueRef w_next = NULL;
     if (k->s.persistent) {
         s2_nv_mbar_wait(cg, q_bar(k), LLVMBuildAnd(b, add(k, k->nitem, c32(k, 1)), c32(k, 1), ""));
-        w_next = slot_load(k);
+        w_next = slot_load(k, SLOT_W);
     }
     work_end(k, &wl, w_next);
     LLVMBuildRetVoid(b);
@@ -1067,7 +1137,9 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
     s->bar_off = s->v_off + s->stages * s->stage_bytes;
     /* persistent: q_empty, then the next work item's word */
     s->slot_off = s->bar_off + 8 * (2 * s->stages + 2);
-    s->smem = s->bar_off + 8 * (2 * s->stages + 1 + 2 * s->persistent);
+    s->n_first = s->owned ? 2 : 1;
+    s->smem = s->persistent ? s->slot_off + ((4 * (SLOT_ENTRY + s->n_first * entry_words(s)) + 7) & ~7)
+                            : s->bar_off + 8 * (2 * s->stages + 1);
     s->scratch_off = s->smem;
     if (s->pv_fence)
         s->smem += 4 * 128 * s->NC;
