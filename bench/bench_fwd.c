@@ -63,6 +63,8 @@ static const bench_config configs[] = {
     /* shorter rows for the runtime's wide-variant threshold (not in PEERS.md) */
     {"b64_4k", 8, 16, 4096, 64, 8, 16, "none", 0, 0, 0},
     {"b64_l16v8_4k", 8, 32, 4096, 64, 16, 8, "none", 0, 0, 0},
+    {"b64_2k", 16, 16, 2048, 64, 8, 16, "none", 0, 0, 0},
+    {"b64_1k", 32, 16, 1024, 64, 8, 16, "none", 0, 0, 0},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0], HEAD_DIM = 128, MAX_LIST = 8 };
 

@@ -494,15 +494,18 @@ START_TEST(wide_variant_for_long_lists)
     s2_attn_fwd_args a = {.batch = 1, .q_len = SQ, .kv_len = SQ, .heads = H, .kv_heads = H, .head_dim = D,
                           .dtype = S2_DTYPE_F16, .q = q, .k = kk, .v = v, .o = o};
     s2_attn_fwd_args_bshd(&a);
-    /* 1K x 1K: at most 8 local blocks and a stripe per query tile */
+    /* 512 x 512: 4.5 key blocks per query tile on average (288 keys) */
+    a.q_len = a.kv_len = 512;
+    s2_attn_fwd_args_bshd(&a);
     ck_assert_msg(s2_attn_forward(ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_int_eq(fake_get("last_block_x"), d->threads);
     ck_assert_int_eq(fake_get("last_smem"), d->smem_bytes);
-    ck_assert_int_eq(fake_get("last_grid_x"), q_tiles_of(B.p, d->spec.block_m, d->spec.block_n, SQ, SQ));
+    ck_assert_int_eq(fake_get("last_grid_x"), q_tiles_of(B.p, d->spec.block_m, d->spec.block_n, 512, 512));
     s2_attn_sched_stats ss;
     s2_attn_kernel_sched_stats(k, &ss);
     ck_assert_int_eq(ss.wide, 0);
     /* the last 1K queries of 64K keys: ~70 key blocks per query tile */
+    a.q_len = SQ;
     a.kv_len = SK;
     s2_attn_fwd_args_bshd(&a);
     /* the persistent grid: one CTA per SM (its shared memory), fewer than the work items */
