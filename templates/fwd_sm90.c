@@ -125,6 +125,15 @@ static LLVMValueRef entry_field_if(sm90 *k, LLVMValueRef e, LLVMValueRef ok, int
     return v;
 }
 
+static int entry_words(const sm90_shape *s) { return s->entry_bytes / 4; }
+
+/* The words of entry e when ok (as entry_field_if); decoded by entry_from_words. */
+static void entry_words_if(sm90 *k, LLVMValueRef e, LLVMValueRef ok, LLVMValueRef *w)
+{
+    for (int j = 0; j < entry_words(&k->s); j++)
+        w[j] = entry_field_if(k, e, ok, 4 * j);
+}
+
 static LLVMValueRef load_i32(sm90 *k, LLVMValueRef base, LLVMValueRef idx64, const char *name)
 {
     LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, k->cg->t_i32, base, &idx64, 1, "");
@@ -228,8 +237,6 @@ static LLVMValueRef slot_load(sm90 *k, int word)
     LLVMSetAlignment(v, 4);
     return v;
 }
-
-static int entry_words(const sm90_shape *s) { return s->entry_bytes / 4; }
 
 /* The CTA's work items.  Plain grid: the one item of (x, y, z), tiles
  * reversed so heavy ones go first.  Persistent grid: items w below
@@ -372,9 +379,7 @@ static void producer(sm90 *k)
          * the producer's 32 registers spill) */
         for (int e = 0; e < s->n_first; e++) {
             LLVMValueRef en = addc(k, k->begin, e);
-            LLVMValueRef ok = LLVMBuildICmp(b, LLVMIntSLT, en, k->end, "");
-            for (int j = 0; j < entry_words(s); j++)
-                words[e][j] = entry_field_if(k, en, ok, 4 * j);
+            entry_words_if(k, en, LLVMBuildICmp(b, LLVMIntSLT, en, k->end, ""), words[e]);
         }
         slot_store(k, SLOT_W, wl.loop.iv);
         slot_store(k, SLOT_ITEM, k->item);
@@ -867,16 +872,13 @@ static void consumer_loop(sm90 *k)
         /* both candidates' fields loaded at once: no global load waits on
          * another at the tile start */
         entry_vals ev1;
-        LLVMValueRef e1 = add(k, k->begin, c32(k, 1));
-        LLVMValueRef has1 = LLVMBuildICmp(b, LLVMIntSLT, e1, k->end, "");
-        if (s->persistent) {
-            entry_from_words(k, k->first[1], &ev1);
-        } else {
-            ev1.flags = entry_field_if(k, e1, has1, 16);
-            ev1.live = LLVMBuildZExt(b, entry_field_if(k, e1, has1, 20), cg->t_i64, "");
-            for (int j = 0; j < s->gather; j++)
-                ev1.blk[j] = entry_field_if(k, e1, has1, 4 * j);
+        LLVMValueRef w1[6], *src = k->first[1];
+        if (!s->persistent) {
+            LLVMValueRef e1 = add(k, k->begin, c32(k, 1));
+            entry_words_if(k, e1, LLVMBuildICmp(b, LLVMIntSLT, e1, k->end, ""), w1);
+            src = w1;
         }
+        entry_from_words(k, src, &ev1);
         own = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, ev.flags, c32(k, S2_ENTRY_OWN0), ""), c32(k, 0), "owned");
         own1 = LLVMBuildAnd(b, own, LLVMBuildICmp(b, LLVMIntEQ, k->wgc, c32(k, 1), ""), "own1");
         ev.flags = LLVMBuildSelect(b, own1, ev1.flags, ev.flags, "");
