@@ -19,9 +19,12 @@
  *   bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L]
  *             [--num-warps L] [--num-stages L] [--persistent L] [--kv-gather L]
  *             [--specs BMxBNsSTgG[pP],..] [--reps N] [--csv] [--rows N] [--dump-dir DIR]
+ *             [--arch ARCH]
  * L is a comma list; every combination is run (invalid ones are reported
  * and skipped).  --specs names the variants instead (block_m x block_n,
  * stages, kv_gather, persistent: 128x64s3g1p1).  --dump-dir writes each variant's PTX and cubin there.
+ * --arch compiles for an older arch than the device's (sm_80: the mma.sync
+ * template, on Hopper).
  * The two-slab gathered shape (128x128, kv_gather 2) runs on owned pairs
  * (s2_schedule_pack_gathered_owned), as the runtime packs it; with
  * S2C_BENCH_UNION_PAIRS=1 in the environment, on union pairs instead. */
@@ -81,6 +84,7 @@ typedef struct options {
     int reps, rows;
     bool csv;
     const char *dump_dir;
+    const char *arch;          /* --arch: compile for this arch instead of the device's (e.g. sm_80 on sm_90) */
 } options;
 
 #define L2_BYTES (60.0 * 1024 * 1024)
@@ -685,7 +689,7 @@ static int usage(void)
     fprintf(stderr, "usage: bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L] [--num-warps L]\n"
                     "                 [--num-stages L] [--persistent L] [--kv-gather L] [--specs BMxBNsSTgG[pP],..]\n"
                     "                 [--reps N] [--rows N] [--csv]\n"
-                    "                 [--dump-dir DIR]\n"
+                    "                 [--dump-dir DIR] [--arch sm_80|sm_90|sm_90a]\n"
                     "  (L: comma list, 0 = heuristic)  configs:");
     for (int i = 0; i < NUM_CONFIGS; i++)
         fprintf(stderr, " %s", configs[i].name);
@@ -768,6 +772,8 @@ static bool parse_args(int argc, char **argv, options *o)
                 return false;
         } else if (!strcmp(a, "--dump-dir")) {
             o->dump_dir = val;
+        } else if (!strcmp(a, "--arch")) {
+            o->arch = val;
         } else {
             return false;
         }
@@ -879,6 +885,17 @@ int main(int argc, char **argv)
         s2_device_free(dev);
         s2_ctx_free(ctx);
         return 0;
+    }
+    if (o.arch) {
+        s2_arch want_arch;
+        if (s2_arch_parse(o.arch, &want_arch) != S2_OK || want_arch > arch) {
+            fprintf(stderr, "bench_fwd: --arch %s: not an arch this device runs (its own: %s)\n", o.arch,
+                    s2_arch_name(arch));
+            s2_device_free(dev);
+            s2_ctx_free(ctx);
+            return 2;
+        }
+        arch = want_arch;
     }
     bool h100 = strstr(info->name, "H100") != NULL;
     const char *tc = NULL;
