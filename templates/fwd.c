@@ -556,32 +556,67 @@ static void main_loop(fwd *k)
 }
 
 /* O /= l, LSE = (m·scale_log2 + log2 l)·ln 2; empty rows give O = 0 and LSE = -inf.
- * Rows outside [q_start, kv_len) are not stored. */
+ * Rows outside [q_start, kv_len) are not stored.  As the sm_90a epilogue:
+ * one exchange with the neighbouring lane, then 8-byte stores that write
+ * whole 32-byte sectors (4-byte stores where O or its strides are not
+ * 8-byte aligned). */
 static void epilogue(fwd *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     s2_nv_cp_async_wait(cg, 0);
     LLVMValueRef col = LLVMBuildShl(b, k->t4, c32(k, 1), "");
+    LLVMValueRef odd = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, k->t4, c32(k, 1), ""), c32(k, 0), "odd_lane");
+    LLVMValueRef pcol = LLVMBuildAdd(b, col, LLVMBuildSelect(b, odd, c32(k, 6), c32(k, 0), ""), "pcol");
+    LLVMValueRef bits =
+        LLVMBuildOr(b, LLVMBuildPtrToInt(b, param(k, P_O), cg->t_i64, ""),
+                    LLVMBuildShl(b, LLVMBuildOr(b, k->obase, param(k, P_OS + 1), ""), c64(k, 1), ""), "");
+    LLVMValueRef aligned = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, bits, c64(k, 7), ""), c64(k, 0), "aligned8");
+    LLVMTypeRef v2 = LLVMVectorType(cg->t_i32, 2);
+    int ng = k->s.D / 8;
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef inv, lse;
         s2_flash_row_final(cg, &k->acc, hr, param(k, P_SCALE_LOG2), &inv, &lse);
+        LLVMValueRef w[MAX_D / 8], pair[MAX_D / 16][2];
+        for (int dn = 0; dn < ng; dn++) {
+            LLVMValueRef o0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr], ""), inv, "");
+            LLVMValueRef o1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr + 1], ""), inv, "");
+            w[dn] = s2_nv_pack2(cg, k->s.dt, o0, o1);
+        }
+        /* the exchange, in every lane (outside the row guard): the even lane
+         * gets its partner's columns of group 2c, the odd one of group 2c+1 */
+        for (int c = 0; c < ng / 2; c++) {
+            LLVMValueRef send = LLVMBuildSelect(b, odd, w[2 * c], w[2 * c + 1], "");
+            LLVMValueRef got = LLVMBuildBitCast(
+                b, s2_nv_shfl_bfly_f32(cg, LLVMBuildBitCast(b, send, cg->t_f32, ""), 1), cg->t_i32, "");
+            pair[c][0] = LLVMBuildSelect(b, odd, got, w[2 * c], "");
+            pair[c][1] = LLVMBuildSelect(b, odd, w[2 * c + 1], got, "");
+        }
 
         LLVMValueRef r = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
                                       LLVMBuildAdd(b, k->g, c32(k, 8 * hr), ""), "row");
         LLVMValueRef qrow;
         LLVMValueRef ok = q_row_valid(k, r, &qrow, NULL);
-        s2_nv_if store;
+        s2_nv_if store, wide, narrow;
         s2_nv_if_begin(cg, &store, ok, "store");
         LLVMValueRef row_off = LLVMBuildAdd(b, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""), "");
-        for (int dn = 0; dn < k->s.D / 8; dn++) {
-            LLVMValueRef o0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr], ""), inv, "");
-            LLVMValueRef o1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr + 1], ""), inv, "");
+        s2_nv_if_begin(cg, &wide, aligned, "st_v2");
+        for (int c = 0; c < ng / 2; c++) {
+            LLVMValueRef off = LLVMBuildAdd(
+                b, row_off, LLVMBuildZExt(b, LLVMBuildAdd(b, pcol, c32(k, 16 * c), ""), cg->t_i64, ""), "");
+            LLVMValueRef v = LLVMGetUndef(v2);
+            v = LLVMBuildInsertElement(b, v, pair[c][0], c32(k, 0), "");
+            v = LLVMBuildInsertElement(b, v, pair[c][1], c32(k, 1), "");
+            LLVMSetAlignment(LLVMBuildStore(b, v, gep16(k, param(k, P_O), off)), 8);
+        }
+        s2_nv_if_end(cg, &wide);
+        s2_nv_if_begin(cg, &narrow, LLVMBuildNot(b, aligned, ""), "st_b32");
+        for (int dn = 0; dn < ng; dn++) {
             LLVMValueRef c = LLVMBuildZExt(b, LLVMBuildAdd(b, col, c32(k, dn * 8), ""), cg->t_i64, "");
             LLVMValueRef p = gep16(k, param(k, P_O), LLVMBuildAdd(b, row_off, c, ""));
-            LLVMValueRef st = LLVMBuildStore(b, s2_nv_pack2(cg, k->s.dt, o0, o1), p);
-            LLVMSetAlignment(st, 4);
+            LLVMSetAlignment(LLVMBuildStore(b, w[dn], p), 4);
         }
+        s2_nv_if_end(cg, &narrow);
         /* LSE: one lane of the quad, when asked for */
         LLVMValueRef lse_ptr = param(k, P_LSE);
         LLVMValueRef want = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, k->t4, c32(k, 0), ""),
