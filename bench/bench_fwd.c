@@ -23,8 +23,8 @@
  * L is a comma list; every combination is run (invalid ones are reported
  * and skipped).  --specs names the variants instead (block_m x block_n,
  * stages, kv_gather, persistent: 128x64s3g1p1).  --dump-dir writes each variant's PTX and cubin there.
- * --arch compiles for an older arch than the device's (sm_80: the mma.sync
- * template, on Hopper).
+ * --arch sm_90 on an sm_90a device times the mma.sync template (sm_80's,
+ * compiled for sm_90) instead of the wgmma one.
  * The two-slab gathered shape (128x128, kv_gather 2) runs on owned pairs
  * (s2_schedule_pack_gathered_owned), as the runtime packs it; with
  * S2C_BENCH_UNION_PAIRS=1 in the environment, on union pairs instead. */
@@ -689,7 +689,7 @@ static int usage(void)
     fprintf(stderr, "usage: bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L] [--num-warps L]\n"
                     "                 [--num-stages L] [--persistent L] [--kv-gather L] [--specs BMxBNsSTgG[pP],..]\n"
                     "                 [--reps N] [--rows N] [--csv]\n"
-                    "                 [--dump-dir DIR] [--arch sm_80|sm_90|sm_90a]\n"
+                    "                 [--dump-dir DIR] [--arch sm_90]\n"
                     "  (L: comma list, 0 = heuristic)  configs:");
     for (int i = 0; i < NUM_CONFIGS; i++)
         fprintf(stderr, " %s", configs[i].name);
@@ -888,9 +888,12 @@ int main(int argc, char **argv)
     }
     if (o.arch) {
         s2_arch want_arch;
-        if (s2_arch_parse(o.arch, &want_arch) != S2_OK || want_arch > arch) {
-            fprintf(stderr, "bench_fwd: --arch %s: not an arch this device runs (its own: %s)\n", o.arch,
-                    s2_arch_name(arch));
+        /* a cubin loads only on its own architecture: on Hopper, sm_90 is
+         * the mma.sync template (sm_80's) compiled for it */
+        if (s2_arch_parse(o.arch, &want_arch) != S2_OK ||
+            !(want_arch == arch || (want_arch == S2_ARCH_SM90 && arch == S2_ARCH_SM90A))) {
+            fprintf(stderr, "bench_fwd: --arch %s: not an arch this device loads (its own: %s; on sm_90a, sm_90 "
+                            "runs the mma.sync template)\n", o.arch, s2_arch_name(arch));
             s2_device_free(dev);
             s2_ctx_free(ctx);
             return 2;
