@@ -47,6 +47,8 @@ racecheck_codegen          60  compute-sanitizer --tool racecheck --error-exitco
 memcheck_runtime           60  CK_FORK=no compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_runtime_gpu
 memcheck_fwd              120  S2C_FWD_CASES=d64 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 racecheck_fwd              60  S2C_FWD_CASES=d32 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
+memcheck_fwd_sm80          120  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=d64 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
+racecheck_fwd_sm80          60  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=d32 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_dense         90  S2C_FWD_CASES=dense64_d128 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 racecheck_fwd_dense        90  S2C_FWD_CASES=dense64_d128 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_persistent   120  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=mergeq16_d64_f16_g4 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
