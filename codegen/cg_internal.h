@@ -60,6 +60,9 @@ LLVMValueRef s2_nv_laneid(s2_cg *cg);
 /* warp shuffles and reductions across all 32 lanes (full mask) */
 LLVMValueRef s2_nv_shfl_bfly_f32(s2_cg *cg, LLVMValueRef v, int lane_mask);
 LLVMValueRef s2_nv_shfl_idx_i32(s2_cg *cg, LLVMValueRef v, int lane);
+LLVMValueRef s2_nv_ballot(s2_cg *cg, LLVMValueRef pred);   /* vote.ballot.sync, full warp */
+LLVMValueRef s2_nv_lanemask_lt(s2_cg *cg);
+LLVMValueRef s2_nv_popc(s2_cg *cg, LLVMValueRef v);
 LLVMValueRef s2_nv_warp_max_f32(s2_cg *cg, LLVMValueRef v);
 LLVMValueRef s2_nv_warp_sum_f32(s2_cg *cg, LLVMValueRef v);
 /* vote.sync.any over the whole warp: pred (i1) of any lane */

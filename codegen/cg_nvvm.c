@@ -77,6 +77,26 @@ LLVMValueRef s2_nv_ctaid(s2_cg *cg, char dim)
  * knows to be warp-uniform, so values derived from it (wgmma descriptors,
  * barrier addresses) can stay in uniform registers, as CUTLASS's
  * canonical_warp_group_idx does for the warpgroup index. */
+/* vote.ballot.sync over the full warp: bit l set where lane l's pred holds */
+LLVMValueRef s2_nv_ballot(s2_cg *cg, LLVMValueRef pred)
+{
+    LLVMTypeRef args[2] = {cg->t_i32, LLVMInt1TypeInContext(cg->llctx)};
+    LLVMValueRef vals[2] = {LLVMConstInt(cg->t_i32, 0xffffffffu, 0), pred};
+    return s2_nv_intrinsic(cg, "llvm.nvvm.vote.ballot.sync", cg->t_i32, args, 2, vals);
+}
+
+/* %lanemask_lt: the bits of the lanes below this one */
+LLVMValueRef s2_nv_lanemask_lt(s2_cg *cg)
+{
+    return s2_nv_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.lanemask.lt", cg->t_i32, NULL, 0, NULL);
+}
+
+/* population count of an i32 */
+LLVMValueRef s2_nv_popc(s2_cg *cg, LLVMValueRef v)
+{
+    return s2_nv_intrinsic(cg, "llvm.ctpop.i32", cg->t_i32, &cg->t_i32, 1, &v);
+}
+
 LLVMValueRef s2_nv_shfl_idx_i32(s2_cg *cg, LLVMValueRef v, int lane)
 {
     LLVMTypeRef args[4] = {cg->t_i32, cg->t_i32, cg->t_i32, cg->t_i32};

@@ -29,6 +29,14 @@ int s2_bwd_dqds_smem_bytes(const s2_kernel_spec *spec)
     return s2_bwd_dqds_stages() * (spec->block_n * spec->head_dim * 2 + S2_BWD_DS_TILE_BYTES);
 }
 
+/* the ring's stages (a K tile, then the two query tiles' dS tiles), then
+ * the union of the two lists (templates/bwd.c, build_dqds2) */
+int s2_bwd_dqds2_smem_bytes(const s2_kernel_spec *spec)
+{
+    int stage = spec->block_n * spec->head_dim * 2 + 2 * S2_BWD_DS_TILE_BYTES;
+    return s2_bwd_dqds_stages() * stage + S2_BWD_DQDS2_UNION_BYTES;
+}
+
 void s2_ds_map_free(s2_ds_map *m)
 {
     if (!m)

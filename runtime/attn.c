@@ -41,6 +41,8 @@ typedef struct sched_slot {
      * element) of a chunk of each chunking, and the longest dK/dV list */
     int64_t ds_chunk_work[DS_CHUNKINGS];
     int64_t ds_longest;
+    /* NAME_dqds2 may run: every forward list short enough and in increasing key order */
+    bool dqds2_ok;
     int32_t kv_tiles;
     /* persistent forward (S2_FWD_ABI_TMA_PERSISTENT): the longest-first work list */
     s2_devptr w_buf;
@@ -62,7 +64,7 @@ struct s2_attn_kernel {
     const s2_pattern *pattern;
     s2_kernel *fn;
     s2_kernel *wide_fn;          /* forward: NAME_w (kernel.wide), or NULL */
-    s2_kernel *bwd_fn[4];        /* backward: NAME_pre, NAME_dkdv, NAME_dq, NAME_dqds (or NULL) */
+    s2_kernel *bwd_fn[5];        /* backward: NAME_pre, NAME_dkdv, NAME_dq, NAME_dqds, NAME_dqds2 (or NULL) */
     s2_kernel *dec_fn[2];        /* decode: NAME, NAME_combine */
     struct dec_slot *dec_slots;  /* decode: cached kept-block lists (DEC_CACHE) */
     int64_t max_kv_len;
@@ -136,7 +138,7 @@ void s2_attn_module_free(s2_attn_module *mod)
             mtx_destroy(&k->lock);
         s2_kernel_free(k->fn);
         s2_kernel_free(k->wide_fn);
-        for (int j = 0; j < 4; j++)
+        for (int j = 0; j < 5; j++)
             s2_kernel_free(k->bwd_fn[j]);
         decode_free(k);
     }
@@ -165,14 +167,16 @@ static s2_status init_kernel(s2_ctx *ctx, s2_attn_module *mod, int i)
     if (d->spec.kind == S2_KERNEL_DECODE)
         return decode_init(ctx, k);
     if (d->spec.kind == S2_KERNEL_BWD) {
-        static const char *const parts[4] = {"_pre", "_dkdv", "_dq", "_dqds"};
-        int n = s2_bwd_ds_capable(k->pattern, &d->spec) ? 4 : 3;
+        static const char *const parts[5] = {"_pre", "_dkdv", "_dq", "_dqds", "_dqds2"};
+        int n = s2_bwd_ds_capable(k->pattern, &d->spec) ? 5 : 3;
         for (int j = 0; j < n; j++) {
             char name[512];
             snprintf(name, sizeof name, "%s%s", d->name, parts[j]);
             s2_status st = s2_kernel_get(ctx, mod->cu, name, &k->bwd_fn[j]);
-            if (st == S2_ERR_NOT_FOUND && j == 3) {
-                s2_ctx_clear(ctx);   /* a module from before the dS path: without it */
+            if (st == S2_ERR_NOT_FOUND && j >= 3) {
+                s2_ctx_clear(ctx);   /* a module from before the dS path or its paired dQ kernel */
+                if (j == 3)
+                    break;
                 continue;
             }
             if (st != S2_OK)
@@ -750,6 +754,27 @@ static s2_status ds_chunk_arrays(s2_ctx *ctx, const s2_attn_kernel *k, const int
     return S2_OK;
 }
 
+/* Whether NAME_dqds2 can take a forward schedule: each list (offsets[i] ..
+ * offsets[i + 1], the classes' lists one after another) holds at most
+ * S2_BWD_DQDS2_MAX_LIST entries, in increasing key tile order. */
+static bool lists_pairable(const s2_packed_schedule *fwd)
+{
+    const int32_t *off = (const int32_t *)((const char *)fwd->data + fwd->offsets_off);
+    const s2_dev_entry *e = (const s2_dev_entry *)((const char *)fwd->data + fwd->entries_off);
+    size_t n_off = (fwd->entries_off - fwd->offsets_off) / sizeof *off;
+    for (size_t i = 0; i + 1 < n_off; i++) {
+        int32_t a = off[i], z = off[i + 1];
+        if (z < a || z > fwd->num_entries)
+            break;   /* past the last list (padding) */
+        if (z - a > S2_BWD_DQDS2_MAX_LIST)
+            return false;
+        for (int32_t j = a + 1; j < z; j++)
+            if (e[j].tile <= e[j - 1].tile)
+                return false;
+    }
+    return true;
+}
+
 /* The backward's transposed schedule: per key tile of block_m keys, the
  * query tiles visiting it; and, for a kernel with NAME_dqds, the dS map
  * pairing it with the forward schedule fwd / fg, in the same buffer. */
@@ -773,9 +798,12 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layo
         st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld key tiles do not fit 32 bits",
                      (long long)sched->geom.kv_tiles);
     tr->ds_tiles = -1;
+    tr->dqds2_ok = false;
     if (st == S2_OK && k->bwd_fn[3]) {
         st = s2_schedule_ds_map(ctx, fwd, fg->q_tiles, fg->first_q_tile, &pk, lists, gather, k->pattern->heads,
                                 &map);
+        if (st == S2_OK && k->bwd_fn[4])
+            tr->dqds2_ok = lists_pairable(fwd);
         if (st == S2_ERR_UNSUPPORTED) {   /* this shape takes the recomputing dQ kernel */
             s2_ctx_clear(ctx);
             st = S2_OK;
@@ -1465,6 +1493,7 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
                 ds = true, chunks = s->ds_chunks[i], which = i;
     }
     s2_devptr dsw = ds ? a->workspace + ds_offset(a->batch, a->heads, a->q_len) : 0;
+    bool pair = ds && k->bwd_fn[4] && s->dqds2_ok && a->dq_pair >= 0;
     uint32_t T = (uint32_t)k->desc->threads, rows = T / (uint32_t)(a->head_dim / 8);
     uint32_t smem = (uint32_t)k->desc->smem_bytes;
     bwd_launch L;
@@ -1483,12 +1512,21 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
             {.grid = {(uint32_t)L.tiles, (uint32_t)(nkv * group), (uint32_t)a->batch}, .block = {T, 1, 1},
              .smem_bytes = ds ? (uint32_t)s2_bwd_dqds_smem_bytes(&k->desc->spec) : smem, .stream = stream},
         };
+        int dq = ds ? 3 : 2;
+        if (pair) {   /* two query tiles per CTA (NAME_dqds2) */
+            dq = 4;
+            cfg[1].grid[0] = (uint32_t)((L.tiles + 1) / 2);
+            cfg[1].block[0] = S2_BWD_DQDS2_THREADS;
+            cfg[1].smem_bytes = (uint32_t)s2_bwd_dqds2_smem_bytes(&k->desc->spec);
+        }
         rc = s2_kernel_launch(ctx, k->bwd_fn[1], &cfg[0], L.args);
         if (rc == S2_OK)
-            rc = s2_kernel_launch(ctx, k->bwd_fn[ds ? 3 : 2], &cfg[1], L.args);
+            rc = s2_kernel_launch(ctx, k->bwd_fn[dq], &cfg[1], L.args);
     }
     if (rc == S2_OK && chunks > 1)
         k->stats.ds_chunked++;
+    if (rc == S2_OK && pair)
+        k->stats.dq_paired++;
     return rc;
 }
 

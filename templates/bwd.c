@@ -1172,6 +1172,224 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_sp
      * runtime reads its launch smem (s2_bwd_dqds_smem_bytes) */
     s->dqds_stages = s2_bwd_dqds_stages();
     s->dqds_stage_bytes = s2_bwd_dqds_smem_bytes(spec) / s->dqds_stages;
+    s->dqds2_stage_bytes = s->BN * s->row_bytes + 2 * DS_TILE_BYTES;
+    s->dqds2_u_off = s->dqds_stages * s->dqds2_stage_bytes;
+}
+
+/* ---- NAME_dqds2: two query tiles per CTA, each K tile read once for both ----
+ *
+ * NAME_dqds reads per entry an 8 KB dS tile from DRAM and a 16 KB K tile
+ * from L2, and the neighbouring query tile reads the same K tiles for all
+ * but a few of its entries (bench/RESULTS.md run 82: L2 at 88%).  Here one
+ * CTA of two warpgroups takes query tiles rel0 and rel0 - 1 of a head and
+ * walks the union of their (increasing) forward lists: each union slot
+ * loads the K tile once and each tile's dS tile (zero-filled where that
+ * tile has no such entry), and each warpgroup does its own tile's product.
+ * The union is built in shared memory at the start: one list entry per
+ * thread (lists of at most S2_BWD_DQDS2_MAX_LIST entries; the runtime
+ * takes NAME_dqds otherwise), each entry's place found by a binary search
+ * in the other list and a count of the common entries before it. */
+
+enum { U_KA = 0, U_KB = 4 * 256, U_CA = 4 * 512, U_WT = 4 * (512 + 264), U_KT = 4 * (512 + 264 + 8),
+       U_E0 = U_KT + 4 * 512, U_E1 = U_E0 + 4 * 512 };
+
+static LLVMValueRef lds_i32(bwd *k, int off, LLVMValueRef idx)
+{
+    LLVMValueRef ld = LLVMBuildLoad2(k->b, k->cg->t_i32,
+                                     s2_nv_smem_at(k->cg, add(k, c32(k, off), LLVMBuildShl(k->b, idx, c32(k, 2), ""))), "");
+    LLVMSetAlignment(ld, 4);
+    return ld;
+}
+
+static void sts_i32(bwd *k, int off, LLVMValueRef idx, LLVMValueRef v)
+{
+    LLVMValueRef st =
+        LLVMBuildStore(k->b, v, s2_nv_smem_at(k->cg, add(k, c32(k, off), LLVMBuildShl(k->b, idx, c32(k, 2), ""))));
+    LLVMSetAlignment(st, 4);
+}
+
+/* #{a[0..n) < x} for a in increasing order in shared memory (n <= 256),
+ * by halving steps without branches */
+static LLVMValueRef lower_bound_smem(bwd *k, int arr, LLVMValueRef n, LLVMValueRef x)
+{
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef lo = c32(k, 0);
+    for (int step = S2_BWD_DQDS2_MAX_LIST; step >= 1; step >>= 1) {
+        LLVMValueRef probe = add(k, lo, c32(k, step));
+        LLVMValueRef in = LLVMBuildICmp(b, LLVMIntSLE, probe, n, "");
+        LLVMValueRef v = lds_i32(k, arr, LLVMBuildSelect(b, in, LLVMBuildSub(b, probe, c32(k, 1), ""), c32(k, 0), ""));
+        LLVMValueRef go = LLVMBuildAnd(b, in, LLVMBuildICmp(b, LLVMIntSLT, v, x, ""), "");
+        lo = LLVMBuildSelect(b, go, probe, lo, "lb");
+    }
+    return lo;
+}
+
+/* The thread's count of `flag` over the threads below it, across the CTA
+ * (every thread calls it; ends with the warp totals published) and the
+ * CTA's total. */
+static LLVMValueRef cta_excl_count(bwd *k, LLVMValueRef flag, LLVMValueRef *total)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef bal = s2_nv_ballot(cg, flag);
+    LLVMValueRef mine = s2_nv_popc(cg, LLVMBuildAnd(b, bal, s2_nv_lanemask_lt(cg), ""));
+    LLVMValueRef w = LLVMBuildLShr(b, k->tid, c32(k, 5), "cta_warp");
+    s2_nv_if first;
+    s2_nv_if_begin(cg, &first, LLVMBuildICmp(b, LLVMIntEQ, k->lane, c32(k, 0), ""), "warp_total");
+    sts_i32(k, k->s.dqds2_u_off + U_WT, w, s2_nv_popc(cg, bal));
+    s2_nv_if_end(cg, &first);
+    s2_nv_barrier_cta(cg);
+    LLVMValueRef below = c32(k, 0), all = c32(k, 0);
+    for (int j = 0; j < S2_BWD_DQDS2_THREADS / 32; j++) {
+        LLVMValueRef t = lds_i32(k, k->s.dqds2_u_off + U_WT, c32(k, j));
+        below = add(k, below, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntULT, c32(k, j), w, ""), t, c32(k, 0), ""));
+        all = add(k, all, t);
+    }
+    *total = all;
+    return add(k, below, mine);
+}
+
+static void dqds2_prep(bwd *k, LLVMValueRef u, prep_vals *out, void *user)
+{
+    dq_state *ds = user;
+    out->n = 3;
+    out->v[0] = lds_i32(k, ds->u_off + U_KT, u);
+    out->v[1] = lds_i32(k, ds->u_off + U_E0, u);
+    out->v[2] = lds_i32(k, ds->u_off + U_E1, u);
+}
+
+static void dqds2_take(bwd *k, const prep_vals *in, void *user)
+{
+    dq_state *ds = user;
+    ds->kpos0 = mul(k, in->v[0], c32(k, k->s.BN));
+    ds->pe[0] = in->v[1];
+    ds->pe[1] = in->v[2];
+}
+
+static void dqds2_issue(bwd *k, LLVMValueRef u, LLVMValueRef soff, void *user)
+{
+    (void)u;
+    dq_state *ds = user;
+    LLVMBuilderRef b = k->b;
+    load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, ds->kpos0, NULL, false);
+    LLVMValueRef has0 = LLVMBuildICmp(b, LLVMIntSGE, ds->pe[0], c32(k, 0), "");
+    LLVMValueRef any = LLVMBuildSelect(b, has0, ds->pe[0], ds->pe[1], "");   /* one of them is an entry */
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
+    for (int j = 0; j < 2; j++) {
+        LLVMValueRef has = LLVMBuildICmp(b, LLVMIntSGE, ds->pe[j], c32(k, 0), "");
+        LLVMValueRef e = LLVMBuildSelect(b, has, ds->pe[j], any, "");
+        LLVMValueRef src = mul(k, add(k, ds->ds_base, sext64(k, e)), c64(k, DS_TILE_BYTES));
+        LLVMValueRef dst = add(k, soff, c32(k, k->s.BN * k->s.row_bytes + j * DS_TILE_BYTES));
+        LLVMValueRef size = LLVMBuildSelect(b, has, c32(k, 16), c32(k, 0), "");   /* absent: zeros */
+        for (int it = 0; it * S2_BWD_DQDS2_THREADS * 16 < DS_TILE_BYTES; it++) {
+            LLVMValueRef off = LLVMBuildShl(b, add(k, k->tid, c32(k, it * S2_BWD_DQDS2_THREADS)), c32(k, 4), "");
+            LLVMValueRef g = add(k, src, LLVMBuildZExt(b, off, k->cg->t_i64, ""));
+            s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, add(k, dst, off)),
+                              LLVMBuildInBoundsGEP2(b, i8, param(k, P_DS), &g, 1, ""), size);
+        }
+    }
+}
+
+static void build_dqds2(bwd *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    dq_state ds = {0};
+    ds.u_off = k->s.dqds2_u_off;
+    /* the warpgroup (warp-uniform, so that its dS descriptor is), and the
+     * warp within it for the fragment layouts */
+    LLVMValueRef wg = s2_nv_shfl_idx_i32(cg, LLVMBuildLShr(b, k->tid, c32(k, 7), ""), 0);
+    LLVMValueRef cta_warp = k->warp;
+    k->warp = LLVMBuildAnd(b, cta_warp, c32(k, 3), "wg_warp");
+    ds.a_shift = mul(k, wg, c32(k, DS_TILE_BYTES));
+
+    LLVMValueRef head32 = s2_nv_ctaid(cg, 'y');
+    LLVMValueRef h64 = LLVMBuildZExt(b, head32, cg->t_i64, "head");
+    LLVMValueRef kvh64 = LLVMBuildZExt(b, LLVMBuildUDiv(b, head32, c32(k, k->s.group), ""), cg->t_i64, "kv_head");
+    LLVMValueRef q_tiles = param(k, P_Q_TILES);
+    LLVMValueRef rel0 = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""),
+                                     LLVMBuildShl(b, s2_nv_ctaid(cg, 'x'), c32(k, 1), ""), "rel0");
+    LLVMValueRef rel1 = LLVMBuildSub(b, rel0, c32(k, 1), "rel1");
+    LLVMValueRef has1 = LLVMBuildICmp(b, LLVMIntSGE, rel1, c32(k, 0), "has1");
+    LLVMValueRef pos0 = mul(k, add(k, param(k, P_FIRST_Q_TILE), rel0), c32(k, k->s.BM));
+    /* no second tile: rows past kv_len, which the stores skip */
+    LLVMValueRef pos1 = LLVMBuildSelect(b, has1, LLVMBuildSub(b, pos0, c32(k, k->s.BM), ""), k->kv_len, "");
+    ds.kslice = slice(k, P_KS, kvh64);
+    ds.entries = param(k, P_ENTRIES);
+    LLVMValueRef b0, e0, b1, e1, first;
+    list_bounds_of(k, P_CLASS, P_OFFSETS, h64, q_tiles, rel0, &b0, &e0, &first);
+    list_bounds_of(k, P_CLASS, P_OFFSETS, h64, q_tiles, LLVMBuildSelect(b, has1, rel1, rel0, ""), &b1, &e1, NULL);
+    LLVMValueRef n0 = LLVMBuildSub(b, e0, b0, "n0");
+    LLVMValueRef n1 = LLVMBuildSelect(b, has1, LLVMBuildSub(b, e1, b1, ""), c32(k, 0), "n1");
+    ds.ds_base = LLVMBuildSub(b, bwd_ds_slot_base(k, h64), sext64(k, first), "ds_base");
+
+    /* the union of the two lists, in increasing key order */
+    int u = ds.u_off;
+    LLVMValueRef t = k->tid;
+    LLVMValueRef inA = LLVMBuildICmp(b, LLVMIntSLT, t, n0, ""), inB = LLVMBuildICmp(b, LLVMIntSLT, t, n1, "");
+    LLVMValueRef ea = add(k, b0, t), eb = add(k, b1, t);
+    s2_nv_if la, lb;
+    s2_nv_if_begin(cg, &la, inA, "key_a");
+    sts_i32(k, u + U_KA, t, bwd_entry_field(k, ds.entries, ea, 0, cg->t_i32));
+    s2_nv_if_end(cg, &la);
+    s2_nv_if_begin(cg, &lb, inB, "key_b");
+    sts_i32(k, u + U_KB, t, bwd_entry_field(k, ds.entries, eb, 0, cg->t_i32));
+    s2_nv_if_end(cg, &lb);
+    s2_nv_barrier_cta(cg);
+    /* A's entries: place = t + #{B < x} - #{common entries before t} */
+    LLVMValueRef xa = lds_i32(k, u + U_KA, LLVMBuildSelect(b, inA, t, c32(k, 0), ""));
+    LLVMValueRef lbB = lower_bound_smem(k, u + U_KB, n1, xa);
+    LLVMValueRef hitB = LLVMBuildAnd(
+        b, LLVMBuildAnd(b, inA, LLVMBuildICmp(b, LLVMIntSLT, lbB, n1, ""), ""),
+        LLVMBuildICmp(b, LLVMIntEQ, lds_i32(k, u + U_KB, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, lbB, n1, ""), lbB, c32(k, 0), "")), xa, ""),
+        "common");
+    LLVMValueRef ncommon;
+    LLVMValueRef cbefore = cta_excl_count(k, hitB, &ncommon);
+    s2_nv_if wa;
+    s2_nv_if_begin(cg, &wa, inA, "place_a");
+    {
+        LLVMValueRef at = LLVMBuildSub(b, add(k, t, lbB), cbefore, "");
+        sts_i32(k, u + U_CA, t, cbefore);
+        sts_i32(k, u + U_KT, at, xa);
+        sts_i32(k, u + U_E0, at, ea);
+        sts_i32(k, u + U_E1, at, LLVMBuildSelect(b, hitB, add(k, b1, lbB), c32(k, -1), ""));
+    }
+    s2_nv_if_end(cg, &wa);
+    s2_nv_if lastc;
+    s2_nv_if_begin(cg, &lastc, LLVMBuildICmp(b, LLVMIntEQ, t, c32(k, 0), ""), "ca_end");
+    sts_i32(k, u + U_CA, n0, ncommon);
+    s2_nv_if_end(cg, &lastc);
+    s2_nv_barrier_cta(cg);
+    /* B's entries A lacks: place = t + #{A < y} - #{common entries below y} */
+    s2_nv_if wb;
+    s2_nv_if_begin(cg, &wb, inB, "place_b");
+    {
+        LLVMValueRef y = lds_i32(k, u + U_KB, t);
+        LLVMValueRef lbA = lower_bound_smem(k, u + U_KA, n0, y);
+        LLVMValueRef inrange = LLVMBuildICmp(b, LLVMIntSLT, lbA, n0, "");
+        LLVMValueRef hitA = LLVMBuildAnd(
+            b, inrange,
+            LLVMBuildICmp(b, LLVMIntEQ, lds_i32(k, u + U_KA, LLVMBuildSelect(b, inrange, lbA, c32(k, 0), "")), y, ""), "");
+        s2_nv_if only;
+        s2_nv_if_begin(cg, &only, LLVMBuildNot(b, hitA, ""), "b_only");
+        LLVMValueRef at = LLVMBuildSub(b, add(k, t, lbA), lds_i32(k, u + U_CA, lbA), "");
+        sts_i32(k, u + U_KT, at, y);
+        sts_i32(k, u + U_E0, at, c32(k, -1));
+        sts_i32(k, u + U_E1, at, eb);
+        s2_nv_if_end(cg, &only);
+    }
+    s2_nv_if_end(cg, &wb);
+    s2_nv_barrier_cta(cg);
+    LLVMValueRef nu = LLVMBuildSub(b, add(k, n0, n1), ncommon, "n_union");
+
+    LLVMValueRef acc[MAX_D / 8][4];
+    new_acc(k, acc, "dq");
+    ds.acc = acc;
+    ring_fns f = {dqds2_prep, dqds2_take, dqds2_issue, bwd_wg_dqds_compute};
+    pipeline(k, c32(k, 0), nu, k->s.dqds_stages, 0, k->s.dqds2_stage_bytes, &f, &ds);
+    LLVMValueRef mypos = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, wg, c32(k, 0), ""), pos0, pos1, "tile_pos0");
+    store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), mypos, true);
+    LLVMBuildRetVoid(b);
 }
 
 int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
@@ -1205,7 +1423,7 @@ static LLVMValueRef new_kernel(bwd *k, const char *base, const char *suffix)
     params[P_TCLASS] = params[P_TOFFSETS] = params[P_TENTRIES] = cg->t_ptr_global;
     params[P_KV_TILES] = cg->t_i32;
     params[P_DS] = params[P_DS_HEAD] = params[P_DS_MAP] = cg->t_ptr_global;
-    LLVMValueRef fn = s2_nv_kernel_new(cg, name, params, P_COUNT, k->s.threads, 1);
+    LLVMValueRef fn = s2_nv_kernel_new(cg, name, params, P_COUNT, k->s.threads, k->min_ctas ? k->min_ctas : 1);
     static const int ro[] = {P_Q, P_K, P_V, P_O, P_DO, P_LSE, P_DLSE, P_CLASS, P_OFFSETS, P_ENTRIES,
                              P_TCLASS, P_TOFFSETS, P_TENTRIES, P_DS_HEAD, P_DS_MAP};
     for (size_t i = 0; i < sizeof ro / sizeof ro[0]; i++) {
@@ -1239,6 +1457,15 @@ s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ker
     if (k.s.ds) {
         new_kernel(&k, name, "_dqds");
         build_dqds(&k);
+        /* two warpgroups, two CTAs per SM (128 registers) */
+        bwd_shape one = k.s;
+        k.s.threads = S2_BWD_DQDS2_THREADS;
+        k.s.warps = S2_BWD_DQDS2_THREADS / 32;
+        k.min_ctas = 2;
+        new_kernel(&k, name, "_dqds2");
+        build_dqds2(&k);
+        k.s = one;
+        k.min_ctas = 0;
     }
     return S2_OK;
 }

@@ -43,6 +43,7 @@ typedef struct bwd_shape {
     int kv_k_off, kv_v_off, kv_stage0, kv_stage_bytes, kv_lse_off;
     int kv_ds_off;               /* the dS tile on its way out (ds) */
     int dqds_stages, dqds_stage_bytes;  /* NAME_dqds: K tile then dS tile per stage, from 0 */
+    int dqds2_stage_bytes, dqds2_u_off; /* NAME_dqds2: K tile then two dS tiles per stage; the union arrays */
 } bwd_shape;
 
 enum { DS_TILE = 64, DS_TILE_BYTES = S2_BWD_DS_TILE_BYTES };
@@ -58,6 +59,7 @@ typedef struct bwd {
     LLVMValueRef q_len, kv_len, q_start;        /* i32 */
     LLVMValueRef scale_log2;                    /* f32 */
     LLVMValueRef a_row, a_lc, b_row, b_lc, bt_row, bt_lc; /* ldmatrix lane rows / chunks */
+    int min_ctas;                               /* launch bound of the kernel being built (0: 1) */
 } bwd;
 
 static inline LLVMValueRef c32(bwd *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
@@ -106,6 +108,9 @@ typedef struct dq_state {
     LLVMValueRef lse2[2], delta[2];
     LLVMValueRef (*acc)[4];
     LLVMValueRef ds_base;                             /* NAME_dqds: i64 tile slot of forward entry 0 */
+    LLVMValueRef pe[2];                               /* NAME_dqds2: the union slot's entries (-1: none) */
+    LLVMValueRef a_shift;                             /* NAME_dqds2: this warpgroup's dS tile in the stage */
+    int u_off;                                        /* NAME_dqds2: shared offset of the union arrays */
 } dq_state;
 
 typedef struct kv_state {

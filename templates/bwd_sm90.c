@@ -248,7 +248,8 @@ void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef slot, LLVMValueRef (*
 }
 
 /* NAME_dqds: dQ += dS·K, dS the stage's tile after K (A, K-major over the
- * 64 keys), K N-major (the head dim is N). */
+ * 64 keys), K N-major (the head dim is N); NAME_dqds2: this warpgroup's dS
+ * tile, a_shift further. */
 void bwd_wg_dqds_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     (void)e;
@@ -261,7 +262,10 @@ void bwd_wg_dqds_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
         ks[j] = (j * 16 * 128) >> 4;
     LLVMValueRef acc[MAX_D / 2];
     acc_load(k, ds->acc, acc);
-    s2_nv_wgmma_ss(cg, s->dt, s->D, s->BN / 16, desc_kmajor(k, add(k, soff, c32(k, s->BN * s->row_bytes))), as,
+    LLVMValueRef aoff = add(k, soff, c32(k, s->BN * s->row_bytes));
+    if (ds->a_shift)
+        aoff = add(k, aoff, ds->a_shift);
+    s2_nv_wgmma_ss(cg, s->dt, s->D, s->BN / 16, desc_kmajor(k, aoff), as,
                    desc_nmajor(k, soff, s->BN), ks, true, true, acc);
     s2_nv_wgmma_wait(cg, 0, acc, s->D / 2);
     acc_store(k, ds->acc, acc);

@@ -109,6 +109,17 @@ bool s2_bwd_ds_capable(const s2_pattern *p, const s2_kernel_spec *spec);
  * more CTAs share an SM). */
 int s2_bwd_dqds_stages(void);
 int s2_bwd_dqds_smem_bytes(const s2_kernel_spec *spec);
+/* NAME_dqds2, its paired form: one CTA of 256 threads per two adjacent
+ * query tiles of a head (query tiles q_tiles-1-2x and q_tiles-2-2x for
+ * blockIdx.x = x; grid.x = ceil(q_tiles / 2)), over the union of their
+ * lists, each K tile read once for both.  Only for forward lists of at most
+ * S2_BWD_DQDS2_MAX_LIST entries in increasing key order; its dynamic shared
+ * memory. */
+enum { S2_BWD_DQDS2_MAX_LIST = 256, S2_BWD_DQDS2_THREADS = 256 };
+/* the union's shared memory: two key arrays, the common-entry prefix
+ * counts, 8 warp totals, then key tile and the two entries per union slot */
+enum { S2_BWD_DQDS2_UNION_BYTES = 4 * (2 * 256 + 264 + 8 + 3 * 512) };
+int s2_bwd_dqds2_smem_bytes(const s2_kernel_spec *spec);
 
 /* ---- the forward kernel ABI ------------------------------------------------------
  * Symbol s2_fwd_<pattern name, non-identifier characters as '_'>_<bf16|f16>_d<D>.
@@ -236,7 +247,10 @@ typedef enum s2_fwd_abi {
  *              of list x's header (rows >= kv_len untouched), summed over the
  *              query heads of kv head y in increasing order
  *   NAME_dq    grid (q_tiles, H, B), smem art->smem_bytes: dq of the tile, as the forward
- *              (or NAME_dqds, same grid, smem s2_bwd_dqds_smem_bytes, when ds is given)
+ *              (or NAME_dqds, same grid, smem s2_bwd_dqds_smem_bytes, when ds is given;
+ *              or NAME_dqds2, grid (cdiv(q_tiles, 2), H, B), block S2_BWD_DQDS2_THREADS,
+ *              smem s2_bwd_dqds2_smem_bytes, when ds is given and every forward list
+ *              holds at most S2_BWD_DQDS2_MAX_LIST entries in increasing key order)
  * No atomics: every output element is summed by one thread in a fixed order,
  * so two runs give bitwise-identical results.  dq = scale·dS·K, dk =
  * scale·dSᵀ·Q, dv = Pᵀ·dO with P recomputed from lse2 (s2_ref_backward).
@@ -364,6 +378,9 @@ typedef struct s2_attn_bwd_args {
      * workspace must hold s2_attn_backward_workspace_chunked()'s size for it);
      * 0: the runtime chooses (attn_runtime.h, s2_attn_backward). */
     int ds_chunks;
+    /* On the dS path, dQ for two query tiles per CTA (NAME_dqds2) where the
+     * module has it and the lists allow: 0 yes, -1 no (NAME_dqds). */
+    int dq_pair;
 } s2_attn_bwd_args;
 
 /* Workspace of the backward: delta then lse·log2 e, fp32 [B][H][Sq] each,

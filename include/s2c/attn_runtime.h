@@ -88,6 +88,7 @@ typedef struct s2_attn_sched_stats {
     int cached;                      /* entries held now (<= S2_ATTN_SCHED_CACHE) */
     int64_t wide;                    /* forward schedules built for the wide variant (kernel.wide) */
     int64_t ds_chunked;              /* backward launches that ran the dS path in chunks of heads */
+    int64_t dq_paired;               /* backward launches whose dQ ran two query tiles per CTA (NAME_dqds2) */
 } s2_attn_sched_stats;
 void s2_attn_kernel_sched_stats(s2_attn_kernel *k, s2_attn_sched_stats *out);
 

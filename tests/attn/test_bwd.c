@@ -46,10 +46,10 @@ START_TEST(bwd_assembles_without_spills)
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_PTXAS, &art) == S2_OK, "%s d%d %s %s: %s", p->name, D,
                   s2_dtype_name(dt), s2_arch_name(arch), s2_ctx_message(ctx));
-    /* NAME_dqds exactly where s2_bwd_ds_capable says */
-    int nk = s2_bwd_ds_capable(p, &art->spec) ? 4 : 3;
+    /* NAME_dqds and NAME_dqds2 exactly where s2_bwd_ds_capable says */
+    int nk = s2_bwd_ds_capable(p, &art->spec) ? 5 : 3;
     ck_assert_int_eq(art->num_kernels, nk);
-    static const char *const parts[] = {"_pre", "_dq", "_dkdv", "_dqds"};
+    static const char *const parts[] = {"_pre", "_dq", "_dkdv", "_dqds", "_dqds2"};
     for (int i = 0; i < nk; i++) {
         const s2_kernel_info *ki = find_kernel(art, parts[i]);
         ck_assert_msg(ki != NULL, "no kernel *%s in %s", parts[i], art->name);

@@ -376,7 +376,17 @@ static void run_case(int vi)
     uint16_t *first[3] = {0};
     res->ok = true;
     res->same = true;
-    for (int run = 0; run < 2; run++) {
+    /* runs: 0 checked against the reference, 1 bitwise against run 0; a dS
+     * case through the runtime also 2: dQ by NAME_dqds (dq_pair -1) where
+     * runs 0 and 1 took NAME_dqds2, checked against the reference */
+    int runs = use_rt && dsp ? 3 : 2;
+    int64_t paired0 = 0;
+    if (use_rt) {
+        s2_attn_sched_stats ss0;
+        s2_attn_kernel_sched_stats(ak, &ss0);
+        paired0 = ss0.dq_paired;
+    }
+    for (int run = 0; run < runs; run++) {
         for (int i = 0; i < 3; i++) {
             poison(outs[i]);
             ck_assert(s2_memcpy_h2d(ctx, dev, outs[i]->dev, outs[i]->data, outs[i]->elems * 2) == S2_OK);
@@ -388,7 +398,7 @@ static void run_case(int vi)
                                    .d_o = dO.dev, .lse = d_lse, .d_lse = c->dlse ? d_dlse : 0, .dq = dq.dev,
                                    .dk = dk.dev, .dv = dv.dev, .workspace = d_ws,
                                    .workspace_bytes = run == 1 && ws_chunk ? ws_chunk : ws_full,
-                                   .ds_chunks = run == 1 && ws_chunk ? HK : 0};
+                                   .ds_chunks = run == 1 && ws_chunk ? HK : 0, .dq_pair = run == 2 ? -1 : 0};
             const host_tensor *ts8[8] = {&q, &k, &v, &o, &dO, &dq, &dk, &dv};
             int64_t *dst8[8] = {ba.q_stride, ba.k_stride, ba.v_stride, ba.o_stride, ba.do_stride, ba.dq_stride,
                                 ba.dk_stride, ba.dv_stride};
@@ -397,7 +407,9 @@ static void run_case(int vi)
             ck_assert_msg(s2_attn_backward(ctx, ak, NULL, &ba) == S2_OK, "%s", s2_ctx_message(ctx));
             s2_attn_sched_stats ss;
             s2_attn_kernel_sched_stats(ak, &ss);
-            ck_assert_int_eq(ss.ds_chunked, run == 1 && ws_chunk ? 1 : 0);
+            ck_assert_int_eq(ss.ds_chunked, ws_chunk && run >= 1 ? 1 : 0);
+            /* every dS case's lists are short: runs 0 and 1 take NAME_dqds2 */
+            ck_assert_int_eq(ss.dq_paired - paired0, dsp ? (run >= 1 ? 2 : 1) : 0);
         } else {
             s2_devptr ptrs[12] = {q.dev, k.dev, v.dev, o.dev, dO.dev, d_lse, c->dlse ? d_dlse : 0, d_ws,
                                   d_ws + ws_bytes / 2, dq.dev, dk.dev, dv.dev};
@@ -432,12 +444,14 @@ static void run_case(int vi)
         ck_assert_msg(s2_device_synchronize(ctx, dev) == S2_OK, "%s: %s", c->name, s2_ctx_message(ctx));
         for (int i = 0; i < 3; i++)
             ck_assert(s2_memcpy_d2h(ctx, dev, outs[i]->data, outs[i]->dev, outs[i]->elems * 2) == S2_OK);
-        if (run == 0) {
+        if (run == 0 || run == 2) {
             const s2_tensor *refs[3] = {&tq, &tk, &tv};
             int64_t bad = 0;
             for (int i = 0; i < 3; i++) {
                 res->err[i] = compare(outs[i], refs[i], i == 0 ? SQ : SK, &bad);
                 bad += padding_written(outs[i]);
+                if (run == 2)
+                    continue;
                 first[i] = malloc(outs[i]->elems * 2);
                 ck_assert_ptr_nonnull(first[i]);
                 memcpy(first[i], outs[i]->data, outs[i]->elems * 2);
@@ -446,8 +460,9 @@ static void run_case(int vi)
             res->ok = bad == 0 && res->err[0] <= tol && res->err[1] <= tol && res->err[2] <= tol;
             ck_assert_msg(bad == 0, "%s seed %llu: %lld NaN outputs or padding written", c->name,
                           (unsigned long long)res->seed, (long long)bad);
-            ck_assert_msg(res->ok, "%s seed %llu: relative errors dq %.3g dk %.3g dv %.3g > %.g", c->name,
-                          (unsigned long long)res->seed, res->err[0], res->err[1], res->err[2], tol);
+            ck_assert_msg(res->ok, "%s seed %llu%s: relative errors dq %.3g dk %.3g dv %.3g > %.g", c->name,
+                          (unsigned long long)res->seed, run == 2 ? " (dQ by NAME_dqds)" : "", res->err[0],
+                          res->err[1], res->err[2], tol);
             ck_assert_msg(c->pattern != 5 || empty > 0, "%s: no empty row", c->name);
         } else {
             for (int i = 0; i < 3; i++)

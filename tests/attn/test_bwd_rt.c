@@ -148,13 +148,31 @@ START_TEST(ds_path_in_head_chunks)
         long long before = fake_get("launches");
         ck_assert_msg(s2_attn_backward(f.ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(f.ctx));
         ck_assert_int_eq(fake_get("launches") - before, launches[i]);
-        /* the last launch: the dQ kernel (of the last chunk: the query heads of one kv head) */
+        /* the last launch: the dQ kernel (of the last chunk: the query heads of
+         * one kv head); on the dS path NAME_dqds2, two query tiles per CTA */
         ck_assert_int_eq(fake_get("last_grid_y"), grid_y[i]);
-        ck_assert_int_eq(fake_get("last_smem"), dqds[i] ? s2_bwd_dqds_smem_bytes(&art_ds->spec) : art_ds->smem_bytes);
+        ck_assert_int_eq(fake_get("last_smem"), dqds[i] ? s2_bwd_dqds2_smem_bytes(&art_ds->spec) : art_ds->smem_bytes);
+        ck_assert_int_eq(fake_get("last_block_x"), dqds[i] ? S2_BWD_DQDS2_THREADS : art_ds->threads_per_block);
+        ck_assert_int_eq(fake_get("last_grid_x"), dqds[i] ? (CS / 64 + 1) / 2 : CS / 64);
         s2_attn_sched_stats ss;
         s2_attn_kernel_sched_stats(k, &ss);
         ck_assert_int_eq(ss.ds_chunked, i >= 1 ? 1 : 0);
+        ck_assert_int_eq(ss.dq_paired, i >= 1 ? 2 : 1);
     }
+    /* dq_pair -1: NAME_dqds, one query tile per CTA */
+    a.workspace_bytes = full, a.ds_chunks = 0, a.dq_pair = -1;
+    {
+        long long before = fake_get("launches");
+        ck_assert_msg(s2_attn_backward(f.ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+        ck_assert_int_eq(fake_get("launches") - before, 3);
+        ck_assert_int_eq(fake_get("last_smem"), s2_bwd_dqds_smem_bytes(&art_ds->spec));
+        ck_assert_int_eq(fake_get("last_block_x"), art_ds->threads_per_block);
+        ck_assert_int_eq(fake_get("last_grid_x"), CS / 64);
+        s2_attn_sched_stats ss;
+        s2_attn_kernel_sched_stats(k, &ss);
+        ck_assert_int_eq(ss.dq_paired, 2);
+    }
+    a.dq_pair = 0;
     /* two chunks in less than their workspace; chunks that do not divide the kv heads */
     long long before = fake_get("launches");
     a.workspace_bytes = half - 16, a.ds_chunks = 2;
