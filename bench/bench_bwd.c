@@ -26,7 +26,9 @@
  * same state, as separate do_bench calls would).
  *
  *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--gather G]
- *             [--ds 0|1|N] [--order fbx] [--cool MS] */
+ *             [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS]
+ * --dq-pair -1 keeps the dS path's dQ kernel at one query tile per CTA
+ * (NAME_dqds) where the runtime would take NAME_dqds2. */
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
@@ -185,7 +187,8 @@ static int64_t nonfinite(s2_ctx *ctx, s2_device *dev, s2_devptr p, size_t elems,
 }
 
 static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_config *c, int reps, int block_n,
-                       int stages, int wgmma, int gather, int use_ds, const char *order, int cool_ms, bool h100)
+                       int stages, int wgmma, int gather, int use_ds, int dq_pair, const char *order, int cool_ms,
+                       bool h100)
 {
     s2_local_stride_args a;
     s2_local_stride_args_default(&a);
@@ -256,7 +259,8 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
                                   .kv_heads = c->heads, .head_dim = HEAD_DIM, .dtype = S2_DTYPE_BF16,
                                   .q = t[0], .k = t[1], .v = t[2], .o = t[3], .d_o = t[4], .lse = lse, .d_lse = dlse,
                                   .dq = t[5], .dk = t[6], .dv = t[7], .workspace = ws,
-                                  .workspace_bytes = ws_bytes, .ds_chunks = ds && use_ds > 1 ? use_ds : 0};
+                                  .workspace_bytes = ws_bytes, .ds_chunks = ds && use_ds > 1 ? use_ds : 0,
+                                  .dq_pair = dq_pair};
         s2_attn_bwd_args_bshd(&r.ba);
         st = run_once(ctx, &r, 2, NULL);
     }
@@ -311,7 +315,7 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
 int main(int argc, char **argv)
 {
     const char *want = NULL;
-    int reps = 20, block_n = 0, stages = 0, wgmma = 0, gather = 0, use_ds = 1;
+    int reps = 20, block_n = 0, stages = 0, wgmma = 0, gather = 0, use_ds = 1, dq_pair = 0;
     const char *order = "fbx";
     int cool_ms = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -322,11 +326,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--wgmma")) wgmma = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gather")) gather = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--ds")) use_ds = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--dq-pair")) dq_pair = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--order")) order = argv[i + 1];
         else if (!strcmp(argv[i], "--cool")) cool_ms = atoi(argv[i + 1]);
         else {
             fprintf(stderr, "usage: bench_bwd [--config NAME,..] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] "
-                            "[--gather G] [--ds 0|1|N] [--order fbx] [--cool MS]\n");
+                            "[--gather G] [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS]\n");
             return 2;
         }
     }
@@ -360,7 +365,8 @@ int main(int argc, char **argv)
            info->name, info->cc_major, info->cc_minor, s2_arch_name(arch), reps, order, cool_ms, h100 ? "H100" : "H200");
     for (int i = 0; i < NUM_CONFIGS; i++)
         if (!want || strstr(want, configs[i].name))
-            run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, wgmma, gather, use_ds, order, cool_ms, h100);
+            run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, wgmma, gather, use_ds, dq_pair, order, cool_ms,
+                       h100);
     s2_device_free(dev);
     s2_ctx_free(ctx);
     return 0;
