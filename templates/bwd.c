@@ -23,6 +23,7 @@
  * forward's masking (live bits, causal, kv_len); rows outside the queries are
  * read as zeros (Q, dO, delta), which makes their contribution zero. */
 #include "cg_internal.h"
+#include "flash.h"
 #include "s2c/attention.h"
 #include "s2c/layout.h"
 
@@ -611,51 +612,24 @@ static void store_acc(bwd *k, LLVMValueRef acc[][4], LLVMValueRef scale, LLVMVal
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    LLVMValueRef col = LLVMBuildShl(b, k->t4, c32(k, 1), "");
-    LLVMValueRef odd = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, k->t4, c32(k, 1), ""), c32(k, 0), "odd_lane");
-    LLVMValueRef pcol = add(k, col, LLVMBuildSelect(b, odd, c32(k, 6), c32(k, 0), ""));
-    LLVMValueRef bits = LLVMBuildOr(b, LLVMBuildPtrToInt(b, out, cg->t_i64, ""),
-                                    LLVMBuildShl(b, LLVMBuildOr(b, sl, rstride, ""), LLVMConstInt(cg->t_i64, 1, 0), ""), "");
-    LLVMValueRef aligned = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, bits, LLVMConstInt(cg->t_i64, 7, 0), ""),
-                                         LLVMConstInt(cg->t_i64, 0, 0), "aligned8");
-    LLVMTypeRef v2 = LLVMVectorType(cg->t_i32, 2);
-    int ng = k->s.D / 8;
+    s2_flash_pairs pr;
+    s2_flash_pairs_init(cg, &pr, k->t4, k->s.D);
+    LLVMValueRef offs[1] = {LLVMBuildOr(b, sl, rstride, "")};
+    LLVMValueRef aligned = s2_flash_aligned8(cg, out, offs, 1);
     for (int hr = 0; hr < 2; hr++) {
-        LLVMValueRef w[MAX_D / 8], pair[MAX_D / 16][2];
-        for (int dn = 0; dn < ng; dn++) {
+        for (int dn = 0; dn < pr.ng; dn++) {
             LLVMValueRef v0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[dn][2 * hr], ""), scale, "");
             LLVMValueRef v1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[dn][2 * hr + 1], ""), scale, "");
-            w[dn] = s2_nv_pack2(cg, k->s.dt, v0, v1);
+            pr.w[dn] = s2_nv_pack2(cg, k->s.dt, v0, v1);
         }
-        /* the exchange, in every lane (outside the row guard) */
-        for (int c = 0; c < ng / 2; c++) {
-            LLVMValueRef send = LLVMBuildSelect(b, odd, w[2 * c], w[2 * c + 1], "");
-            LLVMValueRef got = LLVMBuildBitCast(
-                b, s2_nv_shfl_bfly_f32(cg, LLVMBuildBitCast(b, send, cg->t_f32, ""), 1), cg->t_i32, "");
-            pair[c][0] = LLVMBuildSelect(b, odd, got, w[2 * c], "");
-            pair[c][1] = LLVMBuildSelect(b, odd, w[2 * c + 1], got, "");
-        }
+        s2_flash_pairs_exchange(cg, &pr);   /* in every lane (outside the row guard) */
         LLVMValueRef r = add(k, LLVMBuildShl(b, k->warp, c32(k, 4), ""), add(k, k->g, c32(k, 8 * hr)));
         LLVMValueRef trow;
         LLVMValueRef ok = tile_row(k, pos0, query, r, &trow);
-        s2_nv_if st, wide, narrow;
+        s2_nv_if st;
         s2_nv_if_begin(cg, &st, ok, "store");
         LLVMValueRef row_off = add(k, sl, mul(k, sext64(k, trow), rstride));
-        s2_nv_if_begin(cg, &wide, aligned, "st_v2");
-        for (int c = 0; c < ng / 2; c++) {
-            LLVMValueRef off = add(k, row_off, LLVMBuildZExt(b, add(k, pcol, c32(k, 16 * c)), cg->t_i64, ""));
-            LLVMValueRef v = LLVMGetUndef(v2);
-            v = LLVMBuildInsertElement(b, v, pair[c][0], c32(k, 0), "");
-            v = LLVMBuildInsertElement(b, v, pair[c][1], c32(k, 1), "");
-            LLVMSetAlignment(LLVMBuildStore(b, v, gep16(k, out, off)), 8);
-        }
-        s2_nv_if_end(cg, &wide);
-        s2_nv_if_begin(cg, &narrow, LLVMBuildNot(b, aligned, ""), "st_b32");
-        for (int dn = 0; dn < ng; dn++) {
-            LLVMValueRef c = LLVMBuildZExt(b, add(k, col, c32(k, dn * 8)), cg->t_i64, "");
-            LLVMSetAlignment(LLVMBuildStore(b, w[dn], gep16(k, out, add(k, row_off, c))), 4);
-        }
-        s2_nv_if_end(cg, &narrow);
+        s2_flash_pairs_store(cg, &pr, out, row_off, aligned);
         s2_nv_if_end(cg, &st);
     }
 }

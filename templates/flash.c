@@ -120,3 +120,65 @@ LLVMValueRef s2_flash_swizzle(s2_cg *cg, LLVMValueRef row, LLVMValueRef chunk, i
     LLVMValueRef off = LLVMBuildMul(b, row, LLVMConstInt(cg->t_i32, (unsigned)(chunks * 16), 0), "");
     return LLVMBuildAdd(b, off, LLVMBuildShl(b, sw, LLVMConstInt(cg->t_i32, 4, 0), ""), "");
 }
+
+/* ---- 8-byte row stores after one lane exchange ---- */
+
+void s2_flash_pairs_init(s2_cg *cg, s2_flash_pairs *p, LLVMValueRef t4, int D)
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMValueRef one = LLVMConstInt(cg->t_i32, 1, 0);
+    p->ng = D / 8;
+    p->col = LLVMBuildShl(b, t4, one, "");
+    p->odd = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, t4, one, ""), LLVMConstInt(cg->t_i32, 0, 0), "odd_lane");
+    /* the paired column: 2 t4 + 6 (t4 & 1), in group 2c */
+    p->pcol = LLVMBuildAdd(b, p->col,
+                           LLVMBuildSelect(b, p->odd, LLVMConstInt(cg->t_i32, 6, 0), LLVMConstInt(cg->t_i32, 0, 0), ""),
+                           "");
+}
+
+void s2_flash_pairs_exchange(s2_cg *cg, s2_flash_pairs *p)
+{
+    LLVMBuilderRef b = cg->b;
+    for (int c = 0; c < p->ng / 2; c++) {
+        LLVMValueRef send = LLVMBuildSelect(b, p->odd, p->w[2 * c], p->w[2 * c + 1], "");
+        LLVMValueRef got = LLVMBuildBitCast(
+            b, s2_nv_shfl_bfly_f32(cg, LLVMBuildBitCast(b, send, cg->t_f32, ""), 1), cg->t_i32, "");
+        p->pair[c][0] = LLVMBuildSelect(b, p->odd, got, p->w[2 * c], "");
+        p->pair[c][1] = LLVMBuildSelect(b, p->odd, p->w[2 * c + 1], got, "");
+    }
+}
+
+void s2_flash_pairs_store(s2_cg *cg, const s2_flash_pairs *p, LLVMValueRef base, LLVMValueRef row_off,
+                          LLVMValueRef aligned)
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMTypeRef i16 = LLVMInt16TypeInContext(cg->llctx), v2 = LLVMVectorType(cg->t_i32, 2);
+    s2_nv_if wide, narrow;
+    s2_nv_if_begin(cg, &wide, aligned, "st_v2");
+    for (int c = 0; c < p->ng / 2; c++) {
+        LLVMValueRef col = c ? LLVMBuildAdd(b, p->pcol, LLVMConstInt(cg->t_i32, (unsigned)(16 * c), 0), "") : p->pcol;
+        LLVMValueRef off = LLVMBuildAdd(b, row_off, LLVMBuildZExt(b, col, cg->t_i64, ""), "");
+        LLVMValueRef v = LLVMGetUndef(v2);
+        v = LLVMBuildInsertElement(b, v, p->pair[c][0], LLVMConstInt(cg->t_i32, 0, 0), "");
+        v = LLVMBuildInsertElement(b, v, p->pair[c][1], LLVMConstInt(cg->t_i32, 1, 0), "");
+        LLVMSetAlignment(LLVMBuildStore(b, v, LLVMBuildInBoundsGEP2(b, i16, base, &off, 1, "")), 8);
+    }
+    s2_nv_if_end(cg, &wide);
+    s2_nv_if_begin(cg, &narrow, LLVMBuildNot(b, aligned, ""), "st_b32");
+    for (int dn = 0; dn < p->ng; dn++) {
+        LLVMValueRef col = dn ? LLVMBuildAdd(b, p->col, LLVMConstInt(cg->t_i32, (unsigned)(8 * dn), 0), "") : p->col;
+        LLVMValueRef off = LLVMBuildAdd(b, row_off, LLVMBuildZExt(b, col, cg->t_i64, ""), "");
+        LLVMSetAlignment(LLVMBuildStore(b, p->w[dn], LLVMBuildInBoundsGEP2(b, i16, base, &off, 1, "")), 4);
+    }
+    s2_nv_if_end(cg, &narrow);
+}
+
+LLVMValueRef s2_flash_aligned8(s2_cg *cg, LLVMValueRef ptr, const LLVMValueRef *vals, int n)
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMValueRef bits = LLVMBuildPtrToInt(b, ptr, cg->t_i64, "");
+    for (int i = 0; i < n; i++)
+        bits = LLVMBuildOr(b, bits, LLVMBuildShl(b, vals[i], LLVMConstInt(cg->t_i64, 1, 0), ""), "");
+    return LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, bits, LLVMConstInt(cg->t_i64, 7, 0), ""),
+                         LLVMConstInt(cg->t_i64, 0, 0), "aligned8");
+}

@@ -47,4 +47,30 @@ void s2_flash_row_final(s2_cg *cg, const s2_flash_rows *r, int hr, LLVMValueRef 
  * different bank groups (GPU-KERNEL-FACTS §2.3). */
 LLVMValueRef s2_flash_swizzle(s2_cg *cg, LLVMValueRef row, LLVMValueRef chunk, int chunks);
 
+/* Row stores of a 16-bit tensor from an m16n8 / wgmma accumulator row: the
+ * lane holds columns 2·t4 and 2·t4 + 1 of each 8-column group, packed in
+ * w[dn] (dn < ng, ng even).  One exchange with the neighbouring lane
+ * (shfl.bfly 1) gives the even lane columns 2·t4 .. 2·t4 + 3 of group 2c and
+ * the odd lane those of group 2c + 1, so that a warp writes whole 32-byte
+ * sectors with 8-byte stores (bench/RESULTS.md run 79); 4-byte stores of w
+ * where the tensor or a stride is not 8-byte aligned. */
+typedef struct s2_flash_pairs {
+    LLVMValueRef odd;                               /* i1: t4 & 1 */
+    LLVMValueRef col, pcol;                         /* i32: 2·t4; this lane's 8-byte column in groups 0-1 */
+    LLVMValueRef w[S2_FLASH_MAX_D / 8];             /* i32 packed pairs, filled by the caller */
+    LLVMValueRef pair[S2_FLASH_MAX_D / 16][2];      /* after s2_flash_pairs_exchange */
+    int ng;
+} s2_flash_pairs;
+/* odd, col and pcol for lane t4 of its quad; ng = D / 8. */
+void s2_flash_pairs_init(s2_cg *cg, s2_flash_pairs *p, LLVMValueRef t4, int D);
+/* The exchange: in every lane of the warp (outside any row guard). */
+void s2_flash_pairs_exchange(s2_cg *cg, s2_flash_pairs *p);
+/* The row's stores at element row_off of base (an i16 pointer): 8-byte pairs
+ * where aligned (s2_flash_aligned8), else 4-byte stores of w. */
+void s2_flash_pairs_store(s2_cg *cg, const s2_flash_pairs *p, LLVMValueRef base, LLVMValueRef row_off,
+                          LLVMValueRef aligned);
+/* i1: ptr and every i64 element offset or stride of vals[0..n) allow 8-byte
+ * stores of 16-bit elements. */
+LLVMValueRef s2_flash_aligned8(s2_cg *cg, LLVMValueRef ptr, const LLVMValueRef *vals, int n);
+
 #endif

@@ -565,58 +565,28 @@ static void epilogue(fwd *k)
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     s2_nv_cp_async_wait(cg, 0);
-    LLVMValueRef col = LLVMBuildShl(b, k->t4, c32(k, 1), "");
-    LLVMValueRef odd = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, k->t4, c32(k, 1), ""), c32(k, 0), "odd_lane");
-    LLVMValueRef pcol = LLVMBuildAdd(b, col, LLVMBuildSelect(b, odd, c32(k, 6), c32(k, 0), ""), "pcol");
-    LLVMValueRef bits =
-        LLVMBuildOr(b, LLVMBuildPtrToInt(b, param(k, P_O), cg->t_i64, ""),
-                    LLVMBuildShl(b, LLVMBuildOr(b, k->obase, param(k, P_OS + 1), ""), c64(k, 1), ""), "");
-    LLVMValueRef aligned = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, bits, c64(k, 7), ""), c64(k, 0), "aligned8");
-    LLVMTypeRef v2 = LLVMVectorType(cg->t_i32, 2);
-    int ng = k->s.D / 8;
+    s2_flash_pairs pr;
+    s2_flash_pairs_init(cg, &pr, k->t4, k->s.D);
+    LLVMValueRef offs[1] = {LLVMBuildOr(b, k->obase, param(k, P_OS + 1), "")};
+    LLVMValueRef aligned = s2_flash_aligned8(cg, param(k, P_O), offs, 1);
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef inv, lse;
         s2_flash_row_final(cg, &k->acc, hr, param(k, P_SCALE_LOG2), &inv, &lse);
-        LLVMValueRef w[MAX_D / 8], pair[MAX_D / 16][2];
-        for (int dn = 0; dn < ng; dn++) {
+        for (int dn = 0; dn < pr.ng; dn++) {
             LLVMValueRef o0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr], ""), inv, "");
             LLVMValueRef o1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr + 1], ""), inv, "");
-            w[dn] = s2_nv_pack2(cg, k->s.dt, o0, o1);
+            pr.w[dn] = s2_nv_pack2(cg, k->s.dt, o0, o1);
         }
-        /* the exchange, in every lane (outside the row guard): the even lane
-         * gets its partner's columns of group 2c, the odd one of group 2c+1 */
-        for (int c = 0; c < ng / 2; c++) {
-            LLVMValueRef send = LLVMBuildSelect(b, odd, w[2 * c], w[2 * c + 1], "");
-            LLVMValueRef got = LLVMBuildBitCast(
-                b, s2_nv_shfl_bfly_f32(cg, LLVMBuildBitCast(b, send, cg->t_f32, ""), 1), cg->t_i32, "");
-            pair[c][0] = LLVMBuildSelect(b, odd, got, w[2 * c], "");
-            pair[c][1] = LLVMBuildSelect(b, odd, w[2 * c + 1], got, "");
-        }
+        s2_flash_pairs_exchange(cg, &pr);   /* in every lane (outside the row guard) */
 
         LLVMValueRef r = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
                                       LLVMBuildAdd(b, k->g, c32(k, 8 * hr), ""), "row");
         LLVMValueRef qrow;
         LLVMValueRef ok = q_row_valid(k, r, &qrow, NULL);
-        s2_nv_if store, wide, narrow;
+        s2_nv_if store;
         s2_nv_if_begin(cg, &store, ok, "store");
         LLVMValueRef row_off = LLVMBuildAdd(b, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""), "");
-        s2_nv_if_begin(cg, &wide, aligned, "st_v2");
-        for (int c = 0; c < ng / 2; c++) {
-            LLVMValueRef off = LLVMBuildAdd(
-                b, row_off, LLVMBuildZExt(b, LLVMBuildAdd(b, pcol, c32(k, 16 * c), ""), cg->t_i64, ""), "");
-            LLVMValueRef v = LLVMGetUndef(v2);
-            v = LLVMBuildInsertElement(b, v, pair[c][0], c32(k, 0), "");
-            v = LLVMBuildInsertElement(b, v, pair[c][1], c32(k, 1), "");
-            LLVMSetAlignment(LLVMBuildStore(b, v, gep16(k, param(k, P_O), off)), 8);
-        }
-        s2_nv_if_end(cg, &wide);
-        s2_nv_if_begin(cg, &narrow, LLVMBuildNot(b, aligned, ""), "st_b32");
-        for (int dn = 0; dn < ng; dn++) {
-            LLVMValueRef c = LLVMBuildZExt(b, LLVMBuildAdd(b, col, c32(k, dn * 8), ""), cg->t_i64, "");
-            LLVMValueRef p = gep16(k, param(k, P_O), LLVMBuildAdd(b, row_off, c, ""));
-            LLVMSetAlignment(LLVMBuildStore(b, w[dn], p), 4);
-        }
-        s2_nv_if_end(cg, &narrow);
+        s2_flash_pairs_store(cg, &pr, param(k, P_O), row_off, aligned);
         /* LSE: one lane of the quad, when asked for */
         LLVMValueRef lse_ptr = param(k, P_LSE);
         LLVMValueRef want = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, k->t4, c32(k, 0), ""),

@@ -1002,35 +1002,19 @@ static void epilogue(sm90 *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    LLVMValueRef col = LLVMBuildShl(b, k->t4, c32(k, 1), "");
-    LLVMValueRef odd = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, k->t4, c32(k, 1), ""), c32(k, 0), "odd_lane");
-    /* the paired column: 2 t4 + 6 (t4 & 1), in group 2c */
-    LLVMValueRef pcol = add(k, col, LLVMBuildSelect(b, odd, c32(k, 6), c32(k, 0), ""));
-    LLVMValueRef bits = LLVMBuildPtrToInt(b, param(k, P_O), cg->t_i64, "");
-    for (int i = 0; i < 3; i++)
-        bits = LLVMBuildOr(b, bits, LLVMBuildShl(b, param(k, P_OS + i), c64(k, 1), ""), "");
-    LLVMValueRef aligned = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, bits, c64(k, 7), ""), c64(k, 0), "o_aligned8");
-    LLVMTypeRef i16 = LLVMInt16TypeInContext(cg->llctx);
-    LLVMTypeRef v2 = LLVMVectorType(cg->t_i32, 2);
+    s2_flash_pairs pr;
+    s2_flash_pairs_init(cg, &pr, k->t4, k->s.D);
+    LLVMValueRef strides[3] = {param(k, P_OS), param(k, P_OS + 1), param(k, P_OS + 2)};
+    LLVMValueRef aligned = s2_flash_aligned8(cg, param(k, P_O), strides, 3);
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef inv, lse;
         s2_flash_row_final(cg, &k->acc, hr, param(k, P_SCALE_LOG2), &inv, &lse);
-
-        int ng = k->s.D / 8;
-        LLVMValueRef w[MAX_D / 8], pair[MAX_D / 16][2];
-        for (int dn = 0; dn < ng; dn++) {
+        for (int dn = 0; dn < pr.ng; dn++) {
             LLVMValueRef o0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr], ""), inv, "");
             LLVMValueRef o1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr + 1], ""), inv, "");
-            w[dn] = s2_nv_pack2(cg, k->s.dt, o0, o1);
+            pr.w[dn] = s2_nv_pack2(cg, k->s.dt, o0, o1);
         }
-        /* the exchange, in every lane (outside the row guard) */
-        for (int c = 0; c < ng / 2; c++) {
-            LLVMValueRef send = LLVMBuildSelect(b, odd, w[2 * c], w[2 * c + 1], "");
-            LLVMValueRef got = LLVMBuildBitCast(
-                b, s2_nv_shfl_bfly_f32(cg, LLVMBuildBitCast(b, send, cg->t_f32, ""), 1), cg->t_i32, "");
-            pair[c][0] = LLVMBuildSelect(b, odd, got, w[2 * c], "");
-            pair[c][1] = LLVMBuildSelect(b, odd, w[2 * c + 1], got, "");
-        }
+        s2_flash_pairs_exchange(cg, &pr);   /* in every lane (outside the row guard) */
 
         LLVMValueRef pos = add(k, k->tile_pos0, tile_row(k, hr));
         LLVMValueRef qrow = LLVMBuildSub(b, pos, k->q_start, "qrow");
@@ -1039,24 +1023,7 @@ static void epilogue(sm90 *k)
         s2_nv_if store;
         s2_nv_if_begin(cg, &store, ok, "store");
         LLVMValueRef row_off = add(k, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""));
-        s2_nv_if wide, narrow;
-        s2_nv_if_begin(cg, &wide, aligned, "o_v2");
-        for (int c = 0; c < ng / 2; c++) {
-            LLVMValueRef off = add(k, row_off, LLVMBuildZExt(b, addc(k, pcol, 16 * c), cg->t_i64, ""));
-            LLVMValueRef p = LLVMBuildInBoundsGEP2(b, i16, param(k, P_O), &off, 1, "");
-            LLVMValueRef v = LLVMGetUndef(v2);
-            v = LLVMBuildInsertElement(b, v, pair[c][0], c32(k, 0), "");
-            v = LLVMBuildInsertElement(b, v, pair[c][1], c32(k, 1), "");
-            LLVMSetAlignment(LLVMBuildStore(b, v, p), 8);
-        }
-        s2_nv_if_end(cg, &wide);
-        s2_nv_if_begin(cg, &narrow, LLVMBuildNot(b, aligned, ""), "o_b32");
-        for (int dn = 0; dn < ng; dn++) {
-            LLVMValueRef off = add(k, row_off, LLVMBuildZExt(b, addc(k, col, dn * 8), cg->t_i64, ""));
-            LLVMValueRef p = LLVMBuildInBoundsGEP2(b, i16, param(k, P_O), &off, 1, "");
-            LLVMSetAlignment(LLVMBuildStore(b, w[dn], p), 4);
-        }
-        s2_nv_if_end(cg, &narrow);
+        s2_flash_pairs_store(cg, &pr, param(k, P_O), row_off, aligned);
         LLVMValueRef lse_ptr = param(k, P_LSE);
         LLVMValueRef want = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, k->t4, c32(k, 0), ""),
             LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lse_ptr, cg->t_i64, ""), c64(k, 0), ""), "");
