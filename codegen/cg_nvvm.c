@@ -73,10 +73,6 @@ LLVMValueRef s2_nv_ctaid(s2_cg *cg, char dim)
     }
 }
 
-/* v of lane `lane` for the whole warp (shfl.sync.idx): a broadcast ptxas
- * knows to be warp-uniform, so values derived from it (wgmma descriptors,
- * barrier addresses) can stay in uniform registers, as CUTLASS's
- * canonical_warp_group_idx does for the warpgroup index. */
 /* vote.ballot.sync over the full warp: bit l set where lane l's pred holds */
 LLVMValueRef s2_nv_ballot(s2_cg *cg, LLVMValueRef pred)
 {
@@ -97,6 +93,10 @@ LLVMValueRef s2_nv_popc(s2_cg *cg, LLVMValueRef v)
     return s2_nv_intrinsic(cg, "llvm.ctpop.i32", cg->t_i32, &cg->t_i32, 1, &v);
 }
 
+/* v of lane `lane` for the whole warp (shfl.sync.idx): a broadcast ptxas
+ * knows to be warp-uniform, so values derived from it (wgmma descriptors,
+ * barrier addresses) can stay in uniform registers, as CUTLASS's
+ * canonical_warp_group_idx does for the warpgroup index. */
 LLVMValueRef s2_nv_shfl_idx_i32(s2_cg *cg, LLVMValueRef v, int lane)
 {
     LLVMTypeRef args[4] = {cg->t_i32, cg->t_i32, cg->t_i32, cg->t_i32};

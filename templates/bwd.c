@@ -617,11 +617,7 @@ static void store_acc(bwd *k, LLVMValueRef acc[][4], LLVMValueRef scale, LLVMVal
     LLVMValueRef offs[1] = {LLVMBuildOr(b, sl, rstride, "")};
     LLVMValueRef aligned = s2_flash_aligned8(cg, out, offs, 1);
     for (int hr = 0; hr < 2; hr++) {
-        for (int dn = 0; dn < pr.ng; dn++) {
-            LLVMValueRef v0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[dn][2 * hr], ""), scale, "");
-            LLVMValueRef v1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[dn][2 * hr + 1], ""), scale, "");
-            pr.w[dn] = s2_nv_pack2(cg, k->s.dt, v0, v1);
-        }
+        s2_flash_pairs_pack(cg, &pr, k->s.dt, acc, hr, scale);
         s2_flash_pairs_exchange(cg, &pr);   /* in every lane (outside the row guard) */
         LLVMValueRef r = add(k, LLVMBuildShl(b, k->warp, c32(k, 4), ""), add(k, k->g, c32(k, 8 * hr)));
         LLVMValueRef trow;
@@ -793,10 +789,12 @@ static void dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     mma_xy(k, dp, NT, soff, 0, ds->acc);
 }
 
-/* The query tile of a dQ CTA (NAME_dq, NAME_dqds): its head (returned), the
+/* The (first) query tile of a dQ CTA (NAME_dq, NAME_dqds; NAME_dqds2 with
+ * `pair`, whose second tile is the one below): its head (returned), the
  * tile, the K/V slices, its forward list [*begin, *end) and, if asked, the
- * first entry of the head's class. */
-static LLVMValueRef dq_cta(bwd *k, dq_state *ds, LLVMValueRef *begin, LLVMValueRef *end, LLVMValueRef *first)
+ * first entry of the head's class and the tile's index *rel. */
+static LLVMValueRef dq_cta(bwd *k, dq_state *ds, bool pair, LLVMValueRef *begin, LLVMValueRef *end,
+                           LLVMValueRef *first, LLVMValueRef *rel_out)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -805,7 +803,12 @@ static LLVMValueRef dq_cta(bwd *k, dq_state *ds, LLVMValueRef *begin, LLVMValueR
     LLVMValueRef kvh64 = LLVMBuildZExt(b, LLVMBuildUDiv(b, head32, c32(k, k->s.group), ""), cg->t_i64, "kv_head");
     /* heavy tiles (late, long lists) first */
     LLVMValueRef q_tiles = param(k, P_Q_TILES);
-    LLVMValueRef rel = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""), s2_nv_ctaid(cg, 'x'), "tile_rel");
+    LLVMValueRef x = s2_nv_ctaid(cg, 'x');
+    if (pair)
+        x = LLVMBuildShl(b, x, c32(k, 1), "");
+    LLVMValueRef rel = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""), x, "tile_rel");
+    if (rel_out)
+        *rel_out = rel;
     ds->tile_pos0 = mul(k, add(k, param(k, P_FIRST_Q_TILE), rel), c32(k, k->s.BM));
     ds->kslice = slice(k, P_KS, kvh64);
     ds->vslice = slice(k, P_VS, kvh64);
@@ -820,7 +823,7 @@ static void build_dq(bwd *k)
     LLVMBuilderRef b = k->b;
     dq_state ds = {0};
     LLVMValueRef begin, end;
-    LLVMValueRef h64 = dq_cta(k, &ds, &begin, &end, NULL);
+    LLVMValueRef h64 = dq_cta(k, &ds, false, &begin, &end, NULL, NULL);
     LLVMValueRef acc[MAX_D / 8][4];
     new_acc(k, acc, "dq");
     ds.acc = acc;
@@ -872,7 +875,7 @@ static void build_dqds(bwd *k)
     LLVMBuilderRef b = k->b;
     dq_state ds = {0};
     LLVMValueRef begin, end, first;
-    LLVMValueRef h64 = dq_cta(k, &ds, &begin, &end, &first);
+    LLVMValueRef h64 = dq_cta(k, &ds, false, &begin, &end, &first, NULL);
     ds.ds_base = LLVMBuildSub(b, bwd_ds_slot_base(k, h64), sext64(k, first), "ds_base");
     LLVMValueRef acc[MAX_D / 8][4];
     new_acc(k, acc, "dq");
@@ -1164,8 +1167,13 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_sp
  * takes NAME_dqds otherwise), each entry's place found by a binary search
  * in the other list and a count of the common entries before it. */
 
-enum { U_KA = 0, U_KB = 4 * 256, U_CA = 4 * 512, U_WT = 4 * (512 + 264), U_KT = 4 * (512 + 264 + 8),
-       U_E0 = U_KT + 4 * 512, U_E1 = U_E0 + 4 * 512 };
+/* the union arrays (int32, after the ring): keys of list A and of list B,
+ * A's common-entry counts (n0 + 1, padded), the warp totals, then per
+ * union slot its key tile and the two entries */
+enum { U_N = S2_BWD_DQDS2_MAX_LIST, U_KA = 0, U_KB = 4 * U_N, U_CA = 8 * U_N, U_WT = U_CA + 4 * (U_N + 8),
+       U_KT = U_WT + 4 * (S2_BWD_DQDS2_THREADS / 32), U_E0 = U_KT + 8 * U_N, U_E1 = U_E0 + 8 * U_N,
+       U_END = U_E1 + 8 * U_N };
+_Static_assert((int)U_END == (int)S2_BWD_DQDS2_UNION_BYTES, "the union's layout and its size in attention.h");
 
 static LLVMValueRef lds_i32(bwd *k, int off, LLVMValueRef idx)
 {
@@ -1225,11 +1233,11 @@ static LLVMValueRef cta_excl_count(bwd *k, LLVMValueRef flag, LLVMValueRef *tota
 
 static void dqds2_prep(bwd *k, LLVMValueRef u, prep_vals *out, void *user)
 {
-    dq_state *ds = user;
+    (void)user;
     out->n = 3;
-    out->v[0] = lds_i32(k, ds->u_off + U_KT, u);
-    out->v[1] = lds_i32(k, ds->u_off + U_E0, u);
-    out->v[2] = lds_i32(k, ds->u_off + U_E1, u);
+    out->v[0] = lds_i32(k, k->s.dqds2_u_off + U_KT, u);
+    out->v[1] = lds_i32(k, k->s.dqds2_u_off + U_E0, u);
+    out->v[2] = lds_i32(k, k->s.dqds2_u_off + U_E1, u);
 }
 
 static void dqds2_take(bwd *k, const prep_vals *in, void *user)
@@ -1269,7 +1277,6 @@ static void build_dqds2(bwd *k)
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     dq_state ds = {0};
-    ds.u_off = k->s.dqds2_u_off;
     /* the warpgroup (warp-uniform, so that its dS descriptor is), and the
      * warp within it for the fragment layouts */
     LLVMValueRef wg = s2_nv_shfl_idx_i32(cg, LLVMBuildLShr(b, k->tid, c32(k, 7), ""), 0);
@@ -1277,28 +1284,21 @@ static void build_dqds2(bwd *k)
     k->warp = LLVMBuildAnd(b, cta_warp, c32(k, 3), "wg_warp");
     ds.a_shift = mul(k, wg, c32(k, DS_TILE_BYTES));
 
-    LLVMValueRef head32 = s2_nv_ctaid(cg, 'y');
-    LLVMValueRef h64 = LLVMBuildZExt(b, head32, cg->t_i64, "head");
-    LLVMValueRef kvh64 = LLVMBuildZExt(b, LLVMBuildUDiv(b, head32, c32(k, k->s.group), ""), cg->t_i64, "kv_head");
-    LLVMValueRef q_tiles = param(k, P_Q_TILES);
-    LLVMValueRef rel0 = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""),
-                                     LLVMBuildShl(b, s2_nv_ctaid(cg, 'x'), c32(k, 1), ""), "rel0");
+    LLVMValueRef b0, e0, b1, e1, first, rel0;
+    LLVMValueRef h64 = dq_cta(k, &ds, true, &b0, &e0, &first, &rel0);
     LLVMValueRef rel1 = LLVMBuildSub(b, rel0, c32(k, 1), "rel1");
     LLVMValueRef has1 = LLVMBuildICmp(b, LLVMIntSGE, rel1, c32(k, 0), "has1");
-    LLVMValueRef pos0 = mul(k, add(k, param(k, P_FIRST_Q_TILE), rel0), c32(k, k->s.BM));
+    LLVMValueRef pos0 = ds.tile_pos0;
     /* no second tile: rows past kv_len, which the stores skip */
     LLVMValueRef pos1 = LLVMBuildSelect(b, has1, LLVMBuildSub(b, pos0, c32(k, k->s.BM), ""), k->kv_len, "");
-    ds.kslice = slice(k, P_KS, kvh64);
-    ds.entries = param(k, P_ENTRIES);
-    LLVMValueRef b0, e0, b1, e1, first;
-    list_bounds_of(k, P_CLASS, P_OFFSETS, h64, q_tiles, rel0, &b0, &e0, &first);
-    list_bounds_of(k, P_CLASS, P_OFFSETS, h64, q_tiles, LLVMBuildSelect(b, has1, rel1, rel0, ""), &b1, &e1, NULL);
+    list_bounds_of(k, P_CLASS, P_OFFSETS, h64, param(k, P_Q_TILES), LLVMBuildSelect(b, has1, rel1, rel0, ""), &b1, &e1,
+                   NULL);
     LLVMValueRef n0 = LLVMBuildSub(b, e0, b0, "n0");
     LLVMValueRef n1 = LLVMBuildSelect(b, has1, LLVMBuildSub(b, e1, b1, ""), c32(k, 0), "n1");
     ds.ds_base = LLVMBuildSub(b, bwd_ds_slot_base(k, h64), sext64(k, first), "ds_base");
 
     /* the union of the two lists, in increasing key order */
-    int u = ds.u_off;
+    int u = k->s.dqds2_u_off;
     LLVMValueRef t = k->tid;
     LLVMValueRef inA = LLVMBuildICmp(b, LLVMIntSLT, t, n0, ""), inB = LLVMBuildICmp(b, LLVMIntSLT, t, n1, "");
     LLVMValueRef ea = add(k, b0, t), eb = add(k, b1, t);

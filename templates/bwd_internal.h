@@ -110,7 +110,6 @@ typedef struct dq_state {
     LLVMValueRef ds_base;                             /* NAME_dqds: i64 tile slot of forward entry 0 */
     LLVMValueRef pe[2];                               /* NAME_dqds2: the union slot's entries (-1: none) */
     LLVMValueRef a_shift;                             /* NAME_dqds2: this warpgroup's dS tile in the stage */
-    int u_off;                                        /* NAME_dqds2: shared offset of the union arrays */
 } dq_state;
 
 typedef struct kv_state {

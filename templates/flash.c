@@ -136,6 +136,16 @@ void s2_flash_pairs_init(s2_cg *cg, s2_flash_pairs *p, LLVMValueRef t4, int D)
                            "");
 }
 
+void s2_flash_pairs_pack(s2_cg *cg, s2_flash_pairs *p, s2_dtype dt, LLVMValueRef (*acc)[4], int hr, LLVMValueRef mul)
+{
+    LLVMBuilderRef b = cg->b;
+    for (int dn = 0; dn < p->ng; dn++) {
+        LLVMValueRef v0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[dn][2 * hr], ""), mul, "");
+        LLVMValueRef v1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[dn][2 * hr + 1], ""), mul, "");
+        p->w[dn] = s2_nv_pack2(cg, dt, v0, v1);
+    }
+}
+
 void s2_flash_pairs_exchange(s2_cg *cg, s2_flash_pairs *p)
 {
     LLVMBuilderRef b = cg->b;

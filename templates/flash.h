@@ -63,6 +63,9 @@ typedef struct s2_flash_pairs {
 } s2_flash_pairs;
 /* odd, col and pcol for lane t4 of its quad; ng = D / 8. */
 void s2_flash_pairs_init(s2_cg *cg, s2_flash_pairs *p, LLVMValueRef t4, int D);
+/* w of row hr (0: row g, 1: row g + 8) of accumulators acc[dn][4] (f32
+ * allocas, the m16n8 / wgmma layout), each multiplied by mul, packed to dt. */
+void s2_flash_pairs_pack(s2_cg *cg, s2_flash_pairs *p, s2_dtype dt, LLVMValueRef (*acc)[4], int hr, LLVMValueRef mul);
 /* The exchange: in every lane of the warp (outside any row guard). */
 void s2_flash_pairs_exchange(s2_cg *cg, s2_flash_pairs *p);
 /* The row's stores at element row_off of base (an i16 pointer): 8-byte pairs

@@ -1009,11 +1009,7 @@ static void epilogue(sm90 *k)
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef inv, lse;
         s2_flash_row_final(cg, &k->acc, hr, param(k, P_SCALE_LOG2), &inv, &lse);
-        for (int dn = 0; dn < pr.ng; dn++) {
-            LLVMValueRef o0 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr], ""), inv, "");
-            LLVMValueRef o1 = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr + 1], ""), inv, "");
-            pr.w[dn] = s2_nv_pack2(cg, k->s.dt, o0, o1);
-        }
+        s2_flash_pairs_pack(cg, &pr, k->s.dt, k->acc.o, hr, inv);
         s2_flash_pairs_exchange(cg, &pr);   /* in every lane (outside the row guard) */
 
         LLVMValueRef pos = add(k, k->tile_pos0, tile_row(k, hr));
