@@ -12,6 +12,7 @@
  * Without a CUDA driver or device it prints "no GPU: skipped" and exits 0.
  *
  * --wgmma -1 takes the mma.sync backward bodies on sm_90a (spec.bwd_wgmma; default: wgmma).
+ * --tma -1 has the wgmma dK/dV kernel copy Q and dO by cp.async (spec.bwd_tma; default: TMA).
  * --gather 1 turns off the gathered key tiles of block-16 patterns (spec.kv_gather; default:
  * heuristic, 4 there).
  * --ds 0 gives the backward the plain workspace, so that dq is recomputed (NAME_dq); by
@@ -25,7 +26,7 @@
  * slower; --cool MS idles the GPU that long before each timing (each then starts from the
  * same state, as separate do_bench calls would).
  *
- *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--gather G]
+ *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--tma T] [--gather G]
  *             [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS]
  * --dq-pair -1 keeps the dS path's dQ kernel at one query tile per CTA
  * (NAME_dqds) where the runtime would take NAME_dqds2. */
@@ -187,7 +188,7 @@ static int64_t nonfinite(s2_ctx *ctx, s2_device *dev, s2_devptr p, size_t elems,
 }
 
 static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_config *c, int reps, int block_n,
-                       int stages, int wgmma, int gather, int use_ds, int dq_pair, const char *order, int cool_ms,
+                       int stages, int wgmma, int tma, int gather, int use_ds, int dq_pair, const char *order, int cool_ms,
                        bool h100)
 {
     s2_local_stride_args a;
@@ -218,7 +219,8 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
         st = s2_layout_stats_compute(ctx, lay, (s2_tile_spec){64, 64}, HEAD_DIM, S2_DTYPE_BF16, &stats);
     s2_kernel_spec fs = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM};
     s2_kernel_spec bs = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM, .block_n = block_n,
-                         .num_stages = stages, .bwd_wgmma = wgmma, .kv_gather = gather};
+                         .num_stages = stages, .bwd_wgmma = wgmma, .kv_gather = gather,
+                         .bwd_tma = tma};
     if (st == S2_OK)
         st = load_kernel(ctx, dev, p, fs, arch, &fm, &r.fwd, fregs);
     if (st == S2_OK)
@@ -294,7 +296,7 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
         printf("%-14s %d,%d,%lldK b%d L%d V%d  bwd %s%s (ws %.0f MB) bm%d bn%d st%d g%d regs pre/dq/dkdv %d/%d/%d  "
                "fwd %.3f ms (%.0f TF)  bwd %.3f ms  fwd+bwd %.3f ms (%.3f + %.3f)  %.0f eff TF  S2-Triton %.2f ms  ratio %.2fx\n",
                c->name, c->batch, c->heads, (long long)(c->seq / 1024), c->block, c->local, c->stride,
-               d->spec.bwd_wgmma > 0 ? "wgmma" : "mma", ds ? "+dS" : "", ws_bytes / 1e6, d->spec.block_m, d->spec.block_n, d->spec.num_stages,
+               d->spec.bwd_wgmma > 0 ? d->spec.bwd_tma > 0 ? "wgmma+tma" : "wgmma" : "mma", ds ? "+dS" : "", ws_bytes / 1e6, d->spec.block_m, d->spec.block_n, d->spec.num_stages,
                d->spec.kv_gather > 1 ? d->spec.kv_gather : 1, bregs[0], bregs[1], bregs[2], ms[0],
                fl / (ms[0] * 1e-3) / 1e12, ms[1], ms[2], parts[0], parts[1], 3.5 * fl / (ms[2] * 1e-3) / 1e12, peer,
                peer > 0 ? peer / ms[2] : NAN);
@@ -315,7 +317,7 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
 int main(int argc, char **argv)
 {
     const char *want = NULL;
-    int reps = 20, block_n = 0, stages = 0, wgmma = 0, gather = 0, use_ds = 1, dq_pair = 0;
+    int reps = 20, block_n = 0, stages = 0, wgmma = 0, tma = 0, gather = 0, use_ds = 1, dq_pair = 0;
     const char *order = "fbx";
     int cool_ms = 0;
     for (int i = 1; i + 1 < argc; i += 2) {
@@ -324,13 +326,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--block-n")) block_n = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--num-stages")) stages = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--wgmma")) wgmma = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--tma")) tma = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--gather")) gather = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--ds")) use_ds = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--dq-pair")) dq_pair = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--order")) order = argv[i + 1];
         else if (!strcmp(argv[i], "--cool")) cool_ms = atoi(argv[i + 1]);
         else {
-            fprintf(stderr, "usage: bench_bwd [--config NAME,..] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] "
+            fprintf(stderr, "usage: bench_bwd [--config NAME,..] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--tma T] "
                             "[--gather G] [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS]\n");
             return 2;
         }
@@ -365,7 +368,7 @@ int main(int argc, char **argv)
            info->name, info->cc_major, info->cc_minor, s2_arch_name(arch), reps, order, cool_ms, h100 ? "H100" : "H200");
     for (int i = 0; i < NUM_CONFIGS; i++)
         if (!want || strstr(want, configs[i].name))
-            run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, wgmma, gather, use_ds, dq_pair, order, cool_ms,
+            run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, wgmma, tma, gather, use_ds, dq_pair, order, cool_ms,
                        h100);
     s2_device_free(dev);
     s2_ctx_free(ctx);

@@ -211,6 +211,12 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
     if (spec->bwd_wgmma > 0 && spec->num_warps != 4)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the wgmma backward runs one warpgroup (block_m 64, 4 warps)");
     spec->bwd_wgmma = !wg_ok ? 0 : wg ? 1 : -1;
+    if (spec->bwd_tma > 0 && !wg)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the backward's TMA copies need the wgmma backward (sm_90a)");
+    /* measured on an H200 (bench/RESULTS.md run 96): the dK/dV kernel's
+     * per-thread cp.async refill and its proxy fence were a fifth of its
+     * warp-state samples */
+    spec->bwd_tma = !wg ? 0 : spec->bwd_tma < 0 ? -1 : 1;
     int smem = bwd ? s2_bwd_smem_bytes(p, spec) : s2_fwd_smem_bytes(p, spec);
     if (smem > smem_limit(spec->arch))
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: %d bytes of shared memory exceed %s's %d", smem,

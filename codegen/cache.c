@@ -15,7 +15,7 @@ enum { HEADER_SIZE = 80, OFF_VERSION = 4, OFF_KEY = 8, OFF_LENGTH = 40, OFF_SUM 
 static const char MAGIC[4] = {'S', '2', 'C', 'K'};
 
 /* A new field in s2_kernel_spec must also go into the key (hash_spec). */
-_Static_assert(sizeof(s2_kernel_spec) == 11 * sizeof(int), "s2_kernel_spec changed: update hash_spec");
+_Static_assert(sizeof(s2_kernel_spec) == 12 * sizeof(int), "s2_kernel_spec changed: update hash_spec");
 
 struct s2_cache {
     char *dir;
@@ -64,6 +64,8 @@ static void hash_spec(s2_sha256 *h, const s2_kernel_spec *s)
         put_le(g, 8, (uint64_t)s->kv_gather);
         hash_field(h, 'G', g, sizeof g);
     }
+    if (s->bwd_tma > 0)
+        hash_field(h, 'T', "1", 1);
 }
 
 s2_status s2_cache_key_build(s2_ctx *ctx, const s2_cache_key_desc *d, s2_cache_key *out)

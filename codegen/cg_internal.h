@@ -183,6 +183,11 @@ void s2_nv_mbar_wait(s2_cg *cg, LLVMValueRef bar, LLVMValueRef parity);   /* try
 /* cp.async.bulk.tensor.4d tile load into dst (i32 .shared) completing on bar;
  * tmap: the generic address of a grid-constant tensor-map parameter */
 void s2_nv_tma_load_4d(s2_cg *cg, LLVMValueRef dst, LLVMValueRef bar, LLVMValueRef tmap, LLVMValueRef c[4]);
+/* The same two, issued only where `pred` (i1) holds: predicated, no branch
+ * (so no divergent path while a wgmma is in flight) */
+void s2_nv_mbar_arrive_expect_tx_if(s2_cg *cg, LLVMValueRef pred, LLVMValueRef bar, int bytes);
+void s2_nv_tma_load_4d_if(s2_cg *cg, LLVMValueRef pred, LLVMValueRef dst, LLVMValueRef bar, LLVMValueRef tmap,
+                          LLVMValueRef c[4]);
 void s2_nv_prefetch_tensormap(s2_cg *cg, LLVMValueRef tmap);
 void s2_nv_setmaxnreg(s2_cg *cg, bool inc, int regs);
 void s2_nv_named_barrier(s2_cg *cg, int id, int threads, bool arrive_only);

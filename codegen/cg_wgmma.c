@@ -265,6 +265,26 @@ void s2_nv_tma_load_4d(s2_cg *cg, LLVMValueRef dst, LLVMValueRef bar, LLVMValueR
              "r,l,r,r,r,r,r", a, 7);
 }
 
+void s2_nv_mbar_arrive_expect_tx_if(s2_cg *cg, LLVMValueRef pred, LLVMValueRef bar, int bytes)
+{
+    LLVMValueRef a[3] = {LLVMBuildZExt(cg->b, pred, cg->t_i32, ""), bar, LLVMConstInt(cg->t_i32, (unsigned)bytes, 0)};
+    asm_call(cg, cg->t_void,
+             "{\n.reg .pred p;\nsetp.ne.b32 p, $0, 0;\n"
+             "@p mbarrier.arrive.expect_tx.shared::cta.b64 _, [$1], $2;\n}",
+             "r,r,r", a, 3);
+}
+
+void s2_nv_tma_load_4d_if(s2_cg *cg, LLVMValueRef pred, LLVMValueRef dst, LLVMValueRef bar, LLVMValueRef tmap,
+                          LLVMValueRef c[4])
+{
+    LLVMValueRef a[8] = {LLVMBuildZExt(cg->b, pred, cg->t_i32, ""), dst, tmap, c[0], c[1], c[2], c[3], bar};
+    asm_call(cg, cg->t_void,
+             "{\n.reg .pred p;\nsetp.ne.b32 p, $0, 0;\n"
+             "@p cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+             " [$1], [$2, {$3, $4, $5, $6}], [$7];\n}",
+             "r,r,l,r,r,r,r,r", a, 8);
+}
+
 void s2_nv_prefetch_tensormap(s2_cg *cg, LLVMValueRef tmap)
 {
     asm_call(cg, cg->t_void, "prefetch.tensormap [$0];", "l", &tmap, 1);

@@ -25,7 +25,8 @@ static bool spec_equal(const s2_kernel_spec *a, const s2_kernel_spec *b)
 {
     return a->kind == b->kind && a->dtype == b->dtype && a->head_dim == b->head_dim && a->arch == b->arch &&
            a->block_m == b->block_m && a->block_n == b->block_n && a->num_warps == b->num_warps &&
-           a->num_stages == b->num_stages && a->bwd_wgmma == b->bwd_wgmma && gather_of(a) == gather_of(b);
+           a->num_stages == b->num_stages && a->bwd_wgmma == b->bwd_wgmma && gather_of(a) == gather_of(b) &&
+           (a->bwd_tma > 0) == (b->bwd_tma > 0);
 }
 
 /* Does the cubin's own manifest list this pattern's kernel with this spec?

@@ -96,6 +96,8 @@ s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *ke
         s2_buf_printf(&b, "kernel.threads %d\nkernel.smem %d\n", k->threads, k->smem_bytes);
         if (k->spec.kind == S2_KERNEL_BWD && k->spec.bwd_wgmma != 0)
             s2_buf_printf(&b, "kernel.bwd_wgmma %d\n", k->spec.bwd_wgmma);
+        if (k->spec.kind == S2_KERNEL_BWD && k->spec.bwd_tma > 0)
+            s2_buf_puts(&b, "kernel.bwd_tma 1\n");
         if (k->abi == S2_FWD_ABI_TMA)
             s2_buf_puts(&b, "kernel.abi tma\n");
         else if (k->abi == S2_FWD_ABI_TMA_PERSISTENT)

@@ -152,6 +152,7 @@ static s2_status kernel_key(mparser *ps, const char *key, const char *v)
     else if (!strcmp(key, "num_warps")) ok = int1(v, &k->spec.num_warps, 1, 32);
     else if (!strcmp(key, "num_stages")) ok = int1(v, &k->spec.num_stages, 1, 16);
     else if (!strcmp(key, "bwd_wgmma")) ok = int1(v, &k->spec.bwd_wgmma, -1, 1);
+    else if (!strcmp(key, "bwd_tma")) ok = int1(v, &k->spec.bwd_tma, 1, 1);
     else if (!strcmp(key, "threads")) ok = int1(v, &k->threads, 1, 1024);
     else if (!strcmp(key, "smem")) ok = int1(v, &k->smem_bytes, 0, 1 << 30);
     else if (!strcmp(key, "seqinfo")) {

@@ -1403,11 +1403,12 @@ typedef struct bwd_launch {
     int32_t q_len, kv_len, first, tiles, kv_tiles;
     float scale_log2;
     s2_devptr sch[6], dsp[3];
-    void *args[51];
+    s2_tensor_map maps[2];   /* q, do (spec.bwd_tma) */
+    void *args[53];
 } bwd_launch;
 
-static void bwd_launch_args(bwd_launch *L, const s2_attn_kernel *k, const s2_attn_bwd_args *a, const sched_slot *s,
-                            int kv0, s2_devptr ds, s2_devptr ds_head)
+static s2_status bwd_launch_args(s2_ctx *ctx, bwd_launch *L, const s2_attn_kernel *k, const s2_attn_bwd_args *a,
+                                 const sched_slot *s, int kv0, int nkv, s2_devptr ds, s2_devptr ds_head)
 {
     int group = a->heads / a->kv_heads;
     int64_t h0 = (int64_t)kv0 * group;
@@ -1445,6 +1446,18 @@ static void bwd_launch_args(bwd_launch *L, const s2_attn_kernel *k, const s2_att
                       &L->tiles, &L->sch[3], &L->sch[4], &L->sch[5], &L->kv_tiles, &L->dsp[0], &L->dsp[1],
                       &L->dsp[2]};
     memcpy(L->args + 36, tail, sizeof tail);
+    L->args[51] = &L->maps[0];
+    L->args[52] = &L->maps[1];
+    if (k->desc->spec.bwd_tma <= 0)
+        return S2_OK;
+    /* the dK/dV kernel's Q and dO tiles (block_m rows), over the launch's heads */
+    int64_t nh = (int64_t)nkv * group;
+    s2_status st = tensor_map_of(ctx, k->mod->dev, &L->maps[0], a->dtype, a->head_dim, L->ptrs[0], a->q_stride,
+                                 a->q_len, nh, a->batch, (uint32_t)k->desc->spec.block_m);
+    if (st == S2_OK)
+        st = tensor_map_of(ctx, k->mod->dev, &L->maps[1], a->dtype, a->head_dim, L->ptrs[4], a->do_stride, a->q_len,
+                           nh, a->batch, (uint32_t)k->desc->spec.block_m);
+    return st;
 }
 
 /* A chunking the runtime takes by itself: a chunk's dK/dV work spread over
@@ -1497,15 +1510,19 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
     uint32_t T = (uint32_t)k->desc->threads, rows = T / (uint32_t)(a->head_dim / 8);
     uint32_t smem = (uint32_t)k->desc->smem_bytes;
     bwd_launch L;
-    bwd_launch_args(&L, k, a, s, 0, dsw, s->ds_head);
+    int nkv = a->kv_heads / chunks, group = a->heads / a->kv_heads;
+    s2_status rc = bwd_launch_args(ctx, &L, k, a, s, 0, a->kv_heads, dsw, s->ds_head);
+    if (rc != S2_OK)
+        return rc;
     s2_launch_cfg pre = {.grid = {(uint32_t)((a->q_len + rows - 1) / rows), (uint32_t)a->heads, (uint32_t)a->batch},
                          .block = {T, 1, 1}, .stream = stream};
-    s2_status rc = s2_kernel_launch(ctx, k->bwd_fn[0], &pre, L.args);
-    int nkv = a->kv_heads / chunks, group = a->heads / a->kv_heads;
+    rc = s2_kernel_launch(ctx, k->bwd_fn[0], &pre, L.args);
     for (int j = 0; j < chunks && rc == S2_OK; j++) {
         s2_devptr head = chunks == 1 ? s->ds_head
                          : s->ds_chunk_head[which] + (s2_devptr)j * (s2_devptr)(a->heads + 1) * sizeof(int64_t);
-        bwd_launch_args(&L, k, a, s, j * nkv, dsw, head);
+        rc = bwd_launch_args(ctx, &L, k, a, s, j * nkv, nkv, dsw, head);
+        if (rc != S2_OK)
+            break;
         s2_launch_cfg cfg[2] = {
             {.grid = {(uint32_t)L.kv_tiles, (uint32_t)nkv, (uint32_t)a->batch}, .block = {T, 1, 1},
              .smem_bytes = smem, .stream = stream},

@@ -57,6 +57,7 @@ racecheck_fwd_wide        150  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=_wide compute-
 memcheck_bwd               90  S2C_BWD_CASES=d64_f16 compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
 racecheck_bwd             240  S2C_BWD_CASES=16_d compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
 racecheck_bwd_ds           90  S2C_BWD_CASES=causal64_d64 compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
+memcheck_bwd_rt           120  S2C_BWD_CASES=runtime_ compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
 memcheck_attnrt            90  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_attn_gpu
 memcheck_decode            90  S2C_DECODE_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu
 bench_fwd                 120  bench_fwd --reps 30 --rows 12 --config b64_8k,mergeq16_8k,b64_32k,b64_128k,b64_l16v8_16k,dense_8k

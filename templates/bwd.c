@@ -10,7 +10,11 @@
  *              stay in its registers and every sum over queries is inside its
  *              own mma chain.  It walks, for the query heads of its group in
  *              increasing order, the TRANSPOSED list (query tiles visiting the
- *              key tile): Q, dO, lse2 and delta stream through a cp.async ring.
+ *              key tile): Q, dO, lse2 and delta stream through a cp.async ring
+ *              (with spec.bwd_tma, Q and dO by TMA from the maps of
+ *              parameters 51 and 52 into mbarrier-armed stages, issued by one
+ *              thread: the per-thread copies and the proxy fence per entry
+ *              were a fifth of the kernel's warp-state samples).
  *   NAME_dq    one CTA per (query tile, head, batch) walking the FORWARD list,
  *              K and V streamed; dQ += dS·K in registers.
  *   NAME_dqds  (wgmma bodies on a 64 x 64 grid, s2_bwd_ds_capable) the same
@@ -479,6 +483,23 @@ static void prefetch(bwd *k, const ring_fns *f, LLVMValueRef e, LLVMValueRef end
     s2_nv_cp_async_commit(k->cg);
 }
 
+/* The refill a ring_fns.late entry body issues (bwd_ring_refill). */
+typedef struct ring_refill {
+    const ring_fns *f;
+    LLVMValueRef e, end, stage;
+    int stage0, stage_bytes;
+    void *user;
+} ring_refill;
+
+void bwd_ring_refill(bwd *k)
+{
+    ring_refill *r = k->refill;
+    if (!r)
+        return;
+    k->refill = NULL;
+    prefetch(k, r->f, r->e, r->end, r->stage, r->stage0, r->stage_bytes, false, r->user);
+}
+
 /* The refill entry e + d, or begin past the end (a valid entry: nothing is
  * issued for it then). */
 static LLVMValueRef refill_entry(bwd *k, LLVMValueRef e, int d, LLVMValueRef begin, LLVMValueRef end)
@@ -492,12 +513,17 @@ static LLVMValueRef refill_entry(bwd *k, LLVMValueRef e, int d, LLVMValueRef beg
  * older than the ring's, so they are complete at the first wait.  Ends with
  * every copy landed and a barrier, so shared memory may be reused after it. */
 static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage0, int stage_bytes,
-                     const ring_fns *f, void *user)
+                     const ring_fns *f, void *user, LLVMValueRef r0)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
+    /* entry begin + j uses stage (r0 + j) % S (r0: entries the ring took
+     * before, for mbarrier phases that run on across lists) */
+    if (!r0)
+        r0 = c32(k, 0);
     for (int st = 0; st < S - 1; st++)
-        prefetch(k, f, add(k, begin, c32(k, st)), end, c32(k, st), stage0, stage_bytes, true, user);
+        prefetch(k, f, add(k, begin, c32(k, st)), end, LLVMBuildURem(b, add(k, r0, c32(k, st)), c32(k, S), ""), stage0,
+                 stage_bytes, true, user);
     /* What a refill's issue needs is loaded one iteration ahead and carried:
      * loaded in the refill's own iteration, ptxas placed the load after the
      * ring's barrier, right before its use (warp-stall sampling,
@@ -521,7 +547,7 @@ static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int st
     s2_nv_loop loop;
     s2_nv_loop_begin(cg, &loop, "ent", begin, end, c32(k, 1), first.v, (unsigned)first.n);
     LLVMValueRef e = loop.iv;
-    LLVMValueRef i = LLVMBuildSub(b, e, begin, "i");
+    LLVMValueRef i = add(k, LLVMBuildSub(b, e, begin, ""), r0);   /* ring position */
     prep_vals cur = {{0}, first.n}, next;
     for (int j = 0; j < first.n; j++)
         cur.v[j] = loop.carried[j];
@@ -531,22 +557,37 @@ static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int st
         /* one barrier per entry: it publishes stage i and tells that every
          * warp is done with entry i-1, whose stage the prefetch refills */
         s2_nv_cp_async_wait(cg, S - 2);
-        if (k->s.wg)
+        if (k->s.wg && !f->tma)
             s2_nv_fence_proxy_async(cg);   /* the copies are read by wgmma (async proxy) */
+        if (f->tma) {
+            /* the ring's tiles come by TMA (async proxy already): only what
+             * was cp.async'd before the ring needs the fence, once (a fence
+             * per entry waited for the last entry's dS stores: MEMBAR) */
+            s2_nv_if once;
+            s2_nv_if_begin(cg, &once, LLVMBuildICmp(b, LLVMIntEQ, e, begin, ""), "fence_once");
+            s2_nv_fence_proxy_async(cg);
+            s2_nv_if_end(cg, &once);
+        }
         s2_nv_barrier_cta(cg);
-        prefetch(k, f, add(k, e, c32(k, S - 1)), end, LLVMBuildURem(b, add(k, i, c32(k, S - 1)), c32(k, S), ""),
-                 stage0, stage_bytes, false, user);
+        /* the stage of entry i-1, free since the barrier: with f->late the
+         * entry body issues its copies after its first products */
+        ring_refill r = {f, add(k, e, c32(k, S - 1)), end, LLVMBuildURem(b, add(k, i, c32(k, S - 1)), c32(k, S), ""),
+                         stage0, stage_bytes, user};
+        k->refill = &r;
+        if (!f->late)
+            bwd_ring_refill(k);
+        LLVMValueRef soff = add(k, c32(k, stage0), mul(k, LLVMBuildURem(b, i, c32(k, S), ""), c32(k, stage_bytes)));
+        f->compute(k, e, soff, user);
+        bwd_ring_refill(k);
     } else {
         prefetch(k, f, e, end, c32(k, 0), stage0, stage_bytes, false, user);
         s2_nv_cp_async_wait(cg, 0);
         if (k->s.wg)
             s2_nv_fence_proxy_async(cg);
         s2_nv_barrier_cta(cg);
-    }
-    LLVMValueRef soff = add(k, c32(k, stage0), mul(k, LLVMBuildURem(b, i, c32(k, S), ""), c32(k, stage_bytes)));
-    f->compute(k, e, soff, user);
-    if (S == 1)
+        f->compute(k, e, c32(k, stage0), user);
         s2_nv_barrier_cta(cg);
+    }
     s2_nv_loop_end(cg, &loop, next.v);
     s2_nv_cp_async_wait(cg, 0);
     s2_nv_barrier_cta(cg);
@@ -845,8 +886,8 @@ static void build_dq(bwd *k)
         ds.lse2[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_LSE2), idx, 4), cf(k, 0.0), "");
         ds.delta[hr] = LLVMBuildSelect(b, ok, s2_nv_load_global_f32(cg, param(k, P_DELTA), idx, 4), cf(k, 0.0), "");
     }
-    ring_fns f = {dq_prep, dq_take, dq_issue, k->s.wg ? bwd_wg_dq_compute : dq_compute};
-    pipeline(k, begin, end, k->s.stages, k->s.dq_stage0, k->s.dq_stage_bytes, &f, &ds);
+    ring_fns f = {dq_prep, dq_take, dq_issue, k->s.wg ? bwd_wg_dq_compute : dq_compute, false, false};
+    pipeline(k, begin, end, k->s.stages, k->s.dq_stage0, k->s.dq_stage_bytes, &f, &ds, NULL);
     store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
     LLVMBuildRetVoid(b);
 }
@@ -880,8 +921,8 @@ static void build_dqds(bwd *k)
     LLVMValueRef acc[MAX_D / 8][4];
     new_acc(k, acc, "dq");
     ds.acc = acc;
-    ring_fns f = {dq_prep, dq_take, dqds_issue, bwd_wg_dqds_compute};
-    pipeline(k, begin, end, k->s.dqds_stages, 0, k->s.dqds_stage_bytes, &f, &ds);
+    ring_fns f = {dq_prep, dq_take, dqds_issue, bwd_wg_dqds_compute, false, false};
+    pipeline(k, begin, end, k->s.dqds_stages, 0, k->s.dqds_stage_bytes, &f, &ds, NULL);
     store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
     LLVMBuildRetVoid(b);
 }
@@ -908,12 +949,46 @@ static void kv_take(bwd *k, const prep_vals *in, void *user)
     ks->pre_qpos = in->v[0];
 }
 
+/* The ring's full mbarrier of the stage at shared offset soff (tma). */
+LLVMValueRef bwd_kv_bar(bwd *k, LLVMValueRef soff)
+{
+    LLVMValueRef st = LLVMBuildUDiv(k->b, LLVMBuildSub(k->b, soff, c32(k, k->s.kv_stage0), ""),
+                                    c32(k, k->s.kv_stage_bytes), "stage");
+    return add(k, s2_nv_smem_base32(k->cg), add(k, c32(k, k->s.kv_bar_off), LLVMBuildShl(k->b, st, c32(k, 3), "")));
+}
+
+/* Q and dO of the query tile at qpos0 by TMA into the stage at soff: one
+ * thread (predicated, no branch) arms the stage's mbarrier with the bytes
+ * and issues a box of 64 columns x BM rows per 64 columns of each; rows
+ * outside the queries come as zeros (the maps' bounds). */
+static void kv_issue_tma(bwd *k, kv_state *ks, LLVMValueRef qpos0, LLVMValueRef soff)
+{
+    s2_cg *cg = k->cg;
+    const bwd_shape *s = &k->s;
+    LLVMValueRef one = LLVMBuildICmp(k->b, LLVMIntEQ, k->tid, c32(k, 0), "tma_thread");
+    LLVMValueRef bar = bwd_kv_bar(k, soff);
+    s2_nv_mbar_arrive_expect_tx_if(cg, one, bar, 2 * s->BM * s->row_bytes);
+    LLVMValueRef row = LLVMBuildSub(k->b, qpos0, k->q_start, "q_row");
+    LLVMValueRef b32 = LLVMBuildTrunc(k->b, k->batch, cg->t_i32, "");
+    for (int m = 0; m < 2; m++)
+        for (int c = 0; c < s->D / 64; c++) {
+            LLVMValueRef dst = add(k, s2_nv_smem_base32(cg), add(k, soff, c32(k, m * s->BM * s->row_bytes + c * s->BM * 128)));
+            LLVMValueRef co[4] = {c32(k, 64 * c), row, ks->h32, b32};
+            s2_nv_tma_load_4d_if(cg, one, dst, bar, param(k, m ? P_TMAP_DO : P_TMAP_Q), co);
+        }
+}
+
 static void kv_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     kv_state *ks = user;
     e = bwd_kv_entry(k, ks, e);
     int tb = k->s.BM * k->s.row_bytes;
     LLVMValueRef qpos0 = ks->pre_qpos;   /* kv_take's */
+    if (k->s.tma) {
+        kv_issue_tma(k, ks, qpos0, soff);
+        load_row_stats(k, qpos0, ks->rowbase, add(k, soff, c32(k, k->s.kv_lse_off)));
+        return;
+    }
     /* (the query heads' loop of a GQA kernel leaves no registers for the
      * whole-tile path: it spilled there) */
     bool whole = k->s.group == 1;
@@ -1055,6 +1130,18 @@ static void build_dkdv(bwd *k)
         ks.warp_shift = LLVMBuildZExt(b, LLVMBuildLShr(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
                                                         c32(k, s->t_sub_n_log2), ""), cg->t_i64, "");
     }
+    if (s->tma) {
+        /* the ring's full mbarriers (one arrival: the TMA thread's), before
+         * any use: the first is after the ring's first barrier */
+        s2_nv_if init;
+        s2_nv_if_begin(cg, &init, LLVMBuildICmp(b, LLVMIntEQ, k->tid, c32(k, 0), ""), "mbar_init");
+        for (int st = 0; st < s->stages; st++)
+            s2_nv_mbar_init(cg, add(k, s2_nv_smem_base32(cg), c32(k, s->kv_bar_off + 8 * st)), 1);
+        s2_nv_fence_mbar_init(cg);
+        s2_nv_prefetch_tensormap(cg, param(k, P_TMAP_Q));
+        s2_nv_prefetch_tensormap(cg, param(k, P_TMAP_DO));
+        s2_nv_if_end(cg, &init);
+    }
     /* K and V of the tile, once */
     load_tile_rows(k, s->KB, param(k, P_K), slice(k, P_KS, kvh64), param(k, P_KS + 1), c32(k, s->kv_k_off), ks.kpos0, slot,
               false);
@@ -1064,8 +1151,12 @@ static void build_dkdv(bwd *k)
 
     /* the group's query heads in increasing order: a fixed summation order */
     s2_nv_loop heads;
-    s2_nv_loop_begin(cg, &heads, "qh", c32(k, 0), c32(k, s->group), c32(k, 1), NULL, 0);
+    /* carried: the ring's position (tma: the mbarrier phases run on over the heads' lists) */
+    LLVMValueRef r_init = c32(k, 0);
+    s2_nv_loop_begin(cg, &heads, "qh", c32(k, 0), c32(k, s->group), c32(k, 1), &r_init, 1);
+    ks.r0 = heads.carried[0];
     LLVMValueRef h32 = add(k, mul(k, kvh32, c32(k, s->group)), heads.iv);
+    ks.h32 = h32;
     LLVMValueRef h64 = LLVMBuildZExt(b, h32, cg->t_i64, "head");
     ks.qslice = slice(k, P_QS, h64);
     ks.doslice = slice(k, P_DOS, h64);
@@ -1074,6 +1165,7 @@ static void build_dkdv(bwd *k)
     list_bounds(k, P_TCLASS, P_TOFFSETS, h64, param(k, P_KV_TILES), kt, &begin, &end);
     begin = add(k, begin, c32(k, 1));   /* past the header */
     ks.rev = LLVMBuildSub(b, add(k, begin, end), c32(k, 1), "rev");
+    ks.begin = begin;
     if (s->ds) {
         /* the head's dS slot base, once (its table is read only when ds is given) */
         LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
@@ -1087,9 +1179,12 @@ static void build_dkdv(bwd *k)
         LLVMBasicBlockRef bbs[2] = {from, then_end};
         LLVMAddIncoming(ks.ds_base, vals, bbs, 2);
     }
-    ring_fns f = {kv_prep, kv_take, kv_issue, s->wg ? bwd_wg_kv_compute : kv_compute};
-    pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, &f, &ks);
-    s2_nv_loop_end(cg, &heads, NULL);
+    ring_fns f = {kv_prep, kv_take, kv_issue, s->wg ? bwd_wg_kv_compute : kv_compute, s->late_refill, s->tma};
+    pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, &f, &ks, ks.r0);
+    LLVMValueRef len = LLVMBuildSub(b, end, begin, "");
+    LLVMValueRef r_next = add(k, ks.r0, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSGT, len, c32(k, 0), ""), len,
+                                                         c32(k, 0), ""));
+    s2_nv_loop_end(cg, &heads, &r_next);
 
     s2_nv_cp_async_wait(cg, 0);
     store_acc(k, dk, softmax_scale(k), param(k, P_DK), slice(k, P_DKS, kvh64), param(k, P_DKS + 1), ks.kpos0, false);
@@ -1151,6 +1246,11 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->dqds_stage_bytes = s2_bwd_dqds_smem_bytes(spec) / s->dqds_stages;
     s->dqds2_stage_bytes = s->BN * s->row_bytes + 2 * DS_TILE_BYTES;
     s->dqds2_u_off = s->dqds_stages * s->dqds2_stage_bytes;
+    s->tma = s->wg && spec->bwd_tma > 0;
+    s->kv_bar_off = (s->ds ? s->kv_ds_off + DS_TILE_BYTES : s->kv_stage0 + s->stages * s->kv_stage_bytes);
+    /* the ring's refill issued under the entry's S and dP products (H200,
+     * bench/RESULTS.md runs 93-94: the dK/dV kernel -1.6% at l16v8) */
+    s->late_refill = s->wg;
 }
 
 /* ---- NAME_dqds2: two query tiles per CTA, each K tile read once for both ----
@@ -1359,8 +1459,8 @@ static void build_dqds2(bwd *k)
     LLVMValueRef acc[MAX_D / 8][4];
     new_acc(k, acc, "dq");
     ds.acc = acc;
-    ring_fns f = {dqds2_prep, dqds2_take, dqds2_issue, bwd_wg_dqds_compute};
-    pipeline(k, c32(k, 0), nu, k->s.dqds_stages, 0, k->s.dqds2_stage_bytes, &f, &ds);
+    ring_fns f = {dqds2_prep, dqds2_take, dqds2_issue, bwd_wg_dqds_compute, false, false};
+    pipeline(k, c32(k, 0), nu, k->s.dqds_stages, 0, k->s.dqds2_stage_bytes, &f, &ds, NULL);
     LLVMValueRef mypos = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, wg, c32(k, 0), ""), pos0, pos1, "tile_pos0");
     store_acc(k, acc, softmax_scale(k), param(k, P_DQ), slice(k, P_DQS, h64), param(k, P_DQS + 1), mypos, true);
     LLVMBuildRetVoid(b);
@@ -1372,8 +1472,11 @@ int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
     bwd_shape_init(&s, p, spec);
     int dq = s.dq_stage0 + s.stages * s.dq_stage_bytes;
     int kv = s.kv_stage0 + s.stages * s.kv_stage_bytes;
-    if (s.ds) {
+    if (s.ds)
         kv = s.kv_ds_off + DS_TILE_BYTES;
+    if (s.tma)
+        kv = s.kv_bar_off + 8 * s.stages;
+    if (s.ds) {
         int dqds = s.dqds_stages * s.dqds_stage_bytes;
         dq = dq > dqds ? dq : dqds;
     }
@@ -1385,7 +1488,7 @@ static LLVMValueRef new_kernel(bwd *k, const char *base, const char *suffix)
     s2_cg *cg = k->cg;
     char name[160];
     snprintf(name, sizeof name, "%s%s", base, suffix);
-    LLVMTypeRef params[P_COUNT];
+    LLVMTypeRef params[P_COUNT + 2];
     for (int i = P_Q; i <= P_DV; i++)
         params[i] = cg->t_ptr_global;
     for (int i = P_QS; i < P_QLEN; i++)
@@ -1397,7 +1500,14 @@ static LLVMValueRef new_kernel(bwd *k, const char *base, const char *suffix)
     params[P_TCLASS] = params[P_TOFFSETS] = params[P_TENTRIES] = cg->t_ptr_global;
     params[P_KV_TILES] = cg->t_i32;
     params[P_DS] = params[P_DS_HEAD] = params[P_DS_MAP] = cg->t_ptr_global;
-    LLVMValueRef fn = s2_nv_kernel_new(cg, name, params, P_COUNT, k->s.threads, k->min_ctas ? k->min_ctas : 1);
+    int n = P_COUNT;
+    if (k->s.tma) {
+        params[n++] = LLVMPointerTypeInContext(cg->llctx, S2_AS_GENERIC);   /* q map */
+        params[n++] = LLVMPointerTypeInContext(cg->llctx, S2_AS_GENERIC);   /* do map */
+    }
+    LLVMValueRef fn = s2_nv_kernel_new(cg, name, params, (unsigned)n, k->s.threads, k->min_ctas ? k->min_ctas : 1);
+    for (int i = P_COUNT; i < n; i++)
+        s2_nv_param_tensormap(cg, fn, (unsigned)i);
     static const int ro[] = {P_Q, P_K, P_V, P_O, P_DO, P_LSE, P_DLSE, P_CLASS, P_OFFSETS, P_ENTRIES,
                              P_TCLASS, P_TOFFSETS, P_TENTRIES, P_DS_HEAD, P_DS_MAP};
     for (size_t i = 0; i < sizeof ro / sizeof ro[0]; i++) {

@@ -15,7 +15,9 @@ enum {
     P_CLASS, P_OFFSETS, P_ENTRIES, P_FIRST_Q_TILE, P_Q_TILES,
     P_TCLASS, P_TOFFSETS, P_TENTRIES, P_KV_TILES,
     P_DS, P_DS_HEAD, P_DS_MAP,   /* the dS workspace (s2_ds_map) */
-    P_COUNT
+    P_COUNT,
+    /* spec.bwd_tma > 0 only: CUtensorMap of q and of do (by value) */
+    P_TMAP_Q = P_COUNT, P_TMAP_DO
 };
 
 enum { MAX_D = 128, MAX_N = 16 };
@@ -42,6 +44,9 @@ typedef struct bwd_shape {
     int dq_q_off, dq_do_off, dq_stage0, dq_stage_bytes;
     int kv_k_off, kv_v_off, kv_stage0, kv_stage_bytes, kv_lse_off;
     int kv_ds_off;               /* the dS tile on its way out (ds) */
+    bool tma;                    /* spec.bwd_tma: the dK/dV kernel's Q and dO tiles by TMA (P_TMAP_*) */
+    int kv_bar_off;              /* tma: the ring's full mbarriers, one per stage */
+    bool late_refill;            /* dK/dV kernel (wg): the ring's refill under the entry's S and dP */
     int dqds_stages, dqds_stage_bytes;  /* NAME_dqds: K tile then dS tile per stage, from 0 */
     int dqds2_stage_bytes, dqds2_u_off; /* NAME_dqds2: K tile then two dS tiles per stage; the union arrays */
 } bwd_shape;
@@ -60,6 +65,7 @@ typedef struct bwd {
     LLVMValueRef scale_log2;                    /* f32 */
     LLVMValueRef a_row, a_lc, b_row, b_lc, bt_row, bt_lc; /* ldmatrix lane rows / chunks */
     int min_ctas;                               /* launch bound of the kernel being built (0: 1) */
+    struct ring_refill *refill;                 /* the ring's refill left to the entry body (ring_fns.late) */
 } bwd;
 
 static inline LLVMValueRef c32(bwd *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
@@ -90,12 +96,21 @@ typedef struct prep_vals {
 typedef void (*prep_fn)(bwd *k, LLVMValueRef e, prep_vals *out, void *user);
 typedef void (*take_fn)(bwd *k, const prep_vals *in, void *user);
 /* A kernel's ring (templates/bwd.c pipeline): issue() copies an entry with
- * the values take() handed it, compute() uses the entry's stage. */
+ * the values take() handed it, compute() uses the entry's stage.  With
+ * `late`, compute() issues the copies of the ring's refill itself, through
+ * bwd_ring_refill, where they hide best (under its first products); the
+ * pipeline issues them after compute() when it did not. */
 typedef struct ring_fns {
     prep_fn prep;
     take_fn take;
     entry_fn issue, compute;
+    bool late;
+    bool tma;      /* issue() copies the wgmma operands by TMA (no proxy fence per entry) */
 } ring_fns;
+
+/* Issues the pending refill of the ring (ring_fns.late), once; no-op when
+ * none is pending. */
+void bwd_ring_refill(bwd *k);
 
 /* The dS workspace's tile slot of entry 0 of head h's class for this batch
  * element: batch · head_base[H] + head_base[h] (s2_ds_map). */
@@ -124,6 +139,8 @@ typedef struct kv_state {
     LLVMValueRef ds_on;                               /* i1: the dS workspace is given */
     LLVMValueRef ds_base;                             /* i64: its dS slot base (bwd_ds_slot_base; 0 when off) */
     LLVMValueRef pre_qpos;                            /* the next issue's query position (take_fn) */
+    LLVMValueRef h32;                                 /* the query head in use */
+    LLVMValueRef begin, r0;                           /* tma: the list's first entry, its position in the ring */
     int chunk0;
 } kv_state;
 
@@ -150,6 +167,8 @@ void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
  * bwd_ds_slot loads the slot of transposed record e (0 when off). */
 LLVMValueRef bwd_ds_slot(bwd *k, const kv_state *ks, LLVMValueRef e);
 void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef slot, LLVMValueRef (*da)[4]);
+/* tma: the full mbarrier of the dK/dV ring's stage at shared offset soff. */
+LLVMValueRef bwd_kv_bar(bwd *k, LLVMValueRef soff);
 /* NAME_dqds's entry body: acc += dS·K (templates/bwd_sm90.c). */
 void bwd_wg_dqds_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
 

@@ -126,6 +126,7 @@ static void acc_store(bwd *k, LLVMValueRef (*slots)[4], const LLVMValueRef *acc)
 void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     kv_state *ks = user;
+    LLVMValueRef ring_e = e;
     e = bwd_kv_entry(k, ks, e);
     s2_cg *cg = k->cg;
     const bwd_shape *s = &k->s;
@@ -140,8 +141,16 @@ void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     LLVMValueRef qpos0 = mul(k, bwd_entry_field(k, ks->entries, e, 0, cg->t_i32), c32(k, BM));
 
     LLVMValueRef sacc[MAX_COLS / 2], dacc[MAX_COLS / 2], sc[MAX_COLS / 8][4], dp[MAX_COLS / 8][4];
+    if (s->tma) {
+        /* the stage's Q and dO (TMA): phase (ring position / stages) & 1 */
+        LLVMValueRef pos = add(k, LLVMBuildSub(k->b, ring_e, ks->begin, ""), ks->r0);
+        LLVMValueRef par = LLVMBuildAnd(k->b, LLVMBuildUDiv(k->b, pos, c32(k, s->stages), ""), c32(k, 1), "phase");
+        s2_nv_mbar_wait(cg, bwd_kv_bar(k, soff), par);
+    }
     issue_abt(k, c32(k, s->kv_k_off), qt, BM, sacc);
     issue_abt(k, c32(k, s->kv_v_off), dot, BM, dacc);
+    /* the ring's refill (Q, dO and the stats of a later entry) under S and dP */
+    bwd_ring_refill(k);
     s2_nv_wgmma_wait(cg, 1, sacc, BM / 2);
     acc_to_tiles(sacc, NT, sc);
     mask_geom mg = {true, s->t_sub_n_log2, s->t_sub_m_size, s->t_sub_n};

@@ -531,6 +531,8 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
         const char *why = mk->spec.kind != S2_KERNEL_FWD && mk->spec.kind != S2_KERNEL_BWD &&
                                   mk->spec.kind != S2_KERNEL_DECODE
                               ? "of an unknown kind"
+                          : mk->spec.kind == S2_KERNEL_BWD && mk->spec.bwd_tma > 0
+                              ? "a backward with tensor-map parameters (kernel.bwd_tma)"
                               : NULL;
         if (why) {
             fprintf(stderr, "s2c: --emit c: kernel %s is %s, which has no C launcher yet; C launchers exist for the "
@@ -617,6 +619,10 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
                            .kv_gather = (int)o->kv_gather};
     if (parse_dtype(o->dtype, &spec.dtype) != 0)
         return usage_error("compile: --dtype must be bf16 or fp16, got '%s'", o->dtype);
+    /* the backward's C launchers take no tensor maps: there its dK/dV kernel
+     * copies Q and dO by cp.async (parameters 0..50) */
+    if (kind == S2_KERNEL_BWD && emit == EMIT_C)
+        spec.bwd_tma = -1;
     for (int i = 0; i < o->num_names; i++)
         for (int j = 0; j < i; j++)
             if (strcmp(o->names[i], o->names[j]) == 0)

@@ -150,7 +150,8 @@ const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void);
 /* The backward module (S2_KERNEL_BWD, attention.h): three kernels NAME_pre,
  * NAME_dkdv, NAME_dq with the same 48 parameters, so one ABI each with the
  * same launcher arguments; call the three launchers in that order on one
- * stream.
+ * stream.  Modules with the tensor-map parameters (spec.bwd_tma 1) have no
+ * launchers: `s2c compile --kind bwd --emit c` compiles with bwd_tma -1.
  *   params  q, k, v, o, d_o, lse, dlse, delta, lse2, dq, dk, dv     CUdeviceptr
  *             (delta and lse2: fp32 [B][H][Sq] workspaces; the runtime's
  *             s2_attn_bwd_workspace_bytes workspace is delta, then lse2 at half)

@@ -65,6 +65,11 @@ typedef struct s2_kernel_spec {
      * Resolved to 1 or more on the sm_90a forward, 0 or 4 on the backward,
      * 0 elsewhere. */
     int kv_gather;
+    /* sm_90a wgmma backward: 1 the dK/dV kernel copies its Q and dO tiles by
+     * TMA, from two tensor maps the backward kernels take as parameters 51
+     * and 52 (see the backward ABI); -1 by cp.async (parameters 0..50 only);
+     * 0 = heuristic (resolved to 1 there, 0 on the other paths). */
+    int bwd_tma;
 } s2_kernel_spec;
 
 /* Fill the zero tunables of *spec for pattern p and check the result:
@@ -238,6 +243,13 @@ typedef enum s2_fwd_abi {
  *        = 128 bytes of 64 keys, 16-byte chunk c at c ^ (q & 7)), and
  *        NAME_dqds computes dq = scale·dS·K from them instead of NAME_dq
  *        recomputing S and dP: 5 tile products per entry instead of 7.
+ *   51 CUtensorMap q_map, 52 CUtensorMap do_map  (by value, 128 bytes, 64-byte aligned;
+ *        modules with spec.bwd_tma 1 only, manifest `kernel.bwd_tma 1`): 4-D maps
+ *        {D, q_len, heads, batch} of q and do over the launch's heads (strides
+ *        as above, in bytes), bf16/f16, box {64, block_m, 1, 1}, 128-byte
+ *        swizzle, out-of-bounds fill zero, as the forward's q map
+ *        (s2_attn_fwd_tensor_maps with the backward's tensors); every kernel
+ *        of such a module takes them, NAME_dkdv reads them.
  * Gathered backward (spec kv_gather 4, block-16 patterns on sm_90a): 39..43 is
  * s2_schedule_pack_gathered's packing of the forward schedule for (block_m,
  * block_size), as the gathered forward.
@@ -304,6 +316,7 @@ typedef struct s2_manifest s2_manifest;
  *                             kernel.abi (ptrs|tma|tma_persistent; written only for the latter two),
  *                             kernel.seqinfo 1 (forward kernels with the seqinfo parameter),
  *                             kernel.bwd_wgmma (1|-1; backward on sm_90a only, absent: 0),
+ *                             kernel.bwd_tma 1 (backward kernels with the tensor-map parameters 51, 52),
  *                             kernel.kv_gather G (above 1 only),
  *                             kernel.wide BM BN WARPS STAGES GATHER THREADS SMEM (the NAME_w variant),
  *                             or kernel.wide_persistent (the same fields; NAME_w on the persistent grid)

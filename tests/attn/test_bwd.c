@@ -1,6 +1,8 @@
 /* The backward module without a GPU: block-16 (Merge-Q) and block-64
  * patterns x d64/d128 x bf16/f16 x sm_80/sm_90a/sm_90a-wgmma assemble with zero spills,
- * hold the three kernels, and the manifest records kind bwd. */
+ * hold the three kernels, and the manifest records kind bwd.  The wgmma
+ * variants alternate the dK/dV kernel's copies: TMA (spec.bwd_tma, the
+ * default) for bf16, cp.async (-1) for f16. */
 #include "patterns.h"
 #include "s2c/attention.h"
 #include "s2c/codegen.h"
@@ -41,8 +43,9 @@ START_TEST(bwd_assembles_without_spills)
     ck_assert_msg(s2_pattern_from_args(ctx, &a, &set) == S2_OK, "%s", s2_ctx_message(ctx));
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     bool wg = wgmma[v / NUM_PATS / 4] > 0;
+    bool tma = wg && dt == S2_DTYPE_BF16;
     s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = dt, .head_dim = D, .arch = arch,
-                           .bwd_wgmma = wgmma[v / NUM_PATS / 4]};
+                           .bwd_wgmma = wgmma[v / NUM_PATS / 4], .bwd_tma = wg && !tma ? -1 : 0};
     s2_artifact *art = NULL;
     ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_PTXAS, &art) == S2_OK, "%s d%d %s %s: %s", p->name, D,
                   s2_dtype_name(dt), s2_arch_name(arch), s2_ctx_message(ctx));
@@ -62,6 +65,11 @@ START_TEST(bwd_assembles_without_spills)
     }
     ck_assert_msg(strncmp(art->name, "s2_bwd_", 7) == 0, "name %s", art->name);
     ck_assert_int_eq(art->spec.bwd_wgmma, wg ? 1 : arch == S2_ARCH_SM90A ? -1 : 0);
+    ck_assert_int_eq(art->spec.bwd_tma, tma ? 1 : wg ? -1 : 0);
+    /* the dK/dV kernel's Q and dO: TMA boxes into an mbarrier-armed stage, or cp.async */
+    ck_assert(!strstr(art->ptx, "cp.async.bulk.tensor.4d") == !tma);
+    ck_assert(!strstr(art->ptx, "mbarrier.try_wait.parity") == !tma);
+    ck_assert(!strstr(art->ptx, ".param .align 64 .b8") == !tma);
     if (wg) {
         ck_assert_ptr_nonnull(strstr(art->ptx, "wgmma.mma_async.sync.aligned.m64n"));
         ck_assert_ptr_nonnull(strstr(art->ptx, "fence.proxy.async.shared::cta"));
@@ -91,6 +99,7 @@ START_TEST(bwd_assembles_without_spills)
     ck_assert_int_eq(mk->spec.block_m, art->spec.block_m);
     ck_assert_int_eq(mk->spec.block_n, art->spec.block_n);
     ck_assert_int_eq(mk->spec.kv_gather, art->spec.kv_gather);
+    ck_assert_int_eq(mk->spec.bwd_tma, tma ? 1 : 0);   /* kernel.bwd_tma: written only when on */
     ck_assert_int_eq(art->spec.kv_gather, wg && p->block_size == 16 ? 4 : 0);
     ck_assert_int_eq(mk->smem_bytes, art->smem_bytes);
     ck_assert_int_eq(mk->threads, art->threads_per_block);
@@ -122,7 +131,18 @@ START_TEST(bwd_spec_limits)
     s2_kernel_spec h = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h, p), S2_OK);
     ck_assert_int_eq(h.bwd_wgmma, 1);
+    ck_assert_int_eq(h.bwd_tma, 1);     /* the dK/dV kernel's copies by TMA */
     ck_assert_int_eq(h.block_n, 64);    /* block 16: 4 gathered blocks */
+    s2_kernel_spec ht = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+                         .bwd_tma = -1};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &ht, p), S2_OK);
+    ck_assert_int_eq(ht.bwd_tma, -1);
+    ht = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+                          .bwd_tma = 1, .bwd_wgmma = -1};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &ht, p), S2_ERR_UNSUPPORTED);
+    ht = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80,
+                          .bwd_tma = 1};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &ht, p), S2_ERR_UNSUPPORTED);
     ck_assert_int_eq(h.kv_gather, 4);
     s2_kernel_spec h1 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
                          .kv_gather = 1};
@@ -145,6 +165,7 @@ START_TEST(bwd_spec_limits)
                          .arch = S2_ARCH_SM90A};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h8, p), S2_OK);
     ck_assert_int_eq(h8.bwd_wgmma, -1);
+    ck_assert_int_eq(h8.bwd_tma, 0);
     h8 = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .num_warps = 8,
                           .arch = S2_ARCH_SM90A, .bwd_wgmma = 1};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h8, p), S2_ERR_UNSUPPORTED);

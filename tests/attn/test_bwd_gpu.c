@@ -260,8 +260,10 @@ static void run_case(int vi)
     const int B = c->batch, H = p->heads, HK = p->kv_heads, D = c->head_dim;
     const int64_t SQ = c->q_len, SK = c->kv_len;
 
+    /* the raw launches below pass parameters 0..50: no tensor maps (spec.bwd_tma -1) */
     s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = c->dt, .head_dim = D, .arch = dev_arch,
-                           .bwd_wgmma = wg ? 1 : -1, .kv_gather = wg ? c->gather : 0};
+                           .bwd_wgmma = wg ? 1 : -1, .kv_gather = wg ? c->gather : 0,
+                           .bwd_tma = wg && !(c->runtime || dsp) ? -1 : 0};
     if (dsp) {
         s2_kernel_spec r = spec;
         if (s2_kernel_spec_resolve(ctx, &r, p) != S2_OK || !s2_bwd_ds_capable(p, &r)) {
