@@ -1131,8 +1131,9 @@ static void build_dkdv(bwd *k)
                                                         c32(k, s->t_sub_n_log2), ""), cg->t_i64, "");
     }
     if (s->tma) {
-        /* the ring's full mbarriers (one arrival: the TMA thread's), before
-         * any use: the first is after the ring's first barrier */
+        /* the ring's full mbarriers (one arrival: the TMA thread's); every
+         * thread syncs before any use (ptxas makes the init a warp-wide
+         * operation: racecheck saw it race the first arrive without this) */
         s2_nv_if init;
         s2_nv_if_begin(cg, &init, LLVMBuildICmp(b, LLVMIntEQ, k->tid, c32(k, 0), ""), "mbar_init");
         for (int st = 0; st < s->stages; st++)
@@ -1141,6 +1142,7 @@ static void build_dkdv(bwd *k)
         s2_nv_prefetch_tensormap(cg, param(k, P_TMAP_Q));
         s2_nv_prefetch_tensormap(cg, param(k, P_TMAP_DO));
         s2_nv_if_end(cg, &init);
+        s2_nv_barrier_cta(cg);
     }
     /* K and V of the tile, once */
     load_tile_rows(k, s->KB, param(k, P_K), slice(k, P_KS, kvh64), param(k, P_KS + 1), c32(k, s->kv_k_off), ks.kpos0, slot,
