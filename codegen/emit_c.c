@@ -111,19 +111,22 @@ const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void) { return &attn_fwd_tm
 
 #define BWD_STRIDES(t) {t "_stride_b", S2_AOT_I64}, {t "_stride_s", S2_AOT_I64}, {t "_stride_h", S2_AOT_I64}
 
-static const s2_aot_param attn_bwd_params[] = {
-    {"q", S2_AOT_PTR},     {"k", S2_AOT_PTR},     {"v", S2_AOT_PTR},     {"o", S2_AOT_PTR},
-    {"d_o", S2_AOT_PTR},   {"lse", S2_AOT_PTR},   {"dlse", S2_AOT_PTR},  {"delta", S2_AOT_PTR},
-    {"lse2", S2_AOT_PTR},  {"dq", S2_AOT_PTR},    {"dk", S2_AOT_PTR},    {"dv", S2_AOT_PTR},
-    BWD_STRIDES("q"),      BWD_STRIDES("k"),      BWD_STRIDES("v"),      BWD_STRIDES("o"),
-    BWD_STRIDES("d_o"),    BWD_STRIDES("dq"),     BWD_STRIDES("dk"),     BWD_STRIDES("dv"),
-    {"q_len", S2_AOT_I32}, {"kv_len", S2_AOT_I32}, {"scale_log2", S2_AOT_F32},
-    {"class_of_head", S2_AOT_PTR},   {"offsets", S2_AOT_PTR},   {"entries", S2_AOT_PTR},
-    {"first_q_tile", S2_AOT_I32},    {"q_tiles", S2_AOT_I32},
-    {"t_class_of_head", S2_AOT_PTR}, {"t_offsets", S2_AOT_PTR}, {"t_entries", S2_AOT_PTR},
-    {"kv_tiles", S2_AOT_I32},
-    {"ds", S2_AOT_PTR},              {"ds_head", S2_AOT_PTR},   {"ds_map", S2_AOT_PTR},
-};
+#define BWD_PARAMS                                                                           \
+    {"q", S2_AOT_PTR},     {"k", S2_AOT_PTR},     {"v", S2_AOT_PTR},     {"o", S2_AOT_PTR},     \
+    {"d_o", S2_AOT_PTR},   {"lse", S2_AOT_PTR},   {"dlse", S2_AOT_PTR},  {"delta", S2_AOT_PTR}, \
+    {"lse2", S2_AOT_PTR},  {"dq", S2_AOT_PTR},    {"dk", S2_AOT_PTR},    {"dv", S2_AOT_PTR},    \
+    BWD_STRIDES("q"),      BWD_STRIDES("k"),      BWD_STRIDES("v"),      BWD_STRIDES("o"),      \
+    BWD_STRIDES("d_o"),    BWD_STRIDES("dq"),     BWD_STRIDES("dk"),     BWD_STRIDES("dv"),     \
+    {"q_len", S2_AOT_I32}, {"kv_len", S2_AOT_I32}, {"scale_log2", S2_AOT_F32},                 \
+    {"class_of_head", S2_AOT_PTR},   {"offsets", S2_AOT_PTR},   {"entries", S2_AOT_PTR},       \
+    {"first_q_tile", S2_AOT_I32},    {"q_tiles", S2_AOT_I32},                                  \
+    {"t_class_of_head", S2_AOT_PTR}, {"t_offsets", S2_AOT_PTR}, {"t_entries", S2_AOT_PTR},     \
+    {"kv_tiles", S2_AOT_I32},                                                                  \
+    {"ds", S2_AOT_PTR},              {"ds_head", S2_AOT_PTR},   {"ds_map", S2_AOT_PTR}
+
+static const s2_aot_param attn_bwd_params[] = {BWD_PARAMS};
+static const s2_aot_param attn_bwd_tma_params[] = {BWD_PARAMS, {"q_map", S2_AOT_TMAP}, {"do_map", S2_AOT_TMAP}};
+
 
 static const s2_aot_param attn_bwd_launch[] = {
     {"heads", S2_AOT_I32},
@@ -131,24 +134,32 @@ static const s2_aot_param attn_bwd_launch[] = {
     {"batch", S2_AOT_I32},
 };
 
-#define BWD_ABI(nm, gx, gy)                                                                  \
-    {.name = nm, .params = attn_bwd_params,                                                  \
-     .num_params = (int)(sizeof attn_bwd_params / sizeof attn_bwd_params[0]),                \
+#define BWD_ABI(nm, gx, gy, ps, mp)                                                          \
+    {.name = nm, .params = ps,                                                               \
+     .num_params = (int)(sizeof ps / sizeof ps[0]),                                          \
      .launch_args = attn_bwd_launch,                                                         \
      .num_launch_args = (int)(sizeof attn_bwd_launch / sizeof attn_bwd_launch[0]),           \
-     .grid = {gx, gy, "batch"}}
+     .grid = {gx, gy, "batch"}, .maps = mp}
 
-static const s2_aot_abi attn_bwd_abis[4] = {
-    BWD_ABI("attn_bwd_pre", "q_len", "heads"),
-    BWD_ABI("attn_bwd_dkdv", "kv_tiles", "kv_heads"),
-    BWD_ABI("attn_bwd_dq", "q_tiles", "heads"),
-    BWD_ABI("attn_bwd_dqds", "q_tiles", "heads"),
+static const s2_aot_abi attn_bwd_abis[8] = {
+    BWD_ABI("attn_bwd_pre", "q_len", "heads", attn_bwd_params, S2_AOT_MAPS_NONE),
+    BWD_ABI("attn_bwd_dkdv", "kv_tiles", "kv_heads", attn_bwd_params, S2_AOT_MAPS_NONE),
+    BWD_ABI("attn_bwd_dq", "q_tiles", "heads", attn_bwd_params, S2_AOT_MAPS_NONE),
+    BWD_ABI("attn_bwd_dqds", "q_tiles", "heads", attn_bwd_params, S2_AOT_MAPS_NONE),
+    BWD_ABI("attn_bwd_pre_tma", "q_len", "heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
+    BWD_ABI("attn_bwd_dkdv_tma", "kv_tiles", "kv_heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
+    BWD_ABI("attn_bwd_dq_tma", "q_tiles", "heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
+    BWD_ABI("attn_bwd_dqds_tma", "q_tiles", "heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
 };
 
 const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void) { return &attn_bwd_abis[0]; }
 const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void) { return &attn_bwd_abis[1]; }
 const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void) { return &attn_bwd_abis[2]; }
 const s2_aot_abi *s2_aot_abi_attn_bwd_dqds(void) { return &attn_bwd_abis[3]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_pre_tma(void) { return &attn_bwd_abis[4]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv_tma(void) { return &attn_bwd_abis[5]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dq_tma(void) { return &attn_bwd_abis[6]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dqds_tma(void) { return &attn_bwd_abis[7]; }
 
 /* ---- the paged decode kernel (decode.h, S2_KERNEL_DECODE; not NAME_combine) ---- */
 
@@ -194,6 +205,15 @@ static const s2_aot_param fwd_map_inputs[] = {
     {"heads", S2_AOT_I32},      {"kv_heads", S2_AOT_I32},   {"batch", S2_AOT_I32},
     {"seqinfo", S2_AOT_PTR},
     {"q_map", S2_AOT_TMAP},     {"k_map", S2_AOT_TMAP},     {"v_map", S2_AOT_TMAP},
+};
+
+/* What S2_AOT_MAPS_ATTN_BWD reads (and fills). */
+static const s2_aot_param bwd_map_inputs[] = {
+    {"q", S2_AOT_PTR},            {"d_o", S2_AOT_PTR},
+    {"q_stride_b", S2_AOT_I64},   {"q_stride_s", S2_AOT_I64},   {"q_stride_h", S2_AOT_I64},
+    {"d_o_stride_b", S2_AOT_I64}, {"d_o_stride_s", S2_AOT_I64}, {"d_o_stride_h", S2_AOT_I64},
+    {"q_len", S2_AOT_I32},        {"heads", S2_AOT_I32},        {"batch", S2_AOT_I32},
+    {"q_map", S2_AOT_TMAP},       {"do_map", S2_AOT_TMAP},
 };
 
 /* ---- checks ---- */
@@ -285,15 +305,19 @@ static s2_status check_maps(s2_ctx *ctx, const s2_aot_abi *abi)
     if (abi->maps == S2_AOT_MAPS_NONE)
         return n == 0 ? S2_OK : s2_fail(ctx, S2_ERR_INVALID, "ABI %s: tensor-map parameters but no way to build them",
                                         abi->name);
-    if (abi->maps != S2_AOT_MAPS_ATTN_FWD)
+    bool fwd = abi->maps == S2_AOT_MAPS_ATTN_FWD;
+    if (!fwd && abi->maps != S2_AOT_MAPS_ATTN_BWD)
         return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: unknown tensor-map convention %d", abi->name, (int)abi->maps);
-    if (n != 3)
-        return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: the forward's tensor maps are q_map, k_map, v_map", abi->name);
-    for (size_t i = 0; i < sizeof fwd_map_inputs / sizeof fwd_map_inputs[0]; i++) {
-        const s2_aot_param *p = abi_find(abi, fwd_map_inputs[i].name);
-        if (!p || p->type != fwd_map_inputs[i].type)
-            return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: the forward's tensor maps need %s %s", abi->name,
-                           c_type(fwd_map_inputs[i].type), fwd_map_inputs[i].name);
+    if (n != (fwd ? 3 : 2))
+        return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: the %s", abi->name,
+                       fwd ? "forward's tensor maps are q_map, k_map, v_map" : "backward's tensor maps are q_map, do_map");
+    const s2_aot_param *in = fwd ? fwd_map_inputs : bwd_map_inputs;
+    size_t nin = fwd ? sizeof fwd_map_inputs / sizeof fwd_map_inputs[0] : sizeof bwd_map_inputs / sizeof bwd_map_inputs[0];
+    for (size_t i = 0; i < nin; i++) {
+        const s2_aot_param *p = abi_find(abi, in[i].name);
+        if (!p || p->type != in[i].type)
+            return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: the %s tensor maps need %s %s", abi->name,
+                           fwd ? "forward's" : "backward's", c_type(in[i].type), in[i].name);
     }
     return S2_OK;
 }
@@ -367,11 +391,11 @@ static s2_status check_module(s2_ctx *ctx, const s2_aot_module *m)
         s2_status st = check_abi(ctx, k->abi);
         if (st != S2_OK)
             return st;
-        if (k->abi->maps == S2_AOT_MAPS_ATTN_FWD &&
+        if (k->abi->maps != S2_AOT_MAPS_NONE &&
             ((k->dtype != S2_DTYPE_BF16 && k->dtype != S2_DTYPE_F16) || k->head_dim < 64 || k->head_dim % 64 != 0 ||
              k->head_dim > 256 || k->kv_box_rows < 1 || k->kv_box_rows > 256))
             return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s: tensor maps of dtype %d, head_dim %d, "
-                           "%d k/v rows per box", m->name, k->name, (int)k->dtype, k->head_dim, k->kv_box_rows);
+                           "%d rows per box", m->name, k->name, (int)k->dtype, k->head_dim, k->kv_box_rows);
     }
     return S2_OK;
 }
@@ -458,6 +482,9 @@ static void emit_kernel_comment(s2_buf *b, const s2_aot_kernel *k)
     s2_buf_printf(b, "), %d threads, %d bytes of dynamic shared memory", k->threads, k->smem_bytes);
     if (k->abi->maps == S2_AOT_MAPS_ATTN_FWD)
         s2_buf_printf(b, ";\n * builds the q/k/v tensor maps (%s, D %d, k/v box rows %d; kv_rows = rows of k and v)",
+                      k->dtype == S2_DTYPE_BF16 ? "bf16" : "f16", k->head_dim, k->kv_box_rows);
+    else if (k->abi->maps == S2_AOT_MAPS_ATTN_BWD)
+        s2_buf_printf(b, ";\n * builds the q/d_o tensor maps (%s, D %d, box rows %d)",
                       k->dtype == S2_DTYPE_BF16 ? "bf16" : "f16", k->head_dim, k->kv_box_rows);
     s2_buf_puts(b, " */\n");
 }
@@ -593,6 +620,19 @@ static void emit_fwd_maps(s2_buf *b, const s2_aot_module *m, const s2_aot_kernel
     }
 }
 
+/* The two maps of S2_AOT_MAPS_ATTN_BWD; a failure returns unlaunched. */
+static void emit_bwd_maps(s2_buf *b, const s2_aot_module *m, const s2_aot_kernel *k)
+{
+    const char *type = k->dtype == S2_DTYPE_BF16 ? "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" : "CU_TENSOR_MAP_DATA_TYPE_FLOAT16";
+    static const char *const t[2][2] = {{"q", "q"}, {"do", "d_o"}};
+    for (int i = 0; i < 2; i++) {
+        s2_buf_printf(b, "    s2_r = %s_encode_map(&%s_map, %s, %s, %d, 2, (int64_t)q_len, (int64_t)heads, (int64_t)batch,\n"
+                         "        %s_stride_b, %s_stride_s, %s_stride_h, %d);\n",
+                      m->name, t[i][0], type, t[i][1], k->head_dim, t[i][1], t[i][1], t[i][1], k->kv_box_rows);
+        s2_buf_puts(b, "    if (s2_r != CUDA_SUCCESS)\n        return s2_r;\n");
+    }
+}
+
 /* Launch arguments the grid or the tensor maps read need no (void). */
 static bool launch_arg_used(const s2_aot_abi *abi, const char *name)
 {
@@ -601,6 +641,10 @@ static bool launch_arg_used(const s2_aot_abi *abi, const char *name)
     if (abi->maps == S2_AOT_MAPS_ATTN_FWD)
         for (size_t i = 0; i < sizeof fwd_map_inputs / sizeof fwd_map_inputs[0]; i++)
             if (strcmp(fwd_map_inputs[i].name, name) == 0)
+                return true;
+    if (abi->maps == S2_AOT_MAPS_ATTN_BWD)
+        for (size_t i = 0; i < sizeof bwd_map_inputs / sizeof bwd_map_inputs[0]; i++)
+            if (strcmp(bwd_map_inputs[i].name, name) == 0)
                 return true;
     return false;
 }
@@ -651,6 +695,8 @@ static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
     s2_buf_puts(b, "\n{\n");
     if (abi->maps == S2_AOT_MAPS_ATTN_FWD)
         s2_buf_puts(b, "    CUtensorMap q_map, k_map, v_map;\n    int64_t s2_tb;\n    CUresult s2_r;\n");
+    else if (abi->maps == S2_AOT_MAPS_ATTN_BWD)
+        s2_buf_puts(b, "    CUtensorMap q_map, do_map;\n    CUresult s2_r;\n");
     for (int d = 0; d < 3; d++) {
         if (abi->grid[d] && k->grid_div[d] > 1) /* a negative source stays negative: refused below */
             s2_buf_printf(b, "    int64_t s2_g%c = %s < 0 ? -1 : ((int64_t)%s + %d) / %d;\n", "xyz"[d], abi->grid[d],
@@ -678,6 +724,8 @@ static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
     s2_buf_puts(b, "    if (s2_gx == 0 || s2_gy == 0 || s2_gz == 0)\n        return CUDA_SUCCESS;\n");
     if (abi->maps == S2_AOT_MAPS_ATTN_FWD)
         emit_fwd_maps(b, m, k);
+    else if (abi->maps == S2_AOT_MAPS_ATTN_BWD)
+        emit_bwd_maps(b, m, k);
     s2_buf_printf(b, "    return cuLaunchKernel(%s_functions[%d], (unsigned int)s2_gx, (unsigned int)s2_gy, "
                      "(unsigned int)s2_gz,\n                          %d, 1, 1, %d, stream, %s, NULL);\n}\n",
                   m->name, index, k->threads, k->smem_bytes, abi->num_params > 0 ? "s2_args" : "NULL");

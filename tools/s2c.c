@@ -503,8 +503,11 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, const s2_pattern *p, s2_
         return 1;
     }
     static const char *const part[4] = {"_pre", "_dkdv", "_dq", "_dqds"};
-    const s2_aot_abi *abi[4] = {s2_aot_abi_attn_bwd_pre(), s2_aot_abi_attn_bwd_dkdv(), s2_aot_abi_attn_bwd_dq(),
-                                s2_aot_abi_attn_bwd_dqds()};
+    bool tma = mk->spec.bwd_tma > 0;   /* every kernel of the module takes q_map, do_map */
+    const s2_aot_abi *abi[4] = {tma ? s2_aot_abi_attn_bwd_pre_tma() : s2_aot_abi_attn_bwd_pre(),
+                                tma ? s2_aot_abi_attn_bwd_dkdv_tma() : s2_aot_abi_attn_bwd_dkdv(),
+                                tma ? s2_aot_abi_attn_bwd_dq_tma() : s2_aot_abi_attn_bwd_dq(),
+                                tma ? s2_aot_abi_attn_bwd_dqds_tma() : s2_aot_abi_attn_bwd_dqds()};
     /* NAME_pre: threads / (D / 8) query rows per CTA, no shared memory (attention.h) */
     int rows = mk->spec.head_dim >= 8 ? mk->threads / (mk->spec.head_dim / 8) : 0;
     int n = p && s2_bwd_ds_capable(p, &mk->spec) ? 4 : 3;
@@ -513,7 +516,8 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, const s2_pattern *p, s2_
         snprintf(nm[j].symbol, sizeof nm[j].symbol, "%s%s", mk->name, part[j]);
         int smem = j == 0 ? 0 : j == 3 ? s2_bwd_dqds_smem_bytes(&mk->spec) : mk->smem_bytes;
         ks[j] = (s2_aot_kernel){.name = nm[j].name, .symbol = nm[j].symbol, .abi = abi[j], .threads = mk->threads,
-                                .smem_bytes = smem, .grid_div = {j == 0 ? rows : 0}};
+                                .smem_bytes = smem, .grid_div = {j == 0 ? rows : 0}, .dtype = mk->spec.dtype,
+                                .head_dim = mk->spec.head_dim, .kv_box_rows = tma ? mk->spec.block_m : 0};
     }
     return n;
 }
@@ -531,8 +535,6 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
         const char *why = mk->spec.kind != S2_KERNEL_FWD && mk->spec.kind != S2_KERNEL_BWD &&
                                   mk->spec.kind != S2_KERNEL_DECODE
                               ? "of an unknown kind"
-                          : mk->spec.kind == S2_KERNEL_BWD && mk->spec.bwd_tma > 0
-                              ? "a backward with tensor-map parameters (kernel.bwd_tma)"
                               : NULL;
         if (why) {
             fprintf(stderr, "s2c: --emit c: kernel %s is %s, which has no C launcher yet; C launchers exist for the "
@@ -619,10 +621,6 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
                            .kv_gather = (int)o->kv_gather};
     if (parse_dtype(o->dtype, &spec.dtype) != 0)
         return usage_error("compile: --dtype must be bf16 or fp16, got '%s'", o->dtype);
-    /* the backward's C launchers take no tensor maps: there its dK/dV kernel
-     * copies Q and dO by cp.async (parameters 0..50) */
-    if (kind == S2_KERNEL_BWD && emit == EMIT_C)
-        spec.bwd_tma = -1;
     for (int i = 0; i < o->num_names; i++)
         for (int j = 0; j < i; j++)
             if (strcmp(o->names[i], o->names[j]) == 0)

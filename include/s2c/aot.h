@@ -69,7 +69,12 @@ typedef enum s2_aot_maps {
      * q rows = q_len, k/v rows = kv_rows, heads / kv_heads, tensor batch =
      * batch (1 when seqinfo != 0).  The ABI must name those parameters and
      * launch arguments; a failing encode's CUresult is returned unlaunched. */
-    S2_AOT_MAPS_ATTN_FWD
+    S2_AOT_MAPS_ATTN_FWD,
+    /* the sm_90a backward's q_map and do_map (spec.bwd_tma, attention.h
+     * parameters 51 and 52): the forward's q map rule for q and for d_o, rows
+     * q_len, heads, tensor batch = batch, box {64, kv_box_rows, 1, 1} (the
+     * spec's block_m). */
+    S2_AOT_MAPS_ATTN_BWD
 } s2_aot_maps;
 
 /* A kernel's launch ABI: its parameters in order, the launcher's extra
@@ -150,8 +155,7 @@ const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void);
 /* The backward module (S2_KERNEL_BWD, attention.h): three kernels NAME_pre,
  * NAME_dkdv, NAME_dq with the same 48 parameters, so one ABI each with the
  * same launcher arguments; call the three launchers in that order on one
- * stream.  Modules with the tensor-map parameters (spec.bwd_tma 1) have no
- * launchers: `s2c compile --kind bwd --emit c` compiles with bwd_tma -1.
+ * stream (the _tma ABIs below for modules with tensor-map parameters).
  *   params  q, k, v, o, d_o, lse, dlse, delta, lse2, dq, dk, dv     CUdeviceptr
  *             (delta and lse2: fp32 [B][H][Sq] workspaces; the runtime's
  *             s2_attn_bwd_workspace_bytes workspace is delta, then lse2 at half)
@@ -174,6 +178,13 @@ const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void);
  * schedules, layout.h) after NAME_dkdv wrote the dS tiles; smem_bytes
  * s2_bwd_dqds_smem_bytes(spec). */
 const s2_aot_abi *s2_aot_abi_attn_bwd_dqds(void);
+/* The same four for a module with the tensor-map parameters (spec.bwd_tma 1,
+ * manifest `kernel.bwd_tma 1`): params as above then q_map, do_map
+ * (CUtensorMap, built by the launcher: S2_AOT_MAPS_ATTN_BWD). */
+const s2_aot_abi *s2_aot_abi_attn_bwd_pre_tma(void);
+const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv_tma(void);
+const s2_aot_abi *s2_aot_abi_attn_bwd_dq_tma(void);
+const s2_aot_abi *s2_aot_abi_attn_bwd_dqds_tma(void);
 
 /* The paged decode kernel NAME of a decode module (S2_KERNEL_DECODE,
  * decode.h); NAME_combine (a 1 KB by-value parameter) has no launcher.
@@ -196,10 +207,11 @@ typedef struct s2_aot_kernel {
     const s2_aot_abi *abi;
     int threads;             /* blockDim.x, 1..1024 (from the manifest) */
     int smem_bytes;          /* dynamic shared memory, >= 0 (from the manifest) */
-    /* ABIs with S2_AOT_MAPS_ATTN_FWD only (from the manifest's spec): */
+    /* ABIs with tensor maps only (from the manifest's spec): */
     s2_dtype dtype;          /* S2_DTYPE_BF16 or S2_DTYPE_F16 */
     int head_dim;            /* D, a positive multiple of 64 */
-    int kv_box_rows;         /* k/v box rows, block_n / kv_gather, 1..256 */
+    int kv_box_rows;         /* ATTN_FWD: k/v box rows, block_n / kv_gather; ATTN_BWD: q/do box
+                              * rows, block_m; 1..256 */
     /* grid_div[d] > 1: grid dimension d is ceil(its source / grid_div[d])
      * (the backward's NAME_pre: threads / (head_dim / 8) rows per CTA) */
     int grid_div[3];

@@ -392,6 +392,7 @@ START_TEST(invalid_modules)
     static const s2_aot_param tmap[] = {{"m", S2_AOT_TMAP}};
     const s2_aot_abi *fwd = s2_aot_abi_attn_fwd();
     const s2_aot_abi *tma = s2_aot_abi_attn_fwd_tma();
+    const s2_aot_abi *bwdt = s2_aot_abi_attn_bwd_dkdv_tma();
     const struct {
         const char *what;
         s2_aot_abi abi;
@@ -431,6 +432,12 @@ START_TEST(invalid_modules)
          "m", "k", "s", 32, 0, 1, 16, "need int64_t kv_rows"},
         {"unknown builder", {.name = "x", .maps = (s2_aot_maps)7}, "m", "k", "s", 32, 0, 1, 16, "unknown tensor-map"},
         {"maps without a shape", *tma, "m", "k", "s", 32, 0, 1, 16, "tensor maps of dtype"},
+        {"bwd builder, fwd maps", {.name = "x", .params = tma->params, .num_params = tma->num_params,
+                                   .launch_args = tma->launch_args, .num_launch_args = tma->num_launch_args,
+                                   .maps = S2_AOT_MAPS_ATTN_BWD}, "m", "k", "s", 32, 0, 1, 16, "q_map, do_map"},
+        {"bwd builder, no d_o", {.name = "x", .params = bwdt->params, .num_params = 1,
+                                 .maps = S2_AOT_MAPS_ATTN_BWD}, "m", "k", "s", 32, 0, 1, 16, "q_map, do_map"},
+        {"bwd maps without a shape", *bwdt, "m", "k", "s", 32, 0, 1, 16, "tensor maps of dtype"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         s2_aot_kernel k = {.name = cases[i].kname, .symbol = cases[i].symbol, .abi = &cases[i].abi,
@@ -443,6 +450,20 @@ START_TEST(invalid_modules)
         ck_assert_msg(strstr(s2_ctx_message(ctx), cases[i].msg) != NULL, "%s: \"%s\"", cases[i].what,
                       s2_ctx_message(ctx));
     }
+    /* the backward's maps (spec.bwd_tma): q and d_o over q_len rows, heads, batch, block_m rows per box */
+    s2_aot_kernel bk = {.name = "dkdv", .symbol = "s", .abi = bwdt, .threads = 128, .smem_bytes = 1024,
+                        .dtype = S2_DTYPE_BF16, .head_dim = 128, .kv_box_rows = 64};
+    s2_aot_module bm = {.name = "m", .cubin = cubin, .cubin_size = 16, .kernels = &bk, .num_kernels = 1};
+    ck_assert_msg(s2_aot_emit(ctx, &bm, &h, &c) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_ptr_nonnull(strstr(c, "s2_r = m_encode_map(&q_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, q, 128, 2, "
+                                    "(int64_t)q_len, (int64_t)heads, (int64_t)batch,\n        q_stride_b, q_stride_s, "
+                                    "q_stride_h, 64);"));
+    ck_assert_ptr_nonnull(strstr(c, "s2_r = m_encode_map(&do_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d_o, 128, 2, "
+                                    "(int64_t)q_len, (int64_t)heads, (int64_t)batch,\n        d_o_stride_b, "
+                                    "d_o_stride_s, d_o_stride_h, 64);"));
+    ck_assert_ptr_nonnull(strstr(c, "&q_map, &do_map"));
+    free(h);
+    free(c);
     /* a divisor on a constant grid dimension, a negative one */
     s2_aot_kernel div = {.name = "k", .symbol = "s", .abi = &(s2_aot_abi){.name = "x", .grid = {NULL, NULL, NULL}},
                          .threads = 32, .grid_div = {4}};

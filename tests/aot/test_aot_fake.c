@@ -492,14 +492,17 @@ typedef CUresult (*bwd_launcher)(CUstream, P, P, P, P, P, P, P, P, P, P, P, P, I
 #undef P
 #undef I
 
-/* Backward parameter sizes (attention.h), packed: 384 bytes. */
-static int bwd_sizes[51];
-enum { BWD_OFF_TAIL = 12 * 8 + 24 * 8, BWD_PARAM_BYTES = BWD_OFF_TAIL + 12 + 24 + 8 + 24 + 4 + 24 };
+/* Backward parameter sizes (attention.h), packed: 384 bytes, 640 with the
+ * two tensor maps of spec.bwd_tma (parameters 51, 52). */
+static int bwd_sizes[53];
+enum { BWD_OFF_TAIL = 12 * 8 + 24 * 8, BWD_PARAM_BYTES = BWD_OFF_TAIL + 12 + 24 + 8 + 24 + 4 + 24,
+       BWD_TMA_PARAM_BYTES = BWD_PARAM_BYTES + 256 };
 
 static void init_bwd_sizes(void)
 {
-    for (int i = 0; i < 51; i++)
-        bwd_sizes[i] = i < 36 || i >= 48 ? 8 : (i == 39 || i == 40 || i == 41 || i == 44 || i == 45 || i == 46) ? 8 : 4;
+    for (int i = 0; i < 53; i++)
+        bwd_sizes[i] = i >= 51 ? 128
+                       : i < 36 || i >= 48 ? 8 : (i == 39 || i == 40 || i == 41 || i == 44 || i == 45 || i == 46) ? 8 : 4;
 }
 
 typedef struct bwd_gen {
@@ -507,6 +510,7 @@ typedef struct bwd_gen {
     s2_artifact *art;
     void *so;
     bwd_launcher launch[4];   /* pre, dkdv, dq, dqds (NULL: the module has no dS path) */
+    bool tma;                 /* the module's kernels take q_map, do_map (spec.bwd_tma) */
 } bwd_gen;
 
 static void build_bwd_gen(bwd_gen *g, int which, s2_dtype dt, int head_dim, s2_arch arch, const char *mod)
@@ -529,14 +533,20 @@ static void build_bwd_gen(bwd_gen *g, int which, s2_dtype dt, int head_dim, s2_a
     static const char *const part[4] = {"pre", "dkdv", "dq", "dqds"};
     char symbols[4][256];
     s2_aot_kernel k[4];
-    const s2_aot_abi *abi[4] = {s2_aot_abi_attn_bwd_pre(), s2_aot_abi_attn_bwd_dkdv(), s2_aot_abi_attn_bwd_dq(),
-                                s2_aot_abi_attn_bwd_dqds()};
+    g->tma = mk->spec.bwd_tma > 0;
+    ck_assert_int_eq(g->tma, arch == S2_ARCH_SM90A);
+    const s2_aot_abi *abi[4] = {g->tma ? s2_aot_abi_attn_bwd_pre_tma() : s2_aot_abi_attn_bwd_pre(),
+                                g->tma ? s2_aot_abi_attn_bwd_dkdv_tma() : s2_aot_abi_attn_bwd_dkdv(),
+                                g->tma ? s2_aot_abi_attn_bwd_dq_tma() : s2_aot_abi_attn_bwd_dq(),
+                                g->tma ? s2_aot_abi_attn_bwd_dqds_tma() : s2_aot_abi_attn_bwd_dqds()};
     int nk = s2_bwd_ds_capable(s2_pattern_set_get(g->set, 0), &mk->spec) ? 4 : 3;
     for (int j = 0; j < nk; j++) {
         snprintf(symbols[j], sizeof symbols[j], "%s_%s", mk->name, part[j]);
         k[j] = (s2_aot_kernel){.name = part[j], .symbol = symbols[j], .abi = abi[j], .threads = mk->threads,
                                .smem_bytes = j == 0 ? 0 : j == 3 ? s2_bwd_dqds_smem_bytes(&mk->spec) : mk->smem_bytes,
-                               .grid_div = {j == 0 ? mk->threads / (mk->spec.head_dim / 8) : 0}};
+                               .grid_div = {j == 0 ? mk->threads / (mk->spec.head_dim / 8) : 0},
+                               .dtype = mk->spec.dtype, .head_dim = mk->spec.head_dim,
+                               .kv_box_rows = g->tma ? mk->spec.block_m : 0};
     }
     s2_aot_module am = {.name = mod, .cubin = g->art->cubin, .cubin_size = g->art->cubin_size,
                         .manifest = g->art->manifest, .kernels = k, .num_kernels = nk};
@@ -559,16 +569,16 @@ static void build_bwd_gen(bwd_gen *g, int which, s2_dtype dt, int head_dim, s2_a
 
 typedef struct bwd_rec {
     long long shape[3][8];
-    unsigned char params[3][BWD_PARAM_BYTES];
+    unsigned char params[3][BWD_TMA_PARAM_BYTES];
 } bwd_rec;
 
-static void record_three(bwd_rec *r)
+static void record_three(bwd_rec *r, int bytes)
 {
     for (int j = 0; j < 3; j++) {
         const unsigned char *p = fake_launch_at(2 - j, r->shape[j]);
         ck_assert_ptr_nonnull(p);
-        ck_assert_int_eq(r->shape[j][7], BWD_PARAM_BYTES);
-        memcpy(r->params[j], p, BWD_PARAM_BYTES);
+        ck_assert_int_eq(r->shape[j][7], bytes);
+        memcpy(r->params[j], p, (size_t)bytes);
     }
 }
 
@@ -587,7 +597,8 @@ static void compare_bwd(s2_ctx *ctx, s2_attn_kernel *k, const bwd_gen *g, const 
     one.dq_pair = -1;
     ck_assert_msg(s2_attn_backward(ctx, k, stream, &one) == S2_OK, "%s: %s", what, s2_ctx_message(ctx));
     ck_assert_int_eq(fake_get("launches"), launches + 3);
-    record_three(&rt);
+    int bytes = g->tma ? BWD_TMA_PARAM_BYTES : BWD_PARAM_BYTES;
+    record_three(&rt, bytes);
     /* the schedules are the caller's: take the runtime's */
     const unsigned char *t = rt.params[0] + BWD_OFF_TAIL;
     CUdeviceptr sch[6];
@@ -615,12 +626,13 @@ static void compare_bwd(s2_ctx *ctx, s2_attn_kernel *k, const bwd_gen *g, const 
         ck_assert_msg(r == CUDA_SUCCESS, "%s: launcher %d returned %d", what, j, (int)r);
     }
     ck_assert_int_eq(fake_get("launches"), launches + 6);
-    record_three(&aot);
+    record_three(&aot, bytes);
     for (int j = 0; j < 3; j++) {
         for (int i = 0; i < 7; i++)
             ck_assert_msg(rt.shape[j][i] == aot.shape[j][i], "%s: launch %d shape %d: runtime %lld, launcher %lld",
                           what, j, i, rt.shape[j][i], aot.shape[j][i]);
-        for (int i = 0; i < BWD_PARAM_BYTES; i++)
+        /* the tensor maps too (the fake encoder writes its arguments into the map) */
+        for (int i = 0; i < bytes; i++)
             ck_assert_msg(rt.params[j][i] == aot.params[j][i], "%s: launch %d parameter byte %d", what, j, i);
     }
     ck_assert_int_eq(rt.shape[1][0], kv_tiles);
@@ -632,12 +644,12 @@ static void check_bwd(int which, s2_dtype dt, int head_dim, s2_arch arch, const 
 {
     use_fake();
     init_bwd_sizes();
-    fake_param_sizes(bwd_sizes, 51);
     bwd_gen g = {0};
     s2_ctx *ctx = s2_ctx_new();
     s2_device *dev = NULL;
     ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
     build_bwd_gen(&g, which, dt, head_dim, arch, mod);
+    fake_param_sizes(bwd_sizes, g.tma ? 53 : 51);
     s2_attn_module *amod = NULL;
     ck_assert_msg(s2_attn_module_load(ctx, dev, g.art->cubin, g.art->cubin_size, &amod) == S2_OK, "%s",
                   s2_ctx_message(ctx));
