@@ -1520,7 +1520,9 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
     for (int j = 0; j < chunks && rc == S2_OK; j++) {
         s2_devptr head = chunks == 1 ? s->ds_head
                          : s->ds_chunk_head[which] + (s2_devptr)j * (s2_devptr)(a->heads + 1) * sizeof(int64_t);
-        rc = bwd_launch_args(ctx, &L, k, a, s, j * nkv, nkv, dsw, head);
+        /* one launch: the arguments (and tensor maps) of NAME_pre's */
+        if (chunks > 1)
+            rc = bwd_launch_args(ctx, &L, k, a, s, j * nkv, nkv, dsw, head);
         if (rc != S2_OK)
             break;
         s2_launch_cfg cfg[2] = {

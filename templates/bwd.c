@@ -577,6 +577,7 @@ static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int st
         if (!f->late)
             bwd_ring_refill(k);
         LLVMValueRef soff = add(k, c32(k, stage0), mul(k, LLVMBuildURem(b, i, c32(k, S), ""), c32(k, stage_bytes)));
+        k->ring_pos = i;
         f->compute(k, e, soff, user);
         bwd_ring_refill(k);
     } else {
@@ -585,6 +586,7 @@ static void pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int st
         if (k->s.wg)
             s2_nv_fence_proxy_async(cg);
         s2_nv_barrier_cta(cg);
+        k->ring_pos = i;
         f->compute(k, e, c32(k, stage0), user);
         s2_nv_barrier_cta(cg);
     }
@@ -1156,7 +1158,7 @@ static void build_dkdv(bwd *k)
     /* carried: the ring's position (tma: the mbarrier phases run on over the heads' lists) */
     LLVMValueRef r_init = c32(k, 0);
     s2_nv_loop_begin(cg, &heads, "qh", c32(k, 0), c32(k, s->group), c32(k, 1), &r_init, 1);
-    ks.r0 = heads.carried[0];
+    LLVMValueRef r0 = heads.carried[0];
     LLVMValueRef h32 = add(k, mul(k, kvh32, c32(k, s->group)), heads.iv);
     ks.h32 = h32;
     LLVMValueRef h64 = LLVMBuildZExt(b, h32, cg->t_i64, "head");
@@ -1167,7 +1169,6 @@ static void build_dkdv(bwd *k)
     list_bounds(k, P_TCLASS, P_TOFFSETS, h64, param(k, P_KV_TILES), kt, &begin, &end);
     begin = add(k, begin, c32(k, 1));   /* past the header */
     ks.rev = LLVMBuildSub(b, add(k, begin, end), c32(k, 1), "rev");
-    ks.begin = begin;
     if (s->ds) {
         /* the head's dS slot base, once (its table is read only when ds is given) */
         LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
@@ -1182,9 +1183,9 @@ static void build_dkdv(bwd *k)
         LLVMAddIncoming(ks.ds_base, vals, bbs, 2);
     }
     ring_fns f = {kv_prep, kv_take, kv_issue, s->wg ? bwd_wg_kv_compute : kv_compute, s->late_refill, s->tma};
-    pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, &f, &ks, ks.r0);
+    pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, &f, &ks, r0);
     LLVMValueRef len = LLVMBuildSub(b, end, begin, "");
-    LLVMValueRef r_next = add(k, ks.r0, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSGT, len, c32(k, 0), ""), len,
+    LLVMValueRef r_next = add(k, r0, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSGT, len, c32(k, 0), ""), len,
                                                          c32(k, 0), ""));
     s2_nv_loop_end(cg, &heads, &r_next);
 
@@ -1474,10 +1475,10 @@ int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
     bwd_shape_init(&s, p, spec);
     int dq = s.dq_stage0 + s.stages * s.dq_stage_bytes;
     int kv = s.kv_stage0 + s.stages * s.kv_stage_bytes;
-    if (s.ds)
-        kv = s.kv_ds_off + DS_TILE_BYTES;
-    if (s.tma)
+    if (s.tma)   /* its mbarriers end the dK/dV kernel's memory (after the dS tile with ds) */
         kv = s.kv_bar_off + 8 * s.stages;
+    else if (s.ds)
+        kv = s.kv_ds_off + DS_TILE_BYTES;
     if (s.ds) {
         int dqds = s.dqds_stages * s.dqds_stage_bytes;
         dq = dq > dqds ? dq : dqds;

@@ -66,6 +66,7 @@ typedef struct bwd {
     LLVMValueRef a_row, a_lc, b_row, b_lc, bt_row, bt_lc; /* ldmatrix lane rows / chunks */
     int min_ctas;                               /* launch bound of the kernel being built (0: 1) */
     struct ring_refill *refill;                 /* the ring's refill left to the entry body (ring_fns.late) */
+    LLVMValueRef ring_pos;                      /* i32: the ring position of the entry compute() has (pipeline) */
 } bwd;
 
 static inline LLVMValueRef c32(bwd *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
@@ -140,7 +141,6 @@ typedef struct kv_state {
     LLVMValueRef ds_base;                             /* i64: its dS slot base (bwd_ds_slot_base; 0 when off) */
     LLVMValueRef pre_qpos;                            /* the next issue's query position (take_fn) */
     LLVMValueRef h32;                                 /* the query head in use */
-    LLVMValueRef begin, r0;                           /* tma: the list's first entry, its position in the ring */
     int chunk0;
 } kv_state;
 

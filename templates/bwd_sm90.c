@@ -126,7 +126,6 @@ static void acc_store(bwd *k, LLVMValueRef (*slots)[4], const LLVMValueRef *acc)
 void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     kv_state *ks = user;
-    LLVMValueRef ring_e = e;
     e = bwd_kv_entry(k, ks, e);
     s2_cg *cg = k->cg;
     const bwd_shape *s = &k->s;
@@ -143,8 +142,8 @@ void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     LLVMValueRef sacc[MAX_COLS / 2], dacc[MAX_COLS / 2], sc[MAX_COLS / 8][4], dp[MAX_COLS / 8][4];
     if (s->tma) {
         /* the stage's Q and dO (TMA): phase (ring position / stages) & 1 */
-        LLVMValueRef pos = add(k, LLVMBuildSub(k->b, ring_e, ks->begin, ""), ks->r0);
-        LLVMValueRef par = LLVMBuildAnd(k->b, LLVMBuildUDiv(k->b, pos, c32(k, s->stages), ""), c32(k, 1), "phase");
+        LLVMValueRef par = LLVMBuildAnd(k->b, LLVMBuildUDiv(k->b, k->ring_pos, c32(k, s->stages), ""), c32(k, 1),
+                                        "phase");
         s2_nv_mbar_wait(cg, bwd_kv_bar(k, soff), par);
     }
     issue_abt(k, c32(k, s->kv_k_off), qt, BM, sacc);
