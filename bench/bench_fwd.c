@@ -28,6 +28,7 @@
  * The two-slab gathered shape (128x128, kv_gather 2) runs on owned pairs
  * (s2_schedule_pack_gathered_owned), as the runtime packs it; with
  * S2C_BENCH_UNION_PAIRS=1 in the environment, on union pairs instead. */
+#include "kernel_abi.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/cache.h"

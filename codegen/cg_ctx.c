@@ -24,18 +24,6 @@ static void nvptx_init(void)
     LLVMInitializeNVPTXAsmPrinter();
 }
 
-const char *s2_arch_cpu(s2_arch arch)
-{
-    switch (arch) {
-    case S2_ARCH_SM80: return "sm_80";
-    case S2_ARCH_SM90: return "sm_90";
-    case S2_ARCH_SM90A: return "sm_90a";
-    default: return NULL;
-    }
-}
-
-int s2_arch_sm(s2_arch arch) { return arch == S2_ARCH_SM80 ? 80 : 90; }
-
 static char *take_llvm_message(char *msg)
 {
     char *copy = strdup(msg ? msg : "");

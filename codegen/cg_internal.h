@@ -3,7 +3,7 @@
 #ifndef S2C_CG_INTERNAL_H
 #define S2C_CG_INTERNAL_H
 
-#include "s2c/attention.h"
+#include "arch.h"
 #include "s2c/codegen.h"
 #include "util.h"
 
@@ -35,8 +35,6 @@ s2_status s2_cg_print_ir(s2_ctx *ctx, s2_cg *cg, char **text);           /* mall
 /* Replace the module by IR text (an override NAME.ll); verifies it. */
 s2_status s2_cg_replace_module(s2_ctx *ctx, s2_cg *cg, const char *text, size_t len);
 s2_status s2_cg_emit_ptx(s2_ctx *ctx, s2_cg *cg, char **ptx, size_t *len); /* malloc'd */
-const char *s2_arch_cpu(s2_arch arch);     /* "sm_90a" */
-int s2_arch_sm(s2_arch arch);              /* 80, 90, 90 */
 
 /* Smallest r with 2^r >= v (v >= 1): shift amounts of power-of-two tile sizes. */
 static inline int s2_log2i(int v)
@@ -197,25 +195,9 @@ LLVMTypeRef s2_nv_tensormap_type(s2_cg *cg);
 /* fence.proxy.async.shared::cta: generic shared writes -> wgmma reads */
 void s2_nv_fence_proxy_async(s2_cg *cg);
 
-/* ---- attention templates (templates/) and the manifest global ---- */
-/* Dynamic shared memory of the forward kernel for a resolved spec. */
-int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
-/* Whether a spec (resolved or not) goes to the sm_90a wgmma/TMA template. */
-bool s2_fwd_spec_wants_tma(const s2_kernel_spec *s);
-/* Build the forward kernel `name` (resolved spec) into cg's module. */
-s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
-int s2_fwd_sm90_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
-s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
-/* The backward (templates/bwd.c): dynamic shared memory of its dq / dkdv
- * kernels (the larger), and the three kernels NAME_pre, NAME_dq, NAME_dkdv. */
-int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
-s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
-/* The paged decode (templates/decode.c): shared memory, and the kernels
- * NAME and NAME_combine (ABI in s2c/decode.h). */
-int s2_decode_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
-s2_status s2_decode_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
-/* Add the NUL-terminated manifest text as the global S2_MANIFEST_SYMBOL. */
-s2_status s2_cg_add_manifest(s2_ctx *ctx, s2_cg *cg, const char *text);
+/* Add NUL-terminated text as a visible, initialised byte-array global
+ * `name` (so ptxas keeps it in the cubin): the module's manifest. */
+s2_status s2_cg_add_text_global(s2_ctx *ctx, s2_cg *cg, const char *name, const char *text);
 
 /* ---- the stage driver (compile.c) ---- */
 /* Take a built module through verify -> NAME.pre.ll -> O3 -> NAME.ll ->

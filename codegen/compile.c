@@ -9,46 +9,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-s2_status s2_arch_parse(const char *text, s2_arch *out)
-{
-    static const struct { const char *name; s2_arch arch; } names[] = {
-        {"sm_80", S2_ARCH_SM80}, {"80", S2_ARCH_SM80}, {"sm_90", S2_ARCH_SM90}, {"90", S2_ARCH_SM90},
-        {"sm_90a", S2_ARCH_SM90A}, {"90a", S2_ARCH_SM90A},
-    };
-    if (!text || !out)
-        return S2_ERR_INVALID;
-    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
-        if (strcmp(text, names[i].name) == 0) {
-            *out = names[i].arch;
-            return S2_OK;
-        }
-    }
-    return S2_ERR_UNSUPPORTED;
-}
-
-const char *s2_arch_name(s2_arch arch)
-{
-    const char *n = s2_arch_cpu(arch);
-    return n ? n : "?";
-}
-
-s2_status s2_arch_for_device(int major, int minor, s2_arch *out)
-{
-    (void)minor;
-    if (!out)
-        return S2_ERR_INVALID;
-    if (major == 9) {
-        *out = S2_ARCH_SM90A;
-        return S2_OK;
-    }
-    if (major == 8) {
-        /* sm_80 SASS runs on every 8.x device */
-        *out = S2_ARCH_SM80;
-        return S2_OK;
-    }
-    return S2_ERR_UNSUPPORTED;
-}
-
 void s2_target_default(s2_target *t, s2_arch arch)
 {
     t->arch = arch;
@@ -224,4 +184,18 @@ s2_status s2_cg_finish(s2_ctx *ctx, s2_cg *cg, s2_cubin_backend backend, s2_arti
     if (st == S2_OK)
         st = stage_cubin(ctx, backend, art);
     return st;
+}
+
+s2_status s2_cg_add_text_global(s2_ctx *ctx, s2_cg *cg, const char *name, const char *text)
+{
+    size_t n = strlen(text);
+    if (n > UINT32_MAX - 1)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "global %s too large", name);
+    LLVMValueRef init = LLVMConstStringInContext2(cg->llctx, text, n, 0);
+    LLVMValueRef g = LLVMAddGlobalInAddressSpace(cg->mod, LLVMTypeOf(init), name, S2_AS_GLOBAL);
+    LLVMSetInitializer(g, init);
+    LLVMSetGlobalConstant(g, 1);
+    LLVMSetLinkage(g, LLVMExternalLinkage);
+    LLVMSetAlignment(g, 1);
+    return S2_OK;
 }

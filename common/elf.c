@@ -11,7 +11,6 @@
  * header or the section header table. */
 #include "elf.h"
 
-#include "s2c/attention.h"
 #include "util.h"
 
 #include <string.h>
@@ -223,26 +222,4 @@ s2_status s2_elf_find_symbol(s2_ctx *ctx, const void *image, size_t size, const 
     }
     return s2_fail(ctx, S2_ERR_NOT_FOUND, any_table ? "ELF: no defined symbol %s" : "ELF: no symbol table (looking for %s)",
                    name);
-}
-
-s2_status s2_cubin_find_manifest(s2_ctx *ctx, const void *image, size_t size, const char **text, size_t *len)
-{
-    if (!image || !text || !len)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_cubin_find_manifest: invalid arguments");
-    *text = NULL;
-    *len = 0;
-    const uint8_t *bytes;
-    size_t n;
-    s2_status st = s2_elf_find_symbol(ctx, image, size, S2_MANIFEST_SYMBOL, &bytes, &n);
-    if (st != S2_OK)
-        return st;
-    unsigned machine = (unsigned)rd_le((const uint8_t *)image + 18, 2);
-    if (machine != EM_CUDA)
-        return s2_fail(ctx, S2_ERR_PARSE, "ELF: machine %u is not CUDA (%d)", machine, EM_CUDA);
-    const uint8_t *nul = n ? memchr(bytes, 0, n) : NULL;
-    if (!nul)
-        return s2_fail(ctx, S2_ERR_PARSE, "ELF: %s (%zu bytes) is not NUL-terminated", S2_MANIFEST_SYMBOL, n);
-    *text = (const char *)bytes;
-    *len = (size_t)(nul - bytes);
-    return S2_OK;
 }

@@ -13,7 +13,7 @@
  * the seed and the 40 smallest inputs of the merged corpus; the elf test
  * suite replays them. */
 #include "elf.h"
-#include "s2c/attention.h"
+#include "s2c/manifest.h"
 
 #include <stdlib.h>
 #include <string.h>

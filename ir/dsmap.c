@@ -1,7 +1,6 @@
-/* Where the backward's dS tiles live (attention.h, backward ABI 48..50):
+/* Where the backward's dS tiles live (launch.h, backward ABI 48..50):
  * the dK/dV kernel writes each entry's dS tile, the dQ-from-dS kernel reads
  * it back by its forward entry. */
-#include "s2c/attention.h"
 #include "s2c/layout.h"
 #include "util.h"
 
@@ -9,33 +8,6 @@
 #include <string.h>
 
 static size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
-
-bool s2_bwd_ds_capable(const s2_pattern *p, const s2_kernel_spec *spec)
-{
-    /* one 64 x 64 tile grid in both schedules: the transposed entry (key
-     * tile j, query tile i) is the forward entry (i, j) */
-    return p && spec && spec->kind == S2_KERNEL_BWD && spec->bwd_wgmma > 0 && spec->kv_gather <= 1 &&
-           spec->block_m == 64 && spec->block_n == 64 && p->block_size >= 64 &&
-           (spec->head_dim == 64 || spec->head_dim == 128);
-}
-
-/* 3 stages (72 KB at d128: three CTAs per SM) measured faster than 2 or 4
- * (bench/RESULTS.md run 17: 383 against 401 and 430 us at b64_8k). */
-int s2_bwd_dqds_stages(void) { return 3; }
-
-int s2_bwd_dqds_smem_bytes(const s2_kernel_spec *spec)
-{
-    /* per stage: the K tile, then the dS tile */
-    return s2_bwd_dqds_stages() * (spec->block_n * spec->head_dim * 2 + S2_BWD_DS_TILE_BYTES);
-}
-
-/* the ring's stages (a K tile, then the two query tiles' dS tiles), then
- * the union of the two lists (templates/bwd.c, build_dqds2) */
-int s2_bwd_dqds2_smem_bytes(const s2_kernel_spec *spec)
-{
-    int stage = spec->block_n * spec->head_dim * 2 + 2 * S2_BWD_DS_TILE_BYTES;
-    return s2_bwd_dqds_stages() * stage + S2_BWD_DQDS2_UNION_BYTES;
-}
 
 void s2_ds_map_free(s2_ds_map *m)
 {

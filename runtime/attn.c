@@ -1,5 +1,6 @@
 /* Attention modules: a generated cubin, its manifest and kernels; argument
  * checks, per-shape schedules and the forward launch (s2c/attn_runtime.h). */
+#include "kernel_abi.h"
 #include "rt_internal.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/layout.h"

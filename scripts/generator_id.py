@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The identity of the code that generates kernels: the version and a hash of
-the sources the generated PTX depends on (codegen, templates, ir, patterns,
+the sources the generated PTX depends on (abi, codegen, templates, driver, ir, patterns,
 common and the public headers), so that a kernel cache written by another
 build of s2c is never taken for this one's.
 
@@ -13,7 +13,7 @@ import hashlib
 import os
 import sys
 
-DIRS = ["codegen", "templates", "ir", "patterns", "common", "include/s2c"]
+DIRS = ["abi", "codegen", "templates", "driver", "ir", "patterns", "common", "include/s2c"]
 
 
 def sources(root):

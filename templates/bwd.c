@@ -28,7 +28,8 @@
  * read as zeros (Q, dO, delta), which makes their contribution zero. */
 #include "cg_internal.h"
 #include "flash.h"
-#include "s2c/attention.h"
+#include "s2c/launch.h"
+#include "template.h"
 #include "s2c/layout.h"
 
 #include <math.h>

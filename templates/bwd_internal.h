@@ -4,7 +4,8 @@
 #define S2C_BWD_INTERNAL_H
 
 #include "cg_internal.h"
-#include "s2c/attention.h"
+#include "s2c/launch.h"
+#include "template.h"
 
 /* Kernel parameters, in ABI order (shared by the three kernels). */
 enum {

@@ -17,7 +17,8 @@
  * launch). */
 #include "cg_internal.h"
 #include "flash.h"
-#include "s2c/attention.h"
+#include "s2c/launch.h"
+#include "template.h"
 #include "s2c/decode.h"
 
 #include <math.h>

@@ -11,7 +11,8 @@
  * include/s2c/attention.h. */
 #include "cg_internal.h"
 #include "flash.h"
-#include "s2c/attention.h"
+#include "s2c/launch.h"
+#include "template.h"
 #include "s2c/layout.h"
 
 #include <math.h>

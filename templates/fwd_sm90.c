@@ -20,7 +20,8 @@
  * aligned; then the mbarriers.  ABI: attention.h (sm_90a TMA variant). */
 #include "cg_internal.h"
 #include "flash.h"
-#include "s2c/attention.h"
+#include "s2c/launch.h"
+#include "template.h"
 #include "s2c/layout.h"
 
 #include <math.h>

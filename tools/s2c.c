@@ -8,6 +8,7 @@
  *
  * Exit status: 0 success, 1 bad input (pattern, spec, toolchain, file), 2 usage.
  */
+#include "kernel_abi.h"
 #include "s2c/aot.h"
 #include "s2c/attention.h"
 #include "s2c/codegen.h"

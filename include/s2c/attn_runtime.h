@@ -25,7 +25,9 @@
 #ifndef S2C_ATTN_RUNTIME_H
 #define S2C_ATTN_RUNTIME_H
 
-#include "s2c/attention.h"
+#include "s2c/launch.h"
+#include "s2c/manifest.h"
+#include "s2c/spec.h"
 #include "s2c/decode.h"
 #include "s2c/runtime.h"
 

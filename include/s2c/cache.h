@@ -29,9 +29,10 @@
 #ifndef S2C_CACHE_H
 #define S2C_CACHE_H
 
-#include "s2c/attention.h"
 #include "s2c/codegen.h"
 #include "s2c/common.h"
+#include "s2c/pattern.h"
+#include "s2c/spec.h"
 
 #include <stddef.h>
 #include <stdint.h>

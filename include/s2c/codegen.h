@@ -13,9 +13,8 @@
 #ifndef S2C_CODEGEN_H
 #define S2C_CODEGEN_H
 
-#include "s2c/attention.h"
 #include "s2c/common.h"
-#include "s2c/pattern.h"
+#include "s2c/spec.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -23,20 +22,6 @@
 #ifdef __cplusplus
 extern "C" {
 #endif
-
-typedef enum s2_arch {
-    S2_ARCH_SM80 = 0,
-    S2_ARCH_SM90,
-    S2_ARCH_SM90A,
-    S2_ARCH_COUNT_
-} s2_arch;
-
-/* "sm_80", "sm_90", "sm_90a" (also "80", "90", "90a"). */
-s2_status s2_arch_parse(const char *text, s2_arch *out);
-const char *s2_arch_name(s2_arch arch); /* "sm_90a"; "?" when invalid */
-/* The arch to compile for a device of compute capability major.minor:
- * 9.x -> sm_90a, 8.x -> sm_80, others S2_ERR_UNSUPPORTED. */
-s2_status s2_arch_for_device(int major, int minor, s2_arch *out);
 
 typedef struct s2_target {
     s2_arch arch;
@@ -92,40 +77,6 @@ typedef struct s2_artifact {
 } s2_artifact;
 
 void s2_artifact_free(s2_artifact *a);
-
-/* Block-sparse masked row softmax for a pattern.
- *
- * Kernel (name in art->kernels[0].name) parameters, in order:
- *   const float *in, float *out         (global memory)
- *   int64 Sq, int64 Sk                  (queries are the last Sq of Sk positions)
- *   int64 in_stride[4], int64 out_stride[4]   (elements; B, H, Sq, Sk order)
- *   float scale                         (softmax of scale * score)
- * For each (b, h, query row i) with absolute position p = Sk - Sq + i, key k
- * is kept when the pattern keeps block (p / block, k / block) for head h and,
- * when causal, k <= p.  out = softmax over the kept keys, 0 for masked keys,
- * and all 0 for a row with no kept key.  The head count is baked: the launch
- * must use gridDim.y == pattern->heads.
- * Patterns with explicit masks or context-range rules give S2_ERR_UNSUPPORTED. */
-s2_status s2_compile_row_softmax(s2_ctx *ctx, const s2_pattern *pattern, const s2_target *target,
-                                 s2_cubin_backend backend, s2_artifact **out);
-
-/* Block-sparse attention for a pattern (kernel ABI in s2c/attention.h).
- * The spec is resolved with s2_kernel_spec_resolve (the artifact keeps the
- * result in art->spec); the module holds one kernel, art->kernels[0].name =
- * s2_fwd_<pattern>_<dtype>_d<D>, and the manifest global.  Launch with
- * art->threads_per_block threads and art->smem_bytes of dynamic shared memory. */
-s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_kernel_spec *spec,
-                               s2_cubin_backend backend, s2_artifact **out);
-
-/* Several patterns in one module: one forward kernel per pattern, the same
- * spec request resolved for each pattern (so zero tunables may differ per
- * kernel), and one manifest listing every kernel and pattern (art->manifest).
- * Kernel symbols must differ (pattern names that differ only in characters
- * that are not identifier characters are an error).  module_name names the
- * dump and override files (NULL: the kernel's name when n == 1, else
- * "s2_attention_set").  s2_compile_attention is the n = 1 case. */
-s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s2_pattern *const *patterns, int n,
-                                   const s2_kernel_spec *spec, s2_cubin_backend backend, s2_artifact **out);
 
 /* Assemble PTX text into a cubin.  *cubin and *log are malloc'd (free());
  * info may be NULL; otherwise *info (malloc'd array, *num_info entries) gets

@@ -15,10 +15,9 @@
 #ifndef S2C_JIT_H
 #define S2C_JIT_H
 
-#include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/cache.h"
-#include "s2c/codegen.h"
+#include "s2c/compile.h"
 
 #include <stdbool.h>
 #include <stddef.h>

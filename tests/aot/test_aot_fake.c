@@ -9,6 +9,7 @@
  * The generated sources are built into a shared object with a shim that
  * forwards the Driver API calls to the fake (which only exports
  * cuGetProcAddress), and loaded with dlopen. */
+#include "kernel_abi.h"
 #include "s2c/aot.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"

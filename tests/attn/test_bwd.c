@@ -4,6 +4,7 @@
  * variants alternate the dK/dV kernel's copies: TMA (spec.bwd_tma, the
  * default) for bf16, cp.async (-1) for f16. */
 #include "patterns.h"
+#include "kernel_abi.h"
 #include "s2c/attention.h"
 #include "s2c/codegen.h"
 

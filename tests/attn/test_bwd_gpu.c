@@ -17,6 +17,7 @@
  * S2C_BWD_CASES=substring filters cases; S2C_FWD_ARCH=sm_80 compiles for
  * that arch and loads the PTX (JIT by the driver).  Exits 77 without a GPU. */
 #include "patterns.h"
+#include "kernel_abi.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"

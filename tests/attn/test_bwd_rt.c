@@ -6,6 +6,8 @@
  * Usage: test_bwd_rt FAKE_LIB */
 #include "patterns.h"
 #include "../runtime/fake_cuda.h"
+#include "kernel_abi.h"
+#include "s2c/compile.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
 

@@ -18,6 +18,7 @@
  * Exits 77 without libcuda.so.1 or a device.  CUDA is initialised in this
  * process, so Check runs the tests without forking. */
 #include "patterns.h"
+#include "kernel_abi.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"

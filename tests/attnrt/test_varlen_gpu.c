@@ -13,6 +13,7 @@
  * test_attn_gpu: relative Frobenius error of o <= 2e-2 (bf16) / 5e-3 (f16),
  * |lse| <= 1e-3.  Exits 77 without libcuda.so.1 or a device. */
 #include "../attn/patterns.h"
+#include "s2c/compile.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
 #include "s2c/layout.h"

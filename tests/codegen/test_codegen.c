@@ -1,6 +1,7 @@
 /* Codegen stage without a GPU: IR, PTX, cubin through ptxas and nvJitLink,
  * resources, failures, dumps and overrides. */
 #include "cg_internal.h"
+#include "s2c/compile.h"
 #include "s2c/codegen.h"
 #include "s2c/pattern.h"
 

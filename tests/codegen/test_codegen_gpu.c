@@ -1,6 +1,7 @@
 /* Row softmax on a real GPU against a float64 CPU softmax.  The driver is
  * loaded with dlopen; without it or without a device the test exits 77. */
 #include "mask_rule.h"
+#include "s2c/compile.h"
 #include "s2c/codegen.h"
 #include "s2c/pattern.h"
 

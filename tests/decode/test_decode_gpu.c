@@ -14,6 +14,7 @@
  * Exits 77 without libcuda.so.1 or a device; CUDA lives in this process, so
  * Check does not fork. */
 #include "../attn/patterns.h"
+#include "s2c/compile.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
 #include "s2c/decode.h"

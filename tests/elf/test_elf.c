@@ -5,7 +5,7 @@
  *   test_elf            prebuilt cubin, malformations, fuzz crashers
  *   test_elf --ptxas    cubins assembled now from generated PTX (exit 77 without ptxas) */
 #include "elf.h"
-#include "s2c/attention.h"
+#include "s2c/manifest.h"
 #include "util.h"
 
 #include <check.h>

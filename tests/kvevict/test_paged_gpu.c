@@ -24,6 +24,7 @@
  * pages and reuse freed pages.
  * Seeded (printed; S2C_SEED=N repeats).  Exits 77 without libcuda.so.1 or a
  * device; CUDA lives in this process, so Check does not fork. */
+#include "s2c/compile.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
 #include "s2c/decode.h"

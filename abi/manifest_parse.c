@@ -1,7 +1,7 @@
-/* The manifest parser (format in include/s2c/attention.h) and the lookup of
+/* The manifest parser (format in include/s2c/manifest.h) and the lookup of
  * the manifest symbol in a cubin.  No LLVM and no CUDA: the runtime uses it. */
-#include "s2c/attention.h"
-#include "s2c/codegen.h"
+#include "elf.h"
+#include "s2c/manifest.h"
 #include "util.h"
 
 #include <errno.h>
@@ -447,4 +447,29 @@ const s2_pattern *s2_manifest_find_pattern(const s2_manifest *m, const char *nam
         if (!strcmp(m->patterns[i]->name, name))
             return m->patterns[i];
     return NULL;
+}
+
+s2_status s2_cubin_find_manifest(s2_ctx *ctx, const void *image, size_t size, const char **text, size_t *len)
+{
+    if (!image || !text || !len)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cubin_find_manifest: invalid arguments");
+    *text = NULL;
+    *len = 0;
+    const uint8_t *bytes;
+    size_t n;
+    s2_status st = s2_elf_find_symbol(ctx, image, size, S2_MANIFEST_SYMBOL, &bytes, &n);
+    if (st != S2_OK)
+        return st;
+    /* e_machine, little-endian at byte 18 (the header s2_elf_find_symbol checked) */
+    enum { ELF_EM_CUDA = 190 };
+    const uint8_t *hdr = image;
+    unsigned machine = (unsigned)hdr[18] | (unsigned)hdr[19] << 8;
+    if (machine != ELF_EM_CUDA)
+        return s2_fail(ctx, S2_ERR_PARSE, "ELF: machine %u is not CUDA (%d)", machine, ELF_EM_CUDA);
+    const uint8_t *nul = n ? memchr(bytes, 0, n) : NULL;
+    if (!nul)
+        return s2_fail(ctx, S2_ERR_PARSE, "ELF: %s (%zu bytes) is not NUL-terminated", S2_MANIFEST_SYMBOL, n);
+    *text = (const char *)bytes;
+    *len = (size_t)(nul - bytes);
+    return S2_OK;
 }

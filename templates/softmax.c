@@ -1,13 +1,13 @@
 /* Block-sparse masked row softmax: one warp per (b, h, query row), the mask
  * evaluated in closed form from the head's rule (baked as constant tables). */
-#include "cg_internal.h"
+#include "template.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { SM_WARPS = 4, SM_THREADS = SM_WARPS * 32 };
+enum { SM_WARPS = S2_SOFTMAX_WARPS, SM_THREADS = SM_WARPS * 32 };
 
 /* Kernel parameter indices. */
 enum { P_IN, P_OUT, P_SQ, P_SK, P_IN_STRIDE, P_OUT_STRIDE = P_IN_STRIDE + 4, P_SCALE = P_OUT_STRIDE + 4, P_COUNT };
@@ -27,7 +27,7 @@ typedef struct sm_kernel {
     LLVMValueRef sk, in_row, out_row, in_sk, out_sk, c;
 } sm_kernel;
 
-static s2_status sm_check_pattern(s2_ctx *ctx, const s2_pattern *p)
+s2_status s2_softmax_check_pattern(s2_ctx *ctx, const s2_pattern *p)
 {
     if (!p || p->heads < 1 || !p->rules)
         return s2_fail(ctx, S2_ERR_INVALID, "row softmax: pattern has no resolved head rules");
@@ -229,7 +229,7 @@ static void sm_emit_pass_write(sm_kernel *k, LLVMValueRef rowmax, LLVMValueRef i
     LLVMBuildRetVoid(cg->b);
 }
 
-static s2_status sm_build_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *pat, const char *name)
+s2_status s2_softmax_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *pat, const char *name)
 {
     sm_kernel k = {.cg = cg, .pat = pat};
     for (int bs = pat->block_size; bs > 1; bs >>= 1)
@@ -257,7 +257,7 @@ static s2_status sm_build_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *pat, 
 }
 
 /* Kernel symbol: s2_softmax_<pattern name>_<arch>, identifier characters only. */
-static void sm_kernel_name(char *out, size_t cap, const s2_pattern *p, s2_arch arch)
+void s2_softmax_kernel_name(char *out, size_t cap, const s2_pattern *p, s2_arch arch)
 {
     const char *pn = p->name && p->name[0] ? p->name : "pattern";
     size_t n = (size_t)snprintf(out, cap, "s2_softmax_");
@@ -267,41 +267,4 @@ static void sm_kernel_name(char *out, size_t cap, const s2_pattern *p, s2_arch a
         out[n++] = ok ? c : '_';
     }
     snprintf(out + n, cap - n, "_%s", s2_arch_cpu(arch));
-}
-
-s2_status s2_compile_row_softmax(s2_ctx *ctx, const s2_pattern *pattern, const s2_target *target,
-                                 s2_cubin_backend backend, s2_artifact **out)
-{
-    if (!out)
-        return s2_fail(ctx, S2_ERR_INVALID, "row softmax: null output");
-    *out = NULL;
-    if (!target || !s2_arch_cpu(target->arch))
-        return s2_fail(ctx, S2_ERR_INVALID, "row softmax: invalid target");
-    s2_status st = sm_check_pattern(ctx, pattern);
-    if (st != S2_OK)
-        return st;
-
-    char name[128];
-    sm_kernel_name(name, sizeof name, pattern, target->arch);
-    s2_artifact *art = s2_artifact_new(target, name);
-    if (!art)
-        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    art->threads_per_block = SM_THREADS;
-    art->rows_per_block = SM_WARPS;
-
-    s2_cg cg;
-    st = s2_cg_init(ctx, &cg, target, name);
-    if (st == S2_OK)
-        st = sm_build_kernel(ctx, &cg, pattern, name);
-    if (st == S2_OK)
-        st = s2_cg_finish(ctx, &cg, backend, art);
-    s2_cg_destroy(&cg);
-    if (st != S2_OK) {
-        s2_artifact_free(art);
-        return st;
-    }
-    for (int i = 0; i < art->num_kernels; i++)
-        art->kernels[i].max_threads = SM_THREADS;
-    *out = art;
-    return S2_OK;
 }

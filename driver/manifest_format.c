@@ -1,9 +1,10 @@
 /* The manifest writer: what a generated module says about itself, as
- * `key value` lines (format in include/s2c/attention.h; parser in
- * patterns/manifest.c), and the global that carries it in the module. */
-#include "cg_internal.h"
-#include "s2c/attention.h"
+ * `key value` lines (format in include/s2c/manifest.h; parser in
+ * abi/manifest_parse.c); the generator writes it, the runtime only reads. */
+#include "arch.h"
 #include "s2c/cache.h"
+#include "s2c/manifest.h"
+#include "util.h"
 
 #include <inttypes.h>
 #include <string.h>
@@ -133,17 +134,3 @@ s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *ke
     return S2_OK;
 }
 
-s2_status s2_cg_add_manifest(s2_ctx *ctx, s2_cg *cg, const char *text)
-{
-    size_t n = strlen(text);
-    if (n > UINT32_MAX - 1)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "manifest too large");
-    /* NUL-terminated; visible and initialised so ptxas keeps it in the cubin */
-    LLVMValueRef init = LLVMConstStringInContext2(cg->llctx, text, n, 0);
-    LLVMValueRef g = LLVMAddGlobalInAddressSpace(cg->mod, LLVMTypeOf(init), S2_MANIFEST_SYMBOL, S2_AS_GLOBAL);
-    LLVMSetInitializer(g, init);
-    LLVMSetGlobalConstant(g, 1);
-    LLVMSetLinkage(g, LLVMExternalLinkage);
-    LLVMSetAlignment(g, 1);
-    return S2_OK;
-}

@@ -1,0 +1,210 @@
+/* The compile driver: resolve a spec through the template table, name the
+ * kernels, write the manifest, let each entry's template build its kernels,
+ * and assemble the module (codegen). */
+#include "s2c/compile.h"
+#include "s2c/manifest.h"
+#include "template.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
+{
+    if (!spec || !p || !p->rules || p->heads < 1 || p->kv_heads < 1)
+        return s2_fail(ctx, S2_ERR_INVALID, "spec: null spec or unresolved pattern");
+    if (p->heads % p->kv_heads != 0)
+        return s2_fail(ctx, S2_ERR_INVALID, "spec: %d heads are not a multiple of %d kv heads", p->heads, p->kv_heads);
+    if (spec->kind != S2_KERNEL_FWD && spec->kind != S2_KERNEL_BWD && spec->kind != S2_KERNEL_DECODE)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: kernel kind %d is not generated yet", (int)spec->kind);
+    if (spec->dtype != S2_DTYPE_BF16 && spec->dtype != S2_DTYPE_F16)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: dtype %s (bf16 or f16 only)", s2_dtype_name(spec->dtype));
+    if (spec->head_dim != 32 && spec->head_dim != 64 && spec->head_dim != 96 && spec->head_dim != 128)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: head_dim %d (32, 64, 96 or 128)", spec->head_dim);
+    if (!s2_arch_cpu((s2_arch)spec->arch))
+        return s2_fail(ctx, S2_ERR_INVALID, "spec: invalid arch %d", spec->arch);
+    const s2_template *t = s2_template_for(spec);
+    if (!t)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: no template generates this kernel kind");
+    return t->resolve(ctx, spec, p);
+}
+
+/* s2_fwd_ / s2_bwd_<pattern>_<dtype>_d<D>, identifier characters only. */
+static void kernel_name(char *out, size_t cap, const s2_pattern *p, const s2_kernel_spec *spec)
+{
+    const char *pn = p->name && p->name[0] ? p->name : "pattern";
+    size_t n = (size_t)snprintf(out, cap, spec->kind == S2_KERNEL_BWD ? "s2_bwd_" : spec->kind == S2_KERNEL_DECODE ? "s2_dec_" : "s2_fwd_");
+    for (const char *s = pn; *s && n + 1 < cap - 16; s++) {
+        char c = *s;
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
+        out[n++] = ok ? c : '_';
+    }
+    snprintf(out + n, cap - n, "_%s_d%d", s2_dtype_name(spec->dtype), spec->head_dim);
+}
+
+/* One pattern's kernel: its resolved spec, symbol and launch shape. */
+typedef struct set_kernel {
+    s2_kernel_spec spec;
+    const s2_template *tpl;      /* the template that builds it */
+    char name[128];
+    bool has_wide;               /* NAME_w (wide_variant) */
+    s2_kernel_spec wide;
+    char wide_name[132];
+    const s2_template *wide_tpl;
+} set_kernel;
+
+/* The wide variant of a forward built with the default spec (spec_in all
+ * zero): 128 x 128 tiles, two consumer warpgroups at one CTA per SM, each
+ * key tile two live 64-token blocks gathered by the schedule, 3 stages, on
+ * the persistent grid but for dense patterns.  It wins where lists are long
+ * and loses where they are short (runs 39, 51), so the module holds both
+ * and the runtime picks by list length. */
+static bool wide_variant(s2_ctx *ctx, const s2_pattern *p, const s2_kernel_spec *spec_in,
+                         const s2_kernel_spec *resolved, s2_kernel_spec *out)
+{
+    if (spec_in->block_m || spec_in->block_n || spec_in->num_warps || spec_in->num_stages ||
+        spec_in->kv_gather || spec_in->persistent > 0)
+        return false;
+    if (!s2_fwd_spec_wants_tma(resolved) || resolved->persistent > 0 || resolved->head_dim != 128 ||
+        p->block_size != 64)
+        return false;
+    *out = *spec_in;
+    out->block_m = 128;
+    out->block_n = 128;
+    out->num_warps = 12;
+    out->num_stages = 3;
+    out->kv_gather = 2;
+    out->persistent = s2_pattern_is_dense(p) ? -1 : 1;
+    /* a variant that does not resolve (shared memory) is left out */
+    if (s2_kernel_spec_resolve(ctx, out, p) != S2_OK) {
+        s2_ctx_clear(ctx);
+        return false;
+    }
+    return true;
+}
+
+/* The pattern whose wide variant the kernel `name` is, or -1. */
+static int wide_of(const set_kernel *ks, int n, const char *name)
+{
+    for (int j = 0; j < n; j++)
+        if (ks[j].has_wide && strcmp(name, ks[j].wide_name) == 0)
+            return j;
+    return -1;
+}
+
+static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int n, const s2_kernel_spec *spec_in,
+                             set_kernel *ks, s2_manifest_kernel *mk)
+{
+    for (int i = 0; i < n; i++) {
+        ks[i].spec = *spec_in;
+        if (!patterns[i])
+            return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: pattern %d is null", i);
+        s2_status st = s2_kernel_spec_resolve(ctx, &ks[i].spec, patterns[i]);
+        if (st != S2_OK) {
+            /* name the pattern whose tile does not fit (the message is copied: s2_fail writes over it) */
+            char why[512];
+            snprintf(why, sizeof why, "%s", s2_ctx_message(ctx));
+            return s2_fail(ctx, st, "pattern %s: %s", patterns[i]->name ? patterns[i]->name : "", why);
+        }
+        if (ks[i].spec.arch != ks[0].spec.arch)
+            return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: one module holds one arch");
+        kernel_name(ks[i].name, sizeof ks[i].name, patterns[i], &ks[i].spec);
+        /* pattern names differing only in non-identifier characters map to one symbol */
+        for (int j = 0; j < i; j++)
+            if (strcmp(ks[i].name, ks[j].name) == 0)
+                return s2_fail(ctx, S2_ERR_INVALID, "patterns '%s' and '%s' both give kernel %s", patterns[j]->name,
+                               patterns[i]->name, ks[i].name);
+        const s2_template *t = s2_template_for(&ks[i].spec);
+        ks[i].tpl = t;
+        int smem = t->smem_bytes(patterns[i], &ks[i].spec);
+        mk[i] = (s2_manifest_kernel){.name = ks[i].name, .pattern = patterns[i]->name ? patterns[i]->name : "",
+                                     .spec = ks[i].spec, .threads = ks[i].spec.num_warps * 32, .smem_bytes = smem,
+                                     .abi = t->abi(&ks[i].spec),
+                                     .seqinfo = ks[i].spec.kind == S2_KERNEL_FWD};
+        ks[i].has_wide = wide_variant(ctx, patterns[i], spec_in, &ks[i].spec, &ks[i].wide);
+        if (ks[i].has_wide) {
+            snprintf(ks[i].wide_name, sizeof ks[i].wide_name, "%s%s", ks[i].name, S2_WIDE_SUFFIX);
+            mk[i].has_wide = true;
+            mk[i].wide_spec = ks[i].wide;
+            mk[i].wide_threads = ks[i].wide.num_warps * 32;
+            ks[i].wide_tpl = s2_template_for(&ks[i].wide);
+            mk[i].wide_smem_bytes = ks[i].wide_tpl->smem_bytes(patterns[i], &ks[i].wide);
+        }
+    }
+    return S2_OK;
+}
+
+s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s2_pattern *const *patterns, int n,
+                                   const s2_kernel_spec *spec_in, s2_cubin_backend backend, s2_artifact **out)
+{
+    if (!out || !spec_in || !patterns || n < 1)
+        return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: null argument or no pattern");
+    *out = NULL;
+    set_kernel *ks = calloc((size_t)n, sizeof *ks);
+    s2_manifest_kernel *mk = calloc((size_t)n, sizeof *mk);
+    s2_artifact *art = NULL;
+    s2_cg cg;
+    memset(&cg, 0, sizeof cg);
+    s2_status st = ks && mk ? S2_OK : s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    if (st == S2_OK)
+        st = resolve_set(ctx, patterns, n, spec_in, ks, mk);
+    if (st != S2_OK)
+        goto done;
+
+    s2_target target;
+    s2_target_default(&target, (s2_arch)ks[0].spec.arch);
+    art = s2_artifact_new(&target, module_name ? module_name : n == 1 ? ks[0].name : "s2_attention_set");
+    if (!art) {
+        st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+        goto done;
+    }
+    art->spec = ks[0].spec;
+    art->threads_per_block = mk[0].threads;
+    art->rows_per_block = ks[0].spec.block_m;
+    art->smem_bytes = mk[0].smem_bytes;
+    st = s2_manifest_format(ctx, ks[0].spec.arch, mk, n, patterns, n, &art->manifest);
+    if (st == S2_OK)
+        st = s2_cg_init(ctx, &cg, &target, art->name);
+    for (int i = 0; i < n && st == S2_OK; i++)
+        st = ks[i].tpl->build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name);
+    for (int i = 0; i < n && st == S2_OK; i++)
+        if (ks[i].has_wide)
+            st = ks[i].wide_tpl->build(ctx, &cg, patterns[i], &ks[i].wide, ks[i].wide_name);
+    if (st == S2_OK)
+        st = s2_cg_add_text_global(ctx, &cg, S2_MANIFEST_SYMBOL, art->manifest);
+    if (st == S2_OK)
+        st = s2_cg_finish(ctx, &cg, backend, art);
+    /* the assembler lists the kernels in its own order: the primary kernels
+     * first (art->kernels[0] of a one-pattern forward is its kernel), wide
+     * variants after them */
+    for (int i = 0, placed = 0; st == S2_OK && i < art->num_kernels; i++) {
+        if (wide_of(ks, n, art->kernels[i].name) >= 0)
+            continue;
+        s2_kernel_info keep = art->kernels[i];
+        memmove(&art->kernels[placed + 1], &art->kernels[placed], (size_t)(i - placed) * sizeof *art->kernels);
+        art->kernels[placed++] = keep;
+    }
+    /* a backward entry is three kernels, NAME_pre / _dq / _dkdv; a forward's
+     * wide variant NAME_w has its own launch shape */
+    for (int i = 0; st == S2_OK && i < art->num_kernels; i++) {
+        int w = wide_of(ks, n, art->kernels[i].name);
+        for (int j = 0; j < n; j++)
+            if (strncmp(art->kernels[i].name, ks[j].name, strlen(ks[j].name)) == 0)
+                art->kernels[i].max_threads = j == w ? mk[j].wide_threads : mk[j].threads;
+    }
+done:
+    s2_cg_destroy(&cg);
+    if (st == S2_OK)
+        *out = art;
+    else
+        s2_artifact_free(art);
+    free(ks);
+    free(mk);
+    return st;
+}
+
+s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_kernel_spec *spec,
+                               s2_cubin_backend backend, s2_artifact **out)
+{
+    return s2_compile_attention_set(ctx, NULL, &pattern, 1, spec, backend, out);
+}

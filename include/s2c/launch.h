@@ -1,0 +1,218 @@
+/* s2c — how generated attention kernels are launched: the kernel ABIs and
+ * the argument structs of the runtime's launches (attn_runtime.h).
+ *
+ * Tensors follow the S2 Triton library: q [B, Sq, H, D], k/v [B, Sk, Hkv, D],
+ * o like q, any strides in elements for (batch, seq, head) with the head
+ * dimension contiguous — (B,S,H,D) and (B,H,S,D) are both just strides.
+ * Queries are the last Sq of the Sk positions.  The softmax scale defaults to
+ * 1/sqrt(D).  LSE is fp32, natural log, contiguous [B][H][Sq]; a row with
+ * nothing to attend gives o = 0 and lse = -inf.
+ */
+#ifndef S2C_LAUNCH_H
+#define S2C_LAUNCH_H
+
+#include "s2c/common.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- the forward kernel ABI ------------------------------------------------------
+ * Symbol s2_fwd_<pattern name, non-identifier characters as '_'>_<bf16|f16>_d<D>.
+ * Launch: grid (q_tiles, heads, batch), block (num_warps * 32), dynamic shared
+ * memory art->smem_bytes (the manifest's kernel.smem).  Parameters, in order:
+ *    0 ptr q        [B, Sq, H, D]    (global, 16-byte aligned, d contiguous)
+ *    1 ptr k        [B, Sk, Hkv, D]
+ *    2 ptr v        [B, Sk, Hkv, D]
+ *    3 ptr o        [B, Sq, H, D]    (rows outside the queries are never written)
+ *    4 ptr lse      fp32 [B][H][Sq] natural log, or null: not written
+ *    5..7   i64 q strides (batch, seq, head) in elements, multiples of 8
+ *    8..10  i64 k strides     11..13 i64 v strides     14..16 i64 o strides
+ *   17 i32 q_len    18 i32 kv_len   (q_len <= kv_len; queries are the last q_len positions)
+ *   19 f32 scale_log2 = softmax scale * log2(e)
+ *   20 ptr class_of_head  (i32 [H])               \ the packed FORWARD schedule of
+ *   21 ptr offsets        (i32 [classes*q_tiles+1]) } s2_schedule_pack for this
+ *   22 ptr entries        (s2_dev_entry [])       /  (q_len, kv_len, block_m, block_n)
+ *   23 i32 first_q_tile   24 i32 q_tiles           (from the schedule's geometry)
+ * CTA x works on query tile first_q_tile + q_tiles-1-x (heavy tiles first) of
+ * head y and batch z, over the entries of list class_of_head[y]*q_tiles + (q_tiles-1-x).
+ * kv head = head / (heads / kv_heads).  Heads and the GQA ratio are those of
+ * the pattern the kernel was generated for.  Empty rows: o = 0, lse = -inf.
+ *   25 ptr seqinfo  s2_attn_seq [batch] (a variable-length batch, below), or null
+ *                   for the uniform batch above.  In the TMA variants it is the
+ *                   last parameter too: 28 (tma), 32 (tma_persistent).
+ *
+ * ---- variable-length batches (seqinfo non-null) -----------------------------------
+ * Batch entry z is the sequence seqinfo[z] = {q_start, q_len, k_start, kv_len}:
+ * its queries are q/o token rows q_start .. q_start+q_len-1 and its keys k/v
+ * rows k_start .. k_start+kv_len-1 (rows count in seq strides; the batch
+ * strides are not used).  Positions are the sequence's own: key i is at i,
+ * query i at kv_len - q_len + i (q_len < kv_len: chunked prefill, the chunk
+ * attends to the cached keys and to itself).  This covers packed batches
+ * (cu_seqlens: start = cu[z], len = cu[z+1] - cu[z]), right padding (start =
+ * z*S, len < S) and left padding (start = z*S + pad).  q_len 0 is allowed.
+ * Parameters 17 and 18 change meaning: 17 = the token rows of q and o (the
+ * LSE is fp32 [H][rows], row q_start + i for query i, as FlashAttention's
+ * varlen), 18 = the longest kv_len; the schedule (20..24) is the one of
+ * (max kv_len - min(kv_len - q_len), max kv_len), min and max over the
+ * sequences with q_len > 0, so that every sequence's query tiles (absolute
+ * positions, tile t = [t*block_m, (t+1)*block_m)) are among the schedule's;
+ * a CTA whose tile holds none of its sequence's queries stores nothing.
+ * Rows outside a sequence are never written.  The TMA kernels take 4-D maps
+ * of {D, rows, heads, 1} and may read rows next to a sequence (the
+ * neighbours' or the padding): they are masked, but K and V rows there must
+ * hold finite values (0 · NaN would reach O); the sm_80 kernel never reads them.
+ *
+ * ---- sm_90a variant (manifest `kernel.abi tma`, S2_FWD_ABI_TMA) -------------------
+ * Kernels generated for sm_90a with head_dim 64 or 128 (templates/fwd_sm90.c:
+ * wgmma, TMA, a producer warpgroup and block_m / 64 consumer warpgroups;
+ * num_warps = 4 * (1 + block_m / 64), block_m 64 or 128) take parameters 0..24
+ * as above, plus three CUtensorMap (128 bytes, passed by value as
+ * __grid_constant__ parameters: put the map's address in kernelParams):
+ *   25 tensor map of q   26 of k   27 of v
+ * each 4-D, bf16/f16, dims {D, seq (q_len or kv_len), heads (H or Hkv), B},
+ * strides in bytes {seq, head, batch} (the element strides above times 2),
+ * box {64, rows, 1, 1} with rows = 64 for q and block_n / kv_gather for k and v,
+ * CU_TENSOR_MAP_SWIZZLE_128B, interleave none, OOB fill none (zeros).
+ * s2_attn_fwd_tensor_maps (attn_runtime.h) builds them; s2_attn_forward does
+ * so for such kernels.  Grid and block as above (block = num_warps * 32).
+ *
+ * ---- sm_90a persistent variant (manifest `kernel.abi tma_persistent`) ------------
+ * Spec persistent = 1.  Parameters 0..27 as the TMA variant, plus
+ *   28 ptr work     i32 [n_work]: items head * q_tiles + rel (rel: list index
+ *                   within the head's class, 0 = first_q_tile), longest
+ *                   heads first, longest tiles first within a head
+ *                   (s2_schedule_work_list, layout.h)
+ *   29 i32 n_work   = heads * q_tiles      30 i32 batch
+ *   31 ptr counter  i32 [2], zero before the launch; the kernel leaves them
+ *                   zero (the last CTA to finish resets them), so one pair
+ *                   serves launch after launch on one stream.  Launches that
+ *                   may overlap (other streams) need a pair each.
+ * Grid (G, 1, 1), 1 <= G <= n_work * batch (the runtime takes SMs x resident
+ * CTAs per SM); CTA x works on item x first, then on G + the next value of
+ * counter[0], until that reaches n_work * batch: a dynamic schedule over the
+ * list in its order, batch after batch, item w being batch w / n_work of
+ * work[w % n_work].  Block and shared memory as above (16 more bytes: an
+ * mbarrier and a word).  seqinfo is parameter 32. */
+/* One sequence of a variable-length batch, as the kernels read it (16 bytes). */
+typedef struct s2_attn_seq {
+    int32_t q_start, q_len;      /* first q/o token row, number of queries */
+    int32_t k_start, kv_len;     /* first k/v token row, number of keys */
+} s2_attn_seq;
+
+
+/* ---- the backward kernel ABI (S2_KERNEL_BWD) -----------------------------------
+ * One module, one manifest kernel entry (kind bwd, name NAME =
+ * s2_bwd_<pattern>_<dtype>_d<D>), three kernels with the same parameters:
+ *    0 ptr q   1 ptr k   2 ptr v   3 ptr o   4 ptr do      (16-bit, as the forward)
+ *    5 ptr lse    fp32 [B][H][Sq] natural log, from the forward (-inf: empty row)
+ *    6 ptr dlse   fp32 [B][H][Sq] gradient of lse, or null (= 0)
+ *    7 ptr delta  fp32 [B][H][Sq] workspace: rowsum(dO ∘ O) - dlse
+ *    8 ptr lse2   fp32 [B][H][Sq] workspace: lse·log2 e, +inf for empty rows
+ *    9 ptr dq  10 ptr dk  11 ptr dv   (outputs, 16-bit; dk, dv [B, Sk, Hkv, D])
+ *   12..35  i64 strides (batch, seq, head), multiples of 8, of q, k, v, o, do, dq, dk, dv
+ *   36 i32 q_len   37 i32 kv_len   38 f32 scale_log2 = softmax scale · log2 e
+ *   39 ptr class_of_head  40 ptr offsets  41 ptr entries  42 i32 first_q_tile  43 i32 q_tiles
+ *        the packed FORWARD schedule for (block_m, block_n), as the forward
+ *   44 ptr class_of_head  45 ptr offsets  46 ptr entries  47 i32 kv_tiles
+ *        the TRANSPOSED schedule for (block_m, bs), bs = min(block_size, block_m),
+ *        packed by s2_schedule_pack_gathered_kv with group block_m / bs: per
+ *        key tile of block_m keys (group key blocks, or one tile of a bigger
+ *        block), its header then the query tiles that visit it, heaviest
+ *        tiles first; kv_tiles = its list count (cdiv(kv_len, bs) / group,
+ *        rounded up).  The dK/dV kernel walks each list from its end.
+ *   48 ptr ds         dS workspace, or null: 16-bit [B][tiles][64][64] (s2_ds_map)
+ *   49 ptr ds_head    int64 head_base[H + 1] of the s2_ds_map
+ *   50 ptr ds_map     int32 map[] of the s2_ds_map (one per transposed record)
+ *        With ds non-null (modules for which s2_bwd_ds_capable holds), the
+ *        dK/dV kernel also writes each entry's dS tile, query-major (row q
+ *        = 128 bytes of 64 keys, 16-byte chunk c at c ^ (q & 7)), and
+ *        NAME_dqds computes dq = scale·dS·K from them instead of NAME_dq
+ *        recomputing S and dP: 5 tile products per entry instead of 7.
+ *   51 CUtensorMap q_map, 52 CUtensorMap do_map  (by value, 128 bytes, 64-byte aligned;
+ *        modules with spec.bwd_tma 1 only, manifest `kernel.bwd_tma 1`): 4-D maps
+ *        {D, q_len, heads, batch} of q and do over the launch's heads (strides
+ *        as above, in bytes), bf16/f16, box {64, block_m, 1, 1}, 128-byte
+ *        swizzle, out-of-bounds fill zero, as the forward's q map
+ *        (s2_attn_fwd_tensor_maps with the backward's tensors); every kernel
+ *        of such a module takes them, NAME_dkdv reads them.
+ * Gathered backward (spec kv_gather 4, block-16 patterns on sm_90a): 39..43 is
+ * s2_schedule_pack_gathered's packing of the forward schedule for (block_m,
+ * block_size), as the gathered forward.
+ * Launch in this order (one stream), block (num_warps * 32):
+ *   NAME_pre   grid (cdiv(q_len, threads / (D/8)), H, B), no shared memory: writes delta, lse2
+ *   NAME_dkdv  grid (kv_tiles, Hkv, B), smem art->smem_bytes: dk, dv of the keys
+ *              of list x's header (rows >= kv_len untouched), summed over the
+ *              query heads of kv head y in increasing order
+ *   NAME_dq    grid (q_tiles, H, B), smem art->smem_bytes: dq of the tile, as the forward
+ *              (or NAME_dqds, same grid, smem s2_bwd_dqds_smem_bytes, when ds is given;
+ *              or NAME_dqds2, grid (cdiv(q_tiles, 2), H, B), block S2_BWD_DQDS2_THREADS,
+ *              smem s2_bwd_dqds2_smem_bytes, when ds is given and every forward list
+ *              holds at most S2_BWD_DQDS2_MAX_LIST entries in increasing key order)
+ * No atomics: every output element is summed by one thread in a fixed order,
+ * so two runs give bitwise-identical results.  dq = scale·dS·K, dk =
+ * scale·dSᵀ·Q, dv = Pᵀ·dO with P recomputed from lse2 (s2_ref_backward).
+ * Head dims 32, 64, 128. */
+
+/* ---- forward launch arguments ------------------------------------------------ */
+typedef struct s2_attn_fwd_args {
+    int batch;
+    int64_t q_len, kv_len;       /* Sq <= Sk */
+    int heads, kv_heads, head_dim;
+    s2_dtype dtype;
+    uint64_t q, k, v, o;         /* device pointers (s2_devptr), 16-byte aligned */
+    uint64_t lse;                /* fp32 [B][H][Sq]; 0 = not written */
+    int64_t q_stride[3];         /* (batch, seq, head) strides in elements, multiples of 8 */
+    int64_t k_stride[3];
+    int64_t v_stride[3];
+    int64_t o_stride[3];
+    float scale;                 /* 0 = 1/sqrt(head_dim) */
+    /* Variable-length batch (s2_attn_seqs_new, attn_runtime.h), or NULL.
+     * With it: batch = its number of sequences, q_len / kv_len = the token
+     * rows of q, o / of k, v (tensors [rows, heads, D], batch strides unused),
+     * lse fp32 [heads][q_len]. */
+    const struct s2_attn_seqs *seqs;
+} s2_attn_fwd_args;
+
+/* Fill strides for contiguous (B,S,H,D) tensors. */
+void s2_attn_fwd_args_bshd(s2_attn_fwd_args *a);
+
+/* ---- backward launch arguments ----------------------------------------------- */
+typedef struct s2_attn_bwd_args {
+    int batch;
+    int64_t q_len, kv_len;       /* Sq <= Sk */
+    int heads, kv_heads, head_dim;
+    s2_dtype dtype;
+    uint64_t q, k, v, o, d_o;    /* inputs (device pointers), o from the forward */
+    uint64_t lse;                /* fp32 [B][H][Sq] from the forward, required */
+    uint64_t d_lse;              /* fp32 [B][H][Sq] gradient of lse; 0 = none */
+    uint64_t dq, dk, dv;         /* outputs: dq like q, dk and dv like k */
+    uint64_t workspace;          /* s2_attn_bwd_workspace_bytes(), 16-byte aligned */
+    int64_t q_stride[3], k_stride[3], v_stride[3], o_stride[3], do_stride[3];
+    int64_t dq_stride[3], dk_stride[3], dv_stride[3];
+    float scale;                 /* 0 = 1/sqrt(head_dim); the forward's */
+    /* The workspace's size: 0 means s2_attn_bwd_workspace_bytes(); at least
+     * s2_attn_backward_workspace()'s takes the dS path (attn_runtime.h). */
+    size_t workspace_bytes;
+    /* The dS path in this many chunks of kv heads (a divisor of kv_heads; the
+     * workspace must hold s2_attn_backward_workspace_chunked()'s size for it);
+     * 0: the runtime chooses (attn_runtime.h, s2_attn_backward). */
+    int ds_chunks;
+    /* On the dS path, dQ for two query tiles per CTA (NAME_dqds2) where the
+     * module has it and the lists allow: 0 yes, -1 no (NAME_dqds). */
+    int dq_pair;
+} s2_attn_bwd_args;
+
+/* Workspace of the backward: delta then lse·log2 e, fp32 [B][H][Sq] each,
+ * the second at half the size. */
+size_t s2_attn_bwd_workspace_bytes(int batch, int heads, int64_t q_len);
+/* Fill strides for contiguous (B,S,H,D) tensors. */
+void s2_attn_bwd_args_bshd(s2_attn_bwd_args *a);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

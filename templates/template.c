@@ -1,0 +1,222 @@
+/* The template table, and each template's spec heuristic: which template
+ * takes a spec, and how its zero tunables are filled and checked. */
+#include "template.h"
+
+#include <stdio.h>
+
+static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
+
+int s2_template_smem_limit(int arch) { return arch == S2_ARCH_SM80 ? 163 * 1024 : 227 * 1024; }
+
+/* sm_90a, head dim 64 or 128 and tunables the wgmma template takes: that
+ * template (templates/fwd_sm90.c); anything else keeps the sm_80 one. */
+bool s2_fwd_spec_wants_tma(const s2_kernel_spec *s)
+{
+    if (s->kind != S2_KERNEL_FWD || s->arch != S2_ARCH_SM90A || (s->head_dim != 64 && s->head_dim != 128))
+        return false;
+    if (s->block_m != 0 && s->block_m != 64 && s->block_m != 128)
+        return false;
+    if (s->num_warps != 0 && s->num_warps != 8 && s->num_warps != 12)
+        return false;
+    if (s->block_m != 0 && s->num_warps != 0 && s->num_warps != 4 * (s->block_m / 64 + 1))
+        return false;
+    if (s->num_stages == 1)
+        return false;
+    return s->block_n == 0 || pow2_in(s->block_n, 16, 128);
+}
+
+/* Warp-specialised tiling: a producer warpgroup plus block_m / 64 consumer
+ * warpgroups (num_warps = 4 * (1 + block_m / 64)).  Default 64 x 64 with 3
+ * stages, the fastest measured; a 128-key tile over 64-key blocks computes
+ * dead halves (bench/NOTES.md, "Spec heuristics"). */
+static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
+{
+    /* dense patterns (blocks of 64+): 128 x 64, two consumer warpgroups
+     * share each K/V tile; the 128-row tile computes dead pairs only on
+     * sparse patterns (runs 10-12) */
+    if (spec->block_m == 0 && spec->block_n == 0 && spec->num_warps == 0 && spec->kv_gather == 0 &&
+        spec->head_dim == 128 && p->block_size >= 64 && s2_pattern_is_dense(p)) {
+        spec->block_m = 128;
+        spec->block_n = 64;
+        spec->kv_gather = 1;
+    }
+    if (spec->block_m == 0)
+        spec->block_m = spec->num_warps ? 64 * (spec->num_warps / 4 - 1) : 64;
+    spec->num_warps = 4 * (spec->block_m / 64 + 1);
+    /* block-16 patterns (Merge-Q): 64-key tiles gathered from 4 live
+     * blocks, faster than 64 x 32 tiles (bench/NOTES.md) */
+    if (spec->kv_gather == 0)
+        spec->kv_gather = p->block_size == 16 && (spec->block_n == 0 || spec->block_n == 64) ? 4 : 1;
+    if (spec->kv_gather > 1 && spec->block_n == 0)
+        spec->block_n = spec->kv_gather * p->block_size;
+    /* ungathered block-16 tiles: 64 x 32 beat 64 x 16 and 64 x 64 */
+    if (spec->block_n == 0)
+        spec->block_n = p->block_size <= 16 ? 32 : 64;
+    if (spec->num_stages == 0)
+        spec->num_stages = 3;
+    if (spec->num_stages < 2 || spec->num_stages > 4)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: num_stages %d (2..4 for sm_90a)", spec->num_stages);
+    /* one CTA per tile by default: the persistent grid measured slower */
+    if (spec->persistent == 0)
+        spec->persistent = -1;
+    spec->persistent = spec->persistent > 0 ? 1 : -1;
+    int bs = p->block_size;
+    if (spec->kv_gather < 1)
+        spec->kv_gather = 1;
+    if (spec->kv_gather > 1 && (spec->kv_gather > 4 || bs < 16 || spec->block_n != spec->kv_gather * bs))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
+                       "spec: kv_gather %d needs 2..4 blocks of 16+ tokens filling block_n (%d, block %d)",
+                       spec->kv_gather, spec->block_n, bs);
+    int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);
+    int sub_n = spec->block_n / (bs < spec->block_n ? bs : spec->block_n);
+    if (sub_m * sub_n > 64)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: tile %d x %d holds %d sub-blocks of block %d (at most 64)",
+                       spec->block_m, spec->block_n, sub_m * sub_n, bs);
+    int smem = s2_fwd_sm90_smem_bytes(p, spec);
+    if (smem > s2_template_smem_limit(spec->arch))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: %d bytes of shared memory exceed sm_90a's %d", smem,
+                       s2_template_smem_limit(spec->arch));
+    return S2_OK;
+}
+
+/* Decode: num_warps 16-key chunks per tile (default 4: 64 keys), a ring of
+ * num_stages tiles (default 3: 2 CTAs of 100 KB fit an SM at d128, so a
+ * CTA's loads overlap the other's merge); block_m is the 16-row mma tile. */
+static s2_status resolve_decode(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
+{
+    if (p->heads / p->kv_heads > 16)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode packs a GQA group into 16 rows; %d heads per kv head",
+                       p->heads / p->kv_heads);
+    if (p->block_size < 16)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode needs blocks of 16+ tokens");
+    if (spec->num_warps == 0)
+        spec->num_warps = 4;
+    if (spec->num_warps != 2 && spec->num_warps != 4 && spec->num_warps != 8)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode num_warps %d (2, 4 or 8)", spec->num_warps);
+    if (spec->num_stages == 0)
+        spec->num_stages = 3;
+    if (spec->num_stages < 2 || spec->num_stages > 6)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode num_stages %d (2..6)", spec->num_stages);
+    if (spec->block_m != 0 && spec->block_m != 16)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode block_m %d (16: one mma tile)", spec->block_m);
+    if (spec->block_n != 0 && spec->block_n != 16 * spec->num_warps)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode block_n %d (16 * num_warps)", spec->block_n);
+    spec->block_m = 16;
+    spec->block_n = 16 * spec->num_warps;
+    spec->persistent = 0;
+    int smem = s2_decode_smem_bytes(p, spec);
+    if (smem > s2_template_smem_limit(spec->arch))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: %d bytes of shared memory exceed %s's %d", smem,
+                       s2_arch_cpu((s2_arch)spec->arch), s2_template_smem_limit(spec->arch));
+    return S2_OK;
+}
+
+/* The mma.sync forward and the backward share one tiling rule (FA2: each
+ * warp owns a 16-row slab); the backward may take the wgmma bodies. */
+static s2_status resolve_mma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
+{
+    bool bwd = spec->kind == S2_KERNEL_BWD;
+    if (bwd && (spec->head_dim == 96 || p->block_size < 16))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the backward takes head_dim 32, 64 or 128 and blocks of 16+ tokens");
+    bool wg_ok = bwd && spec->arch == S2_ARCH_SM90A && (spec->head_dim == 64 || spec->head_dim == 128);
+    if (!wg_ok && spec->bwd_wgmma > 0)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the wgmma backward needs sm_90a and head_dim 64 or 128");
+
+    if (spec->persistent > 0)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: a persistent grid needs the sm_90a forward template");
+    spec->persistent = 0;
+    if (spec->kv_gather > 1 && !wg_ok)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: gathered key tiles need the sm_90a forward or wgmma backward");
+
+    /* FA2 tiling: each warp owns one 16-row slab, so block_m = 16 * num_warps */
+    if (spec->num_warps == 0)
+        spec->num_warps = spec->block_m ? spec->block_m / 16 : 4;
+    if (spec->block_m == 0)
+        spec->block_m = 16 * spec->num_warps;
+    if (!pow2_in(spec->block_m, 16, 128) || spec->block_m != 16 * spec->num_warps)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
+                       "spec: block_m %d with %d warps (block_m = 16 * num_warps, 16..128)", spec->block_m,
+                       spec->num_warps);
+    /* 64 x 64, 2 stages for block 64; for block-16 patterns a key tile of
+     * one block (no dead vertical-stripe columns), 32 keys for the wgmma
+     * backward, whose m64n16 products are short (bench/NOTES.md) */
+    bool wg = wg_ok && spec->bwd_wgmma >= 0 && spec->num_warps == 4;
+    /* The wgmma backward on block-16 patterns (Merge-Q): key tiles of 4
+     * pattern blocks gathered by the schedule in both kernels (the dQ
+     * kernel's from its query tile's list, the dK/dV kernel's resident tile
+     * from blocks with the same readers: s2_schedule_pack_gathered_kv) */
+    if (spec->kv_gather == 0)
+        spec->kv_gather = wg && p->block_size == 16 && spec->block_m == 64 &&
+                                  (spec->block_n == 0 || spec->block_n == 64) ? 4 : 1;
+    if (spec->kv_gather > 1 && spec->block_n == 0)
+        spec->block_n = spec->kv_gather * p->block_size;
+    if (spec->kv_gather > 1 && (!wg || spec->kv_gather != 4 || p->block_size != 16 || spec->block_m != 64 ||
+                                spec->block_n != 64))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
+                       "spec: the gathered backward (kv_gather %d) takes 4 blocks of 16 tokens, block_m and "
+                       "block_n 64, and the wgmma bodies", spec->kv_gather);
+    if (spec->kv_gather <= 1)
+        spec->kv_gather = 0;
+    if (spec->block_n == 0)
+        spec->block_n = p->block_size <= 16 ? (wg ? 32 : 16) : 64;
+    if (!pow2_in(spec->block_n, 16, 128))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: block_n %d (16, 32, 64 or 128)", spec->block_n);
+    if (spec->num_stages == 0)
+        spec->num_stages = 2;
+    if (spec->num_stages < 1 || spec->num_stages > 4)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: num_stages %d (1..4)", spec->num_stages);
+    int bs = p->block_size;
+    int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);
+    int sub_n = spec->block_n / (bs < spec->block_n ? bs : spec->block_n);
+    if (sub_m * sub_n > 64 || (bwd && sub_m * sub_m > 64))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: tile %d x %d holds %d sub-blocks of block %d (at most 64)",
+                       spec->block_m, bwd && sub_m > sub_n ? spec->block_m : spec->block_n,
+                       sub_m * (bwd && sub_m > sub_n ? sub_m : sub_n), bs);
+    /* the wgmma backward bodies (one warpgroup: 4 warps, block_m 64) by
+     * default on sm_90a, faster than mma.sync on every measured row */
+    if (spec->bwd_wgmma > 0 && spec->num_warps != 4)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the wgmma backward runs one warpgroup (block_m 64, 4 warps)");
+    spec->bwd_wgmma = !wg_ok ? 0 : wg ? 1 : -1;
+    if (spec->bwd_tma > 0 && !wg)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the backward's TMA copies need the wgmma backward (sm_90a)");
+    /* TMA by default: the per-thread cp.async refill and its proxy fence
+     * were a fifth of the dK/dV kernel's warp-state samples (run 96) */
+    spec->bwd_tma = !wg ? 0 : spec->bwd_tma < 0 ? -1 : 1;
+    int smem = bwd ? s2_bwd_smem_bytes(p, spec) : s2_fwd_smem_bytes(p, spec);
+    if (smem > s2_template_smem_limit(spec->arch))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: %d bytes of shared memory exceed %s's %d", smem,
+                       s2_arch_cpu((s2_arch)spec->arch), s2_template_smem_limit(spec->arch));
+    return S2_OK;
+}
+
+
+static bool accepts_decode(const s2_kernel_spec *s) { return s->kind == S2_KERNEL_DECODE; }
+static bool accepts_fwd(const s2_kernel_spec *s) { return s->kind == S2_KERNEL_FWD; }
+static bool accepts_bwd(const s2_kernel_spec *s) { return s->kind == S2_KERNEL_BWD; }
+
+static s2_fwd_abi abi_ptrs(const s2_kernel_spec *s) { (void)s; return S2_FWD_ABI_PTRS; }
+static s2_fwd_abi abi_tma(const s2_kernel_spec *s)
+{
+    return s->persistent > 0 ? S2_FWD_ABI_TMA_PERSISTENT : S2_FWD_ABI_TMA;
+}
+
+/* Asked in order: the first that accepts a spec builds it. */
+static const s2_template templates[] = {
+    {"decode", S2_KERNEL_DECODE, accepts_decode, resolve_decode, s2_decode_smem_bytes, abi_ptrs, s2_decode_build},
+    {"fwd_wgmma", S2_KERNEL_FWD, s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, abi_tma,
+     s2_fwd_sm90_build},
+    {"fwd_mma", S2_KERNEL_FWD, accepts_fwd, resolve_mma, s2_fwd_smem_bytes, abi_ptrs, s2_fwd_build},
+    {"bwd", S2_KERNEL_BWD, accepts_bwd, resolve_mma, s2_bwd_smem_bytes, abi_ptrs, s2_bwd_build},
+};
+
+int s2_template_count(void) { return (int)(sizeof templates / sizeof templates[0]); }
+
+const s2_template *s2_template_at(int i) { return i >= 0 && i < s2_template_count() ? &templates[i] : NULL; }
+
+const s2_template *s2_template_for(const s2_kernel_spec *spec)
+{
+    for (int i = 0; spec && i < s2_template_count(); i++)
+        if (templates[i].accepts(spec))
+            return &templates[i];
+    return NULL;
+}

@@ -1,0 +1,70 @@
+/* Internal to the generator: the kernel templates behind one interface.
+ *
+ * A template turns (pattern, resolved spec) into one or more kernels in an
+ * LLVM module.  The compile driver (driver/compile.c) asks the table for the
+ * first template that accepts a spec, lets it resolve the spec's zero
+ * tunables, and lets it build; it knows no template by name.  Adding a
+ * template is one file (its builder and its table entry's functions) plus
+ * one line in the table (templates/template.c) and its test. */
+#ifndef S2C_TEMPLATE_H
+#define S2C_TEMPLATE_H
+
+#include "cg_internal.h"
+#include "kernel_abi.h"
+#include "s2c/manifest.h"
+#include "s2c/pattern.h"
+#include "s2c/spec.h"
+
+#include <stdbool.h>
+
+typedef struct s2_template {
+    const char *name;      /* "fwd_mma", "fwd_wgmma", "bwd", "decode" */
+    s2_kernel_kind kind;
+    /* Whether the template takes the (unresolved) spec: its kind, arch and
+     * the tunables it was given.  The table is asked in order. */
+    bool (*accepts)(const s2_kernel_spec *spec);
+    /* Fill the zero tunables of spec for pattern p and check them
+     * (S2_ERR_UNSUPPORTED with a message naming what does not fit). */
+    s2_status (*resolve)(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p);
+    /* Dynamic shared memory of the module's main kernel for a resolved spec. */
+    int (*smem_bytes)(const s2_pattern *p, const s2_kernel_spec *spec);
+    /* The launch ABI the manifest records for a resolved spec (forward only). */
+    s2_fwd_abi (*abi)(const s2_kernel_spec *spec);
+    /* Build the kernel(s) `name` (resolved spec) into cg's module. */
+    s2_status (*build)(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+} s2_template;
+
+int s2_template_count(void);
+const s2_template *s2_template_at(int i);
+/* The first template that accepts spec, or NULL. */
+const s2_template *s2_template_for(const s2_kernel_spec *spec);
+/* Dynamic shared memory a CTA may opt in to on arch (sm_80: A100's 163 KB;
+ * sm_90: 227 KB). */
+int s2_template_smem_limit(int arch);
+
+/* ---- the templates' entry points (one file each) ---- */
+/* mma.sync forward (templates/fwd.c), sm_80 and up */
+int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
+s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+/* wgmma + TMA forward (templates/fwd_sm90.c), sm_90a, head_dim 64 or 128 */
+bool s2_fwd_spec_wants_tma(const s2_kernel_spec *s);
+int s2_fwd_sm90_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
+s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+/* The backward (templates/bwd*.c): dynamic shared memory of its dq / dkdv
+ * kernels (the larger), and the kernels NAME_pre, NAME_dkdv, NAME_dq (and
+ * NAME_dqds, NAME_dqds2 where the module takes the dS path). */
+int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
+s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+/* The paged decode (templates/decode.c): shared memory, and the kernels
+ * NAME and NAME_combine (ABI in s2c/decode.h). */
+int s2_decode_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
+s2_status s2_decode_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+/* The block-sparse row softmax (templates/softmax.c): a toolchain check,
+ * not an attention kernel; the driver compiles it on its own.  One warp per
+ * query row, S2_SOFTMAX_WARPS rows per CTA. */
+enum { S2_SOFTMAX_WARPS = 4 };
+s2_status s2_softmax_check_pattern(s2_ctx *ctx, const s2_pattern *p);
+void s2_softmax_kernel_name(char *out, size_t cap, const s2_pattern *p, s2_arch arch);
+s2_status s2_softmax_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *pat, const char *name);
+
+#endif
