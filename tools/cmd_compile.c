@@ -1,0 +1,348 @@
+/* s2c compile: attention modules as cubin, PTX, IR or AOT C sources. */
+#include "kernel_abi.h"
+#include "cli.h"
+#include "s2c/aot.h"
+#include "s2c/attention.h"
+#include "s2c/codegen.h"
+#include "s2c/kv_evict.h"
+#include "s2c/layout.h"
+#include "s2c/pattern.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- compile ---------------------------------------------------------------- */
+
+typedef enum { EMIT_CUBIN, EMIT_C, EMIT_PTX, EMIT_LL } emit_kind;
+
+static int parse_emit(const char *text, emit_kind *e)
+{
+    static const char *const names[] = {"cubin", "c", "ptx", "ll"};
+    for (int i = 0; i < 4; i++)
+        if (strcmp(text, names[i]) == 0) {
+            *e = (emit_kind)i;
+            return 0;
+        }
+    return -1;
+}
+
+static int parse_backend(const char *text, s2_cubin_backend *b)
+{
+    if (strcmp(text, "auto") == 0)
+        *b = S2_CUBIN_AUTO;
+    else if (strcmp(text, "ptxas") == 0)
+        *b = S2_CUBIN_PTXAS;
+    else if (strcmp(text, "nvjitlink") == 0)
+        *b = S2_CUBIN_NVJITLINK;
+    else
+        return -1;
+    return 0;
+}
+
+/* OUT's file name without its extension as a C identifier (other characters
+ * become '_', a leading digit gets a '_' in front): the module name of the
+ * AOT files, dumps and overrides. */
+static char *module_ident(const char *out)
+{
+    const char *base = strrchr(out, '/');
+    base = base ? base + 1 : out;
+    const char *dot = strrchr(base, '.');
+    size_t n = dot && dot != base ? (size_t)(dot - base) : strlen(base);
+    char *id = malloc(n + 2);
+    if (!id)
+        return NULL;
+    size_t j = 0;
+    if (n == 0 || isdigit((unsigned char)base[0]))
+        id[j++] = '_';
+    for (size_t i = 0; i < n; i++)
+        id[j++] = isalnum((unsigned char)base[i]) ? base[i] : '_';
+    id[j] = '\0';
+    return id;
+}
+
+/* OUT's directory: "." when it names none. */
+static char *out_dir(const char *out)
+{
+    const char *slash = strrchr(out, '/');
+    if (!slash)
+        return strdup(".");
+    if (slash == out)
+        return strdup("/");
+    char *d = malloc((size_t)(slash - out) + 1);
+    if (d) {
+        memcpy(d, out, (size_t)(slash - out));
+        d[slash - out] = '\0';
+    }
+    return d;
+}
+
+static int write_output(const char *path, const void *data, size_t size)
+{
+    FILE *f = fopen(path, "wb");
+    int status = EXIT_OK;
+    if (!f || fwrite(data, 1, size, f) != size)
+        status = EXIT_INPUT;
+    if (f && fclose(f) != 0)
+        status = EXIT_INPUT;
+    if (status != EXIT_OK)
+        fprintf(stderr, "s2c: %s: %s\n", path, strerror(errno));
+    return status;
+}
+
+
+/* Registers and spills as the assembler reported them, one line per kernel. */
+static void print_resources(const s2_artifact *art)
+{
+    if (art->log && art->log[0])
+        fputs(art->log, stderr);
+    for (int k = 0; k < art->num_kernels; k++) {
+        const s2_kernel_info *ki = &art->kernels[k];
+        fprintf(stderr, "%s: %d registers, %d bytes spill stores, %d bytes spill loads, %d bytes stack, "
+                "%d bytes static smem, via %s\n", ki->name, ki->registers, ki->spill_stores, ki->spill_loads,
+                ki->stack_frame, ki->shared_static, s2_cubin_backend_name(art->backend_used));
+    }
+}
+
+/* Launcher and symbol names of one AOT kernel (backward parts have suffixes). */
+typedef struct aot_names {
+    char name[256], symbol[256];
+} aot_names;
+
+/* The AOT kernels of one manifest kernel: one for a forward, three for a
+ * backward module (NAME_pre, NAME_dkdv, NAME_dq, in launch order), one for
+ * a decode module (NAME; NAME_combine has none). */
+static int aot_kernels_of(const s2_manifest_kernel *mk, const s2_pattern *p, s2_aot_kernel *ks, aot_names *nm)
+{
+    const char *base = strncmp(mk->name, "s2_", 3) == 0 ? mk->name + 3 : mk->name;
+    if (mk->spec.kind == S2_KERNEL_FWD) {
+        const s2_aot_abi *abi = mk->abi == S2_FWD_ABI_TMA_PERSISTENT ? s2_aot_abi_attn_fwd_tma_persistent()
+                                : mk->abi == S2_FWD_ABI_TMA            ? s2_aot_abi_attn_fwd_tma()
+                                                                       : s2_aot_abi_attn_fwd();
+        int gather = mk->spec.kv_gather > 1 ? mk->spec.kv_gather : 1;
+        snprintf(nm->name, sizeof nm->name, "%s", base);
+        snprintf(nm->symbol, sizeof nm->symbol, "%s", mk->name);
+        ks[0] = (s2_aot_kernel){.name = nm->name, .symbol = nm->symbol, .abi = abi, .threads = mk->threads,
+                                .smem_bytes = mk->smem_bytes, .dtype = mk->spec.dtype,
+                                .head_dim = mk->spec.head_dim, .kv_box_rows = mk->spec.block_n / gather};
+        if (!mk->has_wide)
+            return 1;
+        /* the wide variant NAME_w: the tensor-map ABI on its own tile shape,
+         * on the persistent grid under kernel.wide_persistent */
+        const s2_kernel_spec *w = &mk->wide_spec;
+        int wg = w->kv_gather > 1 ? w->kv_gather : 1;
+        snprintf(nm[1].name, sizeof nm[1].name, "%s%s", base, S2_WIDE_SUFFIX);
+        snprintf(nm[1].symbol, sizeof nm[1].symbol, "%s%s", mk->name, S2_WIDE_SUFFIX);
+        ks[1] = (s2_aot_kernel){.name = nm[1].name, .symbol = nm[1].symbol,
+                                .abi = w->persistent > 0 ? s2_aot_abi_attn_fwd_tma_persistent()
+                                                         : s2_aot_abi_attn_fwd_tma(),
+                                .threads = mk->wide_threads, .smem_bytes = mk->wide_smem_bytes,
+                                .dtype = w->dtype, .head_dim = w->head_dim, .kv_box_rows = w->block_n / wg};
+        return 2;
+    }
+    if (mk->spec.kind == S2_KERNEL_DECODE) {
+        snprintf(nm->name, sizeof nm->name, "%s", base);
+        snprintf(nm->symbol, sizeof nm->symbol, "%s", mk->name);
+        ks[0] = (s2_aot_kernel){.name = nm->name, .symbol = nm->symbol, .abi = s2_aot_abi_attn_decode(),
+                                .threads = mk->threads, .smem_bytes = mk->smem_bytes};
+        return 1;
+    }
+    static const char *const part[4] = {"_pre", "_dkdv", "_dq", "_dqds"};
+    bool tma = mk->spec.bwd_tma > 0;   /* every kernel of the module takes q_map, do_map */
+    const s2_aot_abi *abi[4] = {tma ? s2_aot_abi_attn_bwd_pre_tma() : s2_aot_abi_attn_bwd_pre(),
+                                tma ? s2_aot_abi_attn_bwd_dkdv_tma() : s2_aot_abi_attn_bwd_dkdv(),
+                                tma ? s2_aot_abi_attn_bwd_dq_tma() : s2_aot_abi_attn_bwd_dq(),
+                                tma ? s2_aot_abi_attn_bwd_dqds_tma() : s2_aot_abi_attn_bwd_dqds()};
+    /* NAME_pre: threads / (D / 8) query rows per CTA, no shared memory (attention.h) */
+    int rows = mk->spec.head_dim >= 8 ? mk->threads / (mk->spec.head_dim / 8) : 0;
+    int n = p && s2_bwd_ds_capable(p, &mk->spec) ? 4 : 3;
+    for (int j = 0; j < n; j++) {
+        snprintf(nm[j].name, sizeof nm[j].name, "%s%s", base, part[j]);
+        snprintf(nm[j].symbol, sizeof nm[j].symbol, "%s%s", mk->name, part[j]);
+        int smem = j == 0 ? 0 : j == 3 ? s2_bwd_dqds_smem_bytes(&mk->spec) : mk->smem_bytes;
+        ks[j] = (s2_aot_kernel){.name = nm[j].name, .symbol = nm[j].symbol, .abi = abi[j], .threads = mk->threads,
+                                .smem_bytes = smem, .grid_div = {j == 0 ? rows : 0}, .dtype = mk->spec.dtype,
+                                .head_dim = mk->spec.head_dim, .kv_box_rows = tma ? mk->spec.block_m : 0};
+    }
+    return n;
+}
+
+/* DIR/IDENT.h and DIR/IDENT.c: one launcher IDENT_<symbol without "s2_">
+ * per kernel of the manifest (three for a backward module, four with NAME_dqds,
+ * two for a forward with a wide variant NAME_w). */
+static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, const char *ident, const char *dir)
+{
+    int n = s2_manifest_num_kernels(m);
+    /* the emitter knows the forward's pointer, tensor-map and persistent ABIs, the backward's and decode's
+     * (attention.h, aot.h) */
+    for (int i = 0; i < n; i++) {
+        const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, i);
+        const char *why = mk->spec.kind != S2_KERNEL_FWD && mk->spec.kind != S2_KERNEL_BWD &&
+                                  mk->spec.kind != S2_KERNEL_DECODE
+                              ? "of an unknown kind"
+                              : NULL;
+        if (why) {
+            fprintf(stderr, "s2c: --emit c: kernel %s is %s, which has no C launcher yet; C launchers exist for the "
+                    "forward (sm_80/sm_90 pointer ABI, sm_90a tensor-map and persistent ABIs), the backward module "
+                    "and decode\n",
+                    mk->name, why);
+            return EXIT_INPUT;
+        }
+    }
+    s2_aot_kernel *ks = calloc((size_t)n * 4, sizeof *ks);
+    aot_names *names = calloc((size_t)n * 4, sizeof *names);
+    if (!ks || !names) {
+        free(ks);
+        free(names);
+        fprintf(stderr, "s2c: out of memory\n");
+        return EXIT_INPUT;
+    }
+    int nk = 0;
+    for (int i = 0; i < n; i++)
+        nk += aot_kernels_of(s2_manifest_kernel_at(m, i),
+                             s2_manifest_find_pattern(m, s2_manifest_kernel_at(m, i)->pattern), ks + nk, names + nk);
+    s2_aot_module mod = {.name = ident, .cubin = art->cubin, .cubin_size = art->cubin_size,
+                         .manifest = art->manifest, .kernels = ks, .num_kernels = nk};
+    s2_status st = s2_aot_write(ctx, &mod, dir);
+    if (st == S2_OK) {
+        printf("%s/%s.h, %s/%s.c: load_%s(), unload_%s()\n", dir, ident, dir, ident, ident, ident);
+        for (int i = 0; i < nk; i++)
+            printf("launcher %s_%s\n", ident, ks[i].name);
+    }
+    free(ks);
+    free(names);
+    return st == S2_OK ? EXIT_OK : input_error(ctx);
+}
+
+static int compile_softmax(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind emit, s2_cubin_backend backend)
+{
+    if (o->head_dim || o->dtype || o->block_m || o->block_n || o->num_warps || o->num_stages || o->kv_gather)
+        return usage_error("%s", "compile: --kernel softmax takes no --head-dim, --dtype or tunables");
+    if (emit == EMIT_C)
+        return usage_error("%s", "compile: --kernel softmax has no --emit c");
+    if (o->num_names > 1)
+        return usage_error("%s", "compile: --kernel softmax compiles one pattern (one --name)");
+    s2_pattern_set *set = NULL;
+    const s2_pattern *p = NULL;
+    int np = 0;
+    int rc = load_patterns(ctx, o, 1, &set, &p, &np);
+    s2_artifact *art = NULL;
+    s2_target target;
+    s2_target_default(&target, arch);
+    if (rc == 0 && s2_compile_row_softmax(ctx, p, &target, backend, &art) != S2_OK)
+        rc = input_error(ctx);
+    if (rc == 0) {
+        const void *data = emit == EMIT_CUBIN ? (const void *)art->cubin
+                         : emit == EMIT_PTX ? (const void *)art->ptx : (const void *)art->ir;
+        size_t size = emit == EMIT_CUBIN ? art->cubin_size : emit == EMIT_PTX ? art->ptx_len : strlen(art->ir);
+        rc = write_output(o->output, data, size);
+        if (rc == 0 && o->verbose)
+            print_resources(art);
+        if (rc == 0)
+            printf("%s: wrote %zu bytes (row softmax, %s, %s, pattern %s)\n", o->output, size, o->emit, o->arch,
+                   p->name);
+    }
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    return rc;
+}
+
+static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind emit, s2_cubin_backend backend)
+{
+    if (!o->head_dim || !o->dtype)
+        return usage_error("%s", "compile: --head-dim and --dtype are required");
+    s2_kernel_kind kind = S2_KERNEL_FWD;
+    if (o->kind && strcmp(o->kind, "fwd") != 0) {
+        if (strcmp(o->kind, "bwd") == 0)
+            kind = S2_KERNEL_BWD;
+        else if (strcmp(o->kind, "decode") == 0)
+            kind = S2_KERNEL_DECODE;
+        else
+            return usage_error("compile: --kind must be fwd, bwd or decode, got '%s'", o->kind);
+    }
+    s2_kernel_spec spec = {.kind = kind, .head_dim = (int)o->head_dim, .arch = (int)arch,
+                           .block_m = (int)o->block_m, .block_n = (int)o->block_n,
+                           .num_warps = (int)o->num_warps, .num_stages = (int)o->num_stages,
+                           .kv_gather = (int)o->kv_gather};
+    if (parse_dtype(o->dtype, &spec.dtype) != 0)
+        return usage_error("compile: --dtype must be bf16 or fp16, got '%s'", o->dtype);
+    for (int i = 0; i < o->num_names; i++)
+        for (int j = 0; j < i; j++)
+            if (strcmp(o->names[i], o->names[j]) == 0)
+                return usage_error("compile: --name %s is given twice", o->names[i]);
+
+    char *ident = module_ident(o->output), *dir = out_dir(o->output);
+    s2_pattern_set *set = NULL;
+    const s2_pattern *pats[MAX_NAMES];
+    int np = 0;
+    s2_artifact *art = NULL;
+    s2_manifest *m = NULL;
+    int rc = ident && dir ? 0 : EXIT_INPUT;
+    if (rc)
+        fprintf(stderr, "s2c: out of memory\n");
+    if (rc == 0)
+        rc = load_patterns(ctx, o, MAX_NAMES, &set, pats, &np);
+    if (rc == 0 && s2_pattern_set_count(set) > MAX_NAMES && o->num_names == 0) {
+        fprintf(stderr, "%s: more than %d patterns; pick some with --name\n", o->pattern, MAX_NAMES);
+        rc = EXIT_INPUT;
+    }
+    /* every stage runs whatever is emitted, so that --emit ptx or ll still
+     * reports assembler errors */
+    if (rc == 0 && (s2_compile_attention_set(ctx, ident, pats, np, &spec, backend, &art) != S2_OK ||
+                    s2_manifest_parse(ctx, art->manifest, strlen(art->manifest), &m) != S2_OK))
+        rc = input_error(ctx);
+    if (rc == 0 && emit == EMIT_C) {
+        rc = write_aot(ctx, art, m, ident, dir);
+    } else if (rc == 0) {
+        const void *data = emit == EMIT_CUBIN ? (const void *)art->cubin
+                         : emit == EMIT_PTX ? (const void *)art->ptx : (const void *)art->ir;
+        size_t size = emit == EMIT_CUBIN ? art->cubin_size : emit == EMIT_PTX ? art->ptx_len : strlen(art->ir);
+        rc = write_output(o->output, data, size);
+        if (rc == 0)
+            printf("%s: wrote %zu bytes (%s, %s, %d kernel%s)\n", o->output, size, o->emit, o->arch, np,
+                   np == 1 ? "" : "s");
+    }
+    if (rc == 0) {
+        for (int i = 0; i < s2_manifest_num_kernels(m); i++)
+            print_kernel(s2_manifest_kernel_at(m, i));
+        if (o->verbose)
+            print_resources(art);
+    }
+    s2_manifest_free(m);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    free(ident);
+    free(dir);
+    return rc;
+}
+
+int cmd_compile(s2_ctx *ctx, int argc, char **argv)
+{
+    opts o = {.emit = "cubin", .backend = "auto", .kernel = "attention"};
+    int rc = parse_one_file(argc, argv, &o, "compile", "PATTERN");
+    if (rc)
+        return rc;
+    if (!o.arch)
+        return usage_error("%s", "compile: --arch is required (sm_80, sm_90 or sm_90a)");
+    if (!o.output)
+        return usage_error("%s", "compile: -o OUT is required");
+    s2_arch arch;
+    if (s2_arch_parse(o.arch, &arch) != S2_OK)
+        return usage_error("compile: --arch must be sm_80, sm_90 or sm_90a, got '%s'", o.arch);
+    emit_kind emit;
+    if (parse_emit(o.emit, &emit) != 0)
+        return usage_error("compile: --emit must be cubin, c, ptx or ll, got '%s'", o.emit);
+    s2_cubin_backend backend;
+    if (parse_backend(o.backend, &backend) != 0)
+        return usage_error("compile: --backend must be auto, ptxas or nvjitlink, got '%s'", o.backend);
+    bool softmax = strcmp(o.kernel, "softmax") == 0;
+    if (!softmax && strcmp(o.kernel, "attention") != 0)
+        return usage_error("compile: --kernel must be attention or softmax, got '%s'", o.kernel);
+    if ((o.dump_dir && s2_ctx_set_dump_dir(ctx, o.dump_dir) != S2_OK) ||
+        (o.override_dir && s2_ctx_set_override_dir(ctx, o.override_dir) != S2_OK))
+        return input_error(ctx);
+    return softmax ? compile_softmax(ctx, &o, arch, emit, backend) : compile_attention(ctx, &o, arch, emit, backend);
+}
