@@ -27,6 +27,7 @@
 
 #include <check.h>
 #include "gpu_harness.h"
+#include "poison.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,8 +83,6 @@ static uint64_t base_seed;
 static s2_arch dev_arch;
 static bool load_ptx;
 
-static const uint16_t POISON16 = 0xffff; /* NaN in bf16 and f16 */
-
 static bool ref_mask(const void *user, int q_head, int64_t qpos, int64_t kpos)
 {
     return s2_token_kept((const s2_pattern *)user, q_head, qpos, kpos);
@@ -123,40 +122,9 @@ static void case_pattern(int which, s2_local_stride_args *a)
     a->vert_stride = 4;
 }
 
-/* A host tensor of (B, S, H, D) with `pad` extra elements per row (bshd) or
- * per (b, h) slice row (bhsd); its device copy. */
-typedef struct host_tensor {
-    uint16_t *data;
-    size_t elems;
-    s2_tensor t;
-    int64_t ext[4];
-    s2_devptr dev;
-} host_tensor;
-
-static void tensor_new(host_tensor *x, s2_dtype dt, int B, int64_t S, int H, int D, bool bhsd, int pad)
-{
-    int64_t st[4];
-    if (bhsd)
-        st[0] = (int64_t)H * S * (D + pad), st[1] = D + pad, st[2] = S * (D + pad), st[3] = 1;
-    else
-        st[0] = S * ((int64_t)H * D + pad), st[1] = (int64_t)H * D + pad, st[2] = D, st[3] = 1;
-    x->elems = (size_t)(st[0] * B);
-    x->data = malloc(x->elems * 2);
-    ck_assert_ptr_nonnull(x->data);
-    memset(x->data, 0, x->elems * 2);
-    x->t = (s2_tensor){x->data, dt, {st[0], st[1], st[2], st[3]}};
-    x->ext[0] = B, x->ext[1] = S, x->ext[2] = H, x->ext[3] = D;
-}
-
-static void poison(host_tensor *x)
-{
-    for (size_t i = 0; i < x->elems; i++)
-        x->data[i] = POISON16;
-}
-
 /* Relative Frobenius error against the float64 reference; counts NaNs and
  * elements of the padding (or of rows that must stay untouched) that changed. */
-static double compare(const host_tensor *x, const s2_tensor *ref, int64_t valid_seq, int64_t *bad)
+static double compare(const s2t_tensor *x, const s2_tensor *ref, int64_t valid_seq, int64_t *bad)
 {
     double num = 0, den = 0;
     const int64_t *e = x->ext;
@@ -166,7 +134,7 @@ static double compare(const host_tensor *x, const s2_tensor *ref, int64_t valid_
                 for (int64_t d = 0; d < e[3]; d++) {
                     double v = s2_tensor_get(&x->t, b, s, h, d);
                     if (s >= valid_seq) {
-                        *bad += x->data[b * x->t.stride[0] + s * x->t.stride[1] + h * x->t.stride[2] + d] != POISON16;
+                        *bad += x->host[b * x->t.stride[0] + s * x->t.stride[1] + h * x->t.stride[2] + d] != S2T_POISON16;
                         continue;
                     }
                     double r = s2_tensor_get(ref, b, s, h, d);
@@ -176,22 +144,6 @@ static double compare(const host_tensor *x, const s2_tensor *ref, int64_t valid_
                     den += r * r;
                 }
     return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
-static int64_t padding_written(const host_tensor *x)
-{
-    /* each row's 8 padding elements follow the last head (bshd) or the row (bhsd) */
-    int64_t n = 0;
-    const int64_t *e = x->ext;
-    bool bhsd = x->t.stride[2] > x->t.stride[1];
-    for (int64_t b = 0; b < e[0]; b++)
-        for (int64_t s = 0; s < e[1]; s++)
-            for (int64_t h = bhsd ? 0 : e[2] - 1; h < e[2]; h++) {
-                const uint16_t *row = x->data + b * x->t.stride[0] + s * x->t.stride[1] + h * x->t.stride[2];
-                for (int d = (int)e[3]; d < e[3] + 8; d++)
-                    n += row[d] != POISON16;
-            }
-    return n;
 }
 
 typedef struct dev_sched {
@@ -288,15 +240,15 @@ static void run_case(int vi)
         }
 
     /* inputs; o and lse from the CPU forward, o rounded to the dtype */
-    host_tensor q, k, v, o, dO, dq, dk, dv;
-    tensor_new(&q, c->dt, B, SQ, H, D, c->bhsd, 0);
-    tensor_new(&k, c->dt, B, SK, HK, D, c->bhsd, 0);
-    tensor_new(&v, c->dt, B, SK, HK, D, c->bhsd, 0);
-    tensor_new(&o, c->dt, B, SQ, H, D, c->bhsd, 0);
-    tensor_new(&dO, c->dt, B, SQ, H, D, !c->bhsd, 0);
-    tensor_new(&dq, c->dt, B, SQ, H, D, c->bhsd, 8);
-    tensor_new(&dk, c->dt, B, SK, HK, D, !c->bhsd, 8);
-    tensor_new(&dv, c->dt, B, SK, HK, D, c->bhsd, 8);
+    s2t_tensor q, k, v, o, dO, dq, dk, dv;
+    s2t_tensor_new(&q, c->dt, c->bhsd, B, SQ, H, D, 0);
+    s2t_tensor_new(&k, c->dt, c->bhsd, B, SK, HK, D, 0);
+    s2t_tensor_new(&v, c->dt, c->bhsd, B, SK, HK, D, 0);
+    s2t_tensor_new(&o, c->dt, c->bhsd, B, SQ, H, D, 0);
+    s2t_tensor_new(&dO, c->dt, !c->bhsd, B, SQ, H, D, 0);
+    s2t_tensor_new(&dq, c->dt, c->bhsd, B, SQ, H, D, 8);
+    s2t_tensor_new(&dk, c->dt, !c->bhsd, B, SK, HK, D, 8);
+    s2t_tensor_new(&dv, c->dt, c->bhsd, B, SK, HK, D, 8);
     s2_tensor_fill_random(&q.t, q.ext, res->seed, -1.5, 1.5);
     s2_tensor_fill_random(&k.t, k.ext, res->seed + 1, -1.5, 1.5);
     s2_tensor_fill_random(&v.t, v.ext, res->seed + 2, -1.0, 1.0);
@@ -324,14 +276,14 @@ static void run_case(int vi)
 
     s2_device *dev = NULL;
     ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
-    host_tensor *ins[5] = {&q, &k, &v, &o, &dO};
+    s2t_tensor *ins[5] = {&q, &k, &v, &o, &dO};
     for (int i = 0; i < 5; i++)
-        upload(ctx, dev, &ins[i]->dev, ins[i]->data, ins[i]->elems * 2);
+        s2t_tensor_upload(ctx, dev, ins[i]);
     s2_devptr d_lse, d_dlse, d_ws;
     upload(ctx, dev, &d_lse, lse, nlse * 4);
     upload(ctx, dev, &d_dlse, dlse, nlse * 4);
     size_t ws_bytes = s2_attn_bwd_workspace_bytes(B, H, SQ), ws_full = 0, ws_chunk = 0;
-    host_tensor *outs[3] = {&dq, &dk, &dv};
+    s2t_tensor *outs[3] = {&dq, &dk, &dv};
     for (int i = 0; i < 3; i++)
         ck_assert(s2_mem_alloc(ctx, dev, outs[i]->elems * 2, &outs[i]->dev) == S2_OK);
 
@@ -391,10 +343,10 @@ static void run_case(int vi)
     }
     for (int run = 0; run < runs; run++) {
         for (int i = 0; i < 3; i++) {
-            poison(outs[i]);
-            ck_assert(s2_memcpy_h2d(ctx, dev, outs[i]->dev, outs[i]->data, outs[i]->elems * 2) == S2_OK);
+            s2t_tensor_poison(outs[i]);
+            s2t_tensor_upload(ctx, dev, outs[i]);
         }
-        ck_assert(s2_memset_d8(ctx, dev, d_ws, 0xff, ws_full ? ws_full : ws_bytes) == S2_OK);
+        s2t_dev_poison(ctx, dev, d_ws, ws_full ? ws_full : ws_bytes);
         if (use_rt) {
             s2_attn_bwd_args ba = {.batch = B, .q_len = SQ, .kv_len = SK, .heads = H, .kv_heads = HK,
                                    .head_dim = D, .dtype = c->dt, .q = q.dev, .k = k.dev, .v = v.dev, .o = o.dev,
@@ -402,7 +354,7 @@ static void run_case(int vi)
                                    .dk = dk.dev, .dv = dv.dev, .workspace = d_ws,
                                    .workspace_bytes = run == 1 && ws_chunk ? ws_chunk : ws_full,
                                    .ds_chunks = run == 1 && ws_chunk ? HK : 0, .dq_pair = run == 2 ? -1 : 0};
-            const host_tensor *ts8[8] = {&q, &k, &v, &o, &dO, &dq, &dk, &dv};
+            const s2t_tensor *ts8[8] = {&q, &k, &v, &o, &dO, &dq, &dk, &dv};
             int64_t *dst8[8] = {ba.q_stride, ba.k_stride, ba.v_stride, ba.o_stride, ba.do_stride, ba.dq_stride,
                                 ba.dk_stride, ba.dv_stride};
             for (int i = 0; i < 8; i++)
@@ -417,7 +369,7 @@ static void run_case(int vi)
             s2_devptr ptrs[12] = {q.dev, k.dev, v.dev, o.dev, dO.dev, d_lse, c->dlse ? d_dlse : 0, d_ws,
                                   d_ws + ws_bytes / 2, dq.dev, dk.dev, dv.dev};
             int64_t st[24];
-            const host_tensor *ts8[8] = {&q, &k, &v, &o, &dO, &dq, &dk, &dv};
+            const s2t_tensor *ts8[8] = {&q, &k, &v, &o, &dO, &dq, &dk, &dv};
             for (int i = 0; i < 8; i++)
                 memcpy(st + 3 * i, ts8[i]->t.stride, 3 * sizeof(int64_t));
             int32_t q_len = (int32_t)SQ, kv_len = (int32_t)SK;
@@ -446,18 +398,18 @@ static void run_case(int vi)
         }
         ck_assert_msg(s2_device_synchronize(ctx, dev) == S2_OK, "%s: %s", c->name, s2_ctx_message(ctx));
         for (int i = 0; i < 3; i++)
-            ck_assert(s2_memcpy_d2h(ctx, dev, outs[i]->data, outs[i]->dev, outs[i]->elems * 2) == S2_OK);
+            s2t_tensor_download(ctx, dev, outs[i]);
         if (run == 0 || run == 2) {
             const s2_tensor *refs[3] = {&tq, &tk, &tv};
             int64_t bad = 0;
             for (int i = 0; i < 3; i++) {
                 res->err[i] = compare(outs[i], refs[i], i == 0 ? SQ : SK, &bad);
-                bad += padding_written(outs[i]);
+                bad += s2t_tensor_pad_written(outs[i]);
                 if (run == 2)
                     continue;
                 first[i] = malloc(outs[i]->elems * 2);
                 ck_assert_ptr_nonnull(first[i]);
-                memcpy(first[i], outs[i]->data, outs[i]->elems * 2);
+                memcpy(first[i], outs[i]->host, outs[i]->elems * 2);
             }
             double tol = c->dt == S2_DTYPE_BF16 ? 2e-2 : 5e-3;
             res->ok = bad == 0 && res->err[0] <= tol && res->err[1] <= tol && res->err[2] <= tol;
@@ -469,7 +421,7 @@ static void run_case(int vi)
             ck_assert_msg(c->pattern != 5 || empty > 0, "%s: no empty row", c->name);
         } else {
             for (int i = 0; i < 3; i++)
-                res->same = res->same && !memcmp(first[i], outs[i]->data, outs[i]->elems * 2);
+                res->same = res->same && !memcmp(first[i], outs[i]->host, outs[i]->elems * 2);
             ck_assert_msg(res->same, "%s seed %llu: second run differs bitwise%s", c->name,
                           (unsigned long long)res->seed, ws_chunk ? " (the dS path in head chunks)" : "");
         }
@@ -477,10 +429,10 @@ static void run_case(int vi)
 
     for (int i = 0; i < 3; i++) {
         free(first[i]);
-        s2_mem_free(ctx, dev, outs[i]->dev);
+        s2t_tensor_free(ctx, dev, outs[i]);
     }
     for (int i = 0; i < 5; i++)
-        s2_mem_free(ctx, dev, ins[i]->dev);
+        s2t_tensor_free(ctx, dev, ins[i]);
     s2_mem_free(ctx, dev, d_lse);
     s2_mem_free(ctx, dev, d_dlse);
     s2_mem_free(ctx, dev, d_ws);
@@ -492,9 +444,6 @@ static void run_case(int vi)
     s2_attn_module_free(amod);
     s2_device_free(dev);
     s2_layout_free(lay);
-    host_tensor *all[8] = {&q, &k, &v, &o, &dO, &dq, &dk, &dv};
-    for (int i = 0; i < 8; i++)
-        free(all[i]->data);
     free(rq);
     free(rk);
     free(rv);

@@ -28,6 +28,7 @@
 
 #include <check.h>
 #include "gpu_harness.h"
+#include "poison.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -113,36 +114,9 @@ static uint64_t base_seed;
 static s2_arch dev_arch, own_arch;
 static bool load_ptx;   /* arch forced to one that is not the device's */
 
-typedef struct host_tensor {
-    uint16_t *data;
-    size_t elems;
-    s2_tensor t;
-    s2_devptr dev;
-} host_tensor;
-
-static size_t span(const int64_t stride[4], const int64_t ext[4])
-{
-    int64_t last = 0;
-    for (int i = 0; i < 4; i++)
-        last += (ext[i] - 1) * stride[i];
-    return (size_t)last + 1;
-}
-
 static bool ref_mask(const void *user, int q_head, int64_t qpos, int64_t kpos)
 {
     return s2_token_kept((const s2_pattern *)user, q_head, qpos, kpos);
-}
-
-static const uint16_t POISON16 = 0xffff; /* NaN in bf16 and f16 */
-
-/* Strides (b, s, h, d) of a tensor of `seq` rows and `heads` heads in `layout`. */
-static void layout_strides(layout_kind lk, int64_t seq, int64_t heads, int64_t dim, int64_t pad, int64_t st[4])
-{
-    if (lk == L_BHSD) {
-        st[0] = heads * seq * (dim + pad), st[1] = dim + pad, st[2] = seq * (dim + pad), st[3] = 1;
-    } else {
-        st[0] = seq * (heads * dim + pad), st[1] = heads * dim + pad, st[2] = dim, st[3] = 1;
-    }
 }
 
 static void run_case(int run)
@@ -230,7 +204,7 @@ static void run_case(int run)
     }
 
     /* host tensors */
-    host_tensor q = {0}, k = {0}, v = {0}, o = {0};
+    s2t_tensor q = {0}, k = {0}, v = {0}, o;
     int64_t qx[4] = {B, SQ, H, D}, kx[4] = {B, SK, HK, D};
     uint16_t *packed = NULL;
     size_t packed_elems = 0;
@@ -238,42 +212,26 @@ static void run_case(int run)
         /* q, k, v sliced from one [B][S][3][H][D] tensor (needs H == HKV, SQ == SK) */
         ck_assert(H == HK && SQ == SK);
         int64_t st[4] = {SK * 3 * H * D, 3 * H * D, D, 1};
-        packed_elems = span(st, kx) + 2 * (size_t)H * D;
+        packed_elems = s2t_span(st, kx) + 2 * (size_t)H * D;
         packed = malloc(packed_elems * 2);
         ck_assert_ptr_nonnull(packed);
         q.t = (s2_tensor){packed, c->dt, {st[0], st[1], st[2], st[3]}};
         k.t = (s2_tensor){packed + H * D, c->dt, {st[0], st[1], st[2], st[3]}};
         v.t = (s2_tensor){packed + 2 * H * D, c->dt, {st[0], st[1], st[2], st[3]}};
     } else {
-        host_tensor *ts4[3] = {&q, &k, &v};
-        for (int i = 0; i < 3; i++) {
-            int64_t st[4];
-            layout_strides(c->layout, i == 0 ? SQ : SK, i == 0 ? H : HK, D, 0, st);
-            const int64_t *ext = i == 0 ? qx : kx;
-            ts4[i]->elems = span(st, ext);
-            ts4[i]->data = malloc(ts4[i]->elems * 2);
-            ck_assert_ptr_nonnull(ts4[i]->data);
-            memset(ts4[i]->data, 0, ts4[i]->elems * 2);
-            ts4[i]->t = (s2_tensor){ts4[i]->data, c->dt, {st[0], st[1], st[2], st[3]}};
-        }
+        s2t_tensor_new(&q, c->dt, c->layout == L_BHSD, B, SQ, H, D, 0);
+        s2t_tensor_new(&k, c->dt, c->layout == L_BHSD, B, SK, HK, D, 0);
+        s2t_tensor_new(&v, c->dt, c->layout == L_BHSD, B, SK, HK, D, 0);
     }
     /* o padded by 8 elements per row: the padding must stay poisoned */
-    int64_t ost[4];
-    layout_strides(c->layout == L_BHSD ? L_BHSD : L_BSHD, SQ, H, D, 8, ost);
-    o.elems = span(ost, qx) + 8;
-    o.data = malloc(o.elems * 2);
-    ck_assert_ptr_nonnull(o.data);
-    for (size_t i = 0; i < o.elems; i++)
-        o.data[i] = POISON16;
-    o.t = (s2_tensor){o.data, c->dt, {ost[0], ost[1], ost[2], ost[3]}};
+    s2t_tensor_new(&o, c->dt, c->layout == L_BHSD, B, SQ, H, D, 8);
+    const int64_t *ost = o.t.stride;
     s2_tensor_fill_random(&q.t, qx, res->seed, -1.5, 1.5);
     s2_tensor_fill_random(&k.t, kx, res->seed + 1, -1.5, 1.5);
     s2_tensor_fill_random(&v.t, kx, res->seed + 2, -1.0, 1.0);
     size_t nlse = (size_t)B * H * SQ;
-    float *lse = malloc(nlse * sizeof *lse), *lse_ref = malloc(nlse * sizeof *lse_ref);
-    ck_assert(lse && lse_ref);
-    for (size_t i = 0; i < nlse; i++)
-        lse[i] = NAN;
+    float *lse = s2t_alloc_poisoned(nlse * sizeof *lse), *lse_ref = malloc(nlse * sizeof *lse_ref);
+    ck_assert_ptr_nonnull(lse_ref);
 
     /* device */
     s2_device *dev = NULL;
@@ -297,12 +255,12 @@ static void run_case(int run)
         dk = d_packed + (s2_devptr)H * D * 2;
         dv = d_packed + (s2_devptr)2 * H * D * 2;
     } else {
-        UPLOAD(q.dev, q.data, q.elems * 2);
-        UPLOAD(k.dev, k.data, k.elems * 2);
-        UPLOAD(v.dev, v.data, v.elems * 2);
+        s2t_tensor_upload(ctx, dev, &q);
+        s2t_tensor_upload(ctx, dev, &k);
+        s2t_tensor_upload(ctx, dev, &v);
         dq = q.dev, dk = k.dev, dv = v.dev;
     }
-    UPLOAD(o.dev, o.data, o.elems * 2);
+    s2t_tensor_upload(ctx, dev, &o);
     UPLOAD(d_lse, lse, nlse * sizeof *lse);
     UPLOAD(d_sched, pk.data, pk.size);
     int32_t *work = NULL;
@@ -354,7 +312,7 @@ static void run_case(int run)
     }
     ck_assert_msg(s2_kernel_launch(ctx, kern, &cfg, args) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_msg(s2_device_synchronize(ctx, dev) == S2_OK, "%s: %s", c->name, s2_ctx_message(ctx));
-    ck_assert(s2_memcpy_d2h(ctx, dev, o.data, o.dev, o.elems * 2) == S2_OK);
+    s2t_tensor_download(ctx, dev, &o);
     ck_assert(s2_memcpy_d2h(ctx, dev, lse, d_lse, nlse * sizeof *lse) == S2_OK);
 
     /* reference, float64 out */
@@ -386,13 +344,8 @@ static void run_case(int run)
                     num += (x - r) * (x - r);
                     den += r * r;
                 }
-                /* the row's padding stays poisoned */
-                const uint16_t *row = o.data + b * ost[0] + i * ost[1] + h * ost[2];
-                if (c->layout != L_BHSD && h == H - 1)
-                    for (int d = D; d < D + 8; d++)
-                        if (row[d] != POISON16)
-                            nan_out++;
             }
+    nan_out += s2t_tensor_pad_written(&o);   /* every row's padding stays poisoned */
     res->o_err = den > 0 ? sqrt(num / den) : sqrt(num);
     res->lse_err = lse_err;
     res->empty_rows = empty;
@@ -407,10 +360,10 @@ static void run_case(int run)
     ck_assert_msg(!c->expect_empty_rows || empty > 0, "%s: no empty row in a pattern meant to have some", c->name);
 
     s2_mem_free(ctx, dev, d_packed);
-    s2_mem_free(ctx, dev, q.dev);
-    s2_mem_free(ctx, dev, k.dev);
-    s2_mem_free(ctx, dev, v.dev);
-    s2_mem_free(ctx, dev, o.dev);
+    s2t_tensor_free(ctx, dev, &q);
+    s2t_tensor_free(ctx, dev, &k);
+    s2t_tensor_free(ctx, dev, &v);
+    s2t_tensor_free(ctx, dev, &o);
     s2_mem_free(ctx, dev, d_lse);
     s2_mem_free(ctx, dev, d_sched);
     s2_mem_free(ctx, dev, d_work);
@@ -422,10 +375,6 @@ static void run_case(int run)
     free(lse);
     free(lse_ref);
     free(packed);
-    free(q.data);
-    free(k.data);
-    free(v.data);
-    free(o.data);
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);
     s2_layout_free(lay);

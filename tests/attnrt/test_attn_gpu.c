@@ -16,6 +16,7 @@
 
 #include <check.h>
 #include "gpu_harness.h"
+#include "poison.h"
 #include <ftw.h>
 #include <limits.h>
 #include <math.h>
@@ -67,7 +68,6 @@ typedef struct case_result {
 static case_result results[NUM_CASES];
 static uint64_t base_seed;
 static char cache_root[1024];
-static const uint16_t POISON16 = 0xffff; /* NaN in bf16 and f16 */
 
 static double now_ms(void)
 {
@@ -83,62 +83,9 @@ static bool ref_mask(const void *user, int q_head, int64_t qpos, int64_t kpos)
     return s2_token_kept((const s2_pattern *)user, q_head, qpos, kpos);
 }
 
-/* Strides (b, s, h, d) of `seq` rows of `heads` heads, each row padded by pad. */
-static void layout_strides(layout_kind lk, int64_t seq, int64_t heads, int64_t dim, int64_t pad, int64_t st[4])
+static void fill_args(s2_attn_fwd_args *a, const s2t_tensor *q, const s2t_tensor *k, const s2t_tensor *v, const s2t_tensor *o)
 {
-    if (lk == L_BHSD)
-        st[0] = heads * seq * (dim + pad), st[1] = dim + pad, st[2] = seq * (dim + pad), st[3] = 1;
-    else
-        st[0] = seq * (heads * dim + pad), st[1] = heads * dim + pad, st[2] = dim, st[3] = 1;
-}
-
-static size_t span(const int64_t st[4], const int64_t ext[4])
-{
-    int64_t last = 0;
-    for (int i = 0; i < 4; i++)
-        last += (ext[i] - 1) * st[i];
-    return (size_t)last + 1;
-}
-
-/* A host tensor and its device copy. */
-typedef struct tensor {
-    uint16_t *host;
-    size_t elems;
-    s2_tensor t;
-    int64_t ext[4];
-    s2_devptr dev;
-} tensor;
-
-static void tensor_make(tensor *x, s2_dtype dt, layout_kind lk, int64_t b, int64_t s, int64_t h, int64_t d,
-                        int64_t pad)
-{
-    int64_t st[4];
-    layout_strides(lk, s, h, d, pad, st);
-    x->ext[0] = b, x->ext[1] = s, x->ext[2] = h, x->ext[3] = d;
-    x->elems = span(st, x->ext) + (size_t)pad;
-    x->host = malloc(x->elems * 2);
-    ck_assert_ptr_nonnull(x->host);
-    for (size_t i = 0; i < x->elems; i++)
-        x->host[i] = POISON16;
-    x->t = (s2_tensor){x->host, dt, {st[0], st[1], st[2], st[3]}};
-    x->dev = 0;
-}
-
-static void tensor_upload(s2_ctx *ctx, s2_device *dev, tensor *x)
-{
-    OK(ctx, s2_mem_alloc(ctx, dev, x->elems * 2, &x->dev));
-    OK(ctx, s2_memcpy_h2d(ctx, dev, x->dev, x->host, x->elems * 2));
-}
-
-static void tensor_free(s2_ctx *ctx, s2_device *dev, tensor *x)
-{
-    s2_mem_free(ctx, dev, x->dev);
-    free(x->host);
-}
-
-static void fill_args(s2_attn_fwd_args *a, const tensor *q, const tensor *k, const tensor *v, const tensor *o)
-{
-    const tensor *ts[4] = {q, k, v, o};
+    const s2t_tensor *ts[4] = {q, k, v, o};
     int64_t *strides[4] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride};
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 3; j++)
@@ -152,15 +99,13 @@ typedef struct compare {
 } compare;
 
 /* o/lse rows [row0, row0 + rows) of the reference against the kernel's
- * rows [0, rows); every element of o outside the tensor must be poison. */
-static void compare_out(const tensor *o, const float *lse, const s2_tensor *ref, const float *lse_ref,
+ * rows [0, rows); every element of o outside the s2t_tensor must be poison. */
+static void compare_out(const s2t_tensor *o, const float *lse, const s2_tensor *ref, const float *lse_ref,
                         int64_t ref_q_len, int64_t row0, int64_t rows, compare *c)
 {
     const int B = (int)o->ext[0], H = (int)o->ext[2], D = (int)o->ext[3];
     memset(c, 0, sizeof *c);
     double num = 0, den = 0;
-    uint8_t *covered = calloc(o->elems, 1);
-    ck_assert_ptr_nonnull(covered);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int64_t i = 0; i < rows; i++) {
@@ -174,19 +119,16 @@ static void compare_out(const tensor *o, const float *lse, const s2_tensor *ref,
                     c->lse_err = fmax(c->lse_err, fabs((double)lk - lr));
                 for (int d = 0; d < D; d++) {
                     double x = s2_tensor_get(&o->t, b, i, h, d), r = s2_tensor_get(ref, b, row0 + i, h, d);
-                    covered[b * o->t.stride[0] + i * o->t.stride[1] + h * o->t.stride[2] + d] = 1;
                     c->nan_out += isnan(x) || (empty && x != 0.0);
                     num += (x - r) * (x - r);
                     den += r * r;
                 }
             }
-    for (size_t i = 0; i < o->elems; i++)
-        c->pad_written += !covered[i] && o->host[i] != POISON16;
-    free(covered);
+    c->pad_written = s2t_tensor_pad_written(o);
     c->o_err = den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-static void reference(s2_ctx *ctx, const s2_pattern *p, const tensor *q, const tensor *k, const tensor *v,
+static void reference(s2_ctx *ctx, const s2_pattern *p, const s2t_tensor *q, const s2t_tensor *k, const s2t_tensor *v,
                       float scale, double **out, s2_tensor *rt, float **lse_ref)
 {
     const int B = (int)q->ext[0], H = (int)q->ext[2], D = (int)q->ext[3];
@@ -255,25 +197,20 @@ static void run_case(int ci)
     s2_attn_kernel *k = jit_cold_warm(ctx, dev, p, &spec, c->name, &res->cold_ms, &res->warm_ms);
     res->spec = s2_attn_kernel_desc(k)->spec;
 
-    tensor q, kt, v, o;
-    tensor_make(&q, c->dt, c->layout, B, c->q_len, H, D, 0);
-    tensor_make(&kt, c->dt, c->layout, B, c->kv_len, HK, D, 0);
-    tensor_make(&v, c->dt, c->layout, B, c->kv_len, HK, D, 0);
-    tensor_make(&o, c->dt, c->layout, B, c->q_len, H, D, 8);
+    s2t_tensor q, kt, v, o;
+    s2t_tensor_new(&q, c->dt, c->layout == L_BHSD, B, c->q_len, H, D, 0);
+    s2t_tensor_new(&kt, c->dt, c->layout == L_BHSD, B, c->kv_len, HK, D, 0);
+    s2t_tensor_new(&v, c->dt, c->layout == L_BHSD, B, c->kv_len, HK, D, 0);
+    s2t_tensor_new(&o, c->dt, c->layout == L_BHSD, B, c->q_len, H, D, 8);
     s2_tensor_fill_random(&q.t, q.ext, res->seed, -1.5, 1.5);
     s2_tensor_fill_random(&kt.t, kt.ext, res->seed + 1, -1.5, 1.5);
     s2_tensor_fill_random(&v.t, v.ext, res->seed + 2, -1.0, 1.0);
-    tensor *all[4] = {&q, &kt, &v, &o};
+    s2t_tensor *all[4] = {&q, &kt, &v, &o};
     for (int i = 0; i < 4; i++)
-        tensor_upload(ctx, dev, all[i]);
+        s2t_tensor_upload(ctx, dev, all[i]);
     size_t nlse = (size_t)B * H * c->q_len;
-    float *lse = malloc(nlse * sizeof *lse);
-    ck_assert_ptr_nonnull(lse);
-    for (size_t i = 0; i < nlse; i++)
-        lse[i] = NAN;
-    s2_devptr d_lse = 0;
-    OK(ctx, s2_mem_alloc(ctx, dev, nlse * 4, &d_lse));
-    OK(ctx, s2_memcpy_h2d(ctx, dev, d_lse, lse, nlse * 4));
+    float *lse = s2t_alloc_poisoned(nlse * sizeof *lse);
+    s2_devptr d_lse = s2t_dev_alloc_poisoned(ctx, dev, nlse * 4);
 
     s2_attn_fwd_args a = {.batch = B, .q_len = c->q_len, .kv_len = c->kv_len, .heads = H, .kv_heads = HK,
                           .head_dim = D, .dtype = c->dt, .lse = d_lse, .scale = c->scale};
@@ -316,7 +253,7 @@ static void run_case(int ci)
     free(lse);
     s2_mem_free(ctx, dev, d_lse);
     for (int i = 0; i < 4; i++)
-        tensor_free(ctx, dev, all[i]);
+        s2t_tensor_free(ctx, dev, all[i]);
     s2_attn_kernel_free(k);
     s2_pattern_set_free(set);
     s2_device_free(dev);
@@ -345,20 +282,20 @@ START_TEST(bad_arguments_launch_nothing)
     s2_attn_kernel *k = NULL;
     OK(ctx, s2_jit_compile(ctx, dev, p, &spec, &opts, &k, NULL));
     const int64_t S = 256;
-    tensor q, kt, v, o;
-    tensor_make(&q, S2_DTYPE_BF16, L_BSHD, 1, S, 32, 64, 0);
-    tensor_make(&kt, S2_DTYPE_BF16, L_BSHD, 1, S, 8, 64, 0);
-    tensor_make(&v, S2_DTYPE_BF16, L_BSHD, 1, S, 8, 64, 0);
-    tensor_make(&o, S2_DTYPE_BF16, L_BSHD, 1, S, 32, 64, 0);
+    s2t_tensor q, kt, v, o;
+    s2t_tensor_new(&q, S2_DTYPE_BF16, false, 1, S, 32, 64, 0);
+    s2t_tensor_new(&kt, S2_DTYPE_BF16, false, 1, S, 8, 64, 0);
+    s2t_tensor_new(&v, S2_DTYPE_BF16, false, 1, S, 8, 64, 0);
+    s2t_tensor_new(&o, S2_DTYPE_BF16, false, 1, S, 32, 64, 0);
     s2_tensor_fill_random(&q.t, q.ext, base_seed, -1, 1);
     s2_tensor_fill_random(&kt.t, kt.ext, base_seed + 1, -1, 1);
     s2_tensor_fill_random(&v.t, v.ext, base_seed + 2, -1, 1);
-    tensor *all[4] = {&q, &kt, &v, &o};
+    s2t_tensor *all[4] = {&q, &kt, &v, &o};
     for (int i = 0; i < 4; i++)
-        tensor_upload(ctx, dev, all[i]);
+        s2t_tensor_upload(ctx, dev, all[i]);
     s2_devptr small = 0;
     OK(ctx, s2_mem_alloc(ctx, dev, o.elems * 2 - 64 * 2, &small)); /* one row short */
-    OK(ctx, s2_memset_d8(ctx, dev, small, 0xff, o.elems * 2 - 64 * 2));
+    s2t_dev_poison(ctx, dev, small, o.elems * 2 - 64 * 2);
     void *host = aligned_alloc(256, q.elems * 2);
     ck_assert_ptr_nonnull(host);
     memcpy(host, q.host, q.elems * 2);
@@ -393,10 +330,8 @@ START_TEST(bad_arguments_launch_nothing)
     uint16_t *sm = malloc(o.elems * 2);
     ck_assert_ptr_nonnull(sm);
     OK(ctx, s2_memcpy_d2h(ctx, dev, sm, small, o.elems * 2 - 64 * 2));
-    for (size_t i = 0; i < o.elems; i++)
-        ck_assert_uint_eq(o.host[i], POISON16);
-    for (size_t i = 0; i + 64 < o.elems; i++)
-        ck_assert_uint_eq(sm[i], POISON16);
+    ck_assert_int_eq(s2t_unpoisoned16(o.host, o.elems), 0);
+    ck_assert_int_eq(s2t_unpoisoned16(sm, o.elems - 64), 0);
     /* and the context is healthy: the good call works */
     OK(ctx, s2_attn_forward(ctx, k, NULL, &good));
     OK(ctx, s2_device_synchronize(ctx, dev));
@@ -404,7 +339,7 @@ START_TEST(bad_arguments_launch_nothing)
     free(host);
     s2_mem_free(ctx, dev, small);
     for (int i = 0; i < 4; i++)
-        tensor_free(ctx, dev, all[i]);
+        s2t_tensor_free(ctx, dev, all[i]);
     s2_attn_kernel_free(k);
     s2_pattern_set_free(set);
     s2_device_free(dev);
@@ -421,7 +356,7 @@ typedef struct thread_job {
     int id;
     s2_device *dev;
     s2_attn_kernel *k;
-    const tensor *q, *kt, *v;
+    const s2t_tensor *q, *kt, *v;
     const s2_tensor *ref;
     const float *lse_ref;
     double max_err;
@@ -437,8 +372,8 @@ static int thread_main(void *arg)
     thread_job *j = arg;
     s2_ctx *ctx = s2_ctx_new();
     void *stream = NULL;
-    tensor o;
-    tensor_make(&o, S2_DTYPE_BF16, L_BSHD, 1, TS, 32, 64, 0);
+    s2t_tensor o;
+    s2t_tensor_new(&o, S2_DTYPE_BF16, false, 1, TS, 32, 64, 0);
     s2_devptr d_lse = 0;
     float *lse = malloc(32 * TS * sizeof *lse);
     s2_status st = s2_stream_create(ctx, j->dev, &stream);
@@ -455,8 +390,8 @@ static int thread_main(void *arg)
         a.q += (uint64_t)(TS - ql) * (uint64_t)j->q->t.stride[1] * 2;
         /* lse is [1][32][ql]: its own layout per shape.  Rows of o past ql
          * stay poison: the kernel writes only its queries. */
-        if ((st = s2_memset_d8(ctx, j->dev, o.dev, 0xff, o.elems * 2)) != S2_OK ||
-            (st = s2_memset_d8(ctx, j->dev, d_lse, 0xff, 32 * TS * 4)) != S2_OK ||
+        if ((st = s2_memset_d8(ctx, j->dev, o.dev, S2T_POISON_BYTE, o.elems * 2)) != S2_OK ||
+            (st = s2_memset_d8(ctx, j->dev, d_lse, S2T_POISON_BYTE, 32 * TS * 4)) != S2_OK ||
             (st = s2_attn_forward(ctx, j->k, stream, &a)) != S2_OK ||
             (st = s2_stream_synchronize(ctx, j->dev, stream)) != S2_OK ||
             (st = s2_memcpy_d2h(ctx, j->dev, o.host, o.dev, o.elems * 2)) != S2_OK ||
@@ -492,16 +427,16 @@ START_TEST(four_threads_share_one_kernel)
     s2_jit_opts opts = {.cache_dir = dir};
     s2_attn_kernel *k = NULL;
     OK(ctx, s2_jit_compile(ctx, dev, p, &spec, &opts, &k, NULL));
-    tensor q, kt, v;
-    tensor_make(&q, S2_DTYPE_BF16, L_BSHD, 1, TS, 32, 64, 0);
-    tensor_make(&kt, S2_DTYPE_BF16, L_BSHD, 1, TS, 8, 64, 0);
-    tensor_make(&v, S2_DTYPE_BF16, L_BSHD, 1, TS, 8, 64, 0);
+    s2t_tensor q, kt, v;
+    s2t_tensor_new(&q, S2_DTYPE_BF16, false, 1, TS, 32, 64, 0);
+    s2t_tensor_new(&kt, S2_DTYPE_BF16, false, 1, TS, 8, 64, 0);
+    s2t_tensor_new(&v, S2_DTYPE_BF16, false, 1, TS, 8, 64, 0);
     s2_tensor_fill_random(&q.t, q.ext, base_seed + 11, -1.5, 1.5);
     s2_tensor_fill_random(&kt.t, kt.ext, base_seed + 12, -1.5, 1.5);
     s2_tensor_fill_random(&v.t, v.ext, base_seed + 13, -1, 1);
-    tensor *all[3] = {&q, &kt, &v};
+    s2t_tensor *all[3] = {&q, &kt, &v};
     for (int i = 0; i < 3; i++)
-        tensor_upload(ctx, dev, all[i]);
+        s2t_tensor_upload(ctx, dev, all[i]);
     double *ref;
     float *lse_ref;
     s2_tensor rt;
@@ -534,7 +469,7 @@ START_TEST(four_threads_share_one_kernel)
     free(ref);
     free(lse_ref);
     for (int i = 0; i < 3; i++)
-        tensor_free(ctx, dev, all[i]);
+        s2t_tensor_free(ctx, dev, all[i]);
     s2_attn_kernel_free(k);
     s2_pattern_set_free(set);
     s2_device_free(dev);

@@ -21,6 +21,7 @@
 
 #include <check.h>
 #include "gpu_harness.h"
+#include "poison.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,7 +67,6 @@ typedef struct run_result {
 static run_result results[NUM_RUNS];
 static uint64_t base_seed;
 static s2_arch dev_arch;
-static const uint16_t POISON16 = 0xffff; /* NaN in bf16 and f16 */
 
 #define OK(ctx, call) ck_assert_msg((call) == S2_OK, "%s: %s", #call, s2_ctx_message(ctx))
 
@@ -100,41 +100,6 @@ static void make_seqs(const varlen_case *c, s2_attn_seq *seqs, int64_t *q_rows, 
     *q_rows = (int64_t)c->n * c->pad_q, *k_rows = (int64_t)c->n * c->pad_k;
 }
 
-/* A token-major (or head-major) host tensor of `rows` rows and its device copy. */
-typedef struct tensor {
-    uint16_t *host;
-    size_t elems;
-    s2_tensor t;
-    int64_t ext[4];
-    s2_devptr dev;
-} tensor;
-
-static void tensor_make(tensor *x, s2_dtype dt, bool head_major, int64_t rows, int64_t h, int64_t d)
-{
-    int64_t st[4] = {rows * h * d, h * d, d, 1};
-    if (head_major)
-        st[1] = d, st[2] = rows * d;
-    x->ext[0] = 1, x->ext[1] = rows, x->ext[2] = h, x->ext[3] = d;
-    x->elems = (size_t)(rows * h * d);
-    x->host = malloc(x->elems * 2);
-    ck_assert_ptr_nonnull(x->host);
-    for (size_t i = 0; i < x->elems; i++)
-        x->host[i] = POISON16;
-    x->t = (s2_tensor){x->host, dt, {st[0], st[1], st[2], st[3]}};
-    x->dev = 0;
-}
-
-static void tensor_upload(s2_ctx *ctx, s2_device *dev, tensor *x)
-{
-    OK(ctx, s2_mem_alloc(ctx, dev, x->elems * 2, &x->dev));
-    OK(ctx, s2_memcpy_h2d(ctx, dev, x->dev, x->host, x->elems * 2));
-}
-
-static void tensor_free(s2_ctx *ctx, s2_device *dev, tensor *x)
-{
-    s2_mem_free(ctx, dev, x->dev);
-    free(x->host);
-}
 
 /* The kernel for one template: sm_90a (TMA when the spec allows it) or the
  * mma.sync one (sm_90 on Hopper, else the device's arch). */
@@ -182,32 +147,27 @@ static void run_varlen(int run)
     s2_attn_seq seqs[MAXSEQ];
     int64_t q_rows, k_rows;
     make_seqs(c, seqs, &q_rows, &k_rows);
-    tensor q, kt, v, o;
-    tensor_make(&q, c->dt, c->head_major, q_rows, H, D);
-    tensor_make(&kt, c->dt, c->head_major, k_rows, HK, D);
-    tensor_make(&v, c->dt, c->head_major, k_rows, HK, D);
-    tensor_make(&o, c->dt, c->head_major, q_rows, H, D);
+    s2t_tensor q, kt, v, o;
+    s2t_tensor_new(&q, c->dt, c->head_major, 1, q_rows, H, D, 0);
+    s2t_tensor_new(&kt, c->dt, c->head_major, 1, k_rows, HK, D, 0);
+    s2t_tensor_new(&v, c->dt, c->head_major, 1, k_rows, HK, D, 0);
+    s2t_tensor_new(&o, c->dt, c->head_major, 1, q_rows, H, D, 0);
     s2_tensor_fill_random(&q.t, q.ext, res->seed, -1.5, 1.5);
     s2_tensor_fill_random(&kt.t, kt.ext, res->seed + 1, -1.5, 1.5);
     s2_tensor_fill_random(&v.t, v.ext, res->seed + 2, -1.0, 1.0);
-    tensor *all[4] = {&q, &kt, &v, &o};
+    s2t_tensor *all[4] = {&q, &kt, &v, &o};
     for (int i = 0; i < 4; i++)
-        tensor_upload(ctx, dev, all[i]);
+        s2t_tensor_upload(ctx, dev, all[i]);
     size_t nlse = (size_t)H * (size_t)q_rows;
-    float *lse = malloc(nlse * sizeof *lse);
-    ck_assert_ptr_nonnull(lse);
-    for (size_t i = 0; i < nlse; i++)
-        lse[i] = NAN;
-    s2_devptr d_lse = 0;
-    OK(ctx, s2_mem_alloc(ctx, dev, nlse * 4, &d_lse));
-    OK(ctx, s2_memcpy_h2d(ctx, dev, d_lse, lse, nlse * 4));
+    float *lse = s2t_alloc_poisoned(nlse * sizeof *lse);
+    s2_devptr d_lse = s2t_dev_alloc_poisoned(ctx, dev, nlse * 4);
 
     s2_attn_seqs *sq = NULL;
     OK(ctx, s2_attn_seqs_new(ctx, dev, seqs, c->n, &sq));
     s2_attn_fwd_args a = {.batch = c->n, .q_len = q_rows, .kv_len = k_rows, .heads = H, .kv_heads = HK,
                           .head_dim = D, .dtype = c->dt, .q = q.dev, .k = kt.dev, .v = v.dev, .o = o.dev,
                           .lse = d_lse, .seqs = sq};
-    const tensor *ts[4] = {&q, &kt, &v, &o};
+    const s2t_tensor *ts[4] = {&q, &kt, &v, &o};
     int64_t *strides[4] = {a.q_stride, a.k_stride, a.v_stride, a.o_stride};
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 3; j++)
@@ -242,7 +202,7 @@ static void run_varlen(int run)
             if (!mine[r]) {
                 pad_written += !isnan(lk);
                 for (int d = 0; d < D; d++)
-                    pad_written += o.host[r * o.t.stride[1] + h * o.t.stride[2] + d] != POISON16;
+                    pad_written += o.host[r * o.t.stride[1] + h * o.t.stride[2] + d] != S2T_POISON16;
                 continue;
             }
             res->rows++;
@@ -280,7 +240,7 @@ static void run_varlen(int run)
     s2_attn_seqs_free(sq);
     s2_mem_free(ctx, dev, d_lse);
     for (int i = 0; i < 4; i++)
-        tensor_free(ctx, dev, all[i]);
+        s2t_tensor_free(ctx, dev, all[i]);
     s2_attn_kernel_free(k);
     s2_pattern_set_free(set);
     s2_device_free(dev);
@@ -307,12 +267,12 @@ START_TEST(nothing_to_do_and_bad_sequences)
     const varlen_case *c = &cases[0];
     s2_attn_kernel *k = compile_kernel(ctx, dev, p, c, dev_arch == S2_ARCH_SM90A);
     const int H = p->heads, D = c->head_dim;
-    tensor q, o;
-    tensor_make(&q, c->dt, false, 100, H, D);
-    tensor_make(&o, c->dt, false, 100, H, D);
+    s2t_tensor q, o;
+    s2t_tensor_new(&q, c->dt, false, 1, 100, H, D, 0);
+    s2t_tensor_new(&o, c->dt, false, 1, 100, H, D, 0);
     s2_tensor_fill_random(&q.t, q.ext, base_seed, -1, 1);
-    tensor_upload(ctx, dev, &q);
-    tensor_upload(ctx, dev, &o);
+    s2t_tensor_upload(ctx, dev, &q);
+    s2t_tensor_upload(ctx, dev, &o);
     s2_attn_seq none[2] = {{0, 0, 0, 40}, {40, 0, 40, 60}};
     s2_attn_seq past[2] = {{0, 40, 0, 40}, {40, 61, 40, 61}};   /* second runs past 100 rows */
     s2_attn_seqs *sn = NULL, *sp = NULL;
@@ -332,12 +292,11 @@ START_TEST(nothing_to_do_and_bad_sequences)
     s2_attn_kernel_sched_stats(k, &ss);
     ck_assert_int_eq(ss.misses, 0);
     OK(ctx, s2_memcpy_d2h(ctx, dev, o.host, o.dev, o.elems * 2));
-    for (size_t i = 0; i < o.elems; i++)
-        ck_assert_uint_eq(o.host[i], POISON16);
+    ck_assert_int_eq(s2t_unpoisoned16(o.host, o.elems), 0);
     s2_attn_seqs_free(sn);
     s2_attn_seqs_free(sp);
-    tensor_free(ctx, dev, &q);
-    tensor_free(ctx, dev, &o);
+    s2t_tensor_free(ctx, dev, &q);
+    s2t_tensor_free(ctx, dev, &o);
     s2_attn_kernel_free(k);
     s2_pattern_set_free(set);
     s2_device_free(dev);

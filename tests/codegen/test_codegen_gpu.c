@@ -4,6 +4,8 @@
 #include "s2c/compile.h"
 #include "s2c/codegen.h"
 #include "s2c/pattern.h"
+#include "poison.h"
+#include "rand_pattern.h"
 
 #include <cuda.h>
 #include <dlfcn.h>
@@ -64,13 +66,6 @@ static int cuda_load(cuda_api *c)
 #undef SYM
 }
 
-static uint64_t rng_state;
-static double rng_uniform(void)
-{
-    rng_state = rng_state * 6364136223846793005ULL + 1442695040888963407ULL;
-    return (double)(rng_state >> 11) / 9007199254740992.0;
-}
-
 /* Float64 softmax of one row over the kept keys; returns the kept count. */
 static int64_t cpu_row(const s2_pattern *p, int h, int64_t pos, const float *x, int64_t sk, double scale,
                        double *ref, unsigned char *kept)
@@ -126,14 +121,11 @@ static void run_case(cuda_api *cu, s2_arch arch, int which, uint64_t seed)
     double *ref = malloc((size_t)Sk * sizeof *ref);
     unsigned char *kept = malloc((size_t)Sk);
     CHECK(x && y && ref && kept, "out of memory");
-    rng_state = seed;
+    s2t_rng rng;
+    s2t_rng_seed(&rng, seed);
     for (int64_t i = 0; i < in_n; i++)
-        x[i] = (float)(rng_uniform() * 8.0 - 4.0);
-    uint32_t nan_bits = 0x7fc0dead;
-    float poison;
-    memcpy(&poison, &nan_bits, sizeof poison);
-    for (int64_t i = 0; i < out_n; i++)
-        y[i] = poison;
+        x[i] = (float)(s2t_rng_uniform(&rng) * 8.0 - 4.0);
+    s2t_poison_f32(y, (size_t)out_n);
 
     CUmodule mod;
     CUfunction fn;

@@ -7,6 +7,7 @@
 #include "s2c/decode.h"
 #include "s2c/layout.h"
 #include "s2c/ref.h"
+#include "rand_pattern.h"
 #include "util.h"
 
 #include <check.h>
@@ -18,14 +19,6 @@
 #include <time.h>
 
 static uint64_t seed;
-
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
 
 /* Every list equals {n : some head i of the group keeps n at m or m + 1},
  * masks bit for bit, increasing, over every kv head and query block. */
@@ -216,9 +209,9 @@ START_TEST(combine_matches_forward)
     s2_tensor tq = s2_tensor_bshd(q, S2_DTYPE_BF16, SQ, H, D), tk = s2_tensor_bshd(k, S2_DTYPE_BF16, SK, H, D);
     s2_tensor tv = s2_tensor_bshd(v, S2_DTYPE_BF16, SK, H, D);
     int64_t qe[4] = {B, SQ, H, D}, ke[4] = {B, SK, H, D};
-    s2_tensor_fill_random(&tq, qe, rnd(&s), -2, 2);
-    s2_tensor_fill_random(&tk, ke, rnd(&s), -2, 2);
-    s2_tensor_fill_random(&tv, ke, rnd(&s), -1, 1);
+    s2_tensor_fill_random(&tq, qe, s2t_xorshift64(&s), -2, 2);
+    s2_tensor_fill_random(&tk, ke, s2t_xorshift64(&s), -2, 2);
+    s2_tensor_fill_random(&tv, ke, s2t_xorshift64(&s), -1, 1);
     s2_ref_problem pr = {.batch = B, .heads = H, .kv_heads = H, .head_dim = D, .q_len = SQ, .kv_len = SK, .causal = true};
     s2_tensor tf = s2_tensor_bshd(full, S2_DTYPE_F64, SQ, H, D);
     ck_assert(s2_ref_forward(ctx, &pr, &tq, &tk, &tv, &tf, full_l) == S2_OK);
@@ -292,16 +285,16 @@ START_TEST(paged_per_head_tables)
     s2_tensor tkp = s2_tensor_bshd(kp, S2_DTYPE_BF16, PS, HKV, D), tvp = s2_tensor_bshd(vp, S2_DTYPE_BF16, PS, HKV, D);
     s2_tensor tq = s2_tensor_bshd(q, S2_DTYPE_BF16, N, H, D);
     int64_t pe[4] = {NP, PS, HKV, D}, qe[4] = {B, N, H, D};
-    s2_tensor_fill_random(&tkp, pe, rnd(&s), -2, 2);
-    s2_tensor_fill_random(&tvp, pe, rnd(&s), -1, 1);
-    s2_tensor_fill_random(&tq, qe, rnd(&s), -2, 2);
+    s2_tensor_fill_random(&tkp, pe, s2t_xorshift64(&s), -2, 2);
+    s2_tensor_fill_random(&tvp, pe, s2t_xorshift64(&s), -1, 1);
+    s2_tensor_fill_random(&tq, qe, s2t_xorshift64(&s), -2, 2);
     /* each (b, g) gets its own distinct pages */
     int32_t table[B * HKV * MAXP];
     int used[NP] = {0};
     for (int i = 0; i < B * HKV * MAXP; i++) {
         int pg;
         do
-            pg = (int)(rnd(&s) % NP);
+            pg = (int)(s2t_xorshift64(&s) % NP);
         while (used[pg]);
         used[pg] = 1;
         table[i] = pg;

@@ -24,6 +24,8 @@
 
 #include <check.h>
 #include "gpu_harness.h"
+#include "poison.h"
+#include "rand_pattern.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -60,7 +62,6 @@ enum { NUM_CASES = sizeof cases / sizeof cases[0] };
 static uint64_t base_seed;
 static s2_arch dev_arch;
 static bool small_only;
-static const uint16_t POISON16 = 0xffff; /* NaN in bf16 and f16 */
 
 typedef struct result {
     bool ran, ok;
@@ -75,14 +76,6 @@ static int env_int(const char *name)
 {
     const char *v = getenv(name);
     return v ? atoi(v) : 0;
-}
-
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
 }
 
 #define OK(ctx, call) ck_assert_msg((call) == S2_OK, "%s: %s", #call, s2_ctx_message(ctx))
@@ -149,14 +142,14 @@ static void make_problem(problem *pr, const dec_case *c, const s2_pattern *p, ui
     pr->table = calloc((size_t)(rows * pr->max_pages), sizeof *pr->table);
     for (int b = 0; b < pr->B; b++) {
         /* the first sequence is the longest the lists allow, the others random */
-        pr->lens[b] = b == 0 ? c->max_len : pr->N + (int64_t)(rnd(s) % (uint64_t)(c->max_len - pr->N + 1));
+        pr->lens[b] = b == 0 ? c->max_len : pr->N + (int64_t)(s2t_xorshift64(s) % (uint64_t)(c->max_len - pr->N + 1));
         pr->lens32[b] = (int32_t)pr->lens[b];
     }
     int32_t *perm = malloc(sizeof(int32_t) * (size_t)pr->num_pages);
     for (int64_t i = 0; i < pr->num_pages; i++)
         perm[i] = (int32_t)i;
     for (int64_t i = pr->num_pages - 1; i > 0; i--) {
-        int64_t j = (int64_t)(rnd(s) % (uint64_t)(i + 1));
+        int64_t j = (int64_t)(s2t_xorshift64(s) % (uint64_t)(i + 1));
         int32_t x = perm[i];
         perm[i] = perm[j];
         perm[j] = x;
@@ -165,15 +158,13 @@ static void make_problem(problem *pr, const dec_case *c, const s2_pattern *p, ui
         pr->table[i] = perm[i];
     free(perm);
     pr->pool_elems = (size_t)pr->num_pages * pr->P * pr->HK * pr->D;
-    pr->kp = malloc(pr->pool_elems * 2);
-    pr->vp = malloc(pr->pool_elems * 2);
-    for (size_t i = 0; i < pr->pool_elems; i++)
-        pr->kp[i] = pr->vp[i] = POISON16;
+    pr->kp = s2t_alloc_poisoned(pr->pool_elems * 2);
+    pr->vp = s2t_alloc_poisoned(pr->pool_elems * 2);
     pr->q = malloc((size_t)pr->B * pr->N * pr->H * pr->D * 2);
     s2_tensor tk = s2_tensor_bshd(pr->kp, c->dt, pr->P, pr->HK, pr->D), tv = s2_tensor_bshd(pr->vp, c->dt, pr->P, pr->HK, pr->D);
     s2_tensor tq = s2_tensor_bshd(pr->q, c->dt, pr->N, pr->H, pr->D);
     int64_t qe[4] = {pr->B, pr->N, pr->H, pr->D};
-    s2_tensor_fill_random(&tq, qe, rnd(s), -2, 2);
+    s2_tensor_fill_random(&tq, qe, s2t_xorshift64(s), -2, 2);
     int64_t total = 0, live = 0;
     for (int b = 0; b < pr->B; b++)
         for (int g = 0; g < pr->HK; g++)
@@ -189,8 +180,8 @@ static void make_problem(problem *pr, const dec_case *c, const s2_pattern *p, ui
                 live++;
                 for (int64_t slot = 0; slot < pr->P && j * pr->P + slot < pr->lens[b]; slot++)
                     for (int d = 0; d < pr->D; d++) {
-                        s2_tensor_set(&tk, page, slot, g, d, ((double)(rnd(s) % 4001) - 2000) / 1000.0);
-                        s2_tensor_set(&tv, page, slot, g, d, ((double)(rnd(s) % 2001) - 1000) / 1000.0);
+                        s2_tensor_set(&tk, page, slot, g, d, ((double)(s2t_xorshift64(s) % 4001) - 2000) / 1000.0);
+                        s2_tensor_set(&tv, page, slot, g, d, ((double)(s2t_xorshift64(s) % 2001) - 1000) / 1000.0);
                     }
             }
     pr->poisoned = total - live;
@@ -308,8 +299,8 @@ static void run_case(int ci)
         a.workspace = ws;
         /* the split count in force: 1 needs no workspace */
         res->splits[run] = run == 0 ? 1 : c->splits ? c->splits : (wsb ? -1 : 1);
-        OK(ctx, s2_memset_d8(ctx, dev, dout, 0xff, q_bytes));
-        OK(ctx, s2_memset_d8(ctx, dev, dlse, 0xff, lse_n * sizeof(float)));
+        s2t_dev_poison(ctx, dev, dout, q_bytes);
+        s2t_dev_poison(ctx, dev, dlse, lse_n * sizeof(float));
         OK(ctx, s2_attn_decode(ctx, k, NULL, &a));
         OK(ctx, s2_device_synchronize(ctx, dev));
         OK(ctx, s2_memcpy_d2h(ctx, dev, o, dout, q_bytes));
@@ -426,10 +417,10 @@ START_TEST(combine_gpu)
             in[i] = malloc(n_el * 2);
             lin[i] = malloc(n_l * sizeof(float));
             tin[i] = s2_tensor_bhsd(in[i], dt, S, H, D);
-            s2_tensor_fill_random(&tin[i], ext, rnd(&s), -1, 1);
+            s2_tensor_fill_random(&tin[i], ext, s2t_xorshift64(&s), -1, 1);
             for (size_t r = 0; r < n_l; r++) {
-                uint64_t x = rnd(&s) % 5;
-                lin[i][r] = x == 0 ? -INFINITY : (float)((double)(rnd(&s) % 2000) / 100.0 - 10.0);
+                uint64_t x = s2t_xorshift64(&s) % 5;
+                lin[i][r] = x == 0 ? -INFINITY : (float)((double)(s2t_xorshift64(&s) % 2000) / 100.0 - 10.0);
                 if (r == 3)
                     lin[i][r] = -INFINITY;
             }
@@ -438,8 +429,8 @@ START_TEST(combine_gpu)
         }
         OK(ctx, s2_mem_alloc(ctx, dev, n_el * 2, &a.o));
         OK(ctx, s2_mem_alloc(ctx, dev, n_l * sizeof(float), &a.lse));
-        OK(ctx, s2_memset_d8(ctx, dev, a.o, 0xff, n_el * 2));
-        OK(ctx, s2_memset_d8(ctx, dev, a.lse, 0xff, n_l * sizeof(float)));
+        s2t_dev_poison(ctx, dev, a.o, n_el * 2);
+        s2t_dev_poison(ctx, dev, a.lse, n_l * sizeof(float));
         OK(ctx, s2_combine(ctx, k, NULL, &a));
         OK(ctx, s2_device_synchronize(ctx, dev));
         uint16_t *o = malloc(n_el * 2);

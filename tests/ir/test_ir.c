@@ -1,6 +1,7 @@
 /* Tests of ir/: golden masks, predicates, schedules, liveness, stats. */
 #include "s2c/layout.h"
 #include "s2c/pattern.h"
+#include "rand_pattern.h"
 #include "util.h"
 
 #include <check.h>
@@ -10,24 +11,7 @@
 
 /* ---- helpers ----------------------------------------------------------------- */
 
-static uint64_t rng_state;
-static uint64_t rng_seed;
-
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static int rnd_int(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
-
-static void seed_rng(uint64_t s)
-{
-    rng_seed = s;
-    rng_state = s * 0x9E3779B97F4A7C15ull + 1;
-}
+static s2t_rng rng;
 
 static s2_pattern_set *make_set(const s2_local_stride_args *a)
 {
@@ -238,77 +222,10 @@ END_TEST
 
 /* ---- random patterns and brute force ----------------------------------------- */
 
-typedef struct rand_pat {
-    s2_pattern_set *set;
-    s2_pattern *p;
-    s2_range_rule ranges[3];
-    uint8_t range_heads[3][8];
-    s2_block_mask mask;
-    int64_t q_len, kv_len;
-} rand_pat;
-
-static int64_t rand_bound(int bs) { return (int64_t)rnd_int(0, 12) * bs / 2 + rnd_int(0, 1) * rnd_int(0, 7); }
-
-static void make_random(rand_pat *rp)
-{
-    memset(rp, 0, sizeof *rp);
-    s2_local_stride_args a;
-    s2_local_stride_args_default(&a);
-    static const int hs[] = {1, 2, 4, 8};
-    a.num_heads = hs[rnd_int(0, 3)];
-    a.num_kv_heads = a.num_heads >> rnd_int(0, 1);
-    if (a.num_kv_heads < 1)
-        a.num_kv_heads = 1;
-    a.block_size = 16 << rnd_int(0, 3);
-    a.local_blocks = rnd_int(0, 4);
-    a.local_right = rnd_int(0, 3);
-    a.vert_stride = rnd_int(1, 6);
-    a.head_sliding_offset = rnd_int(0, 5);
-    a.homo_head = rnd_int(0, 3) == 0;
-    a.num_dense_heads = rnd_int(0, 4) == 0 ? 1 : 0;
-    a.causal = rnd_int(0, 2) != 0;
-    a.vert_position = rnd_int(-1, 1);
-    rp->set = make_set(&a);
-    s2_pattern *p = rp->p = mut(rp->set);
-    for (int q = 0; q < p->heads; q++)
-        if (rnd_int(0, 5) == 0)
-            p->rules[q].vert_stride = 0;
-    int bs = p->block_size;
-    rp->kv_len = rnd_int(1, 200 + 4 * bs);
-    rp->q_len = rnd_int(0, 1) ? rp->kv_len : rnd_int(1, (int)rp->kv_len);
-    p->num_ranges = rnd_int(0, 3) == 0 ? 0 : rnd_int(1, 3);
-    p->ranges = rp->ranges;
-    for (int i = 0; i < p->num_ranges; i++) {
-        s2_range_rule *rr = &rp->ranges[i];
-        rr->action = (s2_range_action)rnd_int(0, 3);
-        rr->stride = rnd_int(1, 5);
-        rr->key_lo = rnd_int(0, 1) ? 0 : rand_bound(bs);
-        rr->key_hi = rnd_int(0, 1) ? INT64_MAX : rr->key_lo + rand_bound(bs) + 1;
-        rr->dist_lo = rnd_int(0, 1) ? 0 : rand_bound(bs);
-        rr->dist_hi = rnd_int(0, 1) ? INT64_MAX : rr->dist_lo + rand_bound(bs) + 1;
-        for (int q = 0; q < p->heads; q++)
-            rp->range_heads[i][q] = (uint8_t)rnd_int(0, 1);
-        rr->heads = rnd_int(0, 1) ? rp->range_heads[i] : NULL;
-    }
-    if (rnd_int(0, 4) == 0) {
-        int64_t nb = s2_cdiv(rp->kv_len, bs) + rnd_int(0, 2);
-        rp->mask.heads = rnd_int(1, 2);
-        rp->mask.rows = rp->mask.cols = nb;
-        rp->mask.bits = malloc((size_t)(rp->mask.heads * nb * nb));
-        for (int64_t i = 0; i < rp->mask.heads * nb * nb; i++)
-            rp->mask.bits[i] = (uint8_t)(rnd() % 3 == 0);
-        p->masks = &rp->mask;
-        p->num_masks = 1;
-        p->rules[0].mask = 0;
-        p->rules[0].mask_head = rp->mask.heads - 1;
-    }
-}
-
-static void free_random(rand_pat *rp)
-{
-    free(rp->mask.bits);
-    s2_pattern_set_free(rp->set);
-}
+/* Random patterns for the brute-force checks: the draws these seeds were chosen with. */
+static const s2t_rand_opts ir_rand = {.max_kv_shift = 1, .max_block_shift = 3, .max_vert_stride = 6,
+                                      .dense_one_in = 5, .bidir_one_in = 3, .len_base = 200, .len_per_block = 4,
+                                      .draw_q_len = true, .ranges_one_in = -4};
 
 /* The entry of (t, j) from the token predicate alone. */
 static bool brute_entry(const s2_pattern *p, const s2_layout *l, const s2_tile_geom *g, int q, int64_t t, int64_t j,
@@ -340,12 +257,12 @@ static void assert_entry_eq(const s2_tile_entry *a, const s2_tile_entry *b, cons
 {
     ck_assert_msg(a->tile == b->tile && a->live == b->live && a->row_mask == b->row_mask && a->flags == b->flags,
                   "seed %llu: %s head %d list %lld: tile %lld/%lld live %llx/%llx rows %x/%x flags %x/%x",
-                  (unsigned long long)rng_seed, what, q, (long long)t, (long long)a->tile, (long long)b->tile,
+                  (unsigned long long)rng.seed, what, q, (long long)t, (long long)a->tile, (long long)b->tile,
                   (unsigned long long)a->live, (unsigned long long)b->live, a->row_mask, b->row_mask, a->flags,
                   b->flags);
 }
 
-static void check_schedule_vs_brute(const rand_pat *rp, const s2_layout *l, s2_tile_spec spec)
+static void check_schedule_vs_brute(const s2t_rand_pattern *rp, const s2_layout *l, s2_tile_spec spec)
 {
     s2_tile_geom g;
     if (s2_layout_tile_geom(NULL, l, spec, &g) != S2_OK)
@@ -366,11 +283,11 @@ static void check_schedule_vs_brute(const rand_pat *rp, const s2_layout *l, s2_t
             for (int64_t j = 0; j < g.kv_tiles; j++) {
                 if (!live[ti * g.kv_tiles + j])
                     continue;
-                ck_assert_msg(k < n, "seed %llu: head %d q tile %lld misses key tile %lld", (unsigned long long)rng_seed,
+                ck_assert_msg(k < n, "seed %llu: head %d q tile %lld misses key tile %lld", (unsigned long long)rng.seed,
                               q, (long long)(g.first_q_tile + ti), (long long)j);
                 assert_entry_eq(&out[k++], &brute[ti * g.kv_tiles + j], "forward", q, ti);
             }
-            ck_assert_msg(k == n, "seed %llu: head %d q tile %lld has %lld extra entries", (unsigned long long)rng_seed,
+            ck_assert_msg(k == n, "seed %llu: head %d q tile %lld has %lld extra entries", (unsigned long long)rng.seed,
                           q, (long long)ti, (long long)(n - k));
         }
         for (int64_t j = 0; j < g.kv_tiles; j++) {
@@ -379,12 +296,12 @@ static void check_schedule_vs_brute(const rand_pat *rp, const s2_layout *l, s2_t
             for (int64_t ti = 0; ti < g.q_tiles; ti++) {
                 if (!live[ti * g.kv_tiles + j])
                     continue;
-                ck_assert_msg(k < n, "seed %llu: transposed misses", (unsigned long long)rng_seed);
+                ck_assert_msg(k < n, "seed %llu: transposed misses", (unsigned long long)rng.seed);
                 s2_tile_entry want = brute[ti * g.kv_tiles + j];
                 want.tile = g.first_q_tile + ti;
                 assert_entry_eq(&out[k++], &want, "transposed", q, j);
             }
-            ck_assert_msg(k == n, "seed %llu: transposed extra entries", (unsigned long long)rng_seed);
+            ck_assert_msg(k == n, "seed %llu: transposed extra entries", (unsigned long long)rng.seed);
         }
     }
     free(out);
@@ -397,13 +314,13 @@ static const s2_tile_spec specs[] = {{32, 32}, {64, 64}, {128, 64}, {64, 128}, {
 START_TEST(test_schedule_random)
 {
     for (int it = 0; it < 120; it++) {
-        seed_rng(1000 + (uint64_t)it);
-        rand_pat rp;
-        make_random(&rp);
+        s2t_rng_seed(&rng, 1000 + (uint64_t)it);
+        s2t_rand_pattern rp;
+        s2t_rand_pattern_new(&rng, &ir_rand, &rp);
         s2_layout *l = make_layout(rp.p, rp.q_len, rp.kv_len);
-        check_schedule_vs_brute(&rp, l, specs[rnd_int(0, 6)]);
+        check_schedule_vs_brute(&rp, l, specs[s2t_rng_int(&rng, 0, 6)]);
         s2_layout_free(l);
-        free_random(&rp);
+        s2t_rand_pattern_free(&rp);
     }
 }
 END_TEST
@@ -413,15 +330,15 @@ END_TEST
 START_TEST(test_schedule_build_matches_lists)
 {
     for (int it = 0; it < 30; it++) {
-        seed_rng(5000 + (uint64_t)it);
-        rand_pat rp;
-        make_random(&rp);
+        s2t_rng_seed(&rng, 5000 + (uint64_t)it);
+        s2t_rand_pattern rp;
+        s2t_rand_pattern_new(&rng, &ir_rand, &rp);
         s2_layout *l = make_layout(rp.p, rp.q_len, rp.kv_len);
-        s2_tile_spec spec = specs[rnd_int(0, 5)];
+        s2_tile_spec spec = specs[s2t_rng_int(&rng, 0, 5)];
         s2_schedule *fw = NULL, *tr = NULL;
         if (s2_schedule_build(NULL, l, spec, false, &fw) != S2_OK) {
             s2_layout_free(l);
-            free_random(&rp);
+            s2t_rand_pattern_free(&rp);
             continue;
         }
         ck_assert_int_eq(s2_schedule_build(NULL, l, spec, true, &tr), S2_OK);
@@ -431,7 +348,7 @@ START_TEST(test_schedule_build_matches_lists)
             int64_t nf = fw->offsets[(c + 1) * g->q_tiles] - fw->offsets[c * g->q_tiles];
             int64_t nt = tr->offsets[(c + 1) * g->kv_tiles] - tr->offsets[c * g->kv_tiles];
             ck_assert_msg(nf == nt, "seed %llu: class %d forward %lld vs transposed %lld entries",
-                          (unsigned long long)rng_seed, c, (long long)nf, (long long)nt);
+                          (unsigned long long)rng.seed, c, (long long)nf, (long long)nt);
             for (int64_t ti = 0; ti < g->q_tiles; ti++)
                 for (int64_t k = fw->offsets[c * g->q_tiles + ti]; k < fw->offsets[c * g->q_tiles + ti + 1]; k++) {
                     const s2_tile_entry *e = &fw->entries[k];
@@ -442,7 +359,7 @@ START_TEST(test_schedule_build_matches_lists)
                             ck_assert(tr->entries[u].live == e->live && tr->entries[u].flags == e->flags);
                             found = true;
                         }
-                    ck_assert_msg(found, "seed %llu: entry missing in transposed", (unsigned long long)rng_seed);
+                    ck_assert_msg(found, "seed %llu: entry missing in transposed", (unsigned long long)rng.seed);
                 }
         }
         /* heads of one class have identical block masks */
@@ -485,7 +402,7 @@ START_TEST(test_schedule_build_matches_lists)
         s2_schedule_free(fw);
         s2_schedule_free(tr);
         s2_layout_free(l);
-        free_random(&rp);
+        s2t_rand_pattern_free(&rp);
     }
 }
 END_TEST
@@ -496,17 +413,17 @@ END_TEST
 START_TEST(test_schedule_pack_gathered)
 {
     for (int it = 0; it < 60; it++) {
-        seed_rng(7000 + (uint64_t)it);
-        rand_pat rp;
-        make_random(&rp);
+        s2t_rng_seed(&rng, 7000 + (uint64_t)it);
+        s2t_rand_pattern rp;
+        s2t_rand_pattern_new(&rng, &ir_rand, &rp);
         s2_layout *l = make_layout(rp.p, rp.q_len, rp.kv_len);
-        int bs = rp.p->block_size, group = rnd_int(2, 4);
-        s2_tile_spec spec = {rnd_int(0, 1) ? 64 : 128, bs};
+        int bs = rp.p->block_size, group = s2t_rng_int(&rng, 2, 4);
+        s2_tile_spec spec = {s2t_rng_int(&rng, 0, 1) ? 64 : 128, bs};
         s2_schedule *fw = NULL;
         s2_packed_schedule pk;
         if (bs > 64 || s2_schedule_build(NULL, l, spec, false, &fw) != S2_OK) {
             s2_layout_free(l);
-            free_random(&rp);
+            s2t_rand_pattern_free(&rp);
             continue;
         }
         const s2_tile_geom *g = &fw->geom;
@@ -515,7 +432,7 @@ START_TEST(test_schedule_pack_gathered)
             ck_assert_int_eq(s2_schedule_pack_gathered(NULL, fw, group, &pk), S2_ERR_INVALID);
             s2_schedule_free(fw);
             s2_layout_free(l);
-            free_random(&rp);
+            s2t_rand_pattern_free(&rp);
             continue;
         }
         ck_assert_int_eq(s2_schedule_pack_gathered(NULL, fw, group, &pk), S2_OK);
@@ -558,7 +475,7 @@ START_TEST(test_schedule_pack_gathered)
         ck_assert_int_eq(s2_schedule_pack_gathered(NULL, fw, 1, &pk), S2_ERR_INVALID);
         s2_schedule_free(fw);
         s2_layout_free(l);
-        free_random(&rp);
+        s2t_rand_pattern_free(&rp);
     }
 }
 END_TEST
@@ -642,16 +559,16 @@ START_TEST(test_schedule_pack_gathered_owned)
 {
     int tried = 0;
     for (int it = 0; it < 200 && tried < 40; it++) {
-        seed_rng(9100 + (uint64_t)it);
-        rand_pat rp;
-        make_random(&rp);
+        s2t_rng_seed(&rng, 9100 + (uint64_t)it);
+        s2t_rand_pattern rp;
+        s2t_rand_pattern_new(&rng, &ir_rand, &rp);
         s2_layout *l = make_layout(rp.p, rp.q_len, rp.kv_len);
         int bs = rp.p->block_size;
         s2_schedule *fw = NULL;
         s2_packed_schedule pk;
         if (bs > 64 || s2_schedule_build(NULL, l, (s2_tile_spec){128, bs}, false, &fw) != S2_OK) {
             s2_layout_free(l);
-            free_random(&rp);
+            s2t_rand_pattern_free(&rp);
             continue;
         }
         if (fw->geom.sub_m != 2) {
@@ -666,7 +583,7 @@ START_TEST(test_schedule_pack_gathered_owned)
         }
         s2_schedule_free(fw);
         s2_layout_free(l);
-        free_random(&rp);
+        s2t_rand_pattern_free(&rp);
     }
     ck_assert(tried > 0);
 }
@@ -715,19 +632,19 @@ START_TEST(test_schedule_pack_gathered_kv)
 {
     int checked = 0;
     for (int it = 0; it < 80; it++) {
-        seed_rng(9100 + (uint64_t)it);
-        rand_pat rp;
-        make_random(&rp);
+        s2t_rng_seed(&rng, 9100 + (uint64_t)it);
+        s2t_rand_pattern rp;
+        s2t_rand_pattern_new(&rng, &ir_rand, &rp);
         const s2_pattern *p = rp.p;
         s2_layout *l = make_layout(p, rp.q_len, rp.kv_len);
-        int bs = p->block_size, group = rnd_int(1, 4);
-        s2_tile_spec spec = {rnd_int(0, 1) ? 64 : 128, bs};
+        int bs = p->block_size, group = s2t_rng_int(&rng, 1, 4);
+        s2_tile_spec spec = {s2t_rng_int(&rng, 0, 1) ? 64 : 128, bs};
         s2_schedule *tr = NULL;
         s2_packed_schedule pk;
         int32_t lists = -1;
         if (bs > 64 || s2_schedule_build(NULL, l, spec, true, &tr) != S2_OK) {
             s2_layout_free(l);
-            free_random(&rp);
+            s2t_rand_pattern_free(&rp);
             continue;
         }
         const s2_tile_geom *g = &tr->geom;
@@ -826,7 +743,7 @@ START_TEST(test_schedule_pack_gathered_kv)
         s2_schedule_free(fw);
         s2_schedule_free(tr);
         s2_layout_free(l);
-        free_random(&rp);
+        s2t_rand_pattern_free(&rp);
     }
     ck_assert_int_gt(checked, 20);
 }
@@ -880,9 +797,9 @@ START_TEST(test_schedule_ds_map)
 {
     int checked = 0;
     for (int it = 0; it < 60; it++) {
-        seed_rng(9700 + (uint64_t)it);
-        rand_pat rp;
-        make_random(&rp);
+        s2t_rng_seed(&rng, 9700 + (uint64_t)it);
+        s2t_rand_pattern rp;
+        s2t_rand_pattern_new(&rng, &ir_rand, &rp);
         const s2_pattern *p = rp.p;
         s2_layout *l = make_layout(p, rp.q_len, rp.kv_len);
         int bs = p->block_size, sub = bs < 64 ? bs : 64;
@@ -947,7 +864,7 @@ START_TEST(test_schedule_ds_map)
         s2_schedule_free(fw);
         s2_schedule_free(tr);
         s2_layout_free(l);
-        free_random(&rp);
+        s2t_rand_pattern_free(&rp);
     }
     ck_assert_int_ge(checked, 10);
 }
@@ -1027,16 +944,16 @@ START_TEST(test_kv_efficient_random)
 {
     int pass = 0, fail = 0;
     for (int it = 0; it < 80; it++) {
-        seed_rng(7000 + (uint64_t)it);
-        rand_pat rp;
-        make_random(&rp);
+        s2t_rng_seed(&rng, 7000 + (uint64_t)it);
+        s2t_rand_pattern rp;
+        s2t_rand_pattern_new(&rng, &ir_rand, &rp);
         s2_layout *l = make_layout(rp.p, rp.q_len, rp.kv_len);
         bool ok;
         ck_assert_int_eq(s2_layout_check_kv_efficient(NULL, l, &ok), S2_OK);
-        ck_assert_msg(ok == brute_efficient(rp.p, l), "seed %llu", (unsigned long long)rng_seed);
+        ck_assert_msg(ok == brute_efficient(rp.p, l), "seed %llu", (unsigned long long)rng.seed);
         ok ? pass++ : fail++;
         s2_layout_free(l);
-        free_random(&rp);
+        s2t_rand_pattern_free(&rp);
     }
     ck_assert(pass > 0 && fail > 0);
 }
@@ -1058,15 +975,15 @@ static int64_t brute_last_reader(const s2_pattern *p, int q, int64_t n, int64_t 
 START_TEST(test_liveness_random)
 {
     for (int it = 0; it < 60; it++) {
-        seed_rng(9000 + (uint64_t)it);
-        rand_pat rp;
-        make_random(&rp);
+        s2t_rng_seed(&rng, 9000 + (uint64_t)it);
+        s2t_rand_pattern rp;
+        s2t_rand_pattern_new(&rng, &ir_rand, &rp);
         const s2_pattern *p = rp.p;
         int64_t horizon = rp.mask.bits ? s2_min64(rp.kv_len, rp.mask.rows * p->block_size) : rp.kv_len;
         for (int q = 0; q < p->heads; q++)
             for (int64_t n = 0; n <= s2_cdiv(horizon, p->block_size); n++)
                 ck_assert_msg(s2_kv_last_reader(p, q, n, horizon) == brute_last_reader(p, q, n, horizon),
-                              "seed %llu head %d block %lld: %lld vs brute %lld", (unsigned long long)rng_seed, q,
+                              "seed %llu head %d block %lld: %lld vs brute %lld", (unsigned long long)rng.seed, q,
                               (long long)n, (long long)s2_kv_last_reader(p, q, n, horizon),
                               (long long)brute_last_reader(p, q, n, horizon));
         for (int h = 0; h < p->kv_heads; h++) {
@@ -1076,7 +993,7 @@ START_TEST(test_liveness_random)
                 want = s2_max64(want, brute_last_reader(p, q, 0, horizon));
             ck_assert(s2_kv_last_reader_group(p, h, 0, horizon) == want);
         }
-        free_random(&rp);
+        s2t_rand_pattern_free(&rp);
     }
 }
 END_TEST
@@ -1109,16 +1026,16 @@ END_TEST
 START_TEST(test_stats_random)
 {
     for (int it = 0; it < 40; it++) {
-        seed_rng(11000 + (uint64_t)it);
-        rand_pat rp;
-        make_random(&rp);
+        s2t_rng_seed(&rng, 11000 + (uint64_t)it);
+        s2t_rand_pattern rp;
+        s2t_rand_pattern_new(&rng, &ir_rand, &rp);
         const s2_pattern *p = rp.p;
         s2_layout *l = make_layout(p, rp.q_len, rp.kv_len);
-        s2_tile_spec spec = specs[rnd_int(0, 5)];
+        s2_tile_spec spec = specs[s2t_rng_int(&rng, 0, 5)];
         s2_layout_stats st;
         if (s2_layout_stats_compute(NULL, l, spec, 64, S2_DTYPE_F16, &st) != S2_OK) {
             s2_layout_free(l);
-            free_random(&rp);
+            s2t_rand_pattern_free(&rp);
             continue;
         }
         double total = 0, dense = 0, hmax = 0, hmin = 1e300;
@@ -1133,7 +1050,7 @@ START_TEST(test_stats_random)
             hmax = h > hmax ? h : hmax;
             hmin = h < hmin ? h : hmin;
         }
-        ck_assert_msg(st.kept_pairs == total, "seed %llu: pairs %.0f vs brute %.0f", (unsigned long long)rng_seed,
+        ck_assert_msg(st.kept_pairs == total, "seed %llu: pairs %.0f vs brute %.0f", (unsigned long long)rng.seed,
                       st.kept_pairs, total);
         ck_assert(st.dense_pairs == dense && st.head_pairs_max == hmax && st.head_pairs_min == hmin);
         ck_assert(st.fwd_flops == 4.0 * total * 64 && st.fwd_bwd_flops == 3.5 * st.fwd_flops);
@@ -1152,7 +1069,7 @@ START_TEST(test_stats_random)
         free(text);
         s2_schedule_free(s);
         s2_layout_free(l);
-        free_random(&rp);
+        s2t_rand_pattern_free(&rp);
     }
 }
 END_TEST

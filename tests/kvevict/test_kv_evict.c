@@ -6,6 +6,7 @@
 #include "s2c/layout.h"
 #include "s2c/pattern.h"
 #include "s2c/ref.h"
+#include "rand_pattern.h"
 #include "util.h"
 
 #include <check.h>
@@ -17,23 +18,7 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-static uint64_t rng_state, rng_seed;
-
-static uint64_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return rng_state;
-}
-
-static int rnd_int(int lo, int hi) { return lo + (int)(rnd() % (uint64_t)(hi - lo + 1)); }
-
-static void seed_rng(uint64_t s)
-{
-    rng_seed = s;
-    rng_state = s * 0x9E3779B97F4A7C15ull + 1;
-}
+static s2t_rng rng;
 
 static s2_pattern_set *make_set(const s2_local_stride_args *a)
 {
@@ -115,15 +100,15 @@ static void check_deaths(const s2_pattern *p, const s2_kv_evictor *ev, int page,
             if (tokens) {
                 int64_t tl = brute_token_last(p, h, page, j, max_len);
                 ck_assert_msg(tl == last, "seed %llu %s: block brute %lld vs token brute %lld (h %d page %lld)",
-                              (unsigned long long)rng_seed, p->name, (long long)last, (long long)tl, h, (long long)j);
+                              (unsigned long long)rng.seed, p->name, (long long)last, (long long)tl, h, (long long)j);
             }
             int64_t d = death_of_last(last, max_len);
             ck_assert_msg(s2_kv_evictor_death(ev, h, j) == d,
                           "seed %llu %s page size %d len %lld: kv head %d page %lld death %lld, brute %lld",
-                          (unsigned long long)rng_seed, p->name, page, (long long)max_len, h, (long long)j,
+                          (unsigned long long)rng.seed, p->name, page, (long long)max_len, h, (long long)j,
                           (long long)s2_kv_evictor_death(ev, h, j), (long long)d);
             ck_assert(s2_kv_evictor_release(ev, h, j) == want_release(d, page, j, max_len));
-            int64_t at = rnd() % (uint64_t)max_len;
+            int64_t at = s2t_rng_next(&rng) % (uint64_t)max_len;
             ck_assert(s2_kv_evictor_page_live(ev, h, j, at) == (at < d));
         }
 }
@@ -136,8 +121,8 @@ static void check_steps(const s2_pattern *p, const s2_kv_evictor *ev, int64_t ma
     int64_t *got = malloc((size_t)np * sizeof *got);
     s2_kv_page *all = malloc((size_t)(np * p->kv_heads) * sizeof *all);
     for (int t = 0; t < trials; t++) {
-        int64_t from = rnd() % (uint64_t)max_len;
-        int64_t n = 1 + (int64_t)(rnd() % (uint64_t)(rnd_int(0, 1) ? 4 : max_len - from));
+        int64_t from = s2t_rng_next(&rng) % (uint64_t)max_len;
+        int64_t n = 1 + (int64_t)(s2t_rng_next(&rng) % (uint64_t)(s2t_rng_int(&rng, 0, 1) ? 4 : max_len - from));
         if (n > max_len - from)
             n = max_len - from;
         int64_t total = 0, count_all = 0;
@@ -151,7 +136,7 @@ static void check_steps(const s2_pattern *p, const s2_kv_evictor *ev, int64_t ma
                 k += r > from && r <= from + n;
             }
             ck_assert_msg(count == k, "seed %llu: step(%d, %lld, %lld) %lld pages, want %lld",
-                          (unsigned long long)rng_seed, h, (long long)from, (long long)n, (long long)count, (long long)k);
+                          (unsigned long long)rng.seed, h, (long long)from, (long long)n, (long long)count, (long long)k);
             for (int64_t i = 0; i < count; i++) {
                 int64_t r = s2_kv_evictor_release(ev, h, got[i]);
                 ck_assert(r > from && r <= from + n);
@@ -194,7 +179,7 @@ static void check_never_read(const s2_pattern *p, const s2_kv_evictor *ev, int p
                     for (int64_t k = j * page; k < s2_min64((j + 1) * page, max_len); k++)
                         ck_assert_msg(!s2_token_kept(p, q, x, k),
                                       "seed %llu %s: page %lld of kv head %d released at %lld, read by head %d at %lld",
-                                      (unsigned long long)rng_seed, p->name, (long long)j, h, (long long)r, q,
+                                      (unsigned long long)rng.seed, p->name, (long long)j, h, (long long)r, q,
                                       (long long)x);
         }
 }
@@ -252,8 +237,8 @@ static void check_all(const s2_pattern *p, int64_t max_len, bool tokens, bool ne
         check_steps(p, ev, max_len, 12);
         if (never_read)
             check_never_read(p, ev, page, max_len);
-        check_memory(p, ev, page, rnd() % (uint64_t)max_len, max_len);
-        check_memory(p, ev, page, 0, 1 + (int64_t)(rnd() % (uint64_t)max_len));
+        check_memory(p, ev, page, s2t_rng_next(&rng) % (uint64_t)max_len, max_len);
+        check_memory(p, ev, page, 0, 1 + (int64_t)(s2t_rng_next(&rng) % (uint64_t)max_len));
         if (i == 0)
             check_efficient_flag(p, ev, max_len);
         s2_kv_evictor_free(ev);
@@ -262,86 +247,19 @@ static void check_all(const s2_pattern *p, int64_t max_len, bool tokens, bool ne
 
 /* ---- random patterns (every feature of the predicate) ------------------------ */
 
-typedef struct rand_pat {
-    s2_pattern_set *set;
-    s2_pattern *p;
-    s2_range_rule ranges[3];
-    uint8_t range_heads[3][8];
-    s2_block_mask mask;
-    int64_t max_len;
-} rand_pat;
-
-static int64_t rand_bound(int bs) { return (int64_t)rnd_int(0, 12) * bs / 2 + rnd_int(0, 1) * rnd_int(0, 7); }
-
-static void make_random(rand_pat *rp)
-{
-    memset(rp, 0, sizeof *rp);
-    s2_local_stride_args a;
-    s2_local_stride_args_default(&a);
-    static const int hs[] = {1, 2, 4, 8};
-    a.num_heads = hs[rnd_int(0, 3)];
-    a.num_kv_heads = a.num_heads >> rnd_int(0, 2);
-    if (a.num_kv_heads < 1)
-        a.num_kv_heads = 1;
-    a.block_size = 16 << rnd_int(0, 2);
-    a.local_blocks = rnd_int(0, 4);
-    a.local_right = rnd_int(0, 3);
-    a.vert_stride = rnd_int(1, 8);
-    a.head_sliding_offset = rnd_int(0, 5);
-    a.homo_head = rnd_int(0, 3) == 0;
-    a.num_dense_heads = rnd_int(0, 5) == 0 ? 1 : 0;
-    a.causal = rnd_int(0, 3) != 0;
-    a.vert_position = rnd_int(-1, 1);
-    a.name = "random";
-    rp->set = make_set(&a);
-    s2_pattern *p = rp->p = (s2_pattern *)s2_pattern_set_get(rp->set, 0);
-    for (int q = 0; q < p->heads; q++)
-        if (rnd_int(0, 5) == 0)
-            p->rules[q].vert_stride = 0;
-    int bs = p->block_size;
-    rp->max_len = rnd_int(1, 160 + 3 * bs);
-    p->num_ranges = rnd_int(0, 2) == 0 ? rnd_int(1, 3) : 0;
-    p->ranges = rp->ranges;
-    for (int i = 0; i < p->num_ranges; i++) {
-        s2_range_rule *rr = &rp->ranges[i];
-        rr->action = (s2_range_action)rnd_int(0, 3);
-        rr->stride = rnd_int(1, 5);
-        rr->key_lo = rnd_int(0, 1) ? 0 : rand_bound(bs);
-        rr->key_hi = rnd_int(0, 1) ? INT64_MAX : rr->key_lo + rand_bound(bs) + 1;
-        rr->dist_lo = rnd_int(0, 1) ? 0 : rand_bound(bs);
-        rr->dist_hi = rnd_int(0, 1) ? INT64_MAX : rr->dist_lo + rand_bound(bs) + 1;
-        for (int q = 0; q < p->heads; q++)
-            rp->range_heads[i][q] = (uint8_t)rnd_int(0, 1);
-        rr->heads = rnd_int(0, 1) ? rp->range_heads[i] : NULL;
-    }
-    if (rnd_int(0, 4) == 0) {
-        int64_t nb = s2_cdiv(rp->max_len, bs) + rnd_int(0, 2);
-        rp->mask.heads = rnd_int(1, 2);
-        rp->mask.rows = rp->mask.cols = nb;
-        rp->mask.bits = malloc((size_t)(rp->mask.heads * nb * nb));
-        for (int64_t i = 0; i < rp->mask.heads * nb * nb; i++)
-            rp->mask.bits[i] = (uint8_t)(rnd() % 3 == 0);
-        p->masks = &rp->mask;
-        p->num_masks = 1;
-        p->rules[0].mask = 0;
-        p->rules[0].mask_head = rp->mask.heads - 1;
-    }
-}
-
-static void free_random(rand_pat *rp)
-{
-    free(rp->mask.bits);
-    s2_pattern_set_free(rp->set);
-}
+/* Random patterns: one length (kv_len) is the longest sequence checked. */
+static const s2t_rand_opts kv_rand = {.name = "random", .max_kv_shift = 2, .max_block_shift = 2, .max_vert_stride = 8,
+                                      .dense_one_in = 6, .bidir_one_in = 4, .len_base = 160, .len_per_block = 3,
+                                      .ranges_one_in = 3};
 
 START_TEST(test_random_patterns)
 {
     for (int it = 0; it < 70; it++) {
-        seed_rng(31000 + (uint64_t)it);
-        rand_pat rp;
-        make_random(&rp);
-        check_all(rp.p, rp.max_len, true, true);
-        free_random(&rp);
+        s2t_rng_seed(&rng, 31000 + (uint64_t)it);
+        s2t_rand_pattern rp;
+        s2t_rand_pattern_new(&rng, &kv_rand, &rp);
+        check_all(rp.p, rp.kv_len, true, true);
+        s2t_rand_pattern_free(&rp);
     }
 }
 END_TEST
@@ -350,7 +268,7 @@ END_TEST
 
 START_TEST(test_stock_patterns)
 {
-    seed_rng(32000);
+    s2t_rng_seed(&rng, 32000);
     const char *dir = getenv("S2C_PATTERNS");
     ck_assert_msg(dir != NULL, "S2C_PATTERNS not set");
     DIR *d = opendir(dir);
@@ -404,7 +322,7 @@ static long json_get(const char *json, const char *key)
 
 START_TEST(test_golden_configs)
 {
-    seed_rng(33000);
+    s2t_rng_seed(&rng, 33000);
     const char *path = getenv("S2C_GOLDEN");
     ck_assert_msg(path != NULL, "S2C_GOLDEN not set");
     char *data = NULL;
@@ -550,7 +468,7 @@ START_TEST(test_range_gap)
     ck_assert(s2_kv_evictor_page_live(ev, 0, 0, 5 * 16)); /* inside the gap: still live */
     /* block 1 (no stripe): local only, dead at 3*16 */
     ck_assert_int_eq(s2_kv_evictor_death(ev, 0, 1), 3 * 16);
-    seed_rng(34000);
+    s2t_rng_seed(&rng, 34000);
     check_all(p, 640, false, true);
     s2_kv_evictor_free(ev);
     s2_pattern_set_free(set);
@@ -661,7 +579,7 @@ START_TEST(test_ref_per_head_tables)
     double pool[NP][P][D];
     double q[B][2][H][D], o_dense[B][2][H][D], o_paged[B][2][H][D];
     int32_t table[B][KH][MAXP];
-    seed_rng(35000);
+    s2t_rng_seed(&rng, 35000);
     for (int b = 0; b < B; b++)
         for (int g = 0; g < KH; g++)
             for (int j = 0; j < MAXP; j++)
@@ -670,11 +588,11 @@ START_TEST(test_ref_per_head_tables)
         for (int t = 0; t < 64; t++)
             for (int g = 0; g < KH; g++)
                 for (int d = 0; d < D; d++) {
-                    kd[b][t][g][d] = (double)(rnd() % 1000) / 500.0 - 1.0;
+                    kd[b][t][g][d] = (double)(s2t_rng_next(&rng) % 1000) / 500.0 - 1.0;
                     pool[table[b][g][t / P]][t % P][d] = kd[b][t][g][d];
                 }
     for (size_t i = 0; i < sizeof q / sizeof(double); i++)
-        ((double *)q)[i] = (double)(rnd() % 1000) / 500.0 - 1.0;
+        ((double *)q)[i] = (double)(s2t_rng_next(&rng) % 1000) / 500.0 - 1.0;
     s2_tensor tq = s2_tensor_bshd(q, S2_DTYPE_F64, 2, H, D);
     s2_tensor td = s2_tensor_bshd(o_dense, S2_DTYPE_F64, 2, H, D);
     s2_tensor tpo = s2_tensor_bshd(o_paged, S2_DTYPE_F64, 2, H, D);

@@ -35,6 +35,8 @@
 
 #include <check.h>
 #include "gpu_harness.h"
+#include "poison.h"
+#include "rand_pattern.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,7 +61,6 @@ enum { NUM_CASES = sizeof cases / sizeof cases[0], BATCH = 3, D = 128 };
 
 static uint64_t base_seed;
 static s2_arch dev_arch;
-static const uint16_t POISON16 = 0xffff; /* NaN in bf16 */
 
 typedef struct result {
     bool ran, ok;
@@ -71,15 +72,7 @@ static result results[NUM_CASES];
 
 #define OK(ctx, call) ck_assert_msg((call) == S2_OK, "%s: %s", #call, s2_ctx_message(ctx))
 
-static uint64_t rnd(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-static uint16_t rand_bf16(uint64_t *s) { return s2_f32_to_bf16((float)((double)(rnd(s) % 4001) / 1000.0 - 2.0)); }
+static uint16_t rand_bf16(uint64_t *s) { return s2_f32_to_bf16((float)((double)(s2t_xorshift64(s) % 4001) / 1000.0 - 2.0)); }
 
 static bool ref_mask(const void *user, int q_head, int64_t qpos, int64_t kpos)
 {
@@ -148,8 +141,8 @@ static void page_release(run *r, int32_t *slot)
         return;
     r->freed++;
     r->was_freed[id] = 1;
-    for (size_t i = 0; i < page_elems(r); i++)
-        r->kp[(size_t)id * page_elems(r) + i] = r->vp[(size_t)id * page_elems(r) + i] = POISON16;
+    s2t_poison16(r->kp + (size_t)id * page_elems(r), page_elems(r));
+    s2t_poison16(r->vp + (size_t)id * page_elems(r), page_elems(r));
     r->dirty[id] = 1;
 }
 
@@ -246,8 +239,8 @@ static void launch(run *r, int b, int n, int splits, uint16_t *o, float *lse)
     }
     a.workspace = need ? r->ws : 0;
     size_t ob = (size_t)n * H * D * 2, lb = (size_t)H * n * sizeof(float);
-    OK(r->ctx, s2_memset_d8(r->ctx, r->dev, r->dout, 0xff, ob));
-    OK(r->ctx, s2_memset_d8(r->ctx, r->dev, r->dlse, 0xff, lb));
+    s2t_dev_poison(r->ctx, r->dev, r->dout, ob);
+    s2t_dev_poison(r->ctx, r->dev, r->dlse, lb);
     OK(r->ctx, s2_attn_decode(r->ctx, r->k, NULL, &a));
     OK(r->ctx, s2_device_synchronize(r->ctx, r->dev));
     OK(r->ctx, s2_memcpy_d2h(r->ctx, r->dev, o, r->dout, ob));
@@ -288,8 +281,8 @@ static void negative_control(run *r, int b, int n, uint16_t *o, float *lse, cons
     seq *s = &r->seqs[b];
     int32_t id = *table_at(r, b, 0, (s->cur + n - 1) / r->P);
     size_t pb = page_elems(r) * 2;
-    OK(r->ctx, s2_memset_d8(r->ctx, r->dev, r->dk + (size_t)id * pb, 0xff, pb));
-    OK(r->ctx, s2_memset_d8(r->ctx, r->dev, r->dv + (size_t)id * pb, 0xff, pb));
+    s2t_dev_poison(r->ctx, r->dev, r->dk + (size_t)id * pb, pb);
+    s2t_dev_poison(r->ctx, r->dev, r->dv + (size_t)id * pb, pb);
     launch(r, b, n, 0, o, lse);
     double oe, le;
     compare(n, r->p->heads, o, lse, ro, rl, &oe, &le);
@@ -424,9 +417,7 @@ static void setup(run *r, const pg_case *c)
     r->was_freed = calloc((size_t)r->num_pages, 1);
     r->dirty = calloc((size_t)r->num_pages, 1);
     size_t pool = (size_t)r->num_pages * page_elems(r);
-    r->kp = malloc(pool * 2), r->vp = malloc(pool * 2);
-    for (size_t i = 0; i < pool; i++)
-        r->kp[i] = r->vp[i] = POISON16;
+    r->kp = s2t_alloc_poisoned(pool * 2), r->vp = s2t_alloc_poisoned(pool * 2);
     for (int b = 0; b < BATCH; b++) {
         size_t n = (size_t)r->seqs[b].len * r->KH * D;
         r->seqs[b].k = malloc(n * 2), r->seqs[b].v = malloc(n * 2);
@@ -435,8 +426,8 @@ static void setup(run *r, const pg_case *c)
     size_t qb = (size_t)c->spec * H * D * 2;
     OK(r->ctx, s2_mem_alloc(r->ctx, r->dev, pool * 2, &r->dk));
     OK(r->ctx, s2_mem_alloc(r->ctx, r->dev, pool * 2, &r->dv));
-    OK(r->ctx, s2_memset_d8(r->ctx, r->dev, r->dk, 0xff, pool * 2));
-    OK(r->ctx, s2_memset_d8(r->ctx, r->dev, r->dv, 0xff, pool * 2));
+    s2t_dev_poison(r->ctx, r->dev, r->dk, pool * 2);
+    s2t_dev_poison(r->ctx, r->dev, r->dv, pool * 2);
     OK(r->ctx, s2_mem_alloc(r->ctx, r->dev, (size_t)(BATCH * r->table_bs) * sizeof(int32_t), &r->dtable));
     OK(r->ctx, s2_mem_alloc(r->ctx, r->dev, 16, &r->dlen));
     OK(r->ctx, s2_mem_alloc(r->ctx, r->dev, qb, &r->dq));
