@@ -11,6 +11,70 @@
 
 #include <stdbool.h>
 
+/* ---- kernel ABIs: parameter lists (params.h), ids and names ---- */
+typedef enum s2_param_type { S2_PT_PTR, S2_PT_I32, S2_PT_I64, S2_PT_F32, S2_PT_TMAP, S2_PT_BYTES } s2_param_type;
+
+typedef struct s2_abi_param {
+    const char *name;          /* a C identifier: the AOT launchers' parameter name */
+    s2_param_type type;
+} s2_abi_param;
+
+typedef enum s2_abi_id {
+    S2_ABI_FWD = 0,            /* mma.sync forward */
+    S2_ABI_FWD_TMA,            /* sm_90a forward: + q, k, v tensor maps */
+    S2_ABI_FWD_TMA_PERSISTENT, /* the same on the persistent grid: + work list, counter */
+    S2_ABI_BWD,                /* every backward kernel */
+    S2_ABI_BWD_TMA,            /* + q and do tensor maps */
+    S2_ABI_DECODE,             /* paged decode */
+    S2_ABI_COMBINE,            /* decode module's combine */
+    S2_ABI_COUNT_
+} s2_abi_id;
+
+typedef struct s2_abi_desc {
+    const char *name;          /* manifest token: "fwd", "fwd_tma", ... */
+    const s2_abi_param *params;
+    int num_params;
+} s2_abi_desc;
+
+/* NULL for an invalid id */
+const s2_abi_desc *s2_abi_get(s2_abi_id id);
+/* by manifest token; false when unknown */
+bool s2_abi_parse(const char *name, s2_abi_id *out);
+/* index of the parameter called name, -1 if none */
+int s2_abi_param_index(s2_abi_id id, const char *name);
+
+/* ---- what each kernel of a module is for, and how its grid is formed ---- */
+typedef enum s2_kernel_role {
+    S2_ROLE_FWD = 0,           /* NAME: the forward */
+    S2_ROLE_FWD_WIDE,          /* NAME_w: the forward on wider tiles, for long lists */
+    S2_ROLE_BWD_PRE,           /* NAME_pre: delta and lse2 */
+    S2_ROLE_BWD_DKDV,          /* NAME_dkdv */
+    S2_ROLE_BWD_DQ,            /* NAME_dq: dQ recomputing S and dP */
+    S2_ROLE_BWD_DQDS,          /* NAME_dqds: dQ from the dS tiles */
+    S2_ROLE_BWD_DQDS2,         /* NAME_dqds2: the same, two query tiles per CTA */
+    S2_ROLE_DECODE,            /* NAME: paged decode */
+    S2_ROLE_COMBINE,           /* NAME_combine */
+    S2_ROLE_COUNT_
+} s2_kernel_role;
+
+typedef enum s2_grid_rule {
+    S2_GRID_Q_TILES = 0,       /* (q_tiles, heads, batch) */
+    S2_GRID_PERSISTENT,        /* (min(SMs x resident CTAs, n_work x batch), 1, 1) */
+    S2_GRID_PRE_ROWS,          /* (cdiv(q_len, threads / (head_dim / 8)), heads, batch) */
+    S2_GRID_KV_TILES,          /* (kv_tiles, kv_heads, batch) */
+    S2_GRID_Q_TILE_PAIRS,      /* (cdiv(q_tiles, 2), heads, batch) */
+    S2_GRID_SPLITS,            /* (splits, kv_heads, batch) */
+    S2_GRID_ROWS,              /* (cdiv(rows, threads / (head_dim / 8)), 1, 1) */
+    S2_GRID_COUNT_
+} s2_grid_rule;
+
+const char *s2_role_name(s2_kernel_role r);      /* "fwd", "fwd_wide", "bwd_pre", ...; NULL if invalid */
+bool s2_role_parse(const char *name, s2_kernel_role *out);
+const char *s2_grid_name(s2_grid_rule g);        /* "q_tiles", "persistent", ...; NULL if invalid */
+bool s2_grid_parse(const char *name, s2_grid_rule *out);
+/* The suffix a role's symbol adds to the entry's name ("", "_w", "_pre", ...). */
+const char *s2_role_suffix(s2_kernel_role r);
+
 /* Whether a resolved sm_90a forward spec takes owned pairs
  * (s2_schedule_pack_gathered_owned) instead of s2_schedule_pack_gathered's:
  * two 64-row warpgroups over two gathered 64-token blocks. */

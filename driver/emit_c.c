@@ -1,6 +1,8 @@
 /* AOT C sources (include/s2c/aot.h): a header and a C file that embed a
  * cubin and launch its kernels through the Driver API.  The launchers are
- * generated from ABI descriptor tables, never from per-kernel C text. */
+ * generated from ABI descriptor tables, never from per-kernel C text; their
+ * parameters are the kernels' own lists (abi/params.h). */
+#include "params.h"
 #include "s2c/aot.h"
 #include "util.h"
 
@@ -11,19 +13,9 @@
 
 /* ---- the forward attention kernel's ABI ---- */
 
-static const s2_aot_param attn_fwd_params[] = {
-    {"q", S2_AOT_PTR},          {"k", S2_AOT_PTR},          {"v", S2_AOT_PTR},
-    {"o", S2_AOT_PTR},          {"lse", S2_AOT_PTR},
-    {"q_stride_b", S2_AOT_I64}, {"q_stride_s", S2_AOT_I64}, {"q_stride_h", S2_AOT_I64},
-    {"k_stride_b", S2_AOT_I64}, {"k_stride_s", S2_AOT_I64}, {"k_stride_h", S2_AOT_I64},
-    {"v_stride_b", S2_AOT_I64}, {"v_stride_s", S2_AOT_I64}, {"v_stride_h", S2_AOT_I64},
-    {"o_stride_b", S2_AOT_I64}, {"o_stride_s", S2_AOT_I64}, {"o_stride_h", S2_AOT_I64},
-    {"q_len", S2_AOT_I32},      {"kv_len", S2_AOT_I32},
-    {"scale_log2", S2_AOT_F32},
-    {"class_of_head", S2_AOT_PTR}, {"offsets", S2_AOT_PTR}, {"entries", S2_AOT_PTR},
-    {"first_q_tile", S2_AOT_I32},  {"q_tiles", S2_AOT_I32},
-    {"seqinfo", S2_AOT_PTR},       /* variable-length batch, or 0 (attention.h) */
-};
+#define AOT_PARAM(e, n, t) {n, S2_AOT_##t},
+
+static const s2_aot_param attn_fwd_params[] = {S2_ABI_FWD_PARAMS(AOT_PARAM)};
 
 static const s2_aot_param attn_fwd_launch[] = {
     {"heads", S2_AOT_I32},
@@ -41,25 +33,9 @@ static const s2_aot_abi attn_fwd_abi = {
 
 const s2_aot_abi *s2_aot_abi_attn_fwd(void) { return &attn_fwd_abi; }
 
-/* ---- the sm_90a tensor-map forward (attention.h, S2_FWD_ABI_TMA) ---- */
+/* ---- the sm_90a tensor-map forward (launch.h, S2_FWD_ABI_TMA) ---- */
 
-/* Parameters 0..27 of both tensor-map forwards: the pointer forward's 0..24, then the maps. */
-#define FWD_TMA_PARAMS                                                                              \
-    {"q", S2_AOT_PTR},             {"k", S2_AOT_PTR},          {"v", S2_AOT_PTR},                  \
-    {"o", S2_AOT_PTR},             {"lse", S2_AOT_PTR},                                            \
-    {"q_stride_b", S2_AOT_I64},    {"q_stride_s", S2_AOT_I64}, {"q_stride_h", S2_AOT_I64},         \
-    {"k_stride_b", S2_AOT_I64},    {"k_stride_s", S2_AOT_I64}, {"k_stride_h", S2_AOT_I64},         \
-    {"v_stride_b", S2_AOT_I64},    {"v_stride_s", S2_AOT_I64}, {"v_stride_h", S2_AOT_I64},         \
-    {"o_stride_b", S2_AOT_I64},    {"o_stride_s", S2_AOT_I64}, {"o_stride_h", S2_AOT_I64},         \
-    {"q_len", S2_AOT_I32},         {"kv_len", S2_AOT_I32},     {"scale_log2", S2_AOT_F32},         \
-    {"class_of_head", S2_AOT_PTR}, {"offsets", S2_AOT_PTR},    {"entries", S2_AOT_PTR},            \
-    {"first_q_tile", S2_AOT_I32},  {"q_tiles", S2_AOT_I32},                                        \
-    {"q_map", S2_AOT_TMAP},        {"k_map", S2_AOT_TMAP},     {"v_map", S2_AOT_TMAP}
-
-static const s2_aot_param attn_fwd_tma_params[] = {
-    FWD_TMA_PARAMS,
-    {"seqinfo", S2_AOT_PTR},
-};
+static const s2_aot_param attn_fwd_tma_params[] = {S2_ABI_FWD_TMA_PARAMS(AOT_PARAM)};
 
 static const s2_aot_param attn_fwd_tma_launch[] = {
     {"heads", S2_AOT_I32},
@@ -80,14 +56,9 @@ static const s2_aot_abi attn_fwd_tma_abi = {
 
 const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void) { return &attn_fwd_tma_abi; }
 
-/* ---- the persistent sm_90a forward (attention.h, S2_FWD_ABI_TMA_PERSISTENT) ---- */
+/* ---- the persistent sm_90a forward (launch.h, S2_FWD_ABI_TMA_PERSISTENT) ---- */
 
-static const s2_aot_param attn_fwd_tma_p_params[] = {
-    FWD_TMA_PARAMS,
-    {"work", S2_AOT_PTR},          {"n_work", S2_AOT_I32},  {"batch", S2_AOT_I32},
-    {"counter", S2_AOT_PTR},
-    {"seqinfo", S2_AOT_PTR},
-};
+static const s2_aot_param attn_fwd_tma_p_params[] = {S2_ABI_FWD_TMA_PERSISTENT_PARAMS(AOT_PARAM)};
 
 static const s2_aot_param attn_fwd_tma_p_launch[] = {
     {"heads", S2_AOT_I32},
@@ -107,26 +78,10 @@ static const s2_aot_abi attn_fwd_tma_p_abi = {
 
 const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void) { return &attn_fwd_tma_p_abi; }
 
-/* ---- the backward module (attention.h, S2_KERNEL_BWD) ---- */
+/* ---- the backward module (launch.h, S2_KERNEL_BWD) ---- */
 
-#define BWD_STRIDES(t) {t "_stride_b", S2_AOT_I64}, {t "_stride_s", S2_AOT_I64}, {t "_stride_h", S2_AOT_I64}
-
-#define BWD_PARAMS                                                                           \
-    {"q", S2_AOT_PTR},     {"k", S2_AOT_PTR},     {"v", S2_AOT_PTR},     {"o", S2_AOT_PTR},     \
-    {"d_o", S2_AOT_PTR},   {"lse", S2_AOT_PTR},   {"dlse", S2_AOT_PTR},  {"delta", S2_AOT_PTR}, \
-    {"lse2", S2_AOT_PTR},  {"dq", S2_AOT_PTR},    {"dk", S2_AOT_PTR},    {"dv", S2_AOT_PTR},    \
-    BWD_STRIDES("q"),      BWD_STRIDES("k"),      BWD_STRIDES("v"),      BWD_STRIDES("o"),      \
-    BWD_STRIDES("d_o"),    BWD_STRIDES("dq"),     BWD_STRIDES("dk"),     BWD_STRIDES("dv"),     \
-    {"q_len", S2_AOT_I32}, {"kv_len", S2_AOT_I32}, {"scale_log2", S2_AOT_F32},                 \
-    {"class_of_head", S2_AOT_PTR},   {"offsets", S2_AOT_PTR},   {"entries", S2_AOT_PTR},       \
-    {"first_q_tile", S2_AOT_I32},    {"q_tiles", S2_AOT_I32},                                  \
-    {"t_class_of_head", S2_AOT_PTR}, {"t_offsets", S2_AOT_PTR}, {"t_entries", S2_AOT_PTR},     \
-    {"kv_tiles", S2_AOT_I32},                                                                  \
-    {"ds", S2_AOT_PTR},              {"ds_head", S2_AOT_PTR},   {"ds_map", S2_AOT_PTR}
-
-static const s2_aot_param attn_bwd_params[] = {BWD_PARAMS};
-static const s2_aot_param attn_bwd_tma_params[] = {BWD_PARAMS, {"q_map", S2_AOT_TMAP}, {"do_map", S2_AOT_TMAP}};
-
+static const s2_aot_param attn_bwd_params[] = {S2_ABI_BWD_PARAMS(AOT_PARAM)};
+static const s2_aot_param attn_bwd_tma_params[] = {S2_ABI_BWD_TMA_PARAMS(AOT_PARAM)};
 
 static const s2_aot_param attn_bwd_launch[] = {
     {"heads", S2_AOT_I32},
@@ -163,21 +118,7 @@ const s2_aot_abi *s2_aot_abi_attn_bwd_dqds_tma(void) { return &attn_bwd_abis[7];
 
 /* ---- the paged decode kernel (decode.h, S2_KERNEL_DECODE; not NAME_combine) ---- */
 
-static const s2_aot_param attn_decode_params[] = {
-    {"q", S2_AOT_PTR},          {"k_pages", S2_AOT_PTR},     {"v_pages", S2_AOT_PTR},
-    {"o", S2_AOT_PTR},          {"lse", S2_AOT_PTR},         {"ws_o", S2_AOT_PTR},
-    {"ws_lse", S2_AOT_PTR},
-    {"q_stride_b", S2_AOT_I64}, {"q_stride_s", S2_AOT_I64},  {"q_stride_h", S2_AOT_I64},
-    {"k_stride_page", S2_AOT_I64}, {"k_stride_slot", S2_AOT_I64}, {"k_stride_h", S2_AOT_I64},
-    {"v_stride_page", S2_AOT_I64}, {"v_stride_slot", S2_AOT_I64}, {"v_stride_h", S2_AOT_I64},
-    {"o_stride_b", S2_AOT_I64}, {"o_stride_s", S2_AOT_I64},  {"o_stride_h", S2_AOT_I64},
-    {"block_table", S2_AOT_PTR}, {"table_stride_b", S2_AOT_I64}, {"table_stride_h", S2_AOT_I64},
-    {"seq_lens", S2_AOT_PTR},   {"n", S2_AOT_I32},           {"page_size", S2_AOT_I32},
-    {"scale_log2", S2_AOT_F32},
-    {"class_of_kv_head", S2_AOT_PTR}, {"offsets", S2_AOT_PTR}, {"entries", S2_AOT_PTR},
-    {"q_blocks", S2_AOT_I32},
-    {"splits", S2_AOT_I32},     {"counters", S2_AOT_PTR},
-};
+static const s2_aot_param attn_decode_params[] = {S2_ABI_DECODE_PARAMS(AOT_PARAM)};
 
 static const s2_aot_param attn_decode_launch[] = {
     {"kv_heads", S2_AOT_I32},

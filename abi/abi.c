@@ -1,0 +1,97 @@
+/* The kernel ABIs' parameter lists (params.h), roles and grid rules, by id
+ * and by manifest token. */
+#include "kernel_abi.h"
+#include "params.h"
+
+#include <string.h>
+
+#define PARAM(e, n, t) {n, S2_PT_##t},
+static const s2_abi_param fwd[] = {S2_ABI_FWD_PARAMS(PARAM)};
+static const s2_abi_param fwd_tma[] = {S2_ABI_FWD_TMA_PARAMS(PARAM)};
+static const s2_abi_param fwd_tma_p[] = {S2_ABI_FWD_TMA_PERSISTENT_PARAMS(PARAM)};
+static const s2_abi_param bwd[] = {S2_ABI_BWD_PARAMS(PARAM)};
+static const s2_abi_param bwd_tma[] = {S2_ABI_BWD_TMA_PARAMS(PARAM)};
+static const s2_abi_param decode[] = {S2_ABI_DECODE_PARAMS(PARAM)};
+static const s2_abi_param combine[] = {S2_ABI_COMBINE_PARAMS(PARAM)};
+#undef PARAM
+
+#define DESC(nm, list) {nm, list, (int)(sizeof list / sizeof list[0])}
+static const s2_abi_desc abis[S2_ABI_COUNT_] = {
+    [S2_ABI_FWD] = DESC("fwd", fwd),
+    [S2_ABI_FWD_TMA] = DESC("fwd_tma", fwd_tma),
+    [S2_ABI_FWD_TMA_PERSISTENT] = DESC("fwd_tma_persistent", fwd_tma_p),
+    [S2_ABI_BWD] = DESC("bwd", bwd),
+    [S2_ABI_BWD_TMA] = DESC("bwd_tma", bwd_tma),
+    [S2_ABI_DECODE] = DESC("decode", decode),
+    [S2_ABI_COMBINE] = DESC("combine", combine),
+};
+#undef DESC
+
+const s2_abi_desc *s2_abi_get(s2_abi_id id)
+{
+    return (unsigned)id < (unsigned)S2_ABI_COUNT_ ? &abis[id] : NULL;
+}
+
+bool s2_abi_parse(const char *name, s2_abi_id *out)
+{
+    for (int i = 0; name && i < S2_ABI_COUNT_; i++)
+        if (strcmp(name, abis[i].name) == 0) {
+            *out = (s2_abi_id)i;
+            return true;
+        }
+    return false;
+}
+
+int s2_abi_param_index(s2_abi_id id, const char *name)
+{
+    const s2_abi_desc *d = s2_abi_get(id);
+    for (int i = 0; d && name && i < d->num_params; i++)
+        if (strcmp(d->params[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+static const struct {
+    const char *name, *suffix;
+} roles[S2_ROLE_COUNT_] = {
+    [S2_ROLE_FWD] = {"fwd", ""},
+    [S2_ROLE_FWD_WIDE] = {"fwd_wide", "_w"},
+    [S2_ROLE_BWD_PRE] = {"bwd_pre", "_pre"},
+    [S2_ROLE_BWD_DKDV] = {"bwd_dkdv", "_dkdv"},
+    [S2_ROLE_BWD_DQ] = {"bwd_dq", "_dq"},
+    [S2_ROLE_BWD_DQDS] = {"bwd_dqds", "_dqds"},
+    [S2_ROLE_BWD_DQDS2] = {"bwd_dqds2", "_dqds2"},
+    [S2_ROLE_DECODE] = {"decode", ""},
+    [S2_ROLE_COMBINE] = {"combine", "_combine"},
+};
+
+const char *s2_role_name(s2_kernel_role r) { return (unsigned)r < (unsigned)S2_ROLE_COUNT_ ? roles[r].name : NULL; }
+const char *s2_role_suffix(s2_kernel_role r) { return (unsigned)r < (unsigned)S2_ROLE_COUNT_ ? roles[r].suffix : NULL; }
+
+bool s2_role_parse(const char *name, s2_kernel_role *out)
+{
+    for (int i = 0; name && i < S2_ROLE_COUNT_; i++)
+        if (strcmp(name, roles[i].name) == 0) {
+            *out = (s2_kernel_role)i;
+            return true;
+        }
+    return false;
+}
+
+static const char *const grids[S2_GRID_COUNT_] = {
+    [S2_GRID_Q_TILES] = "q_tiles",     [S2_GRID_PERSISTENT] = "persistent", [S2_GRID_PRE_ROWS] = "pre_rows",
+    [S2_GRID_KV_TILES] = "kv_tiles",   [S2_GRID_Q_TILE_PAIRS] = "q_tile_pairs", [S2_GRID_SPLITS] = "splits",
+    [S2_GRID_ROWS] = "rows",
+};
+
+const char *s2_grid_name(s2_grid_rule g) { return (unsigned)g < (unsigned)S2_GRID_COUNT_ ? grids[g] : NULL; }
+
+bool s2_grid_parse(const char *name, s2_grid_rule *out)
+{
+    for (int i = 0; name && i < S2_GRID_COUNT_; i++)
+        if (strcmp(name, grids[i]) == 0) {
+            *out = (s2_grid_rule)i;
+            return true;
+        }
+    return false;
+}

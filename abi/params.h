@@ -1,0 +1,78 @@
+/* Internal to s2c: every kernel ABI's parameter list, in order, written once.
+ *
+ * Each list is an X-macro of X(ENUM, "name", TYPE): the templates build their
+ * LLVM function types and name their parameters from it (P_ENUM), the runtime
+ * fills its argument arrays by it, and the AOT emitter (driver/emit_c.c)
+ * writes its launchers' parameters from it.  TYPE is one of PTR (a global
+ * pointer), I32, I64, F32, TMAP (a CUtensorMap by value), BYTES (a by-value
+ * struct of the kernel's own).  The ABIs are documented in s2c/launch.h and
+ * s2c/decode.h. */
+#ifndef S2C_ABI_PARAMS_H
+#define S2C_ABI_PARAMS_H
+
+/* (batch, seq, head) strides in elements: three consecutive i64 parameters */
+#define S2_ABI_STRIDES(X, E, n) X(E, n "_stride_b", I64) X(E##_S, n "_stride_s", I64) X(E##_H, n "_stride_h", I64)
+
+/* the forward's parameters 0..24, shared by its three ABIs */
+#define S2_ABI_FWD_BASE(X)                                                                                   \
+    X(Q, "q", PTR) X(K, "k", PTR) X(V, "v", PTR) X(O, "o", PTR) X(LSE, "lse", PTR)                         \
+    S2_ABI_STRIDES(X, QS, "q") S2_ABI_STRIDES(X, KS, "k") S2_ABI_STRIDES(X, VS, "v") S2_ABI_STRIDES(X, OS, "o") \
+    X(QLEN, "q_len", I32) X(KVLEN, "kv_len", I32) X(SCALE_LOG2, "scale_log2", F32)                          \
+    X(CLASS, "class_of_head", PTR) X(OFFSETS, "offsets", PTR) X(ENTRIES, "entries", PTR)                   \
+    X(FIRST_Q_TILE, "first_q_tile", I32) X(Q_TILES, "q_tiles", I32)
+
+/* S2_ABI_FWD: the mma.sync forward */
+#define S2_ABI_FWD_PARAMS(X) S2_ABI_FWD_BASE(X) X(SEQINFO, "seqinfo", PTR)
+
+/* S2_ABI_FWD_TMA: the sm_90a forward with the q, k, v tensor maps */
+#define S2_ABI_FWD_MAPS(X) X(TMAP_Q, "q_map", TMAP) X(TMAP_K, "k_map", TMAP) X(TMAP_V, "v_map", TMAP)
+#define S2_ABI_FWD_TMA_PARAMS(X) S2_ABI_FWD_BASE(X) S2_ABI_FWD_MAPS(X) X(SEQINFO, "seqinfo", PTR)
+
+/* S2_ABI_FWD_TMA_PERSISTENT: the same on the persistent grid */
+#define S2_ABI_FWD_WORK(X) \
+    X(WORK, "work", PTR) X(NWORK, "n_work", I32) X(BATCH, "batch", I32) X(COUNTER, "counter", PTR)
+#define S2_ABI_FWD_TMA_PERSISTENT_PARAMS(X) \
+    S2_ABI_FWD_BASE(X) S2_ABI_FWD_MAPS(X) S2_ABI_FWD_WORK(X) X(SEQINFO, "seqinfo", PTR)
+
+/* S2_ABI_BWD: every kernel of a backward module */
+#define S2_ABI_BWD_PARAMS(X)                                                                                 \
+    X(Q, "q", PTR) X(K, "k", PTR) X(V, "v", PTR) X(O, "o", PTR) X(DO, "d_o", PTR) X(LSE, "lse", PTR)        \
+    X(DLSE, "dlse", PTR) X(DELTA, "delta", PTR) X(LSE2, "lse2", PTR)                                        \
+    X(DQ, "dq", PTR) X(DK, "dk", PTR) X(DV, "dv", PTR)                                                     \
+    S2_ABI_STRIDES(X, QS, "q") S2_ABI_STRIDES(X, KS, "k") S2_ABI_STRIDES(X, VS, "v") S2_ABI_STRIDES(X, OS, "o") \
+    S2_ABI_STRIDES(X, DOS, "d_o") S2_ABI_STRIDES(X, DQS, "dq") S2_ABI_STRIDES(X, DKS, "dk")                \
+    S2_ABI_STRIDES(X, DVS, "dv")                                                                            \
+    X(QLEN, "q_len", I32) X(KVLEN, "kv_len", I32) X(SCALE_LOG2, "scale_log2", F32)                          \
+    X(CLASS, "class_of_head", PTR) X(OFFSETS, "offsets", PTR) X(ENTRIES, "entries", PTR)                   \
+    X(FIRST_Q_TILE, "first_q_tile", I32) X(Q_TILES, "q_tiles", I32)                                         \
+    X(TCLASS, "t_class_of_head", PTR) X(TOFFSETS, "t_offsets", PTR) X(TENTRIES, "t_entries", PTR)          \
+    X(KV_TILES, "kv_tiles", I32)                                                                            \
+    X(DS, "ds", PTR) X(DS_HEAD, "ds_head", PTR) X(DS_MAP, "ds_map", PTR)
+
+/* S2_ABI_BWD_TMA: the same, then the q and do tensor maps */
+#define S2_ABI_BWD_TMA_PARAMS(X) S2_ABI_BWD_PARAMS(X) X(TMAP_Q, "q_map", TMAP) X(TMAP_DO, "do_map", TMAP)
+
+/* S2_ABI_DECODE: the paged decode kernel */
+#define S2_ABI_DECODE_PARAMS(X)                                                                              \
+    X(Q, "q", PTR) X(K, "k_pages", PTR) X(V, "v_pages", PTR) X(O, "o", PTR) X(LSE, "lse", PTR)             \
+    X(WS_O, "ws_o", PTR) X(WS_LSE, "ws_lse", PTR)                                                          \
+    S2_ABI_STRIDES(X, QS, "q")                                                                              \
+    X(KS, "k_stride_page", I64) X(KS_S, "k_stride_slot", I64) X(KS_H, "k_stride_h", I64)                   \
+    X(VS, "v_stride_page", I64) X(VS_S, "v_stride_slot", I64) X(VS_H, "v_stride_h", I64)                   \
+    S2_ABI_STRIDES(X, OS, "o")                                                                              \
+    X(TABLE, "block_table", PTR) X(TBS, "table_stride_b", I64) X(THS, "table_stride_h", I64)               \
+    X(SEQ_LENS, "seq_lens", PTR) X(N, "n", I32) X(PAGE, "page_size", I32) X(SCALE_LOG2, "scale_log2", F32) \
+    X(CLASS, "class_of_kv_head", PTR) X(OFFSETS, "offsets", PTR) X(ENTRIES, "entries", PTR)                \
+    X(QBLOCKS, "q_blocks", I32) X(SPLITS, "splits", I32) X(COUNTERS, "counters", PTR)
+
+/* S2_ABI_COMBINE: the combine kernel of a decode module (s2c/decode.h) */
+#define S2_ABI_COMBINE_PARAMS(X)                                                                             \
+    X(PTRS, "inputs", BYTES) X(OBASE, "o_base", PTR) X(LBASE, "lse_base", PTR)                             \
+    X(OPART, "o_part", I64) X(LPART, "lse_part", I64) S2_ABI_STRIDES(X, IS, "in")                           \
+    X(OUT, "out", PTR) S2_ABI_STRIDES(X, OS, "out") X(LSE_OUT, "lse_out", PTR)                               \
+    X(N, "n_in", I32) X(S, "s", I32) X(H, "h", I32) X(ROWS, "rows", I32)
+
+/* enum helpers: P_ENUM for a template's own parameters, or a prefix of the caller's */
+#define S2_ABI_P_ENUM(e, n, t) P_##e,
+
+#endif
