@@ -121,7 +121,6 @@ void s2_attn_bwd_args_bshd(s2_attn_bwd_args *a)
         ks[i][0] = a->kv_len * hk * d, ks[i][1] = hk * d, ks[i][2] = d;
 }
 
-
 /* The backward's launch arguments (attention.h, backward ABI), for kv heads
  * [kv0, kv0 + nkv) (query heads kv0 * group ..): tensors, lse/delta rows and
  * the schedules' class arrays are moved to the first head (the kernels index
@@ -182,21 +181,17 @@ static s2_status bwd_launch_args(s2_ctx *ctx, bwd_launch *L, const s2_attn_kerne
         return S2_OK;
     /* the dK/dV kernel's Q and dO tiles (block_m rows), over the launch's heads */
     int64_t nh = (int64_t)nkv * group;
-    s2_status st = s2_rt_tensor_map_of(ctx, k->mod->dev, &L->maps[0], a->dtype, a->head_dim, L->ptrs[0], a->q_stride,
-                                 a->q_len, nh, a->batch, (uint32_t)k->desc->spec.block_m);
+    s2_status st = s2_rt_tensor_map_of(ctx, k->mod->dev, &L->maps[0], a->dtype, a->head_dim, L->ptrs[0],
+                                       a->q_stride, a->q_len, nh, a->batch, (uint32_t)k->desc->spec.block_m);
     if (st == S2_OK)
-        st = s2_rt_tensor_map_of(ctx, k->mod->dev, &L->maps[1], a->dtype, a->head_dim, L->ptrs[4], a->do_stride, a->q_len,
-                           nh, a->batch, (uint32_t)k->desc->spec.block_m);
+        st = s2_rt_tensor_map_of(ctx, k->mod->dev, &L->maps[1], a->dtype, a->head_dim, L->ptrs[4], a->do_stride,
+                                 a->q_len, nh, a->batch, (uint32_t)k->desc->spec.block_m);
     return st;
 }
 
 /* A chunking the runtime takes by itself: a chunk's dK/dV work spread over
  * the GPU's CTA slots (two per SM) takes at least as long as its longest
- * list, which otherwise becomes each chunk's tail.  On an H200
- * (bench/RESULTS.md, runs 43-44): 128K, B=1: 2 and 4 chunks ran as fast as
- * one launch, 8 chunks (work 1100 entries per slot, longest list 2048)
- * 25% slower, 16 chunks 2x; 8K, B=4: 2 chunks (168 against 128) +3%, 4
- * chunks (84) +11%, 16 chunks 2.7x (the recomputing dQ: +12%). */
+ * list, which otherwise becomes each chunk's tail (runs 43-44). */
 static bool chunks_fill(const s2_attn_kernel *k, const sched_slot *s, int i, int batch)
 {
     int64_t slots = 2 * (int64_t)s2_device_get_info(k->mod->dev)->sm_count;

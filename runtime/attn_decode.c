@@ -21,8 +21,8 @@ typedef struct dec_slot {
 /* Lists are built for more blocks than asked (a list serves every shorter
  * length: the kernel masks keys past seq_len): up to the next multiple of a
  * quarter of the power of two below (at least 64 blocks), so a growing
- * max_seq_len rebuilds them about 4 times per doubling (at 128K, block 64:
- * 19 MB, 0.4 s to build) with at most 25% more entries. */
+ * max_seq_len rebuilds them about 4 times per doubling with at most 25%
+ * more entries. */
 static int64_t dec_q_blocks(const s2_attn_kernel *k, int64_t max_seq_len)
 {
     int bs = k->pattern->block_size;
@@ -105,14 +105,12 @@ static s2_status dec_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t max_seq_len, de
     return st;
 }
 
-/* Splits: the fewest that fill the resident CTA slots (SMs x CTAs per SM)
- * to at least 90% in whole waves (B = 1 at 32 kv heads on 132 SMs x 2: 8
- * splits, 256 CTAs, one wave; 9 made a second wave of 24 CTAs and measured
- * 0.099 ms at 128K, bench/RESULTS.md), at most one per 4 key tiles of the
- * longest list. */
-/* split counters in the workspace: one per (sequence, kv head), see dec_workspace_of */
+/* Split counters in the workspace: one per (sequence, kv head), see dec_workspace_of. */
 #define DEC_COUNTERS 65536
 
+/* Splits: the fewest that fill the resident CTA slots (SMs x CTAs per SM)
+ * to at least 90% in whole waves (a partial last wave costs a whole one),
+ * at most one per 4 key tiles of the longest list. */
 static s2_status dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, int64_t max_list, int *out)
 {
     int64_t ctas = (int64_t)a->batch * a->kv_heads;

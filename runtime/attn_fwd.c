@@ -18,7 +18,6 @@ void s2_attn_fwd_args_bshd(s2_attn_fwd_args *a)
     }
 }
 
-
 /* A dimension of extent 1 is never stepped over, so its stride (possibly
  * anything) is replaced by one the driver accepts. */
 s2_status s2_rt_tensor_map_of(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *map, s2_dtype dt, int d,
@@ -45,14 +44,14 @@ s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_ke
         return s2_fail(ctx, S2_ERR_INVALID, "tensor maps: head_dim %d / block_n %d", spec->head_dim, spec->block_n);
     int64_t nb = tensor_batch(a);
     uint32_t kv_rows = (uint32_t)(spec->kv_gather > 1 ? spec->block_n / spec->kv_gather : spec->block_n);
-    s2_status st = s2_rt_tensor_map_of(ctx, dev, &maps[0], spec->dtype, spec->head_dim, a->q, a->q_stride, a->q_len, a->heads,
-                                 nb, 64);
+    s2_status st = s2_rt_tensor_map_of(ctx, dev, &maps[0], spec->dtype, spec->head_dim, a->q, a->q_stride, a->q_len,
+                                       a->heads, nb, 64);
     if (st == S2_OK)
-        st = s2_rt_tensor_map_of(ctx, dev, &maps[1], spec->dtype, spec->head_dim, a->k, a->k_stride, a->kv_len, a->kv_heads,
-                           nb, kv_rows);
+        st = s2_rt_tensor_map_of(ctx, dev, &maps[1], spec->dtype, spec->head_dim, a->k, a->k_stride, a->kv_len,
+                                 a->kv_heads, nb, kv_rows);
     if (st == S2_OK)
-        st = s2_rt_tensor_map_of(ctx, dev, &maps[2], spec->dtype, spec->head_dim, a->v, a->v_stride, a->kv_len, a->kv_heads,
-                           nb, kv_rows);
+        st = s2_rt_tensor_map_of(ctx, dev, &maps[2], spec->dtype, spec->head_dim, a->v, a->v_stride, a->kv_len,
+                                 a->kv_heads, nb, kv_rows);
     return st;
 }
 

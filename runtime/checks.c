@@ -6,6 +6,8 @@
 #include <stdio.h>
 #include <string.h>
 
+/* ---- shared --------------------------------------------------------------------- */
+
 typedef struct tensor_desc {
     const char *name;
     uint64_t ptr;
@@ -154,6 +156,8 @@ s2_status s2_rt_check_sizes(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_
     return S2_OK;
 }
 
+/* ---- forward -------------------------------------------------------------------- */
+
 static void describe_tensors(const s2_attn_fwd_args *a, tensor_desc t[4])
 {
     int64_t nb = tensor_batch(a);
@@ -215,6 +219,8 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
     s2_status st = check_host_side(ctx, k, a, bytes);
     return st == S2_OK ? check_device_side(ctx, k, a, bytes) : st;
 }
+
+/* ---- backward ------------------------------------------------------------------- */
 
 enum { BWD_TENSORS = 8 };
 
@@ -297,6 +303,9 @@ s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
                                  16, "workspace");
     return st;
 }
+
+/* ---- decode and combine --------------------------------------------------------- */
+
 static s2_status dec_check_table(s2_ctx *ctx, const s2_attn_decode_args *a, size_t *bytes)
 {
     int64_t tb = a->table_stride[0], th = a->table_stride[1];

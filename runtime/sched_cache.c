@@ -210,17 +210,9 @@ static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, const s2_sched
     return st;
 }
 
-/* The wide forward variant pays for its 128-row tiles (union lists: dead
- * pairs; one CTA per SM) once a query tile visits enough keys: on an H200
- * (bench/RESULTS.md, run 39) it lost 12% at ~690 keys per 64-row tile
- * (b64_8k), tied at ~1500 (b64_32k), and won 3% at ~1870 (b64_l16v8_16k)
- * and 7% at ~4500 (b64_128k); with the lazy rescaling of both (run 50) it
- * loses 7% at ~690 and wins 1.5-2% at ~1500 (b64_32k: 1503), 5% at ~1870.
- * On owned pairs (s2_schedule_pack_gathered_owned, run 67) it wins 3% at
- * 725 (b64_8k), 6% at 1051 (local 16, stride 8, 4K) and ties at 584 (b64
- * at 4K); with the item hand-off in shared memory (runs 76-77) it wins
- * 5% at 584, 2-3% at 493 (b64 at 2K) and 4% at 409 (b64 at 1K), the
- * shortest measured.  Keys per query tile of the primary schedule. */
+/* Keys per query tile of the primary schedule from which the wide variant
+ * pays for its 128-row tiles (dead pairs, one CTA per SM): it won down to
+ * 409, the shortest measured (runs 76-77; history in bench/NOTES.md). */
 enum { WIDE_MIN_KEYS = 384 };
 
 static bool wants_wide(const s2_attn_kernel *k, const s2_schedule *sched)
