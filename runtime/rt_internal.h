@@ -16,6 +16,13 @@
  * newest versions not above it.  CUDA 12.0 is the oldest driver we support. */
 #define S2_CUDA_ABI 12000
 
+/* Functions shared between the runtime's files but not exported from libs2rt.so. */
+#if defined(__GNUC__)
+#define S2_RT_HIDDEN __attribute__((visibility("hidden")))
+#else
+#define S2_RT_HIDDEN
+#endif
+
 /* X(name without "cu", PFN version suffix) */
 #define S2_DRIVER_FUNCS(X)            \
     X(Init, v2000)                    \

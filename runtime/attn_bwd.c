@@ -1,0 +1,290 @@
+/* The backward: its workspaces (with the dS path and its chunkings) and
+ * launches. */
+#include "attn_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+size_t s2_attn_bwd_workspace_bytes(int batch, int heads, int64_t q_len)
+{
+    if (batch < 1 || heads < 1 || q_len < 1)
+        return 0;
+    return 2 * align16((size_t)batch * (size_t)heads * (size_t)q_len * sizeof(float));
+}
+
+/* Where the dS tiles start in the workspace, and the size that holds them
+ * (0: slot s has no dS path). */
+static size_t ds_offset(int batch, int heads, int64_t q_len)
+{
+    return (s2_attn_bwd_workspace_bytes(batch, heads, q_len) + 255u) & ~(size_t)255u;
+}
+
+static size_t ds_workspace_bytes(const s2_attn_kernel *k, const sched_slot *s, int batch, int heads, int64_t q_len)
+{
+    if (!k->bwd_fn[BWD_DQDS] || s->ds_tiles < 0)
+        return 0;
+    return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)s->ds_tiles * S2_BWD_DS_TILE_BYTES;
+}
+
+/* The same over the slot's chunking i (s->ds_chunks[i] chunks of kv heads,
+ * one after the other through the workspace). */
+static size_t ds_chunking_bytes(const sched_slot *s, int batch, int heads, int64_t q_len, int i)
+{
+    return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)s->ds_chunk_tiles[i] * S2_BWD_DS_TILE_BYTES;
+}
+
+/* The same over `chunks` chunks: 0 when that chunking is not offered (its index in *which). */
+static size_t ds_chunked_bytes(const s2_attn_kernel *k, const sched_slot *s, int batch, int heads, int64_t q_len,
+                               int chunks, int *which)
+{
+    if (chunks == 1)
+        return ds_workspace_bytes(k, s, batch, heads, q_len);
+    for (int i = 0; k->bwd_fn[BWD_DQDS] && s->ds_tiles >= 0 && i < s->ds_nchunk; i++)
+        if (s->ds_chunks[i] == chunks) {
+            if (which)
+                *which = i;
+            return ds_chunking_bytes(s, batch, heads, q_len, i);
+        }
+    return 0;
+}
+
+/* The dS workspace of (batch, q_len, kv_len) in `chunks` chunks of kv heads
+ * (0: no dS path), the schedules built (and cached) as a launch would. */
+static s2_status ds_need(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len, int64_t kv_len, int chunks,
+                         size_t *need)
+{
+    *need = 0;
+    if (k->desc->spec.kind != S2_KERNEL_BWD)
+        return s2_fail(ctx, S2_ERR_INVALID, "kernel %s is not a backward kernel", k->desc->name);
+    s2_attn_fwd_args f = {.batch = batch, .q_len = q_len, .kv_len = kv_len, .heads = k->pattern->heads,
+                          .kv_heads = k->pattern->kv_heads, .head_dim = k->desc->spec.head_dim,
+                          .dtype = k->desc->spec.dtype};
+    s2_status st = s2_rt_check_sizes(ctx, k, &f);
+    if (st != S2_OK)
+        return st;
+    mtx_lock(&k->lock);
+    sched_slot *s = NULL;
+    st = s2_rt_sched_get(ctx, k, q_len, kv_len, &s);
+    if (st == S2_OK)
+        *need = ds_chunked_bytes(k, s, batch, k->pattern->heads, q_len, chunks, NULL);
+    mtx_unlock(&k->lock);
+    return st;
+}
+
+s2_status s2_attn_backward_workspace_chunked(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len,
+                                             int64_t kv_len, int chunks, size_t *bytes)
+{
+    if (!k || !bytes)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_backward_workspace_chunked: %s is NULL", !k ? "kernel" : "bytes");
+    *bytes = 0;
+    if (k->desc->spec.kind == S2_KERNEL_BWD &&
+        (chunks < 1 || chunks > k->pattern->kv_heads || k->pattern->kv_heads % chunks))
+        return s2_fail(ctx, S2_ERR_INVALID, "%d head chunks do not divide %d kv heads", chunks, k->pattern->kv_heads);
+    size_t need = 0;
+    s2_status st = ds_need(ctx, k, batch, q_len, kv_len, chunks, &need);
+    if (st != S2_OK)
+        return st;
+    if (!need)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "kernel %s has no dS path for this shape", k->desc->name);
+    *bytes = need;
+    return S2_OK;
+}
+
+s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len, int64_t kv_len,
+                                     size_t *bytes, bool *ds_path)
+{
+    if (!k || !bytes)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_backward_workspace: %s is NULL", !k ? "kernel" : "bytes");
+    *bytes = 0;
+    if (ds_path)
+        *ds_path = false;
+    size_t full = 0;
+    s2_status st = ds_need(ctx, k, batch, q_len, kv_len, 1, &full);
+    if (st != S2_OK)
+        return st;
+    *bytes = full ? full : s2_attn_bwd_workspace_bytes(batch, k->pattern->heads, q_len);
+    if (ds_path)
+        *ds_path = full != 0;
+    return S2_OK;
+}
+
+void s2_attn_bwd_args_bshd(s2_attn_bwd_args *a)
+{
+    if (!a)
+        return;
+    const int64_t d = a->head_dim, h = a->heads, hk = a->kv_heads;
+    int64_t *qs[4] = {a->q_stride, a->o_stride, a->do_stride, a->dq_stride};
+    for (int i = 0; i < 4; i++)
+        qs[i][0] = a->q_len * h * d, qs[i][1] = h * d, qs[i][2] = d;
+    int64_t *ks[4] = {a->k_stride, a->v_stride, a->dk_stride, a->dv_stride};
+    for (int i = 0; i < 4; i++)
+        ks[i][0] = a->kv_len * hk * d, ks[i][1] = hk * d, ks[i][2] = d;
+}
+
+/* The backward's launch arguments (attention.h, backward ABI), for kv heads
+ * [kv0, kv0 + nkv) (query heads kv0 * group ..): tensors, lse/delta rows and
+ * the schedules' class arrays are moved to the first head (the kernels index
+ * them from the grid's head, with the full head count as the batch stride),
+ * ds_head is the chunk's head_base array. */
+typedef struct bwd_launch {
+    s2_devptr ptrs[12];
+    int64_t st[24];
+    int32_t q_len, kv_len, first, tiles, kv_tiles;
+    float scale_log2;
+    s2_devptr sch[6], dsp[3];
+    s2_tensor_map maps[2];   /* q, do (spec.bwd_tma) */
+    void *args[53];
+} bwd_launch;
+
+static s2_status bwd_launch_args(s2_ctx *ctx, bwd_launch *L, const s2_attn_kernel *k, const s2_attn_bwd_args *a,
+                                 const sched_slot *s, int kv0, int nkv, s2_devptr ds, s2_devptr ds_head)
+{
+    int group = a->heads / a->kv_heads;
+    int64_t h0 = (int64_t)kv0 * group;
+    size_t es = s2_dtype_size(a->dtype), ws = s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len);
+    size_t rows = (size_t)h0 * (size_t)a->q_len * sizeof(float);
+    s2_devptr base[12] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->d_lse, a->workspace, a->workspace + ws / 2,
+                          a->dq, a->dk, a->dv};
+    /* which head each pointer follows: 0 query heads, 1 kv heads, 2 rows of lse/delta */
+    static const int kind[12] = {0, 1, 1, 0, 0, 2, 2, 2, 2, 0, 1, 1};
+    const int64_t *head_stride[12] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride, a->do_stride, NULL, NULL,
+                                      NULL, NULL, a->dq_stride, a->dk_stride, a->dv_stride};
+    for (int i = 0; i < 12; i++) {
+        s2_devptr off = kind[i] == 2 ? (s2_devptr)rows
+                        : (s2_devptr)((kind[i] == 0 ? h0 : kv0) * head_stride[i][2] * (int64_t)es);
+        L->ptrs[i] = base[i] ? base[i] + off : 0;
+    }
+    const int64_t *strides[8] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride,
+                                 a->do_stride, a->dq_stride, a->dk_stride, a->dv_stride};
+    for (int i = 0; i < 8; i++)
+        memcpy(L->st + 3 * i, strides[i], 3 * sizeof(int64_t));
+    L->q_len = (int32_t)a->q_len, L->kv_len = (int32_t)a->kv_len;
+    double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
+    L->scale_log2 = (float)(scale * 1.4426950408889634);
+    s2_devptr cls = 4 * (s2_devptr)h0;   /* int32 class_of_head[heads] of both schedules, by query head */
+    s2_devptr sch[6] = {s->fwd.class_of_head + cls, s->fwd.offsets, s->fwd.entries, s->t_class_of_head + cls, s->t_offsets,
+                        s->t_entries};
+    memcpy(L->sch, sch, sizeof sch);
+    L->first = s->fwd.first_q_tile, L->tiles = s->fwd.q_tiles, L->kv_tiles = s->kv_tiles;
+    L->dsp[0] = ds, L->dsp[1] = ds ? ds_head : 0, L->dsp[2] = ds ? s->ds_map : 0;
+    for (int i = 0; i < 12; i++)
+        L->args[i] = &L->ptrs[i];
+    for (int i = 0; i < 24; i++)
+        L->args[12 + i] = &L->st[i];
+    void *tail[15] = {&L->q_len, &L->kv_len, &L->scale_log2, &L->sch[0], &L->sch[1], &L->sch[2], &L->first,
+                      &L->tiles, &L->sch[3], &L->sch[4], &L->sch[5], &L->kv_tiles, &L->dsp[0], &L->dsp[1],
+                      &L->dsp[2]};
+    memcpy(L->args + 36, tail, sizeof tail);
+    L->args[51] = &L->maps[0];
+    L->args[52] = &L->maps[1];
+    if (k->desc->spec.bwd_tma <= 0)
+        return S2_OK;
+    /* the dK/dV kernel's Q and dO tiles (block_m rows), over the launch's heads */
+    int64_t nh = (int64_t)nkv * group;
+    s2_status st = s2_rt_tensor_map_of(ctx, k->mod->dev, &L->maps[0], a->dtype, a->head_dim, L->ptrs[0],
+                                       a->q_stride, a->q_len, nh, a->batch, (uint32_t)k->desc->spec.block_m);
+    if (st == S2_OK)
+        st = s2_rt_tensor_map_of(ctx, k->mod->dev, &L->maps[1], a->dtype, a->head_dim, L->ptrs[4], a->do_stride,
+                                 a->q_len, nh, a->batch, (uint32_t)k->desc->spec.block_m);
+    return st;
+}
+
+/* A chunking the runtime takes by itself: a chunk's dK/dV work spread over
+ * the GPU's CTA slots (two per SM) takes at least as long as its longest
+ * list, which otherwise becomes each chunk's tail (runs 43-44). */
+static bool chunks_fill(const s2_attn_kernel *k, const sched_slot *s, int i, int batch)
+{
+    int64_t slots = 2 * (int64_t)s2_device_get_info(k->mod->dev)->sm_count;
+    return s->ds_chunk_work[i] * batch >= s->ds_longest * slots;
+}
+
+/* NAME_pre over every head, then NAME_dkdv and NAME_dq, or with the dS path
+ * NAME_dkdv and NAME_dqds: over all heads when the workspace holds every dS
+ * tile, else over the fewest equal chunks of kv heads whose tiles it holds
+ * and whose launches fill the GPU (a->ds_chunks: that many, the caller's
+ * choice), one chunk after the other from the start of the dS area (the
+ * results are those of one launch, bit for bit), else the recomputing
+ * NAME_dq. */
+static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,
+                            const sched_slot *s)
+{
+    int chunks = 1, which = -1;
+    bool ds = false;
+    size_t need = ds_workspace_bytes(k, s, a->batch, a->heads, a->q_len);
+    if (a->ds_chunks > 0) {
+        size_t c = ds_chunked_bytes(k, s, a->batch, a->heads, a->q_len, a->ds_chunks, &which);
+        if (!c)
+            return s2_fail(ctx, S2_ERR_UNSUPPORTED, "ds_chunks %d: kernel %s has no dS path for this shape",
+                           a->ds_chunks, k->desc->name);
+        if (a->workspace_bytes < c)
+            return s2_fail(ctx, S2_ERR_INVALID,
+                           "ds_chunks %d: workspace_bytes %zu below the %zu bytes of s2_attn_backward_workspace_chunked()",
+                           a->ds_chunks, a->workspace_bytes, c);
+        ds = true, chunks = a->ds_chunks;
+    } else if (need && a->workspace_bytes >= need) {
+        ds = true;
+    } else if (need && a->ds_chunks == 0) {
+        /* need != 0: the kernel has NAME_dqds and the shape a dS map */
+        for (int i = 0; i < s->ds_nchunk && !ds; i++)
+            if (a->workspace_bytes >= ds_chunking_bytes(s, a->batch, a->heads, a->q_len, i) &&
+                chunks_fill(k, s, i, a->batch))
+                ds = true, chunks = s->ds_chunks[i], which = i;
+    }
+    s2_devptr dsw = ds ? a->workspace + ds_offset(a->batch, a->heads, a->q_len) : 0;
+    bool pair = ds && k->bwd_fn[BWD_DQDS2] && s->dqds2_ok && a->dq_pair >= 0;
+    uint32_t T = (uint32_t)k->desc->threads, rows = T / (uint32_t)(a->head_dim / 8);
+    uint32_t smem = (uint32_t)k->desc->smem_bytes;
+    bwd_launch L;
+    int nkv = a->kv_heads / chunks, group = a->heads / a->kv_heads;
+    s2_status rc = bwd_launch_args(ctx, &L, k, a, s, 0, a->kv_heads, dsw, s->ds_head);
+    if (rc != S2_OK)
+        return rc;
+    s2_launch_cfg pre = {.grid = {(uint32_t)((a->q_len + rows - 1) / rows), (uint32_t)a->heads, (uint32_t)a->batch},
+                         .block = {T, 1, 1}, .stream = stream};
+    rc = s2_kernel_launch(ctx, k->bwd_fn[BWD_PRE], &pre, L.args);
+    for (int j = 0; j < chunks && rc == S2_OK; j++) {
+        s2_devptr head = chunks == 1 ? s->ds_head
+                         : s->ds_chunk_head[which] + (s2_devptr)j * (s2_devptr)(a->heads + 1) * sizeof(int64_t);
+        /* one launch: the arguments (and tensor maps) of NAME_pre's */
+        if (chunks > 1)
+            rc = bwd_launch_args(ctx, &L, k, a, s, j * nkv, nkv, dsw, head);
+        if (rc != S2_OK)
+            break;
+        s2_launch_cfg cfg[2] = {
+            {.grid = {(uint32_t)L.kv_tiles, (uint32_t)nkv, (uint32_t)a->batch}, .block = {T, 1, 1},
+             .smem_bytes = smem, .stream = stream},
+            {.grid = {(uint32_t)L.tiles, (uint32_t)(nkv * group), (uint32_t)a->batch}, .block = {T, 1, 1},
+             .smem_bytes = ds ? (uint32_t)s2_bwd_dqds_smem_bytes(&k->desc->spec) : smem, .stream = stream},
+        };
+        enum s2_bwd_slot dq = ds ? BWD_DQDS : BWD_DQ;
+        if (pair) {   /* two query tiles per CTA (NAME_dqds2) */
+            dq = BWD_DQDS2;
+            cfg[1].grid[0] = (uint32_t)((L.tiles + 1) / 2);
+            cfg[1].block[0] = S2_BWD_DQDS2_THREADS;
+            cfg[1].smem_bytes = (uint32_t)s2_bwd_dqds2_smem_bytes(&k->desc->spec);
+        }
+        rc = s2_kernel_launch(ctx, k->bwd_fn[BWD_DKDV], &cfg[0], L.args);
+        if (rc == S2_OK)
+            rc = s2_kernel_launch(ctx, k->bwd_fn[dq], &cfg[1], L.args);
+    }
+    if (rc == S2_OK && chunks > 1)
+        k->stats.ds_chunked++;
+    if (rc == S2_OK && pair)
+        k->stats.dq_paired++;
+    return rc;
+}
+
+s2_status s2_attn_backward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a)
+{
+    s2_status st = s2_attn_backward_check(ctx, k, a);
+    if (st != S2_OK)
+        return st;
+    mtx_lock(&k->lock);
+    sched_slot *s = NULL;
+    st = s2_rt_sched_get(ctx, k, a->q_len, a->kv_len, &s);
+    if (st == S2_OK)
+        st = launch_bwd(ctx, k, stream, a, s);
+    mtx_unlock(&k->lock);
+    return st;
+}
+

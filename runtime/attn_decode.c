@@ -1,0 +1,272 @@
+/* Paged decode (split-KV, kept-block lists cached per kernel) and the
+ * combine of partial results (s2c/decode.h). */
+#include "attn_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { DEC_CACHE = 4 };
+
+/* Uploaded kept-block lists for sequences of up to q_blocks blocks (the
+ * cache's key: q_blocks, 0). */
+typedef struct dec_slot {
+    s2_lru_entry lru;
+    int64_t q_blocks;
+    s2_devptr buf, class_of_kv_head, offsets, entries;
+    int64_t max_list;
+} dec_slot;
+
+/* Lists are built for more blocks than asked (a list serves every shorter
+ * length: the kernel masks keys past seq_len): up to the next multiple of a
+ * quarter of the power of two below (at least 64 blocks), so a growing
+ * max_seq_len rebuilds them about 4 times per doubling with at most 25%
+ * more entries. */
+static int64_t dec_q_blocks(const s2_attn_kernel *k, int64_t max_seq_len)
+{
+    int bs = k->pattern->block_size;
+    int64_t blocks = s2_cdiv(max_seq_len, bs), step = 64;
+    while (step * 8 <= blocks)
+        step *= 2;
+    blocks = s2_cdiv(blocks, step) * step;
+    return s2_max64(1, s2_min64(blocks, k->max_kv_len / bs));
+}
+
+static s2_status dec_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_blocks, dec_slot *slot)
+{
+    s2_device *dev = k->mod->dev;
+    s2_decode_lists *l = NULL;
+    s2_packed_decode_lists pk = {0};
+    s2_devptr buf = 0;
+    s2_status st = s2_decode_lists_build(ctx, k->pattern, q_blocks * k->pattern->block_size, &l);
+    if (st == S2_OK)
+        st = s2_decode_lists_pack(ctx, l, &pk);
+    if (st == S2_OK)
+        st = s2_mem_alloc(ctx, dev, pk.size, &buf);
+    if (st == S2_OK)
+        st = s2_memcpy_h2d(ctx, dev, buf, pk.data, pk.size);
+    if (st == S2_OK)
+        st = s2_stream_synchronize(ctx, dev, NULL);
+    if (st == S2_OK) {
+        *slot = (dec_slot){.q_blocks = l->q_blocks, .buf = buf, .class_of_kv_head = buf + pk.class_off,
+                           .offsets = buf + pk.offsets_off, .entries = buf + pk.entries_off, .max_list = l->max_list};
+        buf = 0;
+    }
+    s2_mem_free(NULL, dev, buf);
+    s2_packed_decode_lists_free(&pk);
+    s2_decode_lists_free(l);
+    return st;
+}
+
+static s2_status build_lists(s2_ctx *ctx, void *owner, const int64_t key[2], void *item)
+{
+    return dec_build(ctx, owner, key[0], item);
+}
+
+static void release_lists(void *owner, void *item)
+{
+    const s2_attn_kernel *k = owner;
+    s2_mem_free(NULL, k->mod->dev, ((dec_slot *)item)->buf);
+}
+
+s2_status s2_rt_decode_init(s2_ctx *ctx, s2_attn_kernel *k)
+{
+    static const char *const parts[DEC_SLOT_COUNT] = {[DEC_KERNEL] = "", [DEC_COMBINE] = "_combine"};
+    static const s2_lru_ops ops = {build_lists, release_lists};
+    if (!(k->dec_slots = calloc(DEC_CACHE, sizeof *k->dec_slots)))
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    s2_lru_init(&k->cache, k->dec_slots, sizeof *k->dec_slots, DEC_CACHE, &ops, k, k->mod->dev);
+    for (int j = 0; j < DEC_SLOT_COUNT; j++) {
+        char name[512];
+        snprintf(name, sizeof name, "%s%s", k->desc->name, parts[j]);
+        s2_status st = s2_kernel_get(ctx, k->mod->cu, name, &k->dec_fn[j]);
+        if (st != S2_OK)
+            return st;
+    }
+    return S2_OK;
+}
+
+/* After s2_lru_clear (s2_attn_module_free), which frees the lists' device memory. */
+void s2_rt_decode_free(s2_attn_kernel *k)
+{
+    free(k->dec_slots);
+    k->dec_slots = NULL;
+    for (int j = 0; j < DEC_SLOT_COUNT; j++)
+        s2_kernel_free(k->dec_fn[j]);
+}
+
+/* The lists for max_seq_len.  Called with k->lock held. */
+static s2_status dec_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t max_seq_len, dec_slot **out)
+{
+    void *item = NULL;
+    s2_status st = s2_lru_get(ctx, &k->cache, dec_q_blocks(k, max_seq_len), 0, &item);
+    *out = item;
+    return st;
+}
+
+/* Split counters in the workspace: one per (sequence, kv head), see dec_workspace_of. */
+#define DEC_COUNTERS 65536
+
+/* Splits: the fewest that fill the resident CTA slots (SMs x CTAs per SM)
+ * to at least 90% in whole waves (a partial last wave costs a whole one),
+ * at most one per 4 key tiles of the longest list. */
+static s2_status dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, int64_t max_list, int *out)
+{
+    int64_t ctas = (int64_t)a->batch * a->kv_heads;
+    if (a->splits > 1 && ctas > DEC_COUNTERS)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "splits %d with batch x kv_heads = %lld above %d", a->splits,
+                       (long long)ctas, DEC_COUNTERS);
+    if (a->splits > 0 || ctas > DEC_COUNTERS) {
+        *out = a->splits > 0 ? a->splits : 1;
+        return S2_OK;
+    }
+    s2_kernel_attrs at;
+    s2_status st = s2_kernel_get_attrs(ctx, k->dec_fn[DEC_KERNEL], &at);
+    if (st != S2_OK)
+        return st;
+    int warps = k->desc->spec.num_warps;
+    int warp_regs = ((at.num_regs * 32 + 255) / 256) * 256;
+    int by_regs = warp_regs ? 65536 / (warps * warp_regs) : 32;
+    int by_smem = 228 * 1024 / (k->desc->smem_bytes + at.static_smem_bytes + 1024);
+    int per_sm = by_regs < by_smem ? by_regs : by_smem;
+    per_sm = per_sm < 1 ? 1 : per_sm;
+    int64_t target = (int64_t)s2_device_get_info(k->mod->dev)->sm_count * per_sm;
+    int64_t tiles = s2_cdiv(max_list * (k->pattern->block_size / 16), warps);
+    int64_t cap = s2_min64(DEC_MAX_SPLITS, s2_max64(1, tiles / 4)), best = 1;
+    double best_eff = 0;
+    for (int64_t s = 1; s <= cap; s++) {
+        int64_t n = ctas * s;
+        double eff = (double)n / (double)(s2_cdiv(n, target) * target);
+        if (eff > best_eff + 1e-9) {
+            best_eff = eff;
+            best = s;
+        }
+        if (eff >= 0.9)
+            break;
+    }
+    *out = (int)best;
+    return S2_OK;
+}
+
+/* Workspace: the split counters first, i32 [B][kv_heads] in a region of a
+ * fixed DEC_COUNTERS slots, then partial o fp32 [splits][B][n][H][D] and
+ * partial lse fp32 [splits][B][H][n], 16-byte aligned.  The counters must be
+ * zero before a launch and every launch leaves them zero, but the partials are
+ * left behind: the counters' place may not depend on the shapes, or a launch
+ * of other shapes would find old partials where it expects zero counters. */
+typedef struct dec_ws {
+    size_t o_off, lse_off, bytes;
+} dec_ws;
+
+static dec_ws dec_workspace_of(const s2_attn_decode_args *a, int splits)
+{
+    dec_ws w = {0};
+    if (splits <= 1)
+        return w;
+    size_t rows = (size_t)splits * (size_t)a->batch * (size_t)a->n_new * (size_t)a->heads;
+    w.o_off = DEC_COUNTERS * sizeof(int32_t);
+    w.lse_off = w.o_off + align16(rows * (size_t)a->head_dim * sizeof(float));
+    w.bytes = w.lse_off + align16(rows * sizeof(float));
+    return w;
+}
+
+s2_status s2_attn_decode_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, int *splits)
+{
+    size_t b7[7];
+    if (!splits)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_decode_splits: splits is NULL");
+    *splits = 1;
+    s2_status st = s2_rt_dec_check_host(ctx, k, a, b7);
+    if (st != S2_OK)
+        return st;
+    mtx_lock(&k->lock);
+    dec_slot *slot = NULL;
+    st = dec_get(ctx, k, a->max_seq_len, &slot);
+    if (st == S2_OK)
+        st = dec_splits(ctx, k, a, slot->max_list, splits);
+    mtx_unlock(&k->lock);
+    return st;
+}
+
+s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, size_t *bytes)
+{
+    if (!bytes)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_decode_workspace: bytes is NULL");
+    int splits = 1;
+    s2_status st = s2_attn_decode_splits(ctx, k, a, &splits);
+    *bytes = st == S2_OK ? dec_workspace_of(a, splits).bytes : 0;
+    return st;
+}
+
+static s2_status dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
+                            const dec_slot *s, int splits)
+{
+    s2_devptr q = a->q, kp = a->k_pages, vp = a->v_pages, o = a->o, lse = a->lse;
+    dec_ws w = dec_workspace_of(a, splits);
+    s2_devptr ws_o = splits > 1 ? a->workspace + w.o_off : 0;
+    s2_devptr ws_lse = splits > 1 ? a->workspace + w.lse_off : 0;
+    s2_devptr counters = splits > 1 ? a->workspace : 0;
+    int64_t st[12];
+    memcpy(st, a->q_stride, sizeof a->q_stride);
+    memcpy(st + 3, a->k_stride, sizeof a->k_stride);
+    memcpy(st + 6, a->v_stride, sizeof a->v_stride);
+    memcpy(st + 9, a->o_stride, sizeof a->o_stride);
+    s2_devptr table = a->block_table, seq_lens = a->seq_lens;
+    int64_t tbs = a->table_stride[0], ths = a->table_stride[1];
+    int32_t n = a->n_new, page = a->page_size, qb = (int32_t)s->q_blocks, sp = splits;
+    double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
+    float scale_log2 = (float)(scale * 1.4426950408889634);
+    s2_devptr cls = s->class_of_kv_head, offs = s->offsets, ent = s->entries;
+    void *args[] = {&q, &kp, &vp, &o, &lse, &ws_o, &ws_lse,
+                    &st[0], &st[1], &st[2], &st[3], &st[4], &st[5], &st[6], &st[7], &st[8], &st[9], &st[10], &st[11],
+                    &table, &tbs, &ths, &seq_lens, &n, &page, &scale_log2, &cls, &offs, &ent, &qb, &sp, &counters};
+    s2_launch_cfg cfg = {.grid = {(uint32_t)splits, (uint32_t)a->kv_heads, (uint32_t)a->batch},
+                         .block = {(uint32_t)k->desc->threads, 1, 1},
+                         .smem_bytes = (uint32_t)k->desc->smem_bytes,
+                         .stream = stream};
+    return s2_kernel_launch(ctx, k->dec_fn[DEC_KERNEL], &cfg, args);
+}
+
+s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
+{
+    size_t bytes[7];
+    s2_status st = s2_rt_dec_check_host(ctx, k, a, bytes);
+    if (st != S2_OK)
+        return st;
+    mtx_lock(&k->lock);
+    dec_slot *slot = NULL;
+    int splits = 1;
+    st = dec_get(ctx, k, a->max_seq_len, &slot);
+    if (st == S2_OK)
+        st = dec_splits(ctx, k, a, slot->max_list, &splits);
+    if (st == S2_OK)
+        st = s2_rt_dec_check_device(ctx, k, a, bytes, dec_workspace_of(a, splits).bytes);
+    if (st == S2_OK)
+        st = dec_launch(ctx, k, stream, a, slot, splits);
+    mtx_unlock(&k->lock);
+    return st;
+}
+
+s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a)
+{
+    s2_status st = s2_combine_check(ctx, k, a);
+    if (st != S2_OK)
+        return st;
+    uint64_t table[2 * S2_COMBINE_MAX_INPUTS] = {0};
+    for (int i = 0; i < a->n; i++) {
+        table[i] = a->o_in[i];
+        table[S2_COMBINE_MAX_INPUTS + i] = a->lse_in[i];
+    }
+    s2_devptr obase = 0, lbase = 0, out = a->o, lse = a->lse;
+    int64_t opart = 0, lpart = 0;
+    int64_t is[3] = {a->in_stride[0], a->in_stride[1], a->in_stride[2]};
+    int64_t os[3] = {a->o_stride[0], a->o_stride[1], a->o_stride[2]};
+    int32_t n = a->n, S = (int32_t)a->seq, H = a->heads;
+    int32_t rows = (int32_t)((int64_t)a->batch * a->seq * a->heads);
+    void *args[] = {table, &obase, &lbase, &opart, &lpart, &is[0], &is[1], &is[2], &out, &os[0], &os[1], &os[2],
+                    &lse, &n, &S, &H, &rows};
+    int rpc = 128 / (a->head_dim / 8);
+    s2_launch_cfg cfg = {.grid = {(uint32_t)s2_cdiv(rows, rpc), 1, 1}, .block = {128, 1, 1}, .stream = stream};
+    return s2_kernel_launch(ctx, k->dec_fn[DEC_COMBINE], &cfg, args);
+}

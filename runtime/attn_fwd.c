@@ -1,0 +1,163 @@
+/* The forward launch: tensor maps, the launch shape (grid, wide variant,
+ * persistent grid) and its arguments. */
+#include "attn_internal.h"
+
+#include <math.h>
+#include <string.h>
+
+void s2_attn_fwd_args_bshd(s2_attn_fwd_args *a)
+{
+    if (!a)
+        return;
+    const int64_t d = a->head_dim, h = a->heads, hk = a->kv_heads;
+    for (int i = 0; i < 2; i++) {
+        int64_t *q = i ? a->o_stride : a->q_stride;
+        q[0] = a->q_len * h * d, q[1] = h * d, q[2] = d;
+        int64_t *kv = i ? a->v_stride : a->k_stride;
+        kv[0] = a->kv_len * hk * d, kv[1] = hk * d, kv[2] = d;
+    }
+}
+
+/* A dimension of extent 1 is never stepped over, so its stride (possibly
+ * anything) is replaced by one the driver accepts. */
+s2_status s2_rt_tensor_map_of(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *map, s2_dtype dt, int d,
+                              s2_devptr ptr, const int64_t stride[3], int64_t seq, int64_t heads, int64_t batch,
+                              uint32_t rows)
+{
+    size_t es = s2_dtype_size(dt);
+    uint64_t dims[4] = {(uint64_t)d, (uint64_t)seq, (uint64_t)heads, (uint64_t)batch};
+    int64_t ext[3] = {seq, heads, batch};
+    int64_t el[3] = {stride[1], stride[2], stride[0]};
+    uint64_t strides[3];
+    for (int i = 0; i < 3; i++)
+        strides[i] = ext[i] < 2 || el[i] <= 0 ? (uint64_t)d * es : (uint64_t)el[i] * es;
+    uint32_t box[4] = {64, rows, 1, 1};
+    return s2_tensor_map_encode_tiled(ctx, dev, map, dt, 4, ptr, dims, strides, box, 128);
+}
+
+s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_kernel_spec *spec,
+                                  const s2_attn_fwd_args *a, s2_tensor_map maps[3])
+{
+    if (!spec || !a || !maps)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_fwd_tensor_maps: null argument");
+    if (spec->head_dim % 64 != 0 || spec->block_n < 1 || spec->block_n > 256)
+        return s2_fail(ctx, S2_ERR_INVALID, "tensor maps: head_dim %d / block_n %d", spec->head_dim, spec->block_n);
+    int64_t nb = tensor_batch(a);
+    uint32_t kv_rows = (uint32_t)(spec->kv_gather > 1 ? spec->block_n / spec->kv_gather : spec->block_n);
+    s2_status st = s2_rt_tensor_map_of(ctx, dev, &maps[0], spec->dtype, spec->head_dim, a->q, a->q_stride, a->q_len,
+                                       a->heads, nb, 64);
+    if (st == S2_OK)
+        st = s2_rt_tensor_map_of(ctx, dev, &maps[1], spec->dtype, spec->head_dim, a->k, a->k_stride, a->kv_len,
+                                 a->kv_heads, nb, kv_rows);
+    if (st == S2_OK)
+        st = s2_rt_tensor_map_of(ctx, dev, &maps[2], spec->dtype, spec->head_dim, a->v, a->v_stride, a->kv_len,
+                                 a->kv_heads, nb, kv_rows);
+    return st;
+}
+
+/* Resident CTAs per SM of a kernel (registers, shared memory, threads;
+ * Hopper limits: 64 K registers in 256-register warp chunks, 228 KB of
+ * shared memory with 1 KB reserved per CTA, 2048 threads, 32 CTAs). */
+static s2_status ctas_per_sm(s2_ctx *ctx, s2_kernel *fn, int threads, int smem_bytes, int *out)
+{
+    s2_kernel_attrs at;
+    s2_status st = s2_kernel_get_attrs(ctx, fn, &at);
+    if (st != S2_OK)
+        return st;
+    int warps = (threads + 31) / 32;
+    int warp_regs = ((at.num_regs * 32 + 255) / 256) * 256;
+    int by_regs = warp_regs ? 65536 / (warps * warp_regs) : 32;
+    int by_smem = 228 * 1024 / (smem_bytes + at.static_smem_bytes + 1024);
+    int by_threads = 2048 / threads;
+    int n = by_regs < by_smem ? by_regs : by_smem;
+    n = n < by_threads ? n : by_threads;
+    *out = n < 1 ? 1 : n > 32 ? 32 : n;
+    return S2_OK;
+}
+
+static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a, sched_slot *s)
+{
+    s2_devptr q = a->q, kk = a->k, v = a->v, o = a->o, lse = a->lse;
+    int64_t st[12];
+    memcpy(st, a->q_stride, sizeof a->q_stride);
+    memcpy(st + 3, a->k_stride, sizeof a->k_stride);
+    memcpy(st + 6, a->v_stride, sizeof a->v_stride);
+    memcpy(st + 9, a->o_stride, sizeof a->o_stride);
+    int32_t q_len = (int32_t)a->q_len, kv_len = (int32_t)(a->seqs ? a->seqs->sched_kv_len : a->kv_len);
+    s2_devptr seqinfo = a->seqs ? a->seqs->buf : 0;
+    double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
+    float scale_log2 = (float)(scale * 1.4426950408889634);
+    /* the wide variant: same ABI, its own schedule and launch shape */
+    const fwd_tables *ft = &s->fwd;
+    s2_kernel *fn = k->fn;
+    const s2_kernel_spec *spec = &k->desc->spec;
+    int threads = k->desc->threads, smem = k->desc->smem_bytes;
+    bool persistent = k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT;
+    if (s->use_wide) {
+        ft = &s->wide, fn = k->wide_fn, spec = &k->desc->wide_spec;
+        threads = k->desc->wide_threads, smem = k->desc->wide_smem_bytes;
+        persistent = spec->persistent > 0;
+    }
+    s2_devptr cls = ft->class_of_head, offs = ft->offsets, ent = ft->entries;
+    int32_t first = ft->first_q_tile, tiles = ft->q_tiles;
+    s2_tensor_map maps[3];
+    s2_devptr work = s->w_buf, counter = 0;
+    if (persistent) {
+        s2_status cs = s2_rt_sched_counter(ctx, k, s, stream, &counter);
+        if (cs != S2_OK)
+            return cs;
+    }
+    int32_t n_work = s->n_work, batch = (int32_t)a->batch;
+    void *args[] = {&q, &kk, &v, &o, &lse,
+                    &st[0], &st[1], &st[2], &st[3], &st[4], &st[5], &st[6], &st[7], &st[8], &st[9], &st[10], &st[11],
+                    &q_len, &kv_len, &scale_log2, &cls, &offs, &ent, &first, &tiles, &maps[0], &maps[1], &maps[2],
+                    &work, &n_work, &batch, &counter, &seqinfo};
+    /* seqinfo is the last parameter of each ABI (attention.h) */
+    args[k->desc->abi == S2_FWD_ABI_PTRS ? 25 : persistent ? 32 : 28] = &seqinfo;
+    if (k->desc->abi != S2_FWD_ABI_PTRS) {
+        s2_status ms = s2_attn_fwd_tensor_maps(ctx, k->mod->dev, spec, a, maps);
+        if (ms != S2_OK)
+            return ms;
+    }
+    s2_launch_cfg cfg = {.grid = {(uint32_t)tiles, (uint32_t)a->heads, (uint32_t)a->batch},
+                         .block = {(uint32_t)threads, 1, 1},
+                         .smem_bytes = (uint32_t)smem,
+                         .stream = stream};
+    if (persistent) {
+        int per_sm = 1;
+        s2_status os = ctas_per_sm(ctx, fn, threads, smem, &per_sm);
+        if (os != S2_OK)
+            return os;
+        int64_t items = (int64_t)n_work * a->batch;
+        int64_t g = (int64_t)s2_device_get_info(k->mod->dev)->sm_count * per_sm;
+        if (items > INT32_MAX)
+            return s2_fail(ctx, S2_ERR_UNSUPPORTED, "persistent forward: %lld work items exceed 32 bits",
+                           (long long)items);
+        cfg.grid[0] = (uint32_t)(g < items ? g : items > 0 ? items : 1);
+        cfg.grid[1] = cfg.grid[2] = 1;
+    }
+    return s2_kernel_launch(ctx, fn, &cfg, args);
+}
+
+s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a)
+{
+    s2_status st = s2_attn_forward_check(ctx, k, a);
+    if (st != S2_OK)
+        return st;
+    /* held across the launch, so that no other thread evicts the schedule
+     * between the lookup and the enqueue */
+    int64_t sq = a->q_len, sk = a->kv_len;
+    if (a->seqs) {
+        sq = a->seqs->sched_q_len, sk = a->seqs->sched_kv_len;
+        if (sk == 0)
+            return S2_OK; /* no sequence has a query */
+    }
+    mtx_lock(&k->lock);
+    sched_slot *s = NULL;
+    st = s2_rt_sched_get(ctx, k, sq, sk, &s);
+    if (st == S2_OK)
+        st = launch(ctx, k, stream, a, s);
+    mtx_unlock(&k->lock);
+    return st;
+}
+

@@ -1,0 +1,148 @@
+/* Internal to runtime/: the objects behind the attention runtime's opaque
+ * handles (s2c/attn_runtime.h) and what its files share:
+ *   attn_module.c   modules, kernel lookup, introspection
+ *   varlen.c        variable-length batches (s2_attn_seqs)
+ *   checks.c        argument checks of every entry point
+ *   sched_cache.c   per-shape forward/backward schedules, cached per kernel
+ *   attn_fwd.c      the forward launch
+ *   attn_bwd.c      the backward's workspaces and launches
+ *   attn_decode.c   paged decode (its kept-block lists cached per kernel) and combine */
+#ifndef S2C_ATTN_INTERNAL_H
+#define S2C_ATTN_INTERNAL_H
+
+#include "kernel_abi.h"
+#include "lru.h"
+#include "rt_internal.h"
+#include "s2c/attn_runtime.h"
+#include "s2c/layout.h"
+
+enum { DS_CHUNKINGS = 12 };
+
+/* Kernels of a backward module: NAME_pre, NAME_dkdv, NAME_dq, and with the
+ * dS path NAME_dqds and (optional) NAME_dqds2. */
+enum s2_bwd_slot { BWD_PRE, BWD_DKDV, BWD_DQ, BWD_DQDS, BWD_DQDS2, BWD_SLOT_COUNT };
+
+/* Kernels of a decode module: NAME and NAME_combine. */
+enum s2_dec_slot { DEC_KERNEL, DEC_COMBINE, DEC_SLOT_COUNT };
+
+/* Split-KV decode: at most this many splits. */
+enum { DEC_MAX_SPLITS = 64 };
+
+/* A packed forward schedule (s2_schedule_pack or _gathered) on the device,
+ * and where its arrays start. */
+typedef struct fwd_tables {
+    s2_devptr buf, class_of_head, offsets, entries;
+    int32_t first_q_tile, q_tiles;
+} fwd_tables;
+
+/* One uploaded schedule, keyed by (q_len, kv_len): the forward one of the
+ * kernel's tile shape, and what the kernel kind needs besides. */
+typedef struct sched_slot {
+    s2_lru_entry lru;
+    fwd_tables fwd;
+    /* backward kernels: the transposed schedule for (block_m, block_m) too */
+    s2_devptr t_buf, t_class_of_head, t_offsets, t_entries;
+    /* and, in t_buf, the dS workspace's map (s2_ds_map; ds_tiles < 0: none) */
+    s2_devptr ds_head, ds_map;
+    int64_t ds_tiles;
+    /* the dS path over chunks of kv heads (launch_bwd), for each chunk count
+     * ds_chunks[i] (a divisor of kv_heads above 1): chunk j's head_base array
+     * (attention.h: heads + 1 int64, the chunk's heads from 0, then its tile
+     * count) at ds_chunk_head[i] + j * (heads + 1) * 8, in t_buf; and the
+     * largest chunk's tiles per batch element */
+    int ds_nchunk;
+    int ds_chunks[DS_CHUNKINGS];
+    int64_t ds_chunk_tiles[DS_CHUNKINGS];
+    s2_devptr ds_chunk_head[DS_CHUNKINGS];
+    /* for the runtime's own choice: the least dK/dV work (entries per batch
+     * element) of a chunk of each chunking, and the longest dK/dV list */
+    int64_t ds_chunk_work[DS_CHUNKINGS];
+    int64_t ds_longest;
+    /* NAME_dqds2 may run: every forward list short enough and in increasing key order */
+    bool dqds2_ok;
+    int32_t kv_tiles;
+    /* persistent forward (S2_FWD_ABI_TMA_PERSISTENT): the longest-first work list */
+    s2_devptr w_buf;
+    int32_t n_work;
+    /* its work counters: one pair per stream (launches on one stream run in
+     * order; a pair serves them all), taken by the stream that uses it */
+    void *counter_stream[S2_ATTN_COUNTER_PAIRS];
+    bool counter_used[S2_ATTN_COUNTER_PAIRS];
+    /* the forward's wide variant (kernel.wide), when its lists are long
+     * enough: its own packed gathered schedule */
+    bool use_wide;
+    fwd_tables wide;
+} sched_slot;
+
+struct s2_attn_kernel {
+    s2_attn_module *mod;
+    const s2_manifest_kernel *desc;
+    const s2_pattern *pattern;
+    s2_kernel *fn;
+    s2_kernel *wide_fn;                  /* forward: NAME_w (kernel.wide), or NULL */
+    s2_kernel *bwd_fn[BWD_SLOT_COUNT];   /* backward (NULL where the module lacks one) */
+    s2_kernel *dec_fn[DEC_SLOT_COUNT];   /* decode */
+    struct dec_slot *dec_slots;          /* decode: the cache's storage (attn_decode.c) */
+    int64_t max_kv_len;
+    mtx_t lock;                          /* guards everything below */
+    bool lock_ok;
+    /* forward and backward: schedules in slots; decode: kept-block lists in dec_slots */
+    s2_lru cache;
+    sched_slot slots[S2_ATTN_SCHED_CACHE];
+    s2_attn_sched_stats stats;           /* wide, ds_chunked, dq_paired (the rest is the cache's) */
+};
+
+struct s2_attn_module {
+    s2_device *dev;
+    s2_module *cu;
+    s2_manifest *manifest;
+    s2_attn_kernel *kernels;
+    int num_kernels;
+    bool standalone;             /* owned by its one kernel (s2_attn_load) */
+};
+
+struct s2_attn_seqs {
+    const s2_device *dev;
+    s2_devptr buf;
+    s2_attn_seq *host;
+    int n;
+    int64_t sched_q_len, sched_kv_len;  /* 0, 0: no sequence has a query */
+};
+
+static inline size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
+
+/* Batch extent of the tensors: a variable-length batch has rows only. */
+static inline int64_t tensor_batch(const s2_attn_fwd_args *a) { return a->seqs ? 1 : a->batch; }
+
+/* checks.c */
+/* The forward's size checks (the backward's too). */
+S2_RT_HIDDEN s2_status s2_rt_check_sizes(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a);
+/* Decode: everything that needs no driver; bytes: q, o, k pool, v pool, table, seq_lens, lse. */
+S2_RT_HIDDEN s2_status s2_rt_dec_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a,
+                                            size_t bytes[7]);
+/* Decode: the pointers, and a workspace of ws_bytes where one is needed. */
+S2_RT_HIDDEN s2_status s2_rt_dec_check_device(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a,
+                                              const size_t bytes[7], size_t ws_bytes);
+
+/* sched_cache.c */
+/* Set up k's schedule cache (forward and backward kernels). */
+S2_RT_HIDDEN void s2_rt_sched_cache_init(s2_attn_kernel *k);
+/* The slot holding (q_len, kv_len), built on a miss.  Called with k->lock held. */
+S2_RT_HIDDEN s2_status s2_rt_sched_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len,
+                                       sched_slot **out);
+/* The persistent forward's work-counter pair of `stream` in slot s.  Called with k->lock held. */
+S2_RT_HIDDEN s2_status s2_rt_sched_counter(s2_ctx *ctx, s2_attn_kernel *k, sched_slot *s, void *stream,
+                                           s2_devptr *out);
+
+/* attn_fwd.c */
+/* 4-D tensor map {D, seq, heads, batch} of one tensor, boxes of 64 x rows. */
+S2_RT_HIDDEN s2_status s2_rt_tensor_map_of(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *map, s2_dtype dt, int d,
+                                           s2_devptr ptr, const int64_t stride[3], int64_t seq, int64_t heads,
+                                           int64_t batch, uint32_t rows);
+
+/* attn_decode.c */
+/* A decode kernel's functions and its list cache. */
+S2_RT_HIDDEN s2_status s2_rt_decode_init(s2_ctx *ctx, s2_attn_kernel *k);
+S2_RT_HIDDEN void s2_rt_decode_free(s2_attn_kernel *k);
+
+#endif

@@ -1,0 +1,244 @@
+/* Attention modules: a generated cubin, its manifest and kernels; lookup
+ * and introspection (s2c/attn_runtime.h). */
+#include "attn_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The longest kv_len whose layout the pattern allows and the kernel's i32
+ * lengths hold. */
+static int64_t max_kv_len_of(const s2_pattern *p)
+{
+    int64_t lim = INT32_MAX;
+    if (p->max_seq_len > 0 && p->max_seq_len < lim)
+        lim = p->max_seq_len;
+    for (int q = 0; q < p->heads; q++) {
+        int mi = p->rules[q].mask;
+        if (mi < 0 || mi >= p->num_masks)
+            continue;
+        const s2_block_mask *bm = &p->masks[mi];
+        int64_t blocks = bm->rows < bm->cols ? bm->rows : bm->cols;
+        if (blocks * p->block_size < lim)
+            lim = blocks * p->block_size;
+    }
+    return lim;
+}
+
+void s2_attn_module_free(s2_attn_module *mod)
+{
+    if (!mod)
+        return;
+    for (int i = 0; mod->kernels && i < mod->num_kernels; i++) {
+        s2_attn_kernel *k = &mod->kernels[i];
+        s2_lru_clear(&k->cache);
+        if (k->lock_ok)
+            mtx_destroy(&k->lock);
+        s2_kernel_free(k->fn);
+        s2_kernel_free(k->wide_fn);
+        for (int j = 0; j < BWD_SLOT_COUNT; j++)
+            s2_kernel_free(k->bwd_fn[j]);
+        s2_rt_decode_free(k);
+    }
+    free(mod->kernels);
+    s2_module_free(mod->cu);
+    s2_manifest_free(mod->manifest);
+    free(mod);
+}
+
+static s2_status init_kernel(s2_ctx *ctx, s2_attn_module *mod, int i)
+{
+    s2_attn_kernel *k = &mod->kernels[i];
+    const s2_manifest_kernel *d = s2_manifest_kernel_at(mod->manifest, i);
+    k->mod = mod;
+    k->desc = d;
+    k->pattern = s2_manifest_find_pattern(mod->manifest, d->pattern);
+    if (!k->pattern)
+        return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s names unknown pattern '%s'", d->name, d->pattern);
+    if ((d->spec.kind != S2_KERNEL_FWD && d->spec.kind != S2_KERNEL_BWD && d->spec.kind != S2_KERNEL_DECODE) || d->threads != 32 * d->spec.num_warps || d->spec.block_m < 16 ||
+        d->spec.block_n < 16)
+        return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s has an inconsistent launch shape", d->name);
+    k->max_kv_len = max_kv_len_of(k->pattern);
+    if (mtx_init(&k->lock, mtx_plain) != thrd_success)
+        return s2_fail(ctx, S2_ERR_NOMEM, "cannot create a mutex");
+    k->lock_ok = true;
+    if (d->spec.kind == S2_KERNEL_DECODE)
+        return s2_rt_decode_init(ctx, k);
+    s2_rt_sched_cache_init(k);
+    if (d->spec.kind == S2_KERNEL_BWD) {
+        static const char *const parts[BWD_SLOT_COUNT] = {
+            [BWD_PRE] = "_pre", [BWD_DKDV] = "_dkdv", [BWD_DQ] = "_dq", [BWD_DQDS] = "_dqds", [BWD_DQDS2] = "_dqds2"};
+        int n = s2_bwd_ds_capable(k->pattern, &d->spec) ? BWD_SLOT_COUNT : BWD_DQDS;
+        for (int j = 0; j < n; j++) {
+            char name[512];
+            snprintf(name, sizeof name, "%s%s", d->name, parts[j]);
+            s2_status st = s2_kernel_get(ctx, mod->cu, name, &k->bwd_fn[j]);
+            if (st == S2_ERR_NOT_FOUND && j >= BWD_DQDS) {
+                s2_ctx_clear(ctx);   /* a module from before the dS path or its paired dQ kernel */
+                if (j == BWD_DQDS)
+                    break;
+                continue;
+            }
+            if (st != S2_OK)
+                return st;
+        }
+        return S2_OK;
+    }
+    s2_status st = s2_kernel_get(ctx, mod->cu, d->name, &k->fn);
+    if (st == S2_OK && d->has_wide) {
+        char name[512];
+        snprintf(name, sizeof name, "%s%s", d->name, S2_WIDE_SUFFIX);
+        if (d->wide_threads != 32 * d->wide_spec.num_warps || d->wide_spec.block_n % d->wide_spec.kv_gather ||
+            d->abi != S2_FWD_ABI_TMA)
+            return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s has an inconsistent wide variant", d->name);
+        st = s2_kernel_get(ctx, mod->cu, name, &k->wide_fn);
+    }
+    return st;
+}
+
+s2_status s2_attn_module_load(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
+                              s2_attn_module **out)
+{
+    if (!out)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_module_load: out is NULL");
+    *out = NULL;
+    if (!dev || !image || size == 0)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_module_load: %s", !dev ? "device is NULL" : "empty image");
+    const char *text = NULL;
+    size_t len = 0;
+    s2_status st = s2_cubin_find_manifest(ctx, image, size, &text, &len);
+    if (st != S2_OK) {
+        char msg[1024];
+        snprintf(msg, sizeof msg, "%s", s2_ctx_message(ctx));
+        return s2_fail(ctx, st, "not a generated attention cubin: %s", msg);
+    }
+    s2_attn_module *mod = calloc(1, sizeof *mod);
+    if (!mod)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    mod->dev = dev;
+    if ((st = s2_manifest_parse(ctx, text, len, &mod->manifest)) != S2_OK)
+        goto fail;
+    int n = s2_manifest_num_kernels(mod->manifest);
+    if (n < 1) {
+        st = s2_fail(ctx, S2_ERR_PARSE, "manifest lists no kernel");
+        goto fail;
+    }
+    if (!(mod->kernels = calloc((size_t)n, sizeof *mod->kernels))) {
+        st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+        goto fail;
+    }
+    mod->num_kernels = n;
+    if ((st = s2_module_load_data(ctx, dev, image, size, &mod->cu)) != S2_OK)
+        goto fail;
+    for (int i = 0; i < n; i++)
+        if ((st = init_kernel(ctx, mod, i)) != S2_OK)
+            goto fail;
+    *out = mod;
+    return S2_OK;
+fail:
+    s2_attn_module_free(mod);
+    return st;
+}
+
+s2_status s2_attn_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_attn_module **out)
+{
+    if (out)
+        *out = NULL;
+    if (!path)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_module_load_file: path is NULL");
+    char *data = NULL;
+    size_t len = 0;
+    s2_status st = s2_read_file(ctx, path, &data, &len);
+    if (st != S2_OK)
+        return st;
+    st = s2_attn_module_load(ctx, dev, data, len, out);
+    free(data);
+    return st == S2_OK ? st : s2_fail_prefix(ctx, st, path);
+}
+
+const s2_manifest *s2_attn_module_manifest(const s2_attn_module *mod) { return mod ? mod->manifest : NULL; }
+int s2_attn_module_num_kernels(const s2_attn_module *mod) { return mod ? mod->num_kernels : 0; }
+
+s2_attn_kernel *s2_attn_module_kernel_at(const s2_attn_module *mod, int i)
+{
+    return mod && i >= 0 && i < mod->num_kernels ? &mod->kernels[i] : NULL;
+}
+
+static bool kernel_matches(const s2_attn_kernel *k, const char *pattern, s2_dtype dtype, int head_dim)
+{
+    return (!pattern || !strcmp(k->desc->pattern, pattern)) && k->desc->spec.dtype == dtype &&
+           k->desc->spec.head_dim == head_dim;
+}
+
+s2_status s2_attn_find(s2_ctx *ctx, const s2_attn_module *mod, const char *pattern, s2_dtype dtype,
+                       int head_dim, s2_attn_kernel **out)
+{
+    if (!out)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_find: out is NULL");
+    *out = NULL;
+    if (!mod)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_find: module is NULL");
+    for (int i = 0; i < mod->num_kernels; i++)
+        if (kernel_matches(&mod->kernels[i], pattern, dtype, head_dim)) {
+            *out = &mod->kernels[i];
+            return S2_OK;
+        }
+    s2_buf have;
+    s2_buf_init(&have);
+    for (int i = 0; i < mod->num_kernels; i++) {
+        const s2_manifest_kernel *d = mod->kernels[i].desc;
+        s2_buf_printf(&have, "%s%s (%s, %s, d%d)", i ? ", " : "", d->name, d->pattern, s2_dtype_name(d->spec.dtype),
+                      d->spec.head_dim);
+    }
+    s2_fail(ctx, S2_ERR_NOT_FOUND, "no kernel for pattern '%s', %s, head_dim %d; the module has: %s",
+            pattern ? pattern : "(any)", s2_dtype_name(dtype), head_dim, have.data ? have.data : "");
+    s2_buf_free(&have);
+    return S2_ERR_NOT_FOUND;
+}
+
+s2_status s2_attn_load(s2_ctx *ctx, s2_device *dev, const void *image, size_t size, const char *pattern,
+                       s2_dtype dtype, int head_dim, s2_attn_kernel **out)
+{
+    if (!out)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_load: out is NULL");
+    *out = NULL;
+    s2_attn_module *mod = NULL;
+    s2_status st = s2_attn_module_load(ctx, dev, image, size, &mod);
+    if (st == S2_OK)
+        st = s2_attn_find(ctx, mod, pattern, dtype, head_dim, out);
+    if (st != S2_OK) {
+        s2_attn_module_free(mod);
+        return st;
+    }
+    mod->standalone = true;
+    return S2_OK;
+}
+
+void s2_attn_kernel_free(s2_attn_kernel *k)
+{
+    if (k && k->mod->standalone)
+        s2_attn_module_free(k->mod);
+}
+
+const s2_manifest_kernel *s2_attn_kernel_desc(const s2_attn_kernel *k) { return k ? k->desc : NULL; }
+const s2_pattern *s2_attn_kernel_pattern(const s2_attn_kernel *k) { return k ? k->pattern : NULL; }
+s2_kernel *s2_attn_kernel_function(const s2_attn_kernel *k) { return k ? k->fn : NULL; }
+int64_t s2_attn_kernel_max_kv_len(const s2_attn_kernel *k) { return k ? k->max_kv_len : 0; }
+
+void s2_attn_kernel_sched_stats(s2_attn_kernel *k, s2_attn_sched_stats *out)
+{
+    if (!out)
+        return;
+    memset(out, 0, sizeof *out);
+    if (!k)
+        return;
+    mtx_lock(&k->lock);
+    *out = k->stats;
+    out->hits = k->cache.hits;
+    out->misses = k->cache.misses;
+    out->evictions = k->cache.evictions;
+    /* decode's kept-block lists are not counted as held schedules */
+    out->cached = k->desc->spec.kind == S2_KERNEL_DECODE ? 0 : k->cache.held;
+    mtx_unlock(&k->lock);
+}
+

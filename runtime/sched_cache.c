@@ -1,0 +1,344 @@
+/* Per-shape schedules of forward and backward kernels: built from the
+ * pattern, uploaded, and kept in the kernel's cache. */
+#include "attn_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* The device buffers of a slot (built or partly built). */
+static void slot_free(s2_device *dev, sched_slot *s)
+{
+    s2_mem_free(NULL, dev, s->fwd.buf);
+    s2_mem_free(NULL, dev, s->t_buf);
+    s2_mem_free(NULL, dev, s->w_buf);
+    s2_mem_free(NULL, dev, s->wide.buf);
+    memset(s, 0, sizeof *s);
+}
+
+/* The dS path's chunkings of the kv heads into c equal chunks (c > 1
+ * dividing kv_heads, at most DS_CHUNKINGS of them): each chunk's head_base
+ * array, laid out one chunking after the other (tr->ds_chunk_head holds
+ * offsets into *out in bytes until the caller rebases them), and the
+ * longest dK/dV list of the transposed schedule tp (lists per class). */
+static s2_status ds_chunk_arrays(s2_ctx *ctx, const s2_attn_kernel *k, const int64_t *head_base,
+                                 const s2_packed_schedule *tp, int32_t lists, sched_slot *tr, int64_t **out,
+                                 size_t *bytes)
+{
+    int heads = k->pattern->heads, kvh = k->pattern->kv_heads, group = heads / kvh;
+    /* a CTA's list: its group's query heads' */
+    const int32_t *cls = (const int32_t *)((const char *)tp->data + tp->class_of_head_off);
+    const int32_t *offs = (const int32_t *)((const char *)tp->data + tp->offsets_off);
+    int nclass = 0;
+    for (int h = 0; h < heads; h++)
+        nclass = cls[h] + 1 > nclass ? cls[h] + 1 : nclass;
+    tr->ds_longest = 0;
+    for (int64_t i = 0; i < (int64_t)nclass * lists; i++)
+        if (offs[i + 1] - offs[i] > tr->ds_longest)
+            tr->ds_longest = offs[i + 1] - offs[i];
+    tr->ds_longest *= group;
+    size_t n = 0;
+    tr->ds_nchunk = 0;
+    for (int c = 2; c <= kvh && tr->ds_nchunk < DS_CHUNKINGS; c++)
+        if (kvh % c == 0)
+            tr->ds_chunks[tr->ds_nchunk++] = c;
+    for (int i = 0; i < tr->ds_nchunk; i++)
+        n += (size_t)tr->ds_chunks[i] * (size_t)(heads + 1);
+    int64_t *a = n ? malloc(n * sizeof *a) : NULL;
+    if (n && !a)
+        return s2_fail(ctx, S2_ERR_NOMEM, "dS chunks: out of memory");
+    size_t at = 0;
+    for (int i = 0; i < tr->ds_nchunk; i++) {
+        int c = tr->ds_chunks[i], nh = kvh / c * group;
+        tr->ds_chunk_head[i] = (s2_devptr)(at * sizeof *a);
+        tr->ds_chunk_tiles[i] = 0;
+        tr->ds_chunk_work[i] = INT64_MAX;
+        for (int j = 0; j < c; j++, at += (size_t)heads + 1) {
+            int64_t h0 = (int64_t)j * nh, total = head_base[h0 + nh] - head_base[h0];
+            for (int h = 0; h <= heads; h++)
+                a[at + (size_t)h] = h <= nh ? head_base[h0 + h] - head_base[h0] : total;
+            if (total > tr->ds_chunk_tiles[i])
+                tr->ds_chunk_tiles[i] = total;
+            /* a dS tile per dK/dV entry */
+            if (total < tr->ds_chunk_work[i])
+                tr->ds_chunk_work[i] = total;
+        }
+    }
+    *out = a;
+    *bytes = n * sizeof *a;
+    return S2_OK;
+}
+
+/* Whether NAME_dqds2 can take a forward schedule: each list (offsets[i] ..
+ * offsets[i + 1], the classes' lists one after another) holds at most
+ * S2_BWD_DQDS2_MAX_LIST entries, in increasing key tile order. */
+static bool lists_pairable(const s2_packed_schedule *fwd)
+{
+    const int32_t *off = (const int32_t *)((const char *)fwd->data + fwd->offsets_off);
+    const s2_dev_entry *e = (const s2_dev_entry *)((const char *)fwd->data + fwd->entries_off);
+    size_t n_off = (fwd->entries_off - fwd->offsets_off) / sizeof *off;
+    for (size_t i = 0; i + 1 < n_off; i++) {
+        int32_t a = off[i], z = off[i + 1];
+        if (z < a || z > fwd->num_entries)
+            break;   /* past the last list (padding) */
+        if (z - a > S2_BWD_DQDS2_MAX_LIST)
+            return false;
+        for (int32_t j = a + 1; j < z; j++)
+            if (e[j].tile <= e[j - 1].tile)
+                return false;
+    }
+    return true;
+}
+
+/* The backward's transposed schedule: per key tile of block_m keys, the
+ * query tiles visiting it; and, for a kernel with NAME_dqds, the dS map
+ * pairing it with the forward schedule fwd / fg, in the same buffer. */
+static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay,
+                                   const s2_packed_schedule *fwd, const s2_tile_geom *fg, s2_devptr *buf,
+                                   sched_slot *tr)
+{
+    /* one-block key tiles (or block_m-key tiles of bigger blocks), grouped
+     * per kv head into block_m-key tiles (attention.h, backward ABI) */
+    int bm = k->desc->spec.block_m, bs = k->pattern->block_size < bm ? k->pattern->block_size : bm;
+    int gather = bm / bs;
+    s2_tile_spec ts = {bm, bs};
+    s2_schedule *sched = NULL;
+    s2_packed_schedule pk = {0};
+    s2_ds_map map = {0};
+    int32_t lists = 0;
+    s2_status st = s2_schedule_build(ctx, lay, ts, true, &sched);
+    if (st == S2_OK)
+        st = s2_schedule_pack_gathered_kv(ctx, sched, k->pattern->kv_heads, gather, &pk, &lists);
+    if (st == S2_OK && sched->geom.kv_tiles > INT32_MAX)
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld key tiles do not fit 32 bits",
+                     (long long)sched->geom.kv_tiles);
+    tr->ds_tiles = -1;
+    tr->dqds2_ok = false;
+    if (st == S2_OK && k->bwd_fn[BWD_DQDS]) {
+        st = s2_schedule_ds_map(ctx, fwd, fg->q_tiles, fg->first_q_tile, &pk, lists, gather, k->pattern->heads,
+                                &map);
+        if (st == S2_OK && k->bwd_fn[BWD_DQDS2])
+            tr->dqds2_ok = lists_pairable(fwd);
+        if (st == S2_ERR_UNSUPPORTED) {   /* this shape takes the recomputing dQ kernel */
+            s2_ctx_clear(ctx);
+            st = S2_OK;
+        }
+    }
+    int64_t *chunks = NULL;
+    size_t chunk_bytes = 0;
+    if (st == S2_OK && map.data)
+        st = ds_chunk_arrays(ctx, k, (const int64_t *)((const char *)map.data + map.head_base_off), &pk, lists, tr,
+                             &chunks, &chunk_bytes);
+    size_t map_at = align16(pk.size), size = map.data ? map_at + map.size : pk.size;
+    size_t chunk_at = align16(size);
+    if (chunk_bytes)
+        size = chunk_at + chunk_bytes;
+    if (st == S2_OK)
+        st = s2_mem_alloc(ctx, k->mod->dev, size, buf);
+    if (st == S2_OK)
+        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, pk.data, pk.size);
+    if (st == S2_OK && map.data)
+        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf + map_at, map.data, map.size);
+    if (st == S2_OK && chunk_bytes)
+        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf + chunk_at, chunks, chunk_bytes);
+    free(chunks);
+    for (int i = 0; st == S2_OK && i < tr->ds_nchunk; i++)
+        tr->ds_chunk_head[i] += *buf + chunk_at;
+    if (st == S2_OK) {
+        tr->t_class_of_head = *buf + pk.class_of_head_off;
+        tr->t_offsets = *buf + pk.offsets_off;
+        tr->t_entries = *buf + pk.entries_off;
+        tr->kv_tiles = lists;
+        if (map.data) {
+            tr->ds_head = *buf + map_at + map.head_base_off;
+            tr->ds_map = *buf + map_at + map.map_off;
+            tr->ds_tiles = map.tiles;
+        }
+    }
+    s2_ds_map_free(&map);
+    s2_packed_schedule_free(&pk);
+    s2_schedule_free(sched);
+    return st;
+}
+
+/* Where the persistent forward's counter pairs follow its work list of n items (8-byte aligned). */
+static int32_t work_counter_index(int32_t n) { return (n + 1) & ~1; }
+
+/* A stream keeps its pair; when every pair belongs to another stream, the
+ * context is synchronised (no launch in flight uses any) and the pairs are
+ * handed out anew.  Concurrent launches thus never share a pair. */
+s2_status s2_rt_sched_counter(s2_ctx *ctx, s2_attn_kernel *k, sched_slot *s, void *stream, s2_devptr *out)
+{
+    int i = 0;
+    for (; i < S2_ATTN_COUNTER_PAIRS; i++)
+        if (!s->counter_used[i] || s->counter_stream[i] == stream)
+            break;
+    if (i == S2_ATTN_COUNTER_PAIRS) {
+        s2_status st = s2_device_synchronize(ctx, k->mod->dev);
+        if (st != S2_OK)
+            return st;
+        memset(s->counter_used, 0, sizeof s->counter_used);
+        i = 0;
+    }
+    s->counter_used[i] = true;
+    s->counter_stream[i] = stream;
+    *out = s->w_buf + 4 * (s2_devptr)(work_counter_index(s->n_work) + 2 * i);
+    return S2_OK;
+}
+
+static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, const s2_schedule *sched, s2_devptr *buf,
+                                  int32_t *n_work)
+{
+    int32_t *list = NULL;
+    int64_t n = 0;
+    s2_status st = s2_schedule_work_list(ctx, sched, &list, &n);
+    /* the list, then the kernel's work counters (zero; each launch leaves
+     * them zero): S2_ATTN_COUNTER_PAIRS pairs from [work_counter_index(n)] */
+    size_t words = (size_t)work_counter_index((int32_t)n) + 2 * S2_ATTN_COUNTER_PAIRS;
+    int32_t *grown = st == S2_OK ? realloc(list, words * sizeof *list) : NULL;
+    if (grown) {
+        list = grown;
+        memset(list + n, 0, (words - (size_t)n) * sizeof *list);
+    } else if (st == S2_OK) {
+        st = s2_fail(ctx, S2_ERR_NOMEM, "work list: out of memory");
+    }
+    if (st == S2_OK)
+        st = s2_mem_alloc(ctx, k->mod->dev, words * sizeof *list, buf);
+    if (st == S2_OK)
+        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, list, words * sizeof *list);
+    *n_work = (int32_t)n;
+    free(list);
+    return st;
+}
+
+/* Keys per query tile of the primary schedule from which the wide variant
+ * pays for its 128-row tiles (dead pairs, one CTA per SM): it won down to
+ * 409, the shortest measured (runs 76-77; history in bench/NOTES.md). */
+enum { WIDE_MIN_KEYS = 384 };
+
+static bool wants_wide(const s2_attn_kernel *k, const s2_schedule *sched)
+{
+    if (!k->wide_fn || sched->geom.q_tiles < 1 || sched->heads < 1)
+        return false;
+    int64_t lists = sched->geom.q_tiles, total = 0;
+    for (int h = 0; h < sched->heads; h++) {
+        int c = sched->class_of_head[h];
+        total += sched->offsets[(int64_t)(c + 1) * lists] - sched->offsets[(int64_t)c * lists];
+    }
+    /* the schedule's entries are key tiles of block_n / gather keys */
+    const s2_kernel_spec *sp = &k->desc->spec;
+    int gather = sp->kv_gather > 1 ? sp->kv_gather : 1;
+    double keys = (double)total * (sp->block_n / gather) / ((double)lists * sched->heads);
+    return keys >= WIDE_MIN_KEYS;
+}
+
+/* The forward schedule of a spec's tile shape, packed (gathered key tiles
+ * when the spec gathers, owned pairs for the two-slab shape). */
+static s2_status pack_forward(s2_ctx *ctx, const s2_layout *lay, const s2_kernel_spec *spec, s2_schedule **sched,
+                              s2_packed_schedule *pk)
+{
+    int gather = spec->kv_gather > 1 ? spec->kv_gather : 1;
+    s2_tile_spec ts = {spec->block_m, spec->block_n / gather};
+    s2_status st = s2_schedule_build(ctx, lay, ts, false, sched);
+    if (st == S2_OK)
+        st = s2_kernel_spec_pack_forward(ctx, spec, *sched, pk);
+    if (st == S2_OK && ((*sched)->geom.q_tiles > INT32_MAX || (*sched)->geom.first_q_tile > INT32_MAX))
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld query tiles do not fit 32 bits",
+                     (long long)(*sched)->geom.q_tiles);
+    return st;
+}
+
+/* A packed forward schedule to the device (t->buf is set as soon as it is
+ * allocated: the caller frees it on failure). */
+static s2_status upload_forward(s2_ctx *ctx, s2_device *dev, const s2_packed_schedule *pk, const s2_schedule *sched,
+                                fwd_tables *t)
+{
+    s2_status st = s2_mem_alloc(ctx, dev, pk->size, &t->buf);
+    if (st == S2_OK)
+        st = s2_memcpy_h2d(ctx, dev, t->buf, pk->data, pk->size);
+    t->class_of_head = t->buf + pk->class_of_head_off;
+    t->offsets = t->buf + pk->offsets_off;
+    t->entries = t->buf + pk->entries_off;
+    t->first_q_tile = (int32_t)sched->geom.first_q_tile;
+    t->q_tiles = (int32_t)sched->geom.q_tiles;
+    return st;
+}
+
+/* The wide variant's schedule into slot (its own tile shape), and on the
+ * persistent grid its work list (the slot's, which the kernel itself then
+ * does not use: a module has a wide variant only for a grid kernel). */
+static s2_status build_wide(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay, sched_slot *slot)
+{
+    s2_schedule *sched = NULL;
+    s2_packed_schedule pk = {0};
+    s2_status st = pack_forward(ctx, lay, &k->desc->wide_spec, &sched, &pk);
+    if (st == S2_OK && k->desc->wide_spec.persistent > 0 && slot->w_buf)
+        st = s2_fail(ctx, S2_ERR_INTERNAL, "wide variant: the kernel has a work list already");
+    if (st == S2_OK && k->desc->wide_spec.persistent > 0)
+        st = upload_work_list(ctx, k, sched, &slot->w_buf, &slot->n_work);
+    if (st == S2_OK)
+        st = upload_forward(ctx, k->mod->dev, &pk, sched, &slot->wide);
+    slot->use_wide = st == S2_OK;
+    s2_packed_schedule_free(&pk);
+    s2_schedule_free(sched);
+    return st;
+}
+
+static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, sched_slot *slot)
+{
+    s2_device *dev = k->mod->dev;
+    s2_layout *lay = NULL;
+    s2_schedule *sched = NULL;
+    s2_packed_schedule pk = {0};
+    /* filled part by part (forward and transposed schedules, work list, wide variant), then stored */
+    sched_slot sl = {0};
+    s2_status st = s2_layout_new(ctx, k->pattern, q_len, kv_len, &lay);
+    if (st == S2_OK)
+        st = pack_forward(ctx, lay, &k->desc->spec, &sched, &pk);
+    if (st == S2_OK)
+        st = upload_forward(ctx, dev, &pk, sched, &sl.fwd);
+    if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_BWD)
+        st = upload_transposed(ctx, k, lay, &pk, &sched->geom, &sl.t_buf, &sl);
+    if (st == S2_OK && k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT)
+        st = upload_work_list(ctx, k, sched, &sl.w_buf, &sl.n_work);
+    if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_FWD && wants_wide(k, sched))
+        st = build_wide(ctx, k, lay, &sl);
+    /* a launch on a non-blocking stream does not wait for the legacy stream */
+    if (st == S2_OK)
+        st = s2_stream_synchronize(ctx, dev, NULL);
+    if (st == S2_OK) {
+        *slot = sl;
+        if (sl.use_wide)
+            k->stats.wide++;
+    } else {
+        slot_free(dev, &sl);
+    }
+    s2_packed_schedule_free(&pk);
+    s2_schedule_free(sched);
+    s2_layout_free(lay);
+    return st;
+}
+
+static s2_status build_slot(s2_ctx *ctx, void *owner, const int64_t key[2], void *item)
+{
+    return build_schedule(ctx, owner, key[0], key[1], item);
+}
+
+static void release_slot(void *owner, void *item)
+{
+    const s2_attn_kernel *k = owner;
+    slot_free(k->mod->dev, item);
+}
+
+void s2_rt_sched_cache_init(s2_attn_kernel *k)
+{
+    static const s2_lru_ops ops = {build_slot, release_slot};
+    s2_lru_init(&k->cache, k->slots, sizeof k->slots[0], S2_ATTN_SCHED_CACHE, &ops, k, k->mod->dev);
+}
+
+s2_status s2_rt_sched_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, sched_slot **out)
+{
+    void *item = NULL;
+    s2_status st = s2_lru_get(ctx, &k->cache, q_len, kv_len, &item);
+    *out = item;
+    return st;
+}

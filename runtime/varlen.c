@@ -1,0 +1,128 @@
+/* Variable-length batches: the sequences of a packed batch, checked and
+ * uploaded once (s2c/attn_runtime.h). */
+#include "attn_internal.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static int cmp_q_start(const void *a, const void *b)
+{
+    const s2_attn_seq *x = *(const s2_attn_seq *const *)a, *y = *(const s2_attn_seq *const *)b;
+    return (x->q_start > y->q_start) - (x->q_start < y->q_start);
+}
+
+static s2_status check_seq_list(s2_ctx *ctx, const s2_attn_seq *seqs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        const s2_attn_seq *q = &seqs[i];
+        if (q->q_start < 0 || q->k_start < 0 || q->q_len < 0 || q->kv_len < 0)
+            return s2_fail(ctx, S2_ERR_SHAPE, "sequence %d: a negative start or length (%d, %d, %d, %d)", i,
+                           q->q_start, q->q_len, q->k_start, q->kv_len);
+        if (q->q_len > q->kv_len)
+            return s2_fail(ctx, S2_ERR_SHAPE, "sequence %d: q_len %d > kv_len %d (queries are the last keys)", i,
+                           q->q_len, q->kv_len);
+        if ((int64_t)q->q_start + q->q_len > INT32_MAX || (int64_t)q->k_start + q->kv_len > INT32_MAX)
+            return s2_fail(ctx, S2_ERR_SHAPE, "sequence %d ends past 32-bit rows", i);
+    }
+    /* o rows of two sequences must not overlap: sort the non-empty ones by start */
+    const s2_attn_seq **order = malloc((size_t)n * sizeof *order);
+    if (!order)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    int m = 0;
+    for (int i = 0; i < n; i++)
+        if (seqs[i].q_len > 0)
+            order[m++] = &seqs[i];
+    qsort(order, (size_t)m, sizeof *order, cmp_q_start);
+    s2_status st = S2_OK;
+    for (int i = 1; i < m && st == S2_OK; i++)
+        if ((int64_t)order[i - 1]->q_start + order[i - 1]->q_len > order[i]->q_start)
+            st = s2_fail(ctx, S2_ERR_INVALID, "sequences %d and %d share query row %d (their o rows would race)",
+                         (int)(order[i - 1] - seqs), (int)(order[i] - seqs), order[i]->q_start);
+    free(order);
+    return st;
+}
+
+s2_status s2_attn_seqs_new(s2_ctx *ctx, s2_device *dev, const s2_attn_seq *seqs, int n, s2_attn_seqs **out)
+{
+    if (!out)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_seqs_new: out is NULL");
+    *out = NULL;
+    if (!dev || !seqs)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_seqs_new: %s is NULL", !dev ? "device" : "seqs");
+    if (n < 1 || n > 65535)
+        return s2_fail(ctx, S2_ERR_SHAPE, "%d sequences (1..65535)", n);
+    s2_status st = check_seq_list(ctx, seqs, n);
+    if (st != S2_OK)
+        return st;
+    s2_attn_seqs *s = calloc(1, sizeof *s);
+    if (!s || !(s->host = malloc((size_t)n * sizeof *s->host))) {
+        free(s);
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    }
+    s->dev = dev;
+    s->n = n;
+    memcpy(s->host, seqs, (size_t)n * sizeof *seqs);
+    int64_t max_kv = 0, min_start = INT64_MAX;
+    for (int i = 0; i < n; i++)
+        if (seqs[i].q_len > 0) {
+            max_kv = seqs[i].kv_len > max_kv ? seqs[i].kv_len : max_kv;
+            int64_t start = (int64_t)seqs[i].kv_len - seqs[i].q_len;
+            min_start = start < min_start ? start : min_start;
+        }
+    if (max_kv > 0)
+        s->sched_q_len = max_kv - min_start, s->sched_kv_len = max_kv;
+    size_t bytes = (size_t)n * sizeof *seqs;
+    st = s2_mem_alloc(ctx, dev, bytes, &s->buf);
+    if (st == S2_OK)
+        st = s2_memcpy_h2d(ctx, dev, s->buf, seqs, bytes);
+    /* a launch on a non-blocking stream does not wait for the legacy stream */
+    if (st == S2_OK)
+        st = s2_stream_synchronize(ctx, dev, NULL);
+    if (st != S2_OK) {
+        s2_attn_seqs_free(s);
+        return st;
+    }
+    *out = s;
+    return S2_OK;
+}
+
+void s2_attn_seqs_free(s2_attn_seqs *s)
+{
+    if (!s)
+        return;
+    s2_mem_free(NULL, s->dev, s->buf);
+    free(s->host);
+    free(s);
+}
+
+int s2_attn_seqs_count(const s2_attn_seqs *s) { return s ? s->n : 0; }
+const s2_attn_seq *s2_attn_seqs_host(const s2_attn_seqs *s) { return s ? s->host : NULL; }
+s2_devptr s2_attn_seqs_device(const s2_attn_seqs *s) { return s ? s->buf : 0; }
+
+void s2_attn_seqs_schedule_shape(const s2_attn_seqs *s, int64_t *q_len, int64_t *kv_len)
+{
+    if (q_len)
+        *q_len = s ? s->sched_q_len : 0;
+    if (kv_len)
+        *kv_len = s ? s->sched_kv_len : 0;
+}
+
+s2_status s2_attn_seqs_packed(s2_ctx *ctx, const int32_t *cu_q, const int32_t *cu_k, int n, s2_attn_seq *seqs)
+{
+    if (!cu_q || !seqs)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_seqs_packed: %s is NULL", !cu_q ? "cu_q" : "seqs");
+    if (n < 1)
+        return s2_fail(ctx, S2_ERR_SHAPE, "%d sequences", n);
+    if (!cu_k)
+        cu_k = cu_q;
+    if (cu_q[0] < 0 || cu_k[0] < 0)
+        return s2_fail(ctx, S2_ERR_SHAPE, "cumulative lengths start below 0");
+    for (int i = 0; i < n; i++) {
+        if (cu_q[i + 1] < cu_q[i] || cu_k[i + 1] < cu_k[i])
+            return s2_fail(ctx, S2_ERR_SHAPE, "cumulative lengths decrease at %d", i + 1);
+        seqs[i] = (s2_attn_seq){cu_q[i], cu_q[i + 1] - cu_q[i], cu_k[i], cu_k[i + 1] - cu_k[i]};
+        if (seqs[i].q_len > seqs[i].kv_len)
+            return s2_fail(ctx, S2_ERR_SHAPE, "sequence %d: %d queries but %d keys", i, seqs[i].q_len, seqs[i].kv_len);
+    }
+    return S2_OK;
+}
