@@ -11,7 +11,8 @@ cc=${CC:-clang-22}
 mkdir -p "$out" "$here/crashers" "$here/corpus"
 flags="-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
 $cc $flags -I"$root/include" -I"$root/common" -I"$root/patterns" \
-    "$here/fuzz_pattern.c" "$root"/patterns/parse.c "$root"/patterns/mask_file.c \
+    "$here/fuzz_pattern.c" "$root"/patterns/parse.c "$root"/patterns/parse_tree.c \
+    "$root"/patterns/parse_value.c "$root"/patterns/parse_rules.c "$root"/patterns/mask_file.c \
     "$root"/patterns/resolve.c "$root"/patterns/describe.c \
     "$root"/common/ctx.c "$root"/common/arena.c "$root"/common/file.c \
     -lyaml -o "$out/fuzz_pattern"

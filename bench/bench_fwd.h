@@ -1,0 +1,119 @@
+/* Internal to bench_fwd: the configuration rows, the device data of one
+ * configuration, a JIT-compiled kernel variant, its schedule on the device,
+ * and the helpers the files share (bench_fwd.c: options, rows, main;
+ * bench_fwd_data.c: random inputs; bench_fwd_jit.c: the kernel through the
+ * cache; bench_fwd_launch.c: launches, the check, the timing). */
+#ifndef S2C_BENCH_FWD_H
+#define S2C_BENCH_FWD_H
+
+#include "kernel_abi.h"
+#include "s2c/attention.h"
+#include "s2c/attn_runtime.h"
+#include "s2c/cache.h"
+#include "s2c/codegen.h"
+#include "s2c/layout.h"
+#include "s2c/runtime.h"
+
+#include <stdbool.h>
+#include <stdint.h>
+
+typedef struct bench_config {
+    const char *name;
+    int batch, heads;
+    int64_t seq;
+    int block, local, stride;
+    const char *peer;            /* which peer the ratio is against */
+    double peer_h200_ms, peer_h100_ms;
+    int dense_heads;             /* num_dense_heads: head imbalance (the last ones dense) */
+} bench_config;
+enum { HEAD_DIM = 128 };
+
+#define L2_BYTES (60.0 * 1024 * 1024)
+
+/* ---- random inputs ---------------------------------------------------------
+ * Every tensor element is pool[(base + index) % POOL]: a pool of bf16 values
+ * uniform in [-1.5, 1.5] that the CPU check can read without a host copy of
+ * gigabytes.  POOL is odd and not a multiple of the head dimension, so rows
+ * and tensors (different bases) do not repeat each other. */
+enum { POOL = (1 << 24) + 7 };
+
+extern uint16_t *pool;
+
+uint64_t rng_next(uint64_t *s);
+double bf16_to_f64(uint16_t h);
+bool pool_init(uint64_t seed);
+double pool_at(uint64_t base, uint64_t index);
+
+/* ---- one configuration's data ---- */
+typedef struct input_set {
+    s2_devptr q, k, v, o, lse;
+    uint64_t qb, kb, vb;   /* pool bases */
+} input_set;
+
+typedef struct config_data {
+    const bench_config *cfg;
+    s2_pattern_set *set;
+    const s2_pattern *p;
+    s2_layout *lay;
+    uint64_t elems;        /* B*S*H*D per tensor */
+    int nsets;
+    input_set sets[8];
+} config_data;
+
+s2_status config_open(s2_ctx *ctx, s2_device *dev, const bench_config *c, config_data *cd, uint16_t *stage);
+void config_close(s2_ctx *ctx, s2_device *dev, config_data *cd);
+
+/* ---- the kernel through the cache (bench_fwd_jit.c) ---- */
+typedef struct variant {
+    s2_kernel_spec spec;       /* resolved */
+    s2_module *mod;
+    s2_kernel *kern;
+    int threads, smem;
+    double cold_ms, warm_ms;
+    int regs, spill_st, spill_ld, stack;
+    char kname[128];
+    bool tma;                  /* S2_FWD_ABI_TMA(_PERSISTENT): tensor maps per input set */
+    bool persistent;           /* S2_FWD_ABI_TMA_PERSISTENT: grid of SMs x resident CTAs */
+    uint32_t grid_p;
+    s2_tensor_map maps[8][3];
+    bool has_wide;             /* the module's kernel.wide (timed as a row of its own, labelled "wide") */
+    s2_kernel_spec wide;
+} variant;
+
+/* JIT cold and warm through a fresh temporary cache; PTX and cubin to
+ * dump_dir when set. */
+s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const s2_kernel_spec *want,
+                      const char *dump_dir, variant *v);
+void variant_free(variant *v);
+
+/* ---- launches, check, timing (bench_fwd_launch.c) ---- */
+typedef struct sched_dev {
+    s2_devptr buf;
+    s2_devptr cls, offs, ents;
+    int32_t first, q_tiles;
+    double kept_pairs, tile_flops;
+    int64_t entries;
+    s2_devptr work;            /* persistent: the longest-first work list */
+    s2_devptr counter;         /* and its work counters (after the list) */
+    int32_t n_work;
+} sched_dev;
+
+s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd, const s2_kernel_spec *spec,
+                       sched_dev *sd);
+/* Tensor maps of every input set, built once (not inside the timed region). */
+s2_status variant_maps(s2_ctx *ctx, const s2_device *dev, const config_data *cd, variant *v);
+
+/* Every element written (poisoned with NaN before) and finite; `rows` query
+ * rows (the last one and random others) against float64 on the CPU. */
+typedef struct check_result {
+    bool ok;
+    double o_err, lse_err;
+    int64_t bad;
+} check_result;
+
+s2_status check_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const variant *v,
+                        const sched_dev *sd, int rows, uint64_t seed, check_result *cr);
+s2_status time_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const variant *v,
+                       const sched_dev *sd, int reps, double *med, double *min);
+
+#endif

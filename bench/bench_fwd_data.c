@@ -1,0 +1,125 @@
+/* bench_fwd: random inputs (a pool of bf16 values the CPU check reads
+ * without a host copy) and one configuration's pattern, layout and device
+ * buffers. */
+#include "bench_fwd.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+uint16_t *pool;
+
+uint64_t rng_next(uint64_t *s)
+{
+    uint64_t x = *s += 0x9e3779b97f4a7c15ull;
+    x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+    x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+    return x ^ (x >> 31);
+}
+
+static uint16_t f32_to_bf16(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+double bf16_to_f64(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+bool pool_init(uint64_t seed)
+{
+    pool = malloc((size_t)POOL * sizeof *pool);
+    if (!pool)
+        return false;
+    uint64_t s = seed;
+    for (size_t i = 0; i < POOL; i++)
+        pool[i] = f32_to_bf16((float)(-1.5 + 3.0 * (double)(rng_next(&s) >> 11) / 9007199254740992.0));
+    return true;
+}
+
+double pool_at(uint64_t base, uint64_t index) { return bf16_to_f64(pool[(base + index) % POOL]); }
+
+/* Device buffer of `elems` bf16 filled from the pool at `base`. */
+static s2_status upload_pool(s2_ctx *ctx, s2_device *dev, s2_devptr dst, uint64_t elems, uint64_t base,
+                             uint16_t *stage)
+{
+    for (uint64_t done = 0; done < elems;) {
+        uint64_t n = elems - done < POOL ? elems - done : POOL;
+        uint64_t o = (base + done) % POOL;
+        uint64_t first = POOL - o < n ? POOL - o : n;
+        memcpy(stage, pool + o, first * 2);
+        memcpy(stage + first, pool, (n - first) * 2);
+        s2_status st = s2_memcpy_h2d(ctx, dev, dst + done * 2, stage, n * 2);
+        if (st != S2_OK)
+            return st;
+        done += n;
+    }
+    return S2_OK;
+}
+
+s2_status config_open(s2_ctx *ctx, s2_device *dev, const bench_config *c, config_data *cd, uint16_t *stage)
+{
+    memset(cd, 0, sizeof *cd);
+    cd->cfg = c;
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.name = c->name;
+    a.num_heads = c->heads;
+    a.block_size = c->block;
+    a.local_blocks = c->local;
+    a.vert_stride = c->stride;
+    a.head_sliding_offset = 0;
+    a.causal = true;
+    a.max_seq_len = c->seq;
+    a.num_dense_heads = c->dense_heads;
+    s2_status st = s2_pattern_from_args(ctx, &a, &cd->set);
+    if (st != S2_OK)
+        return st;
+    cd->p = s2_pattern_set_get(cd->set, 0);
+    st = s2_layout_new(ctx, cd->p, c->seq, c->seq, &cd->lay);
+    if (st != S2_OK)
+        return st;
+    cd->elems = (uint64_t)c->batch * (uint64_t)c->seq * (uint64_t)c->heads * HEAD_DIM;
+    double set_bytes = 4.0 * (double)cd->elems * 2;
+    cd->nsets = (int)ceil(3 * L2_BYTES / set_bytes);
+    cd->nsets = cd->nsets < 2 ? 2 : cd->nsets > 8 ? 8 : cd->nsets;
+    for (int i = 0; st == S2_OK && i < cd->nsets; i++) {
+        input_set *in = &cd->sets[i];
+        in->qb = 3 * (uint64_t)i * 1000003u + 11;
+        in->kb = in->qb + 7777777u;
+        in->vb = in->qb + 12345679u;
+        s2_devptr *p[4] = {&in->q, &in->k, &in->v, &in->o};
+        for (int j = 0; st == S2_OK && j < 4; j++)
+            st = s2_mem_alloc(ctx, dev, cd->elems * 2, p[j]);
+        if (st == S2_OK)
+            st = s2_mem_alloc(ctx, dev, (size_t)c->batch * c->heads * c->seq * 4, &in->lse);
+        if (st == S2_OK)
+            st = upload_pool(ctx, dev, in->q, cd->elems, in->qb, stage);
+        if (st == S2_OK)
+            st = upload_pool(ctx, dev, in->k, cd->elems, in->kb, stage);
+        if (st == S2_OK)
+            st = upload_pool(ctx, dev, in->v, cd->elems, in->vb, stage);
+    }
+    return st;
+}
+
+void config_close(s2_ctx *ctx, s2_device *dev, config_data *cd)
+{
+    for (int i = 0; i < cd->nsets; i++) {
+        input_set *in = &cd->sets[i];
+        s2_mem_free(ctx, dev, in->q);
+        s2_mem_free(ctx, dev, in->k);
+        s2_mem_free(ctx, dev, in->v);
+        s2_mem_free(ctx, dev, in->o);
+        s2_mem_free(ctx, dev, in->lse);
+    }
+    s2_layout_free(cd->lay);
+    s2_pattern_set_free(cd->set);
+}
