@@ -1,8 +1,8 @@
 /* The entry bodies of the S2 attention backward on sm_90a: wgmma instead of
  * mma.sync, one warpgroup per CTA (block_m 64, 4 warps), same kernels, same
- * parameters, same schedules and the same cp.async ring as templates/bwd.c
+ * parameters, same schedules and the same cp.async ring as templates/bwd*.c
  * (which calls these when the spec asks for bwd_wgmma).  Tiles are stored
- * in the 128-byte-swizzle blocked layout (bwd.c tile_off), so that wgmma
+ * in the 128-byte-swizzle blocked layout (bwd_common.c tile_off), so that wgmma
  * reads them through descriptors (GPU-KERNEL-FACTS §3.3):
  *
  *   NAME_dkdv, per query tile of the transposed list (key tile resident):
@@ -16,7 +16,7 @@
  *
  * The accumulator layout of m64nN is the m16n8 C layout per warp with warp w
  * owning rows 16w.. (§3.4), the layout the mma.sync bodies use, so the
- * masking and the P / dS math of bwd.c apply unchanged.  dK, dV and dQ are
+ * masking and the P / dS math of bwd_common.c apply unchanged.  dK, dV and dQ are
  * each summed by one thread in list order: deterministic, as the sm_80 path.
  * Both products of an entry are issued before the first wait, so the mask
  * and exponentials of Sᵀ overlap the dPᵀ wgmma; in dK/dV, dV += Pᵀ·dO is
