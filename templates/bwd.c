@@ -13,8 +13,7 @@
  *              key tile): Q, dO, lse2 and delta stream through a cp.async ring
  *              (with spec.bwd_tma, Q and dO by TMA from the maps of
  *              parameters 51 and 52 into mbarrier-armed stages, issued by one
- *              thread: the per-thread copies and the proxy fence per entry
- *              were a fifth of the kernel's warp-state samples).
+ *              thread: no per-thread copies, no proxy fence per entry; run 96).
  *   NAME_dq    one CTA per (query tile, head, batch) walking the FORWARD list,
  *              K and V streamed; dQ += dS·K in registers.
  *   NAME_dqds  (wgmma bodies on a 64 x 64 grid, s2_bwd_ds_capable) the same
@@ -42,18 +41,14 @@
 static void common_setup(bwd *k)
 {
     LLVMBuilderRef b = k->b;
-    k->tid = s2_nv_tid_x(k->cg);
-    k->warp = LLVMBuildLShr(b, k->tid, c32(k, 5), "warp");
-    k->lane = LLVMBuildAnd(b, k->tid, c32(k, 31), "lane");
-    k->g = LLVMBuildLShr(b, k->lane, c32(k, 2), "g");
-    k->t4 = LLVMBuildAnd(b, k->lane, c32(k, 3), "t4");
+    s2_kb_thread(&k->kb);
     k->batch = LLVMBuildZExt(b, s2_nv_ctaid(k->cg, 'z'), k->cg->t_i64, "batch");
     k->q_len = param(k, P_QLEN);
     k->kv_len = param(k, P_KVLEN);
     k->q_start = LLVMBuildSub(b, k->kv_len, k->q_len, "q_start");
     k->scale_log2 = param(k, P_SCALE_LOG2);
     /* A: row 16·warp + (l%8) + 8·((l/8)%2), chunk l/16; B: row l%8, chunk l/8;
-     * B transposed: row l%16, chunk l/16 (§1.3) */
+     * B transposed: row l%16, chunk l/16 (ldmatrix, PTX ISA 9.7.14.5.15) */
     k->a_row = add(k, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
                    add(k, LLVMBuildAnd(b, k->lane, c32(k, 7), ""), LLVMBuildAnd(b, k->lane, c32(k, 8), "")));
     k->a_lc = LLVMBuildLShr(b, k->lane, c32(k, 4), "");
@@ -79,7 +74,7 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->BN = spec->block_n;
     s->KB = spec->block_m;
     s->warps = spec->num_warps;
-    s->threads = s->warps * 32;
+    s->threads = s->warps * S2_WARP;
     s->stages = spec->num_stages;
     s->group = p->heads / p->kv_heads;
     s->heads = p->heads;
@@ -120,8 +115,7 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->dqds2_u_off = s->dqds_stages * s->dqds2_stage_bytes;
     s->tma = s->wg && spec->bwd_tma > 0;
     s->kv_bar_off = (s->ds ? s->kv_ds_off + DS_TILE_BYTES : s->kv_stage0 + s->stages * s->kv_stage_bytes);
-    /* the ring's refill issued under the entry's S and dP products (H200,
-     * bench/RESULTS.md runs 93-94: the dK/dV kernel -1.6% at l16v8) */
+    /* the ring's refill under the entry's S and dP products, where it hides best (run 94) */
     s->late_refill = s->wg;
 }
 
@@ -184,7 +178,7 @@ static LLVMValueRef new_kernel(bwd *k, const char *base, const char *suffix)
 
 s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name)
 {
-    bwd k = {.cg = cg, .b = cg->b};
+    bwd k = {.kb = {.cg = cg, .b = cg->b}};
     bwd_shape_init(&k.s, p, spec);
     if (k.s.D > MAX_D || k.s.BN / 8 > MAX_N || k.s.qc / 8 > MAX_N || k.s.BM != 16 * k.s.warps ||
         (k.s.chunks != 4 && k.s.chunks != 8 && k.s.chunks != 16) || k.s.threads % k.s.chunks != 0 ||
@@ -203,7 +197,7 @@ s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ker
         /* two warpgroups, two CTAs per SM (128 registers) */
         bwd_shape one = k.s;
         k.s.threads = S2_BWD_DQDS2_THREADS;
-        k.s.warps = S2_BWD_DQDS2_THREADS / 32;
+        k.s.warps = S2_BWD_DQDS2_THREADS / S2_WARP;
         k.min_ctas = 2;
         new_kernel(&k, name, "_dqds2");
         bwd_build_dqds2(&k);

@@ -90,7 +90,7 @@ void bwd_mma_abt(bwd *k, LLVMValueRef a, LLVMValueRef bt, int row0, int ntiles, 
 }
 
 /* out[dn] += X·Y: X = C-layout values x[ntiles][4] reused as A fragments
- * (n-tiles 2kk, 2kk+1 = k-step kk, §1.4), Y = rows row0 + 16kk.. of tile `y`. */
+ * (n-tiles 2kk, 2kk+1 = k-step kk, PTX ISA 9.7.14.5.8), Y = rows row0 + 16kk.. of tile `y`. */
 void bwd_mma_xy(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, LLVMValueRef out[][4])
 {
     s2_cg *cg = k->cg;
@@ -192,9 +192,7 @@ static void load_tile_whole(bwd *k, int rows, LLVMValueRef base, LLVMValueRef sl
 /* cp.async a [rows][D] tile of tensor `base` (slice = element offset of this
  * (b, h), rstride its seq stride) into shared `dst`; missing rows are
  * zero-filled and their source clamped to the slice start.  A tile whose
- * rows all exist takes load_tile_whole: the per-row checks and multiplies
- * were about a fifth of the dK/dV kernel's instructions per entry
- * (bench/RESULTS.md run 30: dK/dV -5%, dQ -13%). */
+ * rows all exist takes load_tile_whole, without per-row checks (run 30). */
 void bwd_load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride, LLVMValueRef dst,
                       LLVMValueRef pos0, const bwd_slots *slot, bool query)
 {
@@ -424,7 +422,7 @@ void bwd_probs_and_ds(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int nt
         }
 }
 
-/* ---- the cp.async ring (§2.1): one group per entry ---- */
+/* ---- the cp.async ring: one group per entry, committed even when empty ---- */
 
 /* Copies entry e (when e < end) into `stage`; with `own`, its issue values
  * are loaded here (the prologue's), else they were taken before. */
@@ -482,12 +480,11 @@ void bwd_pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage
     if (!r0)
         r0 = c32(k, 0);
     for (int st = 0; st < S - 1; st++)
-        prefetch(k, f, add(k, begin, c32(k, st)), end, LLVMBuildURem(b, add(k, r0, c32(k, st)), c32(k, S), ""), stage0,
+        prefetch(k, f, add(k, begin, c32(k, st)), end, s2_kb_ring_stage(&k->kb, add(k, r0, c32(k, st)), S, ""), stage0,
                  stage_bytes, true, user);
-    /* What a refill's issue needs is loaded one iteration ahead and carried:
-     * loaded in the refill's own iteration, ptxas placed the load after the
-     * ring's barrier, right before its use (warp-stall sampling,
-     * bench/RESULTS.md run 34).  The first refill's, before the loop
+    /* What a refill's issue needs is loaded one iteration ahead and carried,
+     * so that ptxas cannot sink the load below the ring's barrier (run 34).
+     * The first refill's, before the loop
      * (non-empty lists only: an empty list's begin may be past the array). */
     prep_vals first;
     LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
@@ -531,12 +528,12 @@ void bwd_pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage
         s2_nv_barrier_cta(cg);
         /* the stage of entry i-1, free since the barrier: with f->late the
          * entry body issues its copies after its first products */
-        ring_refill r = {f, add(k, e, c32(k, S - 1)), end, LLVMBuildURem(b, add(k, i, c32(k, S - 1)), c32(k, S), ""),
+        ring_refill r = {f, add(k, e, c32(k, S - 1)), end, s2_kb_ring_stage(&k->kb, add(k, i, c32(k, S - 1)), S, ""),
                          stage0, stage_bytes, user};
         k->refill = &r;
         if (!f->late)
             bwd_ring_refill(k);
-        LLVMValueRef soff = add(k, c32(k, stage0), mul(k, LLVMBuildURem(b, i, c32(k, S), ""), c32(k, stage_bytes)));
+        LLVMValueRef soff = add(k, c32(k, stage0), mul(k, s2_kb_ring_stage(&k->kb, i, S, ""), c32(k, stage_bytes)));
         k->ring_pos = i;
         f->compute(k, e, soff, user);
         bwd_ring_refill(k);
@@ -565,14 +562,11 @@ LLVMValueRef bwd_slice(bwd *k, int ps, LLVMValueRef h64)
 void bwd_new_acc(bwd *k, LLVMValueRef acc[][4], const char *name)
 {
     LLVMBuilderRef b = k->b;
-    LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
-    LLVMValueRef first = LLVMGetFirstInstruction(k->entry_bb);
-    if (first)
-        LLVMPositionBuilderBefore(b, first);
+    LLVMBasicBlockRef cur = s2_kb_entry_begin(&k->kb, k->entry_bb);
     for (int dn = 0; dn < k->s.D / 8; dn++)
         for (int i = 0; i < 4; i++)
             acc[dn][i] = LLVMBuildAlloca(b, k->cg->t_f32, name);
-    LLVMPositionBuilderAtEnd(b, cur);
+    s2_kb_entry_end(&k->kb, cur);
     for (int dn = 0; dn < k->s.D / 8; dn++)
         for (int i = 0; i < 4; i++)
             LLVMBuildStore(b, cf(k, 0.0), acc[dn][i]);

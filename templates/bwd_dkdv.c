@@ -29,7 +29,7 @@ LLVMValueRef bwd_kv_bar(bwd *k, LLVMValueRef soff)
 {
     LLVMValueRef st = LLVMBuildUDiv(k->b, LLVMBuildSub(k->b, soff, c32(k, k->s.kv_stage0), ""),
                                     c32(k, k->s.kv_stage_bytes), "stage");
-    return add(k, s2_nv_smem_base32(k->cg), add(k, c32(k, k->s.kv_bar_off), LLVMBuildShl(k->b, st, c32(k, 3), "")));
+    return s2_kb_mbar(&k->kb, s2_nv_smem_base32(k->cg), k->s.kv_bar_off, st);
 }
 
 /* Q and dO of the query tile at qpos0 by TMA into the stage at soff: one
@@ -114,17 +114,13 @@ static void kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
         s2_nv_if_end(k->cg, &skip);
 }
 
-/* CTAs start in launch order (x fastest).  With the grid read as is (key
- * tiles of one head, then the next head) the last wave holds the long lists
- * (vertical stripes: every later query tile) of the last heads and the GPU
- * idles behind them (ncu: SMs active 84% of the dK/dV kernel at 8K, b64).
- * Read the lists major instead (all (kv head, batch) pairs of list 0 first,
- * ...: the lists come heaviest first, so the tail is made of short ones:
- * 1.01 -> 0.86 ms), in rows of KT_CHUNK lists per pair: a head's heaviest
- * lists (its vertical stripes) then run together and, walked from their
- * ends, read each query tile at about the same time (Q and dO from L2:
- * ncu at 8K, DRAM 46% -> 30% of peak; bench/RESULTS.md 2026-11-25).  Sets
- * *kvh32 and k->batch; returns the list (key tile) index. */
+/* CTAs start in launch order (x fastest).  The grid is read lists major
+ * (all (kv head, batch) pairs of list 0 first, ...): the lists come
+ * heaviest first, so the last wave holds short ones; in rows of KT_CHUNK
+ * lists per pair, so that a head's heaviest lists (its vertical stripes)
+ * run together and, walked from their ends, read each query tile at about
+ * the same time, from L2 (runs 4-5).  Sets *kvh32 and k->batch; returns
+ * the list (key tile) index. */
 enum { KT_CHUNK = 8 };
 
 static LLVMValueRef remap_key_tile(bwd *k, LLVMValueRef *kvh32)
@@ -212,7 +208,7 @@ void bwd_build_dkdv(bwd *k)
         s2_nv_if init;
         s2_nv_if_begin(cg, &init, LLVMBuildICmp(b, LLVMIntEQ, k->tid, c32(k, 0), ""), "mbar_init");
         for (int st = 0; st < s->stages; st++)
-            s2_nv_mbar_init(cg, add(k, s2_nv_smem_base32(cg), c32(k, s->kv_bar_off + 8 * st)), 1);
+            s2_nv_mbar_init(cg, s2_kb_mbar(&k->kb, s2_nv_smem_base32(cg), s->kv_bar_off + 8 * st, NULL), 1);
         s2_nv_fence_mbar_init(cg);
         s2_nv_prefetch_tensormap(cg, param(k, P_TMAP_Q));
         s2_nv_prefetch_tensormap(cg, param(k, P_TMAP_DO));

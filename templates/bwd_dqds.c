@@ -36,11 +36,12 @@ void bwd_build_dqds(bwd *k)
     bwd_store_acc(k, acc, bwd_softmax_scale(k), param(k, P_DQ), bwd_slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
     LLVMBuildRetVoid(b);
 }
+
 /* ---- NAME_dqds2: two query tiles per CTA, each K tile read once for both ----
  *
  * NAME_dqds reads per entry an 8 KB dS tile from DRAM and a 16 KB K tile
  * from L2, and the neighbouring query tile reads the same K tiles for all
- * but a few of its entries (bench/RESULTS.md run 82: L2 at 88%).  Here one
+ * but a few of its entries (L2-bound, run 82).  Here one
  * CTA of two warpgroups takes query tiles rel0 and rel0 - 1 of a head and
  * walks the union of their (increasing) forward lists: each union slot
  * loads the K tile once and each tile's dS tile (zero-filled where that
@@ -54,7 +55,7 @@ void bwd_build_dqds(bwd *k)
  * A's common-entry counts (n0 + 1, padded), the warp totals, then per
  * union slot its key tile and the two entries */
 enum { U_N = S2_BWD_DQDS2_MAX_LIST, U_KA = 0, U_KB = 4 * U_N, U_CA = 8 * U_N, U_WT = U_CA + 4 * (U_N + 8),
-       U_KT = U_WT + 4 * (S2_BWD_DQDS2_THREADS / 32), U_E0 = U_KT + 8 * U_N, U_E1 = U_E0 + 8 * U_N,
+       U_KT = U_WT + 4 * (S2_BWD_DQDS2_THREADS / S2_WARP), U_E0 = U_KT + 8 * U_N, U_E1 = U_E0 + 8 * U_N,
        U_END = U_E1 + 8 * U_N };
 _Static_assert((int)U_END == (int)S2_BWD_DQDS2_UNION_BYTES, "the union's layout and its size in attention.h");
 
@@ -98,14 +99,14 @@ static LLVMValueRef cta_excl_count(bwd *k, LLVMValueRef flag, LLVMValueRef *tota
     LLVMBuilderRef b = k->b;
     LLVMValueRef bal = s2_nv_ballot(cg, flag);
     LLVMValueRef mine = s2_nv_popc(cg, LLVMBuildAnd(b, bal, s2_nv_lanemask_lt(cg), ""));
-    LLVMValueRef w = LLVMBuildLShr(b, k->tid, c32(k, 5), "cta_warp");
+    LLVMValueRef w = LLVMBuildLShr(b, k->tid, c32(k, S2_WARP_LOG2), "cta_warp");
     s2_nv_if first;
     s2_nv_if_begin(cg, &first, LLVMBuildICmp(b, LLVMIntEQ, k->lane, c32(k, 0), ""), "warp_total");
     sts_i32(k, k->s.dqds2_u_off + U_WT, w, s2_nv_popc(cg, bal));
     s2_nv_if_end(cg, &first);
     s2_nv_barrier_cta(cg);
     LLVMValueRef below = c32(k, 0), all = c32(k, 0);
-    for (int j = 0; j < S2_BWD_DQDS2_THREADS / 32; j++) {
+    for (int j = 0; j < S2_BWD_DQDS2_THREADS / S2_WARP; j++) {
         LLVMValueRef t = lds_i32(k, k->s.dqds2_u_off + U_WT, c32(k, j));
         below = add(k, below, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntULT, c32(k, j), w, ""), t, c32(k, 0), ""));
         all = add(k, all, t);
@@ -162,7 +163,7 @@ void bwd_build_dqds2(bwd *k)
     dq_state ds = {0};
     /* the warpgroup (warp-uniform, so that its dS descriptor is), and the
      * warp within it for the fragment layouts */
-    LLVMValueRef wg = s2_nv_shfl_idx_i32(cg, LLVMBuildLShr(b, k->tid, c32(k, 7), ""), 0);
+    LLVMValueRef wg = s2_nv_shfl_idx_i32(cg, LLVMBuildLShr(b, k->tid, c32(k, S2_WARPGROUP_LOG2), ""), 0);
     LLVMValueRef cta_warp = k->warp;
     k->warp = LLVMBuildAnd(b, cta_warp, c32(k, 3), "wg_warp");
     ds.a_shift = mul(k, wg, c32(k, DS_TILE_BYTES));

@@ -3,7 +3,7 @@
 #ifndef S2C_BWD_INTERNAL_H
 #define S2C_BWD_INTERNAL_H
 
-#include "cg_internal.h"
+#include "kbase.h"
 #include "s2c/attention.h"
 
 /* Kernel parameters, in ABI order (shared by the three kernels). */
@@ -54,12 +54,9 @@ typedef struct bwd_shape {
 enum { DS_TILE = 64, DS_TILE_BYTES = S2_BWD_DS_TILE_BYTES };
 
 typedef struct bwd {
-    s2_cg *cg;
-    LLVMBuilderRef b;
+    S2_KB_BASE;                                 /* cg, b, fn; tid, warp, lane, g, t4 (kbase.h) */
     bwd_shape s;
-    LLVMValueRef fn;
     LLVMBasicBlockRef entry_bb;
-    LLVMValueRef tid, warp, lane, g, t4;        /* i32 */
     LLVMValueRef batch;                         /* i64 */
     LLVMValueRef q_len, kv_len, q_start;        /* i32 */
     LLVMValueRef scale_log2;                    /* f32 */
@@ -68,14 +65,6 @@ typedef struct bwd {
     struct ring_refill *refill;                 /* the ring's refill left to the entry body (ring_fns.late) */
     LLVMValueRef ring_pos;                      /* i32: the ring position of the entry compute() has (pipeline) */
 } bwd;
-
-static inline LLVMValueRef c32(bwd *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
-static inline LLVMValueRef c64(bwd *k, long long v) { return LLVMConstInt(k->cg->t_i64, (unsigned long long)v, 1); }
-static inline LLVMValueRef cf(bwd *k, double v) { return LLVMConstReal(k->cg->t_f32, v); }
-static inline LLVMValueRef param(bwd *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
-static inline LLVMValueRef sext64(bwd *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, v, k->cg->t_i64, ""); }
-static inline LLVMValueRef add(bwd *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildAdd(k->b, a, b, ""); }
-static inline LLVMValueRef mul(bwd *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildMul(k->b, a, b, ""); }
 
 typedef struct mask_geom {
     bool transposed;

@@ -3,6 +3,7 @@
  * D / 8 threads, by their LSE.  Built into every decode module
  * (NAME_combine, s2_decode_build). */
 #include "decode_internal.h"
+#include "kbase.h"
 
 #include <math.h>
 
@@ -14,16 +15,11 @@ enum {
 enum { COMBINE_THREADS = 128 };
 
 typedef struct comb {
-    s2_cg *cg;
-    LLVMBuilderRef b;
-    LLVMValueRef fn;
+    S2_KB_BASE;          /* cg, b, fn (kbase.h); one row per D / 8 threads: no warp ids */
     s2_dtype out_dt;
     int D;
 } comb;
 
-static LLVMValueRef cc32(comb *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
-static LLVMValueRef cc64(comb *k, long long v) { return LLVMConstInt(k->cg->t_i64, (unsigned long long)v, 1); }
-static LLVMValueRef cpar(comb *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
 
 /* The byval pointer table: { u64 o[64]; u64 lse[64] }. */
 static LLVMTypeRef ptr_table_type(s2_cg *cg)
@@ -37,16 +33,16 @@ static LLVMValueRef input_base(comb *k, int which, LLVMValueRef i, int esize)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    LLVMValueRef base = cpar(k, which ? C_LBASE : C_OBASE);
-    LLVMValueRef part = cpar(k, which ? C_LPART : C_OPART);
+    LLVMValueRef base = param(k, which ? C_LBASE : C_OBASE);
+    LLVMValueRef part = param(k, which ? C_LPART : C_OPART);
     LLVMValueRef bi = LLVMBuildPtrToInt(b, base, cg->t_i64, "");
     LLVMValueRef i64v = LLVMBuildZExt(b, i, cg->t_i64, "");
-    LLVMValueRef strided = LLVMBuildAdd(b, bi, LLVMBuildMul(b, LLVMBuildMul(b, i64v, part, ""), cc64(k, esize), ""), "");
-    LLVMValueRef idx[3] = {cc32(k, 0), cc32(k, 0), LLVMBuildAdd(b, LLVMBuildTrunc(b, i64v, cg->t_i32, ""), cc32(k, which * S2_COMBINE_MAX_INPUTS), "")};
-    LLVMValueRef tp = LLVMBuildInBoundsGEP2(b, ptr_table_type(cg), cpar(k, C_PTRS), idx, 3, "");
+    LLVMValueRef strided = LLVMBuildAdd(b, bi, LLVMBuildMul(b, LLVMBuildMul(b, i64v, part, ""), c64(k, esize), ""), "");
+    LLVMValueRef idx[3] = {c32(k, 0), c32(k, 0), LLVMBuildAdd(b, LLVMBuildTrunc(b, i64v, cg->t_i32, ""), c32(k, which * S2_COMBINE_MAX_INPUTS), "")};
+    LLVMValueRef tp = LLVMBuildInBoundsGEP2(b, ptr_table_type(cg), param(k, C_PTRS), idx, 3, "");
     LLVMValueRef tv = LLVMBuildLoad2(b, cg->t_i64, tp, "");
     LLVMSetAlignment(tv, 8);
-    LLVMValueRef use = LLVMBuildICmp(b, LLVMIntNE, bi, cc64(k, 0), "");
+    LLVMValueRef use = LLVMBuildICmp(b, LLVMIntNE, bi, c64(k, 0), "");
     return LLVMBuildIntToPtr(b, LLVMBuildSelect(b, use, strided, tv, ""), cg->t_ptr_global, "");
 }
 
@@ -61,9 +57,9 @@ static void load8(comb *k, LLVMValueRef base, LLVMValueRef off, LLVMValueRef x[8
     LLVMValueRef v = LLVMBuildLoad2(b, v8, p, "");
     LLVMSetAlignment(v, 16);
     for (int j = 0; j < 8; j++) {
-        LLVMValueRef e = LLVMBuildExtractElement(b, v, cc32(k, j), "");
+        LLVMValueRef e = LLVMBuildExtractElement(b, v, c32(k, j), "");
         if (k->out_dt == S2_DTYPE_BF16)
-            x[j] = LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildZExt(b, e, cg->t_i32, ""), cc32(k, 16), ""), cg->t_f32, "");
+            x[j] = LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildZExt(b, e, cg->t_i32, ""), c32(k, 16), ""), cg->t_f32, "");
         else
             x[j] = LLVMBuildFPExt(b, LLVMBuildBitCast(b, e, LLVMHalfTypeInContext(cg->llctx), ""), cg->t_f32, "");
     }
@@ -80,7 +76,7 @@ static LLVMValueRef load_lse(comb *k, LLVMValueRef i, LLVMValueRef li)
 s2_status s2_combine_kernel_build(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D, const char *name)
 {
     (void)ctx;
-    comb k = {.cg = cg, .b = cg->b, .out_dt = out_dt, .D = D};
+    comb k = {.kb = {.cg = cg, .b = cg->b}, .out_dt = out_dt, .D = D};
     LLVMBuilderRef b = cg->b;
     LLVMTypeRef params[C_COUNT];
     LLVMTypeRef generic = LLVMPointerTypeInContext(cg->llctx, 0);
@@ -99,25 +95,20 @@ s2_status s2_combine_kernel_build(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D
     LLVMBasicBlockRef entry_bb = LLVMGetInsertBlock(b);
 
     int TPR = D / 8, RPC = COMBINE_THREADS / TPR;
-    LLVMValueRef tid = s2_nv_tid_x(cg);
-    LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildMul(b, s2_nv_ctaid(cg, 'x'), cc32(&k, RPC), ""), LLVMBuildUDiv(b, tid, cc32(&k, TPR), ""), "row");
-    LLVMValueRef c0 = LLVMBuildMul(b, LLVMBuildURem(b, tid, cc32(&k, TPR), ""), cc32(&k, 8), "c0");
+    LLVMValueRef tid = k.tid = s2_nv_tid_x(cg);
+    LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildMul(b, s2_nv_ctaid(cg, 'x'), c32(&k, RPC), ""), LLVMBuildUDiv(b, tid, c32(&k, TPR), ""), "row");
+    LLVMValueRef c0 = LLVMBuildMul(b, LLVMBuildURem(b, tid, c32(&k, TPR), ""), c32(&k, 8), "c0");
     /* allocas for the accumulators, promoted by SROA */
     LLVMValueRef acc[8], mx_p, sum_p;
-    {
-        LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
-        LLVMValueRef first = LLVMGetFirstInstruction(entry_bb);
-        if (first)
-            LLVMPositionBuilderBefore(b, first);
-        for (int j = 0; j < 8; j++)
-            acc[j] = LLVMBuildAlloca(b, cg->t_f32, "acc");
-        mx_p = LLVMBuildAlloca(b, cg->t_f32, "mx");
-        sum_p = LLVMBuildAlloca(b, cg->t_f32, "sum");
-        LLVMPositionBuilderAtEnd(b, cur);
-    }
+    LLVMBasicBlockRef cur = s2_kb_entry_begin(&k.kb, entry_bb);
+    for (int j = 0; j < 8; j++)
+        acc[j] = LLVMBuildAlloca(b, cg->t_f32, "acc");
+    mx_p = LLVMBuildAlloca(b, cg->t_f32, "mx");
+    sum_p = LLVMBuildAlloca(b, cg->t_f32, "sum");
+    s2_kb_entry_end(&k.kb, cur);
     s2_nv_if live;
-    s2_nv_if_begin(cg, &live, LLVMBuildICmp(b, LLVMIntULT, row, cpar(&k, C_ROWS), ""), "live");
-    LLVMValueRef H = cpar(&k, C_H), S = cpar(&k, C_S);
+    s2_nv_if_begin(cg, &live, LLVMBuildICmp(b, LLVMIntULT, row, param(&k, C_ROWS), ""), "live");
+    LLVMValueRef H = param(&k, C_H), S = param(&k, C_S);
     LLVMValueRef h = LLVMBuildURem(b, row, H, "h");
     LLVMValueRef bs = LLVMBuildUDiv(b, row, H, "");
     LLVMValueRef s = LLVMBuildURem(b, bs, S, "s");
@@ -125,21 +116,21 @@ s2_status s2_combine_kernel_build(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D
     LLVMValueRef b64 = LLVMBuildZExt(b, bb, cg->t_i64, ""), s64 = LLVMBuildZExt(b, s, cg->t_i64, ""), h64 = LLVMBuildZExt(b, h, cg->t_i64, "");
     LLVMValueRef li = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, b64, LLVMBuildZExt(b, H, cg->t_i64, ""), ""), h64, ""),
                                                    LLVMBuildZExt(b, S, cg->t_i64, ""), ""), s64, "li");
-    LLVMValueRef ioff = LLVMBuildAdd(b, LLVMBuildAdd(b, LLVMBuildMul(b, b64, cpar(&k, C_IS), ""), LLVMBuildMul(b, s64, cpar(&k, C_IS + 1), ""), ""),
-                                     LLVMBuildAdd(b, LLVMBuildMul(b, h64, cpar(&k, C_IS + 2), ""), LLVMBuildZExt(b, c0, cg->t_i64, ""), ""), "ioff");
+    LLVMValueRef ioff = LLVMBuildAdd(b, LLVMBuildAdd(b, LLVMBuildMul(b, b64, param(&k, C_IS), ""), LLVMBuildMul(b, s64, param(&k, C_IS + 1), ""), ""),
+                                     LLVMBuildAdd(b, LLVMBuildMul(b, h64, param(&k, C_IS + 2), ""), LLVMBuildZExt(b, c0, cg->t_i64, ""), ""), "ioff");
     LLVMBuildStore(b, LLVMConstReal(cg->t_f32, -INFINITY), mx_p);
     LLVMBuildStore(b, LLVMConstReal(cg->t_f32, 0.0), sum_p);
     for (int j = 0; j < 8; j++)
         LLVMBuildStore(b, LLVMConstReal(cg->t_f32, 0.0), acc[j]);
     s2_nv_loop l1;
-    s2_nv_loop_begin(cg, &l1, "max", cc32(&k, 0), cpar(&k, C_N), cc32(&k, 1), NULL, 0);
+    s2_nv_loop_begin(cg, &l1, "max", c32(&k, 0), param(&k, C_N), c32(&k, 1), NULL, 0);
     LLVMBuildStore(b, s2_nv_fmax(cg, LLVMBuildLoad2(b, cg->t_f32, mx_p, ""), load_lse(&k, l1.iv, li)), mx_p);
     s2_nv_loop_end(cg, &l1, NULL);
     LLVMValueRef mx = LLVMBuildLoad2(b, cg->t_f32, mx_p, "mxv");
     LLVMValueRef finite = LLVMBuildFCmp(b, LLVMRealONE, mx, LLVMConstReal(cg->t_f32, -INFINITY), "");
     LLVMValueRef mx_use = LLVMBuildSelect(b, finite, mx, LLVMConstReal(cg->t_f32, 0.0), "");
     s2_nv_loop l2;
-    s2_nv_loop_begin(cg, &l2, "sum", cc32(&k, 0), cpar(&k, C_N), cc32(&k, 1), NULL, 0);
+    s2_nv_loop_begin(cg, &l2, "sum", c32(&k, 0), param(&k, C_N), c32(&k, 1), NULL, 0);
     {
         LLVMValueRef lv = load_lse(&k, l2.iv, li);
         LLVMValueRef w = s2_nv_ex2_approx(cg, LLVMBuildFMul(b, LLVMBuildFSub(b, lv, mx_use, ""), LLVMConstReal(cg->t_f32, M_LOG2E), ""));
@@ -161,15 +152,15 @@ s2_status s2_combine_kernel_build(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D
     for (int j = 0; j < 4; j++) {
         LLVMValueRef lo = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[2 * j], ""), inv, "");
         LLVMValueRef hi = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[2 * j + 1], ""), inv, "");
-        packed = LLVMBuildInsertElement(b, packed, s2_nv_pack2(cg, out_dt, lo, hi), cc32(&k, j), "");
+        packed = LLVMBuildInsertElement(b, packed, s2_nv_pack2(cg, out_dt, lo, hi), c32(&k, j), "");
     }
-    LLVMValueRef ooff = LLVMBuildAdd(b, LLVMBuildAdd(b, LLVMBuildMul(b, b64, cpar(&k, C_OS), ""), LLVMBuildMul(b, s64, cpar(&k, C_OS + 1), ""), ""),
-                                     LLVMBuildAdd(b, LLVMBuildMul(b, h64, cpar(&k, C_OS + 2), ""), LLVMBuildZExt(b, c0, cg->t_i64, ""), ""), "");
-    LLVMValueRef op = LLVMBuildInBoundsGEP2(b, LLVMInt16TypeInContext(cg->llctx), cpar(&k, C_OUT), &ooff, 1, "");
+    LLVMValueRef ooff = LLVMBuildAdd(b, LLVMBuildAdd(b, LLVMBuildMul(b, b64, param(&k, C_OS), ""), LLVMBuildMul(b, s64, param(&k, C_OS + 1), ""), ""),
+                                     LLVMBuildAdd(b, LLVMBuildMul(b, h64, param(&k, C_OS + 2), ""), LLVMBuildZExt(b, c0, cg->t_i64, ""), ""), "");
+    LLVMValueRef op = LLVMBuildInBoundsGEP2(b, LLVMInt16TypeInContext(cg->llctx), param(&k, C_OUT), &ooff, 1, "");
     LLVMSetAlignment(LLVMBuildStore(b, packed, op), 16);
-    LLVMValueRef lp = cpar(&k, C_LSE_OUT);
-    LLVMValueRef want = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, c0, cc32(&k, 0), ""),
-                                     LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lp, cg->t_i64, ""), cc64(&k, 0), ""), "");
+    LLVMValueRef lp = param(&k, C_LSE_OUT);
+    LLVMValueRef want = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, c0, c32(&k, 0), ""),
+                                     LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lp, cg->t_i64, ""), c64(&k, 0), ""), "");
     s2_nv_if wl;
     s2_nv_if_begin(cg, &wl, want, "lse_out");
     LLVMValueRef lse = LLVMBuildFAdd(b, mx, LLVMBuildFMul(b, s2_nv_lg2_approx(cg, sum), LLVMConstReal(cg->t_f32, M_LN2), ""), "");

@@ -17,6 +17,7 @@
  * launch). */
 #include "decode_internal.h"
 #include "flash.h"
+#include "kbase.h"
 #include "s2c/attention.h"
 
 #include <math.h>
@@ -44,11 +45,8 @@ typedef struct dec_shape {
 } dec_shape;
 
 typedef struct dec {
-    s2_cg *cg;
-    LLVMBuilderRef b;
+    S2_KB_BASE;                                          /* cg, b, fn; tid, warp, lane, g, t4 (kbase.h) */
     dec_shape s;
-    LLVMValueRef fn;
-    LLVMValueRef tid, warp, lane, g, t4;                 /* i32 */
     LLVMValueRef split, kvh, batch;                      /* i32 */
     LLVMValueRef seq_len, n, q_start, m0;                /* i32 */
     LLVMValueRef begin, ngroups, t_begin, t_end;         /* i32 */
@@ -58,11 +56,6 @@ typedef struct dec {
     LLVMValueRef qf[MAX_D / 16][4];
 } dec;
 
-static LLVMValueRef c32(dec *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
-static LLVMValueRef c64(dec *k, long long v) { return LLVMConstInt(k->cg->t_i64, (unsigned long long)v, 1); }
-static LLVMValueRef cf(dec *k, double v) { return LLVMConstReal(k->cg->t_f32, v); }
-static LLVMValueRef param(dec *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
-static LLVMValueRef sext64(dec *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, v, k->cg->t_i64, ""); }
 static LLVMValueRef smin32(dec *k, LLVMValueRef a, LLVMValueRef b)
 {
     return LLVMBuildSelect(k->b, LLVMBuildICmp(k->b, LLVMIntSLT, a, b, ""), a, b, "");
@@ -134,11 +127,7 @@ static void setup(dec *k)
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     dec_shape *s = &k->s;
-    k->tid = s2_nv_tid_x(cg);
-    k->warp = LLVMBuildLShr(b, k->tid, c32(k, 5), "warp");
-    k->lane = LLVMBuildAnd(b, k->tid, c32(k, 31), "lane");
-    k->g = LLVMBuildLShr(b, k->lane, c32(k, 2), "g");
-    k->t4 = LLVMBuildAnd(b, k->lane, c32(k, 3), "t4");
+    s2_kb_thread(&k->kb);
     k->split = s2_nv_ctaid(cg, 'x');
     k->kvh = s2_nv_ctaid(cg, 'y');
     k->batch = s2_nv_ctaid(cg, 'z');
@@ -436,19 +425,14 @@ static void main_loop(dec *k, LLVMBasicBlockRef entry_bb)
     LLVMBuilderRef b = k->b;
     int S = k->s.stages, W = k->s.warps;
     LLVMValueRef slot_ok[16], slot_kpos[16], slot_page[16];
-    {
-        LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
-        LLVMValueRef first = LLVMGetFirstInstruction(entry_bb);
-        if (first)
-            LLVMPositionBuilderBefore(b, first);
-        for (int w = 0; w < W; w++) {
-            slot_ok[w] = LLVMBuildAlloca(b, cg->t_i1, "next_ok");
-            slot_kpos[w] = LLVMBuildAlloca(b, cg->t_i32, "next_kpos0");
-            slot_page[w] = LLVMBuildAlloca(b, cg->t_i32, "next_page");
-        }
-        LLVMPositionBuilderAtEnd(b, cur);
+    LLVMBasicBlockRef cur = s2_kb_entry_begin(&k->kb, entry_bb);
+    for (int w = 0; w < W; w++) {
+        slot_ok[w] = LLVMBuildAlloca(b, cg->t_i1, "next_ok");
+        slot_kpos[w] = LLVMBuildAlloca(b, cg->t_i32, "next_kpos0");
+        slot_page[w] = LLVMBuildAlloca(b, cg->t_i32, "next_page");
     }
-    chunk_addr ca[16];
+    s2_kb_entry_end(&k->kb, cur);
+    chunk_addr ca[16] = {{0}};   /* (filled for w < W; gcc cannot tell W > 0) */
     LLVMValueRef first_next = LLVMBuildAdd(b, k->t_begin, c32(k, S - 1), "");
     for (int w = 0; w < W; w++) {
         lookup_chunk(k, first_next, w, &ca[w]);
@@ -469,7 +453,7 @@ static void main_loop(dec *k, LLVMBasicBlockRef entry_bb)
         ca[w].kpos0 = LLVMBuildLoad2(b, cg->t_i32, slot_kpos[w], "");
         ca[w].page = LLVMBuildLoad2(b, cg->t_i32, slot_page[w], "");
     }
-    prefetch_kv(k, LLVMBuildAdd(b, t, c32(k, S - 1), ""), LLVMBuildURem(b, LLVMBuildAdd(b, i, c32(k, S - 1), ""), c32(k, S), ""), ca);
+    prefetch_kv(k, LLVMBuildAdd(b, t, c32(k, S - 1), ""), s2_kb_ring_stage(&k->kb, LLVMBuildAdd(b, i, c32(k, S - 1), ""), S, ""), ca);
     LLVMValueRef next = LLVMBuildAdd(b, t, c32(k, S), "");
     for (int w = 0; w < W; w++) {
         chunk_addr n;
@@ -478,7 +462,7 @@ static void main_loop(dec *k, LLVMBasicBlockRef entry_bb)
         LLVMBuildStore(b, n.kpos0, slot_kpos[w]);
         LLVMBuildStore(b, n.page, slot_page[w]);
     }
-    warp_chunk(k, t, LLVMBuildURem(b, i, c32(k, S), "stage"));
+    warp_chunk(k, t, s2_kb_ring_stage(&k->kb, i, S, "stage"));
     s2_nv_loop_end(cg, &loop, NULL);
 }
 
@@ -761,7 +745,7 @@ static void dec_shape_init(dec_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->D = spec->head_dim;
     s->chunks = s->D / 8;
     s->warps = spec->num_warps;
-    s->threads = s->warps * 32;
+    s->threads = s->warps * S2_WARP;
     s->stages = spec->num_stages;
     s->BN = 16 * s->warps;
     s->group = p->heads / p->kv_heads;
@@ -790,7 +774,7 @@ int s2_decode_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
 
 static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name)
 {
-    dec k = {.cg = cg, .b = cg->b};
+    dec k = {.kb = {.cg = cg, .b = cg->b}};
     dec_shape_init(&k.s, p, spec);
     if (k.s.D > MAX_D || k.s.D % 32 != 0 || k.s.stages < 2 || k.s.threads % ROWS != 0 || k.s.D % (k.s.threads / ROWS * 2) != 0
         || p->block_size < 16 || k.s.warps > 16)

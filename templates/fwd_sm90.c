@@ -1,25 +1,29 @@
 /* The S2 block-sparse attention forward for sm_90a: wgmma + TMA + warp
- * specialisation (FlashAttention-3 structure, GPU-KERNEL-FACTS §3–§7).
+ * specialisation (the structure of FlashAttention-3: Shah et al. 2024,
+ * hopper/flash_fwd_kernel_sm90.h and mainloop_fwd_sm90_tma_gmma_ws.hpp).
  *
  * One CTA = one (query tile, head, batch), block_m = 64 * NC query rows.
  * Warpgroup 0 is the producer: after setmaxnreg.dec one thread loads the Q
  * tile and then, for every entry of the CTA's list in the packed forward
  * schedule, the K and V tiles of that entry's key tile with TMA into a
- * num_stages-deep ring (full/empty mbarrier pair per stage, §5.3).
+ * num_stages-deep ring (full/empty mbarrier pair per stage, as CUTLASS
+ * PipelineTmaAsync, include/cutlass/pipeline/sm90_pipeline.hpp).
  * Warpgroups 1..NC are consumers, each owning a 64-row slab of Q:
  * S = Q·Kᵀ with wgmma SS (Q and K K-major, 128-byte swizzle), mask, online
- * softmax on the accumulator layout (§3.4), O += P·V with wgmma RS (P from
+ * softmax on the accumulator layout (warp w: rows 16w + g, + 8; CUTLASS
+ * CLayout_64xN), O += P·V with wgmma RS (P from
  * the S registers, V N-major through trans-b).
- * Intra-warpgroup overlap (§3.5, FA3 fwd_step): S(j+1) = Q·K(j+1)ᵀ is issued
+ * Intra-warpgroup overlap (FA3 fwd_step): S(j+1) = Q·K(j+1)ᵀ is issued
  * before P(j)·V(j), so the softmax of entry j+1 runs while the tensor cores
  * finish P(j)·V(j).  With two consumer warpgroups, named barriers hand the
- * tensor cores from one to the other (ping-pong, §5.4).
+ * tensor cores from one to the other (ping-pong: FA3
+ * warp_scheduler_barrier_sync / _arrive, bar.sync / bar.arrive).
  *
  * Smem: Q [BM][D] then K and V stages [BN][D], each stored as 64-column
  * blocks of 128-byte rows with the TMA/wgmma 128-byte swizzle, all 1024-byte
  * aligned; then the mbarriers.  ABI: attention.h (sm_90a TMA variant). */
-#include "cg_internal.h"
 #include "flash.h"
+#include "kbase.h"
 #include "s2c/attention.h"
 #include "s2c/layout.h"
 
@@ -60,12 +64,10 @@ typedef struct sm90_shape {
 } sm90_shape;
 
 typedef struct sm90 {
-    s2_cg *cg;
-    LLVMBuilderRef b;
+    S2_KB_BASE;                                     /* cg, b, fn; tid; consumer: warp in its warpgroup, lane, g, t4 */
     sm90_shape s;
-    LLVMValueRef fn;
-    LLVMValueRef tid, smem;                         /* i32 */
-    LLVMValueRef wgc, warp, g, t4;                  /* consumer: warpgroup index, warp in it, lane parts */
+    LLVMValueRef smem;                              /* i32 */
+    LLVMValueRef wgc;                               /* consumer: warpgroup index */
     LLVMValueRef head32, batch32, kvh32;
     LLVMValueRef batch, head;                       /* i64 */
     LLVMValueRef q_len, kv_len, q_start, tile_pos0;
@@ -79,18 +81,11 @@ typedef struct sm90 {
     LLVMValueRef qa[MAX_D / 16][4];                 /* q_regs: the thread's Q fragments */
 } sm90;
 
-static LLVMValueRef c32(sm90 *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
-static LLVMValueRef c64(sm90 *k, long long v) { return LLVMConstInt(k->cg->t_i64, (unsigned long long)v, 1); }
-static LLVMValueRef cf(sm90 *k, double v) { return LLVMConstReal(k->cg->t_f32, v); }
-static LLVMValueRef param(sm90 *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
-static LLVMValueRef sext64(sm90 *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, v, k->cg->t_i64, ""); }
-static LLVMValueRef add(sm90 *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildAdd(k->b, a, b, ""); }
 static LLVMValueRef addc(sm90 *k, LLVMValueRef a, long long v) { return v ? add(k, a, c32(k, v)) : a; }
 
 static LLVMValueRef bar_addr(sm90 *k, int idx, LLVMValueRef stage)
 {
-    LLVMValueRef a = addc(k, k->smem, k->s.bar_off + 8 * idx);
-    return stage ? add(k, a, LLVMBuildShl(k->b, stage, c32(k, 3), "")) : a;
+    return s2_kb_mbar(&k->kb, k->smem, k->s.bar_off + 8 * idx, stage);
 }
 /* barrier layout: full[0..S), empty[0..S), q */
 static LLVMValueRef full_bar(sm90 *k, LLVMValueRef st) { return bar_addr(k, 0, st); }
@@ -335,8 +330,8 @@ static void tma_tile(sm90 *k, int dst_off, LLVMValueRef dst_dyn, int rows, LLVMV
  * slot and 64-column block.  A slot of 16+ rows starts on a 2048-byte
  * boundary inside a 1024-byte aligned column block, i.e. on whole
  * 128-byte-swizzle atoms (8 rows of 128 bytes), so the boxes compose into
- * the layout one box of BN rows has.  (Issuing the slots from one lane each
- * measured 3-5% slower on Merge-Q than this one thread: bench/RESULTS.md.) */
+ * the layout one box of BN rows has.  One thread issues them all (one lane
+ * per slot was slower, run 2). */
 static void load_gathered(sm90 *k, const LLVMValueRef *row0s, LLVMValueRef soff, LLVMValueRef bar)
 {
     const sm90_shape *s = &k->s;
@@ -401,10 +396,9 @@ static void producer(sm90 *k)
 
     /* A gathered entry's key blocks (four fields) are loaded one entry
      * ahead (carried through the loop), so that their latency is not paid
-     * between a stage's release and its copies when the consumers wait for
-     * data: Merge-Q 0.519 -> 0.503 ms (bench/RESULTS.md run 33).  A plain
-     * entry's one field is loaded in its iteration, above the stage wait
-     * (ahead: b64_32k +0.5%). */
+     * between a stage's release and its copies (run 33).  A plain entry's
+     * one field is loaded in its iteration, above the stage wait (ahead it
+     * was no faster, run 33). */
     bool ahead = s->gather > 1;
     int nslot = ahead ? s->gather : 1, slot_rows = s->BN / nslot;
     LLVMValueRef blk0[4];
@@ -414,9 +408,8 @@ static void producer(sm90 *k)
     s2_nv_loop loop;
     s2_nv_loop_begin(cg, &loop, "load", k->begin, k->end, c32(k, 1), blk0, ahead ? (unsigned)nslot : 0);
     LLVMValueRef i = add(k, k->it0, LLVMBuildSub(b, loop.iv, k->begin, "i"));
-    LLVMValueRef stage = LLVMBuildURem(b, i, c32(k, s->stages), "stage");
-    LLVMValueRef par = LLVMBuildXor(b, LLVMBuildAnd(b, LLVMBuildUDiv(b, i, c32(k, s->stages), ""), c32(k, 1), ""),
-                                    c32(k, 1), "");
+    LLVMValueRef stage = s2_kb_ring_stage(&k->kb, i, s->stages, "stage");
+    LLVMValueRef par = LLVMBuildXor(b, s2_kb_ring_parity(&k->kb, i, s->stages, ""), c32(k, 1), "");
     LLVMValueRef en = NULL, has_next = NULL, row0s[4], blk_next[4];
     if (ahead) {
         en = add(k, loop.iv, c32(k, 1));
@@ -481,7 +474,7 @@ static LLVMValueRef tile_row(sm90 *k, int hr)
 
 /* Descriptor steps (bytes >> 4) of the k16 steps: Q and K K-major in
  * 64-column blocks (+32 B inside a block, next block after rows * 128 B),
- * V N-major, 16 key rows per step (§3.3). */
+ * V N-major, 16 key rows per step (PTX ISA 9.7.15.5.1.2.1, canonical layouts). */
 static void qk_steps(const sm90_shape *s, int *a_step, int *b_step)
 {
     for (int j = 0; j < s->D / 16; j++) {
@@ -496,7 +489,7 @@ static void v_steps(const sm90_shape *s, int *v_step)
         v_step[j] = (j * 16 * 128) >> 4;
 }
 
-/* Q as the wgmma A operand in registers (§3.4 layout, as pack_p): step j,
+/* Q as the wgmma A operand in registers (the m16n8k16 A map per warp, as pack_p): step j,
  * register q holds row g (+8 if q & 1), columns 16j + 2*t4 (+8 if q & 2) of
  * the warp's 16 rows, read from the 128B-swizzled slab (16-byte chunk ^= row % 8). */
 static void load_q_regs(sm90 *k)
@@ -549,7 +542,8 @@ static void issue_scores(sm90 *k, LLVMValueRef stage, LLVMValueRef *sacc)
                        false, false, sacc);
 }
 
-/* O += P·V(stage), P packed from the probabilities (§3.4 register-P). */
+/* O += P·V(stage), P packed from the probabilities: the S accumulator layout
+ * is the RS A layout (FA3 convert_layout_acc_Aregs, MmaPV_is_RS). */
 static void issue_pv(sm90 *k, LLVMValueRef stage, LLVMValueRef (*pa)[4], LLVMValueRef *oacc)
 {
     const sm90_shape *s = &k->s;
@@ -625,7 +619,7 @@ static void entry_from_words(sm90 *k, LLVMValueRef *w, entry_vals *ev)
  * pair, c <= kv_len-1-kpos0 (zero-filled TMA rows past kv_len included) and,
  * causal, c <= qpos - kpos0.  Masked scores become -inf.  ev: the entry's
  * fields, loaded by the caller before its stage wait (their latency then
- * passes under the wait and the S wgmma; bench/RESULTS.md run 25). */
+ * passes under the wait and the S wgmma; run 25). */
 static void apply_mask(sm90 *k, LLVMValueRef sc[][4], const entry_vals *ev)
 {
     s2_cg *cg = k->cg;
@@ -688,7 +682,7 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], const entry_vals *ev)
     s2_nv_join_scores(cg, from, join, NT, sc, masked);
 }
 
-/* Online softmax (§1.5, flash.h) of the thread's two rows; returns the O
+/* Online softmax (flash.h; FA2 softmax_rescale_o) of the thread's two rows; returns the O
  * rescale factors in alpha[2] (applied by the caller once P(j-1)·V is done). */
 static LLVMValueRef online_softmax(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef alpha[2])
 {
@@ -769,13 +763,10 @@ static void scores_from_acc(sm90 *k, LLVMValueRef *sacc, LLVMValueRef sc[][4])
             sc[n][i] = sacc[4 * n + i];
 }
 
-static LLVMValueRef stage_of(sm90 *k, LLVMValueRef i) { return LLVMBuildURem(k->b, i, c32(k, k->s.stages), "stage"); }
-static LLVMValueRef parity_of(sm90 *k, LLVMValueRef i)
-{
-    return LLVMBuildAnd(k->b, LLVMBuildUDiv(k->b, i, c32(k, k->s.stages), ""), c32(k, 1), "parity");
-}
+static LLVMValueRef stage_of(sm90 *k, LLVMValueRef i) { return s2_kb_ring_stage(&k->kb, i, k->s.stages, "stage"); }
+static LLVMValueRef parity_of(sm90 *k, LLVMValueRef i) { return s2_kb_ring_parity(&k->kb, i, k->s.stages, "parity"); }
 
-/* Ping-pong (§5.4): wait for this warpgroup's turn on the tensor cores,
+/* Ping-pong (FA3 warp_scheduler_barrier_sync): wait for this warpgroup's turn on the tensor cores,
  * and hand them to the other after issuing. */
 static void turn_wait(sm90 *k)
 {
@@ -815,7 +806,7 @@ static void fence_pv_wait(sm90 *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    LLVMValueRef ct = LLVMBuildSub(b, k->tid, c32(k, 128), "");
+    LLVMValueRef ct = LLVMBuildSub(b, k->tid, c32(k, S2_WARPGROUP), "");
     LLVMValueRef off = add(k, c32(k, k->s.scratch_off), LLVMBuildShl(b, ct, c32(k, 2), ""));
     LLVMValueRef off64 = LLVMBuildZExt(b, off, cg->t_i64, "");
     LLVMValueRef p = LLVMBuildInBoundsGEP2(b, LLVMInt8TypeInContext(cg->llctx), s2_nv_dynamic_smem(cg), &off64, 1, "");
@@ -989,12 +980,10 @@ static void consumer_loop(sm90 *k)
 
 /* O /= l, LSE; rows outside [q_start, kv_len) are not stored (as fwd.c).
  * A thread holds two adjacent columns of each 8-column group (the
- * accumulator layout, §3.4); one exchange with the neighbouring lane gives
+ * accumulator layout: columns 8j + 2·t4, + 1); one exchange with the neighbouring lane gives
  * it four adjacent columns instead, so a warp writes a row's 32-byte
  * sectors whole with 8-byte stores: half the store instructions and
- * sector writes of 4-byte stores (which Nsight Compute counted as 45% of
- * the kernel's global sectors, and whose register reads stalled the next
- * instructions: bench/RESULTS.md run 79).  Lanes 2j and 2j + 1 share the
+ * sector writes of 4-byte stores (run 79).  Lanes 2j and 2j + 1 share the
  * group pair (2c, 2c + 1): the even lane stores its 4 columns of group 2c,
  * the odd one of group 2c + 1.  Where O or its strides are not 8-byte
  * aligned, 4-byte stores as before. */
@@ -1040,15 +1029,10 @@ static void consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
     s2_nv_setmaxnreg(cg, true, k->s.cons_regs);
     /* broadcast from lane 0: warp-uniform to ptxas, so what derives from it
      * (with owned entries the first entry's stage, and through the carried
-     * stage the P·V descriptors) stays in uniform registers; from the thread
-     * index as such, every entry of the wide kernel ran 2-5% slower
-     * (bench/RESULTS.md runs 62-66; CUTLASS's canonical_warp_group_idx) */
-    k->wgc = s2_nv_shfl_idx_i32(cg, LLVMBuildSub(b, LLVMBuildLShr(b, k->tid, c32(k, 7), ""), c32(k, 1), ""), 0);
-    LLVMValueRef ct = LLVMBuildAnd(b, k->tid, c32(k, 127), "");
-    k->warp = LLVMBuildLShr(b, ct, c32(k, 5), "warp");
-    LLVMValueRef lane = LLVMBuildAnd(b, ct, c32(k, 31), "lane");
-    k->g = LLVMBuildLShr(b, lane, c32(k, 2), "g");
-    k->t4 = LLVMBuildAnd(b, lane, c32(k, 3), "t4");
+     * stage the P·V descriptors) stays in uniform registers (runs 62-66; as
+     * CUTLASS's canonical_warp_group_idx) */
+    k->wgc = s2_nv_shfl_idx_i32(cg, LLVMBuildSub(b, LLVMBuildLShr(b, k->tid, c32(k, S2_WARPGROUP_LOG2), ""), c32(k, 1), ""), 0);
+    s2_kb_lanes(&k->kb, LLVMBuildAnd(b, k->tid, c32(k, S2_WARPGROUP - 1), ""));
 
     s2_flash_rows_alloca(cg, &k->acc, k->s.D, entry_bb);
     /* the first warpgroup goes first in the ping-pong; both take one turn
@@ -1103,7 +1087,7 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
     s->BN = spec->block_n;
     s->NC = spec->block_m / SLAB;
     s->stages = spec->num_stages;
-    s->threads = 128 * (s->NC + 1);
+    s->threads = S2_WARPGROUP * (s->NC + 1);
     int sub_m_size = p->block_size < s->BM ? p->block_size : s->BM;
     s->sub_m_log2 = s2_log2i(sub_m_size);
     s->sub_n_size = p->block_size < s->BN ? p->block_size : s->BN;
@@ -1115,13 +1099,11 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
     s->causal = p->causal;
     s->pingpong = s->NC == 2;
     s->persistent = spec->persistent > 0;
-    /* measured on an H200 (bench/RESULTS.md, 2026-11-22): Q from registers
-     * -2..-7%, the P·V wait kept below the softmax (see consumer_loop) */
+    /* Q from registers and the P·V wait below the softmax (consumer_loop):
+     * both faster (RESULTS.md 2026-11-22, "issue 4") */
     s->q_regs = true;
     s->pv_fence = true;
-    /* measured on an H200 (bench/RESULTS.md runs 49-50): lazy rescaling with
-     * the rescale under the S wgmma -2..-4% on the wide kernel, -1..-2% on
-     * the 64-row one; the moved rescale alone +1..2% */
+    /* lazy rescaling with the rescale under the S wgmma: faster on both tile heights (runs 49-50) */
     s->lazy = true;
     s->split = true;
     s->owned = s2_kernel_spec_owned_pairs(spec);
@@ -1151,8 +1133,8 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
                             : s->bar_off + 8 * (2 * s->stages + 1);
     s->scratch_off = s->smem;
     if (s->pv_fence)
-        s->smem += 4 * 128 * s->NC;
-    /* setmaxnreg (§6): the register cap at launch is 65536 / (threads *
+        s->smem += 4 * S2_WARPGROUP * s->NC;
+    /* setmaxnreg (PTX ISA 9.7.19.5; FA3's split): the register cap at launch is 65536 / (threads *
      * min_ctas); producer + NC consumers must fit in it after the shift
      * (more and setmaxnreg.inc waits for ever).  The persistent producer
      * keeps the work loop live and spills at 24. */
@@ -1173,7 +1155,7 @@ int s2_fwd_sm90_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
 
 s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name)
 {
-    sm90 k = {.cg = cg, .b = cg->b};
+    sm90 k = {.kb = {.cg = cg, .b = cg->b}};
     sm90_shape_init(&k.s, p, spec);
     const sm90_shape *s = &k.s;
     if ((s->D != 64 && s->D != 128) || s->BN < 16 || s->BN > MAX_BN || s->BN % 16 || (s->NC != 1 && s->NC != 2) ||
@@ -1217,18 +1199,18 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
     s2_nv_if_begin(cg, &init, LLVMBuildICmp(k.b, LLVMIntEQ, k.tid, c32(&k, 0), ""), "mbar_init");
     for (int st = 0; st < s->stages; st++) {
         s2_nv_mbar_init(cg, full_bar(&k, c32(&k, st)), 1);
-        s2_nv_mbar_init(cg, empty_bar(&k, c32(&k, st)), 128 * s->NC);
+        s2_nv_mbar_init(cg, empty_bar(&k, c32(&k, st)), S2_WARPGROUP * s->NC);
     }
     s2_nv_mbar_init(cg, q_bar(&k), 1);
     if (s->persistent)
-        s2_nv_mbar_init(cg, q_empty_bar(&k), 128 * s->NC);
+        s2_nv_mbar_init(cg, q_empty_bar(&k), S2_WARPGROUP * s->NC);
     s2_nv_fence_mbar_init(cg);
     s2_nv_if_end(cg, &init);
     s2_nv_barrier_cta(cg);
 
     LLVMBasicBlockRef prod_bb = LLVMAppendBasicBlockInContext(cg->llctx, k.fn, "producer");
     LLVMBasicBlockRef cons_bb = LLVMAppendBasicBlockInContext(cg->llctx, k.fn, "consumer");
-    LLVMBuildCondBr(k.b, LLVMBuildICmp(k.b, LLVMIntULT, k.tid, c32(&k, 128), ""), prod_bb, cons_bb);
+    LLVMBuildCondBr(k.b, LLVMBuildICmp(k.b, LLVMIntULT, k.tid, c32(&k, S2_WARPGROUP), ""), prod_bb, cons_bb);
     LLVMPositionBuilderAtEnd(k.b, prod_bb);
     producer(&k);
     LLVMPositionBuilderAtEnd(k.b, cons_bb);
