@@ -119,12 +119,6 @@ void bwd_mma_xy(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row
 
 /* ---- global -> shared copies ---- */
 
-LLVMValueRef bwd_gep16(bwd *k, LLVMValueRef base, LLVMValueRef off)
-{
-    LLVMTypeRef i16 = LLVMInt16TypeInContext(k->cg->llctx);
-    return LLVMBuildInBoundsGEP2(k->b, i16, base, &off, 1, "");
-}
-
 /* Position of row r of a gathered tile: slot r / rows starts at pos[r / rows]. */
 static LLVMValueRef slot_row_pos(bwd *k, const bwd_slots *sl, LLVMValueRef r)
 {
@@ -178,11 +172,11 @@ static void load_tile_whole(bwd *k, int rows, LLVMValueRef base, LLVMValueRef sl
         if (row % run == 0) {   /* a new run of rows (a slot): its first address */
             LLVMValueRef off = add(k, slice, add(k, mul(k, sext64(k, add(k, trow0[row / run], r)), rstride),
                                                  LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), k->cg->t_i64, "")));
-            src = bwd_gep16(k, base, off);
+            src = s2_kb_gep16(&k->kb, base, off);
             if (!inc)
                 inc = mul(k, rstride, c64(k, step));
         } else {
-            src = bwd_gep16(k, src, inc);
+            src = s2_kb_gep16(&k->kb, src, inc);
         }
         s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, add(k, dst, tile_off(k, rows, add(k, r, c32(k, row)), ch))),
                           src, c32(k, 16));
@@ -241,7 +235,7 @@ void bwd_load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice,
         LLVMValueRef off = add(k, mul(k, sext64(k, trow), rstride),
                                LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), k->cg->t_i64, ""));
         off = LLVMBuildSelect(b, ok, add(k, slice, off), slice, "");
-        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, add(k, dst, tile_off(k, rows, r, ch))), bwd_gep16(k, base, off),
+        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, add(k, dst, tile_off(k, rows, r, ch))), s2_kb_gep16(&k->kb, base, off),
                           LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
         if (partial)
             s2_nv_if_end(k->cg, &guard);
@@ -292,24 +286,17 @@ LLVMValueRef bwd_entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int f
     return bwd_field_at(k, entries, e, (int)sizeof(s2_dev_entry), field_off, ty);
 }
 
-static LLVMValueRef load_i32(bwd *k, LLVMValueRef base, LLVMValueRef idx64)
-{
-    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_i32, LLVMBuildInBoundsGEP2(k->b, k->cg->t_i32, base, &idx64, 1, ""), "");
-    LLVMSetAlignment(v, 4);
-    return v;
-}
-
 /* List `index` of head h's class: [*begin, *end) of the entries array;
  * *first (if asked) the class's first entry. */
 void bwd_list_bounds_of(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists,
                            LLVMValueRef index, LLVMValueRef *begin, LLVMValueRef *end, LLVMValueRef *first)
 {
-    LLVMValueRef cls = load_i32(k, param(k, p_class), h64);
+    LLVMValueRef cls = s2_kb_load_i32(&k->kb, param(k, p_class), h64, "");
     LLVMValueRef li = sext64(k, add(k, mul(k, cls, lists), index));
-    *begin = load_i32(k, param(k, p_offsets), li);
-    *end = load_i32(k, param(k, p_offsets), add(k, li, c64(k, 1)));
+    *begin = s2_kb_load_i32(&k->kb, param(k, p_offsets), li, "");
+    *end = s2_kb_load_i32(&k->kb, param(k, p_offsets), add(k, li, c64(k, 1)), "");
     if (first)
-        *first = load_i32(k, param(k, p_offsets), sext64(k, mul(k, cls, lists)));
+        *first = s2_kb_load_i32(&k->kb, param(k, p_offsets), sext64(k, mul(k, cls, lists)), "");
 }
 
 void bwd_list_bounds(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists, LLVMValueRef index,

@@ -176,8 +176,6 @@ void bwd_mma_abt(bwd *k, LLVMValueRef a, LLVMValueRef bt, int row0, int ntiles, 
 /* out[dn] += X·Y: X = C-layout values x[ntiles][4] reused as A fragments,
  * Y = rows row0 + 16kk.. of tile `y`. */
 void bwd_mma_xy(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, LLVMValueRef out[][4]);
-/* Element pointer base + off of a 16-bit global tensor. */
-LLVMValueRef bwd_gep16(bwd *k, LLVMValueRef base, LLVMValueRef off);
 /* Whether row r of the tile at pos0 exists (a query or a key row); *trow its tensor row. */
 LLVMValueRef bwd_tile_row(bwd *k, LLVMValueRef pos0, bool query, LLVMValueRef r, LLVMValueRef *trow);
 /* cp.async a [rows][D] tile (element slice `slice`, seq stride rstride) into

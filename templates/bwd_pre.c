@@ -10,7 +10,7 @@ static void load8(bwd *k, LLVMValueRef base, LLVMValueRef off, LLVMValueRef out[
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     LLVMTypeRef i16 = LLVMInt16TypeInContext(cg->llctx);
-    LLVMValueRef v = LLVMBuildLoad2(b, LLVMVectorType(i16, 8), bwd_gep16(k, base, off), "");
+    LLVMValueRef v = LLVMBuildLoad2(b, LLVMVectorType(i16, 8), s2_kb_gep16(&k->kb, base, off), "");
     LLVMSetAlignment(v, 16);
     for (int j = 0; j < 8; j++) {
         LLVMValueRef x = LLVMBuildExtractElement(b, v, c32(k, j), "");

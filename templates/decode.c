@@ -61,19 +61,6 @@ static LLVMValueRef smin32(dec *k, LLVMValueRef a, LLVMValueRef b)
     return LLVMBuildSelect(k->b, LLVMBuildICmp(k->b, LLVMIntSLT, a, b, ""), a, b, "");
 }
 
-static LLVMValueRef load_i32(dec *k, LLVMValueRef base, LLVMValueRef idx64, const char *name)
-{
-    LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, k->cg->t_i32, base, &idx64, 1, "");
-    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_i32, p, name);
-    LLVMSetAlignment(v, 4);
-    return v;
-}
-
-static LLVMValueRef gep16(dec *k, LLVMValueRef base, LLVMValueRef off)
-{
-    return LLVMBuildInBoundsGEP2(k->b, LLVMInt16TypeInContext(k->cg->llctx), base, &off, 1, "");
-}
-
 /* Byte offset of 16-byte chunk ch of row `row` in a [rows][D] tile, the
  * chunk XORed with the row so that ldmatrix's 8 rows hit 8 bank groups.
  * (s2_flash_swizzle computes the same value; this copy keeps the IR order
@@ -99,7 +86,7 @@ static LLVMValueRef swizzle(dec *k, LLVMValueRef row, LLVMValueRef ch)
 static LLVMValueRef entry_field(dec *k, LLVMValueRef e, int field)
 {
     LLVMValueRef idx = LLVMBuildAdd(k->b, LLVMBuildMul(k->b, sext64(k, e), c64(k, 2), ""), c64(k, field), "");
-    return load_i32(k, param(k, P_ENTRIES), idx, field ? "heads" : "block");
+    return s2_kb_load_i32(&k->kb, param(k, P_ENTRIES), idx, field ? "heads" : "block");
 }
 
 /* Chunk gi of the CTA's list: its first key position (block * bs + 16 * sub). */
@@ -131,7 +118,7 @@ static void setup(dec *k)
     k->split = s2_nv_ctaid(cg, 'x');
     k->kvh = s2_nv_ctaid(cg, 'y');
     k->batch = s2_nv_ctaid(cg, 'z');
-    k->seq_len = load_i32(k, param(k, P_SEQ_LENS), LLVMBuildZExt(b, k->batch, cg->t_i64, ""), "seq_len");
+    k->seq_len = s2_kb_load_i32(&k->kb, param(k, P_SEQ_LENS), LLVMBuildZExt(b, k->batch, cg->t_i64, ""), "seq_len");
     k->n = param(k, P_N);
     k->q_start = s2_nv_smax_i32(cg, LLVMBuildSub(b, k->seq_len, k->n, ""), c32(k, 0));
     /* seq_lens beyond the host's bound would index past the lists: clamp (the
@@ -139,10 +126,10 @@ static void setup(dec *k)
     LLVMValueRef qb = param(k, P_QBLOCKS);
     k->m0 = smin32(k, LLVMBuildLShr(b, k->q_start, c32(k, s->bs_log2), ""), LLVMBuildSub(b, qb, c32(k, 1), ""));
 
-    LLVMValueRef cls = load_i32(k, param(k, P_CLASS), LLVMBuildZExt(b, k->kvh, cg->t_i64, ""), "class");
+    LLVMValueRef cls = s2_kb_load_i32(&k->kb, param(k, P_CLASS), LLVMBuildZExt(b, k->kvh, cg->t_i64, ""), "class");
     LLVMValueRef li = sext64(k, LLVMBuildAdd(b, LLVMBuildMul(b, cls, qb, ""), k->m0, ""));
-    k->begin = load_i32(k, param(k, P_OFFSETS), li, "begin");
-    LLVMValueRef end = load_i32(k, param(k, P_OFFSETS), LLVMBuildAdd(b, li, c64(k, 1), ""), "end");
+    k->begin = s2_kb_load_i32(&k->kb, param(k, P_OFFSETS), li, "begin");
+    LLVMValueRef end = s2_kb_load_i32(&k->kb, param(k, P_OFFSETS), LLVMBuildAdd(b, li, c64(k, 1), ""), "end");
     k->ngroups = LLVMBuildShl(b, LLVMBuildSub(b, end, k->begin, ""), c32(k, s->gpb_log2), "ngroups");
     LLVMValueRef ntiles = LLVMBuildUDiv(b, LLVMBuildAdd(b, k->ngroups, c32(k, s->warps - 1), ""), c32(k, s->warps), "");
     LLVMValueRef splits = param(k, P_SPLITS);
@@ -199,7 +186,7 @@ static void load_q(dec *k)
         off = LLVMBuildAdd(b, off, LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), k->cg->t_i64, ""), "");
         off = LLVMBuildSelect(b, ok, off, c64(k, 0), "");
         LLVMValueRef dst = LLVMBuildAdd(b, c32(k, k->s.q_off), swizzle(k, r, ch), "");
-        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), gep16(k, param(k, P_Q), off),
+        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), s2_kb_gep16(&k->kb, param(k, P_Q), off),
                           LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
         if (partial)
             s2_nv_if_end(k->cg, &guard);
@@ -229,7 +216,7 @@ static void lookup_chunk(dec *k, LLVMValueRef tile, int w, chunk_addr *ca)
     LLVMValueRef pidx = LLVMBuildUDiv(b, kpos0, param(k, P_PAGE), "pidx");
     ca->ok = ok;
     ca->kpos0 = kpos0;
-    ca->page = load_i32(k, param(k, P_TABLE), LLVMBuildAdd(b, k->table_row, LLVMBuildZExt(b, pidx, cg->t_i64, ""), ""), "page");
+    ca->page = s2_kb_load_i32(&k->kb, param(k, P_TABLE), LLVMBuildAdd(b, k->table_row, LLVMBuildZExt(b, pidx, cg->t_i64, ""), ""), "page");
 }
 
 /* cp.async K and V of chunk w into stage rows 16w .. 16w+15 at byte offset
@@ -263,7 +250,7 @@ static void issue_chunk(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
             LLVMValueRef off = LLVMBuildAdd(b, base[kv], LLVMBuildMul(b, slot64, param(k, (kv ? P_VS : P_KS) + 1), ""), "");
             off = LLVMBuildSelect(b, ok, LLVMBuildAdd(b, off, col, ""), c64(k, 0), "");
             LLVMValueRef d = kv ? LLVMBuildAdd(b, dst, c32(k, k->s.v_in_stage), "") : dst;
-            s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), gep16(k, param(k, kv ? P_V : P_K), off), src);
+            s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), s2_kb_gep16(&k->kb, param(k, kv ? P_V : P_K), off), src);
         }
         if (partial)
             s2_nv_if_end(cg, &guard);
@@ -573,7 +560,7 @@ static void merge_and_store(dec *k)
         off = LLVMBuildAdd(b, off, LLVMBuildMul(b, h64, param(k, P_OS + 2), ""), "");
         off = LLVMBuildAdd(b, off, LLVMBuildZExt(b, c0, cg->t_i64, ""), "");
         for (int c = 0; c < CPT; c += 2) {
-            LLVMValueRef p = gep16(k, param(k, P_O), LLVMBuildAdd(b, off, c64(k, c), ""));
+            LLVMValueRef p = s2_kb_gep16(&k->kb, param(k, P_O), LLVMBuildAdd(b, off, c64(k, c), ""));
             LLVMSetAlignment(LLVMBuildStore(b, s2_nv_pack2(cg, k->s.dt, out[c], out[c + 1]), p), 4);
         }
         LLVMValueRef lp = param(k, P_LSE);
@@ -719,7 +706,7 @@ static void last_cta_combine(dec *k)
         for (int c = 0; c < CPT; c += 2) {
             LLVMValueRef lo = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[c], ""), inv, "");
             LLVMValueRef hi = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[c + 1], ""), inv, "");
-            LLVMValueRef pp = gep16(k, param(k, P_O), LLVMBuildAdd(b, off, c64(k, c), ""));
+            LLVMValueRef pp = s2_kb_gep16(&k->kb, param(k, P_O), LLVMBuildAdd(b, off, c64(k, c), ""));
             LLVMSetAlignment(LLVMBuildStore(b, s2_nv_pack2(cg, k->s.dt, lo, hi), pp), 4);
         }
         LLVMValueRef lp = param(k, P_LSE);

@@ -61,13 +61,6 @@ static LLVMValueRef swizzle(fwd *k, LLVMValueRef row, LLVMValueRef chunk)
     return s2_flash_swizzle(k->cg, row, chunk, k->s.chunks);
 }
 
-/* Element pointer `base + off` in a 16-bit global tensor. */
-static LLVMValueRef gep16(fwd *k, LLVMValueRef base, LLVMValueRef off)
-{
-    LLVMTypeRef i16 = LLVMInt16TypeInContext(k->cg->llctx);
-    return LLVMBuildInBoundsGEP2(k->b, i16, base, &off, 1, "");
-}
-
 /* cp.async a [rows][D] tile: rows `row0 + r` of the tensor at `base` (element
  * offset `slice` of this (b, h)), row stride `rstride`; row r is copied when
  * valid(r) holds, zero-filled otherwise (src-size 0, source clamped to the
@@ -95,7 +88,7 @@ static void load_tile(fwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, L
         LLVMValueRef dst = LLVMBuildAdd(b, c32(k, smem_off), swizzle(k, r, ch), "");
         if (smem_stage_off)
             dst = LLVMBuildAdd(b, dst, smem_stage_off, "");
-        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), gep16(k, base, off),
+        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), s2_kb_gep16(&k->kb, base, off),
                           LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
         if (partial)
             s2_nv_if_end(k->cg, &guard);

@@ -65,14 +65,6 @@ void sm90_entry_words_if(sm90 *k, LLVMValueRef e, LLVMValueRef ok, LLVMValueRef 
         w[j] = entry_field_if(k, e, ok, 4 * j);
 }
 
-static LLVMValueRef load_i32(sm90 *k, LLVMValueRef base, LLVMValueRef idx64, const char *name)
-{
-    LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, k->cg->t_i32, base, &idx64, 1, "");
-    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_i32, p, name);
-    LLVMSetAlignment(v, 4);
-    return v;
-}
-
 /* Everything both roles need: ids, the list, lengths. */
 static void setup(sm90 *k)
 {
@@ -130,10 +122,10 @@ static void setup_item(sm90 *k, LLVMValueRef head32, LLVMValueRef batch32, LLVMV
         k->begin = given[0];
         k->end = given[1];
     } else {
-        LLVMValueRef cls = load_i32(k, param(k, P_CLASS), k->head, "class");
+        LLVMValueRef cls = s2_kb_load_i32(&k->kb, param(k, P_CLASS), k->head, "class");
         LLVMValueRef li = sext64(k, add(k, LLVMBuildMul(b, cls, q_tiles, ""), rel));
-        k->begin = load_i32(k, param(k, P_OFFSETS), li, "begin");
-        k->end = load_i32(k, param(k, P_OFFSETS), LLVMBuildAdd(b, li, c64(k, 1), ""), "end");
+        k->begin = s2_kb_load_i32(&k->kb, param(k, P_OFFSETS), li, "begin");
+        k->end = s2_kb_load_i32(&k->kb, param(k, P_OFFSETS), LLVMBuildAdd(b, li, c64(k, 1), ""), "end");
     }
     seq_item(k);
 }
@@ -189,7 +181,7 @@ void sm90_work_begin(sm90 *k, work_loop *w, const char *name, LLVMValueRef start
             for (int j = 0; j < entry_words(&k->s); j++)
                 k->first[e][j] = sm90_slot_load(k, SLOT_ENTRY + e * entry_words(&k->s) + j);
     } else {
-        item = load_i32(k, param(k, P_WORK), LLVMBuildZExt(b, LLVMBuildURem(b, wi, nw, ""), cg->t_i64, ""), "item");
+        item = s2_kb_load_i32(&k->kb, param(k, P_WORK), LLVMBuildZExt(b, LLVMBuildURem(b, wi, nw, ""), cg->t_i64, ""), "item");
     }
     k->item = item;
     LLVMValueRef q_tiles = param(k, P_Q_TILES);

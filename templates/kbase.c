@@ -16,6 +16,14 @@ void s2_kb_lanes(s2_kb *kb, LLVMValueRef t)
     kb->t4 = LLVMBuildAnd(b, kb->lane, s2_kb_i32(kb, S2_QUAD - 1), "t4");
 }
 
+LLVMValueRef s2_kb_load_i32(s2_kb *kb, LLVMValueRef base, LLVMValueRef idx64, const char *name)
+{
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(kb->b, kb->cg->t_i32, base, &idx64, 1, "");
+    LLVMValueRef v = LLVMBuildLoad2(kb->b, kb->cg->t_i32, p, name);
+    LLVMSetAlignment(v, 4);
+    return v;
+}
+
 LLVMBasicBlockRef s2_kb_entry_begin(s2_kb *kb, LLVMBasicBlockRef entry_bb)
 {
     LLVMBasicBlockRef back = LLVMGetInsertBlock(kb->b);

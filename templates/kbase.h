@@ -53,6 +53,13 @@ static inline LLVMValueRef s2_kb_mul(const s2_kb *kb, LLVMValueRef a, LLVMValueR
 {
     return LLVMBuildMul(kb->b, a, b, "");
 }
+/* Element pointer base + off of a 16-bit global tensor. */
+static inline LLVMValueRef s2_kb_gep16(const s2_kb *kb, LLVMValueRef base, LLVMValueRef off)
+{
+    return LLVMBuildInBoundsGEP2(kb->b, LLVMInt16TypeInContext(kb->cg->llctx), base, &off, 1, "");
+}
+/* Element idx64 of a global i32 array (a 4-byte aligned load). */
+LLVMValueRef s2_kb_load_i32(s2_kb *kb, LLVMValueRef base, LLVMValueRef idx64, const char *name);
 
 /* The short names the templates use, on any struct that starts with
  * S2_KB_BASE: constants (i32, i64, f32), kernel parameter i, sign
