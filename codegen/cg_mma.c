@@ -1,7 +1,8 @@
 /* Builder helpers for the Ampere tensor-core path (sm_80 instruction set,
  * also valid on sm_90): ldmatrix, mma.sync m16n8k16, cp.async, bf16x2/f16x2
  * packing, quad reductions, ex2/lg2, dynamic shared memory.  Fragment maps
- * are those of GPU-KERNEL-FACTS §1–§2. */
+ * are those of the PTX ISA (9.7.14.5.8 mma.m16n8k16 fragments, 9.7.14.5.15
+ * ldmatrix, 9.7.9.25.3 cp.async), as CuTe's SM80 MMA and SM75 LDSM traits. */
 #include "cg_internal.h"
 
 #include <string.h>

@@ -1,7 +1,9 @@
 /* Builder helpers for the Hopper path (sm_90a): wgmma through inline PTX
  * (LLVM 22 has no wgmma.mma_async intrinsic), matrix descriptors, TMA tile
  * loads, mbarriers, named barriers and setmaxnreg.  Layouts and rules are
- * those of GPU-KERNEL-FACTS §3–§6 (the VERIFIED recipes). */
+ * those of the PTX ISA (9.7.15 wgmma and its descriptors, 9.7.9.25.5.2
+ * cp.async.bulk.tensor, 9.7.13.15 mbarrier, 9.7.19.5 setmaxnreg), as
+ * CUTLASS's mma_sm90_desc.hpp and mma_traits_sm90_gmma.hpp build them. */
 #include "cg_internal.h"
 
 #include <stdio.h>
@@ -322,7 +324,7 @@ void s2_nv_param_tensormap(s2_cg *cg, LLVMValueRef fn, unsigned param)
 
 /* Make this thread's generic-proxy writes to shared memory (st.shared,
  * cp.async after its wait) visible to the async proxy (wgmma operands),
- * before the barrier that publishes them (GPU-KERNEL-FACTS §3.5). */
+ * before the barrier that publishes them (PTX ISA 9.7.15.4, async proxy). */
 void s2_nv_fence_proxy_async(s2_cg *cg)
 {
     asm_call(cg, cg->t_void, "fence.proxy.async.shared::cta;", "", NULL, 0);
@@ -331,7 +333,8 @@ void s2_nv_fence_proxy_async(s2_cg *cg)
 /* S = A·B with A from registers (RS, B K-major, the first step overwrites)
  * as one group, then, when n2 > 0, O += P·V (RS, trans-b) as a second group,
  * in one asm block (every descriptor made before the first wgmma, as
- * s2_nv_wgmma_ss_rs).  a1: the A fragments per k16 step, §3.4 layout. */
+ * s2_nv_wgmma_ss_rs).  a1: the A fragments per k16 step (the m16n8k16 A map
+ * per warp, CUTLASS ALayout_64x16). */
 void s2_nv_wgmma_rs_rs(s2_cg *cg, s2_dtype dt, int n1, int k1, LLVMValueRef (*a1)[4], LLVMValueRef desc_b,
                        const int *b_step, LLVMValueRef *acc1, int n2, int k2, LLVMValueRef (*a2)[4],
                        LLVMValueRef desc_v, const int *v_step, LLVMValueRef *acc2)

@@ -1,9 +1,9 @@
-/* Internal to the backward templates (templates/bwd.c, templates/bwd_sm90.c):
+/* Internal to the backward templates (templates/bwd*.c):
  * the builder state, the shapes and the helpers both use. */
 #ifndef S2C_BWD_INTERNAL_H
 #define S2C_BWD_INTERNAL_H
 
-#include "cg_internal.h"
+#include "kbase.h"
 #include "s2c/launch.h"
 #include "template.h"
 
@@ -55,12 +55,9 @@ typedef struct bwd_shape {
 enum { DS_TILE = 64, DS_TILE_BYTES = S2_BWD_DS_TILE_BYTES };
 
 typedef struct bwd {
-    s2_cg *cg;
-    LLVMBuilderRef b;
+    S2_KB_BASE;                                 /* cg, b, fn; tid, warp, lane, g, t4 (kbase.h) */
     bwd_shape s;
-    LLVMValueRef fn;
     LLVMBasicBlockRef entry_bb;
-    LLVMValueRef tid, warp, lane, g, t4;        /* i32 */
     LLVMValueRef batch;                         /* i64 */
     LLVMValueRef q_len, kv_len, q_start;        /* i32 */
     LLVMValueRef scale_log2;                    /* f32 */
@@ -69,14 +66,6 @@ typedef struct bwd {
     struct ring_refill *refill;                 /* the ring's refill left to the entry body (ring_fns.late) */
     LLVMValueRef ring_pos;                      /* i32: the ring position of the entry compute() has (pipeline) */
 } bwd;
-
-static inline LLVMValueRef c32(bwd *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
-static inline LLVMValueRef c64(bwd *k, long long v) { return LLVMConstInt(k->cg->t_i64, (unsigned long long)v, 1); }
-static inline LLVMValueRef cf(bwd *k, double v) { return LLVMConstReal(k->cg->t_f32, v); }
-static inline LLVMValueRef param(bwd *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
-static inline LLVMValueRef sext64(bwd *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, v, k->cg->t_i64, ""); }
-static inline LLVMValueRef add(bwd *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildAdd(k->b, a, b, ""); }
-static inline LLVMValueRef mul(bwd *k, LLVMValueRef a, LLVMValueRef b) { return LLVMBuildMul(k->b, a, b, ""); }
 
 typedef struct mask_geom {
     bool transposed;
@@ -97,7 +86,7 @@ typedef struct prep_vals {
 } prep_vals;
 typedef void (*prep_fn)(bwd *k, LLVMValueRef e, prep_vals *out, void *user);
 typedef void (*take_fn)(bwd *k, const prep_vals *in, void *user);
-/* A kernel's ring (templates/bwd.c pipeline): issue() copies an entry with
+/* A kernel's ring (bwd_pipeline): issue() copies an entry with
  * the values take() handed it, compute() uses the entry's stage.  With
  * `late`, compute() issues the copies of the ring's refill itself, through
  * bwd_ring_refill, where they hide best (under its first products); the
@@ -172,5 +161,67 @@ void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef slot, LLVMValueRef (*
 LLVMValueRef bwd_kv_bar(bwd *k, LLVMValueRef soff);
 /* NAME_dqds's entry body: acc += dS·K (templates/bwd_sm90.c). */
 void bwd_wg_dqds_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
+
+/* ---- shared pieces (templates/bwd_common.c) ---- */
+
+/* Slots of a gathered tile: nslot runs of `rows` rows, slot j's first row
+ * at position pos[j]. */
+typedef struct bwd_slots {
+    const LLVMValueRef *pos;
+    int n, rows;
+} bwd_slots;
+
+/* acc[n] = A·Yᵀ over the head dim (mma.sync): A = this warp's 16 rows of
+ * tile `a`, Y = rows row0 + 8n of tile `bt` (n < ntiles). */
+void bwd_mma_abt(bwd *k, LLVMValueRef a, LLVMValueRef bt, int row0, int ntiles, LLVMValueRef acc[][4]);
+/* out[dn] += X·Y: X = C-layout values x[ntiles][4] reused as A fragments,
+ * Y = rows row0 + 16kk.. of tile `y`. */
+void bwd_mma_xy(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, LLVMValueRef out[][4]);
+/* Whether row r of the tile at pos0 exists (a query or a key row); *trow its tensor row. */
+LLVMValueRef bwd_tile_row(bwd *k, LLVMValueRef pos0, bool query, LLVMValueRef r, LLVMValueRef *trow);
+/* cp.async a [rows][D] tile (element slice `slice`, seq stride rstride) into
+ * shared `dst`, missing rows zero-filled; _rows checks every row. */
+void bwd_load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride, LLVMValueRef dst,
+                   LLVMValueRef pos0, const bwd_slots *slot, bool query);
+void bwd_load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride,
+                        LLVMValueRef dst, LLVMValueRef pos0, const bwd_slots *slot, bool query);
+/* cp.async lse2[BM] then delta[BM] of the query tile at pos0 into dst. */
+void bwd_load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVMValueRef dst);
+/* Field at byte field_off of record e of `size` bytes. */
+LLVMValueRef bwd_field_at(bwd *k, LLVMValueRef entries, LLVMValueRef e, int size, int field_off, LLVMTypeRef ty);
+/* List `index` of head h's class: [*begin, *end); *first (if asked) the class's first entry. */
+void bwd_list_bounds_of(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists,
+                        LLVMValueRef index, LLVMValueRef *begin, LLVMValueRef *end, LLVMValueRef *first);
+void bwd_list_bounds(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists, LLVMValueRef index,
+                     LLVMValueRef *begin, LLVMValueRef *end);
+/* Entries [begin, end) through an S-stage ring (ring_fns); r0: entries the
+ * ring took before (NULL: 0).  Ends with every copy landed and a barrier. */
+void bwd_pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage0, int stage_bytes,
+                  const ring_fns *f, void *user, LLVMValueRef r0);
+/* Element offset b·s0 + h·s2 of a tensor whose strides start at parameter ps. */
+LLVMValueRef bwd_slice(bwd *k, int ps, LLVMValueRef h64);
+/* [D/8][4] f32 accumulators (allocas at the top of the entry block), zeroed. */
+void bwd_new_acc(bwd *k, LLVMValueRef acc[][4], const char *name);
+/* acc·scale to the rows of the tile at pos0 of a 16-bit tensor, rows that exist only. */
+void bwd_store_acc(bwd *k, LLVMValueRef acc[][4], LLVMValueRef scale, LLVMValueRef out, LLVMValueRef sl,
+                   LLVMValueRef rstride, LLVMValueRef pos0, bool query);
+/* scale_log2 · ln 2: the softmax scale. */
+LLVMValueRef bwd_softmax_scale(bwd *k);
+
+/* ---- the kernels (bwd_pre.c, bwd_dq.c, bwd_dqds.c, bwd_dkdv.c) ---- */
+
+void bwd_build_pre(bwd *k);
+void bwd_build_dq(bwd *k);
+void bwd_build_dkdv(bwd *k);
+void bwd_build_dqds(bwd *k);
+void bwd_build_dqds2(bwd *k);
+/* The dQ kernel's ring callbacks (NAME_dq, NAME_dqds). */
+void bwd_dq_prep(bwd *k, LLVMValueRef e, prep_vals *out, void *user);
+void bwd_dq_take(bwd *k, const prep_vals *in, void *user);
+/* The (first) query tile of a dQ CTA (pair: NAME_dqds2's two): its head
+ * (returned), tile, K/V slices, forward list and, if asked, the class's
+ * first entry and the tile's index. */
+LLVMValueRef bwd_dq_cta(bwd *k, dq_state *ds, bool pair, LLVMValueRef *begin, LLVMValueRef *end,
+                        LLVMValueRef *first, LLVMValueRef *rel_out);
 
 #endif

@@ -1,9 +1,9 @@
 /* The entry bodies of the S2 attention backward on sm_90a: wgmma instead of
  * mma.sync, one warpgroup per CTA (block_m 64, 4 warps), same kernels, same
- * parameters, same schedules and the same cp.async ring as templates/bwd.c
+ * parameters, same schedules and the same cp.async ring as templates/bwd*.c
  * (which calls these when the spec asks for bwd_wgmma).  Tiles are stored
- * in the 128-byte-swizzle blocked layout (bwd.c tile_off), so that wgmma
- * reads them through descriptors (GPU-KERNEL-FACTS §3.3):
+ * in the 128-byte-swizzle blocked layout (bwd_common.c tile_off), so that wgmma
+ * reads them through descriptors (PTX ISA 9.7.15.5.1.2, canonical layouts):
  *
  *   NAME_dkdv, per query tile of the transposed list (key tile resident):
  *     Sᵀ = K·Qᵀ, dPᵀ = V·dOᵀ          wgmma SS, K-major both, m64 n64
@@ -15,8 +15,8 @@
  *     S = Q·Kᵀ, dP = dO·Vᵀ (SS), P, dS with the rows' stats, dQ += dS·K (RS).
  *
  * The accumulator layout of m64nN is the m16n8 C layout per warp with warp w
- * owning rows 16w.. (§3.4), the layout the mma.sync bodies use, so the
- * masking and the P / dS math of bwd.c apply unchanged.  dK, dV and dQ are
+ * owning rows 16w.. (CUTLASS CLayout_64xN), the layout the mma.sync bodies use, so the
+ * masking and the P / dS math of bwd_common.c apply unchanged.  dK, dV and dQ are
  * each summed by one thread in list order: deterministic, as the sm_80 path.
  * Both products of an entry are issued before the first wait, so the mask
  * and exponentials of Sᵀ overlap the dPᵀ wgmma; in dK/dV, dV += Pᵀ·dO is
@@ -75,7 +75,8 @@ static void acc_to_tiles(const LLVMValueRef *acc, int ntiles, LLVMValueRef t[][4
             t[n][i] = acc[4 * n + i];
 }
 
-/* C-layout values as wgmma A registers: k-step j = column tiles 2j, 2j+1 (§3.4). */
+/* C-layout values as wgmma A registers: k-step j = column tiles 2j, 2j+1
+ * (the RS A map is the m16n8k16 one per warp: CUTLASS ALayout_64x16). */
 static void pack_a(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef (*a)[4])
 {
     for (int j = 0; j < ntiles / 2; j++) {
@@ -142,8 +143,7 @@ void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     LLVMValueRef sacc[MAX_COLS / 2], dacc[MAX_COLS / 2], sc[MAX_COLS / 8][4], dp[MAX_COLS / 8][4];
     if (s->tma) {
         /* the stage's Q and dO (TMA): phase (ring position / stages) & 1 */
-        LLVMValueRef par = LLVMBuildAnd(k->b, LLVMBuildUDiv(k->b, k->ring_pos, c32(k, s->stages), ""), c32(k, 1),
-                                        "phase");
+        LLVMValueRef par = s2_kb_ring_parity(&k->kb, k->ring_pos, s->stages, "phase");
         s2_nv_mbar_wait(cg, bwd_kv_bar(k, soff), par);
     }
     issue_abt(k, c32(k, s->kv_k_off), qt, BM, sacc);

@@ -1,6 +1,6 @@
 /* Paged-KV decode with split-KV (flash-decoding), sm_80 instruction set
- * (mma.sync m16n8k16, ldmatrix, cp.async; runs on sm_90), and the combine
- * kernel that merges attention outputs over disjoint key sets (s2_combine).
+ * (mma.sync m16n8k16, ldmatrix, cp.async; runs on sm_90).  The combine
+ * kernel built into the same module (s2_combine) is in combine.c.
  * ABIs: include/s2c/decode.h.
  *
  * One CTA = (split, kv head, sequence).  The query heads of the kv head's
@@ -14,73 +14,18 @@
  * page size is a runtime value independent of the pattern's block size.
  * With several splits, each CTA writes its partial (O, LSE) to the workspace
  * and the last CTA of a (sequence, kv head) to finish merges them (no second
- * launch). */
-#include "cg_internal.h"
-#include "flash.h"
+ * launch; decode_merge.c). */
+#include "decode_internal.h"
 #include "s2c/launch.h"
 #include "template.h"
-#include "s2c/decode.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-enum {
-    P_Q, P_K, P_V, P_O, P_LSE, P_WS_O, P_WS_LSE,
-    P_QS, P_KS = P_QS + 3, P_VS = P_KS + 3, P_OS = P_VS + 3,
-    P_TABLE = P_OS + 3, P_TBS, P_THS, P_SEQ_LENS, P_N, P_PAGE, P_SCALE_LOG2,
-    P_CLASS, P_OFFSETS, P_ENTRIES, P_QBLOCKS, P_SPLITS, P_COUNTERS,
-    P_COUNT
-};
-
-enum { MAX_D = 256, ROWS = 16 };
-
-typedef struct dec_shape {
-    s2_dtype dt;
-    int D, chunks, warps, threads, stages;
-    int BN;                      /* keys per tile: 16 per warp */
-    int group, heads, bs_log2, gpb_log2;
-    bool causal;
-    int q_off, kv_off, stage_bytes, v_in_stage;
-    int merge_o_off, merge_ml_off, flag_off;
-} dec_shape;
-
-typedef struct dec {
-    s2_cg *cg;
-    LLVMBuilderRef b;
-    dec_shape s;
-    LLVMValueRef fn;
-    LLVMValueRef tid, warp, lane, g, t4;                 /* i32 */
-    LLVMValueRef split, kvh, batch;                      /* i32 */
-    LLVMValueRef seq_len, n, q_start, m0;                /* i32 */
-    LLVMValueRef begin, ngroups, t_begin, t_end;         /* i32 */
-    LLVMValueRef relevant;                               /* i32: mask bits of the query blocks present */
-    LLVMValueRef table_row, k_head, v_head;              /* i64 element offsets */
-    s2_flash_rows acc;                              /* O, m, l (flash.h) */
-    LLVMValueRef qf[MAX_D / 16][4];
-} dec;
-
-static LLVMValueRef c32(dec *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
-static LLVMValueRef c64(dec *k, long long v) { return LLVMConstInt(k->cg->t_i64, (unsigned long long)v, 1); }
-static LLVMValueRef cf(dec *k, double v) { return LLVMConstReal(k->cg->t_f32, v); }
-static LLVMValueRef param(dec *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
-static LLVMValueRef sext64(dec *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, v, k->cg->t_i64, ""); }
 static LLVMValueRef smin32(dec *k, LLVMValueRef a, LLVMValueRef b)
 {
     return LLVMBuildSelect(k->b, LLVMBuildICmp(k->b, LLVMIntSLT, a, b, ""), a, b, "");
-}
-
-static LLVMValueRef load_i32(dec *k, LLVMValueRef base, LLVMValueRef idx64, const char *name)
-{
-    LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, k->cg->t_i32, base, &idx64, 1, "");
-    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_i32, p, name);
-    LLVMSetAlignment(v, 4);
-    return v;
-}
-
-static LLVMValueRef gep16(dec *k, LLVMValueRef base, LLVMValueRef off)
-{
-    return LLVMBuildInBoundsGEP2(k->b, LLVMInt16TypeInContext(k->cg->llctx), base, &off, 1, "");
 }
 
 /* Byte offset of 16-byte chunk ch of row `row` in a [rows][D] tile, the
@@ -108,7 +53,7 @@ static LLVMValueRef swizzle(dec *k, LLVMValueRef row, LLVMValueRef ch)
 static LLVMValueRef entry_field(dec *k, LLVMValueRef e, int field)
 {
     LLVMValueRef idx = LLVMBuildAdd(k->b, LLVMBuildMul(k->b, sext64(k, e), c64(k, 2), ""), c64(k, field), "");
-    return load_i32(k, param(k, P_ENTRIES), idx, field ? "heads" : "block");
+    return s2_kb_load_i32(&k->kb, param(k, P_ENTRIES), idx, field ? "heads" : "block");
 }
 
 /* Chunk gi of the CTA's list: its first key position (block * bs + 16 * sub). */
@@ -136,15 +81,11 @@ static void setup(dec *k)
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     dec_shape *s = &k->s;
-    k->tid = s2_nv_tid_x(cg);
-    k->warp = LLVMBuildLShr(b, k->tid, c32(k, 5), "warp");
-    k->lane = LLVMBuildAnd(b, k->tid, c32(k, 31), "lane");
-    k->g = LLVMBuildLShr(b, k->lane, c32(k, 2), "g");
-    k->t4 = LLVMBuildAnd(b, k->lane, c32(k, 3), "t4");
+    s2_kb_thread(&k->kb);
     k->split = s2_nv_ctaid(cg, 'x');
     k->kvh = s2_nv_ctaid(cg, 'y');
     k->batch = s2_nv_ctaid(cg, 'z');
-    k->seq_len = load_i32(k, param(k, P_SEQ_LENS), LLVMBuildZExt(b, k->batch, cg->t_i64, ""), "seq_len");
+    k->seq_len = s2_kb_load_i32(&k->kb, param(k, P_SEQ_LENS), LLVMBuildZExt(b, k->batch, cg->t_i64, ""), "seq_len");
     k->n = param(k, P_N);
     k->q_start = s2_nv_smax_i32(cg, LLVMBuildSub(b, k->seq_len, k->n, ""), c32(k, 0));
     /* seq_lens beyond the host's bound would index past the lists: clamp (the
@@ -152,10 +93,10 @@ static void setup(dec *k)
     LLVMValueRef qb = param(k, P_QBLOCKS);
     k->m0 = smin32(k, LLVMBuildLShr(b, k->q_start, c32(k, s->bs_log2), ""), LLVMBuildSub(b, qb, c32(k, 1), ""));
 
-    LLVMValueRef cls = load_i32(k, param(k, P_CLASS), LLVMBuildZExt(b, k->kvh, cg->t_i64, ""), "class");
+    LLVMValueRef cls = s2_kb_load_i32(&k->kb, param(k, P_CLASS), LLVMBuildZExt(b, k->kvh, cg->t_i64, ""), "class");
     LLVMValueRef li = sext64(k, LLVMBuildAdd(b, LLVMBuildMul(b, cls, qb, ""), k->m0, ""));
-    k->begin = load_i32(k, param(k, P_OFFSETS), li, "begin");
-    LLVMValueRef end = load_i32(k, param(k, P_OFFSETS), LLVMBuildAdd(b, li, c64(k, 1), ""), "end");
+    k->begin = s2_kb_load_i32(&k->kb, param(k, P_OFFSETS), li, "begin");
+    LLVMValueRef end = s2_kb_load_i32(&k->kb, param(k, P_OFFSETS), LLVMBuildAdd(b, li, c64(k, 1), ""), "end");
     k->ngroups = LLVMBuildShl(b, LLVMBuildSub(b, end, k->begin, ""), c32(k, s->gpb_log2), "ngroups");
     LLVMValueRef ntiles = LLVMBuildUDiv(b, LLVMBuildAdd(b, k->ngroups, c32(k, s->warps - 1), ""), c32(k, s->warps), "");
     LLVMValueRef splits = param(k, P_SPLITS);
@@ -183,13 +124,6 @@ static void init_accumulators(dec *k, LLVMBasicBlockRef entry_bb)
     s2_flash_rows_zero(k->cg, &k->acc);
 }
 
-/* Tile row r (0..15) holds token r / group of query head kvh * group + r % group. */
-static void row_token_head(dec *k, LLVMValueRef r, LLVMValueRef *t, LLVMValueRef *i)
-{
-    *t = LLVMBuildUDiv(k->b, r, c32(k, k->s.group), "tok");
-    *i = LLVMBuildURem(k->b, r, c32(k, k->s.group), "ghead");
-}
-
 static void load_q(dec *k)
 {
     LLVMBuilderRef b = k->b;
@@ -212,7 +146,7 @@ static void load_q(dec *k)
         off = LLVMBuildAdd(b, off, LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), k->cg->t_i64, ""), "");
         off = LLVMBuildSelect(b, ok, off, c64(k, 0), "");
         LLVMValueRef dst = LLVMBuildAdd(b, c32(k, k->s.q_off), swizzle(k, r, ch), "");
-        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), gep16(k, param(k, P_Q), off),
+        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), s2_kb_gep16(&k->kb, param(k, P_Q), off),
                           LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
         if (partial)
             s2_nv_if_end(k->cg, &guard);
@@ -242,7 +176,7 @@ static void lookup_chunk(dec *k, LLVMValueRef tile, int w, chunk_addr *ca)
     LLVMValueRef pidx = LLVMBuildUDiv(b, kpos0, param(k, P_PAGE), "pidx");
     ca->ok = ok;
     ca->kpos0 = kpos0;
-    ca->page = load_i32(k, param(k, P_TABLE), LLVMBuildAdd(b, k->table_row, LLVMBuildZExt(b, pidx, cg->t_i64, ""), ""), "page");
+    ca->page = s2_kb_load_i32(&k->kb, param(k, P_TABLE), LLVMBuildAdd(b, k->table_row, LLVMBuildZExt(b, pidx, cg->t_i64, ""), ""), "page");
 }
 
 /* cp.async K and V of chunk w into stage rows 16w .. 16w+15 at byte offset
@@ -276,7 +210,7 @@ static void issue_chunk(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
             LLVMValueRef off = LLVMBuildAdd(b, base[kv], LLVMBuildMul(b, slot64, param(k, (kv ? P_VS : P_KS) + 1), ""), "");
             off = LLVMBuildSelect(b, ok, LLVMBuildAdd(b, off, col, ""), c64(k, 0), "");
             LLVMValueRef d = kv ? LLVMBuildAdd(b, dst, c32(k, k->s.v_in_stage), "") : dst;
-            s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), gep16(k, param(k, kv ? P_V : P_K), off), src);
+            s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), s2_kb_gep16(&k->kb, param(k, kv ? P_V : P_K), off), src);
         }
         if (partial)
             s2_nv_if_end(cg, &guard);
@@ -438,19 +372,14 @@ static void main_loop(dec *k, LLVMBasicBlockRef entry_bb)
     LLVMBuilderRef b = k->b;
     int S = k->s.stages, W = k->s.warps;
     LLVMValueRef slot_ok[16], slot_kpos[16], slot_page[16];
-    {
-        LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
-        LLVMValueRef first = LLVMGetFirstInstruction(entry_bb);
-        if (first)
-            LLVMPositionBuilderBefore(b, first);
-        for (int w = 0; w < W; w++) {
-            slot_ok[w] = LLVMBuildAlloca(b, cg->t_i1, "next_ok");
-            slot_kpos[w] = LLVMBuildAlloca(b, cg->t_i32, "next_kpos0");
-            slot_page[w] = LLVMBuildAlloca(b, cg->t_i32, "next_page");
-        }
-        LLVMPositionBuilderAtEnd(b, cur);
+    LLVMBasicBlockRef cur = s2_kb_entry_begin(&k->kb, entry_bb);
+    for (int w = 0; w < W; w++) {
+        slot_ok[w] = LLVMBuildAlloca(b, cg->t_i1, "next_ok");
+        slot_kpos[w] = LLVMBuildAlloca(b, cg->t_i32, "next_kpos0");
+        slot_page[w] = LLVMBuildAlloca(b, cg->t_i32, "next_page");
     }
-    chunk_addr ca[16];
+    s2_kb_entry_end(&k->kb, cur);
+    chunk_addr ca[16] = {{0}};   /* (filled for w < W; gcc cannot tell W > 0) */
     LLVMValueRef first_next = LLVMBuildAdd(b, k->t_begin, c32(k, S - 1), "");
     for (int w = 0; w < W; w++) {
         lookup_chunk(k, first_next, w, &ca[w]);
@@ -471,7 +400,7 @@ static void main_loop(dec *k, LLVMBasicBlockRef entry_bb)
         ca[w].kpos0 = LLVMBuildLoad2(b, cg->t_i32, slot_kpos[w], "");
         ca[w].page = LLVMBuildLoad2(b, cg->t_i32, slot_page[w], "");
     }
-    prefetch_kv(k, LLVMBuildAdd(b, t, c32(k, S - 1), ""), LLVMBuildURem(b, LLVMBuildAdd(b, i, c32(k, S - 1), ""), c32(k, S), ""), ca);
+    prefetch_kv(k, LLVMBuildAdd(b, t, c32(k, S - 1), ""), s2_kb_ring_stage(&k->kb, LLVMBuildAdd(b, i, c32(k, S - 1), ""), S, ""), ca);
     LLVMValueRef next = LLVMBuildAdd(b, t, c32(k, S), "");
     for (int w = 0; w < W; w++) {
         chunk_addr n;
@@ -480,280 +409,8 @@ static void main_loop(dec *k, LLVMBasicBlockRef entry_bb)
         LLVMBuildStore(b, n.kpos0, slot_kpos[w]);
         LLVMBuildStore(b, n.page, slot_page[w]);
     }
-    warp_chunk(k, t, LLVMBuildURem(b, i, c32(k, S), "stage"));
+    warp_chunk(k, t, s2_kb_ring_stage(&k->kb, i, S, "stage"));
     s2_nv_loop_end(cg, &loop, NULL);
-}
-
-static LLVMValueRef smem_f32(dec *k, LLVMValueRef byte_off)
-{
-    return s2_nv_smem_at(k->cg, byte_off);
-}
-
-/* Each warp's (m·scale_log2, l) and unnormalised O go to shared memory;
- * then thread groups of threads/16 merge one row each. */
-static void spill_warp_state(dec *k)
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    int D = k->s.D;
-    LLVMValueRef col0 = LLVMBuildShl(b, k->t4, c32(k, 1), "");
-    for (int hr = 0; hr < 2; hr++) {
-        LLVMValueRef r = LLVMBuildAdd(b, k->g, c32(k, 8 * hr), "");
-        LLVMValueRef wr = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), r, "wrow");
-        LLVMValueRef l = s2_nv_quad_sum_f32(cg, LLVMBuildLoad2(b, cg->t_f32, k->acc.l[hr], ""));
-        LLVMValueRef m = LLVMBuildLoad2(b, cg->t_f32, k->acc.m[hr], "");
-        LLVMValueRef ms = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m, cf(k, -INFINITY), ""), cf(k, -INFINITY),
-                                          LLVMBuildFMul(b, m, param(k, P_SCALE_LOG2), ""), "");
-        s2_nv_if w0;
-        s2_nv_if_begin(cg, &w0, LLVMBuildICmp(b, LLVMIntEQ, k->t4, c32(k, 0), ""), "ml");
-        LLVMValueRef mo = LLVMBuildAdd(b, c32(k, k->s.merge_ml_off), LLVMBuildShl(b, wr, c32(k, 3), ""), "");
-        LLVMSetAlignment(LLVMBuildStore(b, ms, smem_f32(k, mo)), 4);
-        LLVMSetAlignment(LLVMBuildStore(b, l, smem_f32(k, LLVMBuildAdd(b, mo, c32(k, 4), ""))), 4);
-        s2_nv_if_end(cg, &w0);
-        LLVMValueRef rowoff = LLVMBuildAdd(b, c32(k, k->s.merge_o_off), LLVMBuildMul(b, wr, c32(k, D * 4), ""), "");
-        for (int dn = 0; dn < D / 8; dn++)
-            for (int e = 0; e < 2; e++) {
-                LLVMValueRef c = LLVMBuildAdd(b, col0, c32(k, dn * 8 + e), "");
-                LLVMValueRef off = LLVMBuildAdd(b, rowoff, LLVMBuildShl(b, c, c32(k, 2), ""), "");
-                LLVMSetAlignment(LLVMBuildStore(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr + e], ""), smem_f32(k, off)), 4);
-            }
-    }
-}
-
-static LLVMValueRef load_smem_f32(dec *k, LLVMValueRef off)
-{
-    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_f32, smem_f32(k, off), "");
-    LLVMSetAlignment(v, 4);
-    return v;
-}
-
-static void store_global_f32(dec *k, LLVMValueRef base, LLVMValueRef idx, LLVMValueRef v)
-{
-    LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, k->cg->t_f32, base, &idx, 1, "");
-    LLVMSetAlignment(LLVMBuildStore(k->b, v, p), 4);
-}
-
-static void merge_and_store(dec *k)
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    int D = k->s.D, W = k->s.warps, TPR = k->s.threads / ROWS, CPT = D / TPR;
-    LLVMValueRef r = LLVMBuildUDiv(b, k->tid, c32(k, TPR), "mrow");
-    LLVMValueRef c0 = LLVMBuildMul(b, LLVMBuildURem(b, k->tid, c32(k, TPR), ""), c32(k, CPT), "mcol");
-    LLVMValueRef ms[16], ls[16], a[16];
-    LLVMValueRef M = cf(k, -INFINITY);
-    for (int w = 0; w < W; w++) {
-        LLVMValueRef mo = LLVMBuildAdd(b, c32(k, k->s.merge_ml_off + w * ROWS * 8), LLVMBuildShl(b, r, c32(k, 3), ""), "");
-        ms[w] = load_smem_f32(k, mo);
-        ls[w] = load_smem_f32(k, LLVMBuildAdd(b, mo, c32(k, 4), ""));
-        M = s2_nv_fmax(cg, M, ms[w]);
-    }
-    LLVMValueRef L = cf(k, 0.0);
-    for (int w = 0; w < W; w++) {
-        LLVMValueRef ex = s2_nv_ex2_approx(cg, LLVMBuildFSub(b, ms[w], M, ""));
-        a[w] = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, ms[w], cf(k, -INFINITY), ""), cf(k, 0.0), ex, "");
-        L = s2_nv_fma(cg, a[w], ls[w], L);
-    }
-    /* unordered compares here and in the merges below: a NaN sum (NaN keys or
-     * values) must come out as NaN, not as an empty partial that a merge skips */
-    LLVMValueRef pos = LLVMBuildFCmp(b, LLVMRealUGT, L, cf(k, 0.0), "");
-    LLVMValueRef inv = LLVMBuildSelect(b, pos, LLVMBuildFDiv(b, cf(k, 1.0), L, ""), cf(k, 0.0), "");
-    for (int w = 0; w < W; w++)
-        a[w] = LLVMBuildFMul(b, a[w], inv, "");
-    LLVMValueRef lse = LLVMBuildFMul(b, LLVMBuildFAdd(b, M, s2_nv_lg2_approx(cg, L), ""), cf(k, M_LN2), "");
-    lse = LLVMBuildSelect(b, pos, lse, cf(k, -INFINITY), "lse");
-
-    LLVMValueRef t, i;
-    row_token_head(k, r, &t, &i);
-    s2_nv_if real;
-    s2_nv_if_begin(cg, &real, LLVMBuildICmp(b, LLVMIntULT, t, k->n, ""), "real_row");
-    LLVMValueRef h = LLVMBuildAdd(b, LLVMBuildMul(b, k->kvh, c32(k, k->s.group), ""), i, "h");
-    LLVMValueRef out[MAX_D];
-    for (int c = 0; c < CPT; c++) {
-        LLVMValueRef col = LLVMBuildAdd(b, c0, c32(k, c), "");
-        LLVMValueRef acc = cf(k, 0.0);
-        for (int w = 0; w < W; w++) {
-            LLVMValueRef off = LLVMBuildAdd(b, c32(k, k->s.merge_o_off + w * ROWS * D * 4),
-                                            LLVMBuildShl(b, LLVMBuildAdd(b, LLVMBuildMul(b, r, c32(k, D), ""), col, ""), c32(k, 2), ""), "");
-            acc = s2_nv_fma(cg, a[w], load_smem_f32(k, off), acc);
-        }
-        out[c] = acc;
-    }
-    LLVMValueRef t64 = LLVMBuildZExt(b, t, cg->t_i64, ""), h64 = LLVMBuildZExt(b, h, cg->t_i64, "");
-    LLVMValueRef b64 = LLVMBuildZExt(b, k->batch, cg->t_i64, ""), n64 = LLVMBuildZExt(b, k->n, cg->t_i64, "");
-    LLVMValueRef first = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildURem(b, k->tid, c32(k, TPR), ""), c32(k, 0), "");
-    LLVMValueRef one = LLVMBuildICmp(b, LLVMIntEQ, param(k, P_SPLITS), c32(k, 1), "");
-    s2_nv_if direct;
-    s2_nv_if_begin(cg, &direct, one, "direct");
-    {
-        LLVMValueRef off = LLVMBuildMul(b, b64, param(k, P_OS), "");
-        off = LLVMBuildAdd(b, off, LLVMBuildMul(b, t64, param(k, P_OS + 1), ""), "");
-        off = LLVMBuildAdd(b, off, LLVMBuildMul(b, h64, param(k, P_OS + 2), ""), "");
-        off = LLVMBuildAdd(b, off, LLVMBuildZExt(b, c0, cg->t_i64, ""), "");
-        for (int c = 0; c < CPT; c += 2) {
-            LLVMValueRef p = gep16(k, param(k, P_O), LLVMBuildAdd(b, off, c64(k, c), ""));
-            LLVMSetAlignment(LLVMBuildStore(b, s2_nv_pack2(cg, k->s.dt, out[c], out[c + 1]), p), 4);
-        }
-        LLVMValueRef lp = param(k, P_LSE);
-        LLVMValueRef want = LLVMBuildAnd(b, first, LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lp, cg->t_i64, ""), c64(k, 0), ""), "");
-        s2_nv_if wl;
-        s2_nv_if_begin(cg, &wl, want, "lse");
-        LLVMValueRef li = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, b64, c64(k, k->s.heads), ""), h64, ""), n64, ""), t64, "");
-        store_global_f32(k, lp, li, lse);
-        s2_nv_if_end(cg, &wl);
-    }
-    s2_nv_if_end(cg, &direct);
-    s2_nv_if part;
-    s2_nv_if_begin(cg, &part, LLVMBuildNot(b, one, ""), "partial");
-    {
-        LLVMValueRef nb = LLVMBuildZExt(b, s2_nv_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.nctaid.z", cg->t_i32, NULL, 0, NULL), cg->t_i64, "");
-        LLVMValueRef sb = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildZExt(b, k->split, cg->t_i64, ""), nb, ""), b64, "sb");
-        LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, sb, n64, ""), t64, ""), c64(k, k->s.heads), ""), h64, "");
-        LLVMValueRef off = LLVMBuildAdd(b, LLVMBuildMul(b, row, c64(k, D), ""), LLVMBuildZExt(b, c0, cg->t_i64, ""), "");
-        for (int c = 0; c < CPT; c++)
-            store_global_f32(k, param(k, P_WS_O), LLVMBuildAdd(b, off, c64(k, c), ""), out[c]);
-        s2_nv_if wl;
-        s2_nv_if_begin(cg, &wl, first, "ws_lse");
-        LLVMValueRef li = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, sb, c64(k, k->s.heads), ""), h64, ""), n64, ""), t64, "");
-        store_global_f32(k, param(k, P_WS_LSE), li, lse);
-        s2_nv_if_end(cg, &wl);
-    }
-    s2_nv_if_end(cg, &part);
-    s2_nv_if_end(cg, &real);
-}
-
-static LLVMValueRef load_volatile_f32(dec *k, LLVMValueRef base, LLVMValueRef idx)
-{
-    LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, k->cg->t_f32, base, &idx, 1, "");
-    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_f32, p, "");
-    LLVMSetAlignment(v, 4);
-    LLVMSetVolatile(v, 1);   /* other CTAs wrote it: read L2, not a stale L1 line */
-    return v;
-}
-
-/* Split-KV without a second launch: every CTA of (b, kv head) counts itself
- * done on counters[b * kv_heads + kv head] after its partial is visible
- * (fence, barrier, one atomic); the last one merges the splits' partials of
- * its 16 rows into o / lse and puts the counter back to 0 for the next
- * launch.  Same row / column split as merge_and_store. */
-static void last_cta_combine(dec *k)
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    int D = k->s.D, TPR = k->s.threads / ROWS, CPT = D / TPR;
-    LLVMValueRef splits = param(k, P_SPLITS);
-    s2_nv_if many;
-    s2_nv_if_begin(cg, &many, LLVMBuildICmp(b, LLVMIntNE, splits, c32(k, 1), ""), "split_kv");
-    s2_nv_inline_asm(cg, cg->t_void, "fence.acq_rel.gpu;", "", NULL, 0);
-    s2_nv_barrier_cta(cg);
-    LLVMValueRef flag_p = s2_nv_smem_at(cg, c32(k, k->s.flag_off));
-    s2_nv_if t0;
-    s2_nv_if_begin(cg, &t0, LLVMBuildICmp(b, LLVMIntEQ, k->tid, c32(k, 0), ""), "count");
-    {
-        LLVMValueRef nkv = LLVMBuildZExt(b, s2_nv_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.nctaid.y", cg->t_i32, NULL, 0, NULL), cg->t_i64, "");
-        LLVMValueRef ci = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildZExt(b, k->batch, cg->t_i64, ""), nkv, ""),
-                                       LLVMBuildZExt(b, k->kvh, cg->t_i64, ""), "");
-        LLVMValueRef cp = LLVMBuildInBoundsGEP2(b, cg->t_i32, param(k, P_COUNTERS), &ci, 1, "");
-        LLVMValueRef old = LLVMBuildAtomicRMW(b, LLVMAtomicRMWBinOpAdd, cp, c32(k, 1), LLVMAtomicOrderingAcquireRelease, 0);
-        LLVMValueRef last = LLVMBuildICmp(b, LLVMIntEQ, old, LLVMBuildSub(b, splits, c32(k, 1), ""), "last");
-        LLVMSetAlignment(LLVMBuildStore(b, LLVMBuildZExt(b, last, cg->t_i32, ""), flag_p), 4);
-        s2_nv_if rs;
-        s2_nv_if_begin(cg, &rs, last, "reset");
-        LLVMValueRef st = LLVMBuildStore(b, c32(k, 0), cp);
-        LLVMSetAlignment(st, 4);
-        LLVMSetVolatile(st, 1);
-        s2_nv_if_end(cg, &rs);
-    }
-    s2_nv_if_end(cg, &t0);
-    s2_nv_barrier_cta(cg);
-    LLVMValueRef flag = LLVMBuildLoad2(b, cg->t_i32, flag_p, "");
-    LLVMSetAlignment(flag, 4);
-    s2_nv_if lastb;
-    s2_nv_if_begin(cg, &lastb, LLVMBuildICmp(b, LLVMIntNE, flag, c32(k, 0), ""), "last_cta");
-    s2_nv_inline_asm(cg, cg->t_void, "fence.acq_rel.gpu;", "", NULL, 0);
-    LLVMValueRef r = LLVMBuildUDiv(b, k->tid, c32(k, TPR), "");
-    LLVMValueRef c0 = LLVMBuildMul(b, LLVMBuildURem(b, k->tid, c32(k, TPR), ""), c32(k, CPT), "");
-    LLVMValueRef t, i;
-    row_token_head(k, r, &t, &i);
-    s2_nv_if real;
-    s2_nv_if_begin(cg, &real, LLVMBuildICmp(b, LLVMIntULT, t, k->n, ""), "real");
-    {
-        LLVMValueRef h64 = LLVMBuildZExt(b, LLVMBuildAdd(b, LLVMBuildMul(b, k->kvh, c32(k, k->s.group), ""), i, ""), cg->t_i64, "");
-        LLVMValueRef t64 = LLVMBuildZExt(b, t, cg->t_i64, ""), b64 = LLVMBuildZExt(b, k->batch, cg->t_i64, "");
-        LLVMValueRef n64 = LLVMBuildZExt(b, k->n, cg->t_i64, "");
-        LLVMValueRef nb = LLVMBuildZExt(b, s2_nv_intrinsic(cg, "llvm.nvvm.read.ptx.sreg.nctaid.z", cg->t_i32, NULL, 0, NULL), cg->t_i64, "");
-        LLVMValueRef H = c64(k, k->s.heads);
-        /* allocas (entry block) for the two passes */
-        LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
-        LLVMValueRef fi = LLVMGetFirstInstruction(LLVMGetEntryBasicBlock(k->fn));
-        LLVMPositionBuilderBefore(b, fi);
-        LLVMValueRef mx_p = LLVMBuildAlloca(b, cg->t_f32, "cmx"), sum_p = LLVMBuildAlloca(b, cg->t_f32, "csum");
-        LLVMValueRef acc[MAX_D];
-        for (int c = 0; c < CPT; c++)
-            acc[c] = LLVMBuildAlloca(b, cg->t_f32, "cacc");
-        LLVMPositionBuilderAtEnd(b, cur);
-        LLVMBuildStore(b, cf(k, -INFINITY), mx_p);
-        LLVMBuildStore(b, cf(k, 0.0), sum_p);
-        for (int c = 0; c < CPT; c++)
-            LLVMBuildStore(b, cf(k, 0.0), acc[c]);
-        /* ws_lse[((s * B + b) * H + h) * n + t], ws_o[(((s * B + b) * n + t) * H + h) * D + c] */
-        s2_nv_loop l1;
-        s2_nv_loop_begin(cg, &l1, "cmax", c32(k, 0), splits, c32(k, 1), NULL, 0);
-        {
-            LLVMValueRef sb = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildZExt(b, l1.iv, cg->t_i64, ""), nb, ""), b64, "");
-            LLVMValueRef li = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, sb, H, ""), h64, ""), n64, ""), t64, "");
-            LLVMValueRef lv = load_volatile_f32(k, param(k, P_WS_LSE), li);
-            LLVMBuildStore(b, s2_nv_fmax(cg, LLVMBuildLoad2(b, cg->t_f32, mx_p, ""), lv), mx_p);
-        }
-        s2_nv_loop_end(cg, &l1, NULL);
-        LLVMValueRef mx = LLVMBuildLoad2(b, cg->t_f32, mx_p, "");
-        LLVMValueRef mx_use = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, mx, cf(k, -INFINITY), ""), cf(k, 0.0), mx, "");
-        s2_nv_loop l2;
-        s2_nv_loop_begin(cg, &l2, "csum", c32(k, 0), splits, c32(k, 1), NULL, 0);
-        {
-            LLVMValueRef sb = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildZExt(b, l2.iv, cg->t_i64, ""), nb, ""), b64, "");
-            LLVMValueRef li = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, sb, H, ""), h64, ""), n64, ""), t64, "");
-            LLVMValueRef lv = load_volatile_f32(k, param(k, P_WS_LSE), li);
-            s2_nv_if has;
-            s2_nv_if_begin(cg, &has, LLVMBuildFCmp(b, LLVMRealUNE, lv, cf(k, -INFINITY), ""), "has");
-            LLVMValueRef w = s2_nv_ex2_approx(cg, LLVMBuildFMul(b, LLVMBuildFSub(b, lv, mx_use, ""), cf(k, M_LOG2E), ""));
-            LLVMBuildStore(b, LLVMBuildFAdd(b, LLVMBuildLoad2(b, cg->t_f32, sum_p, ""), w, ""), sum_p);
-            LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, sb, n64, ""), t64, ""), H, ""), h64, "");
-            LLVMValueRef off = LLVMBuildAdd(b, LLVMBuildMul(b, row, c64(k, D), ""), LLVMBuildZExt(b, c0, cg->t_i64, ""), "");
-            for (int c = 0; c < CPT; c++) {
-                LLVMValueRef x = load_volatile_f32(k, param(k, P_WS_O), LLVMBuildAdd(b, off, c64(k, c), ""));
-                LLVMBuildStore(b, s2_nv_fma(cg, w, x, LLVMBuildLoad2(b, cg->t_f32, acc[c], "")), acc[c]);
-            }
-            s2_nv_if_end(cg, &has);
-        }
-        s2_nv_loop_end(cg, &l2, NULL);
-        LLVMValueRef sum = LLVMBuildLoad2(b, cg->t_f32, sum_p, "");
-        LLVMValueRef pos = LLVMBuildFCmp(b, LLVMRealUGT, sum, cf(k, 0.0), "");
-        LLVMValueRef inv = LLVMBuildSelect(b, pos, LLVMBuildFDiv(b, cf(k, 1.0), sum, ""), cf(k, 0.0), "");
-        LLVMValueRef off = LLVMBuildMul(b, b64, param(k, P_OS), "");
-        off = LLVMBuildAdd(b, off, LLVMBuildMul(b, t64, param(k, P_OS + 1), ""), "");
-        off = LLVMBuildAdd(b, off, LLVMBuildMul(b, h64, param(k, P_OS + 2), ""), "");
-        off = LLVMBuildAdd(b, off, LLVMBuildZExt(b, c0, cg->t_i64, ""), "");
-        for (int c = 0; c < CPT; c += 2) {
-            LLVMValueRef lo = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[c], ""), inv, "");
-            LLVMValueRef hi = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[c + 1], ""), inv, "");
-            LLVMValueRef pp = gep16(k, param(k, P_O), LLVMBuildAdd(b, off, c64(k, c), ""));
-            LLVMSetAlignment(LLVMBuildStore(b, s2_nv_pack2(cg, k->s.dt, lo, hi), pp), 4);
-        }
-        LLVMValueRef lp = param(k, P_LSE);
-        LLVMValueRef first = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildURem(b, k->tid, c32(k, TPR), ""), c32(k, 0), "");
-        LLVMValueRef want = LLVMBuildAnd(b, first, LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lp, cg->t_i64, ""), c64(k, 0), ""), "");
-        s2_nv_if wl;
-        s2_nv_if_begin(cg, &wl, want, "lse");
-        LLVMValueRef lse = LLVMBuildFAdd(b, mx, LLVMBuildFMul(b, s2_nv_lg2_approx(cg, sum), cf(k, M_LN2), ""), "");
-        lse = LLVMBuildSelect(b, pos, lse, cf(k, -INFINITY), "");
-        LLVMValueRef li = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, b64, H, ""), h64, ""), n64, ""), t64, "");
-        store_global_f32(k, lp, li, lse);
-        s2_nv_if_end(cg, &wl);
-    }
-    s2_nv_if_end(cg, &real);
-    s2_nv_if_end(cg, &lastb);
-    s2_nv_if_end(cg, &many);
 }
 
 static void dec_shape_init(dec_shape *s, const s2_pattern *p, const s2_kernel_spec *spec)
@@ -763,7 +420,7 @@ static void dec_shape_init(dec_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->D = spec->head_dim;
     s->chunks = s->D / 8;
     s->warps = spec->num_warps;
-    s->threads = s->warps * 32;
+    s->threads = s->warps * S2_WARP;
     s->stages = spec->num_stages;
     s->BN = 16 * s->warps;
     s->group = p->heads / p->kv_heads;
@@ -792,7 +449,7 @@ int s2_decode_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
 
 static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name)
 {
-    dec k = {.cg = cg, .b = cg->b};
+    dec k = {.kb = {.cg = cg, .b = cg->b}};
     dec_shape_init(&k.s, p, spec);
     if (k.s.D > MAX_D || k.s.D % 32 != 0 || k.s.stages < 2 || k.s.threads % ROWS != 0 || k.s.D % (k.s.threads / ROWS * 2) != 0
         || p->block_size < 16 || k.s.warps > 16)
@@ -833,189 +490,11 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
     main_loop(&k, entry_bb);
     s2_nv_cp_async_wait(cg, 0);
     s2_nv_barrier_cta(cg);
-    spill_warp_state(&k);
+    dec_spill_warp_state(&k);
     s2_nv_barrier_cta(cg);
-    merge_and_store(&k);
-    last_cta_combine(&k);
+    dec_merge_and_store(&k);
+    dec_last_cta_combine(&k);
     LLVMBuildRetVoid(k.b);
-    return S2_OK;
-}
-
-/* ---- combine ------------------------------------------------------------------- */
-
-enum {
-    C_PTRS, C_OBASE, C_LBASE, C_OPART, C_LPART, C_IS, C_OUT = C_IS + 3, C_OS, C_LSE_OUT = C_OS + 3,
-    C_N, C_S, C_H, C_ROWS, C_COUNT
-};
-
-enum { COMBINE_THREADS = 128 };
-
-typedef struct comb {
-    s2_cg *cg;
-    LLVMBuilderRef b;
-    LLVMValueRef fn;
-    s2_dtype out_dt;
-    int D;
-} comb;
-
-static LLVMValueRef cc32(comb *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
-static LLVMValueRef cc64(comb *k, long long v) { return LLVMConstInt(k->cg->t_i64, (unsigned long long)v, 1); }
-static LLVMValueRef cpar(comb *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
-
-/* The byval pointer table: { u64 o[64]; u64 lse[64] }. */
-static LLVMTypeRef ptr_table_type(s2_cg *cg)
-{
-    LLVMTypeRef a = LLVMArrayType2(cg->t_i64, 2 * S2_COMBINE_MAX_INPUTS);
-    return LLVMStructTypeInContext(cg->llctx, &a, 1, 0);
-}
-
-/* Input i's base: base + i * part (elements of esize) when base is set, else table[which * 64 + i]. */
-static LLVMValueRef input_base(comb *k, int which, LLVMValueRef i, int esize)
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    LLVMValueRef base = cpar(k, which ? C_LBASE : C_OBASE);
-    LLVMValueRef part = cpar(k, which ? C_LPART : C_OPART);
-    LLVMValueRef bi = LLVMBuildPtrToInt(b, base, cg->t_i64, "");
-    LLVMValueRef i64v = LLVMBuildZExt(b, i, cg->t_i64, "");
-    LLVMValueRef strided = LLVMBuildAdd(b, bi, LLVMBuildMul(b, LLVMBuildMul(b, i64v, part, ""), cc64(k, esize), ""), "");
-    LLVMValueRef idx[3] = {cc32(k, 0), cc32(k, 0), LLVMBuildAdd(b, LLVMBuildTrunc(b, i64v, cg->t_i32, ""), cc32(k, which * S2_COMBINE_MAX_INPUTS), "")};
-    LLVMValueRef tp = LLVMBuildInBoundsGEP2(b, ptr_table_type(cg), cpar(k, C_PTRS), idx, 3, "");
-    LLVMValueRef tv = LLVMBuildLoad2(b, cg->t_i64, tp, "");
-    LLVMSetAlignment(tv, 8);
-    LLVMValueRef use = LLVMBuildICmp(b, LLVMIntNE, bi, cc64(k, 0), "");
-    return LLVMBuildIntToPtr(b, LLVMBuildSelect(b, use, strided, tv, ""), cg->t_ptr_global, "");
-}
-
-/* 8 consecutive 16-bit input elements as f32 (one 16-byte load). */
-static void load8(comb *k, LLVMValueRef base, LLVMValueRef off, LLVMValueRef x[8])
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    LLVMTypeRef i16 = LLVMInt16TypeInContext(cg->llctx);
-    LLVMTypeRef v8 = LLVMVectorType(i16, 8);
-    LLVMValueRef p = LLVMBuildInBoundsGEP2(b, i16, base, &off, 1, "");
-    LLVMValueRef v = LLVMBuildLoad2(b, v8, p, "");
-    LLVMSetAlignment(v, 16);
-    for (int j = 0; j < 8; j++) {
-        LLVMValueRef e = LLVMBuildExtractElement(b, v, cc32(k, j), "");
-        if (k->out_dt == S2_DTYPE_BF16)
-            x[j] = LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildZExt(b, e, cg->t_i32, ""), cc32(k, 16), ""), cg->t_f32, "");
-        else
-            x[j] = LLVMBuildFPExt(b, LLVMBuildBitCast(b, e, LLVMHalfTypeInContext(cg->llctx), ""), cg->t_f32, "");
-    }
-}
-
-static LLVMValueRef load_lse(comb *k, LLVMValueRef i, LLVMValueRef li)
-{
-    LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, k->cg->t_f32, input_base(k, 1, i, 4), &li, 1, "");
-    LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_f32, p, "");
-    LLVMSetAlignment(v, 4);
-    return v;
-}
-
-static s2_status combine_kernel(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D, const char *name)
-{
-    (void)ctx;
-    comb k = {.cg = cg, .b = cg->b, .out_dt = out_dt, .D = D};
-    LLVMBuilderRef b = cg->b;
-    LLVMTypeRef params[C_COUNT];
-    LLVMTypeRef generic = LLVMPointerTypeInContext(cg->llctx, 0);
-    params[C_PTRS] = generic;
-    params[C_OBASE] = params[C_LBASE] = params[C_OUT] = params[C_LSE_OUT] = cg->t_ptr_global;
-    params[C_OPART] = params[C_LPART] = cg->t_i64;
-    for (int i = 0; i < 3; i++)
-        params[C_IS + i] = params[C_OS + i] = cg->t_i64;
-    params[C_N] = params[C_S] = params[C_H] = params[C_ROWS] = cg->t_i32;
-    k.fn = s2_nv_kernel_new(cg, name, params, C_COUNT, COMBINE_THREADS, 0);
-    unsigned byval = LLVMGetEnumAttributeKindForName("byval", 5);
-    unsigned align = LLVMGetEnumAttributeKindForName("align", 5);
-    LLVMAddAttributeAtIndex(k.fn, C_PTRS + 1, LLVMCreateTypeAttribute(cg->llctx, byval, ptr_table_type(cg)));
-    LLVMAddAttributeAtIndex(k.fn, C_PTRS + 1, LLVMCreateEnumAttribute(cg->llctx, align, 8));
-    LLVMAddAttributeAtIndex(k.fn, C_PTRS + 1, LLVMCreateStringAttribute(cg->llctx, "nvvm.grid_constant", 18, "", 0));
-    LLVMBasicBlockRef entry_bb = LLVMGetInsertBlock(b);
-
-    int TPR = D / 8, RPC = COMBINE_THREADS / TPR;
-    LLVMValueRef tid = s2_nv_tid_x(cg);
-    LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildMul(b, s2_nv_ctaid(cg, 'x'), cc32(&k, RPC), ""), LLVMBuildUDiv(b, tid, cc32(&k, TPR), ""), "row");
-    LLVMValueRef c0 = LLVMBuildMul(b, LLVMBuildURem(b, tid, cc32(&k, TPR), ""), cc32(&k, 8), "c0");
-    /* allocas for the accumulators, promoted by SROA */
-    LLVMValueRef acc[8], mx_p, sum_p;
-    {
-        LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
-        LLVMValueRef first = LLVMGetFirstInstruction(entry_bb);
-        if (first)
-            LLVMPositionBuilderBefore(b, first);
-        for (int j = 0; j < 8; j++)
-            acc[j] = LLVMBuildAlloca(b, cg->t_f32, "acc");
-        mx_p = LLVMBuildAlloca(b, cg->t_f32, "mx");
-        sum_p = LLVMBuildAlloca(b, cg->t_f32, "sum");
-        LLVMPositionBuilderAtEnd(b, cur);
-    }
-    s2_nv_if live;
-    s2_nv_if_begin(cg, &live, LLVMBuildICmp(b, LLVMIntULT, row, cpar(&k, C_ROWS), ""), "live");
-    LLVMValueRef H = cpar(&k, C_H), S = cpar(&k, C_S);
-    LLVMValueRef h = LLVMBuildURem(b, row, H, "h");
-    LLVMValueRef bs = LLVMBuildUDiv(b, row, H, "");
-    LLVMValueRef s = LLVMBuildURem(b, bs, S, "s");
-    LLVMValueRef bb = LLVMBuildUDiv(b, bs, S, "b");
-    LLVMValueRef b64 = LLVMBuildZExt(b, bb, cg->t_i64, ""), s64 = LLVMBuildZExt(b, s, cg->t_i64, ""), h64 = LLVMBuildZExt(b, h, cg->t_i64, "");
-    LLVMValueRef li = LLVMBuildAdd(b, LLVMBuildMul(b, LLVMBuildAdd(b, LLVMBuildMul(b, b64, LLVMBuildZExt(b, H, cg->t_i64, ""), ""), h64, ""),
-                                                   LLVMBuildZExt(b, S, cg->t_i64, ""), ""), s64, "li");
-    LLVMValueRef ioff = LLVMBuildAdd(b, LLVMBuildAdd(b, LLVMBuildMul(b, b64, cpar(&k, C_IS), ""), LLVMBuildMul(b, s64, cpar(&k, C_IS + 1), ""), ""),
-                                     LLVMBuildAdd(b, LLVMBuildMul(b, h64, cpar(&k, C_IS + 2), ""), LLVMBuildZExt(b, c0, cg->t_i64, ""), ""), "ioff");
-    LLVMBuildStore(b, LLVMConstReal(cg->t_f32, -INFINITY), mx_p);
-    LLVMBuildStore(b, LLVMConstReal(cg->t_f32, 0.0), sum_p);
-    for (int j = 0; j < 8; j++)
-        LLVMBuildStore(b, LLVMConstReal(cg->t_f32, 0.0), acc[j]);
-    s2_nv_loop l1;
-    s2_nv_loop_begin(cg, &l1, "max", cc32(&k, 0), cpar(&k, C_N), cc32(&k, 1), NULL, 0);
-    LLVMBuildStore(b, s2_nv_fmax(cg, LLVMBuildLoad2(b, cg->t_f32, mx_p, ""), load_lse(&k, l1.iv, li)), mx_p);
-    s2_nv_loop_end(cg, &l1, NULL);
-    LLVMValueRef mx = LLVMBuildLoad2(b, cg->t_f32, mx_p, "mxv");
-    LLVMValueRef finite = LLVMBuildFCmp(b, LLVMRealONE, mx, LLVMConstReal(cg->t_f32, -INFINITY), "");
-    LLVMValueRef mx_use = LLVMBuildSelect(b, finite, mx, LLVMConstReal(cg->t_f32, 0.0), "");
-    s2_nv_loop l2;
-    s2_nv_loop_begin(cg, &l2, "sum", cc32(&k, 0), cpar(&k, C_N), cc32(&k, 1), NULL, 0);
-    {
-        LLVMValueRef lv = load_lse(&k, l2.iv, li);
-        LLVMValueRef w = s2_nv_ex2_approx(cg, LLVMBuildFMul(b, LLVMBuildFSub(b, lv, mx_use, ""), LLVMConstReal(cg->t_f32, M_LOG2E), ""));
-        LLVMValueRef has = LLVMBuildFCmp(b, LLVMRealUNE, lv, LLVMConstReal(cg->t_f32, -INFINITY), "");
-        s2_nv_if hb;
-        s2_nv_if_begin(cg, &hb, has, "contrib");
-        LLVMBuildStore(b, LLVMBuildFAdd(b, LLVMBuildLoad2(b, cg->t_f32, sum_p, ""), w, ""), sum_p);
-        LLVMValueRef x[8];
-        load8(&k, input_base(&k, 0, l2.iv, 2), ioff, x);
-        for (int j = 0; j < 8; j++)
-            LLVMBuildStore(b, s2_nv_fma(cg, w, x[j], LLVMBuildLoad2(b, cg->t_f32, acc[j], "")), acc[j]);
-        s2_nv_if_end(cg, &hb);
-    }
-    s2_nv_loop_end(cg, &l2, NULL);
-    LLVMValueRef sum = LLVMBuildLoad2(b, cg->t_f32, sum_p, "");
-    LLVMValueRef pos = LLVMBuildFCmp(b, LLVMRealUGT, sum, LLVMConstReal(cg->t_f32, 0.0), "");
-    LLVMValueRef inv = LLVMBuildSelect(b, pos, LLVMBuildFDiv(b, LLVMConstReal(cg->t_f32, 1.0), sum, ""), LLVMConstReal(cg->t_f32, 0.0), "");
-    LLVMValueRef packed = LLVMGetUndef(LLVMVectorType(cg->t_i32, 4));
-    for (int j = 0; j < 4; j++) {
-        LLVMValueRef lo = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[2 * j], ""), inv, "");
-        LLVMValueRef hi = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, acc[2 * j + 1], ""), inv, "");
-        packed = LLVMBuildInsertElement(b, packed, s2_nv_pack2(cg, out_dt, lo, hi), cc32(&k, j), "");
-    }
-    LLVMValueRef ooff = LLVMBuildAdd(b, LLVMBuildAdd(b, LLVMBuildMul(b, b64, cpar(&k, C_OS), ""), LLVMBuildMul(b, s64, cpar(&k, C_OS + 1), ""), ""),
-                                     LLVMBuildAdd(b, LLVMBuildMul(b, h64, cpar(&k, C_OS + 2), ""), LLVMBuildZExt(b, c0, cg->t_i64, ""), ""), "");
-    LLVMValueRef op = LLVMBuildInBoundsGEP2(b, LLVMInt16TypeInContext(cg->llctx), cpar(&k, C_OUT), &ooff, 1, "");
-    LLVMSetAlignment(LLVMBuildStore(b, packed, op), 16);
-    LLVMValueRef lp = cpar(&k, C_LSE_OUT);
-    LLVMValueRef want = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, c0, cc32(&k, 0), ""),
-                                     LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lp, cg->t_i64, ""), cc64(&k, 0), ""), "");
-    s2_nv_if wl;
-    s2_nv_if_begin(cg, &wl, want, "lse_out");
-    LLVMValueRef lse = LLVMBuildFAdd(b, mx, LLVMBuildFMul(b, s2_nv_lg2_approx(cg, sum), LLVMConstReal(cg->t_f32, M_LN2), ""), "");
-    lse = LLVMBuildSelect(b, pos, lse, LLVMConstReal(cg->t_f32, -INFINITY), "");
-    LLVMValueRef lpp = LLVMBuildInBoundsGEP2(b, cg->t_f32, lp, &li, 1, "");
-    LLVMSetAlignment(LLVMBuildStore(b, lse, lpp), 4);
-    s2_nv_if_end(cg, &wl);
-    s2_nv_if_end(cg, &live);
-    LLVMBuildRetVoid(b);
     return S2_OK;
 }
 
@@ -1025,6 +504,6 @@ s2_status s2_decode_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_
     s2_status st = decode_kernel(ctx, cg, p, spec, name);
     snprintf(sub, sizeof sub, "%s_combine", name);
     if (st == S2_OK)
-        st = combine_kernel(ctx, cg, spec->dtype, spec->head_dim, sub);
+        st = s2_combine_kernel_build(ctx, cg, spec->dtype, spec->head_dim, sub);
     return st;
 }

@@ -56,8 +56,7 @@ LLVMValueRef s2_flash_softmax_row(s2_cg *cg, const s2_flash_rows *r, int hr, LLV
 {
     LLVMBuilderRef b = cg->b;
     LLVMValueRef ninf = LLVMConstReal(cg->t_f32, -INFINITY);
-    /* sequential chains: pairwise max and sum trees measured 1-2% slower in
-     * the sm_90a forward (bench/RESULTS.md run 50) */
+    /* sequential chains: pairwise max and sum trees were slower (run 50) */
     LLVMValueRef mx = ninf;
     for (int n = 0; n < NT; n++)
         for (int e = 0; e < 2; e++)

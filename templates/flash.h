@@ -44,7 +44,7 @@ void s2_flash_row_final(s2_cg *cg, const s2_flash_rows *r, int hr, LLVMValueRef 
  * shared-memory tile of the mma.sync templates: the chunk index XORed with
  * the row (row & 7 with 8+ chunks, the part past the last whole 8 left as
  * is; (row >> 1) & 3 with 4), so an ldmatrix's 8 row addresses land in 8
- * different bank groups (GPU-KERNEL-FACTS §2.3). */
+ * different bank groups (the 128-byte swizzle, PTX ISA 5.5.7; CuTe Swizzle<3,4,3>). */
 LLVMValueRef s2_flash_swizzle(s2_cg *cg, LLVMValueRef row, LLVMValueRef chunk, int chunks);
 
 /* Row stores of a 16-bit tensor from an m16n8 / wgmma accumulator row: the
@@ -52,7 +52,7 @@ LLVMValueRef s2_flash_swizzle(s2_cg *cg, LLVMValueRef row, LLVMValueRef chunk, i
  * w[dn] (dn < ng, ng even).  One exchange with the neighbouring lane
  * (shfl.bfly 1) gives the even lane columns 2·t4 .. 2·t4 + 3 of group 2c and
  * the odd lane those of group 2c + 1, so that a warp writes whole 32-byte
- * sectors with 8-byte stores (bench/RESULTS.md run 79); 4-byte stores of w
+ * sectors with 8-byte stores (run 79); 4-byte stores of w
  * where the tensor or a stride is not 8-byte aligned. */
 typedef struct s2_flash_pairs {
     LLVMValueRef odd;                               /* i1: t4 & 1 */

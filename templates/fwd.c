@@ -9,8 +9,8 @@
  * with P kept in registers, and the online softmax works in base 2 in the
  * scaled domain (x = score · scale·log2 e).  The kernel ABI is documented in
  * include/s2c/attention.h. */
-#include "cg_internal.h"
 #include "flash.h"
+#include "kbase.h"
 #include "s2c/launch.h"
 #include "template.h"
 #include "s2c/layout.h"
@@ -43,11 +43,8 @@ typedef struct fwd_shape {
 } fwd_shape;
 
 typedef struct fwd {
-    s2_cg *cg;
-    LLVMBuilderRef b;
+    S2_KB_BASE;                                     /* cg, b, fn; tid, warp, lane, g, t4 (kbase.h) */
     fwd_shape s;
-    LLVMValueRef fn;
-    LLVMValueRef tid, warp, lane, g, t4;            /* i32 */
     LLVMValueRef batch, head, kv_head;              /* i64 */
     LLVMValueRef q_len, kv_len, q_start, tile_pos0; /* i32 */
     LLVMValueRef entries, begin, end;               /* list [begin, end) of the entries array */
@@ -58,24 +55,11 @@ typedef struct fwd {
     LLVMValueRef qf[MAX_D / 16][4];                 /* Q A-fragments */
 } fwd;
 
-static LLVMValueRef c32(fwd *k, long long v) { return LLVMConstInt(k->cg->t_i32, (unsigned long long)v, 1); }
-static LLVMValueRef c64(fwd *k, long long v) { return LLVMConstInt(k->cg->t_i64, (unsigned long long)v, 1); }
-static LLVMValueRef cf(fwd *k, double v) { return LLVMConstReal(k->cg->t_f32, v); }
-static LLVMValueRef param(fwd *k, int i) { return LLVMGetParam(k->fn, (unsigned)i); }
-static LLVMValueRef sext64(fwd *k, LLVMValueRef v) { return LLVMBuildSExt(k->b, v, k->cg->t_i64, ""); }
-
 /* Byte offset of 16-byte chunk `chunk` of row `row` inside a [rows][D] tile
  * (128-byte swizzle, flash.h). */
 static LLVMValueRef swizzle(fwd *k, LLVMValueRef row, LLVMValueRef chunk)
 {
     return s2_flash_swizzle(k->cg, row, chunk, k->s.chunks);
-}
-
-/* Element pointer `base + off` in a 16-bit global tensor. */
-static LLVMValueRef gep16(fwd *k, LLVMValueRef base, LLVMValueRef off)
-{
-    LLVMTypeRef i16 = LLVMInt16TypeInContext(k->cg->llctx);
-    return LLVMBuildInBoundsGEP2(k->b, i16, base, &off, 1, "");
 }
 
 /* cp.async a [rows][D] tile: rows `row0 + r` of the tensor at `base` (element
@@ -105,7 +89,7 @@ static void load_tile(fwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, L
         LLVMValueRef dst = LLVMBuildAdd(b, c32(k, smem_off), swizzle(k, r, ch), "");
         if (smem_stage_off)
             dst = LLVMBuildAdd(b, dst, smem_stage_off, "");
-        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), gep16(k, base, off),
+        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), s2_kb_gep16(&k->kb, base, off),
                           LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
         if (partial)
             s2_nv_if_end(k->cg, &guard);
@@ -205,11 +189,7 @@ static void setup(fwd *k)
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     fwd_shape *s = &k->s;
-    k->tid = s2_nv_tid_x(cg);
-    k->warp = LLVMBuildLShr(b, k->tid, c32(k, 5), "warp");
-    k->lane = LLVMBuildAnd(b, k->tid, c32(k, 31), "lane");
-    k->g = LLVMBuildLShr(b, k->lane, c32(k, 2), "g");
-    k->t4 = LLVMBuildAnd(b, k->lane, c32(k, 3), "t4");
+    s2_kb_thread(&k->kb);
     LLVMValueRef head32 = s2_nv_ctaid(cg, 'y');
     k->head = LLVMBuildZExt(b, head32, cg->t_i64, "head");
     k->batch = LLVMBuildZExt(b, s2_nv_ctaid(cg, 'z'), cg->t_i64, "batch");
@@ -282,7 +262,7 @@ static void init_accumulators(fwd *k, LLVMBasicBlockRef entry_bb)
     s2_flash_rows_zero(cg, &k->acc);
 }
 
-/* Q A-fragments of this warp's slab (§1.3: lane l addresses row
+/* Q A-fragments of this warp's slab (ldmatrix.x4, PTX ISA 9.7.14.5.15: lane l addresses row
  * (l%8) + 8*((l/8)%2), chunk 2*ks + l/16). */
 static void load_q_fragments(fwd *k)
 {
@@ -464,7 +444,7 @@ static void apply_mask(fwd *k, LLVMValueRef sc[][4], LLVMValueRef e, LLVMValueRe
     s2_nv_join_scores(cg, from, join, NT, sc, masked);
 }
 
-/* Online softmax (§1.5, flash.h) of the thread's two rows: new max, O and l
+/* Online softmax (flash.h; FA2 softmax_rescale_o) of the thread's two rows: new max, O and l
  * rescaled, scores -> probabilities in place. */
 static void online_softmax(fwd *k, LLVMValueRef sc[][4])
 {
@@ -473,7 +453,7 @@ static void online_softmax(fwd *k, LLVMValueRef sc[][4])
 }
 
 /* O += P·V: P from the score registers (C layout of n-tiles 2kk, 2kk+1 = A
- * layout of k-step kk, §1.4), V B-fragments with ldmatrix.x4.trans, two
+ * layout of k-step kk, PTX ISA 9.7.14.5.8), V B-fragments with ldmatrix.x4.trans, two
  * d-tiles at a time (lane l addresses key row 16kk + l%16, chunk 2dp + l/16). */
 static void accumulate_pv(fwd *k, const kv_lanes *L, LLVMValueRef vst, LLVMValueRef colmask, LLVMValueRef sc[][4])
 {
@@ -513,7 +493,7 @@ static void accumulate_pv(fwd *k, const kv_lanes *L, LLVMValueRef vst, LLVMValue
 }
 
 /* The loop over the list: ring of `stages` K/V buffers, one cp.async group
- * per entry (§2.1 multi-stage ring). */
+ * per entry, committed even when empty so that wait_group counts stay fixed. */
 static void main_loop(fwd *k)
 {
     s2_cg *cg = k->cg;
@@ -531,14 +511,14 @@ static void main_loop(fwd *k)
         s2_nv_cp_async_wait(cg, S - 2);
         s2_nv_barrier_cta(cg);
         prefetch_kv(k, LLVMBuildAdd(b, e, c32(k, S - 1), ""),
-                    LLVMBuildURem(b, LLVMBuildAdd(b, i, c32(k, S - 1), ""), c32(k, S), ""));
+                    s2_kb_ring_stage(&k->kb, LLVMBuildAdd(b, i, c32(k, S - 1), ""), S, ""));
     } else {
         prefetch_kv(k, e, c32(k, 0));
         s2_nv_cp_async_wait(cg, 0);
         s2_nv_barrier_cta(cg);
     }
 
-    LLVMValueRef stage = LLVMBuildURem(b, i, c32(k, S), "stage");
+    LLVMValueRef stage = s2_kb_ring_stage(&k->kb, i, S, "stage");
     LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, k->s.stage_bytes), "");
     LLVMValueRef kst = LLVMBuildAdd(b, soff, c32(k, k->s.k_off), "kst");
     LLVMValueRef vst = LLVMBuildAdd(b, soff, c32(k, k->s.v_off), "vst");
@@ -608,7 +588,7 @@ static void fwd_shape_init(fwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->BN = spec->block_n;
     s->warps = spec->num_warps;
     s->stages = spec->num_stages;
-    s->threads = s->warps * 32;
+    s->threads = s->warps * S2_WARP;
     s->chunks = s->D / 8;
     int sub_m_size = p->block_size < s->BM ? p->block_size : s->BM;
     s->sub_m_log2 = s2_log2i(sub_m_size);
@@ -632,7 +612,7 @@ int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
 
 s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name)
 {
-    fwd k = {.cg = cg, .b = cg->b};
+    fwd k = {.kb = {.cg = cg, .b = cg->b}};
     fwd_shape_init(&k.s, p, spec);
     if (k.s.D > MAX_D || k.s.BN > MAX_BN || k.s.BM != 16 * k.s.warps || k.s.D % 32 != 0)
         return s2_fail(ctx, S2_ERR_INTERNAL, "forward: unresolved spec reached the builder");

@@ -1,0 +1,77 @@
+/* NAME_pre: delta = rowsum(dO ∘ O) - dLSE and lse2 = LSE·log2 e (bwd.c). */
+#include "bwd_internal.h"
+
+#include <math.h>
+
+
+/* 8 elements of a 16-bit tensor at element `off` (16-byte aligned) as f32. */
+static void load8(bwd *k, LLVMValueRef base, LLVMValueRef off, LLVMValueRef out[8])
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMTypeRef i16 = LLVMInt16TypeInContext(cg->llctx);
+    LLVMValueRef v = LLVMBuildLoad2(b, LLVMVectorType(i16, 8), s2_kb_gep16(&k->kb, base, off), "");
+    LLVMSetAlignment(v, 16);
+    for (int j = 0; j < 8; j++) {
+        LLVMValueRef x = LLVMBuildExtractElement(b, v, c32(k, j), "");
+        if (k->s.dt == S2_DTYPE_F16)
+            out[j] = LLVMBuildFPExt(b, LLVMBuildBitCast(b, x, LLVMHalfTypeInContext(cg->llctx), ""), cg->t_f32, "");
+        else
+            out[j] = LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildZExt(b, x, cg->t_i32, ""), c32(k, 16), ""),
+                                      cg->t_f32, "");
+    }
+}
+
+/* f32 element idx of ptr, or 0 when ptr is null. */
+static LLVMValueRef load_f32_or_zero(bwd *k, LLVMValueRef ptr, LLVMValueRef idx)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
+    s2_nv_if blk;
+    s2_nv_if_begin(cg, &blk, LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, ptr, cg->t_i64, ""), c64(k, 0), ""), "opt");
+    LLVMValueRef v = s2_nv_load_global_f32(cg, ptr, idx, 4);
+    LLVMBasicBlockRef then_end = LLVMGetInsertBlock(b);
+    s2_nv_if_end(cg, &blk);
+    LLVMValueRef phi = LLVMBuildPhi(b, cg->t_f32, "");
+    LLVMValueRef vals[2] = {cf(k, 0.0), v};
+    LLVMBasicBlockRef bbs[2] = {from, then_end};
+    LLVMAddIncoming(phi, vals, bbs, 2);
+    return phi;
+}
+
+/* Grid (cdiv(q_len, threads / (D/8)), H, B): D/8 lanes per row, one 16-byte
+ * chunk each, summed with butterflies inside the lane group. */
+void bwd_build_pre(bwd *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int C = k->s.chunks, rows = k->s.threads / C;
+    LLVMValueRef h64 = LLVMBuildZExt(b, s2_nv_ctaid(cg, 'y'), cg->t_i64, "head");
+    LLVMValueRef rloc = LLVMBuildLShr(b, k->tid, c32(k, s2_log2i(C)), "");
+    LLVMValueRef ch = LLVMBuildAnd(b, k->tid, c32(k, C - 1), "");
+    LLVMValueRef i = add(k, mul(k, s2_nv_ctaid(cg, 'x'), c32(k, rows)), rloc);
+    LLVMValueRef valid = LLVMBuildICmp(b, LLVMIntSLT, i, k->q_len, "");
+    LLVMValueRef ic = sext64(k, LLVMBuildSelect(b, valid, i, c32(k, 0), ""));
+    LLVMValueRef cofs = LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), cg->t_i64, "");
+    LLVMValueRef o[8], d[8];
+    load8(k, param(k, P_O), add(k, add(k, bwd_slice(k, P_OS, h64), mul(k, ic, param(k, P_OS + 1))), cofs), o);
+    load8(k, param(k, P_DO), add(k, add(k, bwd_slice(k, P_DOS, h64), mul(k, ic, param(k, P_DOS + 1))), cofs), d);
+    LLVMValueRef dot = cf(k, 0.0);
+    for (int j = 0; j < 8; j++)
+        dot = s2_nv_fma(cg, o[j], d[j], dot);
+    for (int m = C / 2; m >= 1; m /= 2)
+        dot = LLVMBuildFAdd(b, dot, s2_nv_shfl_bfly_f32(cg, dot, m), "");
+    s2_nv_if wr;
+    s2_nv_if_begin(cg, &wr, LLVMBuildAnd(b, valid, LLVMBuildICmp(b, LLVMIntEQ, ch, c32(k, 0), ""), ""), "write");
+    LLVMValueRef idx = add(k, mul(k, add(k, mul(k, k->batch, c64(k, k->s.heads)), h64), sext64(k, k->q_len)),
+                           sext64(k, i));
+    LLVMValueRef dl = load_f32_or_zero(k, param(k, P_DLSE), idx);
+    s2_nv_store_global_f32(cg, param(k, P_DELTA), idx, LLVMBuildFSub(b, dot, dl, ""), 4);
+    LLVMValueRef lse = s2_nv_load_global_f32(cg, param(k, P_LSE), idx, 4);
+    LLVMValueRef empty = LLVMBuildFCmp(b, LLVMRealOEQ, lse, cf(k, -INFINITY), "");
+    s2_nv_store_global_f32(cg, param(k, P_LSE2), idx,
+                           LLVMBuildSelect(b, empty, cf(k, INFINITY), LLVMBuildFMul(b, lse, cf(k, M_LOG2E), ""), ""), 4);
+    s2_nv_if_end(cg, &wr);
+    LLVMBuildRetVoid(b);
+}

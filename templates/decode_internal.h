@@ -1,0 +1,64 @@
+/* Internal to the decode templates (templates/decode.c: the decode kernel;
+ * decode_merge.c: its end, the warps' and the splits' merge; combine.c). */
+#ifndef S2C_DECODE_INTERNAL_H
+#define S2C_DECODE_INTERNAL_H
+
+#include "flash.h"
+#include "kbase.h"
+#include "s2c/decode.h"
+
+/* ---- the decode kernel (decode.c, decode_merge.c) ---- */
+
+enum {
+    P_Q, P_K, P_V, P_O, P_LSE, P_WS_O, P_WS_LSE,
+    P_QS, P_KS = P_QS + 3, P_VS = P_KS + 3, P_OS = P_VS + 3,
+    P_TABLE = P_OS + 3, P_TBS, P_THS, P_SEQ_LENS, P_N, P_PAGE, P_SCALE_LOG2,
+    P_CLASS, P_OFFSETS, P_ENTRIES, P_QBLOCKS, P_SPLITS, P_COUNTERS,
+    P_COUNT
+};
+
+enum { MAX_D = 256, ROWS = 16 };
+
+typedef struct dec_shape {
+    s2_dtype dt;
+    int D, chunks, warps, threads, stages;
+    int BN;                      /* keys per tile: 16 per warp */
+    int group, heads, bs_log2, gpb_log2;
+    bool causal;
+    int q_off, kv_off, stage_bytes, v_in_stage;
+    int merge_o_off, merge_ml_off, flag_off;
+} dec_shape;
+
+typedef struct dec {
+    S2_KB_BASE;                                          /* cg, b, fn; tid, warp, lane, g, t4 (kbase.h) */
+    dec_shape s;
+    LLVMValueRef split, kvh, batch;                      /* i32 */
+    LLVMValueRef seq_len, n, q_start, m0;                /* i32 */
+    LLVMValueRef begin, ngroups, t_begin, t_end;         /* i32 */
+    LLVMValueRef relevant;                               /* i32: mask bits of the query blocks present */
+    LLVMValueRef table_row, k_head, v_head;              /* i64 element offsets */
+    s2_flash_rows acc;                              /* O, m, l (flash.h) */
+    LLVMValueRef qf[MAX_D / 16][4];
+} dec;
+
+/* Tile row r (0..15) holds token r / group of query head kvh * group + r % group. */
+static inline void row_token_head(dec *k, LLVMValueRef r, LLVMValueRef *t, LLVMValueRef *i)
+{
+    *t = LLVMBuildUDiv(k->b, r, c32(k, k->s.group), "tok");
+    *i = LLVMBuildURem(k->b, r, c32(k, k->s.group), "ghead");
+}
+
+/* Each warp's (m·scale_log2, l) and unnormalised O to shared memory. */
+void dec_spill_warp_state(dec *k);
+/* The warps' states merged, one row per thread group: O and LSE stored
+ * (one split), or this split's partial to the workspace. */
+void dec_merge_and_store(dec *k);
+/* With several splits: the last CTA of a (sequence, kv head) merges them. */
+void dec_last_cta_combine(dec *k);
+
+/* ---- the combine kernel (combine.c) ---- */
+
+/* NAME_combine: out = the LSE-weighted merge of the inputs (combine.c). */
+s2_status s2_combine_kernel_build(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D, const char *name);
+
+#endif

@@ -1,0 +1,54 @@
+/* The kernel-builder base of every template (kbase.h). */
+#include "kbase.h"
+
+void s2_kb_thread(s2_kb *kb)
+{
+    kb->tid = s2_nv_tid_x(kb->cg);
+    s2_kb_lanes(kb, kb->tid);
+}
+
+void s2_kb_lanes(s2_kb *kb, LLVMValueRef t)
+{
+    LLVMBuilderRef b = kb->b;
+    kb->warp = LLVMBuildLShr(b, t, s2_kb_i32(kb, S2_WARP_LOG2), "warp");
+    kb->lane = LLVMBuildAnd(b, t, s2_kb_i32(kb, S2_WARP - 1), "lane");
+    kb->g = LLVMBuildLShr(b, kb->lane, s2_kb_i32(kb, 2), "g");
+    kb->t4 = LLVMBuildAnd(b, kb->lane, s2_kb_i32(kb, S2_QUAD - 1), "t4");
+}
+
+LLVMValueRef s2_kb_load_i32(s2_kb *kb, LLVMValueRef base, LLVMValueRef idx64, const char *name)
+{
+    LLVMValueRef p = LLVMBuildInBoundsGEP2(kb->b, kb->cg->t_i32, base, &idx64, 1, "");
+    LLVMValueRef v = LLVMBuildLoad2(kb->b, kb->cg->t_i32, p, name);
+    LLVMSetAlignment(v, 4);
+    return v;
+}
+
+LLVMBasicBlockRef s2_kb_entry_begin(s2_kb *kb, LLVMBasicBlockRef entry_bb)
+{
+    LLVMBasicBlockRef back = LLVMGetInsertBlock(kb->b);
+    LLVMValueRef first = LLVMGetFirstInstruction(entry_bb);
+    if (first)
+        LLVMPositionBuilderBefore(kb->b, first);
+    else
+        LLVMPositionBuilderAtEnd(kb->b, entry_bb);
+    return back;
+}
+
+void s2_kb_entry_end(s2_kb *kb, LLVMBasicBlockRef back) { LLVMPositionBuilderAtEnd(kb->b, back); }
+
+LLVMValueRef s2_kb_ring_stage(s2_kb *kb, LLVMValueRef i, int S, const char *name)
+{
+    return LLVMBuildURem(kb->b, i, s2_kb_i32(kb, S), name);
+}
+
+LLVMValueRef s2_kb_ring_parity(s2_kb *kb, LLVMValueRef i, int S, const char *name)
+{
+    return LLVMBuildAnd(kb->b, LLVMBuildUDiv(kb->b, i, s2_kb_i32(kb, S), ""), s2_kb_i32(kb, 1), name);
+}
+
+LLVMValueRef s2_kb_mbar(s2_kb *kb, LLVMValueRef smem, int off, LLVMValueRef stage)
+{
+    LLVMValueRef a = off ? s2_kb_add(kb, smem, s2_kb_i32(kb, off)) : smem;
+    return stage ? s2_kb_add(kb, a, LLVMBuildShl(kb->b, stage, s2_kb_i32(kb, 3), "")) : a;
+}
