@@ -95,3 +95,35 @@ bool s2_grid_parse(const char *name, s2_grid_rule *out)
         }
     return false;
 }
+
+s2_kernel_kind s2_role_kind(s2_kernel_role r)
+{
+    return r <= S2_ROLE_FWD_WIDE ? S2_KERNEL_FWD : r <= S2_ROLE_BWD_DQDS2 ? S2_KERNEL_BWD : S2_KERNEL_DECODE;
+}
+
+bool s2_role_takes_abi(s2_kernel_role r, s2_abi_id abi)
+{
+    switch (r) {
+    case S2_ROLE_FWD: return abi == S2_ABI_FWD || abi == S2_ABI_FWD_TMA || abi == S2_ABI_FWD_TMA_PERSISTENT;
+    case S2_ROLE_FWD_WIDE: return abi == S2_ABI_FWD_TMA || abi == S2_ABI_FWD_TMA_PERSISTENT;
+    case S2_ROLE_BWD_PRE: case S2_ROLE_BWD_DKDV: case S2_ROLE_BWD_DQ: case S2_ROLE_BWD_DQDS: case S2_ROLE_BWD_DQDS2:
+        return abi == S2_ABI_BWD || abi == S2_ABI_BWD_TMA;
+    case S2_ROLE_DECODE: return abi == S2_ABI_DECODE;
+    case S2_ROLE_COMBINE: return abi == S2_ABI_COMBINE;
+    default: return false;
+    }
+}
+
+s2_grid_rule s2_role_grid(s2_kernel_role r, s2_abi_id abi)
+{
+    switch (r) {
+    case S2_ROLE_FWD: case S2_ROLE_FWD_WIDE:
+        return abi == S2_ABI_FWD_TMA_PERSISTENT ? S2_GRID_PERSISTENT : S2_GRID_Q_TILES;
+    case S2_ROLE_BWD_PRE: return S2_GRID_PRE_ROWS;
+    case S2_ROLE_BWD_DKDV: return S2_GRID_KV_TILES;
+    case S2_ROLE_BWD_DQDS2: return S2_GRID_Q_TILE_PAIRS;
+    case S2_ROLE_DECODE: return S2_GRID_SPLITS;
+    case S2_ROLE_COMBINE: return S2_GRID_ROWS;
+    default: return S2_GRID_Q_TILES;   /* NAME_dq, NAME_dqds */
+    }
+}

@@ -6,6 +6,7 @@
 
 #include "arch.h"
 #include "s2c/layout.h"
+#include "s2c/manifest.h"
 #include "s2c/pattern.h"
 #include "s2c/spec.h"
 
@@ -74,6 +75,26 @@ const char *s2_grid_name(s2_grid_rule g);        /* "q_tiles", "persistent", ...
 bool s2_grid_parse(const char *name, s2_grid_rule *out);
 /* The suffix a role's symbol adds to the entry's name ("", "_w", "_pre", ...). */
 const char *s2_role_suffix(s2_kernel_role r);
+/* The kernel kind whose modules hold role r. */
+s2_kernel_kind s2_role_kind(s2_kernel_role r);
+/* Whether a kernel of role r may take ABI abi, and the grid it then has. */
+bool s2_role_takes_abi(s2_kernel_role r, s2_abi_id abi);
+s2_grid_rule s2_role_grid(s2_kernel_role r, s2_abi_id abi);
+
+/* One kernel of a module, as the manifest records it (`kernel.fn`): the
+ * runtime, `s2c info` and the AOT emitter launch it from this alone. */
+struct s2_kernel_record {
+    char *symbol;              /* the kernel's symbol: the entry's name and the role's suffix */
+    s2_kernel_role role;
+    s2_abi_id abi;
+    s2_grid_rule grid;
+    int threads;               /* blockDim.x */
+    int smem_bytes;            /* dynamic shared memory it is launched with */
+    s2_kernel_spec spec;       /* the tile it was built for (the entry's, or the wide variant's) */
+};
+
+/* The kernel of role r in entry k, or NULL. */
+const s2_kernel_record *s2_manifest_kernel_fn(const s2_manifest_kernel *k, s2_kernel_role r);
 
 /* Whether a resolved sm_90a forward spec takes owned pairs
  * (s2_schedule_pack_gathered_owned) instead of s2_schedule_pack_gathered's:
@@ -99,24 +120,7 @@ static inline s2_status s2_kernel_spec_pack_forward(s2_ctx *ctx, const s2_kernel
 /* One dS tile of the backward's dS workspace: 64 x 64 16-bit values. */
 enum { S2_BWD_DS_TILE_BYTES = 64 * 64 * 2 };
 
-/* Whether the backward module of a resolved spec holds NAME_dqds (dQ from
- * the dS tiles the dK/dV kernel writes, backward ABI 48..50): the wgmma
- * bodies, no gathered key tiles, block_m = block_n = 64, block_size >= 64. */
-bool s2_bwd_ds_capable(const s2_pattern *p, const s2_kernel_spec *spec);
-/* NAME_dqds's ring (stages of a K tile and a dS tile) and the dynamic shared
- * memory it is launched with (less than the module's smem_bytes, so that
- * more CTAs share an SM). */
-int s2_bwd_dqds_stages(void);
-int s2_bwd_dqds_smem_bytes(const s2_kernel_spec *spec);
-/* NAME_dqds2, its paired form: one CTA of 256 threads per two adjacent
- * query tiles of a head (query tiles q_tiles-1-2x and q_tiles-2-2x for
- * blockIdx.x = x; grid.x = ceil(q_tiles / 2)), over the union of their
- * lists, each K tile read once for both.  Only for forward lists of at most
- * S2_BWD_DQDS2_MAX_LIST entries in increasing key order; its dynamic shared
- * memory. */
-enum { S2_BWD_DQDS2_MAX_LIST = 256, S2_BWD_DQDS2_THREADS = 256 };
-/* the union's shared memory: two key arrays, the common-entry prefix
- * counts, 8 warp totals, then key tile and the two entries per union slot */
-enum { S2_BWD_DQDS2_UNION_BYTES = 4 * (2 * 256 + 264 + 8 + 3 * 512) };
-int s2_bwd_dqds2_smem_bytes(const s2_kernel_spec *spec);
+/* NAME_dqds2 takes forward lists of at most this many entries, in increasing
+ * key order (the runtime checks its schedules against it). */
+enum { S2_BWD_DQDS2_MAX_LIST = 256 };
 #endif

@@ -1,6 +1,7 @@
 /* The manifest parser (format in include/s2c/manifest.h) and the lookup of
  * the manifest symbol in a cubin.  No LLVM and no CUDA: the runtime uses it. */
 #include "elf.h"
+#include "kernel_abi.h"
 #include "s2c/manifest.h"
 #include "util.h"
 
@@ -104,8 +105,10 @@ static s2_status new_kernel(mparser *ps, const char *name)
     memset(ps->k, 0, sizeof *ps->k);
     ps->k->name = s2_arena_strdup(&m->arena, name);
     ps->k->pattern = s2_arena_strdup(&m->arena, "");
+    /* at most one kernel per role */
+    ps->k->fns = s2_arena_array(&m->arena, S2_ROLE_COUNT_, sizeof(s2_kernel_record));
     ps->p = NULL;
-    return ps->k->name && ps->k->pattern ? S2_OK : s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+    return ps->k->name && ps->k->pattern && ps->k->fns ? S2_OK : s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
 }
 
 static s2_status new_pattern(mparser *ps, const char *name)
@@ -132,10 +135,51 @@ static s2_status new_pattern(mparser *ps, const char *name)
     return S2_OK;
 }
 
+/* kernel.fn SYMBOL ROLE ABI GRID THREADS SMEM BM BN WARPS STAGES PERSISTENT BWD_WGMMA KV_GATHER BWD_TMA:
+ * after the entry's own keys (its kind, dtype and head dim are the kernel's) */
+static s2_status kernel_fn(mparser *ps, const char *v)
+{
+    s2_manifest_kernel *k = ps->k;
+    char sym[256], role[32], abi[32], grid[32];
+    int64_t x[10];
+    int used = 0;
+    if (sscanf(v, "%255s %31s %31s %31s%n", sym, role, abi, grid, &used) != 4 || !ints(v + used, x, 10))
+        return perr(ps, "bad kernel.fn (SYMBOL ROLE ABI GRID and ten integers)", NULL);
+    s2_kernel_record r = {.spec = k->spec};
+    if (!s2_role_parse(role, &r.role) || !s2_abi_parse(abi, &r.abi) || !s2_grid_parse(grid, &r.grid))
+        return perr(ps, "kernel.fn: unknown role, ABI or grid", v);
+    if (s2_role_kind(r.role) != k->spec.kind || !s2_role_takes_abi(r.role, r.abi) ||
+        s2_role_grid(r.role, r.abi) != r.grid)
+        return perr(ps, "kernel.fn: role, ABI and grid do not fit the entry's kind", v);
+    char want[320];
+    snprintf(want, sizeof want, "%s%s", k->name, s2_role_suffix(r.role));
+    if (strcmp(sym, want) != 0)
+        return perr(ps, "kernel.fn: the symbol is not the entry's name and the role's suffix", sym);
+    for (int i = 0; i < k->num_fns; i++)
+        if (k->fns[i].role == r.role)
+            return perr(ps, "kernel.fn: a second kernel of one role", role);
+    if (x[0] < 1 || x[0] > 1024 || x[1] < 0 || x[1] > (1 << 30) || x[2] < 1 || x[2] > 1024 || x[3] < 1 ||
+        x[3] > 1024 || x[4] < 1 || x[4] > 32 || x[5] < 1 || x[5] > 16 || x[6] < -1 || x[6] > 1 || x[7] < -1 ||
+        x[7] > 1 || x[8] < 0 || x[8] > 4 || x[9] < -1 || x[9] > 1)
+        return perr(ps, "kernel.fn: a value out of range", v);
+    r.threads = (int)x[0], r.smem_bytes = (int)x[1];
+    r.spec.block_m = (int)x[2], r.spec.block_n = (int)x[3], r.spec.num_warps = (int)x[4];
+    r.spec.num_stages = (int)x[5], r.spec.persistent = (int)x[6], r.spec.bwd_wgmma = (int)x[7];
+    r.spec.kv_gather = (int)x[8], r.spec.bwd_tma = (int)x[9];
+    if (!(r.symbol = s2_arena_strdup(&ps->m->arena, sym)))
+        return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+    ((s2_kernel_record *)k->fns)[k->num_fns++] = r;
+    return S2_OK;
+}
+
 static s2_status kernel_key(mparser *ps, const char *key, const char *v)
 {
     s2_manifest_kernel *k = ps->k;
     bool ok = true;
+    if (!strcmp(key, "fn"))
+        return kernel_fn(ps, v);
+    if (k->num_fns)
+        return perr(ps, "kernel key after the entry's kernel.fn lines", key);
     if (!strcmp(key, "kind"))
         ok = (!strcmp(v, "fwd") && ((k->spec.kind = S2_KERNEL_FWD), true)) ||
              (!strcmp(v, "bwd") && ((k->spec.kind = S2_KERNEL_BWD), true)) ||
@@ -151,44 +195,48 @@ static s2_status kernel_key(mparser *ps, const char *key, const char *v)
     else if (!strcmp(key, "block_n")) ok = int1(v, &k->spec.block_n, 1, 1024);
     else if (!strcmp(key, "num_warps")) ok = int1(v, &k->spec.num_warps, 1, 32);
     else if (!strcmp(key, "num_stages")) ok = int1(v, &k->spec.num_stages, 1, 16);
-    else if (!strcmp(key, "bwd_wgmma")) ok = int1(v, &k->spec.bwd_wgmma, -1, 1);
-    else if (!strcmp(key, "bwd_tma")) ok = int1(v, &k->spec.bwd_tma, 1, 1);
     else if (!strcmp(key, "threads")) ok = int1(v, &k->threads, 1, 1024);
     else if (!strcmp(key, "smem")) ok = int1(v, &k->smem_bytes, 0, 1 << 30);
-    else if (!strcmp(key, "seqinfo")) {
-        int one = 0;
-        ok = int1(v, &one, 1, 1);
-        k->seqinfo = ok;
-    } else if (!strcmp(key, "abi")) {
-        if (!strcmp(v, "ptrs")) k->abi = S2_FWD_ABI_PTRS;
-        else if (!strcmp(v, "tma")) k->abi = S2_FWD_ABI_TMA, k->spec.persistent = -1;
-        else if (!strcmp(v, "tma_persistent")) k->abi = S2_FWD_ABI_TMA_PERSISTENT, k->spec.persistent = 1;
-        else ok = false;
-        if (k->abi != S2_FWD_ABI_PTRS && k->spec.kv_gather == 0)
-            k->spec.kv_gather = 1;
-    } else if (!strcmp(key, "kv_gather"))
-        ok = int1(v, &k->spec.kv_gather, 2, 4);
-    else if (!strcmp(key, "wide") || !strcmp(key, "wide_persistent")) {
-        /* after the kernel's own keys: the variant is its spec with these tiles */
-        int64_t x[7];
-        ok = ints(v, x, 7) && x[0] >= 16 && x[0] <= 1024 && x[1] >= 16 && x[1] <= 1024 && x[2] >= 1 && x[2] <= 32 &&
-             x[3] >= 1 && x[3] <= 16 && x[4] >= 1 && x[4] <= 4 && x[5] >= 1 && x[5] <= 1024 && x[6] >= 0 &&
-             x[6] <= (1 << 30);
-        if (ok) {
-            k->has_wide = true;
-            k->wide_spec = k->spec;
-            k->wide_spec.block_m = (int)x[0];
-            k->wide_spec.block_n = (int)x[1];
-            k->wide_spec.num_warps = (int)x[2];
-            k->wide_spec.num_stages = (int)x[3];
-            k->wide_spec.kv_gather = (int)x[4];
-            k->wide_spec.persistent = !strcmp(key, "wide") ? -1 : 1;
-            k->wide_threads = (int)x[5];
-            k->wide_smem_bytes = (int)x[6];
-        }
-    }
     k->spec.arch = ps->m->arch;
     return ok ? S2_OK : perr(ps, "bad kernel value", key);
+}
+
+/* The kernels an entry of each kind must hold (NAME_dqds2 needs NAME_dqds). */
+static s2_status check_fns(s2_ctx *ctx, s2_manifest_kernel *k)
+{
+    static const s2_kernel_role need[S2_KERNEL_KIND_COUNT_][3] = {
+        [S2_KERNEL_FWD] = {S2_ROLE_FWD, S2_ROLE_FWD, S2_ROLE_FWD},
+        [S2_KERNEL_BWD] = {S2_ROLE_BWD_PRE, S2_ROLE_BWD_DKDV, S2_ROLE_BWD_DQ},
+        [S2_KERNEL_DECODE] = {S2_ROLE_DECODE, S2_ROLE_COMBINE, S2_ROLE_DECODE},
+    };
+    for (int j = 0; j < 3; j++)
+        if (!s2_manifest_kernel_fn(k, need[k->spec.kind][j]))
+            return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s has no %s kernel (kernel.fn)", k->name,
+                           s2_role_name(need[k->spec.kind][j]));
+    if (s2_manifest_kernel_fn(k, S2_ROLE_BWD_DQDS2) && !s2_manifest_kernel_fn(k, S2_ROLE_BWD_DQDS))
+        return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s has bwd_dqds2 without bwd_dqds", k->name);
+    /* the entry's main kernel (the forward, NAME_dkdv, the decode): its
+     * launch shape is the entry's, its choices the entry's spec's */
+    static const s2_kernel_role main_role[S2_KERNEL_KIND_COUNT_] = {
+        [S2_KERNEL_FWD] = S2_ROLE_FWD, [S2_KERNEL_BWD] = S2_ROLE_BWD_DKDV, [S2_KERNEL_DECODE] = S2_ROLE_DECODE};
+    const s2_kernel_record *main = s2_manifest_kernel_fn(k, main_role[k->spec.kind]);
+    for (int i = 0; i < k->num_fns; i++)
+        if (k->fns[i].abi != main->abi && k->spec.kind == S2_KERNEL_BWD)
+            return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s's backward kernels differ in ABI", k->name);
+    if (main->threads != k->threads || main->smem_bytes != k->smem_bytes)
+        return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s: its main kernel's launch shape is not the entry's",
+                       k->name);
+    k->spec.persistent = main->spec.persistent, k->spec.bwd_wgmma = main->spec.bwd_wgmma;
+    k->spec.kv_gather = main->spec.kv_gather, k->spec.bwd_tma = main->spec.bwd_tma;
+    return S2_OK;
+}
+
+const s2_kernel_record *s2_manifest_kernel_fn(const s2_manifest_kernel *k, s2_kernel_role r)
+{
+    for (int i = 0; k && i < k->num_fns; i++)
+        if (k->fns[i].role == r)
+            return &k->fns[i];
+    return NULL;
 }
 
 static s2_range_action range_action(const char *s, bool *ok)
@@ -368,10 +416,14 @@ static s2_status check_complete(mparser *ps)
             return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest: pattern '%s' is incomplete (%d of %d rules)", p->name,
                            m->rules_seen[i], p->heads);
     }
-    for (int i = 0; i < m->num_kernels; i++)
+    for (int i = 0; i < m->num_kernels; i++) {
         if (!s2_manifest_find_pattern(m, m->kernels[i].pattern))
             return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest: kernel %s names unknown pattern '%s'",
                            m->kernels[i].name, m->kernels[i].pattern);
+        s2_status st = check_fns(ps->ctx, &m->kernels[i]);
+        if (st != S2_OK)
+            return st;
+    }
     return S2_OK;
 }
 
@@ -399,7 +451,9 @@ s2_status s2_manifest_parse(s2_ctx *ctx, const char *text, size_t len, s2_manife
         if (!line)
             st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
         else if (ps.line == 1)
-            st = !strcmp(line, "s2c-manifest 1") ? S2_OK : perr(&ps, "not an s2c manifest of version 1", NULL);
+            st = !strcmp(line, "s2c-manifest 2")   ? S2_OK
+                 : !strcmp(line, "s2c-manifest 1") ? perr(&ps, "a manifest of version 1 (an older s2c): compile the module again", NULL)
+                                                   : perr(&ps, "not an s2c manifest of version 2", NULL);
         else if (!strcmp(line, "end"))
             ended = true;
         else if (line[0])

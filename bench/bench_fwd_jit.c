@@ -3,6 +3,7 @@
  * load.  JIT, warm: a second cache handle on the same directory; key, hit,
  * module load.  The timed kernel is the one loaded from the cache. */
 #include "bench_fwd.h"
+#include "kernel_abi.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -135,14 +136,17 @@ s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const 
         snprintf(v->kname, sizeof v->kname, "%s", k->name);
         v->threads = k->threads;
         v->smem = k->smem_bytes;
-        v->tma = k->abi != S2_FWD_ABI_PTRS;
-        v->persistent = k->abi == S2_FWD_ABI_TMA_PERSISTENT;
-        v->has_wide = k->has_wide;
-        v->wide = k->wide_spec;
+        const s2_kernel_record *main = s2_manifest_kernel_fn(k, S2_ROLE_FWD);
+        const s2_kernel_record *wide = s2_manifest_kernel_fn(k, S2_ROLE_FWD_WIDE);
+        v->tma = main->abi != S2_ABI_FWD;
+        v->persistent = main->grid == S2_GRID_PERSISTENT;
+        v->has_wide = wide != NULL;
+        if (wide)
+            v->wide = wide->spec;
         st = s2_kernel_get(ctx, v->mod, v->kname, &v->kern);
     }
     if (st == S2_OK && v->persistent) {
-        /* as runtime/attn.c: resident CTAs from registers, shared memory, threads */
+        /* as runtime/attn_fwd.c: resident CTAs from registers, shared memory, threads */
         s2_kernel_attrs at;
         st = s2_kernel_get_attrs(ctx, v->kern, &at);
         int warps = (v->threads + 31) / 32, warp_regs = ((at.num_regs * 32 + 255) / 256) * 256;

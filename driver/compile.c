@@ -51,6 +51,8 @@ typedef struct set_kernel {
     s2_kernel_spec wide;
     char wide_name[132];
     const s2_template *wide_tpl;
+    s2_kernel_record recs[S2_ROLE_COUNT_];   /* every kernel of the entry, for the manifest */
+    char syms[S2_ROLE_COUNT_][160];
 } set_kernel;
 
 /* The wide variant of a forward built with the default spec (spec_in all
@@ -116,20 +118,24 @@ static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int
                                patterns[i]->name, ks[i].name);
         const s2_template *t = s2_template_for(&ks[i].spec);
         ks[i].tpl = t;
-        int smem = t->smem_bytes(patterns[i], &ks[i].spec);
-        mk[i] = (s2_manifest_kernel){.name = ks[i].name, .pattern = patterns[i]->name ? patterns[i]->name : "",
-                                     .spec = ks[i].spec, .threads = ks[i].spec.num_warps * 32, .smem_bytes = smem,
-                                     .abi = t->abi(&ks[i].spec),
-                                     .seqinfo = ks[i].spec.kind == S2_KERNEL_FWD};
+        int n_rec = t->kernels(patterns[i], &ks[i].spec, ks[i].recs);
         ks[i].has_wide = wide_variant(ctx, patterns[i], spec_in, &ks[i].spec, &ks[i].wide);
         if (ks[i].has_wide) {
-            snprintf(ks[i].wide_name, sizeof ks[i].wide_name, "%s%s", ks[i].name, S2_WIDE_SUFFIX);
-            mk[i].has_wide = true;
-            mk[i].wide_spec = ks[i].wide;
-            mk[i].wide_threads = ks[i].wide.num_warps * 32;
+            /* the wide variant: the same template's kernel on its own tile, under its own role */
             ks[i].wide_tpl = s2_template_for(&ks[i].wide);
-            mk[i].wide_smem_bytes = ks[i].wide_tpl->smem_bytes(patterns[i], &ks[i].wide);
+            ks[i].wide_tpl->kernels(patterns[i], &ks[i].wide, &ks[i].recs[n_rec]);
+            ks[i].recs[n_rec].role = S2_ROLE_FWD_WIDE;
+            n_rec++;
+            snprintf(ks[i].wide_name, sizeof ks[i].wide_name, "%s%s", ks[i].name, s2_role_suffix(S2_ROLE_FWD_WIDE));
         }
+        for (int j = 0; j < n_rec; j++) {
+            snprintf(ks[i].syms[j], sizeof ks[i].syms[j], "%s%s", ks[i].name, s2_role_suffix(ks[i].recs[j].role));
+            ks[i].recs[j].symbol = ks[i].syms[j];
+        }
+        mk[i] = (s2_manifest_kernel){.name = ks[i].name, .pattern = patterns[i]->name ? patterns[i]->name : "",
+                                     .spec = ks[i].spec, .threads = ks[i].spec.num_warps * 32,
+                                     .smem_bytes = t->smem_bytes(patterns[i], &ks[i].spec), .fns = ks[i].recs,
+                                     .num_fns = n_rec};
     }
     return S2_OK;
 }
@@ -184,14 +190,12 @@ s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s
         memmove(&art->kernels[placed + 1], &art->kernels[placed], (size_t)(i - placed) * sizeof *art->kernels);
         art->kernels[placed++] = keep;
     }
-    /* a backward entry is three kernels, NAME_pre / _dq / _dkdv; a forward's
-     * wide variant NAME_w has its own launch shape */
-    for (int i = 0; st == S2_OK && i < art->num_kernels; i++) {
-        int w = wide_of(ks, n, art->kernels[i].name);
+    /* each kernel's launch bound, from its record */
+    for (int i = 0; st == S2_OK && i < art->num_kernels; i++)
         for (int j = 0; j < n; j++)
-            if (strncmp(art->kernels[i].name, ks[j].name, strlen(ks[j].name)) == 0)
-                art->kernels[i].max_threads = j == w ? mk[j].wide_threads : mk[j].threads;
-    }
+            for (int r = 0; r < mk[j].num_fns; r++)
+                if (strcmp(art->kernels[i].name, ks[j].recs[r].symbol) == 0)
+                    art->kernels[i].max_threads = ks[j].recs[r].threads;
 done:
     s2_cg_destroy(&cg);
     if (st == S2_OK)

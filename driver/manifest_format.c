@@ -1,7 +1,7 @@
 /* The manifest writer: what a generated module says about itself, as
  * `key value` lines (format in include/s2c/manifest.h; parser in
  * abi/manifest_parse.c); the generator writes it, the runtime only reads. */
-#include "arch.h"
+#include "kernel_abi.h"
 #include "s2c/cache.h"
 #include "s2c/manifest.h"
 #include "util.h"
@@ -95,26 +95,19 @@ s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *ke
         s2_buf_printf(&b, "kernel.block_m %d\nkernel.block_n %d\nkernel.num_warps %d\nkernel.num_stages %d\n",
                       k->spec.block_m, k->spec.block_n, k->spec.num_warps, k->spec.num_stages);
         s2_buf_printf(&b, "kernel.threads %d\nkernel.smem %d\n", k->threads, k->smem_bytes);
-        if (k->spec.kind == S2_KERNEL_BWD && k->spec.bwd_wgmma != 0)
-            s2_buf_printf(&b, "kernel.bwd_wgmma %d\n", k->spec.bwd_wgmma);
-        if (k->spec.kind == S2_KERNEL_BWD && k->spec.bwd_tma > 0)
-            s2_buf_puts(&b, "kernel.bwd_tma 1\n");
-        if (k->abi == S2_FWD_ABI_TMA)
-            s2_buf_puts(&b, "kernel.abi tma\n");
-        else if (k->abi == S2_FWD_ABI_TMA_PERSISTENT)
-            s2_buf_puts(&b, "kernel.abi tma_persistent\n");
-        if (k->seqinfo)
-            s2_buf_puts(&b, "kernel.seqinfo 1\n");
-        if (k->spec.kv_gather > 1)
-            s2_buf_printf(&b, "kernel.kv_gather %d\n", k->spec.kv_gather);
-        if (k->has_wide) {
-            const s2_kernel_spec *w = &k->wide_spec;
-            /* a persistent variant under its own key: readers that predate it
-             * skip it (and launch NAME only) instead of launching NAME_w
-             * with the wrong parameters */
-            s2_buf_printf(&b, "kernel.%s %d %d %d %d %d %d %d\n", w->persistent > 0 ? "wide_persistent" : "wide",
-                          w->block_m, w->block_n, w->num_warps, w->num_stages, w->kv_gather > 1 ? w->kv_gather : 1,
-                          k->wide_threads, k->wide_smem_bytes);
+        for (int j = 0; j < k->num_fns; j++) {
+            const s2_kernel_record *r = &k->fns[j];
+            const s2_abi_desc *abi = s2_abi_get(r->abi);
+            if (!one_line(r->symbol) || strchr(r->symbol, ' ') || !s2_role_name(r->role) || !abi ||
+                !s2_grid_name(r->grid)) {
+                s2_buf_free(&b);
+                return s2_fail(ctx, S2_ERR_INVALID, "manifest: kernel %s: a bad kernel record", k->name);
+            }
+            const s2_kernel_spec *t = &r->spec;
+            s2_buf_printf(&b, "kernel.fn %s %s %s %s %d %d %d %d %d %d %d %d %d %d\n", r->symbol,
+                          s2_role_name(r->role), abi->name, s2_grid_name(r->grid), r->threads, r->smem_bytes,
+                          t->block_m, t->block_n, t->num_warps, t->num_stages, t->persistent, t->bwd_wgmma,
+                          t->kv_gather, t->bwd_tma);
         }
     }
     for (int i = 0; i < num_patterns; i++) {

@@ -1,6 +1,7 @@
 /* The backward: its workspaces (with the dS path and its chunkings) and
  * launches. */
 #include "attn_internal.h"
+#include "params.h"
 
 #include <math.h>
 #include <string.h>
@@ -21,7 +22,7 @@ static size_t ds_offset(int batch, int heads, int64_t q_len)
 
 static size_t ds_workspace_bytes(const s2_attn_kernel *k, const sched_slot *s, int batch, int heads, int64_t q_len)
 {
-    if (!k->bwd_fn[BWD_DQDS] || s->ds_tiles < 0)
+    if (!k->fns[S2_ROLE_BWD_DQDS] || s->ds_tiles < 0)
         return 0;
     return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)s->ds_tiles * S2_BWD_DS_TILE_BYTES;
 }
@@ -39,7 +40,7 @@ static size_t ds_chunked_bytes(const s2_attn_kernel *k, const sched_slot *s, int
 {
     if (chunks == 1)
         return ds_workspace_bytes(k, s, batch, heads, q_len);
-    for (int i = 0; k->bwd_fn[BWD_DQDS] && s->ds_tiles >= 0 && i < s->ds_nchunk; i++)
+    for (int i = 0; k->fns[S2_ROLE_BWD_DQDS] && s->ds_tiles >= 0 && i < s->ds_nchunk; i++)
         if (s->ds_chunks[i] == chunks) {
             if (which)
                 *which = i;
@@ -133,7 +134,7 @@ typedef struct bwd_launch {
     float scale_log2;
     s2_devptr sch[6], dsp[3];
     s2_tensor_map maps[2];   /* q, do (spec.bwd_tma) */
-    void *args[53];
+    void *args[S2_RT_MAX_PARAMS];
 } bwd_launch;
 
 static s2_status bwd_launch_args(s2_ctx *ctx, bwd_launch *L, const s2_attn_kernel *k, const s2_attn_bwd_args *a,
@@ -167,17 +168,23 @@ static s2_status bwd_launch_args(s2_ctx *ctx, bwd_launch *L, const s2_attn_kerne
     memcpy(L->sch, sch, sizeof sch);
     L->first = s->fwd.first_q_tile, L->tiles = s->fwd.q_tiles, L->kv_tiles = s->kv_tiles;
     L->dsp[0] = ds, L->dsp[1] = ds ? ds_head : 0, L->dsp[2] = ds ? s->ds_map : 0;
-    for (int i = 0; i < 12; i++)
-        L->args[i] = &L->ptrs[i];
-    for (int i = 0; i < 24; i++)
-        L->args[12 + i] = &L->st[i];
-    void *tail[15] = {&L->q_len, &L->kv_len, &L->scale_log2, &L->sch[0], &L->sch[1], &L->sch[2], &L->first,
-                      &L->tiles, &L->sch[3], &L->sch[4], &L->sch[5], &L->kv_tiles, &L->dsp[0], &L->dsp[1],
-                      &L->dsp[2]};
-    memcpy(L->args + 36, tail, sizeof tail);
-    L->args[51] = &L->maps[0];
-    L->args[52] = &L->maps[1];
-    if (k->desc->spec.bwd_tma <= 0)
+#define BV(e, n, t) BV_##e,
+    enum { S2_ABI_BWD_TMA_PARAMS(BV) BV_COUNT };
+#undef BV
+    void *vals[BV_COUNT] = {
+        [BV_QLEN] = &L->q_len, [BV_KVLEN] = &L->kv_len, [BV_SCALE_LOG2] = &L->scale_log2,
+        [BV_CLASS] = &L->sch[0], [BV_OFFSETS] = &L->sch[1], [BV_ENTRIES] = &L->sch[2], [BV_FIRST_Q_TILE] = &L->first,
+        [BV_Q_TILES] = &L->tiles, [BV_TCLASS] = &L->sch[3], [BV_TOFFSETS] = &L->sch[4], [BV_TENTRIES] = &L->sch[5],
+        [BV_KV_TILES] = &L->kv_tiles, [BV_DS] = &L->dsp[0], [BV_DS_HEAD] = &L->dsp[1], [BV_DS_MAP] = &L->dsp[2],
+        [BV_TMAP_Q] = &L->maps[0], [BV_TMAP_DO] = &L->maps[1],
+    };
+    for (int i = 0; i < 12; i++)   /* q .. dv: consecutive pointers, in base[]'s order */
+        vals[BV_Q + i] = &L->ptrs[i];
+    for (int i = 0; i < 24; i++)   /* their strides, in strides[]'s order */
+        vals[BV_QS + i] = &L->st[i];
+    /* every kernel of the module has the same ABI (the manifest parser checks) */
+    s2_rt_args(&k->argmap[S2_ROLE_BWD_PRE], vals, L->args);
+    if (k->rec[S2_ROLE_BWD_PRE]->abi != S2_ABI_BWD_TMA)
         return S2_OK;
     /* the dK/dV kernel's Q and dO tiles (block_m rows), over the launch's heads */
     int64_t nh = (int64_t)nkv * group;
@@ -231,17 +238,23 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
                 ds = true, chunks = s->ds_chunks[i], which = i;
     }
     s2_devptr dsw = ds ? a->workspace + ds_offset(a->batch, a->heads, a->q_len) : 0;
-    bool pair = ds && k->bwd_fn[BWD_DQDS2] && s->dqds2_ok && a->dq_pair >= 0;
-    uint32_t T = (uint32_t)k->desc->threads, rows = T / (uint32_t)(a->head_dim / 8);
-    uint32_t smem = (uint32_t)k->desc->smem_bytes;
+    bool pair = ds && k->fns[S2_ROLE_BWD_DQDS2] && s->dqds2_ok && a->dq_pair >= 0;
     bwd_launch L;
     int nkv = a->kv_heads / chunks, group = a->heads / a->kv_heads;
     s2_status rc = bwd_launch_args(ctx, &L, k, a, s, 0, a->kv_heads, dsw, s->ds_head);
     if (rc != S2_OK)
         return rc;
-    s2_launch_cfg pre = {.grid = {(uint32_t)((a->q_len + rows - 1) / rows), (uint32_t)a->heads, (uint32_t)a->batch},
-                         .block = {T, 1, 1}, .stream = stream};
-    rc = s2_kernel_launch(ctx, k->bwd_fn[BWD_PRE], &pre, L.args);
+    s2_rt_grid_in in = {.q_tiles = L.tiles, .kv_tiles = L.kv_tiles, .q_len = a->q_len, .heads = a->heads,
+                        .kv_heads = a->kv_heads, .batch = a->batch, .head_dim = a->head_dim};
+    s2_kernel_role dq = pair ? S2_ROLE_BWD_DQDS2 : ds ? S2_ROLE_BWD_DQDS : S2_ROLE_BWD_DQ;
+    const s2_kernel_record *rp = k->rec[S2_ROLE_BWD_PRE], *rk = k->rec[S2_ROLE_BWD_DKDV], *rq = k->rec[dq];
+    s2_launch_cfg pre = {.block = {(uint32_t)rp->threads, 1, 1}, .smem_bytes = (uint32_t)rp->smem_bytes,
+                         .stream = stream};
+    rc = s2_rt_grid(ctx, rp, &in, pre.grid);
+    if (rc == S2_OK)
+        rc = s2_kernel_launch(ctx, k->fns[S2_ROLE_BWD_PRE], &pre, L.args);
+    /* the chunks' launches: over nkv kv heads each */
+    in.kv_heads = nkv, in.heads = nkv * group;
     for (int j = 0; j < chunks && rc == S2_OK; j++) {
         s2_devptr head = chunks == 1 ? s->ds_head
                          : s->ds_chunk_head[which] + (s2_devptr)j * (s2_devptr)(a->heads + 1) * sizeof(int64_t);
@@ -251,21 +264,16 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
         if (rc != S2_OK)
             break;
         s2_launch_cfg cfg[2] = {
-            {.grid = {(uint32_t)L.kv_tiles, (uint32_t)nkv, (uint32_t)a->batch}, .block = {T, 1, 1},
-             .smem_bytes = smem, .stream = stream},
-            {.grid = {(uint32_t)L.tiles, (uint32_t)(nkv * group), (uint32_t)a->batch}, .block = {T, 1, 1},
-             .smem_bytes = ds ? (uint32_t)s2_bwd_dqds_smem_bytes(&k->desc->spec) : smem, .stream = stream},
+            {.block = {(uint32_t)rk->threads, 1, 1}, .smem_bytes = (uint32_t)rk->smem_bytes, .stream = stream},
+            {.block = {(uint32_t)rq->threads, 1, 1}, .smem_bytes = (uint32_t)rq->smem_bytes, .stream = stream},
         };
-        enum s2_bwd_slot dq = ds ? BWD_DQDS : BWD_DQ;
-        if (pair) {   /* two query tiles per CTA (NAME_dqds2) */
-            dq = BWD_DQDS2;
-            cfg[1].grid[0] = (uint32_t)((L.tiles + 1) / 2);
-            cfg[1].block[0] = S2_BWD_DQDS2_THREADS;
-            cfg[1].smem_bytes = (uint32_t)s2_bwd_dqds2_smem_bytes(&k->desc->spec);
-        }
-        rc = s2_kernel_launch(ctx, k->bwd_fn[BWD_DKDV], &cfg[0], L.args);
+        rc = s2_rt_grid(ctx, rk, &in, cfg[0].grid);
         if (rc == S2_OK)
-            rc = s2_kernel_launch(ctx, k->bwd_fn[dq], &cfg[1], L.args);
+            rc = s2_rt_grid(ctx, rq, &in, cfg[1].grid);
+        if (rc == S2_OK)
+            rc = s2_kernel_launch(ctx, k->fns[S2_ROLE_BWD_DKDV], &cfg[0], L.args);
+        if (rc == S2_OK)
+            rc = s2_kernel_launch(ctx, k->fns[dq], &cfg[1], L.args);
     }
     if (rc == S2_OK && chunks > 1)
         k->stats.ds_chunked++;

@@ -1,6 +1,7 @@
 /* Paged decode (split-KV, kept-block lists cached per kernel) and the
  * combine of partial results (s2c/decode.h). */
 #include "attn_internal.h"
+#include "params.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -72,18 +73,10 @@ static void release_lists(void *owner, void *item)
 
 s2_status s2_rt_decode_init(s2_ctx *ctx, s2_attn_kernel *k)
 {
-    static const char *const parts[DEC_SLOT_COUNT] = {[DEC_KERNEL] = "", [DEC_COMBINE] = "_combine"};
     static const s2_lru_ops ops = {build_lists, release_lists};
     if (!(k->dec_slots = calloc(DEC_CACHE, sizeof *k->dec_slots)))
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
     s2_lru_init(&k->cache, k->dec_slots, sizeof *k->dec_slots, DEC_CACHE, &ops, k, k->mod->dev);
-    for (int j = 0; j < DEC_SLOT_COUNT; j++) {
-        char name[512];
-        snprintf(name, sizeof name, "%s%s", k->desc->name, parts[j]);
-        s2_status st = s2_kernel_get(ctx, k->mod->cu, name, &k->dec_fn[j]);
-        if (st != S2_OK)
-            return st;
-    }
     return S2_OK;
 }
 
@@ -92,8 +85,6 @@ void s2_rt_decode_free(s2_attn_kernel *k)
 {
     free(k->dec_slots);
     k->dec_slots = NULL;
-    for (int j = 0; j < DEC_SLOT_COUNT; j++)
-        s2_kernel_free(k->dec_fn[j]);
 }
 
 /* The lists for max_seq_len.  Called with k->lock held. */
@@ -122,7 +113,7 @@ static s2_status dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode
         return S2_OK;
     }
     s2_kernel_attrs at;
-    s2_status st = s2_kernel_get_attrs(ctx, k->dec_fn[DEC_KERNEL], &at);
+    s2_status st = s2_kernel_get_attrs(ctx, k->fns[S2_ROLE_DECODE], &at);
     if (st != S2_OK)
         return st;
     int warps = k->desc->spec.num_warps;
@@ -218,14 +209,25 @@ static s2_status dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
     double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
     float scale_log2 = (float)(scale * 1.4426950408889634);
     s2_devptr cls = s->class_of_kv_head, offs = s->offsets, ent = s->entries;
-    void *args[] = {&q, &kp, &vp, &o, &lse, &ws_o, &ws_lse,
-                    &st[0], &st[1], &st[2], &st[3], &st[4], &st[5], &st[6], &st[7], &st[8], &st[9], &st[10], &st[11],
-                    &table, &tbs, &ths, &seq_lens, &n, &page, &scale_log2, &cls, &offs, &ent, &qb, &sp, &counters};
-    s2_launch_cfg cfg = {.grid = {(uint32_t)splits, (uint32_t)a->kv_heads, (uint32_t)a->batch},
-                         .block = {(uint32_t)k->desc->threads, 1, 1},
-                         .smem_bytes = (uint32_t)k->desc->smem_bytes,
+#define DV(e, n, t) DV_##e,
+    enum { S2_ABI_DECODE_PARAMS(DV) DV_COUNT };
+#undef DV
+    void *vals[DV_COUNT] = {
+        [DV_Q] = &q, [DV_K] = &kp, [DV_V] = &vp, [DV_O] = &o, [DV_LSE] = &lse, [DV_WS_O] = &ws_o, [DV_WS_LSE] = &ws_lse,
+        [DV_TABLE] = &table, [DV_TBS] = &tbs, [DV_THS] = &ths, [DV_SEQ_LENS] = &seq_lens, [DV_N] = &n,
+        [DV_PAGE] = &page, [DV_SCALE_LOG2] = &scale_log2, [DV_CLASS] = &cls, [DV_OFFSETS] = &offs,
+        [DV_ENTRIES] = &ent, [DV_QBLOCKS] = &qb, [DV_SPLITS] = &sp, [DV_COUNTERS] = &counters,
+    };
+    for (int i = 0; i < 12; i++)   /* q, k pages, v pages, o strides: consecutive */
+        vals[DV_QS + i] = &st[i];
+    void *args[DV_COUNT];
+    s2_rt_args(&k->argmap[S2_ROLE_DECODE], vals, args);
+    const s2_kernel_record *r = k->rec[S2_ROLE_DECODE];
+    s2_rt_grid_in in = {.splits = splits, .kv_heads = a->kv_heads, .batch = a->batch, .head_dim = a->head_dim};
+    s2_launch_cfg cfg = {.block = {(uint32_t)r->threads, 1, 1}, .smem_bytes = (uint32_t)r->smem_bytes,
                          .stream = stream};
-    return s2_kernel_launch(ctx, k->dec_fn[DEC_KERNEL], &cfg, args);
+    s2_status rc = s2_rt_grid(ctx, r, &in, cfg.grid);
+    return rc == S2_OK ? s2_kernel_launch(ctx, k->fns[S2_ROLE_DECODE], &cfg, args) : rc;
 }
 
 s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
@@ -264,9 +266,21 @@ s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_comb
     int64_t os[3] = {a->o_stride[0], a->o_stride[1], a->o_stride[2]};
     int32_t n = a->n, S = (int32_t)a->seq, H = a->heads;
     int32_t rows = (int32_t)((int64_t)a->batch * a->seq * a->heads);
-    void *args[] = {table, &obase, &lbase, &opart, &lpart, &is[0], &is[1], &is[2], &out, &os[0], &os[1], &os[2],
-                    &lse, &n, &S, &H, &rows};
-    int rpc = 128 / (a->head_dim / 8);
-    s2_launch_cfg cfg = {.grid = {(uint32_t)s2_cdiv(rows, rpc), 1, 1}, .block = {128, 1, 1}, .stream = stream};
-    return s2_kernel_launch(ctx, k->dec_fn[DEC_COMBINE], &cfg, args);
+#define CV(e, n, t) CV_##e,
+    enum { S2_ABI_COMBINE_PARAMS(CV) CV_COUNT };
+#undef CV
+    void *vals[CV_COUNT] = {
+        [CV_PTRS] = table, [CV_OBASE] = &obase, [CV_LBASE] = &lbase, [CV_OPART] = &opart, [CV_LPART] = &lpart,
+        [CV_IS] = &is[0], [CV_IS_S] = &is[1], [CV_IS_H] = &is[2], [CV_OUT] = &out, [CV_OS] = &os[0],
+        [CV_OS_S] = &os[1], [CV_OS_H] = &os[2], [CV_LSE_OUT] = &lse, [CV_N] = &n, [CV_S] = &S, [CV_H] = &H,
+        [CV_ROWS] = &rows,
+    };
+    void *args[CV_COUNT];
+    s2_rt_args(&k->argmap[S2_ROLE_COMBINE], vals, args);
+    const s2_kernel_record *r = k->rec[S2_ROLE_COMBINE];
+    s2_rt_grid_in in = {.rows = rows, .head_dim = a->head_dim};
+    s2_launch_cfg cfg = {.block = {(uint32_t)r->threads, 1, 1}, .smem_bytes = (uint32_t)r->smem_bytes,
+                         .stream = stream};
+    s2_status rc = s2_rt_grid(ctx, r, &in, cfg.grid);
+    return rc == S2_OK ? s2_kernel_launch(ctx, k->fns[S2_ROLE_COMBINE], &cfg, args) : rc;
 }

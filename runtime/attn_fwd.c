@@ -1,6 +1,7 @@
 /* The forward launch: tensor maps, the launch shape (grid, wide variant,
  * persistent grid) and its arguments. */
 #include "attn_internal.h"
+#include "params.h"
 
 #include <math.h>
 #include <string.h>
@@ -87,17 +88,14 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     s2_devptr seqinfo = a->seqs ? a->seqs->buf : 0;
     double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
     float scale_log2 = (float)(scale * 1.4426950408889634);
-    /* the wide variant: same ABI, its own schedule and launch shape */
-    const fwd_tables *ft = &s->fwd;
-    s2_kernel *fn = k->fn;
-    const s2_kernel_spec *spec = &k->desc->spec;
-    int threads = k->desc->threads, smem = k->desc->smem_bytes;
-    bool persistent = k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT;
-    if (s->use_wide) {
-        ft = &s->wide, fn = k->wide_fn, spec = &k->desc->wide_spec;
-        threads = k->desc->wide_threads, smem = k->desc->wide_smem_bytes;
-        persistent = spec->persistent > 0;
-    }
+    /* the kernel the schedule was built for: NAME, or NAME_w on its own tiles */
+    s2_kernel_role role = s->use_wide ? S2_ROLE_FWD_WIDE : S2_ROLE_FWD;
+    const s2_kernel_record *rec = k->rec[role];
+    const fwd_tables *ft = s->use_wide ? &s->wide : &s->fwd;
+    s2_kernel *fn = k->fns[role];
+    const s2_kernel_spec *spec = &rec->spec;
+    int threads = rec->threads, smem = rec->smem_bytes;
+    bool persistent = rec->grid == S2_GRID_PERSISTENT;
     s2_devptr cls = ft->class_of_head, offs = ft->offsets, ent = ft->entries;
     int32_t first = ft->first_q_tile, tiles = ft->q_tiles;
     s2_tensor_map maps[3];
@@ -108,22 +106,32 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
             return cs;
     }
     int32_t n_work = s->n_work, batch = (int32_t)a->batch;
-    void *args[] = {&q, &kk, &v, &o, &lse,
-                    &st[0], &st[1], &st[2], &st[3], &st[4], &st[5], &st[6], &st[7], &st[8], &st[9], &st[10], &st[11],
-                    &q_len, &kv_len, &scale_log2, &cls, &offs, &ent, &first, &tiles, &maps[0], &maps[1], &maps[2],
-                    &work, &n_work, &batch, &counter, &seqinfo};
-    /* seqinfo is the last parameter of each ABI (attention.h) */
-    args[k->desc->abi == S2_FWD_ABI_PTRS ? 25 : persistent ? 32 : 28] = &seqinfo;
-    if (k->desc->abi != S2_FWD_ABI_PTRS) {
+#define FV(e, n, t) FV_##e,
+    enum { S2_ABI_FWD_TMA_PERSISTENT_PARAMS(FV) FV_COUNT };
+#undef FV
+    void *vals[FV_COUNT] = {
+        [FV_Q] = &q, [FV_K] = &kk, [FV_V] = &v, [FV_O] = &o, [FV_LSE] = &lse,
+        [FV_QLEN] = &q_len, [FV_KVLEN] = &kv_len, [FV_SCALE_LOG2] = &scale_log2,
+        [FV_CLASS] = &cls, [FV_OFFSETS] = &offs, [FV_ENTRIES] = &ent, [FV_FIRST_Q_TILE] = &first, [FV_Q_TILES] = &tiles,
+        [FV_TMAP_Q] = &maps[0], [FV_TMAP_K] = &maps[1], [FV_TMAP_V] = &maps[2],
+        [FV_WORK] = &work, [FV_NWORK] = &n_work, [FV_BATCH] = &batch, [FV_COUNTER] = &counter, [FV_SEQINFO] = &seqinfo,
+    };
+    for (int i = 0; i < 12; i++)
+        vals[FV_QS + i] = &st[i];   /* q, k, v, o strides: consecutive in every forward ABI */
+    void *args[FV_COUNT];
+    s2_rt_args(&k->argmap[role], vals, args);
+    if (rec->abi != S2_ABI_FWD) {
         s2_status ms = s2_attn_fwd_tensor_maps(ctx, k->mod->dev, spec, a, maps);
         if (ms != S2_OK)
             return ms;
     }
-    s2_launch_cfg cfg = {.grid = {(uint32_t)tiles, (uint32_t)a->heads, (uint32_t)a->batch},
-                         .block = {(uint32_t)threads, 1, 1},
-                         .smem_bytes = (uint32_t)smem,
-                         .stream = stream};
-    if (persistent) {
+    s2_launch_cfg cfg = {.block = {(uint32_t)threads, 1, 1}, .smem_bytes = (uint32_t)smem, .stream = stream};
+    if (!persistent) {
+        s2_rt_grid_in in = {.q_tiles = tiles, .heads = a->heads, .batch = a->batch, .head_dim = a->head_dim};
+        s2_status gs = s2_rt_grid(ctx, rec, &in, cfg.grid);
+        if (gs != S2_OK)
+            return gs;
+    } else {   /* the persistent grid: the device's SMs times the kernel's resident CTAs */
         int per_sm = 1;
         s2_status os = ctas_per_sm(ctx, fn, threads, smem, &per_sm);
         if (os != S2_OK)

@@ -18,13 +18,6 @@
 
 enum { DS_CHUNKINGS = 12 };
 
-/* Kernels of a backward module: NAME_pre, NAME_dkdv, NAME_dq, and with the
- * dS path NAME_dqds and (optional) NAME_dqds2. */
-enum s2_bwd_slot { BWD_PRE, BWD_DKDV, BWD_DQ, BWD_DQDS, BWD_DQDS2, BWD_SLOT_COUNT };
-
-/* Kernels of a decode module: NAME and NAME_combine. */
-enum s2_dec_slot { DEC_KERNEL, DEC_COMBINE, DEC_SLOT_COUNT };
-
 /* Split-KV decode: at most this many splits. */
 enum { DEC_MAX_SPLITS = 64 };
 
@@ -74,14 +67,23 @@ typedef struct sched_slot {
     fwd_tables wide;
 } sched_slot;
 
+/* A kernel's launch arguments in its ABI's order (args.c): parameter i is
+ * value slot[i] of its family's widest ABI. */
+enum { S2_RT_MAX_PARAMS = 64 };
+typedef struct s2_rt_argmap {
+    int n;
+    uint8_t slot[S2_RT_MAX_PARAMS];
+} s2_rt_argmap;
+
 struct s2_attn_kernel {
     s2_attn_module *mod;
     const s2_manifest_kernel *desc;
     const s2_pattern *pattern;
-    s2_kernel *fn;
-    s2_kernel *wide_fn;                  /* forward: NAME_w (kernel.wide), or NULL */
-    s2_kernel *bwd_fn[BWD_SLOT_COUNT];   /* backward (NULL where the module lacks one) */
-    s2_kernel *dec_fn[DEC_SLOT_COUNT];   /* decode */
+    /* the entry's kernels by role, and their manifest records (NULL where
+     * the entry has none of that role) */
+    s2_kernel *fns[S2_ROLE_COUNT_];
+    const s2_kernel_record *rec[S2_ROLE_COUNT_];
+    s2_rt_argmap argmap[S2_ROLE_COUNT_];
     struct dec_slot *dec_slots;          /* decode: the cache's storage (attn_decode.c) */
     int64_t max_kv_len;
     mtx_t lock;                          /* guards everything below */
@@ -139,6 +141,20 @@ S2_RT_HIDDEN s2_status s2_rt_sched_counter(s2_ctx *ctx, s2_attn_kernel *k, sched
 S2_RT_HIDDEN s2_status s2_rt_tensor_map_of(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *map, s2_dtype dt, int d,
                                            s2_devptr ptr, const int64_t stride[3], int64_t seq, int64_t heads,
                                            int64_t batch, uint32_t rows);
+
+/* args.c */
+/* The map of a kernel of ABI abi (at module load). */
+S2_RT_HIDDEN s2_status s2_rt_argmap_build(s2_ctx *ctx, s2_abi_id abi, s2_rt_argmap *out);
+/* args[i] = vals[map->slot[i]]: vals indexed by the family's enum (abi/params.h). */
+S2_RT_HIDDEN void s2_rt_args(const s2_rt_argmap *map, void *const *vals, void **args);
+
+/* A launch's grid from its kernel's rule (every rule but the persistent
+ * grid's, which depends on the device: attn_fwd.c). */
+typedef struct s2_rt_grid_in {
+    int64_t q_tiles, kv_tiles, q_len, rows;
+    int heads, kv_heads, batch, splits, head_dim;
+} s2_rt_grid_in;
+S2_RT_HIDDEN s2_status s2_rt_grid(s2_ctx *ctx, const s2_kernel_record *r, const s2_rt_grid_in *in, uint32_t grid[3]);
 
 /* attn_decode.c */
 /* A decode kernel's functions and its list cache. */

@@ -34,10 +34,8 @@ void s2_attn_module_free(s2_attn_module *mod)
         s2_lru_clear(&k->cache);
         if (k->lock_ok)
             mtx_destroy(&k->lock);
-        s2_kernel_free(k->fn);
-        s2_kernel_free(k->wide_fn);
-        for (int j = 0; j < BWD_SLOT_COUNT; j++)
-            s2_kernel_free(k->bwd_fn[j]);
+        for (int j = 0; j < S2_ROLE_COUNT_; j++)
+            s2_kernel_free(k->fns[j]);
         s2_rt_decode_free(k);
     }
     free(mod->kernels);
@@ -62,38 +60,24 @@ static s2_status init_kernel(s2_ctx *ctx, s2_attn_module *mod, int i)
     if (mtx_init(&k->lock, mtx_plain) != thrd_success)
         return s2_fail(ctx, S2_ERR_NOMEM, "cannot create a mutex");
     k->lock_ok = true;
+    /* every kernel of the entry, by role, as its record names it */
+    for (int j = 0; j < d->num_fns; j++) {
+        const s2_kernel_record *r = &d->fns[j];
+        k->rec[r->role] = r;
+        s2_status st = s2_rt_argmap_build(ctx, r->abi, &k->argmap[r->role]);
+        if (st == S2_OK)
+            st = s2_kernel_get(ctx, mod->cu, r->symbol, &k->fns[r->role]);
+        if (st != S2_OK)
+            return st;
+    }
+    const s2_kernel_record *w = k->rec[S2_ROLE_FWD_WIDE];
+    if (w && (w->threads != 32 * w->spec.num_warps || w->spec.kv_gather < 1 || w->spec.block_n % w->spec.kv_gather ||
+              k->rec[S2_ROLE_FWD]->abi != S2_ABI_FWD_TMA))
+        return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s has an inconsistent wide variant", d->name);
     if (d->spec.kind == S2_KERNEL_DECODE)
         return s2_rt_decode_init(ctx, k);
     s2_rt_sched_cache_init(k);
-    if (d->spec.kind == S2_KERNEL_BWD) {
-        static const char *const parts[BWD_SLOT_COUNT] = {
-            [BWD_PRE] = "_pre", [BWD_DKDV] = "_dkdv", [BWD_DQ] = "_dq", [BWD_DQDS] = "_dqds", [BWD_DQDS2] = "_dqds2"};
-        int n = s2_bwd_ds_capable(k->pattern, &d->spec) ? BWD_SLOT_COUNT : BWD_DQDS;
-        for (int j = 0; j < n; j++) {
-            char name[512];
-            snprintf(name, sizeof name, "%s%s", d->name, parts[j]);
-            s2_status st = s2_kernel_get(ctx, mod->cu, name, &k->bwd_fn[j]);
-            if (st == S2_ERR_NOT_FOUND && j >= BWD_DQDS) {
-                s2_ctx_clear(ctx);   /* a module from before the dS path or its paired dQ kernel */
-                if (j == BWD_DQDS)
-                    break;
-                continue;
-            }
-            if (st != S2_OK)
-                return st;
-        }
-        return S2_OK;
-    }
-    s2_status st = s2_kernel_get(ctx, mod->cu, d->name, &k->fn);
-    if (st == S2_OK && d->has_wide) {
-        char name[512];
-        snprintf(name, sizeof name, "%s%s", d->name, S2_WIDE_SUFFIX);
-        if (d->wide_threads != 32 * d->wide_spec.num_warps || d->wide_spec.block_n % d->wide_spec.kv_gather ||
-            d->abi != S2_FWD_ABI_TMA)
-            return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s has an inconsistent wide variant", d->name);
-        st = s2_kernel_get(ctx, mod->cu, name, &k->wide_fn);
-    }
-    return st;
+    return S2_OK;
 }
 
 s2_status s2_attn_module_load(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
@@ -222,7 +206,7 @@ void s2_attn_kernel_free(s2_attn_kernel *k)
 
 const s2_manifest_kernel *s2_attn_kernel_desc(const s2_attn_kernel *k) { return k ? k->desc : NULL; }
 const s2_pattern *s2_attn_kernel_pattern(const s2_attn_kernel *k) { return k ? k->pattern : NULL; }
-s2_kernel *s2_attn_kernel_function(const s2_attn_kernel *k) { return k ? k->fn : NULL; }
+s2_kernel *s2_attn_kernel_function(const s2_attn_kernel *k) { return k ? k->fns[S2_ROLE_FWD] : NULL; }
 int64_t s2_attn_kernel_max_kv_len(const s2_attn_kernel *k) { return k ? k->max_kv_len : 0; }
 
 void s2_attn_kernel_sched_stats(s2_attn_kernel *k, s2_attn_sched_stats *out)

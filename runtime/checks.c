@@ -89,9 +89,6 @@ static const char *max_kv_reason(const s2_attn_kernel *k)
 static s2_status check_varlen(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a)
 {
     const s2_attn_seqs *s = a->seqs;
-    if (!k->desc->seqinfo)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
-                       "kernel %s was generated without the seqinfo parameter (an older s2c): recompile it", k->desc->name);
     if (s->dev != k->mod->dev)
         return s2_fail(ctx, S2_ERR_INVALID, "seqs were made for another device than kernel %s's", k->desc->name);
     if (a->batch != s->n)

@@ -113,10 +113,10 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layo
                      (long long)sched->geom.kv_tiles);
     tr->ds_tiles = -1;
     tr->dqds2_ok = false;
-    if (st == S2_OK && k->bwd_fn[BWD_DQDS]) {
+    if (st == S2_OK && k->fns[S2_ROLE_BWD_DQDS]) {
         st = s2_schedule_ds_map(ctx, fwd, fg->q_tiles, fg->first_q_tile, &pk, lists, gather, k->pattern->heads,
                                 &map);
-        if (st == S2_OK && k->bwd_fn[BWD_DQDS2])
+        if (st == S2_OK && k->fns[S2_ROLE_BWD_DQDS2])
             tr->dqds2_ok = lists_pairable(fwd);
         if (st == S2_ERR_UNSUPPORTED) {   /* this shape takes the recomputing dQ kernel */
             s2_ctx_clear(ctx);
@@ -217,7 +217,7 @@ enum { WIDE_MIN_KEYS = 384 };
 
 static bool wants_wide(const s2_attn_kernel *k, const s2_schedule *sched)
 {
-    if (!k->wide_fn || sched->geom.q_tiles < 1 || sched->heads < 1)
+    if (!k->fns[S2_ROLE_FWD_WIDE] || sched->geom.q_tiles < 1 || sched->heads < 1)
         return false;
     int64_t lists = sched->geom.q_tiles, total = 0;
     for (int h = 0; h < sched->heads; h++) {
@@ -270,10 +270,12 @@ static s2_status build_wide(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay
 {
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
-    s2_status st = pack_forward(ctx, lay, &k->desc->wide_spec, &sched, &pk);
-    if (st == S2_OK && k->desc->wide_spec.persistent > 0 && slot->w_buf)
+    const s2_kernel_record *w = k->rec[S2_ROLE_FWD_WIDE];
+    bool persistent = w->grid == S2_GRID_PERSISTENT;
+    s2_status st = pack_forward(ctx, lay, &w->spec, &sched, &pk);
+    if (st == S2_OK && persistent && slot->w_buf)
         st = s2_fail(ctx, S2_ERR_INTERNAL, "wide variant: the kernel has a work list already");
-    if (st == S2_OK && k->desc->wide_spec.persistent > 0)
+    if (st == S2_OK && persistent)
         st = upload_work_list(ctx, k, sched, &slot->w_buf, &slot->n_work);
     if (st == S2_OK)
         st = upload_forward(ctx, k->mod->dev, &pk, sched, &slot->wide);
@@ -298,7 +300,7 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
         st = upload_forward(ctx, dev, &pk, sched, &sl.fwd);
     if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_BWD)
         st = upload_transposed(ctx, k, lay, &pk, &sched->geom, &sl.t_buf, &sl);
-    if (st == S2_OK && k->desc->abi == S2_FWD_ABI_TMA_PERSISTENT)
+    if (st == S2_OK && k->rec[S2_ROLE_FWD] && k->rec[S2_ROLE_FWD]->grid == S2_GRID_PERSISTENT)
         st = upload_work_list(ctx, k, sched, &sl.w_buf, &sl.n_work);
     if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_FWD && wants_wide(k, sched))
         st = build_wide(ctx, k, lay, &sl);

@@ -3,6 +3,7 @@
  * D / 8 threads, by their LSE.  Built into every decode module
  * (NAME_combine, s2_decode_build). */
 #include "decode_internal.h"
+#include "template.h"
 #include "kbase.h"
 
 #include <math.h>
@@ -12,7 +13,7 @@ enum {
     C_N, C_S, C_H, C_ROWS, C_COUNT
 };
 
-enum { COMBINE_THREADS = 128 };
+enum { COMBINE_THREADS = S2_COMBINE_THREADS };
 
 typedef struct comb {
     S2_KB_BASE;          /* cg, b, fn (kbase.h); one row per D / 8 threads: no warp ids */

@@ -194,19 +194,56 @@ static bool accepts_decode(const s2_kernel_spec *s) { return s->kind == S2_KERNE
 static bool accepts_fwd(const s2_kernel_spec *s) { return s->kind == S2_KERNEL_FWD; }
 static bool accepts_bwd(const s2_kernel_spec *s) { return s->kind == S2_KERNEL_BWD; }
 
-static s2_fwd_abi abi_ptrs(const s2_kernel_spec *s) { (void)s; return S2_FWD_ABI_PTRS; }
-static s2_fwd_abi abi_tma(const s2_kernel_spec *s)
+static s2_kernel_record record(s2_kernel_role role, s2_abi_id abi, int threads, int smem, const s2_kernel_spec *spec)
 {
-    return s->persistent > 0 ? S2_FWD_ABI_TMA_PERSISTENT : S2_FWD_ABI_TMA;
+    return (s2_kernel_record){.role = role, .abi = abi, .grid = s2_role_grid(role, abi), .threads = threads,
+                              .smem_bytes = smem, .spec = *spec};
+}
+
+static int kernels_fwd_mma(const s2_pattern *p, const s2_kernel_spec *s, s2_kernel_record *out)
+{
+    out[0] = record(S2_ROLE_FWD, S2_ABI_FWD, s->num_warps * 32, s2_fwd_smem_bytes(p, s), s);
+    return 1;
+}
+
+static int kernels_fwd_wgmma(const s2_pattern *p, const s2_kernel_spec *s, s2_kernel_record *out)
+{
+    s2_abi_id abi = s->persistent > 0 ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA;
+    out[0] = record(S2_ROLE_FWD, abi, s->num_warps * 32, s2_fwd_sm90_smem_bytes(p, s), s);
+    return 1;
+}
+
+/* NAME_pre takes no shared memory; NAME_dqds and NAME_dqds2 take less than
+ * the module's (more CTAs per SM), NAME_dqds2 a block of its own. */
+static int kernels_bwd(const s2_pattern *p, const s2_kernel_spec *s, s2_kernel_record *out)
+{
+    s2_abi_id abi = s->bwd_tma > 0 ? S2_ABI_BWD_TMA : S2_ABI_BWD;
+    int threads = s->num_warps * 32, smem = s2_bwd_smem_bytes(p, s), n = 0;
+    out[n++] = record(S2_ROLE_BWD_PRE, abi, threads, 0, s);
+    out[n++] = record(S2_ROLE_BWD_DKDV, abi, threads, smem, s);
+    out[n++] = record(S2_ROLE_BWD_DQ, abi, threads, smem, s);
+    if (s2_bwd_ds_capable(p, s)) {
+        out[n++] = record(S2_ROLE_BWD_DQDS, abi, threads, s2_bwd_dqds_smem_bytes(s), s);
+        out[n++] = record(S2_ROLE_BWD_DQDS2, abi, S2_BWD_DQDS2_THREADS, s2_bwd_dqds2_smem_bytes(s), s);
+    }
+    return n;
+}
+
+static int kernels_decode(const s2_pattern *p, const s2_kernel_spec *s, s2_kernel_record *out)
+{
+    out[0] = record(S2_ROLE_DECODE, S2_ABI_DECODE, s->num_warps * 32, s2_decode_smem_bytes(p, s), s);
+    out[1] = record(S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_COMBINE_THREADS, 0, s);
+    return 2;
 }
 
 /* Asked in order: the first that accepts a spec builds it. */
 static const s2_template templates[] = {
-    {"decode", S2_KERNEL_DECODE, accepts_decode, resolve_decode, s2_decode_smem_bytes, abi_ptrs, s2_decode_build},
-    {"fwd_wgmma", S2_KERNEL_FWD, s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, abi_tma,
+    {"decode", S2_KERNEL_DECODE, accepts_decode, resolve_decode, s2_decode_smem_bytes, kernels_decode,
+     s2_decode_build},
+    {"fwd_wgmma", S2_KERNEL_FWD, s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, kernels_fwd_wgmma,
      s2_fwd_sm90_build},
-    {"fwd_mma", S2_KERNEL_FWD, accepts_fwd, resolve_mma, s2_fwd_smem_bytes, abi_ptrs, s2_fwd_build},
-    {"bwd", S2_KERNEL_BWD, accepts_bwd, resolve_mma, s2_bwd_smem_bytes, abi_ptrs, s2_bwd_build},
+    {"fwd_mma", S2_KERNEL_FWD, accepts_fwd, resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, s2_fwd_build},
+    {"bwd", S2_KERNEL_BWD, accepts_bwd, resolve_mma, s2_bwd_smem_bytes, kernels_bwd, s2_bwd_build},
 };
 
 int s2_template_count(void) { return (int)(sizeof templates / sizeof templates[0]); }

@@ -1,5 +1,6 @@
 /* s2c's option parser, messages and the pattern loading every command shares. */
 #include "cli.h"
+#include "kernel_abi.h"
 #include "s2c/aot.h"
 #include "s2c/attention.h"
 #include "s2c/codegen.h"
@@ -164,9 +165,7 @@ int load_patterns(s2_ctx *ctx, const opts *o, int max_all, s2_pattern_set **set,
     return 0;
 }
 
-/* ---- check ---------------------------------------------------------------- */
-
-
+/* An entry of a manifest: its spec, then each of its kernels. */
 void print_kernel(const s2_manifest_kernel *k)
 {
     const s2_kernel_spec *s = &k->spec;
@@ -175,11 +174,18 @@ void print_kernel(const s2_manifest_kernel *k)
            k->name, k->pattern, s->kind == S2_KERNEL_FWD ? "fwd" : s->kind == S2_KERNEL_BWD ? "bwd" : s->kind == S2_KERNEL_DECODE ? "decode" : "?",
            s2_dtype_name(s->dtype), s->head_dim,
            s->block_m, s->block_n, s->num_warps, s->num_stages, k->threads, k->smem_bytes);
-    if (k->has_wide) {
-        const s2_kernel_spec *w = &k->wide_spec;
-        printf("kernel %s%s: wide variant (long lists)%s, block_m %d, block_n %d (%d gathered blocks), num_warps %d, "
-               "num_stages %d, %d threads, %d bytes smem\n", k->name, S2_WIDE_SUFFIX,
-               w->persistent > 0 ? " on the persistent grid" : "", w->block_m, w->block_n,
-               w->kv_gather > 1 ? w->kv_gather : 1, w->num_warps, w->num_stages, k->wide_threads, k->wide_smem_bytes);
+    /* every kernel of the entry, as its manifest record says */
+    for (int i = 0; i < k->num_fns; i++) {
+        const s2_kernel_record *r = &k->fns[i];
+        const s2_kernel_spec *t = &r->spec;
+        printf("  %s: %s, abi %s, grid %s, %d threads, %d bytes smem", r->symbol, s2_role_name(r->role),
+               s2_abi_get(r->abi)->name, s2_grid_name(r->grid), r->threads, r->smem_bytes);
+        if (t->block_m != s->block_m || t->block_n != s->block_n || t->num_warps != s->num_warps ||
+            t->num_stages != s->num_stages)
+            printf(", block_m %d, block_n %d, num_warps %d, num_stages %d", t->block_m, t->block_n, t->num_warps,
+                   t->num_stages);
+        if (t->kv_gather > 1)
+            printf(", %d gathered blocks", t->kv_gather);
+        printf("\n");
     }
 }

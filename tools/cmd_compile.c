@@ -112,60 +112,53 @@ typedef struct aot_names {
     char name[256], symbol[256];
 } aot_names;
 
-/* The AOT kernels of one manifest kernel: one for a forward, three for a
- * backward module (NAME_pre, NAME_dkdv, NAME_dq, in launch order), one for
- * a decode module (NAME; NAME_combine has none). */
-static int aot_kernels_of(const s2_manifest_kernel *mk, const s2_pattern *p, s2_aot_kernel *ks, aot_names *nm)
+/* The AOT launcher ABI of a manifest record, NULL for a kernel that has none
+ * (NAME_combine: a by-value parameter of its own). */
+static const s2_aot_abi *aot_abi_of(const s2_kernel_record *r)
+{
+    bool tma = r->abi == S2_ABI_BWD_TMA;
+    switch (r->role) {
+    case S2_ROLE_FWD:
+    case S2_ROLE_FWD_WIDE:
+        return r->abi == S2_ABI_FWD_TMA_PERSISTENT ? s2_aot_abi_attn_fwd_tma_persistent()
+               : r->abi == S2_ABI_FWD_TMA         ? s2_aot_abi_attn_fwd_tma()
+                                                  : s2_aot_abi_attn_fwd();
+    case S2_ROLE_BWD_PRE: return tma ? s2_aot_abi_attn_bwd_pre_tma() : s2_aot_abi_attn_bwd_pre();
+    case S2_ROLE_BWD_DKDV: return tma ? s2_aot_abi_attn_bwd_dkdv_tma() : s2_aot_abi_attn_bwd_dkdv();
+    case S2_ROLE_BWD_DQ: return tma ? s2_aot_abi_attn_bwd_dq_tma() : s2_aot_abi_attn_bwd_dq();
+    case S2_ROLE_BWD_DQDS:
+    case S2_ROLE_BWD_DQDS2: return tma ? s2_aot_abi_attn_bwd_dqds_tma() : s2_aot_abi_attn_bwd_dqds();
+    case S2_ROLE_DECODE: return s2_aot_abi_attn_decode();
+    default: return NULL;
+    }
+}
+
+/* The AOT kernels of one manifest entry, one per kernel record in the
+ * entry's order (the backward's in launch order), from the records alone. */
+static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_names *nm)
 {
     const char *base = strncmp(mk->name, "s2_", 3) == 0 ? mk->name + 3 : mk->name;
-    if (mk->spec.kind == S2_KERNEL_FWD) {
-        const s2_aot_abi *abi = mk->abi == S2_FWD_ABI_TMA_PERSISTENT ? s2_aot_abi_attn_fwd_tma_persistent()
-                                : mk->abi == S2_FWD_ABI_TMA            ? s2_aot_abi_attn_fwd_tma()
-                                                                       : s2_aot_abi_attn_fwd();
-        int gather = mk->spec.kv_gather > 1 ? mk->spec.kv_gather : 1;
-        snprintf(nm->name, sizeof nm->name, "%s", base);
-        snprintf(nm->symbol, sizeof nm->symbol, "%s", mk->name);
-        ks[0] = (s2_aot_kernel){.name = nm->name, .symbol = nm->symbol, .abi = abi, .threads = mk->threads,
-                                .smem_bytes = mk->smem_bytes, .dtype = mk->spec.dtype,
-                                .head_dim = mk->spec.head_dim, .kv_box_rows = mk->spec.block_n / gather};
-        if (!mk->has_wide)
-            return 1;
-        /* the wide variant NAME_w: the tensor-map ABI on its own tile shape,
-         * on the persistent grid under kernel.wide_persistent */
-        const s2_kernel_spec *w = &mk->wide_spec;
-        int wg = w->kv_gather > 1 ? w->kv_gather : 1;
-        snprintf(nm[1].name, sizeof nm[1].name, "%s%s", base, S2_WIDE_SUFFIX);
-        snprintf(nm[1].symbol, sizeof nm[1].symbol, "%s%s", mk->name, S2_WIDE_SUFFIX);
-        ks[1] = (s2_aot_kernel){.name = nm[1].name, .symbol = nm[1].symbol,
-                                .abi = w->persistent > 0 ? s2_aot_abi_attn_fwd_tma_persistent()
-                                                         : s2_aot_abi_attn_fwd_tma(),
-                                .threads = mk->wide_threads, .smem_bytes = mk->wide_smem_bytes,
-                                .dtype = w->dtype, .head_dim = w->head_dim, .kv_box_rows = w->block_n / wg};
-        return 2;
-    }
-    if (mk->spec.kind == S2_KERNEL_DECODE) {
-        snprintf(nm->name, sizeof nm->name, "%s", base);
-        snprintf(nm->symbol, sizeof nm->symbol, "%s", mk->name);
-        ks[0] = (s2_aot_kernel){.name = nm->name, .symbol = nm->symbol, .abi = s2_aot_abi_attn_decode(),
-                                .threads = mk->threads, .smem_bytes = mk->smem_bytes};
-        return 1;
-    }
-    static const char *const part[4] = {"_pre", "_dkdv", "_dq", "_dqds"};
-    bool tma = mk->spec.bwd_tma > 0;   /* every kernel of the module takes q_map, do_map */
-    const s2_aot_abi *abi[4] = {tma ? s2_aot_abi_attn_bwd_pre_tma() : s2_aot_abi_attn_bwd_pre(),
-                                tma ? s2_aot_abi_attn_bwd_dkdv_tma() : s2_aot_abi_attn_bwd_dkdv(),
-                                tma ? s2_aot_abi_attn_bwd_dq_tma() : s2_aot_abi_attn_bwd_dq(),
-                                tma ? s2_aot_abi_attn_bwd_dqds_tma() : s2_aot_abi_attn_bwd_dqds()};
-    /* NAME_pre: threads / (D / 8) query rows per CTA, no shared memory (attention.h) */
-    int rows = mk->spec.head_dim >= 8 ? mk->threads / (mk->spec.head_dim / 8) : 0;
-    int n = p && s2_bwd_ds_capable(p, &mk->spec) ? 4 : 3;
-    for (int j = 0; j < n; j++) {
-        snprintf(nm[j].name, sizeof nm[j].name, "%s%s", base, part[j]);
-        snprintf(nm[j].symbol, sizeof nm[j].symbol, "%s%s", mk->name, part[j]);
-        int smem = j == 0 ? 0 : j == 3 ? s2_bwd_dqds_smem_bytes(&mk->spec) : mk->smem_bytes;
-        ks[j] = (s2_aot_kernel){.name = nm[j].name, .symbol = nm[j].symbol, .abi = abi[j], .threads = mk->threads,
-                                .smem_bytes = smem, .grid_div = {j == 0 ? rows : 0}, .dtype = mk->spec.dtype,
-                                .head_dim = mk->spec.head_dim, .kv_box_rows = tma ? mk->spec.block_m : 0};
+    int n = 0;
+    for (int i = 0; i < mk->num_fns; i++) {
+        const s2_kernel_record *r = &mk->fns[i];
+        const s2_aot_abi *abi = aot_abi_of(r);
+        if (!abi)
+            continue;
+        const s2_kernel_spec *t = &r->spec;
+        int gather = t->kv_gather > 1 ? t->kv_gather : 1;
+        /* the grid rules the launchers compute: cdiv(q_len, rows per CTA) for
+         * NAME_pre, cdiv(q_tiles, 2) for NAME_dqds2 */
+        int rows = t->head_dim >= 8 ? r->threads / (t->head_dim / 8) : 0;
+        snprintf(nm[n].name, sizeof nm[n].name, "%s%s", base, s2_role_suffix(r->role));
+        snprintf(nm[n].symbol, sizeof nm[n].symbol, "%s", r->symbol);
+        ks[n] = (s2_aot_kernel){.name = nm[n].name, .symbol = nm[n].symbol, .abi = abi, .threads = r->threads,
+                                .smem_bytes = r->smem_bytes, .dtype = t->dtype, .head_dim = t->head_dim,
+                                .grid_div = {r->grid == S2_GRID_PRE_ROWS ? rows : r->grid == S2_GRID_Q_TILE_PAIRS ? 2 : 0}};
+        if (t->kind == S2_KERNEL_FWD)
+            ks[n].kv_box_rows = t->block_n / gather;
+        else if (r->abi == S2_ABI_BWD_TMA)
+            ks[n].kv_box_rows = t->block_m;
+        n++;
     }
     return n;
 }
@@ -192,8 +185,8 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
             return EXIT_INPUT;
         }
     }
-    s2_aot_kernel *ks = calloc((size_t)n * 4, sizeof *ks);
-    aot_names *names = calloc((size_t)n * 4, sizeof *names);
+    s2_aot_kernel *ks = calloc((size_t)n * S2_ROLE_COUNT_, sizeof *ks);
+    aot_names *names = calloc((size_t)n * S2_ROLE_COUNT_, sizeof *names);
     if (!ks || !names) {
         free(ks);
         free(names);
@@ -202,8 +195,7 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
     }
     int nk = 0;
     for (int i = 0; i < n; i++)
-        nk += aot_kernels_of(s2_manifest_kernel_at(m, i),
-                             s2_manifest_find_pattern(m, s2_manifest_kernel_at(m, i)->pattern), ks + nk, names + nk);
+        nk += aot_kernels_of(s2_manifest_kernel_at(m, i), ks + nk, names + nk);
     s2_aot_module mod = {.name = ident, .cubin = art->cubin, .cubin_size = art->cubin_size,
                          .manifest = art->manifest, .kernels = ks, .num_kernels = nk};
     s2_status st = s2_aot_write(ctx, &mod, dir);

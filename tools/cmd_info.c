@@ -1,5 +1,6 @@
 /* s2c info: what a generated cubin says about itself (no GPU). */
 #include "cli.h"
+#include "kernel_abi.h"
 #include "s2c/aot.h"
 #include "s2c/attention.h"
 #include "s2c/codegen.h"
@@ -106,11 +107,18 @@ int cmd_info(s2_ctx *ctx, int argc, char **argv)
         for (int i = 0; i < nk; i++) {
             const s2_manifest_kernel *k = s2_manifest_kernel_at(m, i);
             print_kernel(k);
-            int regs = s2_cubin_regcount(image, size, k->name);
+            /* the main kernel's (the entry's launch shape: NAME, or NAME_dkdv of a backward), then the others' */
+            const s2_kernel_record *main = s2_manifest_kernel_fn(k, k->spec.kind == S2_KERNEL_BWD ? S2_ROLE_BWD_DKDV
+                                                                    : k->spec.kind == S2_KERNEL_DECODE ? S2_ROLE_DECODE
+                                                                                                       : S2_ROLE_FWD);
+            int regs = s2_cubin_regcount(image, size, main ? main->symbol : k->name);
             if (regs >= 0)
                 printf("  registers %d (EIATTR_REGCOUNT)\n", regs);
             else
                 printf("  registers unknown (no EIATTR_REGCOUNT for this kernel)\n");
+            for (int j = 0; j < k->num_fns; j++)
+                if (&k->fns[j] != main)
+                    printf("  %s: registers %d\n", k->fns[j].symbol, s2_cubin_regcount(image, size, k->fns[j].symbol));
         }
         for (int i = 0; i < npat; i++)
             print_pattern(s2_manifest_pattern_at(m, i));

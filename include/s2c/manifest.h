@@ -15,11 +15,6 @@
 extern "C" {
 #endif
 
-typedef enum s2_fwd_abi {
-    S2_FWD_ABI_PTRS = 0,   /* parameters 0..24, seqinfo */
-    S2_FWD_ABI_TMA = 1,    /* 0..24 + three tensor maps, seqinfo */
-    S2_FWD_ABI_TMA_PERSISTENT = 2 /* 0..27 + work list, n_work, batch, counter, seqinfo */
-} s2_fwd_abi;
 
 /* ---- the manifest: what a cubin says about itself ------------------------------
  * Every generated module holds a NUL-terminated text global `s2c_manifest`
@@ -28,51 +23,42 @@ typedef enum s2_fwd_abi {
  * plus each pattern's resolved rules, so that the runtime can rebuild the
  * schedules without the pattern file. */
 #define S2_MANIFEST_SYMBOL "s2c_manifest"
-#define S2_MANIFEST_VERSION 1
+#define S2_MANIFEST_VERSION 2
 
+/* One kernel of a module: its symbol, role, ABI, grid rule, threads, shared
+ * memory and the tile it was built for (the `kernel.fn` line).  Its layout
+ * is internal to s2c. */
+typedef struct s2_kernel_record s2_kernel_record;
+
+/* One entry of a module: a pattern compiled for one spec, and the kernels
+ * it put in the module (a forward: NAME and maybe its wide variant NAME_w;
+ * a backward: NAME_pre, NAME_dkdv, NAME_dq and maybe NAME_dqds, NAME_dqds2;
+ * a decode: NAME and NAME_combine). */
 typedef struct s2_manifest_kernel {
-    char *name;            /* kernel symbol */
+    char *name;            /* the entry's name: its main kernel's symbol, the others' prefix */
     char *pattern;         /* pattern name */
     s2_kernel_spec spec;   /* resolved */
-    int threads;           /* blockDim.x */
-    int smem_bytes;        /* dynamic shared memory per CTA */
-    s2_fwd_abi abi;        /* kernel.abi (absent: S2_FWD_ABI_PTRS) */
-    /* kernel.seqinfo 1: the forward takes the trailing seqinfo parameter.
-     * Cubins made before it lack the key: the runtime refuses variable-length
-     * batches for them (a uniform launch is unchanged). */
-    bool seqinfo;
-    /* kernel.wide BM BN WARPS STAGES GATHER THREADS SMEM: the module also
-     * holds NAME_w, the same forward (same ABI and parameters) on wider tiles,
-     * which the runtime launches where the schedule's lists are long
-     * (s2_attn_forward).  Written for sm_90a forwards of 64-token blocks at
-     * d128 built with the default spec: 128 x 128 tiles whose key tiles
-     * gather two live blocks, 3 stages, one CTA per SM (bench/RESULTS.md,
-     * run 39).  kernel.wide_persistent: the same on the persistent grid
-     * (wide_spec.persistent 1, the S2_FWD_ABI_TMA_PERSISTENT parameters;
-     * run 51), written instead for patterns that are not dense. */
-    bool has_wide;
-    s2_kernel_spec wide_spec;
-    int wide_threads, wide_smem_bytes;
+    int threads;           /* blockDim.x of the main kernel */
+    int smem_bytes;        /* its dynamic shared memory per CTA */
+    const s2_kernel_record *fns;   /* every kernel of the entry */
+    int num_fns;
 } s2_manifest_kernel;
-
-/* Symbol suffix of a forward's wide variant (kernel.wide). */
-#define S2_WIDE_SUFFIX "_w"
 
 typedef struct s2_manifest s2_manifest;
 
 /* Text format (one `key value` per line; the value is the rest of the line):
- *   s2c-manifest 1            first line, the format version
+ *   s2c-manifest 2            first line, the format version
  *   generator VERSION+HASH+llvmX.Y.Z / arch sm_XX
- *   kernel NAME               starts a kernel; then kernel.kind (fwd|bwd), kernel.pattern,
+ *   kernel NAME               starts an entry; then kernel.kind (fwd|bwd|decode), kernel.pattern,
  *                             kernel.dtype, kernel.head_dim, kernel.block_m, kernel.block_n,
  *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem,
- *                             kernel.abi (ptrs|tma|tma_persistent; written only for the latter two),
- *                             kernel.seqinfo 1 (forward kernels with the seqinfo parameter),
- *                             kernel.bwd_wgmma (1|-1; backward on sm_90a only, absent: 0),
- *                             kernel.bwd_tma 1 (backward kernels with the tensor-map parameters 51, 52),
- *                             kernel.kv_gather G (above 1 only),
- *                             kernel.wide BM BN WARPS STAGES GATHER THREADS SMEM (the NAME_w variant),
- *                             or kernel.wide_persistent (the same fields; NAME_w on the persistent grid)
+ *                             then one line per kernel of the entry:
+ *                             kernel.fn SYMBOL ROLE ABI GRID THREADS SMEM BLOCK_M BLOCK_N NUM_WARPS
+ *                                       NUM_STAGES PERSISTENT BWD_WGMMA KV_GATHER BWD_TMA
+ *                             ROLE fwd|fwd_wide|bwd_pre|bwd_dkdv|bwd_dq|bwd_dqds|bwd_dqds2|decode|combine,
+ *                             ABI fwd|fwd_tma|fwd_tma_persistent|bwd|bwd_tma|decode|combine,
+ *                             GRID q_tiles|persistent|pre_rows|kv_tiles|q_tile_pairs|splits|rows,
+ *                             the rest the tile it was built for (the last four: the template's choices)
  *   pattern NAME              starts a pattern; then pattern.heads, .kv_heads, .block_size,
  *                             .causal, .max_seq_len, .vert_position (absolute|relative),
  *                             .local L R, .vert_stride, .head_sliding STEP AUTO OFFSET,
@@ -81,7 +67,9 @@ typedef struct s2_manifest s2_manifest;
  *                             .rule Q DENSE LEFT RIGHT STRIDE SHIFT MASK MASK_HEAD  (one per head)
  *                             .range ACTION KEY_LO KEY_HI DIST_LO DIST_HI STRIDE HEADS_HEXBITS
  *   end
- * Unknown keys are skipped (later versions may add some).
+ * Unknown keys are skipped (later versions may add some); a version other
+ * than 2 is refused.  The parser checks each entry's kernels against its
+ * kind (every role it needs, once; the ABI and grid each role takes).
  * Writer (libs2c): *text malloc'd, NUL-terminated. */
 s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *kernels, int num_kernels,
                              const s2_pattern *const *patterns, int num_patterns, char **text);

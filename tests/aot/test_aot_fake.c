@@ -10,6 +10,7 @@
  * forwards the Driver API calls to the fake (which only exports
  * cuGetProcAddress), and loaded with dlopen. */
 #include "kernel_abi.h"
+#include "template.h"
 #include "s2c/aot.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
@@ -195,7 +196,7 @@ static void build_gen(gen *g, int which, s2_dtype dt, int head_dim, int kv_gathe
     ck_assert_int_eq(s2_cubin_find_manifest(ctx, g->art->cubin, g->art->cubin_size, &text, &len), S2_OK);
     ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
     const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
-    ck_assert_int_eq(mk->abi, S2_FWD_ABI_TMA);
+    ck_assert_int_eq(s2_manifest_kernel_fn(mk, S2_ROLE_FWD)->abi, S2_ABI_FWD_TMA);
     int gather = mk->spec.kv_gather > 1 ? mk->spec.kv_gather : 1;
     ck_assert_int_eq(gather, kv_gather > 1 ? kv_gather : 1);
     s2_aot_kernel k = {.name = "fwd", .symbol = mk->name, .abi = s2_aot_abi_attn_fwd_tma(), .threads = mk->threads,
@@ -388,16 +389,16 @@ static void check_wide(int which, s2_dtype dt, int64_t S, const char *mod)
                   s2_ctx_message(ctx));
     s2_manifest *m = manifest_of(ctx, art);
     const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
-    ck_assert(mk->has_wide && mk->wide_spec.persistent > 0);
-    char wsym[128];
-    snprintf(wsym, sizeof wsym, "%s%s", mk->name, S2_WIDE_SUFFIX);
-    const s2_kernel_spec *w = &mk->wide_spec;
+    const s2_kernel_record *wr = s2_manifest_kernel_fn(mk, S2_ROLE_FWD_WIDE);
+    ck_assert(wr && wr->spec.persistent > 0);
+    const char *wsym = wr->symbol;
+    const s2_kernel_spec *w = &wr->spec;
     s2_aot_kernel ks[2] = {
         {.name = "fwd", .symbol = mk->name, .abi = s2_aot_abi_attn_fwd_tma(), .threads = mk->threads,
          .smem_bytes = mk->smem_bytes, .dtype = mk->spec.dtype, .head_dim = mk->spec.head_dim,
          .kv_box_rows = mk->spec.block_n / (mk->spec.kv_gather > 1 ? mk->spec.kv_gather : 1)},
-        {.name = "fwd_w", .symbol = wsym, .abi = s2_aot_abi_attn_fwd_tma_persistent(), .threads = mk->wide_threads,
-         .smem_bytes = mk->wide_smem_bytes, .dtype = w->dtype, .head_dim = w->head_dim,
+        {.name = "fwd_w", .symbol = wsym, .abi = s2_aot_abi_attn_fwd_tma_persistent(), .threads = wr->threads,
+         .smem_bytes = wr->smem_bytes, .dtype = w->dtype, .head_dim = w->head_dim,
          .kv_box_rows = w->block_n / (w->kv_gather > 1 ? w->kv_gather : 1)},
     };
     s2_aot_module am = {.name = mod, .cubin = art->cubin, .cubin_size = art->cubin_size, .manifest = art->manifest,
@@ -428,7 +429,7 @@ static void check_wide(int which, s2_dtype dt, int64_t S, const char *mod)
     s2_attn_kernel_sched_stats(k, &ss);
     ck_assert_msg(ss.wide == 1, "the runtime did not take the wide variant at %lld tokens", (long long)S);
     record(&rt, TMA_P_PARAM_BYTES);
-    ck_assert_int_eq(rt.block[0], mk->wide_threads);
+    ck_assert_int_eq(rt.block[0], wr->threads);
 
     CUdeviceptr cls, offs, ent, work, counter;
     int32_t first, tiles, n_work, batch;

@@ -1,6 +1,7 @@
 /* Attention kernels without a GPU: every stock-like pattern x head dim x
  * dtype x arch assembles with zero spills, the manifest survives in the
  * cubin and round-trips through the parser to the same pattern. */
+#include "kernel_abi.h"
 #include "patterns.h"
 #include "s2c/attention.h"
 #include "s2c/cache.h"
@@ -70,8 +71,8 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     const s2_kernel_info *ki = &art->kernels[0], *wi = NULL;
     for (int i = 0; i < art->num_kernels; i++) {
         const s2_kernel_info *x = &art->kernels[i];
-        size_t nl = strlen(x->name), sl = strlen(S2_WIDE_SUFFIX);
-        if (nl > sl && strcmp(x->name + nl - sl, S2_WIDE_SUFFIX) == 0)
+        size_t nl = strlen(x->name), sl = strlen(s2_role_suffix(S2_ROLE_FWD_WIDE));
+        if (nl > sl && strcmp(x->name + nl - sl, s2_role_suffix(S2_ROLE_FWD_WIDE)) == 0)
             wi = x;
         else
             ki = x;
@@ -115,7 +116,7 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     size_t len = 0;
     ck_assert_msg(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &text, &len) == S2_OK, "%s",
                   s2_ctx_message(ctx));
-    ck_assert_msg(len > 20 && strncmp(text, "s2c-manifest 1\n", 15) == 0, "manifest text: %.*s", (int)len, text);
+    ck_assert_msg(len > 20 && strncmp(text, "s2c-manifest 2\n", 15) == 0, "manifest text: %.*s", (int)len, text);
     s2_manifest *m = NULL;
     ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_str_eq(s2_manifest_generator(m), s2_generator_id());
@@ -132,34 +133,50 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     ck_assert_int_eq(mk->spec.num_stages, art->spec.num_stages);
     ck_assert_int_eq(mk->threads, art->threads_per_block);
     ck_assert_int_eq(mk->smem_bytes, art->smem_bytes);
-    ck_assert_int_eq(mk->abi, !tma ? S2_FWD_ABI_PTRS
-                              : art->spec.persistent > 0 ? S2_FWD_ABI_TMA_PERSISTENT : S2_FWD_ABI_TMA);
+    /* one record per kernel: the forward's ABI and grid, and the wide variant's own tile */
+    ck_assert_int_eq(mk->num_fns, wide_expected ? 2 : 1);
+    const s2_kernel_record *fr = s2_manifest_kernel_fn(mk, S2_ROLE_FWD);
+    ck_assert_ptr_nonnull(fr);
+    ck_assert_str_eq(fr->symbol, mk->name);
+    ck_assert_int_eq(fr->abi, !tma ? S2_ABI_FWD : art->spec.persistent > 0 ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA);
+    ck_assert_int_eq(fr->grid, art->spec.persistent > 0 ? S2_GRID_PERSISTENT : S2_GRID_Q_TILES);
+    ck_assert_int_eq(fr->threads, art->threads_per_block);
+    ck_assert_int_eq(fr->smem_bytes, art->smem_bytes);
     ck_assert_int_eq(mk->spec.persistent, art->spec.persistent);
-    ck_assert(mk->seqinfo); /* the forward takes the trailing seqinfo parameter */
     ck_assert_int_eq(mk->spec.kv_gather, art->spec.kv_gather);
-    ck_assert_int_eq(mk->has_wide, wide_expected);
+    /* the forward's ABIs end with the seqinfo parameter */
+    const s2_abi_desc *fd = s2_abi_get(fr->abi);
+    ck_assert_str_eq(fd->params[fd->num_params - 1].name, "seqinfo");
+    const s2_kernel_record *wr = s2_manifest_kernel_fn(mk, S2_ROLE_FWD_WIDE);
+    ck_assert_int_eq(wr != NULL, wide_expected);
     if (wi) {
         char wname[160];
-        snprintf(wname, sizeof wname, "%s%s", mk->name, S2_WIDE_SUFFIX);
+        snprintf(wname, sizeof wname, "%s%s", mk->name, s2_role_suffix(S2_ROLE_FWD_WIDE));
         ck_assert_str_eq(wi->name, wname);
-        ck_assert_int_eq(mk->wide_spec.block_m, 128);
-        ck_assert_int_eq(mk->wide_spec.block_n, 128);
-        ck_assert_int_eq(mk->wide_spec.kv_gather, 2);
-        ck_assert_int_eq(mk->wide_spec.num_stages, 3);
-        ck_assert_int_eq(mk->wide_spec.num_warps, 12);
-        ck_assert_int_eq(mk->wide_threads, 384);
+        ck_assert_str_eq(wr->symbol, wname);
+        ck_assert_int_eq(wr->spec.block_m, 128);
+        ck_assert_int_eq(wr->spec.block_n, 128);
+        ck_assert_int_eq(wr->spec.kv_gather, 2);
+        ck_assert_int_eq(wr->spec.num_stages, 3);
+        ck_assert_int_eq(wr->spec.num_warps, 12);
+        ck_assert_int_eq(wr->threads, 384);
         ck_assert_int_eq(wi->max_threads, 384);
-        ck_assert_int_eq(mk->wide_spec.dtype, dt);
-        ck_assert_int_eq(mk->wide_spec.head_dim, D);
-        /* the persistent grid (its own manifest key) but for dense patterns */
+        ck_assert_int_eq(wr->spec.dtype, dt);
+        ck_assert_int_eq(wr->spec.head_dim, D);
+        /* the persistent grid but for dense patterns */
         bool dense = s2_pattern_is_dense(p);
-        ck_assert_int_eq(mk->wide_spec.persistent, dense ? -1 : 1);
+        ck_assert_int_eq(wr->spec.persistent, dense ? -1 : 1);
+        ck_assert_int_eq(wr->abi, dense ? S2_ABI_FWD_TMA : S2_ABI_FWD_TMA_PERSISTENT);
+        ck_assert_int_eq(wr->grid, dense ? S2_GRID_Q_TILES : S2_GRID_PERSISTENT);
         char *t0 = strndup(text, len);
         ck_assert_ptr_nonnull(t0);
-        ck_assert_ptr_nonnull(strstr(t0, dense ? "\nkernel.wide 128 128 " : "\nkernel.wide_persistent 128 128 "));
+        char line[256];
+        snprintf(line, sizeof line, "\nkernel.fn %s fwd_wide %s %s 384 ", wname, dense ? "fwd_tma" : "fwd_tma_persistent",
+                 dense ? "q_tiles" : "persistent");
+        ck_assert_msg(strstr(t0, line) != NULL, "no '%s' in\n%s", line + 1, t0);
         free(t0);
-        ck_assert_msg(mk->wide_smem_bytes > art->smem_bytes && mk->wide_smem_bytes <= 227 * 1024, "wide smem %d",
-                      mk->wide_smem_bytes);
+        ck_assert_msg(wr->smem_bytes > art->smem_bytes && wr->smem_bytes <= 227 * 1024, "wide smem %d",
+                      wr->smem_bytes);
     }
     ck_assert_int_eq(s2_manifest_num_patterns(m), 1);
     assert_same_pattern(p, s2_manifest_find_pattern(m, p->name));
@@ -178,33 +195,54 @@ START_TEST(manifest_rejects_damage)
     s2_pattern_set *set = NULL;
     ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
-    s2_manifest_kernel k = {.name = "kern", .pattern = p->name, .threads = 128, .smem_bytes = 1024,
-                            .spec = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .block_n = 64,
-                                     .num_warps = 4, .num_stages = 2}};
+    s2_kernel_spec ks = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .block_n = 64, .num_warps = 4,
+                         .num_stages = 2};
+    s2_kernel_record fn = {.symbol = "kern", .role = S2_ROLE_FWD, .abi = S2_ABI_FWD, .grid = S2_GRID_Q_TILES,
+                           .threads = 128, .smem_bytes = 1024, .spec = ks};
+    s2_manifest_kernel k = {.name = "kern", .pattern = p->name, .threads = 128, .smem_bytes = 1024, .spec = ks,
+                            .fns = &fn, .num_fns = 1};
     char *text = NULL;
     ck_assert_int_eq(s2_manifest_format(ctx, S2_ARCH_SM90A, &k, 1, &p, 1, &text), S2_OK);
     size_t n = strlen(text);
     s2_manifest *m = NULL;
     ck_assert_int_eq(s2_manifest_parse(ctx, text, n, &m), S2_OK);
     assert_same_pattern(p, s2_manifest_pattern_at(m, 0));
+    ck_assert_int_eq(s2_manifest_kernel_at(m, 0)->num_fns, 1);
     s2_manifest_free(m);
-    /* k has no seqinfo (a cubin of an older s2c): the key is absent and reads back false */
-    ck_assert_ptr_null(strstr(text, "kernel.seqinfo"));
-    ck_assert_int_eq(s2_manifest_parse(ctx, text, n, &m), S2_OK);
-    ck_assert(!s2_manifest_kernel_at(m, 0)->seqinfo);
-    s2_manifest_free(m);
-    k.seqinfo = true;
-    char *with = NULL;
-    ck_assert_int_eq(s2_manifest_format(ctx, S2_ARCH_SM90A, &k, 1, &p, 1, &with), S2_OK);
-    ck_assert_ptr_nonnull(strstr(with, "kernel.seqinfo 1\n"));
-    ck_assert_int_eq(s2_manifest_parse(ctx, with, strlen(with), &m), S2_OK);
-    ck_assert(s2_manifest_kernel_at(m, 0)->seqinfo);
-    s2_manifest_free(m);
-    char *bad = strstr(with, "kernel.seqinfo 1");
-    bad[15] = '2';
-    ck_assert_int_eq(s2_manifest_parse(ctx, with, strlen(with), &m), S2_ERR_PARSE);
-    free(with);
-    k.seqinfo = false;
+    ck_assert_ptr_nonnull(strstr(text, "\nkernel.fn kern fwd fwd q_tiles 128 1024 64 64 4 2 0 0 0 0\n"));
+    /* damaged kernel records: each refused with a message naming the line */
+    static const struct { const char *from, *to, *why; } damage[] = {
+        {"kernel.fn kern fwd fwd q_tiles", "kernel.fn kern fwd bwd q_tiles", "do not fit"},      /* ABI of another kind */
+        {"kernel.fn kern fwd fwd q_tiles", "kernel.fn kern fwd fwd kv_tiles", "do not fit"},     /* grid of another role */
+        {"kernel.fn kern fwd fwd q_tiles", "kernel.fn kerX fwd fwd q_tiles", "symbol"},          /* not the entry's */
+        {"kernel.fn kern fwd fwd q_tiles", "kernel.fn kern fwx fwd q_tiles", "unknown role"},
+        {"kernel.fn kern fwd fwd q_tiles", "kernel.fx kern fwd fwd q_tiles", "no fwd kernel"},   /* no record at all */
+        {"q_tiles 128 1024 64 64 4 2 0 0 0 0", "q_tiles 128 1024 64 64 4 2 0 0 9 0", "out of range"},
+        {"q_tiles 128 1024 64 64 4 2 0 0 0 0", "q_tiles 128 1024 64 64 4 2 0 0 0", "ten integers"},
+        {"q_tiles 128 1024 64", "q_tiles 256 1024 64", "main kernel's launch shape"},                             /* not the entry's shape */
+        {"s2c-manifest 2", "s2c-manifest 1", "older s2c"},
+    };
+    for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
+        char *d = malloc(n + 16);
+        ck_assert_ptr_nonnull(d);
+        char *at = strstr(text, damage[i].from);
+        ck_assert_ptr_nonnull(at);
+        size_t pre = (size_t)(at - text), fl = strlen(damage[i].from);
+        snprintf(d, n + 16, "%.*s%s%s", (int)pre, text, damage[i].to, at + fl);
+        ck_assert_int_eq(s2_manifest_parse(ctx, d, strlen(d), &m), S2_ERR_PARSE);
+        ck_assert_ptr_null(m);
+        ck_assert_msg(strstr(s2_ctx_message(ctx), damage[i].why), "damage %zu: %s", i, s2_ctx_message(ctx));
+        free(d);
+    }
+    /* a second record of one role */
+    char *twice = malloc(2 * n);
+    ck_assert_ptr_nonnull(twice);
+    char *fl = strstr(text, "kernel.fn ");
+    char *eol = strchr(fl, '\n');
+    snprintf(twice, 2 * n, "%.*s%.*s%s", (int)(eol + 1 - text), text, (int)(eol + 1 - fl), fl, eol + 1);
+    ck_assert_int_eq(s2_manifest_parse(ctx, twice, strlen(twice), &m), S2_ERR_PARSE);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "a second kernel of one role"));
+    free(twice);
     /* truncated: no end line, and a missing rule */
     ck_assert_int_eq(s2_manifest_parse(ctx, text, n / 2, &m), S2_ERR_PARSE);
     ck_assert_ptr_null(m);
@@ -220,6 +258,7 @@ START_TEST(manifest_rejects_damage)
     /* a kernel naming an unknown pattern */
     free(cut);
     k.pattern = "nope";
+    fn.symbol = k.name;
     free(text);
     ck_assert_int_eq(s2_manifest_format(ctx, S2_ARCH_SM80, &k, 1, &p, 1, &text), S2_OK);
     ck_assert_int_eq(s2_manifest_parse(ctx, text, strlen(text), &m), S2_ERR_PARSE);
@@ -319,8 +358,9 @@ START_TEST(spec_heuristic_and_limits)
     s2_manifest *mw = NULL;
     ck_assert_int_eq(s2_cubin_find_manifest(ctx, aw->cubin, aw->cubin_size, &wt, &wl), S2_OK);
     ck_assert_int_eq(s2_manifest_parse(ctx, wt, wl, &mw), S2_OK);
-    ck_assert(s2_manifest_kernel_at(mw, 0)->has_wide);
-    ck_assert_int_eq(s2_manifest_kernel_at(mw, 0)->wide_spec.persistent, -1);
+    const s2_kernel_record *wrec = s2_manifest_kernel_fn(s2_manifest_kernel_at(mw, 0), S2_ROLE_FWD_WIDE);
+    ck_assert_ptr_nonnull(wrec);
+    ck_assert_int_eq(wrec->spec.persistent, -1);
     s2_manifest_free(mw);
     s2_artifact_free(aw);
     s2_pattern_set_free(setd);

@@ -5,6 +5,7 @@
  * default) for bf16, cp.async (-1) for f16. */
 #include "patterns.h"
 #include "kernel_abi.h"
+#include "template.h"
 #include "s2c/attention.h"
 #include "s2c/codegen.h"
 
@@ -100,7 +101,8 @@ START_TEST(bwd_assembles_without_spills)
     ck_assert_int_eq(mk->spec.block_m, art->spec.block_m);
     ck_assert_int_eq(mk->spec.block_n, art->spec.block_n);
     ck_assert_int_eq(mk->spec.kv_gather, art->spec.kv_gather);
-    ck_assert_int_eq(mk->spec.bwd_tma, tma ? 1 : 0);   /* kernel.bwd_tma: written only when on */
+    ck_assert_int_eq(mk->spec.bwd_tma, art->spec.bwd_tma);   /* the resolved choice, from the records */
+    ck_assert_int_eq(mk->spec.bwd_tma > 0, tma);
     ck_assert_int_eq(art->spec.kv_gather, wg && p->block_size == 16 ? 4 : 0);
     ck_assert_int_eq(mk->smem_bytes, art->smem_bytes);
     ck_assert_int_eq(mk->threads, art->threads_per_block);

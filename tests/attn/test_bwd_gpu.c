@@ -18,6 +18,7 @@
  * that arch and loads the PTX (JIT by the driver).  Exits 77 without a GPU. */
 #include "patterns.h"
 #include "kernel_abi.h"
+#include "template.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"

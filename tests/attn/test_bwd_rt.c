@@ -7,6 +7,7 @@
 #include "patterns.h"
 #include "../runtime/fake_cuda.h"
 #include "kernel_abi.h"
+#include "template.h"
 #include "s2c/compile.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"

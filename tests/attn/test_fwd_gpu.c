@@ -173,8 +173,9 @@ static void run_case(int run)
     ck_assert_msg(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &mtext, &mlen) == S2_OK, "%s",
                   s2_ctx_message(ctx));
     ck_assert_msg(s2_manifest_parse(ctx, mtext, mlen, &man) == S2_OK, "%s", s2_ctx_message(ctx));
-    res->tma = s2_manifest_kernel_at(man, 0)->abi != S2_FWD_ABI_PTRS;
-    bool persistent = s2_manifest_kernel_at(man, 0)->abi == S2_FWD_ABI_TMA_PERSISTENT;
+    const s2_kernel_record *fr = s2_manifest_kernel_fn(s2_manifest_kernel_at(man, 0), S2_ROLE_FWD);
+    res->tma = fr->abi != S2_ABI_FWD;
+    bool persistent = fr->grid == S2_GRID_PERSISTENT;
     res->persistent = persistent;
     s2_manifest_free(man);
     ck_assert_msg(!res->tma || (arch == S2_ARCH_SM90A && !ptx), "%s: a TMA kernel for %s", c->name, s2_arch_name(arch));

@@ -8,6 +8,7 @@
  * Exits 77 without libcuda.so.1 or a device; CUDA lives in this process, so
  * Check does not fork. */
 #include "../attn/patterns.h"
+#include "kernel_abi.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
 #include "s2c/jit.h"
@@ -223,7 +224,7 @@ static void run_case(int ci)
     OK(ctx, s2_memcpy_d2h(ctx, dev, o.host, o.dev, o.elems * 2));
     OK(ctx, s2_memcpy_d2h(ctx, dev, lse, d_lse, nlse * 4));
     OK(ctx, s2_stream_destroy(ctx, dev, stream));
-    if (strstr(c->name, "_wide") && s2_attn_kernel_desc(k)->has_wide) {
+    if (strstr(c->name, "_wide") && s2_manifest_kernel_fn(s2_attn_kernel_desc(k), S2_ROLE_FWD_WIDE)) {
         s2_attn_sched_stats ss;
         s2_attn_kernel_sched_stats(k, &ss);
         ck_assert_msg(ss.wide == 1, "%s: the wide variant was not chosen", c->name);

@@ -10,6 +10,7 @@
  * Usage: test_attnrt FAKE_LIB */
 #include "../attn/patterns.h"
 #include "../runtime/fake_cuda.h"
+#include "kernel_abi.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/cache.h"
 #include "s2c/codegen.h"
@@ -388,7 +389,7 @@ static void assert_grid(const s2_manifest_kernel *d, int64_t q_len, const s2_att
 {
     int64_t tiles = q_tiles_of(A.p, d->spec.block_m, d->spec.block_n, q_len, FSK);
     long long gx = fake_get("last_grid_x");
-    if (d->abi != S2_FWD_ABI_TMA_PERSISTENT) {
+    if (s2_manifest_kernel_fn(d, S2_ROLE_FWD)->grid != S2_GRID_PERSISTENT) {
         ck_assert_int_eq(gx, tiles);
         return;
     }
@@ -405,7 +406,7 @@ START_TEST(launch_shape_and_schedule_cache)
     long long base = fake_get("allocs_live");
     ck_assert_msg(s2_attn_forward(f.ctx, f.k, NULL, &f.a) == S2_OK, "%s", s2_ctx_message(f.ctx));
     /* the persistent ABI uploads its work list with the schedule */
-    long long per_shape = d->abi == S2_FWD_ABI_TMA_PERSISTENT ? 2 : 1;
+    long long per_shape = s2_manifest_kernel_fn(d, S2_ROLE_FWD)->grid == S2_GRID_PERSISTENT ? 2 : 1;
     ck_assert_int_eq(fake_get("launches"), 1);
     assert_grid(d, FSQ, &f.a);
     ck_assert_int_eq(fake_get("last_block_x"), d->threads);
@@ -477,13 +478,13 @@ START_TEST(wide_variant_for_long_lists)
     s2_attn_module *mod = load(ctx, dev, &B);
     s2_attn_kernel *k = s2_attn_module_kernel_at(mod, 0);
     const s2_manifest_kernel *d = s2_attn_kernel_desc(k);
-    ck_assert(d->has_wide);
-    ck_assert_int_eq(d->wide_spec.block_m, 128);
-    ck_assert_int_eq(d->wide_spec.block_n, 128);
-    ck_assert_int_eq(d->wide_spec.kv_gather, 2);
-    ck_assert_int_eq(d->wide_threads, 384);
+    ck_assert(s2_manifest_kernel_fn(d, S2_ROLE_FWD_WIDE) != NULL);
+    ck_assert_int_eq(s2_manifest_kernel_fn(d, S2_ROLE_FWD_WIDE)->spec.block_m, 128);
+    ck_assert_int_eq(s2_manifest_kernel_fn(d, S2_ROLE_FWD_WIDE)->spec.block_n, 128);
+    ck_assert_int_eq(s2_manifest_kernel_fn(d, S2_ROLE_FWD_WIDE)->spec.kv_gather, 2);
+    ck_assert_int_eq(s2_manifest_kernel_fn(d, S2_ROLE_FWD_WIDE)->threads, 384);
     /* pattern B is not dense: NAME_w runs on the persistent grid */
-    ck_assert_int_eq(d->wide_spec.persistent, 1);
+    ck_assert_int_eq(s2_manifest_kernel_fn(d, S2_ROLE_FWD_WIDE)->spec.persistent, 1);
     enum { H = 4, D = 128, SQ = 1024, SK = 65536 };
     s2_devptr q = 0, kk = 0, v = 0, o = 0;
     size_t qb = (size_t)SQ * H * D * 2, kb = (size_t)SK * H * D * 2;
@@ -511,8 +512,8 @@ START_TEST(wide_variant_for_long_lists)
     /* the persistent grid: one CTA per SM (its shared memory), fewer than the work items */
     ck_assert_int_lt(5, q_tiles_of(B.p, 128, 64, SQ, SK) * H);
     ck_assert_msg(s2_attn_forward(ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(ctx));
-    ck_assert_int_eq(fake_get("last_block_x"), d->wide_threads);
-    ck_assert_int_eq(fake_get("last_smem"), d->wide_smem_bytes);
+    ck_assert_int_eq(fake_get("last_block_x"), s2_manifest_kernel_fn(d, S2_ROLE_FWD_WIDE)->threads);
+    ck_assert_int_eq(fake_get("last_smem"), s2_manifest_kernel_fn(d, S2_ROLE_FWD_WIDE)->smem_bytes);
     ck_assert_int_eq(fake_get("last_grid_x"), 5);
     ck_assert_int_eq(fake_get("last_grid_y"), 1);
     ck_assert_int_eq(fake_get("last_grid_z"), 1);
@@ -521,7 +522,7 @@ START_TEST(wide_variant_for_long_lists)
     ck_assert_int_eq(ss.misses, 2);
     /* the cached schedule keeps its choice */
     ck_assert_int_eq(s2_attn_forward(ctx, k, NULL, &a), S2_OK);
-    ck_assert_int_eq(fake_get("last_block_x"), d->wide_threads);
+    ck_assert_int_eq(fake_get("last_block_x"), s2_manifest_kernel_fn(d, S2_ROLE_FWD_WIDE)->threads);
     s2_devptr ps[] = {q, kk, v, o};
     for (int i = 0; i < 4; i++)
         ck_assert_int_eq(s2_mem_free(ctx, dev, ps[i]), S2_OK);
@@ -659,7 +660,7 @@ START_TEST(varlen_forward_checks_and_launch)
     s2_attn_seqs_schedule_shape(sq, &sch_q, &sch_k);
     ck_assert_int_eq(sch_q, 300);
     ck_assert_int_eq(sch_k, 300);
-    if (d->abi != S2_FWD_ABI_TMA_PERSISTENT)
+    if (s2_manifest_kernel_fn(d, S2_ROLE_FWD)->grid != S2_GRID_PERSISTENT)
         ck_assert_int_eq(fake_get("last_grid_x"), q_tiles_of(A.p, d->spec.block_m, d->spec.block_n, 300, 300));
     /* sequences without queries: nothing launched, nothing built */
     s2_attn_seq none[2] = {{0, 0, 0, 40}, {0, 0, 40, 0}};
@@ -826,7 +827,7 @@ START_TEST(jit_compile_loads_and_launches)
     s2_attn_fwd_args_bshd(&a);
     ck_assert_msg(s2_attn_forward(ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_int_eq(fake_get("launches"), 1);
-    ck_assert_int_eq(s2_attn_kernel_desc(k)->abi, S2_FWD_ABI_TMA);
+    ck_assert_int_eq(s2_manifest_kernel_fn(s2_attn_kernel_desc(k), S2_ROLE_FWD)->abi, S2_ABI_FWD_TMA);
     ck_assert_int_eq(fake_get("last_grid_x"), 4); /* cdiv(200, 64) */
     ck_assert_int_eq(fake_get("last_block_x"), 256); /* producer + one consumer warpgroup */
     ck_assert_int_eq(fake_get("tensor_maps"), 3); /* q, k, v maps built for the TMA ABI */

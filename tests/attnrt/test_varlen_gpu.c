@@ -13,6 +13,7 @@
  * test_attn_gpu: relative Frobenius error of o <= 2e-2 (bf16) / 5e-3 (f16),
  * |lse| <= 1e-3.  Exits 77 without libcuda.so.1 or a device. */
 #include "../attn/patterns.h"
+#include "kernel_abi.h"
 #include "s2c/compile.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
@@ -138,9 +139,9 @@ static void run_varlen(int run)
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     const int H = p->heads, HK = p->kv_heads, D = c->head_dim;
     s2_attn_kernel *k = compile_kernel(ctx, dev, p, c, tma);
-    s2_fwd_abi abi = s2_attn_kernel_desc(k)->abi;
-    res->tma = abi != S2_FWD_ABI_PTRS;
-    res->persistent = abi == S2_FWD_ABI_TMA_PERSISTENT;
+    s2_abi_id abi = s2_manifest_kernel_fn(s2_attn_kernel_desc(k), S2_ROLE_FWD)->abi;
+    res->tma = abi != S2_ABI_FWD;
+    res->persistent = abi == S2_ABI_FWD_TMA_PERSISTENT;
     ck_assert_msg(res->tma == tma, "%s: abi %d", label, (int)abi);
     ck_assert_msg(res->persistent == (tma && c->persistent), "%s: abi %d", label, (int)abi);
 

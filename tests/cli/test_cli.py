@@ -419,7 +419,7 @@ def test_emit_c():
                     errs.append(p.stderr[-500:])
             with open(c) as fc:
                 text = fc.read()
-            has_manifest = f"{ident}_manifest[]" in text and "s2c-manifest 1" in text
+            has_manifest = f"{ident}_manifest[]" in text and "s2c-manifest 2" in text
             check(f"--emit c {stem} {dt} d{hd} {arch}: {len(launchers)} launcher(s), cc -std=c11 -Werror accepts",
                   not errs and has_manifest, "\n".join(errs))
         # sm_90a tensor-map kernels: the launcher builds the maps; it takes kv_heads and kv_rows besides.
@@ -466,8 +466,10 @@ def test_emit_c():
         check("--emit c of an S2 pattern: the wide variant's persistent launcher sizes its grid from the device, "
               "cc accepts", not errs, "\n".join(errs))
         # the backward module: three launchers (pre, dkdv, dq) with one signature; on sm_90a with
-        # block 64 a fourth, dqds (dQ from the dS workspace), launched with its own smaller smem
-        for arch, parts in (("sm_80", ("_pre", "_dkdv", "_dq")), ("sm_90a", ("_pre", "_dkdv", "_dq", "_dqds"))):
+        # block 64 dqds (dQ from the dS workspace) and dqds2 (two query tiles per CTA), each launched
+        # with its own smem (and dqds2 with its own block and a grid of cdiv(q_tiles, 2))
+        for arch, parts in (("sm_80", ("_pre", "_dkdv", "_dq")), ("sm_90a",
+                                                                        ("_pre", "_dkdv", "_dq", "_dqds", "_dqds2"))):
             bdir = os.path.join(d, "bwd_" + arch)
             os.mkdir(bdir)
             rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype",

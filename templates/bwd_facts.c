@@ -1,6 +1,6 @@
-/* The backward module's kernels as the runtime and the AOT emitter launch
- * them: which modules hold the dS path, and its kernels' shared memory. */
-#include "kernel_abi.h"
+/* The backward module's dS path: which modules hold it, and its kernels'
+ * shared memory (the manifest records them; kernels_bwd in template.c). */
+#include "template.h"
 
 bool s2_bwd_ds_capable(const s2_pattern *p, const s2_kernel_spec *spec)
 {
