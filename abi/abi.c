@@ -2,7 +2,10 @@
  * and by manifest token. */
 #include "kernel_abi.h"
 #include "params.h"
+#include "util.h"
 
+#include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define PARAM(e, n, t) {n, S2_PT_##t},
@@ -126,4 +129,28 @@ s2_grid_rule s2_role_grid(s2_kernel_role r, s2_abi_id abi)
     case S2_ROLE_COMBINE: return S2_GRID_ROWS;
     default: return S2_GRID_Q_TILES;   /* NAME_dq, NAME_dqds */
     }
+}
+
+s2_status s2_kernel_options_set(s2_ctx *ctx, s2_kernel_options *o, const char *nv)
+{
+    static const struct { const char *name; int lo, hi; } known[] = {
+        {"persistent", -1, 1}, {"bwd_wgmma", -1, 1}, {"kv_gather", 0, 4}, {"bwd_tma", -1, 1}};
+    const char *eq = nv ? strchr(nv, '=') : NULL;
+    if (!o || !eq)
+        return s2_fail(ctx, S2_ERR_INVALID, "kernel option '%s': NAME=VALUE", nv ? nv : "(null)");
+    char *end;
+    errno = 0;
+    long v = strtol(eq + 1, &end, 10);
+    for (int i = 0; i < 4; i++) {
+        if (strlen(known[i].name) != (size_t)(eq - nv) || strncmp(nv, known[i].name, (size_t)(eq - nv)) != 0)
+            continue;
+        if (end == eq + 1 || *end || errno || v < known[i].lo || v > known[i].hi)
+            return s2_fail(ctx, S2_ERR_INVALID, "kernel option %s: %s is not in %d..%d", known[i].name, eq + 1,
+                           known[i].lo, known[i].hi);
+        int *field[4] = {&o->persistent, &o->bwd_wgmma, &o->kv_gather, &o->bwd_tma};
+        *field[i] = (int)v;
+        return S2_OK;
+    }
+    return s2_fail(ctx, S2_ERR_INVALID, "unknown kernel option '%.*s' (persistent, bwd_wgmma, kv_gather, bwd_tma)",
+                   (int)(eq - nv), nv);
 }

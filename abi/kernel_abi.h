@@ -12,6 +12,74 @@
 
 #include <stdbool.h>
 
+/* ---- a resolved spec: the public tunables and the templates' own choices ---- */
+/* The choices only some templates make.  0 = the template's heuristic;
+ * bench and tests set them through s2_kernel_options_set. */
+typedef struct s2_kernel_options {
+    /* sm_90a forward only: 1 persistent grid over a longest-first work list
+     * (S2_ABI_FWD_TMA_PERSISTENT), -1 one CTA per (q tile, head, batch);
+     * 0 = heuristic (resolved to -1 there, the faster measured, and 0 on the other paths) */
+    int persistent;
+    /* sm_90a backward, head_dim 64 or 128: 1 the wgmma dK/dV and dQ bodies
+     * (templates/bwd_sm90.c), -1 the mma.sync ones; 0 = heuristic (resolved
+     * to 1 there when num_warps is 4, else -1; 0 on the other paths).  Same
+     * kernels, parameters and launch either way. */
+    int bwd_wgmma;
+    /* Key tiles gathered from kv_gather pattern blocks (block_n = kv_gather *
+     * block_size, not necessarily adjacent; the records' KV_GATHER).
+     * sm_90a forward: 2..4 blocks, the packed schedule is
+     * s2_schedule_pack_gathered's, the k and v tensor maps have boxes of
+     * block_size rows; 0 = heuristic: 4 for block-16 patterns (block_n 64).
+     * sm_90a wgmma backward: 4 blocks of 16 tokens, block_m = block_n = 64:
+     * the dQ kernel's key tiles as the forward's, the dK/dV kernel's resident
+     * key tile from s2_schedule_pack_gathered_kv (see the backward ABI);
+     * 0 = heuristic: 4 for block-16 patterns.  1 = one key tile per entry.
+     * Resolved to 1 or more on the sm_90a forward, 0 or 4 on the backward,
+     * 0 elsewhere. */
+    int kv_gather;
+    /* sm_90a wgmma backward: 1 the dK/dV kernel copies its Q and dO tiles by
+     * TMA, from two tensor maps the backward kernels take as parameters 51
+     * and 52 (see the backward ABI); -1 by cp.async (parameters 0..50 only);
+     * 0 = heuristic (resolved to 1 there, 0 on the other paths). */
+    int bwd_tma;
+} s2_kernel_options;
+
+/* What the templates build from: s2_kernel_spec's fields under the same
+ * names, then s2_kernel_options' (kspec->kv_gather reads as spec->kv_gather
+ * did when both were public). */
+typedef struct s2_kspec {
+    s2_kernel_kind kind;
+    s2_dtype dtype;
+    int head_dim;
+    int arch;
+    int block_m, block_n, num_warps, num_stages;
+    int persistent, bwd_wgmma, kv_gather, bwd_tma;
+} s2_kspec;
+
+static inline s2_kspec s2_kspec_of(const s2_kernel_spec *s, const s2_kernel_options *o)
+{
+    s2_kspec k = {s->kind, s->dtype, s->head_dim, s->arch, s->block_m, s->block_n, s->num_warps, s->num_stages,
+                  0, 0, 0, 0};
+    if (o)
+        k.persistent = o->persistent, k.bwd_wgmma = o->bwd_wgmma, k.kv_gather = o->kv_gather, k.bwd_tma = o->bwd_tma;
+    return k;
+}
+
+static inline s2_kernel_spec s2_kspec_public(const s2_kspec *k)
+{
+    return (s2_kernel_spec){k->kind, k->dtype, k->head_dim, k->arch, k->block_m, k->block_n, k->num_warps,
+                            k->num_stages};
+}
+
+static inline s2_kernel_options s2_kspec_options(const s2_kspec *k)
+{
+    return (s2_kernel_options){k->persistent, k->bwd_wgmma, k->kv_gather, k->bwd_tma};
+}
+
+/* The one setter of the template options: NAME=VALUE for persistent,
+ * bwd_wgmma, kv_gather, bwd_tma (S2_ERR_INVALID names what is wrong). */
+s2_status s2_kernel_options_set(s2_ctx *ctx, s2_kernel_options *o, const char *name_eq_value);
+
 /* ---- kernel ABIs: parameter lists (params.h), ids and names ---- */
 typedef enum s2_param_type { S2_PT_PTR, S2_PT_I32, S2_PT_I64, S2_PT_F32, S2_PT_TMAP, S2_PT_BYTES } s2_param_type;
 
@@ -90,7 +158,7 @@ struct s2_kernel_record {
     s2_grid_rule grid;
     int threads;               /* blockDim.x */
     int smem_bytes;            /* dynamic shared memory it is launched with */
-    s2_kernel_spec spec;       /* the tile it was built for (the entry's, or the wide variant's) */
+    s2_kspec spec;             /* the tile it was built for (the entry's, or the wide variant's) */
 };
 
 /* The kernel of role r in entry k, or NULL. */
@@ -99,7 +167,7 @@ const s2_kernel_record *s2_manifest_kernel_fn(const s2_manifest_kernel *k, s2_ke
 /* Whether a resolved sm_90a forward spec takes owned pairs
  * (s2_schedule_pack_gathered_owned) instead of s2_schedule_pack_gathered's:
  * two 64-row warpgroups over two gathered 64-token blocks. */
-static inline bool s2_kernel_spec_owned_pairs(const s2_kernel_spec *spec)
+static inline bool s2_kernel_spec_owned_pairs(const s2_kspec *spec)
 {
     /* (kv_gather above 1 is resolved on the sm_90a forward and backward only) */
     return spec->kind == S2_KERNEL_FWD && spec->block_m == 128 &&
@@ -109,7 +177,7 @@ static inline bool s2_kernel_spec_owned_pairs(const s2_kernel_spec *spec)
 /* A forward schedule s (tile shape {block_m, block_n / kv_gather}) packed
  * for spec's kernel: owned pairs for the two-slab shape, gathered key tiles
  * when the spec gathers, else plain. */
-static inline s2_status s2_kernel_spec_pack_forward(s2_ctx *ctx, const s2_kernel_spec *spec, const s2_schedule *s,
+static inline s2_status s2_kernel_spec_pack_forward(s2_ctx *ctx, const s2_kspec *spec, const s2_schedule *s,
                                                     s2_packed_schedule *out)
 {
     if (s2_kernel_spec_owned_pairs(spec))

@@ -145,7 +145,7 @@ static s2_status kernel_fn(mparser *ps, const char *v)
     int used = 0;
     if (sscanf(v, "%255s %31s %31s %31s%n", sym, role, abi, grid, &used) != 4 || !ints(v + used, x, 10))
         return perr(ps, "bad kernel.fn (SYMBOL ROLE ABI GRID and ten integers)", NULL);
-    s2_kernel_record r = {.spec = k->spec};
+    s2_kernel_record r = {.spec = s2_kspec_of(&k->spec, NULL)};
     if (!s2_role_parse(role, &r.role) || !s2_abi_parse(abi, &r.abi) || !s2_grid_parse(grid, &r.grid))
         return perr(ps, "kernel.fn: unknown role, ABI or grid", v);
     if (s2_role_kind(r.role) != k->spec.kind || !s2_role_takes_abi(r.role, r.abi) ||
@@ -226,8 +226,6 @@ static s2_status check_fns(s2_ctx *ctx, s2_manifest_kernel *k)
     if (main->threads != k->threads || main->smem_bytes != k->smem_bytes)
         return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s: its main kernel's launch shape is not the entry's",
                        k->name);
-    k->spec.persistent = main->spec.persistent, k->spec.bwd_wgmma = main->spec.bwd_wgmma;
-    k->spec.kv_gather = main->spec.kv_gather, k->spec.bwd_tma = main->spec.bwd_tma;
     return S2_OK;
 }
 

@@ -30,6 +30,8 @@
  *             [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS]
  * --dq-pair -1 keeps the dS path's dQ kernel at one query tile per CTA
  * (NAME_dqds) where the runtime would take NAME_dqds2. */
+#include "attn_tune.h"
+#include "compile_internal.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
@@ -85,6 +87,7 @@ typedef struct run_ctx {
     s2_attn_kernel *fwd, *bwd;
     s2_attn_fwd_args fa;
     s2_attn_bwd_args ba;
+    s2_attn_bwd_options bo;     /* the strategy (ds_chunks, dq_pair) */
 } run_ctx;
 
 /* which: 0 forward, 1 backward, 2 both */
@@ -96,7 +99,7 @@ static s2_status run_once(s2_ctx *ctx, run_ctx *r, int which, s2_event *mid)
     if (st == S2_OK && mid)
         st = s2_event_record(ctx, mid, NULL);
     if (st == S2_OK && which != 0)
-        st = s2_attn_backward(ctx, r->bwd, NULL, &r->ba);
+        st = s2_attn_backward_opts(ctx, r->bwd, NULL, &r->ba, &r->bo);
     return st;
 }
 
@@ -153,12 +156,12 @@ static s2_status time_runs(s2_ctx *ctx, s2_device *dev, run_ctx *r, int which, i
     return st;
 }
 
-static s2_status load_kernel(s2_ctx *ctx, s2_device *dev, const s2_pattern *p, s2_kernel_spec spec, s2_arch arch,
+static s2_status load_kernel(s2_ctx *ctx, s2_device *dev, const s2_pattern *p, s2_kspec spec, s2_arch arch,
                              s2_attn_module **mod, s2_attn_kernel **k, int regs[3])
 {
     spec.arch = arch;
     s2_artifact *art = NULL;
-    s2_status st = s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art);
+    s2_status st = s2_compile_kspec1(ctx, p, &spec, S2_CUBIN_AUTO, &art);
     if (st == S2_OK)
         st = s2_attn_module_load(ctx, dev, art->cubin, art->cubin_size, mod);
     if (st == S2_OK)
@@ -217,8 +220,8 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
     s2_layout_stats stats;
     if (st == S2_OK)
         st = s2_layout_stats_compute(ctx, lay, (s2_tile_spec){64, 64}, HEAD_DIM, S2_DTYPE_BF16, &stats);
-    s2_kernel_spec fs = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM};
-    s2_kernel_spec bs = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM, .block_n = block_n,
+    s2_kspec fs = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM};
+    s2_kspec bs = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM, .block_n = block_n,
                          .num_stages = stages, .bwd_wgmma = wgmma, .kv_gather = gather,
                          .bwd_tma = tma};
     if (st == S2_OK)
@@ -261,8 +264,8 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
                                   .kv_heads = c->heads, .head_dim = HEAD_DIM, .dtype = S2_DTYPE_BF16,
                                   .q = t[0], .k = t[1], .v = t[2], .o = t[3], .d_o = t[4], .lse = lse, .d_lse = dlse,
                                   .dq = t[5], .dk = t[6], .dv = t[7], .workspace = ws,
-                                  .workspace_bytes = ws_bytes, .ds_chunks = ds && use_ds > 1 ? use_ds : 0,
-                                  .dq_pair = dq_pair};
+                                  .workspace_bytes = ws_bytes};
+        r.bo = (s2_attn_bwd_options){.ds_chunks = ds && use_ds > 1 ? use_ds : 0, .dq_pair = dq_pair};
         s2_attn_bwd_args_bshd(&r.ba);
         st = run_once(ctx, &r, 2, NULL);
     }
@@ -291,13 +294,14 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
                bad ? "non-finite gradients" : "");
     } else {
         const s2_manifest_kernel *d = s2_attn_kernel_desc(r.bwd);
+        const s2_kspec *dk = &s2_manifest_kernel_fn(d, S2_ROLE_BWD_DKDV)->spec;
         double fl = stats.fwd_flops * c->batch;
         double peer = h100 ? c->peer_h100_ms : c->peer_h200_ms;
         printf("%-14s %d,%d,%lldK b%d L%d V%d  bwd %s%s (ws %.0f MB) bm%d bn%d st%d g%d regs pre/dq/dkdv %d/%d/%d  "
                "fwd %.3f ms (%.0f TF)  bwd %.3f ms  fwd+bwd %.3f ms (%.3f + %.3f)  %.0f eff TF  S2-Triton %.2f ms  ratio %.2fx\n",
                c->name, c->batch, c->heads, (long long)(c->seq / 1024), c->block, c->local, c->stride,
-               d->spec.bwd_wgmma > 0 ? d->spec.bwd_tma > 0 ? "wgmma+tma" : "wgmma" : "mma", ds ? "+dS" : "", ws_bytes / 1e6, d->spec.block_m, d->spec.block_n, d->spec.num_stages,
-               d->spec.kv_gather > 1 ? d->spec.kv_gather : 1, bregs[0], bregs[1], bregs[2], ms[0],
+               dk->bwd_wgmma > 0 ? dk->bwd_tma > 0 ? "wgmma+tma" : "wgmma" : "mma", ds ? "+dS" : "", ws_bytes / 1e6, d->spec.block_m, d->spec.block_n, d->spec.num_stages,
+               dk->kv_gather > 1 ? dk->kv_gather : 1, bregs[0], bregs[1], bregs[2], ms[0],
                fl / (ms[0] * 1e-3) / 1e12, ms[1], ms[2], parts[0], parts[1], 3.5 * fl / (ms[2] * 1e-3) / 1e12, peer,
                peer > 0 ? peer / ms[2] : NAN);
     }

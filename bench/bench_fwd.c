@@ -30,6 +30,7 @@
  * S2C_BENCH_UNION_PAIRS=1 in the environment, on union pairs instead.
  * This file: the configurations, the command line, the rows and main; the
  * rest in bench_fwd_data.c, bench_fwd_jit.c, bench_fwd_launch.c. */
+#include "compile_internal.h"
 #include "bench_fwd.h"
 
 #include <stdio.h>
@@ -64,7 +65,7 @@ typedef struct options {
     bool want[NUM_CONFIGS];
     int_list block_m, block_n, warps, stages, persistent, gather;
     int nspecs;                /* --specs: explicit variants instead of the cross product */
-    s2_kernel_spec specs[16];
+    s2_kspec specs[16];
     int reps, rows;
     bool csv;
     const char *dump_dir;
@@ -112,7 +113,7 @@ static bool parse_specs(const char *val, options *o)
         if (n != 4 && n != 5)
             return false;
         o->specs[o->nspecs++] =
-            (s2_kernel_spec){.block_m = bm, .block_n = bn, .num_stages = st, .kv_gather = g, .persistent = per};
+            (s2_kspec){.block_m = bm, .block_n = bn, .num_stages = st, .kv_gather = g, .persistent = per};
     }
     return o->nspecs > 0;
 }
@@ -203,8 +204,8 @@ static void print_header(const options *o)
 /* Times one spec; a module with a wide variant (kernel.wide: the runtime
  * launches it for long lists) sets *wide to its spec, timed by the caller as
  * a row of its own. */
-static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_kernel_spec *want,
-                        const options *o, bool h100, const char *label, s2_kernel_spec *wide)
+static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_kspec *want,
+                        const options *o, bool h100, const char *label, s2_kspec *wide)
 {
     const bench_config *c = cd->cfg;
     variant v;
@@ -330,7 +331,7 @@ int main(int argc, char **argv)
             continue;
         }
         for (int i = 0; i < o.nspecs; i++) {
-            s2_kernel_spec want = o.specs[i];
+            s2_kspec want = o.specs[i];
             want.kind = S2_KERNEL_FWD, want.dtype = S2_DTYPE_BF16, want.head_dim = HEAD_DIM, want.arch = arch;
             run_variant(ctx, dev, &cd, &want, &o, h100, NULL, NULL);
         }
@@ -340,12 +341,12 @@ int main(int argc, char **argv)
                     for (int s = 0; s < o.stages.n; s++)
                         for (int pi = 0; pi < o.persistent.n; pi++)
                             for (int gi = 0; gi < o.gather.n; gi++) {
-                                s2_kernel_spec want = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16,
+                                s2_kspec want = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16,
                                                        .head_dim = HEAD_DIM, .arch = arch, .block_m = o.block_m.v[a],
                                                        .block_n = o.block_n.v[bn], .num_warps = o.warps.v[w],
                                                        .num_stages = o.stages.v[s], .persistent = o.persistent.v[pi],
                                                        .kv_gather = o.gather.v[gi]};
-                                s2_kernel_spec wide = {0};
+                                s2_kspec wide = {0};
                                 run_variant(ctx, dev, &cd, &want, &o, h100, NULL, &wide);
                                 /* on its own grid (kernel.wide: -1, kernel.wide_persistent: 1) */
                                 if (wide.block_m)

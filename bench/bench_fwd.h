@@ -6,6 +6,7 @@
 #ifndef S2C_BENCH_FWD_H
 #define S2C_BENCH_FWD_H
 
+#include "compile_internal.h"
 #include "kernel_abi.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
@@ -65,7 +66,7 @@ void config_close(s2_ctx *ctx, s2_device *dev, config_data *cd);
 
 /* ---- the kernel through the cache (bench_fwd_jit.c) ---- */
 typedef struct variant {
-    s2_kernel_spec spec;       /* resolved */
+    s2_kspec spec;       /* resolved */
     s2_module *mod;
     s2_kernel *kern;
     int threads, smem;
@@ -77,12 +78,12 @@ typedef struct variant {
     uint32_t grid_p;
     s2_tensor_map maps[8][3];
     bool has_wide;             /* the module's kernel.wide (timed as a row of its own, labelled "wide") */
-    s2_kernel_spec wide;
+    s2_kspec wide;
 } variant;
 
 /* JIT cold and warm through a fresh temporary cache; PTX and cubin to
  * dump_dir when set. */
-s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const s2_kernel_spec *want,
+s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const s2_kspec *want,
                       const char *dump_dir, variant *v);
 void variant_free(variant *v);
 
@@ -98,7 +99,7 @@ typedef struct sched_dev {
     int32_t n_work;
 } sched_dev;
 
-s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd, const s2_kernel_spec *spec,
+s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd, const s2_kspec *spec,
                        sched_dev *sd);
 /* Tensor maps of every input set, built once (not inside the timed region). */
 s2_status variant_maps(s2_ctx *ctx, const s2_device *dev, const config_data *cd, variant *v);

@@ -2,6 +2,7 @@
  * kernel cache; key, miss, generate + optimise + PTX + cubin, store, module
  * load.  JIT, warm: a second cache handle on the same directory; key, hit,
  * module load.  The timed kernel is the one loaded from the cache. */
+#include "compile_internal.h"
 #include "bench_fwd.h"
 #include "kernel_abi.h"
 
@@ -46,12 +47,12 @@ static void remove_dir(const char *dir)
         fprintf(stderr, "could not remove %s\n", dir);
 }
 
-s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const s2_kernel_spec *want,
+s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const s2_kspec *want,
                       const char *dump_dir, variant *v)
 {
     memset(v, 0, sizeof *v);
     v->spec = *want;
-    s2_status st = s2_kernel_spec_resolve(ctx, &v->spec, cd->p);
+    s2_status st = s2_kspec_resolve(ctx, &v->spec, cd->p);
     if (st != S2_OK)
         return st;
     char tag[160];
@@ -62,7 +63,8 @@ s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const 
         return S2_ERR_IO;
     /* the pattern's serialization for the key: its manifest text */
     char *ptext = NULL;
-    s2_manifest_kernel mk = {.name = "k", .pattern = cd->p->name, .spec = v->spec, .threads = 0, .smem_bytes = 0};
+    s2_kernel_spec pub = s2_kspec_public(&v->spec);
+    s2_manifest_kernel mk = {.name = "k", .pattern = cd->p->name, .spec = pub, .threads = 0, .smem_bytes = 0};
     st = s2_manifest_format(ctx, v->spec.arch, &mk, 1, &cd->p, 1, &ptext);
     s2_cache *cache = NULL;
     s2_artifact *art = NULL;
@@ -73,7 +75,7 @@ s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const 
     /* cold */
     double t0 = now_ms();
     s2_cache_key key;
-    s2_cache_key_desc kd = {.pattern = ptext, .spec = &v->spec, .arch = s2_arch_name((s2_arch)v->spec.arch)};
+    s2_cache_key_desc kd = {.pattern = ptext, .spec = &pub, .arch = s2_arch_name((s2_arch)v->spec.arch)};
     if (st == S2_OK)
         st = s2_cache_open(ctx, dir, &cache);
     if (st == S2_OK)
@@ -89,7 +91,7 @@ s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const 
         }
     }
     if (st == S2_OK)
-        st = s2_compile_attention(ctx, cd->p, want, S2_CUBIN_AUTO, &art);   /* unresolved: the wide variant too */
+        st = s2_compile_kspec1(ctx, cd->p, want, S2_CUBIN_AUTO, &art);   /* unresolved: the wide variant too */
     if (st == S2_OK)
         st = s2_cache_store(ctx, cache, &key, art->cubin, art->cubin_size);
     s2_module *cold_mod = NULL;

@@ -1,12 +1,13 @@
 /* bench_fwd: the schedule on the device, launches, the check against a
  * float64 recomputation and the timing between CUDA events. */
+#include "attn_tune.h"
 #include "bench_fwd.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd, const s2_kernel_spec *spec,
+s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd, const s2_kspec *spec,
                        sched_dev *sd)
 {
     memset(sd, 0, sizeof *sd);
@@ -116,7 +117,7 @@ s2_status variant_maps(s2_ctx *ctx, const s2_device *dev, const config_data *cd,
         int64_t st3[3] = {S * H * D, H * D, D};
         for (int j = 0; j < 3; j++)
             a.q_stride[j] = a.k_stride[j] = a.v_stride[j] = a.o_stride[j] = st3[j];
-        s2_status st = s2_attn_fwd_tensor_maps(ctx, dev, &v->spec, &a, v->maps[i]);
+        s2_status st = s2_rt_fwd_tensor_maps(ctx, dev, &v->spec, &a, v->maps[i]);
         if (st != S2_OK)
             return st;
     }

@@ -15,7 +15,7 @@ enum { HEADER_SIZE = 80, OFF_VERSION = 4, OFF_KEY = 8, OFF_LENGTH = 40, OFF_SUM 
 static const char MAGIC[4] = {'S', '2', 'C', 'K'};
 
 /* A new field in s2_kernel_spec must also go into the key (hash_spec). */
-_Static_assert(sizeof(s2_kernel_spec) == 12 * sizeof(int), "s2_kernel_spec changed: update hash_spec");
+_Static_assert(sizeof(s2_kernel_spec) == 8 * sizeof(int), "s2_kernel_spec changed: update hash_spec");
 
 struct s2_cache {
     char *dir;
@@ -52,20 +52,11 @@ static void hash_str(s2_sha256 *h, char tag, const char *s) { hash_field(h, tag,
 
 static void hash_spec(s2_sha256 *h, const s2_kernel_spec *s)
 {
-    const int64_t v[10] = {s->kind, s->dtype, s->head_dim, s->arch,
-                           s->block_m, s->block_n, s->num_warps, s->num_stages, s->persistent, s->bwd_wgmma};
-    uint8_t bytes[10 * 8];
-    for (int i = 0; i < 10; i++)
+    const int64_t v[8] = {s->kind, s->dtype, s->head_dim, s->arch, s->block_m, s->block_n, s->num_warps, s->num_stages};
+    uint8_t bytes[8 * 8];
+    for (int i = 0; i < 8; i++)
         put_le(bytes + 8 * i, 8, (uint64_t)v[i]);
     hash_field(h, 'S', bytes, sizeof bytes);
-    /* only when on, so that the keys of existing kernels stay */
-    if (s->kv_gather > 1) {
-        uint8_t g[8];
-        put_le(g, 8, (uint64_t)s->kv_gather);
-        hash_field(h, 'G', g, sizeof g);
-    }
-    if (s->bwd_tma > 0)
-        hash_field(h, 'T', "1", 1);
 }
 
 s2_status s2_cache_key_build(s2_ctx *ctx, const s2_cache_key_desc *d, s2_cache_key *out)
@@ -80,7 +71,7 @@ s2_status s2_cache_key_build(s2_ctx *ctx, const s2_cache_key_desc *d, s2_cache_k
     }
     s2_sha256 h;
     s2_sha256_init(&h);
-    hash_str(&h, 'K', "s2c-cache-key-1");
+    hash_str(&h, 'K', "s2c-cache-key-2");
     hash_str(&h, 'G', d->generator ? d->generator : s2_generator_id());
     hash_str(&h, 'P', d->pattern);
     hash_spec(&h, d->spec);

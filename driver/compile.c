@@ -3,13 +3,14 @@
  * and assemble the module (codegen). */
 #include "s2c/compile.h"
 #include "s2c/manifest.h"
+#include "compile_internal.h"
 #include "template.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
+s2_status s2_kspec_resolve(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
 {
     if (!spec || !p || !p->rules || p->heads < 1 || p->kv_heads < 1)
         return s2_fail(ctx, S2_ERR_INVALID, "spec: null spec or unresolved pattern");
@@ -29,8 +30,19 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
     return t->resolve(ctx, spec, p);
 }
 
+s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
+{
+    if (!spec)
+        return s2_fail(ctx, S2_ERR_INVALID, "spec: null spec or unresolved pattern");
+    s2_kspec k = s2_kspec_of(spec, NULL);
+    s2_status st = s2_kspec_resolve(ctx, &k, p);
+    if (st == S2_OK)
+        *spec = s2_kspec_public(&k);
+    return st;
+}
+
 /* s2_fwd_ / s2_bwd_<pattern>_<dtype>_d<D>, identifier characters only. */
-static void kernel_name(char *out, size_t cap, const s2_pattern *p, const s2_kernel_spec *spec)
+static void kernel_name(char *out, size_t cap, const s2_pattern *p, const s2_kspec *spec)
 {
     const char *pn = p->name && p->name[0] ? p->name : "pattern";
     size_t n = (size_t)snprintf(out, cap, spec->kind == S2_KERNEL_BWD ? "s2_bwd_" : spec->kind == S2_KERNEL_DECODE ? "s2_dec_" : "s2_fwd_");
@@ -44,11 +56,11 @@ static void kernel_name(char *out, size_t cap, const s2_pattern *p, const s2_ker
 
 /* One pattern's kernel: its resolved spec, symbol and launch shape. */
 typedef struct set_kernel {
-    s2_kernel_spec spec;
+    s2_kspec spec;
     const s2_template *tpl;      /* the template that builds it */
     char name[128];
     bool has_wide;               /* NAME_w (wide_variant) */
-    s2_kernel_spec wide;
+    s2_kspec wide;
     char wide_name[132];
     const s2_template *wide_tpl;
     s2_kernel_record recs[S2_ROLE_COUNT_];   /* every kernel of the entry, for the manifest */
@@ -61,8 +73,8 @@ typedef struct set_kernel {
  * the persistent grid but for dense patterns.  It wins where lists are long
  * and loses where they are short (runs 39, 51), so the module holds both
  * and the runtime picks by list length. */
-static bool wide_variant(s2_ctx *ctx, const s2_pattern *p, const s2_kernel_spec *spec_in,
-                         const s2_kernel_spec *resolved, s2_kernel_spec *out)
+static bool wide_variant(s2_ctx *ctx, const s2_pattern *p, const s2_kspec *spec_in, const s2_kspec *resolved,
+                         s2_kspec *out)
 {
     if (spec_in->block_m || spec_in->block_n || spec_in->num_warps || spec_in->num_stages ||
         spec_in->kv_gather || spec_in->persistent > 0)
@@ -78,7 +90,7 @@ static bool wide_variant(s2_ctx *ctx, const s2_pattern *p, const s2_kernel_spec 
     out->kv_gather = 2;
     out->persistent = s2_pattern_is_dense(p) ? -1 : 1;
     /* a variant that does not resolve (shared memory) is left out */
-    if (s2_kernel_spec_resolve(ctx, out, p) != S2_OK) {
+    if (s2_kspec_resolve(ctx, out, p) != S2_OK) {
         s2_ctx_clear(ctx);
         return false;
     }
@@ -94,14 +106,14 @@ static int wide_of(const set_kernel *ks, int n, const char *name)
     return -1;
 }
 
-static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int n, const s2_kernel_spec *spec_in,
+static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int n, const s2_kspec *spec_in,
                              set_kernel *ks, s2_manifest_kernel *mk)
 {
     for (int i = 0; i < n; i++) {
         ks[i].spec = *spec_in;
         if (!patterns[i])
             return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: pattern %d is null", i);
-        s2_status st = s2_kernel_spec_resolve(ctx, &ks[i].spec, patterns[i]);
+        s2_status st = s2_kspec_resolve(ctx, &ks[i].spec, patterns[i]);
         if (st != S2_OK) {
             /* name the pattern whose tile does not fit (the message is copied: s2_fail writes over it) */
             char why[512];
@@ -133,15 +145,15 @@ static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int
             ks[i].recs[j].symbol = ks[i].syms[j];
         }
         mk[i] = (s2_manifest_kernel){.name = ks[i].name, .pattern = patterns[i]->name ? patterns[i]->name : "",
-                                     .spec = ks[i].spec, .threads = ks[i].spec.num_warps * 32,
+                                     .spec = s2_kspec_public(&ks[i].spec), .threads = ks[i].spec.num_warps * 32,
                                      .smem_bytes = t->smem_bytes(patterns[i], &ks[i].spec), .fns = ks[i].recs,
                                      .num_fns = n_rec};
     }
     return S2_OK;
 }
 
-s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s2_pattern *const *patterns, int n,
-                                   const s2_kernel_spec *spec_in, s2_cubin_backend backend, s2_artifact **out)
+s2_status s2_compile_kspec(s2_ctx *ctx, const char *module_name, const s2_pattern *const *patterns, int n,
+                          const s2_kspec *spec_in, s2_cubin_backend backend, s2_artifact **out)
 {
     if (!out || !spec_in || !patterns || n < 1)
         return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: null argument or no pattern");
@@ -164,7 +176,7 @@ s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s
         st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
         goto done;
     }
-    art->spec = ks[0].spec;
+    art->spec = s2_kspec_public(&ks[0].spec);
     art->threads_per_block = mk[0].threads;
     art->rows_per_block = ks[0].spec.block_m;
     art->smem_bytes = mk[0].smem_bytes;
@@ -207,8 +219,30 @@ done:
     return st;
 }
 
+s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s2_pattern *const *patterns, int n,
+                                   const s2_kernel_spec *spec, s2_cubin_backend backend, s2_artifact **out)
+{
+    if (!spec)
+        return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: null argument or no pattern");
+    s2_kspec k = s2_kspec_of(spec, NULL);
+    return s2_compile_kspec(ctx, module_name, patterns, n, &k, backend, out);
+}
+
 s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_kernel_spec *spec,
                                s2_cubin_backend backend, s2_artifact **out)
 {
     return s2_compile_attention_set(ctx, NULL, &pattern, 1, spec, backend, out);
+}
+
+s2_status s2_artifact_kspec(s2_ctx *ctx, const s2_artifact *art, s2_kspec *out)
+{
+    const char *text = art ? art->manifest : NULL;
+    s2_manifest *m = NULL;
+    s2_status st = text ? s2_manifest_parse(ctx, text, strlen(text), &m)
+                        : s2_fail(ctx, S2_ERR_INVALID, "artifact without a manifest");
+    const s2_manifest_kernel *k = st == S2_OK ? s2_manifest_kernel_at(m, 0) : NULL;
+    if (k)
+        *out = k->fns[0].spec;
+    s2_manifest_free(m);
+    return st;
 }

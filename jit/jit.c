@@ -18,15 +18,11 @@ static s2_status fail_with_context(s2_ctx *ctx, s2_status st, const char *what)
     return s2_fail(ctx, st, "%s: %s", what, msg);
 }
 
-/* kernel.kv_gather is written only above 1 */
-static int gather_of(const s2_kernel_spec *s) { return s->kv_gather > 1 ? s->kv_gather : 1; }
-
 static bool spec_equal(const s2_kernel_spec *a, const s2_kernel_spec *b)
 {
     return a->kind == b->kind && a->dtype == b->dtype && a->head_dim == b->head_dim && a->arch == b->arch &&
            a->block_m == b->block_m && a->block_n == b->block_n && a->num_warps == b->num_warps &&
-           a->num_stages == b->num_stages && a->bwd_wgmma == b->bwd_wgmma && gather_of(a) == gather_of(b) &&
-           (a->bwd_tma > 0) == (b->bwd_tma > 0);
+           a->num_stages == b->num_stages;
 }
 
 /* Does the cubin's own manifest list this pattern's kernel with this spec?

@@ -208,29 +208,29 @@ static bool chunks_fill(const s2_attn_kernel *k, const sched_slot *s, int i, int
 /* NAME_pre over every head, then NAME_dkdv and NAME_dq, or with the dS path
  * NAME_dkdv and NAME_dqds: over all heads when the workspace holds every dS
  * tile, else over the fewest equal chunks of kv heads whose tiles it holds
- * and whose launches fill the GPU (a->ds_chunks: that many, the caller's
+ * and whose launches fill the GPU (o->ds_chunks: that many, the caller's
  * choice), one chunk after the other from the start of the dS area (the
  * results are those of one launch, bit for bit), else the recomputing
  * NAME_dq. */
 static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,
-                            const sched_slot *s)
+                            const s2_attn_bwd_options *o, const sched_slot *s)
 {
     int chunks = 1, which = -1;
     bool ds = false;
     size_t need = ds_workspace_bytes(k, s, a->batch, a->heads, a->q_len);
-    if (a->ds_chunks > 0) {
-        size_t c = ds_chunked_bytes(k, s, a->batch, a->heads, a->q_len, a->ds_chunks, &which);
+    if (o->ds_chunks > 0) {
+        size_t c = ds_chunked_bytes(k, s, a->batch, a->heads, a->q_len, o->ds_chunks, &which);
         if (!c)
             return s2_fail(ctx, S2_ERR_UNSUPPORTED, "ds_chunks %d: kernel %s has no dS path for this shape",
-                           a->ds_chunks, k->desc->name);
+                           o->ds_chunks, k->desc->name);
         if (a->workspace_bytes < c)
             return s2_fail(ctx, S2_ERR_INVALID,
                            "ds_chunks %d: workspace_bytes %zu below the %zu bytes of s2_attn_backward_workspace_chunked()",
-                           a->ds_chunks, a->workspace_bytes, c);
-        ds = true, chunks = a->ds_chunks;
+                           o->ds_chunks, a->workspace_bytes, c);
+        ds = true, chunks = o->ds_chunks;
     } else if (need && a->workspace_bytes >= need) {
         ds = true;
-    } else if (need && a->ds_chunks == 0) {
+    } else if (need && o->ds_chunks == 0) {
         /* need != 0: the kernel has NAME_dqds and the shape a dS map */
         for (int i = 0; i < s->ds_nchunk && !ds; i++)
             if (a->workspace_bytes >= ds_chunking_bytes(s, a->batch, a->heads, a->q_len, i) &&
@@ -238,7 +238,7 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
                 ds = true, chunks = s->ds_chunks[i], which = i;
     }
     s2_devptr dsw = ds ? a->workspace + ds_offset(a->batch, a->heads, a->q_len) : 0;
-    bool pair = ds && k->fns[S2_ROLE_BWD_DQDS2] && s->dqds2_ok && a->dq_pair >= 0;
+    bool pair = ds && k->fns[S2_ROLE_BWD_DQDS2] && s->dqds2_ok && o->dq_pair >= 0;
     bwd_launch L;
     int nkv = a->kv_heads / chunks, group = a->heads / a->kv_heads;
     s2_status rc = bwd_launch_args(ctx, &L, k, a, s, 0, a->kv_heads, dsw, s->ds_head);
@@ -282,17 +282,29 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
     return rc;
 }
 
-s2_status s2_attn_backward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a)
+s2_status s2_attn_backward_opts(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,
+                                const s2_attn_bwd_options *opts)
 {
+    static const s2_attn_bwd_options none = {0, 0};
+    const s2_attn_bwd_options *o = opts ? opts : &none;
     s2_status st = s2_attn_backward_check(ctx, k, a);
     if (st != S2_OK)
         return st;
+    if (o->dq_pair != 0 && o->dq_pair != -1)
+        return s2_fail(ctx, S2_ERR_INVALID, "dq_pair %d (0 or -1)", o->dq_pair);
+    if (o->ds_chunks < 0 || (o->ds_chunks > 0 && (a->kv_heads < 1 || a->kv_heads % o->ds_chunks)))
+        return s2_fail(ctx, S2_ERR_INVALID, "ds_chunks %d does not divide %d kv heads", o->ds_chunks, a->kv_heads);
     mtx_lock(&k->lock);
     sched_slot *s = NULL;
     st = s2_rt_sched_get(ctx, k, a->q_len, a->kv_len, &s);
     if (st == S2_OK)
-        st = launch_bwd(ctx, k, stream, a, s);
+        st = launch_bwd(ctx, k, stream, a, o, s);
     mtx_unlock(&k->lock);
     return st;
+}
+
+s2_status s2_attn_backward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a)
+{
+    return s2_attn_backward_opts(ctx, k, stream, a, NULL);
 }
 

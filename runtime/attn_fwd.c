@@ -36,8 +36,8 @@ s2_status s2_rt_tensor_map_of(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *
     return s2_tensor_map_encode_tiled(ctx, dev, map, dt, 4, ptr, dims, strides, box, 128);
 }
 
-s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_kernel_spec *spec,
-                                  const s2_attn_fwd_args *a, s2_tensor_map maps[3])
+s2_status s2_rt_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_kspec *spec, const s2_attn_fwd_args *a,
+                                s2_tensor_map maps[3])
 {
     if (!spec || !a || !maps)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_fwd_tensor_maps: null argument");
@@ -54,6 +54,15 @@ s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_ke
         st = s2_rt_tensor_map_of(ctx, dev, &maps[2], spec->dtype, spec->head_dim, a->v, a->v_stride, a->kv_len,
                                  a->kv_heads, nb, kv_rows);
     return st;
+}
+
+s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a,
+                                  s2_tensor_map maps[3])
+{
+    const s2_kernel_record *r = k ? k->rec[S2_ROLE_FWD] : NULL;
+    if (!r || r->abi == S2_ABI_FWD)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_attn_fwd_tensor_maps: not a forward kernel with tensor maps");
+    return s2_rt_fwd_tensor_maps(ctx, k->mod->dev, &r->spec, a, maps);
 }
 
 /* Resident CTAs per SM of a kernel (registers, shared memory, threads;
@@ -93,7 +102,7 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     const s2_kernel_record *rec = k->rec[role];
     const fwd_tables *ft = s->use_wide ? &s->wide : &s->fwd;
     s2_kernel *fn = k->fns[role];
-    const s2_kernel_spec *spec = &rec->spec;
+    const s2_kspec *spec = &rec->spec;
     int threads = rec->threads, smem = rec->smem_bytes;
     bool persistent = rec->grid == S2_GRID_PERSISTENT;
     s2_devptr cls = ft->class_of_head, offs = ft->offsets, ent = ft->entries;
@@ -121,7 +130,7 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     void *args[FV_COUNT];
     s2_rt_args(&k->argmap[role], vals, args);
     if (rec->abi != S2_ABI_FWD) {
-        s2_status ms = s2_attn_fwd_tensor_maps(ctx, k->mod->dev, spec, a, maps);
+        s2_status ms = s2_rt_fwd_tensor_maps(ctx, k->mod->dev, spec, a, maps);
         if (ms != S2_OK)
             return ms;
     }

@@ -10,6 +10,7 @@
 #ifndef S2C_ATTN_INTERNAL_H
 #define S2C_ATTN_INTERNAL_H
 
+#include "attn_tune.h"
 #include "kernel_abi.h"
 #include "lru.h"
 #include "rt_internal.h"
@@ -155,6 +156,17 @@ typedef struct s2_rt_grid_in {
     int heads, kv_heads, batch, splits, head_dim;
 } s2_rt_grid_in;
 S2_RT_HIDDEN s2_status s2_rt_grid(s2_ctx *ctx, const s2_kernel_record *r, const s2_rt_grid_in *in, uint32_t grid[3]);
+
+
+/* The entry's main kernel's resolved spec, options included (the forward,
+ * NAME_dkdv, the decode kernel: the manifest parser checks it is there). */
+static inline const s2_kspec *s2_rt_main_spec(const s2_attn_kernel *k)
+{
+    const s2_kernel_record *r = k->rec[k->desc->spec.kind == S2_KERNEL_BWD      ? S2_ROLE_BWD_DKDV
+                                       : k->desc->spec.kind == S2_KERNEL_DECODE ? S2_ROLE_DECODE
+                                                                                : S2_ROLE_FWD];
+    return &r->spec;
+}
 
 /* attn_decode.c */
 /* A decode kernel's functions and its list cache. */

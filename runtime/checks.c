@@ -263,8 +263,6 @@ static s2_status check_bwd_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
         if (t[i].ptr % 16 != 0)
             return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
                            (unsigned long long)t[i].ptr);
-    if (a->ds_chunks < 0 || (a->ds_chunks > 0 && (a->kv_heads < 1 || a->kv_heads % a->ds_chunks)))
-        return s2_fail(ctx, S2_ERR_INVALID, "ds_chunks %d does not divide %d kv heads", a->ds_chunks, a->kv_heads);
     if (a->workspace_bytes && a->workspace_bytes < s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len))
         return s2_fail(ctx, S2_ERR_SHAPE, "workspace_bytes %zu is below s2_attn_bwd_workspace_bytes() = %zu",
                        a->workspace_bytes, s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len));

@@ -225,7 +225,7 @@ static bool wants_wide(const s2_attn_kernel *k, const s2_schedule *sched)
         total += sched->offsets[(int64_t)(c + 1) * lists] - sched->offsets[(int64_t)c * lists];
     }
     /* the schedule's entries are key tiles of block_n / gather keys */
-    const s2_kernel_spec *sp = &k->desc->spec;
+    const s2_kspec *sp = s2_rt_main_spec(k);
     int gather = sp->kv_gather > 1 ? sp->kv_gather : 1;
     double keys = (double)total * (sp->block_n / gather) / ((double)lists * sched->heads);
     return keys >= WIDE_MIN_KEYS;
@@ -233,7 +233,7 @@ static bool wants_wide(const s2_attn_kernel *k, const s2_schedule *sched)
 
 /* The forward schedule of a spec's tile shape, packed (gathered key tiles
  * when the spec gathers, owned pairs for the two-slab shape). */
-static s2_status pack_forward(s2_ctx *ctx, const s2_layout *lay, const s2_kernel_spec *spec, s2_schedule **sched,
+static s2_status pack_forward(s2_ctx *ctx, const s2_layout *lay, const s2_kspec *spec, s2_schedule **sched,
                               s2_packed_schedule *pk)
 {
     int gather = spec->kv_gather > 1 ? spec->kv_gather : 1;
@@ -295,7 +295,7 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
     sched_slot sl = {0};
     s2_status st = s2_layout_new(ctx, k->pattern, q_len, kv_len, &lay);
     if (st == S2_OK)
-        st = pack_forward(ctx, lay, &k->desc->spec, &sched, &pk);
+        st = pack_forward(ctx, lay, s2_rt_main_spec(k), &sched, &pk);
     if (st == S2_OK)
         st = upload_forward(ctx, dev, &pk, sched, &sl.fwd);
     if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_BWD)

@@ -63,7 +63,7 @@ static void common_setup(bwd *k)
 
 static int align_up(int x, int a) { return (x + a - 1) / a * a; }
 
-static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_spec *spec)
+static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kspec *spec)
 {
     memset(s, 0, sizeof *s);
     s->dt = spec->dtype;
@@ -119,7 +119,7 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->late_refill = s->wg;
 }
 
-int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
+int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kspec *spec)
 {
     bwd_shape s;
     bwd_shape_init(&s, p, spec);
@@ -176,7 +176,7 @@ static LLVMValueRef new_kernel(bwd *k, const char *base, const char *suffix)
     return fn;
 }
 
-s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name)
+s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name)
 {
     bwd k = {.kb = {.cg = cg, .b = cg->b}};
     bwd_shape_init(&k.s, p, spec);

@@ -413,7 +413,7 @@ static void main_loop(dec *k, LLVMBasicBlockRef entry_bb)
     s2_nv_loop_end(cg, &loop, NULL);
 }
 
-static void dec_shape_init(dec_shape *s, const s2_pattern *p, const s2_kernel_spec *spec)
+static void dec_shape_init(dec_shape *s, const s2_pattern *p, const s2_kspec *spec)
 {
     memset(s, 0, sizeof *s);
     s->dt = spec->dtype;
@@ -438,7 +438,7 @@ static void dec_shape_init(dec_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->flag_off = s->merge_ml_off + s->warps * ROWS * 8;
 }
 
-int s2_decode_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
+int s2_decode_smem_bytes(const s2_pattern *p, const s2_kspec *spec)
 {
     dec_shape s;
     dec_shape_init(&s, p, spec);
@@ -447,7 +447,7 @@ int s2_decode_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
     return ring > merge ? ring : merge;
 }
 
-static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name)
+static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name)
 {
     dec k = {.kb = {.cg = cg, .b = cg->b}};
     dec_shape_init(&k.s, p, spec);
@@ -498,7 +498,7 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
     return S2_OK;
 }
 
-s2_status s2_decode_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name)
+s2_status s2_decode_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name)
 {
     char sub[512];
     s2_status st = decode_kernel(ctx, cg, p, spec, name);

@@ -579,7 +579,7 @@ static void epilogue(fwd *k)
     LLVMBuildRetVoid(b);
 }
 
-static void fwd_shape_init(fwd_shape *s, const s2_pattern *p, const s2_kernel_spec *spec)
+static void fwd_shape_init(fwd_shape *s, const s2_pattern *p, const s2_kspec *spec)
 {
     memset(s, 0, sizeof *s);
     s->dt = spec->dtype;
@@ -603,14 +603,14 @@ static void fwd_shape_init(fwd_shape *s, const s2_pattern *p, const s2_kernel_sp
     s->v_off = s->k_off + s->stages * s->stage_bytes;
 }
 
-int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
+int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kspec *spec)
 {
     fwd_shape s;
     fwd_shape_init(&s, p, spec);
     return s.v_off + s.stages * s.stage_bytes;
 }
 
-s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name)
+s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name)
 {
     fwd k = {.kb = {.cg = cg, .b = cg->b}};
     fwd_shape_init(&k.s, p, spec);

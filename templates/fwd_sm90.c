@@ -371,7 +371,7 @@ static void producer(sm90 *k)
 }
 
 
-static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_spec *spec)
+static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kspec *spec)
 {
     memset(s, 0, sizeof *s);
     s->dt = spec->dtype;
@@ -439,14 +439,14 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kernel_
     }
 }
 
-int s2_fwd_sm90_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec)
+int s2_fwd_sm90_smem_bytes(const s2_pattern *p, const s2_kspec *spec)
 {
     sm90_shape s;
     sm90_shape_init(&s, p, spec);
     return s.smem;
 }
 
-s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name)
+s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name)
 {
     sm90 k = {.kb = {.cg = cg, .b = cg->b}};
     sm90_shape_init(&k.s, p, spec);

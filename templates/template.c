@@ -10,7 +10,7 @@ int s2_template_smem_limit(int arch) { return arch == S2_ARCH_SM80 ? 163 * 1024 
 
 /* sm_90a, head dim 64 or 128 and tunables the wgmma template takes: that
  * template (templates/fwd_sm90.c); anything else keeps the sm_80 one. */
-bool s2_fwd_spec_wants_tma(const s2_kernel_spec *s)
+bool s2_fwd_spec_wants_tma(const s2_kspec *s)
 {
     if (s->kind != S2_KERNEL_FWD || s->arch != S2_ARCH_SM90A || (s->head_dim != 64 && s->head_dim != 128))
         return false;
@@ -29,7 +29,7 @@ bool s2_fwd_spec_wants_tma(const s2_kernel_spec *s)
  * warpgroups (num_warps = 4 * (1 + block_m / 64)).  Default 64 x 64 with 3
  * stages, the fastest measured; a 128-key tile over 64-key blocks computes
  * dead halves (bench/NOTES.md, "Spec heuristics"). */
-static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
+static s2_status resolve_tma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
 {
     /* dense patterns (blocks of 64+): 128 x 64, two consumer warpgroups
      * share each K/V tile; the 128-row tile computes dead pairs only on
@@ -82,7 +82,7 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern
 /* Decode: num_warps 16-key chunks per tile (default 4: 64 keys), a ring of
  * num_stages tiles (default 3: 2 CTAs of 100 KB fit an SM at d128, so a
  * CTA's loads overlap the other's merge); block_m is the 16-row mma tile. */
-static s2_status resolve_decode(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
+static s2_status resolve_decode(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
 {
     if (p->heads / p->kv_heads > 16)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode packs a GQA group into 16 rows; %d heads per kv head",
@@ -113,7 +113,7 @@ static s2_status resolve_decode(s2_ctx *ctx, s2_kernel_spec *spec, const s2_patt
 
 /* The mma.sync forward and the backward share one tiling rule (FA2: each
  * warp owns a 16-row slab); the backward may take the wgmma bodies. */
-static s2_status resolve_mma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
+static s2_status resolve_mma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
 {
     bool bwd = spec->kind == S2_KERNEL_BWD;
     if (bwd && (spec->head_dim == 96 || p->block_size < 16))
@@ -190,23 +190,23 @@ static s2_status resolve_mma(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern
 }
 
 
-static bool accepts_decode(const s2_kernel_spec *s) { return s->kind == S2_KERNEL_DECODE; }
-static bool accepts_fwd(const s2_kernel_spec *s) { return s->kind == S2_KERNEL_FWD; }
-static bool accepts_bwd(const s2_kernel_spec *s) { return s->kind == S2_KERNEL_BWD; }
+static bool accepts_decode(const s2_kspec *s) { return s->kind == S2_KERNEL_DECODE; }
+static bool accepts_fwd(const s2_kspec *s) { return s->kind == S2_KERNEL_FWD; }
+static bool accepts_bwd(const s2_kspec *s) { return s->kind == S2_KERNEL_BWD; }
 
-static s2_kernel_record record(s2_kernel_role role, s2_abi_id abi, int threads, int smem, const s2_kernel_spec *spec)
+static s2_kernel_record record(s2_kernel_role role, s2_abi_id abi, int threads, int smem, const s2_kspec *spec)
 {
     return (s2_kernel_record){.role = role, .abi = abi, .grid = s2_role_grid(role, abi), .threads = threads,
                               .smem_bytes = smem, .spec = *spec};
 }
 
-static int kernels_fwd_mma(const s2_pattern *p, const s2_kernel_spec *s, s2_kernel_record *out)
+static int kernels_fwd_mma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
 {
     out[0] = record(S2_ROLE_FWD, S2_ABI_FWD, s->num_warps * 32, s2_fwd_smem_bytes(p, s), s);
     return 1;
 }
 
-static int kernels_fwd_wgmma(const s2_pattern *p, const s2_kernel_spec *s, s2_kernel_record *out)
+static int kernels_fwd_wgmma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
 {
     s2_abi_id abi = s->persistent > 0 ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA;
     out[0] = record(S2_ROLE_FWD, abi, s->num_warps * 32, s2_fwd_sm90_smem_bytes(p, s), s);
@@ -215,7 +215,7 @@ static int kernels_fwd_wgmma(const s2_pattern *p, const s2_kernel_spec *s, s2_ke
 
 /* NAME_pre takes no shared memory; NAME_dqds and NAME_dqds2 take less than
  * the module's (more CTAs per SM), NAME_dqds2 a block of its own. */
-static int kernels_bwd(const s2_pattern *p, const s2_kernel_spec *s, s2_kernel_record *out)
+static int kernels_bwd(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
 {
     s2_abi_id abi = s->bwd_tma > 0 ? S2_ABI_BWD_TMA : S2_ABI_BWD;
     int threads = s->num_warps * 32, smem = s2_bwd_smem_bytes(p, s), n = 0;
@@ -229,7 +229,7 @@ static int kernels_bwd(const s2_pattern *p, const s2_kernel_spec *s, s2_kernel_r
     return n;
 }
 
-static int kernels_decode(const s2_pattern *p, const s2_kernel_spec *s, s2_kernel_record *out)
+static int kernels_decode(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
 {
     out[0] = record(S2_ROLE_DECODE, S2_ABI_DECODE, s->num_warps * 32, s2_decode_smem_bytes(p, s), s);
     out[1] = record(S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_COMBINE_THREADS, 0, s);
@@ -250,7 +250,7 @@ int s2_template_count(void) { return (int)(sizeof templates / sizeof templates[0
 
 const s2_template *s2_template_at(int i) { return i >= 0 && i < s2_template_count() ? &templates[i] : NULL; }
 
-const s2_template *s2_template_for(const s2_kernel_spec *spec)
+const s2_template *s2_template_for(const s2_kspec *spec)
 {
     for (int i = 0; spec && i < s2_template_count(); i++)
         if (templates[i].accepts(spec))

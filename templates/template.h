@@ -22,50 +22,50 @@ typedef struct s2_template {
     s2_kernel_kind kind;
     /* Whether the template takes the (unresolved) spec: its kind, arch and
      * the tunables it was given.  The table is asked in order. */
-    bool (*accepts)(const s2_kernel_spec *spec);
+    bool (*accepts)(const s2_kspec *spec);
     /* Fill the zero tunables of spec for pattern p and check them
      * (S2_ERR_UNSUPPORTED with a message naming what does not fit). */
-    s2_status (*resolve)(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p);
+    s2_status (*resolve)(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p);
     /* Dynamic shared memory of the module's main kernel for a resolved spec. */
-    int (*smem_bytes)(const s2_pattern *p, const s2_kernel_spec *spec);
+    int (*smem_bytes)(const s2_pattern *p, const s2_kspec *spec);
     /* The kernels build() emits for a resolved spec, as the manifest
      * records them (the driver names them: the entry's name and the role's
      * suffix); returns how many, at most S2_ROLE_COUNT_. */
-    int (*kernels)(const s2_pattern *p, const s2_kernel_spec *spec, s2_kernel_record *out);
+    int (*kernels)(const s2_pattern *p, const s2_kspec *spec, s2_kernel_record *out);
     /* Build the kernel(s) `name` (resolved spec) into cg's module. */
-    s2_status (*build)(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+    s2_status (*build)(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name);
 } s2_template;
 
 int s2_template_count(void);
 const s2_template *s2_template_at(int i);
 /* The first template that accepts spec, or NULL. */
-const s2_template *s2_template_for(const s2_kernel_spec *spec);
+const s2_template *s2_template_for(const s2_kspec *spec);
 /* Dynamic shared memory a CTA may opt in to on arch (sm_80: A100's 163 KB;
  * sm_90: 227 KB). */
 int s2_template_smem_limit(int arch);
 
 /* ---- the templates' entry points (one file each) ---- */
 /* mma.sync forward (templates/fwd.c), sm_80 and up */
-int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
-s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kspec *spec);
+s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name);
 /* wgmma + TMA forward (templates/fwd_sm90.c), sm_90a, head_dim 64 or 128 */
-bool s2_fwd_spec_wants_tma(const s2_kernel_spec *s);
-int s2_fwd_sm90_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
-s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+bool s2_fwd_spec_wants_tma(const s2_kspec *s);
+int s2_fwd_sm90_smem_bytes(const s2_pattern *p, const s2_kspec *spec);
+s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name);
 /* The backward (templates/bwd*.c): dynamic shared memory of its dq / dkdv
  * kernels (the larger), and the kernels NAME_pre, NAME_dkdv, NAME_dq (and
  * NAME_dqds, NAME_dqds2 where the module takes the dS path). */
-int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
-s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+int s2_bwd_smem_bytes(const s2_pattern *p, const s2_kspec *spec);
+s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name);
 /* Whether the backward module of a resolved spec holds NAME_dqds (dQ from
  * the dS tiles the dK/dV kernel writes, backward ABI 48..50): the wgmma
  * bodies, no gathered key tiles, block_m = block_n = 64, block_size >= 64. */
-bool s2_bwd_ds_capable(const s2_pattern *p, const s2_kernel_spec *spec);
+bool s2_bwd_ds_capable(const s2_pattern *p, const s2_kspec *spec);
 /* NAME_dqds's ring (stages of a K tile and a dS tile) and the dynamic shared
  * memory it is launched with (less than the module's smem_bytes, so that
  * more CTAs share an SM). */
 int s2_bwd_dqds_stages(void);
-int s2_bwd_dqds_smem_bytes(const s2_kernel_spec *spec);
+int s2_bwd_dqds_smem_bytes(const s2_kspec *spec);
 /* NAME_dqds2, its paired form: one CTA of 256 threads per two adjacent
  * query tiles of a head (query tiles q_tiles-1-2x and q_tiles-2-2x for
  * blockIdx.x = x; grid.x = ceil(q_tiles / 2)), over the union of their
@@ -76,12 +76,12 @@ enum { S2_BWD_DQDS2_THREADS = 256 };
 /* the union's shared memory: two key arrays, the common-entry prefix
  * counts, 8 warp totals, then key tile and the two entries per union slot */
 enum { S2_BWD_DQDS2_UNION_BYTES = 4 * (2 * 256 + 264 + 8 + 3 * 512) };
-int s2_bwd_dqds2_smem_bytes(const s2_kernel_spec *spec);
+int s2_bwd_dqds2_smem_bytes(const s2_kspec *spec);
 /* The paged decode (templates/decode.c): shared memory, and the kernels
  * NAME and NAME_combine (ABI in s2c/decode.h); the combine's block. */
 enum { S2_COMBINE_THREADS = 128 };
-int s2_decode_smem_bytes(const s2_pattern *p, const s2_kernel_spec *spec);
-s2_status s2_decode_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kernel_spec *spec, const char *name);
+int s2_decode_smem_bytes(const s2_pattern *p, const s2_kspec *spec);
+s2_status s2_decode_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name);
 /* The block-sparse row softmax (templates/softmax.c): a toolchain check,
  * not an attention kernel; the driver compiles it on its own.  One warp per
  * query row, S2_SOFTMAX_WARPS rows per CTA. */

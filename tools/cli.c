@@ -177,7 +177,7 @@ void print_kernel(const s2_manifest_kernel *k)
     /* every kernel of the entry, as its manifest record says */
     for (int i = 0; i < k->num_fns; i++) {
         const s2_kernel_record *r = &k->fns[i];
-        const s2_kernel_spec *t = &r->spec;
+        const s2_kspec *t = &r->spec;
         printf("  %s: %s, abi %s, grid %s, %d threads, %d bytes smem", r->symbol, s2_role_name(r->role),
                s2_abi_get(r->abi)->name, s2_grid_name(r->grid), r->threads, r->smem_bytes);
         if (t->block_m != s->block_m || t->block_n != s->block_n || t->num_warps != s->num_warps ||

@@ -1,4 +1,5 @@
 /* s2c compile: attention modules as cubin, PTX, IR or AOT C sources. */
+#include "compile_internal.h"
 #include "kernel_abi.h"
 #include "cli.h"
 #include "s2c/aot.h"
@@ -144,7 +145,7 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_n
         const s2_aot_abi *abi = aot_abi_of(r);
         if (!abi)
             continue;
-        const s2_kernel_spec *t = &r->spec;
+        const s2_kspec *t = &r->spec;
         int gather = t->kv_gather > 1 ? t->kv_gather : 1;
         /* the grid rules the launchers compute: cdiv(q_len, rows per CTA) for
          * NAME_pre, cdiv(q_tiles, 2) for NAME_dqds2 */
@@ -255,7 +256,7 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
         else
             return usage_error("compile: --kind must be fwd, bwd or decode, got '%s'", o->kind);
     }
-    s2_kernel_spec spec = {.kind = kind, .head_dim = (int)o->head_dim, .arch = (int)arch,
+    s2_kspec spec = {.kind = kind, .head_dim = (int)o->head_dim, .arch = (int)arch,
                            .block_m = (int)o->block_m, .block_n = (int)o->block_n,
                            .num_warps = (int)o->num_warps, .num_stages = (int)o->num_stages,
                            .kv_gather = (int)o->kv_gather};
@@ -283,7 +284,7 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
     }
     /* every stage runs whatever is emitted, so that --emit ptx or ll still
      * reports assembler errors */
-    if (rc == 0 && (s2_compile_attention_set(ctx, ident, pats, np, &spec, backend, &art) != S2_OK ||
+    if (rc == 0 && (s2_compile_kspec(ctx, ident, pats, np, &spec, backend, &art) != S2_OK ||
                     s2_manifest_parse(ctx, art->manifest, strlen(art->manifest), &m) != S2_OK))
         rc = input_error(ctx);
     if (rc == 0 && emit == EMIT_C) {

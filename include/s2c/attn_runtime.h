@@ -142,8 +142,8 @@ s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int batch, 
  * the largest of `chunks` equal chunks of kv heads (chunks divides
  * kv_heads; 1: s2_attn_backward_workspace's size).  s2_attn_backward runs
  * NAME_dkdv and NAME_dqds chunk after chunk (same results, bit for bit;
- * s2_attn_sched_stats.ds_chunked counts such launches) when a->ds_chunks
- * asks for it, or by itself when the workspace does not hold every dS tile
+ * s2_attn_sched_stats.ds_chunked counts such launches) when the workspace
+ * does not hold every dS tile
  * but holds those of the fewest chunks whose dK/dV work still fills the GPU
  * for as long as its longest list takes (smaller chunks run slower than the
  * recomputing NAME_dq, which it takes otherwise).  S2_ERR_INVALID when chunks does not divide kv_heads,
@@ -151,12 +151,13 @@ s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int batch, 
 s2_status s2_attn_backward_workspace_chunked(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len,
                                              int64_t kv_len, int chunks, size_t *bytes);
 
-/* The three tensor maps (q, k, v) of an sm_90a TMA kernel (S2_FWD_ABI_TMA,
- * attention.h) for arguments `a` (pointers and strides as s2_attn_forward
- * takes them) and the kernel's resolved spec (block_n, head_dim, dtype).
- * s2_attn_forward calls it itself; for callers that launch by hand. */
-s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_kernel_spec *spec,
-                                  const s2_attn_fwd_args *a, s2_tensor_map maps[3]);
+/* The three tensor maps (q, k, v) of a forward kernel of the sm_90a
+ * tensor-map ABI (launch.h) for arguments `a` (pointers and strides as
+ * s2_attn_forward takes them), with the boxes the kernel's manifest record
+ * gives.  s2_attn_forward builds them itself; for callers that launch by
+ * hand.  S2_ERR_INVALID for a kernel without tensor maps. */
+s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a,
+                                  s2_tensor_map maps[3]);
 
 /* ---- variable-length batches (attention.h: s2_attn_seq, the seqinfo parameter) ----
  * A batch of sequences of their own lengths, for s2_attn_fwd_args.seqs:

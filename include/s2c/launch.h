@@ -197,13 +197,6 @@ typedef struct s2_attn_bwd_args {
     /* The workspace's size: 0 means s2_attn_bwd_workspace_bytes(); at least
      * s2_attn_backward_workspace()'s takes the dS path (attn_runtime.h). */
     size_t workspace_bytes;
-    /* The dS path in this many chunks of kv heads (a divisor of kv_heads; the
-     * workspace must hold s2_attn_backward_workspace_chunked()'s size for it);
-     * 0: the runtime chooses (attn_runtime.h, s2_attn_backward). */
-    int ds_chunks;
-    /* On the dS path, dQ for two query tiles per CTA (NAME_dqds2) where the
-     * module has it and the lists allow: 0 yes, -1 no (NAME_dqds). */
-    int dq_pair;
 } s2_attn_bwd_args;
 
 /* Workspace of the backward: delta then lse·log2 e, fp32 [B][H][Sq] each,

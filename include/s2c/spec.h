@@ -34,8 +34,11 @@ typedef enum s2_kernel_kind {
     S2_KERNEL_KIND_COUNT_
 } s2_kernel_kind;
 
-/* What to generate.  Zero fields take the per-architecture heuristic
- * (s2_kernel_spec_resolve); every resolved value is recorded in the manifest. */
+/* What to generate: what a Triton user knows.  Zero fields take the
+ * per-architecture heuristic (s2_kernel_spec_resolve); every resolved value
+ * is recorded in the manifest.  Each template makes its own further choices
+ * (a persistent grid, gathered key tiles, ...), recorded in the manifest's
+ * kernel records; they are not part of this API. */
 typedef struct s2_kernel_spec {
     s2_kernel_kind kind;
     s2_dtype dtype;        /* S2_DTYPE_BF16 or S2_DTYPE_F16 */
@@ -46,32 +49,6 @@ typedef struct s2_kernel_spec {
     int block_n;           /* key rows per tile */
     int num_warps;
     int num_stages;        /* K/V shared-memory pipeline depth */
-    /* sm_90a forward only: 1 persistent grid over a longest-first work list
-     * (S2_FWD_ABI_TMA_PERSISTENT), -1 one CTA per (q tile, head, batch);
-     * 0 = heuristic (resolved to -1 there, the faster measured, and 0 on the other paths) */
-    int persistent;
-    /* sm_90a backward, head_dim 64 or 128: 1 the wgmma dK/dV and dQ bodies
-     * (templates/bwd_sm90.c), -1 the mma.sync ones; 0 = heuristic (resolved
-     * to 1 there when num_warps is 4, else -1; 0 on the other paths).  Same
-     * kernels, parameters and launch either way. */
-    int bwd_wgmma;
-    /* Key tiles gathered from kv_gather pattern blocks (block_n = kv_gather *
-     * block_size, not necessarily adjacent; manifest `kernel.kv_gather`).
-     * sm_90a forward: 2..4 blocks, the packed schedule is
-     * s2_schedule_pack_gathered's, the k and v tensor maps have boxes of
-     * block_size rows; 0 = heuristic: 4 for block-16 patterns (block_n 64).
-     * sm_90a wgmma backward: 4 blocks of 16 tokens, block_m = block_n = 64:
-     * the dQ kernel's key tiles as the forward's, the dK/dV kernel's resident
-     * key tile from s2_schedule_pack_gathered_kv (see the backward ABI);
-     * 0 = heuristic: 4 for block-16 patterns.  1 = one key tile per entry.
-     * Resolved to 1 or more on the sm_90a forward, 0 or 4 on the backward,
-     * 0 elsewhere. */
-    int kv_gather;
-    /* sm_90a wgmma backward: 1 the dK/dV kernel copies its Q and dO tiles by
-     * TMA, from two tensor maps the backward kernels take as parameters 51
-     * and 52 (see the backward ABI); -1 by cp.async (parameters 0..50 only);
-     * 0 = heuristic (resolved to 1 there, 0 on the other paths). */
-    int bwd_tma;
 } s2_kernel_spec;
 
 

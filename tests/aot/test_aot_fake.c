@@ -9,6 +9,8 @@
  * The generated sources are built into a shared object with a shim that
  * forwards the Driver API calls to the fake (which only exports
  * cuGetProcAddress), and loaded with dlopen. */
+#include "attn_tune.h"
+#include "compile_internal.h"
 #include "kernel_abi.h"
 #include "template.h"
 #include "s2c/aot.h"
@@ -185,9 +187,9 @@ static void build_gen(gen *g, int which, s2_dtype dt, int head_dim, int kv_gathe
     s2_local_stride_args a;
     attn_pattern_args(which, &a);
     ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &g->set), S2_OK);
-    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = dt, .head_dim = head_dim, .arch = S2_ARCH_SM90A,
+    s2_kspec spec = {.kind = S2_KERNEL_FWD, .dtype = dt, .head_dim = head_dim, .arch = S2_ARCH_SM90A,
                            .kv_gather = kv_gather};
-    ck_assert_msg(s2_compile_attention(ctx, s2_pattern_set_get(g->set, 0), &spec, S2_CUBIN_AUTO, &g->art) == S2_OK,
+    ck_assert_msg(s2_compile_kspec1(ctx, s2_pattern_set_get(g->set, 0), &spec, S2_CUBIN_AUTO, &g->art) == S2_OK,
                   "%s", s2_ctx_message(ctx));
     /* what `s2c compile --emit c` does with the manifest (tools/s2c.c) */
     s2_manifest *m = NULL;
@@ -197,7 +199,8 @@ static void build_gen(gen *g, int which, s2_dtype dt, int head_dim, int kv_gathe
     ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
     const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
     ck_assert_int_eq(s2_manifest_kernel_fn(mk, S2_ROLE_FWD)->abi, S2_ABI_FWD_TMA);
-    int gather = mk->spec.kv_gather > 1 ? mk->spec.kv_gather : 1;
+    const s2_kspec *mks = &s2_manifest_kernel_fn(mk, S2_ROLE_FWD)->spec;
+    int gather = mks->kv_gather > 1 ? mks->kv_gather : 1;
     ck_assert_int_eq(gather, kv_gather > 1 ? kv_gather : 1);
     s2_aot_kernel k = {.name = "fwd", .symbol = mk->name, .abi = s2_aot_abi_attn_fwd_tma(), .threads = mk->threads,
                        .smem_bytes = mk->smem_bytes, .dtype = mk->spec.dtype, .head_dim = mk->spec.head_dim,
@@ -383,20 +386,22 @@ static void check_wide(int which, s2_dtype dt, int64_t S, const char *mod)
     s2_local_stride_args pa;
     attn_pattern_args(which, &pa);
     ck_assert_int_eq(s2_pattern_from_args(ctx, &pa, &set), S2_OK);
-    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = dt, .head_dim = 128, .arch = S2_ARCH_SM90A};
+    s2_kspec spec = {.kind = S2_KERNEL_FWD, .dtype = dt, .head_dim = 128, .arch = S2_ARCH_SM90A};
     s2_artifact *art = NULL;
-    ck_assert_msg(s2_compile_attention(ctx, s2_pattern_set_get(set, 0), &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s",
+    ck_assert_msg(s2_compile_kspec1(ctx, s2_pattern_set_get(set, 0), &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s",
                   s2_ctx_message(ctx));
     s2_manifest *m = manifest_of(ctx, art);
     const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
     const s2_kernel_record *wr = s2_manifest_kernel_fn(mk, S2_ROLE_FWD_WIDE);
     ck_assert(wr && wr->spec.persistent > 0);
     const char *wsym = wr->symbol;
-    const s2_kernel_spec *w = &wr->spec;
+    const s2_kspec *w = &wr->spec;
     s2_aot_kernel ks[2] = {
         {.name = "fwd", .symbol = mk->name, .abi = s2_aot_abi_attn_fwd_tma(), .threads = mk->threads,
          .smem_bytes = mk->smem_bytes, .dtype = mk->spec.dtype, .head_dim = mk->spec.head_dim,
-         .kv_box_rows = mk->spec.block_n / (mk->spec.kv_gather > 1 ? mk->spec.kv_gather : 1)},
+         .kv_box_rows = mk->spec.block_n / (s2_manifest_kernel_fn(mk, S2_ROLE_FWD)->spec.kv_gather > 1
+                                                          ? s2_manifest_kernel_fn(mk, S2_ROLE_FWD)->spec.kv_gather
+                                                          : 1)},
         {.name = "fwd_w", .symbol = wsym, .abi = s2_aot_abi_attn_fwd_tma_persistent(), .threads = wr->threads,
          .smem_bytes = wr->smem_bytes, .dtype = w->dtype, .head_dim = w->head_dim,
          .kv_box_rows = w->block_n / (w->kv_gather > 1 ? w->kv_gather : 1)},
@@ -521,8 +526,8 @@ static void build_bwd_gen(bwd_gen *g, int which, s2_dtype dt, int head_dim, s2_a
     s2_local_stride_args a;
     attn_pattern_args(which, &a);
     ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &g->set), S2_OK);
-    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = dt, .head_dim = head_dim, .arch = arch};
-    ck_assert_msg(s2_compile_attention(ctx, s2_pattern_set_get(g->set, 0), &spec, S2_CUBIN_AUTO, &g->art) == S2_OK,
+    s2_kspec spec = {.kind = S2_KERNEL_BWD, .dtype = dt, .head_dim = head_dim, .arch = arch};
+    ck_assert_msg(s2_compile_kspec1(ctx, s2_pattern_set_get(g->set, 0), &spec, S2_CUBIN_AUTO, &g->art) == S2_OK,
                   "%s", s2_ctx_message(ctx));
     s2_manifest *m = NULL;
     const char *text = NULL;
@@ -535,17 +540,18 @@ static void build_bwd_gen(bwd_gen *g, int which, s2_dtype dt, int head_dim, s2_a
     static const char *const part[4] = {"pre", "dkdv", "dq", "dqds"};
     char symbols[4][256];
     s2_aot_kernel k[4];
-    g->tma = mk->spec.bwd_tma > 0;
+    g->tma = s2_manifest_kernel_fn(mk, S2_ROLE_BWD_DKDV)->abi == S2_ABI_BWD_TMA;
     ck_assert_int_eq(g->tma, arch == S2_ARCH_SM90A);
     const s2_aot_abi *abi[4] = {g->tma ? s2_aot_abi_attn_bwd_pre_tma() : s2_aot_abi_attn_bwd_pre(),
                                 g->tma ? s2_aot_abi_attn_bwd_dkdv_tma() : s2_aot_abi_attn_bwd_dkdv(),
                                 g->tma ? s2_aot_abi_attn_bwd_dq_tma() : s2_aot_abi_attn_bwd_dq(),
                                 g->tma ? s2_aot_abi_attn_bwd_dqds_tma() : s2_aot_abi_attn_bwd_dqds()};
-    int nk = s2_bwd_ds_capable(s2_pattern_set_get(g->set, 0), &mk->spec) ? 4 : 3;
+    const s2_kspec *mks = &s2_manifest_kernel_fn(mk, S2_ROLE_BWD_DKDV)->spec;
+    int nk = s2_bwd_ds_capable(s2_pattern_set_get(g->set, 0), mks) ? 4 : 3;
     for (int j = 0; j < nk; j++) {
         snprintf(symbols[j], sizeof symbols[j], "%s_%s", mk->name, part[j]);
         k[j] = (s2_aot_kernel){.name = part[j], .symbol = symbols[j], .abi = abi[j], .threads = mk->threads,
-                               .smem_bytes = j == 0 ? 0 : j == 3 ? s2_bwd_dqds_smem_bytes(&mk->spec) : mk->smem_bytes,
+                               .smem_bytes = j == 0 ? 0 : j == 3 ? s2_bwd_dqds_smem_bytes(mks) : mk->smem_bytes,
                                .grid_div = {j == 0 ? mk->threads / (mk->spec.head_dim / 8) : 0},
                                .dtype = mk->spec.dtype, .head_dim = mk->spec.head_dim,
                                .kv_box_rows = g->tma ? mk->spec.block_m : 0};
@@ -595,9 +601,8 @@ static void compare_bwd(s2_ctx *ctx, s2_attn_kernel *k, const bwd_gen *g, const 
     long long launches = fake_get("launches");
     CUstream stream = (CUstream)(uintptr_t)0x50;
     /* the generated launchers have NAME_dqds, not its paired form */
-    s2_attn_bwd_args one = *a;
-    one.dq_pair = -1;
-    ck_assert_msg(s2_attn_backward(ctx, k, stream, &one) == S2_OK, "%s: %s", what, s2_ctx_message(ctx));
+    s2_attn_bwd_options one = {.dq_pair = -1};
+    ck_assert_msg(s2_attn_backward_opts(ctx, k, stream, a, &one) == S2_OK, "%s: %s", what, s2_ctx_message(ctx));
     ck_assert_int_eq(fake_get("launches"), launches + 3);
     int bytes = g->tma ? BWD_TMA_PARAM_BYTES : BWD_PARAM_BYTES;
     record_three(&rt, bytes);
@@ -697,7 +702,7 @@ static void check_bwd(int which, s2_dtype dt, int head_dim, s2_arch arch, const 
         compare_bwd(ctx, k, &g, &c, "dS path, workspace one byte short", false);
         ck_assert_int_eq(s2_mem_free(ctx, dev, big), S2_OK);
     } else {
-        ck_assert(!s2_bwd_ds_capable(p, &s2_attn_kernel_desc(k)->spec));
+        ck_assert(!s2_manifest_kernel_fn(s2_attn_kernel_desc(k), S2_ROLE_BWD_DQDS));
     }
     for (int i = 0; i < 8; i++)
         ck_assert_int_eq(s2_mem_free(ctx, dev, t[i]), S2_OK);
@@ -737,8 +742,8 @@ static void check_decode(int which, s2_dtype dt, int head_dim, s2_arch arch, int
     attn_pattern_args(which, &la);
     ck_assert_int_eq(s2_pattern_from_args(ctx, &la, &set), S2_OK);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
-    s2_kernel_spec spec = {.kind = S2_KERNEL_DECODE, .dtype = dt, .head_dim = head_dim, .arch = arch};
-    ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s", s2_ctx_message(ctx));
+    s2_kspec spec = {.kind = S2_KERNEL_DECODE, .dtype = dt, .head_dim = head_dim, .arch = arch};
+    ck_assert_msg(s2_compile_kspec1(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s", s2_ctx_message(ctx));
     s2_manifest *m = manifest_of(ctx, art);
     const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
     ck_assert_int_eq(mk->spec.kind, S2_KERNEL_DECODE);

@@ -1,6 +1,7 @@
 /* Attention kernels without a GPU: every stock-like pattern x head dim x
  * dtype x arch assembles with zero spills, the manifest survives in the
  * cubin and round-trips through the parser to the same pattern. */
+#include "compile_internal.h"
 #include "kernel_abi.h"
 #include "patterns.h"
 #include "s2c/attention.h"
@@ -60,11 +61,13 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     ck_assert_msg(s2_pattern_from_args(ctx, &a, &set) == S2_OK, "%s", s2_ctx_message(ctx));
     const s2_pattern *p = s2_pattern_set_get(set, 0);
 
-    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = dt, .head_dim = D, .arch = arch};
+    s2_kspec spec = {.kind = S2_KERNEL_FWD, .dtype = dt, .head_dim = D, .arch = arch};
     s2_artifact *art = NULL;
-    s2_status st = s2_compile_attention(ctx, p, &spec, S2_CUBIN_PTXAS, &art);
+    s2_status st = s2_compile_kspec1(ctx, p, &spec, S2_CUBIN_PTXAS, &art);
     ck_assert_msg(st == S2_OK, "%s d%d %s %s: %s", p->name, D, s2_dtype_name(dt), s2_arch_name(arch),
                   s2_ctx_message(ctx));
+    s2_kspec aks;   /* the resolved spec, the template's choices included */
+    ck_assert_int_eq(s2_artifact_kspec(ctx, art, &aks), S2_OK);
     /* one kernel, or with the wide variant (sm_90a, block 64, d128) two: every one without spills */
     bool wide_expected = arch == S2_ARCH_SM90A && D == 128 && p->block_size == 64;
     ck_assert_int_eq(art->num_kernels, wide_expected ? 2 : 1);
@@ -138,12 +141,12 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     const s2_kernel_record *fr = s2_manifest_kernel_fn(mk, S2_ROLE_FWD);
     ck_assert_ptr_nonnull(fr);
     ck_assert_str_eq(fr->symbol, mk->name);
-    ck_assert_int_eq(fr->abi, !tma ? S2_ABI_FWD : art->spec.persistent > 0 ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA);
-    ck_assert_int_eq(fr->grid, art->spec.persistent > 0 ? S2_GRID_PERSISTENT : S2_GRID_Q_TILES);
+    ck_assert_int_eq(fr->abi, !tma ? S2_ABI_FWD : aks.persistent > 0 ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA);
+    ck_assert_int_eq(fr->grid, aks.persistent > 0 ? S2_GRID_PERSISTENT : S2_GRID_Q_TILES);
     ck_assert_int_eq(fr->threads, art->threads_per_block);
     ck_assert_int_eq(fr->smem_bytes, art->smem_bytes);
-    ck_assert_int_eq(mk->spec.persistent, art->spec.persistent);
-    ck_assert_int_eq(mk->spec.kv_gather, art->spec.kv_gather);
+    ck_assert_int_eq(fr->spec.persistent, aks.persistent);
+    ck_assert_int_eq(fr->spec.kv_gather, aks.kv_gather);
     /* the forward's ABIs end with the seqinfo parameter */
     const s2_abi_desc *fd = s2_abi_get(fr->abi);
     ck_assert_str_eq(fd->params[fd->num_params - 1].name, "seqinfo");
@@ -195,11 +198,12 @@ START_TEST(manifest_rejects_damage)
     s2_pattern_set *set = NULL;
     ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
-    s2_kernel_spec ks = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .block_n = 64, .num_warps = 4,
+    s2_kspec ks = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .block_n = 64, .num_warps = 4,
                          .num_stages = 2};
     s2_kernel_record fn = {.symbol = "kern", .role = S2_ROLE_FWD, .abi = S2_ABI_FWD, .grid = S2_GRID_Q_TILES,
                            .threads = 128, .smem_bytes = 1024, .spec = ks};
-    s2_manifest_kernel k = {.name = "kern", .pattern = p->name, .threads = 128, .smem_bytes = 1024, .spec = ks,
+    s2_manifest_kernel k = {.name = "kern", .pattern = p->name, .threads = 128, .smem_bytes = 1024,
+                            .spec = s2_kspec_public(&ks),
                             .fns = &fn, .num_fns = 1};
     char *text = NULL;
     ck_assert_int_eq(s2_manifest_format(ctx, S2_ARCH_SM90A, &k, 1, &p, 1, &text), S2_OK);
@@ -281,8 +285,8 @@ START_TEST(spec_heuristic_and_limits)
     s2_pattern_set *set = NULL;
     ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
-    s2_kernel_spec s = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s, p), S2_OK);
+    s2_kspec s = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &s, p), S2_OK);
     ck_assert_int_eq(s.block_m, 64);
     ck_assert_int_eq(s.num_warps, 4);
     ck_assert_int_eq(s.block_n, 16);   /* block-16 pattern: one pattern block per key tile */
@@ -291,29 +295,29 @@ START_TEST(spec_heuristic_and_limits)
     attn_pattern_args(0, &a64);
     s2_pattern_set *set64 = NULL;
     ck_assert_int_eq(s2_pattern_from_args(ctx, &a64, &set64), S2_OK);
-    s2_kernel_spec s64 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s64, s2_pattern_set_get(set64, 0)), S2_OK);
+    s2_kspec s64 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &s64, s2_pattern_set_get(set64, 0)), S2_OK);
     /* sm_90a: the wgmma template, producer + 1 consumer warpgroup, 3 stages */
     ck_assert_int_eq(s64.block_m, 64);
     ck_assert_int_eq(s64.block_n, 64);
     ck_assert_int_eq(s64.num_warps, 8);
     ck_assert_int_eq(s64.num_stages, 3);
-    s2_kernel_spec s128 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 128, .arch = S2_ARCH_SM90A};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s128, s2_pattern_set_get(set64, 0)), S2_OK);
+    s2_kspec s128 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 128, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &s128, s2_pattern_set_get(set64, 0)), S2_OK);
     ck_assert_int_eq(s128.num_warps, 12);
     /* sm_90a with a shape that template does not take (block_m 32, head dim 96,
      * one stage) keeps the mma.sync template's rule */
-    s2_kernel_spec s32 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 32, .arch = S2_ARCH_SM90A};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s32, s2_pattern_set_get(set64, 0)), S2_OK);
+    s2_kspec s32 = {.dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 32, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &s32, s2_pattern_set_get(set64, 0)), S2_OK);
     ck_assert_int_eq(s32.num_warps, 2);
-    s2_kernel_spec s96 = {.dtype = S2_DTYPE_BF16, .head_dim = 96, .arch = S2_ARCH_SM90A};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s96, s2_pattern_set_get(set64, 0)), S2_OK);
+    s2_kspec s96 = {.dtype = S2_DTYPE_BF16, .head_dim = 96, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &s96, s2_pattern_set_get(set64, 0)), S2_OK);
     ck_assert_int_eq(s96.num_warps, 4);
-    s2_kernel_spec s1 = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .num_stages = 1, .arch = S2_ARCH_SM90A};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s1, s2_pattern_set_get(set64, 0)), S2_OK);
+    s2_kspec s1 = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .num_stages = 1, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &s1, s2_pattern_set_get(set64, 0)), S2_OK);
     ck_assert_int_eq(s1.num_warps, 4);
-    s2_kernel_spec s64n = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .arch = S2_ARCH_SM90A};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s64n, s2_pattern_set_get(set64, 0)), S2_OK);
+    s2_kspec s64n = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &s64n, s2_pattern_set_get(set64, 0)), S2_OK);
     ck_assert_int_eq(s64n.num_warps, 8);
     s2_pattern_set_free(set64);
     /* a dense pattern at d128 on sm_90a: 128 x 64 st3 (K/V tiles shared by two
@@ -336,10 +340,10 @@ START_TEST(spec_heuristic_and_limits)
         {128, 0, 0, S2_ARCH_SM80, 64, 2},
     };
     for (size_t i = 0; i < sizeof dense_cases / sizeof dense_cases[0]; i++) {
-        s2_kernel_spec sd = {.dtype = S2_DTYPE_BF16, .head_dim = dense_cases[i].head_dim,
+        s2_kspec sd = {.dtype = S2_DTYPE_BF16, .head_dim = dense_cases[i].head_dim,
                              .block_m = dense_cases[i].block_m, .num_stages = dense_cases[i].num_stages,
                              .arch = dense_cases[i].arch};
-        ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &sd, pd), S2_OK);
+        ck_assert_int_eq(s2_kspec_resolve(ctx, &sd, pd), S2_OK);
         ck_assert_msg(sd.block_m == dense_cases[i].want_bm && sd.num_stages == dense_cases[i].want_stages,
                       "dense case %zu: %d x %d st%d", i, sd.block_m, sd.block_n, sd.num_stages);
         ck_assert_int_eq(sd.block_n, 64);
@@ -350,9 +354,9 @@ START_TEST(spec_heuristic_and_limits)
     }
     /* its wide variant stays on the plain grid (kernel.wide; S2 patterns'
      * go persistent: kernel.wide_persistent, checked above) */
-    s2_kernel_spec sw = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
+    s2_kspec sw = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
     s2_artifact *aw = NULL;
-    ck_assert_msg(s2_compile_attention(ctx, pd, &sw, S2_CUBIN_AUTO, &aw) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_msg(s2_compile_kspec1(ctx, pd, &sw, S2_CUBIN_AUTO, &aw) == S2_OK, "%s", s2_ctx_message(ctx));
     const char *wt = NULL;
     size_t wl = 0;
     s2_manifest *mw = NULL;
@@ -373,20 +377,20 @@ START_TEST(spec_heuristic_and_limits)
     ck_assert(!s2_pattern_is_dense(s2_pattern_set_get(setm, 0)));
     s2_pattern_set_free(setm);
     ck_assert(!s2_pattern_is_dense(NULL));
-    s2_kernel_spec t = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 128};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &t, p), S2_OK);
+    s2_kspec t = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 128};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &t, p), S2_OK);
     ck_assert_int_eq(t.num_warps, 8);
     /* block 16: 128 x 128 tile = 64 sub-blocks is the limit, fine */
     t.block_n = 128;
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &t, p), S2_OK);
-    s2_kernel_spec u = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .num_warps = 2};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &u, p), S2_ERR_UNSUPPORTED);
-    s2_kernel_spec f32 = {.dtype = S2_DTYPE_F32, .head_dim = 64};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &f32, p), S2_ERR_UNSUPPORTED);
-    s2_kernel_spec d80 = {.dtype = S2_DTYPE_F16, .head_dim = 80};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &d80, p), S2_ERR_UNSUPPORTED);
-    s2_kernel_spec big = {.dtype = S2_DTYPE_F16, .head_dim = 128, .block_n = 128, .num_stages = 4, .arch = S2_ARCH_SM80};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &big, p), S2_ERR_UNSUPPORTED);
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &t, p), S2_OK);
+    s2_kspec u = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .num_warps = 2};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &u, p), S2_ERR_UNSUPPORTED);
+    s2_kspec f32 = {.dtype = S2_DTYPE_F32, .head_dim = 64};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &f32, p), S2_ERR_UNSUPPORTED);
+    s2_kspec d80 = {.dtype = S2_DTYPE_F16, .head_dim = 80};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &d80, p), S2_ERR_UNSUPPORTED);
+    s2_kspec big = {.dtype = S2_DTYPE_F16, .head_dim = 128, .block_n = 128, .num_stages = 4, .arch = S2_ARCH_SM80};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &big, p), S2_ERR_UNSUPPORTED);
     s2_pattern_set_free(set);
     s2_ctx_free(ctx);
 }

@@ -3,6 +3,7 @@
  * hold the three kernels, and the manifest records kind bwd.  The wgmma
  * variants alternate the dK/dV kernel's copies: TMA (spec.bwd_tma, the
  * default) for bf16, cp.async (-1) for f16. */
+#include "compile_internal.h"
 #include "patterns.h"
 #include "kernel_abi.h"
 #include "template.h"
@@ -46,13 +47,15 @@ START_TEST(bwd_assembles_without_spills)
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     bool wg = wgmma[v / NUM_PATS / 4] > 0;
     bool tma = wg && dt == S2_DTYPE_BF16;
-    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = dt, .head_dim = D, .arch = arch,
+    s2_kspec spec = {.kind = S2_KERNEL_BWD, .dtype = dt, .head_dim = D, .arch = arch,
                            .bwd_wgmma = wgmma[v / NUM_PATS / 4], .bwd_tma = wg && !tma ? -1 : 0};
     s2_artifact *art = NULL;
-    ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_PTXAS, &art) == S2_OK, "%s d%d %s %s: %s", p->name, D,
+    ck_assert_msg(s2_compile_kspec1(ctx, p, &spec, S2_CUBIN_PTXAS, &art) == S2_OK, "%s d%d %s %s: %s", p->name, D,
                   s2_dtype_name(dt), s2_arch_name(arch), s2_ctx_message(ctx));
+    s2_kspec aks;   /* the resolved spec, the template's choices included */
+    ck_assert_int_eq(s2_artifact_kspec(ctx, art, &aks), S2_OK);
     /* NAME_dqds and NAME_dqds2 exactly where s2_bwd_ds_capable says */
-    int nk = s2_bwd_ds_capable(p, &art->spec) ? 5 : 3;
+    int nk = s2_bwd_ds_capable(p, &aks) ? 5 : 3;
     ck_assert_int_eq(art->num_kernels, nk);
     static const char *const parts[] = {"_pre", "_dq", "_dkdv", "_dqds", "_dqds2"};
     for (int i = 0; i < nk; i++) {
@@ -66,8 +69,8 @@ START_TEST(bwd_assembles_without_spills)
                       "%s spills: %d/%d stack %d", ki->name, ki->spill_stores, ki->spill_loads, ki->stack_frame);
     }
     ck_assert_msg(strncmp(art->name, "s2_bwd_", 7) == 0, "name %s", art->name);
-    ck_assert_int_eq(art->spec.bwd_wgmma, wg ? 1 : arch == S2_ARCH_SM90A ? -1 : 0);
-    ck_assert_int_eq(art->spec.bwd_tma, tma ? 1 : wg ? -1 : 0);
+    ck_assert_int_eq(aks.bwd_wgmma, wg ? 1 : arch == S2_ARCH_SM90A ? -1 : 0);
+    ck_assert_int_eq(aks.bwd_tma, tma ? 1 : wg ? -1 : 0);
     /* the dK/dV kernel's Q and dO: TMA boxes into an mbarrier-armed stage, or cp.async */
     ck_assert(!strstr(art->ptx, "cp.async.bulk.tensor.4d") == !tma);
     ck_assert(!strstr(art->ptx, "mbarrier.try_wait.parity") == !tma);
@@ -100,10 +103,11 @@ START_TEST(bwd_assembles_without_spills)
     ck_assert_str_eq(mk->name, art->name);
     ck_assert_int_eq(mk->spec.block_m, art->spec.block_m);
     ck_assert_int_eq(mk->spec.block_n, art->spec.block_n);
-    ck_assert_int_eq(mk->spec.kv_gather, art->spec.kv_gather);
-    ck_assert_int_eq(mk->spec.bwd_tma, art->spec.bwd_tma);   /* the resolved choice, from the records */
-    ck_assert_int_eq(mk->spec.bwd_tma > 0, tma);
-    ck_assert_int_eq(art->spec.kv_gather, wg && p->block_size == 16 ? 4 : 0);
+    const s2_kernel_record *dkr = s2_manifest_kernel_fn(mk, S2_ROLE_BWD_DKDV);
+    ck_assert_int_eq(dkr->spec.kv_gather, aks.kv_gather);
+    ck_assert_int_eq(dkr->spec.bwd_tma, aks.bwd_tma);   /* the resolved choice, from the records */
+    ck_assert_int_eq(dkr->abi == S2_ABI_BWD_TMA, tma);
+    ck_assert_int_eq(aks.kv_gather, wg && p->block_size == 16 ? 4 : 0);
     ck_assert_int_eq(mk->smem_bytes, art->smem_bytes);
     ck_assert_int_eq(mk->threads, art->threads_per_block);
     s2_manifest_free(m);
@@ -121,65 +125,65 @@ START_TEST(bwd_spec_limits)
     s2_pattern_set *set = NULL;
     ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
-    s2_kernel_spec s = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s, p), S2_OK);
+    s2_kspec s = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &s, p), S2_OK);
     ck_assert_int_eq(s.block_m, 64);
     ck_assert_int_eq(s.block_n, 16);
-    s2_kernel_spec d96 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 96, .arch = S2_ARCH_SM80};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &d96, p), S2_ERR_UNSUPPORTED);
-    s2_kernel_spec big = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 128,
+    s2_kspec d96 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 96, .arch = S2_ARCH_SM80};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &d96, p), S2_ERR_UNSUPPORTED);
+    s2_kspec big = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 128,
                           .num_stages = 4, .arch = S2_ARCH_SM80};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &big, p), S2_ERR_UNSUPPORTED);
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &big, p), S2_ERR_UNSUPPORTED);
     /* the wgmma bodies: sm_90a default for d64/d128 with 4 warps, refused elsewhere */
-    s2_kernel_spec h = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h, p), S2_OK);
+    s2_kspec h = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &h, p), S2_OK);
     ck_assert_int_eq(h.bwd_wgmma, 1);
     ck_assert_int_eq(h.bwd_tma, 1);     /* the dK/dV kernel's copies by TMA */
     ck_assert_int_eq(h.block_n, 64);    /* block 16: 4 gathered blocks */
-    s2_kernel_spec ht = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+    s2_kspec ht = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
                          .bwd_tma = -1};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &ht, p), S2_OK);
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &ht, p), S2_OK);
     ck_assert_int_eq(ht.bwd_tma, -1);
-    ht = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+    ht = (s2_kspec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
                           .bwd_tma = 1, .bwd_wgmma = -1};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &ht, p), S2_ERR_UNSUPPORTED);
-    ht = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80,
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &ht, p), S2_ERR_UNSUPPORTED);
+    ht = (s2_kspec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80,
                           .bwd_tma = 1};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &ht, p), S2_ERR_UNSUPPORTED);
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &ht, p), S2_ERR_UNSUPPORTED);
     ck_assert_int_eq(h.kv_gather, 4);
-    s2_kernel_spec h1 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+    s2_kspec h1 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
                          .kv_gather = 1};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h1, p), S2_OK);
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &h1, p), S2_OK);
     ck_assert_int_eq(h1.block_n, 32);
     ck_assert_int_eq(h1.kv_gather, 0);
-    s2_kernel_spec hg = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+    s2_kspec hg = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
                          .kv_gather = 4, .block_n = 32};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &hg, p), S2_ERR_UNSUPPORTED);
-    hg = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &hg, p), S2_ERR_UNSUPPORTED);
+    hg = (s2_kspec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
                           .kv_gather = 2};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &hg, p), S2_ERR_UNSUPPORTED);
-    hg = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &hg, p), S2_ERR_UNSUPPORTED);
+    hg = (s2_kspec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
                           .kv_gather = 4, .bwd_wgmma = -1};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &hg, p), S2_ERR_UNSUPPORTED);
-    hg = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80,
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &hg, p), S2_ERR_UNSUPPORTED);
+    hg = (s2_kspec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM80,
                           .kv_gather = 4};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &hg, p), S2_ERR_UNSUPPORTED);
-    s2_kernel_spec h8 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .num_warps = 8,
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &hg, p), S2_ERR_UNSUPPORTED);
+    s2_kspec h8 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .num_warps = 8,
                          .arch = S2_ARCH_SM90A};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h8, p), S2_OK);
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &h8, p), S2_OK);
     ck_assert_int_eq(h8.bwd_wgmma, -1);
     ck_assert_int_eq(h8.bwd_tma, 0);
-    h8 = (s2_kernel_spec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .num_warps = 8,
+    h8 = (s2_kspec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .num_warps = 8,
                           .arch = S2_ARCH_SM90A, .bwd_wgmma = 1};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h8, p), S2_ERR_UNSUPPORTED);
-    s2_kernel_spec h32 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 32, .arch = S2_ARCH_SM90A};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &h32, p), S2_OK);
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &h8, p), S2_ERR_UNSUPPORTED);
+    s2_kspec h32 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 32, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &h32, p), S2_OK);
     ck_assert_int_eq(h32.bwd_wgmma, 0);
-    s2_kernel_spec a80 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .arch = S2_ARCH_SM80,
+    s2_kspec a80 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .arch = S2_ARCH_SM80,
                           .bwd_wgmma = 1};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &a80, p), S2_ERR_UNSUPPORTED);
-    s2_kernel_spec bad = {.kind = (s2_kernel_kind)7, .dtype = S2_DTYPE_BF16, .head_dim = 64};
-    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &bad, p), S2_ERR_UNSUPPORTED);
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &a80, p), S2_ERR_UNSUPPORTED);
+    s2_kspec bad = {.kind = (s2_kernel_kind)7, .dtype = S2_DTYPE_BF16, .head_dim = 64};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &bad, p), S2_ERR_UNSUPPORTED);
     s2_pattern_set_free(set);
     s2_ctx_free(ctx);
 }

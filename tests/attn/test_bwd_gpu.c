@@ -16,6 +16,8 @@
  * first bitwise.
  * S2C_BWD_CASES=substring filters cases; S2C_FWD_ARCH=sm_80 compiles for
  * that arch and loads the PTX (JIT by the driver).  Exits 77 without a GPU. */
+#include "attn_tune.h"
+#include "compile_internal.h"
 #include "patterns.h"
 #include "kernel_abi.h"
 #include "template.h"
@@ -155,7 +157,7 @@ typedef struct dev_sched {
 /* The forward (tr false) or transposed schedule of the kernel's spec,
  * packed as the backward ABI says (gathered with spec kv_gather); geom's
  * kv_tiles is the dK/dV grid. */
-static void upload_sched(s2_ctx *ctx, s2_device *dev, const s2_layout *lay, const s2_kernel_spec *spec,
+static void upload_sched(s2_ctx *ctx, s2_device *dev, const s2_layout *lay, const s2_kspec *spec,
                          const s2_pattern *p, bool tr, dev_sched *d, s2_tile_geom *geom)
 {
     s2_schedule *sched = NULL;
@@ -215,12 +217,12 @@ static void run_case(int vi)
     const int64_t SQ = c->q_len, SK = c->kv_len;
 
     /* the raw launches below pass parameters 0..50: no tensor maps (spec.bwd_tma -1) */
-    s2_kernel_spec spec = {.kind = S2_KERNEL_BWD, .dtype = c->dt, .head_dim = D, .arch = dev_arch,
+    s2_kspec spec = {.kind = S2_KERNEL_BWD, .dtype = c->dt, .head_dim = D, .arch = dev_arch,
                            .bwd_wgmma = wg ? 1 : -1, .kv_gather = wg ? c->gather : 0,
                            .bwd_tma = wg && !(c->runtime || dsp) ? -1 : 0};
     if (dsp) {
-        s2_kernel_spec r = spec;
-        if (s2_kernel_spec_resolve(ctx, &r, p) != S2_OK || !s2_bwd_ds_capable(p, &r)) {
+        s2_kspec r = spec;
+        if (s2_kspec_resolve(ctx, &r, p) != S2_OK || !s2_bwd_ds_capable(p, &r)) {
             res->ran = false;
             s2_pattern_set_free(set);
             s2_ctx_free(ctx);
@@ -228,9 +230,11 @@ static void run_case(int vi)
         }
     }
     s2_artifact *art = NULL;
-    ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
+    ck_assert_msg(s2_compile_kspec1(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
                   s2_ctx_message(ctx));
-    res->gather = art->spec.kv_gather;
+    s2_kspec aks;   /* the resolved spec, the template's choices included */
+    ck_assert_int_eq(s2_artifact_kspec(ctx, art, &aks), S2_OK);
+    res->gather = aks.kv_gather;
     const char *const kparts[3] = {"_pre", dsp ? "_dqds" : "_dq", "_dkdv"};
     for (int i = 0; i < 3; i++)
         for (int j = 0; j < art->num_kernels; j++) {
@@ -324,8 +328,8 @@ static void run_case(int vi)
             ck_assert_msg(s2_kernel_get(ctx, mod, name, &fns[i]) == S2_OK, "%s", s2_ctx_message(ctx));
         }
         ck_assert_msg(s2_layout_new(ctx, p, SQ, SK, &lay) == S2_OK, "%s", s2_ctx_message(ctx));
-        upload_sched(ctx, dev, lay, &art->spec, p, false, &fs, &fg);
-        upload_sched(ctx, dev, lay, &art->spec, p, true, &ts, &tg);
+        upload_sched(ctx, dev, lay, &aks, p, false, &fs, &fg);
+        upload_sched(ctx, dev, lay, &aks, p, true, &ts, &tg);
     }
     ck_assert(s2_mem_alloc(ctx, dev, ws_full ? ws_full : ws_bytes, &d_ws) == S2_OK);
 
@@ -353,14 +357,14 @@ static void run_case(int vi)
                                    .head_dim = D, .dtype = c->dt, .q = q.dev, .k = k.dev, .v = v.dev, .o = o.dev,
                                    .d_o = dO.dev, .lse = d_lse, .d_lse = c->dlse ? d_dlse : 0, .dq = dq.dev,
                                    .dk = dk.dev, .dv = dv.dev, .workspace = d_ws,
-                                   .workspace_bytes = run == 1 && ws_chunk ? ws_chunk : ws_full,
-                                   .ds_chunks = run == 1 && ws_chunk ? HK : 0, .dq_pair = run == 2 ? -1 : 0};
+                                   .workspace_bytes = run == 1 && ws_chunk ? ws_chunk : ws_full};
+            s2_attn_bwd_options bo = {.ds_chunks = run == 1 && ws_chunk ? HK : 0, .dq_pair = run == 2 ? -1 : 0};
             const s2t_tensor *ts8[8] = {&q, &k, &v, &o, &dO, &dq, &dk, &dv};
             int64_t *dst8[8] = {ba.q_stride, ba.k_stride, ba.v_stride, ba.o_stride, ba.do_stride, ba.dq_stride,
                                 ba.dk_stride, ba.dv_stride};
             for (int i = 0; i < 8; i++)
                 memcpy(dst8[i], ts8[i]->t.stride, 3 * sizeof(int64_t));
-            ck_assert_msg(s2_attn_backward(ctx, ak, NULL, &ba) == S2_OK, "%s", s2_ctx_message(ctx));
+            ck_assert_msg(s2_attn_backward_opts(ctx, ak, NULL, &ba, &bo) == S2_OK, "%s", s2_ctx_message(ctx));
             s2_attn_sched_stats ss;
             s2_attn_kernel_sched_stats(ak, &ss);
             ck_assert_int_eq(ss.ds_chunked, ws_chunk && run >= 1 ? 1 : 0);

@@ -4,6 +4,8 @@
  * and caches both schedules; each bad argument gets its status and launches
  * nothing; forward and backward kernels refuse each other's entry point.
  * Usage: test_bwd_rt FAKE_LIB */
+#include "attn_tune.h"
+#include "compile_internal.h"
 #include "patterns.h"
 #include "../runtime/fake_cuda.h"
 #include "kernel_abi.h"
@@ -139,6 +141,9 @@ START_TEST(ds_path_in_head_chunks)
                           .dtype = S2_DTYPE_BF16, .q = t[0], .k = t[1], .v = t[2], .o = t[3], .d_o = t[4],
                           .dq = t[5], .dk = t[6], .dv = t[7], .lse = lse, .workspace = ws};
     s2_attn_bwd_args_bshd(&a);
+    s2_attn_bwd_options o = {0, 0};
+    s2_kspec aks;   /* the module's resolved spec, the template's choices included */
+    ck_assert_int_eq(s2_artifact_kspec(f.ctx, art_ds, &aks), S2_OK);
     /* full: one dS launch; two chunks asked for; half the workspace left to
      * the runtime (chunks of 16 CTAs would leave the GPU empty: recompute);
      * the plain workspace */
@@ -147,14 +152,14 @@ START_TEST(ds_path_in_head_chunks)
     bool dqds[4] = {true, true, false, false};
     for (int i = 0; i < 4; i++) {
         a.workspace_bytes = sizes[i];
-        a.ds_chunks = chunks[i];
+        o.ds_chunks = chunks[i];
         long long before = fake_get("launches");
-        ck_assert_msg(s2_attn_backward(f.ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+        ck_assert_msg(s2_attn_backward_opts(f.ctx, k, NULL, &a, &o) == S2_OK, "%s", s2_ctx_message(f.ctx));
         ck_assert_int_eq(fake_get("launches") - before, launches[i]);
         /* the last launch: the dQ kernel (of the last chunk: the query heads of
          * one kv head); on the dS path NAME_dqds2, two query tiles per CTA */
         ck_assert_int_eq(fake_get("last_grid_y"), grid_y[i]);
-        ck_assert_int_eq(fake_get("last_smem"), dqds[i] ? s2_bwd_dqds2_smem_bytes(&art_ds->spec) : art_ds->smem_bytes);
+        ck_assert_int_eq(fake_get("last_smem"), dqds[i] ? s2_bwd_dqds2_smem_bytes(&aks) : art_ds->smem_bytes);
         ck_assert_int_eq(fake_get("last_block_x"), dqds[i] ? S2_BWD_DQDS2_THREADS : art_ds->threads_per_block);
         ck_assert_int_eq(fake_get("last_grid_x"), dqds[i] ? (CS / 64 + 1) / 2 : CS / 64);
         s2_attn_sched_stats ss;
@@ -163,27 +168,31 @@ START_TEST(ds_path_in_head_chunks)
         ck_assert_int_eq(ss.dq_paired, i >= 1 ? 2 : 1);
     }
     /* dq_pair -1: NAME_dqds, one query tile per CTA */
-    a.workspace_bytes = full, a.ds_chunks = 0, a.dq_pair = -1;
+    a.workspace_bytes = full, o.ds_chunks = 0, o.dq_pair = -1;
     {
         long long before = fake_get("launches");
-        ck_assert_msg(s2_attn_backward(f.ctx, k, NULL, &a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+        ck_assert_msg(s2_attn_backward_opts(f.ctx, k, NULL, &a, &o) == S2_OK, "%s", s2_ctx_message(f.ctx));
         ck_assert_int_eq(fake_get("launches") - before, 3);
-        ck_assert_int_eq(fake_get("last_smem"), s2_bwd_dqds_smem_bytes(&art_ds->spec));
+        ck_assert_int_eq(fake_get("last_smem"), s2_bwd_dqds_smem_bytes(&aks));
         ck_assert_int_eq(fake_get("last_block_x"), art_ds->threads_per_block);
         ck_assert_int_eq(fake_get("last_grid_x"), CS / 64);
         s2_attn_sched_stats ss;
         s2_attn_kernel_sched_stats(k, &ss);
         ck_assert_int_eq(ss.dq_paired, 2);
     }
-    a.dq_pair = 0;
-    /* two chunks in less than their workspace; chunks that do not divide the kv heads */
+    o.dq_pair = 0;
+    /* two chunks in less than their workspace; chunks that do not divide the
+     * kv heads; a dq_pair that means nothing: refused, nothing launched */
     long long before = fake_get("launches");
-    a.workspace_bytes = half - 16, a.ds_chunks = 2;
-    ck_assert_int_eq(s2_attn_backward(f.ctx, k, NULL, &a), S2_ERR_INVALID);
+    a.workspace_bytes = half - 16, o.ds_chunks = 2;
+    ck_assert_int_eq(s2_attn_backward_opts(f.ctx, k, NULL, &a, &o), S2_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(s2_ctx_message(f.ctx), "s2_attn_backward_workspace_chunked"));
-    a.workspace_bytes = full, a.ds_chunks = 3;
-    ck_assert_int_eq(s2_attn_backward(f.ctx, k, NULL, &a), S2_ERR_INVALID);
+    a.workspace_bytes = full, o.ds_chunks = 3;
+    ck_assert_int_eq(s2_attn_backward_opts(f.ctx, k, NULL, &a, &o), S2_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(s2_ctx_message(f.ctx), "does not divide"));
+    o.ds_chunks = 0, o.dq_pair = 5;
+    ck_assert_int_eq(s2_attn_backward_opts(f.ctx, k, NULL, &a, &o), S2_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(f.ctx), "dq_pair 5"));
     ck_assert_int_eq(fake_get("launches"), before);
     for (int i = 0; i < 8; i++)
         s2_mem_free(f.ctx, f.dev, t[i]);

@@ -17,6 +17,8 @@
  * the sm_80 code path can be checked on an sm_90 device.
  * Exits 77 without libcuda.so.1 or a device.  CUDA is initialised in this
  * process, so Check runs the tests without forking. */
+#include "attn_tune.h"
+#include "compile_internal.h"
 #include "patterns.h"
 #include "kernel_abi.h"
 #include "s2c/attention.h"
@@ -99,7 +101,7 @@ typedef struct case_result {
     double o_err, lse_err;
     int64_t empty_rows;
     int regs, smem;
-    s2_kernel_spec spec;
+    s2_kspec spec;
     s2_arch arch;
     bool tma, persistent;
     uint64_t seed;
@@ -144,7 +146,7 @@ static void run_case(int run)
     const int B = c->batch, H = p->heads, HK = p->kv_heads, D = c->head_dim;
     const int64_t SQ = c->q_len, SK = c->kv_len;
 
-    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = c->dt, .head_dim = D, .arch = arch,
+    s2_kspec spec = {.kind = S2_KERNEL_FWD, .dtype = c->dt, .head_dim = D, .arch = arch,
                            .block_m = c->block_m, .block_n = c->block_n, .num_stages = c->num_stages,
                            .kv_gather = arch == S2_ARCH_SM90A ? c->kv_gather : 0};
     /* the wide shape's 3 stages of 128 x 128 exceed sm_80's shared memory
@@ -154,18 +156,18 @@ static void run_case(int run)
     /* the grid choice applies where the spec resolves to the TMA template
      * (persistent != 0) */
     const char *pers = getenv("S2C_FWD_PERSISTENT");
-    s2_kernel_spec probe = spec;
-    if (pers && s2_kernel_spec_resolve(ctx, &probe, p) == S2_OK && probe.persistent != 0) {
-        s2_kernel_spec with = spec;
+    s2_kspec probe = spec;
+    if (pers && s2_kspec_resolve(ctx, &probe, p) == S2_OK && probe.persistent != 0) {
+        s2_kspec with = spec;
         with.persistent = atoi(pers);
-        if (s2_kernel_spec_resolve(ctx, &with, p) == S2_OK)
+        if (s2_kspec_resolve(ctx, &with, p) == S2_OK)
             spec.persistent = with.persistent;
     }
     s2_ctx_clear(ctx);
     s2_artifact *art = NULL;
-    ck_assert_msg(s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
+    ck_assert_msg(s2_compile_kspec1(ctx, p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s: %s", c->name,
                   s2_ctx_message(ctx));
-    res->spec = art->spec;
+    ck_assert_int_eq(s2_artifact_kspec(ctx, art, &res->spec), S2_OK);   /* the template's choices included */
     /* which ABI: the manifest in the cubin says */
     const char *mtext = NULL;
     size_t mlen = 0;
@@ -187,14 +189,15 @@ static void run_case(int run)
     s2_schedule *sched = NULL;
     s2_packed_schedule pk;
     ck_assert_msg(s2_layout_new(ctx, p, SQ, SK, &lay) == S2_OK, "%s", s2_ctx_message(ctx));
-    int gather = art->spec.kv_gather > 1 ? art->spec.kv_gather : 1;
+    const s2_kspec *aks = &res->spec;
+    int gather = aks->kv_gather > 1 ? aks->kv_gather : 1;
     if (c->kv_gather > 1)
         ck_assert_int_eq(gather, arch == S2_ARCH_SM90A ? c->kv_gather : 1);
-    s2_tile_spec ts = {art->spec.block_m, art->spec.block_n / gather};
+    s2_tile_spec ts = {aks->block_m, aks->block_n / gather};
     ck_assert_msg(s2_schedule_build(ctx, lay, ts, false, &sched) == S2_OK, "%s", s2_ctx_message(ctx));
     /* the two-slab shape on owned pairs, as the runtime packs it */
-    ck_assert_msg(s2_kernel_spec_pack_forward(ctx, &art->spec, sched, &pk) == S2_OK, "%s", s2_ctx_message(ctx));
-    if (s2_kernel_spec_owned_pairs(&art->spec)) {
+    ck_assert_msg(s2_kernel_spec_pack_forward(ctx, aks, sched, &pk) == S2_OK, "%s", s2_ctx_message(ctx));
+    if (s2_kernel_spec_owned_pairs(aks)) {
         const int32_t *po = (const int32_t *)((const char *)pk.data + pk.offsets_off);
         const s2_dev_gentry *pe = (const s2_dev_gentry *)((const char *)pk.data + pk.entries_off);
         for (int64_t li = 0; li < (int64_t)sched->num_classes * sched->geom.q_tiles; li++)
@@ -295,7 +298,7 @@ static void run_case(int run)
         memcpy(fa.k_stride, ks, sizeof ks);
         memcpy(fa.v_stride, vs, sizeof vs);
         memcpy(fa.o_stride, os, sizeof os);
-        ck_assert_msg(s2_attn_fwd_tensor_maps(ctx, dev, &art->spec, &fa, maps) == S2_OK, "%s", s2_ctx_message(ctx));
+        ck_assert_msg(s2_rt_fwd_tensor_maps(ctx, dev, aks, &fa, maps) == S2_OK, "%s", s2_ctx_message(ctx));
     }
     void *args[] = {&dq, &dk, &dv, &o.dev, &d_lse,
                     &qs[0], &qs[1], &qs[2], &ks[0], &ks[1], &ks[2], &vs[0], &vs[1], &vs[2], &os[0], &os[1], &os[2],

@@ -13,6 +13,7 @@
  * test_attn_gpu: relative Frobenius error of o <= 2e-2 (bf16) / 5e-3 (f16),
  * |lse| <= 1e-3.  Exits 77 without libcuda.so.1 or a device. */
 #include "../attn/patterns.h"
+#include "compile_internal.h"
 #include "kernel_abi.h"
 #include "s2c/compile.h"
 #include "s2c/attn_runtime.h"
@@ -106,11 +107,11 @@ static void make_seqs(const varlen_case *c, s2_attn_seq *seqs, int64_t *q_rows, 
  * mma.sync one (sm_90 on Hopper, else the device's arch). */
 static s2_attn_kernel *compile_kernel(s2_ctx *ctx, s2_device *dev, const s2_pattern *p, const varlen_case *c, bool tma)
 {
-    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = c->dt, .head_dim = c->head_dim,
-                           .arch = tma ? S2_ARCH_SM90A : dev_arch == S2_ARCH_SM90A ? S2_ARCH_SM90 : dev_arch,
-                           .persistent = tma && c->persistent ? 1 : 0};
+    s2_kspec spec = {.kind = S2_KERNEL_FWD, .dtype = c->dt, .head_dim = c->head_dim,
+                     .arch = tma ? S2_ARCH_SM90A : dev_arch == S2_ARCH_SM90A ? S2_ARCH_SM90 : dev_arch,
+                     .persistent = tma && c->persistent ? 1 : 0};
     s2_artifact *art = NULL;
-    OK(ctx, s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art));
+    OK(ctx, s2_compile_kspec1(ctx, p, &spec, S2_CUBIN_AUTO, &art));
     s2_attn_kernel *k = NULL;
     OK(ctx, s2_attn_load(ctx, dev, art->cubin, art->cubin_size, NULL, c->dt, c->head_dim, &k));
     s2_artifact_free(art);
