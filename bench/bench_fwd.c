@@ -201,7 +201,7 @@ static void print_header(const options *o)
                "jit_cold", "jit_warm");
 }
 
-/* Times one spec; a module with a wide variant (kernel.wide: the runtime
+/* Times one spec; a module with a wide variant (role fwd_wide: the runtime
  * launches it for long lists) sets *wide to its spec, timed by the caller as
  * a row of its own. */
 static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_kspec *want,
@@ -348,7 +348,7 @@ int main(int argc, char **argv)
                                                        .kv_gather = o.gather.v[gi]};
                                 s2_kspec wide = {0};
                                 run_variant(ctx, dev, &cd, &want, &o, h100, NULL, &wide);
-                                /* on its own grid (kernel.wide: -1, kernel.wide_persistent: 1) */
+                                /* on its own grid (role fwd_wide: fwd_tma, or fwd_tma_persistent) */
                                 if (wide.block_m)
                                     run_variant(ctx, dev, &cd, &wide, &o, h100,
                                                 wide.persistent > 0 ? "wide persistent" : "wide", NULL);

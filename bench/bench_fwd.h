@@ -73,11 +73,11 @@ typedef struct variant {
     double cold_ms, warm_ms;
     int regs, spill_st, spill_ld, stack;
     char kname[128];
-    bool tma;                  /* S2_FWD_ABI_TMA(_PERSISTENT): tensor maps per input set */
-    bool persistent;           /* S2_FWD_ABI_TMA_PERSISTENT: grid of SMs x resident CTAs */
+    bool tma;                  /* ABI fwd_tma(_persistent): tensor maps per input set */
+    bool persistent;           /* ABI fwd_tma_persistent: grid of SMs x resident CTAs */
     uint32_t grid_p;
     s2_tensor_map maps[8][3];
-    bool has_wide;             /* the module's kernel.wide (timed as a row of its own, labelled "wide") */
+    bool has_wide;             /* the module has NAME_w, role fwd_wide (timed as a row of its own, labelled "wide") */
     s2_kspec wide;
 } variant;
 

@@ -33,7 +33,7 @@ static const s2_aot_abi attn_fwd_abi = {
 
 const s2_aot_abi *s2_aot_abi_attn_fwd(void) { return &attn_fwd_abi; }
 
-/* ---- the sm_90a tensor-map forward (launch.h, S2_FWD_ABI_TMA) ---- */
+/* ---- the sm_90a tensor-map forward (launch.h, ABI fwd_tma) ---- */
 
 static const s2_aot_param attn_fwd_tma_params[] = {S2_ABI_FWD_TMA_PARAMS(AOT_PARAM)};
 
@@ -56,7 +56,7 @@ static const s2_aot_abi attn_fwd_tma_abi = {
 
 const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void) { return &attn_fwd_tma_abi; }
 
-/* ---- the persistent sm_90a forward (launch.h, S2_FWD_ABI_TMA_PERSISTENT) ---- */
+/* ---- the persistent sm_90a forward (launch.h, ABI fwd_tma_persistent) ---- */
 
 static const s2_aot_param attn_fwd_tma_p_params[] = {S2_ABI_FWD_TMA_PERSISTENT_PARAMS(AOT_PARAM)};
 

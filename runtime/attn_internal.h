@@ -55,14 +55,14 @@ typedef struct sched_slot {
     /* NAME_dqds2 may run: every forward list short enough and in increasing key order */
     bool dqds2_ok;
     int32_t kv_tiles;
-    /* persistent forward (S2_FWD_ABI_TMA_PERSISTENT): the longest-first work list */
+    /* persistent forward (ABI fwd_tma_persistent): the longest-first work list */
     s2_devptr w_buf;
     int32_t n_work;
     /* its work counters: one pair per stream (launches on one stream run in
      * order; a pair serves them all), taken by the stream that uses it */
     void *counter_stream[S2_ATTN_COUNTER_PAIRS];
     bool counter_used[S2_ATTN_COUNTER_PAIRS];
-    /* the forward's wide variant (kernel.wide), when its lists are long
+    /* the forward's wide variant (role fwd_wide), when its lists are long
      * enough: its own packed gathered schedule */
     bool use_wide;
     fwd_tables wide;

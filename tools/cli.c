@@ -117,7 +117,11 @@ int parse_opts(int argc, char **argv, int first, opts *o, const char **pos, int 
         else if (strcmp(key, "--num-warps") == 0) rc = parse_int(key, val, 1, 32, &o->num_warps);
         else if (strcmp(key, "--num-stages") == 0) rc = parse_int(key, val, 1, 16, &o->num_stages);
         else if (strcmp(key, "--kv-gather") == 0) rc = parse_int(key, val, 1, 4, &o->kv_gather);
-        else return usage_error("unknown option '%s'", key);
+        else if (strcmp(key, "--option") == 0) {
+            if (o->num_options == (int)(sizeof o->options / sizeof o->options[0]))
+                return usage_error("%s", "at most 8 --option");
+            o->options[o->num_options++] = val;
+        } else return usage_error("unknown option '%s'", key);
         if (rc)
             return EXIT_USAGE;
     }

@@ -212,7 +212,8 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
 
 static int compile_softmax(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind emit, s2_cubin_backend backend)
 {
-    if (o->head_dim || o->dtype || o->block_m || o->block_n || o->num_warps || o->num_stages || o->kv_gather)
+    if (o->head_dim || o->dtype || o->block_m || o->block_n || o->num_warps || o->num_stages || o->kv_gather ||
+        o->num_options)
         return usage_error("%s", "compile: --kernel softmax takes no --head-dim, --dtype or tunables");
     if (emit == EMIT_C)
         return usage_error("%s", "compile: --kernel softmax has no --emit c");
@@ -256,10 +257,14 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
         else
             return usage_error("compile: --kind must be fwd, bwd or decode, got '%s'", o->kind);
     }
-    s2_kspec spec = {.kind = kind, .head_dim = (int)o->head_dim, .arch = (int)arch,
-                           .block_m = (int)o->block_m, .block_n = (int)o->block_n,
-                           .num_warps = (int)o->num_warps, .num_stages = (int)o->num_stages,
-                           .kv_gather = (int)o->kv_gather};
+    /* the template's own choices: --kv-gather, then each --option in order */
+    s2_kernel_options kopt = {.kv_gather = (int)o->kv_gather};
+    for (int i = 0; i < o->num_options; i++)
+        if (s2_kernel_options_set(ctx, &kopt, o->options[i]) != S2_OK)
+            return usage_error("compile: --option %s", s2_ctx_message(ctx));
+    s2_kernel_spec pub = {.kind = kind, .head_dim = (int)o->head_dim, .arch = (int)arch, .block_m = (int)o->block_m,
+                          .block_n = (int)o->block_n, .num_warps = (int)o->num_warps, .num_stages = (int)o->num_stages};
+    s2_kspec spec = s2_kspec_of(&pub, &kopt);
     if (parse_dtype(o->dtype, &spec.dtype) != 0)
         return usage_error("compile: --dtype must be bf16 or fp16, got '%s'", o->dtype);
     for (int i = 0; i < o->num_names; i++)

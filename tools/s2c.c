@@ -32,6 +32,8 @@ static const char usage_text[] =
     "                              NAME = OUT's file name without extension as a C identifier\n"
     "      --block-m N --block-n N --num-warps N --num-stages N\n"
     "      --kv-gather N           key blocks gathered into one key tile (1..4, filling block_n)\n"
+    "      --option NAME=VALUE     a template's own choice: persistent, bwd_wgmma, kv_gather, bwd_tma\n"
+    "                              (-1 off, 1 on; 0 the heuristic), recorded in the manifest's kernel.fn\n"
     "      --kind fwd|bwd|decode     what to generate (default fwd; decode: paged decode + combine)\n"
     "                              tunables (default: the per-arch heuristic; all recorded in the manifest)\n"
     "      --backend auto|ptxas|nvjitlink   PTX -> cubin (default: auto = ptxas, else nvJitLink)\n"

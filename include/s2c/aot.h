@@ -60,7 +60,7 @@ typedef struct s2_aot_param {
 /* How a launcher builds its S2_AOT_TMAP parameters. */
 typedef enum s2_aot_maps {
     S2_AOT_MAPS_NONE = 0,
-    /* the sm_90a forward's q_map, k_map, v_map (attention.h): 4-D
+    /* the sm_90a forward's q_map, k_map, v_map (launch.h): 4-D
      * cuTensorMapEncodeTiled maps of q, k, v, dims {D, rows, heads, tensor batch},
      * byte strides {seq, head, batch} (a stride over an extent of 1 or <= 0
      * becomes D * element size, as s2_attn_fwd_tensor_maps does), box
@@ -70,7 +70,7 @@ typedef enum s2_aot_maps {
      * batch (1 when seqinfo != 0).  The ABI must name those parameters and
      * launch arguments; a failing encode's CUresult is returned unlaunched. */
     S2_AOT_MAPS_ATTN_FWD,
-    /* the sm_90a backward's q_map and do_map (spec.bwd_tma, attention.h
+    /* the sm_90a backward's q_map and do_map (ABI bwd_tma, launch.h
      * parameters 51 and 52): the forward's q map rule for q and for d_o, rows
      * q_len, heads, tensor batch = batch, box {64, kv_box_rows, 1, 1} (the
      * spec's block_m). */
@@ -108,7 +108,7 @@ typedef struct s2_aot_abi {
  *   grid    (q_tiles, heads, batch) */
 const s2_aot_abi *s2_aot_abi_attn_fwd(void);
 
-/* The sm_90a tensor-map forward (S2_FWD_ABI_TMA, manifest `kernel.abi tma`):
+/* The sm_90a tensor-map forward (manifest record ABI fwd_tma):
  *   params  q .. q_tiles as s2_aot_abi_attn_fwd (0..24),
  *           q_map, k_map, v_map      CUtensorMap, built by the launcher (S2_AOT_MAPS_ATTN_FWD)
  *           seqinfo                  CUdeviceptr (s2_attn_seq [batch], or 0)
@@ -127,9 +127,8 @@ const s2_aot_abi *s2_aot_abi_attn_fwd(void);
  * are the caller's, as there. */
 const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void);
 
-/* The persistent sm_90a forward (S2_FWD_ABI_TMA_PERSISTENT, manifest `kernel.abi
- * tma_persistent`, and a module's wide variant NAME_w under
- * `kernel.wide_persistent`):
+/* The persistent sm_90a forward (manifest record ABI fwd_tma_persistent,
+ * also a module's wide variant NAME_w, role fwd_wide, on that ABI):
  *   params  q .. v_map as s2_aot_abi_attn_fwd_tma (0..27),
  *           work                     CUdeviceptr: int32 [n_work], the longest-first
  *                                    work list (s2_schedule_work_list)
@@ -152,7 +151,7 @@ const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void);
  * block), as the runtime does. */
 const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void);
 
-/* The backward module (S2_KERNEL_BWD, attention.h): three kernels NAME_pre,
+/* The backward module (S2_KERNEL_BWD, launch.h): three kernels NAME_pre,
  * NAME_dkdv, NAME_dq with the same 48 parameters, so one ABI each with the
  * same launcher arguments; call the three launchers in that order on one
  * stream (the _tma ABIs below for modules with tensor-map parameters).
@@ -173,13 +172,14 @@ const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void);
 const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void);
 const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void);
 const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void);
-/* NAME_dqds (modules for which s2_bwd_ds_capable holds): launch it instead of
+/* NAME_dqds (modules whose manifest lists it): launch it instead of
  * NAME_dq with ds, ds_head and ds_map given (the s2_ds_map of the two
- * schedules, layout.h) after NAME_dkdv wrote the dS tiles; smem_bytes
- * s2_bwd_dqds_smem_bytes(spec). */
+ * schedules, layout.h) after NAME_dkdv wrote the dS tiles, with its manifest
+ * record's shared memory.  NAME_dqds2 takes the same ABI with its record's
+ * block and a grid of cdiv(q_tiles, 2) (grid_div 2). */
 const s2_aot_abi *s2_aot_abi_attn_bwd_dqds(void);
-/* The same four for a module with the tensor-map parameters (spec.bwd_tma 1,
- * manifest `kernel.bwd_tma 1`): params as above then q_map, do_map
+/* The same four for a module with the tensor-map parameters (manifest records
+ * of ABI bwd_tma): params as above then q_map, do_map
  * (CUtensorMap, built by the launcher: S2_AOT_MAPS_ATTN_BWD). */
 const s2_aot_abi *s2_aot_abi_attn_bwd_pre_tma(void);
 const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv_tma(void);

@@ -42,7 +42,7 @@ extern "C" {
 #define S2_ATTN_SCHED_CACHE 8
 /* Work-counter pairs of a persistent forward's schedule entry: launches on
  * up to this many streams at once run without waiting; one more stream
- * synchronises the context first (attention.h, persistent variant). */
+ * synchronises the context first (launch.h, persistent variant). */
 #define S2_ATTN_COUNTER_PAIRS 8
 
 typedef struct s2_attn_module s2_attn_module;
@@ -88,7 +88,7 @@ int64_t s2_attn_kernel_max_kv_len(const s2_attn_kernel *k);
 typedef struct s2_attn_sched_stats {
     int64_t hits, misses, evictions;
     int cached;                      /* entries held now (<= S2_ATTN_SCHED_CACHE) */
-    int64_t wide;                    /* forward schedules built for the wide variant (kernel.wide) */
+    int64_t wide;                    /* forward schedules built for the wide variant (role fwd_wide) */
     int64_t ds_chunked;              /* backward launches that ran the dS path in chunks of heads */
     int64_t dq_paired;               /* backward launches whose dQ ran two query tiles per CTA (NAME_dqds2) */
 } s2_attn_sched_stats;
@@ -126,12 +126,12 @@ s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2
 s2_status s2_attn_backward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a);
 s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a);
 
-/* The workspace that lets s2_attn_backward take the dS path (attention.h,
+/* The workspace that lets s2_attn_backward take the dS path (launch.h,
  * backward ABI 48..50: the dK/dV kernel keeps each entry's dS tile, 8 KB per
  * 64 x 64 entry, so that the dQ kernel does one tile product per entry
  * instead of three): s2_attn_bwd_workspace_bytes() plus the dS tiles of
  * (batch, q_len, kv_len).  Pass it as a->workspace_bytes.  *bytes is the
- * plain size when the kernel has no dS path (s2_bwd_ds_capable) or the
+ * plain size when the kernel has no dS path (no bwd_dqds kernel in its manifest) or the
  * schedules do not pair up; *ds_path says which (may be NULL).  Builds
  * (and caches) the schedules of (q_len, kv_len), as a launch would.  The
  * dS tiles go at the first 256-byte boundary after the plain part. */
@@ -159,7 +159,7 @@ s2_status s2_attn_backward_workspace_chunked(s2_ctx *ctx, s2_attn_kernel *k, int
 s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a,
                                   s2_tensor_map maps[3]);
 
-/* ---- variable-length batches (attention.h: s2_attn_seq, the seqinfo parameter) ----
+/* ---- variable-length batches (launch.h: s2_attn_seq, the seqinfo parameter) ----
  * A batch of sequences of their own lengths, for s2_attn_fwd_args.seqs:
  * packed (cu_seqlens), right- or left-padded, chunked prefill (q_len <
  * kv_len: the chunk attends to the cache plus itself), or a mix.  The object
@@ -180,7 +180,7 @@ void s2_attn_seqs_free(s2_attn_seqs *s);
 int s2_attn_seqs_count(const s2_attn_seqs *s);
 const s2_attn_seq *s2_attn_seqs_host(const s2_attn_seqs *s);
 s2_devptr s2_attn_seqs_device(const s2_attn_seqs *s);   /* the seqinfo parameter, for launches by hand */
-/* (q_len, kv_len) of the schedule a launch uses (attention.h); 0, 0 when no
+/* (q_len, kv_len) of the schedule a launch uses (launch.h); 0, 0 when no
  * sequence has a query (s2_attn_forward then launches nothing). */
 void s2_attn_seqs_schedule_shape(const s2_attn_seqs *s, int64_t *q_len, int64_t *kv_len);
 

@@ -38,7 +38,7 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
 s2_status s2_compile_row_softmax(s2_ctx *ctx, const s2_pattern *pattern, const s2_target *target,
                                  s2_cubin_backend backend, s2_artifact **out);
 
-/* Block-sparse attention for a pattern (kernel ABI in s2c/attention.h).
+/* Block-sparse attention for a pattern (kernel ABI in s2c/launch.h).
  * The spec is resolved with s2_kernel_spec_resolve (the artifact keeps the
  * result in art->spec); the module holds one kernel, art->kernels[0].name =
  * s2_fwd_<pattern>_<dtype>_d<D>, and the manifest global.  Launch with

@@ -66,7 +66,7 @@ extern "C" {
  * neighbours' or the padding): they are masked, but K and V rows there must
  * hold finite values (0 · NaN would reach O); the sm_80 kernel never reads them.
  *
- * ---- sm_90a variant (manifest `kernel.abi tma`, S2_FWD_ABI_TMA) -------------------
+ * ---- sm_90a variant (ABI fwd_tma in the kernel's manifest record) ------------------
  * Kernels generated for sm_90a with head_dim 64 or 128 (templates/fwd_sm90.c:
  * wgmma, TMA, a producer warpgroup and block_m / 64 consumer warpgroups;
  * num_warps = 4 * (1 + block_m / 64), block_m 64 or 128) take parameters 0..24
@@ -75,13 +75,13 @@ extern "C" {
  *   25 tensor map of q   26 of k   27 of v
  * each 4-D, bf16/f16, dims {D, seq (q_len or kv_len), heads (H or Hkv), B},
  * strides in bytes {seq, head, batch} (the element strides above times 2),
- * box {64, rows, 1, 1} with rows = 64 for q and block_n / kv_gather for k and v,
+ * box {64, rows, 1, 1} with rows = 64 for q and the record's block_n / KV_GATHER (key blocks per tile) for k and v,
  * CU_TENSOR_MAP_SWIZZLE_128B, interleave none, OOB fill none (zeros).
  * s2_attn_fwd_tensor_maps (attn_runtime.h) builds them; s2_attn_forward does
  * so for such kernels.  Grid and block as above (block = num_warps * 32).
  *
- * ---- sm_90a persistent variant (manifest `kernel.abi tma_persistent`) ------------
- * Spec persistent = 1.  Parameters 0..27 as the TMA variant, plus
+ * ---- sm_90a persistent variant (ABI fwd_tma_persistent, grid rule persistent) -----
+ * Parameters 0..27 as the TMA variant, plus
  *   28 ptr work     i32 [n_work]: items head * q_tiles + rel (rel: list index
  *                   within the head's class, 0 = first_q_tile), longest
  *                   heads first, longest tiles first within a head
@@ -127,19 +127,19 @@ typedef struct s2_attn_seq {
  *   48 ptr ds         dS workspace, or null: 16-bit [B][tiles][64][64] (s2_ds_map)
  *   49 ptr ds_head    int64 head_base[H + 1] of the s2_ds_map
  *   50 ptr ds_map     int32 map[] of the s2_ds_map (one per transposed record)
- *        With ds non-null (modules for which s2_bwd_ds_capable holds), the
+ *        With ds non-null (modules whose manifest lists a bwd_dqds kernel), the
  *        dK/dV kernel also writes each entry's dS tile, query-major (row q
  *        = 128 bytes of 64 keys, 16-byte chunk c at c ^ (q & 7)), and
  *        NAME_dqds computes dq = scale·dS·K from them instead of NAME_dq
  *        recomputing S and dP: 5 tile products per entry instead of 7.
  *   51 CUtensorMap q_map, 52 CUtensorMap do_map  (by value, 128 bytes, 64-byte aligned;
- *        modules with spec.bwd_tma 1 only, manifest `kernel.bwd_tma 1`): 4-D maps
+ *        ABI bwd_tma only): 4-D maps
  *        {D, q_len, heads, batch} of q and do over the launch's heads (strides
  *        as above, in bytes), bf16/f16, box {64, block_m, 1, 1}, 128-byte
  *        swizzle, out-of-bounds fill zero, as the forward's q map
  *        (s2_attn_fwd_tensor_maps with the backward's tensors); every kernel
  *        of such a module takes them, NAME_dkdv reads them.
- * Gathered backward (spec kv_gather 4, block-16 patterns on sm_90a): 39..43 is
+ * Gathered backward (KV_GATHER 4 in the records: block-16 patterns on sm_90a): 39..43 is
  * s2_schedule_pack_gathered's packing of the forward schedule for (block_m,
  * block_size), as the gathered forward.
  * Launch in this order (one stream), block (num_warps * 32):
@@ -148,10 +148,10 @@ typedef struct s2_attn_seq {
  *              of list x's header (rows >= kv_len untouched), summed over the
  *              query heads of kv head y in increasing order
  *   NAME_dq    grid (q_tiles, H, B), smem art->smem_bytes: dq of the tile, as the forward
- *              (or NAME_dqds, same grid, smem s2_bwd_dqds_smem_bytes, when ds is given;
- *              or NAME_dqds2, grid (cdiv(q_tiles, 2), H, B), block S2_BWD_DQDS2_THREADS,
- *              smem s2_bwd_dqds2_smem_bytes, when ds is given and every forward list
- *              holds at most S2_BWD_DQDS2_MAX_LIST entries in increasing key order)
+ *              (or NAME_dqds, same grid, its record's shared memory, when ds is given;
+ *              or NAME_dqds2, grid (cdiv(q_tiles, 2), H, B), its record's block
+ *              and shared memory, when ds is given and every forward list
+ *              holds at most 256 entries in increasing key order)
  * No atomics: every output element is summed by one thread in a fixed order,
  * so two runs give bitwise-identical results.  dq = scale·dS·K, dk =
  * scale·dSᵀ·Q, dv = Pᵀ·dO with P recomputed from lse2 (s2_ref_backward).

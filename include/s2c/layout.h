@@ -159,7 +159,7 @@ typedef struct s2_packed_schedule {
 /* S2_ERR_UNSUPPORTED when a count does not fit the 32-bit device format. */
 s2_status s2_schedule_pack(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out);
 
-/* Gathered key tiles (sm_90a forward, spec kv_gather): s is a forward
+/* Gathered key tiles (sm_90a forward, KV_GATHER in its manifest record): s is a forward
  * schedule whose key tiles are one pattern block (block_n = sub_n_size);
  * each list's entries, in order, are taken `group` at a time (2..4) into one
  * entry of group key blocks that fill one key tile of group * block_n rows.
@@ -190,7 +190,7 @@ s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group
 s2_status s2_schedule_pack_gathered_owned(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out);
 void s2_packed_schedule_free(s2_packed_schedule *p);
 
-/* The resident key tiles of the backward's dK/dV kernel (attention.h,
+/* The resident key tiles of the backward's dK/dV kernel (launch.h,
  * backward ABI): t is a TRANSPOSED schedule whose key tiles are one pattern
  * block or part of one (sub_n 1), group 1..4.  Per kv head (heads /
  * kv_heads query heads), its key blocks are cut into groups of `group`
@@ -215,8 +215,8 @@ typedef struct s2_dev_kvgroup {
 s2_status s2_schedule_pack_gathered_kv(s2_ctx *ctx, const s2_schedule *t, int kv_heads, int group,
                                        s2_packed_schedule *out, int32_t *lists);
 
-/* The backward's dS workspace (attention.h, backward ABI 48..50): with one
- * 64 x 64 tile grid in both schedules (s2_bwd_ds_capable), the dK/dV kernel
+/* The backward's dS workspace (launch.h, backward ABI 48..50): with one
+ * 64 x 64 tile grid in both schedules (modules with NAME_dqds), the dK/dV kernel
  * writes the dS tile of each of its entries where the dQ kernel finds it by
  * its forward entry.  Tile slot of (batch b, head h, forward entry e of h's
  * class c) = b * tiles + head_base[h] + (e - offsets[c * q_tiles]), where
@@ -242,7 +242,7 @@ s2_status s2_schedule_ds_map(s2_ctx *ctx, const s2_packed_schedule *fwd, int64_t
                              s2_ds_map *out);
 void s2_ds_map_free(s2_ds_map *m);
 
-/* The persistent forward's work list (attention.h, S2_FWD_ABI_TMA_PERSISTENT):
+/* The persistent forward's work list (launch.h, ABI fwd_tma_persistent):
  * the heads * q_tiles items head * q_tiles + rel of a forward schedule,
  * heads by decreasing total entry count (ties: lower head first), and within
  * a head its tiles by decreasing entry count (ties: later tiles first).

@@ -372,7 +372,7 @@ typedef CUresult (*tma_p_launcher)(CUstream, P, P, P, P, P, I, I, I, I, I, I, I,
 #undef I
 
 /* A default-spec sm_90a forward of 64-token blocks at d128 holds NAME_w on
- * the persistent grid (kernel.wide_persistent); `s2c compile --emit c`
+ * the persistent grid (role fwd_wide, ABI fwd_tma_persistent); `s2c compile --emit c`
  * writes a launcher for it (tools/s2c.c, aot_kernels_of).  The runtime
  * launches it for long lists: its launch against the generated launcher's
  * with the runtime's schedule, work list and counters (the caller's, in the

@@ -352,8 +352,8 @@ START_TEST(spec_heuristic_and_limits)
             ck_assert_int_le(sd.kv_gather, 1);
         }
     }
-    /* its wide variant stays on the plain grid (kernel.wide; S2 patterns'
-     * go persistent: kernel.wide_persistent, checked above) */
+    /* its wide variant stays on the plain grid (ABI fwd_tma; S2 patterns'
+     * go persistent: fwd_tma_persistent, checked above) */
     s2_kspec sw = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A};
     s2_artifact *aw = NULL;
     ck_assert_msg(s2_compile_kspec1(ctx, pd, &sw, S2_CUBIN_AUTO, &aw) == S2_OK, "%s", s2_ctx_message(ctx));

@@ -7,7 +7,7 @@
  * template where the spec allows it, tensor maps built by
  * s2_attn_fwd_tensor_maps) and for sm_90 (the mma.sync template).
  * sm_90a kernels take the spec's default grid (one CTA per tile);
- * S2C_FWD_PERSISTENT=1 selects the persistent one (S2_FWD_ABI_TMA_PERSISTENT;
+ * S2C_FWD_PERSISTENT=1 selects the persistent one (ABI fwd_tma_persistent;
  * not for the gathered-key-tile cases, which have the plain grid only),
  * launched on 7 CTAs so that each walks many work items and the mbarrier
  * phases carry over.
@@ -89,7 +89,7 @@ static const fwd_case cases[] = {
     {"gqa32_8_b32_d64_f16_g4_m128", 3, 64, S2_DTYPE_F16, 1, 700, 700, L_BSHD, 128, 0, 2, false, 4},
     {"causal64_d128_bf16_g2_s2", 0, 128, S2_DTYPE_BF16, 1, 1500, 1500, L_BSHD, 0, 0, 2, false, 2},
     {"bidir64_d64_bf16_g2_q100", 2, 64, S2_DTYPE_BF16, 2, 100, 1000, L_BHSD, 0, 0, 2, false, 2},
-    /* the wide variant's shape (kernel.wide: 128 x 128, two gathered blocks, 3 stages) */
+    /* the wide variant's shape (role fwd_wide: 128 x 128, two gathered blocks, 3 stages) */
     {"causal64_d128_bf16_wide", 0, 128, S2_DTYPE_BF16, 2, 1500, 1500, L_BSHD, 128, 128, 3, false, 2},
     {"bidir64_d128_f16_wide_q300", 2, 128, S2_DTYPE_F16, 1, 300, 1000, L_BHSD, 128, 128, 3, false, 2},
     {"dense64_d128_bf16_gqa_wide_ragged", 7, 128, S2_DTYPE_BF16, 2, 1000, 1000, L_BSHD, 128, 128, 3, false, 2},

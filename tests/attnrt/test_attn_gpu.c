@@ -51,9 +51,9 @@ static const gpu_case cases[] = {
     {"dense2_gqa_bf16_d64_decode", 4, S2_DTYPE_BF16, 64, 3, 1, 777, L_BSHD, 0, 0, 0, false},
     {"mergeq16_bf16_d128_m16", 1, S2_DTYPE_BF16, 128, 1, 257, 257, L_BHSD, 16, 64, 0, false},
     {"empty_rows16_f16_d64", 5, S2_DTYPE_F16, 64, 2, 300, 300, L_BSHD, 0, 0, 0, false},
-    /* long lists: on sm_90a the runtime launches the wide variant (kernel.wide) */
+    /* long lists: on sm_90a the runtime launches the wide variant (role fwd_wide) */
     {"dense64_gqa_bf16_d128_q300_kv2100_wide", 7, S2_DTYPE_BF16, 128, 2, 300, 2100, L_BSHD, 0, 0, 0, true},
-    /* an S2 pattern's wide variant (kernel.wide_persistent) on owned pairs
+    /* an S2 pattern's wide variant (role fwd_wide, ABI fwd_tma_persistent) on owned pairs
      * (669 keys per query tile: over the runtime's threshold) */
     {"bidir64_f16_d128_q2100_wide", 2, S2_DTYPE_F16, 128, 1, 2100, 2100, L_BHSD, 0, 0, 0, false},
 };

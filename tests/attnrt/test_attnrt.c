@@ -464,7 +464,7 @@ END_TEST
 /* ---- variable-length batches ---------------------------------------------------- */
 
 /* Kernel B (sm_90a, block 64, d128, default spec) carries a wide variant
- * (kernel.wide): a schedule whose query tiles visit few keys launches the
+ * (role fwd_wide): a schedule whose query tiles visit few keys launches the
  * kernel itself, one with long lists NAME_w, with its threads, shared memory
  * and 128-row grid. */
 START_TEST(wide_variant_for_long_lists)

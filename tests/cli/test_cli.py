@@ -358,13 +358,30 @@ def test_tunables():
                                       (["--block-m", "128", "--block-n", "128", "--num-stages", "4"], 1,
                                        ["shared memory"]),
                                       (["--block-n", "256"], 2, ["--block-n", "256"]),
-                                      (["--num-warps", "x"], 2, ["--num-warps"])]:
+                                      (["--num-warps", "x"], 2, ["--num-warps"]),
+                                      (["--option", "persistnt=1"], 2, ["unknown kernel option", "persistnt"]),
+                                      (["--option", "kv_gather=9"], 2, ["kv_gather", "0..4"]),
+                                      (["--option", "bwd_tma"], 2, ["NAME=VALUE"])]:
             out = os.path.join(d, "bad.cubin")
             rc, cout, err = run(*base, "-o", out, *extra)
             lines = [l for l in err.strip().split("\n") if not l.startswith("Try ")]
             check(f"bad tunables {' '.join(extra)}: exit {rc_want}, one line naming the value",
                   rc == rc_want and len(lines) == 1 and all(w in err for w in words) and not os.path.exists(out),
                   f"rc={rc} {err!r}")
+
+
+def test_template_options():
+    """--option NAME=VALUE sets a template's own choice, and the manifest's kernel record carries it."""
+    pat = os.path.join(PATTERNS, "phi3-small.yaml")
+    base = ["compile", pat, "--head-dim", "128", "--dtype", "bf16", "--arch", "sm_90a"]
+    with tempfile.TemporaryDirectory() as d:
+        for opt, abi, grid in (("persistent=1", "fwd_tma_persistent", "persistent"), ("persistent=-1", "fwd_tma", "q_tiles")):
+            out = os.path.join(d, "o.cubin")
+            rc, cout, err = run(*base, "--option", opt, "-o", out)
+            rc2, iout, ierr = run("info", out)
+            want = f"  s2_fwd_phi3_small_bf16_d128: fwd, abi {abi}, grid {grid}, 256 threads"
+            check(f"--option {opt}: the kernel record says abi {abi}, grid {grid}",
+                  rc == 0 and rc2 == 0 and want in iout, cout + err + iout + ierr)
 
 
 def cc_errors(cc, d, srcs):
@@ -622,7 +639,8 @@ def test_kv_memory():
 
 def main():
     for t in (test_golden, test_bad_files, test_usage, test_stock, test_compile_softmax,
-              test_compile_matrix, test_multi_pattern, test_tunables, test_emit_c, test_stages, test_info_errors,
+              test_compile_matrix, test_multi_pattern, test_tunables, test_template_options, test_emit_c, test_stages,
+              test_info_errors,
               test_kv_memory):
         try:
             t()
