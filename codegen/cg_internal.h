@@ -136,15 +136,6 @@ typedef struct s2_nv_if {
 } s2_nv_if;
 void s2_nv_if_begin(s2_cg *cg, s2_nv_if *blk, LLVMValueRef cond, const char *name);
 void s2_nv_if_end(s2_cg *cg, s2_nv_if *blk);
-/* After a branch that computed masked[n][i] for some score fragments: branch
- * to `join` and merge, so that sc[n][i] becomes masked[n][i] when control came
- * through the mask path and stays sc[n][i] when it came from `from`. */
-void s2_nv_join_scores(s2_cg *cg, LLVMBasicBlockRef from, LLVMBasicBlockRef join, int ntiles,
-                       LLVMValueRef sc[][4], LLVMValueRef masked[][4]);
-/* Variable-length batches (attention.h, the forward's trailing seqinfo
- * parameter): the i32 quadruple {q_start, q_len, k_start, kv_len} of entry
- * `idx` (i32) of the array at `info`, or dflt[] when info is null. */
-void s2_nv_seqinfo(s2_cg *cg, LLVMValueRef info, LLVMValueRef idx, LLVMValueRef dflt[4], LLVMValueRef out[4]);
 
 
 /* ---- Hopper helpers (cg_wgmma.c, sm_90a) ---- */

@@ -191,3 +191,47 @@ LLVMValueRef s2_flash_aligned8(s2_cg *cg, LLVMValueRef ptr, const LLVMValueRef *
     return LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, bits, LLVMConstInt(cg->t_i64, 7, 0), ""),
                          LLVMConstInt(cg->t_i64, 0, 0), "aligned8");
 }
+
+void s2_nv_seqinfo(s2_cg *cg, LLVMValueRef info, LLVMValueRef idx, LLVMValueRef dflt[4], LLVMValueRef out[4])
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMValueRef given = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, info, cg->t_i64, ""),
+                                       LLVMConstInt(cg->t_i64, 0, 0), "varlen");
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
+    s2_nv_if blk;
+    s2_nv_if_begin(cg, &blk, given, "seqinfo");
+    LLVMValueRef got[4];
+    LLVMValueRef base = LLVMBuildMul(b, LLVMBuildSExt(b, idx, cg->t_i64, ""), LLVMConstInt(cg->t_i64, 4, 0), "");
+    for (int f = 0; f < 4; f++) {
+        LLVMValueRef off = LLVMBuildAdd(b, base, LLVMConstInt(cg->t_i64, (unsigned long long)f, 0), "");
+        LLVMValueRef p = LLVMBuildInBoundsGEP2(b, cg->t_i32, info, &off, 1, "");
+        got[f] = LLVMBuildLoad2(b, cg->t_i32, p, "seq");
+        LLVMSetAlignment(got[f], f == 0 ? 16 : 4);
+    }
+    LLVMBasicBlockRef then_end = LLVMGetInsertBlock(b);
+    s2_nv_if_end(cg, &blk);
+    for (int f = 0; f < 4; f++) {
+        LLVMValueRef phi = LLVMBuildPhi(b, cg->t_i32, "");
+        LLVMValueRef v[2] = {dflt[f], got[f]};
+        LLVMBasicBlockRef bb[2] = {from, then_end};
+        LLVMAddIncoming(phi, v, bb, 2);
+        out[f] = phi;
+    }
+}
+
+void s2_nv_join_scores(s2_cg *cg, LLVMBasicBlockRef from, LLVMBasicBlockRef join, int ntiles,
+                       LLVMValueRef sc[][4], LLVMValueRef masked[][4])
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMBasicBlockRef mask_end = LLVMGetInsertBlock(b);
+    LLVMBuildBr(b, join);
+    LLVMPositionBuilderAtEnd(b, join);
+    for (int n = 0; n < ntiles; n++)
+        for (int i = 0; i < 4; i++) {
+            LLVMValueRef phi = LLVMBuildPhi(b, cg->t_f32, "");
+            LLVMValueRef v[2] = {sc[n][i], masked[n][i]};
+            LLVMBasicBlockRef bb[2] = {from, mask_end};
+            LLVMAddIncoming(phi, v, bb, 2);
+            sc[n][i] = phi;
+        }
+}
