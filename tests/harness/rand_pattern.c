@@ -4,7 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-static s2_pattern_set *make_set(const s2_local_stride_args *a)
+s2_pattern_set *s2t_pattern_set_from_args(const s2_local_stride_args *a)
 {
     s2_ctx *ctx = s2_ctx_new();
     s2_pattern_set *set = NULL;
@@ -40,7 +40,7 @@ void s2t_rand_pattern_new(s2t_rng *r, const s2t_rand_opts *o, s2t_rand_pattern *
     a.vert_position = s2t_rng_int(r, -1, 1);
     if (o->name)
         a.name = o->name;
-    rp->set = make_set(&a);
+    rp->set = s2t_pattern_set_from_args(&a);
     s2_pattern *p = rp->p = (s2_pattern *)s2_pattern_set_get(rp->set, 0);
     for (int q = 0; q < p->heads; q++)
         if (s2t_rng_int(r, 0, 5) == 0)

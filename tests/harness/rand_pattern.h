@@ -71,4 +71,7 @@ typedef struct s2t_rand_pattern {
 void s2t_rand_pattern_new(s2t_rng *r, const s2t_rand_opts *o, s2t_rand_pattern *rp);
 void s2t_rand_pattern_free(s2t_rand_pattern *rp);
 
+/* The pattern set of the S2 library's keyword arguments; the test fails if they do not resolve. */
+s2_pattern_set *s2t_pattern_set_from_args(const s2_local_stride_args *a);
+
 #endif

@@ -13,16 +13,6 @@
 
 static s2t_rng rng;
 
-static s2_pattern_set *make_set(const s2_local_stride_args *a)
-{
-    s2_ctx *ctx = s2_ctx_new();
-    s2_pattern_set *set = NULL;
-    s2_status st = s2_pattern_from_args(ctx, a, &set);
-    ck_assert_msg(st == S2_OK, "from_args: %s", s2_ctx_message(ctx));
-    s2_ctx_free(ctx);
-    return set;
-}
-
 static s2_pattern *mut(s2_pattern_set *set) { return (s2_pattern *)s2_pattern_set_get(set, 0); }
 
 static s2_layout *make_layout(const s2_pattern *p, int64_t q_len, int64_t kv_len)
@@ -100,7 +90,7 @@ START_TEST(test_golden_all_cases)
         long seqlen;
         args_from_json(json, &a, &seqlen);
         a.name = name;
-        s2_pattern_set *set = make_set(&a);
+        s2_pattern_set *set = s2t_pattern_set_from_args(&a);
         const s2_pattern *p = s2_pattern_set_get(set, 0);
         s2_layout *l = make_layout(p, seqlen, seqlen);
         int H, M, N;
@@ -151,7 +141,7 @@ START_TEST(test_predicate_hand)
     a.local_blocks = 2;
     a.vert_stride = 3;
     a.block_size = 16;
-    s2_pattern_set *set = make_set(&a);
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
     s2_pattern *p = mut(set);
     /* head 0: shift 0 -> stripes at n = 0, 3, 6; head 1: shift 1 -> n = 2, 5 */
     ck_assert(s2_block_kept(p, 0, 9, 6) && s2_block_kept(p, 0, 9, 0) && !s2_block_kept(p, 0, 9, 5));
@@ -204,7 +194,7 @@ START_TEST(test_predicate_bidirectional)
     a.local_right = 3;
     a.vert_stride = 4;
     a.num_heads = 2;
-    s2_pattern_set *set = make_set(&a);
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
     s2_pattern *p = mut(set);
     ck_assert_int_eq(p->vert_position, S2_VERT_RELATIVE);
     /* window: m - n < 2 and n - m < 3 */
@@ -602,7 +592,7 @@ START_TEST(test_pack_owned_s2_rows)
         a.block_size = 64;
         a.local_blocks = rows[i][0];
         a.vert_stride = rows[i][1];
-        s2_pattern_set *set = make_set(&a);
+        s2_pattern_set *set = s2t_pattern_set_from_args(&a);
         const s2_pattern *p = s2_pattern_set_get(set, 0);
         s2_layout *l = make_layout(p, rows[i][2], rows[i][2]);
         s2_schedule *fw = NULL;
@@ -760,7 +750,7 @@ START_TEST(test_pack_gathered_kv_mergeq_util)
     a.block_size = 16;
     a.local_blocks = 32;
     a.vert_stride = 16;
-    s2_pattern_set *set = make_set(&a);
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     s2_layout *l = make_layout(p, 8192, 8192);
     s2_schedule *one = NULL, *adj = NULL;
@@ -876,7 +866,7 @@ START_TEST(test_classes)
     s2_local_stride_args_default(&a);
     a.num_heads = 8;
     a.vert_stride = 4; /* step 1, shifts 0..7: four classes by shift mod 4 */
-    s2_pattern_set *set = make_set(&a);
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
     s2_layout *l = make_layout(s2_pattern_set_get(set, 0), 1024, 1024);
     ck_assert_int_eq(s2_layout_num_classes(l), 4);
     ck_assert_int_eq(s2_layout_head_class(l, 5), 1);
@@ -900,7 +890,7 @@ START_TEST(test_kv_efficient)
     s2_local_stride_args_default(&a);
     a.num_heads = 4;
     a.vert_stride = 8;
-    s2_pattern_set *set = make_set(&a);
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
     s2_layout *l = make_layout(s2_pattern_set_get(set, 0), 4096, 4096);
     s2_ctx *ctx = s2_ctx_new();
     bool ok = false;
@@ -909,7 +899,7 @@ START_TEST(test_kv_efficient)
     s2_layout_free(l);
     s2_pattern_set_free(set);
     a.causal = false; /* relative stripes reappear at distance: not efficient */
-    set = make_set(&a);
+    set = s2t_pattern_set_from_args(&a);
     l = make_layout(s2_pattern_set_get(set, 0), 4096, 4096);
     ck_assert_int_eq(s2_layout_check_kv_efficient(ctx, l, &ok), S2_OK);
     ck_assert(!ok);
@@ -1006,7 +996,7 @@ START_TEST(test_liveness_closed_form)
     a.local_blocks = 3;
     a.vert_stride = 4;
     a.block_size = 64;
-    s2_pattern_set *set = make_set(&a);
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     /* head 0 stripes at n % 4 == 0: forever; block 5 is local only: last read by block 7's last token */
     ck_assert(s2_kv_last_reader(p, 0, 8, 0) == S2_LIVE_FOREVER);
@@ -1080,7 +1070,7 @@ START_TEST(test_stats_large_by_class)
     s2_local_stride_args_default(&a);
     a.num_heads = 16;
     a.max_seq_len = 0;
-    s2_pattern_set *set = make_set(&a);
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
     s2_layout *l = make_layout(s2_pattern_set_get(set, 0), 131072, 131072);
     s2_layout_stats st;
     ck_assert_int_eq(s2_layout_stats_compute(NULL, l, (s2_tile_spec){64, 64}, 128, S2_DTYPE_BF16, &st), S2_OK);
@@ -1100,7 +1090,7 @@ START_TEST(test_large_smoke)
     a.num_heads = 32;
     a.num_kv_heads = 8;
     a.vert_stride = 16;
-    s2_pattern_set *set = make_set(&a);
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     int64_t len = 1 << 20;
     s2_layout *l = make_layout(p, len, len);

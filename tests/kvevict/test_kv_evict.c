@@ -20,16 +20,6 @@
 
 static s2t_rng rng;
 
-static s2_pattern_set *make_set(const s2_local_stride_args *a)
-{
-    s2_ctx *ctx = s2_ctx_new();
-    s2_pattern_set *set = NULL;
-    s2_status st = s2_pattern_from_args(ctx, a, &set);
-    ck_assert_msg(st == S2_OK, "from_args: %s", s2_ctx_message(ctx));
-    s2_ctx_free(ctx);
-    return set;
-}
-
 static s2_kv_evictor *make_ev(const s2_pattern *p, int page, int64_t max_len)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -345,7 +335,7 @@ START_TEST(test_golden_configs)
         if ((v = json_get(json, "homo_head")) >= 0) a.homo_head = v != 0;
         if ((v = json_get(json, "causal")) >= 0) a.causal = v != 0;
         long seqlen = json_get(json, "seqlen");
-        s2_pattern_set *set = make_set(&a);
+        s2_pattern_set *set = s2t_pattern_set_from_args(&a);
         const s2_pattern *p = s2_pattern_set_get(set, 0);
         check_all(p, seqlen, false, seqlen <= 512);
         s2_pattern_set_free(set);
@@ -369,7 +359,7 @@ START_TEST(test_decode_pattern_memory)
     a.block_size = 64;
     a.local_blocks = 16;
     a.vert_stride = 8;
-    s2_pattern_set *set = make_set(&a);
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     const int64_t lens[2] = {32768, 131072};
     for (int i = 0; i < 2; i++) {
@@ -407,7 +397,7 @@ START_TEST(test_not_efficient)
     a.local_blocks = 2;
     a.vert_stride = 3;
     a.vert_position = S2_VERT_RELATIVE;
-    s2_pattern_set *set = make_set(&a);
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     s2_kv_evictor *ev = make_ev(p, 16, 800);
     /* relative stripes come back at every 3rd distance: a block's last
@@ -426,7 +416,7 @@ START_TEST(test_not_efficient)
     /* one dense kv head (the last): its group never frees; the other does */
     a.vert_position = -1;
     a.num_dense_heads = 1;
-    set = make_set(&a);
+    set = s2t_pattern_set_from_args(&a);
     p = s2_pattern_set_get(set, 0);
     ev = make_ev(p, 32, 800);
     ck_assert(s2_kv_evictor_efficient(ev));
@@ -452,7 +442,7 @@ START_TEST(test_range_gap)
     a.block_size = 16;
     a.local_blocks = 2;
     a.vert_stride = 4;
-    s2_pattern_set *set = make_set(&a);
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
     s2_pattern *p = (s2_pattern *)s2_pattern_set_get(set, 0);
     s2_range_rule rr = {.action = S2_RANGE_DROP, .key_lo = 0, .key_hi = INT64_MAX, .dist_lo = 16 * 4,
                         .dist_hi = 16 * 10};
@@ -486,7 +476,7 @@ START_TEST(test_page_vs_block)
     a.block_size = 32;
     a.local_blocks = 2;
     a.vert_stride = 5;
-    s2_pattern_set *set = make_set(&a);
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     /* blocks 1..4 are local only: block n dies at (n + 2) * 32 */
     s2_kv_evictor *ev = make_ev(p, 16, 1024);
@@ -512,7 +502,7 @@ START_TEST(test_errors)
     s2_local_stride_args_default(&a);
     a.name = "e";
     a.num_heads = 2;
-    s2_pattern_set *set = make_set(&a);
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     s2_ctx *ctx = s2_ctx_new();
     s2_kv_evictor *ev = (s2_kv_evictor *)&a;
