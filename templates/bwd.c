@@ -141,25 +141,10 @@ static LLVMValueRef new_kernel(bwd *k, const char *base, const char *suffix)
     s2_cg *cg = k->cg;
     char name[160];
     snprintf(name, sizeof name, "%s%s", base, suffix);
-    LLVMTypeRef params[P_COUNT + 2];
-    for (int i = P_Q; i <= P_DV; i++)
-        params[i] = cg->t_ptr_global;
-    for (int i = P_QS; i < P_QLEN; i++)
-        params[i] = cg->t_i64;
-    params[P_QLEN] = params[P_KVLEN] = cg->t_i32;
-    params[P_SCALE_LOG2] = cg->t_f32;
-    params[P_CLASS] = params[P_OFFSETS] = params[P_ENTRIES] = cg->t_ptr_global;
-    params[P_FIRST_Q_TILE] = params[P_Q_TILES] = cg->t_i32;
-    params[P_TCLASS] = params[P_TOFFSETS] = params[P_TENTRIES] = cg->t_ptr_global;
-    params[P_KV_TILES] = cg->t_i32;
-    params[P_DS] = params[P_DS_HEAD] = params[P_DS_MAP] = cg->t_ptr_global;
-    int n = P_COUNT;
-    if (k->s.tma) {
-        params[n++] = LLVMPointerTypeInContext(cg->llctx, S2_AS_GENERIC);   /* q map */
-        params[n++] = LLVMPointerTypeInContext(cg->llctx, S2_AS_GENERIC);   /* do map */
-    }
+    LLVMTypeRef params[P_COUNT];
+    int n = s2_kb_abi_params(cg, k->s.tma ? S2_ABI_BWD_TMA : S2_ABI_BWD, params);
     LLVMValueRef fn = s2_nv_kernel_new(cg, name, params, (unsigned)n, k->s.threads, k->min_ctas ? k->min_ctas : 1);
-    for (int i = P_COUNT; i < n; i++)
+    for (int i = P_TMAP_Q; i < n; i++)
         s2_nv_param_tensormap(cg, fn, (unsigned)i);
     static const int ro[] = {P_Q, P_K, P_V, P_O, P_DO, P_LSE, P_DLSE, P_CLASS, P_OFFSETS, P_ENTRIES,
                              P_TCLASS, P_TOFFSETS, P_TENTRIES, P_DS_HEAD, P_DS_MAP};

@@ -4,22 +4,14 @@
 #define S2C_BWD_INTERNAL_H
 
 #include "kbase.h"
+#include "params.h"
 #include "s2c/launch.h"
 #include "template.h"
 
-/* Kernel parameters, in ABI order (shared by the three kernels). */
-enum {
-    P_Q, P_K, P_V, P_O, P_DO, P_LSE, P_DLSE, P_DELTA, P_LSE2, P_DQ, P_DK, P_DV,
-    P_QS, P_KS = P_QS + 3, P_VS = P_KS + 3, P_OS = P_VS + 3, P_DOS = P_OS + 3,
-    P_DQS = P_DOS + 3, P_DKS = P_DQS + 3, P_DVS = P_DKS + 3,
-    P_QLEN = P_DVS + 3, P_KVLEN, P_SCALE_LOG2,
-    P_CLASS, P_OFFSETS, P_ENTRIES, P_FIRST_Q_TILE, P_Q_TILES,
-    P_TCLASS, P_TOFFSETS, P_TENTRIES, P_KV_TILES,
-    P_DS, P_DS_HEAD, P_DS_MAP,   /* the dS workspace (s2_ds_map) */
-    P_COUNT,
-    /* spec.bwd_tma > 0 only: CUtensorMap of q and of do (by value) */
-    P_TMAP_Q = P_COUNT, P_TMAP_DO
-};
+/* Kernel parameters, in ABI order, shared by every kernel of the module
+ * (abi/params.h): S2_ABI_BWD, or S2_ABI_BWD_TMA with the q and do maps
+ * (P_TMAP_Q, P_TMAP_DO) after them when spec.bwd_tma > 0. */
+enum { S2_ABI_BWD_TMA_PARAMS(S2_ABI_P_ENUM) P_COUNT };
 
 enum { MAX_D = 128, MAX_N = 16 };
 

@@ -5,13 +5,14 @@
 #include "decode_internal.h"
 #include "template.h"
 #include "kbase.h"
+#include "params.h"
 
 #include <math.h>
 
-enum {
-    C_PTRS, C_OBASE, C_LBASE, C_OPART, C_LPART, C_IS, C_OUT = C_IS + 3, C_OS, C_LSE_OUT = C_OS + 3,
-    C_N, C_S, C_H, C_ROWS, C_COUNT
-};
+/* Parameters, in ABI order (abi/params.h, S2_ABI_COMBINE). */
+#define C_ENUM(e, n, t) C_##e,
+enum { S2_ABI_COMBINE_PARAMS(C_ENUM) C_COUNT };
+#undef C_ENUM
 
 enum { COMBINE_THREADS = S2_COMBINE_THREADS };
 
@@ -80,14 +81,8 @@ s2_status s2_combine_kernel_build(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D
     comb k = {.kb = {.cg = cg, .b = cg->b}, .out_dt = out_dt, .D = D};
     LLVMBuilderRef b = cg->b;
     LLVMTypeRef params[C_COUNT];
-    LLVMTypeRef generic = LLVMPointerTypeInContext(cg->llctx, 0);
-    params[C_PTRS] = generic;
-    params[C_OBASE] = params[C_LBASE] = params[C_OUT] = params[C_LSE_OUT] = cg->t_ptr_global;
-    params[C_OPART] = params[C_LPART] = cg->t_i64;
-    for (int i = 0; i < 3; i++)
-        params[C_IS + i] = params[C_OS + i] = cg->t_i64;
-    params[C_N] = params[C_S] = params[C_H] = params[C_ROWS] = cg->t_i32;
-    k.fn = s2_nv_kernel_new(cg, name, params, C_COUNT, COMBINE_THREADS, 0);
+    int np = s2_kb_abi_params(cg, S2_ABI_COMBINE, params);
+    k.fn = s2_nv_kernel_new(cg, name, params, (unsigned)np, COMBINE_THREADS, 0);
     unsigned byval = LLVMGetEnumAttributeKindForName("byval", 5);
     unsigned align = LLVMGetEnumAttributeKindForName("align", 5);
     LLVMAddAttributeAtIndex(k.fn, C_PTRS + 1, LLVMCreateTypeAttribute(cg->llctx, byval, ptr_table_type(cg)));

@@ -455,19 +455,8 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
         || p->block_size < 16 || k.s.warps > 16)
         return s2_fail(ctx, S2_ERR_INTERNAL, "decode: unresolved spec reached the builder");
     LLVMTypeRef params[P_COUNT];
-    for (int i = P_Q; i <= P_WS_LSE; i++)
-        params[i] = cg->t_ptr_global;
-    for (int i = P_QS; i < P_TABLE; i++)
-        params[i] = cg->t_i64;
-    params[P_TABLE] = cg->t_ptr_global;
-    params[P_TBS] = params[P_THS] = cg->t_i64;
-    params[P_SEQ_LENS] = cg->t_ptr_global;
-    params[P_N] = params[P_PAGE] = cg->t_i32;
-    params[P_SCALE_LOG2] = cg->t_f32;
-    params[P_CLASS] = params[P_OFFSETS] = params[P_ENTRIES] = cg->t_ptr_global;
-    params[P_QBLOCKS] = params[P_SPLITS] = cg->t_i32;
-    params[P_COUNTERS] = cg->t_ptr_global;
-    k.fn = s2_nv_kernel_new(cg, name, params, P_COUNT, k.s.threads, 1);
+    int np = s2_kb_abi_params(cg, S2_ABI_DECODE, params);
+    k.fn = s2_nv_kernel_new(cg, name, params, (unsigned)np, k.s.threads, 1);
     static const int ro[] = {P_Q, P_K, P_V, P_TABLE, P_SEQ_LENS, P_CLASS, P_OFFSETS, P_ENTRIES};
     for (size_t i = 0; i < sizeof ro / sizeof ro[0]; i++) {
         s2_nv_param_attr(cg, k.fn, (unsigned)ro[i], "noalias");

@@ -5,17 +5,13 @@
 
 #include "flash.h"
 #include "kbase.h"
+#include "params.h"
 #include "s2c/decode.h"
 
 /* ---- the decode kernel (decode.c, decode_merge.c) ---- */
 
-enum {
-    P_Q, P_K, P_V, P_O, P_LSE, P_WS_O, P_WS_LSE,
-    P_QS, P_KS = P_QS + 3, P_VS = P_KS + 3, P_OS = P_VS + 3,
-    P_TABLE = P_OS + 3, P_TBS, P_THS, P_SEQ_LENS, P_N, P_PAGE, P_SCALE_LOG2,
-    P_CLASS, P_OFFSETS, P_ENTRIES, P_QBLOCKS, P_SPLITS, P_COUNTERS,
-    P_COUNT
-};
+/* Parameters, in ABI order (abi/params.h, S2_ABI_DECODE). */
+enum { S2_ABI_DECODE_PARAMS(S2_ABI_P_ENUM) P_COUNT };
 
 enum { MAX_D = 256, ROWS = 16 };
 

@@ -11,6 +11,7 @@
  * include/s2c/attention.h. */
 #include "flash.h"
 #include "kbase.h"
+#include "params.h"
 #include "s2c/launch.h"
 #include "template.h"
 #include "s2c/layout.h"
@@ -19,15 +20,8 @@
 #include <stdio.h>
 #include <string.h>
 
-/* Kernel parameters, in ABI order. */
-enum {
-    P_Q, P_K, P_V, P_O, P_LSE,
-    P_QS, P_KS = P_QS + 3, P_VS = P_KS + 3, P_OS = P_VS + 3,
-    P_QLEN = P_OS + 3, P_KVLEN, P_SCALE_LOG2,
-    P_CLASS, P_OFFSETS, P_ENTRIES, P_FIRST_Q_TILE, P_Q_TILES,
-    P_SEQINFO,                   /* variable-length batch or null (attention.h) */
-    P_COUNT
-};
+/* Kernel parameters, in ABI order (abi/params.h, S2_ABI_FWD). */
+enum { S2_ABI_FWD_PARAMS(S2_ABI_P_ENUM) P_COUNT };
 
 enum { MAX_D = 256, MAX_BN = 128 };
 
@@ -617,16 +611,8 @@ s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ksp
     if (k.s.D > MAX_D || k.s.BN > MAX_BN || k.s.BM != 16 * k.s.warps || k.s.D % 32 != 0)
         return s2_fail(ctx, S2_ERR_INTERNAL, "forward: unresolved spec reached the builder");
     LLVMTypeRef params[P_COUNT];
-    for (int i = P_Q; i <= P_LSE; i++)
-        params[i] = cg->t_ptr_global;
-    for (int i = P_QS; i < P_QLEN; i++)
-        params[i] = cg->t_i64;
-    params[P_QLEN] = params[P_KVLEN] = cg->t_i32;
-    params[P_SCALE_LOG2] = cg->t_f32;
-    params[P_CLASS] = params[P_OFFSETS] = params[P_ENTRIES] = cg->t_ptr_global;
-    params[P_FIRST_Q_TILE] = params[P_Q_TILES] = cg->t_i32;
-    params[P_SEQINFO] = cg->t_ptr_global;
-    k.fn = s2_nv_kernel_new(cg, name, params, P_COUNT, k.s.threads, 1);
+    int np = s2_kb_abi_params(cg, S2_ABI_FWD, params);
+    k.fn = s2_nv_kernel_new(cg, name, params, (unsigned)np, k.s.threads, 1);
     for (int i = P_Q; i <= P_V; i++) {
         s2_nv_param_attr(cg, k.fn, (unsigned)i, "noalias");
         s2_nv_param_attr(cg, k.fn, (unsigned)i, "readonly");

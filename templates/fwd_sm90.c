@@ -82,7 +82,7 @@ static void setup(sm90 *k)
  * batch (rows 0, lengths q_len / kv_len, batch coordinate batch32).  The
  * schedule covers the longest sequence: a tile holding none of this one's
  * queries gets an empty list. */
-static LLVMValueRef seqinfo_param(sm90 *k) { return param(k, k->s.persistent ? P_COUNT : P_WORK); }
+static LLVMValueRef seqinfo_param(sm90 *k) { return param(k, k->p_seqinfo); }
 
 static void seq_item(sm90 *k)
 {
@@ -454,21 +454,10 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
     if ((s->D != 64 && s->D != 128) || s->BN < 16 || s->BN > MAX_BN || s->BN % 16 || (s->NC != 1 && s->NC != 2) ||
         s->BM != SLAB * s->NC || s->threads != 32 * spec->num_warps)
         return s2_fail(ctx, S2_ERR_INTERNAL, "forward sm_90a: unresolved spec reached the builder");
-    LLVMTypeRef params[P_COUNT + 1];
-    for (int i = P_Q; i <= P_LSE; i++)
-        params[i] = cg->t_ptr_global;
-    for (int i = P_QS; i < P_QLEN; i++)
-        params[i] = cg->t_i64;
-    params[P_QLEN] = params[P_KVLEN] = cg->t_i32;
-    params[P_SCALE_LOG2] = cg->t_f32;
-    params[P_CLASS] = params[P_OFFSETS] = params[P_ENTRIES] = cg->t_ptr_global;
-    params[P_FIRST_Q_TILE] = params[P_Q_TILES] = cg->t_i32;
-    for (int i = P_TMAP_Q; i <= P_TMAP_V; i++)
-        params[i] = LLVMPointerTypeInContext(cg->llctx, S2_AS_GENERIC);
-    params[P_WORK] = params[P_COUNTER] = cg->t_ptr_global;
-    params[P_NWORK] = params[P_BATCH] = cg->t_i32;
-    int nparams = s->persistent ? P_COUNT : P_WORK;
-    params[nparams++] = cg->t_ptr_global;   /* seqinfo */
+    LLVMTypeRef params[P_COUNT];
+    s2_abi_id abi = s->persistent ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA;
+    int nparams = s2_kb_abi_params(cg, abi, params);
+    k.p_seqinfo = s2_abi_param_index(abi, "seqinfo");
     k.fn = s2_nv_kernel_new(cg, name, params, (unsigned)nparams, s->threads, s->min_ctas);
     for (int i = P_CLASS; i <= P_ENTRIES; i++) {
         s2_nv_param_attr(cg, k.fn, (unsigned)i, "noalias");
@@ -478,8 +467,8 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
         s2_nv_param_attr(cg, k.fn, P_WORK, "noalias");
         s2_nv_param_attr(cg, k.fn, P_WORK, "readonly");
     }
-    s2_nv_param_attr(cg, k.fn, (unsigned)nparams - 1, "noalias");
-    s2_nv_param_attr(cg, k.fn, (unsigned)nparams - 1, "readonly");
+    s2_nv_param_attr(cg, k.fn, (unsigned)k.p_seqinfo, "noalias");
+    s2_nv_param_attr(cg, k.fn, (unsigned)k.p_seqinfo, "readonly");
     s2_nv_param_attr(cg, k.fn, P_O, "noalias");
     s2_nv_param_attr(cg, k.fn, P_LSE, "noalias");
     for (int i = P_TMAP_Q; i <= P_TMAP_V; i++)

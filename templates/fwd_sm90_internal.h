@@ -4,17 +4,13 @@
 #define S2C_FWD_SM90_INTERNAL_H
 
 #include "flash.h"
+#include "params.h"
 #include "kbase.h"
 
-enum {
-    P_Q, P_K, P_V, P_O, P_LSE,
-    P_QS, P_KS = P_QS + 3, P_VS = P_KS + 3, P_OS = P_VS + 3,
-    P_QLEN = P_OS + 3, P_KVLEN, P_SCALE_LOG2,
-    P_CLASS, P_OFFSETS, P_ENTRIES, P_FIRST_Q_TILE, P_Q_TILES,
-    P_TMAP_Q, P_TMAP_K, P_TMAP_V,
-    P_WORK, P_NWORK, P_BATCH, P_COUNTER, /* persistent variant only */
-    P_COUNT
-};
+/* Parameters, in the order of the widest of the two ABIs built here
+ * (abi/params.h): S2_ABI_FWD_TMA is its first 28 and seqinfo, so seqinfo's
+ * index is the built ABI's (sm90.p_seqinfo). */
+enum { S2_ABI_FWD_TMA_PERSISTENT_PARAMS(S2_ABI_P_ENUM) P_COUNT };
 
 enum { MAX_D = 128, MAX_BN = 128, SLAB = 64 };
 /* named barrier ids of the ping-pong (0 is __syncthreads) */
@@ -40,6 +36,7 @@ typedef struct sm90_shape {
 typedef struct sm90 {
     S2_KB_BASE;                                     /* cg, b, fn; tid; consumer: warp in its warpgroup, lane, g, t4 */
     sm90_shape s;
+    int p_seqinfo;                                  /* seqinfo's parameter index in the built ABI */
     LLVMValueRef smem;                              /* i32 */
     LLVMValueRef wgc;                               /* consumer: warpgroup index */
     LLVMValueRef head32, batch32, kvh32;

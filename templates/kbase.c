@@ -52,3 +52,18 @@ LLVMValueRef s2_kb_mbar(s2_kb *kb, LLVMValueRef smem, int off, LLVMValueRef stag
     LLVMValueRef a = off ? s2_kb_add(kb, smem, s2_kb_i32(kb, off)) : smem;
     return stage ? s2_kb_add(kb, a, LLVMBuildShl(kb->b, stage, s2_kb_i32(kb, 3), "")) : a;
 }
+
+int s2_kb_abi_params(s2_cg *cg, s2_abi_id abi, LLVMTypeRef *out)
+{
+    const s2_abi_desc *d = s2_abi_get(abi);
+    for (int i = 0; i < d->num_params; i++) {
+        switch (d->params[i].type) {
+        case S2_PT_PTR: out[i] = cg->t_ptr_global; break;
+        case S2_PT_I32: out[i] = cg->t_i32; break;
+        case S2_PT_I64: out[i] = cg->t_i64; break;
+        case S2_PT_F32: out[i] = cg->t_f32; break;
+        default: out[i] = LLVMPointerTypeInContext(cg->llctx, S2_AS_GENERIC); break;
+        }
+    }
+    return d->num_params;
+}

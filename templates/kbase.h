@@ -6,6 +6,7 @@
 #define S2C_TEMPLATES_KBASE_H
 
 #include "cg_internal.h"
+#include "kernel_abi.h"
 
 /* A warp of 32 lanes; the mma.sync / wgmma fragment quad of 4 lanes (row g
  * = lane / 4, column pair t4 = lane % 4); a warpgroup of 4 warps (wgmma). */
@@ -94,5 +95,11 @@ LLVMValueRef s2_kb_ring_parity(s2_kb *kb, LLVMValueRef i, int S, const char *nam
 /* Shared (32-bit) address of an 8-byte mbarrier: smem + off, plus 8·stage
  * when stage is given (one mbarrier per ring stage). */
 LLVMValueRef s2_kb_mbar(s2_kb *kb, LLVMValueRef smem, int off, LLVMValueRef stage);
+
+/* The LLVM types of ABI abi's parameters (abi/params.h) into out[], in
+ * order: PTR a global pointer, I32, I64, F32, and TMAP / BYTES a generic
+ * pointer (by-value structs: the template adds byval and grid_constant).
+ * Returns their count. */
+int s2_kb_abi_params(s2_cg *cg, s2_abi_id abi, LLVMTypeRef *out);
 
 #endif
