@@ -392,7 +392,7 @@ void bwd_apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntile
             }
         }
     }
-    s2_nv_join_scores(cg, from, join, ntiles, sc, masked);
+    s2_flash_join_scores(cg, from, join, ntiles, sc, masked);
 }
 
 /* P = exp2(S·scale_log2 - lse2) and dS = P ∘ (dP - delta), in place; lse2

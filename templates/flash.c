@@ -192,7 +192,7 @@ LLVMValueRef s2_flash_aligned8(s2_cg *cg, LLVMValueRef ptr, const LLVMValueRef *
                          LLVMConstInt(cg->t_i64, 0, 0), "aligned8");
 }
 
-void s2_nv_seqinfo(s2_cg *cg, LLVMValueRef info, LLVMValueRef idx, LLVMValueRef dflt[4], LLVMValueRef out[4])
+void s2_flash_seqinfo(s2_cg *cg, LLVMValueRef info, LLVMValueRef idx, LLVMValueRef dflt[4], LLVMValueRef out[4])
 {
     LLVMBuilderRef b = cg->b;
     LLVMValueRef given = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, info, cg->t_i64, ""),
@@ -219,7 +219,7 @@ void s2_nv_seqinfo(s2_cg *cg, LLVMValueRef info, LLVMValueRef idx, LLVMValueRef 
     }
 }
 
-void s2_nv_join_scores(s2_cg *cg, LLVMBasicBlockRef from, LLVMBasicBlockRef join, int ntiles,
+void s2_flash_join_scores(s2_cg *cg, LLVMBasicBlockRef from, LLVMBasicBlockRef join, int ntiles,
                        LLVMValueRef sc[][4], LLVMValueRef masked[][4])
 {
     LLVMBuilderRef b = cg->b;

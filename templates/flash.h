@@ -79,11 +79,11 @@ LLVMValueRef s2_flash_aligned8(s2_cg *cg, LLVMValueRef ptr, const LLVMValueRef *
 /* After a branch that computed masked[n][i] for some score fragments: branch
  * to `join` and merge, so that sc[n][i] becomes masked[n][i] when control came
  * through the mask path and stays sc[n][i] when it came from `from`. */
-void s2_nv_join_scores(s2_cg *cg, LLVMBasicBlockRef from, LLVMBasicBlockRef join, int ntiles,
+void s2_flash_join_scores(s2_cg *cg, LLVMBasicBlockRef from, LLVMBasicBlockRef join, int ntiles,
                        LLVMValueRef sc[][4], LLVMValueRef masked[][4]);
 /* Variable-length batches (launch.h, the forward's trailing seqinfo
  * parameter): the i32 quadruple {q_start, q_len, k_start, kv_len} of entry
  * `idx` (i32) of the array at `info`, or dflt[] when info is null. */
-void s2_nv_seqinfo(s2_cg *cg, LLVMValueRef info, LLVMValueRef idx, LLVMValueRef dflt[4], LLVMValueRef out[4]);
+void s2_flash_seqinfo(s2_cg *cg, LLVMValueRef info, LLVMValueRef idx, LLVMValueRef dflt[4], LLVMValueRef out[4]);
 
 #endif

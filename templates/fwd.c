@@ -196,7 +196,7 @@ static void setup(fwd *k)
     k->tile_pos0 = LLVMBuildMul(b, tile, c32(k, s->BM), "tile_pos0");
     /* variable-length batch: the lengths and first token rows of sequence z */
     LLVMValueRef dflt[4] = {c32(k, 0), param(k, P_QLEN), c32(k, 0), param(k, P_KVLEN)}, seq[4];
-    s2_nv_seqinfo(cg, param(k, P_SEQINFO), s2_nv_ctaid(cg, 'z'), dflt, seq);
+    s2_flash_seqinfo(cg, param(k, P_SEQINFO), s2_nv_ctaid(cg, 'z'), dflt, seq);
     k->q_len = seq[1];
     k->kv_len = seq[3];
     k->q_start = LLVMBuildSub(b, k->kv_len, k->q_len, "q_start");
@@ -435,7 +435,7 @@ static void apply_mask(fwd *k, LLVMValueRef sc[][4], LLVMValueRef e, LLVMValueRe
             }
         }
     }
-    s2_nv_join_scores(cg, from, join, NT, sc, masked);
+    s2_flash_join_scores(cg, from, join, NT, sc, masked);
 }
 
 /* Online softmax (flash.h; FA2 softmax_rescale_o) of the thread's two rows: new max, O and l

@@ -89,7 +89,7 @@ static void seq_item(sm90 *k)
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     LLVMValueRef dflt[4] = {c32(k, 0), param(k, P_QLEN), c32(k, 0), param(k, P_KVLEN)}, seq[4];
-    s2_nv_seqinfo(cg, seqinfo_param(k), k->batch32, dflt, seq);
+    s2_flash_seqinfo(cg, seqinfo_param(k), k->batch32, dflt, seq);
     k->q_row0 = seq[0];
     k->q_len = seq[1];
     k->k_row0 = seq[2];

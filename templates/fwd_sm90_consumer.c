@@ -222,7 +222,7 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], const entry_vals *ev)
             }
         }
     }
-    s2_nv_join_scores(cg, from, join, NT, sc, masked);
+    s2_flash_join_scores(cg, from, join, NT, sc, masked);
 }
 
 /* Online softmax (flash.h; FA2 softmax_rescale_o) of the thread's two rows; returns the O
