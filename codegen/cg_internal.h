@@ -141,7 +141,7 @@ void s2_nv_if_end(s2_cg *cg, s2_nv_if *blk);
 /* ---- Hopper helpers (cg_wgmma.c, sm_90a) ---- */
 /* 32-bit .shared address of the dynamic shared memory's start */
 LLVMValueRef s2_nv_smem_base32(s2_cg *cg);
-/* wgmma matrix descriptor, 128-byte swizzle (§3.2): smem_addr an i32 .shared address */
+/* wgmma matrix descriptor, 128-byte swizzle (PTX ISA, "Matrix Descriptor Format"): smem_addr an i32 .shared address */
 LLVMValueRef s2_nv_wgmma_desc(s2_cg *cg, LLVMValueRef smem_addr, int lbo, int sbo);
 /* One asm block: wgmma.fence; `ksteps` wgmma.mma_async m64n{n}k16 (f32 accumulators
  * acc[n/2], tied in and out); wgmma.commit_group.  Step j adds a_step[j] / b_step[j]
@@ -180,7 +180,7 @@ void s2_nv_tma_load_4d_if(s2_cg *cg, LLVMValueRef pred, LLVMValueRef dst, LLVMVa
 void s2_nv_prefetch_tensormap(s2_cg *cg, LLVMValueRef tmap);
 void s2_nv_setmaxnreg(s2_cg *cg, bool inc, int regs);
 void s2_nv_named_barrier(s2_cg *cg, int id, int threads, bool arrive_only);
-/* a `ptr byval([16 x i64]) align 64 "nvvm.grid_constant"` kernel parameter (§8.1) */
+/* a `ptr byval([16 x i64]) align 64 "nvvm.grid_constant"` kernel parameter (a CUtensorMap by value, NVVM IR spec, grid_constant) */
 void s2_nv_param_tensormap(s2_cg *cg, LLVMValueRef fn, unsigned param);
 LLVMTypeRef s2_nv_tensormap_type(s2_cg *cg);
 /* fence.proxy.async.shared::cta: generic shared writes -> wgmma reads */

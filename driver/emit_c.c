@@ -519,7 +519,7 @@ static bool module_has_maps(const s2_aot_module *m)
 }
 
 /* The encoder of S2_AOT_MAPS_ATTN_FWD, the rules of s2_attn_fwd_tensor_maps
- * (runtime/attn.c) in generated C: element strides (batch, seq, head) become
+ * (runtime/attn_fwd.c) in generated C: element strides (batch, seq, head) become
  * byte strides of dims 1..3, and a dimension of extent 1 is never stepped
  * over, so its stride (possibly anything) is replaced by one the driver
  * accepts. */

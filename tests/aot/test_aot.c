@@ -1,4 +1,4 @@
-/* AOT C emitter (codegen/emit_c.c): the generated files compile cleanly with
+/* AOT C emitter (driver/emit_c.c): the generated files compile cleanly with
  * the system C compiler, and a host program that includes the generated .c
  * and defines the Driver API entry points itself (no libcuda) checks what
  * load/unload/launchers hand to the driver: the image, the kernel names,

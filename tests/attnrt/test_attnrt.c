@@ -1,5 +1,5 @@
-/* CPU tests of the attention runtime (runtime/attn.c) and the JIT
- * (codegen/jit.c), on real generated cubins and the fake libcuda of
+/* CPU tests of the attention runtime (runtime/attn_*.c) and the JIT
+ * (jit/jit.c), on real generated cubins and the fake libcuda of
  * tests/runtime (fake_cuda.c): module loading and kernel lookup from the
  * manifest, every argument check of s2_attn_forward (nothing launched, no
  * schedule uploaded), the launch shape and the schedule cache, and the JIT's
