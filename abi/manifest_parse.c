@@ -27,7 +27,12 @@ typedef struct mparser {
     int line;
     s2_manifest_kernel *k;     /* current kernel, or NULL */
     s2_pattern *p;             /* current pattern, or NULL */
+    uint8_t *head_seen;        /* current pattern: which heads have their rule line */
+    int cap_ranges;            /* current pattern: room in p->ranges */
 } mparser;
+
+/* As the pattern parser's limits (patterns/parse_internal.h). */
+enum { MANIFEST_MAX_MASKS = 64, MANIFEST_MAX_RANGES = 4096 };
 
 static s2_status perr(mparser *ps, const char *msg, const char *key)
 {
@@ -131,6 +136,8 @@ static s2_status new_pattern(mparser *ps, const char *name)
     m->rules_seen[m->num_patterns] = 0;
     m->patterns[m->num_patterns++] = p;
     ps->p = p;
+    ps->head_seen = NULL;
+    ps->cap_ranges = 0;
     ps->k = NULL;
     return S2_OK;
 }
@@ -256,6 +263,11 @@ static s2_status pattern_rule(mparser *ps, const char *v)
         x[6] < -1 || x[6] >= p->num_masks || x[2] < 0 || x[3] < 0 || x[2] > INT32_MAX || x[3] > INT32_MAX ||
         x[7] < 0 || x[7] > INT32_MAX)
         return perr(ps, "bad rule (heads must come first, masks before rules)", NULL);
+    if (ps->head_seen[x[0]])
+        return perr(ps, "a second rule for one head", v);
+    if (x[6] >= 0 && x[7] >= p->masks[x[6]].heads)
+        return perr(ps, "rule: the mask has no such head", v);
+    ps->head_seen[x[0]] = 1;
     s2_head_rule *r = &p->rules[x[0]];
     r->dense = x[1] != 0;
     r->local_left = (int)x[2];
@@ -285,6 +297,11 @@ static s2_status pattern_mask(mparser *ps, const char *v)
     if (x[0] != p->num_masks || x[1] < 1 || x[1] > S2_MAX_HEADS || x[2] < 1 || x[3] < 1 || x[2] > (1 << 20) ||
         x[3] > (1 << 20) || x[1] * x[2] * x[3] > (INT64_C(1) << 32))
         return perr(ps, "bad mask shape or index", NULL);
+    /* the bits must be there before any memory is taken for them */
+    if (p->num_masks >= MANIFEST_MAX_MASKS)
+        return perr(ps, "more masks than a pattern may hold (64)", NULL);
+    if ((int64_t)strlen(s) != (x[1] * x[2] * x[3] + 3) / 4)
+        return perr(ps, "bad mask bits (not as many digits as the shape needs)", NULL);
     s2_block_mask *nm = grow(&ps->m->arena, p->masks, (size_t)p->num_masks, (size_t)p->num_masks + 1, sizeof *nm);
     if (!nm)
         return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
@@ -325,18 +342,25 @@ static s2_status pattern_range(mparser *ps, const char *v)
     if (!ok || x[4] < 0 || x[4] > INT32_MAX)
         return perr(ps, "bad range", NULL);
     rr.key_lo = x[0], rr.key_hi = x[1], rr.dist_lo = x[2], rr.dist_hi = x[3], rr.stride = (int)x[4];
+    if (p->num_ranges >= MANIFEST_MAX_RANGES)
+        return perr(ps, "more ranges than a pattern may hold (4096)", NULL);
+    if ((int64_t)strlen(s) != ((int64_t)p->heads + 3) / 4)
+        return perr(ps, "bad range heads", NULL);
     rr.heads = s2_arena_alloc(&ps->m->arena, (size_t)p->heads);
     if (!rr.heads)
         return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
     if (!hex_bits(s, rr.heads, p->heads))
         return perr(ps, "bad range heads", NULL);
     rr.line = ps->line;
-    s2_range_rule *nr = grow(&ps->m->arena, p->ranges, (size_t)p->num_ranges, (size_t)p->num_ranges + 1, sizeof *nr);
-    if (!nr)
-        return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
-    nr[p->num_ranges] = rr;
-    p->ranges = nr;
-    p->num_ranges++;
+    if (p->num_ranges == ps->cap_ranges) {   /* doubling: appends stay linear */
+        int cap = ps->cap_ranges ? 2 * ps->cap_ranges : 8;
+        s2_range_rule *nr = grow(&ps->m->arena, p->ranges, (size_t)p->num_ranges, (size_t)cap, sizeof *nr);
+        if (!nr)
+            return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+        p->ranges = nr;
+        ps->cap_ranges = cap;
+    }
+    p->ranges[p->num_ranges++] = rr;
     return S2_OK;
 }
 
@@ -348,7 +372,8 @@ static s2_status pattern_key(mparser *ps, const char *key, const char *v)
     int b;
     if (!strcmp(key, "heads")) {
         ok = !p->rules && int1(v, &p->heads, 1, S2_MAX_HEADS);
-        if (ok && !(p->rules = s2_arena_array(&ps->m->arena, (size_t)p->heads, sizeof *p->rules)))
+        if (ok && (!(p->rules = s2_arena_array(&ps->m->arena, (size_t)p->heads, sizeof *p->rules)) ||
+                   !(ps->head_seen = s2_arena_array(&ps->m->arena, (size_t)p->heads, 1))))
             return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
     } else if (!strcmp(key, "kv_heads")) ok = int1(v, &p->kv_heads, 1, S2_MAX_HEADS);
     else if (!strcmp(key, "block_size")) ok = int1(v, &p->block_size, 1, 1 << 20);

@@ -232,7 +232,8 @@ static const char *check_header(const uint8_t *h, const s2_cache_key *key, uint6
 /* Read and verify the entry at path; S2_ERR_NOT_FOUND with a note when absent or bad. */
 static s2_status read_entry(s2_ctx *ctx, const char *path, const s2_cache_key *key, void **data, size_t *size)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* an entry is a regular file: a FIFO must not block the open, a symlink is not followed */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
     if (fd < 0)
         return s2_fail(ctx, S2_ERR_NOT_FOUND, "cache miss: %s: %s", path, strerror(errno));
     s2_status st = S2_OK;

@@ -61,6 +61,9 @@ static s2_status check_no_overlap(s2_ctx *ctx, const tensor_desc *t, int64_t hea
     return S2_OK;
 }
 
+/* Whether [a, a + na) and [b, b + nb) share a byte. */
+static bool extents_meet(uint64_t a, size_t na, uint64_t b, size_t nb) { return a < b + nb && b < a + na; }
+
 /* Bytes from the pointer to the end of the last element (strides >= 0). */
 static s2_status tensor_bytes(s2_ctx *ctx, const tensor_desc *t, int64_t head_dim, size_t esize, size_t *out)
 {
@@ -192,6 +195,10 @@ static s2_status check_host_side(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
         if ((st = tensor_bytes(ctx, &t[i], a->head_dim, esize, &bytes[i])) != S2_OK)
             return st;
     bytes[4] = (size_t)tensor_batch(a) * (size_t)a->heads * (size_t)a->q_len * sizeof(float);
+    /* two outputs written by different threads must not share memory */
+    if (a->lse && extents_meet(a->o, bytes[3], a->lse, bytes[4]))
+        return s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", bytes[4],
+                       (unsigned long long)a->lse, bytes[3], (unsigned long long)a->o);
     return S2_OK;
 }
 
@@ -273,6 +280,18 @@ static s2_status check_bwd_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
     for (int i = 0; i < BWD_TENSORS; i++)
         if ((st = tensor_bytes(ctx, &t[i], a->head_dim, esize, &bytes[i])) != S2_OK)
             return st;
+    /* the outputs (dq, dk, dv: t[5..7]) are distinct buffers or distinct views
+     * (packed dq/dk/dv layouts interleave their extents), and none shares the
+     * workspace, which the kernels write too */
+    size_t ws = a->workspace_bytes ? a->workspace_bytes : s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len);
+    for (int i = 5; i < BWD_TENSORS; i++) {
+        for (int j = i + 1; j < BWD_TENSORS; j++)
+            if (t[i].ptr == t[j].ptr)
+                return s2_fail(ctx, S2_ERR_INVALID, "%s and %s are the same buffer (0x%llx)", t[i].name, t[j].name,
+                               (unsigned long long)t[i].ptr);
+        if (extents_meet(a->workspace, ws, t[i].ptr, bytes[i]))
+            return s2_fail(ctx, S2_ERR_INVALID, "the workspace overlaps %s", t[i].name);
+    }
     return S2_OK;
 }
 

@@ -277,6 +277,89 @@ START_TEST(manifest_rejects_damage)
 }
 END_TEST
 
+/* Untrusted manifests: a head given two rules and another none (s2c info
+ * crashed on it), masks and ranges claiming more than their lines hold, and
+ * more ranges than a pattern may have: each refused with a message, before
+ * any memory is taken for what the line claims; many ranges parse in linear
+ * time. */
+START_TEST(manifest_untrusted_counts)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(3, &a);
+    s2_pattern_set *set = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    ck_assert_int_ge(p->heads, 2);
+    s2_kspec ks = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .block_n = 64, .num_warps = 4,
+                   .num_stages = 2};
+    s2_kernel_record fn = {.symbol = "kern", .role = S2_ROLE_FWD, .abi = S2_ABI_FWD, .grid = S2_GRID_Q_TILES,
+                           .threads = 128, .smem_bytes = 1024, .spec = ks};
+    s2_manifest_kernel k = {.name = "kern", .pattern = p->name, .threads = 128, .smem_bytes = 1024,
+                            .spec = s2_kspec_public(&ks), .fns = &fn, .num_fns = 1};
+    char *text = NULL;
+    ck_assert_int_eq(s2_manifest_format(ctx, S2_ARCH_SM90A, &k, 1, &p, 1, &text), S2_OK);
+    size_t n = strlen(text);
+    s2_manifest *m = NULL;
+    /* head 1's rule line names head 0: head 0 twice, head 1 never */
+    char *dup = strdup(text);
+    char *r1 = strstr(dup, "\npattern.rule 1 ");
+    ck_assert_ptr_nonnull(r1);
+    r1[14] = '0';
+    ck_assert_int_eq(s2_manifest_parse(ctx, dup, n, &m), S2_ERR_PARSE);
+    ck_assert_ptr_null(m);
+    ck_assert_msg(strstr(s2_ctx_message(ctx), "a second rule for one head"), "%s", s2_ctx_message(ctx));
+    free(dup);
+    /* what a line claims against what it holds: a 4096 x 1M x 1M mask of two digits, range heads too short */
+    char *end = strstr(text, "\nend\n");
+    ck_assert_ptr_nonnull(end);
+    size_t head_len = (size_t)(end - text) + 1;
+    static const struct { const char *line, *why; } bad[] = {
+        {"pattern.mask 0 4096 1024 1024 ff\n", "bad mask"},
+        {"pattern.range sink 0 1 0 1 0 f\n", "bad range heads"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        size_t cap = head_len + strlen(bad[i].line) + 8;
+        char *t = malloc(cap);
+        ck_assert_ptr_nonnull(t);
+        snprintf(t, cap, "%.*s%send\n", (int)head_len, text, bad[i].line);
+        ck_assert_int_eq(s2_manifest_parse(ctx, t, strlen(t), &m), S2_ERR_PARSE);
+        ck_assert_msg(strstr(s2_ctx_message(ctx), bad[i].why), "%zu: %s", i, s2_ctx_message(ctx));
+        free(t);
+    }
+    /* 4096 ranges parse (appends linear); one more is refused */
+    char hex[S2_MAX_HEADS / 4 + 2];
+    int digits = (p->heads + 3) / 4;
+    memset(hex, '0', (size_t)digits);
+    hex[digits] = '\0';
+    char line[2 * S2_MAX_HEADS];
+    int ll = snprintf(line, sizeof line, "pattern.range drop 0 1 0 1 0 %s\n", hex);
+    for (int count = 4096; count <= 4097; count++) {
+        size_t cap = head_len + (size_t)count * (size_t)ll + 8;
+        char *t = malloc(cap);
+        ck_assert_ptr_nonnull(t);
+        memcpy(t, text, head_len);
+        size_t at = head_len;
+        for (int i = 0; i < count; i++, at += (size_t)ll)
+            memcpy(t + at, line, (size_t)ll);
+        memcpy(t + at, "end\n", 5);
+        s2_status st = s2_manifest_parse(ctx, t, strlen(t), &m);
+        if (count == 4096) {
+            ck_assert_msg(st == S2_OK, "%s", s2_ctx_message(ctx));
+            ck_assert_int_eq(s2_manifest_pattern_at(m, 0)->num_ranges, 4096);
+            s2_manifest_free(m);
+        } else {
+            ck_assert_int_eq(st, S2_ERR_PARSE);
+            ck_assert_msg(strstr(s2_ctx_message(ctx), "more ranges"), "%s", s2_ctx_message(ctx));
+        }
+        free(t);
+    }
+    free(text);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(spec_heuristic_and_limits)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -403,6 +486,7 @@ int main(void)
     tcase_set_timeout(tc, 120);
     tcase_add_loop_test(tc, assembles_without_spills_and_carries_manifest, 0, NUM_VARIANTS);
     tcase_add_test(tc, manifest_rejects_damage);
+    tcase_add_test(tc, manifest_untrusted_counts);
     tcase_add_test(tc, spec_heuristic_and_limits);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

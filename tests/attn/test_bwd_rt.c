@@ -193,6 +193,17 @@ START_TEST(ds_path_in_head_chunks)
     o.ds_chunks = 0, o.dq_pair = 5;
     ck_assert_int_eq(s2_attn_backward_opts(f.ctx, k, NULL, &a, &o), S2_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(s2_ctx_message(f.ctx), "dq_pair 5"));
+    /* outputs sharing memory: dk and dv one buffer; the workspace on dq */
+    o.dq_pair = 0;
+    s2_attn_bwd_args same = a;
+    same.dv = same.dk;
+    ck_assert_int_eq(s2_attn_backward_opts(f.ctx, k, NULL, &same, &o), S2_ERR_INVALID);
+    ck_assert_msg(strstr(s2_ctx_message(f.ctx), "dk and dv are the same buffer"), "%s", s2_ctx_message(f.ctx));
+    same = a;
+    same.workspace = a.dq;
+    same.workspace_bytes = 0;
+    ck_assert_int_eq(s2_attn_backward_opts(f.ctx, k, NULL, &same, &o), S2_ERR_INVALID);
+    ck_assert_msg(strstr(s2_ctx_message(f.ctx), "the workspace overlaps dq"), "%s", s2_ctx_message(f.ctx));
     ck_assert_int_eq(fake_get("launches"), before);
     for (int i = 0; i < 8; i++)
         s2_mem_free(f.ctx, f.dev, t[i]);

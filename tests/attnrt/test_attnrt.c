@@ -228,7 +228,7 @@ static void fixture_free(fixture *f)
 typedef enum { M_Q0, M_K0, M_V0, M_O0, M_QMIS, M_OMIS, M_LSEMIS, M_DTYPE, M_HDIM, M_HEADS, M_KVHEADS, M_BATCH0,
                M_BATCHBIG, M_Q0LEN, M_KV0LEN, M_QGTKV, M_SEQMAX, M_QSTRIDE, M_KSTRIDE, M_VNEG, M_OZERO,
                M_OOVERLAP, M_SCALE, M_OVERFLOW, M_HOST, M_FOREIGN, M_NOTALLOC, M_SMALL, M_LSESMALL,
-               M_COUNT } mutation;
+               M_LSEO, M_COUNT } mutation;
 
 typedef struct bad_case {
     const char *what;
@@ -266,6 +266,7 @@ static const bad_case bad_cases[M_COUNT] = {
     [M_NOTALLOC] = {"not an allocation", S2_ERR_INVALID, "not memory known"},
     [M_SMALL] = {"allocation too small", S2_ERR_INVALID, "its allocation ends"},
     [M_LSESMALL] = {"lse allocation too small", S2_ERR_INVALID, "lse: needs"},
+    [M_LSEO] = {"lse overlapping o", S2_ERR_INVALID, "lse overlaps o"},
 };
 
 /* Apply mutation m; may allocate *extra (freed by the caller). */
@@ -295,6 +296,7 @@ static void mutate(fixture *f, mutation m, s2_attn_fwd_args *a, s2_devptr *extra
     case M_VNEG: a->v_stride[0] = -a->v_stride[0]; break;
     case M_OZERO: a->o_stride[2] = 0; break;
     case M_OOVERLAP: a->o_stride[1] = FD; break;
+    case M_LSEO: a->lse = a->o + 64; break;
     case M_SCALE: a->scale = NAN; break;
     case M_OVERFLOW: a->k_stride[0] = INT64_C(1) << 62; break;
     case M_HOST:

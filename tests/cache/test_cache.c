@@ -487,6 +487,34 @@ static void expect_all_keys(const s2_cache *c)
     s2_ctx_free(ctx);
 }
 
+/* An entry that is a FIFO, or a symlink to one, is a miss at once: the open
+ * neither blocks on the FIFO nor follows the link (a lookup used to hang). */
+START_TEST(fifo_and_symlink_entries_are_misses)
+{
+    make_tmp();
+    s2_ctx *ctx = s2_ctx_new();
+    s2_cache *c;
+    ck_assert_int_eq(s2_cache_open(ctx, g_tmp, &c), S2_OK);
+    s2_cache_key kf = make_key("fifo"), kl = make_key("link");
+    char fifo[1024], link[1024];
+    entry_path(c, &kf, fifo, sizeof fifo);
+    entry_path(c, &kl, link, sizeof link);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    ck_assert_int_eq(symlink(fifo, link), 0);
+    void *data = NULL;
+    size_t size = 0;
+    alarm(20);   /* a hang fails the test instead of the suite's timeout */
+    ck_assert_int_eq(s2_cache_lookup(ctx, c, &kf, &data, &size), S2_ERR_NOT_FOUND);
+    ck_assert_msg(strstr(s2_ctx_message(ctx), "not a readable regular file"), "%s", s2_ctx_message(ctx));
+    ck_assert_int_eq(s2_cache_lookup(ctx, c, &kl, &data, &size), S2_ERR_NOT_FOUND);
+    alarm(0);
+    ck_assert_ptr_null(data);
+    s2_cache_close(c);
+    s2_ctx_free(ctx);
+    drop_tmp();
+}
+END_TEST
+
 START_TEST(concurrent_threads)
 {
     make_tmp();
@@ -728,6 +756,7 @@ int main(void)
     tcase_add_test(tc, key_depends_on_every_field);
     tcase_add_test(tc, hit_and_miss);
     tcase_add_test(tc, corrupt_entries_are_misses_and_rebuilt);
+    tcase_add_test(tc, fifo_and_symlink_entries_are_misses);
     tcase_add_test(tc, concurrent_threads);
     tcase_add_test(tc, concurrent_processes);
     tcase_add_test(tc, unwritable_directory);
