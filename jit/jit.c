@@ -25,10 +25,49 @@ static bool spec_equal(const s2_kernel_spec *a, const s2_kernel_spec *b)
            a->num_stages == b->num_stages;
 }
 
-/* Does the cubin's own manifest list this pattern's kernel with this spec?
- * (A well-formed entry of another key's contents must not be used.) */
-static bool cubin_has_kernel(const void *cubin, size_t size, const char *pattern, const s2_kernel_spec *spec)
+/* A range rule's heads: NULL selects every head. */
+static bool range_head(const s2_range_rule *r, int q) { return !r->heads || r->heads[q] != 0; }
+
+/* The resolved pattern a kernel is built from, field by field: every head's
+ * rule, every range and every mask's bits (a pattern of the same name with
+ * another vert_stride is another kernel). */
+static bool resolved_equal(const s2_pattern *a, const s2_pattern *b)
 {
+    if (!a || !b || a->heads != b->heads || a->kv_heads != b->kv_heads || a->block_size != b->block_size ||
+        a->causal != b->causal || a->max_seq_len != b->max_seq_len || a->vert_position != b->vert_position ||
+        a->num_ranges != b->num_ranges || a->num_masks != b->num_masks || !a->rules || !b->rules)
+        return false;
+    for (int q = 0; q < a->heads; q++) {
+        const s2_head_rule *x = &a->rules[q], *y = &b->rules[q];
+        if (x->dense != y->dense || x->local_left != y->local_left || x->local_right != y->local_right ||
+            x->vert_stride != y->vert_stride || x->shift != y->shift || x->mask != y->mask ||
+            (x->mask >= 0 && x->mask_head != y->mask_head))
+            return false;
+    }
+    for (int i = 0; i < a->num_ranges; i++) {
+        const s2_range_rule *x = &a->ranges[i], *y = &b->ranges[i];
+        if (x->action != y->action || x->key_lo != y->key_lo || x->key_hi != y->key_hi || x->dist_lo != y->dist_lo ||
+            x->dist_hi != y->dist_hi || x->stride != y->stride)
+            return false;
+        for (int q = 0; q < a->heads; q++)
+            if (range_head(x, q) != range_head(y, q))
+                return false;
+    }
+    for (int i = 0; i < a->num_masks; i++) {
+        const s2_block_mask *x = &a->masks[i], *y = &b->masks[i];
+        if (x->heads != y->heads || x->rows != y->rows || x->cols != y->cols ||
+            memcmp(x->bits, y->bits, (size_t)(x->heads * x->rows * x->cols)) != 0)
+            return false;
+    }
+    return true;
+}
+
+/* Does the cubin's own manifest list this pattern's kernel with this spec,
+ * built from the same resolved pattern?  (A well-formed entry of another
+ * key's contents, or another pattern's under this one's key, must not be used.) */
+static bool cubin_has_kernel(const void *cubin, size_t size, const s2_pattern *p, const s2_kernel_spec *spec)
+{
+    const char *pattern = p->name ? p->name : "";
     const char *text;
     size_t len;
     s2_manifest *m = NULL;
@@ -38,7 +77,8 @@ static bool cubin_has_kernel(const void *cubin, size_t size, const char *pattern
     bool found = false;
     for (int i = 0; i < s2_manifest_num_kernels(m) && !found; i++) {
         const s2_manifest_kernel *k = s2_manifest_kernel_at(m, i);
-        found = !strcmp(k->pattern, pattern) && spec_equal(&k->spec, spec);
+        found = !strcmp(k->pattern, pattern) && spec_equal(&k->spec, spec) &&
+                resolved_equal(p, s2_manifest_find_pattern(m, k->pattern));
     }
     s2_manifest_free(m);
     return found;
@@ -95,7 +135,6 @@ static s2_status fetch(s2_ctx *ctx, s2_arch arch, const s2_pattern *p, const s2_
     if (st != S2_OK)
         return st;
     stats->spec = spec;
-    const char *pname = p->name ? p->name : "";
     if (o->no_cache) {
         st = compile_cubin(ctx, p, &spec, o->backend, cubin, size);
         stats->compiled = st == S2_OK;
@@ -113,7 +152,7 @@ static s2_status fetch(s2_ctx *ctx, s2_arch arch, const s2_pattern *p, const s2_
     void *data = NULL;
     size_t n = 0;
     st = skip_lookup ? S2_ERR_NOT_FOUND : s2_cache_lookup(ctx, cache, &key, &data, &n);
-    if (st == S2_OK && cubin_has_kernel(data, n, pname, &spec)) {
+    if (st == S2_OK && cubin_has_kernel(data, n, p, &spec)) {
         stats->hit = true;
         *cubin = data;
         *size = n;

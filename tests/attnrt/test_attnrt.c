@@ -771,6 +771,30 @@ START_TEST(jit_miss_hit_and_rebuild)
     ck_assert(!st3.hit && st3.compiled && st3.rebuilt && st3.stored);
     ck_assert_uint_eq(n3, n1);
     free(c3);
+    /* nor one of a pattern with A's name and spec but another vert_stride:
+     * the cubin's resolved pattern is compared, not only its name */
+    s2_local_stride_args lv;
+    attn_pattern_args(3, &lv);
+    lv.max_seq_len = 4096;
+    lv.vert_stride = 4;
+    s2_pattern_set *other = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &lv, &other), S2_OK);
+    ck_assert_str_eq(s2_pattern_set_get(other, 0)->name, A.p->name);
+    s2_kernel_spec ospec = spec;
+    ospec.arch = S2_ARCH_SM90A;
+    s2_artifact *oart = NULL;
+    ck_assert_msg(s2_compile_attention(ctx, s2_pattern_set_get(other, 0), &ospec, S2_CUBIN_AUTO, &oart) == S2_OK,
+                  "%s", s2_ctx_message(ctx));
+    ck_assert_int_eq(s2_cache_open(ctx, dir, &cache), S2_OK);
+    ck_assert_int_eq(s2_cache_store(ctx, cache, &key, oart->cubin, oart->cubin_size), S2_OK);
+    s2_cache_close(cache);
+    c3 = fetch(ctx, &o, A.p, &spec, &n3, &st3);
+    ck_assert(!st3.hit && st3.compiled && st3.rebuilt && st3.stored);
+    ck_assert_uint_eq(n3, n1);
+    ck_assert(memcmp(c3, c1, n1) == 0);
+    free(c3);
+    s2_artifact_free(oart);
+    s2_pattern_set_free(other);
 
     /* another spec is another key; no_cache writes nothing */
     s2_kernel_spec spec32 = spec;
