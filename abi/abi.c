@@ -104,6 +104,11 @@ s2_kernel_kind s2_role_kind(s2_kernel_role r)
     return r <= S2_ROLE_FWD_WIDE ? S2_KERNEL_FWD : r <= S2_ROLE_BWD_DQDS2 ? S2_KERNEL_BWD : S2_KERNEL_DECODE;
 }
 
+s2_kernel_role s2_main_role(s2_kernel_kind kind)
+{
+    return kind == S2_KERNEL_BWD ? S2_ROLE_BWD_DKDV : kind == S2_KERNEL_DECODE ? S2_ROLE_DECODE : S2_ROLE_FWD;
+}
+
 bool s2_role_takes_abi(s2_kernel_role r, s2_abi_id abi)
 {
     switch (r) {

@@ -145,6 +145,9 @@ bool s2_grid_parse(const char *name, s2_grid_rule *out);
 const char *s2_role_suffix(s2_kernel_role r);
 /* The kernel kind whose modules hold role r. */
 s2_kernel_kind s2_role_kind(s2_kernel_role r);
+/* The role of an entry's main kernel, whose launch shape is the entry's
+ * (threads, smem): the forward, NAME_dkdv, the decode kernel. */
+s2_kernel_role s2_main_role(s2_kernel_kind kind);
 /* Whether a kernel of role r may take ABI abi, and the grid it then has. */
 bool s2_role_takes_abi(s2_kernel_role r, s2_abi_id abi);
 s2_grid_rule s2_role_grid(s2_kernel_role r, s2_abi_id abi);

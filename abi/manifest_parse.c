@@ -222,11 +222,8 @@ static s2_status check_fns(s2_ctx *ctx, s2_manifest_kernel *k)
                            s2_role_name(need[k->spec.kind][j]));
     if (s2_manifest_kernel_fn(k, S2_ROLE_BWD_DQDS2) && !s2_manifest_kernel_fn(k, S2_ROLE_BWD_DQDS))
         return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s has bwd_dqds2 without bwd_dqds", k->name);
-    /* the entry's main kernel (the forward, NAME_dkdv, the decode): its
-     * launch shape is the entry's, its choices the entry's spec's */
-    static const s2_kernel_role main_role[S2_KERNEL_KIND_COUNT_] = {
-        [S2_KERNEL_FWD] = S2_ROLE_FWD, [S2_KERNEL_BWD] = S2_ROLE_BWD_DKDV, [S2_KERNEL_DECODE] = S2_ROLE_DECODE};
-    const s2_kernel_record *main = s2_manifest_kernel_fn(k, main_role[k->spec.kind]);
+    /* the entry's main kernel: its launch shape is the entry's */
+    const s2_kernel_record *main = s2_manifest_kernel_fn(k, s2_main_role(k->spec.kind));
     for (int i = 0; i < k->num_fns; i++)
         if (k->fns[i].abi != main->abi && k->spec.kind == S2_KERNEL_BWD)
             return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s's backward kernels differ in ABI", k->name);

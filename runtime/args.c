@@ -17,12 +17,13 @@ static s2_abi_id family_of(s2_abi_id abi)
 
 s2_status s2_rt_argmap_build(s2_ctx *ctx, s2_abi_id abi, s2_rt_argmap *out)
 {
-    const s2_abi_desc *d = s2_abi_get(abi), *w = s2_abi_get(family_of(abi));
+    s2_abi_id fam = family_of(abi);
+    const s2_abi_desc *d = s2_abi_get(abi), *w = s2_abi_get(fam);
     if (!d || !w || d->num_params > S2_RT_MAX_PARAMS)
         return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel ABI %d unknown to this runtime", (int)abi);
     out->n = d->num_params;
     for (int i = 0; i < d->num_params; i++) {
-        int j = s2_abi_param_index(family_of(abi), d->params[i].name);
+        int j = s2_abi_param_index(fam, d->params[i].name);
         if (j < 0 || w->params[j].type != d->params[i].type)
             return s2_fail(ctx, S2_ERR_PARSE, "kernel ABI %s: parameter %s is not its family's", d->name,
                            d->params[i].name);

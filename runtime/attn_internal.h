@@ -162,10 +162,7 @@ S2_RT_HIDDEN s2_status s2_rt_grid(s2_ctx *ctx, const s2_kernel_record *r, const 
  * NAME_dkdv, the decode kernel: the manifest parser checks it is there). */
 static inline const s2_kspec *s2_rt_main_spec(const s2_attn_kernel *k)
 {
-    const s2_kernel_record *r = k->rec[k->desc->spec.kind == S2_KERNEL_BWD      ? S2_ROLE_BWD_DKDV
-                                       : k->desc->spec.kind == S2_KERNEL_DECODE ? S2_ROLE_DECODE
-                                                                                : S2_ROLE_FWD];
-    return &r->spec;
+    return &k->rec[s2_main_role(k->desc->spec.kind)]->spec;
 }
 
 /* attn_decode.c */

@@ -108,9 +108,7 @@ int cmd_info(s2_ctx *ctx, int argc, char **argv)
             const s2_manifest_kernel *k = s2_manifest_kernel_at(m, i);
             print_kernel(k);
             /* the main kernel's (the entry's launch shape: NAME, or NAME_dkdv of a backward), then the others' */
-            const s2_kernel_record *main = s2_manifest_kernel_fn(k, k->spec.kind == S2_KERNEL_BWD ? S2_ROLE_BWD_DKDV
-                                                                    : k->spec.kind == S2_KERNEL_DECODE ? S2_ROLE_DECODE
-                                                                                                       : S2_ROLE_FWD);
+            const s2_kernel_record *main = s2_manifest_kernel_fn(k, s2_main_role(k->spec.kind));
             int regs = s2_cubin_regcount(image, size, main ? main->symbol : k->name);
             if (regs >= 0)
                 printf("  registers %d (EIATTR_REGCOUNT)\n", regs);

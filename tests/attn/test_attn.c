@@ -190,6 +190,21 @@ START_TEST(assembles_without_spills_and_carries_manifest)
 }
 END_TEST
 
+/* The manifest of one forward kernel "kern" (mma.sync ABI, 64 x 64 tiles)
+ * for pattern p, its entry naming pattern `pattern` (malloc'd text). */
+static char *one_kernel_manifest(s2_ctx *ctx, int arch, const s2_pattern *p, const char *pattern)
+{
+    s2_kspec ks = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .block_n = 64, .num_warps = 4,
+                   .num_stages = 2};
+    s2_kernel_record fn = {.symbol = "kern", .role = S2_ROLE_FWD, .abi = S2_ABI_FWD, .grid = S2_GRID_Q_TILES,
+                           .threads = 128, .smem_bytes = 1024, .spec = ks};
+    s2_manifest_kernel k = {.name = "kern", .pattern = (char *)pattern, .threads = 128, .smem_bytes = 1024,
+                            .spec = s2_kspec_public(&ks), .fns = &fn, .num_fns = 1};
+    char *text = NULL;
+    ck_assert_int_eq(s2_manifest_format(ctx, arch, &k, 1, &p, 1, &text), S2_OK);
+    return text;
+}
+
 START_TEST(manifest_rejects_damage)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -198,15 +213,7 @@ START_TEST(manifest_rejects_damage)
     s2_pattern_set *set = NULL;
     ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
-    s2_kspec ks = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .block_n = 64, .num_warps = 4,
-                         .num_stages = 2};
-    s2_kernel_record fn = {.symbol = "kern", .role = S2_ROLE_FWD, .abi = S2_ABI_FWD, .grid = S2_GRID_Q_TILES,
-                           .threads = 128, .smem_bytes = 1024, .spec = ks};
-    s2_manifest_kernel k = {.name = "kern", .pattern = p->name, .threads = 128, .smem_bytes = 1024,
-                            .spec = s2_kspec_public(&ks),
-                            .fns = &fn, .num_fns = 1};
-    char *text = NULL;
-    ck_assert_int_eq(s2_manifest_format(ctx, S2_ARCH_SM90A, &k, 1, &p, 1, &text), S2_OK);
+    char *text = one_kernel_manifest(ctx, S2_ARCH_SM90A, p, p->name);
     size_t n = strlen(text);
     s2_manifest *m = NULL;
     ck_assert_int_eq(s2_manifest_parse(ctx, text, n, &m), S2_OK);
@@ -261,10 +268,8 @@ START_TEST(manifest_rejects_damage)
     ck_assert_int_eq(s2_manifest_parse(ctx, cut, n, &m), S2_ERR_PARSE);
     /* a kernel naming an unknown pattern */
     free(cut);
-    k.pattern = "nope";
-    fn.symbol = k.name;
     free(text);
-    ck_assert_int_eq(s2_manifest_format(ctx, S2_ARCH_SM80, &k, 1, &p, 1, &text), S2_OK);
+    text = one_kernel_manifest(ctx, S2_ARCH_SM80, p, "nope");
     ck_assert_int_eq(s2_manifest_parse(ctx, text, strlen(text), &m), S2_ERR_PARSE);
     free(text);
     /* a cubin without the symbol */
@@ -291,14 +296,7 @@ START_TEST(manifest_untrusted_counts)
     ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     ck_assert_int_ge(p->heads, 2);
-    s2_kspec ks = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .block_n = 64, .num_warps = 4,
-                   .num_stages = 2};
-    s2_kernel_record fn = {.symbol = "kern", .role = S2_ROLE_FWD, .abi = S2_ABI_FWD, .grid = S2_GRID_Q_TILES,
-                           .threads = 128, .smem_bytes = 1024, .spec = ks};
-    s2_manifest_kernel k = {.name = "kern", .pattern = p->name, .threads = 128, .smem_bytes = 1024,
-                            .spec = s2_kspec_public(&ks), .fns = &fn, .num_fns = 1};
-    char *text = NULL;
-    ck_assert_int_eq(s2_manifest_format(ctx, S2_ARCH_SM90A, &k, 1, &p, 1, &text), S2_OK);
+    char *text = one_kernel_manifest(ctx, S2_ARCH_SM90A, p, p->name);
     size_t n = strlen(text);
     s2_manifest *m = NULL;
     /* head 1's rule line names head 0: head 0 twice, head 1 never */
