@@ -61,7 +61,7 @@ typedef struct set_kernel {
     char name[128];
     bool has_wide;               /* NAME_w (wide_variant) */
     s2_kspec wide;
-    char wide_name[132];
+    const char *wide_name;       /* its record's symbol */
     const s2_template *wide_tpl;
     s2_kernel_record recs[S2_ROLE_COUNT_];   /* every kernel of the entry, for the manifest */
     char syms[S2_ROLE_COUNT_][160];
@@ -137,8 +137,8 @@ static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int
             ks[i].wide_tpl = s2_template_for(&ks[i].wide);
             ks[i].wide_tpl->kernels(patterns[i], &ks[i].wide, &ks[i].recs[n_rec]);
             ks[i].recs[n_rec].role = S2_ROLE_FWD_WIDE;
+            ks[i].wide_name = ks[i].syms[n_rec];
             n_rec++;
-            snprintf(ks[i].wide_name, sizeof ks[i].wide_name, "%s%s", ks[i].name, s2_role_suffix(S2_ROLE_FWD_WIDE));
         }
         for (int j = 0; j < n_rec; j++) {
             snprintf(ks[i].syms[j], sizeof ks[i].syms[j], "%s%s", ks[i].name, s2_role_suffix(ks[i].recs[j].role));
