@@ -190,6 +190,74 @@ s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn
     return st;
 }
 
+/* The first page id the kernel would read for sequence b and kv head g that
+ * is not in 0..num_pages-1: it walks the list of its first new token's query
+ * block (clamped to the lists' q_blocks), keeps the entries a present query
+ * block needs and reads one table entry per 16-token chunk starting before
+ * seq_len (templates/decode.c, lookup_chunk).  0 when all are valid. */
+static s2_status dec_check_row(s2_ctx *ctx, const s2_attn_decode_args *a, const s2_decode_lists *l, const int32_t *table,
+                               int b, int g, int32_t len)
+{
+    int bs = l->block_size, group = l->group;
+    int64_t m0 = s2_min64(s2_max64(len - a->n_new, 0) / bs, l->q_blocks - 1);
+    uint32_t gbits = (1u << group) - 1, relevant = gbits;
+    if ((len - 1) / bs > m0)
+        relevant |= gbits << group;
+    int64_t li = (int64_t)l->class_of_kv_head[g] * l->q_blocks + m0;
+    int64_t row = (int64_t)b * a->table_stride[0] + (int64_t)g * a->table_stride[1];
+    for (int64_t e = l->offsets[li]; e < l->offsets[li + 1]; e++) {
+        if (!(l->entries[e].heads & relevant))
+            continue;
+        for (int64_t kpos = (int64_t)l->entries[e].block * bs; kpos < (int64_t)(l->entries[e].block + 1) * bs &&
+                                                                kpos < len; kpos += 16) {
+            int64_t pidx = kpos / a->page_size;
+            int32_t page = table[row + pidx];
+            if (page < 0 || page >= a->num_pages)
+                return s2_fail(ctx, S2_ERR_DEVICE_DATA,
+                               "block_table entry %lld (sequence %d, kv head %d, page %lld of the row) is %d, not a page "
+                               "id in 0..%lld; keys %lld..%lld of the sequence (seq_len %d) are read from it",
+                               (long long)(row + pidx), b, g, (long long)pidx, page, (long long)a->num_pages - 1,
+                               (long long)kpos, (long long)s2_min64(kpos + 16, len) - 1, len);
+        }
+    }
+    return S2_OK;
+}
+
+s2_status s2_attn_decode_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
+{
+    size_t bytes[7];
+    s2_status st = s2_rt_dec_check_host(ctx, k, a, bytes);
+    if (st != S2_OK)
+        return st;
+    s2_device *dev = k->mod->dev;
+    int32_t *lens = malloc(bytes[5]), *table = malloc(bytes[4]);
+    s2_decode_lists *l = NULL;
+    if (!lens || !table)
+        st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    /* the data may still be being written on the caller's stream */
+    if (st == S2_OK)
+        st = s2_stream_synchronize(ctx, dev, stream);
+    if (st == S2_OK)
+        st = s2_rt_dec_check_device(ctx, k, a, bytes, 0);
+    if (st == S2_OK)
+        st = s2_memcpy_d2h(ctx, dev, lens, a->seq_lens, bytes[5]);
+    if (st == S2_OK)
+        st = s2_memcpy_d2h(ctx, dev, table, a->block_table, bytes[4]);
+    for (int b = 0; b < a->batch && st == S2_OK; b++)
+        if (lens[b] < a->n_new || lens[b] > a->max_seq_len)
+            st = s2_fail(ctx, S2_ERR_DEVICE_DATA, "seq_lens[%d] is %d, outside n_new..max_seq_len (%d..%lld)", b,
+                         lens[b], a->n_new, (long long)a->max_seq_len);
+    if (st == S2_OK)
+        st = s2_decode_lists_build(ctx, k->pattern, dec_q_blocks(k, a->max_seq_len) * k->pattern->block_size, &l);
+    for (int b = 0; b < a->batch && st == S2_OK; b++)
+        for (int g = 0; g < a->kv_heads && st == S2_OK; g++)
+            st = dec_check_row(ctx, a, l, table, b, g, lens[b]);
+    s2_decode_lists_free(l);
+    free(lens);
+    free(table);
+    return st;
+}
+
 static s2_status dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
                             const dec_slot *s, int splits)
 {
@@ -234,6 +302,8 @@ s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_
 {
     size_t bytes[7];
     s2_status st = s2_rt_dec_check_host(ctx, k, a, bytes);
+    if (st == S2_OK && k->mod->check_decode)
+        st = s2_attn_decode_validate(ctx, k, stream, a);
     if (st != S2_OK)
         return st;
     mtx_lock(&k->lock);

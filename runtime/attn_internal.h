@@ -102,6 +102,7 @@ struct s2_attn_module {
     s2_attn_kernel *kernels;
     int num_kernels;
     bool standalone;             /* owned by its one kernel (s2_attn_load) */
+    bool check_decode;           /* S2C_CHECK_DECODE set at load: validate decode's device data */
 };
 
 struct s2_attn_seqs {

@@ -100,6 +100,8 @@ s2_status s2_attn_module_load(s2_ctx *ctx, s2_device *dev, const void *image, si
     if (!mod)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
     mod->dev = dev;
+    const char *chk = getenv("S2C_CHECK_DECODE");
+    mod->check_decode = chk && *chk && strcmp(chk, "0") != 0;
     if ((st = s2_manifest_parse(ctx, text, len, &mod->manifest)) != S2_OK)
         goto fail;
     int n = s2_manifest_num_kernels(mod->manifest);

@@ -213,8 +213,9 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
  * max_seq_len, like the forward's schedules), picks the split count and
  * launches NAME on `stream` (one launch: with splits > 1 its last CTA per
  * sequence and kv head merges the partials).  seq_lens live on the device and
- * are not checked: each must be in [n_new, max_seq_len], and its table row
- * must hold valid page ids for the pages of kept blocks.
+ * are not checked (unless S2C_CHECK_DECODE: s2_attn_decode_validate): each
+ * must be in [n_new, max_seq_len], and its table row must hold valid page ids
+ * for the pages of kept blocks.
  * s2_attn_decode_workspace gives the workspace bytes for these arguments
  * (0: none needed; the split count depends only on the shapes).  Zero the
  * workspace once after allocating it; launches leave the part that must be
@@ -225,6 +226,15 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
  * an explicit splits > 1 gives S2_ERR_UNSUPPORTED). */
 s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a);
 s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, size_t *bytes);
+/* Checked mode for decode: waits for `stream`, copies seq_lens and the block
+ * table to the host and checks what s2_attn_decode trusts: every seq_lens[b]
+ * in n_new..max_seq_len, and every page id the kernel would read (those of the
+ * blocks the pattern keeps for the new tokens, up to seq_len) in
+ * 0..num_pages-1.  S2_ERR_DEVICE_DATA names the first bad entry.  Synchronous
+ * and slow: for debugging and tests.  With S2C_CHECK_DECODE=1 in the
+ * environment when a module is loaded, s2_attn_decode runs it before every
+ * launch and launches nothing on failure. */
+s2_status s2_attn_decode_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a);
 /* The number of KV splits s2_attn_decode takes for these arguments. */
 s2_status s2_attn_decode_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, int *splits);
 

@@ -37,6 +37,7 @@ typedef enum s2_status {
     S2_ERR_SEQ_LEN,        /* a sequence length exceeds the pattern's or the kernel's maximum */
     S2_ERR_DTYPE,          /* the tensors' dtype is not the kernel's */
     S2_ERR_HEAD_DIM,       /* the head dimension is not the kernel's */
+    S2_ERR_DEVICE_DATA,    /* device data (seq_lens, a block table) is out of range (checked modes) */
     S2_STATUS_COUNT_
 } s2_status;
 

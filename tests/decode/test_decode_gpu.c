@@ -11,8 +11,9 @@
  * row (token, head); |lse - ref| <= 2e-3.  Fresh seeds, printed (S2C_SEED=N
  * repeats); S2C_DECODE_SMALL=1 runs two small cases only (for the sanitizer);
  * S2C_DECODE_WARPS / S2C_DECODE_STAGES override the spec's tunables.
- * Exits 77 without libcuda.so.1 or a device; CUDA lives in this process, so
- * Check does not fork. */
+ * Every case also runs the checked mode (S2C_CHECK_DECODE) on its data and
+ * on one poisoned table entry.  Exits 77 without libcuda.so.1 or a device;
+ * CUDA lives in this process, so Check does not fork. */
 #include "../attn/patterns.h"
 #include "s2c/compile.h"
 #include "s2c/attn_runtime.h"
@@ -227,6 +228,42 @@ static void compare(const problem *pr, s2_dtype dt, const uint16_t *o, const flo
             }
 }
 
+/* The checked mode on the case's real data: it passes; then one table entry
+ * the kernel reads (the first chunk of the last needed block of the last
+ * sequence's last kv head) is poisoned with -1, and both
+ * s2_attn_decode_validate and, with S2C_CHECK_DECODE=1 at load,
+ * s2_attn_decode report it by index and launch nothing; the context stays
+ * usable (no fault). */
+static void check_poisoned_table(s2_ctx *ctx, s2_device *dev, s2_attn_kernel *k, const s2_artifact *art,
+                                 const dec_case *c, const s2_pattern *p, const problem *pr,
+                                 const s2_attn_decode_args *a)
+{
+    OK(ctx, s2_attn_decode_validate(ctx, k, NULL, a));
+    int b = pr->B - 1, g = pr->HK - 1;
+    int64_t len = pr->lens[b], n = s2_cdiv(len, p->block_size) - 1;
+    while (n >= 0 && !block_needed(p, g, len, pr->N, n))
+        n--;
+    ck_assert_msg(n >= 0, "%s: no block needed", c->name);
+    int64_t at = b * pr->table_bs + g * pr->table_hs + n * p->block_size / pr->P;
+    int32_t bad = -1, good = pr->table[at];
+    OK(ctx, s2_memcpy_h2d(ctx, dev, a->block_table + (s2_devptr)at * 4, &bad, 4));
+    char needle[64];
+    snprintf(needle, sizeof needle, "block_table entry %lld ", (long long)at);
+    ck_assert_int_eq(s2_attn_decode_validate(ctx, k, NULL, a), S2_ERR_DEVICE_DATA);
+    ck_assert_msg(strstr(s2_ctx_message(ctx), needle), "%s: '%s' lacks '%s'", c->name, s2_ctx_message(ctx), needle);
+    ck_assert_int_eq(setenv("S2C_CHECK_DECODE", "1", 1), 0);
+    s2_attn_kernel *kc = NULL;
+    OK(ctx, s2_attn_load(ctx, dev, art->cubin, art->cubin_size, p->name, c->dt, c->head_dim, &kc));
+    ck_assert_int_eq(unsetenv("S2C_CHECK_DECODE"), 0);
+    ck_assert_int_eq(s2_attn_decode(ctx, kc, NULL, a), S2_ERR_DEVICE_DATA);
+    ck_assert_msg(strstr(s2_ctx_message(ctx), needle), "%s: '%s' lacks '%s'", c->name, s2_ctx_message(ctx), needle);
+    OK(ctx, s2_device_synchronize(ctx, dev));
+    OK(ctx, s2_memcpy_h2d(ctx, dev, a->block_table + (s2_devptr)at * 4, &good, 4));
+    OK(ctx, s2_attn_decode(ctx, kc, NULL, a));
+    OK(ctx, s2_device_synchronize(ctx, dev));
+    s2_attn_kernel_free(kc);
+}
+
 static void run_case(int ci)
 {
     const dec_case *c = &cases[ci];
@@ -310,6 +347,7 @@ static void run_case(int ci)
         ok = ok && res->o_err[run] <= tol && res->lse_err[run] <= 2e-3;
     }
     res->ok = ok;
+    check_poisoned_table(ctx, dev, k, art, c, p, &pr, &a);
     s2_mem_free(ctx, dev, ws);
     s2_devptr all[] = {dq, dk, dv, dt, dl, dout, dlse};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)

@@ -1,0 +1,255 @@
+/* The checked decode mode (s2_attn_decode_validate, S2C_CHECK_DECODE) on the
+ * fake libcuda of tests/runtime: poisoned seq_lens and block-table entries are
+ * reported by index before anything launches, and a bad entry the kernel
+ * never reads (a block the pattern drops, a page past seq_len) is not.  What
+ * the kernel reads is computed here from s2_block_kept, independently of the
+ * runtime's kept-block lists.  Compiles a real cubin (needs ptxas or
+ * nvJitLink, else exits 77). */
+#include "s2c/attention.h"
+#include "s2c/attn_runtime.h"
+#include "s2c/cache.h"
+#include "s2c/codegen.h"
+#include "s2c/layout.h"
+#include "s2c/runtime.h"
+#include "../runtime/fake_cuda.h"
+#include "rand_pattern.h"
+
+#include <check.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static const char *fake_path;
+static fake_cuda_set_fn fake_set;
+static fake_cuda_get_fn fake_get;
+
+enum { B = 3, HK = 2, H = 4, D = 64, PS = 16, BS = 16, MAXP = 16, MAXLEN = MAXP * PS, NP = B * HK * MAXP };
+
+typedef struct rig {
+    s2_ctx *ctx;
+    s2_device *dev;
+    s2_pattern_set *set;
+    const s2_pattern *p;
+    s2_artifact *art;
+    s2_attn_kernel *k;
+    s2_devptr bufs[8];
+    int32_t table[B * HK * MAXP], lens[B];
+    s2_attn_decode_args a;
+} rig;
+
+static void use_fake(void)
+{
+    ck_assert_int_eq(setenv("S2C_LIBCUDA", fake_path, 1), 0);
+    void *h = dlopen(fake_path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(h != NULL, "dlopen %s: %s", fake_path, dlerror());
+    fake_set = (fake_cuda_set_fn)dlsym(h, "fake_cuda_set");
+    fake_get = (fake_cuda_get_fn)dlsym(h, "fake_cuda_get");
+    ck_assert(fake_set && fake_get);
+}
+
+/* Heads 4 over 2 kv heads, block 16, local 2, stride 4: most blocks dropped. */
+static void rig_open(rig *r)
+{
+    use_fake();
+    memset(r, 0, sizeof *r);
+    r->ctx = s2_ctx_new();
+    ck_assert_msg(s2_device_open(r->ctx, 0, &r->dev) == S2_OK, "%s", s2_ctx_message(r->ctx));
+    s2_local_stride_args la;
+    s2_local_stride_args_default(&la);
+    la.name = "chk";
+    la.num_heads = H;
+    la.num_kv_heads = HK;
+    la.block_size = BS;
+    la.local_blocks = 2;
+    la.vert_stride = 4;
+    ck_assert_int_eq(s2_pattern_from_args(r->ctx, &la, &r->set), S2_OK);
+    r->p = s2_pattern_set_get(r->set, 0);
+    s2_kernel_spec spec = {.kind = S2_KERNEL_DECODE, .dtype = S2_DTYPE_BF16, .head_dim = D, .arch = S2_ARCH_SM80};
+    ck_assert_msg(s2_compile_attention(r->ctx, r->p, &spec, S2_CUBIN_AUTO, &r->art) == S2_OK, "%s",
+                  s2_ctx_message(r->ctx));
+    fake_set("set_current", 1);
+    ck_assert_msg(s2_attn_load(r->ctx, r->dev, r->art->cubin, r->art->cubin_size, NULL, S2_DTYPE_BF16, D, &r->k) ==
+                      S2_OK, "%s", s2_ctx_message(r->ctx));
+    size_t sizes[7] = {(size_t)B * H * D * 2, (size_t)B * H * D * 2, (size_t)B * H * 4, (size_t)NP * PS * HK * D * 2,
+                       (size_t)NP * PS * HK * D * 2, sizeof r->table, sizeof r->lens};
+    for (int i = 0; i < 7; i++)
+        ck_assert_int_eq(s2_mem_alloc(r->ctx, r->dev, sizes[i], &r->bufs[i]), S2_OK);
+    for (int i = 0; i < B * HK * MAXP; i++)   /* every row its own pages, in a shuffled order */
+        r->table[i] = (int32_t)((i * 37) % NP);
+    r->a = (s2_attn_decode_args){
+        .batch = B, .n_new = 1, .heads = H, .kv_heads = HK, .head_dim = D, .dtype = S2_DTYPE_BF16,
+        .q = r->bufs[0], .o = r->bufs[1], .lse = r->bufs[2], .k_pages = r->bufs[3], .v_pages = r->bufs[4],
+        .num_pages = NP, .page_size = PS, .q_stride = {H * D, H * D, D}, .o_stride = {H * D, H * D, D},
+        .k_stride = {PS * HK * D, HK * D, D}, .v_stride = {PS * HK * D, HK * D, D}, .block_table = r->bufs[5],
+        .table_stride = {HK * MAXP, MAXP}, .max_pages_per_seq = MAXP, .seq_lens = r->bufs[6],
+        .max_seq_len = MAXLEN, .splits = 1};
+}
+
+static void rig_upload(rig *r)
+{
+    ck_assert_int_eq(s2_memcpy_h2d(r->ctx, r->dev, r->a.block_table, r->table, sizeof r->table), S2_OK);
+    ck_assert_int_eq(s2_memcpy_h2d(r->ctx, r->dev, r->a.seq_lens, r->lens, sizeof r->lens), S2_OK);
+}
+
+static void rig_close(rig *r)
+{
+    for (int i = 0; i < 8; i++)
+        if (r->bufs[i])
+            ck_assert_int_eq(s2_mem_free(r->ctx, r->dev, r->bufs[i]), S2_OK);
+    s2_attn_kernel_free(r->k);
+    s2_artifact_free(r->art);
+    s2_pattern_set_free(r->set);
+    s2_device_free(r->dev);
+    s2_ctx_free(r->ctx);
+}
+
+/* Does the kernel read table row (b, g) at page pidx for seq_len len?  A
+ * 16-token chunk starting before len in a key block some query head of
+ * the group keeps for a query block holding one of the new tokens. */
+static bool page_read(const s2_pattern *p, int g, int32_t len, int n_new, int64_t pidx)
+{
+    int group = p->heads / p->kv_heads;
+    for (int64_t kpos = pidx * PS; kpos < (pidx + 1) * PS && kpos < len; kpos += 16) {
+        int64_t kb = kpos / p->block_size;
+        for (int64_t qpos = len - n_new; qpos < len; qpos++)
+            for (int i = 0; i < group; i++)
+                if (s2_block_kept(p, g * group + i, qpos / p->block_size, kb))
+                    return true;
+    }
+    return false;
+}
+
+static void expect_bad(rig *r, const char *needle)
+{
+    s2_status st = s2_attn_decode_validate(r->ctx, r->k, NULL, &r->a);
+    ck_assert_msg(st == S2_ERR_DEVICE_DATA, "expected S2_ERR_DEVICE_DATA (%s), got %s: %s", needle,
+                  s2_status_name(st), s2_ctx_message(r->ctx));
+    ck_assert_msg(strstr(s2_ctx_message(r->ctx), needle), "message '%s' lacks '%s'", s2_ctx_message(r->ctx), needle);
+}
+
+START_TEST(validate_reports_bad_seq_lens)
+{
+    rig r;
+    rig_open(&r);
+    const int32_t bad[] = {-7, 0, MAXLEN + 1, 1 << 30, INT32_MAX};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        int32_t lens[B] = {100, 37, 250};
+        memcpy(r.lens, lens, sizeof lens);
+        r.lens[1] = bad[i];
+        rig_upload(&r);
+        char needle[64];
+        snprintf(needle, sizeof needle, "seq_lens[1] is %d, outside n_new..max_seq_len (1..%d)", bad[i], MAXLEN);
+        expect_bad(&r, needle);
+    }
+    r.lens[1] = MAXLEN;
+    rig_upload(&r);
+    ck_assert_msg(s2_attn_decode_validate(r.ctx, r.k, NULL, &r.a) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    rig_close(&r);
+}
+END_TEST
+
+/* One poisoned entry at a time, at random rows, pages and lengths: reported
+ * (with its index) exactly when the kernel would read it. */
+START_TEST(validate_reports_exactly_the_read_entries)
+{
+    rig r;
+    rig_open(&r);
+    s2t_rng rng;
+    const char *env = getenv("S2C_SEED");
+    s2t_rng_seed(&rng, env ? strtoull(env, NULL, 10) : (uint64_t)time(NULL));
+    printf("validate_reports_exactly_the_read_entries: seed %llu (S2C_SEED=N repeats)\n", (unsigned long long)rng.seed);
+    const int32_t poison[] = {-1, NP, INT32_MAX, INT32_MIN};
+    int reported = 0, ignored = 0;
+    for (int trial = 0; trial < 300; trial++) {
+        for (int b = 0; b < B; b++)
+            r.lens[b] = s2t_rng_int(&rng, 1, MAXLEN);
+        int b = s2t_rng_int(&rng, 0, B - 1), g = s2t_rng_int(&rng, 0, HK - 1);
+        int64_t pidx = s2t_rng_int(&rng, 0, MAXP - 1);
+        int64_t at = (int64_t)b * HK * MAXP + (int64_t)g * MAXP + pidx;
+        int32_t saved = r.table[at];
+        r.table[at] = poison[trial % 4];
+        rig_upload(&r);
+        if (page_read(r.p, g, r.lens[b], 1, pidx)) {
+            char needle[128];
+            snprintf(needle, sizeof needle, "block_table entry %lld (sequence %d, kv head %d, page %lld of the row) is %d",
+                     (long long)at, b, g, (long long)pidx, poison[trial % 4]);
+            expect_bad(&r, needle);
+            reported++;
+        } else {
+            ck_assert_msg(s2_attn_decode_validate(r.ctx, r.k, NULL, &r.a) == S2_OK,
+                          "entry %lld (b %d, g %d, page %lld, seq_len %d) is never read: %s", (long long)at, b, g,
+                          (long long)pidx, r.lens[b], s2_ctx_message(r.ctx));
+            ignored++;
+        }
+        r.table[at] = saved;
+    }
+    /* both outcomes must have been exercised for the test to mean anything */
+    ck_assert_msg(reported > 20 && ignored > 20, "reported %d, ignored %d", reported, ignored);
+    rig_close(&r);
+}
+END_TEST
+
+/* S2C_CHECK_DECODE=1 at load: s2_attn_decode validates and launches nothing
+ * on bad data; without it, it launches (device data is the caller's). */
+START_TEST(env_checked_decode_launches_nothing_on_bad_data)
+{
+    for (int checked = 0; checked < 2; checked++) {
+        if (checked)
+            ck_assert_int_eq(setenv("S2C_CHECK_DECODE", "1", 1), 0);
+        else
+            ck_assert_int_eq(unsetenv("S2C_CHECK_DECODE"), 0);
+        rig r;
+        rig_open(&r);
+        int32_t lens[B] = {200, 64, 17};
+        memcpy(r.lens, lens, sizeof lens);
+        r.table[0 * HK * MAXP + 1 * MAXP + 12] = -1;   /* b 0, kv head 1, page 12: the local window of 200 */
+        ck_assert(page_read(r.p, 1, 200, 1, 12));
+        rig_upload(&r);
+        long long launches = fake_get("launches");
+        s2_status st = s2_attn_decode(r.ctx, r.k, NULL, &r.a);
+        if (checked) {
+            ck_assert_msg(st == S2_ERR_DEVICE_DATA, "%s", s2_ctx_message(r.ctx));
+            ck_assert_ptr_nonnull(strstr(s2_ctx_message(r.ctx), "block_table entry 28 "));
+            ck_assert_int_eq(fake_get("launches"), launches);
+        } else {
+            ck_assert_msg(st == S2_OK, "%s", s2_ctx_message(r.ctx));
+            ck_assert_int_eq(fake_get("launches"), launches + 1);
+        }
+        r.table[0 * HK * MAXP + 1 * MAXP + 12] = 5;
+        rig_upload(&r);
+        launches = fake_get("launches");
+        ck_assert_msg(s2_attn_decode(r.ctx, r.k, NULL, &r.a) == S2_OK, "%s", s2_ctx_message(r.ctx));
+        ck_assert_int_eq(fake_get("launches"), launches + 1);
+        rig_close(&r);
+    }
+    unsetenv("S2C_CHECK_DECODE");
+}
+END_TEST
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s FAKE_LIBCUDA\n", argv[0]);
+        return 1;
+    }
+    fake_path = argv[1];
+    const char *tc = NULL;
+    if (s2_toolchain_version(NULL, S2_CUBIN_AUTO, &tc) != S2_OK) {
+        printf("no ptxas or nvJitLink: skipped\n");
+        return 77;
+    }
+    Suite *s = suite_create("decode_check");
+    TCase *t = tcase_create("validate");
+    tcase_set_timeout(t, 120);
+    tcase_add_test(t, validate_reports_bad_seq_lens);
+    tcase_add_test(t, validate_reports_exactly_the_read_entries);
+    tcase_add_test(t, env_checked_decode_launches_nothing_on_bad_data);
+    suite_add_tcase(s, t);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
