@@ -406,6 +406,9 @@ s2_status s2_rt_dec_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_at
             return st;
     bytes[5] = (size_t)a->batch * sizeof(int32_t);
     bytes[6] = (size_t)a->batch * (size_t)a->heads * (size_t)a->n_new * sizeof(float);
+    if (a->lse && extents_meet(a->o, bytes[1], a->lse, bytes[6]))
+        return s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", bytes[6],
+                       (unsigned long long)a->lse, bytes[1], (unsigned long long)a->o);
     return S2_OK;
 }
 
@@ -460,6 +463,9 @@ s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combin
     size_t lb = (size_t)a->batch * (size_t)a->heads * (size_t)a->seq * sizeof(float);
     if (a->o % 16 || a->lse % 4)
         return s2_fail(ctx, S2_ERR_ALIGNMENT, "o must be 16-byte aligned, lse 4-byte");
+    if (a->lse && extents_meet(a->o, ob, a->lse, lb))
+        return s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", lb,
+                       (unsigned long long)a->lse, ob, (unsigned long long)a->o);
     for (int i = 0; i < a->n; i++) {
         char name[32];
         if (!a->o_in[i] || !a->lse_in[i])

@@ -3,7 +3,8 @@
  * reported by index before anything launches, and a bad entry the kernel
  * never reads (a block the pattern drops, a page past seq_len) is not.  What
  * the kernel reads is computed here from s2_block_kept, independently of the
- * runtime's kept-block lists.  Compiles a real cubin (needs ptxas or
+ * runtime's kept-block lists.  Also: lse over o is refused by decode and
+ * combine.  Compiles a real cubin (needs ptxas or
  * nvJitLink, else exits 77). */
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
@@ -228,6 +229,33 @@ START_TEST(env_checked_decode_launches_nothing_on_bad_data)
 }
 END_TEST
 
+/* lse written over o: refused by decode and combine, nothing launched. */
+START_TEST(lse_overlapping_o_is_refused)
+{
+    rig r;
+    rig_open(&r);
+    int32_t lens[B] = {100, 37, 250};
+    memcpy(r.lens, lens, sizeof lens);
+    rig_upload(&r);
+    long long launches = fake_get("launches");
+    r.a.lse = r.a.o + 256;
+    ck_assert_int_eq(s2_attn_decode(r.ctx, r.k, NULL, &r.a), S2_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(r.ctx), "lse overlaps o"));
+    s2_combine_args c = {.n = 1, .batch = B, .heads = H, .head_dim = D, .seq = 1, .dtype = S2_DTYPE_BF16,
+                         .o_in = {r.a.q}, .lse_in = {r.bufs[2]}, .in_stride = {H * D, H * D, D},
+                         .o = r.a.o, .lse = r.a.o + (size_t)B * H * D * 2 - 4, .o_stride = {H * D, H * D, D}};
+    ck_assert_int_eq(s2_combine(r.ctx, r.k, NULL, &c), S2_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(r.ctx), "lse overlaps o"));
+    ck_assert_int_eq(fake_get("launches"), launches);
+    c.lse = 0;   /* and the same arguments without the overlap launch */
+    ck_assert_msg(s2_combine(r.ctx, r.k, NULL, &c) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    r.a.lse = r.bufs[2];
+    ck_assert_msg(s2_attn_decode(r.ctx, r.k, NULL, &r.a) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    ck_assert_int_eq(fake_get("launches"), launches + 2);
+    rig_close(&r);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -246,6 +274,7 @@ int main(int argc, char **argv)
     tcase_add_test(t, validate_reports_bad_seq_lens);
     tcase_add_test(t, validate_reports_exactly_the_read_entries);
     tcase_add_test(t, env_checked_decode_launches_nothing_on_bad_data);
+    tcase_add_test(t, lse_overlapping_o_is_refused);
     suite_add_tcase(s, t);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
