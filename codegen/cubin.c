@@ -1,6 +1,7 @@
 /* PTX -> cubin: ptxas as a subprocess or nvJitLink loaded with dlopen, and
  * the resource numbers both report. */
 #include "cg_internal.h"
+#include "toolfind.h"
 
 #define NVJITLINK_NO_INLINE 1
 #include <nvJitLink.h>
@@ -195,34 +196,11 @@ int s2_cubin_regcount(const uint8_t *c, size_t size, const char *name)
 
 /* ---- ptxas as a subprocess ---- */
 
-static bool executable(const char *path) { return path && access(path, X_OK) == 0; }
-
-/* $S2C_PTXAS, when set, is the only candidate (so a caller can disable
- * ptxas); else $PATH, $CUDA_HOME/bin, /usr/local/cuda/bin. */
+/* toolfind.c's search, as a malloc'd path. */
 static char *find_ptxas(void)
 {
-    const char *env = getenv("S2C_PTXAS");
-    if (env && env[0])
-        return executable(env) ? strdup(env) : NULL;
     char path[4096];
-    const char *p = getenv("PATH");
-    while (p && *p) {
-        const char *colon = strchr(p, ':');
-        size_t n = colon ? (size_t)(colon - p) : strlen(p);
-        if (n > 0 && n + 7 < sizeof path) {
-            snprintf(path, sizeof path, "%.*s/ptxas", (int)n, p);
-            if (executable(path))
-                return strdup(path);
-        }
-        p = colon ? colon + 1 : NULL;
-    }
-    const char *home = getenv("CUDA_HOME");
-    if (home && home[0]) {
-        snprintf(path, sizeof path, "%s/bin/ptxas", home);
-        if (executable(path))
-            return strdup(path);
-    }
-    return executable("/usr/local/cuda/bin/ptxas") ? strdup("/usr/local/cuda/bin/ptxas") : NULL;
+    return s2_cg_find_ptxas(path, sizeof path) ? strdup(path) : NULL;
 }
 
 typedef struct tmp_files {
@@ -330,30 +308,14 @@ typedef struct jitlink_api {
     nvJitLinkResult (*info)(nvJitLinkHandle, char *);
 } jitlink_api;
 
-static void *jitlink_open(void)
-{
-    void *lib = dlopen("libnvJitLink.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        lib = dlopen("libnvJitLink.so", RTLD_NOW | RTLD_LOCAL);
-    const char *home = getenv("CUDA_HOME");
-    if (!lib && home && home[0]) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/lib64/libnvJitLink.so.13", home);
-        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    }
-    if (!lib)
-        lib = dlopen("/usr/local/cuda/lib64/libnvJitLink.so.13", RTLD_NOW | RTLD_LOCAL);
-    return lib;
-}
-
-static bool jitlink_load(jitlink_api *api)
+static bool jitlink_load(jitlink_api *api, char *tried, size_t cap)
 {
     memset(api, 0, sizeof *api);
-    api->lib = jitlink_open();
+    api->lib = s2_cg_jitlink_open(tried, cap);
     if (!api->lib)
         return false;
     /* dlsym returns void *; POSIX guarantees the conversion to a function pointer */
-#define SYM(field, name) (*(void **)(&api->field) = dlsym(api->lib, name)) != NULL
+#define SYM(field, name) (*(void **)(&api->field) = s2_cg_jitlink_sym(api->lib, name)) != NULL
     bool ok = SYM(create, "nvJitLinkCreate") && SYM(destroy, "nvJitLinkDestroy") &&
               SYM(add_data, "nvJitLinkAddData") && SYM(complete, "nvJitLinkComplete") &&
               SYM(cubin_size, "nvJitLinkGetLinkedCubinSize") && SYM(cubin, "nvJitLinkGetLinkedCubin") &&
@@ -473,9 +435,12 @@ s2_status s2_ptx_to_cubin(s2_ctx *ctx, const char *ptx, size_t len, s2_arch arch
         st = via_ptxas(ctx, ptxas, ptx, len, arch, cubin, size, &log);
     } else {
         jitlink_api api;
-        if (!jitlink_load(&api))
-            st = s2_fail(ctx, S2_ERR_TOOLCHAIN, "%slibnvJitLink.so.13 could not be loaded: %s",
-                         backend == S2_CUBIN_AUTO ? "ptxas not found and " : "", dlerror());
+        char tried[2048];
+        if (!jitlink_load(&api, tried, sizeof tried))
+            st = s2_fail(ctx, S2_ERR_TOOLCHAIN, "%slibnvJitLink (13 or 12) could not be loaded; tried %s%s",
+                         backend == S2_CUBIN_AUTO ? "ptxas not found and " : "",
+                         tried[0] ? tried : "(a library without the nvJitLink entry points)",
+                         tried[0] ? " (set S2C_NVJITLINK to its path)" : "");
         else {
             /* No dlclose: the library's own C++ runtime allocates at load
              * time and never frees, so unloading strands that memory (and a

@@ -1,11 +1,10 @@
 /* The identities that go into cache keys: the PTX assembler's (a cubin made
  * by another ptxas or nvJitLink release is another cubin) and the
  * generator's (s2_generator_id).
- *
- * The ptxas search repeats s2_ptx_to_cubin's order (cubin.c keeps its own
- * copy static); both must name the same program. */
+ * Both search for the tools as s2_ptx_to_cubin does (toolfind.c). */
 #include "s2c/cache.h"
 #include "s2c_generator_id.h"
+#include "toolfind.h"
 #include "util.h"
 
 #include <llvm/Config/llvm-config.h>
@@ -21,28 +20,6 @@
 #include <unistd.h>
 
 extern char **environ;
-
-static bool executable(const char *path) { return path && access(path, X_OK) == 0; }
-
-/* Same order as cubin.c's find_ptxas: $S2C_PTXAS alone when set, else
- * $PATH, $CUDA_HOME/bin, /usr/local/cuda/bin.  Writes into path. */
-static bool find_ptxas(char *path, size_t cap)
-{
-    const char *env = getenv("S2C_PTXAS");
-    if (env && env[0])
-        return snprintf(path, cap, "%s", env) < (int)cap && executable(path);
-    for (const char *p = getenv("PATH"); p && *p;) {
-        const char *colon = strchr(p, ':');
-        size_t n = colon ? (size_t)(colon - p) : strlen(p);
-        if (n > 0 && snprintf(path, cap, "%.*s/ptxas", (int)n, p) < (int)cap && executable(path))
-            return true;
-        p = colon ? colon + 1 : NULL;
-    }
-    const char *home = getenv("CUDA_HOME");
-    if (home && home[0] && snprintf(path, cap, "%s/bin/ptxas", home) < (int)cap && executable(path))
-        return true;
-    return snprintf(path, cap, "/usr/local/cuda/bin/ptxas") < (int)cap && executable(path);
-}
 
 /* stdout+stderr of `prog --version` into out (NUL-terminated, cut at cap). */
 static bool run_version(const char *prog, char *out, size_t cap)
@@ -126,7 +103,7 @@ static void ptxas_id_once(void)
     char path[4096], out[4096], line[200];
     toolchain_id *id = &g_ptxas;
     id->status = S2_ERR_TOOLCHAIN;
-    if (!find_ptxas(path, sizeof path))
+    if (!s2_cg_find_ptxas(path, sizeof path))
         snprintf(id->text, sizeof id->text, "ptxas not found");
     else if (!run_version(path, out, sizeof out))
         snprintf(id->text, sizeof id->text, "%.200s --version failed", path);
@@ -142,21 +119,14 @@ static void jitlink_id_once(void)
 {
     toolchain_id *id = &g_jitlink;
     id->status = S2_ERR_TOOLCHAIN;
-    void *lib = dlopen("libnvJitLink.so.13", RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        lib = dlopen("libnvJitLink.so", RTLD_NOW | RTLD_LOCAL);
-    const char *home = getenv("CUDA_HOME");
-    char path[4096];
-    if (!lib && home && home[0] && snprintf(path, sizeof path, "%s/lib64/libnvJitLink.so.13", home) < (int)sizeof path)
-        lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!lib)
-        lib = dlopen("/usr/local/cuda/lib64/libnvJitLink.so.13", RTLD_NOW | RTLD_LOCAL);
+    char tried[1024];
+    void *lib = s2_cg_jitlink_open(tried, sizeof tried);
     if (!lib) {
-        snprintf(id->text, sizeof id->text, "libnvJitLink.so.13 could not be loaded");
+        snprintf(id->text, sizeof id->text, "libnvJitLink could not be loaded");
         return;
     }
     int (*version)(unsigned *, unsigned *);
-    *(void **)&version = dlsym(lib, "nvJitLinkVersion");
+    *(void **)&version = s2_cg_jitlink_sym(lib, "nvJitLinkVersion");
     unsigned major = 0, minor = 0;
     if (!version || version(&major, &minor) != 0)
         snprintf(id->text, sizeof id->text, "nvJitLinkVersion is missing or failed");

@@ -2,6 +2,7 @@
  * resources, failures, dumps and overrides. */
 #include "cg_internal.h"
 #include "s2c/compile.h"
+#include "s2c/cache.h"
 #include "s2c/codegen.h"
 #include "s2c/pattern.h"
 
@@ -183,6 +184,39 @@ START_TEST(missing_ptxas)
     ck_assert_ptr_null(art);
     ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "ptxas not found"));
     s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+static const char *fake_nvjitlink;
+
+/* The library named by S2C_NVJITLINK is the only candidate; a 12.x one with
+ * versioned entry points only is used, and one that does not exist gives a
+ * message naming what was tried. */
+START_TEST(nvjitlink_12_and_the_search_list)
+{
+    setenv("S2C_PTXAS", "/nonexistent/ptxas", 1);
+    setenv("S2C_NVJITLINK", fake_nvjitlink, 1);
+    s2_ctx *ctx = s2_ctx_new();
+    const char *id = NULL;
+    ck_assert_msg(s2_toolchain_version(ctx, S2_CUBIN_NVJITLINK, &id) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_str_eq(id, "nvjitlink-12.4");
+    const char ptx[] = ".version 8.0\n.target sm_90a\n.address_size 64\n";
+    uint8_t *cubin = NULL;
+    size_t size = 0;
+    char *log = NULL;
+    s2_status st = s2_ptx_to_cubin(ctx, ptx, sizeof ptx - 1, S2_ARCH_SM90A, S2_CUBIN_AUTO, &cubin, &size, &log, NULL,
+                                   NULL, NULL);
+    ck_assert_int_eq(st, S2_ERR_TOOLCHAIN);
+    ck_assert_msg(strstr(s2_ctx_message(ctx), "fake nvJitLink 12.4: no linker here"), "%s", s2_ctx_message(ctx));
+    free(log);
+    setenv("S2C_NVJITLINK", "/nonexistent/libnvJitLink.so.12", 1);
+    st = s2_ptx_to_cubin(ctx, ptx, sizeof ptx - 1, S2_ARCH_SM90A, S2_CUBIN_AUTO, &cubin, &size, &log, NULL, NULL, NULL);
+    ck_assert_int_eq(st, S2_ERR_TOOLCHAIN);
+    ck_assert_msg(strstr(s2_ctx_message(ctx), "ptxas not found and libnvJitLink (13 or 12) could not be loaded; tried "
+                                              "/nonexistent/libnvJitLink.so.12 (set S2C_NVJITLINK to its path)"),
+                  "%s", s2_ctx_message(ctx));
+    free(log);
     s2_ctx_free(ctx);
 }
 END_TEST
@@ -426,12 +460,14 @@ static Suite *codegen_suite(void)
     tcase_add_test(tc, arch_names);
     tcase_add_loop_test(tc, barrier_and_inline_asm_helpers, 0, NUM_ARCHS);
     tcase_add_test(tc, resource_log_parsing);
+    tcase_add_test(tc, nvjitlink_12_and_the_search_list);
     suite_add_tcase(s, tc);
     return s;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    fake_nvjitlink = argc > 1 ? argv[1] : "";
     SRunner *sr = srunner_create(codegen_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
