@@ -1,13 +1,11 @@
 /* The context: last status and message, dump/override directories. */
+#include "s2c/version.h"
 #include "util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#ifndef S2C_VERSION
-#define S2C_VERSION "0.0.0"
-#endif
 
 struct s2_ctx {
     s2_status status;
@@ -47,7 +45,7 @@ const char *s2_status_name(s2_status st)
     return status_names[st];
 }
 
-const char *s2_version(void) { return S2C_VERSION; }
+const char *s2_version(void) { return S2C_VERSION_STRING; }
 
 s2_ctx *s2_ctx_new(void) { return calloc(1, sizeof(s2_ctx)); }
 

@@ -77,7 +77,8 @@ typedef enum s2_dtype {
 size_t s2_dtype_size(s2_dtype dt);
 const char *s2_dtype_name(s2_dtype dt); /* "f32", "f16", "bf16", "f64" */
 
-/* Version of the generator ("0.1.0"). */
+/* The library's version, "MAJOR.MINOR.PATCH": S2C_VERSION_STRING of the
+ * s2c/version.h it was built with. */
 const char *s2_version(void);
 
 #ifdef __cplusplus

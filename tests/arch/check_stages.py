@@ -27,7 +27,7 @@ ALLOWED = {
 
 # Public headers (include/s2c/) and the stage each belongs to.
 PUBLIC = {
-    "common.h": "common",
+    "common.h": "common", "version.h": "common",
     "pattern.h": "patterns",
     "layout.h": "ir", "decode.h": "ir", "kv_evict.h": "ir",
     "spec.h": "abi", "manifest.h": "abi", "launch.h": "abi",

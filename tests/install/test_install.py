@@ -1,0 +1,135 @@
+#!/usr/bin/env python3
+"""Install into a temporary DESTDIR and use what was installed as a user would:
+the headers, both shared libraries (exports equal to the public headers'
+declarations, soname versions), the pkg-config files (a C program built and run
+with pkg-config only: the .pc files are relocatable) and the CMake package (the same program
+through find_package(s2c) and s2c::s2c).
+
+  test_install.py BUILD_DIR SOURCE_DIR
+"""
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+PROGRAM = r'''
+#include <s2c/layout.h>
+#include <s2c/pattern.h>
+#include <s2c/version.h>
+#include <stdio.h>
+#include <string.h>
+
+int main(void)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.num_heads = 4;
+    a.block_size = 16;
+    s2_pattern_set *set = NULL;
+    s2_layout *l = NULL;
+    if (s2_pattern_from_args(ctx, &a, &set) != S2_OK ||
+        s2_layout_new(ctx, s2_pattern_set_get(set, 0), 256, 256, &l) != S2_OK) {
+        fprintf(stderr, "%s\n", s2_ctx_message(ctx));
+        return 1;
+    }
+    /* head 0 keeps the diagonal block of query block 5 */
+    printf("%s %s %d\n", s2_version(), S2C_VERSION_STRING, (int)s2_block_kept(s2_pattern_set_get(set, 0), 0, 5, 5));
+    s2_layout_free(l);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+    return strcmp(s2_version(), S2C_VERSION_STRING) != 0;
+}
+'''
+
+CMAKE = '''cmake_minimum_required(VERSION 3.16)
+project(s2c_user C)
+find_package(s2c 0.1 REQUIRED)
+add_executable(app app.c)
+target_link_libraries(app PRIVATE s2c::s2c)
+'''
+
+
+def run(cmd, **kw):
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        print(f"FAILED ({r.returncode}): {' '.join(map(str, cmd))}\n{r.stdout}\n{r.stderr}")
+        sys.exit(1)
+    return r.stdout
+
+
+def one(root, pattern):
+    found = sorted(root.rglob(pattern))
+    if len(found) != 1:
+        print(f"expected one {pattern} under {root}, found {[str(f) for f in found]}")
+        sys.exit(1)
+    return found[0]
+
+
+def main():
+    if os.environ.get("S2C_SANITIZED") == "1":
+        print("sanitizer build: the installed libraries need the sanitizer runtime; skipped")
+        return 77
+    build, src = Path(sys.argv[1]).resolve(), Path(sys.argv[2]).resolve()
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="s2c-install-") as tmp:
+        dest = Path(tmp) / "dest"
+        run(["meson", "install", "-C", str(build), "--destdir", str(dest), "--no-rebuild", "--quiet"])
+        version_h = one(dest, "s2c/version.h")
+        prefix = version_h.parent.parent.parent
+        inc = version_h.parent.parent
+        for h in (src / "include" / "s2c").glob("*.h"):
+            if not (inc / "s2c" / h.name).is_file():
+                failures.append(f"header {h.name} is not installed")
+        libs = {}
+        for lib in ("s2rt", "s2c"):
+            so = one(dest, f"lib{lib}.so.*.*.*")
+            libs[lib] = so
+            soname = run(["objdump", "-p", str(so)])
+            if f"SONAME               lib{lib}.so.0.1" not in soname:
+                failures.append(f"lib{lib}: soname is not lib{lib}.so.0.1")
+            if not (so.parent / f"lib{lib}.so").exists() or not (so.parent / f"lib{lib}.a").is_file():
+                failures.append(f"lib{lib}: lib{lib}.so or lib{lib}.a missing")
+            r = subprocess.run([sys.executable, str(src / "scripts" / "public_api.py"), "check", lib,
+                                str(src / "include"), str(so)], capture_output=True, text=True)
+            print(r.stdout.strip())
+            if r.returncode != 0:
+                failures.append(f"lib{lib}: exports differ from the public headers")
+        if "libLLVM" in run(["objdump", "-p", str(libs["s2rt"])]):
+            failures.append("libs2rt needs LLVM")
+        libdir = libs["s2rt"].parent
+        pcdir = one(dest, "s2c.pc").parent
+        env = dict(os.environ, PKG_CONFIG_PATH=str(pcdir), LD_LIBRARY_PATH=str(libdir))
+        app = Path(tmp) / "app.c"
+        app.write_text(PROGRAM)
+        flags = run(["pkg-config", "--cflags", "--libs", "s2c"], env=env).split()
+        if any(str(src) in f or str(build) in f for f in flags):
+            failures.append(f"pkg-config flags point into the source or build tree: {flags}")
+        exe = Path(tmp) / "app"
+        run([os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Werror", str(app), "-o", str(exe)] + flags, env=env)
+        out = run([str(exe)], env=env).split()
+        if out[0] != out[1] or out[2] != "1":
+            failures.append(f"pkg-config program printed {out}")
+        print(f"pkg-config program: s2_version {out[0]}, S2C_VERSION_STRING {out[1]}")
+        if shutil.which("cmake"):
+            proj = Path(tmp) / "cm"
+            proj.mkdir()
+            (proj / "CMakeLists.txt").write_text(CMAKE)
+            (proj / "app.c").write_text(PROGRAM)
+            run(["cmake", "-S", str(proj), "-B", str(proj / "b"), f"-DCMAKE_PREFIX_PATH={prefix}"])
+            run(["cmake", "--build", str(proj / "b")])
+            out2 = run([str(proj / "b" / "app")], env=env).split()
+            if out2 != out:
+                failures.append(f"CMake program printed {out2}, pkg-config one {out}")
+            print(f"CMake program: {' '.join(out2)}")
+        else:
+            print("cmake not found: the CMake package was not tried")
+    for f in failures:
+        print("FAIL:", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
