@@ -244,10 +244,10 @@ s2_status s2_pp_load_mask(parser *P, s2_pattern *p, const node *mask_node, const
     char need[160];
     int64_t most = S2_MAX_SEQ_LEN / p->block_size;
     if (m.heads != 1 && m.heads != p->heads) {
-        snprintf(need, sizeof need, "expected 1 or %d (heads)", p->heads);
+        snprintf(need, sizeof need, "expected H = 1 or %d (heads)", p->heads);
         why_not = "heads";
     } else if (m.rows > most || m.cols > most) {
-        snprintf(need, sizeof need, "more than the %lld blocks of %d tokens that the longest sequence (%lld) has",
+        snprintf(need, sizeof need, "more than the %lld blocks of %d tokens in the longest sequence (%lld)",
                  (long long)most, p->block_size, (long long)S2_MAX_SEQ_LEN);
         why_not = "blocks";
     } else if (p->max_seq_len > 0 && (m.rows < s2_cdiv(p->max_seq_len, p->block_size) ||
@@ -260,7 +260,7 @@ s2_status s2_pp_load_mask(parser *P, s2_pattern *p, const node *mask_node, const
     if (why_not) {
         char esc[128];
         s2_pattern_escape(esc, sizeof esc, m.name, strlen(m.name), S2_ESCAPE_SHORT);
-        st = perr(P, mask_node, "%s: mask file '%s': case '%s' has %d heads of %lld x %lld blocks, %s", key, shown, esc,
+        st = perr(P, mask_node, "%s: mask file '%s': case '%s' has shape %d %lld %lld, %s", key, shown, esc,
                   m.heads, (long long)m.rows, (long long)m.cols, need);
         s2_block_mask_free(&m);
         return st;

@@ -560,7 +560,7 @@ static const struct bad_case {
     {"name-newline.yaml", 4, 7, "name: expected a name"},
     {"top-level-list.yaml", 1, 1, "expected a pattern mapping"},
     {"mask-heads-mismatch.yaml", 4, 7,
-     "mask: mask file 'masks.txt': case 'per_head' has 4 heads of 2 x 3 blocks, expected 1 or 8 (heads)"},
+     "mask: mask file 'masks.txt': case 'per_head' has shape 4 2 3, expected H = 1 or 8 (heads)"},
     {"mask-case-missing.yaml", 4, 12, "mask_case: no case named 'nope' in mask file 'masks.txt'"},
 };
 
