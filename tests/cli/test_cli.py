@@ -654,7 +654,7 @@ def run_bounded(*args, cwd=None):
 
     with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
         t0 = time.monotonic()
-        p = subprocess.Popen([S2C, *args], stdout=fo, stderr=fe, preexec_fn=limit, cwd=cwd)
+        p = subprocess.Popen([os.path.abspath(S2C), *args], stdout=fo, stderr=fe, preexec_fn=limit, cwd=cwd)
         _, status, ru = os.wait4(p.pid, 0)
         p.returncode = os.waitstatus_to_exitcode(status)
         secs = time.monotonic() - t0
