@@ -218,6 +218,8 @@ s2_status s2_pp_load_mask(parser *P, s2_pattern *p, const node *mask_node, const
     if (st == S2_ERR_IO && len > max && len <= S2_PATTERN_MAX_FILE)
         return perr(P, mask_node, "%s: mask file '%s': its %zu bytes would take the mask files read for this pattern "
                     "file past %lld bytes", key, shown, len, (long long)S2_PATTERN_MAX_MASK_BYTES);
+    if (st == S2_ERR_IO && len > S2_PATTERN_MAX_FILE)
+        snprintf(why, sizeof why, "file too large (more than %u bytes)", S2_PATTERN_MAX_FILE);
     if (st == S2_ERR_NOMEM)
         return s2_pp_nomem(P);
     if (st != S2_OK)

@@ -37,7 +37,7 @@ extern "C" {
  * 4096 ranges and 64 masks per pattern. */
 #define S2_PATTERN_MAX_NODES (1 << 20)               /* YAML nodes (scalars, lists, mappings) */
 #define S2_PATTERN_MAX_SCALAR_BYTES (16 << 20)       /* bytes of all scalars together */
-#define S2_PATTERN_MAX_MASK_BYTES (INT64_C(64) << 20) /* bytes of the mask files read, per reference */
+#define S2_PATTERN_MAX_MASK_BYTES (INT64_C(64) << 20) /* bytes of mask files read; each reference counts its file */
 
 /* A block mask in the golden text format: H masks of M x N blocks
  * (H == 1: one mask shared by every head).  bits[(h*M + m)*N + n] is 1 when

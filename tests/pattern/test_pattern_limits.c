@@ -227,6 +227,17 @@ START_TEST(mask_bytes_cap)
         fputs("  - heads: 0\n    mask: big.txt\n", f);
     ck_assert_int_eq(fclose(f), 0);
     expect_ok("seven.yaml", NULL);
+
+    /* a mask file over the one-file limit (sparse: never read) is too large
+     * for itself, whatever the budget has left */
+    f = fopen(tmp_path(path, sizeof path, "huge.txt"), "w");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_int_eq(ftruncate(fileno(f), (off_t)(64 << 20) + 1), 0);
+    ck_assert_int_eq(fclose(f), 0);
+    write_text("huge.yaml", "heads: 4\nblock_size: 16\ndense: true\noverrides:\n  - heads: 0\n    mask: big.txt\n"
+                            "  - heads: 1\n    mask: huge.txt\n");
+    expect_error("huge.yaml", NULL, S2_ERR_IO,
+                 "huge.yaml:8:11: overrides[1].mask: mask file 'huge.txt': file too large (more than 67108864 bytes)");
     remove_tmp_dir();
 }
 END_TEST
