@@ -45,39 +45,44 @@ void s2_pattern_escape(char *out, size_t size, const char *text, size_t len, siz
     out[o] = 0;
 }
 
-s2_status s2_pattern_read_file(s2_ctx *ctx, const char *path, char **data, size_t *len)
+s2_status s2_pattern_read_file_max(const char *path, size_t max, char **data, size_t *len, char *why, size_t why_size)
 {
     *data = NULL;
     *len = 0;
-    char shown[1024];
-    s2_pattern_escape(shown, sizeof shown, path, strlen(path), SIZE_MAX);
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return s2_fail(ctx, S2_ERR_IO, "%s: %s", shown, strerror(errno));
+    if (fd < 0) {
+        snprintf(why, why_size, "%s", strerror(errno));
+        return S2_ERR_IO;
+    }
     struct stat sb;
     if (fstat(fd, &sb) != 0) {
-        int e = errno;
+        snprintf(why, why_size, "%s", strerror(errno));
         close(fd);
-        return s2_fail(ctx, S2_ERR_IO, "%s: %s", shown, strerror(e));
+        return S2_ERR_IO;
     }
     if (S_ISDIR(sb.st_mode)) {
+        snprintf(why, why_size, "%s", strerror(EISDIR));
         close(fd);
-        return s2_fail(ctx, S2_ERR_IO, "%s: %s", shown, strerror(EISDIR));
+        return S2_ERR_IO;
     }
     /* refuse devices and pipes: /dev/zero must not be read forever */
     if (!S_ISREG(sb.st_mode)) {
+        snprintf(why, why_size, "not a regular file");
         close(fd);
-        return s2_fail(ctx, S2_ERR_IO, "%s: not a regular file", shown);
+        return S2_ERR_IO;
     }
-    if ((uint64_t)sb.st_size > S2_PATTERN_MAX_FILE) {
+    if ((uint64_t)sb.st_size > max) {
+        snprintf(why, why_size, "file too large (more than %zu bytes)", max);
+        *len = (uint64_t)sb.st_size > SIZE_MAX ? SIZE_MAX : (size_t)sb.st_size;
         close(fd);
-        return s2_fail(ctx, S2_ERR_IO, "%s: file too large (more than %u bytes)", shown, S2_PATTERN_MAX_FILE);
+        return S2_ERR_IO;
     }
     size_t cap = (size_t)sb.st_size;
     char *buf = malloc(cap + 1);
     if (!buf) {
+        snprintf(why, why_size, "out of memory");
         close(fd);
-        return s2_fail(ctx, S2_ERR_NOMEM, "%s: out of memory", shown);
+        return S2_ERR_NOMEM;
     }
     size_t got = 0;
     while (got < cap) {
@@ -85,10 +90,10 @@ s2_status s2_pattern_read_file(s2_ctx *ctx, const char *path, char **data, size_
         if (r < 0 && errno == EINTR)
             continue;
         if (r < 0) {
-            int e = errno;
+            snprintf(why, why_size, "%s", strerror(errno));
             free(buf);
             close(fd);
-            return s2_fail(ctx, S2_ERR_IO, "%s: %s", shown, strerror(e));
+            return S2_ERR_IO;
         }
         if (r == 0)
             break; /* shrank while reading: take what is there */
@@ -101,11 +106,22 @@ s2_status s2_pattern_read_file(s2_ctx *ctx, const char *path, char **data, size_
     return S2_OK;
 }
 
+s2_status s2_pattern_read_file(s2_ctx *ctx, const char *path, char **data, size_t *len)
+{
+    char why[256];
+    s2_status st = s2_pattern_read_file_max(path, S2_PATTERN_MAX_FILE, data, len, why, sizeof why);
+    if (st == S2_OK)
+        return st;
+    *len = 0;
+    char shown[1024];
+    s2_pattern_escape(shown, sizeof shown, path, strlen(path), SIZE_MAX);
+    return s2_fail(ctx, st, "%s: %s", shown, why);
+}
+
 /* ---- line scanner ------------------------------------------------------- */
 
 typedef struct mask_reader {
-    s2_ctx *ctx;
-    char file[1024];        /* escaped, for messages */
+    s2_mask_error *err;     /* where the first error goes */
     const char *text, *end;
     const char *pos;        /* start of the next line */
     const char *line;       /* current line */
@@ -116,12 +132,15 @@ typedef struct mask_reader {
 static s2_status mask_error(mask_reader *r, int col, const char *fmt, ...) S2_PRINTF(3, 4);
 static s2_status mask_error(mask_reader *r, int col, const char *fmt, ...)
 {
-    char msg[512];
+    char msg[sizeof r->err->msg];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    return s2_fail(r->ctx, S2_ERR_PARSE, "%s:%d:%d: %s", r->file, r->line_no > 0 ? r->line_no : 1, col, msg);
+    r->err->line = r->line_no > 0 ? r->line_no : 1;
+    r->err->col = col;
+    snprintf(r->err->msg, sizeof r->err->msg, "%s", msg);
+    return S2_ERR_PARSE;
 }
 
 /* Advance to the next line; false at the end of the text. */
@@ -263,24 +282,19 @@ static void case_name_span(const mask_reader *r, const char **name, size_t *len)
     *len = i - s;
 }
 
-s2_status s2_block_mask_parse(s2_ctx *ctx, const char *filename, const char *text, size_t len,
-                              const char *case_name, s2_block_mask *out)
+s2_status s2_mask_parse_text(const char *text, size_t len, const char *case_name, s2_block_mask *out,
+                             s2_mask_error *err)
 {
-    if (!out)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_block_mask_parse: null output");
     memset(out, 0, sizeof *out);
-    if (!text && len)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_block_mask_parse: null text");
-    mask_reader r = {.ctx = ctx, .text = text ? text : "", .line_no = 0};
-    const char *fname = filename ? filename : "<memory>";
-    s2_pattern_escape(r.file, sizeof r.file, fname, strlen(fname), SIZE_MAX);
+    memset(err, 0, sizeof *err);
+    mask_reader r = {.err = err, .text = text ? text : "", .line_no = 0};
     r.end = r.text + len;
     r.pos = r.text;
 
     for (;;) {
         if (!next_content_line(&r)) {
             if (case_name)
-                return s2_fail(ctx, S2_ERR_NOT_FOUND, "%s: no case named '%s'", r.file, case_name);
+                return S2_ERR_NOT_FOUND;
             return mask_error(&r, 1, "no case in the mask file (expected 'case NAME')");
         }
         if (!word_at(&r, "case"))
@@ -300,7 +314,8 @@ s2_status s2_block_mask_parse(s2_ctx *ctx, const char *filename, const char *tex
             if (!bits || !out->name) {
                 free(bits);
                 s2_block_mask_free(out);
-                return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+                snprintf(err->msg, sizeof err->msg, "out of memory");
+                return S2_ERR_NOMEM;
             }
             memcpy(out->name, name, name_len);
             out->name[name_len] = 0;
@@ -321,6 +336,28 @@ s2_status s2_block_mask_parse(s2_ctx *ctx, const char *filename, const char *tex
             return S2_OK;
         }
     }
+}
+
+s2_status s2_block_mask_parse(s2_ctx *ctx, const char *filename, const char *text, size_t len,
+                              const char *case_name, s2_block_mask *out)
+{
+    if (!out)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_block_mask_parse: null output");
+    memset(out, 0, sizeof *out);
+    if (!text && len)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_block_mask_parse: null text");
+    s2_mask_error err;
+    s2_status st = s2_mask_parse_text(text, len, case_name, out, &err);
+    if (st == S2_OK)
+        return st;
+    char file[1024];
+    const char *fname = filename ? filename : "<memory>";
+    s2_pattern_escape(file, sizeof file, fname, strlen(fname), SIZE_MAX);
+    if (st == S2_ERR_NOT_FOUND)
+        return s2_fail(ctx, st, "%s: no case named '%s'", file, case_name);
+    if (st == S2_ERR_NOMEM)
+        return s2_fail(ctx, st, "out of memory");
+    return s2_fail(ctx, st, "%s:%d:%d: %s", file, err.line, err.col, err.msg);
 }
 
 s2_status s2_block_mask_load(s2_ctx *ctx, const char *path, const char *case_name, s2_block_mask *out)

@@ -206,14 +206,16 @@ static s2_status parse_root(parser *P, const node *root)
     return S2_OK;
 }
 
-s2_status s2_pattern_parse(s2_ctx *ctx, const char *filename, const char *text, size_t len, s2_pattern_set **out)
+s2_status s2_pattern_parse_opts(s2_ctx *ctx, const char *filename, const char *text, size_t len,
+                                const s2_pattern_load_options *o, s2_pattern_set **out)
 {
     if (!out)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_pattern_parse: null output");
     *out = NULL;
     if (!text && len)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_pattern_parse: null text");
-    parser P = {.ctx = ctx, .path = filename, .text = text ? text : "", .len = len};
+    parser P = {.ctx = ctx, .path = filename, .text = text ? text : "", .len = len,
+                .allow_mask_dirs = o ? o->allow_mask_dirs : NULL};
     const char *fname = filename ? filename : "<memory>";
     s2_pattern_escape(P.file, sizeof P.file, fname, strlen(fname), SIZE_MAX);
     s2_arena_init(&P.tmp);
@@ -235,7 +237,18 @@ s2_status s2_pattern_parse(s2_ctx *ctx, const char *filename, const char *text, 
     return S2_OK;
 }
 
+s2_status s2_pattern_parse(s2_ctx *ctx, const char *filename, const char *text, size_t len, s2_pattern_set **out)
+{
+    return s2_pattern_parse_opts(ctx, filename, text, len, NULL, out);
+}
+
 s2_status s2_pattern_load(s2_ctx *ctx, const char *path, s2_pattern_set **out)
+{
+    return s2_pattern_load_opts(ctx, path, NULL, out);
+}
+
+s2_status s2_pattern_load_opts(s2_ctx *ctx, const char *path, const s2_pattern_load_options *o,
+                               s2_pattern_set **out)
 {
     if (out)
         *out = NULL;
@@ -246,7 +259,7 @@ s2_status s2_pattern_load(s2_ctx *ctx, const char *path, s2_pattern_set **out)
     s2_status st = s2_pattern_read_file(ctx, path, &text, &len);
     if (st != S2_OK)
         return st;
-    st = s2_pattern_parse(ctx, path, text, len, out);
+    st = s2_pattern_parse_opts(ctx, path, text, len, o, out);
     free(text);
     return st;
 }

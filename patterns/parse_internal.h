@@ -41,6 +41,9 @@ typedef struct parser {
     s2_arena tmp;       /* the node tree and scratch */
     s2_pattern_set *set;
     int overrides, ranges;
+    int64_t nodes, scalar_bytes;   /* read so far, against S2_PATTERN_MAX_NODES / _SCALAR_BYTES */
+    int64_t mask_bytes;            /* mask file bytes read so far, against S2_PATTERN_MAX_MASK_BYTES */
+    const char *const *allow_mask_dirs; /* NULL-terminated, may be NULL */
 } parser;
 
 /* ---- errors and the node tree (parse_tree.c) ---- */

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 s2_status s2_pp_parse_local_stride(parser *P, s2_pattern *p, const node *map, const char *pfx)
 {
@@ -73,21 +74,97 @@ static char *dir_of(s2_arena *a, const char *path)
     return s2_arena_strndup(a, path, (size_t)(slash - path + 1));
 }
 
-/* Load mask `mask_node` (+ optional case) into p->masks; *index is its slot. */
-s2_status s2_pp_load_mask(parser *P, s2_pattern *p, const node *mask_node, const node *case_node,
-                           const char *pfx, int *index)
+/* True when relative `path` stays below its starting directory, read
+ * lexically: no `..` climbs above it. */
+static bool stays_inside(const char *path)
 {
-    char key[192];
-    const char *path, *case_name = NULL;
-    s2_status st = s2_pp_get_string(P, mask_node, s2_pp_keyname(key, sizeof key, pfx, "mask"), &path);
-    if (st == S2_OK && case_node)
-        st = s2_pp_get_string(P, case_node, s2_pp_keyname(key, sizeof key, pfx, "mask_case"), &case_name);
-    if (st != S2_OK)
-        return st;
-    if (p->num_masks >= MAX_MASKS)
-        return perr(P, mask_node, "%smask: more than %d masks in one pattern", pfx, MAX_MASKS);
+    int depth = 0;
+    for (const char *c = path; *c;) {
+        const char *e = strchr(c, '/');
+        size_t n = e ? (size_t)(e - c) : strlen(c);
+        if (n == 2 && c[0] == '.' && c[1] == '.') {
+            if (--depth < 0)
+                return false;
+        } else if (n > 0 && !(n == 1 && c[0] == '.')) {
+            depth++;
+        }
+        c += n;
+        if (*c == '/')
+            c++;
+    }
+    return true;
+}
+
+/* `path` made absolute against the working directory and normalised
+ * lexically ("." and ".." resolved, no trailing '/'); NULL when out of
+ * memory or the working directory is unknown. */
+static char *absolute_normal(s2_arena *a, const char *path)
+{
+    char cwd[4096];
+    if (path[0] != '/' && !getcwd(cwd, sizeof cwd))
+        return NULL;
+    const char *pre = path[0] == '/' ? "" : cwd;
+    size_t total = strlen(pre) + 1 + strlen(path) + 1;
+    char *joined = s2_arena_alloc(a, total), *out = s2_arena_alloc(a, total + 1);
+    if (!joined || !out)
+        return NULL;
+    snprintf(joined, total, "%s/%s", pre, path);
+    size_t o = 0;
+    for (const char *c = joined; *c;) {
+        while (*c == '/')
+            c++;
+        const char *e = strchr(c, '/');
+        size_t n = e ? (size_t)(e - c) : strlen(c);
+        if (n == 2 && c[0] == '.' && c[1] == '.') {
+            while (o > 0 && out[o - 1] != '/')
+                o--;
+            if (o > 0)
+                o--; /* the '/' before the dropped component; ".." of "/" is "/" */
+        } else if (n > 0 && !(n == 1 && c[0] == '.')) {
+            out[o++] = '/';
+            memcpy(out + o, c, n);
+            o += n;
+        }
+        c += n;
+    }
+    if (o == 0)
+        out[o++] = '/';
+    out[o] = 0;
+    return out;
+}
+
+/* True when `full` lies in one of P's allowed directories. */
+static s2_status in_allowed_dir(parser *P, const char *full, bool *ok)
+{
+    *ok = false;
+    if (!P->allow_mask_dirs || !P->allow_mask_dirs[0])
+        return S2_OK;
+    const char *f = absolute_normal(&P->tmp, full);
+    if (!f)
+        return s2_pp_nomem(P);
+    for (const char *const *d = P->allow_mask_dirs; *d; d++) {
+        if (!(*d)[0])
+            continue;
+        const char *dn = absolute_normal(&P->tmp, *d);
+        if (!dn)
+            return s2_pp_nomem(P);
+        size_t n = strlen(dn);
+        if (n == 1 || (strncmp(f, dn, n) == 0 && f[n] == '/')) {
+            *ok = true;
+            return S2_OK;
+        }
+    }
+    return S2_OK;
+}
+
+/* The path to open for mask path `path` (as written), or an error at the
+ * mask reference when it leaves the pattern file's directory unallowed. */
+static s2_status mask_path(parser *P, const node *mask_node, const char *key, const char *path, const char *shown,
+                           char **out)
+{
     char *full;
-    if (path[0] == '/') {
+    bool absolute = path[0] == '/';
+    if (absolute) {
         full = s2_arena_strdup(&P->tmp, path);
     } else {
         char *dir = dir_of(&P->tmp, P->path);
@@ -100,37 +177,95 @@ s2_status s2_pp_load_mask(parser *P, s2_pattern *p, const node *mask_node, const
     }
     if (!full)
         return s2_pp_nomem(P);
+    *out = full;
+    if (!absolute && stays_inside(path))
+        return S2_OK;
+    bool ok;
+    s2_status st = in_allowed_dir(P, full, &ok);
+    if (st != S2_OK || ok)
+        return st;
+    return perr(P, mask_node, "%s: mask file '%s': %s (a mask path must stay in the pattern file's directory "
+                "unless its directory is allowed)", key, shown, absolute ? "an absolute path" : "outside the pattern file's directory");
+}
 
-    s2_block_mask m;
-    char *text = NULL;
-    size_t len = 0;
-    char where[64];
-    snprintf(where, sizeof where, "%d:%d", mask_node->line, mask_node->col);
-    st = s2_pattern_read_file(P->ctx, full, &text, &len);
-    if (st == S2_ERR_IO) {
-        char msg[600];
-        snprintf(msg, sizeof msg, "%s", s2_ctx_message(P->ctx));
-        return s2_fail(P->ctx, S2_ERR_IO, "%s:%s: %smask: %s", P->file, where, pfx, msg);
-    }
+/* Load mask `mask_node` (+ optional case) into p->masks; *index is its slot.
+ * Every error names the mask reference first and the mask file second. */
+s2_status s2_pp_load_mask(parser *P, s2_pattern *p, const node *mask_node, const node *case_node,
+                           const char *pfx, int *index)
+{
+    char key[192];
+    const char *path, *case_name = NULL;
+    s2_status st = s2_pp_get_string(P, mask_node, s2_pp_keyname(key, sizeof key, pfx, "mask"), &path);
+    if (st == S2_OK && case_node)
+        st = s2_pp_get_string(P, case_node, s2_pp_keyname(key, sizeof key, pfx, "mask_case"), &case_name);
     if (st != S2_OK)
         return st;
-    st = s2_block_mask_parse(P->ctx, full, text, len, case_name, &m);
+    s2_pp_keyname(key, sizeof key, pfx, "mask");
+    if (p->num_masks >= MAX_MASKS)
+        return perr(P, mask_node, "%s: more than %d masks in one pattern", key, MAX_MASKS);
+    char shown[256];
+    s2_pattern_escape(shown, sizeof shown, path, strlen(path), 200);
+    char *full = NULL;
+    if ((st = mask_path(P, mask_node, key, path, shown, &full)) != S2_OK)
+        return st;
+
+    /* each reference reads its file, and counts against the file's budget */
+    int64_t left = S2_PATTERN_MAX_MASK_BYTES - P->mask_bytes;
+    size_t max = (size_t)(left < (int64_t)S2_PATTERN_MAX_FILE ? left : (int64_t)S2_PATTERN_MAX_FILE);
+    char *text = NULL, why[256];
+    size_t len = 0;
+    st = s2_pattern_read_file_max(full, max, &text, &len, why, sizeof why);
+    if (st == S2_ERR_IO && len > max && len <= S2_PATTERN_MAX_FILE)
+        return perr(P, mask_node, "%s: mask file '%s': its %zu bytes would take the mask files read for this pattern "
+                    "file past %lld bytes", key, shown, len, (long long)S2_PATTERN_MAX_MASK_BYTES);
+    if (st == S2_ERR_IO && len > S2_PATTERN_MAX_FILE)
+        snprintf(why, sizeof why, "file too large (more than %u bytes)", S2_PATTERN_MAX_FILE);
+    if (st == S2_ERR_NOMEM)
+        return s2_pp_nomem(P);
+    if (st != S2_OK)
+        return s2_fail(P->ctx, st, "%s:%d:%d: %s: mask file '%s': %s", P->file, mask_node->line, mask_node->col, key,
+                       shown, why);
+    P->mask_bytes += (int64_t)len;
+
+    s2_block_mask m;
+    s2_mask_error err;
+    st = s2_mask_parse_text(text, len, case_name, &m, &err);
     free(text);
     if (st == S2_ERR_NOT_FOUND) {
         char esc[128];
         s2_pattern_escape(esc, sizeof esc, case_name, strlen(case_name), S2_ESCAPE_SHORT);
-        return perr(P, case_node, "%smask_case: no case named '%s' in %s", pfx, esc, path);
+        return perr(P, case_node, "%smask_case: no case named '%s' in mask file '%s'", pfx, esc, shown);
     }
-    if (st != S2_OK) {
-        /* the mask file's own file:line:col, plus where it was referenced */
-        char msg[1200];
-        snprintf(msg, sizeof msg, "%s", s2_ctx_message(P->ctx));
-        return s2_fail(P->ctx, st, "%s (mask of %s:%s)", msg, P->file, where);
-    }
+    if (st == S2_ERR_NOMEM)
+        return s2_pp_nomem(P);
+    if (st != S2_OK)
+        return perr(P, mask_node, "%s: mask file '%s': line %d, col %d: %s", key, shown, err.line, err.col, err.msg);
+
+    /* the shape must fit the pattern: its heads, and every block up to max_seq_len */
+    const char *why_not = NULL;
+    char need[160];
+    int64_t most = S2_MAX_SEQ_LEN / p->block_size;
     if (m.heads != 1 && m.heads != p->heads) {
-        int h = m.heads;
+        snprintf(need, sizeof need, "expected H = 1 or %d (heads)", p->heads);
+        why_not = "heads";
+    } else if (m.rows > most || m.cols > most) {
+        snprintf(need, sizeof need, "more than the %lld blocks of %d tokens in the longest sequence (%lld)",
+                 (long long)most, p->block_size, (long long)S2_MAX_SEQ_LEN);
+        why_not = "blocks";
+    } else if (p->max_seq_len > 0 && (m.rows < s2_cdiv(p->max_seq_len, p->block_size) ||
+                                      m.cols < s2_cdiv(p->max_seq_len, p->block_size))) {
+        int64_t b = s2_cdiv(p->max_seq_len, p->block_size);
+        snprintf(need, sizeof need, "max_seq_len %lld needs %lld x %lld blocks of %d tokens", (long long)p->max_seq_len,
+                 (long long)b, (long long)b, p->block_size);
+        why_not = "blocks";
+    }
+    if (why_not) {
+        char esc[128];
+        s2_pattern_escape(esc, sizeof esc, m.name, strlen(m.name), S2_ESCAPE_SHORT);
+        st = perr(P, mask_node, "%s: mask file '%s': case '%s' has shape %d %lld %lld, %s", key, shown, esc,
+                  m.heads, (long long)m.rows, (long long)m.cols, need);
         s2_block_mask_free(&m);
-        return perr(P, mask_node, "%smask: the mask has %d heads, expected 1 or %d (heads)", pfx, h, p->heads);
+        return st;
     }
     /* copy into the set arena so the pattern owns it */
     s2_block_mask *masks = s2_arena_array(&P->set->arena, (size_t)p->num_masks + 1, sizeof *masks);

@@ -144,13 +144,25 @@ static s2_status build_children(parser *P, yaml_parser_t *yp, yaml_event_type_t 
 static s2_status build_node(parser *P, yaml_parser_t *yp, yaml_event_t *ev, int depth, node **out)
 {
     s2_status st = S2_OK;
+    *out = NULL;
+    /* bound what the tree may hold before any of it is built */
+    int line = (int)ev->start_mark.line + 1, col = (int)ev->start_mark.column + 1;
+    if (++P->nodes > S2_PATTERN_MAX_NODES)
+        st = s2_pp_error_at(P, line, col, "more than %d YAML nodes in one file", S2_PATTERN_MAX_NODES);
+    else if (ev->type == YAML_SCALAR_EVENT &&
+             (P->scalar_bytes += (int64_t)ev->data.scalar.length) > S2_PATTERN_MAX_SCALAR_BYTES)
+        st = s2_pp_error_at(P, line, col, "more than %d bytes of scalar text in one file", S2_PATTERN_MAX_SCALAR_BYTES);
+    if (st != S2_OK) {
+        yaml_event_delete(ev);
+        return st;
+    }
     node *n = s2_arena_alloc(&P->tmp, sizeof *n);
     if (!n) {
         yaml_event_delete(ev);
         return s2_pp_nomem(P);
     }
-    n->line = (int)ev->start_mark.line + 1;
-    n->col = (int)ev->start_mark.column + 1;
+    n->line = line;
+    n->col = col;
     switch (ev->type) {
     case YAML_ALIAS_EVENT: {
         char esc[128];

@@ -30,6 +30,20 @@ int64_t s2_pattern_base_shift(const s2_pattern *p, int q);
 /* Read a regular file of at most S2_PATTERN_MAX_FILE bytes (malloc'd,
  * NUL-terminated).  Fails with S2_ERR_IO and "path: reason". */
 s2_status s2_pattern_read_file(s2_ctx *ctx, const char *path, char **data, size_t *len);
+/* The same without a message: on failure `why` gets the reason alone.  A
+ * regular file larger than `max` is not read: S2_ERR_IO, *len = its size. */
+s2_status s2_pattern_read_file_max(const char *path, size_t max, char **data, size_t *len, char *why, size_t why_size);
+
+/* Where a mask file is malformed, without the file's name (the pattern
+ * parser puts the pattern file's location first). */
+typedef struct s2_mask_error {
+    int line, col;
+    char msg[512];
+} s2_mask_error;
+/* s2_block_mask_parse's reader: S2_ERR_PARSE fills *err; S2_ERR_NOT_FOUND
+ * (no case named case_name) and S2_ERR_NOMEM set no message in any ctx. */
+s2_status s2_mask_parse_text(const char *text, size_t len, const char *case_name, s2_block_mask *out,
+                             s2_mask_error *err);
 
 /* Copy `text` into `out` (size > 0) for a one-line message: control bytes
  * and non-ASCII become \xNN; after `max_in` input bytes it is cut with "...". */

@@ -94,6 +94,13 @@ int parse_opts(int argc, char **argv, int first, opts *o, const char **pos, int 
                 return usage_error("%s", "too many --name options");
             o->names[o->num_names++] = val;
         }
+        else if (strcmp(key, "--allow-mask-path") == 0) {
+            if (o->num_mask_dirs >= MAX_MASK_DIRS)
+                return usage_error("%s", "at most 16 --allow-mask-path");
+            if (!val[0])
+                return usage_error("%s", "--allow-mask-path: expected a directory, got ''");
+            o->mask_dirs[o->num_mask_dirs++] = val;
+        }
         else if (strcmp(key, "--format") == 0) o->format = val;
         else if (strcmp(key, "--arch") == 0) o->arch = val;
         else if (strcmp(key, "--emit") == 0) o->emit = val;
@@ -144,13 +151,19 @@ int parse_one_file(int argc, char **argv, opts *o, const char *cmd, const char *
     return 0;
 }
 
+s2_status load_pattern_file(s2_ctx *ctx, const opts *o, const char *path, s2_pattern_set **set)
+{
+    s2_pattern_load_options lo = {.allow_mask_dirs = o->num_mask_dirs ? o->mask_dirs : NULL};
+    return s2_pattern_load_opts(ctx, path, &lo, set);
+}
+
 /* Load PATTERN and pick the named patterns (none named: max_all of the
  * file's patterns, all when max_all < 0).  *n receives the count. */
 int load_patterns(s2_ctx *ctx, const opts *o, int max_all, s2_pattern_set **set, const s2_pattern **p,
                          int *n)
 {
     *n = 0;
-    if (s2_pattern_load(ctx, o->pattern, set) != S2_OK)
+    if (load_pattern_file(ctx, o, o->pattern, set) != S2_OK)
         return input_error(ctx);
     for (int i = 0; i < o->num_names; i++) {
         p[i] = s2_pattern_set_find(*set, o->names[i]);

@@ -10,7 +10,7 @@
 
 enum { EXIT_OK = 0, EXIT_INPUT = 1, EXIT_USAGE = 2 };
 
-enum { MAX_NAMES = 256 };
+enum { MAX_NAMES = 256, MAX_MASK_DIRS = 16 };
 
 typedef struct opts {
     const char *pattern;
@@ -33,6 +33,8 @@ typedef struct opts {
     const char *options[8];         /* --option NAME=VALUE: a template's own choice, in order */
     int num_options;
     int verbose;
+    const char *mask_dirs[MAX_MASK_DIRS + 1]; /* --allow-mask-path DIR, NULL-terminated */
+    int num_mask_dirs;
 } opts;
 
 
@@ -44,6 +46,8 @@ int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *o
 int parse_dtype(const char *text, s2_dtype *dt);
 int parse_opts(int argc, char **argv, int first, opts *o, const char **pos, int max_pos, int *npos);
 int parse_one_file(int argc, char **argv, opts *o, const char *cmd, const char *what);
+/* s2_pattern_load with the options' --allow-mask-path directories. */
+s2_status load_pattern_file(s2_ctx *ctx, const opts *o, const char *path, s2_pattern_set **set);
 int load_patterns(s2_ctx *ctx, const opts *o, int max_all, s2_pattern_set **set, const s2_pattern **p, int *n);
 void print_kernel(const s2_manifest_kernel *k);
 

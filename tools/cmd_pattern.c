@@ -27,7 +27,7 @@ int cmd_check(s2_ctx *ctx, int argc, char **argv)
     int status = EXIT_OK;
     for (int f = 0; f < n; f++) {
         s2_pattern_set *set = NULL;
-        if (s2_pattern_load(ctx, files[f], &set) != S2_OK) {
+        if (load_pattern_file(ctx, &o, files[f], &set) != S2_OK) {
             input_error(ctx);
             status = EXIT_INPUT;
             continue;

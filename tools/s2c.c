@@ -49,6 +49,8 @@ static const char usage_text[] =
     "      --page-size N           tokens per page, a multiple of 16 (default 64)\n"
     "      --prefill N             prompt tokens prefilled at once, all held (default 0: decode from the start)\n"
     "      --head-dim D --dtype bf16|fp16   for bytes (default 128, bf16); --name NAME as for layout\n"
+    "  --allow-mask-path DIR       (check, layout, compile, kv-memory; repeatable) a pattern's mask\n"
+    "                              files may also lie in DIR (default: only in the pattern file's directory)\n"
     "  --help, --version\n"
     "\n"
     "exit status: 0 success, 1 bad input, 2 usage error\n";

@@ -31,6 +31,14 @@ extern "C" {
 #define S2_MAX_HEADS 4096
 #define S2_MAX_SEQ_LEN (INT64_C(1) << 31)
 
+/* What one pattern file may make the parser hold, checked while it reads
+ * (an error at the YAML event or mask reference that crosses the limit).
+ * A file is at most 64 MiB, with at most 256 patterns, 4096 overrides,
+ * 4096 ranges and 64 masks per pattern. */
+#define S2_PATTERN_MAX_NODES (1 << 20)               /* YAML nodes (scalars, lists, mappings) */
+#define S2_PATTERN_MAX_SCALAR_BYTES (16 << 20)       /* bytes of all scalars together */
+#define S2_PATTERN_MAX_MASK_BYTES (INT64_C(64) << 20) /* bytes of mask files read; each reference counts its file */
+
 /* A block mask in the golden text format: H masks of M x N blocks
  * (H == 1: one mask shared by every head).  bits[(h*M + m)*N + n] is 1 when
  * query block m of head h keeps key block n. */
@@ -114,12 +122,33 @@ typedef struct s2_pattern {
 typedef struct s2_pattern_set s2_pattern_set;
 
 /* Parse a pattern file.  On a parse error the message in ctx is one line
- * "file:line:col: message" and S2_ERR_PARSE is returned. */
+ * "file:line:col: message" and S2_ERR_PARSE is returned.
+ *
+ * A `mask:` path is relative to the pattern file's directory and must stay
+ * in it: an absolute path, or one whose `..` components (read lexically;
+ * symbolic links are not resolved) climb out of that directory, is an error
+ * at the mask reference, unless it lies in one of the options'
+ * allow_mask_dirs (compared lexically after making both absolute against
+ * the working directory). */
 s2_status s2_pattern_load(s2_ctx *ctx, const char *path, s2_pattern_set **out);
-/* Parse from memory; `filename` is used in messages and to resolve relative
- * mask paths (may be NULL: "<memory>", relative to the working directory). */
+/* Parse from memory; `filename` is used in messages and, as for a file, its
+ * directory is the one mask paths are relative to and must stay in (NULL:
+ * "<memory>", the working directory). */
 s2_status s2_pattern_parse(s2_ctx *ctx, const char *filename, const char *text, size_t len,
                            s2_pattern_set **out);
+
+typedef struct s2_pattern_load_options {
+    /* NULL-terminated list of directories whose files a mask path may also
+     * name (absolute or climbing out of the pattern file's directory); NULL:
+     * none. */
+    const char *const *allow_mask_dirs;
+} s2_pattern_load_options;
+
+/* s2_pattern_load / s2_pattern_parse with options (o may be NULL: the defaults). */
+s2_status s2_pattern_load_opts(s2_ctx *ctx, const char *path, const s2_pattern_load_options *o,
+                               s2_pattern_set **out);
+s2_status s2_pattern_parse_opts(s2_ctx *ctx, const char *filename, const char *text, size_t len,
+                                const s2_pattern_load_options *o, s2_pattern_set **out);
 void s2_pattern_set_free(s2_pattern_set *set);
 
 int s2_pattern_set_count(const s2_pattern_set *set);

@@ -637,11 +637,143 @@ def test_kv_memory():
         check(f"kv-memory {' '.join(args)}: usage error", rc == 2 and err.strip(), f"rc {rc} {err}")
 
 
+CLI_MEM = 1 << 30   # a hostile pattern must not take the CLI past 1 GiB ...
+CLI_SECS = 20       # ... nor past 20 s
+
+
+def run_bounded(*args, cwd=None):
+    """s2c under RLIMIT_AS (not in sanitizer builds) and RLIMIT_CPU; returns
+    (rc, stdout, stderr, seconds, peak KiB of this child alone, from wait4)."""
+    import resource
+    import time
+
+    def limit():
+        if os.environ.get("S2C_SANITIZED") != "1":
+            resource.setrlimit(resource.RLIMIT_AS, (CLI_MEM, CLI_MEM))
+        resource.setrlimit(resource.RLIMIT_CPU, (CLI_SECS, CLI_SECS))
+
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+        t0 = time.monotonic()
+        p = subprocess.Popen([os.path.abspath(S2C), *args], stdout=fo, stderr=fe, preexec_fn=limit, cwd=cwd)
+        _, status, ru = os.wait4(p.pid, 0)
+        p.returncode = os.waitstatus_to_exitcode(status)
+        secs = time.monotonic() - t0
+        fo.seek(0)
+        fe.seek(0)
+        return (p.returncode, fo.read().decode(errors="replace"), fe.read().decode(errors="replace"), secs,
+                ru.ru_maxrss)
+
+
+def check_rejected(name, args, want, cwd=None):
+    """s2c ARGS exits 1 with exactly the one line `want`, within the bounds."""
+    rc, out, err, secs, kib = run_bounded(*args, cwd=cwd)
+    bound = CLI_MEM // 1024 + (512 * 1024 if os.environ.get("S2C_SANITIZED") == "1" else 0)
+    check(f"{name}: exit 1, one exact line, {secs:.2f} s < {CLI_SECS} s, {kib} KiB < {bound} KiB",
+          rc == 1 and err == want + "\n" and secs < CLI_SECS and kib < bound,
+          f"rc={rc} {secs:.2f} s {kib} KiB\n# got  {err!r}\n# want {want!r}")
+
+
+def test_hostile_patterns():
+    """The pattern parser's caps through the CLI: a 62 MB flow list, a mask
+    file named 63 times, errors inside a mask file and mask shapes that do not
+    fit are one `file:line:col:` line at the pattern file's location; a mask
+    path leaving the pattern file's directory is refused unless
+    --allow-mask-path names its directory, for every command that reads a
+    pattern."""
+    with tempfile.TemporaryDirectory() as d:
+        flow = os.path.join(d, "flow.yaml")
+        with open(flow, "w") as f:
+            f.write("heads: 4\nblock_size: 64\nlocal_stride: {local_blocks: 1, vert_stride: 1}\n"
+                    "overrides:\n  - heads: [" + "1," * 31000000 + "1]\n")
+        # 16 nodes before the list; the (2**20 + 1)-th node is item 2**20 - 15, at column 13 + 2 (k - 1)
+        k = (1 << 20) + 1 - 16
+        check_rejected("62 MB flow list", ["check", flow],
+                       f"{flow}:5:{13 + 2 * (k - 1)}: more than 1048576 YAML nodes in one file")
+
+        n = 2900
+        with open(os.path.join(d, "big.txt"), "w") as f:
+            f.write(f"case big\nshape 1 {n} {n}\n" + ("1" * n + "\n") * n + "end\n")
+        size = os.path.getsize(os.path.join(d, "big.txt"))
+        many = os.path.join(d, "many.yaml")
+        with open(many, "w") as f:
+            f.write("heads: 4\nblock_size: 16\nlocal_stride: {local_blocks: 1, vert_stride: 1}\noverrides:\n" +
+                    "  - heads: 0\n    mask: big.txt\n" * 63)
+        over = (64 << 20) // size
+        check_rejected("8 MB mask named 63 times", ["check", many],
+                       f"{many}:{6 + 2 * over}:11: overrides[{over}].mask: mask file 'big.txt': its {size} bytes "
+                       f"would take the mask files read for this pattern file past {64 << 20} bytes")
+
+        with open(os.path.join(d, "sq.txt"), "w") as f:
+            f.write("case sq\nshape 1 2 2\n10\n1x\nend\n")
+        with open(os.path.join(d, "ok.txt"), "w") as f:
+            f.write("case ok\nshape 1 2 2\n10\n11\nend\n")
+        bad_row = os.path.join(d, "badrow.yaml")
+        with open(bad_row, "w") as f:
+            f.write("heads: 2\nblock_size: 64\nmask: sq.txt\n")
+        check_rejected("error inside a mask file", ["check", bad_row],
+                       f"{bad_row}:3:7: mask: mask file 'sq.txt': line 4, col 2: expected '0' or '1', got 'x'")
+        shape = os.path.join(d, "shape.yaml")
+        with open(shape, "w") as f:
+            f.write("heads: 2\nblock_size: 64\nmax_seq_len: 8192\nmask: ok.txt\n")
+        want = (f"{shape}:4:7: mask: mask file 'ok.txt': case 'ok' has shape 1 2 2, max_seq_len 8192 needs "
+                "128 x 128 blocks of 64 tokens")
+        check_rejected("mask smaller than max_seq_len: check", ["check", shape], want)
+        check_rejected("mask smaller than max_seq_len: layout", ["layout", shape, "--seq-len", "8192"], want)
+
+        # mask paths: relative to the pattern file's directory, from any cwd
+        os.makedirs(os.path.join(d, "pat"))
+        os.makedirs(os.path.join(d, "outside"))
+        with open(os.path.join(d, "outside", "m.txt"), "w") as f:
+            f.write("case m\nshape 1 4 4\n1000\n1100\n1110\n1111\nend\n")
+        up = os.path.join(d, "pat", "up.yaml")
+        with open(up, "w") as f:
+            f.write("heads: 1\nblock_size: 16\nmask: ../outside/m.txt\n")
+        tail = " (a mask path must stay in the pattern file's directory unless its directory is allowed)"
+        check_rejected("mask path climbing out", ["check", up],
+                       f"{up}:3:7: mask: mask file '../outside/m.txt': outside the pattern file's directory{tail}")
+        passwd = os.path.join(d, "pat", "passwd.yaml")
+        with open(passwd, "w") as f:
+            f.write("heads: 1\nblock_size: 16\nmask: ../../../../../../../../etc/passwd\n")
+        check_rejected("mask path to /etc/passwd", ["check", passwd],
+                       f"{passwd}:3:7: mask: mask file '../../../../../../../../etc/passwd': outside the pattern "
+                       f"file's directory{tail}")
+        absolute = os.path.join(d, "pat", "abs.yaml")
+        with open(absolute, "w") as f:
+            f.write(f"heads: 1\nblock_size: 16\nmask: {d}/outside/m.txt\n")
+        check_rejected("absolute mask path", ["layout", absolute, "--seq-len", "64"],
+                       f"{absolute}:3:7: mask: mask file '{d}/outside/m.txt': an absolute path{tail}")
+        check_rejected("mask path: allowed elsewhere is not enough",
+                       ["check", "--allow-mask-path", os.path.join(d, "pat"), up],
+                       f"{up}:3:7: mask: mask file '../outside/m.txt': outside the pattern file's directory{tail}")
+        allow = ["--allow-mask-path", os.path.join(d, "outside")]
+        for f in (up, absolute):
+            rc, out, err, secs, kib = run_bounded("check", f, *allow)
+            check(f"check --allow-mask-path: {os.path.basename(f)} loads", rc == 0 and "ok (1 pattern)" in out,
+                  f"rc={rc} {err}")
+        # relative to the cwd, given with '=' and beside another
+        rc, out, err, secs, kib = run_bounded("layout", "pat/up.yaml", "--allow-mask-path=pat",
+                                              "--allow-mask-path=outside", "--seq-len", "64", "--format", "mask",
+                                              cwd=d)
+        check("layout --allow-mask-path (relative): the outside mask", rc == 0 and
+              out.split("\n")[2:6] == ["1000", "1100", "1110", "1111"], f"rc={rc} {err}{out}")
+        rc, out, err, secs, kib = run_bounded("kv-memory", up, *allow, "--seq-len", "64", "--page-size", "16")
+        check("kv-memory --allow-mask-path", rc == 0, f"rc={rc} {err}")
+        ll = os.path.join(d, "k.ll")
+        rc, out, err, secs, kib = run_bounded("compile", up, *allow, "--head-dim", "64", "--dtype", "bf16",
+                                              "--arch", "sm_80", "--emit", "ll", "-o", ll)
+        check("compile --allow-mask-path", rc == 0 and os.path.exists(ll), f"rc={rc} {err}")
+        rc, out, err = run("compile", up, "--head-dim", "64", "--dtype", "bf16", "--arch", "sm_80", "--emit", "ll",
+                           "-o", ll + "2")
+        check("compile without --allow-mask-path: exit 1", rc == 1 and err.startswith(f"{up}:3:7: mask: "), err)
+        rc, out, err = run("check", up, "--allow-mask-path", "")
+        check("--allow-mask-path '': usage error", rc == 2, f"rc={rc} {err}")
+
+
 def main():
     for t in (test_golden, test_bad_files, test_usage, test_stock, test_compile_softmax,
               test_compile_matrix, test_multi_pattern, test_tunables, test_template_options, test_emit_c, test_stages,
               test_info_errors,
-              test_kv_memory):
+              test_kv_memory, test_hostile_patterns):
         try:
             t()
         except Exception as e:  # a crash in a test is a failure, not a pass
