@@ -100,7 +100,7 @@ START_TEST(test_golden_all_cases)
         ck_assert_int_eq(N, s2_layout_kv_blocks(l));
         ck_assert(H == 1 || H == p->heads);
         char *fmt = NULL;
-        ck_assert_int_eq(s2_layout_format_mask(NULL, l, &fmt), S2_OK);
+        ck_assert_int_eq(s2_layout_format_mask(NULL, l, 0, &fmt), S2_OK);
         char *fmt_row = strchr(strchr(fmt, '\n') + 1, '\n') + 1; /* after the case and shape lines */
         char **rows = malloc((size_t)H * M * sizeof *rows);
         for (int i = 0; i < H * M; i++) {
@@ -386,7 +386,7 @@ START_TEST(test_schedule_build_matches_lists)
             s2_packed_schedule_free(&pk);
         }
         char *text = NULL;
-        ck_assert_int_eq(s2_schedule_format(NULL, fw, &text), S2_OK);
+        ck_assert_int_eq(s2_schedule_format(NULL, fw, 0, &text), S2_OK);
         ck_assert_ptr_nonnull(strstr(text, "class 0 heads 0"));
         free(text);
         s2_schedule_free(fw);
