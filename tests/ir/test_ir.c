@@ -514,6 +514,99 @@ START_TEST(test_stats_far_context_linear)
 }
 END_TEST
 
+/* The text caps: the mask's size is exact, the schedule's estimate exact
+ * when it samples every list (at most 64), and one byte under the size is
+ * refused; a 1M-token, 4096-head, block-16 layout is refused at once. */
+static int huge_child(void *arg)
+{
+    (void)arg;
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.num_heads = 4096;
+    a.block_size = 16;
+    a.vert_stride = 16;
+    a.max_seq_len = 0;
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
+    s2_layout *l = NULL;
+    s2_ctx *ctx = s2_ctx_new();
+    char *text = NULL;
+    uint64_t est = 0;
+    int rc = 0;
+    if (s2_layout_new(ctx, s2_pattern_set_get(set, 0), 1 << 20, 1 << 20, &l) != S2_OK)
+        rc = 1;
+    else if (s2_layout_mask_text_size(l) <= S2_FORMAT_MAX_BYTES ||
+             s2_layout_format_mask(ctx, l, 0, &text) != S2_ERR_UNSUPPORTED || text ||
+             !strstr(s2_ctx_message(ctx), "over the limit of 1024 MiB"))
+        rc = 2;
+    else if (s2_layout_schedule_text_estimate(ctx, l, (s2_tile_spec){128, 64}, false, &est) != S2_OK ||
+             est <= S2_FORMAT_MAX_BYTES)
+        rc = 3;
+    s2_layout_free(l);
+    s2_ctx_free(ctx);
+    s2_pattern_set_free(set);
+    return rc;
+}
+
+START_TEST(test_format_caps)
+{
+    s2_pattern_set *set = far_context(8);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    s2_ctx *ctx = s2_ctx_new();
+    s2_layout *l = make_layout(p, 3000, 4000);
+    char *text = NULL;
+    ck_assert_int_eq(s2_layout_format_mask(ctx, l, 0, &text), S2_OK);
+    uint64_t size = s2_layout_mask_text_size(l);
+    ck_assert_uint_eq(strlen(text), size);
+    free(text);
+    ck_assert_int_eq(s2_layout_format_mask(ctx, l, (size_t)size, &text), S2_OK);
+    free(text);
+    ck_assert_int_eq(s2_layout_format_mask(ctx, l, (size_t)size - 1, &text), S2_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(text);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "the mask text would be about 0 MiB, over the limit of 0 MiB"));
+    for (int tr = 0; tr < 2; tr++) {
+        s2_tile_spec spec = {128, 128}; /* 24 query tiles, 32 key tiles, 8 classes: 256 lists */
+        s2_schedule *s = NULL;
+        ck_assert_int_eq(s2_schedule_build(ctx, l, spec, tr, &s), S2_OK);
+        ck_assert_int_eq(s2_schedule_format(ctx, s, 0, &text), S2_OK);
+        size_t len = strlen(text);
+        free(text);
+        uint64_t est = 0;
+        ck_assert_int_eq(s2_layout_schedule_text_estimate(ctx, l, spec, tr, &est), S2_OK);
+        ck_assert_msg(est > len / 2 && est < 2 * len, "estimate %llu, text %zu", (unsigned long long)est, len);
+        ck_assert_int_eq(s2_schedule_format(ctx, s, len, &text), S2_OK);
+        ck_assert_uint_eq(strlen(text), len);
+        free(text);
+        ck_assert_int_eq(s2_schedule_format(ctx, s, len - 1, &text), S2_ERR_UNSUPPORTED);
+        ck_assert_ptr_null(text);
+        ck_assert_int_eq(s2_schedule_format(ctx, s, 1000, &text), S2_ERR_UNSUPPORTED);
+        ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "the schedule text would be about"));
+        s2_schedule_free(s);
+    }
+    s2_layout_free(l);
+    far_context_free(set);
+    /* 2 heads in 2 classes, 16 query tiles: 32 lists, every one sampled */
+    set = far_context(2);
+    l = make_layout(s2_pattern_set_get(set, 0), 1000, 1000);
+    ck_assert_int_eq(s2_layout_num_classes(l), 2);
+    s2_schedule *s = NULL;
+    ck_assert_int_eq(s2_schedule_build(ctx, l, (s2_tile_spec){64, 64}, false, &s), S2_OK);
+    ck_assert_int_eq(s2_schedule_format(ctx, s, 0, &text), S2_OK);
+    uint64_t est = 0;
+    ck_assert_int_eq(s2_layout_schedule_text_estimate(ctx, l, (s2_tile_spec){64, 64}, false, &est), S2_OK);
+    ck_assert_uint_eq(est, strlen(text));
+    free(text);
+    s2_schedule_free(s);
+    s2_layout_free(l);
+    s2_ctx_free(ctx);
+    far_context_free(set);
+    s2t_bounded b;
+    ck_assert_int_eq(s2t_run_bounded(huge_child, NULL, INT64_C(1) << 30, 20, &b), 0);
+    ck_assert_msg(b.exit_code == 0, "huge layout child exit %d", b.exit_code);
+    ck_assert_msg(b.seconds < 10.0, "refusing took %.1f s", b.seconds);
+    ck_assert_int_le(b.peak_kib, s2t_rss_bound_kib(INT64_C(256) << 20));
+}
+END_TEST
+
 /* ---- schedules, classes ----------------------------------------------------------- */
 
 START_TEST(test_schedule_build_matches_lists)
@@ -1330,6 +1423,7 @@ static Suite *ir_suite(void)
     tcase_add_test(tc, test_schedule_many_ranges);
     tcase_add_test(tc, test_classes_stride_ranges);
     tcase_add_test(tc, test_stats_far_context_linear);
+    tcase_add_test(tc, test_format_caps);
     tcase_add_test(tc, test_schedule_build_matches_lists);
     tcase_add_test(tc, test_schedule_pack_gathered);
     tcase_add_test(tc, test_schedule_pack_gathered_owned);
