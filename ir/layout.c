@@ -46,6 +46,16 @@ static s2_status check_pattern(s2_ctx *ctx, const s2_pattern *p, int64_t blocks)
     return S2_OK;
 }
 
+/* The range rules that apply to head q, hashed: heads with different
+ * selections almost always differ here, so most comparisons stop early. */
+static uint64_t selection_hash(const s2_pattern *p, int q)
+{
+    uint64_t h = 1469598103934665603ull;
+    for (int i = 0; i < p->num_ranges; i++)
+        h = (h ^ (uint64_t)s2_ir_range_applies_to(&p->ranges[i], q)) * 1099511628211ull;
+    return h;
+}
+
 static bool same_selection(const s2_pattern *p, int a, int b, bool *any)
 {
     *any = false;
@@ -58,17 +68,26 @@ static bool same_selection(const s2_pattern *p, int a, int b, bool *any)
     return true;
 }
 
-static bool stride_range_applies(const s2_pattern *p, int q)
+/* Absolute stripes keep n when (n + shift) mod S == 0, so two heads with the
+ * same strides differ only if their shifts differ modulo one of them: the
+ * base vert_stride (when used) or a stride rule that applies to both. */
+static bool same_shift_classes(const s2_pattern *p, int a, int b)
 {
-    for (int i = 0; i < p->num_ranges; i++)
-        if (p->ranges[i].action == S2_RANGE_STRIDE && s2_ir_range_applies_to(&p->ranges[i], q))
-            return true;
-    return false;
+    const s2_head_rule *ra = &p->rules[a], *rb = &p->rules[b];
+    if (!ra->dense && ra->vert_stride > 0 && s2_mod(ra->shift, ra->vert_stride) != s2_mod(rb->shift, ra->vert_stride))
+        return false;
+    for (int i = 0; i < p->num_ranges; i++) {
+        const s2_range_rule *rr = &p->ranges[i];
+        if (rr->action == S2_RANGE_STRIDE && s2_ir_range_applies_to(rr, a) &&
+            s2_mod(ra->shift, rr->stride) != s2_mod(rb->shift, rr->stride))
+            return false;
+    }
+    return true;
 }
 
 /* Rules that give the same mask.  Conservative: different rules with equal
  * masks may land in different classes, never the reverse. */
-static bool same_mask(const s2_pattern *p, int a, int b)
+static bool same_mask(const s2_pattern *p, const uint64_t *sel, int a, int b)
 {
     const s2_head_rule *ra = &p->rules[a], *rb = &p->rules[b];
     if (ra->mask >= 0 || rb->mask >= 0) {
@@ -78,7 +97,7 @@ static bool same_mask(const s2_pattern *p, int a, int b)
         return bm->heads == 1 || ra->mask_head == rb->mask_head;
     }
     bool any;
-    if (!same_selection(p, a, b, &any) || ra->dense != rb->dense)
+    if (sel[a] != sel[b] || ra->dense != rb->dense || !same_selection(p, a, b, &any))
         return false;
     if (ra->dense && !any)
         return true;
@@ -86,11 +105,7 @@ static bool same_mask(const s2_pattern *p, int a, int b)
         return false;
     if (p->vert_position == S2_VERT_RELATIVE)
         return true; /* relative stripes do not depend on the shift */
-    if (stride_range_applies(p, a))
-        return ra->shift == rb->shift;
-    if (ra->vert_stride == 0 || ra->dense)
-        return true;
-    return s2_mod(ra->shift, ra->vert_stride) == s2_mod(rb->shift, rb->vert_stride);
+    return same_shift_classes(p, a, b);
 }
 
 static s2_status build_classes(s2_ctx *ctx, s2_layout *l)
@@ -100,11 +115,16 @@ static s2_status build_classes(s2_ctx *ctx, s2_layout *l)
     l->class_of_head = calloc((size_t)p->heads, sizeof(int));
     l->class_rep = calloc((size_t)p->heads, sizeof(int));
     l->class_size = calloc((size_t)p->heads, sizeof(int));
-    if (!l->rep_of_head || !l->class_of_head || !l->class_rep || !l->class_size)
+    uint64_t *sel = malloc((size_t)p->heads * sizeof *sel);
+    if (!l->rep_of_head || !l->class_of_head || !l->class_rep || !l->class_size || !sel) {
+        free(sel);
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    }
+    for (int q = 0; q < p->heads; q++)
+        sel[q] = selection_hash(p, q);
     for (int q = 0; q < p->heads; q++) {
         int c = 0;
-        while (c < l->num_classes && !same_mask(p, l->class_rep[c], q))
+        while (c < l->num_classes && !same_mask(p, sel, l->class_rep[c], q))
             c++;
         if (c == l->num_classes)
             l->class_rep[l->num_classes++] = q;
@@ -112,6 +132,7 @@ static s2_status build_classes(s2_ctx *ctx, s2_layout *l)
         l->rep_of_head[q] = l->class_rep[c];
         l->class_size[c]++;
     }
+    free(sel);
     return S2_OK;
 }
 

@@ -72,13 +72,83 @@ int64_t s2_ir_next_tile(const s2_ir_srcs *ss, int64_t x, int tile, int block_siz
     return best;
 }
 
-/* Relative stripes of stride S around query block m, as key blocks:
- * left distance d = m - n >= L with d - L + 1 = kS, right -d >= R with -d - R + 1 = kS. */
-static void rel_fwd(s2_ir_srcs *ss, const s2_head_rule *r, int64_t m, int64_t S, int64_t lo, int64_t hi)
+/* Key blocks already decided for a query tile: a sorted list of disjoint
+ * intervals, each selected for every query block of the tile by some range
+ * rule.  A source of an earlier rule (or of the base rule) cannot decide a
+ * block there, so it skips them; that keeps the candidates near the entries
+ * when a later rule drops or thins out far context.  Bounded: once full,
+ * further intervals are left out, which only leaves more candidates. */
+enum { MAX_DECIDED = 32 };
+
+typedef struct decided {
+    int64_t lo[MAX_DECIDED], hi[MAX_DECIDED];
+    int n;
+} decided;
+
+static void decided_add(decided *dc, const s2_ir_srcs *ss, int64_t lo, int64_t hi)
+{
+    lo = s2_max64(lo, ss->clip_lo);
+    hi = s2_min64(hi, ss->clip_hi);
+    if (lo > hi)
+        return;
+    int i = 0;
+    while (i < dc->n && dc->hi[i] < lo - 1)
+        i++;
+    int j = i;
+    while (j < dc->n && dc->lo[j] <= hi + 1) {
+        lo = s2_min64(lo, dc->lo[j]);
+        hi = s2_max64(hi, dc->hi[j]);
+        j++;
+    }
+    if (j == i && dc->n == MAX_DECIDED)
+        return;
+    memmove(&dc->lo[i + 1], &dc->lo[j], (size_t)(dc->n - j) * sizeof dc->lo[0]);
+    memmove(&dc->hi[i + 1], &dc->hi[j], (size_t)(dc->n - j) * sizeof dc->hi[0]);
+    dc->n -= j - i - 1;
+    dc->lo[i] = lo;
+    dc->hi[i] = hi;
+}
+
+/* add_prog over [lo, hi] less the decided intervals. */
+static void add_prog_open(s2_ir_srcs *ss, const decided *dc, int64_t a, int64_t step, int64_t lo, int64_t hi)
+{
+    lo = s2_max64(lo, ss->clip_lo);
+    hi = s2_min64(hi, ss->clip_hi);
+    for (int i = 0; i < dc->n && lo <= hi; i++) {
+        if (dc->hi[i] < lo)
+            continue;
+        if (dc->lo[i] > hi)
+            break;
+        if (dc->lo[i] > lo)
+            add_prog(ss, a, step, lo, dc->lo[i] - 1);
+        lo = dc->hi[i] + 1;
+    }
+    if (lo <= hi)
+        add_prog(ss, a, step, lo, hi);
+}
+
+/* The key blocks range rule rr selects for every query block of [m0, m1]. */
+static void range_cover(const s2_pattern *p, const s2_range_rule *rr, int64_t m0, int64_t m1, const s2_ir_srcs *ss,
+                        decided *dc)
+{
+    int64_t klo, khi, dlo, dhi;
+    s2_ir_range_bounds(rr, p->block_size, &klo, &khi, &dlo, &dhi);
+    if (dlo > dhi)
+        return;
+    decided_add(dc, ss, s2_max64(klo, m1 - dhi), s2_min64(khi, m0 - dlo));
+    if (!p->causal)
+        decided_add(dc, ss, s2_max64(klo, m1 + dlo), s2_min64(khi, m0 + dhi));
+}
+
+/* Relative stripes of stride S around query block m, as key blocks within
+ * [lo, hi] and at block distance |m - n| in [dlo, dhi]: left distance d = m - n >= L with
+ * d - L + 1 = kS, right -d >= R with -d - R + 1 = kS. */
+static void rel_fwd(s2_ir_srcs *ss, const decided *dc, const s2_head_rule *r, int64_t m, int64_t S, int64_t lo,
+                    int64_t hi, int64_t dlo, int64_t dhi)
 {
     int64_t left0 = m - r->local_left + 1, right0 = m + r->local_right - 1;
-    add_prog(ss, left0, S, lo, s2_min64(hi, left0 - S));
-    add_prog(ss, right0, S, s2_max64(lo, right0 + S), hi);
+    add_prog_open(ss, dc, left0, S, s2_max64(lo, m - dhi), s2_min64(s2_min64(hi, left0 - S), m - dlo));
+    add_prog_open(ss, dc, right0, S, s2_max64(s2_max64(lo, right0 + S), m + dlo), s2_min64(hi, m + dhi));
 }
 
 static void rel_tr(s2_ir_srcs *ss, const s2_head_rule *r, int64_t n, int64_t S, int64_t lo, int64_t hi)
@@ -93,29 +163,31 @@ static bool abs_hit_in(int64_t n0, int64_t n1, int64_t shift, int64_t S)
     return n0 + s2_mod(-shift - n0, S) <= n1;
 }
 
-static void fwd_ranges(const s2_layout *l, int q, int64_t m0, int64_t m1, s2_ir_srcs *ss)
+/* Sources of the range rules, last first: each skips what later rules decide. */
+static void fwd_ranges(const s2_layout *l, int q, int64_t m0, int64_t m1, s2_ir_srcs *ss, decided *dc)
 {
     const s2_pattern *p = l->p;
     const s2_head_rule *r = &p->rules[q];
-    for (int i = 0; i < p->num_ranges; i++) {
+    for (int i = p->num_ranges - 1; i >= 0; i--) {
         const s2_range_rule *rr = &p->ranges[i];
-        if (rr->action == S2_RANGE_DROP || !s2_ir_range_applies_to(rr, q))
+        if (!s2_ir_range_applies_to(rr, q))
             continue;
         int64_t klo, khi, dlo, dhi;
         s2_ir_range_bounds(rr, p->block_size, &klo, &khi, &dlo, &dhi);
         if (rr->action == S2_RANGE_STRIDE && p->vert_position == S2_VERT_RELATIVE) {
             for (int64_t m = m0; m <= m1; m++)
-                rel_fwd(ss, r, m, rr->stride, klo, khi);
-            continue;
+                rel_fwd(ss, dc, r, m, rr->stride, klo, khi, dlo, dhi);
+        } else if (rr->action != S2_RANGE_DROP) {
+            int64_t a = 0, step = 1;
+            if (rr->action == S2_RANGE_STRIDE) {
+                a = -r->shift;
+                step = rr->stride;
+            }
+            add_prog_open(ss, dc, a, step, s2_max64(klo, m0 - dhi), s2_min64(khi, m1 - dlo));
+            if (!p->causal)
+                add_prog_open(ss, dc, a, step, s2_max64(klo, m0 + dlo), s2_min64(khi, m1 + dhi));
         }
-        int64_t a = 0, step = 1;
-        if (rr->action == S2_RANGE_STRIDE) {
-            a = -r->shift;
-            step = rr->stride;
-        }
-        add_prog(ss, a, step, s2_max64(klo, m0 - dhi), s2_min64(khi, m1 - dlo));
-        if (!p->causal)
-            add_prog(ss, a, step, s2_max64(klo, m0 + dlo), s2_min64(khi, m1 + dhi));
+        range_cover(p, rr, m0, m1, ss, dc);
     }
 }
 
@@ -123,21 +195,22 @@ void s2_ir_fwd_sources(const s2_layout *l, int q, int64_t m0, int64_t m1, s2_ir_
 {
     const s2_pattern *p = l->p;
     const s2_head_rule *r = &p->rules[q];
-    if (r->mask >= 0 || r->dense) {
+    if (r->mask >= 0) {
         add_interval(ss, 0, ss->clip_hi);
-        if (r->mask >= 0)
-            return;
+        return;
     }
+    /* the local window is never overridden */
     int L = r->local_left > 0 ? r->local_left : 1, R = r->local_right > 0 ? r->local_right : 1;
     add_interval(ss, m0 - L + 1, m1 + R - 1);
-    if (r->vert_stride > 0 && !r->dense) {
-        if (p->vert_position == S2_VERT_ABSOLUTE)
-            add_prog(ss, -r->shift, r->vert_stride, 0, ss->clip_hi);
-        else
-            for (int64_t m = m0; m <= m1; m++)
-                rel_fwd(ss, r, m, r->vert_stride, 0, ss->clip_hi);
-    }
-    fwd_ranges(l, q, m0, m1, ss);
+    decided dc = {.n = 0};
+    fwd_ranges(l, q, m0, m1, ss, &dc);
+    if (r->dense)
+        add_prog_open(ss, &dc, 0, 1, 0, ss->clip_hi);
+    else if (r->vert_stride > 0 && p->vert_position == S2_VERT_ABSOLUTE)
+        add_prog_open(ss, &dc, -r->shift, r->vert_stride, 0, ss->clip_hi);
+    else if (r->vert_stride > 0)
+        for (int64_t m = m0; m <= m1; m++)
+            rel_fwd(ss, &dc, r, m, r->vert_stride, 0, ss->clip_hi, INT64_MIN / 4, INT64_MAX / 4);
 }
 
 static void tr_ranges(const s2_layout *l, int q, int64_t n0, int64_t n1, s2_ir_srcs *ss)

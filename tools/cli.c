@@ -124,6 +124,7 @@ int parse_opts(int argc, char **argv, int first, opts *o, const char **pos, int 
         else if (strcmp(key, "--num-warps") == 0) rc = parse_int(key, val, 1, 32, &o->num_warps);
         else if (strcmp(key, "--num-stages") == 0) rc = parse_int(key, val, 1, 16, &o->num_stages);
         else if (strcmp(key, "--kv-gather") == 0) rc = parse_int(key, val, 1, 4, &o->kv_gather);
+        else if (strcmp(key, "--max-bytes") == 0) rc = parse_int(key, val, 1, INT64_C(1) << 50, &o->max_bytes);
         else if (strcmp(key, "--option") == 0) {
             if (o->num_options == (int)(sizeof o->options / sizeof o->options[0]))
                 return usage_error("%s", "at most 8 --option");

@@ -30,6 +30,7 @@ typedef struct opts {
     int64_t seq_len, kv_len;
     int64_t page_size, prefill;
     int64_t block_m, block_n, head_dim, num_warps, num_stages, kv_gather;
+    int64_t max_bytes;              /* --max-bytes: the layout text's size limit (0: the library's) */
     const char *options[8];         /* --option NAME=VALUE: a template's own choice, in order */
     int num_options;
     int verbose;

@@ -101,15 +101,31 @@ int cmd_layout(s2_ctx *ctx, int argc, char **argv)
     s2_layout *l = NULL;
     char *text = NULL;
     s2_tile_spec spec = {(int)o.block_m, (int)o.block_n};
+    size_t max_bytes = o.max_bytes ? (size_t)o.max_bytes : S2_FORMAT_MAX_BYTES;
     s2_status st = s2_layout_new(ctx, p, o.seq_len, kv_len, &l);
+    if (st == S2_OK && fmt < 2) {
+        /* refuse before building anything when the text would be over the limit */
+        uint64_t size = 0;
+        if (fmt == 0)
+            size = s2_layout_mask_text_size(l);
+        else
+            st = s2_layout_schedule_text_estimate(ctx, l, spec, false, &size);
+        if (st == S2_OK && size > max_bytes) {
+            fprintf(stderr, "s2c: layout: the %s would be about %.1f MiB, over the %.1f MiB cap; raise it with --max-bytes\n",
+                    fmt == 0 ? "mask" : "schedule", (double)size / 1048576.0, (double)max_bytes / 1048576.0);
+            s2_layout_free(l);
+            s2_pattern_set_free(set);
+            return EXIT_INPUT;
+        }
+    }
     if (st == S2_OK) {
         if (fmt == 0) {
-            st = s2_layout_format_mask(ctx, l, &text);
+            st = s2_layout_format_mask(ctx, l, max_bytes, &text);
         } else if (fmt == 1) {
             s2_schedule *sched = NULL;
             st = s2_schedule_build(ctx, l, spec, false, &sched);
             if (st == S2_OK)
-                st = s2_schedule_format(ctx, sched, &text);
+                st = s2_schedule_format(ctx, sched, max_bytes, &text);
             s2_schedule_free(sched);
         } else {
             s2_layout_stats stats;

@@ -25,6 +25,7 @@ static const char usage_text[] =
     "      --block-m N --block-n N kernel tile for schedules and stats (default 128 x 64)\n"
     "      --head-dim D            for FLOP and byte counts (default 128)\n"
     "      --dtype bf16|fp16       for byte counts (default bf16)\n"
+    "      --max-bytes N           refuse a mask or schedule text over N bytes (default 1 GiB)\n"
     "  compile PATTERN --head-dim D --dtype bf16|fp16 --arch sm_80|sm_90|sm_90a -o OUT\n"
     "                              forward attention kernels, one per pattern, in one module\n"
     "      --name NAME             a pattern to compile (repeatable; default: every pattern of the file)\n"

@@ -296,16 +296,30 @@ s2_status s2_layout_stats_compute(s2_ctx *ctx, const s2_layout *l, s2_tile_spec 
 /* ---- text output --------------------------------------------------------- */
 
 #define S2_FORMAT_MAX_BLOCKS 4096
+/* The text formatters' default size limit (max_bytes 0): 1 GiB. */
+#define S2_FORMAT_MAX_BYTES ((size_t)1 << 30)
 
 /* The layout's block mask in the golden text format: "case NAME {json}",
  * "shape H M N" (H = heads, M = query blocks, N = key blocks), H*M lines of
- * 0/1, "end".  malloc'd.  Only for layouts up to max_blocks x max_blocks. */
-s2_status s2_layout_format_mask(s2_ctx *ctx, const s2_layout *l, char **text);
+ * 0/1, "end".  malloc'd.  Only for layouts up to max_blocks x max_blocks,
+ * and S2_ERR_UNSUPPORTED, before anything is built, when the text would be
+ * over max_bytes (0: S2_FORMAT_MAX_BYTES). */
+s2_status s2_layout_format_mask(s2_ctx *ctx, const s2_layout *l, size_t max_bytes, char **text);
+/* The exact size in bytes of that text (saturating at UINT64_MAX); 0 for NULL. */
+uint64_t s2_layout_mask_text_size(const s2_layout *l);
 
 /* A schedule as readable text: per head class and tile, one line per entry
  * ("KEYTILE rows=HEX live=BITS FLAGS", live bits grouped per query sub-block,
- * flags F/C/R or -).  malloc'd. */
-s2_status s2_schedule_format(s2_ctx *ctx, const s2_schedule *s, char **text);
+ * flags F/C/R or -).  malloc'd.  S2_ERR_UNSUPPORTED when the text would be
+ * over max_bytes (0: S2_FORMAT_MAX_BYTES): at once when the entries alone
+ * need more, else as soon as the text grows past it. */
+s2_status s2_schedule_format(s2_ctx *ctx, const s2_schedule *s, size_t max_bytes, char **text);
+/* About how many bytes s2_schedule_format would give for the layout's
+ * forward (or transposed) schedule, without building it: the header and
+ * class lines exactly, the lists from up to 64 of them spread evenly over
+ * classes and tiles, counted and formatted (so a cost of 64 lists). */
+s2_status s2_layout_schedule_text_estimate(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed,
+                                           uint64_t *bytes);
 
 /* Statistics as text: kept %, pairs, GFLOP, bytes, imbalance.  malloc'd. */
 s2_status s2_layout_stats_format(s2_ctx *ctx, const s2_layout_stats *st, char **text);

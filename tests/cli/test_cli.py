@@ -769,11 +769,115 @@ def test_hostile_patterns():
         check("--allow-mask-path '': usage error", rc == 2, f"rc={rc} {err}")
 
 
+def run_limited(args, mem=1 << 30, timeout=60):
+    """s2c under RLIMIT_AS (unless sanitized): (rc, out, err, seconds, peak KiB of this child)."""
+    import resource
+    import time
+
+    def limit():
+        if os.environ.get("S2C_SANITIZED") != "1":
+            resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+
+    with tempfile.TemporaryFile() as fo, tempfile.TemporaryFile() as fe:
+        t0 = time.monotonic()
+        p = subprocess.Popen([S2C, *args], stdout=fo, stderr=fe, preexec_fn=limit)
+        # reap it with wait4: this child's own peak, not the largest of every earlier child
+        while True:
+            pid, status, ru = os.wait4(p.pid, os.WNOHANG)
+            if pid:
+                break
+            if time.monotonic() - t0 > timeout:
+                p.kill()
+            time.sleep(0.01)
+        p.returncode = rc = os.waitstatus_to_exitcode(status)
+        secs, peak = time.monotonic() - t0, ru.ru_maxrss
+        fo.seek(0)
+        fe.seek(0)
+        return rc, fo.read().decode(errors="replace"), fe.read().decode(errors="replace"), secs, peak
+
+
+FAR_CONTEXT = """name: far-context
+heads: 256
+block_size: 64
+causal: true
+local_stride:
+  local_blocks: 4
+  vert_stride: 8
+ranges:
+  - distance: [512, end]
+    vert_stride: 32
+  - distance: [2048, end]
+    keep: none
+"""
+
+
+def far_context_pairs(seq):
+    """Kept token pairs of FAR_CONTEXT: head q keeps block n <= m at distance d = m - n
+    when d < 4, 4 <= d < 8 with (n + q) % 8 == 0, 8 <= d < 32 with (n + q) % 32 == 0."""
+    blocks, total = seq // 64, 0
+    for q in range(32):  # shifts q = 0..255 repeat modulo 32: 8 heads each
+        for m in range(blocks):
+            for n in range(max(0, m - 31), m + 1):
+                d = m - n
+                if d < 4 or (d < 8 and (n + q) % 8 == 0) or (d >= 8 and (n + q) % 32 == 0):
+                    total += 2080 if d == 0 else 4096
+    return 8 * total
+
+
+def test_layout_limits():
+    """Huge but valid layout requests: a schedule or mask text over the 1 GiB cap is
+    refused at once (exit 1, a message naming the size and --max-bytes) under a 1 GiB
+    address-space limit; --max-bytes moves the cap; stats with two range rules over
+    262144 tokens take well under 10 s and match a closed form."""
+    sanitized = os.environ.get("S2C_SANITIZED") == "1"
+    with tempfile.TemporaryDirectory() as d:
+        big = os.path.join(d, "big.yaml")
+        with open(big, "w") as f:
+            f.write("name: big\nheads: 4096\nblock_size: 16\nlocal_stride:\n  local_blocks: 8\n  vert_stride: 16\n")
+        for fmt in ("schedule", "mask"):
+            rc, out, err, secs, peak = run_limited(["layout", big, "--seq-len", "1048576", "--format", fmt])
+            m = re.fullmatch(r"s2c: layout: the " + fmt + r" would be about (\d+)\.\d MiB, over the 1024\.0 MiB cap; "
+                             r"raise it with --max-bytes\n", err)
+            check(f"layout 4096 heads, block 16, 1M tokens, {fmt}: refused (exit 1, size named) in {secs:.1f} s, "
+                  f"{peak // 1024} MiB peak",
+                  rc == 1 and out == "" and m and int(m.group(1)) > 1024 and secs < 10
+                  and (sanitized or peak < 256 * 1024), f"rc={rc} {secs:.1f}s {peak} KiB {err!r}")
+        path = os.path.join(PATTERNS, "s2-l8v16.yaml")
+        for fmt in ("schedule", "mask"):
+            rc, full, err = run("layout", path, "--seq-len", "4096", "--format", fmt)
+            check(f"layout s2-l8v16 {fmt} under the default cap", rc == 0 and len(full) > 100000, err)
+            rc, out, err = run("layout", path, "--seq-len", "4096", "--format", fmt, "--max-bytes", "100000")
+            check(f"layout {fmt} over --max-bytes 100000: refused",
+                  rc == 1 and out == "" and "over the 0.1 MiB cap; raise it with --max-bytes" in err, f"rc={rc} {err}")
+            rc, out, err = run("layout", path, "--seq-len", "4096", "--format", fmt, "--max-bytes", str(4 * len(full)))
+            check(f"layout {fmt} with a raised --max-bytes: the same text", rc == 0 and out == full, f"rc={rc} {err}")
+        rc, full, err = run("layout", path, "--seq-len", "4096", "--format", "mask")
+        rc2, out, err2 = run("layout", path, "--seq-len", "4096", "--format", "mask", "--max-bytes", str(len(full)))
+        rc3, out3, err3 = run("layout", path, "--seq-len", "4096", "--format", "mask", "--max-bytes", str(len(full) - 1))
+        check("mask size is exact: --max-bytes of its length passes, one less is refused",
+              rc2 == 0 and out == full and rc3 == 1 and "cap" in err3, f"{rc2} {rc3} {err2} {err3}")
+        for bad in ("0", "-5", "12k"):
+            rc, out, err = run("layout", path, "--seq-len", "64", "--max-bytes", bad)
+            check(f"--max-bytes {bad}: usage error", rc == 2 and "--max-bytes" in err, f"rc={rc} {err}")
+        far = os.path.join(d, "far.yaml")
+        with open(far, "w") as f:
+            f.write(FAR_CONTEXT)
+        rc, out, err = run("layout", far, "--seq-len", "8192", "--format", "stats")
+        m = re.search(r"kept [\d.]+% \((\d+) of (\d+) token pairs\)", out)
+        want = far_context_pairs(8192)
+        check("far-context stats (two range rules) at 8192 tokens equal the closed form",
+              rc == 0 and m and int(m.group(1)) == want, f"want {want}: {out}{err}")
+        rc, out, err, secs, peak = run_limited(["layout", far, "--seq-len", "262144", "--format", "stats"])
+        m = re.search(r"kept [\d.]+% \((\d+) of", out)
+        check(f"far-context stats at 262144 tokens in {secs:.1f} s (under 10 s), exact",
+              rc == 0 and secs < 10 and m and int(m.group(1)) == far_context_pairs(262144), f"rc={rc} {err}")
+
+
 def main():
     for t in (test_golden, test_bad_files, test_usage, test_stock, test_compile_softmax,
               test_compile_matrix, test_multi_pattern, test_tunables, test_template_options, test_emit_c, test_stages,
               test_info_errors,
-              test_kv_memory, test_hostile_patterns):
+              test_kv_memory, test_hostile_patterns, test_layout_limits):
         try:
             t()
         except Exception as e:  # a crash in a test is a failure, not a pass

@@ -1,6 +1,7 @@
 /* Tests of ir/: golden masks, predicates, schedules, liveness, stats. */
 #include "s2c/layout.h"
 #include "s2c/pattern.h"
+#include "bounded.h"
 #include "rand_pattern.h"
 #include "util.h"
 
@@ -100,7 +101,7 @@ START_TEST(test_golden_all_cases)
         ck_assert_int_eq(N, s2_layout_kv_blocks(l));
         ck_assert(H == 1 || H == p->heads);
         char *fmt = NULL;
-        ck_assert_int_eq(s2_layout_format_mask(NULL, l, &fmt), S2_OK);
+        ck_assert_int_eq(s2_layout_format_mask(NULL, l, 0, &fmt), S2_OK);
         char *fmt_row = strchr(strchr(fmt, '\n') + 1, '\n') + 1; /* after the case and shape lines */
         char **rows = malloc((size_t)H * M * sizeof *rows);
         for (int i = 0; i < H * M; i++) {
@@ -252,12 +253,11 @@ static void assert_entry_eq(const s2_tile_entry *a, const s2_tile_entry *b, cons
                   b->flags);
 }
 
-static void check_schedule_vs_brute(const s2t_rand_pattern *rp, const s2_layout *l, s2_tile_spec spec)
+static void check_schedule_vs_brute(const s2_pattern *p, const s2_layout *l, s2_tile_spec spec)
 {
     s2_tile_geom g;
     if (s2_layout_tile_geom(NULL, l, spec, &g) != S2_OK)
         return;
-    const s2_pattern *p = rp->p;
     int64_t cap = s2_layout_max_entries(l, spec);
     s2_tile_entry *out = malloc((size_t)cap * sizeof *out);
     s2_tile_entry *brute = malloc((size_t)(g.q_tiles * g.kv_tiles) * sizeof *brute);
@@ -308,10 +308,302 @@ START_TEST(test_schedule_random)
         s2t_rand_pattern rp;
         s2t_rand_pattern_new(&rng, &ir_rand, &rp);
         s2_layout *l = make_layout(rp.p, rp.q_len, rp.kv_len);
-        check_schedule_vs_brute(&rp, l, specs[s2t_rng_int(&rng, 0, 6)]);
+        check_schedule_vs_brute(rp.p, l, specs[s2t_rng_int(&rng, 0, 6)]);
         s2_layout_free(l);
         s2t_rand_pattern_free(&rp);
     }
+}
+END_TEST
+
+/* Heads of one class keep the same blocks everywhere (the class may merge heads
+ * whose rules differ only where it does not matter). */
+static void check_classes_exact(const s2_pattern *p, const s2_layout *l)
+{
+    for (int q = 0; q < p->heads; q++) {
+        int rep = s2_layout_head_class(l, q);
+        for (int64_t m = s2_layout_first_q_block(l); m < s2_layout_kv_blocks(l); m++)
+            for (int64_t n = 0; n < s2_layout_kv_blocks(l); n++)
+                ck_assert_msg(s2_block_kept(p, q, m, n) == s2_block_kept(p, rep, m, n),
+                              "seed %llu: head %d differs from its class head %d at (%lld, %lld)",
+                              (unsigned long long)rng.seed, q, rep, (long long)m, (long long)n);
+    }
+}
+
+/* Range rules in (nearly) every pattern: the closed-form lists, which skip
+ * blocks that a later rule decides, against the token predicate. */
+START_TEST(test_schedule_ranges_random)
+{
+    s2t_rand_opts o = ir_rand;
+    o.ranges_one_in = -1000;
+    int with_ranges = 0;
+    for (int it = 0; it < 120; it++) {
+        s2t_rng_seed(&rng, 21000 + (uint64_t)it);
+        s2t_rand_pattern rp;
+        s2t_rand_pattern_new(&rng, &o, &rp);
+        with_ranges += rp.p->num_ranges > 0;
+        s2_layout *l = make_layout(rp.p, rp.q_len, rp.kv_len);
+        /* narrow key tiles too: a candidate block left out is then seldom covered by a neighbour */
+        static const s2_tile_spec narrow[] = {{128, 16}, {64, 16}, {128, 32}};
+        int k = s2t_rng_int(&rng, 0, 9);
+        check_schedule_vs_brute(rp.p, l, k < 7 ? specs[k] : narrow[k - 7]);
+        check_classes_exact(rp.p, l);
+        s2_layout_free(l);
+        s2t_rand_pattern_free(&rp);
+    }
+    ck_assert_int_ge(with_ranges, 110);
+}
+END_TEST
+
+/* More range rules than the per-tile list of decided intervals holds (32):
+ * the lists stay exact when some are left out. */
+START_TEST(test_schedule_many_ranges)
+{
+    enum { NR = 48 };
+    static const s2_tile_spec many_specs[] = {{128, 16}, {64, 16}, {128, 64}, {32, 32}};
+    for (int it = 0; it < 16; it++) {
+        s2t_rng_seed(&rng, 23000 + (uint64_t)it);
+        s2_local_stride_args a;
+        s2_local_stride_args_default(&a);
+        a.num_heads = 2;
+        a.block_size = 16;
+        a.local_blocks = s2t_rng_int(&rng, 1, 3);
+        a.vert_stride = s2t_rng_int(&rng, 2, 5);
+        a.causal = it % 2 != 0;
+        s2_pattern_set *set = s2t_pattern_set_from_args(&a);
+        s2_pattern *p = mut(set);
+        s2_range_rule rr[NR];
+        memset(rr, 0, sizeof rr);
+        for (int i = 0; i < NR; i++) {
+            /* narrow key and distance windows, so that many of them are decided per tile */
+            rr[i].action = (s2_range_action)s2t_rng_int(&rng, 0, 3);
+            rr[i].stride = s2t_rng_int(&rng, 1, 4);
+            rr[i].key_lo = 16 * s2t_rng_int(&rng, 0, 40);
+            rr[i].key_hi = rr[i].key_lo + 16 * s2t_rng_int(&rng, 1, 3);
+            rr[i].dist_lo = s2t_rng_int(&rng, 0, 1) ? 0 : 16 * s2t_rng_int(&rng, 0, 8);
+            rr[i].dist_hi = s2t_rng_int(&rng, 0, 1) ? INT64_MAX : rr[i].dist_lo + 16 * s2t_rng_int(&rng, 1, 20);
+        }
+        p->ranges = rr;
+        p->num_ranges = NR;
+        s2_layout *l = make_layout(p, 400, 400);
+        check_schedule_vs_brute(p, l, many_specs[it % 4]);
+        s2_layout_free(l);
+        p->ranges = NULL;
+        p->num_ranges = 0;
+        s2_pattern_set_free(set);
+    }
+}
+END_TEST
+
+/* Far context by range rules: a sparser stride from distance 512, nothing
+ * from 2048 (block 64).  Heads' shifts 0..255 agree modulo 8 and 32 in 32
+ * classes (one per head before the shifts were compared modulo the strides). */
+static s2_range_rule far_rules[2];
+
+static s2_pattern_set *far_context(int heads)
+{
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.num_heads = heads;
+    a.block_size = 64;
+    a.local_blocks = 4;
+    a.vert_stride = 8;
+    a.max_seq_len = 0;
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
+    s2_pattern *p = mut(set);
+    memset(far_rules, 0, sizeof far_rules);
+    far_rules[0] = (s2_range_rule){.action = S2_RANGE_STRIDE, .stride = 32, .key_hi = INT64_MAX, .dist_lo = 512,
+                                   .dist_hi = INT64_MAX};
+    far_rules[1] = (s2_range_rule){.action = S2_RANGE_DROP, .key_hi = INT64_MAX, .dist_lo = 2048,
+                                   .dist_hi = INT64_MAX};
+    p->ranges = far_rules;
+    p->num_ranges = 2;
+    return set;
+}
+
+static void far_context_free(s2_pattern_set *set)
+{
+    mut(set)->ranges = NULL;
+    mut(set)->num_ranges = 0;
+    s2_pattern_set_free(set);
+}
+
+START_TEST(test_classes_stride_ranges)
+{
+    s2_pattern_set *set = far_context(256);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    s2_layout *l = make_layout(p, 4096, 4096);
+    ck_assert_int_eq(s2_layout_num_classes(l), 32);
+    for (int q = 0; q < 256; q++)
+        ck_assert_int_eq(s2_layout_head_class(l, q), q % 32);
+    check_classes_exact(p, l);
+    /* a stride rule on one head only splits it off */
+    uint8_t sel[256] = {0};
+    sel[40] = 1;
+    far_rules[0].heads = sel;
+    s2_layout *l2 = make_layout(p, 4096, 4096);
+    /* the others: only the drop rule and the base stride 8 apply */
+    ck_assert_int_eq(s2_layout_num_classes(l2), 9);
+    ck_assert_int_eq(s2_layout_head_class(l2, 40), 40);
+    ck_assert_int_eq(s2_layout_head_class(l2, 72), 0);
+    ck_assert_int_eq(s2_layout_head_class(l2, 41), 1);
+    check_classes_exact(p, l2);
+    far_rules[0].heads = NULL;
+    s2_layout_free(l2);
+    s2_layout_free(l);
+    far_context_free(set);
+}
+END_TEST
+
+/* The far-context pairs in closed form: head q, query block m keeps key
+ * block n <= m at block distance d = m - n when d < 4 (local), 4 <= d < 8
+ * and (n + q) % 8 == 0 (base stripes), 8 <= d < 32 and (n + q) % 32 == 0
+ * (the stride rule from 512 tokens); never from 32 blocks (2048 tokens) on. */
+static double far_context_pairs(int heads, int64_t blocks)
+{
+    double total = 0;
+    for (int q = 0; q < heads; q++)
+        for (int64_t m = 0; m < blocks; m++)
+            for (int64_t n = m; n >= 0 && m - n < 32; n--) {
+                int64_t d = m - n;
+                bool kept = d < 4 || (d < 8 ? (n + q) % 8 == 0 : (n + q) % 32 == 0);
+                if (kept)
+                    total += d == 0 ? 64.0 * 65 / 2 : 64.0 * 64;
+            }
+    return total;
+}
+
+typedef struct far_run {
+    int64_t len;
+    double want;
+} far_run;
+
+static int far_stats_child(void *arg)
+{
+    const far_run *fr = arg;
+    s2_pattern_set *set = far_context(256);
+    s2_layout *l = NULL;
+    s2_layout_stats st;
+    int rc = 1;
+    if (s2_layout_new(NULL, s2_pattern_set_get(set, 0), fr->len, fr->len, &l) == S2_OK &&
+        s2_layout_stats_compute(NULL, l, (s2_tile_spec){128, 64}, 128, S2_DTYPE_BF16, &st) == S2_OK)
+        rc = st.kept_pairs == fr->want ? 0 : 2;
+    s2_layout_free(l);
+    far_context_free(set);
+    return rc;
+}
+
+/* Stats over 131072 tokens, 256 heads, two range rules: linear in the
+ * entries (a fraction of a second; 262144 tokens took 37 s when every candidate stripe was
+ * tried and every shift was a class), exact. */
+START_TEST(test_stats_far_context_linear)
+{
+    far_run small = {8192, far_context_pairs(256, 8192 / 64)};
+    s2_pattern_set *set = far_context(256);
+    s2_layout *l = make_layout(s2_pattern_set_get(set, 0), small.len, small.len);
+    s2_layout_stats st;
+    ck_assert_int_eq(s2_layout_stats_compute(NULL, l, (s2_tile_spec){128, 64}, 128, S2_DTYPE_BF16, &st), S2_OK);
+    ck_assert_msg(st.kept_pairs == small.want, "pairs %.0f, closed form %.0f", st.kept_pairs, small.want);
+    s2_layout_free(l);
+    far_context_free(set);
+    far_run big = {131072, far_context_pairs(32, 131072 / 64) * 8};
+    s2t_bounded b;
+    ck_assert_int_eq(s2t_run_bounded(far_stats_child, &big, INT64_C(256) << 20, 30, &b), 0);
+    ck_assert_msg(b.exit_code == 0, "stats child exit %d", b.exit_code);
+    ck_assert_msg(b.seconds < 10.0, "stats over 131072 tokens took %.1f s", b.seconds);
+    ck_assert_int_le(b.peak_kib, s2t_rss_bound_kib(INT64_C(256) << 20));
+}
+END_TEST
+
+/* The text caps: the mask's size is exact, the schedule's estimate exact
+ * when it samples every list (at most 64), and one byte under the size is
+ * refused; a 1M-token, 4096-head, block-16 layout is refused at once. */
+static int huge_child(void *arg)
+{
+    (void)arg;
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.num_heads = 4096;
+    a.block_size = 16;
+    a.vert_stride = 16;
+    a.max_seq_len = 0;
+    s2_pattern_set *set = s2t_pattern_set_from_args(&a);
+    s2_layout *l = NULL;
+    s2_ctx *ctx = s2_ctx_new();
+    char *text = NULL;
+    uint64_t est = 0;
+    int rc = 0;
+    if (s2_layout_new(ctx, s2_pattern_set_get(set, 0), 1 << 20, 1 << 20, &l) != S2_OK)
+        rc = 1;
+    else if (s2_layout_mask_text_size(l) <= S2_FORMAT_MAX_BYTES ||
+             s2_layout_format_mask(ctx, l, 0, &text) != S2_ERR_UNSUPPORTED || text ||
+             !strstr(s2_ctx_message(ctx), "over the limit of 1024 MiB"))
+        rc = 2;
+    else if (s2_layout_schedule_text_estimate(ctx, l, (s2_tile_spec){128, 64}, false, &est) != S2_OK ||
+             est <= S2_FORMAT_MAX_BYTES)
+        rc = 3;
+    s2_layout_free(l);
+    s2_ctx_free(ctx);
+    s2_pattern_set_free(set);
+    return rc;
+}
+
+START_TEST(test_format_caps)
+{
+    s2_pattern_set *set = far_context(8);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    s2_ctx *ctx = s2_ctx_new();
+    s2_layout *l = make_layout(p, 3000, 4000);
+    char *text = NULL;
+    ck_assert_int_eq(s2_layout_format_mask(ctx, l, 0, &text), S2_OK);
+    uint64_t size = s2_layout_mask_text_size(l);
+    ck_assert_uint_eq(strlen(text), size);
+    free(text);
+    ck_assert_int_eq(s2_layout_format_mask(ctx, l, (size_t)size, &text), S2_OK);
+    free(text);
+    ck_assert_int_eq(s2_layout_format_mask(ctx, l, (size_t)size - 1, &text), S2_ERR_UNSUPPORTED);
+    ck_assert_ptr_null(text);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "the mask text would be about 0 MiB, over the limit of 0 MiB"));
+    for (int tr = 0; tr < 2; tr++) {
+        s2_tile_spec spec = {128, 128}; /* 24 query tiles, 32 key tiles, 8 classes: 256 lists */
+        s2_schedule *s = NULL;
+        ck_assert_int_eq(s2_schedule_build(ctx, l, spec, tr, &s), S2_OK);
+        ck_assert_int_eq(s2_schedule_format(ctx, s, 0, &text), S2_OK);
+        size_t len = strlen(text);
+        free(text);
+        uint64_t est = 0;
+        ck_assert_int_eq(s2_layout_schedule_text_estimate(ctx, l, spec, tr, &est), S2_OK);
+        ck_assert_msg(est > len / 2 && est < 2 * len, "estimate %llu, text %zu", (unsigned long long)est, len);
+        ck_assert_int_eq(s2_schedule_format(ctx, s, len, &text), S2_OK);
+        ck_assert_uint_eq(strlen(text), len);
+        free(text);
+        ck_assert_int_eq(s2_schedule_format(ctx, s, len - 1, &text), S2_ERR_UNSUPPORTED);
+        ck_assert_ptr_null(text);
+        ck_assert_int_eq(s2_schedule_format(ctx, s, 1000, &text), S2_ERR_UNSUPPORTED);
+        ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "the schedule text would be about"));
+        s2_schedule_free(s);
+    }
+    s2_layout_free(l);
+    far_context_free(set);
+    /* 2 heads in 2 classes, 16 query tiles: 32 lists, every one sampled */
+    set = far_context(2);
+    l = make_layout(s2_pattern_set_get(set, 0), 1000, 1000);
+    ck_assert_int_eq(s2_layout_num_classes(l), 2);
+    s2_schedule *s = NULL;
+    ck_assert_int_eq(s2_schedule_build(ctx, l, (s2_tile_spec){64, 64}, false, &s), S2_OK);
+    ck_assert_int_eq(s2_schedule_format(ctx, s, 0, &text), S2_OK);
+    uint64_t est = 0;
+    ck_assert_int_eq(s2_layout_schedule_text_estimate(ctx, l, (s2_tile_spec){64, 64}, false, &est), S2_OK);
+    ck_assert_uint_eq(est, strlen(text));
+    free(text);
+    s2_schedule_free(s);
+    s2_layout_free(l);
+    s2_ctx_free(ctx);
+    far_context_free(set);
+    s2t_bounded b;
+    ck_assert_int_eq(s2t_run_bounded(huge_child, NULL, INT64_C(1) << 30, 20, &b), 0);
+    ck_assert_msg(b.exit_code == 0, "huge layout child exit %d", b.exit_code);
+    ck_assert_msg(b.seconds < 10.0, "refusing took %.1f s", b.seconds);
+    ck_assert_int_le(b.peak_kib, s2t_rss_bound_kib(INT64_C(256) << 20));
 }
 END_TEST
 
@@ -386,7 +678,7 @@ START_TEST(test_schedule_build_matches_lists)
             s2_packed_schedule_free(&pk);
         }
         char *text = NULL;
-        ck_assert_int_eq(s2_schedule_format(NULL, fw, &text), S2_OK);
+        ck_assert_int_eq(s2_schedule_format(NULL, fw, 0, &text), S2_OK);
         ck_assert_ptr_nonnull(strstr(text, "class 0 heads 0"));
         free(text);
         s2_schedule_free(fw);
@@ -1127,6 +1419,11 @@ static Suite *ir_suite(void)
     tcase_add_test(tc, test_predicate_hand);
     tcase_add_test(tc, test_predicate_bidirectional);
     tcase_add_test(tc, test_schedule_random);
+    tcase_add_test(tc, test_schedule_ranges_random);
+    tcase_add_test(tc, test_schedule_many_ranges);
+    tcase_add_test(tc, test_classes_stride_ranges);
+    tcase_add_test(tc, test_stats_far_context_linear);
+    tcase_add_test(tc, test_format_caps);
     tcase_add_test(tc, test_schedule_build_matches_lists);
     tcase_add_test(tc, test_schedule_pack_gathered);
     tcase_add_test(tc, test_schedule_pack_gathered_owned);
