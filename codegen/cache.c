@@ -19,6 +19,8 @@ _Static_assert(sizeof(s2_kernel_spec) == 8 * sizeof(int), "s2_kernel_spec change
 
 struct s2_cache {
     char *dir;
+    char *untrusted;   /* why the directory is not used, or NULL */
+    bool trust_all;    /* S2_CACHE_TRUST_DIR: no owner or permission checks */
 };
 
 static void put_le(uint8_t *p, int n, uint64_t v)
@@ -150,11 +152,48 @@ static s2_status make_dirs(s2_ctx *ctx, char *path)
     return make_one_dir(ctx, path);
 }
 
+/* Whether other users could have written the directory's entries: owned by
+ * another user, or writable by group or others without the sticky bit.
+ * Sets c->untrusted to the reason (NULL: trusted). */
+static s2_status check_trust(s2_ctx *ctx, s2_cache *c)
+{
+    struct stat sb;
+    char why[160];
+    uid_t me = geteuid();
+    if (stat(c->dir, &sb) != 0)
+        snprintf(why, sizeof why, "cannot stat it (%s)", strerror(errno));
+    else if (sb.st_uid != me)
+        snprintf(why, sizeof why, "it is owned by uid %lu, not by this user (uid %lu)", (unsigned long)sb.st_uid,
+                 (unsigned long)me);
+    else if ((sb.st_mode & (S_IWGRP | S_IWOTH)) && !(sb.st_mode & S_ISVTX))
+        snprintf(why, sizeof why, "it is writable by %s (mode %04o) without the sticky bit",
+                 (sb.st_mode & S_IWOTH) ? "others" : "its group", (unsigned)(sb.st_mode & 07777));
+    else
+        return S2_OK;
+    s2_buf b;
+    s2_buf_init(&b);
+    s2_buf_printf(&b, "cache directory %s is not used: %s; chmod 0700 it, or set S2C_CACHE_TRUST_DIR=1 to trust it",
+                  c->dir, why);
+    if (b.oom) {
+        s2_buf_free(&b);
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    }
+    c->untrusted = s2_buf_steal(&b, NULL);
+    return S2_OK;
+}
+
 s2_status s2_cache_open(s2_ctx *ctx, const char *dir, s2_cache **out)
+{
+    return s2_cache_open_flags(ctx, dir, 0, out);
+}
+
+s2_status s2_cache_open_flags(s2_ctx *ctx, const char *dir, unsigned flags, s2_cache **out)
 {
     if (!out)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_cache_open: out is NULL");
     *out = NULL;
+    if (flags & ~S2_CACHE_TRUST_DIR)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cache_open: unknown flags 0x%x", flags & ~S2_CACHE_TRUST_DIR);
     s2_cache *c = calloc(1, sizeof *c);
     if (!c)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
@@ -165,6 +204,10 @@ s2_status s2_cache_open(s2_ctx *ctx, const char *dir, s2_cache **out)
             c->dir[--n] = '\0';
         st = make_dirs(ctx, c->dir);
     }
+    const char *trust = getenv("S2C_CACHE_TRUST_DIR");
+    c->trust_all = (flags & S2_CACHE_TRUST_DIR) || (trust && strcmp(trust, "1") == 0);
+    if (st == S2_OK && !c->trust_all)
+        st = check_trust(ctx, c);
     if (st != S2_OK) {
         s2_cache_close(c);
         return st;
@@ -178,10 +221,13 @@ void s2_cache_close(s2_cache *cache)
     if (!cache)
         return;
     free(cache->dir);
+    free(cache->untrusted);
     free(cache);
 }
 
 const char *s2_cache_dir(const s2_cache *cache) { return cache ? cache->dir : NULL; }
+
+const char *s2_cache_untrusted(const s2_cache *cache) { return cache ? cache->untrusted : NULL; }
 
 /* ---- entries ---- */
 
@@ -214,13 +260,27 @@ static bool read_full(int fd, void *buf, size_t n)
     return true;
 }
 
+/* The entry's checksum: SHA-256 over key || u64 length || payload, so that
+ * an entry is valid under its own key only. */
+static void entry_sum(const s2_cache_key *key, const void *payload, uint64_t length, uint8_t out[32])
+{
+    uint8_t len[8];
+    put_le(len, 8, length);
+    s2_sha256 h;
+    s2_sha256_init(&h);
+    s2_sha256_update(&h, key->bytes, S2_CACHE_KEY_BYTES);
+    s2_sha256_update(&h, len, sizeof len);
+    s2_sha256_update(&h, payload, (size_t)length);
+    s2_sha256_final(&h, out);
+}
+
 /* What is wrong with the header, or NULL; *length gets the payload length. */
 static const char *check_header(const uint8_t *h, const s2_cache_key *key, uint64_t file_size, uint64_t *length)
 {
     if (memcmp(h, MAGIC, 4) != 0)
         return "bad magic";
     if (get_le(h + OFF_VERSION, 4) != S2_CACHE_FORMAT)
-        return "other format version";
+        return "another format version";
     if (memcmp(h + OFF_KEY, key->bytes, S2_CACHE_KEY_BYTES) != 0)
         return "key mismatch";
     *length = get_le(h + OFF_LENGTH, 8);
@@ -230,7 +290,8 @@ static const char *check_header(const uint8_t *h, const s2_cache_key *key, uint6
 }
 
 /* Read and verify the entry at path; S2_ERR_NOT_FOUND with a note when absent or bad. */
-static s2_status read_entry(s2_ctx *ctx, const char *path, const s2_cache_key *key, void **data, size_t *size)
+static s2_status read_entry(s2_ctx *ctx, const s2_cache *cache, const char *path, const s2_cache_key *key,
+                            void **data, size_t *size)
 {
     /* an entry is a regular file: a FIFO must not block the open, a symlink is not followed */
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
@@ -242,8 +303,13 @@ static s2_status read_entry(s2_ctx *ctx, const char *path, const s2_cache_key *k
     uint64_t length = 0;
     uint8_t *payload = NULL;
     struct stat sb;
+    char owner[96];
     if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode))
         bad = "not a readable regular file";
+    else if (!cache->trust_all && sb.st_uid != geteuid()) {
+        snprintf(owner, sizeof owner, "owned by uid %lu, not by this user", (unsigned long)sb.st_uid);
+        bad = owner;
+    }
     else if ((uint64_t)sb.st_size < HEADER_SIZE || !read_full(fd, h, HEADER_SIZE))
         bad = "shorter than its header";
     else
@@ -259,9 +325,9 @@ static s2_status read_entry(s2_ctx *ctx, const char *path, const s2_cache_key *k
     }
     if (!bad && payload) {
         uint8_t sum[32];
-        s2_sha256_once(payload, (size_t)length, sum);
+        entry_sum(key, payload, length, sum);
         if (memcmp(sum, h + OFF_SUM, 32) != 0)
-            bad = "payload checksum mismatch";
+            bad = "checksum mismatch (payload, length or key)";
     }
     close(fd);
     if (bad)
@@ -281,10 +347,12 @@ s2_status s2_cache_lookup(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key
         return s2_fail(ctx, S2_ERR_INVALID, "s2_cache_lookup: invalid arguments");
     *data = NULL;
     *size = 0;
+    if (cache->untrusted)
+        return s2_fail(ctx, S2_ERR_NOT_FOUND, "cache miss: %s", cache->untrusted);
     char *path = entry_path(cache, key);
     if (!path)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    s2_status st = read_entry(ctx, path, key, data, size);
+    s2_status st = read_entry(ctx, cache, path, key, data, size);
     free(path);
     return st;
 }
@@ -295,6 +363,8 @@ s2_status s2_cache_store(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key 
         return s2_fail(ctx, S2_ERR_INVALID, "s2_cache_store: invalid arguments (an entry is not empty)");
     if (size > SIZE_MAX - HEADER_SIZE)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_cache_store: payload too large");
+    if (cache->untrusted)
+        return s2_fail(ctx, S2_ERR_IO, "not stored: %s", cache->untrusted);
     uint8_t *file = malloc(HEADER_SIZE + size);
     char *path = entry_path(cache, key);
     if (!file || !path) {
@@ -306,7 +376,7 @@ s2_status s2_cache_store(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key 
     put_le(file + OFF_VERSION, 4, S2_CACHE_FORMAT);
     memcpy(file + OFF_KEY, key->bytes, S2_CACHE_KEY_BYTES);
     put_le(file + OFF_LENGTH, 8, size);
-    s2_sha256_once(data, size, file + OFF_SUM);
+    entry_sum(key, data, size, file + OFF_SUM);
     memcpy(file + HEADER_SIZE, data, size);
     /* the temporary file is unique per process and thread, so racing stores
      * of one key both succeed and the last rename wins */

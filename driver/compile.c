@@ -219,6 +219,24 @@ done:
     return st;
 }
 
+s2_status s2_compile_kspec_manifest(s2_ctx *ctx, const s2_pattern *const *patterns, int n, const s2_kspec *spec_in,
+                                    char **text)
+{
+    if (!text || !spec_in || !patterns || n < 1)
+        return s2_fail(ctx, S2_ERR_INVALID, "compile_attention: null argument or no pattern");
+    *text = NULL;
+    set_kernel *ks = calloc((size_t)n, sizeof *ks);
+    s2_manifest_kernel *mk = calloc((size_t)n, sizeof *mk);
+    s2_status st = ks && mk ? S2_OK : s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    if (st == S2_OK)
+        st = resolve_set(ctx, patterns, n, spec_in, ks, mk);
+    if (st == S2_OK)
+        st = s2_manifest_format(ctx, ks[0].spec.arch, mk, n, patterns, n, text);
+    free(ks);
+    free(mk);
+    return st;
+}
+
 s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s2_pattern *const *patterns, int n,
                                    const s2_kernel_spec *spec, s2_cubin_backend backend, s2_artifact **out)
 {

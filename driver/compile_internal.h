@@ -11,6 +11,11 @@ s2_status s2_kspec_resolve(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p);
 /* s2_compile_attention_set with the template options given. */
 s2_status s2_compile_kspec(s2_ctx *ctx, const char *module_name, const s2_pattern *const *patterns, int n,
                           const s2_kspec *spec, s2_cubin_backend backend, s2_artifact **out);
+/* The manifest s2_compile_kspec embeds for these arguments, built without
+ * generating code (the JIT compares a cached cubin's manifest with it).
+ * *text malloc'd. */
+s2_status s2_compile_kspec_manifest(s2_ctx *ctx, const s2_pattern *const *patterns, int n, const s2_kspec *spec,
+                                    char **text);
 /* s2_compile_attention with the template options given. */
 static inline s2_status s2_compile_kspec1(s2_ctx *ctx, const s2_pattern *p, const s2_kspec *spec,
                                           s2_cubin_backend backend, s2_artifact **out)

@@ -1,6 +1,7 @@
 /* The JIT: spec resolution, the cache key, compile-or-fetch, and loading
  * (s2c/jit.h). */
 #include "s2c/jit.h"
+#include "compile_internal.h"
 #include "util.h"
 
 #include <stdio.h>
@@ -8,7 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
-static const s2_jit_opts default_opts = {NULL, false, S2_CUBIN_AUTO};
+static const s2_jit_opts default_opts = {NULL, false, S2_CUBIN_AUTO, false};
 
 /* Copy the message, then record it again with a prefix. */
 static s2_status fail_with_context(s2_ctx *ctx, s2_status st, const char *what)
@@ -18,70 +19,65 @@ static s2_status fail_with_context(s2_ctx *ctx, s2_status st, const char *what)
     return s2_fail(ctx, st, "%s: %s", what, msg);
 }
 
-static bool spec_equal(const s2_kernel_spec *a, const s2_kernel_spec *b)
+/* A line of the cached manifest (untrusted bytes) for a message: at most 100
+ * bytes, unprintable ones as '?'. */
+static void quote_line(char *out, size_t cap, const char *line, size_t n)
 {
-    return a->kind == b->kind && a->dtype == b->dtype && a->head_dim == b->head_dim && a->arch == b->arch &&
-           a->block_m == b->block_m && a->block_n == b->block_n && a->num_warps == b->num_warps &&
-           a->num_stages == b->num_stages;
+    size_t i = 0;
+    for (; i < n && i < 100 && i + 4 < cap; i++)
+        out[i] = line[i] >= 0x20 && line[i] < 0x7f ? line[i] : '?';
+    if (i < n && i + 4 < cap)
+        memcpy(out + i, "...", 3), i += 3;
+    out[i] = '\0';
 }
 
-/* A range rule's heads: NULL selects every head. */
-static bool range_head(const s2_range_rule *r, int q) { return !r->heads || r->heads[q] != 0; }
-
-/* The resolved pattern a kernel is built from, field by field: every head's
- * rule, every range and every mask's bits (a pattern of the same name with
- * another vert_stride is another kernel). */
-static bool resolved_equal(const s2_pattern *a, const s2_pattern *b)
+/* Whether texts a (the cached cubin's manifest) and b (the request's) are
+ * equal; if not, the first line that differs goes into why. */
+static bool same_text(const char *a, size_t na, const char *b, size_t nb, char *why, size_t cap)
 {
-    if (!a || !b || a->heads != b->heads || a->kv_heads != b->kv_heads || a->block_size != b->block_size ||
-        a->causal != b->causal || a->max_seq_len != b->max_seq_len || a->vert_position != b->vert_position ||
-        a->num_ranges != b->num_ranges || a->num_masks != b->num_masks || !a->rules || !b->rules)
-        return false;
-    for (int q = 0; q < a->heads; q++) {
-        const s2_head_rule *x = &a->rules[q], *y = &b->rules[q];
-        if (x->dense != y->dense || x->local_left != y->local_left || x->local_right != y->local_right ||
-            x->vert_stride != y->vert_stride || x->shift != y->shift || x->mask != y->mask ||
-            (x->mask >= 0 && x->mask_head != y->mask_head))
+    for (int line = 1;; line++) {
+        if (na == 0 && nb == 0)
+            return true;
+        const char *ea = na ? memchr(a, '\n', na) : NULL, *eb = nb ? memchr(b, '\n', nb) : NULL;
+        size_t la = ea ? (size_t)(ea - a) : na, lb = eb ? (size_t)(eb - b) : nb;
+        if (na == 0 || nb == 0 || la != lb || memcmp(a, b, la) != 0 || !ea != !eb) {
+            char qa[112], qb[112];
+            quote_line(qa, sizeof qa, a, la);
+            quote_line(qb, sizeof qb, b, lb);
+            snprintf(why, cap, "cached cubin's manifest line %d is \"%s\", the request's \"%s\"", line,
+                     na ? qa : "(end)", nb ? qb : "(end)");
             return false;
+        }
+        size_t step = ea ? la + 1 : la;
+        a += step, na -= step, b += step, nb -= step;
     }
-    for (int i = 0; i < a->num_ranges; i++) {
-        const s2_range_rule *x = &a->ranges[i], *y = &b->ranges[i];
-        if (x->action != y->action || x->key_lo != y->key_lo || x->key_hi != y->key_hi || x->dist_lo != y->dist_lo ||
-            x->dist_hi != y->dist_hi || x->stride != y->stride)
-            return false;
-        for (int q = 0; q < a->heads; q++)
-            if (range_head(x, q) != range_head(y, q))
-                return false;
-    }
-    for (int i = 0; i < a->num_masks; i++) {
-        const s2_block_mask *x = &a->masks[i], *y = &b->masks[i];
-        if (x->heads != y->heads || x->rows != y->rows || x->cols != y->cols ||
-            memcmp(x->bits, y->bits, (size_t)(x->heads * x->rows * x->cols)) != 0)
-            return false;
-    }
-    return true;
 }
 
-/* Does the cubin's own manifest list this pattern's kernel with this spec,
- * built from the same resolved pattern?  (A well-formed entry of another
- * key's contents, or another pattern's under this one's key, must not be used.) */
-static bool cubin_has_kernel(const void *cubin, size_t size, const s2_pattern *p, const s2_kernel_spec *spec)
+/* Is the cubin's own manifest the one a build of this request embeds?  Then
+ * it lists this pattern's kernels with every field of the spec and, per
+ * record, every template option, symbol, ABI, grid rule and launch shape,
+ * and the same resolved pattern (rules, ranges, mask bits).  A well-formed
+ * entry of another key's contents, or of another spec or pattern stored
+ * under this key, is not used: *same false and the reason in why. */
+static s2_status check_manifest(s2_ctx *ctx, const void *cubin, size_t size, const s2_pattern *p,
+                                const s2_kernel_spec *spec, bool *same, char *why, size_t cap)
 {
-    const char *pattern = p->name ? p->name : "";
     const char *text;
     size_t len;
-    s2_manifest *m = NULL;
-    if (s2_cubin_find_manifest(NULL, cubin, size, &text, &len) != S2_OK ||
-        s2_manifest_parse(NULL, text, len, &m) != S2_OK)
-        return false;
-    bool found = false;
-    for (int i = 0; i < s2_manifest_num_kernels(m) && !found; i++) {
-        const s2_manifest_kernel *k = s2_manifest_kernel_at(m, i);
-        found = !strcmp(k->pattern, pattern) && spec_equal(&k->spec, spec) &&
-                resolved_equal(p, s2_manifest_find_pattern(m, k->pattern));
+    *same = false;
+    if (s2_cubin_find_manifest(NULL, cubin, size, &text, &len) != S2_OK) {
+        snprintf(why, cap, "the cached cubin has no manifest");
+        return S2_OK;
     }
-    s2_manifest_free(m);
-    return found;
+    while (len > 0 && text[len - 1] == '\0')
+        len--;
+    s2_kspec k = s2_kspec_of(spec, NULL);   /* what compile_cubin builds from */
+    char *want = NULL;
+    s2_status st = s2_compile_kspec_manifest(ctx, &p, 1, &k, &want);
+    if (st == S2_OK)
+        *same = same_text(text, len, want, strlen(want), why, cap);
+    free(want);
+    return st;
 }
 
 static s2_status compile_cubin(s2_ctx *ctx, const s2_pattern *p, const s2_kernel_spec *spec,
@@ -146,25 +142,43 @@ static s2_status fetch(s2_ctx *ctx, s2_arch arch, const s2_pattern *p, const s2_
     if ((st = build_key(ctx, p, &spec, o->backend, &key)) != S2_OK)
         return fail_with_context(ctx, st, "jit: cache key");
     s2_cache_key_hex(&key, stats->key);
-    if ((st = s2_cache_open(ctx, o->cache_dir, &cache)) != S2_OK)
+    if ((st = s2_cache_open_flags(ctx, o->cache_dir, o->trust_cache_dir ? S2_CACHE_TRUST_DIR : 0, &cache)) != S2_OK)
         return fail_with_context(ctx, st, "jit: cache");
+    if (s2_cache_untrusted(cache)) {
+        /* others could have written its entries: compile, read and write nothing */
+        stats->cache_untrusted = true;
+        snprintf(stats->note, sizeof stats->note, "%s", s2_cache_untrusted(cache));
+        s2_cache_close(cache);
+        st = compile_cubin(ctx, p, &spec, o->backend, cubin, size);
+        stats->compiled = st == S2_OK;
+        return st;
+    }
 
     void *data = NULL;
     size_t n = 0;
+    bool same = false;
     st = skip_lookup ? S2_ERR_NOT_FOUND : s2_cache_lookup(ctx, cache, &key, &data, &n);
-    if (st == S2_OK && cubin_has_kernel(data, n, p, &spec)) {
-        stats->hit = true;
-        *cubin = data;
-        *size = n;
-        s2_cache_close(cache);
-        return S2_OK;
+    if (st == S2_ERR_NOT_FOUND && !skip_lookup && entry_exists(cache, &key))
+        snprintf(stats->note, sizeof stats->note, "%s", s2_ctx_message(ctx));   /* why the entry was refused */
+    if (st == S2_OK) {
+        st = check_manifest(ctx, data, n, p, &spec, &same, stats->note, sizeof stats->note);
+        if (st == S2_OK && same) {
+            stats->hit = true;
+            *cubin = data;
+            *size = n;
+            s2_cache_close(cache);
+            return S2_OK;
+        }
+        stats->rebuilt = true;
+        if (st == S2_OK)
+            st = S2_ERR_NOT_FOUND;
     }
     free(data);
-    if (st != S2_OK && st != S2_ERR_NOT_FOUND) {
+    if (st != S2_ERR_NOT_FOUND) {
         s2_cache_close(cache);
         return st;
     }
-    stats->rebuilt = skip_lookup || st == S2_OK || entry_exists(cache, &key);
+    stats->rebuilt |= skip_lookup || stats->note[0] != '\0';
 
     st = compile_cubin(ctx, p, &spec, o->backend, cubin, size);
     if (st == S2_OK) {
@@ -227,6 +241,7 @@ s2_status s2_jit_compile(s2_ctx *ctx, s2_device *dev, const s2_pattern *pattern,
     if ((st = s2_arch_for_device(info->cc_major, info->cc_minor, &arch)) != S2_OK)
         return st;
     const char *pname = pattern->name ? pattern->name : "";
+    char refused[sizeof stats->note] = "";
     for (int attempt = 0; attempt < 2; attempt++) {
         uint8_t *cubin = NULL;
         size_t size = 0;
@@ -236,6 +251,10 @@ s2_status s2_jit_compile(s2_ctx *ctx, s2_device *dev, const s2_pattern *pattern,
             st = s2_attn_load(ctx, dev, cubin, size, pname, now.spec.dtype, now.spec.head_dim, out);
         free(cubin);
         now.rebuilt |= attempt > 0;
+        if (attempt > 0 && !now.note[0])
+            snprintf(now.note, sizeof now.note, "%s", refused);
+        if (st != S2_OK)
+            snprintf(refused, sizeof refused, "the cached cubin was refused: %s", s2_ctx_message(ctx));
         *stats = now;
         /* a cached image the driver refuses (made by another driver's
          * toolchain, say) is rebuilt once */

@@ -6,6 +6,14 @@
  * unset; a relative $XDG_CACHE_HOME is ignored, as the XDG spec says).
  * Missing directories are created like `mkdir -p`, mode 0700.
  *
+ * Trust: other users must not be able to put entries in the directory.  One
+ * that is owned by another user, or writable by group or others without the
+ * sticky bit, is not used (as ccache does): s2_cache_untrusted says why,
+ * every lookup misses and every store fails with that message.  In a sticky
+ * shared directory an entry owned by another user is a miss.  Set
+ * S2C_CACHE_TRUST_DIR=1 (or pass S2_CACHE_TRUST_DIR) to use a shared
+ * directory anyway; then neither check is made.
+ *
  * Key: SHA-256 over, in this order and each with its length, the generator
  * identity (s2_generator_id: version and a hash of the generating sources), the caller's pattern serialization, every field of the kernel
  * spec, the toolchain identity (s2_toolchain_version) and the arch name.
@@ -15,9 +23,11 @@
  *   4   u32 format version (S2_CACHE_FORMAT)
  *   8   key (32 bytes)
  *   40  u64 payload length
- *   48  SHA-256 of the payload (32 bytes)
+ *   48  SHA-256 of key || u64 payload length || payload (32 bytes)
  *   80  payload
- * (integers little-endian).  Stores write a temporary file in the same
+ * (integers little-endian).  The checksum covers the key, so a whole entry
+ * copied or renamed to another key's file is a miss even with its header's
+ * key rewritten; entries of another format version are misses.  Stores write a temporary file in the same
  * directory, fsync it and rename it over the entry, so concurrent writers
  * (threads or processes) both succeed and readers see a whole entry or none.
  * A lookup that finds a corrupt or truncated entry reports a miss (with the
@@ -41,7 +51,7 @@
 extern "C" {
 #endif
 
-#define S2_CACHE_FORMAT 1
+#define S2_CACHE_FORMAT 2
 #define S2_CACHE_KEY_BYTES 32
 
 typedef struct s2_cache s2_cache;
@@ -80,15 +90,24 @@ const char *s2_generator_id(void);
 s2_status s2_toolchain_version(s2_ctx *ctx, s2_cubin_backend backend, const char **out);
 
 s2_status s2_cache_open(s2_ctx *ctx, const char *dir, s2_cache **out);
+/* s2_cache_open's flags: use the directory whoever owns it and whatever its
+ * permissions (as S2C_CACHE_TRUST_DIR=1 does). */
+#define S2_CACHE_TRUST_DIR 1u
+s2_status s2_cache_open_flags(s2_ctx *ctx, const char *dir, unsigned flags, s2_cache **out);
+/* NULL when the cache is used; else why its directory is not (then lookups
+ * miss and stores fail, each with this reason in the ctx message). */
+const char *s2_cache_untrusted(const s2_cache *cache);
 void s2_cache_close(s2_cache *cache); /* NULL is fine */
 const char *s2_cache_dir(const s2_cache *cache);
 
 /* S2_OK with *data (malloc'd; free()) and *size, or S2_ERR_NOT_FOUND when
  * there is no valid entry (the ctx message says why: absent, unreadable,
- * corrupt).  S2_ERR_NOMEM and S2_ERR_INVALID otherwise. */
+ * corrupt, another format version, another user's, an untrusted directory).
+ * S2_ERR_NOMEM and S2_ERR_INVALID otherwise. */
 s2_status s2_cache_lookup(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key *key, void **data,
                           size_t *size);
-/* Store (or replace) the entry; size > 0.  S2_ERR_IO when it cannot be written. */
+/* Store (or replace) the entry; size > 0.  S2_ERR_IO when it cannot be
+ * written or the directory is not trusted. */
 s2_status s2_cache_store(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key *key, const void *data,
                          size_t size);
 

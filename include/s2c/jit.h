@@ -7,10 +7,15 @@
  * so two files that resolve alike share entries), the resolved spec, the
  * toolchain identity of the chosen back end and the arch.
  *
- * A cached cubin is used only when its own manifest lists a kernel of that
- * pattern with the same resolved spec; an entry that is corrupt (the cache's
- * checksums) or does not say so is rebuilt and replaced.  Cached images the
- * driver refuses are rebuilt once as well.
+ * A cached cubin is used only when its own manifest is the one a build of
+ * this request embeds: the same resolved pattern, every field of the
+ * resolved spec and, per kernel record, the template's options, symbol, ABI,
+ * grid rule and launch shape.  An entry that is corrupt (the cache's keyed
+ * checksums) or says anything else is rebuilt and replaced (stats.note says
+ * why).  Cached images the driver refuses are rebuilt once as well.  A cache
+ * directory others could write is not used (s2_cache_untrusted): every call
+ * compiles and nothing is stored, unless trust_cache_dir or
+ * S2C_CACHE_TRUST_DIR=1 says to use it.
  */
 #ifndef S2C_JIT_H
 #define S2C_JIT_H
@@ -31,6 +36,7 @@ typedef struct s2_jit_opts {
     const char *cache_dir;       /* NULL: the cache's default directory */
     bool no_cache;               /* compile every time, read and write nothing */
     s2_cubin_backend backend;    /* S2_CUBIN_AUTO: ptxas if found, else nvJitLink */
+    bool trust_cache_dir;        /* use the cache directory whoever may write it (S2_CACHE_TRUST_DIR) */
 } s2_jit_opts;
 
 /* What one call did (for benchmarks and tests). */
@@ -40,6 +46,8 @@ typedef struct s2_jit_stats {
     bool rebuilt;                /* an entry was there but unusable (corrupt, wrong contents, refused by the driver) */
     bool stored;                 /* the new cubin was written to the cache */
     bool store_failed;           /* writing it failed; the kernel is returned all the same */
+    bool cache_untrusted;        /* the cache directory was not used (see note): compiled, nothing stored */
+    char note[512];              /* why an entry was rebuilt or the directory not used; "" otherwise */
     char key[2 * S2_CACHE_KEY_BYTES + 1]; /* hex key, "" when no_cache */
     s2_kernel_spec spec;         /* the resolved spec */
 } s2_jit_stats;

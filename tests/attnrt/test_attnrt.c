@@ -3,7 +3,8 @@
  * tests/runtime (fake_cuda.c): module loading and kernel lookup from the
  * manifest, every argument check of s2_attn_forward (nothing launched, no
  * schedule uploaded), the launch shape and the schedule cache, and the JIT's
- * cache hit / miss / corrupt-rebuild flow.
+ * cache hit / miss / corrupt-rebuild flow, entries whose manifest is not the
+ * request's (another spec, a tampered record) and untrusted cache directories.
  *
  * The cubins are compiled once in the parent (sm_90a, the fake's cc 9.0);
  * each test forks, points S2C_LIBCUDA at the fake and loads it itself.
@@ -751,9 +752,11 @@ START_TEST(jit_miss_hit_and_rebuild)
     fclose(f);
     uint8_t *c3 = fetch(ctx, &o, A.p, &spec, &n3, &st3);
     ck_assert(!st3.hit && st3.compiled && st3.rebuilt && st3.stored);
+    ck_assert_msg(strstr(st3.note, "checksum mismatch"), "%s", st3.note);
     free(c3);
     c3 = fetch(ctx, &o, A.p, &spec, &n3, &st3);
     ck_assert(st3.hit && !st3.rebuilt);
+    ck_assert_str_eq(st3.note, "");
     free(c3);
 
     /* a sound entry holding another kernel (checksums fine) is not used */
@@ -769,6 +772,7 @@ START_TEST(jit_miss_hit_and_rebuild)
     s2_cache_close(cache);
     c3 = fetch(ctx, &o, A.p, &spec, &n3, &st3);
     ck_assert(!st3.hit && st3.compiled && st3.rebuilt && st3.stored);
+    ck_assert_msg(strstr(st3.note, "cached cubin's manifest line 4 is \"kernel s2_fwd_causal"), "%s", st3.note);
     ck_assert_uint_eq(n3, n1);
     free(c3);
     /* nor one of a pattern with A's name and spec but another vert_stride:
@@ -820,6 +824,208 @@ START_TEST(jit_miss_hit_and_rebuild)
     ck_assert_int_eq(s2_jit_fetch(ctx, S2_ARCH_SM90A, A.p, &bad, &o, &cb, &nb, NULL), S2_ERR_UNSUPPORTED);
     ck_assert_int_eq(s2_jit_fetch(ctx, S2_ARCH_SM90A, NULL, &spec, &o, &cb, &nb, NULL), S2_ERR_NULL_ARG);
     free(c1);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+/* The key's bytes from its hex form. */
+static s2_cache_key key_of(const char *hex)
+{
+    s2_cache_key key;
+    for (int i = 0; i < 32; i++) {
+        unsigned x;
+        ck_assert_int_eq(sscanf(hex + 2 * i, "%2x", &x), 1);
+        key.bytes[i] = (uint8_t)x;
+    }
+    return key;
+}
+
+/* Store image under key (a sound entry: the cache's keyed checksum is right). */
+static void plant(const char *dir, const char *hex, const void *image, size_t size)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_cache *cache = NULL;
+    ck_assert_int_eq(s2_cache_open(ctx, dir, &cache), S2_OK);
+    s2_cache_key key = key_of(hex);
+    ck_assert_int_eq(s2_cache_store(ctx, cache, &key, image, size), S2_OK);
+    s2_cache_close(cache);
+    s2_ctx_free(ctx);
+}
+
+/* Replace token `index` (0 = "kernel.fn") of the first kernel.fn line of the
+ * manifest inside image by `to`, of the same length, after checking it was
+ * `from`; the changed line goes into line. */
+static void tamper_fn_record(uint8_t *image, size_t size, int index, const char *from, const char *to, char *line_out,
+                             size_t cap)
+{
+    const char *text;
+    size_t len;
+    ck_assert_int_eq(s2_cubin_find_manifest(NULL, image, size, &text, &len), S2_OK);
+    char *line = (char *)image + (text - (const char *)image);
+    line = strstr(line, "\nkernel.fn ");
+    ck_assert_ptr_nonnull(line);
+    char *tok = line + 1;
+    for (int i = 0; i < index; i++)
+        tok = strchr(tok, ' ') + 1;
+    ck_assert_uint_eq(strlen(to), strlen(from));
+    ck_assert_msg(strncmp(tok, from, strlen(from)) == 0 && tok[strlen(from)] == ' ', "token %d: %.20s", index, tok);
+    memcpy(tok, to, strlen(to));
+    snprintf(line_out, cap, "\"%.*s\"", (int)strcspn(line + 1, "\n"), line + 1);
+}
+
+/* A cached cubin whose manifest is not the request's, under the request's
+ * key with a valid checksum, is a miss and rebuilt, and the kernel returned
+ * is the request's: a module built for another spec (block_n, num_warps,
+ * head_dim), and the request's own module with one field of its kernel
+ * record changed (launch threads, a template option), which the manifest
+ * parser accepts and whose entry spec still matches. */
+START_TEST(jit_entry_of_another_spec_is_rebuilt)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    char dir[PATH_MAX];
+    fresh_dir(dir, sizeof dir, "jit-spec");
+    s2_jit_opts o = {.cache_dir = dir};
+    s2_kernel_spec y = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 64};
+    s2_jit_stats sy, st;
+    size_t ny, n;
+    uint8_t *cy = fetch(ctx, &o, A.p, &y, &ny, &sy);   /* Y: the resolved 64 x 64, 8 warps */
+    ck_assert(sy.compiled && sy.stored);
+    ck_assert_int_eq(sy.spec.block_n, 64);
+    ck_assert_int_eq(sy.spec.num_warps, 8);
+
+    static const struct {
+        int block_n, num_warps, head_dim;
+        const char *line;
+    } other[] = {
+        {32, 0, 64, "\"kernel.block_n 32\", the request's \"kernel.block_n 64\""},
+        {0, 4, 64, "\"kernel.num_warps 4\", the request's \"kernel.num_warps 8\""},
+        {0, 0, 128, "\"kernel s2_fwd_gqa_32_8_bf16_d128\", the request's \"kernel s2_fwd_gqa_32_8_bf16_d64\""},
+    };
+    for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+        s2_kernel_spec x = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = other[i].head_dim,
+                            .arch = S2_ARCH_SM90A, .block_n = other[i].block_n, .num_warps = other[i].num_warps};
+        s2_artifact *ax = NULL;
+        ck_assert_msg(s2_compile_attention(ctx, A.p, &x, S2_CUBIN_AUTO, &ax) == S2_OK, "%s", s2_ctx_message(ctx));
+        plant(dir, sy.key, ax->cubin, ax->cubin_size);
+        s2_artifact_free(ax);
+        uint8_t *c = fetch(ctx, &o, A.p, &y, &n, &st);
+        ck_assert_msg(!st.hit && st.compiled && st.rebuilt && st.stored, "case %zu", i);
+        ck_assert_msg(strstr(st.note, other[i].line), "case %zu: %s", i, st.note);
+        ck_assert_str_eq(st.key, sy.key);
+        ck_assert_uint_eq(n, ny);
+        ck_assert(memcmp(c, cy, ny) == 0);
+        free(c);
+        c = fetch(ctx, &o, A.p, &y, &n, &st);   /* replaced: a hit again */
+        ck_assert(st.hit && !st.compiled);
+        free(c);
+    }
+
+    /* Y's own cubin with one field of its kernel.fn record changed: the
+     * record's tile and a template option (the parser takes them) */
+    static const struct {
+        int index;
+        const char *from, *to;
+    } tamper[] = {
+        {8, "64", "32"},   /* BLOCK_N */
+        {10, "3", "2"},    /* NUM_STAGES */
+        {13, "1", "2"},    /* KV_GATHER */
+    };
+    for (size_t i = 0; i < sizeof tamper / sizeof tamper[0]; i++) {
+        uint8_t *bad = malloc(ny);
+        memcpy(bad, cy, ny);
+        char line[256];
+        tamper_fn_record(bad, ny, tamper[i].index, tamper[i].from, tamper[i].to, line, sizeof line);
+        /* a manifest the runtime would load, whose entry matches the request */
+        const char *text;
+        size_t len;
+        s2_manifest *m = NULL;
+        ck_assert_int_eq(s2_cubin_find_manifest(ctx, bad, ny, &text, &len), S2_OK);
+        ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
+        const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
+        ck_assert(mk->spec.block_m == sy.spec.block_m && mk->spec.block_n == sy.spec.block_n &&
+                  mk->spec.num_warps == sy.spec.num_warps && mk->spec.num_stages == sy.spec.num_stages);
+        s2_manifest_free(m);
+        plant(dir, sy.key, bad, ny);
+        free(bad);
+        uint8_t *c = fetch(ctx, &o, A.p, &y, &n, &st);
+        ck_assert_msg(!st.hit && st.compiled && st.rebuilt && st.stored, "tamper %zu", i);
+        ck_assert_msg(strstr(st.note, line), "tamper %zu: %s lacks %s", i, st.note, line);
+        ck_assert_uint_eq(n, ny);
+        ck_assert(memcmp(c, cy, ny) == 0);
+        free(c);
+    }
+
+    /* through s2_jit_compile: the loaded kernel is Y's */
+    s2_device *dev = open_fake(ctx);
+    s2_kernel_spec x = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .arch = S2_ARCH_SM90A,
+                        .block_n = 32};
+    s2_artifact *ax = NULL;
+    ck_assert_int_eq(s2_compile_attention(ctx, A.p, &x, S2_CUBIN_AUTO, &ax), S2_OK);
+    plant(dir, sy.key, ax->cubin, ax->cubin_size);
+    s2_artifact_free(ax);
+    s2_attn_kernel *k = NULL;
+    ck_assert_msg(s2_jit_compile(ctx, dev, A.p, &y, &o, &k, &st) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert(!st.hit && st.compiled && st.rebuilt);
+    ck_assert_str_eq(st.key, sy.key);
+    const s2_manifest_kernel *d = s2_attn_kernel_desc(k);
+    ck_assert_int_eq(d->spec.block_n, 64);
+    ck_assert_int_eq(d->spec.block_m, sy.spec.block_m);
+    ck_assert_int_eq(d->spec.num_warps, 8);
+    ck_assert_int_eq(s2_manifest_kernel_fn(d, S2_ROLE_FWD)->spec.block_n, 64);
+    s2_attn_kernel_free(k);
+    s2_device_free(dev);
+    free(cy);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+/* A cache directory others can write is not used: every fetch compiles,
+ * nothing is read or stored, stats say why; trust_cache_dir or
+ * S2C_CACHE_TRUST_DIR=1 uses it, and so does 0700 again. */
+START_TEST(jit_untrusted_cache_dir)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    char dir[PATH_MAX];
+    fresh_dir(dir, sizeof dir, "jit-trust");
+    s2_jit_opts o = {.cache_dir = dir};
+    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 64};
+    s2_jit_stats js;
+    size_t n;
+    uint8_t *c = fetch(ctx, &o, A.p, &spec, &n, &js);
+    ck_assert(js.stored && !js.cache_untrusted);
+    free(c);
+    char key[sizeof js.key];
+    memcpy(key, js.key, sizeof key);
+    ck_assert_int_eq(unlink(entry_path(dir, key)), 0);
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    for (int i = 0; i < 2; i++) {
+        c = fetch(ctx, &o, A.p, &spec, &n, &js);
+        ck_assert(!js.hit && js.compiled && !js.stored && !js.store_failed && !js.rebuilt && js.cache_untrusted);
+        ck_assert_msg(strstr(js.note, "is not used: it is writable by others (mode 0777) without the sticky bit") &&
+                          strstr(js.note, "S2C_CACHE_TRUST_DIR=1") && strstr(js.note, dir),
+                      "%s", js.note);
+        ck_assert_int_eq(access(entry_path(dir, key), F_OK), -1);
+        free(c);
+    }
+    /* a sound entry planted there is not read either */
+    o.trust_cache_dir = true;
+    c = fetch(ctx, &o, A.p, &spec, &n, &js);
+    ck_assert(!js.hit && js.compiled && js.stored && !js.cache_untrusted);
+    ck_assert_str_eq(js.note, "");
+    free(c);
+    o.trust_cache_dir = false;
+    c = fetch(ctx, &o, A.p, &spec, &n, &js);
+    ck_assert(!js.hit && js.compiled && js.cache_untrusted);
+    free(c);
+    ck_assert_int_eq(setenv("S2C_CACHE_TRUST_DIR", "1", 1), 0);
+    c = fetch(ctx, &o, A.p, &spec, &n, &js);
+    ck_assert(js.hit && !js.compiled && !js.cache_untrusted);
+    free(c);
+    ck_assert_int_eq(unsetenv("S2C_CACHE_TRUST_DIR"), 0);
+    ck_assert_int_eq(chmod(dir, 0700), 0);
+    c = fetch(ctx, &o, A.p, &spec, &n, &js);
+    ck_assert(js.hit && !js.compiled && !js.cache_untrusted);
+    free(c);
     s2_ctx_free(ctx);
 }
 END_TEST
@@ -947,6 +1153,8 @@ int main(int argc, char **argv)
     TCase *tc_jit = tcase_create("jit");
     tcase_set_timeout(tc_jit, 300);
     tcase_add_test(tc_jit, jit_miss_hit_and_rebuild);
+    tcase_add_test(tc_jit, jit_entry_of_another_spec_is_rebuilt);
+    tcase_add_test(tc_jit, jit_untrusted_cache_dir);
     tcase_add_test(tc_jit, jit_compile_loads_and_launches);
     suite_add_tcase(s, tc_jit);
 

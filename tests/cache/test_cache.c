@@ -1,6 +1,7 @@
 /* On-disk kernel cache (codegen/cache.c): SHA-256 known answers, keys,
- * hits and misses, corrupt entries, racing writers (threads and processes),
- * unwritable directories, directory precedence, the toolchain identity.
+ * hits and misses, corrupt entries, entries under another key or of the old
+ * format, racing writers (threads and processes), unwritable and untrusted
+ * directories, directory precedence, the toolchain identity.
  * Every test works in its own fresh directory under $TMPDIR (Check forks
  * each test, so environment changes stay inside it). */
 #include "s2c/cache.h"
@@ -83,6 +84,20 @@ static void entry_path(const s2_cache *c, const s2_cache_key *k, char *out, size
     char hex[65];
     s2_cache_key_hex(k, hex);
     snprintf(out, cap, "%s/%s.s2ck", s2_cache_dir(c), hex);
+}
+
+/* The entry checksum of format 2: SHA-256 over key || u64 length || payload. */
+static void keyed_sum(const s2_cache_key *k, const void *payload, size_t n, uint8_t out[32])
+{
+    uint8_t len[8];
+    for (int i = 0; i < 8; i++)
+        len[i] = (uint8_t)((uint64_t)n >> (8 * i));
+    s2_sha256 h;
+    s2_sha256_init(&h);
+    s2_sha256_update(&h, k->bytes, 32);
+    s2_sha256_update(&h, len, 8);
+    s2_sha256_update(&h, payload, n);
+    s2_sha256_final(&h, out);
 }
 
 static void expect_hit(s2_ctx *ctx, const s2_cache *c, const s2_cache_key *k, const uint8_t *want, size_t n)
@@ -280,12 +295,15 @@ START_TEST(hit_and_miss)
     size_t flen;
     ck_assert_int_eq(s2_read_file(ctx, path, &file, &flen), S2_OK);
     ck_assert_uint_eq(flen, 80 + 777);
-    ck_assert_mem_eq(file, "S2CK\1\0\0\0", 8);
+    ck_assert_mem_eq(file, "S2CK\2\0\0\0", 8);
     ck_assert_mem_eq(file + 8, k1.bytes, 32);
     ck_assert_int_eq((uint8_t)file[40] | (uint8_t)file[41] << 8, 777);
     uint8_t sum[32];
-    s2_sha256_once(p3, 777, sum);
+    keyed_sum(&k1, p3, 777, sum);
     ck_assert_mem_eq(file + 48, sum, 32);
+    /* not the payload's plain SHA-256 (format 1) */
+    s2_sha256_once(p3, 777, sum);
+    ck_assert(memcmp(file + 48, sum, 32) != 0);
     ck_assert_mem_eq(file + 80, p3, 777);
     free(file);
 
@@ -319,7 +337,7 @@ static void c_flip_payload(uint8_t *f, size_t *len) { f[*len - 7] ^= 0x04; }
 static void c_flip_key(uint8_t *f, size_t *len) { (void)len; f[20] ^= 0x01; }
 static void c_flip_sum(uint8_t *f, size_t *len) { (void)len; f[60] ^= 0x80; }
 static void c_magic(uint8_t *f, size_t *len) { (void)len; memcpy(f, "S2CX", 4); }
-static void c_version(uint8_t *f, size_t *len) { (void)len; f[4] = 2; }
+static void c_version(uint8_t *f, size_t *len) { (void)len; f[4] = 3; }
 static void c_truncate_half(uint8_t *f, size_t *len) { (void)f; *len /= 2; }
 static void c_truncate_one(uint8_t *f, size_t *len) { (void)f; *len -= 1; }
 static void c_truncate_header(uint8_t *f, size_t *len) { (void)f; *len = 10; }
@@ -397,6 +415,86 @@ START_TEST(corrupt_entries_are_misses_and_rebuilt)
     free(good);
     free(small);
     free(p);
+    s2_cache_close(c);
+    s2_ctx_free(ctx);
+    drop_tmp();
+}
+END_TEST
+
+/* ---- entries under another key, entries of format 1 ---- */
+
+static void copy_file(s2_ctx *ctx, const char *from, const char *to, const s2_cache_key *new_header_key)
+{
+    char *file;
+    size_t len;
+    ck_assert_int_eq(s2_read_file(ctx, from, &file, &len), S2_OK);
+    if (new_header_key)
+        memcpy(file + 8, new_header_key->bytes, 32);
+    ck_assert_int_eq(s2_write_file_atomic(ctx, to, file, len), S2_OK);
+    free(file);
+}
+
+/* A valid entry copied to another key's file is a miss with its reason:
+ * the header's key differs, and with the header's key rewritten too the
+ * keyed checksum differs.  An entry of format 1 (checksum over the payload
+ * only) is a miss as well, not an error.  None of them crashes, and the
+ * next store of the right payload is a hit. */
+START_TEST(entries_under_another_key_and_old_format)
+{
+    make_tmp();
+    s2_ctx *ctx = s2_ctx_new();
+    s2_cache *c;
+    ck_assert_int_eq(s2_cache_open(ctx, g_tmp, &c), S2_OK);
+    s2_cache_key ka = make_key("entry A"), kb = make_key("entry B");
+    enum { NA = 3000, NB = 2000 };
+    uint8_t *pa = payload(21, NA), *pb = payload(22, NB);
+    char path_a[1024], path_b[1024];
+    entry_path(c, &ka, path_a, sizeof path_a);
+    entry_path(c, &kb, path_b, sizeof path_b);
+    ck_assert_int_eq(s2_cache_store(ctx, c, &ka, pa, NA), S2_OK);
+    ck_assert_int_eq(s2_cache_store(ctx, c, &kb, pb, NB), S2_OK);
+
+    /* A's file under B's name */
+    copy_file(ctx, path_a, path_b, NULL);
+    expect_miss(ctx, c, &kb, "corrupt entry");
+    ck_assert_msg(strstr(s2_ctx_message(ctx), "key mismatch"), "%s", s2_ctx_message(ctx));
+    /* and with B's key written into its header: the checksum covers the key */
+    copy_file(ctx, path_a, path_b, &kb);
+    expect_miss(ctx, c, &kb, "corrupt entry");
+    ck_assert_msg(strstr(s2_ctx_message(ctx), "checksum mismatch (payload, length or key)"), "%s",
+                  s2_ctx_message(ctx));
+    expect_hit(ctx, c, &ka, pa, NA);   /* A itself is untouched */
+    /* a flipped byte of that copy: still a miss */
+    char *file;
+    size_t len;
+    ck_assert_int_eq(s2_read_file(ctx, path_b, &file, &len), S2_OK);
+    file[80 + 5] ^= 0x10;
+    ck_assert_int_eq(s2_write_file_atomic(ctx, path_b, file, len), S2_OK);
+    free(file);
+    expect_miss(ctx, c, &kb, "checksum mismatch");
+    ck_assert_int_eq(s2_cache_store(ctx, c, &kb, pb, NB), S2_OK);
+    expect_hit(ctx, c, &kb, pb, NB);
+
+    /* a well-formed entry of format 1: version 1, SHA-256 of the payload alone */
+    uint8_t *old = malloc(80 + NB);
+    memcpy(old, "S2CK\1\0\0\0", 8);
+    memcpy(old + 8, kb.bytes, 32);
+    for (int i = 0; i < 8; i++)
+        old[40 + i] = (uint8_t)((uint64_t)NB >> (8 * i));
+    s2_sha256_once(pb, NB, old + 48);
+    memcpy(old + 80, pb, NB);
+    ck_assert_int_eq(s2_write_file_atomic(ctx, path_b, old, 80 + NB), S2_OK);
+    expect_miss(ctx, c, &kb, "corrupt entry");
+    ck_assert_msg(strstr(s2_ctx_message(ctx), "another format version"), "%s", s2_ctx_message(ctx));
+    /* the same bytes as format 2 but with the old checksum */
+    old[4] = 2;
+    ck_assert_int_eq(s2_write_file_atomic(ctx, path_b, old, 80 + NB), S2_OK);
+    expect_miss(ctx, c, &kb, "checksum mismatch");
+    ck_assert_int_eq(s2_cache_store(ctx, c, &kb, pb, NB), S2_OK);
+    expect_hit(ctx, c, &kb, pb, NB);
+    free(old);
+    free(pa);
+    free(pb);
     s2_cache_close(c);
     s2_ctx_free(ctx);
     drop_tmp();
@@ -617,6 +715,123 @@ START_TEST(unwritable_directory)
 }
 END_TEST
 
+/* ---- untrusted directories ---- */
+
+static void expect_untrusted(s2_cache *c, const s2_cache_key *k, const char *why)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    const char *u = s2_cache_untrusted(c);
+    ck_assert_ptr_nonnull(u);
+    ck_assert_msg(strstr(u, why) && strstr(u, s2_cache_dir(c)) && strstr(u, "S2C_CACHE_TRUST_DIR=1"), "%s", u);
+    /* a valid entry may be there: still a miss, and nothing is written */
+    expect_miss(ctx, c, k, "cache miss: cache directory ");
+    ck_assert_msg(strstr(s2_ctx_message(ctx), why), "%s", s2_ctx_message(ctx));
+    uint8_t *p = payload(31, 100);
+    ck_assert_int_eq(s2_cache_store(ctx, c, k, p, 100), S2_ERR_IO);
+    ck_assert_msg(strstr(s2_ctx_message(ctx), "not stored: cache directory ") && strstr(s2_ctx_message(ctx), why),
+                  "%s", s2_ctx_message(ctx));
+    free(p);
+    s2_ctx_free(ctx);
+}
+
+/* As ccache: a directory writable by group or others without the sticky
+ * bit, or owned by another user, is not used (lookups miss, stores fail,
+ * the reason names the directory and the opt-out); S2C_CACHE_TRUST_DIR=1 or
+ * S2_CACHE_TRUST_DIR uses it anyway.  0700 and sticky 01777 are used; in a
+ * sticky directory another user's entry is a miss. */
+START_TEST(untrusted_directory)
+{
+    make_tmp();
+    s2_ctx *ctx = s2_ctx_new();
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/shared", g_tmp);
+    s2_cache *c;
+    ck_assert_int_eq(s2_cache_open(ctx, dir, &c), S2_OK);   /* created 0700: used */
+    ck_assert_ptr_null(s2_cache_untrusted(c));
+    s2_cache_key k = make_key("trust");
+    uint8_t *p = payload(30, 500);
+    ck_assert_int_eq(s2_cache_store(ctx, c, &k, p, 500), S2_OK);
+    s2_cache_close(c);
+
+    static const struct {
+        mode_t mode;
+        const char *why;
+    } bad[] = {
+        {0777, "writable by others (mode 0777) without the sticky bit"},
+        {0703, "writable by others (mode 0703) without the sticky bit"},
+        {0770, "writable by its group (mode 0770) without the sticky bit"},
+        {02770, "writable by its group (mode 2770) without the sticky bit"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        ck_assert_int_eq(chmod(dir, bad[i].mode), 0);
+        ck_assert_int_eq(s2_cache_open(ctx, dir, &c), S2_OK);
+        expect_untrusted(c, &k, bad[i].why);
+        s2_cache_close(c);
+    }
+    /* the opt-outs: the environment ("1" only) and the flag */
+    ck_assert_int_eq(chmod(dir, 0777), 0);
+    setenv("S2C_CACHE_TRUST_DIR", "0", 1);
+    ck_assert_int_eq(s2_cache_open(ctx, dir, &c), S2_OK);
+    expect_untrusted(c, &k, "mode 0777");
+    s2_cache_close(c);
+    setenv("S2C_CACHE_TRUST_DIR", "1", 1);
+    ck_assert_int_eq(s2_cache_open(ctx, dir, &c), S2_OK);
+    ck_assert_ptr_null(s2_cache_untrusted(c));
+    expect_hit(ctx, c, &k, p, 500);
+    s2_cache_close(c);
+    unsetenv("S2C_CACHE_TRUST_DIR");
+    ck_assert_int_eq(s2_cache_open_flags(ctx, dir, S2_CACHE_TRUST_DIR, &c), S2_OK);
+    ck_assert_ptr_null(s2_cache_untrusted(c));
+    expect_hit(ctx, c, &k, p, 500);
+    ck_assert_int_eq(s2_cache_store(ctx, c, &k, p, 500), S2_OK);
+    s2_cache_close(c);
+    c = (s2_cache *)1;
+    ck_assert_int_eq(s2_cache_open_flags(ctx, dir, 2, &c), S2_ERR_INVALID);
+    ck_assert_ptr_null(c);
+    ck_assert_msg(strstr(s2_ctx_message(ctx), "unknown flags 0x2"), "%s", s2_ctx_message(ctx));
+
+    /* sticky and world-writable, like /tmp: used */
+    ck_assert_int_eq(chmod(dir, 01777), 0);
+    ck_assert_int_eq(s2_cache_open(ctx, dir, &c), S2_OK);
+    ck_assert_ptr_null(s2_cache_untrusted(c));
+    expect_hit(ctx, c, &k, p, 500);
+    char entry[1024];
+    entry_path(c, &k, entry, sizeof entry);
+    if (geteuid() == 0) {
+        /* but not an entry another user put there (unless trusted) */
+        ck_assert_int_eq(chown(entry, 12345, 12345), 0);
+        expect_miss(ctx, c, &k, "owned by uid 12345, not by this user");
+        s2_cache *t;
+        ck_assert_int_eq(s2_cache_open_flags(ctx, dir, S2_CACHE_TRUST_DIR, &t), S2_OK);
+        expect_hit(ctx, t, &k, p, 500);
+        s2_cache_close(t);
+    }
+    s2_cache_close(c);
+
+    /* a directory owned by another user */
+    const char *foreign = "/";
+    if (geteuid() == 0) {
+        ck_assert_int_eq(chmod(dir, 0700), 0);
+        ck_assert_int_eq(chown(dir, 12345, 12345), 0);
+        foreign = dir;
+    }
+    if (geteuid() != 0 || foreign == dir) {
+        ck_assert_int_eq(s2_cache_open(ctx, foreign, &c), S2_OK);
+        char why[96];
+        snprintf(why, sizeof why, "owned by uid %s, not by this user (uid %lu)", foreign == dir ? "12345" : "0",
+                 (unsigned long)geteuid());
+        expect_untrusted(c, &k, why);
+        s2_cache_close(c);
+        ck_assert_int_eq(s2_cache_open_flags(ctx, foreign, S2_CACHE_TRUST_DIR, &c), S2_OK);
+        ck_assert_ptr_null(s2_cache_untrusted(c));
+        s2_cache_close(c);
+    }
+    free(p);
+    s2_ctx_free(ctx);
+    drop_tmp();
+}
+END_TEST
+
 /* ---- directory precedence ---- */
 
 static void expect_dir(const char *arg, const char *want)
@@ -756,10 +971,12 @@ int main(void)
     tcase_add_test(tc, key_depends_on_every_field);
     tcase_add_test(tc, hit_and_miss);
     tcase_add_test(tc, corrupt_entries_are_misses_and_rebuilt);
+    tcase_add_test(tc, entries_under_another_key_and_old_format);
     tcase_add_test(tc, fifo_and_symlink_entries_are_misses);
     tcase_add_test(tc, concurrent_threads);
     tcase_add_test(tc, concurrent_processes);
     tcase_add_test(tc, unwritable_directory);
+    tcase_add_test(tc, untrusted_directory);
     tcase_add_test(tc, directory_precedence);
     tcase_add_test(tc, toolchain_from_fake_ptxas);
     tcase_add_test(tc, toolchain_missing_or_broken);
