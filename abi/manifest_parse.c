@@ -336,7 +336,8 @@ static s2_status pattern_range(mparser *ps, const char *v)
     }
     while (*s == ' ')
         s++;
-    if (!ok || x[4] < 0 || x[4] > INT32_MAX)
+    /* as the pattern parser: bounds from 0, a stride range's stride from 1 */
+    if (!ok || x[4] < 0 || x[4] > INT32_MAX || x[0] < 0 || x[2] < 0 || (rr.action == S2_RANGE_STRIDE && x[4] < 1))
         return perr(ps, "bad range", NULL);
     rr.key_lo = x[0], rr.key_hi = x[1], rr.dist_lo = x[2], rr.dist_hi = x[3], rr.stride = (int)x[4];
     if (p->num_ranges >= MANIFEST_MAX_RANGES)
@@ -373,7 +374,8 @@ static s2_status pattern_key(mparser *ps, const char *key, const char *v)
                    !(ps->head_seen = s2_arena_array(&ps->m->arena, (size_t)p->heads, 1))))
             return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
     } else if (!strcmp(key, "kv_heads")) ok = int1(v, &p->kv_heads, 1, S2_MAX_HEADS);
-    else if (!strcmp(key, "block_size")) ok = int1(v, &p->block_size, 1, 1 << 20);
+    else if (!strcmp(key, "block_size"))   /* as the pattern parser: 16, 32, 64 or 128 */
+        ok = int1(v, &p->block_size, 16, 128) && (p->block_size & (p->block_size - 1)) == 0;
     else if (!strcmp(key, "causal")) ok = int1(v, &b, 0, 1) && ((p->causal = b), true);
     else if (!strcmp(key, "max_seq_len")) ok = ints(v, &p->max_seq_len, 1) && p->max_seq_len >= 0;
     else if (!strcmp(key, "vert_position")) {
