@@ -62,19 +62,16 @@ static s2_status perr(mparser *ps, const char *msg, const char *key)
     return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest:%d: %s%s%s", ps->line, msg, key ? ": " : "", key ? k : "");
 }
 
-/* Kernel and pattern names: what the pattern parser takes for a name
- * ([A-Za-z0-9_.-], not empty), so that messages and symbols can hold them. */
+/* Kernel and pattern names: 1 to 255 printable ASCII bytes, so that
+ * messages and symbols can hold them. */
 static bool name_ok(const char *s)
 {
     size_t n = strlen(s);
-    if (n == 0 || n > 200)
+    if (n == 0 || n > 255)
         return false;
-    for (size_t i = 0; i < n; i++) {
-        char c = s[i];
-        if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
-              c == '.'))
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
             return false;
-    }
     return true;
 }
 
@@ -139,7 +136,7 @@ static s2_status new_kernel(mparser *ps, const char *name)
 {
     s2_manifest *m = ps->m;
     if (!name_ok(name))
-        return perr(ps, "bad kernel name (1 to 200 of A-Z a-z 0-9 _ - .)", name);
+        return perr(ps, "bad kernel name (1 to 255 printable ASCII bytes)", name);
     if (m->num_kernels == m->cap_kernels) {
         int cap = m->cap_kernels ? 2 * m->cap_kernels : 4;
         m->kernels = grow(&m->arena, m->kernels, (size_t)m->num_kernels, (size_t)cap, sizeof *m->kernels);
@@ -161,7 +158,7 @@ static s2_status new_pattern(mparser *ps, const char *name)
 {
     s2_manifest *m = ps->m;
     if (!name_ok(name))
-        return perr(ps, "bad pattern name (1 to 200 of A-Z a-z 0-9 _ - .)", name);
+        return perr(ps, "bad pattern name (1 to 255 printable ASCII bytes)", name);
     if (m->num_patterns == m->cap_patterns) {
         int cap = m->cap_patterns ? 2 * m->cap_patterns : 4;
         m->patterns = grow(&m->arena, m->patterns, (size_t)m->num_patterns, (size_t)cap, sizeof *m->patterns);
