@@ -34,9 +34,45 @@ typedef struct mparser {
 /* As the pattern parser's limits (patterns/parse_internal.h). */
 enum { MANIFEST_MAX_MASKS = 64, MANIFEST_MAX_RANGES = 4096 };
 
+/* Text from the manifest as a message shows it: printable ASCII, other bytes
+ * as \xNN, at most 64 input bytes (then "..."), so a message stays one clean line. */
+static void shown(char *out, size_t size, const char *text)
+{
+    size_t o = 0;
+    for (size_t i = 0; text[i] && o + 8 < size; i++) {
+        unsigned char c = (unsigned char)text[i];
+        if (i == 64) {
+            memcpy(out + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (c >= 0x20 && c < 0x7f)
+            out[o++] = (char)c;
+        else
+            o += (size_t)snprintf(out + o, size - o, "\\x%02x", c);
+    }
+    out[o] = '\0';
+}
+
 static s2_status perr(mparser *ps, const char *msg, const char *key)
 {
-    return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest:%d: %s%s%s", ps->line, msg, key ? ": " : "", key ? key : "");
+    char k[300];
+    if (key)
+        shown(k, sizeof k, key);
+    return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest:%d: %s%s%s", ps->line, msg, key ? ": " : "", key ? k : "");
+}
+
+/* Kernel and pattern names: 1 to 255 printable ASCII bytes, so that
+ * messages and symbols can hold them. */
+static bool name_ok(const char *s)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 255)
+        return false;
+    for (size_t i = 0; i < n; i++)
+        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
+            return false;
+    return true;
 }
 
 /* Whitespace-separated integers; false unless exactly n were read. */
@@ -99,6 +135,8 @@ static void *grow(s2_arena *a, void *old, size_t n_old, size_t n_new, size_t ele
 static s2_status new_kernel(mparser *ps, const char *name)
 {
     s2_manifest *m = ps->m;
+    if (!name_ok(name))
+        return perr(ps, "bad kernel name (1 to 255 printable ASCII bytes)", name);
     if (m->num_kernels == m->cap_kernels) {
         int cap = m->cap_kernels ? 2 * m->cap_kernels : 4;
         m->kernels = grow(&m->arena, m->kernels, (size_t)m->num_kernels, (size_t)cap, sizeof *m->kernels);
@@ -119,6 +157,8 @@ static s2_status new_kernel(mparser *ps, const char *name)
 static s2_status new_pattern(mparser *ps, const char *name)
 {
     s2_manifest *m = ps->m;
+    if (!name_ok(name))
+        return perr(ps, "bad pattern name (1 to 255 printable ASCII bytes)", name);
     if (m->num_patterns == m->cap_patterns) {
         int cap = m->cap_patterns ? 2 * m->cap_patterns : 4;
         m->patterns = grow(&m->arena, m->patterns, (size_t)m->num_patterns, (size_t)cap, sizeof *m->patterns);
@@ -192,7 +232,7 @@ static s2_status kernel_key(mparser *ps, const char *key, const char *v)
              (!strcmp(v, "bwd") && ((k->spec.kind = S2_KERNEL_BWD), true)) ||
              (!strcmp(v, "decode") && ((k->spec.kind = S2_KERNEL_DECODE), true));
     else if (!strcmp(key, "pattern"))
-        ok = (k->pattern = s2_arena_strdup(&ps->m->arena, v)) != NULL;
+        ok = name_ok(v) && (k->pattern = s2_arena_strdup(&ps->m->arena, v)) != NULL;
     else if (!strcmp(key, "dtype")) {
         if (!strcmp(v, "bf16")) k->spec.dtype = S2_DTYPE_BF16;
         else if (!strcmp(v, "f16")) k->spec.dtype = S2_DTYPE_F16;
@@ -336,7 +376,8 @@ static s2_status pattern_range(mparser *ps, const char *v)
     }
     while (*s == ' ')
         s++;
-    if (!ok || x[4] < 0 || x[4] > INT32_MAX)
+    /* as the pattern parser: bounds from 0, a stride range's stride from 1 */
+    if (!ok || x[4] < 0 || x[4] > INT32_MAX || x[0] < 0 || x[2] < 0 || (rr.action == S2_RANGE_STRIDE && x[4] < 1))
         return perr(ps, "bad range", NULL);
     rr.key_lo = x[0], rr.key_hi = x[1], rr.dist_lo = x[2], rr.dist_hi = x[3], rr.stride = (int)x[4];
     if (p->num_ranges >= MANIFEST_MAX_RANGES)
@@ -373,7 +414,8 @@ static s2_status pattern_key(mparser *ps, const char *key, const char *v)
                    !(ps->head_seen = s2_arena_array(&ps->m->arena, (size_t)p->heads, 1))))
             return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
     } else if (!strcmp(key, "kv_heads")) ok = int1(v, &p->kv_heads, 1, S2_MAX_HEADS);
-    else if (!strcmp(key, "block_size")) ok = int1(v, &p->block_size, 1, 1 << 20);
+    else if (!strcmp(key, "block_size"))   /* as the pattern parser: 16, 32, 64 or 128 */
+        ok = int1(v, &p->block_size, 16, 128) && (p->block_size & (p->block_size - 1)) == 0;
     else if (!strcmp(key, "causal")) ok = int1(v, &b, 0, 1) && ((p->causal = b), true);
     else if (!strcmp(key, "max_seq_len")) ok = ints(v, &p->max_seq_len, 1) && p->max_seq_len >= 0;
     else if (!strcmp(key, "vert_position")) {
@@ -427,6 +469,20 @@ static s2_status parse_line(mparser *ps, char *line)
     return S2_OK; /* unknown keys: a later writer's additions */
 }
 
+/* "s2c-manifest 2"; other versions are named as older or newer. */
+static s2_status version_line(mparser *ps, const char *line)
+{
+    static const char magic[] = "s2c-manifest ";
+    int v = 0;
+    if (strncmp(line, magic, sizeof magic - 1) != 0 || !int1(line + sizeof magic - 1, &v, 0, 1 << 20))
+        return perr(ps, "not an s2c manifest of version 2", NULL);
+    if (v == S2_MANIFEST_VERSION)
+        return S2_OK;
+    return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest:1: a manifest of version %d (%s s2c); this one reads version %d%s",
+                   v, v < S2_MANIFEST_VERSION ? "an older" : "a newer", S2_MANIFEST_VERSION,
+                   v < S2_MANIFEST_VERSION ? ": compile the module again" : "");
+}
+
 static s2_status check_complete(mparser *ps)
 {
     s2_manifest *m = ps->m;
@@ -471,9 +527,7 @@ s2_status s2_manifest_parse(s2_ctx *ctx, const char *text, size_t len, s2_manife
         if (!line)
             st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
         else if (ps.line == 1)
-            st = !strcmp(line, "s2c-manifest 2")   ? S2_OK
-                 : !strcmp(line, "s2c-manifest 1") ? perr(&ps, "a manifest of version 1 (an older s2c): compile the module again", NULL)
-                                                   : perr(&ps, "not an s2c manifest of version 2", NULL);
+            st = version_line(&ps, line);
         else if (!strcmp(line, "end"))
             ended = true;
         else if (line[0])

@@ -1,31 +1,75 @@
 #!/bin/sh
-# Build the pattern-parser fuzzer with clang-22 (no Meson needed) and run it.
-#   fuzz/run.sh [SECONDS] [JOBS]      default 60 s, 1 job
-# New crash inputs land in fuzz/crashers/; the corpus grows in fuzz/corpus.new/
-# (merge it back with: fuzz/run.sh merge).
+# Build one libFuzzer harness (no Meson needed) and run it.
+#   fuzz/run.sh [TARGET] [SECONDS] [JOBS]   TARGET pattern (default) | elf | manifest; 60 s, 1 job
+#   fuzz/run.sh merge [TARGET]              add the target's new inputs that add coverage to its corpus
+# CC: clang-22 when installed, else clang (any clang with libFuzzer).
+#   target    harness                corpus (replayed by the CPU tests)  crashers
+#   pattern   fuzz_pattern.c         fuzz/corpus                         fuzz/crashers
+#   elf       fuzz_elf.c             tests/data/elf/fuzz                 fuzz/crashers-elf
+#   manifest  fuzz_manifest.c        fuzz/corpus-manifest                fuzz/crashers-manifest
+# New inputs collect in build-fuzz/new-TARGET (merge them back with `merge`); libFuzzer's
+# output (with -print_final_stats) is in build-fuzz/fuzz-0.log.
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(dirname "$here")
 out=${S2C_FUZZ_BUILD:-$root/build-fuzz}
-cc=${CC:-clang-22}
-mkdir -p "$out" "$here/crashers" "$here/corpus"
+cuda=${CUDA_HOME:-/usr/local/cuda}
+if [ -z "${CC:-}" ]; then
+    if command -v clang-22 >/dev/null 2>&1; then CC=clang-22; else CC=clang; fi
+fi
+cc=$CC
+
+mode=run
+if [ "${1:-}" = merge ]; then mode=merge; shift; fi
+target=pattern
+case "${1:-}" in
+    pattern|elf|manifest) target=$1; shift ;;
+    ''|[0-9]*) ;;
+    *) echo "usage: $0 [merge] [pattern|elf|manifest] [SECONDS] [JOBS]" >&2; exit 2 ;;
+esac
+case $target in
+    pattern) corpus=$here/corpus; crashers=$here/crashers; max_len=4096 ;;
+    elf) corpus=$root/tests/data/elf/fuzz; crashers=$here/crashers-elf; max_len=8192 ;;
+    manifest) corpus=$here/corpus-manifest; crashers=$here/crashers-manifest; max_len=16384 ;;
+esac
+mkdir -p "$out" "$crashers" "$corpus"
 flags="-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
-$cc $flags -I"$root/include" -I"$root/common" -I"$root/patterns" \
-    "$here/fuzz_pattern.c" "$root"/patterns/parse.c "$root"/patterns/parse_tree.c \
-    "$root"/patterns/parse_value.c "$root"/patterns/parse_rules.c "$root"/patterns/mask_file.c \
-    "$root"/patterns/resolve.c "$root"/patterns/describe.c \
-    "$root"/common/ctx.c "$root"/common/arena.c "$root"/common/file.c \
-    -lyaml -o "$out/fuzz_pattern"
-if [ "${1:-}" = merge ]; then
-    rm -rf "$here/corpus.min" && mkdir "$here/corpus.min"
-    "$out/fuzz_pattern" -merge=1 "$here/corpus.min" "$here/corpus" "$here/corpus.new"
-    rm -rf "$here/corpus" && mv "$here/corpus.min" "$here/corpus"
+c=$root/common
+case $target in
+pattern)
+    $cc $flags -I"$root/include" -I"$c" -I"$root/patterns" \
+        "$here/fuzz_pattern.c" "$root"/patterns/parse.c "$root"/patterns/parse_tree.c \
+        "$root"/patterns/parse_value.c "$root"/patterns/parse_rules.c "$root"/patterns/mask_file.c \
+        "$root"/patterns/resolve.c "$root"/patterns/describe.c \
+        "$c"/ctx.c "$c"/arena.c "$c"/file.c \
+        -lyaml -o "$out/fuzz_pattern" ;;
+elf)
+    $cc $flags -I"$root/include" -I"$c" -I"$root/abi" \
+        "$here/fuzz_elf.c" "$c"/elf.c "$root"/abi/manifest_parse.c "$root"/abi/abi.c "$root"/abi/arch.c \
+        "$c"/ctx.c "$c"/arena.c "$c"/file.c -o "$out/fuzz_elf" ;;
+manifest)
+    # the fake driver is not instrumented: it is the device, not the code under test
+    $cc -g -O1 -std=c11 -D_GNU_SOURCE -shared -fPIC -I"$cuda/include" \
+        "$root/tests/runtime/fake_cuda.c" -o "$out/libfakecuda.so"
+    $cc $flags -I"$root/include" -I"$c" -I"$root/abi" -I"$root/ir" -I"$root/patterns" -I"$root/runtime" \
+        -I"$cuda/include" \
+        "$here/fuzz_manifest.c" "$here/manifest_pipeline.c" "$root"/abi/*.c "$root"/ir/*.c "$root"/runtime/*.c \
+        "$root"/patterns/describe.c "$root"/patterns/resolve.c \
+        "$c"/ctx.c "$c"/arena.c "$c"/file.c "$c"/half.c "$c"/elf.c "$c"/sha256.c \
+        -ldl -lpthread -lm -o "$out/fuzz_manifest" ;;
+esac
+bin=$out/fuzz_$target
+new=$out/new-$target
+if [ $mode = merge ]; then
+    # adds the new inputs that cover something the corpus does not; keeps the corpus's own files
+    mkdir -p "$new"
+    "$bin" -merge=1 -max_len=$max_len "$corpus" "$new"
     exit 0
 fi
 secs=${1:-60}
 jobs=${2:-1}
-mkdir -p "$here/corpus.new"
-cd "$out"   # relative mask paths in inputs resolve here, not in the source tree
-exec "$out/fuzz_pattern" -max_total_time="$secs" -max_len=4096 -timeout=10 -rss_limit_mb=2048 \
-    -jobs="$jobs" -workers="$jobs" -artifact_prefix="$here/crashers/" \
-    -print_final_stats=1 "$here/corpus.new" "$here/corpus"
+mkdir -p "$new"
+cd "$out"   # relative mask paths in pattern inputs resolve here, not in the source tree
+exec "$bin" -max_total_time="$secs" -max_len=$max_len -timeout=10 -rss_limit_mb=2048 \
+    -jobs="$jobs" -workers="$jobs" -artifact_prefix="$crashers/" \
+    -print_final_stats=1 "$new" "$corpus"
