@@ -3,6 +3,7 @@
 #include "elf.h"
 #include "kernel_abi.h"
 #include "s2c/manifest.h"
+#include "s2c/version.h"
 #include "util.h"
 
 #include <errno.h>
@@ -19,6 +20,7 @@ struct s2_manifest {
     s2_pattern **patterns;
     int *rules_seen;           /* per pattern: rule lines read */
     int num_patterns, cap_patterns;
+    bool requires_seen;
 };
 
 typedef struct mparser {
@@ -439,6 +441,20 @@ static s2_status pattern_key(mparser *ps, const char *key, const char *v)
     return ok ? S2_OK : perr(ps, "bad pattern value", key);
 }
 
+/* "requires MAJOR.MINOR": refused when above this runtime's release. */
+static s2_status requires_line(mparser *ps, const char *v)
+{
+    int major = -1, minor = -1, n = 0;
+    if (ps->m->requires_seen || sscanf(v, "%3d.%3d%n", &major, &minor, &n) != 2 || v[n] || major < 0 || minor < 0)
+        return perr(ps, ps->m->requires_seen ? "a second 'requires'" : "bad 'requires' (MAJOR.MINOR)", v);
+    ps->m->requires_seen = true;
+    if (major > S2C_VERSION_MAJOR || (major == S2C_VERSION_MAJOR && minor > S2C_VERSION_MINOR))
+        return s2_fail(ps->ctx, S2_ERR_UNSUPPORTED,
+                       "manifest:%d: the module needs an s2c runtime of version %d.%d or newer; this one is %s: "
+                       "update libs2rt", ps->line, major, minor, S2C_VERSION_STRING);
+    return S2_OK;
+}
+
 static s2_status parse_line(mparser *ps, char *line)
 {
     char *sp = strchr(line, ' ');
@@ -449,6 +465,8 @@ static s2_status parse_line(mparser *ps, char *line)
     }
     const char *key = line;
     s2_manifest *m = ps->m;
+    if (!strcmp(key, "requires"))
+        return requires_line(ps, v);
     if (!strcmp(key, "generator"))
         return (m->generator = s2_arena_strdup(&m->arena, v)) ? S2_OK : s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
     if (!strcmp(key, "arch")) {
@@ -466,16 +484,17 @@ static s2_status parse_line(mparser *ps, char *line)
         return ps->k ? kernel_key(ps, key + 7, v) : perr(ps, "kernel key outside a kernel", key);
     if (!strncmp(key, "pattern.", 8))
         return ps->p ? pattern_key(ps, key + 8, v) : perr(ps, "pattern key outside a pattern", key);
-    return S2_OK; /* unknown keys: a later writer's additions */
+    /* keys are closed: an unknown one is a newer writer's, whose meaning this runtime cannot know */
+    return perr(ps, "unknown key (written by a newer s2c? this runtime reads manifest version 3)", key);
 }
 
-/* "s2c-manifest 2"; other versions are named as older or newer. */
+/* "s2c-manifest 3"; other versions are named as older or newer. */
 static s2_status version_line(mparser *ps, const char *line)
 {
     static const char magic[] = "s2c-manifest ";
     int v = 0;
     if (strncmp(line, magic, sizeof magic - 1) != 0 || !int1(line + sizeof magic - 1, &v, 0, 1 << 20))
-        return perr(ps, "not an s2c manifest of version 2", NULL);
+        return perr(ps, "not an s2c manifest of version 3", NULL);
     if (v == S2_MANIFEST_VERSION)
         return S2_OK;
     return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest:1: a manifest of version %d (%s s2c); this one reads version %d%s",
@@ -536,6 +555,8 @@ s2_status s2_manifest_parse(s2_ctx *ctx, const char *text, size_t len, s2_manife
     }
     if (st == S2_OK && !ended)
         st = s2_fail(ctx, S2_ERR_PARSE, "manifest: no 'end' line (truncated)");
+    if (st == S2_OK && !m->requires_seen)
+        st = s2_fail(ctx, S2_ERR_PARSE, "manifest: no 'requires' line (the oldest runtime it needs)");
     if (st == S2_OK)
         st = check_complete(&ps);
     if (st != S2_OK) {

@@ -83,7 +83,8 @@ s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *ke
         return s2_fail(ctx, S2_ERR_INVALID, "manifest: invalid arch %d", arch);
     s2_buf b;
     s2_buf_init(&b);
-    s2_buf_printf(&b, "s2c-manifest %d\ngenerator %s\narch %s\n", S2_MANIFEST_VERSION, s2_generator_id(), an);
+    s2_buf_printf(&b, "s2c-manifest %d\nrequires %d.%d\ngenerator %s\narch %s\n", S2_MANIFEST_VERSION,
+                  S2_MANIFEST_REQUIRES_MAJOR, S2_MANIFEST_REQUIRES_MINOR, s2_generator_id(), an);
     for (int i = 0; i < num_kernels; i++) {
         const s2_manifest_kernel *k = &kernels[i];
         if (!one_line(k->name) || !one_line(k->pattern)) {

@@ -231,7 +231,9 @@ int s2f_manifest_pipeline(s2_device *dev, const uint8_t *data, size_t size, int 
     snprintf(parse_msg, sizeof parse_msg, "%s", s2_ctx_message(ctx));
     int rc = 0;
     if (st != S2_OK) {
-        if (st != S2_ERR_PARSE || m || !clean_message(parse_msg) || strncmp(parse_msg, "manifest", 8) != 0)
+        /* malformed, or well formed for a newer runtime */
+        if ((st != S2_ERR_PARSE && st != S2_ERR_UNSUPPORTED) || m || !clean_message(parse_msg) ||
+            strncmp(parse_msg, "manifest", 8) != 0)
             rc = fail(why, why_size, "parse refused with %s, manifest %p, message '%s'", s2_status_name(st),
                       (void *)m, parse_msg);
     } else {

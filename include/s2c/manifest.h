@@ -23,7 +23,14 @@ extern "C" {
  * plus each pattern's resolved rules, so that the runtime can rebuild the
  * schedules without the pattern file. */
 #define S2_MANIFEST_SYMBOL "s2c_manifest"
-#define S2_MANIFEST_VERSION 2
+/* The format's version: a runtime reads exactly its own (first line). */
+#define S2_MANIFEST_VERSION 3
+/* The oldest runtime release (MAJOR.MINOR) that launches what this generator
+ * writes correctly; raised whenever a kernel ABI, a parameter list or the
+ * meaning of a record changes (the `requires` line).  A runtime older than a
+ * manifest's `requires` refuses the module. */
+#define S2_MANIFEST_REQUIRES_MAJOR 0
+#define S2_MANIFEST_REQUIRES_MINOR 1
 
 /* One kernel of a module: its symbol, role, ABI, grid rule, threads, shared
  * memory and the tile it was built for (the `kernel.fn` line).  Its layout
@@ -47,7 +54,8 @@ typedef struct s2_manifest_kernel {
 typedef struct s2_manifest s2_manifest;
 
 /* Text format (one `key value` per line; the value is the rest of the line):
- *   s2c-manifest 2            first line, the format version
+ *   s2c-manifest 3            first line, the format version
+ *   requires MAJOR.MINOR      the oldest runtime that may launch these kernels
  *   generator VERSION+HASH+llvmX.Y.Z / arch sm_XX
  *   kernel NAME               starts an entry; then kernel.kind (fwd|bwd|decode), kernel.pattern,
  *                             kernel.dtype, kernel.head_dim, kernel.block_m, kernel.block_n,
@@ -67,9 +75,11 @@ typedef struct s2_manifest s2_manifest;
  *                             .rule Q DENSE LEFT RIGHT STRIDE SHIFT MASK MASK_HEAD  (one per head)
  *                             .range ACTION KEY_LO KEY_HI DIST_LO DIST_HI STRIDE HEADS_HEXBITS
  *   end
- * Unknown keys are skipped (later versions may add some); a version other
- * than 2 is refused.  The parser checks each entry's kernels against its
- * kind (every role it needs, once; the ABI and grid each role takes).
+ * Keys are closed: an unknown key, a version other than 3, or a `requires`
+ * above this runtime's version (s2c/version.h) is refused with a message, so
+ * an old runtime never launches a newer generator's kernels with the wrong
+ * parameters.  The parser checks each entry's kernels against its kind
+ * (every role it needs, once; the ABI and grid each role takes).
  * Writer (libs2c): *text malloc'd, NUL-terminated. */
 s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *kernels, int num_kernels,
                              const s2_pattern *const *patterns, int num_patterns, char **text);

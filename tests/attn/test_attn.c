@@ -119,7 +119,7 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     size_t len = 0;
     ck_assert_msg(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &text, &len) == S2_OK, "%s",
                   s2_ctx_message(ctx));
-    ck_assert_msg(len > 20 && strncmp(text, "s2c-manifest 2\n", 15) == 0, "manifest text: %.*s", (int)len, text);
+    ck_assert_msg(len > 20 && strncmp(text, "s2c-manifest 3\nrequires 0.1\n", 28) == 0, "manifest text: %.*s", (int)len, text);
     s2_manifest *m = NULL;
     ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_str_eq(s2_manifest_generator(m), s2_generator_id());
@@ -231,7 +231,7 @@ START_TEST(manifest_rejects_damage)
         {"q_tiles 128 1024 64 64 4 2 0 0 0 0", "q_tiles 128 1024 64 64 4 2 0 0 9 0", "out of range"},
         {"q_tiles 128 1024 64 64 4 2 0 0 0 0", "q_tiles 128 1024 64 64 4 2 0 0 0", "ten integers"},
         {"q_tiles 128 1024 64", "q_tiles 256 1024 64", "main kernel's launch shape"},                             /* not the entry's shape */
-        {"s2c-manifest 2", "s2c-manifest 1", "older s2c"},
+        {"s2c-manifest 3", "s2c-manifest 2", "older s2c"},
     };
     for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
         char *d = malloc(n + 16);

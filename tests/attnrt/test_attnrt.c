@@ -772,7 +772,7 @@ START_TEST(jit_miss_hit_and_rebuild)
     s2_cache_close(cache);
     c3 = fetch(ctx, &o, A.p, &spec, &n3, &st3);
     ck_assert(!st3.hit && st3.compiled && st3.rebuilt && st3.stored);
-    ck_assert_msg(strstr(st3.note, "cached cubin's manifest line 4 is \"kernel s2_fwd_causal"), "%s", st3.note);
+    ck_assert_msg(strstr(st3.note, "cached cubin's manifest line 5 is \"kernel s2_fwd_causal"), "%s", st3.note);
     ck_assert_uint_eq(n3, n1);
     free(c3);
     /* nor one of a pattern with A's name and spec but another vert_stride:

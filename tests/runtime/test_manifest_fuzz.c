@@ -6,7 +6,8 @@
  * layout and schedules, module load on the fake driver), which must report
  * no inconsistency; the manifests of real cubins (stock-*) must be accepted
  * and load.  Crafted manifests (a mask claiming 4096 x 1024 x 1024 blocks,
- * 20,000 range lines, 100 masks, a repeated head rule, versions 1 and 3) must
+ * 20,000 range lines, 100 masks, a repeated head rule, versions 1 and 4, an
+ * unknown key, no or a newer `requires`) must
  * each be refused with their message within 256 MB and 5 s
  * (tests/harness/bounded.h).
  * Usage: test_manifest_fuzz FAKE_LIB FUZZ_DIR */
@@ -87,11 +88,11 @@ START_TEST(corpus_replays)
 END_TEST
 
 /* The edge cases the pipeline accepts, by name: the fuzzer's seeds that must
- * keep parsing and loading (a mask pattern, a backward entry, unknown keys). */
+ * keep parsing and loading (a mask pattern, a backward entry). */
 START_TEST(edge_cases_accepted)
 {
-    static const char *ok_files[] = {"edge-minimal-ok", "edge-mask-ok", "edge-bwd-kernel", "edge-unknown-keys",
-                                     "edge-max-seq-len-small", "edge-many-ranges"};
+    static const char *ok_files[] = {"edge-minimal-ok", "edge-mask-ok", "edge-bwd-kernel", "edge-max-seq-len-small",
+                                     "edge-many-ranges"};
     s2_device *dev = open_fake();
     for (size_t i = 0; i < sizeof ok_files / sizeof ok_files[0]; i++) {
         char path[4096];
@@ -116,6 +117,7 @@ typedef struct hostile {
     char *text;          /* the manifest */
     size_t len;
     const char *why;     /* a substring of the refusal */
+    s2_status status;    /* the refusal's status: 0 for S2_ERR_PARSE */
 } hostile;
 
 static s2_device *bounded_dev;
@@ -128,7 +130,7 @@ static int run_hostile(void *arg)
     s2_ctx *ctx = s2_ctx_new();
     s2_manifest *m = NULL;
     s2_status st = s2_manifest_parse(ctx, h->text, h->len, &m);
-    if (st != S2_ERR_PARSE || m || !strstr(s2_ctx_message(ctx), h->why)) {
+    if (st != (h->status ? h->status : S2_ERR_PARSE) || m || !strstr(s2_ctx_message(ctx), h->why)) {
         fprintf(stderr, "%s: %s: %s\n", h->name, s2_status_name(st), s2_ctx_message(ctx));
         return 1;
     }
@@ -160,12 +162,20 @@ static hostile grown(const char *name, const char *line, int lines, const char *
         memcpy(t + head + (size_t)i * ll, line, ll);
     memcpy(t + head + (size_t)lines * ll, "end\n", 5);
     free(base);
-    return (hostile){name, t, strlen(t), why};
+    return (hostile){name, t, strlen(t), why, 0};
 }
 
 static hostile from_file(const char *name, const char *why)
 {
     return grown(name, "", 0, why);
+}
+
+/* A module for a newer runtime: refused as unsupported, not malformed. */
+static hostile newer(const char *name, const char *why)
+{
+    hostile h = from_file(name, why);
+    h.status = S2_ERR_UNSUPPORTED;
+    return h;
 }
 
 START_TEST(hostile_manifests_bounded)
@@ -183,7 +193,12 @@ START_TEST(hostile_manifests_bounded)
         grown("edge-minimal-ok", masks, 1, "more masks than a pattern may hold"),
         from_file("edge-repeated-head-rule", "a second rule for one head"),
         from_file("edge-v1-header", "version 1 (an older s2c)"),
-        from_file("edge-v3-header", "version 3 (a newer s2c)"),
+        from_file("edge-v4-header", "version 4 (a newer s2c)"),
+        from_file("edge-unknown-keys", "manifest:5: unknown key (written by a newer s2c? this runtime reads manifest "
+                                       "version 3): future.key"),
+        from_file("edge-no-requires", "no 'requires' line"),
+        newer("edge-requires-newer", "manifest:2: the module needs an s2c runtime of version 0.2 or newer; this one is "),
+        newer("edge-requires-next-major", "version 1.0 or newer"),
     };
     free(masks);
     const int64_t limit = (int64_t)256 << 20;
