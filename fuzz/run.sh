@@ -33,7 +33,12 @@ case $target in
     manifest) corpus=$here/corpus-manifest; crashers=$here/crashers-manifest; max_len=16384 ;;
 esac
 mkdir -p "$out" "$crashers" "$corpus"
-flags="-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all"
+# s2c/version.h, as meson.build's configure_file makes it (the version from project())
+ver=$(sed -n "s/^ *version *: *'\([0-9.]*\)'.*/\1/p" "$root/meson.build" | head -1)
+mkdir -p "$out/include/s2c"
+sed -e "s/@MAJOR@/${ver%%.*}/; s/@MINOR@/$(echo "$ver" | cut -d. -f2)/; s/@PATCH@/${ver##*.}/; s/@VERSION@/$ver/" \
+    "$root/include/s2c/version.h.in" > "$out/include/s2c/version.h"
+flags="-g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -I$out/include"
 c=$root/common
 case $target in
 pattern)
