@@ -106,7 +106,7 @@ typedef struct s2_aot_abi {
  *           seqinfo                                       CUdeviceptr (s2_attn_seq [batch], or 0)
  *   launch  heads, batch                                  int32
  *   grid    (q_tiles, heads, batch) */
-const s2_aot_abi *s2_aot_abi_attn_fwd(void);
+S2_API const s2_aot_abi *s2_aot_abi_attn_fwd(void);
 
 /* The sm_90a tensor-map forward (manifest record ABI fwd_tma):
  *   params  q .. q_tiles as s2_aot_abi_attn_fwd (0..24),
@@ -125,7 +125,7 @@ const s2_aot_abi *s2_aot_abi_attn_fwd(void);
  *                        int32_t heads, batch, kv_heads, int64_t kv_rows);
  * i.e. the pointer forward's plus kv_heads and kv_rows; the schedule buffers
  * are the caller's, as there. */
-const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void);
+S2_API const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void);
 
 /* The persistent sm_90a forward (manifest record ABI fwd_tma_persistent,
  * also a module's wide variant NAME_w, role fwd_wide, on that ABI):
@@ -149,7 +149,7 @@ const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void);
  * The schedule is packed for the kernel's own tile shape: NAME_w's by
  * s2_schedule_pack_gathered_owned (block_m 128, key tiles of one 64-token
  * block), as the runtime does. */
-const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void);
+S2_API const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void);
 
 /* The backward module (S2_KERNEL_BWD, launch.h): three kernels NAME_pre,
  * NAME_dkdv, NAME_dq with the same 48 parameters, so one ABI each with the
@@ -169,22 +169,22 @@ const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void);
  *   launch  heads, kv_heads, batch                                int32
  *   grid    pre (cdiv(q_len, grid_div), heads, batch), no shared memory;
  *           dkdv (kv_tiles, kv_heads, batch); dq (q_tiles, heads, batch) */
-const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void);
-const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void);
-const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void);
+S2_API const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void);
+S2_API const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void);
+S2_API const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void);
 /* NAME_dqds (modules whose manifest lists it): launch it instead of
  * NAME_dq with ds, ds_head and ds_map given (the s2_ds_map of the two
  * schedules, layout.h) after NAME_dkdv wrote the dS tiles, with its manifest
  * record's shared memory.  NAME_dqds2 takes the same ABI with its record's
  * block and a grid of cdiv(q_tiles, 2) (grid_div 2). */
-const s2_aot_abi *s2_aot_abi_attn_bwd_dqds(void);
+S2_API const s2_aot_abi *s2_aot_abi_attn_bwd_dqds(void);
 /* The same four for a module with the tensor-map parameters (manifest records
  * of ABI bwd_tma): params as above then q_map, do_map
  * (CUtensorMap, built by the launcher: S2_AOT_MAPS_ATTN_BWD). */
-const s2_aot_abi *s2_aot_abi_attn_bwd_pre_tma(void);
-const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv_tma(void);
-const s2_aot_abi *s2_aot_abi_attn_bwd_dq_tma(void);
-const s2_aot_abi *s2_aot_abi_attn_bwd_dqds_tma(void);
+S2_API const s2_aot_abi *s2_aot_abi_attn_bwd_pre_tma(void);
+S2_API const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv_tma(void);
+S2_API const s2_aot_abi *s2_aot_abi_attn_bwd_dq_tma(void);
+S2_API const s2_aot_abi *s2_aot_abi_attn_bwd_dqds_tma(void);
 
 /* The paged decode kernel NAME of a decode module (S2_KERNEL_DECODE,
  * decode.h); NAME_combine (a 1 KB by-value parameter) has no launcher.
@@ -199,7 +199,7 @@ const s2_aot_abi *s2_aot_abi_attn_bwd_dqds_tma(void);
  *   grid    (splits, kv_heads, batch)
  * With splits > 1, ws_o / ws_lse / counters are the caller's workspace
  * (decode.h gives their shapes; s2_attn_decode carves them from one buffer). */
-const s2_aot_abi *s2_aot_abi_attn_decode(void);
+S2_API const s2_aot_abi *s2_aot_abi_attn_decode(void);
 
 typedef struct s2_aot_kernel {
     const char *name;        /* launcher NAME_<name>; a C identifier */
@@ -228,9 +228,9 @@ typedef struct s2_aot_module {
 
 /* The two files' text (malloc'd, NUL-terminated; free()).  S2_ERR_INVALID
  * with a message for a bad name, type, ABI or launch shape. */
-s2_status s2_aot_emit(s2_ctx *ctx, const s2_aot_module *m, char **header, char **source);
+S2_API s2_status s2_aot_emit(s2_ctx *ctx, const s2_aot_module *m, char **header, char **source);
 /* Emit and write DIR/NAME.h and DIR/NAME.c (each atomically). */
-s2_status s2_aot_write(s2_ctx *ctx, const s2_aot_module *m, const char *dir);
+S2_API s2_status s2_aot_write(s2_ctx *ctx, const s2_aot_module *m, const char *dir);
 
 #ifdef __cplusplus
 }

@@ -51,39 +51,39 @@ typedef struct s2_attn_kernel s2_attn_kernel;
 /* Load a generated cubin (an ELF image with the s2c_manifest symbol: PTX and
  * fatbins carry no manifest, S2_ERR_PARSE) and get every kernel it lists.
  * The image is not kept after the call. */
-s2_status s2_attn_module_load(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
+S2_API s2_status s2_attn_module_load(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
                               s2_attn_module **out);
-s2_status s2_attn_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_attn_module **out);
+S2_API s2_status s2_attn_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_attn_module **out);
 /* Frees the kernels, their schedules' device memory and the module.  NULL is
  * fine.  No launch on its kernels may be in flight or start afterwards. */
-void s2_attn_module_free(s2_attn_module *mod);
+S2_API void s2_attn_module_free(s2_attn_module *mod);
 
 /* Introspection.  The manifest lists the patterns (s2_manifest_pattern_at). */
-const s2_manifest *s2_attn_module_manifest(const s2_attn_module *mod);
-int s2_attn_module_num_kernels(const s2_attn_module *mod);
-s2_attn_kernel *s2_attn_module_kernel_at(const s2_attn_module *mod, int i); /* NULL if out of range */
+S2_API const s2_manifest *s2_attn_module_manifest(const s2_attn_module *mod);
+S2_API int s2_attn_module_num_kernels(const s2_attn_module *mod);
+S2_API s2_attn_kernel *s2_attn_module_kernel_at(const s2_attn_module *mod, int i); /* NULL if out of range */
 
 /* The kernel of `pattern` (NULL: any pattern) for dtype and head_dim.
  * S2_ERR_NOT_FOUND, with the kernels the module does have in the message. */
-s2_status s2_attn_find(s2_ctx *ctx, const s2_attn_module *mod, const char *pattern, s2_dtype dtype,
+S2_API s2_status s2_attn_find(s2_ctx *ctx, const s2_attn_module *mod, const char *pattern, s2_dtype dtype,
                        int head_dim, s2_attn_kernel **out);
 
 /* Load an image and find one kernel (as s2_attn_find); the kernel owns the
  * module.  Free with s2_attn_kernel_free. */
-s2_status s2_attn_load(s2_ctx *ctx, s2_device *dev, const void *image, size_t size, const char *pattern,
+S2_API s2_status s2_attn_load(s2_ctx *ctx, s2_device *dev, const void *image, size_t size, const char *pattern,
                        s2_dtype dtype, int head_dim, s2_attn_kernel **out);
 /* Frees a kernel from s2_attn_load or s2_jit_compile together with its
  * module; does nothing to a kernel borrowed from a module (or NULL). */
-void s2_attn_kernel_free(s2_attn_kernel *k);
+S2_API void s2_attn_kernel_free(s2_attn_kernel *k);
 
 /* What the manifest says about the kernel (name, pattern name, resolved spec,
  * threads, dynamic shared memory), and the pattern it was generated for. */
-const s2_manifest_kernel *s2_attn_kernel_desc(const s2_attn_kernel *k);
-const s2_pattern *s2_attn_kernel_pattern(const s2_attn_kernel *k);
-s2_kernel *s2_attn_kernel_function(const s2_attn_kernel *k); /* for s2_kernel_get_attrs */
+S2_API const s2_manifest_kernel *s2_attn_kernel_desc(const s2_attn_kernel *k);
+S2_API const s2_pattern *s2_attn_kernel_pattern(const s2_attn_kernel *k);
+S2_API s2_kernel *s2_attn_kernel_function(const s2_attn_kernel *k); /* for s2_kernel_get_attrs */
 /* Longest kv_len the kernel accepts: the pattern's max_seq_len, the size of
  * its explicit masks and the kernel's 32-bit lengths, whichever is least. */
-int64_t s2_attn_kernel_max_kv_len(const s2_attn_kernel *k);
+S2_API int64_t s2_attn_kernel_max_kv_len(const s2_attn_kernel *k);
 
 typedef struct s2_attn_sched_stats {
     int64_t hits, misses, evictions;
@@ -92,7 +92,7 @@ typedef struct s2_attn_sched_stats {
     int64_t ds_chunked;              /* backward launches that ran the dS path in chunks of heads */
     int64_t dq_paired;               /* backward launches whose dQ ran two query tiles per CTA (NAME_dqds2) */
 } s2_attn_sched_stats;
-void s2_attn_kernel_sched_stats(s2_attn_kernel *k, s2_attn_sched_stats *out);
+S2_API void s2_attn_kernel_sched_stats(s2_attn_kernel *k, s2_attn_sched_stats *out);
 
 /* Check every argument (the first failure decides the status; nothing is
  * launched), then launch asynchronously on `stream` (NULL: the legacy
@@ -112,7 +112,7 @@ void s2_attn_kernel_sched_stats(s2_attn_kernel *k, s2_attn_sched_stats *out);
  *                     than the extent the shapes and strides imply (s2_check_device_ptr)
  * then whatever building the schedule or the launch returns.
  * a->scale == 0 means 1/sqrt(head_dim). */
-s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a);
+S2_API s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a);
 
 /* The backward of a S2_KERNEL_BWD kernel: the same checks as the forward
  * (statuses as above; inputs q, k, v, o, d_o, lse, workspace and outputs dq,
@@ -123,8 +123,8 @@ s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2
  * Deterministic: the same inputs give bitwise-identical dq, dk, dv.
  * A forward kernel gives S2_ERR_INVALID here, and a backward one in
  * s2_attn_forward. */
-s2_status s2_attn_backward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a);
-s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a);
+S2_API s2_status s2_attn_backward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a);
+S2_API s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a);
 
 /* The workspace that lets s2_attn_backward take the dS path (launch.h,
  * backward ABI 48..50: the dK/dV kernel keeps each entry's dS tile, 8 KB per
@@ -135,7 +135,7 @@ s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
  * schedules do not pair up; *ds_path says which (may be NULL).  Builds
  * (and caches) the schedules of (q_len, kv_len), as a launch would.  The
  * dS tiles go at the first 256-byte boundary after the plain part. */
-s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len, int64_t kv_len,
+S2_API s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len, int64_t kv_len,
                                      size_t *bytes, bool *ds_path);
 
 /* The dS path with less memory: the workspace that holds the dS tiles of
@@ -148,7 +148,7 @@ s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int batch, 
  * for as long as its longest list takes (smaller chunks run slower than the
  * recomputing NAME_dq, which it takes otherwise).  S2_ERR_INVALID when chunks does not divide kv_heads,
  * S2_ERR_UNSUPPORTED when the kernel or the shape has no dS path. */
-s2_status s2_attn_backward_workspace_chunked(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len,
+S2_API s2_status s2_attn_backward_workspace_chunked(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len,
                                              int64_t kv_len, int chunks, size_t *bytes);
 
 /* The three tensor maps (q, k, v) of a forward kernel of the sm_90a
@@ -156,7 +156,7 @@ s2_status s2_attn_backward_workspace_chunked(s2_ctx *ctx, s2_attn_kernel *k, int
  * s2_attn_forward takes them), with the boxes the kernel's manifest record
  * gives.  s2_attn_forward builds them itself; for callers that launch by
  * hand.  S2_ERR_INVALID for a kernel without tensor maps. */
-s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a,
+S2_API s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a,
                                   s2_tensor_map maps[3]);
 
 /* ---- variable-length batches (launch.h: s2_attn_seq, the seqinfo parameter) ----
@@ -174,21 +174,21 @@ typedef struct s2_attn_seqs s2_attn_seqs;
  *                    or an end (start + length) above INT32_MAX
  *   S2_ERR_INVALID   two sequences share a query row (their o rows would race)
  * Key rows may be shared (two chunks reading one cache, say). */
-s2_status s2_attn_seqs_new(s2_ctx *ctx, s2_device *dev, const s2_attn_seq *seqs, int n, s2_attn_seqs **out);
+S2_API s2_status s2_attn_seqs_new(s2_ctx *ctx, s2_device *dev, const s2_attn_seq *seqs, int n, s2_attn_seqs **out);
 /* No launch using it may be in flight.  NULL is fine. */
-void s2_attn_seqs_free(s2_attn_seqs *s);
-int s2_attn_seqs_count(const s2_attn_seqs *s);
-const s2_attn_seq *s2_attn_seqs_host(const s2_attn_seqs *s);
-s2_devptr s2_attn_seqs_device(const s2_attn_seqs *s);   /* the seqinfo parameter, for launches by hand */
+S2_API void s2_attn_seqs_free(s2_attn_seqs *s);
+S2_API int s2_attn_seqs_count(const s2_attn_seqs *s);
+S2_API const s2_attn_seq *s2_attn_seqs_host(const s2_attn_seqs *s);
+S2_API s2_devptr s2_attn_seqs_device(const s2_attn_seqs *s);   /* the seqinfo parameter, for launches by hand */
 /* (q_len, kv_len) of the schedule a launch uses (launch.h); 0, 0 when no
  * sequence has a query (s2_attn_forward then launches nothing). */
-void s2_attn_seqs_schedule_shape(const s2_attn_seqs *s, int64_t *q_len, int64_t *kv_len);
+S2_API void s2_attn_seqs_schedule_shape(const s2_attn_seqs *s, int64_t *q_len, int64_t *kv_len);
 
 /* seqs[0..n) of a packed batch from cumulative lengths: sequence i has
  * queries cu_q[i] .. cu_q[i+1]-1 and keys cu_k[i] .. cu_k[i+1]-1 (cu_k NULL:
  * cu_q, self-attention).  S2_ERR_SHAPE when an array decreases or starts
  * below 0, or a sequence has more queries than keys. */
-s2_status s2_attn_seqs_packed(s2_ctx *ctx, const int32_t *cu_q, const int32_t *cu_k, int n, s2_attn_seq *seqs);
+S2_API s2_status s2_attn_seqs_packed(s2_ctx *ctx, const int32_t *cu_q, const int32_t *cu_k, int n, s2_attn_seq *seqs);
 
 /* With a->seqs (forward only), s2_attn_forward checks besides: seqs made on
  * the kernel's device (S2_ERR_INVALID), a kernel whose manifest has kernel.seqinfo
@@ -198,7 +198,7 @@ s2_status s2_attn_seqs_packed(s2_ctx *ctx, const int32_t *cu_q, const int32_t *c
  * those of [rows, heads, D] tensors and of lse [heads][q_len]. */
 
 /* Only the checks of s2_attn_forward (no schedule, no launch). */
-s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a);
+S2_API s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a);
 
 /* ---- paged decode (S2_KERNEL_DECODE; arguments and ABI in s2c/decode.h) ----------
  * s2_attn_decode checks every argument (statuses as s2_attn_forward, plus:
@@ -224,8 +224,8 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
  * size they ask for.  Launches sharing a workspace must not run concurrently.
  * Split-KV needs batch * kv_heads <= 65536 (the heuristic takes 1 split above;
  * an explicit splits > 1 gives S2_ERR_UNSUPPORTED). */
-s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a);
-s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, size_t *bytes);
+S2_API s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a);
+S2_API s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, size_t *bytes);
 /* Checked mode for decode: waits for `stream`, copies seq_lens and the block
  * table to the host and checks what s2_attn_decode trusts: every seq_lens[b]
  * in n_new..max_seq_len, and every page id the kernel would read (those of the
@@ -234,17 +234,17 @@ s2_status s2_attn_decode_workspace(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn
  * and slow: for debugging and tests.  With S2C_CHECK_DECODE=1 in the
  * environment when a module is loaded, s2_attn_decode runs it before every
  * launch and launches nothing on failure. */
-s2_status s2_attn_decode_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a);
+S2_API s2_status s2_attn_decode_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a);
 /* The number of KV splits s2_attn_decode takes for these arguments. */
-s2_status s2_attn_decode_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, int *splits);
+S2_API s2_status s2_attn_decode_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, int *splits);
 
 /* Merge the outputs of n attention calls over disjoint key sets (context
  * parallelism; s2_ref_combine is the reference) with the NAME_combine
  * kernel of a decode kernel of the same dtype and head_dim.  Inputs share
  * in_stride; their pointer table travels as a kernel parameter (no upload).
  * Statuses as s2_attn_forward for the tensors named in s2_combine_args. */
-s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a);
-s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a);
+S2_API s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a);
+S2_API s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a);
 
 #ifdef __cplusplus
 }

@@ -69,9 +69,9 @@ typedef struct s2_cache_key_desc {
     const char *arch;             /* "sm_90a"; required */
 } s2_cache_key_desc;
 
-s2_status s2_cache_key_build(s2_ctx *ctx, const s2_cache_key_desc *desc, s2_cache_key *out);
+S2_API s2_status s2_cache_key_build(s2_ctx *ctx, const s2_cache_key_desc *desc, s2_cache_key *out);
 /* 64 lowercase hex digits and a NUL. */
-void s2_cache_key_hex(const s2_cache_key *key, char out[2 * S2_CACHE_KEY_BYTES + 1]);
+S2_API void s2_cache_key_hex(const s2_cache_key *key, char out[2 * S2_CACHE_KEY_BYTES + 1]);
 
 /* The identity of the code generator: "VERSION+HASH+llvmX.Y.Z", HASH 16 hex
  * digits of a SHA-256 over the sources the generated PTX depends on (codegen,
@@ -80,35 +80,35 @@ void s2_cache_key_hex(const s2_cache_key *key, char out[2 * S2_CACHE_KEY_BYTES +
  * Two builds of s2c that could generate different code have different
  * identities, so neither takes the other's cached kernels.  Also written as
  * the generator of every manifest.  Static storage. */
-const char *s2_generator_id(void);
+S2_API const char *s2_generator_id(void);
 
 /* The identity of the assembler, for keys: "ptxas <its version line>" (from
  * `ptxas --version`, the program s2_ptx_to_cubin would run: $S2C_PTXAS,
  * $PATH, $CUDA_HOME/bin, /usr/local/cuda/bin), or "nvjitlink-MAJOR.MINOR".
  * S2_CUBIN_AUTO picks like s2_ptx_to_cubin.  Each back end is asked once per
  * process; *out is static storage.  S2_ERR_TOOLCHAIN when it is missing. */
-s2_status s2_toolchain_version(s2_ctx *ctx, s2_cubin_backend backend, const char **out);
+S2_API s2_status s2_toolchain_version(s2_ctx *ctx, s2_cubin_backend backend, const char **out);
 
-s2_status s2_cache_open(s2_ctx *ctx, const char *dir, s2_cache **out);
+S2_API s2_status s2_cache_open(s2_ctx *ctx, const char *dir, s2_cache **out);
 /* s2_cache_open's flags: use the directory whoever owns it and whatever its
  * permissions (as S2C_CACHE_TRUST_DIR=1 does). */
 #define S2_CACHE_TRUST_DIR 1u
-s2_status s2_cache_open_flags(s2_ctx *ctx, const char *dir, unsigned flags, s2_cache **out);
+S2_API s2_status s2_cache_open_flags(s2_ctx *ctx, const char *dir, unsigned flags, s2_cache **out);
 /* NULL when the cache is used; else why its directory is not (then lookups
  * miss and stores fail, each with this reason in the ctx message). */
-const char *s2_cache_untrusted(const s2_cache *cache);
-void s2_cache_close(s2_cache *cache); /* NULL is fine */
-const char *s2_cache_dir(const s2_cache *cache);
+S2_API const char *s2_cache_untrusted(const s2_cache *cache);
+S2_API void s2_cache_close(s2_cache *cache); /* NULL is fine */
+S2_API const char *s2_cache_dir(const s2_cache *cache);
 
 /* S2_OK with *data (malloc'd; free()) and *size, or S2_ERR_NOT_FOUND when
  * there is no valid entry (the ctx message says why: absent, unreadable,
  * corrupt, another format version, another user's, an untrusted directory).
  * S2_ERR_NOMEM and S2_ERR_INVALID otherwise. */
-s2_status s2_cache_lookup(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key *key, void **data,
+S2_API s2_status s2_cache_lookup(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key *key, void **data,
                           size_t *size);
 /* Store (or replace) the entry; size > 0.  S2_ERR_IO when it cannot be
  * written or the directory is not trusted. */
-s2_status s2_cache_store(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key *key, const void *data,
+S2_API s2_status s2_cache_store(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key *key, const void *data,
                          size_t size);
 
 #ifdef __cplusplus

@@ -29,7 +29,7 @@ typedef struct s2_target {
     int opt_level;     /* 0..3 for the LLVM pipeline (ptxas always gets -O3) */
 } s2_target;
 
-void s2_target_default(s2_target *t, s2_arch arch);
+S2_API void s2_target_default(s2_target *t, s2_arch arch);
 
 typedef enum s2_cubin_backend {
     S2_CUBIN_AUTO = 0,   /* ptxas if it can be found, else nvJitLink */
@@ -37,7 +37,7 @@ typedef enum s2_cubin_backend {
     S2_CUBIN_NVJITLINK,  /* only nvJitLink (libnvJitLink.so.13, loaded at run time) */
 } s2_cubin_backend;
 
-const char *s2_cubin_backend_name(s2_cubin_backend b);
+S2_API const char *s2_cubin_backend_name(s2_cubin_backend b);
 
 /* Resources of one kernel as reported by the assembler (-1 when unknown). */
 typedef struct s2_kernel_info {
@@ -76,20 +76,20 @@ typedef struct s2_artifact {
                             * every kernel's spec and launch shape, see s2_manifest_parse */
 } s2_artifact;
 
-void s2_artifact_free(s2_artifact *a);
+S2_API void s2_artifact_free(s2_artifact *a);
 
 /* Assemble PTX text into a cubin.  *cubin and *log are malloc'd (free());
  * info may be NULL; otherwise *info (malloc'd array, *num_info entries) gets
  * the per-kernel resources.  On an assembler error S2_ERR_TOOLCHAIN is
  * returned, the log is still handed back in *log, and ctx's message
  * contains its start. */
-s2_status s2_ptx_to_cubin(s2_ctx *ctx, const char *ptx, size_t len, s2_arch arch,
+S2_API s2_status s2_ptx_to_cubin(s2_ctx *ctx, const char *ptx, size_t len, s2_arch arch,
                           s2_cubin_backend backend, uint8_t **cubin, size_t *size, char **log,
                           s2_kernel_info **info, int *num_info, s2_cubin_backend *used);
 
 /* EIATTR_REGCOUNT of kernel `name` in a cubin's .nv.info sections (what
  * the driver launches with), -1 when not found.  Needs no GPU. */
-int s2_cubin_regcount(const uint8_t *cubin, size_t size, const char *name);
+S2_API int s2_cubin_regcount(const uint8_t *cubin, size_t size, const char *name);
 
 #ifdef __cplusplus
 }

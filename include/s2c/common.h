@@ -11,6 +11,15 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* Marks the public API.  The libraries are built with hidden visibility, so
+ * these declarations are all they export (their version scripts, written from
+ * these headers, say the same). */
+#if defined(__GNUC__) || defined(__clang__)
+#define S2_API __attribute__((visibility("default")))
+#else
+#define S2_API
+#endif
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -42,29 +51,29 @@ typedef enum s2_status {
 } s2_status;
 
 /* Stable short name of a status ("S2_ERR_PARSE"); never NULL. */
-const char *s2_status_name(s2_status st);
+S2_API const char *s2_status_name(s2_status st);
 
 typedef struct s2_ctx s2_ctx;
 
 /* Create a context.  Returns NULL only when out of memory. */
-s2_ctx *s2_ctx_new(void);
-void s2_ctx_free(s2_ctx *ctx);
+S2_API s2_ctx *s2_ctx_new(void);
+S2_API void s2_ctx_free(s2_ctx *ctx);
 
 /* Last message recorded in ctx ("" if none).  Valid until the next call
  * that uses ctx. */
-const char *s2_ctx_message(const s2_ctx *ctx);
+S2_API const char *s2_ctx_message(const s2_ctx *ctx);
 /* Status of the last failure recorded in ctx (S2_OK if none). */
-s2_status s2_ctx_status(const s2_ctx *ctx);
-void s2_ctx_clear(s2_ctx *ctx);
+S2_API s2_status s2_ctx_status(const s2_ctx *ctx);
+S2_API void s2_ctx_clear(s2_ctx *ctx);
 
 /* Debug dumps: when a directory is set, compile stages write their
  * intermediate products there (pattern.txt, layout.txt, NAME.ll, NAME.ptx,
  * NAME.cubin).  When an override directory is set, a stage whose file exists
  * there (NAME.ll, NAME.ptx or NAME.cubin) uses it instead of its own output. */
-s2_status s2_ctx_set_dump_dir(s2_ctx *ctx, const char *dir);
-s2_status s2_ctx_set_override_dir(s2_ctx *ctx, const char *dir);
-const char *s2_ctx_dump_dir(const s2_ctx *ctx);     /* NULL if unset */
-const char *s2_ctx_override_dir(const s2_ctx *ctx); /* NULL if unset */
+S2_API s2_status s2_ctx_set_dump_dir(s2_ctx *ctx, const char *dir);
+S2_API s2_status s2_ctx_set_override_dir(s2_ctx *ctx, const char *dir);
+S2_API const char *s2_ctx_dump_dir(const s2_ctx *ctx);     /* NULL if unset */
+S2_API const char *s2_ctx_override_dir(const s2_ctx *ctx); /* NULL if unset */
 
 /* Element types of tensors. */
 typedef enum s2_dtype {
@@ -74,12 +83,12 @@ typedef enum s2_dtype {
     S2_DTYPE_F64,
 } s2_dtype;
 
-size_t s2_dtype_size(s2_dtype dt);
-const char *s2_dtype_name(s2_dtype dt); /* "f32", "f16", "bf16", "f64" */
+S2_API size_t s2_dtype_size(s2_dtype dt);
+S2_API const char *s2_dtype_name(s2_dtype dt); /* "f32", "f16", "bf16", "f64" */
 
 /* The library's version, "MAJOR.MINOR.PATCH": S2C_VERSION_STRING of the
  * s2c/version.h it was built with. */
-const char *s2_version(void);
+S2_API const char *s2_version(void);
 
 #ifdef __cplusplus
 }

@@ -20,7 +20,7 @@ extern "C" {
  * sub-blocks of the pattern's block size and its shared memory must fit the
  * arch.  dtype (bf16/f16) and head_dim (32, 64, 96, 128) must be given.
  * S2_ERR_UNSUPPORTED names what does not fit. */
-s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p);
+S2_API s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p);
 
 /* Block-sparse masked row softmax for a pattern.
  *
@@ -35,7 +35,7 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
  * and all 0 for a row with no kept key.  The head count is baked: the launch
  * must use gridDim.y == pattern->heads.
  * Patterns with explicit masks or context-range rules give S2_ERR_UNSUPPORTED. */
-s2_status s2_compile_row_softmax(s2_ctx *ctx, const s2_pattern *pattern, const s2_target *target,
+S2_API s2_status s2_compile_row_softmax(s2_ctx *ctx, const s2_pattern *pattern, const s2_target *target,
                                  s2_cubin_backend backend, s2_artifact **out);
 
 /* Block-sparse attention for a pattern (kernel ABI in s2c/launch.h).
@@ -43,7 +43,7 @@ s2_status s2_compile_row_softmax(s2_ctx *ctx, const s2_pattern *pattern, const s
  * result in art->spec); the module holds one kernel, art->kernels[0].name =
  * s2_fwd_<pattern>_<dtype>_d<D>, and the manifest global.  Launch with
  * art->threads_per_block threads and art->smem_bytes of dynamic shared memory. */
-s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_kernel_spec *spec,
+S2_API s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_kernel_spec *spec,
                                s2_cubin_backend backend, s2_artifact **out);
 
 /* Several patterns in one module: one forward kernel per pattern, the same
@@ -53,7 +53,7 @@ s2_status s2_compile_attention(s2_ctx *ctx, const s2_pattern *pattern, const s2_
  * that are not identifier characters are an error).  module_name names the
  * dump and override files (NULL: the kernel's name when n == 1, else
  * "s2_attention_set").  s2_compile_attention is the n = 1 case. */
-s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s2_pattern *const *patterns, int n,
+S2_API s2_status s2_compile_attention_set(s2_ctx *ctx, const char *module_name, const s2_pattern *const *patterns, int n,
                                    const s2_kernel_spec *spec, s2_cubin_backend backend, s2_artifact **out);
 
 #ifdef __cplusplus

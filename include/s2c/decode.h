@@ -56,8 +56,8 @@ typedef struct s2_decode_lists {
 /* Lists for sequences of up to max_len tokens (q_blocks = cdiv(max_len,
  * block_size); max_len within the pattern's limits).  S2_ERR_UNSUPPORTED for
  * a GQA group above 16. */
-s2_status s2_decode_lists_build(s2_ctx *ctx, const s2_pattern *p, int64_t max_len, s2_decode_lists **out);
-void s2_decode_lists_free(s2_decode_lists *l);
+S2_API s2_status s2_decode_lists_build(s2_ctx *ctx, const s2_pattern *p, int64_t max_len, s2_decode_lists **out);
+S2_API void s2_decode_lists_free(s2_decode_lists *l);
 
 /* One buffer for the GPU, each part 16-byte aligned at its offset:
  *   int32 class_of_kv_head[kv_heads]; int32 offsets[num_classes * q_blocks + 1];
@@ -67,8 +67,8 @@ typedef struct s2_packed_decode_lists {
     size_t size;
     size_t class_off, offsets_off, entries_off;
 } s2_packed_decode_lists;
-s2_status s2_decode_lists_pack(s2_ctx *ctx, const s2_decode_lists *l, s2_packed_decode_lists *out);
-void s2_packed_decode_lists_free(s2_packed_decode_lists *p);
+S2_API s2_status s2_decode_lists_pack(s2_ctx *ctx, const s2_decode_lists *l, s2_packed_decode_lists *out);
+S2_API void s2_packed_decode_lists_free(s2_packed_decode_lists *p);
 
 /* ---- the decode kernel ABI (S2_KERNEL_DECODE) -------------------------------------
  * One module, one manifest entry NAME = s2_dec_<pattern>_<dtype>_d<D>, two

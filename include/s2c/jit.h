@@ -55,12 +55,12 @@ typedef struct s2_jit_stats {
 /* The compile-or-fetch step, no GPU needed: the cubin for pattern and spec
  * on `arch` (spec->arch is ignored), from the cache or freshly generated
  * (and stored).  *cubin is malloc'd (free()).  opts and stats may be NULL. */
-s2_status s2_jit_fetch(s2_ctx *ctx, s2_arch arch, const s2_pattern *pattern, const s2_kernel_spec *spec,
+S2_API s2_status s2_jit_fetch(s2_ctx *ctx, s2_arch arch, const s2_pattern *pattern, const s2_kernel_spec *spec,
                        const s2_jit_opts *opts, uint8_t **cubin, size_t *size, s2_jit_stats *stats);
 
 /* Fetch for the arch of `dev` (s2_arch_for_device) and load: *out is a
  * standalone kernel (s2_attn_kernel_free).  spec->arch is ignored. */
-s2_status s2_jit_compile(s2_ctx *ctx, s2_device *dev, const s2_pattern *pattern, const s2_kernel_spec *spec,
+S2_API s2_status s2_jit_compile(s2_ctx *ctx, s2_device *dev, const s2_pattern *pattern, const s2_kernel_spec *spec,
                          const s2_jit_opts *opts, s2_attn_kernel **out, s2_jit_stats *stats);
 
 #ifdef __cplusplus

@@ -55,35 +55,35 @@ typedef struct s2_kv_evictor s2_kv_evictor;
  * within max_len (one that stops earlier just frees its remaining pages when
  * it ends).  The evictor copies what it needs: the pattern may be freed
  * afterwards. */
-s2_status s2_kv_evictor_new(s2_ctx *ctx, const s2_pattern *p, int page_size, int64_t max_len, s2_kv_evictor **out);
-void s2_kv_evictor_free(s2_kv_evictor *ev);
+S2_API s2_status s2_kv_evictor_new(s2_ctx *ctx, const s2_pattern *p, int page_size, int64_t max_len, s2_kv_evictor **out);
+S2_API void s2_kv_evictor_free(s2_kv_evictor *ev);
 
-int s2_kv_evictor_kv_heads(const s2_kv_evictor *ev);
-int s2_kv_evictor_page_size(const s2_kv_evictor *ev);
-int64_t s2_kv_evictor_max_len(const s2_kv_evictor *ev);
-int64_t s2_kv_evictor_num_pages(const s2_kv_evictor *ev);   /* per kv head: cdiv(max_len, page_size) */
+S2_API int s2_kv_evictor_kv_heads(const s2_kv_evictor *ev);
+S2_API int s2_kv_evictor_page_size(const s2_kv_evictor *ev);
+S2_API int64_t s2_kv_evictor_max_len(const s2_kv_evictor *ev);
+S2_API int64_t s2_kv_evictor_num_pages(const s2_kv_evictor *ev);   /* per kv head: cdiv(max_len, page_size) */
 
 /* true when the pattern is KV-cache efficient over max_len (every key
  * block's readers are one run: s2_layout_check_kv_efficient).  When false,
  * s2_kv_evictor_note says why (first head and block); the frees reported are
  * still safe and exact for "last read", but may be few or none. */
-bool s2_kv_evictor_efficient(const s2_kv_evictor *ev);
-const char *s2_kv_evictor_note(const s2_kv_evictor *ev);   /* "" when efficient */
+S2_API bool s2_kv_evictor_efficient(const s2_kv_evictor *ev);
+S2_API const char *s2_kv_evictor_note(const s2_kv_evictor *ev);   /* "" when efficient */
 /* Pages (over all kv heads) released before max_len. */
-int64_t s2_kv_evictor_freeable_pages(const s2_kv_evictor *ev);
+S2_API int64_t s2_kv_evictor_freeable_pages(const s2_kv_evictor *ev);
 
 /* death(h, j) and release(h, j) as above; -1 for an invalid head or page. */
-int64_t s2_kv_evictor_death(const s2_kv_evictor *ev, int h, int64_t page);
-int64_t s2_kv_evictor_release(const s2_kv_evictor *ev, int h, int64_t page);
+S2_API int64_t s2_kv_evictor_death(const s2_kv_evictor *ev, int h, int64_t page);
+S2_API int64_t s2_kv_evictor_release(const s2_kv_evictor *ev, int h, int64_t page);
 /* Is page j of kv head h live (still to be read) at position p: p < death. */
-bool s2_kv_evictor_page_live(const s2_kv_evictor *ev, int h, int64_t page, int64_t p);
+S2_API bool s2_kv_evictor_page_live(const s2_kv_evictor *ev, int h, int64_t page, int64_t p);
 
 /* The pages of kv head h released when advancing from position p to p + n
  * (n >= 1): release in (p, p + n], in increasing release order (ties: by
  * page).  Writes at most cap page indices, sets *count to the full count
  * (cap 0 sizes).  0 <= p, p + n <= max_len.  After a prefill of L tokens,
  * step(h, 0, L) gives every page already released when decoding starts. */
-s2_status s2_kv_evictor_step(s2_ctx *ctx, const s2_kv_evictor *ev, int h, int64_t p, int64_t n, int64_t *pages,
+S2_API s2_status s2_kv_evictor_step(s2_ctx *ctx, const s2_kv_evictor *ev, int h, int64_t p, int64_t n, int64_t *pages,
                              int64_t cap, int64_t *count);
 
 /* Same over every kv head at once, as (head, page) pairs. */
@@ -92,14 +92,14 @@ typedef struct s2_kv_page {
     int64_t page;
 } s2_kv_page;
 
-s2_status s2_kv_evictor_step_all(s2_ctx *ctx, const s2_kv_evictor *ev, int64_t p, int64_t n, s2_kv_page *out,
+S2_API s2_status s2_kv_evictor_step_all(s2_ctx *ctx, const s2_kv_evictor *ev, int64_t p, int64_t n, s2_kv_page *out,
                                  int64_t cap, int64_t *count);
 
 /* ---- memory accounting ------------------------------------------------------ */
 
 /* Pages of kv head h held while query p runs (p in [0, max_len)): pages
  * 0 .. p / page_size minus those released at or before p.  O(log pages). */
-int64_t s2_kv_evictor_held_pages(const s2_kv_evictor *ev, int h, int64_t p);
+S2_API int64_t s2_kv_evictor_held_pages(const s2_kv_evictor *ev, int h, int64_t p);
 
 /* A prefill of prefill_len tokens (every page held, as a dense cache would),
  * then decoding token by token up to seq_len tokens.  Page counts are summed
@@ -115,7 +115,7 @@ typedef struct s2_kv_memory {
 } s2_kv_memory;
 
 /* 0 <= prefill_len <= seq_len <= max_len, seq_len >= 1. */
-s2_status s2_kv_evictor_memory(s2_ctx *ctx, const s2_kv_evictor *ev, int64_t prefill_len, int64_t seq_len,
+S2_API s2_status s2_kv_evictor_memory(s2_ctx *ctx, const s2_kv_evictor *ev, int64_t prefill_len, int64_t seq_len,
                                s2_kv_memory *out);
 
 #ifdef __cplusplus

@@ -178,7 +178,7 @@ typedef struct s2_attn_fwd_args {
 } s2_attn_fwd_args;
 
 /* Fill strides for contiguous (B,S,H,D) tensors. */
-void s2_attn_fwd_args_bshd(s2_attn_fwd_args *a);
+S2_API void s2_attn_fwd_args_bshd(s2_attn_fwd_args *a);
 
 /* ---- backward launch arguments ----------------------------------------------- */
 typedef struct s2_attn_bwd_args {
@@ -201,9 +201,9 @@ typedef struct s2_attn_bwd_args {
 
 /* Workspace of the backward: delta then lse·log2 e, fp32 [B][H][Sq] each,
  * the second at half the size. */
-size_t s2_attn_bwd_workspace_bytes(int batch, int heads, int64_t q_len);
+S2_API size_t s2_attn_bwd_workspace_bytes(int batch, int heads, int64_t q_len);
 /* Fill strides for contiguous (B,S,H,D) tensors. */
-void s2_attn_bwd_args_bshd(s2_attn_bwd_args *a);
+S2_API void s2_attn_bwd_args_bshd(s2_attn_bwd_args *a);
 
 #ifdef __cplusplus
 }

@@ -31,11 +31,11 @@ extern "C" {
  * Does query head q's query block m keep key block n?  (Blocks are in
  * absolute positions: block i covers tokens [i*block_size, (i+1)*block_size).)
  * Out-of-range heads or blocks, or blocks outside an explicit mask, are not kept. */
-bool s2_block_kept(const s2_pattern *p, int q, int64_t m, int64_t n);
+S2_API bool s2_block_kept(const s2_pattern *p, int q, int64_t m, int64_t n);
 
 /* Token-level: query position qpos attends key position kpos (absolute
  * positions; causal patterns also require kpos <= qpos). */
-bool s2_token_kept(const s2_pattern *p, int q, int64_t qpos, int64_t kpos);
+S2_API bool s2_token_kept(const s2_pattern *p, int q, int64_t qpos, int64_t kpos);
 
 /* ---- layouts ------------------------------------------------------------- */
 
@@ -44,25 +44,25 @@ typedef struct s2_layout s2_layout;
 /* q_len <= kv_len (queries are the last positions); both >= 1 and within
  * the pattern's max_seq_len and any explicit mask's size.  The layout
  * borrows p: the pattern must outlive it. */
-s2_status s2_layout_new(s2_ctx *ctx, const s2_pattern *p, int64_t q_len, int64_t kv_len, s2_layout **out);
-void s2_layout_free(s2_layout *l);
+S2_API s2_status s2_layout_new(s2_ctx *ctx, const s2_pattern *p, int64_t q_len, int64_t kv_len, s2_layout **out);
+S2_API void s2_layout_free(s2_layout *l);
 
-const s2_pattern *s2_layout_pattern(const s2_layout *l);
-int64_t s2_layout_q_len(const s2_layout *l);
-int64_t s2_layout_kv_len(const s2_layout *l);
-int64_t s2_layout_q_start(const s2_layout *l);          /* kv_len - q_len */
-int64_t s2_layout_q_blocks(const s2_layout *l);         /* query blocks m in [first, first+count) */
-int64_t s2_layout_first_q_block(const s2_layout *l);    /* q_start / block_size */
-int64_t s2_layout_kv_blocks(const s2_layout *l);        /* cdiv(kv_len, block_size) */
+S2_API const s2_pattern *s2_layout_pattern(const s2_layout *l);
+S2_API int64_t s2_layout_q_len(const s2_layout *l);
+S2_API int64_t s2_layout_kv_len(const s2_layout *l);
+S2_API int64_t s2_layout_q_start(const s2_layout *l);          /* kv_len - q_len */
+S2_API int64_t s2_layout_q_blocks(const s2_layout *l);         /* query blocks m in [first, first+count) */
+S2_API int64_t s2_layout_first_q_block(const s2_layout *l);    /* q_start / block_size */
+S2_API int64_t s2_layout_kv_blocks(const s2_layout *l);        /* cdiv(kv_len, block_size) */
 
 /* Heads whose rules give identical masks share one schedule: class_of(q)
  * is the smallest head index with the same mask. */
-int s2_layout_head_class(const s2_layout *l, int q);
-int s2_layout_num_classes(const s2_layout *l);
+S2_API int s2_layout_head_class(const s2_layout *l, int q);
+S2_API int s2_layout_num_classes(const s2_layout *l);
 /* Class ordinal of head q (0..num_classes-1, the index used by s2_schedule),
  * and the representative (smallest) head of class c. */
-int s2_layout_class_index(const s2_layout *l, int q);
-int s2_layout_class_rep(const s2_layout *l, int c);
+S2_API int s2_layout_class_index(const s2_layout *l, int q);
+S2_API int s2_layout_class_rep(const s2_layout *l, int c);
 
 /* ---- Merge-Q tile schedules ---------------------------------------------
  * The kernel works on tiles of block_m query rows and block_n key rows
@@ -105,21 +105,21 @@ typedef struct s2_tile_geom {
     int64_t kv_tiles;            /* cdiv(kv_len, block_n) */
 } s2_tile_geom;
 
-s2_status s2_layout_tile_geom(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, s2_tile_geom *g);
+S2_API s2_status s2_layout_tile_geom(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, s2_tile_geom *g);
 
 /* Upper bound on the entries of any one tile's list (forward or transposed). */
-int64_t s2_layout_max_entries(const s2_layout *l, s2_tile_spec spec);
+S2_API int64_t s2_layout_max_entries(const s2_layout *l, s2_tile_spec spec);
 
 /* Forward list of query head q, query tile t (absolute index, from
  * first_q_tile): the key tiles to visit in increasing order, computed in
  * closed form.  Writes at most cap entries, sets *count to the full count
  * (call with cap = 0 to size). */
-s2_status s2_layout_q_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int q, int64_t t,
+S2_API s2_status s2_layout_q_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int q, int64_t t,
                                    s2_tile_entry *out, int64_t cap, int64_t *count);
 
 /* Transposed list for the backward pass: the query tiles that visit key
  * tile j of head q, in increasing order; `live` uses the same bit layout. */
-s2_status s2_layout_kv_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int q, int64_t j,
+S2_API s2_status s2_layout_kv_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int q, int64_t j,
                                     s2_tile_entry *out, int64_t cap, int64_t *count);
 
 /* A materialised schedule (CSR): per head class and query tile, the entries.
@@ -134,8 +134,8 @@ typedef struct s2_schedule {
     bool transposed;             /* lists per key tile instead (offsets over kv_tiles) */
 } s2_schedule;
 
-s2_status s2_schedule_build(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed, s2_schedule **out);
-void s2_schedule_free(s2_schedule *s);
+S2_API s2_status s2_schedule_build(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed, s2_schedule **out);
+S2_API void s2_schedule_free(s2_schedule *s);
 
 /* A schedule packed for the GPU: one buffer holding, at the given byte
  * offsets (each 16-byte aligned),
@@ -157,7 +157,7 @@ typedef struct s2_packed_schedule {
 } s2_packed_schedule;
 
 /* S2_ERR_UNSUPPORTED when a count does not fit the 32-bit device format. */
-s2_status s2_schedule_pack(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out);
+S2_API s2_status s2_schedule_pack(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out);
 
 /* Gathered key tiles (sm_90a forward, KV_GATHER in its manifest record): s is a forward
  * schedule whose key tiles are one pattern block (block_n = sub_n_size);
@@ -172,7 +172,7 @@ typedef struct s2_dev_gentry {
     uint32_t live;       /* bit i*group + j: query sub-block i keeps slot j */
 } s2_dev_gentry;
 
-s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, s2_packed_schedule *out);
+S2_API s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, s2_packed_schedule *out);
 
 /* Gathered pairs for a tile of two 64-row warpgroups (sm_90a forward,
  * block_m 128, kv_gather 2: sub-block i is warpgroup i's rows).  As
@@ -187,8 +187,8 @@ s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group
  * where union pairs leave four; one that does not runs them all, masked by
  * their live bits (the other sub-block has none): the same result.  Same
  * number of entries per list as group 2. */
-s2_status s2_schedule_pack_gathered_owned(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out);
-void s2_packed_schedule_free(s2_packed_schedule *p);
+S2_API s2_status s2_schedule_pack_gathered_owned(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out);
+S2_API void s2_packed_schedule_free(s2_packed_schedule *p);
 
 /* The resident key tiles of the backward's dK/dV kernel (launch.h,
  * backward ABI): t is a TRANSPOSED schedule whose key tiles are one pattern
@@ -212,7 +212,7 @@ typedef struct s2_dev_kvgroup {
     int32_t block[4];
 } s2_dev_kvgroup;
 
-s2_status s2_schedule_pack_gathered_kv(s2_ctx *ctx, const s2_schedule *t, int kv_heads, int group,
+S2_API s2_status s2_schedule_pack_gathered_kv(s2_ctx *ctx, const s2_schedule *t, int kv_heads, int group,
                                        s2_packed_schedule *out, int32_t *lists);
 
 /* The backward's dS workspace (launch.h, backward ABI 48..50): with one
@@ -237,10 +237,10 @@ typedef struct s2_ds_map {
     int64_t tiles;               /* dS tiles per batch element */
 } s2_ds_map;
 
-s2_status s2_schedule_ds_map(s2_ctx *ctx, const s2_packed_schedule *fwd, int64_t q_tiles, int64_t first_q_tile,
+S2_API s2_status s2_schedule_ds_map(s2_ctx *ctx, const s2_packed_schedule *fwd, int64_t q_tiles, int64_t first_q_tile,
                              const s2_packed_schedule *tr, int64_t kv_lists, int kv_group, int heads,
                              s2_ds_map *out);
-void s2_ds_map_free(s2_ds_map *m);
+S2_API void s2_ds_map_free(s2_ds_map *m);
 
 /* The persistent forward's work list (launch.h, ABI fwd_tma_persistent):
  * the heads * q_tiles items head * q_tiles + rel of a forward schedule,
@@ -250,7 +250,7 @@ void s2_ds_map_free(s2_ds_map *m);
  * K/V in L2: a global longest-first order (the same tile of every head and
  * batch side by side) measured up to 38% slower (bench/RESULTS.md).
  * *out is malloc'd (free()), *n = heads * q_tiles. */
-s2_status s2_schedule_work_list(s2_ctx *ctx, const s2_schedule *s, int32_t **out, int64_t *n);
+S2_API s2_status s2_schedule_work_list(s2_ctx *ctx, const s2_schedule *s, int32_t **out, int64_t *n);
 
 /* ---- KV-cache efficiency and liveness ------------------------------------ */
 
@@ -259,7 +259,7 @@ s2_status s2_schedule_work_list(s2_ctx *ctx, const s2_schedule *s, int32_t **out
  * Returns S2_OK and *ok = true when it holds over the layout; otherwise
  * *ok = false and the message in ctx names the first head, key block and
  * query block where it fails. */
-s2_status s2_layout_check_kv_efficient(s2_ctx *ctx, const s2_layout *l, bool *ok);
+S2_API s2_status s2_layout_check_kv_efficient(s2_ctx *ctx, const s2_layout *l, bool *ok);
 
 #define S2_LIVE_FOREVER INT64_MAX
 
@@ -268,11 +268,11 @@ s2_status s2_layout_check_kv_efficient(s2_ctx *ctx, const s2_layout *l, bool *ok
  * queries go up to position horizon - 1 (horizon 0 = the pattern's
  * max_seq_len, or unbounded).  Returns S2_LIVE_FOREVER when the block is read
  * up to the horizon (the end), -1 if it is never read. */
-int64_t s2_kv_last_reader(const s2_pattern *p, int q, int64_t n, int64_t horizon);
+S2_API int64_t s2_kv_last_reader(const s2_pattern *p, int q, int64_t n, int64_t horizon);
 
 /* Same over the query heads of kv-head h (a block can be freed only when no
  * head of the group reads it). */
-int64_t s2_kv_last_reader_group(const s2_pattern *p, int h, int64_t n, int64_t horizon);
+S2_API int64_t s2_kv_last_reader_group(const s2_pattern *p, int h, int64_t n, int64_t horizon);
 
 /* ---- statistics ------------------------------------------------------------ */
 typedef struct s2_layout_stats {
@@ -290,7 +290,7 @@ typedef struct s2_layout_stats {
     double imbalance;         /* max / mean */
 } s2_layout_stats;
 
-s2_status s2_layout_stats_compute(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int head_dim,
+S2_API s2_status s2_layout_stats_compute(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int head_dim,
                                   s2_dtype dtype, s2_layout_stats *st);
 
 /* ---- text output --------------------------------------------------------- */
@@ -304,25 +304,25 @@ s2_status s2_layout_stats_compute(s2_ctx *ctx, const s2_layout *l, s2_tile_spec 
  * 0/1, "end".  malloc'd.  Only for layouts up to max_blocks x max_blocks,
  * and S2_ERR_UNSUPPORTED, before anything is built, when the text would be
  * over max_bytes (0: S2_FORMAT_MAX_BYTES). */
-s2_status s2_layout_format_mask(s2_ctx *ctx, const s2_layout *l, size_t max_bytes, char **text);
+S2_API s2_status s2_layout_format_mask(s2_ctx *ctx, const s2_layout *l, size_t max_bytes, char **text);
 /* The exact size in bytes of that text (saturating at UINT64_MAX); 0 for NULL. */
-uint64_t s2_layout_mask_text_size(const s2_layout *l);
+S2_API uint64_t s2_layout_mask_text_size(const s2_layout *l);
 
 /* A schedule as readable text: per head class and tile, one line per entry
  * ("KEYTILE rows=HEX live=BITS FLAGS", live bits grouped per query sub-block,
  * flags F/C/R or -).  malloc'd.  S2_ERR_UNSUPPORTED when the text would be
  * over max_bytes (0: S2_FORMAT_MAX_BYTES): at once when the entries alone
  * need more, else as soon as the text grows past it. */
-s2_status s2_schedule_format(s2_ctx *ctx, const s2_schedule *s, size_t max_bytes, char **text);
+S2_API s2_status s2_schedule_format(s2_ctx *ctx, const s2_schedule *s, size_t max_bytes, char **text);
 /* About how many bytes s2_schedule_format would give for the layout's
  * forward (or transposed) schedule, without building it: the header and
  * class lines exactly, the lists from up to 64 of them spread evenly over
  * classes and tiles, counted and formatted (so a cost of 64 lists). */
-s2_status s2_layout_schedule_text_estimate(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed,
+S2_API s2_status s2_layout_schedule_text_estimate(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed,
                                            uint64_t *bytes);
 
 /* Statistics as text: kept %, pairs, GFLOP, bytes, imbalance.  malloc'd. */
-s2_status s2_layout_stats_format(s2_ctx *ctx, const s2_layout_stats *st, char **text);
+S2_API s2_status s2_layout_stats_format(s2_ctx *ctx, const s2_layout_stats *st, char **text);
 
 #ifdef __cplusplus
 }

@@ -81,22 +81,22 @@ typedef struct s2_manifest s2_manifest;
  * parameters.  The parser checks each entry's kernels against its kind
  * (every role it needs, once; the ABI and grid each role takes).
  * Writer (libs2c): *text malloc'd, NUL-terminated. */
-s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *kernels, int num_kernels,
+S2_API s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *kernels, int num_kernels,
                              const s2_pattern *const *patterns, int num_patterns, char **text);
 
-s2_status s2_manifest_parse(s2_ctx *ctx, const char *text, size_t len, s2_manifest **out);
-void s2_manifest_free(s2_manifest *m);
-const char *s2_manifest_generator(const s2_manifest *m);
-int s2_manifest_arch(const s2_manifest *m);
-int s2_manifest_num_kernels(const s2_manifest *m);
-const s2_manifest_kernel *s2_manifest_kernel_at(const s2_manifest *m, int i);
-int s2_manifest_num_patterns(const s2_manifest *m);
-const s2_pattern *s2_manifest_pattern_at(const s2_manifest *m, int i);
-const s2_pattern *s2_manifest_find_pattern(const s2_manifest *m, const char *name);
+S2_API s2_status s2_manifest_parse(s2_ctx *ctx, const char *text, size_t len, s2_manifest **out);
+S2_API void s2_manifest_free(s2_manifest *m);
+S2_API const char *s2_manifest_generator(const s2_manifest *m);
+S2_API int s2_manifest_arch(const s2_manifest *m);
+S2_API int s2_manifest_num_kernels(const s2_manifest *m);
+S2_API const s2_manifest_kernel *s2_manifest_kernel_at(const s2_manifest *m, int i);
+S2_API int s2_manifest_num_patterns(const s2_manifest *m);
+S2_API const s2_pattern *s2_manifest_pattern_at(const s2_manifest *m, int i);
+S2_API const s2_pattern *s2_manifest_find_pattern(const s2_manifest *m, const char *name);
 
 /* Find the manifest text inside a cubin (ELF) image without a GPU: the
  * bytes of the symbol S2_MANIFEST_SYMBOL.  *text points into image. */
-s2_status s2_cubin_find_manifest(s2_ctx *ctx, const void *image, size_t size, const char **text, size_t *len);
+S2_API s2_status s2_cubin_find_manifest(s2_ctx *ctx, const void *image, size_t size, const char **text, size_t *len);
 
 #ifdef __cplusplus
 }

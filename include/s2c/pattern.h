@@ -130,11 +130,11 @@ typedef struct s2_pattern_set s2_pattern_set;
  * at the mask reference, unless it lies in one of the options'
  * allow_mask_dirs (compared lexically after making both absolute against
  * the working directory). */
-s2_status s2_pattern_load(s2_ctx *ctx, const char *path, s2_pattern_set **out);
+S2_API s2_status s2_pattern_load(s2_ctx *ctx, const char *path, s2_pattern_set **out);
 /* Parse from memory; `filename` is used in messages and, as for a file, its
  * directory is the one mask paths are relative to and must stay in (NULL:
  * "<memory>", the working directory). */
-s2_status s2_pattern_parse(s2_ctx *ctx, const char *filename, const char *text, size_t len,
+S2_API s2_status s2_pattern_parse(s2_ctx *ctx, const char *filename, const char *text, size_t len,
                            s2_pattern_set **out);
 
 typedef struct s2_pattern_load_options {
@@ -145,16 +145,16 @@ typedef struct s2_pattern_load_options {
 } s2_pattern_load_options;
 
 /* s2_pattern_load / s2_pattern_parse with options (o may be NULL: the defaults). */
-s2_status s2_pattern_load_opts(s2_ctx *ctx, const char *path, const s2_pattern_load_options *o,
+S2_API s2_status s2_pattern_load_opts(s2_ctx *ctx, const char *path, const s2_pattern_load_options *o,
                                s2_pattern_set **out);
-s2_status s2_pattern_parse_opts(s2_ctx *ctx, const char *filename, const char *text, size_t len,
+S2_API s2_status s2_pattern_parse_opts(s2_ctx *ctx, const char *filename, const char *text, size_t len,
                                 const s2_pattern_load_options *o, s2_pattern_set **out);
-void s2_pattern_set_free(s2_pattern_set *set);
+S2_API void s2_pattern_set_free(s2_pattern_set *set);
 
-int s2_pattern_set_count(const s2_pattern_set *set);
-const s2_pattern *s2_pattern_set_get(const s2_pattern_set *set, int i);
+S2_API int s2_pattern_set_count(const s2_pattern_set *set);
+S2_API const s2_pattern *s2_pattern_set_get(const s2_pattern_set *set, int i);
 /* Find by name; NULL if absent. */
-const s2_pattern *s2_pattern_set_find(const s2_pattern_set *set, const char *name);
+S2_API const s2_pattern *s2_pattern_set_find(const s2_pattern_set *set, const char *name);
 
 /* Build a pattern programmatically from the S2 library's keyword arguments
  * (the golden file's kwargs).  local_right is used only when !causal. */
@@ -175,24 +175,24 @@ typedef struct s2_local_stride_args {
     int64_t max_seq_len;
 } s2_local_stride_args;
 
-void s2_local_stride_args_default(s2_local_stride_args *a);
-s2_status s2_pattern_from_args(s2_ctx *ctx, const s2_local_stride_args *args, s2_pattern_set **out);
+S2_API void s2_local_stride_args_default(s2_local_stride_args *a);
+S2_API s2_status s2_pattern_from_args(s2_ctx *ctx, const s2_local_stride_args *args, s2_pattern_set **out);
 
 /* Read a golden-format mask file ("case NAME {json}", "shape H M N", rows,
  * "end").  `case_name` selects one case (NULL: the first).  The result is
  * freed with s2_block_mask_free. */
-s2_status s2_block_mask_load(s2_ctx *ctx, const char *path, const char *case_name, s2_block_mask *out);
-s2_status s2_block_mask_parse(s2_ctx *ctx, const char *filename, const char *text, size_t len,
+S2_API s2_status s2_block_mask_load(s2_ctx *ctx, const char *path, const char *case_name, s2_block_mask *out);
+S2_API s2_status s2_block_mask_parse(s2_ctx *ctx, const char *filename, const char *text, size_t len,
                               const char *case_name, s2_block_mask *out);
-void s2_block_mask_free(s2_block_mask *m);
+S2_API void s2_block_mask_free(s2_block_mask *m);
 
 /* True when every head keeps every visible block (a dense rule, or a
  * vertical stride of 1) and no range rule applies: the kernel heuristic
  * then picks the dense tiling.  A NULL or unresolved pattern is not dense. */
-bool s2_pattern_is_dense(const s2_pattern *p);
+S2_API bool s2_pattern_is_dense(const s2_pattern *p);
 
 /* Print a one-screen human summary of a pattern (for `s2c check`). */
-s2_status s2_pattern_describe(const s2_pattern *p, char **text); /* malloc'd */
+S2_API s2_status s2_pattern_describe(const s2_pattern *p, char **text); /* malloc'd */
 
 #ifdef __cplusplus
 }

@@ -47,23 +47,23 @@ typedef struct s2_tensor {
 } s2_tensor;
 
 /* Contiguous views of [batch][seq][heads][dim] and [batch][heads][seq][dim]. */
-s2_tensor s2_tensor_bshd(void *data, s2_dtype dt, int64_t seq, int64_t heads, int64_t dim);
-s2_tensor s2_tensor_bhsd(void *data, s2_dtype dt, int64_t seq, int64_t heads, int64_t dim);
+S2_API s2_tensor s2_tensor_bshd(void *data, s2_dtype dt, int64_t seq, int64_t heads, int64_t dim);
+S2_API s2_tensor s2_tensor_bhsd(void *data, s2_dtype dt, int64_t seq, int64_t heads, int64_t dim);
 
 /* Element (b, s, h, d) as a double.  No bounds checks; dtype must be valid. */
-double s2_tensor_get(const s2_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d);
+S2_API double s2_tensor_get(const s2_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d);
 /* Store v rounded to nearest-even in t's dtype (correctly rounded from double). */
-void s2_tensor_set(const s2_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d, double v);
+S2_API void s2_tensor_set(const s2_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d, double v);
 /* v rounded to dt, returned as a double (what s2_tensor_set would store). */
-double s2_round_to_dtype(s2_dtype dt, double v);
+S2_API double s2_round_to_dtype(s2_dtype dt, double v);
 
 /* Fill every element of the extent with a seeded uniform value in [lo, hi]
  * (then rounded to the dtype).  The value depends only on (seed, logical
  * index), not on the strides: two layouts filled alike hold the same tensor. */
-void s2_tensor_fill_random(const s2_tensor *t, const int64_t extent[4], uint64_t seed, double lo, double hi);
-void s2_tensor_fill(const s2_tensor *t, const int64_t extent[4], double v);
+S2_API void s2_tensor_fill_random(const s2_tensor *t, const int64_t extent[4], uint64_t seed, double lo, double hi);
+S2_API void s2_tensor_fill(const s2_tensor *t, const int64_t extent[4], double v);
 /* max |a - b| over the extent; +inf if exactly one of a pair is NaN. */
-double s2_tensor_max_abs_diff(const s2_tensor *a, const s2_tensor *b, const int64_t extent[4]);
+S2_API double s2_tensor_max_abs_diff(const s2_tensor *a, const s2_tensor *b, const int64_t extent[4]);
 
 /* ---- problems ------------------------------------------------------------ */
 
@@ -88,7 +88,7 @@ typedef struct s2_ref_problem {
  * k, v, dk, dv (batch, kv_len, kv_heads, head_dim). */
 
 /* Forward.  lse may be NULL. */
-s2_status s2_ref_forward(s2_ctx *ctx, const s2_ref_problem *p,
+S2_API s2_status s2_ref_forward(s2_ctx *ctx, const s2_ref_problem *p,
                          const s2_tensor *q, const s2_tensor *k, const s2_tensor *v,
                          const s2_tensor *out, float *lse);
 
@@ -101,7 +101,7 @@ s2_status s2_ref_forward(s2_ctx *ctx, const s2_ref_problem *p,
  * dk and dv summed over the query heads of each GQA group.  These are the
  * gradients of sum(out ∘ dO) + sum(lse ∘ d_lse).  Rows with lse = -inf
  * contribute nothing (their dq is 0).  lse and d_lse: [batch][heads][q_len]. */
-s2_status s2_ref_backward(s2_ctx *ctx, const s2_ref_problem *p,
+S2_API s2_status s2_ref_backward(s2_ctx *ctx, const s2_ref_problem *p,
                           const s2_tensor *q, const s2_tensor *k, const s2_tensor *v,
                           const s2_tensor *o, const s2_tensor *d_out,
                           const float *lse, const float *d_lse,
@@ -124,7 +124,7 @@ typedef struct s2_ref_seq {
  * the earlier keys and itself).  lse: fp32 [heads][p->q_len], row q_start + i.
  * Rows of out and lse that belong to no sequence are untouched.  The same
  * numbers as s2_ref_forward on each sequence alone. */
-s2_status s2_ref_forward_varlen(s2_ctx *ctx, const s2_ref_problem *p, const s2_ref_seq *seqs,
+S2_API s2_status s2_ref_forward_varlen(s2_ctx *ctx, const s2_ref_problem *p, const s2_ref_seq *seqs,
                                 const s2_tensor *q, const s2_tensor *k, const s2_tensor *v,
                                 const s2_tensor *out, float *lse);
 
@@ -159,7 +159,7 @@ typedef struct s2_ref_paged_problem {
  * kv_lens[b] - q_len + i.  k_pages, v_pages: dims (page, slot, kv_head, d),
  * extents (num_pages, page_size, kv_heads, head_dim).  lse: [batch][heads][q_len]
  * or NULL.  Same results as s2_ref_forward on the gathered keys. */
-s2_status s2_ref_decode_paged(s2_ctx *ctx, const s2_ref_paged_problem *p,
+S2_API s2_status s2_ref_decode_paged(s2_ctx *ctx, const s2_ref_paged_problem *p,
                               const s2_tensor *q, const s2_tensor *k_pages, const s2_tensor *v_pages,
                               const s2_tensor *out, float *lse);
 
@@ -171,7 +171,7 @@ s2_status s2_ref_decode_paged(s2_ctx *ctx, const s2_ref_paged_problem *p,
  * lse = -inf.  outs[i] and out: (batch, seq, heads, head_dim); lses[i] and
  * lse (may be NULL): [batch][heads][seq], contiguous.  Results are rounded
  * once to out's dtype. */
-s2_status s2_ref_combine(s2_ctx *ctx, int n, int batch, int64_t seq, int heads, int head_dim,
+S2_API s2_status s2_ref_combine(s2_ctx *ctx, int n, int batch, int64_t seq, int heads, int head_dim,
                          const s2_tensor *outs, const float *const *lses, const s2_tensor *out, float *lse);
 
 #ifdef __cplusplus

@@ -39,9 +39,9 @@ typedef struct s2_event s2_event;
 
 /* Load the driver (once per process).  *version gets cuDriverGetVersion's
  * value (12040 for 12.4); version may be NULL. */
-s2_status s2_runtime_driver_version(s2_ctx *ctx, int *version);
+S2_API s2_status s2_runtime_driver_version(s2_ctx *ctx, int *version);
 /* Number of devices; S2_ERR_NO_DEVICE (and *count = 0) when there is none. */
-s2_status s2_device_count(s2_ctx *ctx, int *count);
+S2_API s2_status s2_device_count(s2_ctx *ctx, int *count);
 
 /* ---- devices --------------------------------------------------------------- */
 
@@ -61,14 +61,14 @@ typedef struct s2_device_info {
 
 /* Open device `ordinal` and retain its primary context (shared with the CUDA
  * runtime and frameworks in the same process). */
-s2_status s2_device_open(s2_ctx *ctx, int ordinal, s2_device **out);
+S2_API s2_status s2_device_open(s2_ctx *ctx, int ordinal, s2_device **out);
 /* Use the context current on the calling thread (S2_ERR_INVALID if none).
  * The context is not retained: the caller keeps it alive past s2_device_free. */
-s2_status s2_device_adopt_current(s2_ctx *ctx, s2_device **out);
+S2_API s2_status s2_device_adopt_current(s2_ctx *ctx, s2_device **out);
 /* Releases what s2_device_open retained; NULL is fine. */
-void s2_device_free(s2_device *dev);
-const s2_device_info *s2_device_get_info(const s2_device *dev);
-void *s2_device_cu_context(const s2_device *dev); /* CUcontext */
+S2_API void s2_device_free(s2_device *dev);
+S2_API const s2_device_info *s2_device_get_info(const s2_device *dev);
+S2_API void *s2_device_cu_context(const s2_device *dev); /* CUcontext */
 
 /* Check that `ptr` may be handed to a kernel on `dev` as the argument called
  * `what` (used in the message): non-zero, a multiple of `align` (a power of
@@ -76,29 +76,29 @@ void *s2_device_cu_context(const s2_device *dev); /* CUcontext */
  * of this device and (when the driver names one) this context, and, when
  * bytes > 0, that [ptr, ptr + bytes) lies inside one allocation.
  * Host memory, even pinned, is refused: S2_ERR_INVALID for every failure. */
-s2_status s2_check_device_ptr(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr,
+S2_API s2_status s2_check_device_ptr(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr,
                               size_t bytes, size_t align, const char *what);
 
 /* ---- memory, streams, events (for tests and examples; synchronous) --------- */
 
-s2_status s2_mem_alloc(s2_ctx *ctx, const s2_device *dev, size_t bytes, s2_devptr *out);
-s2_status s2_mem_free(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr); /* 0 is fine */
-s2_status s2_memcpy_h2d(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, const void *src, size_t bytes);
-s2_status s2_memcpy_d2h(s2_ctx *ctx, const s2_device *dev, void *dst, s2_devptr src, size_t bytes);
-s2_status s2_memset_d8(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uint8_t value, size_t bytes);
-s2_status s2_device_synchronize(s2_ctx *ctx, const s2_device *dev);
+S2_API s2_status s2_mem_alloc(s2_ctx *ctx, const s2_device *dev, size_t bytes, s2_devptr *out);
+S2_API s2_status s2_mem_free(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr); /* 0 is fine */
+S2_API s2_status s2_memcpy_h2d(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, const void *src, size_t bytes);
+S2_API s2_status s2_memcpy_d2h(s2_ctx *ctx, const s2_device *dev, void *dst, s2_devptr src, size_t bytes);
+S2_API s2_status s2_memset_d8(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uint8_t value, size_t bytes);
+S2_API s2_status s2_device_synchronize(s2_ctx *ctx, const s2_device *dev);
 
 /* Streams are created blocking (they synchronise with the legacy NULL stream,
  * so the synchronous copies above are ordered with launches on them). */
-s2_status s2_stream_create(s2_ctx *ctx, const s2_device *dev, void **stream);
-s2_status s2_stream_destroy(s2_ctx *ctx, const s2_device *dev, void *stream); /* NULL is fine */
-s2_status s2_stream_synchronize(s2_ctx *ctx, const s2_device *dev, void *stream);
+S2_API s2_status s2_stream_create(s2_ctx *ctx, const s2_device *dev, void **stream);
+S2_API s2_status s2_stream_destroy(s2_ctx *ctx, const s2_device *dev, void *stream); /* NULL is fine */
+S2_API s2_status s2_stream_synchronize(s2_ctx *ctx, const s2_device *dev, void *stream);
 
-s2_status s2_event_create(s2_ctx *ctx, const s2_device *dev, s2_event **out);
-void s2_event_free(s2_event *ev);
-s2_status s2_event_record(s2_ctx *ctx, s2_event *ev, void *stream);
+S2_API s2_status s2_event_create(s2_ctx *ctx, const s2_device *dev, s2_event **out);
+S2_API void s2_event_free(s2_event *ev);
+S2_API s2_status s2_event_record(s2_ctx *ctx, s2_event *ev, void *stream);
 /* Waits for `stop`, then *ms = time between the two records. */
-s2_status s2_event_elapsed_ms(s2_ctx *ctx, s2_event *start, s2_event *stop, float *ms);
+S2_API s2_status s2_event_elapsed_ms(s2_ctx *ctx, s2_event *start, s2_event *stop, float *ms);
 
 /* ---- tensor maps (TMA, compute capability >= 9.0) ---------------------------- */
 
@@ -121,7 +121,7 @@ typedef struct s2_tensor_map {
  * 0, 32, 64 or 128.  dev's context is made current for the call (the driver
  * wants one).  S2_ERR_INVALID with the driver's reason when it refuses,
  * S2_ERR_UNSUPPORTED when the driver has no tensor maps. */
-s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *map, s2_dtype dtype, int rank,
+S2_API s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *map, s2_dtype dtype, int rank,
                                      s2_devptr addr,
                                      const uint64_t *dims, const uint64_t *strides, const uint32_t *box,
                                      int swizzle_bytes);
@@ -130,15 +130,15 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tenso
 
 /* Load a cubin, fatbin or PTX image (the driver JIT-compiles PTX).  PTX need
  * not be NUL-terminated within `size`; the image is not kept after the call. */
-s2_status s2_module_load_data(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
+S2_API s2_status s2_module_load_data(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
                               s2_module **out);
-s2_status s2_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_module **out);
-void s2_module_free(s2_module *mod); /* NULL is fine */
+S2_API s2_status s2_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_module **out);
+S2_API void s2_module_free(s2_module *mod); /* NULL is fine */
 
 /* S2_ERR_NOT_FOUND when the module has no kernel of that name. */
-s2_status s2_kernel_get(s2_ctx *ctx, s2_module *mod, const char *name, s2_kernel **out);
-void s2_kernel_free(s2_kernel *k); /* NULL is fine */
-const char *s2_kernel_name(const s2_kernel *k);
+S2_API s2_status s2_kernel_get(s2_ctx *ctx, s2_module *mod, const char *name, s2_kernel **out);
+S2_API void s2_kernel_free(s2_kernel *k); /* NULL is fine */
+S2_API const char *s2_kernel_name(const s2_kernel *k);
 
 typedef struct s2_kernel_attrs {
     int num_regs;
@@ -151,7 +151,7 @@ typedef struct s2_kernel_attrs {
     int binary_version;
 } s2_kernel_attrs;
 
-s2_status s2_kernel_get_attrs(s2_ctx *ctx, s2_kernel *k, s2_kernel_attrs *out);
+S2_API s2_status s2_kernel_get_attrs(s2_ctx *ctx, s2_kernel *k, s2_kernel_attrs *out);
 
 typedef struct s2_launch_cfg {
     uint32_t grid[3];
@@ -164,7 +164,7 @@ typedef struct s2_launch_cfg {
  * device and the kernel; dynamic shared memory above the kernel's current
  * limit raises that limit first (up to the device's opt-in maximum minus the
  * kernel's static shared memory, else S2_ERR_INVALID). */
-s2_status s2_kernel_launch(s2_ctx *ctx, s2_kernel *k, const s2_launch_cfg *cfg, void **args);
+S2_API s2_status s2_kernel_launch(s2_ctx *ctx, s2_kernel *k, const s2_launch_cfg *cfg, void **args);
 
 #ifdef __cplusplus
 }

@@ -21,11 +21,11 @@ typedef enum s2_arch {
 } s2_arch;
 
 /* "sm_80", "sm_90", "sm_90a" (also "80", "90", "90a"). */
-s2_status s2_arch_parse(const char *text, s2_arch *out);
-const char *s2_arch_name(s2_arch arch); /* "sm_90a"; "?" when invalid */
+S2_API s2_status s2_arch_parse(const char *text, s2_arch *out);
+S2_API const char *s2_arch_name(s2_arch arch); /* "sm_90a"; "?" when invalid */
 /* The arch to compile for a device of compute capability major.minor:
  * 9.x -> sm_90a, 8.x -> sm_80, others S2_ERR_UNSUPPORTED. */
-s2_status s2_arch_for_device(int major, int minor, s2_arch *out);
+S2_API s2_status s2_arch_for_device(int major, int minor, s2_arch *out);
 
 typedef enum s2_kernel_kind {
     S2_KERNEL_FWD = 0,   /* forward with LSE */

@@ -97,6 +97,12 @@ def main():
             print(r.stdout.strip())
             if r.returncode != 0:
                 failures.append(f"lib{lib}: exports differ from the public headers")
+        for lib, so in libs.items():
+            # every public declaration carries S2_API; the libraries are built with hidden visibility
+            undecorated = [l for l in run(["nm", "-D", "--defined-only", str(so)]).splitlines() if " T s2_" not in l
+                           and " s2_" in l]
+            if undecorated:
+                failures.append(f"lib{lib}: exported symbols that are not functions: {undecorated[:5]}")
         if "libLLVM" in run(["objdump", "-p", str(libs["s2rt"])]):
             failures.append("libs2rt needs LLVM")
         libdir = libs["s2rt"].parent
