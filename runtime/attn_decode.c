@@ -44,7 +44,7 @@ static s2_status dec_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_blocks, dec
     if (st == S2_OK)
         st = s2_decode_lists_pack(ctx, l, &pk);
     if (st == S2_OK)
-        st = s2_mem_alloc(ctx, dev, pk.size, &buf);
+        st = s2_rt_alloc(ctx, dev, pk.size, NULL, &buf);
     if (st == S2_OK)
         st = s2_memcpy_h2d(ctx, dev, buf, pk.data, pk.size);
     if (st == S2_OK)
@@ -54,7 +54,7 @@ static s2_status dec_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_blocks, dec
                            .offsets = buf + pk.offsets_off, .entries = buf + pk.entries_off, .max_list = l->max_list};
         buf = 0;
     }
-    s2_mem_free(NULL, dev, buf);
+    s2_rt_free(dev, buf, NULL);
     s2_packed_decode_lists_free(&pk);
     s2_decode_lists_free(l);
     return st;
@@ -68,7 +68,7 @@ static s2_status build_lists(s2_ctx *ctx, void *owner, const int64_t key[2], voi
 static void release_lists(void *owner, void *item)
 {
     const s2_attn_kernel *k = owner;
-    s2_mem_free(NULL, k->mod->dev, ((dec_slot *)item)->buf);
+    s2_rt_free(k->mod->dev, ((dec_slot *)item)->buf, NULL);
 }
 
 s2_status s2_rt_decode_init(s2_ctx *ctx, s2_attn_kernel *k)

@@ -286,6 +286,57 @@ s2_status s2_mem_free(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr)
     return S2_OK;
 }
 
+s2_status s2_device_set_allocator(s2_ctx *ctx, s2_device *dev, const s2_allocator *a)
+{
+    s2_status st = need_dev(ctx, dev, "s2_device_set_allocator");
+    if (st != S2_OK)
+        return st;
+    if (a && (!a->alloc || !a->free))
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_device_set_allocator: alloc and free are both needed");
+    if (atomic_load(&dev->held) != 0)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_device_set_allocator: the runtime holds %ld buffers of the current "
+                       "allocator (set it before loading modules)", (long)atomic_load(&dev->held));
+    dev->alloc = a ? *a : (s2_allocator){0};
+    return S2_OK;
+}
+
+/* The count is the device's only mutable state after open (atomic: kernels
+ * on several threads share a device), so const callers may move it. */
+static _Atomic long *held_of(const s2_device *dev) { return (_Atomic long *)&dev->held; }
+
+s2_status s2_rt_alloc(s2_ctx *ctx, const s2_device *dev, size_t bytes, void *stream, s2_devptr *out)
+{
+    *out = 0;
+    if (!dev->alloc.alloc) {
+        s2_status st = s2_mem_alloc(ctx, dev, bytes, out);
+        if (st == S2_OK)
+            atomic_fetch_add(held_of(dev), 1);
+        return st;
+    }
+    s2_devptr p = 0;
+    if (dev->alloc.alloc(dev->alloc.user, bytes, stream, &p) != 0 || p == 0)
+        return s2_fail(ctx, S2_ERR_NOMEM, "the device's allocator could not give %zu bytes", bytes);
+    if (p % 256 != 0) {
+        dev->alloc.free(dev->alloc.user, p, stream);
+        return s2_fail(ctx, S2_ERR_INVALID, "the device's allocator gave 0x%llx, not 256-byte aligned",
+                       (unsigned long long)p);
+    }
+    atomic_fetch_add(held_of(dev), 1);
+    *out = p;
+    return S2_OK;
+}
+
+void s2_rt_free(const s2_device *dev, s2_devptr ptr, void *stream)
+{
+    if (!ptr)
+        return;
+    atomic_fetch_sub(held_of(dev), 1);
+    if (dev->alloc.free)
+        dev->alloc.free(dev->alloc.user, ptr, stream);
+    else
+        s2_mem_free(NULL, dev, ptr);
+}
+
 s2_status s2_memcpy_h2d(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, const void *src, size_t bytes)
 {
     s2_status st = need_dev(ctx, dev, "s2_memcpy_h2d");

@@ -88,7 +88,13 @@ struct s2_device {
     CUcontext cu_ctx;
     bool retained;   /* primary context retained by s2_device_open */
     s2_device_info info;
+    s2_allocator alloc;      /* the runtime's own buffers; alloc.alloc NULL: the driver's */
+    _Atomic long held;       /* buffers it holds from that allocator now */
 };
+
+/* The runtime's own device buffers, from the device's allocator. */
+s2_status s2_rt_alloc(s2_ctx *ctx, const s2_device *dev, size_t bytes, void *stream, s2_devptr *out);
+void s2_rt_free(const s2_device *dev, s2_devptr ptr, void *stream);
 
 /* Make dev's context current on this thread for one call. */
 s2_status s2_ctx_enter(s2_ctx *ctx, const s2_device *dev);

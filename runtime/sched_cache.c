@@ -8,10 +8,10 @@
 /* The device buffers of a slot (built or partly built). */
 static void slot_free(s2_device *dev, sched_slot *s)
 {
-    s2_mem_free(NULL, dev, s->fwd.buf);
-    s2_mem_free(NULL, dev, s->t_buf);
-    s2_mem_free(NULL, dev, s->w_buf);
-    s2_mem_free(NULL, dev, s->wide.buf);
+    s2_rt_free(dev, s->fwd.buf, NULL);
+    s2_rt_free(dev, s->t_buf, NULL);
+    s2_rt_free(dev, s->w_buf, NULL);
+    s2_rt_free(dev, s->wide.buf, NULL);
     memset(s, 0, sizeof *s);
 }
 
@@ -133,7 +133,7 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layo
     if (chunk_bytes)
         size = chunk_at + chunk_bytes;
     if (st == S2_OK)
-        st = s2_mem_alloc(ctx, k->mod->dev, size, buf);
+        st = s2_rt_alloc(ctx, k->mod->dev, size, NULL, buf);
     if (st == S2_OK)
         st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, pk.data, pk.size);
     if (st == S2_OK && map.data)
@@ -202,7 +202,7 @@ static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, const s2_sched
         st = s2_fail(ctx, S2_ERR_NOMEM, "work list: out of memory");
     }
     if (st == S2_OK)
-        st = s2_mem_alloc(ctx, k->mod->dev, words * sizeof *list, buf);
+        st = s2_rt_alloc(ctx, k->mod->dev, words * sizeof *list, NULL, buf);
     if (st == S2_OK)
         st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, list, words * sizeof *list);
     *n_work = (int32_t)n;
@@ -252,7 +252,7 @@ static s2_status pack_forward(s2_ctx *ctx, const s2_layout *lay, const s2_kspec 
 static s2_status upload_forward(s2_ctx *ctx, s2_device *dev, const s2_packed_schedule *pk, const s2_schedule *sched,
                                 fwd_tables *t)
 {
-    s2_status st = s2_mem_alloc(ctx, dev, pk->size, &t->buf);
+    s2_status st = s2_rt_alloc(ctx, dev, pk->size, NULL, &t->buf);
     if (st == S2_OK)
         st = s2_memcpy_h2d(ctx, dev, t->buf, pk->data, pk->size);
     t->class_of_head = t->buf + pk->class_of_head_off;

@@ -72,7 +72,7 @@ s2_status s2_attn_seqs_new(s2_ctx *ctx, s2_device *dev, const s2_attn_seq *seqs,
     if (max_kv > 0)
         s->sched_q_len = max_kv - min_start, s->sched_kv_len = max_kv;
     size_t bytes = (size_t)n * sizeof *seqs;
-    st = s2_mem_alloc(ctx, dev, bytes, &s->buf);
+    st = s2_rt_alloc(ctx, dev, bytes, NULL, &s->buf);
     if (st == S2_OK)
         st = s2_memcpy_h2d(ctx, dev, s->buf, seqs, bytes);
     /* a launch on a non-blocking stream does not wait for the legacy stream */
@@ -90,7 +90,7 @@ void s2_attn_seqs_free(s2_attn_seqs *s)
 {
     if (!s)
         return;
-    s2_mem_free(NULL, s->dev, s->buf);
+    s2_rt_free(s->dev, s->buf, NULL);
     free(s->host);
     free(s);
 }

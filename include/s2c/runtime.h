@@ -79,6 +79,23 @@ S2_API void *s2_device_cu_context(const s2_device *dev); /* CUcontext */
 S2_API s2_status s2_check_device_ptr(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr,
                               size_t bytes, size_t align, const char *what);
 
+/* ---- the caller's memory ---------------------------------------------------
+ * Device memory the runtime takes for itself (kept-block lists and schedules,
+ * variable-length tables) comes from the device's allocator: by default
+ * cuMemAlloc / cuMemFree, or an engine's pool (PyTorch's caching allocator,
+ * an arena) set here.  alloc returns 0 and a pointer to at least `bytes`
+ * bytes, 256-byte aligned, usable on `stream` (NULL: the legacy stream), or
+ * nonzero when it cannot; free returns a pointer alloc gave.  Both may be
+ * called from any thread that launches on the device.  Set it before the
+ * first module is loaded on the device: S2_ERR_INVALID while the runtime
+ * holds memory from the current one.  NULL restores the default. */
+typedef struct s2_allocator {
+    int (*alloc)(void *user, size_t bytes, void *stream, s2_devptr *ptr);
+    void (*free)(void *user, s2_devptr ptr, void *stream);
+    void *user;
+} s2_allocator;
+S2_API s2_status s2_device_set_allocator(s2_ctx *ctx, s2_device *dev, const s2_allocator *a);
+
 /* ---- memory, streams, events (for tests and examples; synchronous) --------- */
 
 S2_API s2_status s2_mem_alloc(s2_ctx *ctx, const s2_device *dev, size_t bytes, s2_devptr *out);

@@ -709,6 +709,102 @@ static uint8_t *fetch(s2_ctx *ctx, const s2_jit_opts *o, const s2_pattern *p, co
     return cubin;
 }
 
+/* ---- the caller's allocator ------------------------------------------------------ */
+
+/* An engine's pool: one block taken up front, handed out 256 bytes aligned. */
+typedef struct pool {
+    s2_devptr base;
+    size_t size, used;
+    int allocs, frees, live;
+    int fail, misalign;
+} pool;
+
+static int pool_alloc(void *user, size_t bytes, void *stream, s2_devptr *ptr)
+{
+    (void)stream;
+    pool *p = user;
+    size_t at = (p->used + 255) & ~(size_t)255;
+    if (p->fail || at + bytes > p->size)
+        return 1;
+    p->used = at + bytes;
+    p->allocs++, p->live++;
+    *ptr = p->base + at + (p->misalign ? 8 : 0);
+    return 0;
+}
+
+static void pool_free(void *user, s2_devptr ptr, void *stream)
+{
+    (void)stream;
+    pool *p = user;
+    ck_assert(ptr >= p->base && ptr < p->base + p->size);
+    p->frees++, p->live--;
+}
+
+/* Every buffer the runtime takes (schedules, work lists, varlen tables)
+ * comes from the caller's allocator and goes back to it; the driver
+ * allocates nothing for it. */
+START_TEST(caller_allocator_serves_the_runtime)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_device *dev = open_fake(ctx);
+    pool p = {.size = 8 << 20};
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, p.size, &p.base), S2_OK);
+    s2_allocator al = {pool_alloc, pool_free, &p};
+    ck_assert_int_eq(s2_device_set_allocator(ctx, dev, &(s2_allocator){pool_alloc, NULL, &p}), S2_ERR_INVALID);
+    ck_assert_int_eq(s2_device_set_allocator(ctx, dev, &al), S2_OK);
+    fixture f = {.ctx = ctx, .dev = dev};
+    f.mod = load(ctx, dev, &A);
+    f.k = s2_attn_module_kernel_at(f.mod, 0);
+    size_t qb = (size_t)FB * FSQ * FH * FD * 2, kb = (size_t)FB * FSK * FHK * FD * 2;
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, qb, &f.q), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, kb, &f.kk), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, kb, &f.v), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, qb, &f.o), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)FB * FH * FSQ * 4, &f.lse), S2_OK);
+    f.a = (s2_attn_fwd_args){.batch = FB, .q_len = FSQ, .kv_len = FSK, .heads = FH, .kv_heads = FHK, .head_dim = FD,
+                             .dtype = S2_DTYPE_BF16, .q = f.q, .k = f.kk, .v = f.v, .o = f.o, .lse = f.lse};
+    s2_attn_fwd_args_bshd(&f.a);
+    long long driver_allocs = fake_get("allocs_live");
+    s2_attn_fwd_args a = f.a;
+    for (int q_len = 8; q_len <= 32; q_len += 8) {
+        a.q_len = q_len;
+        ck_assert_msg(s2_attn_forward(ctx, f.k, NULL, &a) == S2_OK, "%s", s2_ctx_message(ctx));
+    }
+    s2_attn_seq seqs[2] = {{0, 17, 0, 300}, {17, 64, 300, 64}};
+    s2_attn_seqs *sq = NULL;
+    ck_assert_msg(s2_attn_seqs_new(ctx, dev, seqs, 2, &sq) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_int_ge(p.allocs, 5);   /* four schedules and the varlen table at least */
+    ck_assert_int_eq(p.live, p.allocs);
+    ck_assert_int_eq(fake_get("allocs_live"), driver_allocs);
+    /* not while the runtime holds the pool's memory */
+    ck_assert_int_eq(s2_device_set_allocator(ctx, dev, NULL), S2_ERR_INVALID);
+    assert_msg_has(ctx, "holds");
+    s2_attn_seqs_free(sq);
+    /* a pool that cannot serve: the launch fails cleanly, nothing launched */
+    long long launches = fake_get("launches");
+    p.fail = 1;
+    a.q_len = 40;
+    ck_assert_int_eq(s2_attn_forward(ctx, f.k, NULL, &a), S2_ERR_NOMEM);
+    assert_msg_has(ctx, "allocator could not give");
+    p.fail = 0, p.misalign = 1;
+    ck_assert_int_eq(s2_attn_forward(ctx, f.k, NULL, &a), S2_ERR_INVALID);
+    assert_msg_has(ctx, "not 256-byte aligned");
+    ck_assert_int_eq(fake_get("launches"), launches);
+    p.misalign = 0;
+    s2_devptr *ps[] = {&f.q, &f.kk, &f.v, &f.o, &f.lse};
+    for (int i = 0; i < 5; i++)
+        ck_assert_int_eq(s2_mem_free(ctx, dev, *ps[i]), S2_OK);
+    s2_attn_module_free(f.mod);
+    ck_assert_int_eq(p.live, 0);
+    ck_assert_int_eq(p.frees, p.allocs);
+    ck_assert_int_eq(s2_device_set_allocator(ctx, dev, NULL), S2_OK);
+    ck_assert_int_eq(s2_mem_free(ctx, dev, p.base), S2_OK);
+    ck_assert_int_eq(fake_get("allocs_live"), 0);
+    s2_device_free(dev);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(jit_miss_hit_and_rebuild)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -1146,6 +1242,7 @@ int main(int argc, char **argv)
     tcase_add_loop_test(tc_args, every_bad_argument_has_its_status, 0, M_COUNT);
     tcase_add_test(tc_args, null_kernel_args_and_the_32_bit_limit);
     tcase_add_test(tc_args, launch_shape_and_schedule_cache);
+    tcase_add_test(tc_args, caller_allocator_serves_the_runtime);
     tcase_add_test(tc_args, wide_variant_for_long_lists);
     tcase_add_test(tc_args, varlen_sequences_are_checked);
     tcase_add_test(tc_args, varlen_forward_checks_and_launch);
