@@ -1,6 +1,7 @@
 /* PTX -> cubin: ptxas as a subprocess or nvJitLink loaded with dlopen, and
  * the resource numbers both report. */
 #include "cg_internal.h"
+#include "elf.h"
 #include "toolfind.h"
 
 #define NVJITLINK_NO_INLINE 1
@@ -109,89 +110,16 @@ int s2_parse_resources(const char *log, s2_kernel_info *info, int max_info)
     return n;
 }
 
-/* ---- EIATTR_REGCOUNT from the cubin (ELF64, little endian) ---- */
-
-enum { EIATTR_REGCOUNT = 0x2f, EIFMT_SVAL = 0x04 };
-
-static uint64_t rd(const uint8_t *p, int bytes)
-{
-    uint64_t v = 0;
-    for (int i = bytes - 1; i >= 0; i--)
-        v = v << 8 | p[i];
-    return v;
-}
-
-/* Walk the nv.info records of a section for REGCOUNT of symbol `sym`
- * (sym < 0: any symbol, the per-kernel section). */
-static int regcount_in(const uint8_t *d, size_t n, long sym)
-{
-    for (size_t o = 0; o + 4 <= n;) {
-        unsigned fmt = d[o], attr = d[o + 1];
-        size_t sz = fmt == EIFMT_SVAL ? (size_t)rd(d + o + 2, 2) : 0;
-        if (o + 4 + sz > n)
-            break;
-        if (attr == EIATTR_REGCOUNT && fmt == EIFMT_SVAL && sz >= 8 &&
-            (sym < 0 || (long)rd(d + o + 4, 4) == sym))
-            return (int)rd(d + o + 8, 4);
-        o += 4 + sz;
-    }
-    return -1;
-}
+/* ---- EIATTR_REGCOUNT from the cubin: common/elf.c's bounds-checked reader ---- */
 
 int s2_cubin_regcount(const uint8_t *c, size_t size, const char *name)
 {
-    if (!c || size < 64 || memcmp(c, "\177ELF", 4) != 0 || c[4] != 2 || c[5] != 1)
-        return -1;
-    uint64_t shoff = rd(c + 0x28, 8);
-    unsigned shentsize = (unsigned)rd(c + 0x3a, 2), shnum = (unsigned)rd(c + 0x3c, 2);
-    unsigned shstrndx = (unsigned)rd(c + 0x3e, 2);
-    if (shentsize < 64 || shstrndx >= shnum || shoff > size || (uint64_t)shnum * shentsize > size - shoff)
-        return -1;
-#define SH(i) (c + shoff + (uint64_t)(i) * shentsize)
-    uint64_t stroff = rd(SH(shstrndx) + 0x18, 8), strsz = rd(SH(shstrndx) + 0x20, 8);
-    if (stroff > size || strsz > size - stroff)
-        return -1;
-    char want[160];
-    snprintf(want, sizeof want, ".nv.info.%s", name);
-    const uint8_t *global = NULL, *symtab = NULL, *symstr = NULL;
-    uint64_t global_sz = 0, symtab_sz = 0, symstr_sz = 0, symentsz = 24;
-    for (unsigned i = 0; i < shnum; i++) {
-        uint64_t nm = rd(SH(i), 4), off = rd(SH(i) + 0x18, 8), sz = rd(SH(i) + 0x20, 8);
-        unsigned type = (unsigned)rd(SH(i) + 4, 4);
-        if (nm >= strsz || off > size || sz > size - off)
-            continue;
-        const char *sname = (const char *)c + stroff + nm;
-        if (memchr(sname, 0, strsz - nm) == NULL)
-            continue;
-        if (strcmp(sname, want) == 0) {
-            int r = regcount_in(c + off, sz, -1);
-            if (r >= 0)
-                return r;
-        } else if (strcmp(sname, ".nv.info") == 0) {
-            global = c + off;
-            global_sz = sz;
-        } else if (type == 2 /* SHT_SYMTAB */) {
-            unsigned link = (unsigned)rd(SH(i) + 0x28, 4);
-            uint64_t loff = link < shnum ? rd(SH(link) + 0x18, 8) : 0, lsz = link < shnum ? rd(SH(link) + 0x20, 8) : 0;
-            if (loff <= size && lsz <= size - loff) {
-                symtab = c + off;
-                symtab_sz = sz;
-                symentsz = rd(SH(i) + 0x38, 8) ? rd(SH(i) + 0x38, 8) : 24;
-                symstr = c + loff;
-                symstr_sz = lsz;
-            }
-        }
-    }
-#undef SH
-    if (!global || !symtab)
-        return -1;
-    for (uint64_t s = 0; s * symentsz + 24 <= symtab_sz; s++) {
-        uint64_t nm = rd(symtab + s * symentsz, 4);
-        if (nm < symstr_sz && memchr(symstr + nm, 0, symstr_sz - nm) &&
-            strcmp((const char *)symstr + nm, name) == 0)
-            return regcount_in(global, global_sz, (long)s);
-    }
-    return -1;
+    s2_ctx *ctx = s2_ctx_new();
+    int regs = -1;
+    if (!ctx || !c || !name || s2_elf_regcount(ctx, c, size, name, &regs) != S2_OK)
+        regs = -1;
+    s2_ctx_free(ctx);
+    return regs;
 }
 
 /* ---- ptxas as a subprocess ---- */

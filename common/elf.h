@@ -18,4 +18,12 @@
 s2_status s2_elf_find_symbol(s2_ctx *ctx, const void *image, size_t size, const char *name,
                              const uint8_t **bytes, size_t *len);
 
+/* The register count ptxas or nvJitLink recorded for kernel `name`
+ * (EIATTR_REGCOUNT): from the kernel's own .nv.info.NAME section, else from
+ * the module's .nv.info record naming the symbol's index in the symbol table
+ * that section links.  Untrusted image, as above: malformed sections or
+ * records are S2_ERR_PARSE; S2_ERR_NOT_FOUND when the image is sound but
+ * records no count for that kernel. */
+s2_status s2_elf_regcount(s2_ctx *ctx, const void *image, size_t size, const char *name, int *regs);
+
 #endif

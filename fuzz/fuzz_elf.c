@@ -1,4 +1,5 @@
-/* libFuzzer harness of the ELF symbol reader (common/elf.c): any input must
+/* libFuzzer harness of the ELF readers (common/elf.c: symbols and the
+ * .nv.info register counts): any input must
  * be accepted or rejected without a crash or an out-of-bounds read (the
  * returned bytes are read in full, so ASan sees them), with a one-line
  * message on rejection, and a returned range must lie inside the input.
@@ -58,6 +59,14 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size)
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         s2_status st = s2_elf_find_symbol(ctx, img, size, names[i], &b, &n);
         check(ctx, st, img, size, b, n);
+    }
+    /* the .nv.info reader: a count only with S2_OK, a one-line message otherwise */
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        int regs = 0;
+        s2_status st = s2_elf_regcount(ctx, img, size, names[i], &regs);
+        if ((st == S2_OK) != (regs >= 0 && regs <= 65535))
+            abort();
+        check(ctx, st, img, size, img, 0);
     }
     const char *text;
     s2_status st = s2_cubin_find_manifest(ctx, img, size, &text, &n);

@@ -271,15 +271,16 @@ s2_status s2_pp_load_mask(parser *P, s2_pattern *p, const node *mask_node, const
     s2_block_mask *masks = s2_arena_array(&P->set->arena, (size_t)p->num_masks + 1, sizeof *masks);
     size_t nbits = (size_t)(m.heads * m.rows * m.cols);
     uint8_t *bits = s2_arena_alloc(&P->set->arena, nbits);
-    char *name = s2_arena_strdup(&P->set->arena, m.name);
-    if (!masks || !bits || !name) {
+    char *name = s2_arena_strdup(&P->set->arena, m.name), *file = s2_arena_strdup(&P->set->arena, full);
+    if (!masks || !bits || !name || !file) {
         s2_block_mask_free(&m);
         return s2_pp_nomem(P);
     }
     if (p->num_masks)
         memcpy(masks, p->masks, (size_t)p->num_masks * sizeof *masks);
     memcpy(bits, m.bits, nbits);
-    masks[p->num_masks] = (s2_block_mask){.name = name, .heads = m.heads, .rows = m.rows, .cols = m.cols, .bits = bits};
+    masks[p->num_masks] = (s2_block_mask){.name = name, .heads = m.heads, .rows = m.rows, .cols = m.cols, .bits = bits,
+                                         .file = file};
     s2_block_mask_free(&m);
     p->masks = masks;
     *index = p->num_masks++;

@@ -8,6 +8,7 @@
 #include "s2c/kv_evict.h"
 #include "s2c/layout.h"
 #include "s2c/pattern.h"
+#include "util.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -81,20 +82,6 @@ static char *out_dir(const char *out)
     return d;
 }
 
-static int write_output(const char *path, const void *data, size_t size)
-{
-    FILE *f = fopen(path, "wb");
-    int status = EXIT_OK;
-    if (!f || fwrite(data, 1, size, f) != size)
-        status = EXIT_INPUT;
-    if (f && fclose(f) != 0)
-        status = EXIT_INPUT;
-    if (status != EXIT_OK)
-        fprintf(stderr, "s2c: %s: %s\n", path, strerror(errno));
-    return status;
-}
-
-
 /* Registers and spills as the assembler reported them, one line per kernel. */
 static void print_resources(const s2_artifact *art)
 {
@@ -167,7 +154,8 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_n
 /* DIR/IDENT.h and DIR/IDENT.c: one launcher IDENT_<symbol without "s2_">
  * per kernel of the manifest (three for a backward module, four with NAME_dqds,
  * two for a forward with a wide variant NAME_w). */
-static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, const char *ident, const char *dir)
+static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, const char *ident, const char *dir,
+                     FILE *info)
 {
     int n = s2_manifest_num_kernels(m);
     /* the emitter knows the forward's pointer, tensor-map and persistent ABIs, the backward's and decode's
@@ -199,18 +187,105 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
         nk += aot_kernels_of(s2_manifest_kernel_at(m, i), ks + nk, names + nk);
     s2_aot_module mod = {.name = ident, .cubin = art->cubin, .cubin_size = art->cubin_size,
                          .manifest = art->manifest, .kernels = ks, .num_kernels = nk};
-    s2_status st = s2_aot_write(ctx, &mod, dir);
-    if (st == S2_OK) {
-        printf("%s/%s.h, %s/%s.c: load_%s(), unload_%s()\n", dir, ident, dir, ident, ident, ident);
+    int made = make_dirs(dir);
+    s2_status st = made ? S2_ERR_IO : s2_aot_write(ctx, &mod, dir);
+    if (st == S2_OK && info) {
+        fprintf(info, "%s/%s.h, %s/%s.c: load_%s(), unload_%s()\n", dir, ident, dir, ident, ident, ident);
         for (int i = 0; i < nk; i++)
-            printf("launcher %s_%s\n", ident, ks[i].name);
+            fprintf(info, "launcher %s_%s\n", ident, ks[i].name);
     }
     free(ks);
     free(names);
-    return st == S2_OK ? EXIT_OK : input_error(ctx);
+    return made ? made : st == S2_OK ? EXIT_OK : input_error(ctx);
 }
 
-static int compile_softmax(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind emit, s2_cubin_backend backend)
+/* What one compile leaves for the depfile: its outputs and the files it read. */
+typedef struct deps {
+    char *targets[16];
+    int num_targets;
+    const char *pattern;      /* NULL for stdin */
+    char *masks[64 * 8];      /* every mask file of the set, once each */
+    int num_masks;
+} deps;
+
+static int dep_add(char **list, int *n, int max, const char *path)
+{
+    for (int i = 0; i < *n; i++)
+        if (strcmp(list[i], path) == 0)
+            return 0;
+    if (*n >= max || !(list[*n] = strdup(path))) {
+        fprintf(stderr, "s2c: out of memory\n");
+        return EXIT_INPUT;
+    }
+    (*n)++;
+    return 0;
+}
+
+static int dep_add_masks(deps *d, const s2_pattern_set *set)
+{
+    for (int i = 0; d && i < s2_pattern_set_count(set); i++) {
+        const s2_pattern *p = s2_pattern_set_get(set, i);
+        for (int m = 0; m < p->num_masks; m++)
+            if (p->masks[m].file && dep_add(d->masks, &d->num_masks, (int)(sizeof d->masks / sizeof d->masks[0]),
+                                            p->masks[m].file))
+                return EXIT_INPUT;
+    }
+    return 0;
+}
+
+static void deps_free(deps *d)
+{
+    for (int i = 0; i < d->num_targets; i++)
+        free(d->targets[i]);
+    for (int i = 0; i < d->num_masks; i++)
+        free(d->masks[i]);
+}
+
+/* A path as Make reads it: spaces and '#' escaped with '\', '$' doubled. */
+static void make_escape(s2_buf *b, const char *path)
+{
+    for (const char *c = path; *c; c++) {
+        if (*c == ' ' || *c == '\t' || *c == '#')
+            s2_buf_puts(b, "\\");
+        if (*c == '$')
+            s2_buf_puts(b, "$");
+        s2_buf_append(b, c, 1);
+    }
+}
+
+/* "TARGET...: PATTERN MASK...\n" into the depfile (-MT NAME as given). */
+static int write_depfile(const opts *o, const deps *d, const char *path)
+{
+    s2_buf b;
+    s2_buf_init(&b);
+    if (o->dep_target) {
+        s2_buf_puts(&b, o->dep_target);
+    } else {
+        for (int i = 0; i < d->num_targets; i++) {
+            if (i)
+                s2_buf_puts(&b, " ");
+            make_escape(&b, d->targets[i]);
+        }
+    }
+    s2_buf_puts(&b, ":");
+    if (d->pattern) {
+        s2_buf_puts(&b, " ");
+        make_escape(&b, d->pattern);
+    }
+    for (int i = 0; i < d->num_masks; i++) {
+        s2_buf_puts(&b, " ");
+        make_escape(&b, d->masks[i]);
+    }
+    s2_buf_puts(&b, "\n");
+    int rc = b.oom ? EXIT_INPUT : write_output(path, b.data, b.len);
+    if (b.oom)
+        fprintf(stderr, "s2c: out of memory\n");
+    s2_buf_free(&b);
+    return rc;
+}
+
+static int compile_softmax(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind emit, s2_cubin_backend backend,
+                           FILE *info, deps *d)
 {
     if (o->head_dim || o->dtype || o->block_m || o->block_n || o->num_warps || o->num_stages || o->kv_gather ||
         o->num_options)
@@ -223,6 +298,8 @@ static int compile_softmax(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind e
     const s2_pattern *p = NULL;
     int np = 0;
     int rc = load_patterns(ctx, o, 1, &set, &p, &np);
+    if (rc == 0)
+        rc = dep_add_masks(d, set);
     s2_artifact *art = NULL;
     s2_target target;
     s2_target_default(&target, arch);
@@ -235,16 +312,19 @@ static int compile_softmax(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind e
         rc = write_output(o->output, data, size);
         if (rc == 0 && o->verbose)
             print_resources(art);
+        if (rc == 0 && info)
+            fprintf(info, "%s: wrote %zu bytes (row softmax, %s, %s, pattern %s)\n", o->output, size, o->emit,
+                    s2_arch_name(arch), p->name);
         if (rc == 0)
-            printf("%s: wrote %zu bytes (row softmax, %s, %s, pattern %s)\n", o->output, size, o->emit, o->arch,
-                   p->name);
+            rc = dep_add(d->targets, &d->num_targets, 16, o->output);
     }
     s2_artifact_free(art);
     s2_pattern_set_free(set);
     return rc;
 }
 
-static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind emit, s2_cubin_backend backend)
+static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind emit, s2_cubin_backend backend,
+                             FILE *info, deps *d)
 {
     if (!o->head_dim || !o->dtype)
         return usage_error("%s", "compile: --head-dim and --dtype are required");
@@ -272,7 +352,9 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
             if (strcmp(o->names[i], o->names[j]) == 0)
                 return usage_error("compile: --name %s is given twice", o->names[i]);
 
-    char *ident = module_ident(o->output), *dir = out_dir(o->output);
+    /* -o -: the module is named "stdout" (dumps, overrides) */
+    bool to_stdout = strcmp(o->output, "-") == 0;
+    char *ident = module_ident(to_stdout ? "stdout" : o->output), *dir = out_dir(o->output);
     s2_pattern_set *set = NULL;
     const s2_pattern *pats[MAX_NAMES];
     int np = 0;
@@ -283,6 +365,8 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
         fprintf(stderr, "s2c: out of memory\n");
     if (rc == 0)
         rc = load_patterns(ctx, o, MAX_NAMES, &set, pats, &np);
+    if (rc == 0)
+        rc = dep_add_masks(d, set);
     if (rc == 0 && s2_pattern_set_count(set) > MAX_NAMES && o->num_names == 0) {
         fprintf(stderr, "%s: more than %d patterns; pick some with --name\n", o->pattern, MAX_NAMES);
         rc = EXIT_INPUT;
@@ -293,19 +377,26 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
                     s2_manifest_parse(ctx, art->manifest, strlen(art->manifest), &m) != S2_OK))
         rc = input_error(ctx);
     if (rc == 0 && emit == EMIT_C) {
-        rc = write_aot(ctx, art, m, ident, dir);
+        rc = write_aot(ctx, art, m, ident, dir, info);
+        char path[4096 + 300];
+        for (int x = 0; x < 2 && rc == 0; x++) {
+            snprintf(path, sizeof path, "%s/%s.%s", dir, ident, x ? "c" : "h");
+            rc = dep_add(d->targets, &d->num_targets, 16, path);
+        }
     } else if (rc == 0) {
         const void *data = emit == EMIT_CUBIN ? (const void *)art->cubin
                          : emit == EMIT_PTX ? (const void *)art->ptx : (const void *)art->ir;
         size_t size = emit == EMIT_CUBIN ? art->cubin_size : emit == EMIT_PTX ? art->ptx_len : strlen(art->ir);
         rc = write_output(o->output, data, size);
+        if (rc == 0 && info)
+            fprintf(info, "%s: wrote %zu bytes (%s, %s, %d kernel%s)\n", o->output, size, o->emit,
+                    s2_arch_name(arch), np, np == 1 ? "" : "s");
         if (rc == 0)
-            printf("%s: wrote %zu bytes (%s, %s, %d kernel%s)\n", o->output, size, o->emit, o->arch, np,
-                   np == 1 ? "" : "s");
+            rc = dep_add(d->targets, &d->num_targets, 16, o->output);
     }
     if (rc == 0) {
-        for (int i = 0; i < s2_manifest_num_kernels(m); i++)
-            print_kernel(s2_manifest_kernel_at(m, i));
+        for (int i = 0; i < s2_manifest_num_kernels(m) && info; i++)
+            print_kernel(info, s2_manifest_kernel_at(m, i));
         if (o->verbose)
             print_resources(art);
     }
@@ -317,19 +408,51 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
     return rc;
 }
 
+/* OUT with ".ARCH" before its extension: out.cubin -> out.sm_80.cubin. */
+static char *arch_output(const char *out, const char *arch)
+{
+    const char *base = strrchr(out, '/');
+    base = base ? base + 1 : out;
+    const char *dot = strrchr(base, '.');
+    size_t stem = dot && dot != base ? (size_t)(dot - out) : strlen(out);
+    size_t n = strlen(out) + strlen(arch) + 2;
+    char *s = malloc(n);
+    if (s)
+        snprintf(s, n, "%.*s.%s%s", (int)stem, out, arch, out + stem);
+    return s;
+}
+
+/* The default depfile: OUT with its extension replaced by ".d". */
+static char *default_depfile(const char *out)
+{
+    const char *base = strrchr(out, '/');
+    base = base ? base + 1 : out;
+    const char *dot = strrchr(base, '.');
+    size_t stem = dot && dot != base ? (size_t)(dot - out) : strlen(out);
+    char *s = malloc(stem + 3);
+    if (s)
+        snprintf(s, stem + 3, "%.*s.d", (int)stem, out);
+    return s;
+}
+
 int cmd_compile(s2_ctx *ctx, int argc, char **argv)
 {
     opts o = {.emit = "cubin", .backend = "auto", .kernel = "attention"};
-    int rc = parse_one_file(argc, argv, &o, "compile", "PATTERN");
+    int rc = parse_one_file(argc, argv, &o, "PATTERN");
     if (rc)
         return rc;
-    if (!o.arch)
+    if (!o.num_archs)
         return usage_error("%s", "compile: --arch is required (sm_80, sm_90 or sm_90a)");
     if (!o.output)
         return usage_error("%s", "compile: -o OUT is required");
-    s2_arch arch;
-    if (s2_arch_parse(o.arch, &arch) != S2_OK)
-        return usage_error("compile: --arch must be sm_80, sm_90 or sm_90a, got '%s'", o.arch);
+    s2_arch archs[8];
+    for (int i = 0; i < o.num_archs; i++) {
+        if (s2_arch_parse(o.archs[i], &archs[i]) != S2_OK)
+            return usage_error("compile: --arch must be sm_80, sm_90 or sm_90a, got '%s'", o.archs[i]);
+        for (int j = 0; j < i; j++)
+            if (archs[j] == archs[i])
+                return usage_error("compile: --arch %s is given twice", o.archs[i]);
+    }
     emit_kind emit;
     if (parse_emit(o.emit, &emit) != 0)
         return usage_error("compile: --emit must be cubin, c, ptx or ll, got '%s'", o.emit);
@@ -339,8 +462,55 @@ int cmd_compile(s2_ctx *ctx, int argc, char **argv)
     bool softmax = strcmp(o.kernel, "softmax") == 0;
     if (!softmax && strcmp(o.kernel, "attention") != 0)
         return usage_error("compile: --kernel must be attention or softmax, got '%s'", o.kernel);
+    bool to_stdout = strcmp(o.output, "-") == 0;
+    if (to_stdout && emit == EMIT_C)
+        return usage_error("%s", "compile: --emit c writes two files; -o - is not for it");
+    if (to_stdout && o.num_archs > 1)
+        return usage_error("%s", "compile: -o - takes one --arch");
+    if (to_stdout && o.depfile && !o.depfile_path)
+        return usage_error("%s", "compile: -MD with -o - needs -MF FILE");
+    if (strcmp(o.pattern, "-") == 0 && !o.stdin_text) {
+        uint8_t *text = NULL;
+        if ((rc = read_input("-", CLI_MAX_STDIN, &text, &o.stdin_len)) != 0)
+            return rc;
+        o.stdin_text = (const char *)text;
+    }
     if ((o.dump_dir && s2_ctx_set_dump_dir(ctx, o.dump_dir) != S2_OK) ||
-        (o.override_dir && s2_ctx_set_override_dir(ctx, o.override_dir) != S2_OK))
+        (o.override_dir && s2_ctx_set_override_dir(ctx, o.override_dir) != S2_OK)) {
+        free((char *)o.stdin_text);
         return input_error(ctx);
-    return softmax ? compile_softmax(ctx, &o, arch, emit, backend) : compile_attention(ctx, &o, arch, emit, backend);
+    }
+    /* the summary goes to stdout, to stderr when stdout carries the module, nowhere with --quiet */
+    FILE *info = o.quiet ? NULL : to_stdout ? stderr : stdout;
+    deps d = {.pattern = strcmp(o.pattern, "-") == 0 ? NULL : o.pattern};
+    const char *out = o.output;
+    for (int i = 0; i < o.num_archs && rc == 0; i++) {
+        char *path = o.num_archs > 1 ? arch_output(out, o.archs[i]) : NULL;
+        if (o.num_archs > 1 && !path) {
+            fprintf(stderr, "s2c: out of memory\n");
+            rc = EXIT_INPUT;
+            break;
+        }
+        o.output = path ? path : out;
+        o.arch = o.archs[i];
+        rc = softmax ? compile_softmax(ctx, &o, archs[i], emit, backend, info, &d)
+                     : compile_attention(ctx, &o, archs[i], emit, backend, info, &d);
+        free(path);
+    }
+    o.output = out;
+    if (rc == 0 && o.depfile) {
+        char *dep = o.depfile_path ? NULL : default_depfile(out);
+        if (!o.depfile_path && !dep) {
+            fprintf(stderr, "s2c: out of memory\n");
+            rc = EXIT_INPUT;
+        } else {
+            if (to_stdout && !o.dep_target)
+                o.dep_target = "-";
+            rc = write_depfile(&o, &d, o.depfile_path ? o.depfile_path : dep);
+        }
+        free(dep);
+    }
+    deps_free(&d);
+    free((char *)o.stdin_text);
+    return rc;
 }

@@ -1,5 +1,6 @@
 /* s2c info: what a generated cubin says about itself (no GPU). */
 #include "cli.h"
+#include "elf.h"
 #include "kernel_abi.h"
 #include "s2c/aot.h"
 #include "s2c/attention.h"
@@ -16,45 +17,6 @@
 #include <string.h>
 
 /* ---- info ------------------------------------------------------------------- */
-
-static int read_whole(const char *path, uint8_t **data, size_t *size)
-{
-    FILE *f = fopen(path, "rb");
-    uint8_t *buf = NULL;
-    size_t n = 0, cap = 0;
-    if (!f) {
-        fprintf(stderr, "s2c: %s: %s\n", path, strerror(errno));
-        return EXIT_INPUT;
-    }
-    for (;;) {
-        if (n == cap) {
-            size_t ncap = cap ? cap * 2 : 1 << 16;
-            uint8_t *nb = ncap > cap ? realloc(buf, ncap) : NULL;
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                fprintf(stderr, "s2c: %s: out of memory\n", path);
-                return EXIT_INPUT;
-            }
-            buf = nb;
-            cap = ncap;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0)
-            break;
-    }
-    int err = ferror(f);
-    fclose(f);
-    if (err) {
-        free(buf);
-        fprintf(stderr, "s2c: %s: read error\n", path);
-        return EXIT_INPUT;
-    }
-    *data = buf;
-    *size = n;
-    return 0;
-}
 
 /* s2_pattern_describe's text without its first line (which names the
  * pattern file: a manifest's patterns have none), indented. */
@@ -76,16 +38,83 @@ static void print_pattern(const s2_pattern *p)
     free(text);
 }
 
+static const char *kind_name(s2_kernel_kind k)
+{
+    return k == S2_KERNEL_FWD ? "fwd" : k == S2_KERNEL_BWD ? "bwd" : k == S2_KERNEL_DECODE ? "decode" : "?";
+}
+
+/* The registers of one kernel (-1: none recorded); the reason in ctx. */
+static int regs_of(s2_ctx *ctx, const uint8_t *image, size_t size, const char *symbol)
+{
+    int regs = -1;
+    return s2_elf_regcount(ctx, image, size, symbol, &regs) == S2_OK ? regs : -1;
+}
+
+static void info_json(s2_ctx *ctx, const char *path, const uint8_t *image, size_t size, const s2_manifest *m)
+{
+    printf("{\"schema_version\": 1, \"command\": \"info\", \"path\": ");
+    json_str(stdout, path);
+    printf(", \"bytes\": %zu, \"generator\": ", size);
+    json_str(stdout, s2_manifest_generator(m));
+    printf(", \"arch\": ");
+    json_str(stdout, s2_arch_name((s2_arch)s2_manifest_arch(m)));
+    printf(", \"entries\": [");
+    for (int i = 0; i < s2_manifest_num_kernels(m); i++) {
+        const s2_manifest_kernel *k = s2_manifest_kernel_at(m, i);
+        const s2_kernel_spec *s = &k->spec;
+        printf("%s{\"name\": ", i ? ", " : "");
+        json_str(stdout, k->name);
+        printf(", \"pattern\": ");
+        json_str(stdout, k->pattern);
+        printf(", \"kind\": \"%s\", \"dtype\": ", kind_name(s->kind));
+        json_str(stdout, s2_dtype_name(s->dtype));
+        printf(", \"head_dim\": %d, \"block_m\": %d, \"block_n\": %d, \"num_warps\": %d, \"num_stages\": %d, "
+               "\"threads\": %d, \"smem_bytes\": %d, \"kernels\": [",
+               s->head_dim, s->block_m, s->block_n, s->num_warps, s->num_stages, k->threads, k->smem_bytes);
+        for (int j = 0; j < k->num_fns; j++) {
+            const s2_kernel_record *r = &k->fns[j];
+            const s2_kspec *t = &r->spec;
+            int regs = regs_of(ctx, image, size, r->symbol);
+            printf("%s{\"symbol\": ", j ? ", " : "");
+            json_str(stdout, r->symbol);
+            printf(", \"role\": ");
+            json_str(stdout, s2_role_name(r->role));
+            printf(", \"abi\": ");
+            json_str(stdout, s2_abi_get(r->abi)->name);
+            printf(", \"grid\": ");
+            json_str(stdout, s2_grid_name(r->grid));
+            printf(", \"threads\": %d, \"smem_bytes\": %d, \"block_m\": %d, \"block_n\": %d, \"num_warps\": %d, "
+                   "\"num_stages\": %d, \"kv_gather\": %d, \"registers\": ",
+                   r->threads, r->smem_bytes, t->block_m, t->block_n, t->num_warps, t->num_stages,
+                   t->kv_gather > 1 ? t->kv_gather : 1);
+            if (regs >= 0)
+                printf("%d}", regs);
+            else
+                printf("null}");
+        }
+        printf("]}");
+    }
+    printf("], \"patterns\": [");
+    for (int i = 0; i < s2_manifest_num_patterns(m); i++) {
+        printf("%s", i ? ", " : "");
+        json_pattern(stdout, s2_manifest_pattern_at(m, i));
+    }
+    printf("]}\n");
+}
+
 int cmd_info(s2_ctx *ctx, int argc, char **argv)
 {
-    opts o = {0};
-    int rc = parse_one_file(argc, argv, &o, "info", "CUBIN");
+    opts o = {.format = "text"};
+    int rc = parse_one_file(argc, argv, &o, "CUBIN");
     if (rc)
         return rc;
-    const char *path = o.pattern; /* the operand: here a cubin */
+    bool json = strcmp(o.format, "json") == 0;
+    if (!json && strcmp(o.format, "text") != 0)
+        return usage_error("info: --format must be text or json, got '%s'", o.format);
+    const char *path = strcmp(o.pattern, "-") == 0 ? "<stdin>" : o.pattern; /* the operand: here a cubin */
     uint8_t *image = NULL;
     size_t size = 0;
-    rc = read_whole(path, &image, &size);
+    rc = read_input(o.pattern, CLI_MAX_STDIN, &image, &size);
     if (rc)
         return rc;
     const char *text = NULL;
@@ -99,24 +128,32 @@ int cmd_info(s2_ctx *ctx, int argc, char **argv)
         fprintf(stderr, "%s: %s\n", path, s2_ctx_message(ctx));
         rc = EXIT_INPUT;
     }
-    if (rc == 0) {
+    if (rc == 0 && json) {
+        info_json(ctx, path, image, size, m);
+    } else if (rc == 0) {
         int nk = s2_manifest_num_kernels(m), npat = s2_manifest_num_patterns(m);
         printf("%s: %zu bytes, generator s2c %s, arch %s, %d kernel%s, %d pattern%s\n", path, size,
                s2_manifest_generator(m), s2_arch_name((s2_arch)s2_manifest_arch(m)), nk, nk == 1 ? "" : "s", npat,
                npat == 1 ? "" : "s");
         for (int i = 0; i < nk; i++) {
             const s2_manifest_kernel *k = s2_manifest_kernel_at(m, i);
-            print_kernel(k);
+            print_kernel(stdout, k);
             /* the main kernel's (the entry's launch shape: NAME, or NAME_dkdv of a backward), then the others' */
             const s2_kernel_record *main = s2_manifest_kernel_fn(k, s2_main_role(k->spec.kind));
-            int regs = s2_cubin_regcount(image, size, main ? main->symbol : k->name);
+            int regs = regs_of(ctx, image, size, main ? main->symbol : k->name);
             if (regs >= 0)
                 printf("  registers %d (EIATTR_REGCOUNT)\n", regs);
             else
-                printf("  registers unknown (no EIATTR_REGCOUNT for this kernel)\n");
-            for (int j = 0; j < k->num_fns; j++)
-                if (&k->fns[j] != main)
-                    printf("  %s: registers %d\n", k->fns[j].symbol, s2_cubin_regcount(image, size, k->fns[j].symbol));
+                printf("  registers unknown (%s)\n", s2_ctx_message(ctx));
+            for (int j = 0; j < k->num_fns; j++) {
+                if (&k->fns[j] == main)
+                    continue;
+                regs = regs_of(ctx, image, size, k->fns[j].symbol);
+                if (regs >= 0)
+                    printf("  %s: registers %d\n", k->fns[j].symbol, regs);
+                else
+                    printf("  %s: registers unknown (%s)\n", k->fns[j].symbol, s2_ctx_message(ctx));
+            }
         }
         for (int i = 0; i < npat; i++)
             print_pattern(s2_manifest_pattern_at(m, i));

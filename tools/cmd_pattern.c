@@ -14,16 +14,73 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Is the pattern KV-cache efficient over the longest sequence it allows
+ * (capped so that the check stays quick)?  1 yes, 0 no, -1 not checked; the
+ * reason in ctx. */
+static int kv_efficient(s2_ctx *ctx, const s2_pattern *p, int64_t *len)
+{
+    *len = p->max_seq_len ? p->max_seq_len : 32768;
+    if (*len > 131072)
+        *len = 131072;
+    s2_layout *l = NULL;
+    bool ok = false;
+    int r = -1;
+    if (s2_layout_new(ctx, p, *len, *len, &l) == S2_OK && s2_layout_check_kv_efficient(ctx, l, &ok) == S2_OK)
+        r = ok ? 1 : 0;
+    s2_layout_free(l);
+    return r;
+}
+
+static int check_json(s2_ctx *ctx, const opts *o, const char **files, int n)
+{
+    int status = EXIT_OK;
+    printf("{\"schema_version\": 1, \"command\": \"check\", \"files\": [");
+    for (int f = 0; f < n; f++) {
+        s2_pattern_set *set = NULL;
+        printf("%s{\"path\": ", f ? ", " : "");
+        json_str(stdout, files[f]);
+        if (load_pattern_file(ctx, o, files[f], &set) != S2_OK) {
+            printf(", \"ok\": false, \"error\": ");
+            json_str(stdout, s2_ctx_message(ctx));
+            printf(", \"patterns\": []}");
+            input_error(ctx);
+            status = EXIT_INPUT;
+            continue;
+        }
+        printf(", \"ok\": true, \"error\": null, \"patterns\": [");
+        for (int i = 0; i < s2_pattern_set_count(set); i++) {
+            const s2_pattern *p = s2_pattern_set_get(set, i);
+            int64_t len;
+            int eff = kv_efficient(ctx, p, &len);
+            printf("%s{", i ? ", " : "");
+            json_pattern_fields(stdout, p);
+            printf(", \"line\": %d, \"kv_cache_efficient\": %s, \"kv_checked_to\": %lld, \"kv_note\": ", p->line,
+                   eff == 1 ? "true" : eff == 0 ? "false" : "null", (long long)len);
+            json_str(stdout, eff == 1 ? NULL : s2_ctx_message(ctx));
+            printf("}");
+        }
+        printf("]}");
+        s2_pattern_set_free(set);
+    }
+    printf("]}\n");
+    return status;
+}
+
 int cmd_check(s2_ctx *ctx, int argc, char **argv)
 {
-    opts o = {0};
+    opts o = {.format = "text"};
     const char *files[256];
     int n = 0;
-    int rc = parse_opts(argc, argv, 2, &o, files, 256, &n);
+    int rc = parse_opts(argc, argv, &o, files, 256, &n);
     if (rc)
         return rc;
     if (n == 0)
         return usage_error("%s", "check: missing PATTERN file");
+    bool json = strcmp(o.format, "json") == 0;
+    if (!json && strcmp(o.format, "text") != 0)
+        return usage_error("check: --format must be text or json, got '%s'", o.format);
+    if (json)
+        return check_json(ctx, &o, files, n);
     int status = EXIT_OK;
     for (int f = 0; f < n; f++) {
         s2_pattern_set *set = NULL;
@@ -32,7 +89,7 @@ int cmd_check(s2_ctx *ctx, int argc, char **argv)
             status = EXIT_INPUT;
             continue;
         }
-        for (int i = 0; i < s2_pattern_set_count(set); i++) {
+        for (int i = 0; i < s2_pattern_set_count(set) && !o.quiet; i++) {
             const s2_pattern *p = s2_pattern_set_get(set, i);
             char *text = NULL;
             if (s2_pattern_describe(p, &text) != S2_OK) {
@@ -42,26 +99,18 @@ int cmd_check(s2_ctx *ctx, int argc, char **argv)
             }
             fputs(text, stdout);
             free(text);
-            /* KV-cache efficiency over the longest sequence the pattern allows
-             * (capped so that the check stays quick). */
-            int64_t len = p->max_seq_len ? p->max_seq_len : 32768;
-            if (len > 131072)
-                len = 131072;
-            s2_layout *l = NULL;
-            bool ok = false;
-            if (s2_layout_new(ctx, p, len, len, &l) == S2_OK &&
-                s2_layout_check_kv_efficient(ctx, l, &ok) == S2_OK) {
-                if (ok)
-                    printf("  kv-cache efficient: yes (checked to %" PRId64 " tokens)\n", len);
-                else
-                    printf("  kv-cache efficient: no: %s\n", s2_ctx_message(ctx));
-            } else {
+            int64_t len;
+            int eff = kv_efficient(ctx, p, &len);
+            if (eff == 1)
+                printf("  kv-cache efficient: yes (checked to %" PRId64 " tokens)\n", len);
+            else if (eff == 0)
+                printf("  kv-cache efficient: no: %s\n", s2_ctx_message(ctx));
+            else
                 printf("  kv-cache efficiency: not checked: %s\n", s2_ctx_message(ctx));
-            }
-            s2_layout_free(l);
         }
-        printf("%s: ok (%d pattern%s)\n", files[f], s2_pattern_set_count(set),
-               s2_pattern_set_count(set) == 1 ? "" : "s");
+        if (!o.quiet)
+            printf("%s: ok (%d pattern%s)\n", files[f], s2_pattern_set_count(set),
+                   s2_pattern_set_count(set) == 1 ? "" : "s");
         s2_pattern_set_free(set);
     }
     return status;
@@ -69,18 +118,40 @@ int cmd_check(s2_ctx *ctx, int argc, char **argv)
 
 /* ---- layout --------------------------------------------------------------- */
 
+/* The stats as one JSON document: every field of s2_layout_stats under its own name. */
+static void layout_json(const s2_pattern *p, const opts *o, const s2_layout_stats *s)
+{
+    printf("{\"schema_version\": 1, \"command\": \"layout\", \"pattern\": ");
+    json_str(stdout, p->name);
+    printf(", \"q_len\": %lld, \"kv_len\": %lld, \"heads\": %d, \"head_dim\": %d, \"block_m\": %lld, "
+           "\"block_n\": %lld, \"dtype\": ", (long long)s->q_len, (long long)s->kv_len, s->heads, s->head_dim,
+           (long long)o->block_m, (long long)o->block_n);
+    json_str(stdout, o->dtype);
+    const struct { const char *name; double v; } f[] = {
+        {"kept_pairs", s->kept_pairs}, {"dense_pairs", s->dense_pairs}, {"kept_fraction", s->kept_fraction},
+        {"fwd_flops", s->fwd_flops}, {"fwd_bwd_flops", s->fwd_bwd_flops}, {"tile_flops", s->tile_flops},
+        {"bytes_read", s->bytes_read}, {"entries", (double)s->entries}, {"head_pairs_min", s->head_pairs_min},
+        {"head_pairs_max", s->head_pairs_max}, {"head_pairs_mean", s->head_pairs_mean},
+        {"imbalance", s->imbalance}};
+    for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
+        printf(", \"%s\": ", f[i].name);
+        json_num(stdout, f[i].v);
+    }
+    printf("}\n");
+}
+
 int cmd_layout(s2_ctx *ctx, int argc, char **argv)
 {
     opts o = {.format = "stats", .block_m = 128, .block_n = 64, .head_dim = 128, .dtype = "bf16"};
-    int rc = parse_one_file(argc, argv, &o, "layout", "PATTERN");
+    int rc = parse_one_file(argc, argv, &o, "PATTERN");
     if (rc)
         return rc;
     if (!o.seq_len)
         return usage_error("%s", "layout: --seq-len (one length) is required");
     int fmt = strcmp(o.format, "mask") == 0 ? 0 : strcmp(o.format, "schedule") == 0 ? 1
-            : strcmp(o.format, "stats") == 0 ? 2 : -1;
+            : strcmp(o.format, "stats") == 0 ? 2 : strcmp(o.format, "json") == 0 ? 3 : -1;
     if (fmt < 0)
-        return usage_error("layout: --format must be mask, schedule or stats, got '%s'", o.format);
+        return usage_error("layout: --format must be mask, schedule, stats or json, got '%s'", o.format);
     s2_dtype dt;
     if (parse_dtype(o.dtype, &dt) != 0)
         return usage_error("layout: --dtype must be bf16 or fp16, got '%s'", o.dtype);
@@ -130,11 +201,13 @@ int cmd_layout(s2_ctx *ctx, int argc, char **argv)
         } else {
             s2_layout_stats stats;
             st = s2_layout_stats_compute(ctx, l, spec, (int)o.head_dim, dt, &stats);
-            if (st == S2_OK)
+            if (st == S2_OK && fmt == 3)
+                layout_json(p, &o, &stats);
+            else if (st == S2_OK)
                 st = s2_layout_stats_format(ctx, &stats, &text);
         }
     }
-    if (st == S2_OK)
+    if (st == S2_OK && text)
         fputs(text, stdout);
     free(text);
     s2_layout_free(l);
@@ -169,8 +242,8 @@ static double mib(int64_t pages, int64_t page_bytes) { return (double)pages * (d
 
 int cmd_kv_memory(s2_ctx *ctx, int argc, char **argv)
 {
-    opts o = {.page_size = 64, .head_dim = 128, .dtype = "bf16"};
-    int rc = parse_one_file(argc, argv, &o, "kv-memory", "PATTERN");
+    opts o = {.page_size = 64, .head_dim = 128, .dtype = "bf16", .format = "text"};
+    int rc = parse_one_file(argc, argv, &o, "PATTERN");
     if (rc)
         return rc;
     int64_t lens[MAX_LENS];
@@ -191,48 +264,72 @@ int cmd_kv_memory(s2_ctx *ctx, int argc, char **argv)
         s2_pattern_set_free(set);
         return rc;
     }
+    bool json = strcmp(o.format, "json") == 0;
+    if (!json && strcmp(o.format, "text") != 0) {
+        s2_pattern_set_free(set);
+        return usage_error("kv-memory: --format must be text or json, got '%s'", o.format);
+    }
     /* K and V of one kv head: page_size rows of head_dim 2-byte elements each. */
     int64_t page_bytes = 2 * o.page_size * o.head_dim * 2;
-    printf("%s: %d heads, %d kv heads, block %d; page %lld tokens, head_dim %lld, %s: %lld bytes of K+V per page\n",
-           p->name, p->heads, p->kv_heads, p->block_size, (long long)o.page_size, (long long)o.head_dim, o.dtype,
-           (long long)page_bytes);
-    printf("prefill %lld tokens (all held), then decode token by token; batch 1, pages summed over kv heads\n",
-           (long long)o.prefill);
-    printf("%9s %11s %11s %7s %11s %7s %10s %10s %10s %14s\n", "seq_len", "dense_pg", "held_pg", "held%", "peak_pg",
-           "peak%", "dense_MiB", "held_MiB", "peak_MiB", "head_min..max");
     int status = EXIT_OK;
-    const char *note = NULL;
+    char note[512] = "";
     bool efficient = true;
+    s2_kv_memory ms[MAX_LENS];
     for (int i = 0; i < nlens && status == EXIT_OK; i++) {
         s2_kv_evictor *ev = NULL;
-        s2_kv_memory m;
         if (o.prefill > lens[i]) {
             fprintf(stderr, "s2c: kv-memory: --prefill %lld exceeds seq-len %lld\n", (long long)o.prefill,
                     (long long)lens[i]);
             status = EXIT_USAGE;
         } else if (s2_kv_evictor_new(ctx, p, (int)o.page_size, lens[i], &ev) != S2_OK ||
-                   s2_kv_evictor_memory(ctx, ev, o.prefill, lens[i], &m) != S2_OK) {
+                   s2_kv_evictor_memory(ctx, ev, o.prefill, lens[i], &ms[i]) != S2_OK) {
             status = input_error(ctx);
-        } else {
-            printf("%9lld %11lld %11lld %6.2f%% %11lld %6.2f%% %10.1f %10.1f %10.1f %6lld..%-6lld\n",
-                   (long long)lens[i], (long long)m.dense_pages, (long long)m.held_pages, 100.0 * m.held_fraction,
-                   (long long)m.peak_pages, 100.0 * m.peak_fraction, mib(m.dense_pages, page_bytes),
-                   mib(m.held_pages, page_bytes), mib(m.peak_pages, page_bytes), (long long)m.held_min_head,
-                   (long long)m.held_max_head);
-            if (!s2_kv_evictor_efficient(ev)) {
-                efficient = false;
-                if (!note) {
-                    static char buf[512];
-                    snprintf(buf, sizeof buf, "%s", s2_kv_evictor_note(ev));
-                    note = buf;
-                }
-            }
+        } else if (!s2_kv_evictor_efficient(ev)) {
+            if (efficient)
+                snprintf(note, sizeof note, "%s", s2_kv_evictor_note(ev));
+            efficient = false;
         }
         s2_kv_evictor_free(ev);
     }
-    if (status == EXIT_OK)
+    if (status == EXIT_OK && json) {
+        printf("{\"schema_version\": 1, \"command\": \"kv-memory\", \"pattern\": ");
+        json_str(stdout, p->name);
+        printf(", \"heads\": %d, \"kv_heads\": %d, \"block_size\": %d, \"page_size\": %lld, \"head_dim\": %lld, "
+               "\"dtype\": ", p->heads, p->kv_heads, p->block_size, (long long)o.page_size, (long long)o.head_dim);
+        json_str(stdout, o.dtype);
+        printf(", \"page_bytes\": %lld, \"prefill\": %lld, \"rows\": [", (long long)page_bytes, (long long)o.prefill);
+        for (int i = 0; i < nlens; i++) {
+            const s2_kv_memory *m = &ms[i];
+            printf("%s{\"seq_len\": %lld, \"dense_pages\": %lld, \"held_pages\": %lld, \"held_fraction\": ",
+                   i ? ", " : "", (long long)lens[i], (long long)m->dense_pages, (long long)m->held_pages);
+            json_num(stdout, m->held_fraction);
+            printf(", \"peak_pages\": %lld, \"peak_fraction\": ", (long long)m->peak_pages);
+            json_num(stdout, m->peak_fraction);
+            printf(", \"held_min_head\": %lld, \"held_max_head\": %lld}", (long long)m->held_min_head,
+                   (long long)m->held_max_head);
+        }
+        printf("], \"kv_cache_efficient\": %s, \"note\": ", efficient ? "true" : "false");
+        json_str(stdout, efficient ? NULL : note);
+        printf("}\n");
+    } else if (status == EXIT_OK) {
+        printf("%s: %d heads, %d kv heads, block %d; page %lld tokens, head_dim %lld, %s: %lld bytes of K+V per page\n",
+               p->name, p->heads, p->kv_heads, p->block_size, (long long)o.page_size, (long long)o.head_dim, o.dtype,
+               (long long)page_bytes);
+        printf("prefill %lld tokens (all held), then decode token by token; batch 1, pages summed over kv heads\n",
+               (long long)o.prefill);
+        printf("%9s %11s %11s %7s %11s %7s %10s %10s %10s %14s\n", "seq_len", "dense_pg", "held_pg", "held%",
+               "peak_pg", "peak%", "dense_MiB", "held_MiB", "peak_MiB", "head_min..max");
+        for (int i = 0; i < nlens; i++) {
+            const s2_kv_memory *m = &ms[i];
+            printf("%9lld %11lld %11lld %6.2f%% %11lld %6.2f%% %10.1f %10.1f %10.1f %6lld..%-6lld\n",
+                   (long long)lens[i], (long long)m->dense_pages, (long long)m->held_pages, 100.0 * m->held_fraction,
+                   (long long)m->peak_pages, 100.0 * m->peak_fraction, mib(m->dense_pages, page_bytes),
+                   mib(m->held_pages, page_bytes), mib(m->peak_pages, page_bytes), (long long)m->held_min_head,
+                   (long long)m->held_max_head);
+        }
         printf("kv-cache efficient: %s%s\n", efficient ? "yes" : "no (only pages after their last read are freed): ",
-               note && !efficient ? note : "");
+               efficient ? "" : note);
+    }
     s2_pattern_set_free(set);
     return status;
 }

@@ -48,6 +48,8 @@ typedef struct s2_block_mask {
     int64_t rows;       /* M */
     int64_t cols;       /* N */
     uint8_t *bits;      /* H*M*N bytes, each 0 or 1 */
+    const char *file;   /* the mask file a pattern read it from, as opened (the pattern file's directory
+                           + the path written); NULL for s2_block_mask_load/parse and a manifest's masks */
 } s2_block_mask;
 
 typedef enum s2_vert_position {

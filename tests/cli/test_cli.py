@@ -134,7 +134,9 @@ def test_usage():
         check(f"usage error {' '.join(args)[-50:]!r}: exit 2", rc == 2, f"rc={rc} {err!r}")
     rc, out, err = run("--help")
     check("--help exits 0 and lists the commands",
-          rc == 0 and all(w in out for w in ("check", "layout", "compile", "info", "--emit cubin|c|ptx|ll")))
+          rc == 0 and all(w in out for w in ("check", "layout", "compile", "info", "kv-memory")))
+    rc, out, err = run("compile", "--help")
+    check("compile --help lists its options", rc == 0 and "--emit cubin|c|ptx|ll" in out, out + err)
     rc, out, err = run("--version")
     check("--version", rc == 0 and out.startswith("s2c "), out)
 

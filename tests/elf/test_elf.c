@@ -128,6 +128,13 @@ START_TEST(prebuilt_cubin)
     ck_assert_int_eq(s2_elf_find_symbol(ctx, img, size, "s2c_manifes", &b, &n), S2_ERR_NOT_FOUND);
     ck_assert_int_eq(s2_elf_find_symbol(ctx, img, size, "s2c_manifest_", &b, &n), S2_ERR_NOT_FOUND);
     ck_assert_int_eq(s2_elf_find_symbol(ctx, img, size, "", &b, &n), S2_ERR_INVALID);
+    /* the kernel's registers from .nv.info; a variable has none */
+    int regs = -1;
+    ck_assert_int_eq(s2_elf_regcount(ctx, img, size, "s2c_test_kernel", &regs), S2_OK);
+    ck_assert_int_gt(regs, 0);
+    ck_assert_int_eq(s2_elf_regcount(ctx, img, size, "other_var", &regs), S2_ERR_NOT_FOUND);
+    ck_assert_int_eq(regs, -1);
+    ck_assert_int_eq(s2_elf_regcount(ctx, img, size, "no_such", &regs), S2_ERR_NOT_FOUND);
     ck_assert_int_eq(s2_cubin_find_manifest(ctx, NULL, size, (const char **)&b, &n), S2_ERR_INVALID);
     s2_ctx_free(ctx);
     free(want);
@@ -181,6 +188,10 @@ START_TEST(every_byte_flipped)
             ck_assert_msg(st == S2_OK || st == S2_ERR_PARSE || st == S2_ERR_NOT_FOUND,
                           "byte %zu ^ 0x%02x: %s", pos, masks[m], s2_status_name(st));
             counts[st]++;
+            int regs = 0;
+            s2_status rst = s2_elf_regcount(ctx, img, size, "s2c_test_kernel", &regs);
+            ck_assert_msg((rst == S2_OK && regs >= 0) || ((rst == S2_ERR_PARSE || rst == S2_ERR_NOT_FOUND) && regs == -1),
+                          "regcount, byte %zu ^ 0x%02x: %s", pos, masks[m], s2_status_name(rst));
             /* the program headers are not part of the lookup */
             if (pos >= phoff && phoff >= get(img + 40, 8)) {
                 ck_assert_int_eq(st, S2_OK);
