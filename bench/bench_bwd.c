@@ -27,7 +27,10 @@
  * same state, as separate do_bench calls would).
  *
  *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--tma T] [--gather G]
- *             [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS]
+ *             [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS] [--csv FILE]
+ * --csv FILE appends one row per config to FILE, `fwd_bwd,FAMILY,SEQ_LEN,s2c,MS`
+ * (bench/plot.py's input; FAMILY is the config name without its length, MS the
+ * forward + backward median).
  * --dq-pair -1 keeps the dS path's dQ kernel at one query tile per CTA
  * (NAME_dqds) where the runtime would take NAME_dqds2. */
 #include "attn_tune.h"
@@ -61,6 +64,32 @@ static const bench_config configs[] = {
     {"b64_128k", 1, 16, 131072, 64, 8, 16, 60.0, 0},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0], HEAD_DIM = 128 };
+
+/* --csv FILE: opened for appending; the column line when it is empty.  (As
+ * bench_fwd.c's: the benches share no source.) */
+static FILE *plot_csv_open(const char *path, const char *bench)
+{
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        fprintf(stderr, "%s: --csv %s: cannot open it for appending\n", bench, path);
+        return NULL;
+    }
+    if (ftell(f) == 0)
+        fprintf(f, "# s2c times from %s (median ms)\nkind,config,seq_len,impl,ms\n", bench);
+    return f;
+}
+
+/* A config's name without its length suffix (b64_8k -> b64): one line per
+ * family in the plot. */
+static void plot_family(const char *name, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", name);
+    char *u = strrchr(out, '_'), *end = NULL;
+    if (u && u[1] >= '0' && u[1] <= '9' && (strtol(u + 1, &end, 10), !strcmp(end, "k")))
+        *u = 0;
+}
+
+static FILE *csv_file; /* --csv FILE: plot rows appended */
 
 static uint64_t rng_next(uint64_t *s)
 {
@@ -304,6 +333,12 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
                dk->kv_gather > 1 ? dk->kv_gather : 1, bregs[0], bregs[1], bregs[2], ms[0],
                fl / (ms[0] * 1e-3) / 1e12, ms[1], ms[2], parts[0], parts[1], 3.5 * fl / (ms[2] * 1e-3) / 1e12, peer,
                peer > 0 ? peer / ms[2] : NAN);
+        if (csv_file) {
+            char fam[64];
+            plot_family(c->name, fam, sizeof fam);
+            fprintf(csv_file, "fwd_bwd,%s,%lld,s2c,%.4f\n", fam, (long long)c->seq, ms[2]);
+            fflush(csv_file);
+        }
     }
     fflush(stdout);
     for (int i = 0; i < 8; i++)
@@ -336,9 +371,12 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--dq-pair")) dq_pair = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--order")) order = argv[i + 1];
         else if (!strcmp(argv[i], "--cool")) cool_ms = atoi(argv[i + 1]);
-        else {
+        else if (!strcmp(argv[i], "--csv") && !csv_file) {
+            if (!(csv_file = plot_csv_open(argv[i + 1], "bench_bwd")))
+                return 2;
+        } else {
             fprintf(stderr, "usage: bench_bwd [--config NAME,..] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--tma T] "
-                            "[--gather G] [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS]\n");
+                            "[--gather G] [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS] [--csv FILE]\n");
             return 2;
         }
     }
@@ -376,5 +414,7 @@ int main(int argc, char **argv)
                        h100);
     s2_device_free(dev);
     s2_ctx_free(ctx);
+    if (csv_file)
+        fclose(csv_file);
     return 0;
 }

@@ -18,13 +18,16 @@
  *
  *   bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L]
  *             [--num-warps L] [--num-stages L] [--persistent L] [--kv-gather L]
- *             [--specs BMxBNsSTgG[pP],..] [--reps N] [--csv] [--rows N] [--dump-dir DIR]
+ *             [--specs BMxBNsSTgG[pP],..] [--reps N] [--csv [FILE]] [--rows N] [--dump-dir DIR]
  *             [--arch ARCH]
  * L is a comma list; every combination is run (invalid ones are reported
  * and skipped).  --specs names the variants instead (block_m x block_n,
  * stages, kv_gather, persistent: 128x64s3g1p1).  --dump-dir writes each variant's PTX and cubin there.
  * --arch sm_90 on an sm_90a device times the mma.sync template (sm_80's,
  * compiled for sm_90) instead of the wgmma one.
+ * --csv alone prints the rows as CSV; --csv FILE appends one row per timed
+ * variant to FILE as `fwd,FAMILY,SEQ_LEN,s2c,MS` (bench/plot.py's input;
+ * FAMILY is the config name without its length, MS the median).
  * The two-slab gathered shape (128x128, kv_gather 2) runs on owned pairs
  * (s2_schedule_pack_gathered_owned), as the runtime packs it; with
  * S2C_BENCH_UNION_PAIRS=1 in the environment, on union pairs instead.
@@ -68,6 +71,7 @@ typedef struct options {
     s2_kspec specs[16];
     int reps, rows;
     bool csv;
+    FILE *csv_file;            /* --csv FILE: plot rows appended */
     const char *dump_dir;
     const char *arch;          /* --arch: compile for this arch instead of the device's (e.g. sm_80 on sm_90) */
 } options;
@@ -93,7 +97,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L] [--num-warps L]\n"
                     "                 [--num-stages L] [--persistent L] [--kv-gather L] [--specs BMxBNsSTgG[pP],..]\n"
-                    "                 [--reps N] [--rows N] [--csv]\n"
+                    "                 [--reps N] [--rows N] [--csv [FILE]]\n"
                     "                 [--dump-dir DIR] [--arch sm_90]\n"
                     "  (L: comma list, 0 = heuristic)  configs:");
     for (int i = 0; i < NUM_CONFIGS; i++)
@@ -118,6 +122,29 @@ static bool parse_specs(const char *val, options *o)
     return o->nspecs > 0;
 }
 
+/* --csv FILE: opened for appending; the column line when it is empty. */
+static FILE *plot_csv_open(const char *path, const char *bench)
+{
+    FILE *f = fopen(path, "a");
+    if (!f) {
+        fprintf(stderr, "%s: --csv %s: cannot open it for appending\n", bench, path);
+        return NULL;
+    }
+    if (ftell(f) == 0)
+        fprintf(f, "# s2c times from %s (median ms)\nkind,config,seq_len,impl,ms\n", bench);
+    return f;
+}
+
+/* A config's name without its length suffix (b64_8k -> b64): one line per
+ * family in the plot. */
+static void plot_family(const char *name, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", name);
+    char *u = strrchr(out, '_'), *end = NULL;
+    if (u && u[1] >= '0' && u[1] <= '9' && (strtol(u + 1, &end, 10), !strcmp(end, "k")))
+        *u = 0;
+}
+
 static bool parse_args(int argc, char **argv, options *o)
 {
     memset(o, 0, sizeof *o);
@@ -129,7 +156,13 @@ static bool parse_args(int argc, char **argv, options *o)
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--csv")) {
-            o->csv = true;
+            if (!val || !strncmp(val, "--", 2)) {
+                o->csv = true;
+                continue;
+            }
+            if (o->csv_file || !(o->csv_file = plot_csv_open(val, "bench_fwd")))
+                return false;
+            i++;
             continue;
         }
         if (!val)
@@ -255,6 +288,12 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
                    kept, v.spec.block_m, v.spec.block_n, v.spec.num_warps, v.spec.num_stages, v.regs, spill, v.smem,
                    med, mn, tf, util, c->peer, peer > 0 ? med / peer : 0, v.cold_ms, v.warm_ms,
                    label ? label : v.persistent ? "persistent" : v.spec.kv_gather > 1 ? "grid gathered" : "grid");
+        if (o->csv_file && cr.ok) {
+            char fam[64];
+            plot_family(c->name, fam, sizeof fam);
+            fprintf(o->csv_file, "fwd,%s,%lld,s2c,%.4f\n", fam, (long long)c->seq, med);
+            fflush(o->csv_file);
+        }
         if (wide && v.has_wide)
             *wide = v.wide;
         fflush(stdout);
@@ -357,6 +396,8 @@ int main(int argc, char **argv)
     }
     rc = 0;
 done:
+    if (o.csv_file)
+        fclose(o.csv_file);
     free(stage);
     free(pool);
     s2_device_free(dev);
