@@ -1,5 +1,6 @@
 /* Attention modules: a generated cubin, its manifest and kernels; lookup
  * and introspection (s2c/attn_runtime.h). */
+#include "arch.h"
 #include "attn_internal.h"
 
 #include <stdio.h>
@@ -140,6 +141,59 @@ s2_status s2_attn_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path
     st = s2_attn_module_load(ctx, dev, data, len, out);
     free(data);
     return st == S2_OK ? st : s2_fail_prefix(ctx, st, path);
+}
+
+/* Can a cubin built for arch run on a device of compute capability cc
+ * (major * 10 + minor)?  SASS runs on its own major at the same or a higher
+ * minor; the sm_90a features only on 9.0. */
+static bool arch_runs_on(s2_arch arch, int cc)
+{
+    int sm = s2_arch_sm(arch);
+    if (arch == S2_ARCH_SM90A)
+        return cc == 90;
+    return sm / 10 == cc / 10 && sm <= cc;
+}
+
+s2_status s2_attn_module_load_best(s2_ctx *ctx, s2_device *dev, const char *const *paths, int n, s2_attn_module **out)
+{
+    if (out)
+        *out = NULL;
+    if (!dev || !paths || n < 1 || !out)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_module_load_best: a null argument or no path");
+    const s2_device_info *info = s2_device_get_info(dev);
+    int cc = info->cc_major * 10 + info->cc_minor;
+    int best = -1, best_rank = -1;
+    char tried[1024] = "";
+    size_t used = 0;
+    for (int i = 0; i < n; i++) {
+        char *data = NULL;
+        size_t len = 0;
+        const char *text = NULL;
+        size_t tlen = 0;
+        s2_manifest *m = NULL;
+        s2_status st = paths[i] ? s2_read_file(ctx, paths[i], &data, &len) : S2_ERR_NULL_ARG;
+        if (st == S2_OK)
+            st = s2_cubin_find_manifest(ctx, data, len, &text, &tlen);
+        if (st == S2_OK)
+            st = s2_manifest_parse(ctx, text, tlen, &m);
+        if (st != S2_OK) {
+            free(data);
+            return s2_fail_prefix(ctx, st, paths[i] ? paths[i] : "(null path)");
+        }
+        s2_arch arch = (s2_arch)s2_manifest_arch(m);
+        /* the newest that runs: sm_90a above sm_90 above sm_80 */
+        int rank = arch_runs_on(arch, cc) ? s2_arch_sm(arch) * 2 + (arch == S2_ARCH_SM90A) : -1;
+        if (rank > best_rank)
+            best = i, best_rank = rank;
+        int w = snprintf(tried + used, sizeof tried - used, "%s%s (%s)", used ? ", " : "", paths[i],
+                         s2_arch_cpu(arch) ? s2_arch_cpu(arch) : "?");
+        used = w < 0 ? used : used + (size_t)w < sizeof tried ? used + (size_t)w : sizeof tried - 1;
+        s2_manifest_free(m);
+        free(data);
+    }
+    if (best_rank < 0)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "none of the modules runs on %s (sm_%d): %s", info->name, cc, tried);
+    return s2_attn_module_load_file(ctx, dev, paths[best], out);
 }
 
 const s2_manifest *s2_attn_module_manifest(const s2_attn_module *mod) { return mod ? mod->manifest : NULL; }

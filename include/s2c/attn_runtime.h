@@ -54,6 +54,12 @@ typedef struct s2_attn_kernel s2_attn_kernel;
 S2_API s2_status s2_attn_module_load(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
                               s2_attn_module **out);
 S2_API s2_status s2_attn_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_attn_module **out);
+/* One module per arch (`s2c compile --arch sm_80 --arch sm_90a -o m.cubin`
+ * writes m.sm_80.cubin and m.sm_90a.cubin): loads the newest of `paths` that
+ * runs on dev (sm_90a on 9.0 only; others on their major at the same or a
+ * higher minor).  S2_ERR_UNSUPPORTED, listing each path's arch, when none does. */
+S2_API s2_status s2_attn_module_load_best(s2_ctx *ctx, s2_device *dev, const char *const *paths, int n,
+                                          s2_attn_module **out);
 /* Frees the kernels, their schedules' device memory and the module.  NULL is
  * fine.  No launch on its kernels may be in flight or start afterwards. */
 S2_API void s2_attn_module_free(s2_attn_module *mod);

@@ -129,6 +129,53 @@ START_TEST(module_lists_and_finds_kernels)
 }
 END_TEST
 
+/* One module per arch: the newest one that runs on the device is loaded
+ * (sm_90a on 9.0, sm_80 on 8.x and not on 9.0), none on 7.5. */
+START_TEST(load_best_picks_the_arch)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 64, .arch = S2_ARCH_SM80};
+    s2_artifact *art80 = NULL;
+    ck_assert_msg(s2_compile_attention(ctx, A.p, &spec, S2_CUBIN_AUTO, &art80) == S2_OK, "%s", s2_ctx_message(ctx));
+    char p80[2200], p90[2200];
+    snprintf(p80, sizeof p80, "%s/m.sm_80.cubin", tmp_root);
+    snprintf(p90, sizeof p90, "%s/m.sm_90a.cubin", tmp_root);
+    const s2_artifact *arts[2] = {art80, A.art};
+    const char *paths[2] = {p80, p90};
+    for (int i = 0; i < 2; i++) {
+        FILE *f = fopen(paths[i], "wb");
+        ck_assert_ptr_nonnull(f);
+        ck_assert_uint_eq(fwrite(arts[i]->cubin, 1, arts[i]->cubin_size, f), arts[i]->cubin_size);
+        fclose(f);
+    }
+    const struct { int major, minor, want; } cases[] = {{9, 0, S2_ARCH_SM90A}, {8, 0, S2_ARCH_SM80},
+                                                       {8, 9, S2_ARCH_SM80}, {7, 5, -1}, {10, 0, -1}};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        use_fake();
+        fake_set("cc_major", cases[c].major);
+        fake_set("cc_minor", cases[c].minor);
+        s2_device *dev = open_fake(ctx);
+        s2_attn_module *mod = NULL;
+        s2_status st = s2_attn_module_load_best(ctx, dev, paths, 2, &mod);
+        if (cases[c].want < 0) {
+            ck_assert_int_eq(st, S2_ERR_UNSUPPORTED);
+            assert_msg_has(ctx, "m.sm_80.cubin (sm_80)");
+            assert_msg_has(ctx, "m.sm_90a.cubin (sm_90a)");
+            ck_assert_ptr_null(mod);
+        } else {
+            ck_assert_msg(st == S2_OK, "%s", s2_ctx_message(ctx));
+            ck_assert_int_eq(s2_manifest_arch(s2_attn_module_manifest(mod)), cases[c].want);
+        }
+        s2_attn_module_free(mod);
+        s2_device_free(dev);
+    }
+    fake_set("cc_major", 9);
+    fake_set("cc_minor", 0);
+    s2_artifact_free(art80);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(standalone_kernel_and_files)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -1237,6 +1284,7 @@ int main(int argc, char **argv)
     TCase *tc_mod = tcase_create("module");
     tcase_add_test(tc_mod, module_lists_and_finds_kernels);
     tcase_add_test(tc_mod, standalone_kernel_and_files);
+    tcase_add_test(tc_mod, load_best_picks_the_arch);
     suite_add_tcase(s, tc_mod);
     TCase *tc_args = tcase_create("args");
     tcase_add_loop_test(tc_args, every_bad_argument_has_its_status, 0, M_COUNT);

@@ -22,6 +22,7 @@ typedef struct fake_state {
     long long kernel_threads;   /* kernel MAX_THREADS_PER_BLOCK */
     long long dyn_limit;        /* kernel MAX_DYNAMIC_SHARED_SIZE_BYTES */
     long long sm_count;         /* MULTIPROCESSOR_COUNT */
+    long long cc_major, cc_minor; /* COMPUTE_CAPABILITY_MAJOR / MINOR */
     long long next_alloc_host;  /* next allocation reports CU_MEMORYTYPE_HOST */
     long long next_alloc_foreign; /* next allocation belongs to another context */
     /* observations */
@@ -43,12 +44,13 @@ typedef struct fake_state {
 
 static fake_state S = {
     .devices = 1, .optin_smem = 227 * KB, .kernel_threads = 1024, .dyn_limit = 48 * KB, .sm_count = 132,
+    .cc_major = 9, .cc_minor = 0,
 };
 
 static struct { const char *key; size_t off; } const keys[] = {
 #define K(f) {#f, offsetof(fake_state, f)}
     K(devices), K(init_result), K(module_result), K(launch_result), K(optin_smem),
-    K(static_smem), K(kernel_threads), K(dyn_limit), K(sm_count), K(next_alloc_host), K(next_alloc_foreign),
+    K(static_smem), K(kernel_threads), K(dyn_limit), K(sm_count), K(cc_major), K(cc_minor), K(next_alloc_host), K(next_alloc_foreign),
     K(gpa_v1_calls), K(gpa_v2_calls), K(gpa_version), K(gpa_flags), K(primary_refs), K(depth),
     K(max_depth), K(set_attr_calls), K(set_attr_value), K(launches), K(tensor_maps), K(last_smem),
     K(last_grid_x), K(last_block_x), K(modules_loaded), K(modules_unloaded), K(allocs_live),
@@ -189,8 +191,8 @@ static CUresult CUDAAPI f_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdev
 {
     (void)d;
     switch (a) {
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = 9; break;
-    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = 0; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = (int)S.cc_major; break;
+    case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR: *v = (int)S.cc_minor; break;
     case CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT: *v = (int)S.sm_count; break;
     case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = 1024; break;
     case CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X: *v = 1024; break;
