@@ -1,8 +1,7 @@
 /* AOT C sources (include/s2c/aot.h): a header and a C file that embed a
  * cubin and launch its kernels through the Driver API.  The launchers are
- * generated from ABI descriptor tables, never from per-kernel C text; their
- * parameters are the kernels' own lists (abi/params.h). */
-#include "params.h"
+ * generated from ABI descriptor tables (aot_abi.c), never from per-kernel C
+ * text; their parameters are the kernels' own lists (abi/params.h). */
 #include "s2c/aot.h"
 #include "util.h"
 
@@ -10,131 +9,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* ---- the forward attention kernel's ABI ---- */
-
-#define AOT_PARAM(e, n, t) {n, S2_AOT_##t},
-
-static const s2_aot_param attn_fwd_params[] = {S2_ABI_FWD_PARAMS(AOT_PARAM)};
-
-static const s2_aot_param attn_fwd_launch[] = {
-    {"heads", S2_AOT_I32},
-    {"batch", S2_AOT_I32},
-};
-
-static const s2_aot_abi attn_fwd_abi = {
-    .name = "attn_fwd",
-    .params = attn_fwd_params,
-    .num_params = (int)(sizeof attn_fwd_params / sizeof attn_fwd_params[0]),
-    .launch_args = attn_fwd_launch,
-    .num_launch_args = (int)(sizeof attn_fwd_launch / sizeof attn_fwd_launch[0]),
-    .grid = {"q_tiles", "heads", "batch"},
-};
-
-const s2_aot_abi *s2_aot_abi_attn_fwd(void) { return &attn_fwd_abi; }
-
-/* ---- the sm_90a tensor-map forward (launch.h, ABI fwd_tma) ---- */
-
-static const s2_aot_param attn_fwd_tma_params[] = {S2_ABI_FWD_TMA_PARAMS(AOT_PARAM)};
-
-static const s2_aot_param attn_fwd_tma_launch[] = {
-    {"heads", S2_AOT_I32},
-    {"batch", S2_AOT_I32},
-    {"kv_heads", S2_AOT_I32},
-    {"kv_rows", S2_AOT_I64},
-};
-
-static const s2_aot_abi attn_fwd_tma_abi = {
-    .name = "attn_fwd_tma",
-    .params = attn_fwd_tma_params,
-    .num_params = (int)(sizeof attn_fwd_tma_params / sizeof attn_fwd_tma_params[0]),
-    .launch_args = attn_fwd_tma_launch,
-    .num_launch_args = (int)(sizeof attn_fwd_tma_launch / sizeof attn_fwd_tma_launch[0]),
-    .grid = {"q_tiles", "heads", "batch"},
-    .maps = S2_AOT_MAPS_ATTN_FWD,
-};
-
-const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void) { return &attn_fwd_tma_abi; }
-
-/* ---- the persistent sm_90a forward (launch.h, ABI fwd_tma_persistent) ---- */
-
-static const s2_aot_param attn_fwd_tma_p_params[] = {S2_ABI_FWD_TMA_PERSISTENT_PARAMS(AOT_PARAM)};
-
-static const s2_aot_param attn_fwd_tma_p_launch[] = {
-    {"heads", S2_AOT_I32},
-    {"kv_heads", S2_AOT_I32},
-    {"kv_rows", S2_AOT_I64},
-};
-
-static const s2_aot_abi attn_fwd_tma_p_abi = {
-    .name = "attn_fwd_tma_persistent",
-    .params = attn_fwd_tma_p_params,
-    .num_params = (int)(sizeof attn_fwd_tma_p_params / sizeof attn_fwd_tma_p_params[0]),
-    .launch_args = attn_fwd_tma_p_launch,
-    .num_launch_args = (int)(sizeof attn_fwd_tma_p_launch / sizeof attn_fwd_tma_p_launch[0]),
-    .maps = S2_AOT_MAPS_ATTN_FWD,
-    .grid_persistent = true,
-};
-
-const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void) { return &attn_fwd_tma_p_abi; }
-
-/* ---- the backward module (launch.h, S2_KERNEL_BWD) ---- */
-
-static const s2_aot_param attn_bwd_params[] = {S2_ABI_BWD_PARAMS(AOT_PARAM)};
-static const s2_aot_param attn_bwd_tma_params[] = {S2_ABI_BWD_TMA_PARAMS(AOT_PARAM)};
-
-static const s2_aot_param attn_bwd_launch[] = {
-    {"heads", S2_AOT_I32},
-    {"kv_heads", S2_AOT_I32},
-    {"batch", S2_AOT_I32},
-};
-
-#define BWD_ABI(nm, gx, gy, ps, mp)                                                          \
-    {.name = nm, .params = ps,                                                               \
-     .num_params = (int)(sizeof ps / sizeof ps[0]),                                          \
-     .launch_args = attn_bwd_launch,                                                         \
-     .num_launch_args = (int)(sizeof attn_bwd_launch / sizeof attn_bwd_launch[0]),           \
-     .grid = {gx, gy, "batch"}, .maps = mp}
-
-static const s2_aot_abi attn_bwd_abis[8] = {
-    BWD_ABI("attn_bwd_pre", "q_len", "heads", attn_bwd_params, S2_AOT_MAPS_NONE),
-    BWD_ABI("attn_bwd_dkdv", "kv_tiles", "kv_heads", attn_bwd_params, S2_AOT_MAPS_NONE),
-    BWD_ABI("attn_bwd_dq", "q_tiles", "heads", attn_bwd_params, S2_AOT_MAPS_NONE),
-    BWD_ABI("attn_bwd_dqds", "q_tiles", "heads", attn_bwd_params, S2_AOT_MAPS_NONE),
-    BWD_ABI("attn_bwd_pre_tma", "q_len", "heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
-    BWD_ABI("attn_bwd_dkdv_tma", "kv_tiles", "kv_heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
-    BWD_ABI("attn_bwd_dq_tma", "q_tiles", "heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
-    BWD_ABI("attn_bwd_dqds_tma", "q_tiles", "heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
-};
-
-const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void) { return &attn_bwd_abis[0]; }
-const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void) { return &attn_bwd_abis[1]; }
-const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void) { return &attn_bwd_abis[2]; }
-const s2_aot_abi *s2_aot_abi_attn_bwd_dqds(void) { return &attn_bwd_abis[3]; }
-const s2_aot_abi *s2_aot_abi_attn_bwd_pre_tma(void) { return &attn_bwd_abis[4]; }
-const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv_tma(void) { return &attn_bwd_abis[5]; }
-const s2_aot_abi *s2_aot_abi_attn_bwd_dq_tma(void) { return &attn_bwd_abis[6]; }
-const s2_aot_abi *s2_aot_abi_attn_bwd_dqds_tma(void) { return &attn_bwd_abis[7]; }
-
-/* ---- the paged decode kernel (decode.h, S2_KERNEL_DECODE; not NAME_combine) ---- */
-
-static const s2_aot_param attn_decode_params[] = {S2_ABI_DECODE_PARAMS(AOT_PARAM)};
-
-static const s2_aot_param attn_decode_launch[] = {
-    {"kv_heads", S2_AOT_I32},
-    {"batch", S2_AOT_I32},
-};
-
-static const s2_aot_abi attn_decode_abi = {
-    .name = "attn_decode",
-    .params = attn_decode_params,
-    .num_params = (int)(sizeof attn_decode_params / sizeof attn_decode_params[0]),
-    .launch_args = attn_decode_launch,
-    .num_launch_args = (int)(sizeof attn_decode_launch / sizeof attn_decode_launch[0]),
-    .grid = {"splits", "kv_heads", "batch"},
-};
-
-const s2_aot_abi *s2_aot_abi_attn_decode(void) { return &attn_decode_abi; }
 
 /* What S2_AOT_MAPS_ATTN_FWD reads (and fills): name and type. */
 static const s2_aot_param fwd_map_inputs[] = {
@@ -155,6 +29,11 @@ static const s2_aot_param bwd_map_inputs[] = {
     {"d_o_stride_b", S2_AOT_I64}, {"d_o_stride_s", S2_AOT_I64}, {"d_o_stride_h", S2_AOT_I64},
     {"q_len", S2_AOT_I32},        {"heads", S2_AOT_I32},        {"batch", S2_AOT_I32},
     {"q_map", S2_AOT_TMAP},       {"do_map", S2_AOT_TMAP},
+};
+
+/* What S2_AOT_TABLE_COMBINE reads (and fills). */
+static const s2_aot_param combine_table_inputs[] = {
+    {"n_in", S2_AOT_I32}, {"o_in", S2_AOT_PTR_LIST}, {"lse_in", S2_AOT_PTR_LIST}, {"inputs", S2_AOT_BYTES},
 };
 
 /* ---- checks ---- */
@@ -188,6 +67,8 @@ static const char *c_type(s2_aot_type t)
     case S2_AOT_I64: return "int64_t";
     case S2_AOT_F32: return "float";
     case S2_AOT_TMAP: return "CUtensorMap";
+    case S2_AOT_BYTES: return "uint64_t[]";
+    case S2_AOT_PTR_LIST: return "const CUdeviceptr *";
     default: return NULL;
     }
 }
@@ -263,6 +144,43 @@ static s2_status check_maps(s2_ctx *ctx, const s2_aot_abi *abi)
     return S2_OK;
 }
 
+/* A by-value table only where a known convention builds it, from
+ * parameters and launch arguments that exist with the types it needs; lists
+ * of pointers only as launch arguments, and only for such a table. */
+static s2_status check_table(s2_ctx *ctx, const s2_aot_abi *abi)
+{
+    int bytes = 0, lists = 0;
+    for (int i = 0; i < abi->num_params; i++) {
+        bytes += abi->params[i].type == S2_AOT_BYTES;
+        if (abi->params[i].type == S2_AOT_PTR_LIST)
+            return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: parameter %s is a list of pointers (a launch argument only)",
+                           abi->name, abi->params[i].name);
+    }
+    for (int i = 0; i < abi->num_launch_args; i++) {
+        lists += abi->launch_args[i].type == S2_AOT_PTR_LIST;
+        if (abi->launch_args[i].type == S2_AOT_BYTES)
+            return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: launch argument %s is a by-value table", abi->name,
+                           abi->launch_args[i].name);
+    }
+    if (abi->table == S2_AOT_TABLE_NONE)
+        return bytes == 0 && lists == 0
+                   ? S2_OK
+                   : s2_fail(ctx, S2_ERR_INVALID, "ABI %s: a by-value table or pointer lists but no way to build a table",
+                             abi->name);
+    if (abi->table != S2_AOT_TABLE_COMBINE)
+        return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: unknown table convention %d", abi->name, (int)abi->table);
+    if (bytes != 1 || lists != 2)
+        return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: the combine's table is inputs, built from o_in and lse_in",
+                       abi->name);
+    for (size_t i = 0; i < sizeof combine_table_inputs / sizeof combine_table_inputs[0]; i++) {
+        const s2_aot_param *p = abi_find(abi, combine_table_inputs[i].name);
+        if (!p || p->type != combine_table_inputs[i].type)
+            return s2_fail(ctx, S2_ERR_INVALID, "ABI %s: the combine's table needs %s %s", abi->name,
+                           c_type(combine_table_inputs[i].type), combine_table_inputs[i].name);
+    }
+    return S2_OK;
+}
+
 static s2_status check_abi(s2_ctx *ctx, const s2_aot_abi *abi)
 {
     if (!abi || !abi->name)
@@ -280,6 +198,8 @@ static s2_status check_abi(s2_ctx *ctx, const s2_aot_abi *abi)
                          abi->launch_args[i].name);
     if (st == S2_OK)
         st = check_maps(ctx, abi);
+    if (st == S2_OK)
+        st = check_table(ctx, abi);
     for (int i = 0; st == S2_OK && abi->grid_persistent && i < 2; i++) {
         const char *nm = i ? "batch" : "n_work";
         const s2_aot_param *p = abi_find(abi, nm);
@@ -396,8 +316,9 @@ static void emit_bytes(s2_buf *b, const char *name, const uint8_t *data, size_t 
 static void emit_params(s2_buf *b, const s2_aot_param *list, int n)
 {
     for (int i = 0; i < n; i++)
-        if (list[i].type != S2_AOT_TMAP)
-            s2_buf_printf(b, ",\n    %s %s", c_type(list[i].type), list[i].name);
+        if (list[i].type != S2_AOT_TMAP && list[i].type != S2_AOT_BYTES)
+            s2_buf_printf(b, ",\n    %s%s%s", c_type(list[i].type), list[i].type == S2_AOT_PTR_LIST ? "" : " ",
+                          list[i].name);
 }
 
 /* "CUresult NAME_KERNEL(CUstream stream, ...)" without the terminator. */
@@ -427,6 +348,8 @@ static void emit_kernel_comment(s2_buf *b, const s2_aot_kernel *k)
     else if (k->abi->maps == S2_AOT_MAPS_ATTN_BWD)
         s2_buf_printf(b, ";\n * builds the q/d_o tensor maps (%s, D %d, box rows %d)",
                       k->dtype == S2_DTYPE_BF16 ? "bf16" : "f16", k->head_dim, k->kv_box_rows);
+    if (k->abi->table == S2_AOT_TABLE_COMBINE)
+        s2_buf_puts(b, ";\n * builds inputs {o[64]; lse[64]} from n_in entries of o_in and lse_in (NULL: zeros)");
     s2_buf_puts(b, " */\n");
 }
 
@@ -574,7 +497,19 @@ static void emit_bwd_maps(s2_buf *b, const s2_aot_module *m, const s2_aot_kernel
     }
 }
 
-/* Launch arguments the grid or the tensor maps read need no (void). */
+/* The table of S2_AOT_TABLE_COMBINE, as s2_combine fills it; n_in outside
+ * 1..64 returns unlaunched. */
+static void emit_combine_table(s2_buf *b)
+{
+    s2_buf_puts(b, "    if (n_in < 1 || n_in > 64)\n        return CUDA_ERROR_INVALID_VALUE;\n"
+                   "    for (s2_i = 0; s2_i < 128; s2_i++)\n        inputs[s2_i] = 0;\n"
+                   "    for (s2_i = 0; s2_i < n_in; s2_i++) {\n"
+                   "        inputs[s2_i] = o_in != NULL ? (uint64_t)o_in[s2_i] : 0;\n"
+                   "        inputs[64 + s2_i] = lse_in != NULL ? (uint64_t)lse_in[s2_i] : 0;\n"
+                   "    }\n");
+}
+
+/* Launch arguments the grid, the tensor maps or the table read need no (void). */
 static bool launch_arg_used(const s2_aot_abi *abi, const char *name)
 {
     if (used_in_grid(abi, name))
@@ -586,6 +521,10 @@ static bool launch_arg_used(const s2_aot_abi *abi, const char *name)
     if (abi->maps == S2_AOT_MAPS_ATTN_BWD)
         for (size_t i = 0; i < sizeof bwd_map_inputs / sizeof bwd_map_inputs[0]; i++)
             if (strcmp(bwd_map_inputs[i].name, name) == 0)
+                return true;
+    if (abi->table == S2_AOT_TABLE_COMBINE)
+        for (size_t i = 0; i < sizeof combine_table_inputs / sizeof combine_table_inputs[0]; i++)
+            if (strcmp(combine_table_inputs[i].name, name) == 0)
                 return true;
     return false;
 }
@@ -638,6 +577,8 @@ static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
         s2_buf_puts(b, "    CUtensorMap q_map, k_map, v_map;\n    int64_t s2_tb;\n    CUresult s2_r;\n");
     else if (abi->maps == S2_AOT_MAPS_ATTN_BWD)
         s2_buf_puts(b, "    CUtensorMap q_map, do_map;\n    CUresult s2_r;\n");
+    if (abi->table == S2_AOT_TABLE_COMBINE)
+        s2_buf_puts(b, "    uint64_t inputs[128];\n    int32_t s2_i;\n");
     for (int d = 0; d < 3; d++) {
         if (abi->grid[d] && k->grid_div[d] > 1) /* a negative source stays negative: refused below */
             s2_buf_printf(b, "    int64_t s2_g%c = %s < 0 ? -1 : ((int64_t)%s + %d) / %d;\n", "xyz"[d], abi->grid[d],
@@ -667,6 +608,8 @@ static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
         emit_fwd_maps(b, m, k);
     else if (abi->maps == S2_AOT_MAPS_ATTN_BWD)
         emit_bwd_maps(b, m, k);
+    if (abi->table == S2_AOT_TABLE_COMBINE)
+        emit_combine_table(b);
     s2_buf_printf(b, "    return cuLaunchKernel(%s_functions[%d], (unsigned int)s2_gx, (unsigned int)s2_gy, "
                      "(unsigned int)s2_gz,\n                          %d, 1, 1, %d, stream, %s, NULL);\n}\n",
                   m->name, index, k->threads, k->smem_bytes, abi->num_params > 0 ? "s2_args" : "NULL");

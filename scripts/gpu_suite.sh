@@ -38,6 +38,7 @@ attnrt_gpu                 90  test_attn_gpu
 varlen_gpu                 90  test_varlen_gpu
 patterns_gpu              180  test_patterns_gpu
 decode_gpu                120  test_decode_gpu
+aot_gpu                   120  test_aot_gpu
 paged_gpu                 180  test_paged_gpu
 example_embed              60  embed "$S2C_BUNDLE/data/examples/embed"
 example_jit                60  jit examples/jit/layer.yaml

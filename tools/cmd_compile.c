@@ -100,8 +100,7 @@ typedef struct aot_names {
     char name[256], symbol[256];
 } aot_names;
 
-/* The AOT launcher ABI of a manifest record, NULL for a kernel that has none
- * (NAME_combine: a by-value parameter of its own). */
+/* The AOT launcher ABI of a manifest record, NULL for a kernel that has none. */
 static const s2_aot_abi *aot_abi_of(const s2_kernel_record *r)
 {
     bool tma = r->abi == S2_ABI_BWD_TMA;
@@ -117,6 +116,7 @@ static const s2_aot_abi *aot_abi_of(const s2_kernel_record *r)
     case S2_ROLE_BWD_DQDS:
     case S2_ROLE_BWD_DQDS2: return tma ? s2_aot_abi_attn_bwd_dqds_tma() : s2_aot_abi_attn_bwd_dqds();
     case S2_ROLE_DECODE: return s2_aot_abi_attn_decode();
+    case S2_ROLE_COMBINE: return s2_aot_abi_attn_combine();
     default: return NULL;
     }
 }
@@ -135,13 +135,16 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_n
         const s2_kspec *t = &r->spec;
         int gather = t->kv_gather > 1 ? t->kv_gather : 1;
         /* the grid rules the launchers compute: cdiv(q_len, rows per CTA) for
-         * NAME_pre, cdiv(q_tiles, 2) for NAME_dqds2 */
+         * NAME_pre, cdiv(rows, rows per CTA) for NAME_combine, cdiv(q_tiles, 2)
+         * for NAME_dqds2 */
         int rows = t->head_dim >= 8 ? r->threads / (t->head_dim / 8) : 0;
         snprintf(nm[n].name, sizeof nm[n].name, "%s%s", base, s2_role_suffix(r->role));
         snprintf(nm[n].symbol, sizeof nm[n].symbol, "%s", r->symbol);
         ks[n] = (s2_aot_kernel){.name = nm[n].name, .symbol = nm[n].symbol, .abi = abi, .threads = r->threads,
                                 .smem_bytes = r->smem_bytes, .dtype = t->dtype, .head_dim = t->head_dim,
-                                .grid_div = {r->grid == S2_GRID_PRE_ROWS ? rows : r->grid == S2_GRID_Q_TILE_PAIRS ? 2 : 0}};
+                                .grid_div = {r->grid == S2_GRID_PRE_ROWS || r->grid == S2_GRID_ROWS ? rows
+                                             : r->grid == S2_GRID_Q_TILE_PAIRS       ? 2
+                                                                                     : 0}};
         if (t->kind == S2_KERNEL_FWD)
             ks[n].kv_box_rows = t->block_n / gather;
         else if (r->abi == S2_ABI_BWD_TMA)

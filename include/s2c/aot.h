@@ -21,7 +21,9 @@
  * Kernels whose ABI has tensor-map parameters (S2_AOT_TMAP: the sm_90a
  * forward, s2_aot_abi_attn_fwd_tma) get them built inside the launcher with
  * cuTensorMapEncodeTiled, after the grid checks; a failing encode's result is
- * returned and nothing is launched.
+ * returned and nothing is launched.  NAME_combine's by-value pointer table
+ * (S2_AOT_BYTES) is likewise built inside the launcher, from two lists of
+ * device pointers it takes instead (s2_aot_abi_attn_combine).
  * A launcher returns CUDA_ERROR_NOT_INITIALIZED before load_NAME(), computes
  * its grid from its arguments (a zero dimension launches nothing and returns
  * CUDA_SUCCESS; a negative or too large one returns CUDA_ERROR_INVALID_VALUE),
@@ -49,6 +51,10 @@ typedef enum s2_aot_type {
     S2_AOT_F32,     /* float */
     S2_AOT_TMAP,    /* CUtensorMap (128 bytes, by value): built by the launcher
                        (s2_aot_maps), not one of its arguments */
+    S2_AOT_BYTES,   /* a by-value table built by the launcher (s2_aot_table),
+                       not one of its arguments */
+    S2_AOT_PTR_LIST, /* const CUdeviceptr * (launch arguments only): read by
+                        the launcher to build its table */
     S2_AOT_TYPE_COUNT_
 } s2_aot_type;
 
@@ -77,6 +83,16 @@ typedef enum s2_aot_maps {
     S2_AOT_MAPS_ATTN_BWD
 } s2_aot_maps;
 
+/* How a launcher builds its S2_AOT_BYTES parameter. */
+typedef enum s2_aot_table {
+    S2_AOT_TABLE_NONE = 0,
+    /* NAME_combine's `inputs` (decode.h): {uint64 o[64]; uint64 lse[64]},
+     * o[i] = o_in[i] and lse[i] = lse_in[i] for i < n_in (a NULL list gives
+     * zeros: inputs at o_base / lse_base), the rest zero, as s2_combine fills
+     * it.  n_in outside 1..64 returns CUDA_ERROR_INVALID_VALUE unlaunched. */
+    S2_AOT_TABLE_COMBINE
+} s2_aot_table;
+
 /* A kernel's launch ABI: its parameters in order, the launcher's extra
  * arguments that are not passed to the kernel, and where each grid
  * dimension comes from (the name of an integer parameter or launch argument;
@@ -94,6 +110,7 @@ typedef struct s2_aot_abi {
      * rule), at most the product of the integer parameters n_work and batch,
      * at least 1; grid[] unused */
     bool grid_persistent;
+    s2_aot_table table;                 /* who builds the S2_AOT_BYTES parameter */
 } s2_aot_abi;
 
 /* The forward attention kernel (S2_KERNEL_FWD):
@@ -187,7 +204,7 @@ S2_API const s2_aot_abi *s2_aot_abi_attn_bwd_dq_tma(void);
 S2_API const s2_aot_abi *s2_aot_abi_attn_bwd_dqds_tma(void);
 
 /* The paged decode kernel NAME of a decode module (S2_KERNEL_DECODE,
- * decode.h); NAME_combine (a 1 KB by-value parameter) has no launcher.
+ * decode.h); NAME_combine's is s2_aot_abi_attn_combine.
  *   params  q, k_pages, v_pages, o, lse, ws_o, ws_lse                  CUdeviceptr
  *           q_stride_{b,s,h}, k_stride_{page,slot,h}, v_stride_{page,slot,h}, o_stride_{b,s,h}   int64
  *           block_table CUdeviceptr, table_stride_b, table_stride_h int64
@@ -201,6 +218,27 @@ S2_API const s2_aot_abi *s2_aot_abi_attn_bwd_dqds_tma(void);
  * (decode.h gives their shapes; s2_attn_decode carves them from one buffer). */
 S2_API const s2_aot_abi *s2_aot_abi_attn_decode(void);
 
+/* NAME_combine of a decode module (decode.h): merges n_in 16-bit outputs of
+ * disjoint key sets by their LSE, as s2_combine.
+ *   params  inputs                   {uint64 o[64]; uint64 lse[64]} by value, built by
+ *                                    the launcher from o_in and lse_in (S2_AOT_TABLE_COMBINE)
+ *           o_base, lse_base         CUdeviceptr: when o_base is set, input i is at
+ *                                    o_base + i * o_part elements (lse likewise)
+ *           o_part, lse_part         int64
+ *           in_stride_{b,s,h}        int64
+ *           out                      CUdeviceptr (16-bit [B, S, H, D])
+ *           out_stride_{b,s,h}       int64
+ *           lse_out                  CUdeviceptr (fp32 [B][H][S], or 0)
+ *           n_in, s, h, rows         int32 (rows = B * S * H)
+ *   launch  o_in, lse_in             const CUdeviceptr *: n_in inputs each, or NULL
+ *   grid    (cdiv(rows, grid_div), 1, 1), grid_div = threads / (head_dim / 8)
+ * i.e. CUresult NAME_KERNEL(CUstream stream, CUdeviceptr o_base, lse_base,
+ *                           int64_t o_part, lse_part, in_stride_b .. in_stride_h,
+ *                           CUdeviceptr out, int64_t out_stride_b .. out_stride_h,
+ *                           CUdeviceptr lse_out, int32_t n_in, s, h, rows,
+ *                           const CUdeviceptr *o_in, const CUdeviceptr *lse_in); */
+const s2_aot_abi *s2_aot_abi_attn_combine(void);
+
 typedef struct s2_aot_kernel {
     const char *name;        /* launcher NAME_<name>; a C identifier */
     const char *symbol;      /* the kernel's symbol in the cubin */
@@ -213,7 +251,8 @@ typedef struct s2_aot_kernel {
     int kv_box_rows;         /* ATTN_FWD: k/v box rows, block_n / kv_gather; ATTN_BWD: q/do box
                               * rows, block_m; 1..256 */
     /* grid_div[d] > 1: grid dimension d is ceil(its source / grid_div[d])
-     * (the backward's NAME_pre: threads / (head_dim / 8) rows per CTA) */
+     * (the backward's NAME_pre and NAME_combine: threads / (head_dim / 8)
+     * rows per CTA; NAME_dqds2: 2 query tiles per CTA) */
     int grid_div[3];
 } s2_aot_kernel;
 

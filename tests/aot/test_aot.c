@@ -374,6 +374,88 @@ START_TEST(other_abis_compile)
 }
 END_TEST
 
+/* NAME_combine's launcher against stub driver calls: the by-value table it
+ * builds from o_in / lse_in (zeros past n_in and for a NULL list), the other
+ * parameters in ABI order, the grid cdiv(rows, 8) (128 threads at D 128),
+ * and n_in outside 1..64 refused unlaunched. */
+static const char combine_program[] =
+    "#include \"cmb.c\"\n"
+    "#include <stdio.h>\n"
+    "#include <string.h>\n"
+    "static int fails, launches;\n"
+    "#define EXPECT(c) do { if (!(c)) { printf(\"FAIL %d: %s\\n\", __LINE__, #c); fails++; } } while (0)\n"
+    "static uint64_t table[128];\n"
+    "static unsigned grid[3], block, smem;\n"
+    "static int64_t ints[12];\n"
+    "static int32_t small[4];\n"
+    "CUresult cuModuleLoadData(CUmodule *m, const void *image) { (void)image; *m = (CUmodule)(uintptr_t)8; return CUDA_SUCCESS; }\n"
+    "CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)\n"
+    "{ (void)m; EXPECT(strcmp(name, \"s2_dec_x_combine\") == 0); *f = (CUfunction)(uintptr_t)16; return CUDA_SUCCESS; }\n"
+    "CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) { (void)f; (void)a; (void)v; return CUDA_ERROR_UNKNOWN; }\n"
+    "CUresult cuModuleUnload(CUmodule m) { (void)m; return CUDA_SUCCESS; }\n"
+    "CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by,\n"
+    "                        unsigned bz, unsigned sm, CUstream s, void **p, void **extra)\n"
+    "{\n"
+    "  int i;\n"
+    "  (void)f; (void)by; (void)bz; (void)s; (void)extra;\n"
+    "  launches++; grid[0] = gx; grid[1] = gy; grid[2] = gz; block = bx; smem = sm;\n"
+    "  memcpy(table, p[0], sizeof table);\n"
+    "  for (i = 0; i < 12; i++) ints[i] = *(int64_t *)p[1 + i];\n"
+    "  for (i = 0; i < 4; i++) small[i] = *(int32_t *)p[13 + i];\n"
+    "  return CUDA_SUCCESS;\n"
+    "}\n"
+    "int main(void)\n"
+    "{\n"
+    "  const CUdeviceptr o_in[3] = {0x1000, 0x2000, 0x3000}, lse_in[3] = {0x4000, 0x5000, 0x6000};\n"
+    "  int i;\n"
+    "  EXPECT(load_cmb() == CUDA_SUCCESS);\n"
+    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0x8000, 3, 7, 9, 17, o_in, lse_in) == CUDA_SUCCESS);\n"
+    "  EXPECT(launches == 1 && grid[0] == 3 && grid[1] == 1 && grid[2] == 1 && block == 128 && smem == 0);\n"
+    "  for (i = 0; i < 64; i++) EXPECT(table[i] == (i < 3 ? o_in[i] : 0) && table[64 + i] == (i < 3 ? lse_in[i] : 0));\n"
+    "  EXPECT(ints[4] == 1 && ints[5] == 2 && ints[6] == 3 && ints[7] == 0x7000 && ints[10] == 6 && ints[11] == 0x8000);\n"
+    "  EXPECT(small[0] == 3 && small[1] == 7 && small[2] == 9 && small[3] == 17);\n"
+    "  /* inputs at a base: NULL lists give zeros */\n"
+    "  EXPECT(cmb_comb(NULL, 0x9000, 0xa000, 64, 8, 1, 2, 3, 0x7000, 4, 5, 6, 0, 2, 7, 9, 16, NULL, NULL) == CUDA_SUCCESS);\n"
+    "  EXPECT(launches == 2 && grid[0] == 2 && ints[0] == 0x9000 && ints[1] == 0xa000 && ints[2] == 64 && ints[3] == 8);\n"
+    "  for (i = 0; i < 128; i++) EXPECT(table[i] == 0);\n"
+    "  /* n_in outside 1..64, a bad grid: nothing launched; no rows: nothing to do */\n"
+    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0, 0, 7, 9, 16, o_in, lse_in) == CUDA_ERROR_INVALID_VALUE);\n"
+    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0, 65, 7, 9, 16, NULL, NULL) == CUDA_ERROR_INVALID_VALUE);\n"
+    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0, 1, 7, 9, -1, o_in, lse_in) == CUDA_ERROR_INVALID_VALUE);\n"
+    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0, 1, 7, 9, 0, o_in, lse_in) == CUDA_SUCCESS);\n"
+    "  EXPECT(launches == 2);\n"
+    "  if (fails == 0) printf(\"PASS\\n\");\n"
+    "  return fails != 0;\n"
+    "}\n";
+
+START_TEST(combine_launcher)
+{
+    make_tmp();
+    uint8_t cubin[FAKE_SIZE];
+    fake_cubin(cubin);
+    s2_aot_kernel k = {.name = "comb", .symbol = "s2_dec_x_combine", .abi = s2_aot_abi_attn_combine(), .threads = 128,
+                       .grid_div = {8}};
+    s2_aot_module m = {.name = "cmb", .cubin = cubin, .cubin_size = FAKE_SIZE, .kernels = &k, .num_kernels = 1};
+    s2_ctx *ctx = s2_ctx_new();
+    ck_assert_msg(s2_aot_write(ctx, &m, g_tmp) == S2_OK, "%s", s2_ctx_message(ctx));
+    char *h, *c;
+    ck_assert_int_eq(s2_aot_emit(ctx, &m, &h, &c), S2_OK);
+    /* the table is not an argument; the two lists are the last ones */
+    ck_assert_ptr_null(strstr(h, "inputs,"));
+    ck_assert_ptr_nonnull(strstr(h, "    int32_t rows,\n    const CUdeviceptr *o_in,\n    const CUdeviceptr *lse_in);"));
+    ck_assert_ptr_nonnull(strstr(c, "        &inputs, &o_base, &lse_base,"));
+    free(h);
+    free(c);
+    write_file(g_tmp, "host.c", combine_program, strlen(combine_program));
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "cd '%s' && %s -std=c11 -Wall -Wextra -Werror -I'%s' host.c -o host 2>&1 && ./host",
+             g_tmp, compiler(), S2C_CUDA_INCLUDE);
+    ck_assert_msg(run(cmd) == 0, "%s", cmd);
+    s2_ctx_free(ctx);
+    drop_tmp();
+}
+END_TEST
+
 START_TEST(invalid_modules)
 {
     uint8_t cubin[FAKE_SIZE];
@@ -390,6 +472,9 @@ START_TEST(invalid_modules)
     static const s2_aot_param f32[] = {{"a", S2_AOT_F32}};
     static const s2_aot_param launch_dup[] = {{"q", S2_AOT_I32}};
     static const s2_aot_param tmap[] = {{"m", S2_AOT_TMAP}};
+    static const s2_aot_param bytes[] = {{"inputs", S2_AOT_BYTES}, {"n_in", S2_AOT_I32}};
+    static const s2_aot_param lists[] = {{"o_in", S2_AOT_PTR_LIST}, {"lse_in", S2_AOT_PTR_LIST}};
+    static const s2_aot_param lists_n[] = {{"o_in", S2_AOT_PTR_LIST}, {"lse_in", S2_AOT_PTR_LIST}, {"n_in", S2_AOT_I64}};
     const s2_aot_abi *fwd = s2_aot_abi_attn_fwd();
     const s2_aot_abi *tma = s2_aot_abi_attn_fwd_tma();
     const s2_aot_abi *bwdt = s2_aot_abi_attn_bwd_dkdv_tma();
@@ -438,6 +523,20 @@ START_TEST(invalid_modules)
         {"bwd builder, no d_o", {.name = "x", .params = bwdt->params, .num_params = 1,
                                  .maps = S2_AOT_MAPS_ATTN_BWD}, "m", "k", "s", 32, 0, 1, 16, "q_map, do_map"},
         {"bwd maps without a shape", *bwdt, "m", "k", "s", 32, 0, 1, 16, "tensor maps of dtype"},
+        {"table, no builder", {.name = "x", .params = bytes, .num_params = 2}, "m", "k", "s", 32, 0, 1, 16,
+         "no way to build a table"},
+        {"lists, no builder", {.name = "x", .launch_args = lists, .num_launch_args = 2}, "m", "k", "s", 32, 0, 1, 16,
+         "no way to build a table"},
+        {"list parameter", {.name = "x", .params = lists, .num_params = 2, .table = S2_AOT_TABLE_COMBINE},
+         "m", "k", "s", 32, 0, 1, 16, "a list of pointers"},
+        {"table launch arg", {.name = "x", .launch_args = bytes, .num_launch_args = 1, .table = S2_AOT_TABLE_COMBINE},
+         "m", "k", "s", 32, 0, 1, 16, "is a by-value table"},
+        {"unknown table", {.name = "x", .table = (s2_aot_table)5}, "m", "k", "s", 32, 0, 1, 16, "unknown table"},
+        {"combine, no lists", {.name = "x", .params = bytes, .num_params = 2, .table = S2_AOT_TABLE_COMBINE},
+         "m", "k", "s", 32, 0, 1, 16, "built from o_in and lse_in"},
+        {"combine, n_in int64", {.name = "x", .params = bytes, .num_params = 1, .launch_args = lists_n,
+                                 .num_launch_args = 3, .table = S2_AOT_TABLE_COMBINE},
+         "m", "k", "s", 32, 0, 1, 16, "needs int32_t n_in"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         s2_aot_kernel k = {.name = cases[i].kname, .symbol = cases[i].symbol, .abi = &cases[i].abi,
@@ -501,6 +600,7 @@ int main(void)
     tcase_add_test(tc, tma_text);
     tcase_add_test(tc, host_program_with_stub_driver);
     tcase_add_test(tc, other_abis_compile);
+    tcase_add_test(tc, combine_launcher);
     tcase_add_test(tc, invalid_modules);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

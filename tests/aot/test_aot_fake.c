@@ -3,9 +3,10 @@
  * s2_attn_forward, given the same tensors, must hand the driver the same
  * grid, block, shared memory and parameter bytes, the three tensor maps
  * included (the fake writes every encode input into the map it returns);
- * for backward modules, the three generated launchers and s2_attn_backward
- * the same three launches; for decode modules, the decode launcher and
- * s2_attn_decode the same launch.
+ * for backward modules, the generated launchers and s2_attn_backward the
+ * same three launches (NAME_dq, NAME_dqds or NAME_dqds2 third); for decode
+ * modules, the decode launcher and s2_attn_decode the same launch, the
+ * combine launcher and s2_combine the same launch.
  * The generated sources are built into a shared object with a shim that
  * forwards the Driver API calls to the fake (which only exports
  * cuGetProcAddress), and loaded with dlopen. */
@@ -516,7 +517,7 @@ typedef struct bwd_gen {
     s2_pattern_set *set;
     s2_artifact *art;
     void *so;
-    bwd_launcher launch[4];   /* pre, dkdv, dq, dqds (NULL: the module has no dS path) */
+    bwd_launcher launch[5];   /* by role from S2_ROLE_BWD_PRE: pre, dkdv, dq, dqds, dqds2 (NULL: none) */
     bool tma;                 /* the module's kernels take q_map, do_map (spec.bwd_tma) */
 } bwd_gen;
 
@@ -536,25 +537,37 @@ static void build_bwd_gen(bwd_gen *g, int which, s2_dtype dt, int head_dim, s2_a
     ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
     const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
     ck_assert_int_eq(mk->spec.kind, S2_KERNEL_BWD);
-    /* what `s2c compile --emit c` does with a backward kernel (tools/s2c.c) */
-    static const char *const part[4] = {"pre", "dkdv", "dq", "dqds"};
-    char symbols[4][256];
-    s2_aot_kernel k[4];
+    /* what `s2c compile --emit c` does with a backward entry (tools/cmd_compile.c,
+     * aot_kernels_of): one launcher per kernel record, its block and shared
+     * memory the record's, NAME_pre's grid cdiv(q_len, rows per CTA), NAME_dqds2's
+     * cdiv(q_tiles, 2) on the dqds ABI */
+    static const char *const part[5] = {"pre", "dkdv", "dq", "dqds", "dqds2"};
+    char symbols[5][256];
+    s2_aot_kernel k[5];
+    int where[5], nk = 0;
     g->tma = s2_manifest_kernel_fn(mk, S2_ROLE_BWD_DKDV)->abi == S2_ABI_BWD_TMA;
     ck_assert_int_eq(g->tma, arch == S2_ARCH_SM90A);
-    const s2_aot_abi *abi[4] = {g->tma ? s2_aot_abi_attn_bwd_pre_tma() : s2_aot_abi_attn_bwd_pre(),
+    const s2_aot_abi *abi[5] = {g->tma ? s2_aot_abi_attn_bwd_pre_tma() : s2_aot_abi_attn_bwd_pre(),
                                 g->tma ? s2_aot_abi_attn_bwd_dkdv_tma() : s2_aot_abi_attn_bwd_dkdv(),
                                 g->tma ? s2_aot_abi_attn_bwd_dq_tma() : s2_aot_abi_attn_bwd_dq(),
+                                g->tma ? s2_aot_abi_attn_bwd_dqds_tma() : s2_aot_abi_attn_bwd_dqds(),
                                 g->tma ? s2_aot_abi_attn_bwd_dqds_tma() : s2_aot_abi_attn_bwd_dqds()};
     const s2_kspec *mks = &s2_manifest_kernel_fn(mk, S2_ROLE_BWD_DKDV)->spec;
-    int nk = s2_bwd_ds_capable(s2_pattern_set_get(g->set, 0), mks) ? 4 : 3;
-    for (int j = 0; j < nk; j++) {
+    bool ds = s2_bwd_ds_capable(s2_pattern_set_get(g->set, 0), mks);
+    for (int j = 0; j < 5; j++) {
+        const s2_kernel_record *r = s2_manifest_kernel_fn(mk, (s2_kernel_role)(S2_ROLE_BWD_PRE + j));
+        where[j] = -1;
+        ck_assert_msg((r != NULL) == (j < 3 || ds), "%s: record of %s", mod, part[j]);
+        if (!r)
+            continue;
         snprintf(symbols[j], sizeof symbols[j], "%s_%s", mk->name, part[j]);
-        k[j] = (s2_aot_kernel){.name = part[j], .symbol = symbols[j], .abi = abi[j], .threads = mk->threads,
-                               .smem_bytes = j == 0 ? 0 : j == 3 ? s2_bwd_dqds_smem_bytes(mks) : mk->smem_bytes,
-                               .grid_div = {j == 0 ? mk->threads / (mk->spec.head_dim / 8) : 0},
-                               .dtype = mk->spec.dtype, .head_dim = mk->spec.head_dim,
-                               .kv_box_rows = g->tma ? mk->spec.block_m : 0};
+        ck_assert_str_eq(r->symbol, symbols[j]);
+        where[j] = nk;
+        k[nk++] = (s2_aot_kernel){.name = part[j], .symbol = symbols[j], .abi = abi[j], .threads = r->threads,
+                                  .smem_bytes = r->smem_bytes,
+                                  .grid_div = {j == 0 ? r->threads / (mk->spec.head_dim / 8) : j == 4 ? 2 : 0},
+                                  .dtype = mk->spec.dtype, .head_dim = mk->spec.head_dim,
+                                  .kv_box_rows = g->tma ? mk->spec.block_m : 0};
     }
     s2_aot_module am = {.name = mod, .cubin = g->art->cubin, .cubin_size = g->art->cubin_size,
                         .manifest = g->art->manifest, .kernels = k, .num_kernels = nk};
@@ -562,7 +575,9 @@ static void build_bwd_gen(bwd_gen *g, int which, s2_dtype dt, int head_dim, s2_a
     s2_manifest_free(m);
     g->so = compile_so(ctx, mod);
     char sym[64];
-    for (int j = 0; j < nk; j++) {
+    for (int j = 0; j < 5; j++) {
+        if (where[j] < 0)
+            continue;
         snprintf(sym, sizeof sym, "%s_%s", mod, part[j]);
         g->launch[j] = (bwd_launcher)dlsym(g->so, sym);
         ck_assert_ptr_nonnull(g->launch[j]);
@@ -592,18 +607,24 @@ static void record_three(bwd_rec *r, int bytes)
 
 /* The runtime's three launches of `a` against the generated launchers with the
  * same arguments (the schedules and, on the dS path, the dS map taken from
- * the runtime's): parameters byte for byte, grid, block, shared memory.  ds:
- * a->workspace_bytes holds the dS tiles, so the third launch is NAME_dqds. */
+ * the runtime's): parameters byte for byte, grid, block, shared memory.  dq:
+ * the runtime's third kernel, NAME_dq, or (a->workspace_bytes holds the dS
+ * tiles) NAME_dqds (dq_pair -1) or its paired form NAME_dqds2. */
 static void compare_bwd(s2_ctx *ctx, s2_attn_kernel *k, const bwd_gen *g, const s2_attn_bwd_args *a, const char *what,
-                        bool ds)
+                        s2_kernel_role dq)
 {
     bwd_rec rt, aot;
+    bool ds = dq != S2_ROLE_BWD_DQ;
     long long launches = fake_get("launches");
     CUstream stream = (CUstream)(uintptr_t)0x50;
-    /* the generated launchers have NAME_dqds, not its paired form */
-    s2_attn_bwd_options one = {.dq_pair = -1};
-    ck_assert_msg(s2_attn_backward_opts(ctx, k, stream, a, &one) == S2_OK, "%s: %s", what, s2_ctx_message(ctx));
+    s2_attn_sched_stats before, after;
+    s2_attn_kernel_sched_stats(k, &before);
+    s2_attn_bwd_options opt = {.dq_pair = dq == S2_ROLE_BWD_DQDS2 ? 0 : -1};
+    ck_assert_msg(s2_attn_backward_opts(ctx, k, stream, a, &opt) == S2_OK, "%s: %s", what, s2_ctx_message(ctx));
     ck_assert_int_eq(fake_get("launches"), launches + 3);
+    s2_attn_kernel_sched_stats(k, &after);
+    ck_assert_msg(after.dq_paired == before.dq_paired + (dq == S2_ROLE_BWD_DQDS2), "%s: NAME_dqds2 %s", what,
+                  dq == S2_ROLE_BWD_DQDS2 ? "not taken" : "taken");
     int bytes = g->tma ? BWD_TMA_PARAM_BYTES : BWD_PARAM_BYTES;
     record_three(&rt, bytes);
     /* the schedules are the caller's: take the runtime's */
@@ -623,7 +644,7 @@ static void compare_bwd(s2_ctx *ctx, s2_attn_kernel *k, const bwd_gen *g, const 
                            a->do_stride, a->dq_stride, a->dk_stride, a->dv_stride};
     fake_set("set_current", 1);
     for (int j = 0; j < 3; j++) {
-        CUresult r = g->launch[j == 2 && ds ? 3 : j](stream, a->q, a->k, a->v, a->o, a->d_o, a->lse, a->d_lse, a->workspace,
+        CUresult r = g->launch[j == 2 ? (int)dq - (int)S2_ROLE_BWD_PRE : j](stream, a->q, a->k, a->v, a->o, a->d_o, a->lse, a->d_lse, a->workspace,
                                   a->workspace + ws / 2, a->dq, a->dk, a->dv, s[0][0], s[0][1], s[0][2], s[1][0],
                                   s[1][1], s[1][2], s[2][0], s[2][1], s[2][2], s[3][0], s[3][1], s[3][2], s[4][0],
                                   s[4][1], s[4][2], s[5][0], s[5][1], s[5][2], s[6][0], s[6][1], s[6][2], s[7][0],
@@ -644,7 +665,8 @@ static void compare_bwd(s2_ctx *ctx, s2_attn_kernel *k, const bwd_gen *g, const 
     }
     ck_assert_int_eq(rt.shape[1][0], kv_tiles);
     ck_assert_int_eq(rt.shape[1][1], a->kv_heads);
-    ck_assert_int_eq(rt.shape[2][0], tiles);
+    ck_assert_int_eq(rt.shape[2][0], dq == S2_ROLE_BWD_DQDS2 ? (tiles + 1) / 2 : tiles);
+    ck_assert_int_eq(rt.shape[2][3], s2_manifest_kernel_fn(s2_attn_kernel_desc(k), dq)->threads);
 }
 
 static void check_bwd(int which, s2_dtype dt, int head_dim, s2_arch arch, const char *mod)
@@ -674,14 +696,14 @@ static void check_bwd(int which, s2_dtype dt, int head_dim, s2_arch arch, const 
                           .dtype = dt, .q = t[0], .k = t[1], .v = t[2], .o = t[3], .d_o = t[4], .dq = t[5],
                           .dk = t[6], .dv = t[7], .lse = lse, .d_lse = dlse, .workspace = ws};
     s2_attn_bwd_args_bshd(&a);
-    compare_bwd(ctx, k, &g, &a, "bshd", false);
+    compare_bwd(ctx, k, &g, &a, "bshd", S2_ROLE_BWD_DQ);
     /* batch 1, no dlse, q/o/do/dq in BHSD */
     s2_attn_bwd_args b = a;
     b.batch = 1, b.d_lse = 0;
     int64_t bhsd[3] = {H * SQ * D, D, SQ * D};
     memcpy(b.q_stride, bhsd, sizeof bhsd), memcpy(b.o_stride, bhsd, sizeof bhsd);
     memcpy(b.do_stride, bhsd, sizeof bhsd), memcpy(b.dq_stride, bhsd, sizeof bhsd);
-    compare_bwd(ctx, k, &g, &b, "batch 1, bhsd, no dlse", false);
+    compare_bwd(ctx, k, &g, &b, "batch 1, bhsd, no dlse", S2_ROLE_BWD_DQ);
     if (g.launch[3]) {
         /* the dS path: the workspace of s2_attn_backward_workspace */
         size_t full = 0;
@@ -692,14 +714,21 @@ static void check_bwd(int which, s2_dtype dt, int head_dim, s2_arch arch, const 
         ck_assert_int_eq(s2_mem_alloc(ctx, dev, full, &big), S2_OK);
         s2_attn_bwd_args c = a;
         c.workspace = big, c.workspace_bytes = full;
-        compare_bwd(ctx, k, &g, &c, "dS path", true);
+        compare_bwd(ctx, k, &g, &c, "dS path", S2_ROLE_BWD_DQDS);
+        /* two query tiles per CTA: NAME_dqds2's block, shared memory and grid cdiv(q_tiles, 2) */
+        compare_bwd(ctx, k, &g, &c, "dS path, paired", S2_ROLE_BWD_DQDS2);
+        s2_attn_bwd_args e = c;
+        e.batch = 1, e.d_lse = 0;
+        memcpy(e.q_stride, bhsd, sizeof bhsd), memcpy(e.o_stride, bhsd, sizeof bhsd);
+        memcpy(e.do_stride, bhsd, sizeof bhsd), memcpy(e.dq_stride, bhsd, sizeof bhsd);
+        compare_bwd(ctx, k, &g, &e, "dS path, paired, batch 1, bhsd, no dlse", S2_ROLE_BWD_DQDS2);
         /* one byte short of the smallest chunked dS workspace (one chunk per
          * kv head; shorter ones take the dS path chunk by chunk): the plain path */
         size_t least = 0;
         ck_assert_msg(s2_attn_backward_workspace_chunked(ctx, k, B, SQ, SK, HK, &least) == S2_OK, "%s",
                       s2_ctx_message(ctx));
         c.workspace_bytes = least - 1;
-        compare_bwd(ctx, k, &g, &c, "dS path, workspace one byte short", false);
+        compare_bwd(ctx, k, &g, &c, "dS path, workspace one byte short", S2_ROLE_BWD_DQ);
         ck_assert_int_eq(s2_mem_free(ctx, dev, big), S2_OK);
     } else {
         ck_assert(!s2_manifest_kernel_fn(s2_attn_kernel_desc(k), S2_ROLE_BWD_DQDS));
@@ -729,6 +758,79 @@ static const int dec_sizes[32] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8
                                   8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 4, 8};
 enum { DEC_PARAM_BYTES = 236 };
 
+/* NAME_combine's launcher (s2_aot_abi_attn_combine) and its parameter sizes: the 1 KB table first */
+#define P CUdeviceptr
+#define I int64_t
+typedef CUresult (*comb_launcher)(CUstream, P, P, I, I, I, I, I, P, I, I, I, P, int32_t, int32_t, int32_t, int32_t,
+                                  const CUdeviceptr *, const CUdeviceptr *);
+#undef P
+#undef I
+static const int comb_sizes[17] = {1024, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4};
+enum { COMB_PARAM_BYTES = 1024 + 12 * 8 + 16 };
+
+/* s2_combine of three inputs (contiguous, or BHSD-strided into a padded
+ * output) against the combine launcher given the same pointers: grid,
+ * block, shared memory and every parameter byte, the table included. */
+static void compare_combine(s2_ctx *ctx, s2_device *dev, s2_attn_kernel *ak, comb_launcher launch, s2_dtype dt, int D,
+                            bool bhsd)
+{
+    enum { NIN = 3, B = 2, S = 3 };
+    const int H = 4;
+    fake_param_sizes(comb_sizes, 17);
+    s2_combine_args c = {.n = NIN, .batch = B, .heads = H, .head_dim = D, .seq = S, .dtype = dt};
+    size_t ob = (size_t)B * S * H * D * 2 + 64 * (size_t)D, lb = (size_t)B * H * S * 4;
+    CUdeviceptr o_in[NIN], lse_in[NIN];
+    for (int i = 0; i < NIN; i++) {
+        ck_assert_int_eq(s2_mem_alloc(ctx, dev, ob, &c.o_in[i]), S2_OK);
+        ck_assert_int_eq(s2_mem_alloc(ctx, dev, lb, &c.lse_in[i]), S2_OK);
+        o_in[i] = c.o_in[i], lse_in[i] = c.lse_in[i];
+    }
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, ob, &c.o), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, lb, &c.lse), S2_OK);
+    int64_t bshd[3] = {(int64_t)S * H * D, (int64_t)H * D, D}, pad[3] = {(int64_t)H * S * D + 8 * D, D, (int64_t)S * D};
+    memcpy(c.in_stride, bshd, sizeof bshd);
+    memcpy(c.o_stride, bhsd ? pad : bshd, sizeof bshd);
+    CUstream stream = (CUstream)(uintptr_t)0x70;
+    long long launches = fake_get("launches");
+    ck_assert_msg(s2_combine(ctx, ak, stream, &c) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_int_eq(fake_get("launches"), launches + 1);
+    long long rs[8], gs[8];
+    unsigned char rt[COMB_PARAM_BYTES];
+    const unsigned char *rp = fake_launch_at(0, rs);
+    ck_assert_ptr_nonnull(rp);
+    ck_assert_int_eq(rs[7], COMB_PARAM_BYTES);
+    memcpy(rt, rp, COMB_PARAM_BYTES);
+    const int64_t *is = c.in_stride, *os = c.o_stride;
+    fake_set("set_current", 1);
+    CUresult r = launch(stream, 0, 0, 0, 0, is[0], is[1], is[2], c.o, os[0], os[1], os[2], c.lse, NIN, S, H, B * S * H,
+                        o_in, lse_in);
+    ck_assert_int_eq(r, CUDA_SUCCESS);
+    ck_assert_int_eq(fake_get("launches"), launches + 2);
+    const unsigned char *gp = fake_launch_at(0, gs);
+    ck_assert_ptr_nonnull(gp);
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(rs[i] == gs[i], "combine shape %d: runtime %lld, launcher %lld", i, rs[i], gs[i]);
+    /* rows B * S * H over 128 threads of D / 8 per row */
+    ck_assert_int_eq(rs[0], (B * S * H + 128 / (D / 8) - 1) / (128 / (D / 8)));
+    ck_assert_int_eq(rs[1], 1);
+    for (int i = 0; i < COMB_PARAM_BYTES; i++)
+        ck_assert_msg(rt[i] == gp[i], "combine parameter byte %d: runtime 0x%02x, launcher 0x%02x", i, rt[i], gp[i]);
+    uint64_t first;
+    memcpy(&first, gp + 64 * 8, 8);
+    ck_assert_uint_eq(first, c.lse_in[0]);
+    /* a 65th input is refused, nothing launched */
+    r = launch(stream, 0, 0, 0, 0, is[0], is[1], is[2], c.o, os[0], os[1], os[2], c.lse, 65, S, H, B * S * H, NULL,
+               NULL);
+    ck_assert_int_eq(r, CUDA_ERROR_INVALID_VALUE);
+    ck_assert_int_eq(fake_get("launches"), launches + 2);
+    for (int i = 0; i < NIN; i++) {
+        ck_assert_int_eq(s2_mem_free(ctx, dev, c.o_in[i]), S2_OK);
+        ck_assert_int_eq(s2_mem_free(ctx, dev, c.lse_in[i]), S2_OK);
+    }
+    ck_assert_int_eq(s2_mem_free(ctx, dev, c.o), S2_OK);
+    ck_assert_int_eq(s2_mem_free(ctx, dev, c.lse), S2_OK);
+}
+
 static void check_decode(int which, s2_dtype dt, int head_dim, s2_arch arch, int splits, const char *mod)
 {
     use_fake();
@@ -747,12 +849,24 @@ static void check_decode(int which, s2_dtype dt, int head_dim, s2_arch arch, int
     s2_manifest *m = manifest_of(ctx, art);
     const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, 0);
     ck_assert_int_eq(mk->spec.kind, S2_KERNEL_DECODE);
-    s2_aot_kernel k = {.name = "dec", .symbol = mk->name, .abi = s2_aot_abi_attn_decode(), .threads = mk->threads,
-                       .smem_bytes = mk->smem_bytes};
+    /* what `s2c compile --emit c` does (tools/cmd_compile.c): NAME and NAME_combine, the
+     * combine's grid cdiv(rows, threads / (head_dim / 8)) */
+    const s2_kernel_record *cr = s2_manifest_kernel_fn(mk, S2_ROLE_COMBINE);
+    ck_assert_ptr_nonnull(cr);
+    char csym[256];
+    snprintf(csym, sizeof csym, "%s", cr->symbol);
+    s2_aot_kernel k[2] = {{.name = "dec", .symbol = mk->name, .abi = s2_aot_abi_attn_decode(), .threads = mk->threads,
+                           .smem_bytes = mk->smem_bytes},
+                          {.name = "comb", .symbol = csym, .abi = s2_aot_abi_attn_combine(), .threads = cr->threads,
+                           .smem_bytes = cr->smem_bytes, .grid_div = {cr->threads / (cr->spec.head_dim / 8)}}};
     s2_aot_module am = {.name = mod, .cubin = art->cubin, .cubin_size = art->cubin_size, .manifest = art->manifest,
-                        .kernels = &k, .num_kernels = 1};
+                        .kernels = k, .num_kernels = 2};
     void *so = NULL;
     dec_launcher launch = (dec_launcher)open_aot(ctx, &am, "dec", &so);
+    char sym[64];
+    snprintf(sym, sizeof sym, "%s_comb", mod);
+    comb_launcher comb = (comb_launcher)dlsym(so, sym);
+    ck_assert_ptr_nonnull(comb);
     s2_manifest_free(m);
 
     s2_attn_kernel *ak = NULL;
@@ -821,6 +935,8 @@ static void check_decode(int which, s2_dtype dt, int head_dim, s2_arch arch, int
     ck_assert_int_eq(rs[1], HK);
     for (int i = 0; i < DEC_PARAM_BYTES; i++)
         ck_assert_msg(rt[i] == gp[i], "decode parameter byte %d", i);
+    compare_combine(ctx, dev, ak, comb, dt, (int)D, false);
+    compare_combine(ctx, dev, ak, comb, dt, (int)D, true);
 
     s2_devptr bufs[] = {q, o, lse, kp, vp, table, lens, ws};
     for (int i = 0; i < 8; i++)
@@ -833,14 +949,14 @@ static void check_decode(int which, s2_dtype dt, int head_dim, s2_arch arch, int
     s2_ctx_free(ctx);
 }
 
-/* GQA 32/8 (group 4), bf16 d128, three KV splits through the workspace */
+/* GQA 32/8 (group 4), bf16 d128, three KV splits through the workspace; the combine at d128 */
 START_TEST(decode_launcher_matches_runtime_split)
 {
     check_decode(3, S2_DTYPE_BF16, 128, S2_ARCH_SM80, 3, "deca");
 }
 END_TEST
 
-/* causal 4 heads, f16 d64, one split (no workspace) */
+/* causal 4 heads, f16 d64, one split (no workspace); the combine at d64 */
 START_TEST(decode_launcher_matches_runtime_single)
 {
     check_decode(0, S2_DTYPE_F16, 64, S2_ARCH_SM80, 1, "decb");
@@ -854,8 +970,9 @@ START_TEST(bwd_launchers_match_runtime_sm90a)
 }
 END_TEST
 
-/* causal block 64 on sm_90a, bf16 d128: the module has NAME_dqds; the dS
- * path's launches (workspace of s2_attn_backward_workspace) against _dqds */
+/* causal block 64 on sm_90a, bf16 d128: the module has NAME_dqds and
+ * NAME_dqds2; the dS path's launches (workspace of
+ * s2_attn_backward_workspace) against _dqds and, paired, _dqds2 */
 START_TEST(bwd_launchers_match_runtime_ds)
 {
     check_bwd(0, S2_DTYPE_BF16, 128, S2_ARCH_SM90A, "bwc");

@@ -512,25 +512,31 @@ def test_emit_c():
                     errs.append("the dqds launcher does not take 49152 bytes of shared memory")
             check(f"--emit c of a backward module ({arch}): launchers {', '.join(parts)}, cc accepts", not errs,
                   "\n".join(errs))
-        # decode: one launcher for NAME (NAME_combine has none)
+        # decode: launchers for NAME and NAME_combine
         ddir = os.path.join(d, "dec")
         os.mkdir(ddir)
         rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "128", "--dtype",
                            "bf16", "--arch", "sm_80", "--kind", "decode", "--emit", "c",
                            "-o", os.path.join(ddir, "dec.c"))
         launchers = re.findall(r"^launcher (\S+)$", out, re.M)
-        errs = [] if rc == 0 and launchers == ["dec_dec_dense_bf16_d128"] else [f"rc={rc} {launchers} {err}"]
+        want = ["dec_dec_dense_bf16_d128", "dec_dec_dense_bf16_d128_combine"]
+        errs = [] if rc == 0 and launchers == want else [f"rc={rc} {launchers} {err}"]
         if not errs:
             args = ", ".join(["p"] * 7 + ["0"] * 12 + ["p", "0", "0", "p", "1", "16", "1.0f", "p", "p", "p", "1",
                                                         "1", "p", "1", "1"])
+            cargs = ", ".join(["p", "p", "0", "0", "0", "0", "0", "p", "0", "0", "0", "p", "2", "1", "1", "1",
+                               "ps", "ps"])
             with open(os.path.join(ddir, "user.c"), "w") as u:
                 u.write('#include "dec.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
+                        '    const CUdeviceptr ps[2] = {0, 0};\n'
                         f'    CUresult r = load_dec();\n    if (r == CUDA_SUCCESS)\n        r = {launchers[0]}(s, {args});\n'
+                        f'    if (r == CUDA_SUCCESS)\n        r = {launchers[1]}(s, {cargs});\n'
                         '    (void)unload_dec();\n    return (int)r;\n}\n')
             errs += cc_errors(cc, ddir, ("dec.c", "user.c"))
-            if "_combine" in open(os.path.join(ddir, "dec.h")).read():
-                errs.append("a combine launcher")
-        check("--emit c of a decode module: one decode launcher, cc accepts", not errs, "\n".join(errs))
+            # the combine's grid: cdiv(rows, 128 threads / (128 / 8 threads per row))
+            if "((int64_t)rows + 7) / 8" not in open(os.path.join(ddir, "dec.c")).read():
+                errs.append("the combine launcher's grid is not cdiv(rows, 8)")
+        check("--emit c of a decode module: decode and combine launchers, cc accepts", not errs, "\n".join(errs))
         # OUT's name without extension, sanitised, names the files and symbols
         rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype", "bf16",
                            "--arch", "sm_80", "--emit", "c", "-o", os.path.join(d, "my-attn.v2.c"))

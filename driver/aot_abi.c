@@ -1,0 +1,155 @@
+/* The AOT launchers' ABI descriptors (include/s2c/aot.h): each kernel's
+ * parameters from its list in abi/params.h, the launch arguments that are not
+ * passed to the kernel, the grid's sources and who builds the by-value
+ * parameters (tensor maps, the combine's table).  driver/emit_c.c emits from them. */
+#include "params.h"
+#include "s2c/aot.h"
+
+#include <stddef.h>
+
+/* ---- the forward attention kernel's ABI ---- */
+
+#define AOT_PARAM(e, n, t) {n, S2_AOT_##t},
+
+static const s2_aot_param attn_fwd_params[] = {S2_ABI_FWD_PARAMS(AOT_PARAM)};
+
+static const s2_aot_param attn_fwd_launch[] = {
+    {"heads", S2_AOT_I32},
+    {"batch", S2_AOT_I32},
+};
+
+static const s2_aot_abi attn_fwd_abi = {
+    .name = "attn_fwd",
+    .params = attn_fwd_params,
+    .num_params = (int)(sizeof attn_fwd_params / sizeof attn_fwd_params[0]),
+    .launch_args = attn_fwd_launch,
+    .num_launch_args = (int)(sizeof attn_fwd_launch / sizeof attn_fwd_launch[0]),
+    .grid = {"q_tiles", "heads", "batch"},
+};
+
+const s2_aot_abi *s2_aot_abi_attn_fwd(void) { return &attn_fwd_abi; }
+
+/* ---- the sm_90a tensor-map forward (launch.h, ABI fwd_tma) ---- */
+
+static const s2_aot_param attn_fwd_tma_params[] = {S2_ABI_FWD_TMA_PARAMS(AOT_PARAM)};
+
+static const s2_aot_param attn_fwd_tma_launch[] = {
+    {"heads", S2_AOT_I32},
+    {"batch", S2_AOT_I32},
+    {"kv_heads", S2_AOT_I32},
+    {"kv_rows", S2_AOT_I64},
+};
+
+static const s2_aot_abi attn_fwd_tma_abi = {
+    .name = "attn_fwd_tma",
+    .params = attn_fwd_tma_params,
+    .num_params = (int)(sizeof attn_fwd_tma_params / sizeof attn_fwd_tma_params[0]),
+    .launch_args = attn_fwd_tma_launch,
+    .num_launch_args = (int)(sizeof attn_fwd_tma_launch / sizeof attn_fwd_tma_launch[0]),
+    .grid = {"q_tiles", "heads", "batch"},
+    .maps = S2_AOT_MAPS_ATTN_FWD,
+};
+
+const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void) { return &attn_fwd_tma_abi; }
+
+/* ---- the persistent sm_90a forward (launch.h, ABI fwd_tma_persistent) ---- */
+
+static const s2_aot_param attn_fwd_tma_p_params[] = {S2_ABI_FWD_TMA_PERSISTENT_PARAMS(AOT_PARAM)};
+
+static const s2_aot_param attn_fwd_tma_p_launch[] = {
+    {"heads", S2_AOT_I32},
+    {"kv_heads", S2_AOT_I32},
+    {"kv_rows", S2_AOT_I64},
+};
+
+static const s2_aot_abi attn_fwd_tma_p_abi = {
+    .name = "attn_fwd_tma_persistent",
+    .params = attn_fwd_tma_p_params,
+    .num_params = (int)(sizeof attn_fwd_tma_p_params / sizeof attn_fwd_tma_p_params[0]),
+    .launch_args = attn_fwd_tma_p_launch,
+    .num_launch_args = (int)(sizeof attn_fwd_tma_p_launch / sizeof attn_fwd_tma_p_launch[0]),
+    .maps = S2_AOT_MAPS_ATTN_FWD,
+    .grid_persistent = true,
+};
+
+const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void) { return &attn_fwd_tma_p_abi; }
+
+/* ---- the backward module (launch.h, S2_KERNEL_BWD) ---- */
+
+static const s2_aot_param attn_bwd_params[] = {S2_ABI_BWD_PARAMS(AOT_PARAM)};
+static const s2_aot_param attn_bwd_tma_params[] = {S2_ABI_BWD_TMA_PARAMS(AOT_PARAM)};
+
+static const s2_aot_param attn_bwd_launch[] = {
+    {"heads", S2_AOT_I32},
+    {"kv_heads", S2_AOT_I32},
+    {"batch", S2_AOT_I32},
+};
+
+#define BWD_ABI(nm, gx, gy, ps, mp)                                                          \
+    {.name = nm, .params = ps,                                                               \
+     .num_params = (int)(sizeof ps / sizeof ps[0]),                                          \
+     .launch_args = attn_bwd_launch,                                                         \
+     .num_launch_args = (int)(sizeof attn_bwd_launch / sizeof attn_bwd_launch[0]),           \
+     .grid = {gx, gy, "batch"}, .maps = mp}
+
+static const s2_aot_abi attn_bwd_abis[8] = {
+    BWD_ABI("attn_bwd_pre", "q_len", "heads", attn_bwd_params, S2_AOT_MAPS_NONE),
+    BWD_ABI("attn_bwd_dkdv", "kv_tiles", "kv_heads", attn_bwd_params, S2_AOT_MAPS_NONE),
+    BWD_ABI("attn_bwd_dq", "q_tiles", "heads", attn_bwd_params, S2_AOT_MAPS_NONE),
+    BWD_ABI("attn_bwd_dqds", "q_tiles", "heads", attn_bwd_params, S2_AOT_MAPS_NONE),
+    BWD_ABI("attn_bwd_pre_tma", "q_len", "heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
+    BWD_ABI("attn_bwd_dkdv_tma", "kv_tiles", "kv_heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
+    BWD_ABI("attn_bwd_dq_tma", "q_tiles", "heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
+    BWD_ABI("attn_bwd_dqds_tma", "q_tiles", "heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
+};
+
+const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void) { return &attn_bwd_abis[0]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv(void) { return &attn_bwd_abis[1]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dq(void) { return &attn_bwd_abis[2]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dqds(void) { return &attn_bwd_abis[3]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_pre_tma(void) { return &attn_bwd_abis[4]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dkdv_tma(void) { return &attn_bwd_abis[5]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dq_tma(void) { return &attn_bwd_abis[6]; }
+const s2_aot_abi *s2_aot_abi_attn_bwd_dqds_tma(void) { return &attn_bwd_abis[7]; }
+
+/* ---- the paged decode kernel (decode.h, S2_KERNEL_DECODE) ---- */
+
+static const s2_aot_param attn_decode_params[] = {S2_ABI_DECODE_PARAMS(AOT_PARAM)};
+
+static const s2_aot_param attn_decode_launch[] = {
+    {"kv_heads", S2_AOT_I32},
+    {"batch", S2_AOT_I32},
+};
+
+static const s2_aot_abi attn_decode_abi = {
+    .name = "attn_decode",
+    .params = attn_decode_params,
+    .num_params = (int)(sizeof attn_decode_params / sizeof attn_decode_params[0]),
+    .launch_args = attn_decode_launch,
+    .num_launch_args = (int)(sizeof attn_decode_launch / sizeof attn_decode_launch[0]),
+    .grid = {"splits", "kv_heads", "batch"},
+};
+
+const s2_aot_abi *s2_aot_abi_attn_decode(void) { return &attn_decode_abi; }
+
+/* ---- the combine kernel of a decode module (decode.h) ---- */
+
+static const s2_aot_param attn_combine_params[] = {S2_ABI_COMBINE_PARAMS(AOT_PARAM)};
+
+/* the inputs' pointers, which the launcher packs into the by-value table */
+static const s2_aot_param attn_combine_launch[] = {
+    {"o_in", S2_AOT_PTR_LIST},
+    {"lse_in", S2_AOT_PTR_LIST},
+};
+
+static const s2_aot_abi attn_combine_abi = {
+    .name = "attn_combine",
+    .params = attn_combine_params,
+    .num_params = (int)(sizeof attn_combine_params / sizeof attn_combine_params[0]),
+    .launch_args = attn_combine_launch,
+    .num_launch_args = (int)(sizeof attn_combine_launch / sizeof attn_combine_launch[0]),
+    .grid = {"rows", NULL, NULL},
+    .table = S2_AOT_TABLE_COMBINE,
+};
+
+const s2_aot_abi *s2_aot_abi_attn_combine(void) { return &attn_combine_abi; }
