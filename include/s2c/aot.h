@@ -237,7 +237,7 @@ S2_API const s2_aot_abi *s2_aot_abi_attn_decode(void);
  *                           CUdeviceptr out, int64_t out_stride_b .. out_stride_h,
  *                           CUdeviceptr lse_out, int32_t n_in, s, h, rows,
  *                           const CUdeviceptr *o_in, const CUdeviceptr *lse_in); */
-const s2_aot_abi *s2_aot_abi_attn_combine(void);
+S2_API const s2_aot_abi *s2_aot_abi_attn_combine(void);
 
 typedef struct s2_aot_kernel {
     const char *name;        /* launcher NAME_<name>; a C identifier */
