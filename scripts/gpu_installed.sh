@@ -13,7 +13,7 @@ if [ "$cmd" = pack ] && [ $# -eq 3 ]; then
     build=$(realpath "$2")
     out=$(realpath -m "$3")
     root=$(cd "$(dirname "$0")/.." && pwd)
-    work=$out/installed
+    work=$build/installed-examples   # not in OUT_DIR: only the archive travels
     rm -rf "$work" && mkdir -p "$work"
     ninja -C "$build" runtime/libs2rt.so.0.1.0 runtime/libs2rt.a jit/libs2c.so.0.1.0 jit/libs2c.a tools/s2c >/dev/null
     meson install -C "$build" --destdir "$work/dest" --no-rebuild --quiet
