@@ -54,6 +54,8 @@ mkdir -p "$obj" "$out"
 # Everything about the programs comes from the build directory: the GPU
 # tests (suite gpu), the executables under bench/ and examples/, their
 # compile commands and their link commands.
+# regenerate first when a meson.build changed, or meson-info/ lists old targets
+ninja -C "$build" build.ninja >/dev/null
 python3 - "$build" "$obj" "$root" <<'EOF'
 import json, os, shlex, subprocess, sys
 
