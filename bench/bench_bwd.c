@@ -33,6 +33,7 @@
  * forward + backward median).
  * --dq-pair -1 keeps the dS path's dQ kernel at one query tile per CTA
  * (NAME_dqds) where the runtime would take NAME_dqds2. */
+#include "plot_csv.h"
 #include "attn_tune.h"
 #include "compile_internal.h"
 #include "s2c/attention.h"
@@ -65,29 +66,6 @@ static const bench_config configs[] = {
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0], HEAD_DIM = 128 };
 
-/* --csv FILE: opened for appending; the column line when it is empty.  (As
- * bench_fwd.c's: the benches share no source.) */
-static FILE *plot_csv_open(const char *path, const char *bench)
-{
-    FILE *f = fopen(path, "a");
-    if (!f) {
-        fprintf(stderr, "%s: --csv %s: cannot open it for appending\n", bench, path);
-        return NULL;
-    }
-    if (ftell(f) == 0)
-        fprintf(f, "# s2c times from %s (median ms)\nkind,config,seq_len,impl,ms\n", bench);
-    return f;
-}
-
-/* A config's name without its length suffix (b64_8k -> b64): one line per
- * family in the plot. */
-static void plot_family(const char *name, char *out, size_t cap)
-{
-    snprintf(out, cap, "%s", name);
-    char *u = strrchr(out, '_'), *end = NULL;
-    if (u && u[1] >= '0' && u[1] <= '9' && (strtol(u + 1, &end, 10), !strcmp(end, "k")))
-        *u = 0;
-}
 
 static FILE *csv_file; /* --csv FILE: plot rows appended */
 

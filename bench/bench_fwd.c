@@ -33,6 +33,7 @@
  * S2C_BENCH_UNION_PAIRS=1 in the environment, on union pairs instead.
  * This file: the configurations, the command line, the rows and main; the
  * rest in bench_fwd_data.c, bench_fwd_jit.c, bench_fwd_launch.c. */
+#include "plot_csv.h"
 #include "compile_internal.h"
 #include "bench_fwd.h"
 
@@ -122,28 +123,6 @@ static bool parse_specs(const char *val, options *o)
     return o->nspecs > 0;
 }
 
-/* --csv FILE: opened for appending; the column line when it is empty. */
-static FILE *plot_csv_open(const char *path, const char *bench)
-{
-    FILE *f = fopen(path, "a");
-    if (!f) {
-        fprintf(stderr, "%s: --csv %s: cannot open it for appending\n", bench, path);
-        return NULL;
-    }
-    if (ftell(f) == 0)
-        fprintf(f, "# s2c times from %s (median ms)\nkind,config,seq_len,impl,ms\n", bench);
-    return f;
-}
-
-/* A config's name without its length suffix (b64_8k -> b64): one line per
- * family in the plot. */
-static void plot_family(const char *name, char *out, size_t cap)
-{
-    snprintf(out, cap, "%s", name);
-    char *u = strrchr(out, '_'), *end = NULL;
-    if (u && u[1] >= '0' && u[1] <= '9' && (strtol(u + 1, &end, 10), !strcmp(end, "k")))
-        *u = 0;
-}
 
 static bool parse_args(int argc, char **argv, options *o)
 {

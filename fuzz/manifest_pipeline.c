@@ -105,19 +105,8 @@ static bool clean_message(const char *msg)
  * blocks, within max_seq_len and every explicit mask a rule uses. */
 static int64_t short_kv_len(const s2_pattern *p)
 {
-    int64_t kv = 4 * (int64_t)p->block_size;
-    if (p->max_seq_len > 0 && p->max_seq_len < kv)
-        kv = p->max_seq_len;
-    for (int q = 0; q < p->heads; q++) {
-        int mi = p->rules[q].mask;
-        if (mi < 0 || mi >= p->num_masks)
-            continue;
-        const s2_block_mask *bm = &p->masks[mi];
-        int64_t blocks = bm->rows < bm->cols ? bm->rows : bm->cols;
-        if (blocks * p->block_size < kv)
-            kv = blocks * p->block_size;
-    }
-    return kv;
+    int64_t kv = 4 * (int64_t)p->block_size, lim = s2_layout_max_kv_len(p);
+    return lim < kv ? lim : kv;
 }
 
 /* Layouts (prefill and one decode query) and the forward and transposed

@@ -171,6 +171,25 @@ s2_status s2_layout_new(s2_ctx *ctx, const s2_pattern *p, int64_t q_len, int64_t
     return S2_OK;
 }
 
+int64_t s2_layout_max_kv_len(const s2_pattern *p)
+{
+    if (!p || !p->rules || p->block_size < 1)
+        return 0;
+    int64_t lim = S2_MAX_SEQ_LEN;
+    if (p->max_seq_len > 0 && p->max_seq_len < lim)
+        lim = p->max_seq_len;
+    for (int q = 0; q < p->heads; q++) {
+        int mi = p->rules[q].mask;
+        if (mi < 0 || mi >= p->num_masks)
+            continue;
+        const s2_block_mask *bm = &p->masks[mi];
+        int64_t blocks = bm->rows < bm->cols ? bm->rows : bm->cols;
+        if (blocks * p->block_size < lim)
+            lim = blocks * p->block_size;
+    }
+    return lim;
+}
+
 void s2_layout_free(s2_layout *l)
 {
     if (!l)

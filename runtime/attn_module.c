@@ -11,19 +11,8 @@
  * lengths hold. */
 static int64_t max_kv_len_of(const s2_pattern *p)
 {
-    int64_t lim = INT32_MAX;
-    if (p->max_seq_len > 0 && p->max_seq_len < lim)
-        lim = p->max_seq_len;
-    for (int q = 0; q < p->heads; q++) {
-        int mi = p->rules[q].mask;
-        if (mi < 0 || mi >= p->num_masks)
-            continue;
-        const s2_block_mask *bm = &p->masks[mi];
-        int64_t blocks = bm->rows < bm->cols ? bm->rows : bm->cols;
-        if (blocks * p->block_size < lim)
-            lim = blocks * p->block_size;
-    }
-    return lim;
+    int64_t lim = s2_layout_max_kv_len(p);
+    return lim < INT32_MAX ? lim : INT32_MAX;
 }
 
 void s2_attn_module_free(s2_attn_module *mod)

@@ -45,6 +45,10 @@ typedef struct s2_layout s2_layout;
  * the pattern's max_seq_len and any explicit mask's size.  The layout
  * borrows p: the pattern must outlive it. */
 S2_API s2_status s2_layout_new(s2_ctx *ctx, const s2_pattern *p, int64_t q_len, int64_t kv_len, s2_layout **out);
+/* The longest kv_len a layout of p may have: S2_MAX_SEQ_LEN, the pattern's
+ * max_seq_len and every explicit mask a rule uses bound it (0 for a pattern
+ * without rules). */
+S2_API int64_t s2_layout_max_kv_len(const s2_pattern *p);
 S2_API void s2_layout_free(s2_layout *l);
 
 S2_API const s2_pattern *s2_layout_pattern(const s2_layout *l);
