@@ -13,14 +13,22 @@
  * Schedules: the packed forward schedule of each (q_len, kv_len) is built
  * from the manifest's pattern and uploaded on first use, then kept in a
  * per-kernel cache of S2_ATTN_SCHED_CACHE entries (least recently used goes
- * first; its device memory is freed with cuMemFree, which waits for the work
- * in flight).  The first launch for a new shape synchronises the context
- * after the upload, so that a launch on any stream sees the schedule.
+ * first: the device is synchronised, then its memory goes back to the
+ * device's allocator, s2_device_set_allocator).  The first launch for a new
+ * shape synchronises the context after the upload, so that a launch on any
+ * stream sees the schedule: it is not legal inside stream capture.
  *
- * Threads: s2_attn_forward may be called on one kernel from several threads
- * at once (each with its own s2_ctx); the schedule cache is locked.  A
- * persistent forward's launches on one stream share a work counter, those on
- * other streams get their own (S2_ATTN_COUNTER_PAIRS).
+ * Threads:
+ *  - s2_attn_forward, s2_attn_backward, s2_attn_decode and s2_combine may be
+ *    called on one kernel (and on kernels of one module or device) from
+ *    several threads at once, on any streams, each thread with its own
+ *    s2_ctx; a kernel's caches (schedules, kept-block lists) are locked, and
+ *    the allocator's callbacks run on the launching thread under that lock.
+ *  - Loading and freeing a module or kernel, and s2_device_set_allocator,
+ *    must not run concurrently with launches on the same objects.
+ *  - A persistent forward's launches on one stream share a work counter,
+ *    those on other streams get their own (S2_ATTN_COUNTER_PAIRS); launches
+ *    that share a decode or backward workspace must not run concurrently.
  */
 #ifndef S2C_ATTN_RUNTIME_H
 #define S2C_ATTN_RUNTIME_H
