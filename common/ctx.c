@@ -36,6 +36,7 @@ static const char *const status_names[S2_STATUS_COUNT_] = {
     [S2_ERR_DTYPE] = "S2_ERR_DTYPE",
     [S2_ERR_HEAD_DIM] = "S2_ERR_HEAD_DIM",
     [S2_ERR_DEVICE_DATA] = "S2_ERR_DEVICE_DATA",
+    [S2_ERR_CAPTURE] = "S2_ERR_CAPTURE",
 };
 
 const char *s2_status_name(s2_status st)

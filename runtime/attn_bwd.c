@@ -65,7 +65,7 @@ static s2_status ds_need(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_le
         return st;
     mtx_lock(&k->lock);
     sched_slot *s = NULL;
-    st = s2_rt_sched_get(ctx, k, q_len, kv_len, &s);
+    st = s2_rt_sched_get(ctx, k, q_len, kv_len, NULL, &s);
     if (st == S2_OK)
         *need = ds_chunked_bytes(k, s, batch, k->pattern->heads, q_len, chunks, NULL);
     mtx_unlock(&k->lock);
@@ -296,7 +296,7 @@ s2_status s2_attn_backward_opts(s2_ctx *ctx, s2_attn_kernel *k, void *stream, co
         return s2_fail(ctx, S2_ERR_INVALID, "ds_chunks %d does not divide %d kv heads", o->ds_chunks, a->kv_heads);
     mtx_lock(&k->lock);
     sched_slot *s = NULL;
-    st = s2_rt_sched_get(ctx, k, a->q_len, a->kv_len, &s);
+    st = s2_rt_sched_get(ctx, k, a->q_len, a->kv_len, stream, &s);
     if (st == S2_OK)
         st = launch_bwd(ctx, k, stream, a, o, s);
     mtx_unlock(&k->lock);

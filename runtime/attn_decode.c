@@ -88,10 +88,10 @@ void s2_rt_decode_free(s2_attn_kernel *k)
 }
 
 /* The lists for max_seq_len.  Called with k->lock held. */
-static s2_status dec_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t max_seq_len, dec_slot **out)
+static s2_status dec_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t max_seq_len, void *stream, dec_slot **out)
 {
     void *item = NULL;
-    s2_status st = s2_lru_get(ctx, &k->cache, dec_q_blocks(k, max_seq_len), 0, &item);
+    s2_status st = s2_lru_get(ctx, &k->cache, dec_q_blocks(k, max_seq_len), 0, stream, &item);
     *out = item;
     return st;
 }
@@ -173,7 +173,7 @@ s2_status s2_attn_decode_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_de
         return st;
     mtx_lock(&k->lock);
     dec_slot *slot = NULL;
-    st = dec_get(ctx, k, a->max_seq_len, &slot);
+    st = dec_get(ctx, k, a->max_seq_len, NULL, &slot);
     if (st == S2_OK)
         st = dec_splits(ctx, k, a, slot->max_list, splits);
     mtx_unlock(&k->lock);
@@ -309,7 +309,7 @@ s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_
     mtx_lock(&k->lock);
     dec_slot *slot = NULL;
     int splits = 1;
-    st = dec_get(ctx, k, a->max_seq_len, &slot);
+    st = dec_get(ctx, k, a->max_seq_len, stream, &slot);
     if (st == S2_OK)
         st = dec_splits(ctx, k, a, slot->max_list, &splits);
     if (st == S2_OK)

@@ -171,7 +171,7 @@ s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2
     }
     mtx_lock(&k->lock);
     sched_slot *s = NULL;
-    st = s2_rt_sched_get(ctx, k, sq, sk, &s);
+    st = s2_rt_sched_get(ctx, k, sq, sk, stream, &s);
     if (st == S2_OK)
         st = launch(ctx, k, stream, a, s);
     mtx_unlock(&k->lock);

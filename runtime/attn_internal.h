@@ -131,8 +131,10 @@ S2_RT_HIDDEN s2_status s2_rt_dec_check_device(s2_ctx *ctx, const s2_attn_kernel 
 /* sched_cache.c */
 /* Set up k's schedule cache (forward and backward kernels). */
 S2_RT_HIDDEN void s2_rt_sched_cache_init(s2_attn_kernel *k);
-/* The slot holding (q_len, kv_len), built on a miss.  Called with k->lock held. */
-S2_RT_HIDDEN s2_status s2_rt_sched_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len,
+/* The slot holding (q_len, kv_len), built on a miss (S2_ERR_CAPTURE instead
+ * while the launch's stream is capturing; NULL for a query).  Called with
+ * k->lock held. */
+S2_RT_HIDDEN s2_status s2_rt_sched_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, void *stream,
                                        sched_slot **out);
 /* The persistent forward's work-counter pair of `stream` in slot s.  Called with k->lock held. */
 S2_RT_HIDDEN s2_status s2_rt_sched_counter(s2_ctx *ctx, s2_attn_kernel *k, sched_slot *s, void *stream,

@@ -300,6 +300,13 @@ s2_status s2_device_set_allocator(s2_ctx *ctx, s2_device *dev, const s2_allocato
     return S2_OK;
 }
 
+bool s2_rt_stream_capturing(const s2_device *dev, void *stream)
+{
+    CUstreamCaptureStatus cs = CU_STREAM_CAPTURE_STATUS_NONE;
+    return dev->drv->StreamIsCapturing && dev->drv->StreamIsCapturing((CUstream)stream, &cs) == CUDA_SUCCESS &&
+           cs != CU_STREAM_CAPTURE_STATUS_NONE;
+}
+
 /* The count is the device's only mutable state after open (atomic: kernels
  * on several threads share a device), so const callers may move it. */
 static _Atomic long *held_of(const s2_device *dev) { return (_Atomic long *)&dev->held; }

@@ -72,6 +72,8 @@ static bool resolve_all(driver_state *s, const proc_resolver *pr)
 #undef S2_RESOLVE
     if (resolve(pr, "cuTensorMapEncodeTiled", &fn))
         s->drv.TensorMapEncodeTiled = (PFN_cuTensorMapEncodeTiled_v12000)fn;
+    if (resolve(pr, "cuStreamIsCapturing", &fn))
+        s->drv.StreamIsCapturing = (PFN_cuStreamIsCapturing_v10000)fn;
     return true;
 }
 

@@ -11,7 +11,7 @@ void s2_lru_init(s2_lru *c, void *items, size_t item_size, int count, const s2_l
     *c = (s2_lru){.ops = ops, .owner = owner, .dev = dev, .items = items, .item_size = item_size, .count = count};
 }
 
-s2_status s2_lru_get(s2_ctx *ctx, s2_lru *c, int64_t k0, int64_t k1, void **out)
+s2_status s2_lru_get(s2_ctx *ctx, s2_lru *c, int64_t k0, int64_t k1, void *stream, void **out)
 {
     s2_lru_entry *victim = entry_at(c, 0);
     for (int i = 0; i < c->count; i++) {
@@ -25,6 +25,10 @@ s2_status s2_lru_get(s2_ctx *ctx, s2_lru *c, int64_t k0, int64_t k1, void **out)
         if (e->last_use < victim->last_use)
             victim = e;
     }
+    if (stream && s2_rt_stream_capturing(c->dev, stream))
+        return s2_fail(ctx, S2_ERR_CAPTURE, "this shape (%lld, %lld) has no schedule yet, and building one uploads "
+                       "and synchronises, which stream capture forbids: launch it once before the capture",
+                       (long long)k0, (long long)k1);
     c->misses++;
     if (victim->last_use) {
         /* launches in flight may still read it */

@@ -38,8 +38,10 @@ typedef struct s2_lru {
 S2_RT_HIDDEN void s2_lru_init(s2_lru *c, void *items, size_t item_size, int count, const s2_lru_ops *ops, void *owner,
                               s2_device *dev);
 /* The item of (k0, k1), built on a miss into an empty item or, when none is,
- * the least recently used one, evicted first. */
-S2_RT_HIDDEN s2_status s2_lru_get(s2_ctx *ctx, s2_lru *c, int64_t k0, int64_t k1, void **out);
+ * the least recently used one, evicted first.  A miss while `stream` is
+ * being captured is S2_ERR_CAPTURE: a build uploads and synchronises, which
+ * capture forbids (NULL: a query, no launch follows). */
+S2_RT_HIDDEN s2_status s2_lru_get(s2_ctx *ctx, s2_lru *c, int64_t k0, int64_t k1, void *stream, void **out);
 /* Free every item (no launch may be in flight).  A zeroed cache is fine. */
 S2_RT_HIDDEN void s2_lru_clear(s2_lru *c);
 

@@ -68,6 +68,7 @@ typedef struct s2_driver {
 #undef S2_DRIVER_FIELD
     /* optional (NULL when the driver lacks it): tensor maps, cc >= 9.0 */
     PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncodeTiled;
+    PFN_cuStreamIsCapturing_v10000 StreamIsCapturing;
     int version;
 } s2_driver;
 
@@ -91,6 +92,9 @@ struct s2_device {
     s2_allocator alloc;      /* the runtime's own buffers; alloc.alloc NULL: the driver's */
     _Atomic long held;       /* buffers it holds from that allocator now */
 };
+
+/* Is `stream` being captured into a graph?  false when the driver cannot say. */
+bool s2_rt_stream_capturing(const s2_device *dev, void *stream);
 
 /* The runtime's own device buffers, from the device's allocator. */
 s2_status s2_rt_alloc(s2_ctx *ctx, const s2_device *dev, size_t bytes, void *stream, s2_devptr *out);

@@ -337,10 +337,11 @@ void s2_rt_sched_cache_init(s2_attn_kernel *k)
     s2_lru_init(&k->cache, k->slots, sizeof k->slots[0], S2_ATTN_SCHED_CACHE, &ops, k, k->mod->dev);
 }
 
-s2_status s2_rt_sched_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, sched_slot **out)
+s2_status s2_rt_sched_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, void *stream,
+                         sched_slot **out)
 {
     void *item = NULL;
-    s2_status st = s2_lru_get(ctx, &k->cache, q_len, kv_len, &item);
+    s2_status st = s2_lru_get(ctx, &k->cache, q_len, kv_len, stream, &item);
     *out = item;
     return st;
 }

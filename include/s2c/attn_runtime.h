@@ -16,7 +16,10 @@
  * first: the device is synchronised, then its memory goes back to the
  * device's allocator, s2_device_set_allocator).  The first launch for a new
  * shape synchronises the context after the upload, so that a launch on any
- * stream sees the schedule: it is not legal inside stream capture.
+ * stream sees the schedule.  Inside stream capture such a first launch
+ * returns S2_ERR_CAPTURE and launches nothing (launch each shape once before
+ * capturing); a shape already built is captured like any launch.  The same
+ * holds for decode's kept-block lists (per range of max_seq_len).
  *
  * Threads:
  *  - s2_attn_forward, s2_attn_backward, s2_attn_decode and s2_combine may be

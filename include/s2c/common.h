@@ -47,6 +47,7 @@ typedef enum s2_status {
     S2_ERR_DTYPE,          /* the tensors' dtype is not the kernel's */
     S2_ERR_HEAD_DIM,       /* the head dimension is not the kernel's */
     S2_ERR_DEVICE_DATA,    /* device data (seq_lens, a block table) is out of range (checked modes) */
+    S2_ERR_CAPTURE,        /* the launch needs host work stream capture forbids (a first-use schedule) */
     S2_STATUS_COUNT_
 } s2_status;
 

@@ -790,6 +790,35 @@ static void pool_free(void *user, s2_devptr ptr, void *stream)
 /* Every buffer the runtime takes (schedules, work lists, varlen tables)
  * comes from the caller's allocator and goes back to it; the driver
  * allocates nothing for it. */
+/* Inside stream capture a shape without a schedule is S2_ERR_CAPTURE (its
+ * build would upload and synchronise), with nothing launched or allocated;
+ * a shape launched before the capture launches. */
+START_TEST(capture_needs_a_built_schedule)
+{
+    fixture f;
+    fixture_init(&f);
+    CUstream stream = (CUstream)(uintptr_t)0x70;
+    ck_assert_msg(s2_attn_forward(f.ctx, f.k, stream, &f.a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    long long launches = fake_get("launches"), allocs = fake_get("allocs_live");
+    fake_set("capturing", 1);
+    s2_attn_fwd_args a = f.a;
+    a.q_len = 24;
+    ck_assert_int_eq(s2_attn_forward(f.ctx, f.k, stream, &a), S2_ERR_CAPTURE);
+    assert_msg_has(f.ctx, "stream capture forbids");
+    ck_assert_int_eq(fake_get("launches"), launches);
+    ck_assert_int_eq(fake_get("allocs_live"), allocs);
+    ck_assert_msg(s2_attn_forward(f.ctx, f.k, stream, &f.a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    ck_assert_int_eq(fake_get("launches"), launches + 1);
+    fake_set("capturing", 0);
+    ck_assert_msg(s2_attn_forward(f.ctx, f.k, stream, &a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    fake_set("capturing", 1);
+    ck_assert_msg(s2_attn_forward(f.ctx, f.k, stream, &a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    ck_assert_int_eq(fake_get("launches"), launches + 3);
+    fake_set("capturing", 0);
+    fixture_free(&f);
+}
+END_TEST
+
 START_TEST(caller_allocator_serves_the_runtime)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -1291,6 +1320,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc_args, null_kernel_args_and_the_32_bit_limit);
     tcase_add_test(tc_args, launch_shape_and_schedule_cache);
     tcase_add_test(tc_args, caller_allocator_serves_the_runtime);
+    tcase_add_test(tc_args, capture_needs_a_built_schedule);
     tcase_add_test(tc_args, wide_variant_for_long_lists);
     tcase_add_test(tc_args, varlen_sequences_are_checked);
     tcase_add_test(tc_args, varlen_forward_checks_and_launch);

@@ -256,6 +256,30 @@ START_TEST(lse_overlapping_o_is_refused)
 }
 END_TEST
 
+/* Decode inside stream capture: S2_ERR_CAPTURE until its kept-block lists
+ * exist (a launch before the capture builds them), then it launches. */
+START_TEST(decode_capture_needs_its_lists)
+{
+    rig r;
+    rig_open(&r);
+    int32_t lens[B] = {100, 37, 250};
+    memcpy(r.lens, lens, sizeof lens);
+    rig_upload(&r);
+    long long launches = fake_get("launches");
+    void *stream = (void *)(uintptr_t)0x80;
+    fake_set("capturing", 1);
+    ck_assert_int_eq(s2_attn_decode(r.ctx, r.k, stream, &r.a), S2_ERR_CAPTURE);
+    ck_assert_int_eq(fake_get("launches"), launches);
+    fake_set("capturing", 0);
+    ck_assert_msg(s2_attn_decode(r.ctx, r.k, stream, &r.a) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    fake_set("capturing", 1);
+    ck_assert_msg(s2_attn_decode(r.ctx, r.k, stream, &r.a) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    ck_assert_int_eq(fake_get("launches"), launches + 2);
+    fake_set("capturing", 0);
+    rig_close(&r);
+}
+END_TEST
+
 int main(int argc, char **argv)
 {
     if (argc < 2) {
@@ -275,6 +299,7 @@ int main(int argc, char **argv)
     tcase_add_test(t, validate_reports_exactly_the_read_entries);
     tcase_add_test(t, env_checked_decode_launches_nothing_on_bad_data);
     tcase_add_test(t, lse_overlapping_o_is_refused);
+    tcase_add_test(t, decode_capture_needs_its_lists);
     suite_add_tcase(s, t);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

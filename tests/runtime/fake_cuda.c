@@ -23,6 +23,7 @@ typedef struct fake_state {
     long long dyn_limit;        /* kernel MAX_DYNAMIC_SHARED_SIZE_BYTES */
     long long sm_count;         /* MULTIPROCESSOR_COUNT */
     long long cc_major, cc_minor; /* COMPUTE_CAPABILITY_MAJOR / MINOR */
+    long long capturing;        /* cuStreamIsCapturing reports every stream as capturing */
     long long next_alloc_host;  /* next allocation reports CU_MEMORYTYPE_HOST */
     long long next_alloc_foreign; /* next allocation belongs to another context */
     /* observations */
@@ -50,7 +51,7 @@ static fake_state S = {
 static struct { const char *key; size_t off; } const keys[] = {
 #define K(f) {#f, offsetof(fake_state, f)}
     K(devices), K(init_result), K(module_result), K(launch_result), K(optin_smem),
-    K(static_smem), K(kernel_threads), K(dyn_limit), K(sm_count), K(cc_major), K(cc_minor), K(next_alloc_host), K(next_alloc_foreign),
+    K(static_smem), K(kernel_threads), K(dyn_limit), K(sm_count), K(cc_major), K(cc_minor), K(capturing), K(next_alloc_host), K(next_alloc_foreign),
     K(gpa_v1_calls), K(gpa_v2_calls), K(gpa_version), K(gpa_flags), K(primary_refs), K(depth),
     K(max_depth), K(set_attr_calls), K(set_attr_value), K(launches), K(tensor_maps), K(last_smem),
     K(last_grid_x), K(last_block_x), K(modules_loaded), K(modules_unloaded), K(allocs_live),
@@ -443,6 +444,12 @@ static CUresult CUDAAPI f_StreamCreate(CUstream *s, unsigned flags)
 
 static CUresult CUDAAPI f_StreamDestroy(CUstream s) { (void)s; S.streams_live--; return CUDA_SUCCESS; }
 static CUresult CUDAAPI f_StreamSynchronize(CUstream s) { (void)s; return need_ctx(); }
+static CUresult CUDAAPI f_StreamIsCapturing(CUstream s, CUstreamCaptureStatus *cs)
+{
+    (void)s;
+    *cs = S.capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
+    return CUDA_SUCCESS;
+}
 
 static CUresult CUDAAPI f_EventCreate(CUevent *e, unsigned flags)
 {
@@ -502,7 +509,7 @@ static const struct { const char *name; void *fn; } table[] = {
     F(CtxPushCurrent), F(CtxPopCurrent), F(CtxSynchronize), F(ModuleLoadData), F(ModuleUnload),
     F(ModuleGetFunction), F(FuncSetAttribute), F(FuncGetAttribute), F(LaunchKernel),
     F(MemAlloc), F(MemFree), F(MemcpyHtoD), F(MemcpyDtoH), F(MemsetD8), F(PointerGetAttribute),
-    F(StreamCreate), F(StreamDestroy), F(StreamSynchronize), F(EventCreate), F(EventRecord),
+    F(StreamCreate), F(StreamDestroy), F(StreamSynchronize), F(StreamIsCapturing), F(EventCreate), F(EventRecord),
     F(EventSynchronize), F(EventElapsedTime), F(EventDestroy), F(TensorMapEncodeTiled),
 #undef F
 };
