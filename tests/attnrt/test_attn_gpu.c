@@ -2,7 +2,8 @@
  * the disk cache) and s2_attn_forward against the float64 reference
  * (s2_ref_forward), with poisoned outputs (o, its padding, lse); argument
  * checks on real device memory (nothing may be launched); and 4 threads
- * launching one kernel at once over more shapes than the schedule cache holds.
+ * launching one kernel at once over more shapes than the schedule cache holds;
+ * a forward captured into a CUDA graph and replayed with new inputs.
  * Fresh random inputs, seed printed (S2C_SEED=N repeats a run).  Tolerances:
  * relative Frobenius error of o <= 2e-2 (bf16) / 5e-3 (f16), |lse| <= 1e-3.
  * Exits 77 without libcuda.so.1 or a device; CUDA lives in this process, so
@@ -11,11 +12,14 @@
 #include "kernel_abi.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
+#include "s2c/compile.h"
 #include "s2c/jit.h"
 #include "s2c/layout.h"
 #include "s2c/ref.h"
 
 #include <check.h>
+#include <cuda.h>
+#include <dlfcn.h>
 #include "gpu_harness.h"
 #include "poison.h"
 #include <ftw.h>
@@ -480,6 +484,150 @@ END_TEST
 
 /* ---- main ------------------------------------------------------------------------- */
 
+/* ---- CUDA graphs ------------------------------------------------------------------- */
+
+/* The Driver API graph calls, from the libcuda the runtime uses. */
+typedef struct graph_api {
+    CUresult (*push)(CUcontext), (*pop)(CUcontext *);
+    CUresult (*begin)(CUstream, int), (*end)(CUstream, CUgraph *);
+    CUresult (*instantiate)(CUgraphExec *, CUgraph, unsigned long long);
+    CUresult (*launch)(CUgraphExec, CUstream);
+    CUresult (*exec_destroy)(CUgraphExec), (*destroy)(CUgraph);
+} graph_api;
+
+static void graph_api_load(graph_api *g)
+{
+    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(lib != NULL, "libcuda.so.1: %s", dlerror());
+    *(void **)&g->push = dlsym(lib, "cuCtxPushCurrent_v2");
+    *(void **)&g->pop = dlsym(lib, "cuCtxPopCurrent_v2");
+    *(void **)&g->begin = dlsym(lib, "cuStreamBeginCapture_v2");
+    *(void **)&g->end = dlsym(lib, "cuStreamEndCapture");
+    *(void **)&g->instantiate = dlsym(lib, "cuGraphInstantiateWithFlags");
+    *(void **)&g->launch = dlsym(lib, "cuGraphLaunch");
+    *(void **)&g->exec_destroy = dlsym(lib, "cuGraphExecDestroy");
+    *(void **)&g->destroy = dlsym(lib, "cuGraphDestroy");
+    ck_assert(g->push && g->pop && g->begin && g->end && g->instantiate && g->launch && g->exec_destroy && g->destroy);
+}
+
+#define CU_OK(call) do { CUresult r_ = (call); ck_assert_msg(r_ == CUDA_SUCCESS, "%s: CUresult %d", #call, (int)r_); } while (0)
+
+/* A forward launched once (its schedule built), then captured into a graph
+ * in global capture mode; a shape without a schedule inside the capture is
+ * S2_ERR_CAPTURE and leaves the capture intact.  The graph is replayed 20
+ * times with new inputs written into the same buffers and o poisoned each
+ * time, every replay checked against the float64 reference. */
+START_TEST(forward_captured_in_a_graph)
+{
+    graph_api g;
+    graph_api_load(&g);
+    s2_ctx *ctx = s2_ctx_new();
+    s2_device *dev = NULL;
+    OK(ctx, s2_device_open(ctx, 0, &dev));
+    s2_pattern_set *set = make_pattern(ctx, 0);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    const int B = 1, H = p->heads, HK = p->kv_heads, D = 64;
+    const int64_t S = 256;
+    const s2_device_info *info = s2_device_get_info(dev);
+    s2_arch arch;
+    OK(ctx, s2_arch_for_device(info->cc_major, info->cc_minor, &arch));
+    s2_kernel_spec spec = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = D, .arch = arch};
+    s2_artifact *art = NULL;
+    OK(ctx, s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art));
+    s2_attn_kernel *k = NULL;
+    OK(ctx, s2_attn_load(ctx, dev, art->cubin, art->cubin_size, p->name, S2_DTYPE_BF16, D, &k));
+    s2t_tensor q, kt, v, o;
+    s2t_tensor_new(&q, S2_DTYPE_BF16, false, B, S, H, D, 0);
+    s2t_tensor_new(&kt, S2_DTYPE_BF16, false, B, S, HK, D, 0);
+    s2t_tensor_new(&v, S2_DTYPE_BF16, false, B, S, HK, D, 0);
+    s2t_tensor_new(&o, S2_DTYPE_BF16, false, B, S, H, D, 8);
+    s2t_tensor *all[4] = {&q, &kt, &v, &o};
+    for (int i = 0; i < 4; i++)
+        s2t_tensor_upload(ctx, dev, all[i]);
+    size_t nlse = (size_t)B * H * S;
+    float *lse = malloc(nlse * sizeof *lse);
+    s2_devptr d_lse = s2t_dev_alloc_poisoned(ctx, dev, nlse * 4);
+    s2_attn_fwd_args a = {.batch = B, .q_len = S, .kv_len = S, .heads = H, .kv_heads = HK, .head_dim = D,
+                          .dtype = S2_DTYPE_BF16, .lse = d_lse};
+    fill_args(&a, &q, &kt, &v, &o);
+    void *stream = NULL;
+    OK(ctx, s2_stream_create(ctx, dev, &stream));
+    OK(ctx, s2_attn_forward(ctx, k, stream, &a));   /* builds the schedule: outside the capture */
+    OK(ctx, s2_stream_synchronize(ctx, dev, stream));
+
+    CU_OK(g.push((CUcontext)s2_device_cu_context(dev)));
+    CU_OK(g.begin((CUstream)stream, CU_STREAM_CAPTURE_MODE_GLOBAL));
+    s2_status st_new_shape = S2_OK;
+    s2_status st = s2_attn_forward(ctx, k, stream, &a);
+    char msg[512] = "";
+    if (st == S2_OK) {
+        s2_attn_fwd_args b = a;
+        b.q_len = S - 64;   /* a shape never launched: no schedule */
+        st_new_shape = s2_attn_forward(ctx, k, stream, &b);
+        snprintf(msg, sizeof msg, "%s", s2_ctx_message(ctx));
+    } else {
+        snprintf(msg, sizeof msg, "%s", s2_ctx_message(ctx));
+    }
+    CUgraph graph = NULL;
+    CUresult end = g.end((CUstream)stream, &graph);
+    ck_assert_msg(st == S2_OK, "forward inside capture: %s", msg);
+    ck_assert_msg(st_new_shape == S2_ERR_CAPTURE, "unbuilt shape inside capture gave %s: %s",
+                  s2_status_name(st_new_shape), msg);
+    ck_assert_msg(end == CUDA_SUCCESS && graph, "cuStreamEndCapture: %d (the capture was invalidated)", (int)end);
+    CUgraphExec exec = NULL;
+    CU_OK(g.instantiate(&exec, graph, 0));
+    CUcontext popped;
+    CU_OK(g.pop(&popped));
+
+    enum { REPLAYS = 20 };
+    double worst = 0;
+    for (int r = 0; r < REPLAYS; r++) {
+        uint64_t seed = base_seed * 31 + (uint64_t)r;
+        s2_tensor_fill_random(&q.t, q.ext, seed, -1.5, 1.5);
+        s2_tensor_fill_random(&kt.t, kt.ext, seed + 1, -1.5, 1.5);
+        s2_tensor_fill_random(&v.t, v.ext, seed + 2, -1.0, 1.0);
+        for (int i = 0; i < 3; i++)
+            OK(ctx, s2_memcpy_h2d(ctx, dev, all[i]->dev, all[i]->host, all[i]->elems * 2));
+        s2t_tensor_poison(&o);
+        s2t_tensor_upload(ctx, dev, &o);
+        s2t_dev_poison(ctx, dev, d_lse, nlse * 4);
+        CU_OK(g.push((CUcontext)s2_device_cu_context(dev)));
+        CU_OK(g.launch(exec, (CUstream)stream));
+        CU_OK(g.pop(&popped));
+        OK(ctx, s2_stream_synchronize(ctx, dev, stream));
+        OK(ctx, s2_memcpy_d2h(ctx, dev, o.host, o.dev, o.elems * 2));
+        OK(ctx, s2_memcpy_d2h(ctx, dev, lse, d_lse, nlse * 4));
+        double *ref;
+        float *lse_ref;
+        s2_tensor rt;
+        reference(ctx, p, &q, &kt, &v, 0, &ref, &rt, &lse_ref);
+        compare cmp;
+        compare_out(&o, lse, &rt, lse_ref, S, 0, S, &cmp);
+        ck_assert_msg(!cmp.nan_out && !cmp.bad_lse && !cmp.pad_written && cmp.o_err <= 2e-2,
+                      "replay %d (seed %llu): o err %.3g, %lld NaN, %lld bad lse, %lld padding written", r,
+                      (unsigned long long)seed, cmp.o_err, (long long)cmp.nan_out, (long long)cmp.bad_lse,
+                      (long long)cmp.pad_written);
+        worst = fmax(worst, cmp.o_err);
+        free(ref);
+        free(lse_ref);
+    }
+    printf("graph: forward captured (global mode), unbuilt shape inside it S2_ERR_CAPTURE; %d replays with new "
+           "inputs, worst o error %.3g\n", REPLAYS, worst);
+    CU_OK(g.exec_destroy(exec));
+    CU_OK(g.destroy(graph));
+    OK(ctx, s2_stream_destroy(ctx, dev, stream));
+    free(lse);
+    s2_mem_free(ctx, dev, d_lse);
+    for (int i = 0; i < 4; i++)
+        s2t_tensor_free(ctx, dev, all[i]);
+    s2_attn_kernel_free(k);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    s2_device_free(dev);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 static int remove_one(const char *path, const struct stat *sb, int flag, struct FTW *ftw)
 {
     (void)sb, (void)flag, (void)ftw;
@@ -521,6 +669,7 @@ int main(void)
     tcase_add_loop_test(tc, forward_matches_reference, 0, NUM_CASES);
     tcase_add_test(tc, bad_arguments_launch_nothing);
     tcase_add_test(tc, four_threads_share_one_kernel);
+    tcase_add_test(tc, forward_captured_in_a_graph);
     suite_add_tcase(s, tc);
     int failed = s2t_run_nofork(s);
     print_summary();
