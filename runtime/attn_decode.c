@@ -223,12 +223,11 @@ static s2_status dec_check_row(s2_ctx *ctx, const s2_attn_decode_args *a, const 
     return S2_OK;
 }
 
-s2_status s2_attn_decode_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
+/* The validation of host-checked arguments (bytes: s2_rt_dec_check_host's). */
+static s2_status dec_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
+                              const size_t bytes[7])
 {
-    size_t bytes[7];
-    s2_status st = s2_rt_dec_check_host(ctx, k, a, bytes);
-    if (st != S2_OK)
-        return st;
+    s2_status st = S2_OK;
     s2_device *dev = k->mod->dev;
     int32_t *lens = malloc(bytes[5]), *table = malloc(bytes[4]);
     s2_decode_lists *l = NULL;
@@ -256,6 +255,13 @@ s2_status s2_attn_decode_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, 
     free(lens);
     free(table);
     return st;
+}
+
+s2_status s2_attn_decode_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
+{
+    size_t bytes[7];
+    s2_status st = s2_rt_dec_check_host(ctx, k, a, bytes);
+    return st == S2_OK ? dec_validate(ctx, k, stream, a, bytes) : st;
 }
 
 static s2_status dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
@@ -303,7 +309,7 @@ s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_
     size_t bytes[7];
     s2_status st = s2_rt_dec_check_host(ctx, k, a, bytes);
     if (st == S2_OK && k->mod->check_decode)
-        st = s2_attn_decode_validate(ctx, k, stream, a);
+        st = dec_validate(ctx, k, stream, a, bytes);
     if (st != S2_OK)
         return st;
     mtx_lock(&k->lock);

@@ -152,6 +152,8 @@ s2_status s2_attn_module_load_best(s2_ctx *ctx, s2_device *dev, const char *cons
     const s2_device_info *info = s2_device_get_info(dev);
     int cc = info->cc_major * 10 + info->cc_minor;
     int best = -1, best_rank = -1;
+    char *best_data = NULL;   /* the image of paths[best], loaded once chosen */
+    size_t best_len = 0;
     char tried[1024] = "";
     size_t used = 0;
     for (int i = 0; i < n; i++) {
@@ -167,22 +169,30 @@ s2_status s2_attn_module_load_best(s2_ctx *ctx, s2_device *dev, const char *cons
             st = s2_manifest_parse(ctx, text, tlen, &m);
         if (st != S2_OK) {
             free(data);
+            free(best_data);
             return s2_fail_prefix(ctx, st, paths[i] ? paths[i] : "(null path)");
         }
         s2_arch arch = (s2_arch)s2_manifest_arch(m);
         /* the newest that runs: sm_90a above sm_90 above sm_80 */
         int rank = arch_runs_on(arch, cc) ? s2_arch_sm(arch) * 2 + (arch == S2_ARCH_SM90A) : -1;
-        if (rank > best_rank)
-            best = i, best_rank = rank;
         int w = snprintf(tried + used, sizeof tried - used, "%s%s (%s)", used ? ", " : "", paths[i],
                          s2_arch_cpu(arch) ? s2_arch_cpu(arch) : "?");
         used = w < 0 ? used : used + (size_t)w < sizeof tried ? used + (size_t)w : sizeof tried - 1;
         s2_manifest_free(m);
-        free(data);
+        if (rank > best_rank) {
+            free(best_data);
+            best = i, best_rank = rank, best_data = data, best_len = len;
+        } else {
+            free(data);
+        }
     }
-    if (best_rank < 0)
+    if (best_rank < 0) {
+        free(best_data);
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "none of the modules runs on %s (sm_%d): %s", info->name, cc, tried);
-    return s2_attn_module_load_file(ctx, dev, paths[best], out);
+    }
+    s2_status st = s2_attn_module_load(ctx, dev, best_data, best_len, out);
+    free(best_data);
+    return st == S2_OK ? st : s2_fail_prefix(ctx, st, paths[best]);
 }
 
 const s2_manifest *s2_attn_module_manifest(const s2_attn_module *mod) { return mod ? mod->manifest : NULL; }
