@@ -125,31 +125,14 @@ static s2_status choose_dir(s2_ctx *ctx, const char *dir, char **out)
     return S2_OK;
 }
 
-static s2_status make_one_dir(s2_ctx *ctx, const char *path)
+/* mkdir -p with mode 0700: the cache holds code this user will run. */
+static s2_status make_dirs(s2_ctx *ctx, const char *path)
 {
-    if (mkdir(path, 0700) == 0)
-        return S2_OK;
-    int err = errno;
-    struct stat sb;
-    if (err == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode))
-        return S2_OK;
-    return s2_fail(ctx, S2_ERR_IO, "cache directory %s: %s", path,
-                   err == EEXIST ? "exists and is not a directory" : strerror(err));
-}
-
-/* mkdir -p: every missing component with mode 0700; existing ones untouched. */
-static s2_status make_dirs(s2_ctx *ctx, char *path)
-{
-    for (char *p = path + 1; *p; p++) {
-        if (*p != '/' || p[-1] == '/')
-            continue;
-        *p = '\0';
-        s2_status st = make_one_dir(ctx, path);
-        *p = '/';
-        if (st != S2_OK)
-            return st;
-    }
-    return make_one_dir(ctx, path);
+    char failed[4096];
+    int err = s2_make_dirs(path, 0700, failed, sizeof failed);
+    return err ? s2_fail(ctx, S2_ERR_IO, "cache directory %s: %s", failed,
+                         err == EEXIST ? "exists and is not a directory" : strerror(err))
+               : S2_OK;
 }
 
 /* Whether other users could have written the directory's entries: owned by

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 s2_status s2_read_file(s2_ctx *ctx, const char *path, char **data, size_t *len)
@@ -68,4 +69,35 @@ s2_status s2_write_file_atomic(s2_ctx *ctx, const char *path, const void *data, 
     }
     free(tmp);
     return S2_OK;
+}
+
+/* One directory: made, or already there as a directory; else its errno. */
+static int make_one_dir(const char *path, unsigned mode)
+{
+    struct stat sb;
+    if (mkdir(path, (mode_t)mode) == 0)
+        return 0;
+    int err = errno;
+    return err == EEXIST && stat(path, &sb) == 0 && S_ISDIR(sb.st_mode) ? 0 : err;
+}
+
+int s2_make_dirs(const char *path, unsigned mode, char *failed, size_t cap)
+{
+    char p[4096];
+    snprintf(failed, cap, "%s", path);
+    if (snprintf(p, sizeof p, "%s", path) >= (int)sizeof p)
+        return ENAMETOOLONG;
+    int err = 0;
+    for (char *s = p + 1; *s && !err; s++) {
+        if (*s != '/' || s[-1] == '/')
+            continue;
+        *s = '\0';
+        err = make_one_dir(p, mode);
+        if (err)
+            snprintf(failed, cap, "%s", p);
+        *s = '/';
+    }
+    if (!err && (err = make_one_dir(p, mode)) != 0)
+        snprintf(failed, cap, "%s", p);
+    return err;
 }

@@ -58,6 +58,10 @@ char *s2_buf_steal(s2_buf *b, size_t *len);
 s2_status s2_read_file(s2_ctx *ctx, const char *path, char **data, size_t *len);
 /* Write atomically: a temporary file in the same directory, then rename. */
 s2_status s2_write_file_atomic(s2_ctx *ctx, const char *path, const void *data, size_t len);
+/* mkdir -p: every missing component of path with `mode`, existing ones
+ * untouched.  0, or the errno of the component that failed (EEXIST: it is
+ * not a directory), whose path goes into failed. */
+int s2_make_dirs(const char *path, unsigned mode, char *failed, size_t cap);
 
 /* ---- small math ---------------------------------------------------------- */
 static inline int64_t s2_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }

@@ -410,30 +410,13 @@ int read_input(const char *path, size_t max, uint8_t **data, size_t *size)
 
 int make_dirs(const char *dir)
 {
-    char path[4096];
-    if (snprintf(path, sizeof path, "%s", dir) >= (int)sizeof path) {
-        fprintf(stderr, "s2c: %s: path too long\n", dir);
-        return EXIT_INPUT;
-    }
-    for (char *s = path + 1;; s++) {
-        if (*s != '/' && *s)
-            continue;
-        char c = *s;
-        *s = 0;
-        struct stat sb;
-        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
-            fprintf(stderr, "s2c: cannot create directory '%s': %s\n", path, strerror(errno));
-            return EXIT_INPUT;
-        }
-        if (stat(path, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-            fprintf(stderr, "s2c: cannot create directory '%s': %s\n", path,
-                    S_ISDIR(sb.st_mode) ? strerror(errno) : "a file is in the way");
-            return EXIT_INPUT;
-        }
-        *s = c;
-        if (!c)
-            return 0;
-    }
+    char failed[4096];
+    int err = s2_make_dirs(dir, 0777, failed, sizeof failed);
+    if (!err)
+        return 0;
+    fprintf(stderr, "s2c: cannot create directory '%s': %s\n", failed,
+            err == EEXIST ? "a file is in the way" : strerror(err));
+    return EXIT_INPUT;
 }
 
 int make_parent_dirs(const char *path)
