@@ -215,6 +215,9 @@ static bool chunks_fill(const s2_attn_kernel *k, const sched_slot *s, int i, int
 static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,
                             const s2_attn_bwd_options *o, const sched_slot *s)
 {
+    static const s2_attn_bwd_options none = {0, 0};
+    if (!o)
+        o = &none;
     int chunks = 1, which = -1;
     bool ds = false;
     size_t need = ds_workspace_bytes(k, s, a->batch, a->heads, a->q_len);
@@ -276,9 +279,9 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
             rc = s2_kernel_launch(ctx, k->fns[dq], &cfg[1], L.args);
     }
     if (rc == S2_OK && chunks > 1)
-        k->stats.ds_chunked++;
+        atomic_fetch_add(&k->n_ds_chunked, 1);
     if (rc == S2_OK && pair)
-        k->stats.dq_paired++;
+        atomic_fetch_add(&k->n_dq_paired, 1);
     return rc;
 }
 
@@ -301,6 +304,18 @@ s2_status s2_attn_backward_opts(s2_ctx *ctx, s2_attn_kernel *k, void *stream, co
         st = launch_bwd(ctx, k, stream, a, o, s);
     mtx_unlock(&k->lock);
     return st;
+}
+
+s2_status s2_rt_bwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,
+                           const sched_slot *s)
+{
+    return launch_bwd(ctx, k, stream, a, NULL, s);
+}
+
+size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, const sched_slot *s, int batch, int64_t q_len)
+{
+    size_t ds = ds_workspace_bytes(k, s, batch, k->pattern->heads, q_len);
+    return ds ? ds : s2_attn_bwd_workspace_bytes(batch, k->pattern->heads, q_len);
 }
 
 s2_status s2_attn_backward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a)

@@ -10,21 +10,12 @@
 
 enum { DEC_CACHE = 4 };
 
-/* Uploaded kept-block lists for sequences of up to q_blocks blocks (the
- * cache's key: q_blocks, 0). */
-typedef struct dec_slot {
-    s2_lru_entry lru;
-    int64_t q_blocks;
-    s2_devptr buf, class_of_kv_head, offsets, entries;
-    int64_t max_list;
-} dec_slot;
-
 /* Lists are built for more blocks than asked (a list serves every shorter
  * length: the kernel masks keys past seq_len): up to the next multiple of a
  * quarter of the power of two below (at least 64 blocks), so a growing
  * max_seq_len rebuilds them about 4 times per doubling with at most 25%
  * more entries. */
-static int64_t dec_q_blocks(const s2_attn_kernel *k, int64_t max_seq_len)
+int64_t s2_rt_dec_q_blocks(const s2_attn_kernel *k, int64_t max_seq_len)
 {
     int bs = k->pattern->block_size;
     int64_t blocks = s2_cdiv(max_seq_len, bs), step = 64;
@@ -34,7 +25,7 @@ static int64_t dec_q_blocks(const s2_attn_kernel *k, int64_t max_seq_len)
     return s2_max64(1, s2_min64(blocks, k->max_kv_len / bs));
 }
 
-static s2_status dec_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_blocks, dec_slot *slot)
+s2_status s2_rt_dec_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_blocks, rt_upload *up, dec_slot *slot)
 {
     s2_device *dev = k->mod->dev;
     s2_decode_lists *l = NULL;
@@ -44,17 +35,17 @@ static s2_status dec_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_blocks, dec
     if (st == S2_OK)
         st = s2_decode_lists_pack(ctx, l, &pk);
     if (st == S2_OK)
-        st = s2_rt_alloc(ctx, dev, pk.size, NULL, &buf);
+        st = s2_rt_up_alloc(ctx, dev, up, pk.size, &buf);
     if (st == S2_OK)
-        st = s2_memcpy_h2d(ctx, dev, buf, pk.data, pk.size);
+        st = s2_rt_up_copy(ctx, dev, up, buf, pk.data, pk.size);
     if (st == S2_OK)
-        st = s2_stream_synchronize(ctx, dev, NULL);
+        st = s2_rt_up_finish(ctx, dev, up);
     if (st == S2_OK) {
         *slot = (dec_slot){.q_blocks = l->q_blocks, .buf = buf, .class_of_kv_head = buf + pk.class_off,
                            .offsets = buf + pk.offsets_off, .entries = buf + pk.entries_off, .max_list = l->max_list};
         buf = 0;
     }
-    s2_rt_free(dev, buf, NULL);
+    s2_rt_free(dev, buf, up->stream);
     s2_packed_decode_lists_free(&pk);
     s2_decode_lists_free(l);
     return st;
@@ -62,7 +53,8 @@ static s2_status dec_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_blocks, dec
 
 static s2_status build_lists(s2_ctx *ctx, void *owner, const int64_t key[2], void *item)
 {
-    return dec_build(ctx, owner, key[0], item);
+    rt_upload up = {0};
+    return s2_rt_dec_build(ctx, owner, key[0], &up, item);
 }
 
 static void release_lists(void *owner, void *item)
@@ -91,7 +83,7 @@ void s2_rt_decode_free(s2_attn_kernel *k)
 static s2_status dec_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t max_seq_len, void *stream, dec_slot **out)
 {
     void *item = NULL;
-    s2_status st = s2_lru_get(ctx, &k->cache, dec_q_blocks(k, max_seq_len), 0, stream, &item);
+    s2_status st = s2_lru_get(ctx, &k->cache, s2_rt_dec_q_blocks(k, max_seq_len), 0, stream, &item);
     *out = item;
     return st;
 }
@@ -247,7 +239,7 @@ static s2_status dec_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, cons
             st = s2_fail(ctx, S2_ERR_DEVICE_DATA, "seq_lens[%d] is %d, outside n_new..max_seq_len (%d..%lld)", b,
                          lens[b], a->n_new, (long long)a->max_seq_len);
     if (st == S2_OK)
-        st = s2_decode_lists_build(ctx, k->pattern, dec_q_blocks(k, a->max_seq_len) * k->pattern->block_size, &l);
+        st = s2_decode_lists_build(ctx, k->pattern, s2_rt_dec_q_blocks(k, a->max_seq_len) * k->pattern->block_size, &l);
     for (int b = 0; b < a->batch && st == S2_OK; b++)
         for (int g = 0; g < a->kv_heads && st == S2_OK; g++)
             st = dec_check_row(ctx, a, l, table, b, g, lens[b]);
@@ -257,6 +249,21 @@ static s2_status dec_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, cons
     return st;
 }
 
+s2_status s2_rt_dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, const dec_slot *s,
+                           int *splits, size_t *ws_bytes)
+{
+    s2_status st = dec_splits(ctx, k, a, s->max_list, splits);
+    *ws_bytes = st == S2_OK ? dec_workspace_of(a, *splits).bytes : 0;
+    return st;
+}
+
+s2_status s2_rt_dec_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
+{
+    size_t bytes[7];
+    s2_status st = s2_rt_dec_check_host(ctx, k, a, bytes);
+    return st == S2_OK ? dec_validate(ctx, k, stream, a, bytes) : st;
+}
+
 s2_status s2_attn_decode_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
 {
     size_t bytes[7];
@@ -264,8 +271,8 @@ s2_status s2_attn_decode_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, 
     return st == S2_OK ? dec_validate(ctx, k, stream, a, bytes) : st;
 }
 
-static s2_status dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
-                            const dec_slot *s, int splits)
+s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
+                           const dec_slot *s, int splits)
 {
     s2_devptr q = a->q, kp = a->k_pages, vp = a->v_pages, o = a->o, lse = a->lse;
     dec_ws w = dec_workspace_of(a, splits);
@@ -321,7 +328,7 @@ s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_
     if (st == S2_OK)
         st = s2_rt_dec_check_device(ctx, k, a, bytes, dec_workspace_of(a, splits).bytes);
     if (st == S2_OK)
-        st = dec_launch(ctx, k, stream, a, slot, splits);
+        st = s2_rt_dec_launch(ctx, k, stream, a, slot, splits);
     mtx_unlock(&k->lock);
     return st;
 }

@@ -85,7 +85,7 @@ static s2_status ctas_per_sm(s2_ctx *ctx, s2_kernel *fn, int threads, int smem_b
     return S2_OK;
 }
 
-static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a, sched_slot *s)
+s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a, sched_slot *s)
 {
     s2_devptr q = a->q, kk = a->k, v = a->v, o = a->o, lse = a->lse;
     int64_t st[12];
@@ -156,25 +156,29 @@ static s2_status launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_a
     return s2_kernel_launch(ctx, fn, &cfg, args);
 }
 
+bool s2_rt_fwd_sched_shape(const s2_attn_fwd_args *a, int64_t *q_len, int64_t *kv_len)
+{
+    *q_len = a->q_len, *kv_len = a->kv_len;
+    if (a->seqs)
+        *q_len = a->seqs->sched_q_len, *kv_len = a->seqs->sched_kv_len;
+    return *kv_len > 0; /* 0: no sequence has a query */
+}
+
 s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a)
 {
     s2_status st = s2_attn_forward_check(ctx, k, a);
     if (st != S2_OK)
         return st;
+    int64_t sq, sk;
+    if (!s2_rt_fwd_sched_shape(a, &sq, &sk))
+        return S2_OK;
     /* held across the launch, so that no other thread evicts the schedule
      * between the lookup and the enqueue */
-    int64_t sq = a->q_len, sk = a->kv_len;
-    if (a->seqs) {
-        sq = a->seqs->sched_q_len, sk = a->seqs->sched_kv_len;
-        if (sk == 0)
-            return S2_OK; /* no sequence has a query */
-    }
     mtx_lock(&k->lock);
     sched_slot *s = NULL;
     st = s2_rt_sched_get(ctx, k, sq, sk, stream, &s);
     if (st == S2_OK)
-        st = launch(ctx, k, stream, a, s);
+        st = s2_rt_fwd_launch(ctx, k, stream, a, s);
     mtx_unlock(&k->lock);
     return st;
 }
-

@@ -92,7 +92,8 @@ struct s2_attn_kernel {
     /* forward and backward: schedules in slots; decode: kept-block lists in dec_slots */
     s2_lru cache;
     sched_slot slots[S2_ATTN_SCHED_CACHE];
-    s2_attn_sched_stats stats;           /* wide, ds_chunked, dq_paired (the rest is the cache's) */
+    /* counted outside the lock too (plan launches): s2_attn_sched_stats' wide, ds_chunked, dq_paired */
+    atomic_llong n_wide, n_ds_chunked, n_dq_paired;
 };
 
 struct s2_attn_module {
@@ -119,6 +120,11 @@ static inline size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
 static inline int64_t tensor_batch(const s2_attn_fwd_args *a) { return a->seqs ? 1 : a->batch; }
 
 /* checks.c */
+/* Every check that needs no driver (a plan's launches make these only):
+ * forward (bytes: each tensor's extent, q k v o lse) and backward. */
+S2_RT_HIDDEN s2_status s2_rt_fwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a,
+                                            size_t bytes[5]);
+S2_RT_HIDDEN s2_status s2_rt_bwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a);
 /* The forward's size checks (the backward's too). */
 S2_RT_HIDDEN s2_status s2_rt_check_sizes(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a);
 /* Decode: everything that needs no driver; bytes: q, o, k pool, v pool, table, seq_lens, lse. */
@@ -128,7 +134,31 @@ S2_RT_HIDDEN s2_status s2_rt_dec_check_host(s2_ctx *ctx, const s2_attn_kernel *k
 S2_RT_HIDDEN s2_status s2_rt_dec_check_device(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a,
                                               const size_t bytes[7], size_t ws_bytes);
 
+/* Where a build's device buffers come from and how they are filled: the
+ * kernel's cache (async false: the allocator without a stream, copies, the
+ * legacy stream synchronised at the end, so that any stream sees them) or a
+ * plan (stream-ordered on `stream`, no synchronisation; the host sources are
+ * copied and kept until s2_rt_up_release, after the copies are done). */
+typedef struct rt_upload {
+    void *stream;
+    bool async;
+    size_t bytes;                /* device bytes allocated through it */
+    void **keep;
+    int nkeep, cap;
+} rt_upload;
+S2_RT_HIDDEN s2_status s2_rt_up_alloc(s2_ctx *ctx, const s2_device *dev, rt_upload *up, size_t bytes, s2_devptr *out);
+S2_RT_HIDDEN s2_status s2_rt_up_copy(s2_ctx *ctx, const s2_device *dev, rt_upload *up, s2_devptr dst, const void *src,
+                                     size_t bytes);
+S2_RT_HIDDEN s2_status s2_rt_up_finish(s2_ctx *ctx, const s2_device *dev, rt_upload *up);
+S2_RT_HIDDEN void s2_rt_up_release(rt_upload *up);
+
 /* sched_cache.c */
+/* Build the schedules of (q_len, kv_len) into *slot (all zero before; left
+ * zero on failure). */
+S2_RT_HIDDEN s2_status s2_rt_sched_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, rt_upload *up,
+                                         sched_slot *slot);
+/* Free a slot's device buffers (stream: the allocator's stream). */
+S2_RT_HIDDEN void s2_rt_sched_slot_free(const s2_device *dev, sched_slot *s, void *stream);
 /* Set up k's schedule cache (forward and backward kernels). */
 S2_RT_HIDDEN void s2_rt_sched_cache_init(s2_attn_kernel *k);
 /* The slot holding (q_len, kv_len), built on a miss (S2_ERR_CAPTURE instead
@@ -141,6 +171,11 @@ S2_RT_HIDDEN s2_status s2_rt_sched_counter(s2_ctx *ctx, s2_attn_kernel *k, sched
                                            s2_devptr *out);
 
 /* attn_fwd.c */
+/* The forward's launch from slot s (its persistent counters: the caller holds the slot's owner's lock). */
+S2_RT_HIDDEN s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a,
+                                        sched_slot *s);
+/* The schedule shape of a launch (varlen: the sequences'); false: nothing to launch. */
+S2_RT_HIDDEN bool s2_rt_fwd_sched_shape(const s2_attn_fwd_args *a, int64_t *q_len, int64_t *kv_len);
 /* 4-D tensor map {D, seq, heads, batch} of one tensor, boxes of 64 x rows. */
 S2_RT_HIDDEN s2_status s2_rt_tensor_map_of(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *map, s2_dtype dt, int d,
                                            s2_devptr ptr, const int64_t stride[3], int64_t seq, int64_t heads,
@@ -168,7 +203,33 @@ static inline const s2_kspec *s2_rt_main_spec(const s2_attn_kernel *k)
     return &k->rec[s2_main_role(k->desc->spec.kind)]->spec;
 }
 
+/* attn_bwd.c */
+/* The backward's launches from slot s (o: NULL for the runtime's choices). */
+S2_RT_HIDDEN s2_status s2_rt_bwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,
+                                        const sched_slot *s);
+/* The workspace that takes the dS path over every head (plain part only when none). */
+S2_RT_HIDDEN size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, const sched_slot *s, int batch, int64_t q_len);
+
 /* attn_decode.c */
+/* Uploaded kept-block lists for sequences of up to q_blocks blocks (the
+ * cache's key: q_blocks, 0). */
+typedef struct dec_slot {
+    s2_lru_entry lru;
+    int64_t q_blocks;
+    s2_devptr buf, class_of_kv_head, offsets, entries;
+    int64_t max_list;
+} dec_slot;
+/* The q_blocks of the lists that serve max_seq_len. */
+S2_RT_HIDDEN int64_t s2_rt_dec_q_blocks(const s2_attn_kernel *k, int64_t max_seq_len);
+S2_RT_HIDDEN s2_status s2_rt_dec_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_blocks, rt_upload *up,
+                                       dec_slot *slot);
+/* The split count and workspace bytes of host-checked arguments with lists s. */
+S2_RT_HIDDEN s2_status s2_rt_dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a,
+                                        const dec_slot *s, int *splits, size_t *ws_bytes);
+S2_RT_HIDDEN s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
+                                        const dec_slot *s, int splits);
+/* Decode's checked mode (S2C_CHECK_DECODE) on host-checked arguments. */
+S2_RT_HIDDEN s2_status s2_rt_dec_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a);
 /* A decode kernel's functions and its list cache. */
 S2_RT_HIDDEN s2_status s2_rt_decode_init(s2_ctx *ctx, s2_attn_kernel *k);
 S2_RT_HIDDEN void s2_rt_decode_free(s2_attn_kernel *k);

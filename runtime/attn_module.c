@@ -272,7 +272,9 @@ void s2_attn_kernel_sched_stats(s2_attn_kernel *k, s2_attn_sched_stats *out)
     if (!k)
         return;
     mtx_lock(&k->lock);
-    *out = k->stats;
+    out->wide = atomic_load(&k->n_wide);
+    out->ds_chunked = atomic_load(&k->n_ds_chunked);
+    out->dq_paired = atomic_load(&k->n_dq_paired);
     out->hits = k->cache.hits;
     out->misses = k->cache.misses;
     out->evictions = k->cache.evictions;

@@ -168,7 +168,7 @@ static void describe_tensors(const s2_attn_fwd_args *a, tensor_desc t[4])
 }
 
 /* Everything that needs no driver; *bytes gets each tensor's extent. */
-static s2_status check_host_side(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a, size_t bytes[5])
+s2_status s2_rt_fwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a, size_t bytes[5])
 {
     if (!k || !a)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_forward: %s is NULL", !k ? "kernel" : "args");
@@ -220,7 +220,7 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
     if (k && k->desc->spec.kind != S2_KERNEL_FWD)
         return s2_fail(ctx, S2_ERR_INVALID, "kernel %s is not a forward kernel", k->desc->name);
     size_t bytes[5];
-    s2_status st = check_host_side(ctx, k, a, bytes);
+    s2_status st = s2_rt_fwd_check_host(ctx, k, a, bytes);
     return st == S2_OK ? check_device_side(ctx, k, a, bytes) : st;
 }
 
@@ -293,6 +293,12 @@ static s2_status check_bwd_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
             return s2_fail(ctx, S2_ERR_INVALID, "the workspace overlaps %s", t[i].name);
     }
     return S2_OK;
+}
+
+s2_status s2_rt_bwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a)
+{
+    size_t bytes[BWD_TENSORS];
+    return check_bwd_host(ctx, k, a, bytes);
 }
 
 s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a)

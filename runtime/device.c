@@ -19,6 +19,23 @@ void s2_ctx_leave(const s2_device *dev)
     dev->drv->CtxPopCurrent(&popped);
 }
 
+s2_status s2_ctx_use(s2_ctx *ctx, const s2_device *dev, bool *pushed)
+{
+    CUcontext cur = NULL;
+    *pushed = false;
+    if (dev->drv->CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == dev->cu_ctx)
+        return S2_OK;
+    s2_status st = s2_ctx_enter(ctx, dev);
+    *pushed = st == S2_OK;
+    return st;
+}
+
+void s2_ctx_done(const s2_device *dev, bool pushed)
+{
+    if (pushed)
+        s2_ctx_leave(dev);
+}
+
 static s2_status get_attr(s2_ctx *ctx, const s2_device *dev, CUdevice_attribute a,
                           const char *what, int *out)
 {
@@ -79,6 +96,11 @@ static s2_status device_new(s2_ctx *ctx, s2_device **out, const s2_driver **drv)
     if (!dev)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
     dev->drv = *drv;
+    dev->maps = calloc(1, sizeof *dev->maps);
+    if (dev->maps && mtx_init(&dev->maps->lock, mtx_plain) != thrd_success) {
+        free(dev->maps);
+        dev->maps = NULL;
+    }
     *out = dev;
     return S2_OK;
 }
@@ -158,6 +180,9 @@ void s2_device_free(s2_device *dev)
         return;
     if (dev->retained)
         dev->drv->DevicePrimaryCtxRelease(dev->cu_dev);
+    if (dev->maps)
+        mtx_destroy(&dev->maps->lock);
+    free(dev->maps);
     free(dev);
 }
 
@@ -380,6 +405,24 @@ s2_status s2_memset_d8(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uint8_t
     if (!dst)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_memset_d8: null destination");
     S2_IN_CTX(ctx, dev, MemsetD8, dst, value, bytes);
+    return S2_OK;
+}
+
+s2_status s2_rt_copy_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, const void *src, size_t bytes,
+                           void *stream)
+{
+    if (bytes == 0)
+        return S2_OK;
+    S2_IN_CTX(ctx, dev, MemcpyHtoDAsync, dst, src, bytes, (CUstream)stream);
+    return S2_OK;
+}
+
+s2_status s2_rt_fill_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uint8_t value, size_t bytes,
+                           void *stream)
+{
+    if (bytes == 0)
+        return S2_OK;
+    S2_IN_CTX(ctx, dev, MemsetD8Async, dst, value, bytes, (CUstream)stream);
     return S2_OK;
 }
 

@@ -234,15 +234,50 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tenso
             gs[i] = strides[i];
     }
     memset(map, 0, sizeof *map);
+    /* the memo's key: every input of the encode */
+    unsigned char key[160] = {0};
+    size_t at = 0;
+#define KEY(x) (memcpy(key + at, &(x), sizeof(x)), at += sizeof(x))
+    KEY(ty), KEY(sw), KEY(rank), KEY(addr);
+    for (int i = 0; i < rank; i++)
+        KEY(gd[i]), KEY(bx[i]);
+    for (int i = 0; i + 1 < rank; i++)
+        KEY(gs[i]);
+#undef KEY
+    _Static_assert(sizeof(int) * 3 + 8 + 5 * 12 + 4 * 8 <= sizeof key, "tensor map key");
+    _Static_assert(sizeof(CUtensorMap) <= sizeof dev->maps->e[0].map, "tensor map size");
+    s2_map_memo *m = dev->maps;
+    if (m) {
+        bool hit = false;
+        mtx_lock(&m->lock);
+        for (int i = 0; i < S2_MAP_MEMO && !hit; i++)
+            if (m->e[i].used && memcmp(m->e[i].key, key, sizeof key) == 0) {
+                memcpy(map, m->e[i].map, sizeof(CUtensorMap));
+                hit = true;
+            }
+        mtx_unlock(&m->lock);
+        if (hit)
+            return S2_OK;
+    }
     /* the driver wants a current context, though the map belongs to none */
-    if ((st = s2_ctx_enter(ctx, dev)) != S2_OK)
+    bool pushed = false;
+    if ((st = s2_ctx_use(ctx, dev, &pushed)) != S2_OK)
         return st;
     CUresult r = d->TensorMapEncodeTiled((CUtensorMap *)map, ty, (cuuint32_t)rank, (void *)(uintptr_t)addr, gd, gs, bx,
                                          es, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    s2_ctx_leave(dev);
+    s2_ctx_done(dev, pushed);
     if (r != CUDA_SUCCESS)
         return s2_cu_fail_as(ctx, S2_ERR_INVALID, d, r, "cuTensorMapEncodeTiled (rank %d, address 0x%llx)", rank,
                              (unsigned long long)addr);
+    if (m) {
+        mtx_lock(&m->lock);
+        int i = m->next;
+        m->next = (i + 1) % S2_MAP_MEMO;
+        m->e[i].used = true;
+        memcpy(m->e[i].key, key, sizeof key);
+        memcpy(m->e[i].map, map, sizeof(CUtensorMap));
+        mtx_unlock(&m->lock);
+    }
     return S2_OK;
 }

@@ -230,7 +230,8 @@ s2_status s2_kernel_launch(s2_ctx *ctx, s2_kernel *k, const s2_launch_cfg *cfg, 
     s2_status st = check_dims(ctx, k, cfg);
     if (st != S2_OK)
         return st;
-    if ((st = s2_ctx_enter(ctx, k->dev)) != S2_OK)
+    bool pushed = false;
+    if ((st = s2_ctx_use(ctx, k->dev, &pushed)) != S2_OK)
         return st;
     st = raise_smem_limit(ctx, k, cfg->smem_bytes);
     if (st == S2_OK) {
@@ -243,6 +244,16 @@ s2_status s2_kernel_launch(s2_ctx *ctx, s2_kernel *k, const s2_launch_cfg *cfg, 
                             cfg->grid[0], cfg->grid[1], cfg->grid[2], cfg->block[0], cfg->block[1],
                             cfg->block[2], cfg->smem_bytes);
     }
-    s2_ctx_leave(k->dev);
+    s2_ctx_done(k->dev, pushed);
+    return st;
+}
+
+s2_status s2_rt_kernel_reserve_smem(s2_ctx *ctx, s2_kernel *k, uint32_t smem)
+{
+    bool pushed = false;
+    s2_status st = s2_ctx_use(ctx, k->dev, &pushed);
+    if (st == S2_OK)
+        st = raise_smem_limit(ctx, k, smem);
+    s2_ctx_done(k->dev, pushed);
     return st;
 }

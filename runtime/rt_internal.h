@@ -52,6 +52,8 @@
     X(MemcpyHtoD, v3020)              \
     X(MemcpyDtoH, v3020)              \
     X(MemsetD8, v3020)                \
+    X(MemcpyHtoDAsync, v3020)         \
+    X(MemsetD8Async, v3020)           \
     X(PointerGetAttribute, v4000)     \
     X(StreamCreate, v2000)            \
     X(StreamDestroy, v4000)           \
@@ -83,8 +85,24 @@ s2_status s2_cu_fail(s2_ctx *ctx, const s2_driver *drv, CUresult r, const char *
 s2_status s2_cu_fail_as(s2_ctx *ctx, s2_status st, const s2_driver *drv, CUresult r,
                         const char *fmt, ...) S2_PRINTF(5, 6);
 
+/* Tensor maps encoded lately on a device: an encode is a pure function of
+ * its inputs, so a launch with the same tensors reuses the map instead of
+ * calling the driver (launches after s2_attn_plan_prepare make no driver
+ * call but the launch). */
+enum { S2_MAP_MEMO = 32 };
+typedef struct s2_map_memo {
+    mtx_t lock;
+    int next;                          /* the entry to overwrite next */
+    struct {
+        bool used;
+        unsigned char key[160];        /* the encode's inputs, zero-padded */
+        unsigned char map[128];
+    } e[S2_MAP_MEMO];
+} s2_map_memo;
+
 struct s2_device {
     const s2_driver *drv;
+    s2_map_memo *maps;       /* NULL: no memo (out of memory at open) */
     CUdevice cu_dev;
     CUcontext cu_ctx;
     bool retained;   /* primary context retained by s2_device_open */
@@ -103,6 +121,19 @@ void s2_rt_free(const s2_device *dev, s2_devptr ptr, void *stream);
 /* Make dev's context current on this thread for one call. */
 s2_status s2_ctx_enter(s2_ctx *ctx, const s2_device *dev);
 void s2_ctx_leave(const s2_device *dev);
+/* The same on the launch path: pushes only when another context (or none)
+ * is current (*pushed says which; pass it to s2_ctx_done). */
+s2_status s2_ctx_use(s2_ctx *ctx, const s2_device *dev, bool *pushed);
+void s2_ctx_done(const s2_device *dev, bool pushed);
+
+/* Stream-ordered copy and fill on `stream` (the context made current for the call). */
+s2_status s2_rt_copy_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, const void *src, size_t bytes,
+                           void *stream);
+s2_status s2_rt_fill_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uint8_t value, size_t bytes,
+                           void *stream);
+/* Raise a kernel's dynamic shared memory limit to smem now (a launch
+ * would on first use), so that later launches make no attribute call. */
+s2_status s2_rt_kernel_reserve_smem(s2_ctx *ctx, s2_kernel *k, uint32_t smem);
 
 struct s2_module {
     s2_device *dev;

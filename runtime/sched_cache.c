@@ -5,13 +5,57 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The device buffers of a slot (built or partly built). */
-static void slot_free(s2_device *dev, sched_slot *s)
+s2_status s2_rt_up_alloc(s2_ctx *ctx, const s2_device *dev, rt_upload *up, size_t bytes, s2_devptr *out)
 {
-    s2_rt_free(dev, s->fwd.buf, NULL);
-    s2_rt_free(dev, s->t_buf, NULL);
-    s2_rt_free(dev, s->w_buf, NULL);
-    s2_rt_free(dev, s->wide.buf, NULL);
+    s2_status st = s2_rt_alloc(ctx, dev, bytes, up->stream, out);
+    if (st == S2_OK)
+        up->bytes += bytes;
+    return st;
+}
+
+s2_status s2_rt_up_copy(s2_ctx *ctx, const s2_device *dev, rt_upload *up, s2_devptr dst, const void *src,
+                        size_t bytes)
+{
+    if (!up->async)
+        return s2_memcpy_h2d(ctx, dev, dst, src, bytes);
+    if (bytes == 0)
+        return S2_OK;
+    if (up->nkeep == up->cap) {
+        int cap = up->cap ? 2 * up->cap : 16;
+        void **grown = realloc(up->keep, (size_t)cap * sizeof *grown);
+        if (!grown)
+            return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+        up->keep = grown, up->cap = cap;
+    }
+    void *copy = malloc(bytes);
+    if (!copy)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    memcpy(copy, src, bytes);
+    up->keep[up->nkeep++] = copy;
+    return s2_rt_copy_async(ctx, dev, dst, copy, bytes, up->stream);
+}
+
+s2_status s2_rt_up_finish(s2_ctx *ctx, const s2_device *dev, rt_upload *up)
+{
+    /* a launch on a non-blocking stream does not wait for the legacy stream */
+    return up->async ? S2_OK : s2_stream_synchronize(ctx, dev, NULL);
+}
+
+void s2_rt_up_release(rt_upload *up)
+{
+    for (int i = 0; i < up->nkeep; i++)
+        free(up->keep[i]);
+    free(up->keep);
+    up->keep = NULL;
+    up->nkeep = up->cap = 0;
+}
+
+void s2_rt_sched_slot_free(const s2_device *dev, sched_slot *s, void *stream)
+{
+    s2_rt_free(dev, s->fwd.buf, stream);
+    s2_rt_free(dev, s->t_buf, stream);
+    s2_rt_free(dev, s->w_buf, stream);
+    s2_rt_free(dev, s->wide.buf, stream);
     memset(s, 0, sizeof *s);
 }
 
@@ -92,7 +136,7 @@ static bool lists_pairable(const s2_packed_schedule *fwd)
 /* The backward's transposed schedule: per key tile of block_m keys, the
  * query tiles visiting it; and, for a kernel with NAME_dqds, the dS map
  * pairing it with the forward schedule fwd / fg, in the same buffer. */
-static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay,
+static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, rt_upload *up, const s2_layout *lay,
                                    const s2_packed_schedule *fwd, const s2_tile_geom *fg, s2_devptr *buf,
                                    sched_slot *tr)
 {
@@ -133,13 +177,13 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, const s2_layo
     if (chunk_bytes)
         size = chunk_at + chunk_bytes;
     if (st == S2_OK)
-        st = s2_rt_alloc(ctx, k->mod->dev, size, NULL, buf);
+        st = s2_rt_up_alloc(ctx, k->mod->dev, up, size, buf);
     if (st == S2_OK)
-        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, pk.data, pk.size);
+        st = s2_rt_up_copy(ctx, k->mod->dev, up, *buf, pk.data, pk.size);
     if (st == S2_OK && map.data)
-        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf + map_at, map.data, map.size);
+        st = s2_rt_up_copy(ctx, k->mod->dev, up, *buf + map_at, map.data, map.size);
     if (st == S2_OK && chunk_bytes)
-        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf + chunk_at, chunks, chunk_bytes);
+        st = s2_rt_up_copy(ctx, k->mod->dev, up, *buf + chunk_at, chunks, chunk_bytes);
     free(chunks);
     for (int i = 0; st == S2_OK && i < tr->ds_nchunk; i++)
         tr->ds_chunk_head[i] += *buf + chunk_at;
@@ -185,8 +229,8 @@ s2_status s2_rt_sched_counter(s2_ctx *ctx, s2_attn_kernel *k, sched_slot *s, voi
     return S2_OK;
 }
 
-static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, const s2_schedule *sched, s2_devptr *buf,
-                                  int32_t *n_work)
+static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, rt_upload *up, const s2_schedule *sched,
+                                  s2_devptr *buf, int32_t *n_work)
 {
     int32_t *list = NULL;
     int64_t n = 0;
@@ -202,9 +246,9 @@ static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, const s2_sched
         st = s2_fail(ctx, S2_ERR_NOMEM, "work list: out of memory");
     }
     if (st == S2_OK)
-        st = s2_rt_alloc(ctx, k->mod->dev, words * sizeof *list, NULL, buf);
+        st = s2_rt_up_alloc(ctx, k->mod->dev, up, words * sizeof *list, buf);
     if (st == S2_OK)
-        st = s2_memcpy_h2d(ctx, k->mod->dev, *buf, list, words * sizeof *list);
+        st = s2_rt_up_copy(ctx, k->mod->dev, up, *buf, list, words * sizeof *list);
     *n_work = (int32_t)n;
     free(list);
     return st;
@@ -249,12 +293,12 @@ static s2_status pack_forward(s2_ctx *ctx, const s2_layout *lay, const s2_kspec 
 
 /* A packed forward schedule to the device (t->buf is set as soon as it is
  * allocated: the caller frees it on failure). */
-static s2_status upload_forward(s2_ctx *ctx, s2_device *dev, const s2_packed_schedule *pk, const s2_schedule *sched,
-                                fwd_tables *t)
+static s2_status upload_forward(s2_ctx *ctx, s2_device *dev, rt_upload *up, const s2_packed_schedule *pk,
+                                const s2_schedule *sched, fwd_tables *t)
 {
-    s2_status st = s2_rt_alloc(ctx, dev, pk->size, NULL, &t->buf);
+    s2_status st = s2_rt_up_alloc(ctx, dev, up, pk->size, &t->buf);
     if (st == S2_OK)
-        st = s2_memcpy_h2d(ctx, dev, t->buf, pk->data, pk->size);
+        st = s2_rt_up_copy(ctx, dev, up, t->buf, pk->data, pk->size);
     t->class_of_head = t->buf + pk->class_of_head_off;
     t->offsets = t->buf + pk->offsets_off;
     t->entries = t->buf + pk->entries_off;
@@ -266,7 +310,7 @@ static s2_status upload_forward(s2_ctx *ctx, s2_device *dev, const s2_packed_sch
 /* The wide variant's schedule into slot (its own tile shape), and on the
  * persistent grid its work list (the slot's, which the kernel itself then
  * does not use: a module has a wide variant only for a grid kernel). */
-static s2_status build_wide(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay, sched_slot *slot)
+static s2_status build_wide(s2_ctx *ctx, s2_attn_kernel *k, rt_upload *up, const s2_layout *lay, sched_slot *slot)
 {
     s2_schedule *sched = NULL;
     s2_packed_schedule pk = {0};
@@ -276,16 +320,17 @@ static s2_status build_wide(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay
     if (st == S2_OK && persistent && slot->w_buf)
         st = s2_fail(ctx, S2_ERR_INTERNAL, "wide variant: the kernel has a work list already");
     if (st == S2_OK && persistent)
-        st = upload_work_list(ctx, k, sched, &slot->w_buf, &slot->n_work);
+        st = upload_work_list(ctx, k, up, sched, &slot->w_buf, &slot->n_work);
     if (st == S2_OK)
-        st = upload_forward(ctx, k->mod->dev, &pk, sched, &slot->wide);
+        st = upload_forward(ctx, k->mod->dev, up, &pk, sched, &slot->wide);
     slot->use_wide = st == S2_OK;
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);
     return st;
 }
 
-static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, sched_slot *slot)
+s2_status s2_rt_sched_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, rt_upload *up,
+                           sched_slot *slot)
 {
     s2_device *dev = k->mod->dev;
     s2_layout *lay = NULL;
@@ -297,22 +342,21 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
     if (st == S2_OK)
         st = pack_forward(ctx, lay, s2_rt_main_spec(k), &sched, &pk);
     if (st == S2_OK)
-        st = upload_forward(ctx, dev, &pk, sched, &sl.fwd);
+        st = upload_forward(ctx, dev, up, &pk, sched, &sl.fwd);
     if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_BWD)
-        st = upload_transposed(ctx, k, lay, &pk, &sched->geom, &sl.t_buf, &sl);
+        st = upload_transposed(ctx, k, up, lay, &pk, &sched->geom, &sl.t_buf, &sl);
     if (st == S2_OK && k->rec[S2_ROLE_FWD] && k->rec[S2_ROLE_FWD]->grid == S2_GRID_PERSISTENT)
-        st = upload_work_list(ctx, k, sched, &sl.w_buf, &sl.n_work);
+        st = upload_work_list(ctx, k, up, sched, &sl.w_buf, &sl.n_work);
     if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_FWD && wants_wide(k, sched))
-        st = build_wide(ctx, k, lay, &sl);
-    /* a launch on a non-blocking stream does not wait for the legacy stream */
+        st = build_wide(ctx, k, up, lay, &sl);
     if (st == S2_OK)
-        st = s2_stream_synchronize(ctx, dev, NULL);
+        st = s2_rt_up_finish(ctx, dev, up);
     if (st == S2_OK) {
         *slot = sl;
         if (sl.use_wide)
-            k->stats.wide++;
+            atomic_fetch_add(&k->n_wide, 1);
     } else {
-        slot_free(dev, &sl);
+        s2_rt_sched_slot_free(dev, &sl, up->stream);
     }
     s2_packed_schedule_free(&pk);
     s2_schedule_free(sched);
@@ -322,13 +366,14 @@ static s2_status build_schedule(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, i
 
 static s2_status build_slot(s2_ctx *ctx, void *owner, const int64_t key[2], void *item)
 {
-    return build_schedule(ctx, owner, key[0], key[1], item);
+    rt_upload up = {0};
+    return s2_rt_sched_build(ctx, owner, key[0], key[1], &up, item);
 }
 
 static void release_slot(void *owner, void *item)
 {
     const s2_attn_kernel *k = owner;
-    slot_free(k->mod->dev, item);
+    s2_rt_sched_slot_free(k->mod->dev, item, NULL);
 }
 
 void s2_rt_sched_cache_init(s2_attn_kernel *k)

@@ -263,6 +263,88 @@ S2_API s2_status s2_attn_decode_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_
 S2_API s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a);
 S2_API s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a);
 
+/* ---- plans: shapes prepared ahead of launches (CUDA graphs, engines) ----------------
+ * A plan holds everything a kernel's launches of some declared shapes need on
+ * the device: forward and backward schedules, decode's kept-block lists, the
+ * persistent forward's work counters, and a workspace of its own for the
+ * backward's dS path and split-KV decode.
+ *
+ *   s2_attn_plan_new()                  for one kernel
+ *   s2_attn_plan_add_forward() ...      declare shapes (pointers are not read)
+ *   s2_attn_plan_prepare(stream)        build on the host, then allocate (the
+ *                                       device's allocator, with `stream`) and
+ *                                       upload stream-ordered on `stream`;
+ *                                       nothing waits for the GPU
+ *   s2_attn_plan_forward() ...          launch
+ *
+ * Launches on other streams than prepare's must be ordered after it (an event),
+ * as for any stream-ordered allocation.
+ *
+ * After prepare, a launch of a prepared shape checks its arguments on the host
+ * (every check of s2_attn_forward & co. except the driver's view of the
+ * pointers: like cuLaunchKernel, it trusts that they are device memory of the
+ * kernel's context and large enough) and then calls the driver only to launch:
+ * cuLaunchKernel, and cuCtxGetCurrent (cuCtxPushCurrent/PopCurrent when another
+ * context is current).  Tensor maps are kept per device: the same tensors do
+ * not encode again.  No allocation, copy or synchronisation: such launches may
+ * be captured into a CUDA graph, any number of times.
+ * A shape that was not prepared takes the kernel's own path (s2_attn_forward,
+ * s2_attn_backward, s2_attn_decode: checks through the driver, the cache, a
+ * synchronising build on first use) outside capture; while `stream` is being
+ * captured it returns S2_ERR_CAPTURE and launches nothing.
+ * S2C_CHECK_DECODE (decode's checked mode) synchronises, plan or not.
+ *
+ * Threads: a prepared plan may be shared; its launches may run from several
+ * threads on several streams at once.  Launches that use the plan's own
+ * workspace (a null workspace argument) must not run concurrently with each
+ * other: give each stream its own plan, or pass workspaces of your own. */
+typedef struct s2_attn_plan s2_attn_plan;
+
+S2_API s2_status s2_attn_plan_new(s2_ctx *ctx, s2_attn_kernel *k, s2_attn_plan **out);
+/* Declare a shape by the arguments its launches will take; only the shape
+ * fields are read, and checked as the launch checks them (statuses of
+ * s2_attn_forward & co.; S2_ERR_INVALID for the wrong kernel kind or after
+ * prepare).  Forward: batch, q_len, kv_len, or a->seqs (its schedule shape:
+ * with s2_attn_seqs_new_device, every batch of up to its max_kv_len).
+ * Backward: batch, q_len, kv_len.  Decode: batch, n_new, max_seq_len,
+ * splits (the lists serve every max_seq_len up to the declared one's range).
+ * The plan's workspace takes the largest that a declared backward (dS path
+ * over every head) or split-KV decode needs. */
+S2_API s2_status s2_attn_plan_add_forward(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_fwd_args *shape);
+S2_API s2_status s2_attn_plan_add_backward(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_bwd_args *shape);
+S2_API s2_status s2_attn_plan_add_decode(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_decode_args *shape);
+/* Once; S2_ERR_INVALID the second time. */
+S2_API s2_status s2_attn_plan_prepare(s2_ctx *ctx, s2_attn_plan *p, void *stream);
+/* The device bytes the plan holds after prepare (schedules, lists, counters,
+ * its workspace), or will take (the host part of prepare runs; nothing is
+ * allocated). */
+S2_API s2_status s2_attn_plan_device_bytes(s2_ctx *ctx, s2_attn_plan *p, size_t *bytes);
+/* Launches (arguments as s2_attn_forward, s2_attn_backward, s2_attn_decode;
+ * a null workspace takes the plan's). */
+S2_API s2_status s2_attn_plan_forward(s2_ctx *ctx, s2_attn_plan *p, void *stream, const s2_attn_fwd_args *a);
+S2_API s2_status s2_attn_plan_backward(s2_ctx *ctx, s2_attn_plan *p, void *stream, const s2_attn_bwd_args *a);
+S2_API s2_status s2_attn_plan_decode(s2_ctx *ctx, s2_attn_plan *p, void *stream, const s2_attn_decode_args *a);
+/* Frees its device memory through the allocator on prepare's stream.  No
+ * launch of it (or graph holding one) may run afterwards.  NULL is fine. */
+S2_API void s2_attn_plan_free(s2_attn_plan *p);
+
+/* A variable-length batch whose sequences live on the device only, so that
+ * one captured graph serves every step: n records (s2_attn_seq, launch.h) at
+ * s2_attn_seqs_device(s), which the caller rewrites before each launch or
+ * replay (s2_attn_seqs_write, or its own copy or kernel converting
+ * cu_seqlens), stream-ordered.  Launches use the schedule of (max_kv_len,
+ * max_kv_len), which serves every sequence of up to max_kv_len keys; their
+ * grids cover that many query tiles per sequence.  The kernel trusts the
+ * records as decode trusts seq_lens: each must have 0 <= q_len <= kv_len <=
+ * max_kv_len, lie inside the launch's token rows, and share no query row
+ * with another.  s2_attn_seqs_host gives NULL for such a batch. */
+S2_API s2_status s2_attn_seqs_new_device(s2_ctx *ctx, s2_device *dev, int n, int64_t max_kv_len, s2_attn_seqs **out);
+/* Check n records (as s2_attn_seqs_new, and kv_len <= max_kv_len) and copy
+ * them to the device records on `stream` (a copy from pageable memory: the
+ * driver may wait for the stream; not inside capture).  S2_ERR_INVALID for a
+ * batch from s2_attn_seqs_new. */
+S2_API s2_status s2_attn_seqs_write(s2_ctx *ctx, s2_attn_seqs *s, const s2_attn_seq *seqs, void *stream);
+
 #ifdef __cplusplus
 }
 #endif

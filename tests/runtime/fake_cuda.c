@@ -36,6 +36,7 @@ typedef struct fake_state {
     long long last_grid_y, last_grid_z, last_block_y, last_block_z;
     long long last_params_bytes; /* bytes copied after fake_cuda_param_sizes, else 0 */
     long long tensor_maps;      /* cuTensorMapEncodeTiled calls */
+    long long async_copies;     /* cuMemcpyHtoDAsync calls */
     long long modules_loaded, modules_unloaded;
     long long allocs_live;
     long long streams_live, events_live;
@@ -56,7 +57,7 @@ static struct { const char *key; size_t off; } const keys[] = {
     K(max_depth), K(set_attr_calls), K(set_attr_value), K(launches), K(tensor_maps), K(last_smem),
     K(last_grid_x), K(last_block_x), K(modules_loaded), K(modules_unloaded), K(allocs_live),
     K(streams_live), K(events_live), K(ctx_ptr), K(set_current), K(last_grid_y), K(last_grid_z),
-    K(last_block_y), K(last_block_z), K(last_params_bytes),
+    K(last_block_y), K(last_block_z), K(last_params_bytes), K(async_copies),
 #undef K
 };
 
@@ -92,6 +93,15 @@ static struct {
 } history[FAKE_HISTORY];
 static long long history_n;
 
+/* The names of the driver calls made while tracing (key "trace" 1 clears
+ * and starts, 0 stops), comma-separated, for tests of which calls a path makes. */
+enum { FAKE_TRACE_BYTES = 8192 };
+static char trace_log[FAKE_TRACE_BYTES];
+static size_t trace_len;
+static int tracing;
+const char *fake_cuda_trace(void);
+const char *fake_cuda_trace(void) { return trace_log; }
+#define TRACE(name) trace_call(name)
 static long long *slot(const char *key)
 {
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
@@ -102,6 +112,15 @@ static long long *slot(const char *key)
 
 void fake_cuda_set(const char *key, long long value)
 {
+    if (strcmp(key, "trace") == 0) {
+        tracing = value != 0;
+        if (tracing)
+        {
+            trace_len = 0;
+            trace_log[0] = 0;
+        }
+        return;
+    }
     if (strcmp(key, "set_current") == 0 && value) {
         stack[0] = (CUcontext)&primary_ctx_obj;
         S.depth = 1;
@@ -150,15 +169,27 @@ static void record_params(void **params)
     S.last_params_bytes = (long long)at;
 }
 
+static void trace_call(const char *name)
+{
+    size_t n = strlen(name);
+    if (!tracing || trace_len + n + 2 > sizeof trace_log)
+        return;
+    if (trace_len)
+        trace_log[trace_len++] = ',';
+    memcpy(trace_log + trace_len, name, n + 1);
+    trace_len += n;
+}
+
 static CUcontext current(void) { return S.depth > 0 ? stack[S.depth - 1] : NULL; }
 
 /* ---- stubs ----------------------------------------------------------------- */
 
-static CUresult CUDAAPI f_Init(unsigned int flags) { (void)flags; return (CUresult)S.init_result; }
-static CUresult CUDAAPI f_DriverGetVersion(int *v) { *v = 12080; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_Init(unsigned int flags) { TRACE("Init"); (void)flags; return (CUresult)S.init_result; }
+static CUresult CUDAAPI f_DriverGetVersion(int *v) { TRACE("DriverGetVersion"); *v = 12080; return CUDA_SUCCESS; }
 
 static CUresult CUDAAPI f_GetErrorName(CUresult r, const char **s)
 {
+    TRACE("GetErrorName");
     switch (r) {
     case CUDA_SUCCESS: *s = "CUDA_SUCCESS"; break;
     case CUDA_ERROR_INVALID_VALUE: *s = "CUDA_ERROR_INVALID_VALUE"; break;
@@ -174,14 +205,16 @@ static CUresult CUDAAPI f_GetErrorName(CUresult r, const char **s)
 
 static CUresult CUDAAPI f_GetErrorString(CUresult r, const char **s)
 {
+    TRACE("GetErrorString");
     *s = r == CUDA_SUCCESS ? "no error" : "fake driver error";
     return CUDA_SUCCESS;
 }
 
-static CUresult CUDAAPI f_DeviceGetCount(int *n) { *n = (int)S.devices; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_DeviceGetCount(int *n) { TRACE("DeviceGetCount"); *n = (int)S.devices; return CUDA_SUCCESS; }
 
 static CUresult CUDAAPI f_DeviceGet(CUdevice *d, int ordinal)
 {
+    TRACE("DeviceGet");
     if (ordinal < 0 || ordinal >= S.devices)
         return CUDA_ERROR_INVALID_DEVICE;
     *d = ordinal;
@@ -190,6 +223,7 @@ static CUresult CUDAAPI f_DeviceGet(CUdevice *d, int ordinal)
 
 static CUresult CUDAAPI f_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
 {
+    TRACE("DeviceGetAttribute");
     (void)d;
     switch (a) {
     case CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR: *v = (int)S.cc_major; break;
@@ -211,26 +245,29 @@ static CUresult CUDAAPI f_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdev
 
 static CUresult CUDAAPI f_DeviceGetName(char *name, int len, CUdevice d)
 {
+    TRACE("DeviceGetName");
     (void)d;
     strncpy(name, "Fake GPU", (size_t)len);
     return CUDA_SUCCESS;
 }
 
-static CUresult CUDAAPI f_DeviceTotalMem(size_t *b, CUdevice d) { (void)d; *b = (size_t)80 << 30; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_DeviceTotalMem(size_t *b, CUdevice d) { TRACE("DeviceTotalMem"); (void)d; *b = (size_t)80 << 30; return CUDA_SUCCESS; }
 
 static CUresult CUDAAPI f_DevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
+    TRACE("DevicePrimaryCtxRetain");
     (void)d;
     S.primary_refs++;
     *c = (CUcontext)&primary_ctx_obj;
     return CUDA_SUCCESS;
 }
 
-static CUresult CUDAAPI f_DevicePrimaryCtxRelease(CUdevice d) { (void)d; S.primary_refs--; return CUDA_SUCCESS; }
-static CUresult CUDAAPI f_CtxGetCurrent(CUcontext *c) { *c = current(); return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_DevicePrimaryCtxRelease(CUdevice d) { TRACE("DevicePrimaryCtxRelease"); (void)d; S.primary_refs--; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_CtxGetCurrent(CUcontext *c) { TRACE("CtxGetCurrent"); *c = current(); return CUDA_SUCCESS; }
 
 static CUresult CUDAAPI f_CtxGetDevice(CUdevice *d)
 {
+    TRACE("CtxGetDevice");
     if (!current())
         return CUDA_ERROR_INVALID_CONTEXT;
     *d = 0;
@@ -239,6 +276,7 @@ static CUresult CUDAAPI f_CtxGetDevice(CUdevice *d)
 
 static CUresult CUDAAPI f_CtxPushCurrent(CUcontext c)
 {
+    TRACE("CtxPushCurrent");
     if (!c || S.depth >= 16)
         return CUDA_ERROR_INVALID_VALUE;
     stack[S.depth++] = c;
@@ -249,6 +287,7 @@ static CUresult CUDAAPI f_CtxPushCurrent(CUcontext c)
 
 static CUresult CUDAAPI f_CtxPopCurrent(CUcontext *c)
 {
+    TRACE("CtxPopCurrent");
     if (S.depth == 0)
         return CUDA_ERROR_INVALID_CONTEXT;
     *c = stack[--S.depth];
@@ -256,10 +295,11 @@ static CUresult CUDAAPI f_CtxPopCurrent(CUcontext *c)
 }
 
 static CUresult need_ctx(void) { return current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
-static CUresult CUDAAPI f_CtxSynchronize(void) { return need_ctx(); }
+static CUresult CUDAAPI f_CtxSynchronize(void) { TRACE("CtxSynchronize"); return need_ctx(); }
 
 static CUresult CUDAAPI f_ModuleLoadData(CUmodule *m, const void *image)
 {
+    TRACE("ModuleLoadData");
     if (need_ctx() != CUDA_SUCCESS)
         return CUDA_ERROR_INVALID_CONTEXT;
     if (S.module_result != CUDA_SUCCESS)
@@ -273,6 +313,7 @@ static CUresult CUDAAPI f_ModuleLoadData(CUmodule *m, const void *image)
 
 static CUresult CUDAAPI f_ModuleUnload(CUmodule m)
 {
+    TRACE("ModuleUnload");
     if (m != (CUmodule)&module_obj)
         return CUDA_ERROR_INVALID_HANDLE;
     S.modules_unloaded++;
@@ -281,6 +322,7 @@ static CUresult CUDAAPI f_ModuleUnload(CUmodule m)
 
 static CUresult CUDAAPI f_ModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
 {
+    TRACE("ModuleGetFunction");
     if (m != (CUmodule)&module_obj)
         return CUDA_ERROR_INVALID_HANDLE;
     if (strcmp(name, "missing") == 0)
@@ -291,6 +333,7 @@ static CUresult CUDAAPI f_ModuleGetFunction(CUfunction *f, CUmodule m, const cha
 
 static CUresult CUDAAPI f_FuncSetAttribute(CUfunction f, CUfunction_attribute a, int v)
 {
+    TRACE("FuncSetAttribute");
     if (f != (CUfunction)&function_obj || a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
         return CUDA_ERROR_INVALID_VALUE;
     if (v + S.static_smem > S.optin_smem)
@@ -303,6 +346,7 @@ static CUresult CUDAAPI f_FuncSetAttribute(CUfunction f, CUfunction_attribute a,
 
 static CUresult CUDAAPI f_FuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f)
 {
+    TRACE("FuncGetAttribute");
     if (f != (CUfunction)&function_obj)
         return CUDA_ERROR_INVALID_HANDLE;
     switch (a) {
@@ -323,6 +367,7 @@ static CUresult CUDAAPI f_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, u
                                        unsigned bx, unsigned by, unsigned bz, unsigned smem,
                                        CUstream s, void **params, void **extra)
 {
+    TRACE("LaunchKernel");
     (void)s, (void)extra;
     if (current() != (CUcontext)&primary_ctx_obj)
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -356,6 +401,7 @@ static fake_alloc *find_alloc(CUdeviceptr p)
 
 static CUresult CUDAAPI f_MemAlloc(CUdeviceptr *p, size_t bytes)
 {
+    TRACE("MemAlloc");
     if (need_ctx() != CUDA_SUCCESS)
         return CUDA_ERROR_INVALID_CONTEXT;
     for (int i = 0; i < 64; i++) {
@@ -377,6 +423,7 @@ static CUresult CUDAAPI f_MemAlloc(CUdeviceptr *p, size_t bytes)
 
 static CUresult CUDAAPI f_MemFree(CUdeviceptr p)
 {
+    TRACE("MemFree");
     fake_alloc *a = find_alloc(p);
     if (!a || (CUdeviceptr)(uintptr_t)a->p != p)
         return CUDA_ERROR_INVALID_VALUE;
@@ -388,6 +435,7 @@ static CUresult CUDAAPI f_MemFree(CUdeviceptr p)
 
 static CUresult CUDAAPI f_MemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
 {
+    TRACE("MemcpyHtoD");
     fake_alloc *a = find_alloc(dst);
     if (need_ctx() != CUDA_SUCCESS || !a || dst + n > (CUdeviceptr)(uintptr_t)a->p + a->size)
         return CUDA_ERROR_INVALID_VALUE;
@@ -397,6 +445,7 @@ static CUresult CUDAAPI f_MemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
 
 static CUresult CUDAAPI f_MemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
 {
+    TRACE("MemcpyDtoH");
     fake_alloc *a = find_alloc(src);
     if (need_ctx() != CUDA_SUCCESS || !a || src + n > (CUdeviceptr)(uintptr_t)a->p + a->size)
         return CUDA_ERROR_INVALID_VALUE;
@@ -406,6 +455,30 @@ static CUresult CUDAAPI f_MemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
 
 static CUresult CUDAAPI f_MemsetD8(CUdeviceptr dst, unsigned char v, size_t n)
 {
+    TRACE("MemsetD8");
+    fake_alloc *a = find_alloc(dst);
+    if (need_ctx() != CUDA_SUCCESS || !a || dst + n > (CUdeviceptr)(uintptr_t)a->p + a->size)
+        return CUDA_ERROR_INVALID_VALUE;
+    memset((void *)(uintptr_t)dst, v, n);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_MemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
+{
+    TRACE("MemcpyHtoDAsync");
+    (void)s;
+    S.async_copies++;
+    fake_alloc *a = find_alloc(dst);
+    if (need_ctx() != CUDA_SUCCESS || !a || dst + n > (CUdeviceptr)(uintptr_t)a->p + a->size)
+        return CUDA_ERROR_INVALID_VALUE;
+    memcpy((void *)(uintptr_t)dst, src, n);
+    return CUDA_SUCCESS;
+}
+
+static CUresult CUDAAPI f_MemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
+{
+    TRACE("MemsetD8Async");
+    (void)s;
     fake_alloc *a = find_alloc(dst);
     if (need_ctx() != CUDA_SUCCESS || !a || dst + n > (CUdeviceptr)(uintptr_t)a->p + a->size)
         return CUDA_ERROR_INVALID_VALUE;
@@ -415,6 +488,7 @@ static CUresult CUDAAPI f_MemsetD8(CUdeviceptr dst, unsigned char v, size_t n)
 
 static CUresult CUDAAPI f_PointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
 {
+    TRACE("PointerGetAttribute");
     fake_alloc *a = find_alloc(p);
     if (!a)
         return CUDA_ERROR_INVALID_VALUE;
@@ -434,6 +508,7 @@ static CUresult CUDAAPI f_PointerGetAttribute(void *data, CUpointer_attribute at
 
 static CUresult CUDAAPI f_StreamCreate(CUstream *s, unsigned flags)
 {
+    TRACE("StreamCreate");
     (void)flags;
     if (need_ctx() != CUDA_SUCCESS)
         return CUDA_ERROR_INVALID_CONTEXT;
@@ -442,10 +517,11 @@ static CUresult CUDAAPI f_StreamCreate(CUstream *s, unsigned flags)
     return CUDA_SUCCESS;
 }
 
-static CUresult CUDAAPI f_StreamDestroy(CUstream s) { (void)s; S.streams_live--; return CUDA_SUCCESS; }
-static CUresult CUDAAPI f_StreamSynchronize(CUstream s) { (void)s; return need_ctx(); }
+static CUresult CUDAAPI f_StreamDestroy(CUstream s) { TRACE("StreamDestroy"); (void)s; S.streams_live--; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_StreamSynchronize(CUstream s) { TRACE("StreamSynchronize"); (void)s; return need_ctx(); }
 static CUresult CUDAAPI f_StreamIsCapturing(CUstream s, CUstreamCaptureStatus *cs)
 {
+    TRACE("StreamIsCapturing");
     (void)s;
     *cs = S.capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
     return CUDA_SUCCESS;
@@ -453,16 +529,17 @@ static CUresult CUDAAPI f_StreamIsCapturing(CUstream s, CUstreamCaptureStatus *c
 
 static CUresult CUDAAPI f_EventCreate(CUevent *e, unsigned flags)
 {
+    TRACE("EventCreate");
     (void)flags;
     *e = (CUevent)&event_obj;
     S.events_live++;
     return need_ctx();
 }
 
-static CUresult CUDAAPI f_EventRecord(CUevent e, CUstream s) { (void)e, (void)s; return need_ctx(); }
-static CUresult CUDAAPI f_EventSynchronize(CUevent e) { (void)e; return CUDA_SUCCESS; }
-static CUresult CUDAAPI f_EventElapsedTime(float *ms, CUevent a, CUevent b) { (void)a, (void)b; *ms = 1.5f; return CUDA_SUCCESS; }
-static CUresult CUDAAPI f_EventDestroy(CUevent e) { (void)e; S.events_live--; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_EventRecord(CUevent e, CUstream s) { TRACE("EventRecord"); (void)e, (void)s; return need_ctx(); }
+static CUresult CUDAAPI f_EventSynchronize(CUevent e) { TRACE("EventSynchronize"); (void)e; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_EventElapsedTime(float *ms, CUevent a, CUevent b) { TRACE("EventElapsedTime"); (void)a, (void)b; *ms = 1.5f; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_EventDestroy(CUevent e) { TRACE("EventDestroy"); (void)e; S.events_live--; return CUDA_SUCCESS; }
 
 /* Checks what the driver checks cheaply (rank, 16-byte aligned address and
  * strides, box <= 256) and writes a recognisable map: the address first,
@@ -473,6 +550,7 @@ static CUresult CUDAAPI f_TensorMapEncodeTiled(CUtensorMap *map, CUtensorMapData
                                                CUtensorMapInterleave il, CUtensorMapSwizzle sw,
                                                CUtensorMapL2promotion l2, CUtensorMapFloatOOBfill oob)
 {
+    TRACE("TensorMapEncodeTiled");
     S.tensor_maps++;
     if (rank < 1 || rank > 5 || ((uintptr_t)addr & 15))
         return CUDA_ERROR_INVALID_VALUE;
@@ -508,7 +586,7 @@ static const struct { const char *name; void *fn; } table[] = {
     F(DevicePrimaryCtxRetain), F(DevicePrimaryCtxRelease), F(CtxGetCurrent), F(CtxGetDevice),
     F(CtxPushCurrent), F(CtxPopCurrent), F(CtxSynchronize), F(ModuleLoadData), F(ModuleUnload),
     F(ModuleGetFunction), F(FuncSetAttribute), F(FuncGetAttribute), F(LaunchKernel),
-    F(MemAlloc), F(MemFree), F(MemcpyHtoD), F(MemcpyDtoH), F(MemsetD8), F(PointerGetAttribute),
+    F(MemAlloc), F(MemFree), F(MemcpyHtoD), F(MemcpyHtoDAsync), F(MemsetD8Async), F(MemcpyDtoH), F(MemsetD8), F(PointerGetAttribute),
     F(StreamCreate), F(StreamDestroy), F(StreamSynchronize), F(StreamIsCapturing), F(EventCreate), F(EventRecord),
     F(EventSynchronize), F(EventElapsedTime), F(EventDestroy), F(TensorMapEncodeTiled),
 #undef F

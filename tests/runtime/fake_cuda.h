@@ -7,6 +7,8 @@
 typedef void (*fake_cuda_set_fn)(const char *key, long long value);
 typedef long long (*fake_cuda_get_fn)(const char *key);
 typedef const char *(*fake_cuda_last_image_fn)(void);
+/* The driver calls made since fake_cuda_set("trace", 1), comma-separated names without "cu". */
+typedef const char *(*fake_cuda_trace_fn)(void);
 /* Declare the next launches' parameter sizes; the bytes of the last launch
  * (key last_params_bytes of them) are then at fake_cuda_last_params(). */
 typedef void (*fake_cuda_param_sizes_fn)(const int *sizes, int n);
