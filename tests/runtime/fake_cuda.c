@@ -69,9 +69,9 @@ static struct { const char *key; size_t off; } const keys[] = {
 static char primary_ctx_obj, foreign_ctx_obj, module_obj, event_obj;
 /* a function object per kernel name, each with its own dynamic shared memory
  * limit (key dyn_limit: a new function's, and the last one set) */
-enum { FAKE_FUNCTIONS = 64 };
+enum { FAKE_FUNCTIONS = 4096 };
 typedef struct fake_function {
-    char name[256];
+    char *name;
     long long dyn_limit;
 } fake_function;
 static fake_function functions[FAKE_FUNCTIONS];
@@ -407,10 +407,10 @@ static CUresult CUDAAPI f_ModuleGetFunction(CUfunction *f, CUmodule m, const cha
             *f = (CUfunction)&functions[i];
             RET(CUDA_SUCCESS);
         }
-    if (num_functions == FAKE_FUNCTIONS || strlen(name) >= sizeof functions[0].name)
+    fake_function *fn = &functions[num_functions];
+    if (num_functions == FAKE_FUNCTIONS || !(fn->name = strdup(name)))
         RET(CUDA_ERROR_OUT_OF_MEMORY);
-    fake_function *fn = &functions[num_functions++];
-    strcpy(fn->name, name);
+    num_functions++;
     fn->dyn_limit = S.dyn_limit;
     *f = (CUfunction)fn;
     RET(CUDA_SUCCESS);
