@@ -2,9 +2,14 @@
  * with FAKE_V1_ONLY, only the old four-argument cuGetProcAddress) and hands
  * out stubs whose behaviour the test sets through fake_cuda_set.  "Device
  * memory" is host memory from malloc, so copies and pointer queries work.
- * Single-threaded by design; the GPU test covers threads. */
+ * Thread-safe: every stub runs under one mutex, the context stack is the
+ * calling thread's (as the driver's), and each thread keeps a copy of its
+ * own last launch (fake_cuda_thread_last_launch). */
+#include "fake_cuda.h"
+
 #include <cuda.h>
 
+#include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -29,8 +34,7 @@ typedef struct fake_state {
     /* observations */
     long long gpa_v1_calls, gpa_v2_calls, gpa_version, gpa_flags;
     long long primary_refs;     /* retain - release */
-    long long depth;            /* context stack depth */
-    long long max_depth;
+    long long max_depth;        /* deepest context stack of any thread */
     long long set_attr_calls, set_attr_value;
     long long launches, last_smem, last_grid_x, last_block_x;
     long long last_grid_y, last_grid_z, last_block_y, last_block_z;
@@ -41,7 +45,8 @@ typedef struct fake_state {
     long long allocs_live;
     long long streams_live, events_live;
     long long ctx_ptr;          /* the fake primary context, as an integer */
-    long long set_current;      /* writing 1 makes the primary context current */
+    long long set_current;      /* writing 1 makes the primary context current on the calling thread */
+    /* key "depth": the calling thread's context stack depth (not a field) */
 } fake_state;
 
 static fake_state S = {
@@ -53,7 +58,7 @@ static struct { const char *key; size_t off; } const keys[] = {
 #define K(f) {#f, offsetof(fake_state, f)}
     K(devices), K(init_result), K(module_result), K(launch_result), K(optin_smem),
     K(static_smem), K(kernel_threads), K(dyn_limit), K(sm_count), K(cc_major), K(cc_minor), K(capturing), K(next_alloc_host), K(next_alloc_foreign),
-    K(gpa_v1_calls), K(gpa_v2_calls), K(gpa_version), K(gpa_flags), K(primary_refs), K(depth),
+    K(gpa_v1_calls), K(gpa_v2_calls), K(gpa_version), K(gpa_flags), K(primary_refs),
     K(max_depth), K(set_attr_calls), K(set_attr_value), K(launches), K(tensor_maps), K(last_smem),
     K(last_grid_x), K(last_block_x), K(modules_loaded), K(modules_unloaded), K(allocs_live),
     K(streams_live), K(events_live), K(ctx_ptr), K(set_current), K(last_grid_y), K(last_grid_z),
@@ -61,9 +66,30 @@ static struct { const char *key; size_t off; } const keys[] = {
 #undef K
 };
 
-static char primary_ctx_obj, foreign_ctx_obj, module_obj, function_obj, stream_obj, event_obj;
-static CUcontext stack[16];
+static char primary_ctx_obj, foreign_ctx_obj, module_obj, event_obj;
+/* a function object per kernel name, each with its own dynamic shared memory
+ * limit (key dyn_limit: a new function's, and the last one set) */
+enum { FAKE_FUNCTIONS = 4096 };
+typedef struct fake_function {
+    char *name;
+    long long dyn_limit;
+} fake_function;
+static fake_function functions[FAKE_FUNCTIONS];
+static int num_functions;
+/* distinct stream handles, a slot each while created */
+enum { FAKE_STREAMS = 64 };
+static char stream_objs[FAKE_STREAMS], stream_used[FAKE_STREAMS];
+/* the context stack is per thread, as the driver's */
+static _Thread_local CUcontext stack[16];
+static _Thread_local long long depth;
 static char *last_image;
+
+/* Every stub and control call holds this while it touches the shared state:
+ * TRACE takes it at a stub's entry and RET releases it. */
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static void lock(void) { pthread_mutex_lock(&mu); }
+static void unlock(void) { pthread_mutex_unlock(&mu); }
+#define RET(x) do { CUresult ret_ = (x); unlock(); return ret_; } while (0)
 
 typedef struct fake_alloc {
     char *p;
@@ -71,7 +97,9 @@ typedef struct fake_alloc {
     CUcontext ctx;
     int host;
 } fake_alloc;
-static fake_alloc allocs[64];
+enum { FAKE_ALLOCS = 512 };
+static fake_alloc allocs[FAKE_ALLOCS];
+static int allocs_top; /* slots below it may be in use */
 
 void fake_cuda_set(const char *key, long long value);
 long long fake_cuda_get(const char *key);
@@ -79,11 +107,16 @@ const char *fake_cuda_last_image(void);
 void fake_cuda_param_sizes(const int *sizes, int n);
 const unsigned char *fake_cuda_last_params(void);
 const unsigned char *fake_cuda_launch_at(int back, long long shape[8]);
+void fake_cuda_thread_param_sizes(const int *sizes, int n);
+const fake_cuda_launch *fake_cuda_thread_last_launch(void);
 
 /* The launch parameters' sizes are not the driver's to know: a test that
  * wants a launch's parameter bytes declares them (n = 0 stops recording). */
-enum { FAKE_MAX_PARAMS = 64, FAKE_PARAM_BYTES = 2048 };
+enum { FAKE_MAX_PARAMS = 64, FAKE_PARAM_BYTES = FAKE_CUDA_PARAM_BYTES };
 static int param_sizes[FAKE_MAX_PARAMS], num_param_sizes;
+/* the calling thread's own sizes and last launch */
+static _Thread_local int thread_param_sizes[FAKE_MAX_PARAMS], thread_num_param_sizes;
+static _Thread_local fake_cuda_launch thread_last;
 static unsigned char last_params[FAKE_PARAM_BYTES];
 /* the last FAKE_HISTORY launches while recording (a module launches several kernels) */
 enum { FAKE_HISTORY = 4 };
@@ -101,7 +134,7 @@ static size_t trace_len;
 static int tracing;
 const char *fake_cuda_trace(void);
 const char *fake_cuda_trace(void) { return trace_log; }
-#define TRACE(name) trace_call(name)
+#define TRACE(name) (lock(), trace_call(name))
 static long long *slot(const char *key)
 {
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
@@ -112,6 +145,16 @@ static long long *slot(const char *key)
 
 void fake_cuda_set(const char *key, long long value)
 {
+    if (strcmp(key, "depth") == 0) { /* the calling thread's */
+        depth = value < 0 ? 0 : value > 16 ? 16 : value;
+        return;
+    }
+    if (strcmp(key, "set_current") == 0 && value) {
+        stack[0] = (CUcontext)&primary_ctx_obj;
+        depth = 1;
+        return;
+    }
+    lock();
     if (strcmp(key, "trace") == 0) {
         tracing = value != 0;
         if (tracing)
@@ -119,29 +162,42 @@ void fake_cuda_set(const char *key, long long value)
             trace_len = 0;
             trace_log[0] = 0;
         }
-        return;
+    } else {
+        *slot(key) = value;
     }
-    if (strcmp(key, "set_current") == 0 && value) {
-        stack[0] = (CUcontext)&primary_ctx_obj;
-        S.depth = 1;
-        return;
-    }
-    *slot(key) = value;
+    unlock();
 }
 
 long long fake_cuda_get(const char *key)
 {
+    if (strcmp(key, "depth") == 0)
+        return depth;
+    lock();
     S.ctx_ptr = (long long)(intptr_t)&primary_ctx_obj;
-    return *slot(key);
+    long long v = *slot(key);
+    unlock();
+    return v;
 }
 
-const char *fake_cuda_last_image(void) { return last_image; }
+/* The pointers below stay valid; read what they point to when no other
+ * thread is calling the driver. */
+const char *fake_cuda_last_image(void)
+{
+    lock();
+    const char *p = last_image;
+    unlock();
+    return p;
+}
+
+static int clamp_sizes(int n) { return n < 0 ? 0 : n > FAKE_MAX_PARAMS ? FAKE_MAX_PARAMS : n; }
 
 void fake_cuda_param_sizes(const int *sizes, int n)
 {
-    num_param_sizes = n < 0 ? 0 : n > FAKE_MAX_PARAMS ? FAKE_MAX_PARAMS : n;
+    lock();
+    num_param_sizes = clamp_sizes(n);
     for (int i = 0; i < num_param_sizes; i++)
         param_sizes[i] = sizes[i];
+    unlock();
 }
 
 const unsigned char *fake_cuda_last_params(void) { return last_params; }
@@ -149,24 +205,43 @@ const unsigned char *fake_cuda_last_params(void) { return last_params; }
 /* back = 0: the last recorded launch, 1 the one before...; NULL if none. */
 const unsigned char *fake_cuda_launch_at(int back, long long shape[8])
 {
-    if (back < 0 || back >= FAKE_HISTORY || back >= history_n)
-        return NULL;
-    int at = (int)((history_n - 1 - back) % FAKE_HISTORY);
-    memcpy(shape, history[at].shape, sizeof history[at].shape);
-    return history[at].params;
+    const unsigned char *p = NULL;
+    lock();
+    if (back >= 0 && back < FAKE_HISTORY && back < history_n) {
+        int at = (int)((history_n - 1 - back) % FAKE_HISTORY);
+        memcpy(shape, history[at].shape, sizeof history[at].shape);
+        p = history[at].params;
+    }
+    unlock();
+    return p;
+}
+
+void fake_cuda_thread_param_sizes(const int *sizes, int n)
+{
+    thread_num_param_sizes = clamp_sizes(n);
+    for (int i = 0; i < thread_num_param_sizes; i++)
+        thread_param_sizes[i] = sizes[i];
+}
+
+const fake_cuda_launch *fake_cuda_thread_last_launch(void) { return &thread_last; }
+
+/* Copy the parameters of sizes[0..n) into out (at most cap bytes); the bytes copied. */
+static long long copy_params(void **params, const int *sizes, int n, unsigned char *out, size_t cap)
+{
+    size_t at = 0;
+    for (int i = 0; i < n && params; i++) {
+        size_t len = (size_t)sizes[i];
+        if (at + len > cap)
+            break;
+        memcpy(out + at, params[i], len);
+        at += len;
+    }
+    return (long long)at;
 }
 
 static void record_params(void **params)
 {
-    size_t at = 0;
-    for (int i = 0; i < num_param_sizes && params; i++) {
-        size_t n = (size_t)param_sizes[i];
-        if (at + n > sizeof last_params)
-            break;
-        memcpy(last_params + at, params[i], n);
-        at += n;
-    }
-    S.last_params_bytes = (long long)at;
+    S.last_params_bytes = copy_params(params, param_sizes, num_param_sizes, last_params, sizeof last_params);
 }
 
 static void trace_call(const char *name)
@@ -180,12 +255,12 @@ static void trace_call(const char *name)
     trace_len += n;
 }
 
-static CUcontext current(void) { return S.depth > 0 ? stack[S.depth - 1] : NULL; }
+static CUcontext current(void) { return depth > 0 ? stack[depth - 1] : NULL; }
 
 /* ---- stubs ----------------------------------------------------------------- */
 
-static CUresult CUDAAPI f_Init(unsigned int flags) { TRACE("Init"); (void)flags; return (CUresult)S.init_result; }
-static CUresult CUDAAPI f_DriverGetVersion(int *v) { TRACE("DriverGetVersion"); *v = 12080; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_Init(unsigned int flags) { TRACE("Init"); (void)flags; RET((CUresult)S.init_result); }
+static CUresult CUDAAPI f_DriverGetVersion(int *v) { TRACE("DriverGetVersion"); *v = 12080; RET(CUDA_SUCCESS); }
 
 static CUresult CUDAAPI f_GetErrorName(CUresult r, const char **s)
 {
@@ -198,27 +273,27 @@ static CUresult CUDAAPI f_GetErrorName(CUresult r, const char **s)
     case CUDA_ERROR_INVALID_CONTEXT: *s = "CUDA_ERROR_INVALID_CONTEXT"; break;
     case CUDA_ERROR_NOT_FOUND: *s = "CUDA_ERROR_NOT_FOUND"; break;
     case CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES: *s = "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"; break;
-    default: *s = NULL; return CUDA_ERROR_INVALID_VALUE;
+    default: *s = NULL; RET(CUDA_ERROR_INVALID_VALUE);
     }
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_GetErrorString(CUresult r, const char **s)
 {
     TRACE("GetErrorString");
     *s = r == CUDA_SUCCESS ? "no error" : "fake driver error";
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
-static CUresult CUDAAPI f_DeviceGetCount(int *n) { TRACE("DeviceGetCount"); *n = (int)S.devices; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_DeviceGetCount(int *n) { TRACE("DeviceGetCount"); *n = (int)S.devices; RET(CUDA_SUCCESS); }
 
 static CUresult CUDAAPI f_DeviceGet(CUdevice *d, int ordinal)
 {
     TRACE("DeviceGet");
     if (ordinal < 0 || ordinal >= S.devices)
-        return CUDA_ERROR_INVALID_DEVICE;
+        RET(CUDA_ERROR_INVALID_DEVICE);
     *d = ordinal;
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdevice d)
@@ -238,9 +313,9 @@ static CUresult CUDAAPI f_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdev
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 48 * 1024; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = (int)S.optin_smem; break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default: RET(CUDA_ERROR_INVALID_VALUE);
     }
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_DeviceGetName(char *name, int len, CUdevice d)
@@ -248,10 +323,10 @@ static CUresult CUDAAPI f_DeviceGetName(char *name, int len, CUdevice d)
     TRACE("DeviceGetName");
     (void)d;
     strncpy(name, "Fake GPU", (size_t)len);
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
-static CUresult CUDAAPI f_DeviceTotalMem(size_t *b, CUdevice d) { TRACE("DeviceTotalMem"); (void)d; *b = (size_t)80 << 30; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_DeviceTotalMem(size_t *b, CUdevice d) { TRACE("DeviceTotalMem"); (void)d; *b = (size_t)80 << 30; RET(CUDA_SUCCESS); }
 
 static CUresult CUDAAPI f_DevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
 {
@@ -259,108 +334,126 @@ static CUresult CUDAAPI f_DevicePrimaryCtxRetain(CUcontext *c, CUdevice d)
     (void)d;
     S.primary_refs++;
     *c = (CUcontext)&primary_ctx_obj;
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
-static CUresult CUDAAPI f_DevicePrimaryCtxRelease(CUdevice d) { TRACE("DevicePrimaryCtxRelease"); (void)d; S.primary_refs--; return CUDA_SUCCESS; }
-static CUresult CUDAAPI f_CtxGetCurrent(CUcontext *c) { TRACE("CtxGetCurrent"); *c = current(); return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_DevicePrimaryCtxRelease(CUdevice d) { TRACE("DevicePrimaryCtxRelease"); (void)d; S.primary_refs--; RET(CUDA_SUCCESS); }
+static CUresult CUDAAPI f_CtxGetCurrent(CUcontext *c) { TRACE("CtxGetCurrent"); *c = current(); RET(CUDA_SUCCESS); }
 
 static CUresult CUDAAPI f_CtxGetDevice(CUdevice *d)
 {
     TRACE("CtxGetDevice");
     if (!current())
-        return CUDA_ERROR_INVALID_CONTEXT;
+        RET(CUDA_ERROR_INVALID_CONTEXT);
     *d = 0;
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_CtxPushCurrent(CUcontext c)
 {
     TRACE("CtxPushCurrent");
-    if (!c || S.depth >= 16)
-        return CUDA_ERROR_INVALID_VALUE;
-    stack[S.depth++] = c;
-    if (S.depth > S.max_depth)
-        S.max_depth = S.depth;
-    return CUDA_SUCCESS;
+    if (!c || depth >= 16)
+        RET(CUDA_ERROR_INVALID_VALUE);
+    stack[depth++] = c;
+    if (depth > S.max_depth)
+        S.max_depth = depth;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_CtxPopCurrent(CUcontext *c)
 {
     TRACE("CtxPopCurrent");
-    if (S.depth == 0)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    *c = stack[--S.depth];
-    return CUDA_SUCCESS;
+    if (depth == 0)
+        RET(CUDA_ERROR_INVALID_CONTEXT);
+    *c = stack[--depth];
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult need_ctx(void) { return current() ? CUDA_SUCCESS : CUDA_ERROR_INVALID_CONTEXT; }
-static CUresult CUDAAPI f_CtxSynchronize(void) { TRACE("CtxSynchronize"); return need_ctx(); }
+static CUresult CUDAAPI f_CtxSynchronize(void) { TRACE("CtxSynchronize"); RET(need_ctx()); }
 
 static CUresult CUDAAPI f_ModuleLoadData(CUmodule *m, const void *image)
 {
     TRACE("ModuleLoadData");
     if (need_ctx() != CUDA_SUCCESS)
-        return CUDA_ERROR_INVALID_CONTEXT;
+        RET(CUDA_ERROR_INVALID_CONTEXT);
     if (S.module_result != CUDA_SUCCESS)
-        return (CUresult)S.module_result;
+        RET((CUresult)S.module_result);
     free(last_image);
     last_image = strdup(image); /* PTX is text; the tests pass no binaries */
     *m = (CUmodule)&module_obj;
     S.modules_loaded++;
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_ModuleUnload(CUmodule m)
 {
     TRACE("ModuleUnload");
     if (m != (CUmodule)&module_obj)
-        return CUDA_ERROR_INVALID_HANDLE;
+        RET(CUDA_ERROR_INVALID_HANDLE);
     S.modules_unloaded++;
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_ModuleGetFunction(CUfunction *f, CUmodule m, const char *name)
 {
     TRACE("ModuleGetFunction");
     if (m != (CUmodule)&module_obj)
-        return CUDA_ERROR_INVALID_HANDLE;
+        RET(CUDA_ERROR_INVALID_HANDLE);
     if (strcmp(name, "missing") == 0)
-        return CUDA_ERROR_NOT_FOUND;
-    *f = (CUfunction)&function_obj;
-    return CUDA_SUCCESS;
+        RET(CUDA_ERROR_NOT_FOUND);
+    for (int i = 0; i < num_functions; i++)
+        if (strcmp(functions[i].name, name) == 0) {
+            *f = (CUfunction)&functions[i];
+            RET(CUDA_SUCCESS);
+        }
+    fake_function *fn = &functions[num_functions];
+    if (num_functions == FAKE_FUNCTIONS || !(fn->name = strdup(name)))
+        RET(CUDA_ERROR_OUT_OF_MEMORY);
+    num_functions++;
+    fn->dyn_limit = S.dyn_limit;
+    *f = (CUfunction)fn;
+    RET(CUDA_SUCCESS);
+}
+
+static fake_function *function_of(CUfunction f)
+{
+    fake_function *fn = (fake_function *)f;
+    return fn >= functions && fn < functions + num_functions ? fn : NULL;
 }
 
 static CUresult CUDAAPI f_FuncSetAttribute(CUfunction f, CUfunction_attribute a, int v)
 {
     TRACE("FuncSetAttribute");
-    if (f != (CUfunction)&function_obj || a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
-        return CUDA_ERROR_INVALID_VALUE;
+    fake_function *fn = function_of(f);
+    if (!fn || a != CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES)
+        RET(CUDA_ERROR_INVALID_VALUE);
     if (v + S.static_smem > S.optin_smem)
-        return CUDA_ERROR_INVALID_VALUE;
+        RET(CUDA_ERROR_INVALID_VALUE);
     S.set_attr_calls++;
     S.set_attr_value = v;
-    S.dyn_limit = v;
-    return CUDA_SUCCESS;
+    S.dyn_limit = fn->dyn_limit = v;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_FuncGetAttribute(int *v, CUfunction_attribute a, CUfunction f)
 {
     TRACE("FuncGetAttribute");
-    if (f != (CUfunction)&function_obj)
-        return CUDA_ERROR_INVALID_HANDLE;
+    fake_function *fn = function_of(f);
+    if (!fn)
+        RET(CUDA_ERROR_INVALID_HANDLE);
     switch (a) {
     case CU_FUNC_ATTRIBUTE_NUM_REGS: *v = 40; break;
     case CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK: *v = (int)S.kernel_threads; break;
     case CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: *v = (int)S.static_smem; break;
     case CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES: *v = 8; break;
     case CU_FUNC_ATTRIBUTE_CONST_SIZE_BYTES: *v = 0; break;
-    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = (int)S.dyn_limit; break;
+    case CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES: *v = (int)fn->dyn_limit; break;
     case CU_FUNC_ATTRIBUTE_PTX_VERSION: *v = 75; break;
     case CU_FUNC_ATTRIBUTE_BINARY_VERSION: *v = 90; break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default: RET(CUDA_ERROR_INVALID_VALUE);
     }
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
@@ -368,13 +461,14 @@ static CUresult CUDAAPI f_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, u
                                        CUstream s, void **params, void **extra)
 {
     TRACE("LaunchKernel");
-    (void)s, (void)extra;
+    (void)extra;
     if (current() != (CUcontext)&primary_ctx_obj)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    if (f != (CUfunction)&function_obj || smem > S.dyn_limit)
-        return CUDA_ERROR_INVALID_VALUE;
+        RET(CUDA_ERROR_INVALID_CONTEXT);
+    fake_function *fn = function_of(f);
+    if (!fn || smem > fn->dyn_limit)
+        RET(CUDA_ERROR_INVALID_VALUE);
     if (S.launch_result != CUDA_SUCCESS)
-        return (CUresult)S.launch_result;
+        RET((CUresult)S.launch_result);
     S.launches++;
     S.last_smem = smem;
     S.last_grid_x = gx;
@@ -387,12 +481,19 @@ static CUresult CUDAAPI f_LaunchKernel(CUfunction f, unsigned gx, unsigned gy, u
         memcpy(history[at].shape, shape, sizeof shape);
         memcpy(history[at].params, last_params, (size_t)S.last_params_bytes);
     }
-    return CUDA_SUCCESS;
+    fake_cuda_launch *t = &thread_last;
+    t->launches++;
+    t->grid[0] = gx, t->grid[1] = gy, t->grid[2] = gz;
+    t->block[0] = bx, t->block[1] = by, t->block[2] = bz;
+    t->smem = smem;
+    t->stream = s;
+    t->params_bytes = copy_params(params, thread_param_sizes, thread_num_param_sizes, t->params, sizeof t->params);
+    RET(CUDA_SUCCESS);
 }
 
 static fake_alloc *find_alloc(CUdeviceptr p)
 {
-    for (int i = 0; i < 64; i++)
+    for (int i = 0; i < allocs_top; i++)
         if (allocs[i].p && p >= (CUdeviceptr)(uintptr_t)allocs[i].p &&
             p < (CUdeviceptr)(uintptr_t)allocs[i].p + allocs[i].size)
             return &allocs[i];
@@ -403,22 +504,24 @@ static CUresult CUDAAPI f_MemAlloc(CUdeviceptr *p, size_t bytes)
 {
     TRACE("MemAlloc");
     if (need_ctx() != CUDA_SUCCESS)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    for (int i = 0; i < 64; i++) {
+        RET(CUDA_ERROR_INVALID_CONTEXT);
+    for (int i = 0; i < FAKE_ALLOCS; i++) {
         if (allocs[i].p)
             continue;
         allocs[i].p = aligned_alloc(256, (bytes + 255) / 256 * 256);
         if (!allocs[i].p)
-            return CUDA_ERROR_OUT_OF_MEMORY;
+            RET(CUDA_ERROR_OUT_OF_MEMORY);
         allocs[i].size = bytes;
         allocs[i].ctx = S.next_alloc_foreign ? (CUcontext)&foreign_ctx_obj : current();
         allocs[i].host = (int)S.next_alloc_host;
         S.next_alloc_foreign = S.next_alloc_host = 0;
         S.allocs_live++;
         *p = (CUdeviceptr)(uintptr_t)allocs[i].p;
-        return CUDA_SUCCESS;
+        if (i >= allocs_top)
+            allocs_top = i + 1;
+        RET(CUDA_SUCCESS);
     }
-    return CUDA_ERROR_OUT_OF_MEMORY;
+    RET(CUDA_ERROR_OUT_OF_MEMORY);
 }
 
 static CUresult CUDAAPI f_MemFree(CUdeviceptr p)
@@ -426,11 +529,11 @@ static CUresult CUDAAPI f_MemFree(CUdeviceptr p)
     TRACE("MemFree");
     fake_alloc *a = find_alloc(p);
     if (!a || (CUdeviceptr)(uintptr_t)a->p != p)
-        return CUDA_ERROR_INVALID_VALUE;
+        RET(CUDA_ERROR_INVALID_VALUE);
     free(a->p);
     memset(a, 0, sizeof *a);
     S.allocs_live--;
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_MemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
@@ -438,9 +541,9 @@ static CUresult CUDAAPI f_MemcpyHtoD(CUdeviceptr dst, const void *src, size_t n)
     TRACE("MemcpyHtoD");
     fake_alloc *a = find_alloc(dst);
     if (need_ctx() != CUDA_SUCCESS || !a || dst + n > (CUdeviceptr)(uintptr_t)a->p + a->size)
-        return CUDA_ERROR_INVALID_VALUE;
+        RET(CUDA_ERROR_INVALID_VALUE);
     memcpy((void *)(uintptr_t)dst, src, n);
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_MemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
@@ -448,9 +551,9 @@ static CUresult CUDAAPI f_MemcpyDtoH(void *dst, CUdeviceptr src, size_t n)
     TRACE("MemcpyDtoH");
     fake_alloc *a = find_alloc(src);
     if (need_ctx() != CUDA_SUCCESS || !a || src + n > (CUdeviceptr)(uintptr_t)a->p + a->size)
-        return CUDA_ERROR_INVALID_VALUE;
+        RET(CUDA_ERROR_INVALID_VALUE);
     memcpy(dst, (const void *)(uintptr_t)src, n);
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_MemsetD8(CUdeviceptr dst, unsigned char v, size_t n)
@@ -458,9 +561,9 @@ static CUresult CUDAAPI f_MemsetD8(CUdeviceptr dst, unsigned char v, size_t n)
     TRACE("MemsetD8");
     fake_alloc *a = find_alloc(dst);
     if (need_ctx() != CUDA_SUCCESS || !a || dst + n > (CUdeviceptr)(uintptr_t)a->p + a->size)
-        return CUDA_ERROR_INVALID_VALUE;
+        RET(CUDA_ERROR_INVALID_VALUE);
     memset((void *)(uintptr_t)dst, v, n);
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_MemcpyHtoDAsync(CUdeviceptr dst, const void *src, size_t n, CUstream s)
@@ -470,9 +573,9 @@ static CUresult CUDAAPI f_MemcpyHtoDAsync(CUdeviceptr dst, const void *src, size
     S.async_copies++;
     fake_alloc *a = find_alloc(dst);
     if (need_ctx() != CUDA_SUCCESS || !a || dst + n > (CUdeviceptr)(uintptr_t)a->p + a->size)
-        return CUDA_ERROR_INVALID_VALUE;
+        RET(CUDA_ERROR_INVALID_VALUE);
     memcpy((void *)(uintptr_t)dst, src, n);
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_MemsetD8Async(CUdeviceptr dst, unsigned char v, size_t n, CUstream s)
@@ -481,9 +584,9 @@ static CUresult CUDAAPI f_MemsetD8Async(CUdeviceptr dst, unsigned char v, size_t
     (void)s;
     fake_alloc *a = find_alloc(dst);
     if (need_ctx() != CUDA_SUCCESS || !a || dst + n > (CUdeviceptr)(uintptr_t)a->p + a->size)
-        return CUDA_ERROR_INVALID_VALUE;
+        RET(CUDA_ERROR_INVALID_VALUE);
     memset((void *)(uintptr_t)dst, v, n);
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_PointerGetAttribute(void *data, CUpointer_attribute attr, CUdeviceptr p)
@@ -491,7 +594,7 @@ static CUresult CUDAAPI f_PointerGetAttribute(void *data, CUpointer_attribute at
     TRACE("PointerGetAttribute");
     fake_alloc *a = find_alloc(p);
     if (!a)
-        return CUDA_ERROR_INVALID_VALUE;
+        RET(CUDA_ERROR_INVALID_VALUE);
     switch (attr) {
     case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
         *(unsigned *)data = a->host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
@@ -501,9 +604,9 @@ static CUresult CUDAAPI f_PointerGetAttribute(void *data, CUpointer_attribute at
     case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned char *)data = 0; break; /* one byte, as a bool */
     case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR: *(CUdeviceptr *)data = (CUdeviceptr)(uintptr_t)a->p; break;
     case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data = a->size; break;
-    default: return CUDA_ERROR_INVALID_VALUE;
+    default: RET(CUDA_ERROR_INVALID_VALUE);
     }
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_StreamCreate(CUstream *s, unsigned flags)
@@ -511,20 +614,34 @@ static CUresult CUDAAPI f_StreamCreate(CUstream *s, unsigned flags)
     TRACE("StreamCreate");
     (void)flags;
     if (need_ctx() != CUDA_SUCCESS)
-        return CUDA_ERROR_INVALID_CONTEXT;
-    *s = (CUstream)&stream_obj;
-    S.streams_live++;
-    return CUDA_SUCCESS;
+        RET(CUDA_ERROR_INVALID_CONTEXT);
+    for (int i = 0; i < FAKE_STREAMS; i++) {
+        if (stream_used[i])
+            continue;
+        stream_used[i] = 1;
+        *s = (CUstream)&stream_objs[i];
+        S.streams_live++;
+        RET(CUDA_SUCCESS);
+    }
+    RET(CUDA_ERROR_OUT_OF_MEMORY);
 }
 
-static CUresult CUDAAPI f_StreamDestroy(CUstream s) { TRACE("StreamDestroy"); (void)s; S.streams_live--; return CUDA_SUCCESS; }
-static CUresult CUDAAPI f_StreamSynchronize(CUstream s) { TRACE("StreamSynchronize"); (void)s; return need_ctx(); }
+static CUresult CUDAAPI f_StreamDestroy(CUstream s)
+{
+    TRACE("StreamDestroy");
+    char *o = (char *)s;
+    if (o >= stream_objs && o < stream_objs + FAKE_STREAMS)
+        stream_used[o - stream_objs] = 0;
+    S.streams_live--;
+    RET(CUDA_SUCCESS);
+}
+static CUresult CUDAAPI f_StreamSynchronize(CUstream s) { TRACE("StreamSynchronize"); (void)s; RET(need_ctx()); }
 static CUresult CUDAAPI f_StreamIsCapturing(CUstream s, CUstreamCaptureStatus *cs)
 {
     TRACE("StreamIsCapturing");
     (void)s;
     *cs = S.capturing ? CU_STREAM_CAPTURE_STATUS_ACTIVE : CU_STREAM_CAPTURE_STATUS_NONE;
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static CUresult CUDAAPI f_EventCreate(CUevent *e, unsigned flags)
@@ -533,13 +650,13 @@ static CUresult CUDAAPI f_EventCreate(CUevent *e, unsigned flags)
     (void)flags;
     *e = (CUevent)&event_obj;
     S.events_live++;
-    return need_ctx();
+    RET(need_ctx());
 }
 
-static CUresult CUDAAPI f_EventRecord(CUevent e, CUstream s) { TRACE("EventRecord"); (void)e, (void)s; return need_ctx(); }
-static CUresult CUDAAPI f_EventSynchronize(CUevent e) { TRACE("EventSynchronize"); (void)e; return CUDA_SUCCESS; }
-static CUresult CUDAAPI f_EventElapsedTime(float *ms, CUevent a, CUevent b) { TRACE("EventElapsedTime"); (void)a, (void)b; *ms = 1.5f; return CUDA_SUCCESS; }
-static CUresult CUDAAPI f_EventDestroy(CUevent e) { TRACE("EventDestroy"); (void)e; S.events_live--; return CUDA_SUCCESS; }
+static CUresult CUDAAPI f_EventRecord(CUevent e, CUstream s) { TRACE("EventRecord"); (void)e, (void)s; RET(need_ctx()); }
+static CUresult CUDAAPI f_EventSynchronize(CUevent e) { TRACE("EventSynchronize"); (void)e; RET(CUDA_SUCCESS); }
+static CUresult CUDAAPI f_EventElapsedTime(float *ms, CUevent a, CUevent b) { TRACE("EventElapsedTime"); (void)a, (void)b; *ms = 1.5f; RET(CUDA_SUCCESS); }
+static CUresult CUDAAPI f_EventDestroy(CUevent e) { TRACE("EventDestroy"); (void)e; S.events_live--; RET(CUDA_SUCCESS); }
 
 /* Checks what the driver checks cheaply (rank, 16-byte aligned address and
  * strides, box <= 256) and writes a recognisable map: the address first,
@@ -553,10 +670,10 @@ static CUresult CUDAAPI f_TensorMapEncodeTiled(CUtensorMap *map, CUtensorMapData
     TRACE("TensorMapEncodeTiled");
     S.tensor_maps++;
     if (rank < 1 || rank > 5 || ((uintptr_t)addr & 15))
-        return CUDA_ERROR_INVALID_VALUE;
+        RET(CUDA_ERROR_INVALID_VALUE);
     for (cuuint32_t i = 0; i < rank; i++)
         if (dim[i] < 1 || box[i] < 1 || box[i] > 256 || (i + 1 < rank && stride[i] % 16))
-            return CUDA_ERROR_INVALID_VALUE;
+            RET(CUDA_ERROR_INVALID_VALUE);
     /* 8 + 4 * 8 + 3 * 8 + 4 * 2 + 4 * 2 + 6 = 86 bytes for rank <= 4 */
     unsigned char *p = (unsigned char *)map;
     size_t at = 0;
@@ -576,7 +693,7 @@ static CUresult CUDAAPI f_TensorMapEncodeTiled(CUtensorMap *map, CUtensorMapData
                              (unsigned char)l2, (unsigned char)oob};
     PUT(tail);
 #undef PUT
-    return CUDA_SUCCESS;
+    RET(CUDA_SUCCESS);
 }
 
 static const struct { const char *name; void *fn; } table[] = {
@@ -608,18 +725,20 @@ CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int version, c
 
 CUresult CUDAAPI cuGetProcAddress(const char *symbol, void **pfn, int version, cuuint64_t flags)
 {
+    lock();
     S.gpa_v1_calls++;
     *pfn = lookup(symbol, version, flags);
-    return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+    RET(*pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND);
 }
 #else
 CUresult CUDAAPI cuGetProcAddress_v2(const char *symbol, void **pfn, int version, cuuint64_t flags,
                                      CUdriverProcAddressQueryResult *status)
 {
+    lock();
     S.gpa_v2_calls++;
     *pfn = lookup(symbol, version, flags);
     if (status)
         *status = *pfn ? CU_GET_PROC_ADDRESS_SUCCESS : CU_GET_PROC_ADDRESS_SYMBOL_NOT_FOUND;
-    return *pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND;
+    RET(*pfn ? CUDA_SUCCESS : CUDA_ERROR_NOT_FOUND);
 }
 #endif
