@@ -1,6 +1,7 @@
 /* Concurrent launches on shared kernels (attn_runtime.h, "Threads:"), on the
  * fake libcuda of tests/runtime: 4 threads, each with its own s2_ctx and 4
- * streams, make 1,000 launches each of s2_attn_forward on two kernels of
+ * streams, make 1,000 launches each of s2_attn_forward (and of s2_attn_plan_forward through a plan
+ * the threads share) on two kernels of
  * different patterns and 12 shapes each (more than S2_ATTN_SCHED_CACHE, so
  * the schedule caches hit, miss and evict at once), and of s2_attn_decode on
  * a decode kernel.  Every launch must return S2_OK and the fake's copy of the
@@ -64,7 +65,11 @@ typedef struct fwd_kernel {
     const s2_kernel_record *rec[2];     /* the forward and its wide variant (role fwd_wide), or NULL */
     int64_t q_len[SHAPES], kv_len[SHAPES], q_tiles[SHAPES][2];
     atomic_llong launches;
+    s2_attn_plan *plan;                 /* shared by the threads: shapes 0 .. PLANNED-1 */
+    atomic_llong planned;               /* launches through it */
 } fwd_kernel;
+
+enum { PLANNED = 4 };
 
 typedef struct dec_kernel {
     s2_pattern_set *set;
@@ -139,10 +144,14 @@ static bool one_forward(worker *w, int ki, int shape, void *stream)
     s2_attn_fwd_args_bshd(&a);
     const fake_cuda_launch *l = fake_thread_last();
     long long before = l->launches;
-    s2_status st = s2_attn_forward(w->ctx, f->k, stream, &a);
+    /* a prepared shape through the shared plan half the time */
+    bool planned = shape < PLANNED && next_rand(w) % 2;
+    s2_status st = planned ? s2_attn_plan_forward(w->ctx, f->plan, stream, &a) : s2_attn_forward(w->ctx, f->k, stream, &a);
     CHECK(st == S2_OK, "thread %d kernel %d shape %d: %s: %s", w->id, ki, shape, s2_status_name(st),
           s2_ctx_message(w->ctx));
     atomic_fetch_add(&f->launches, 1);
+    if (planned)
+        atomic_fetch_add(&f->planned, 1);
     w->fwd_launches++;
     if (!check_launch_common(l, before, stream, F_BYTES))
         return false;
@@ -340,6 +349,18 @@ static void setup_fwd(s2_ctx *ctx, fwd_kernel *f, int which, s2_dtype dt, int he
                 f->q_tiles[s][v] = q_tiles_of(p, f->rec[v]->spec.block_m, f->rec[v]->spec.block_n, f->q_len[s],
                                               f->kv_len[s]);
     }
+    s2_status st = s2_attn_plan_new(ctx, f->k, &f->plan);
+    for (int s = 0; s < PLANNED && st == S2_OK; s++) {
+        s2_attn_fwd_args a = {.batch = 1, .q_len = f->q_len[s], .kv_len = f->kv_len[s], .heads = f->heads,
+                              .kv_heads = f->kv_heads, .head_dim = head_dim, .dtype = dt};
+        st = s2_attn_plan_add_forward(ctx, f->plan, &a);
+    }
+    if (st == S2_OK)
+        st = s2_attn_plan_prepare(ctx, f->plan, NULL);
+    if (st != S2_OK) {
+        fprintf(stderr, "plan: %s\n", s2_ctx_message(ctx));
+        exit(1);
+    }
 }
 
 int main(int argc, char **argv)
@@ -402,9 +423,11 @@ int main(int argc, char **argv)
     for (int ki = 0; ki < FWD_KERNELS; ki++) {
         s2_attn_sched_stats ss;
         s2_attn_kernel_sched_stats(F[ki].k, &ss);
-        long long n = atomic_load(&F[ki].launches);
-        printf("kernel %s: %lld launches, %lld hits, %lld misses, %lld evictions, %d cached\n", F[ki].d->name, n,
-               (long long)ss.hits, (long long)ss.misses, (long long)ss.evictions, ss.cached);
+        long long planned = atomic_load(&F[ki].planned), n = atomic_load(&F[ki].launches) - planned;
+        printf("kernel %s: %lld launches through its plan, %lld others: %lld hits, %lld misses, %lld evictions, "
+               "%d cached\n", F[ki].d->name, planned, n, (long long)ss.hits, (long long)ss.misses, (long long)ss.evictions, ss.cached);
+        if (planned == 0)
+            fail("kernel %d: no launch went through the plan", ki);
         if (ss.hits + ss.misses != n)
             fail("kernel %d: hits %lld + misses %lld != %lld launches", ki, (long long)ss.hits,
                  (long long)ss.misses, n);
@@ -420,6 +443,7 @@ int main(int argc, char **argv)
         fail("%lld streams left", fake_get("streams_live"));
 
     for (int ki = 0; ki < FWD_KERNELS; ki++) {
+        s2_attn_plan_free(F[ki].plan);
         s2_attn_module_free(F[ki].mod);
         s2_artifact_free(F[ki].art);
         s2_pattern_set_free(F[ki].set);
