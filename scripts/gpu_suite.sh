@@ -64,6 +64,8 @@ memcheck_decode            90  S2C_DECODE_SMALL=1 compute-sanitizer --tool memch
 bench_fwd                 120  bench_fwd --reps 30 --rows 12 --config b64_8k,mergeq16_8k,b64_32k,b64_128k,b64_l16v8_16k,dense_8k
 bench_bwd                 150  bench_bwd --reps 20
 bench_decode               60  bench_decode --reps 30
+bench_launch               60  bench_launch
+bench_graph_decode        120  bench_graph_decode
 '
 
 if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
