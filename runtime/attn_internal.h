@@ -6,7 +6,8 @@
  *   sched_cache.c   per-shape forward/backward schedules, cached per kernel
  *   attn_fwd.c      the forward launch
  *   attn_bwd.c      the backward's workspaces and launches
- *   attn_decode.c   paged decode (its kept-block lists cached per kernel) and combine */
+ *   attn_decode.c   paged decode (its kept-block lists cached per kernel) and combine
+ *   plan.c          plans: declared shapes prepared stream-ordered, launches without driver calls but the launch */
 #ifndef S2C_ATTN_INTERNAL_H
 #define S2C_ATTN_INTERNAL_H
 

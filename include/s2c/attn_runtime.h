@@ -27,8 +27,12 @@
  *    several threads at once, on any streams, each thread with its own
  *    s2_ctx; a kernel's caches (schedules, kept-block lists) are locked, and
  *    the allocator's callbacks run on the launching thread under that lock.
- *  - Loading and freeing a module or kernel, and s2_device_set_allocator,
- *    must not run concurrently with launches on the same objects.
+ *  - So may s2_attn_plan_forward, _backward and _decode on one prepared plan
+ *    (below): it is read-only but for the persistent forward's counters, which
+ *    are locked.
+ *  - Loading and freeing a module, kernel or plan, declaring and preparing a
+ *    plan, and s2_device_set_allocator must not run concurrently with
+ *    launches on the same objects.
  *  - A persistent forward's launches on one stream share a work counter,
  *    those on other streams get their own (S2_ATTN_COUNTER_PAIRS); launches
  *    that share a decode or backward workspace must not run concurrently.
