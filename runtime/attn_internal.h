@@ -109,7 +109,8 @@ struct s2_attn_module {
 struct s2_attn_seqs {
     const s2_device *dev;
     s2_devptr buf;
-    s2_attn_seq *host;
+    s2_attn_seq *host;           /* NULL for a batch on the device only (s2_attn_seqs_new_device) */
+    bool on_device;
     int n;
     int64_t sched_q_len, sched_kv_len;  /* 0, 0: no sequence has a query */
 };
@@ -127,6 +128,8 @@ S2_RT_HIDDEN s2_status s2_rt_fwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k
 S2_RT_HIDDEN s2_status s2_rt_bwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a);
 /* The forward's size checks (the backward's too). */
 S2_RT_HIDDEN s2_status s2_rt_check_sizes(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a);
+/* Decode: the shape fields only (a plan's declaration). */
+S2_RT_HIDDEN s2_status s2_rt_dec_check_shape(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a);
 /* Decode: everything that needs no driver; bytes: q, o, k pool, v pool, table, seq_lens, lse. */
 S2_RT_HIDDEN s2_status s2_rt_dec_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a,
                                             size_t bytes[7]);
@@ -142,6 +145,7 @@ S2_RT_HIDDEN s2_status s2_rt_dec_check_device(s2_ctx *ctx, const s2_attn_kernel 
 typedef struct rt_upload {
     void *stream;
     bool async;
+    bool count_only;             /* allocate and copy nothing; count the bytes (pointers are offsets from 0) */
     size_t bytes;                /* device bytes allocated through it */
     void **keep;
     int nkeep, cap;

@@ -96,10 +96,13 @@ static s2_status check_varlen(s2_ctx *ctx, const s2_attn_kernel *k, const s2_att
         return s2_fail(ctx, S2_ERR_INVALID, "seqs were made for another device than kernel %s's", k->desc->name);
     if (a->batch != s->n)
         return s2_fail(ctx, S2_ERR_SHAPE, "batch %d, but seqs holds %d sequences", a->batch, s->n);
+    if (s->on_device && s->sched_kv_len > k->max_kv_len)
+        return s2_fail(ctx, S2_ERR_SEQ_LEN, "the batch's max_kv_len %lld exceeds %lld, the most kernel %s takes (%s)",
+                       (long long)s->sched_kv_len, (long long)k->max_kv_len, k->desc->name, max_kv_reason(k));
     if (a->q_len > INT32_MAX || a->kv_len > INT32_MAX)
         return s2_fail(ctx, S2_ERR_SHAPE, "%lld / %lld token rows do not fit 32 bits", (long long)a->q_len,
                        (long long)a->kv_len);
-    for (int i = 0; i < s->n; i++) {
+    for (int i = 0; s->host && i < s->n; i++) {
         const s2_attn_seq *q = &s->host[i];
         if ((int64_t)q->q_start + q->q_len > a->q_len || (int64_t)q->k_start + q->kv_len > a->kv_len)
             return s2_fail(ctx, S2_ERR_SHAPE,
@@ -343,7 +346,7 @@ static s2_status dec_check_table(s2_ctx *ctx, const s2_attn_decode_args *a, size
     return S2_OK;
 }
 
-static s2_status dec_check_sizes(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a)
+s2_status s2_rt_dec_check_shape(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a)
 {
     const s2_pattern *p = k->pattern;
     s2_status st = check_kernel_shape(ctx, k, a->dtype, a->head_dim, a->heads, a->kv_heads, a->batch);
@@ -391,7 +394,7 @@ s2_status s2_rt_dec_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_at
             return s2_fail(ctx, S2_ERR_NULL_ARG, "%s is a null pointer", t[i].name);
     if (!a->block_table || !a->seq_lens)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "%s is a null pointer", !a->block_table ? "block_table" : "seq_lens");
-    s2_status st = dec_check_sizes(ctx, k, a);
+    s2_status st = s2_rt_dec_check_shape(ctx, k, a);
     for (int i = 0; i < 4 && st == S2_OK; i++)
         st = check_strides(ctx, &t[i]);
     if (st == S2_OK)

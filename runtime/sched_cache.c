@@ -7,6 +7,11 @@
 
 s2_status s2_rt_up_alloc(s2_ctx *ctx, const s2_device *dev, rt_upload *up, size_t bytes, s2_devptr *out)
 {
+    if (up->count_only) {
+        *out = 0;
+        up->bytes += bytes;
+        return S2_OK;
+    }
     s2_status st = s2_rt_alloc(ctx, dev, bytes, up->stream, out);
     if (st == S2_OK)
         up->bytes += bytes;
@@ -16,6 +21,8 @@ s2_status s2_rt_up_alloc(s2_ctx *ctx, const s2_device *dev, rt_upload *up, size_
 s2_status s2_rt_up_copy(s2_ctx *ctx, const s2_device *dev, rt_upload *up, s2_devptr dst, const void *src,
                         size_t bytes)
 {
+    if (up->count_only)
+        return S2_OK;
     if (!up->async)
         return s2_memcpy_h2d(ctx, dev, dst, src, bytes);
     if (bytes == 0)
@@ -38,7 +45,7 @@ s2_status s2_rt_up_copy(s2_ctx *ctx, const s2_device *dev, rt_upload *up, s2_dev
 s2_status s2_rt_up_finish(s2_ctx *ctx, const s2_device *dev, rt_upload *up)
 {
     /* a launch on a non-blocking stream does not wait for the legacy stream */
-    return up->async ? S2_OK : s2_stream_synchronize(ctx, dev, NULL);
+    return up->async || up->count_only ? S2_OK : s2_stream_synchronize(ctx, dev, NULL);
 }
 
 void s2_rt_up_release(rt_upload *up)

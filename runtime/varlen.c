@@ -86,6 +86,48 @@ s2_status s2_attn_seqs_new(s2_ctx *ctx, s2_device *dev, const s2_attn_seq *seqs,
     return S2_OK;
 }
 
+s2_status s2_attn_seqs_new_device(s2_ctx *ctx, s2_device *dev, int n, int64_t max_kv_len, s2_attn_seqs **out)
+{
+    if (!out)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_seqs_new_device: out is NULL");
+    *out = NULL;
+    if (!dev)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_seqs_new_device: device is NULL");
+    if (n < 1 || n > 65535)
+        return s2_fail(ctx, S2_ERR_SHAPE, "%d sequences (1..65535)", n);
+    if (max_kv_len < 1 || max_kv_len > INT32_MAX)
+        return s2_fail(ctx, S2_ERR_SHAPE, "max_kv_len %lld (1..2^31-1)", (long long)max_kv_len);
+    s2_attn_seqs *s = calloc(1, sizeof *s);
+    if (!s)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    s->dev = dev;
+    s->n = n;
+    s->on_device = true;
+    /* every query position of every sequence of up to max_kv_len keys */
+    s->sched_q_len = s->sched_kv_len = max_kv_len;
+    s2_status st = s2_rt_alloc(ctx, dev, (size_t)n * sizeof(s2_attn_seq), NULL, &s->buf);
+    if (st != S2_OK) {
+        free(s);
+        return st;
+    }
+    *out = s;
+    return S2_OK;
+}
+
+s2_status s2_attn_seqs_write(s2_ctx *ctx, s2_attn_seqs *s, const s2_attn_seq *seqs, void *stream)
+{
+    if (!s || !seqs)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_seqs_write: %s is NULL", !s ? "seqs object" : "seqs");
+    if (!s->on_device)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_attn_seqs_write: the batch is not from s2_attn_seqs_new_device");
+    s2_status st = check_seq_list(ctx, seqs, s->n);
+    for (int i = 0; i < s->n && st == S2_OK; i++)
+        if (seqs[i].kv_len > s->sched_kv_len)
+            st = s2_fail(ctx, S2_ERR_SEQ_LEN, "sequence %d: kv_len %d above the batch's max_kv_len %lld", i,
+                         seqs[i].kv_len, (long long)s->sched_kv_len);
+    return st == S2_OK ? s2_rt_copy_async(ctx, s->dev, s->buf, seqs, (size_t)s->n * sizeof *seqs, stream) : st;
+}
+
 void s2_attn_seqs_free(s2_attn_seqs *s)
 {
     if (!s)
