@@ -291,7 +291,7 @@ static void check_plan_info(const plan_info *pi, const char *what)
                   pi->held, pi->bytes);
 }
 
-/* ---- CUDA graphs: the Driver API calls, from the libcuda the runtime uses --------- */
+/* ---- CUDA graphs: the Driver API calls, from the libcuda the runtime uses (S2C_LIBCUDA) */
 
 typedef struct graph_api {
     CUresult (*push)(CUcontext), (*pop)(CUcontext *);
@@ -303,8 +303,10 @@ typedef struct graph_api {
 
 static void graph_api_load(graph_api *g)
 {
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(lib != NULL, "libcuda.so.1: %s", dlerror());
+    const char *path = getenv("S2C_LIBCUDA");
+    path = path && *path ? path : "libcuda.so.1";
+    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    ck_assert_msg(lib != NULL, "%s: %s", path, dlerror());
     *(void **)&g->push = dlsym(lib, "cuCtxPushCurrent_v2");
     *(void **)&g->pop = dlsym(lib, "cuCtxPopCurrent_v2");
     *(void **)&g->begin = dlsym(lib, "cuStreamBeginCapture_v2");
