@@ -5,7 +5,7 @@
  * 64), B 16 sequences of one new token after about --past cached tokens
  * (default 32768; sequence b has past - (b * 131) % 256 tokens, so lengths
  * differ slightly), paged KV (page --page, default 64), split-KV with the
- * in-kernel combine (the split count s2_attn_decode picks).  One plan holds
+ * in-kernel combine (the split count s2_attn_decode picks, or --splits N).  One plan holds
  * the declared shape and, by default, the workspace every layer uses (one
  * stream: the layers run one after another); --workspace layer gives each
  * layer its own.  Each layer has its own q, o and block table (its own
@@ -29,7 +29,7 @@
  * Without a CUDA driver or device it prints "no GPU: skipped" and exits 0;
  * any s2c or driver error, or a wrong output, exits 1 with its message.
  *
- *   bench_graph_decode [--layers N] [--past N] [--page N] [--reps N] [--pool-gb G]
+ *   bench_graph_decode [--layers N] [--past N] [--page N] [--reps N] [--pool-gb G] [--splits N]
  *                      [--workspace plan|layer] [--patterns DIR] [--csv] */
 #include "bench_cu.h"
 #include "s2c/attn_runtime.h"
@@ -51,7 +51,7 @@ enum { D = 128, B = 16, MAX_LAYERS = 256, MAX_REPS = 10000 };
 #define POOL_VALUE 0x3c            /* every K/V byte; bf16 0x3c3c */
 
 typedef struct opts {
-    int layers, page, reps;
+    int layers, page, reps, splits;   /* splits: 0 = the heuristic's */
     int64_t past;
     double pool_gb;
     bool layer_ws, csv;
@@ -200,7 +200,7 @@ static bool capture(step *s, CUstreamCaptureMode mode, const char *mode_name)
 
 static int usage(void)
 {
-    fprintf(stderr, "usage: bench_graph_decode [--layers N] [--past N] [--page N] [--reps N] [--pool-gb G]\n"
+    fprintf(stderr, "usage: bench_graph_decode [--layers N] [--past N] [--page N] [--reps N] [--pool-gb G] [--splits N]\n"
                     "                          [--workspace plan|layer] [--patterns DIR] [--csv]\n");
     return 2;
 }
@@ -223,13 +223,14 @@ int main(int argc, char **argv)
         else if (!strcmp(a, "--past")) o.past = atoll(v);
         else if (!strcmp(a, "--page")) o.page = atoi(v);
         else if (!strcmp(a, "--reps")) o.reps = atoi(v);
+        else if (!strcmp(a, "--splits")) o.splits = atoi(v);
         else if (!strcmp(a, "--pool-gb")) o.pool_gb = atof(v);
         else if (!strcmp(a, "--patterns")) o.patterns = v;
         else if (!strcmp(a, "--workspace") && (!strcmp(v, "plan") || !strcmp(v, "layer"))) o.layer_ws = !strcmp(v, "layer");
         else return usage();
     }
     if (o.layers < 1 || o.layers > MAX_LAYERS || o.reps < 1 || o.reps > MAX_REPS || o.page < 16 || o.page > 4096 ||
-        o.past < 512 || o.past > (1 << 22) || !(o.pool_gb > 0 && o.pool_gb <= 1024))
+        o.past < 512 || o.past > (1 << 22) || !(o.pool_gb > 0 && o.pool_gb <= 1024) || o.splits < 0 || o.splits > 64)
         return usage();
 
     ctx = s2_ctx_new();
@@ -334,7 +335,8 @@ int main(int argc, char **argv)
                                         .q_stride = {(int64_t)H * D, (int64_t)H * D, D},
                                         .o_stride = {(int64_t)H * D, (int64_t)H * D, D},
                                         .k_stride = {(int64_t)o.page * HK * D, (int64_t)HK * D, D},
-                                        .v_stride = {(int64_t)o.page * HK * D, (int64_t)HK * D, D}};
+                                        .v_stride = {(int64_t)o.page * HK * D, (int64_t)HK * D, D},
+                                        .splits = o.splits};
         S2("block table check", s2_attn_decode_validate(ctx, k, stream, &s.la[l]));
     }
     free(table);

@@ -69,6 +69,7 @@ bench_bwd                 150  bench_bwd --reps 20
 bench_decode               60  bench_decode --reps 30
 bench_launch               60  bench_launch
 bench_graph_decode        120  bench_graph_decode
+bench_graph_decode_split  120  bench_graph_decode --splits 4
 '
 
 if [ $# -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then

@@ -23,7 +23,7 @@
  * came back (and plan_free gave back on prepare's stream); the plan's
  * device_bytes before prepare (an estimate), after it, and the bytes
  * prepare took from the allocator agree.
- * concurrency: 4 threads, each with its own s2_ctx and stream, launch
+ * concurrency: 4 threads, each with its own s2_ctx and 4 streams, launch
  * S2C_CONC_LAUNCHES (default 1000) forwards each on two kernels of two
  * patterns (bf16 causal, f16 bidirectional) shared by all threads, over
  * shapes of their own, mixing launches of two shared plans (one shape of
@@ -1124,7 +1124,7 @@ END_TEST
 
 /* ---- concurrency: threads, streams, shared kernels and plans ---------------------- */
 
-enum { NTHREADS = 4, NSHAPES = 6, SHAPES_PER_THREAD = 3, CMAX = 256, CHECK_EVERY = 100 };
+enum { NTHREADS = 4, NSTREAMS = 4, NSHAPES = 6, SHAPES_PER_THREAD = 3, CMAX = 256, CHECK_EVERY = 100 };
 static const int64_t conc_shape[NSHAPES][2] = {{64, 64}, {128, 128}, {100, 256}, {256, 256}, {17, 200}, {192, 192}};
 
 typedef struct conc_kernel {
@@ -1137,8 +1137,9 @@ typedef struct conc_job {
     int id, launches;
     s2_device *dev;
     conc_kernel *kern;                                 /* [2] */
-    s2t_tensor q[2], kt[2], v[2], o[2];                /* per kernel */
-    s2_devptr d_lse[2];
+    s2t_tensor q[2], kt[2], v[2];                      /* per kernel */
+    s2t_tensor o[NSTREAMS][2];                         /* per stream and kernel: launches on other streams may overlap */
+    s2_devptr d_lse[NSTREAMS][2];
     float *lse;
     double *ref[2][SHAPES_PER_THREAD];
     float *lse_ref[2][SHAPES_PER_THREAD];
@@ -1154,14 +1155,14 @@ static int64_t conc_kv_len(const conc_job *j, int si) { return conc_shape[(j->id
 
 /* Output kk (last launched with shape si) against the reference; `full`:
  * also every element outside the shape's rows must be poison. */
-static void conc_check(conc_job *j, s2_ctx *ctx, int kk, int si, bool full, int l)
+static void conc_check(conc_job *j, s2_ctx *ctx, int sx, int kk, int si, bool full, int l)
 {
     int64_t ql = conc_q_len(j, si);
-    s2t_tensor *o = &j->o[kk];
+    s2t_tensor *o = &j->o[sx][kk];
     const int H = (int)o->ext[2];
     s2_status st = s2_memcpy_d2h(ctx, j->dev, o->host, o->dev, o->elems * 2);
     if (st == S2_OK)
-        st = s2_memcpy_d2h(ctx, j->dev, j->lse, j->d_lse[kk], (size_t)H * ql * 4);
+        st = s2_memcpy_d2h(ctx, j->dev, j->lse, j->d_lse[sx][kk], (size_t)H * ql * 4);
     if (st != S2_OK) {
         j->st = st;
         snprintf(j->msg, sizeof j->msg, "launch %d: download: %s", l, s2_ctx_message(ctx));
@@ -1176,8 +1177,8 @@ static void conc_check(conc_job *j, s2_ctx *ctx, int kk, int si, bool full, int 
     if (c.nan_out || c.bad_lse || outside || !(c.o_err <= tol_of(j->kern[kk].dt))) {
         if (j->bad++ == 0)
             snprintf(j->msg, sizeof j->msg,
-                     "launch %d (kernel %d, q_len %lld, kv_len %lld): o err %.3g, %lld NaN, %lld bad lse, %lld "
-                     "outside written", l, kk, (long long)ql, (long long)conc_kv_len(j, si), c.o_err,
+                     "launch %d (stream %d, kernel %d, q_len %lld, kv_len %lld): o err %.3g, %lld NaN, %lld bad lse, %lld "
+                     "outside written", l, sx, kk, (long long)ql, (long long)conc_kv_len(j, si), c.o_err,
                      (long long)c.nan_out, (long long)c.bad_lse, (long long)outside);
     }
 }
@@ -1186,49 +1187,60 @@ static int conc_main(void *arg)
 {
     conc_job *j = arg;
     s2_ctx *ctx = s2_ctx_new();
-    void *stream = NULL;
-    s2_status st = s2_stream_create(ctx, j->dev, &stream);
-    int last_shape[2] = {-1, -1};
+    void *streams[NSTREAMS] = {0};
+    s2_status st = S2_OK;
+    for (int sx = 0; sx < NSTREAMS && st == S2_OK; sx++)
+        st = s2_stream_create(ctx, j->dev, &streams[sx]);
+    int last_shape[NSTREAMS][2];
+    memset(last_shape, 0xff, sizeof last_shape);
     for (int l = 0; l < j->launches && st == S2_OK && j->bad == 0; l++) {
-        int kk = l % 2, si = (l / 2) % SHAPES_PER_THREAD;
+        /* kernels alternate, streams rotate every two launches, shapes every eight */
+        int kk = l % 2, sx = (l / 2) % NSTREAMS, si = (l / (2 * NSTREAMS)) % SHAPES_PER_THREAD;
+        void *stream = streams[sx];
         bool use_plan = l % 5 < 3, check = l % CHECK_EVERY == CHECK_EVERY - 1;
-        const int H = (int)j->o[kk].ext[2];
+        s2t_tensor *o = &j->o[sx][kk];
+        const int H = (int)o->ext[2];
         int64_t ql = conc_q_len(j, si), kl = conc_kv_len(j, si);
         s2_attn_fwd_args a = {.batch = 1, .q_len = ql, .kv_len = kl, .heads = H, .kv_heads = (int)j->kt[kk].ext[2],
-                              .head_dim = D, .dtype = j->kern[kk].dt, .lse = j->d_lse[kk]};
-        fill_args(&a, &j->q[kk], &j->kt[kk], &j->v[kk], &j->o[kk]);
+                              .head_dim = D, .dtype = j->kern[kk].dt, .lse = j->d_lse[sx][kk]};
+        fill_args(&a, &j->q[kk], &j->kt[kk], &j->v[kk], o);
         if (check) {
-            /* earlier launches done, then this one alone on poisoned outputs */
+            /* earlier launches into these outputs done, then this one alone on poisoned outputs */
             if ((st = s2_stream_synchronize(ctx, j->dev, stream)) != S2_OK ||
-                (st = s2_memset_d8(ctx, j->dev, j->o[kk].dev, S2T_POISON_BYTE, j->o[kk].elems * 2)) != S2_OK ||
-                (st = s2_memset_d8(ctx, j->dev, j->d_lse[kk], S2T_POISON_BYTE, (size_t)H * CMAX * 4)) != S2_OK)
+                (st = s2_memset_d8(ctx, j->dev, o->dev, S2T_POISON_BYTE, o->elems * 2)) != S2_OK ||
+                (st = s2_memset_d8(ctx, j->dev, j->d_lse[sx][kk], S2T_POISON_BYTE, (size_t)H * CMAX * 4)) != S2_OK)
                 break;
         }
-        st = use_plan ? s2_attn_plan_forward(ctx, j->kern[kk].plan, stream, &a) : s2_attn_forward(ctx, j->kern[kk].k, stream, &a);
+        st = use_plan ? s2_attn_plan_forward(ctx, j->kern[kk].plan, stream, &a)
+                      : s2_attn_forward(ctx, j->kern[kk].k, stream, &a);
         if (st != S2_OK)
             break;
         j->plan_launches += use_plan;
-        last_shape[kk] = si;
+        last_shape[sx][kk] = si;
         if (check) {
             if ((st = s2_stream_synchronize(ctx, j->dev, stream)) != S2_OK)
                 break;
-            conc_check(j, ctx, kk, si, true, l);
+            conc_check(j, ctx, sx, kk, si, true, l);
             st = j->st;
         }
     }
     /* the last launch into each output */
-    if (st == S2_OK && j->bad == 0)
-        st = s2_stream_synchronize(ctx, j->dev, stream);
-    for (int kk = 0; kk < 2 && st == S2_OK && j->bad == 0; kk++)
-        if (last_shape[kk] >= 0) {
-            conc_check(j, ctx, kk, last_shape[kk], false, j->launches - 1);
-            st = j->st;
-        }
+    for (int sx = 0; sx < NSTREAMS && st == S2_OK && j->bad == 0; sx++)
+        st = s2_stream_synchronize(ctx, j->dev, streams[sx]);
+    for (int sx = 0; sx < NSTREAMS && st == S2_OK && j->bad == 0; sx++)
+        for (int kk = 0; kk < 2 && st == S2_OK && j->bad == 0; kk++)
+            if (last_shape[sx][kk] >= 0) {
+                conc_check(j, ctx, sx, kk, last_shape[sx][kk], false, j->launches - 1);
+                st = j->st;
+            }
     if (st != S2_OK && j->msg[0] == 0)
         snprintf(j->msg, sizeof j->msg, "%s", s2_ctx_message(ctx));
     j->st = st;
-    s2_stream_synchronize(ctx, j->dev, stream);
-    s2_stream_destroy(ctx, j->dev, stream);
+    for (int sx = 0; sx < NSTREAMS; sx++)
+        if (streams[sx]) {
+            s2_stream_synchronize(ctx, j->dev, streams[sx]);
+            s2_stream_destroy(ctx, j->dev, streams[sx]);
+        }
     s2_ctx_free(ctx);
     return 0;
 }
@@ -1264,11 +1276,15 @@ START_TEST(concurrency)
             s2t_tensor_new(&j->q[kk], dts[kk], false, 1, CMAX, H, D, 0);
             s2t_tensor_new(&j->kt[kk], dts[kk], false, 1, CMAX, HK, D, 0);
             s2t_tensor_new(&j->v[kk], dts[kk], false, 1, CMAX, HK, D, 0);
-            s2t_tensor_new(&j->o[kk], dts[kk], false, 1, CMAX, H, D, 8);
             fill_inputs(&j->q[kk], &j->kt[kk], &j->v[kk], base_seed * 43 + (uint64_t)t * 7 + (uint64_t)kk * 1009);
-            s2t_tensor *all[4] = {&j->q[kk], &j->kt[kk], &j->v[kk], &j->o[kk]};
-            upload_all(&e, all, 4);
-            j->d_lse[kk] = s2t_dev_alloc_poisoned(e.ctx, e.dev, (size_t)H * CMAX * 4);
+            s2t_tensor *all[3] = {&j->q[kk], &j->kt[kk], &j->v[kk]};
+            upload_all(&e, all, 3);
+            for (int sx = 0; sx < NSTREAMS; sx++) {
+                s2t_tensor_new(&j->o[sx][kk], dts[kk], false, 1, CMAX, H, D, 8);
+                s2t_tensor *out[1] = {&j->o[sx][kk]};
+                upload_all(&e, out, 1);
+                j->d_lse[sx][kk] = s2t_dev_alloc_poisoned(e.ctx, e.dev, (size_t)H * CMAX * 4);
+            }
             for (int si = 0; si < SHAPES_PER_THREAD; si++) {
                 s2_tensor rt;
                 OK(e.ctx, reference(e.ctx, p, &j->q[kk], &j->kt[kk], &j->v[kk], conc_q_len(j, si), conc_kv_len(j, si),
@@ -1285,8 +1301,8 @@ START_TEST(concurrency)
                 continue;   /* left to the kernel's own path */
             s2_attn_fwd_args a = {.batch = 1, .q_len = conc_shape[sh][0], .kv_len = conc_shape[sh][1],
                                   .heads = ps[kk]->heads, .kv_heads = ps[kk]->kv_heads, .head_dim = D,
-                                  .dtype = dts[kk], .lse = jobs[0].d_lse[kk]};
-            fill_args(&a, &jobs[0].q[kk], &jobs[0].kt[kk], &jobs[0].v[kk], &jobs[0].o[kk]);
+                                  .dtype = dts[kk], .lse = jobs[0].d_lse[0][kk]};
+            fill_args(&a, &jobs[0].q[kk], &jobs[0].kt[kk], &jobs[0].v[kk], &jobs[0].o[0][kk]);
             OK(e.ctx, s2_attn_plan_add_forward(e.ctx, kern[kk].plan, &a));
         }
         prepare_plan(&e, kern[kk].plan, &pi[kk]);
@@ -1301,14 +1317,14 @@ START_TEST(concurrency)
     double worst = 0;
     for (int t = 0; t < NTHREADS; t++)
         checked += jobs[t].checked, plan_launches += jobs[t].plan_launches, worst = fmax(worst, jobs[t].worst);
-    printf("%s: %d threads x %d launches on their own streams (%lld through the plans), 2 kernels, %d shapes: %lld "
-           "launches checked, worst o error %.3g\n", what, NTHREADS, launches, (long long)plan_launches, NSHAPES,
+    printf("%s: %d threads x %d streams each, %d launches per thread (%lld through the plans), 2 kernels, %d shapes: "
+           "%lld launches checked, worst o error %.3g\n", what, NTHREADS, NSTREAMS, launches, (long long)plan_launches, NSHAPES,
            (long long)checked, worst);
     for (int t = 0; t < NTHREADS; t++) {
         ck_assert_msg(jobs[t].st == S2_OK, "%s: thread %d: %s: %s", what, t, s2_status_name(jobs[t].st), jobs[t].msg);
         ck_assert_msg(jobs[t].bad == 0, "%s (seed %llu): thread %d: %lld bad checks; first: %s", what,
                       (unsigned long long)base_seed, t, (long long)jobs[t].bad, jobs[t].msg);
-        ck_assert_int_ge(jobs[t].checked, launches / CHECK_EVERY + 1);
+        ck_assert_int_ge(jobs[t].checked, launches / CHECK_EVERY + (launches >= 2 * NSTREAMS ? 2 * NSTREAMS : 1));
     }
 
     for (int kk = 0; kk < 2; kk++) {
@@ -1318,10 +1334,13 @@ START_TEST(concurrency)
     for (int t = 0; t < NTHREADS; t++) {
         conc_job *j = &jobs[t];
         for (int kk = 0; kk < 2; kk++) {
-            s2t_tensor *all[4] = {&j->q[kk], &j->kt[kk], &j->v[kk], &j->o[kk]};
-            for (int i = 0; i < 4; i++)
+            s2t_tensor *all[3] = {&j->q[kk], &j->kt[kk], &j->v[kk]};
+            for (int i = 0; i < 3; i++)
                 s2t_tensor_free(e.ctx, e.dev, all[i]);
-            s2_mem_free(e.ctx, e.dev, j->d_lse[kk]);
+            for (int sx = 0; sx < NSTREAMS; sx++) {
+                s2t_tensor_free(e.ctx, e.dev, &j->o[sx][kk]);
+                s2_mem_free(e.ctx, e.dev, j->d_lse[sx][kk]);
+            }
             for (int si = 0; si < SHAPES_PER_THREAD; si++)
                 free(j->ref[kk][si]), free(j->lse_ref[kk][si]);
         }
