@@ -360,7 +360,7 @@ s2_status s2_rt_sched_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64
         st = s2_rt_up_finish(ctx, dev, up);
     if (st == S2_OK) {
         *slot = sl;
-        if (sl.use_wide)
+        if (sl.use_wide && !up->count_only)
             atomic_fetch_add(&k->n_wide, 1);
     } else {
         s2_rt_sched_slot_free(dev, &sl, up->stream);

@@ -299,7 +299,10 @@ S2_API s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2
  * S2C_CHECK_DECODE (decode's checked mode) synchronises, plan or not.
  *
  * Threads: a prepared plan may be shared; its launches may run from several
- * threads on several streams at once.  Launches that use the plan's own
+ * threads on several streams at once.  A persistent forward (manifest grid
+ * rule persistent) takes a work-counter pair per stream: a graph that
+ * captured one replays with the capturing stream's pair, so do not run it
+ * at the same time as that stream's own launches of the plan.  Launches that use the plan's own
  * workspace (a null workspace argument) must not run concurrently with each
  * other: give each stream its own plan, or pass workspaces of your own. */
 typedef struct s2_attn_plan s2_attn_plan;
