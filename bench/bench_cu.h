@@ -44,6 +44,21 @@ enum { BENCH_MAX_NODES = 64 };
 int bench_graph_kernels(const bench_cu *cu, CUgraph g, CUDA_KERNEL_NODE_PARAMS_v2 *out, int max, char *err,
                         size_t errlen);
 
+/* Call `call`; on failure the program's die_s2(what, status) / die_cu(what,
+ * CUresult), which print and exit. */
+#define S2(what, call)                     \
+    do {                                   \
+        s2_status st_ = (call);            \
+        if (st_ != S2_OK)                  \
+            die_s2(what, st_);             \
+    } while (0)
+#define CU(what, call)                     \
+    do {                                   \
+        CUresult r_ = (call);              \
+        if (r_ != CUDA_SUCCESS)            \
+            die_cu(what, r_);              \
+    } while (0)
+
 /* CLOCK_MONOTONIC in microseconds. */
 double bench_now_us(void);
 /* q-quantile (0..1) of v[0..n), linear between ranks as torch.quantile

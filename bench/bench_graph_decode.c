@@ -75,19 +75,6 @@ static void die_cu(const char *what, CUresult r)
     exit(1);
 }
 
-#define S2(what, call)                     \
-    do {                                   \
-        s2_status st_ = (call);            \
-        if (st_ != S2_OK)                  \
-            die_s2(what, st_);             \
-    } while (0)
-#define CU(what, call)                     \
-    do {                                   \
-        CUresult r_ = (call);              \
-        if (r_ != CUDA_SUCCESS)            \
-            die_cu(what, r_);              \
-    } while (0)
-
 static s2_devptr alloc_fill(s2_device *dev, size_t bytes, uint8_t v, const char *what)
 {
     s2_devptr p = 0;

@@ -115,19 +115,6 @@ static void die_cu(const char *what, CUresult r)
     exit(1);
 }
 
-#define S2(what, call)                     \
-    do {                                   \
-        s2_status st_ = (call);            \
-        if (st_ != S2_OK)                  \
-            die_s2(what, st_);             \
-    } while (0)
-#define CU(what, call)                     \
-    do {                                   \
-        CUresult r_ = (call);              \
-        if (r_ != CUDA_SUCCESS)            \
-            die_cu(what, r_);              \
-    } while (0)
-
 /* ---- the calls being timed ------------------------------------------------ */
 typedef enum { OP_FWD, OP_DEC, OP_BWD } op_kind;
 typedef enum { PATH_PLAN, PATH_UNPLANNED, PATH_RAW } path_kind;

@@ -350,6 +350,37 @@ static void replay(const graph_api *g, env *e, CUgraphExec exec)
     OK(e->ctx, s2_stream_synchronize(e->ctx, e->dev, e->stream));
 }
 
+typedef enum { OP_FORWARD, OP_BACKWARD, OP_DECODE } plan_op;
+
+static s2_status plan_launch(env *e, s2_attn_plan *plan, plan_op op, const void *a)
+{
+    return op == OP_FORWARD    ? s2_attn_plan_forward(e->ctx, plan, e->stream, a)
+           : op == OP_BACKWARD ? s2_attn_plan_backward(e->ctx, plan, e->stream, a)
+                               : s2_attn_plan_decode(e->ctx, plan, e->stream, a);
+}
+
+/* Capture one plan launch of `a` into a graph; `unprepared` (optional), an
+ * undeclared shape launched inside the same capture, must give
+ * S2_ERR_CAPTURE and leave the capture valid. */
+static void capture_plan(const graph_api *g, env *e, s2_attn_plan *plan, plan_op op, const void *a,
+                         const void *unprepared, const char *what, CUgraph *graph, CUgraphExec *exec)
+{
+    capture_begin(g, e);
+    s2_status st = plan_launch(e, plan, op, a);
+    char msg[512], msg_unprepared[512] = "";
+    snprintf(msg, sizeof msg, "%s", s2_ctx_message(e->ctx));
+    s2_status st_unprepared = S2_ERR_CAPTURE;
+    if (unprepared && st == S2_OK) {
+        st_unprepared = plan_launch(e, plan, op, unprepared);
+        snprintf(msg_unprepared, sizeof msg_unprepared, "%s", s2_ctx_message(e->ctx));
+    }
+    capture_end(g, e, graph, exec);
+    ck_assert_msg(st == S2_OK, "%s: plan launch inside the capture: %s: %s", what, s2_status_name(st), msg);
+    ck_assert_msg(st_unprepared == S2_ERR_CAPTURE, "%s: an unprepared shape inside the capture gave %s: %s", what,
+                  s2_status_name(st_unprepared), msg_unprepared);
+}
+
+
 static void graph_free(const graph_api *g, CUgraph graph, CUgraphExec exec)
 {
     CU_OK(g->exec_destroy(exec));
@@ -513,21 +544,11 @@ START_TEST(forward_graph)
     prepare_plan(&e, plan, &pi);
 
     int64_t calls0 = ca_calls(&e.ca);
-    capture_begin(&g, &e);
-    s2_status st = s2_attn_plan_forward(e.ctx, plan, e.stream, &a);
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", s2_ctx_message(e.ctx));
     s2_attn_fwd_args b = a;
     b.q_len = S - 64;   /* not declared */
-    s2_status st_unprepared = st == S2_OK ? s2_attn_plan_forward(e.ctx, plan, e.stream, &b) : S2_OK;
-    char msg_unprepared[512];
-    snprintf(msg_unprepared, sizeof msg_unprepared, "%s", s2_ctx_message(e.ctx));
     CUgraph graph;
     CUgraphExec exec;
-    capture_end(&g, &e, &graph, &exec);
-    ck_assert_msg(st == S2_OK, "%s: plan launch inside the capture: %s: %s", what, s2_status_name(st), msg);
-    ck_assert_msg(st_unprepared == S2_ERR_CAPTURE, "%s: an unprepared shape inside the capture gave %s: %s", what,
-                  s2_status_name(st_unprepared), msg_unprepared);
+    capture_plan(&g, &e, plan, OP_FORWARD, &a, &b, what, &graph, &exec);
 
     replay_log log = {0};
     for (int r = 0; r < replays; r++) {
@@ -659,14 +680,9 @@ START_TEST(varlen_graph)
     OK(e.ctx, s2_stream_synchronize(e.ctx, e.dev, e.stream));
 
     int64_t calls0 = ca_calls(&e.ca);
-    capture_begin(&g, &e);
-    s2_status st = s2_attn_plan_forward(e.ctx, plan, e.stream, &a);
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", s2_ctx_message(e.ctx));
     CUgraph graph;
     CUgraphExec exec;
-    capture_end(&g, &e, &graph, &exec);
-    ck_assert_msg(st == S2_OK, "%s: plan launch inside the capture: %s: %s", what, s2_status_name(st), msg);
+    capture_plan(&g, &e, plan, OP_FORWARD, &a, NULL, what, &graph, &exec);
 
     replay_log log = {0};
     int64_t rows_checked = 0, live_seqs = 0;
@@ -824,21 +840,11 @@ START_TEST(backward_graph)
     prepare_plan(&e, plan, &pi);
 
     int64_t calls0 = ca_calls(&e.ca);
-    capture_begin(&g, &e);
-    s2_status st = s2_attn_plan_backward(e.ctx, plan, e.stream, &a);
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", s2_ctx_message(e.ctx));
     s2_attn_bwd_args b = a;
     b.q_len = SQ - 64;   /* not declared */
-    s2_status st_unprepared = st == S2_OK ? s2_attn_plan_backward(e.ctx, plan, e.stream, &b) : S2_OK;
-    char msg_unprepared[512];
-    snprintf(msg_unprepared, sizeof msg_unprepared, "%s", s2_ctx_message(e.ctx));
     CUgraph graph;
     CUgraphExec exec;
-    capture_end(&g, &e, &graph, &exec);
-    ck_assert_msg(st == S2_OK, "%s: plan launch inside the capture: %s: %s", what, s2_status_name(st), msg);
-    ck_assert_msg(st_unprepared == S2_ERR_CAPTURE, "%s: an unprepared shape inside the capture gave %s: %s", what,
-                  s2_status_name(st_unprepared), msg_unprepared);
+    capture_plan(&g, &e, plan, OP_BACKWARD, &a, &b, what, &graph, &exec);
 
     s2_ref_problem rp = {.batch = B, .heads = H, .kv_heads = HK, .head_dim = D, .q_len = SQ, .kv_len = SK,
                          .causal = p->causal, .mask = ref_mask, .mask_user = p};
@@ -1039,14 +1045,9 @@ START_TEST(decode_graph)
     prepare_plan(&e, plan, &pi);
 
     int64_t calls0 = ca_calls(&e.ca);
-    capture_begin(&g, &e);
-    s2_status st = s2_attn_plan_decode(e.ctx, plan, e.stream, &a);
-    char msg[512];
-    snprintf(msg, sizeof msg, "%s", s2_ctx_message(e.ctx));
     CUgraph graph;
     CUgraphExec exec;
-    capture_end(&g, &e, &graph, &exec);
-    ck_assert_msg(st == S2_OK, "%s: plan launch inside the capture: %s: %s", what, s2_status_name(st), msg);
+    capture_plan(&g, &e, plan, OP_DECODE, &a, NULL, what, &graph, &exec);
 
     const int64_t table_strides[3] = {pr.max_pages, 0, 1};
     replay_log log = {0};
