@@ -10,7 +10,8 @@
  *  - an unprepared shape is S2_ERR_CAPTURE inside capture and takes the
  *    kernel's own path outside;
  *  - backward and split-KV decode use the plan's workspace;
- *  - device-side varlen batches: s2_attn_seqs_write checks and copies.
+ *  - device-side varlen batches: s2_attn_seqs_write checks and copies;
+ *  - two devices in one process keep their allocators, caches and plans apart.
  * Usage: test_plan FAKE_LIB (exits 77 without ptxas or nvJitLink). */
 #include "../attn/patterns.h"
 #include "../runtime/fake_cuda.h"
@@ -401,6 +402,63 @@ START_TEST(device_sequences)
 }
 END_TEST
 
+/* Two devices in one process (here two handles on one context: an engine's
+ * and a library's, the second adopting the current context), each with its
+ * own allocator, kernel and plan: launches on one never touch the other's
+ * memory, cache or plan, and freeing one leaves the other working. */
+START_TEST(two_devices_in_one_process)
+{
+    rig r;
+    rig_open(&r, fwd_art, 0);
+    s2_attn_fwd_args a = fwd_args(&r);
+    fake_set("set_current", 1);
+    s2_device *dev2 = NULL;
+    ck_assert_msg(s2_device_adopt_current(r.ctx, &dev2) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    pool p2 = {.size = 4 << 20};
+    ck_assert_int_eq(s2_mem_alloc(r.ctx, dev2, p2.size, &p2.base), S2_OK);
+    ck_assert_int_eq(s2_device_set_allocator(r.ctx, dev2, &(s2_allocator){pool_alloc, pool_free, &p2}), S2_OK);
+    s2_attn_kernel *k2 = NULL;
+    ck_assert_msg(s2_attn_load(r.ctx, dev2, fwd_art->cubin, fwd_art->cubin_size, NULL, S2_DTYPE_BF16, D, &k2) == S2_OK,
+                  "%s", s2_ctx_message(r.ctx));
+    s2_attn_plan *plan = NULL, *plan2 = NULL;
+    ck_assert_int_eq(s2_attn_plan_new(r.ctx, r.k, &plan), S2_OK);
+    ck_assert_int_eq(s2_attn_plan_new(r.ctx, k2, &plan2), S2_OK);
+    ck_assert_int_eq(s2_attn_plan_add_forward(r.ctx, plan, &a), S2_OK);
+    ck_assert_int_eq(s2_attn_plan_add_forward(r.ctx, plan2, &a), S2_OK);
+    ck_assert_int_eq(s2_attn_plan_prepare(r.ctx, plan, r.stream), S2_OK);
+    int allocs1 = r.pool.allocs;
+    ck_assert_int_eq(s2_attn_plan_prepare(r.ctx, plan2, r.stream), S2_OK);
+    ck_assert_int_eq(r.pool.allocs, allocs1);   /* the second device's plan: its own allocator */
+    ck_assert_int_gt(p2.allocs, 0);
+    s2_attn_fwd_args other = a;
+    other.q_len = 32;   /* unprepared: each kernel's own cache */
+    long long launches = fake_get("launches");
+    for (int i = 0; i < 4; i++) {
+        ck_assert_msg(s2_attn_plan_forward(r.ctx, i % 2 ? plan2 : plan, r.stream, &a) == S2_OK, "%s",
+                      s2_ctx_message(r.ctx));
+        ck_assert_msg(s2_attn_forward(r.ctx, i % 2 ? k2 : r.k, r.stream, &other) == S2_OK, "%s",
+                      s2_ctx_message(r.ctx));
+    }
+    ck_assert_int_eq(fake_get("launches"), launches + 8);
+    s2_attn_sched_stats s1, s2;
+    s2_attn_kernel_sched_stats(r.k, &s1);
+    s2_attn_kernel_sched_stats(k2, &s2);
+    ck_assert_int_eq(s1.misses, 1);
+    ck_assert_int_eq(s2.misses, 1);
+    ck_assert_int_eq(s1.hits, 1);
+    ck_assert_int_eq(s2.hits, 1);
+    /* freeing the second device's objects leaves the first's working */
+    s2_attn_plan_free(plan2);
+    s2_attn_kernel_free(k2);
+    ck_assert_int_eq(p2.live, 0);
+    ck_assert_msg(s2_attn_plan_forward(r.ctx, plan, r.stream, &a) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    ck_assert_int_eq(s2_device_set_allocator(r.ctx, dev2, NULL), S2_OK);
+    ck_assert_int_eq(s2_mem_free(r.ctx, dev2, p2.base), S2_OK);
+    s2_device_free(dev2);
+    rig_close(&r, plan);
+}
+END_TEST
+
 static s2_artifact *compile(const s2_pattern *p, s2_kernel_kind kind, s2_arch arch)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -460,6 +518,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc_plan, backward_uses_the_plans_workspace);
     tcase_add_test(tc_plan, decode_split_kv_in_the_plans_workspace);
     tcase_add_test(tc_plan, device_sequences);
+    tcase_add_test(tc_plan, two_devices_in_one_process);
     suite_add_tcase(s, tc_plan);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
