@@ -290,7 +290,7 @@ S2_API s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2
  * kernel's context and large enough) and then calls the driver only to launch:
  * cuLaunchKernel, and cuCtxGetCurrent (cuCtxPushCurrent/PopCurrent when another
  * context is current).  Tensor maps are kept per device: the same tensors do
- * not encode again.  No allocation, copy or synchronisation: such launches may
+ * not encode again (new tensors: one cuTensorMapEncodeTiled, host-only).  No allocation, copy or synchronisation: such launches may
  * be captured into a CUDA graph, any number of times.
  * A shape that was not prepared takes the kernel's own path (s2_attn_forward,
  * s2_attn_backward, s2_attn_decode: checks through the driver, the cache, a
@@ -312,7 +312,9 @@ S2_API s2_status s2_attn_plan_new(s2_ctx *ctx, s2_attn_kernel *k, s2_attn_plan *
  * fields are read, and checked as the launch checks them (statuses of
  * s2_attn_forward & co.; S2_ERR_INVALID for the wrong kernel kind or after
  * prepare).  Forward: batch, q_len, kv_len, or a->seqs (its schedule shape:
- * with s2_attn_seqs_new_device, every batch of up to its max_kv_len).
+ * with s2_attn_seqs_new_device, every batch of up to its max_kv_len); when
+ * q, k, v are given too, prepare encodes their tensor maps (sm_90a kernels),
+ * so that even the first launch on them calls only the launch.
  * Backward: batch, q_len, kv_len.  Decode: batch, n_new, max_seq_len,
  * splits (the lists serve every max_seq_len up to the declared one's range).
  * The plan's workspace takes the largest that a declared backward (dS path

@@ -206,19 +206,28 @@ START_TEST(forward_after_prepare_only_launches)
     assert_msg_has(r.ctx, "prepared already");
 
     int allocs = r.pool.allocs;
-    long long launches = fake_get("launches");
-    /* the first launch encodes the tensors' maps (sm_90a), then never again */
-    ck_assert_msg(s2_attn_plan_forward(r.ctx, plan, r.stream, &a) == S2_OK, "%s", s2_ctx_message(r.ctx));
-    ck_assert_msg(s2_attn_plan_forward(r.ctx, plan, r.stream, &chunk) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    long long launches = fake_get("launches"), maps = fake_get("tensor_maps");
+    /* the shapes were declared with their tensors: prepare encoded the maps (sm_90a) */
+    ck_assert_int_gt(maps, 0);
     fake_set("set_current", 1);
-    for (int i = 0; i < 3; i++) {
+    for (int i = 0; i < 5; i++) {
         fake_set("trace", 1);
-        ck_assert_msg(s2_attn_plan_forward(r.ctx, plan, r.stream, i == 1 ? &chunk : &a) == S2_OK, "%s",
+        ck_assert_msg(s2_attn_plan_forward(r.ctx, plan, r.stream, i % 2 ? &chunk : &a) == S2_OK, "%s",
                       s2_ctx_message(r.ctx));
         fake_set("trace", 0);
         assert_launch_only(fake_trace(), 1);
     }
     ck_assert_int_eq(fake_get("launches"), launches + 5);
+    ck_assert_int_eq(fake_get("tensor_maps"), maps);
+    /* other tensors: their maps are encoded once, at their first launch */
+    s2_attn_fwd_args moved = a;
+    moved.o = moved.q, moved.q = a.o;
+    fake_set("trace", 1);
+    ck_assert_msg(s2_attn_plan_forward(r.ctx, plan, r.stream, &moved) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    ck_assert_msg(s2_attn_plan_forward(r.ctx, plan, r.stream, &moved) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    fake_set("trace", 0);
+    ck_assert_str_eq(fake_trace(), "CtxGetCurrent,TensorMapEncodeTiled,CtxGetCurrent,LaunchKernel,"
+                                   "CtxGetCurrent,LaunchKernel");
     ck_assert_int_eq(r.pool.allocs, allocs);
     /* the kernel's own cache was never used */
     s2_attn_sched_stats stats;
