@@ -290,8 +290,9 @@ S2_API s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2
  * kernel's context and large enough) and then calls the driver only to launch:
  * cuLaunchKernel, and cuCtxGetCurrent (cuCtxPushCurrent/PopCurrent when another
  * context is current).  Tensor maps are kept per device: the same tensors do
- * not encode again (new tensors: one cuTensorMapEncodeTiled, host-only).  No allocation, copy or synchronisation: such launches may
- * be captured into a CUDA graph, any number of times.
+ * not encode again (new tensors: one cuTensorMapEncodeTiled, host-only).  No
+ * allocation, copy or synchronisation: such launches may be captured into a
+ * CUDA graph, any number of times.
  * A shape that was not prepared takes the kernel's own path (s2_attn_forward,
  * s2_attn_backward, s2_attn_decode: checks through the driver, the cache, a
  * synchronising build on first use) outside capture; while `stream` is being
