@@ -224,6 +224,11 @@ s2_status s2_rt_sched_counter(s2_ctx *ctx, s2_attn_kernel *k, sched_slot *s, voi
         if (!s->counter_used[i] || s->counter_stream[i] == stream)
             break;
     if (i == S2_ATTN_COUNTER_PAIRS) {
+        if (s2_rt_stream_capturing(k->mod->dev, stream))
+            return s2_fail(ctx, S2_ERR_CAPTURE,
+                           "persistent forward %s: every work-counter pair belongs to another of %d streams, and "
+                           "handing them out anew synchronises, which stream capture forbids",
+                           k->desc->name, S2_ATTN_COUNTER_PAIRS);
         s2_status st = s2_device_synchronize(ctx, k->mod->dev);
         if (st != S2_OK)
             return st;
