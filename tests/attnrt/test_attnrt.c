@@ -573,6 +573,17 @@ START_TEST(wide_variant_for_long_lists)
     /* the cached schedule keeps its choice */
     ck_assert_int_eq(s2_attn_forward(ctx, k, NULL, &a), S2_OK);
     ck_assert_int_eq(fake_get("last_block_x"), s2_manifest_kernel_fn(d, S2_ROLE_FWD_WIDE)->threads);
+    /* a work-counter pair per stream: the legacy stream's and 7 others' take them all; a ninth stream
+     * would synchronise to hand them out anew, which capture forbids */
+    for (uintptr_t i = 1; i < S2_ATTN_COUNTER_PAIRS; i++)
+        ck_assert_int_eq(s2_attn_forward(ctx, k, (void *)(0x1000 + i), &a), S2_OK);
+    long long launches = fake_get("launches");
+    fake_set("capturing", 1);
+    ck_assert_int_eq(s2_attn_forward(ctx, k, (void *)0x1000, &a), S2_ERR_CAPTURE);
+    assert_msg_has(ctx, "work-counter pair");
+    ck_assert_int_eq(fake_get("launches"), launches);
+    fake_set("capturing", 0);
+    ck_assert_int_eq(s2_attn_forward(ctx, k, (void *)0x1000, &a), S2_OK);
     s2_devptr ps[] = {q, kk, v, o};
     for (int i = 0; i < 4; i++)
         ck_assert_int_eq(s2_mem_free(ctx, dev, ps[i]), S2_OK);
