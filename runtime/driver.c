@@ -247,14 +247,20 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tenso
     _Static_assert(sizeof(int) * 3 + 8 + 5 * 12 + 4 * 8 <= sizeof key, "tensor map key");
     _Static_assert(sizeof(CUtensorMap) <= sizeof dev->maps->e[0].map, "tensor map size");
     s2_map_memo *m = dev->maps;
+    uint64_t hash = 1469598103934665603ull;   /* FNV-1a over the bytes used */
+    for (size_t i = 0; i < at; i++)
+        hash = (hash ^ key[i]) * 1099511628211ull;
     if (m) {
         bool hit = false;
         mtx_lock(&m->lock);
-        for (int i = 0; i < S2_MAP_MEMO && !hit; i++)
-            if (m->e[i].used && memcmp(m->e[i].key, key, sizeof key) == 0) {
+        /* newest first: a launch's maps were usually encoded together */
+        for (int n = 1; n <= S2_MAP_MEMO && !hit; n++) {
+            int i = (m->next - n + S2_MAP_MEMO) % S2_MAP_MEMO;
+            if (m->e[i].used && m->e[i].hash == hash && memcmp(m->e[i].key, key, sizeof key) == 0) {
                 memcpy(map, m->e[i].map, sizeof(CUtensorMap));
                 hit = true;
             }
+        }
         mtx_unlock(&m->lock);
         if (hit)
             return S2_OK;
@@ -275,6 +281,7 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tenso
         int i = m->next;
         m->next = (i + 1) % S2_MAP_MEMO;
         m->e[i].used = true;
+        m->e[i].hash = hash;
         memcpy(m->e[i].key, key, sizeof key);
         memcpy(m->e[i].map, map, sizeof(CUtensorMap));
         mtx_unlock(&m->lock);

@@ -95,6 +95,7 @@ typedef struct s2_map_memo {
     int next;                          /* the entry to overwrite next */
     struct {
         bool used;
+        uint64_t hash;                 /* of key: most lookups compare only this */
         unsigned char key[160];        /* the encode's inputs, zero-padded */
         unsigned char map[128];
     } e[S2_MAP_MEMO];
