@@ -247,9 +247,13 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tenso
     _Static_assert(sizeof(int) * 3 + 8 + 5 * 12 + 4 * 8 <= sizeof key, "tensor map key");
     _Static_assert(sizeof(CUtensorMap) <= sizeof dev->maps->e[0].map, "tensor map size");
     s2_map_memo *m = dev->maps;
-    uint64_t hash = 1469598103934665603ull;   /* FNV-1a over the bytes used */
-    for (size_t i = 0; i < at; i++)
-        hash = (hash ^ key[i]) * 1099511628211ull;
+    uint64_t hash = 0;   /* over the words used: a multiply-xorshift mix per 8 bytes */
+    for (size_t i = 0; i < (at + 7) / 8; i++) {
+        uint64_t w;
+        memcpy(&w, key + 8 * i, sizeof w);
+        hash = (hash ^ w) * 0x9e3779b97f4a7c15ull;
+        hash ^= hash >> 29;
+    }
     if (m) {
         bool hit = false;
         mtx_lock(&m->lock);
