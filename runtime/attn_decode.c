@@ -336,8 +336,11 @@ s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_
 s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a)
 {
     s2_status st = s2_combine_check(ctx, k, a);
-    if (st != S2_OK)
-        return st;
+    return st == S2_OK ? s2_rt_combine_launch(ctx, k, stream, a) : st;
+}
+
+s2_status s2_rt_combine_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a)
+{
     uint64_t table[2 * S2_COMBINE_MAX_INPUTS] = {0};
     for (int i = 0; i < a->n; i++) {
         table[i] = a->o_in[i];

@@ -129,6 +129,9 @@ S2_RT_HIDDEN s2_status s2_rt_fwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k
 S2_RT_HIDDEN s2_status s2_rt_bwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a);
 /* The forward's size checks (the backward's too). */
 S2_RT_HIDDEN s2_status s2_rt_check_sizes(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a);
+/* Combine: everything that needs no driver; bytes: an input's o extent, o's, an lse's. */
+S2_RT_HIDDEN s2_status s2_rt_combine_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a,
+                                                size_t bytes[3]);
 /* Decode: the shape fields only (a plan's declaration). */
 S2_RT_HIDDEN s2_status s2_rt_dec_check_shape(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a);
 /* Decode: everything that needs no driver; bytes: q, o, k pool, v pool, table, seq_lens, lse. */
@@ -233,6 +236,8 @@ S2_RT_HIDDEN s2_status s2_rt_dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2
                                         const dec_slot *s, int *splits, size_t *ws_bytes);
 S2_RT_HIDDEN s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
                                         const dec_slot *s, int splits);
+/* The combine's launch of checked arguments. */
+S2_RT_HIDDEN s2_status s2_rt_combine_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a);
 /* Decode's checked mode (S2C_CHECK_DECODE) on host-checked arguments. */
 S2_RT_HIDDEN s2_status s2_rt_dec_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a);
 /* A decode kernel's functions and its list cache. */

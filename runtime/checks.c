@@ -441,7 +441,7 @@ s2_status s2_rt_dec_check_device(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
     return s2_check_device_ptr(ctx, k->mod->dev, a->workspace, ws_bytes, 16, "workspace");
 }
 
-s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a)
+s2_status s2_rt_combine_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a, size_t bytes[3])
 {
     if (!k || !a)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_combine: %s is NULL", !k ? "kernel" : "args");
@@ -476,11 +476,24 @@ s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combin
         return s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", lb,
                        (unsigned long long)a->lse, ob, (unsigned long long)a->o);
     for (int i = 0; i < a->n; i++) {
-        char name[32];
         if (!a->o_in[i] || !a->lse_in[i])
             return s2_fail(ctx, S2_ERR_NULL_ARG, "input %d: null %s", i, !a->o_in[i] ? "o_in" : "lse_in");
         if (a->o_in[i] % 16 || a->lse_in[i] % 4)
             return s2_fail(ctx, S2_ERR_ALIGNMENT, "input %d: o_in must be 16-byte aligned, lse_in 4-byte", i);
+    }
+    bytes[0] = ib, bytes[1] = ob, bytes[2] = lb;
+    return S2_OK;
+}
+
+s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a)
+{
+    size_t bytes[3];
+    s2_status st = s2_rt_combine_check_host(ctx, k, a, bytes);
+    if (st != S2_OK)
+        return st;
+    size_t ib = bytes[0], ob = bytes[1], lb = bytes[2];
+    for (int i = 0; i < a->n; i++) {
+        char name[32];
         snprintf(name, sizeof name, "o_in[%d]", i);
         if ((st = s2_check_device_ptr(ctx, k->mod->dev, a->o_in[i], ib, 16, name)) != S2_OK)
             return st;

@@ -331,3 +331,13 @@ s2_status s2_attn_plan_decode(s2_ctx *ctx, s2_attn_plan *p, void *stream, const 
         return st;
     return s2_rt_dec_launch(ctx, p->k, stream, &a, &e->lists, splits);
 }
+
+s2_status s2_attn_plan_combine(s2_ctx *ctx, s2_attn_plan *p, void *stream, const s2_combine_args *a)
+{
+    s2_status st = can_launch(ctx, p, a, "combine");
+    size_t bytes[3];
+    if (st == S2_OK)
+        st = s2_rt_combine_check_host(ctx, p->k, a, bytes);
+    /* nothing to prepare: its pointer table travels as a kernel parameter */
+    return st == S2_OK ? s2_rt_combine_launch(ctx, p->k, stream, a) : st;
+}

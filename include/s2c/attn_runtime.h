@@ -334,6 +334,9 @@ S2_API s2_status s2_attn_plan_device_bytes(s2_ctx *ctx, s2_attn_plan *p, size_t 
 S2_API s2_status s2_attn_plan_forward(s2_ctx *ctx, s2_attn_plan *p, void *stream, const s2_attn_fwd_args *a);
 S2_API s2_status s2_attn_plan_backward(s2_ctx *ctx, s2_attn_plan *p, void *stream, const s2_attn_bwd_args *a);
 S2_API s2_status s2_attn_plan_decode(s2_ctx *ctx, s2_attn_plan *p, void *stream, const s2_attn_decode_args *a);
+/* The combine of a decode kernel's plan (s2_combine's arguments; it needs no
+ * declaration): host checks, then the launch only, as above. */
+S2_API s2_status s2_attn_plan_combine(s2_ctx *ctx, s2_attn_plan *p, void *stream, const s2_combine_args *a);
 /* Frees its device memory through the allocator on prepare's stream.  No
  * launch of it (or graph holding one) may run afterwards.  NULL is fine. */
 S2_API void s2_attn_plan_free(s2_attn_plan *p);

@@ -9,7 +9,8 @@
  *    context is current), and allocates nothing;
  *  - an unprepared shape is S2_ERR_CAPTURE inside capture and takes the
  *    kernel's own path outside;
- *  - backward and split-KV decode use the plan's workspace;
+ *  - backward and split-KV decode use the plan's workspace; the combine
+ *    launches as the others;
  *  - device-side varlen batches: s2_attn_seqs_write checks and copies;
  *  - two devices in one process keep their allocators, caches and plans apart.
  * Usage: test_plan FAKE_LIB (exits 77 without ptxas or nvJitLink). */
@@ -363,6 +364,20 @@ START_TEST(decode_split_kv_in_the_plans_workspace)
     more.splits = 16;
     ck_assert_int_eq(s2_attn_plan_decode(r.ctx, plan, r.stream, &more), S2_ERR_INVALID);
     assert_msg_has(r.ctx, "the plan's holds");
+    /* the combine of two partial results (context parallelism): host checks, then the launch only */
+    s2_combine_args c = {.n = 2, .batch = DB, .heads = DH, .head_dim = D, .seq = 1, .dtype = S2_DTYPE_BF16,
+                         .in_stride = {DH * D, DH * D, D}, .o_stride = {DH * D, DH * D, D}};
+    for (int i = 0; i < 2; i++) {
+        c.o_in[i] = rig_buf(&r, (size_t)DB * DH * D * 2);
+        c.lse_in[i] = i ? a.lse : rig_buf(&r, (size_t)DB * DH * 4);
+    }
+    c.o = a.o;
+    fake_set("trace", 1);
+    ck_assert_msg(s2_attn_plan_combine(r.ctx, plan, r.stream, &c) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    fake_set("trace", 0);
+    assert_launch_only(fake_trace(), 1);
+    c.o += 8;
+    ck_assert_int_eq(s2_attn_plan_combine(r.ctx, plan, r.stream, &c), S2_ERR_ALIGNMENT);
     rig_close(&r, plan);
 }
 END_TEST
