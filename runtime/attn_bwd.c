@@ -312,6 +312,19 @@ s2_status s2_rt_bwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
     return launch_bwd(ctx, k, stream, a, NULL, s);
 }
 
+s2_status s2_rt_bwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a)
+{
+    if (k->rec[S2_ROLE_BWD_PRE]->abi != S2_ABI_BWD_TMA)
+        return S2_OK;
+    s2_tensor_map maps[2];
+    uint32_t rows = (uint32_t)k->desc->spec.block_m;
+    s2_status st = s2_rt_tensor_map_of(ctx, k->mod->dev, &maps[0], a->dtype, a->head_dim, a->q, a->q_stride, a->q_len,
+                                       a->heads, a->batch, rows);
+    return st == S2_OK ? s2_rt_tensor_map_of(ctx, k->mod->dev, &maps[1], a->dtype, a->head_dim, a->d_o, a->do_stride,
+                                             a->q_len, a->heads, a->batch, rows)
+                       : st;
+}
+
 size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, const sched_slot *s, int batch, int64_t q_len)
 {
     size_t ds = ds_workspace_bytes(k, s, batch, k->pattern->heads, q_len);

@@ -215,6 +215,8 @@ static inline const s2_kspec *s2_rt_main_spec(const s2_attn_kernel *k)
 /* The backward's launches from slot s (o: NULL for the runtime's choices). */
 S2_RT_HIDDEN s2_status s2_rt_bwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,
                                         const sched_slot *s);
+/* Encode the tensor maps a one-launch backward of a takes (none without the bwd_tma ABI), into the device's memo. */
+S2_RT_HIDDEN s2_status s2_rt_bwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a);
 /* The workspace that takes the dS path over every head (plain part only when none). */
 S2_RT_HIDDEN size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, const sched_slot *s, int batch, int64_t q_len);
 

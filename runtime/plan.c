@@ -11,6 +11,7 @@ typedef struct plan_entry {
     int64_t key[2];              /* forward, backward: the schedule's (q_len, kv_len); decode: (q_blocks, 0) */
     int batch;                   /* backward: the largest batch declared (the workspace) */
     s2_attn_fwd_args fwd;        /* forward: the first declaration (its tensors' maps are encoded at prepare) */
+    s2_attn_bwd_args bwd;        /* backward: the same */
     sched_slot slot;             /* forward, backward */
     dec_slot lists;              /* decode */
 } plan_entry;
@@ -77,7 +78,8 @@ static plan_entry *find(const s2_attn_plan *p, int64_t k0, int64_t k1)
     return NULL;
 }
 
-static s2_status add_key(s2_ctx *ctx, s2_attn_plan *p, int64_t k0, int64_t k1, int batch, const s2_attn_fwd_args *f)
+static s2_status add_key(s2_ctx *ctx, s2_attn_plan *p, int64_t k0, int64_t k1, int batch, const s2_attn_fwd_args *f,
+                         const s2_attn_bwd_args *bw)
 {
     plan_entry *e = find(p, k0, k1);
     if (!e) {
@@ -92,6 +94,8 @@ static s2_status add_key(s2_ctx *ctx, s2_attn_plan *p, int64_t k0, int64_t k1, i
         *e = (plan_entry){.key = {k0, k1}};
         if (f)
             e->fwd = *f;
+        if (bw)
+            e->bwd = *bw;
     }
     e->batch = batch > e->batch ? batch : e->batch;
     return S2_OK;
@@ -118,7 +122,7 @@ s2_status s2_attn_plan_add_forward(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_f
     int64_t sq, sk;
     if (st != S2_OK || !s2_rt_fwd_sched_shape(a, &sq, &sk))
         return st;
-    return add_key(ctx, p, sq, sk, a->batch, a);
+    return add_key(ctx, p, sq, sk, a->batch, a, NULL);
 }
 
 s2_status s2_attn_plan_add_backward(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_bwd_args *a)
@@ -129,7 +133,7 @@ s2_status s2_attn_plan_add_backward(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_
     s2_attn_fwd_args f = {.batch = a->batch, .q_len = a->q_len, .kv_len = a->kv_len, .heads = a->heads,
                           .kv_heads = a->kv_heads, .head_dim = a->head_dim, .dtype = a->dtype, .scale = a->scale};
     st = s2_rt_check_sizes(ctx, p->k, &f);
-    return st == S2_OK ? add_key(ctx, p, a->q_len, a->kv_len, a->batch, NULL) : st;
+    return st == S2_OK ? add_key(ctx, p, a->q_len, a->kv_len, a->batch, NULL, a) : st;
 }
 
 s2_status s2_attn_plan_add_decode(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_decode_args *a)
@@ -138,7 +142,7 @@ s2_status s2_attn_plan_add_decode(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_de
     if (st == S2_OK)
         st = s2_rt_dec_check_shape(ctx, p->k, a);
     if (st == S2_OK)
-        st = add_key(ctx, p, s2_rt_dec_q_blocks(p->k, a->max_seq_len), 0, a->batch, NULL);
+        st = add_key(ctx, p, s2_rt_dec_q_blocks(p->k, a->max_seq_len), 0, a->batch, NULL, NULL);
     if (st != S2_OK)
         return st;
     if (p->ndec == p->capdec) {
@@ -197,13 +201,15 @@ s2_status s2_attn_plan_prepare(s2_ctx *ctx, s2_attn_plan *p, void *stream)
         st = s2_rt_up_alloc(ctx, dev, &p->up, p->ws_bytes, &p->ws);
     if (st == S2_OK && p->ws)
         st = s2_rt_fill_async(ctx, dev, p->ws, 0, p->ws_bytes, stream);
-    /* a forward declared with its tensors: their maps now (kept per device), not at the first launch */
+    /* a forward or backward declared with its tensors: their maps now (kept per device), not at the first launch */
     for (int i = 0; i < p->n && st == S2_OK; i++) {
         const plan_entry *e = &p->e[i];
         const s2_kernel_record *r = p->k->rec[e->slot.use_wide ? S2_ROLE_FWD_WIDE : S2_ROLE_FWD];
         s2_tensor_map maps[3];
         if (kind_of(p) == S2_KERNEL_FWD && r->abi != S2_ABI_FWD && e->fwd.q && e->fwd.k && e->fwd.v)
             st = s2_rt_fwd_tensor_maps(ctx, dev, &r->spec, &e->fwd, maps);
+        if (kind_of(p) == S2_KERNEL_BWD && e->bwd.q && e->bwd.d_o)
+            st = s2_rt_bwd_tensor_maps(ctx, p->k, &e->bwd);
     }
     /* the first launch raises each kernel's shared memory limit: do it now */
     for (int r = 0; r < S2_ROLE_COUNT_ && st == S2_OK; r++)

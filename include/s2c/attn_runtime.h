@@ -316,7 +316,7 @@ S2_API s2_status s2_attn_plan_new(s2_ctx *ctx, s2_attn_kernel *k, s2_attn_plan *
  * with s2_attn_seqs_new_device, every batch of up to its max_kv_len); when
  * q, k, v are given too, prepare encodes their tensor maps (sm_90a kernels),
  * so that even the first launch on them calls only the launch.
- * Backward: batch, q_len, kv_len.  Decode: batch, n_new, max_seq_len,
+ * Backward: batch, q_len, kv_len (and likewise q and d_o for their maps).  Decode: batch, n_new, max_seq_len,
  * splits (the lists serve every max_seq_len up to the declared one's range).
  * The plan's workspace takes the largest that a declared backward (dS path
  * over every head) or split-KV decode needs. */
