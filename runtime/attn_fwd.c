@@ -85,7 +85,8 @@ static s2_status ctas_per_sm(s2_ctx *ctx, s2_kernel *fn, int threads, int smem_b
     return S2_OK;
 }
 
-s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a, sched_slot *s)
+s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a, sched_slot *s,
+                           const s2_tensor_map *given)
 {
     s2_devptr q = a->q, kk = a->k, v = a->v, o = a->o, lse = a->lse;
     int64_t st[12];
@@ -129,7 +130,9 @@ s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
         vals[FV_QS + i] = &st[i];   /* q, k, v, o strides: consecutive in every forward ABI */
     void *args[FV_COUNT];
     s2_rt_args(&k->argmap[role], vals, args);
-    if (rec->abi != S2_ABI_FWD) {
+    if (rec->abi != S2_ABI_FWD && given) {
+        memcpy(maps, given, sizeof maps);
+    } else if (rec->abi != S2_ABI_FWD) {
         s2_status ms = s2_rt_fwd_tensor_maps(ctx, k->mod->dev, spec, a, maps);
         if (ms != S2_OK)
             return ms;
@@ -178,7 +181,7 @@ s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2
     sched_slot *s = NULL;
     st = s2_rt_sched_get(ctx, k, sq, sk, stream, &s);
     if (st == S2_OK)
-        st = s2_rt_fwd_launch(ctx, k, stream, a, s);
+        st = s2_rt_fwd_launch(ctx, k, stream, a, s, NULL);
     mtx_unlock(&k->lock);
     return st;
 }

@@ -179,9 +179,10 @@ S2_RT_HIDDEN s2_status s2_rt_sched_counter(s2_ctx *ctx, s2_attn_kernel *k, sched
                                            s2_devptr *out);
 
 /* attn_fwd.c */
-/* The forward's launch from slot s (its persistent counters: the caller holds the slot's owner's lock). */
+/* The forward's launch from slot s (its persistent counters: the caller holds the slot's owner's lock);
+ * given: the tensor maps of a's q, k, v for the kernel the slot picks (NULL: encoded here). */
 S2_RT_HIDDEN s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a,
-                                        sched_slot *s);
+                                        sched_slot *s, const s2_tensor_map *given);
 /* The schedule shape of a launch (varlen: the sequences'); false: nothing to launch. */
 S2_RT_HIDDEN bool s2_rt_fwd_sched_shape(const s2_attn_fwd_args *a, int64_t *q_len, int64_t *kv_len);
 /* 4-D tensor map {D, seq, heads, batch} of one tensor, boxes of 64 x rows. */

@@ -7,11 +7,21 @@
 #include <string.h>
 
 /* One declared shape and, once built, its device data. */
+/* What a forward's tensor maps depend on besides the kernel (s2_rt_fwd_tensor_maps). */
+typedef struct map_key {
+    s2_devptr q, k, v;
+    int64_t stride[9], q_len, kv_len, batch;
+} map_key;
+
 typedef struct plan_entry {
     int64_t key[2];              /* forward, backward: the schedule's (q_len, kv_len); decode: (q_blocks, 0) */
     int batch;                   /* backward: the largest batch declared (the workspace) */
     s2_attn_fwd_args fwd;        /* forward: the first declaration (its tensors' maps are encoded at prepare) */
     s2_attn_bwd_args bwd;        /* backward: the same */
+    /* forward: the maps of the tensors launched last (under the plan's lock) */
+    bool maps_ok;
+    map_key mkey;
+    s2_tensor_map maps[3];
     sched_slot slot;             /* forward, backward */
     dec_slot lists;              /* decode */
 } plan_entry;
@@ -280,11 +290,36 @@ s2_status s2_attn_plan_forward(s2_ctx *ctx, s2_attn_plan *p, void *stream, const
         st = not_prepared(ctx, p, stream, "forward");
         return st == S2_OK ? s2_attn_forward(ctx, p->k, stream, a) : st;
     }
+    /* sm_90a: the maps of the tensors launched last on this shape, else the device's memo */
+    const s2_kernel_record *r = p->k->rec[e->slot.use_wide ? S2_ROLE_FWD_WIDE : S2_ROLE_FWD];
+    s2_tensor_map maps[3];
+    bool have = false;
+    map_key mk;
+    if (r->abi != S2_ABI_FWD) {
+        memset(&mk, 0, sizeof mk);
+        mk.q = a->q, mk.k = a->k, mk.v = a->v;
+        memcpy(mk.stride, a->q_stride, sizeof a->q_stride);
+        memcpy(mk.stride + 3, a->k_stride, sizeof a->k_stride);
+        memcpy(mk.stride + 6, a->v_stride, sizeof a->v_stride);
+        mk.q_len = a->q_len, mk.kv_len = a->kv_len, mk.batch = a->seqs ? 1 : a->batch;
+        mtx_lock(&p->lock);
+        if ((have = e->maps_ok && memcmp(&e->mkey, &mk, sizeof mk) == 0))
+            memcpy(maps, e->maps, sizeof maps);
+        mtx_unlock(&p->lock);
+        if (!have && (st = s2_rt_fwd_tensor_maps(ctx, p->k->mod->dev, &r->spec, a, maps)) != S2_OK)
+            return st;
+        if (!have) {
+            mtx_lock(&p->lock);
+            e->mkey = mk, e->maps_ok = true;
+            memcpy(e->maps, maps, sizeof maps);
+            mtx_unlock(&p->lock);
+        }
+    }
     /* the slot's only mutable part is the persistent forward's counter pairs */
     bool lock = e->slot.w_buf != 0;
     if (lock)
         mtx_lock(&p->lock);
-    st = s2_rt_fwd_launch(ctx, p->k, stream, a, &e->slot);
+    st = s2_rt_fwd_launch(ctx, p->k, stream, a, &e->slot, r->abi != S2_ABI_FWD ? maps : NULL);
     if (lock)
         mtx_unlock(&p->lock);
     return st;
