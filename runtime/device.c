@@ -195,43 +195,40 @@ static s2_status check_ptr_attrs(s2_ctx *ctx, const s2_device *dev, s2_devptr pt
                                  const char *what)
 {
     const s2_driver *d = dev->drv;
+    /* one driver call for every attribute; unknown pointers read 0 there */
     unsigned int mtype = 0;
-    CUresult r = d->PointerGetAttribute(&mtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr);
-    if (r == CUDA_ERROR_INVALID_VALUE)
-        return s2_cu_fail_as(ctx, S2_ERR_INVALID, d, r,
-                             "%s: 0x%llx is not memory known to the CUDA driver", what,
-                             (unsigned long long)ptr);
-    if (r != CUDA_SUCCESS)
-        return s2_cu_fail(ctx, d, r, "%s: cuPointerGetAttribute(MEMORY_TYPE, 0x%llx)", what,
-                          (unsigned long long)ptr);
-    /* Documented as "a boolean" of unstated width: read it into a zeroed
-     * 8-byte word so that a 1- or 4-byte answer reads the same. */
+    /* IS_MANAGED is documented as "a boolean" of unstated width: a zeroed 8-byte word reads the same */
     unsigned long long managed = 0;
-    if (d->PointerGetAttribute(&managed, CU_POINTER_ATTRIBUTE_IS_MANAGED, ptr) != CUDA_SUCCESS)
-        managed = 0;
+    CUcontext owner = NULL;
+    int ordinal = -1;
+    CUdeviceptr start = 0;
+    size_t size = 0;
+    CUpointer_attribute attrs[6] = {CU_POINTER_ATTRIBUTE_MEMORY_TYPE, CU_POINTER_ATTRIBUTE_IS_MANAGED,
+                                    CU_POINTER_ATTRIBUTE_CONTEXT, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL,
+                                    CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    void *data[6] = {&mtype, &managed, &owner, &ordinal, &start, &size};
+    CUresult r = d->PointerGetAttributes(6, attrs, data, ptr);
+    if (r != CUDA_SUCCESS)
+        return s2_cu_fail(ctx, d, r, "%s: cuPointerGetAttributes(0x%llx)", what, (unsigned long long)ptr);
+    if (mtype == 0 && !managed) {
+        /* unknown to the driver: the singular query says why */
+        r = d->PointerGetAttribute(&mtype, CU_POINTER_ATTRIBUTE_MEMORY_TYPE, ptr);
+        return s2_cu_fail_as(ctx, S2_ERR_INVALID, d, r == CUDA_SUCCESS ? CUDA_ERROR_INVALID_VALUE : r,
+                             "%s: 0x%llx is not memory known to the CUDA driver", what, (unsigned long long)ptr);
+    }
     if (mtype != CU_MEMORYTYPE_DEVICE && !managed)
         return s2_fail(ctx, S2_ERR_INVALID, "%s: 0x%llx is %s memory, not device memory", what,
                        (unsigned long long)ptr, mtype == CU_MEMORYTYPE_HOST ? "host" : "non-device");
-
     if (!managed) {
         /* Pool and VMM allocations may name no context; the ordinal still must match. */
-        CUcontext owner = NULL;
-        if (d->PointerGetAttribute(&owner, CU_POINTER_ATTRIBUTE_CONTEXT, ptr) == CUDA_SUCCESS &&
-            owner && owner != dev->cu_ctx)
+        if (owner && owner != dev->cu_ctx)
             return s2_fail(ctx, S2_ERR_INVALID, "%s: 0x%llx belongs to another CUDA context", what,
                            (unsigned long long)ptr);
-        int ordinal = -1;
-        r = d->PointerGetAttribute(&ordinal, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, ptr);
-        if (r == CUDA_SUCCESS && ordinal != dev->info.ordinal)
+        if (ordinal >= 0 && ordinal != dev->info.ordinal)
             return s2_fail(ctx, S2_ERR_INVALID, "%s: 0x%llx is memory of device %d, not of device %d",
                            what, (unsigned long long)ptr, ordinal, dev->info.ordinal);
     }
-    if (bytes == 0)
-        return S2_OK;
-    CUdeviceptr start = 0;
-    size_t size = 0;
-    if (d->PointerGetAttribute(&start, CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, ptr) != CUDA_SUCCESS ||
-        d->PointerGetAttribute(&size, CU_POINTER_ATTRIBUTE_RANGE_SIZE, ptr) != CUDA_SUCCESS)
+    if (bytes == 0 || size == 0)
         return S2_OK; /* the range is unknown: nothing more to check */
     uint64_t avail = start + size - ptr;
     if (ptr < start || avail < bytes)
@@ -255,11 +252,12 @@ s2_status s2_check_device_ptr(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr, 
     if (align > 1 && ptr % align != 0)
         return s2_fail(ctx, S2_ERR_INVALID, "%s: 0x%llx is not aligned to %zu bytes", what,
                        (unsigned long long)ptr, align);
-    s2_status st = s2_ctx_enter(ctx, dev);
+    bool pushed = false;
+    s2_status st = s2_ctx_use(ctx, dev, &pushed);
     if (st != S2_OK)
         return st;
     st = check_ptr_attrs(ctx, dev, ptr, bytes, what);
-    s2_ctx_leave(dev);
+    s2_ctx_done(dev, pushed);
     return st;
 }
 

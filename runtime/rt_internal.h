@@ -55,6 +55,7 @@
     X(MemcpyHtoDAsync, v3020)         \
     X(MemsetD8Async, v3020)           \
     X(PointerGetAttribute, v4000)     \
+    X(PointerGetAttributes, v7000)    \
     X(StreamCreate, v2000)            \
     X(StreamDestroy, v4000)           \
     X(StreamSynchronize, v2000)       \

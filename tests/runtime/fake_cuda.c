@@ -609,6 +609,29 @@ static CUresult CUDAAPI f_PointerGetAttribute(void *data, CUpointer_attribute at
     RET(CUDA_SUCCESS);
 }
 
+/* The plural form: unknown pointers are not an error, their attributes read 0. */
+static CUresult CUDAAPI f_PointerGetAttributes(unsigned n, CUpointer_attribute *attrs, void **data, CUdeviceptr p)
+{
+    TRACE("PointerGetAttributes");
+    fake_alloc *a = find_alloc(p);
+    for (unsigned i = 0; i < n; i++) {
+        switch (attrs[i]) {
+        case CU_POINTER_ATTRIBUTE_MEMORY_TYPE:
+            *(unsigned *)data[i] = !a ? 0 : a->host ? CU_MEMORYTYPE_HOST : CU_MEMORYTYPE_DEVICE;
+            break;
+        case CU_POINTER_ATTRIBUTE_CONTEXT: *(CUcontext *)data[i] = a ? a->ctx : NULL; break;
+        case CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL: *(int *)data[i] = a ? 0 : -2; break;
+        case CU_POINTER_ATTRIBUTE_IS_MANAGED: *(unsigned char *)data[i] = 0; break;
+        case CU_POINTER_ATTRIBUTE_RANGE_START_ADDR:
+            *(CUdeviceptr *)data[i] = a ? (CUdeviceptr)(uintptr_t)a->p : 0;
+            break;
+        case CU_POINTER_ATTRIBUTE_RANGE_SIZE: *(size_t *)data[i] = a ? a->size : 0; break;
+        default: RET(CUDA_ERROR_INVALID_VALUE);
+        }
+    }
+    RET(CUDA_SUCCESS);
+}
+
 static CUresult CUDAAPI f_StreamCreate(CUstream *s, unsigned flags)
 {
     TRACE("StreamCreate");
@@ -703,7 +726,7 @@ static const struct { const char *name; void *fn; } table[] = {
     F(DevicePrimaryCtxRetain), F(DevicePrimaryCtxRelease), F(CtxGetCurrent), F(CtxGetDevice),
     F(CtxPushCurrent), F(CtxPopCurrent), F(CtxSynchronize), F(ModuleLoadData), F(ModuleUnload),
     F(ModuleGetFunction), F(FuncSetAttribute), F(FuncGetAttribute), F(LaunchKernel),
-    F(MemAlloc), F(MemFree), F(MemcpyHtoD), F(MemcpyHtoDAsync), F(MemsetD8Async), F(MemcpyDtoH), F(MemsetD8), F(PointerGetAttribute),
+    F(MemAlloc), F(MemFree), F(MemcpyHtoD), F(MemcpyHtoDAsync), F(MemsetD8Async), F(MemcpyDtoH), F(MemsetD8), F(PointerGetAttribute), F(PointerGetAttributes),
     F(StreamCreate), F(StreamDestroy), F(StreamSynchronize), F(StreamIsCapturing), F(EventCreate), F(EventRecord),
     F(EventSynchronize), F(EventElapsedTime), F(EventDestroy), F(TensorMapEncodeTiled),
 #undef F
