@@ -96,6 +96,7 @@ typedef enum s2_abi_id {
     S2_ABI_BWD_TMA,            /* + q and do tensor maps */
     S2_ABI_DECODE,             /* paged decode */
     S2_ABI_COMBINE,            /* decode module's combine */
+    S2_ABI_SEQS,               /* forward module's cu_seqlens -> s2_attn_seq records */
     S2_ABI_COUNT_
 } s2_abi_id;
 
@@ -123,6 +124,7 @@ typedef enum s2_kernel_role {
     S2_ROLE_BWD_DQDS2,         /* NAME_dqds2: the same, two query tiles per CTA */
     S2_ROLE_DECODE,            /* NAME: paged decode */
     S2_ROLE_COMBINE,           /* NAME_combine */
+    S2_ROLE_FWD_SEQS,          /* NAME_seqs: a forward's records from cu_seqlens (optional) */
     S2_ROLE_COUNT_
 } s2_kernel_role;
 
@@ -134,6 +136,7 @@ typedef enum s2_grid_rule {
     S2_GRID_Q_TILE_PAIRS,      /* (cdiv(q_tiles, 2), heads, batch) */
     S2_GRID_SPLITS,            /* (splits, kv_heads, batch) */
     S2_GRID_ROWS,              /* (cdiv(rows, threads / (head_dim / 8)), 1, 1) */
+    S2_GRID_SEQS,              /* (cdiv(n, threads), 1, 1): one thread per sequence */
     S2_GRID_COUNT_
 } s2_grid_rule;
 

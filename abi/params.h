@@ -72,6 +72,13 @@
     X(OUT, "out", PTR) S2_ABI_STRIDES(X, OS, "out") X(LSE_OUT, "lse_out", PTR)                               \
     X(N, "n_in", I32) X(S, "s", I32) X(H, "h", I32) X(ROWS, "rows", I32)
 
+/* S2_ABI_SEQS: NAME_seqs of a forward module (s2c/launch.h): seqinfo[i] from
+ * cu_q[i..i+1] and cu_k[i..i+1] (cu_k null: cu_q) for i < n, q_len = kv_len =
+ * 0 for a sequence whose lengths are not valid (up to max_kv_len keys) */
+#define S2_ABI_SEQS_PARAMS(X)                                                                                \
+    X(CU_Q, "cu_q", PTR) X(CU_K, "cu_k", PTR) X(SEQINFO, "seqinfo", PTR) X(N, "n", I32)                    \
+    X(MAX_KV, "max_kv_len", I32)
+
 /* enum helpers: P_ENUM for a template's own parameters, or a prefix of the caller's */
 #define S2_ABI_P_ENUM(e, n, t) P_##e,
 

@@ -153,3 +153,16 @@ static const s2_aot_abi attn_combine_abi = {
 };
 
 const s2_aot_abi *s2_aot_abi_attn_combine(void) { return &attn_combine_abi; }
+
+/* ---- NAME_seqs of a forward module (launch.h) ---- */
+
+static const s2_aot_param attn_seqs_params[] = {S2_ABI_SEQS_PARAMS(AOT_PARAM)};
+
+static const s2_aot_abi attn_seqs_abi = {
+    .name = "attn_seqs",
+    .params = attn_seqs_params,
+    .num_params = (int)(sizeof attn_seqs_params / sizeof attn_seqs_params[0]),
+    .grid = {"n", NULL, NULL},
+};
+
+const s2_aot_abi *s2_aot_abi_attn_seqs(void) { return &attn_seqs_abi; }

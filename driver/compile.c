@@ -106,6 +106,16 @@ static int wide_of(const set_kernel *ks, int n, const char *name)
     return -1;
 }
 
+/* Whether the kernel `name` is an entry's NAME_seqs. */
+static bool seqs_of(const set_kernel *ks, int n, const char *name)
+{
+    for (int j = 0; j < n; j++)
+        for (int r = 0; r < S2_ROLE_COUNT_ && ks[j].recs[r].symbol; r++)
+            if (ks[j].recs[r].role == S2_ROLE_FWD_SEQS && strcmp(name, ks[j].recs[r].symbol) == 0)
+                return true;
+    return false;
+}
+
 static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int n, const s2_kspec *spec_in,
                              set_kernel *ks, s2_manifest_kernel *mk)
 {
@@ -188,15 +198,20 @@ s2_status s2_compile_kspec(s2_ctx *ctx, const char *module_name, const s2_patter
     for (int i = 0; i < n && st == S2_OK; i++)
         if (ks[i].has_wide)
             st = ks[i].wide_tpl->build(ctx, &cg, patterns[i], &ks[i].wide, ks[i].wide_name);
+    /* the entry's own helpers (NAME_seqs), after the kernels the others name */
+    for (int i = 0; i < n && st == S2_OK; i++)
+        for (int r = 0; r < mk[i].num_fns && ks[i].tpl->build_entry; r++)
+            if (ks[i].recs[r].role == S2_ROLE_FWD_SEQS)
+                st = ks[i].tpl->build_entry(ctx, &cg, ks[i].recs[r].symbol);
     if (st == S2_OK)
         st = s2_cg_add_text_global(ctx, &cg, S2_MANIFEST_SYMBOL, art->manifest);
     if (st == S2_OK)
         st = s2_cg_finish(ctx, &cg, backend, art);
     /* the assembler lists the kernels in its own order: the primary kernels
      * first (art->kernels[0] of a one-pattern forward is its kernel), wide
-     * variants after them */
+     * variants and NAME_seqs after them */
     for (int i = 0, placed = 0; st == S2_OK && i < art->num_kernels; i++) {
-        if (wide_of(ks, n, art->kernels[i].name) >= 0)
+        if (wide_of(ks, n, art->kernels[i].name) >= 0 || seqs_of(ks, n, art->kernels[i].name))
             continue;
         s2_kernel_info keep = art->kernels[i];
         memmove(&art->kernels[placed + 1], &art->kernels[placed], (size_t)(i - placed) * sizeof *art->kernels);

@@ -55,6 +55,9 @@ s2_status s2_rt_grid(s2_ctx *ctx, const s2_kernel_record *r, const s2_rt_grid_in
         grid[0] = cdiv_u32(r->grid == S2_GRID_ROWS ? in->rows : in->q_len, rows_per_cta);
         grid[1] = r->grid == S2_GRID_ROWS ? 1 : (uint32_t)in->heads;
         break;
+    case S2_GRID_SEQS:   /* one thread per sequence: rows = n */
+        grid[0] = cdiv_u32(in->rows, r->threads), grid[1] = 1, grid[2] = 1;
+        return S2_OK;
     default:
         return s2_fail(ctx, S2_ERR_INTERNAL, "kernel %s: grid %s is the caller's", r->symbol, s2_grid_name(r->grid));
     }

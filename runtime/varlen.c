@@ -1,6 +1,7 @@
 /* Variable-length batches: the sequences of a packed batch, checked and
  * uploaded once (s2c/attn_runtime.h). */
 #include "attn_internal.h"
+#include "params.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -126,6 +127,42 @@ s2_status s2_attn_seqs_write(s2_ctx *ctx, s2_attn_seqs *s, const s2_attn_seq *se
             st = s2_fail(ctx, S2_ERR_SEQ_LEN, "sequence %d: kv_len %d above the batch's max_kv_len %lld", i,
                          seqs[i].kv_len, (long long)s->sched_kv_len);
     return st == S2_OK ? s2_rt_copy_async(ctx, s->dev, s->buf, seqs, (size_t)s->n * sizeof *seqs, stream) : st;
+}
+
+s2_status s2_attn_seqs_write_cu(s2_ctx *ctx, s2_attn_kernel *k, s2_attn_seqs *s, s2_devptr cu_q, s2_devptr cu_k,
+                                void *stream)
+{
+    if (!k || !s || !cu_q)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_seqs_write_cu: %s is NULL",
+                       !k ? "kernel" : !s ? "seqs object" : "cu_q");
+    if (!s->on_device)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_attn_seqs_write_cu: the batch is not from s2_attn_seqs_new_device");
+    if (k->desc->spec.kind != S2_KERNEL_FWD)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_attn_seqs_write_cu: kernel %s is not a forward", k->desc->name);
+    if (s->dev != k->mod->dev)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_attn_seqs_write_cu: the batch and kernel %s are on different devices",
+                       k->desc->name);
+    if ((cu_q | cu_k) & 3u)
+        return s2_fail(ctx, S2_ERR_ALIGNMENT, "s2_attn_seqs_write_cu: cu_%s is not 4-byte aligned", cu_q & 3u ? "q" : "k");
+    const s2_kernel_record *r = k->rec[S2_ROLE_FWD_SEQS];
+    if (!r || !k->fns[S2_ROLE_FWD_SEQS])
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
+                       "s2_attn_seqs_write_cu: kernel %s's module has no %s_seqs (made by an older s2c): recompile it",
+                       k->desc->name, k->desc->name);
+    s2_devptr seqinfo = s->buf;
+    int32_t n = s->n, max_kv = (int32_t)s->sched_kv_len;
+#define SV(e, nm, t) SV_##e,
+    enum { S2_ABI_SEQS_PARAMS(SV) SV_COUNT };
+#undef SV
+    void *vals[SV_COUNT] = {[SV_CU_Q] = &cu_q, [SV_CU_K] = &cu_k, [SV_SEQINFO] = &seqinfo, [SV_N] = &n,
+                            [SV_MAX_KV] = &max_kv};
+    void *args[SV_COUNT];
+    s2_rt_args(&k->argmap[S2_ROLE_FWD_SEQS], vals, args);
+    s2_rt_grid_in in = {.rows = n};
+    s2_launch_cfg cfg = {.block = {(uint32_t)r->threads, 1, 1}, .smem_bytes = (uint32_t)r->smem_bytes,
+                         .stream = stream};
+    s2_status st = s2_rt_grid(ctx, r, &in, cfg.grid);
+    return st == S2_OK ? s2_kernel_launch(ctx, k->fns[S2_ROLE_FWD_SEQS], &cfg, args) : st;
 }
 
 void s2_attn_seqs_free(s2_attn_seqs *s)

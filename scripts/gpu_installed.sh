@@ -15,7 +15,7 @@ if [ "$cmd" = pack ] && [ $# -eq 3 ]; then
     root=$(cd "$(dirname "$0")/.." && pwd)
     work=$build/installed-examples   # not in OUT_DIR: only the archive travels
     rm -rf "$work" && mkdir -p "$work"
-    ninja -C "$build" runtime/libs2rt.so.0.1.0 runtime/libs2rt.a jit/libs2c.so.0.1.0 jit/libs2c.a tools/s2c >/dev/null
+    ninja -C "$build" runtime/libs2rt.so.0.2.0 runtime/libs2rt.a jit/libs2c.so.0.2.0 jit/libs2c.a tools/s2c >/dev/null
     meson install -C "$build" --destdir "$work/dest" --no-rebuild --quiet
     pc=$(dirname "$(find "$work/dest" -name s2rt.pc -print -quit)")
     export PKG_CONFIG_PATH=$pc

@@ -117,6 +117,7 @@ static const s2_aot_abi *aot_abi_of(const s2_kernel_record *r)
     case S2_ROLE_BWD_DQDS2: return tma ? s2_aot_abi_attn_bwd_dqds_tma() : s2_aot_abi_attn_bwd_dqds();
     case S2_ROLE_DECODE: return s2_aot_abi_attn_decode();
     case S2_ROLE_COMBINE: return s2_aot_abi_attn_combine();
+    case S2_ROLE_FWD_SEQS: return s2_aot_abi_attn_seqs();
     default: return NULL;
     }
 }
@@ -136,7 +137,7 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_n
         int gather = t->kv_gather > 1 ? t->kv_gather : 1;
         /* the grid rules the launchers compute: cdiv(q_len, rows per CTA) for
          * NAME_pre, cdiv(rows, rows per CTA) for NAME_combine, cdiv(q_tiles, 2)
-         * for NAME_dqds2 */
+         * for NAME_dqds2, cdiv(n, threads) for NAME_seqs */
         int rows = t->head_dim >= 8 ? r->threads / (t->head_dim / 8) : 0;
         snprintf(nm[n].name, sizeof nm[n].name, "%s%s", base, s2_role_suffix(r->role));
         snprintf(nm[n].symbol, sizeof nm[n].symbol, "%s", r->symbol);
@@ -144,8 +145,9 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_n
                                 .smem_bytes = r->smem_bytes, .dtype = t->dtype, .head_dim = t->head_dim,
                                 .grid_div = {r->grid == S2_GRID_PRE_ROWS || r->grid == S2_GRID_ROWS ? rows
                                              : r->grid == S2_GRID_Q_TILE_PAIRS       ? 2
+                                             : r->grid == S2_GRID_SEQS               ? r->threads
                                                                                      : 0}};
-        if (t->kind == S2_KERNEL_FWD)
+        if (t->kind == S2_KERNEL_FWD && r->role != S2_ROLE_FWD_SEQS)
             ks[n].kv_box_rows = t->block_n / gather;
         else if (r->abi == S2_ABI_BWD_TMA)
             ks[n].kv_box_rows = t->block_m;
@@ -156,7 +158,7 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_n
 
 /* DIR/IDENT.h and DIR/IDENT.c: one launcher IDENT_<symbol without "s2_">
  * per kernel of the manifest (three for a backward module, four with NAME_dqds,
- * two for a forward with a wide variant NAME_w). */
+ * one more for a forward's NAME_seqs, one for its wide variant NAME_w). */
 static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, const char *ident, const char *dir,
                      FILE *info)
 {

@@ -239,6 +239,14 @@ S2_API const s2_aot_abi *s2_aot_abi_attn_decode(void);
  *                           const CUdeviceptr *o_in, const CUdeviceptr *lse_in); */
 S2_API const s2_aot_abi *s2_aot_abi_attn_combine(void);
 
+/* NAME_seqs of a forward module (launch.h, ABI seqs): the records of a
+ * variable-length batch from cumulative lengths on the device.
+ *   params  cu_q, cu_k               CUdeviceptr: int32 [n + 1] (cu_k 0: cu_q)
+ *           seqinfo                  CUdeviceptr: s2_attn_seq [n], written
+ *           n, max_kv_len            int32
+ *   grid    (cdiv(n, grid_div), 1, 1), grid_div = threads */
+S2_API const s2_aot_abi *s2_aot_abi_attn_seqs(void);
+
 typedef struct s2_aot_kernel {
     const char *name;        /* launcher NAME_<name>; a C identifier */
     const char *symbol;      /* the kernel's symbol in the cubin */

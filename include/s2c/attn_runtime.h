@@ -344,8 +344,8 @@ S2_API void s2_attn_plan_free(s2_attn_plan *p);
 /* A variable-length batch whose sequences live on the device only, so that
  * one captured graph serves every step: n records (s2_attn_seq, launch.h) at
  * s2_attn_seqs_device(s), which the caller rewrites before each launch or
- * replay (s2_attn_seqs_write, or its own copy or kernel converting
- * cu_seqlens), stream-ordered.  Launches use the schedule of (max_kv_len,
+ * replay (s2_attn_seqs_write from the host, s2_attn_seqs_write_cu from
+ * cu_seqlens on the device, or its own copy or kernel), stream-ordered.  Launches use the schedule of (max_kv_len,
  * max_kv_len), which serves every sequence of up to max_kv_len keys; their
  * grids cover that many query tiles per sequence.  The kernel trusts the
  * records as decode trusts seq_lens: each must have 0 <= q_len <= kv_len <=
@@ -357,6 +357,25 @@ S2_API s2_status s2_attn_seqs_new_device(s2_ctx *ctx, s2_device *dev, int n, int
  * driver may wait for the stream; not inside capture).  S2_ERR_INVALID for a
  * batch from s2_attn_seqs_new. */
 S2_API s2_status s2_attn_seqs_write(s2_ctx *ctx, s2_attn_seqs *s, const s2_attn_seq *seqs, void *stream);
+/* Write s's device records from an engine's cumulative lengths in device
+ * memory: cu_q and cu_k are int32 [n + 1] (n = s2_attn_seqs_count(s); cu_k
+ * 0: cu_q, self-attention), sequence i = {cu_q[i], cu_q[i+1] - cu_q[i],
+ * cu_k[i], cu_k[i+1] - cu_k[i]}.  It launches the kernel NAME_seqs of k's
+ * module (a forward's, ABI seqs in launch.h) on `stream` and makes no other
+ * driver call, so it can be captured into a graph ahead of the forward,
+ * which then reads the lengths each replay finds in cu_q / cu_k.  The
+ * lengths are not trusted: a sequence with a negative start or length,
+ * q_len > kv_len or kv_len above the batch's max_kv_len gets q_len = kv_len
+ * = 0 (and starts 0), which the forward skips (its rows are not written).
+ * Rows past the launch's tensors are not checked: cu_q[n] and cu_k[n] must
+ * not exceed the q and k token rows.  Statuses (host checks only):
+ *   S2_ERR_NULL_ARG     k, s or cu_q is null
+ *   S2_ERR_INVALID      s is not from s2_attn_seqs_new_device, k is not a
+ *                       forward, or they are on different devices
+ *   S2_ERR_ALIGNMENT    cu_q or cu_k is not 4-byte aligned
+ *   S2_ERR_UNSUPPORTED  k's module has no NAME_seqs (made by an s2c before 0.2) */
+S2_API s2_status s2_attn_seqs_write_cu(s2_ctx *ctx, s2_attn_kernel *k, s2_attn_seqs *s, s2_devptr cu_q,
+                                       s2_devptr cu_k, void *stream);
 
 #ifdef __cplusplus
 }

@@ -103,6 +103,19 @@ typedef struct s2_attn_seq {
     int32_t k_start, kv_len;     /* first k/v token row, number of keys */
 } s2_attn_seq;
 
+/* ---- NAME_seqs (ABI seqs, grid rule seqs; every forward module from s2c 0.2) -------
+ * The records above from an engine's cumulative lengths in device memory
+ * (s2_attn_seqs_write_cu launches it):
+ *    0 ptr cu_q      int32 [n + 1]: queries of sequence i are rows cu_q[i] .. cu_q[i+1]-1
+ *    1 ptr cu_k      int32 [n + 1] likewise for the keys, or null: cu_q
+ *    2 ptr seqinfo   s2_attn_seq [n], written (16-byte aligned)
+ *    3 i32 n         4 i32 max_kv_len
+ * Grid (cdiv(n, threads), 1, 1), block (threads, 1, 1) of the record (128),
+ * no shared memory; thread i < n writes seqinfo[i].  The lengths are not
+ * trusted: a sequence with a negative start, a decreasing array, q_len >
+ * kv_len or kv_len > max_kv_len is written {0, 0, 0, 0}, which the forward
+ * skips. */
+
 
 /* ---- the backward kernel ABI (S2_KERNEL_BWD) -----------------------------------
  * One module, one manifest kernel entry (kind bwd, name NAME =

@@ -27,10 +27,11 @@ extern "C" {
 #define S2_MANIFEST_VERSION 3
 /* The oldest runtime release (MAJOR.MINOR) that launches what this generator
  * writes correctly; raised whenever a kernel ABI, a parameter list or the
- * meaning of a record changes (the `requires` line).  A runtime older than a
- * manifest's `requires` refuses the module. */
+ * meaning of a record changes, or a record of a new role, ABI or grid rule
+ * appears (0.2: every forward's NAME_seqs); the `requires` line.  A runtime
+ * older than a manifest's `requires` refuses the module. */
 #define S2_MANIFEST_REQUIRES_MAJOR 0
-#define S2_MANIFEST_REQUIRES_MINOR 1
+#define S2_MANIFEST_REQUIRES_MINOR 2
 
 /* One kernel of a module: its symbol, role, ABI, grid rule, threads, shared
  * memory and the tile it was built for (the `kernel.fn` line).  Its layout

@@ -68,15 +68,19 @@ START_TEST(assembles_without_spills_and_carries_manifest)
                   s2_ctx_message(ctx));
     s2_kspec aks;   /* the resolved spec, the template's choices included */
     ck_assert_int_eq(s2_artifact_kspec(ctx, art, &aks), S2_OK);
-    /* one kernel, or with the wide variant (sm_90a, block 64, d128) two: every one without spills */
+    /* the forward and NAME_seqs, and with the wide variant (sm_90a, block 64, d128) three: every one
+     * without spills */
     bool wide_expected = arch == S2_ARCH_SM90A && D == 128 && p->block_size == 64;
-    ck_assert_int_eq(art->num_kernels, wide_expected ? 2 : 1);
-    const s2_kernel_info *ki = &art->kernels[0], *wi = NULL;
+    ck_assert_int_eq(art->num_kernels, wide_expected ? 3 : 2);
+    const s2_kernel_info *ki = &art->kernels[0], *wi = NULL, *si = NULL;
     for (int i = 0; i < art->num_kernels; i++) {
         const s2_kernel_info *x = &art->kernels[i];
         size_t nl = strlen(x->name), sl = strlen(s2_role_suffix(S2_ROLE_FWD_WIDE));
+        size_t ql = strlen(s2_role_suffix(S2_ROLE_FWD_SEQS));
         if (nl > sl && strcmp(x->name + nl - sl, s2_role_suffix(S2_ROLE_FWD_WIDE)) == 0)
             wi = x;
+        else if (nl > ql && strcmp(x->name + nl - ql, s2_role_suffix(S2_ROLE_FWD_SEQS)) == 0)
+            si = x;
         else
             ki = x;
         ck_assert_msg(x->registers > 0 && x->spill_stores == 0 && x->spill_loads == 0 && x->stack_frame == 0,
@@ -84,6 +88,8 @@ START_TEST(assembles_without_spills_and_carries_manifest)
                       x->stack_frame);
     }
     ck_assert_int_eq(wi != NULL, wide_expected);
+    ck_assert_ptr_nonnull(si);
+    ck_assert_int_eq(si->max_threads, 128);
     ck_assert_str_eq(art->kernels[0].name, ki->name);   /* the primary kernel first */
     printf("%-14s d%-3d %-4s %-6s bm%d bn%d w%d st%d: %3d regs, spill %d/%d, stack %d, smem %d\n", p->name, D,
            s2_dtype_name(dt), s2_arch_name(arch), art->spec.block_m, art->spec.block_n, art->spec.num_warps,
@@ -119,7 +125,7 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     size_t len = 0;
     ck_assert_msg(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &text, &len) == S2_OK, "%s",
                   s2_ctx_message(ctx));
-    ck_assert_msg(len > 20 && strncmp(text, "s2c-manifest 3\nrequires 0.1\n", 28) == 0, "manifest text: %.*s", (int)len, text);
+    ck_assert_msg(len > 20 && strncmp(text, "s2c-manifest 3\nrequires 0.2\n", 28) == 0, "manifest text: %.*s", (int)len, text);
     s2_manifest *m = NULL;
     ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_str_eq(s2_manifest_generator(m), s2_generator_id());
@@ -137,7 +143,18 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     ck_assert_int_eq(mk->threads, art->threads_per_block);
     ck_assert_int_eq(mk->smem_bytes, art->smem_bytes);
     /* one record per kernel: the forward's ABI and grid, and the wide variant's own tile */
-    ck_assert_int_eq(mk->num_fns, wide_expected ? 2 : 1);
+    ck_assert_int_eq(mk->num_fns, wide_expected ? 3 : 2);
+    /* NAME_seqs: one thread per sequence, no shared memory */
+    const s2_kernel_record *sr = s2_manifest_kernel_fn(mk, S2_ROLE_FWD_SEQS);
+    ck_assert_ptr_nonnull(sr);
+    char sname[160];
+    snprintf(sname, sizeof sname, "%s_seqs", mk->name);
+    ck_assert_str_eq(sr->symbol, sname);
+    ck_assert_str_eq(si->name, sname);
+    ck_assert_int_eq(sr->abi, S2_ABI_SEQS);
+    ck_assert_int_eq(sr->grid, S2_GRID_SEQS);
+    ck_assert_int_eq(sr->threads, 128);
+    ck_assert_int_eq(sr->smem_bytes, 0);
     const s2_kernel_record *fr = s2_manifest_kernel_fn(mk, S2_ROLE_FWD);
     ck_assert_ptr_nonnull(fr);
     ck_assert_str_eq(fr->symbol, mk->name);

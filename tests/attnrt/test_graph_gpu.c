@@ -603,7 +603,8 @@ enum { VL_N = 4, VL_MAX = 256, VL_ROWS = VL_N * VL_MAX };
 /* Replay r's sequences, packed from row 0 (cu_seqlens): 1 + r % VL_N of them
  * have queries, at random places among the VL_N; every third replay is
  * chunked prefill (more keys than queries); replay 0 fills every row. */
-static void draw_seqs(s2_ctx *ctx, int r, uint64_t *s, s2_attn_seq *seqs)
+static void draw_seqs(s2_ctx *ctx, int r, uint64_t *s, s2_attn_seq *seqs, int32_t cu_q[VL_N + 1],
+                      int32_t cu_k[VL_N + 1])
 {
     int live = 1 + r % VL_N;
     bool on[VL_N] = {0};
@@ -627,16 +628,24 @@ static void draw_seqs(s2_ctx *ctx, int r, uint64_t *s, s2_attn_seq *seqs)
         ck[i + 1] = ck[i] + kl;
     }
     OK(ctx, s2_attn_seqs_packed(ctx, cq, ck, VL_N, seqs));
+    memcpy(cu_q, cq, sizeof cq);
+    memcpy(cu_k, ck, sizeof ck);
 }
 
+/* Loops 0, 1: the sequences written from the host before each replay
+ * (s2_attn_seqs_write); 2, 3: the engine's way, the graph itself holding
+ * s2_attn_seqs_write_cu (NAME_seqs) ahead of the forward, reading new
+ * cu_seqlens copied into fixed device buffers before each replay.  Odd
+ * loops: the persistent kernel. */
 START_TEST(varlen_graph)
 {
-    const bool persistent = _i == 1;
+    const bool persistent = _i % 2 == 1, from_cu = _i >= 2;
     if (persistent && dev_arch != S2_ARCH_SM90A) {
         printf("varlen: no persistent kernel below sm_90a: skipped\n");
         return;
     }
-    const char *what = persistent ? "varlen (persistent)" : "varlen";
+    const char *what = from_cu ? (persistent ? "varlen from cu_seqlens (persistent)" : "varlen from cu_seqlens")
+                               : (persistent ? "varlen (persistent)" : "varlen");
     graph_api g;
     graph_api_load(&g);
     env e;
@@ -675,27 +684,54 @@ START_TEST(varlen_graph)
     prepare_plan(&e, plan, &pi);
     uint64_t s = base_seed * 1000003u + 17 + (uint64_t)persistent;
     s2_attn_seq seqs[VL_N];
-    draw_seqs(e.ctx, 0, &s, seqs);
-    OK(e.ctx, s2_attn_seqs_write(e.ctx, sq, seqs, e.stream));
+    int32_t cu_q[VL_N + 1], cu_k[VL_N + 1];
+    draw_seqs(e.ctx, 0, &s, seqs, cu_q, cu_k);
+    /* the engine's cu_seqlens: fixed device buffers the graph reads */
+    s2_devptr d_cu_q = 0, d_cu_k = 0;
+    if (from_cu) {
+        OK(e.ctx, s2_mem_alloc(e.ctx, e.dev, sizeof cu_q, &d_cu_q));
+        OK(e.ctx, s2_mem_alloc(e.ctx, e.dev, sizeof cu_k, &d_cu_k));
+    } else {
+        OK(e.ctx, s2_attn_seqs_write(e.ctx, sq, seqs, e.stream));
+    }
     OK(e.ctx, s2_stream_synchronize(e.ctx, e.dev, e.stream));
 
     int64_t calls0 = ca_calls(&e.ca);
     CUgraph graph;
     CUgraphExec exec;
-    capture_plan(&g, &e, plan, OP_FORWARD, &a, NULL, what, &graph, &exec);
+    if (from_cu) {
+        capture_begin(&g, &e);
+        s2_status st = s2_attn_seqs_write_cu(e.ctx, k, sq, d_cu_q, d_cu_k, e.stream);
+        char msg[512];
+        snprintf(msg, sizeof msg, "%s", s2_ctx_message(e.ctx));
+        s2_status st2 = st == S2_OK ? plan_launch(&e, plan, OP_FORWARD, &a) : st;
+        if (st == S2_OK)
+            snprintf(msg, sizeof msg, "%s", s2_ctx_message(e.ctx));
+        capture_end(&g, &e, &graph, &exec);
+        ck_assert_msg(st == S2_OK && st2 == S2_OK, "%s: NAME_seqs (%s) and the forward (%s) inside the capture: %s",
+                      what, s2_status_name(st), s2_status_name(st2), msg);
+    } else {
+        capture_plan(&g, &e, plan, OP_FORWARD, &a, NULL, what, &graph, &exec);
+    }
 
     replay_log log = {0};
     int64_t rows_checked = 0, live_seqs = 0;
     for (int r = 0; r < replays; r++) {
         uint64_t seed = base_seed * 37 + (uint64_t)r * 101;
         if (r > 0)
-            draw_seqs(e.ctx, r, &s, seqs);
+            draw_seqs(e.ctx, r, &s, seqs, cu_q, cu_k);
         fill_inputs(&q, &kt, &v, seed);   /* every row: the TMA kernel may read rows next to a sequence */
         upload_all(&e, all, 3);
         s2t_tensor_poison(&o);
         s2t_tensor_upload(e.ctx, e.dev, &o);
         s2t_dev_poison(e.ctx, e.dev, d_lse, nlse * 4);
-        OK(e.ctx, s2_attn_seqs_write(e.ctx, sq, seqs, e.stream));
+        if (from_cu) {
+            /* the graph turns these into the records itself; cu_k is the keys' own when they differ */
+            OK(e.ctx, s2_memcpy_h2d(e.ctx, e.dev, d_cu_q, cu_q, sizeof cu_q));
+            OK(e.ctx, s2_memcpy_h2d(e.ctx, e.dev, d_cu_k, cu_k, sizeof cu_k));
+        } else {
+            OK(e.ctx, s2_attn_seqs_write(e.ctx, sq, seqs, e.stream));
+        }
         replay(&g, &e, exec);
         s2t_tensor_download(e.ctx, e.dev, &o);
         OK(e.ctx, s2_memcpy_d2h(e.ctx, e.dev, lse, d_lse, nlse * 4));
@@ -756,9 +792,20 @@ START_TEST(varlen_graph)
     ck_assert_msg(calls == 0, "%s: %lld allocator calls during capture and replays", what, (long long)calls);
     ck_assert_msg(kernel_persistent(k) == persistent, "%s: the kernel's ABI is not the one asked for", what);
 
+    if (from_cu) {
+        /* the records the last replay's NAME_seqs wrote are the host's conversion of its cu_seqlens */
+        s2_attn_seq back[VL_N];
+        OK(e.ctx, s2_memcpy_d2h(e.ctx, e.dev, back, s2_attn_seqs_device(sq), sizeof back));
+        ck_assert_msg(memcmp(back, seqs, sizeof back) == 0, "%s: NAME_seqs wrote other records than s2_attn_seqs_packed",
+                      what);
+    }
     graph_free(&g, graph, exec);
     free_plan(&e, plan, &pi);
     s2_attn_seqs_free(sq);
+    if (from_cu) {
+        s2_mem_free(e.ctx, e.dev, d_cu_q);
+        s2_mem_free(e.ctx, e.dev, d_cu_k);
+    }
     free(lse), free(lse_ref), free(ref), free(mine);
     s2_mem_free(e.ctx, e.dev, d_lse);
     for (int i = 0; i < 4; i++)
@@ -1400,7 +1447,7 @@ int main(void)
 
     Suite *s = suite_create("graph_gpu");
     ADD_CASE(s, "forward", forward_graph, 2);
-    ADD_CASE(s, "varlen", varlen_graph, 2);
+    ADD_CASE(s, "varlen", varlen_graph, 4);
     ADD_CASE(s, "backward", backward_graph, 1);
     ADD_CASE(s, "decode", decode_graph, 1);
     ADD_CASE(s, "concurrency", concurrency, 1);

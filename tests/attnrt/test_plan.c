@@ -12,6 +12,8 @@
  *  - backward and split-KV decode use the plan's workspace; the combine
  *    launches as the others;
  *  - device-side varlen batches: s2_attn_seqs_write checks and copies;
+ *    s2_attn_seqs_write_cu only launches NAME_seqs (a module without it, or
+ *    a decode kernel, is refused unlaunched);
  *  - two devices in one process keep their allocators, caches and plans apart.
  * Usage: test_plan FAKE_LIB (exits 77 without ptxas or nvJitLink). */
 #include "../attn/patterns.h"
@@ -33,6 +35,8 @@ static const char *fake_path;
 static fake_cuda_set_fn fake_set;
 static fake_cuda_get_fn fake_get;
 static fake_cuda_trace_fn fake_trace;
+static fake_cuda_param_sizes_fn fake_param_sizes;
+static fake_cuda_launch_at_fn fake_launch_at;
 
 /* forward and backward of one GQA pattern (32/8 heads, block 32), decode of a 4/2-head one */
 static s2_pattern_set *fwd_set, *dec_set;
@@ -48,7 +52,9 @@ static void use_fake(void)
     fake_set = (fake_cuda_set_fn)dlsym(h, "fake_cuda_set");
     fake_get = (fake_cuda_get_fn)dlsym(h, "fake_cuda_get");
     fake_trace = (fake_cuda_trace_fn)dlsym(h, "fake_cuda_trace");
-    ck_assert(fake_set && fake_get && fake_trace);
+    fake_param_sizes = (fake_cuda_param_sizes_fn)dlsym(h, "fake_cuda_param_sizes");
+    fake_launch_at = (fake_cuda_launch_at_fn)dlsym(h, "fake_cuda_launch_at");
+    ck_assert(fake_set && fake_get && fake_trace && fake_param_sizes && fake_launch_at);
 }
 
 static void assert_msg_has(const s2_ctx *ctx, const char *needle)
@@ -421,13 +427,119 @@ START_TEST(device_sequences)
     const s2_manifest_kernel *d = s2_attn_kernel_desc(r.k);
     ck_assert_int_eq(fake_get("last_grid_x"), (320 + d->spec.block_m - 1) / d->spec.block_m);
     ck_assert_int_eq(fake_get("last_grid_z"), 3);
+    /* from cu_seqlens on the device: NAME_seqs's one launch, one thread per sequence */
+    const s2_kernel_record *sr = s2_manifest_kernel_fn(d, S2_ROLE_FWD_SEQS);
+    ck_assert_ptr_nonnull(sr);
+    ck_assert_int_eq(sr->abi, S2_ABI_SEQS);
+    ck_assert_int_eq(sr->grid, S2_GRID_SEQS);
+    char want_sym[160];
+    snprintf(want_sym, sizeof want_sym, "%s_seqs", d->name);
+    ck_assert_str_eq(sr->symbol, want_sym);
+    s2_devptr cu_q = rig_buf(&r, 4 * 4), cu_k = rig_buf(&r, 4 * 4);
+    const int32_t cq[4] = {0, 100, 100, 164}, ck[4] = {0, 100, 100, 420};
+    ck_assert_int_eq(s2_memcpy_h2d(r.ctx, r.dev, cu_q, cq, sizeof cq), S2_OK);
+    ck_assert_int_eq(s2_memcpy_h2d(r.ctx, r.dev, cu_k, ck, sizeof ck), S2_OK);
+    const int sizes[5] = {8, 8, 8, 4, 4};
+    fake_param_sizes(sizes, 5);
+    long long launches0 = fake_get("launches");
+    fake_set("set_current", 1);   /* (with none current the launch pushes and pops the kernel's, as the others) */
+    fake_set("trace", 1);
+    ck_assert_msg(s2_attn_seqs_write_cu(r.ctx, r.k, sq, cu_q, cu_k, r.stream) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    fake_set("trace", 0);
+    ck_assert_str_eq(fake_trace(), "CtxGetCurrent,LaunchKernel");
+    ck_assert_int_eq(fake_get("launches"), launches0 + 1);
+    long long shape[8];
+    const unsigned char *pb = fake_launch_at(0, shape);
+    ck_assert_ptr_nonnull(pb);
+    const long long want_shape[8] = {1, 1, 1, 128, 1, 1, 0, 32};
+    for (int i = 0; i < 8; i++)
+        ck_assert_msg(shape[i] == want_shape[i], "shape %d: %lld, want %lld", i, shape[i], want_shape[i]);
+    s2_devptr got_p[3];
+    int32_t got_i[2];
+    memcpy(got_p, pb, sizeof got_p);
+    memcpy(got_i, pb + 24, sizeof got_i);
+    ck_assert_uint_eq(got_p[0], cu_q);
+    ck_assert_uint_eq(got_p[1], cu_k);
+    ck_assert_uint_eq(got_p[2], s2_attn_seqs_device(sq));
+    ck_assert_int_eq(got_i[0], 3);    /* n */
+    ck_assert_int_eq(got_i[1], 320);  /* the batch's max_kv_len */
+    /* cu_k 0 (self-attention) travels as 0: the kernel reads cu_q for it */
+    ck_assert_int_eq(s2_attn_seqs_write_cu(r.ctx, r.k, sq, cu_q, 0, r.stream), S2_OK);
+    pb = fake_launch_at(0, shape);
+    memcpy(got_p, pb, sizeof got_p);
+    ck_assert_uint_eq(got_p[1], 0);
+    fake_param_sizes(NULL, 0);
+    /* 300 sequences: three CTAs of 128 threads */
+    s2_attn_seqs *many = NULL;
+    ck_assert_int_eq(s2_attn_seqs_new_device(r.ctx, r.dev, 300, 64, &many), S2_OK);
+    ck_assert_int_eq(s2_attn_seqs_write_cu(r.ctx, r.k, many, cu_q, cu_k, r.stream), S2_OK);
+    ck_assert_int_eq(fake_get("last_grid_x"), 3);
+    ck_assert_int_eq(fake_get("last_block_x"), 128);
+    s2_attn_seqs_free(many);
+    /* host checks: nothing is launched */
+    long long launches1 = fake_get("launches");
+    ck_assert_int_eq(s2_attn_seqs_write_cu(r.ctx, r.k, sq, 0, cu_k, r.stream), S2_ERR_NULL_ARG);
+    ck_assert_int_eq(s2_attn_seqs_write_cu(r.ctx, NULL, sq, cu_q, cu_k, r.stream), S2_ERR_NULL_ARG);
+    ck_assert_int_eq(s2_attn_seqs_write_cu(r.ctx, r.k, NULL, cu_q, cu_k, r.stream), S2_ERR_NULL_ARG);
+    ck_assert_int_eq(s2_attn_seqs_write_cu(r.ctx, r.k, sq, cu_q + 2, cu_k, r.stream), S2_ERR_ALIGNMENT);
+    assert_msg_has(r.ctx, "cu_q is not 4-byte aligned");
+    ck_assert_int_eq(s2_attn_seqs_write_cu(r.ctx, r.k, sq, cu_q, cu_k + 1, r.stream), S2_ERR_ALIGNMENT);
+    assert_msg_has(r.ctx, "cu_k is not 4-byte aligned");
+    ck_assert_int_eq(fake_get("launches"), launches1);
     /* a host batch is not writable */
     s2_attn_seqs *host = NULL;
     ck_assert_int_eq(s2_attn_seqs_new(r.ctx, r.dev, good, 3, &host), S2_OK);
     ck_assert_int_eq(s2_attn_seqs_write(r.ctx, host, good, r.stream), S2_ERR_INVALID);
+    ck_assert_int_eq(s2_attn_seqs_write_cu(r.ctx, r.k, host, cu_q, cu_k, r.stream), S2_ERR_INVALID);
+    assert_msg_has(r.ctx, "not from s2_attn_seqs_new_device");
+    ck_assert_int_eq(fake_get("launches"), launches1);
     s2_attn_seqs_free(host);
     s2_attn_seqs_free(sq);
     rig_close(&r, plan);
+}
+END_TEST
+
+/* s2_attn_seqs_write_cu needs a forward whose module holds NAME_seqs: a
+ * decode kernel is refused, and so is a module made before NAME_seqs (here
+ * the forward's cubin with that record's manifest line turned into a
+ * `generator` line), naming the kernel; neither launches. */
+START_TEST(seqs_from_cu_needs_the_kernel)
+{
+    rig r;
+    rig_open(&r, fwd_art, 0);
+    s2_attn_seqs *sq = NULL;
+    ck_assert_int_eq(s2_attn_seqs_new_device(r.ctx, r.dev, 2, 64, &sq), S2_OK);
+    s2_devptr cu = rig_buf(&r, 16);
+    long long launches0 = fake_get("launches");
+    s2_attn_kernel *dk = NULL;
+    ck_assert_msg(s2_attn_load(r.ctx, r.dev, dec_art->cubin, dec_art->cubin_size, NULL, S2_DTYPE_BF16, D, &dk) == S2_OK,
+                  "%s", s2_ctx_message(r.ctx));
+    ck_assert_int_eq(s2_attn_seqs_write_cu(r.ctx, dk, sq, cu, 0, r.stream), S2_ERR_INVALID);
+    assert_msg_has(r.ctx, "is not a forward");
+    s2_attn_kernel_free(dk);
+    /* the old module */
+    const s2_manifest_kernel *d = s2_attn_kernel_desc(r.k);
+    char line[200];
+    snprintf(line, sizeof line, "kernel.fn %s_seqs fwd_seqs ", d->name);
+    unsigned char *old = malloc(fwd_art->cubin_size);
+    ck_assert_ptr_nonnull(old);
+    memcpy(old, fwd_art->cubin, fwd_art->cubin_size);
+    unsigned char *at = memmem(old, fwd_art->cubin_size, line, strlen(line));
+    ck_assert_ptr_nonnull(at);
+    memcpy(at, "generator", 9);
+    s2_attn_kernel *ok = NULL;
+    ck_assert_msg(s2_attn_load(r.ctx, r.dev, old, fwd_art->cubin_size, NULL, S2_DTYPE_BF16, D, &ok) == S2_OK, "%s",
+                  s2_ctx_message(r.ctx));
+    ck_assert_ptr_null(s2_manifest_kernel_fn(s2_attn_kernel_desc(ok), S2_ROLE_FWD_SEQS));
+    ck_assert_int_eq(s2_attn_seqs_write_cu(r.ctx, ok, sq, cu, 0, r.stream), S2_ERR_UNSUPPORTED);
+    char want[200];
+    snprintf(want, sizeof want, "kernel %s's module has no %s_seqs", d->name, d->name);
+    assert_msg_has(r.ctx, want);
+    ck_assert_int_eq(fake_get("launches"), launches0);
+    s2_attn_kernel_free(ok);
+    free(old);
+    s2_attn_seqs_free(sq);
+    rig_close(&r, NULL);
 }
 END_TEST
 
@@ -547,6 +659,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc_plan, backward_uses_the_plans_workspace);
     tcase_add_test(tc_plan, decode_split_kv_in_the_plans_workspace);
     tcase_add_test(tc_plan, device_sequences);
+    tcase_add_test(tc_plan, seqs_from_cu_needs_the_kernel);
     tcase_add_test(tc_plan, two_devices_in_one_process);
     suite_add_tcase(s, tc_plan);
     SRunner *sr = srunner_create(s);

@@ -46,7 +46,7 @@ int main(void)
 
 CMAKE = '''cmake_minimum_required(VERSION 3.16)
 project(s2c_user C)
-find_package(s2c 0.1 REQUIRED)
+find_package(s2c 0.2 REQUIRED)
 add_executable(app app.c)
 target_link_libraries(app PRIVATE s2c::s2c)
 '''
@@ -88,8 +88,8 @@ def main():
             so = one(dest, f"lib{lib}.so.*.*.*")
             libs[lib] = so
             soname = run(["objdump", "-p", str(so)])
-            if f"SONAME               lib{lib}.so.0.1" not in soname:
-                failures.append(f"lib{lib}: soname is not lib{lib}.so.0.1")
+            if f"SONAME               lib{lib}.so.0.2" not in soname:
+                failures.append(f"lib{lib}: soname is not lib{lib}.so.0.2")
             if not (so.parent / f"lib{lib}.so").exists() or not (so.parent / f"lib{lib}.a").is_file():
                 failures.append(f"lib{lib}: lib{lib}.so or lib{lib}.a missing")
             r = subprocess.run([sys.executable, str(src / "scripts" / "public_api.py"), "check", lib,

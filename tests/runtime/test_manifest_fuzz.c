@@ -197,7 +197,7 @@ START_TEST(hostile_manifests_bounded)
         from_file("edge-unknown-keys", "manifest:5: unknown key (written by a newer s2c? this runtime reads manifest "
                                        "version 3): future.key"),
         from_file("edge-no-requires", "no 'requires' line"),
-        newer("edge-requires-newer", "manifest:2: the module needs an s2c runtime of version 0.2 or newer; this one is "),
+        newer("edge-requires-newer", "manifest:2: the module needs an s2c runtime of version 0.3 or newer; this one is "),
         newer("edge-requires-next-major", "version 1.0 or newer"),
     };
     free(masks);
