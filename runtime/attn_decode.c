@@ -257,13 +257,6 @@ s2_status s2_rt_dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_
     return st;
 }
 
-s2_status s2_rt_dec_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
-{
-    size_t bytes[7];
-    s2_status st = s2_rt_dec_check_host(ctx, k, a, bytes);
-    return st == S2_OK ? dec_validate(ctx, k, stream, a, bytes) : st;
-}
-
 s2_status s2_attn_decode_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
 {
     size_t bytes[7];

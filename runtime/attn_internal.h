@@ -241,8 +241,6 @@ S2_RT_HIDDEN s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *st
                                         const dec_slot *s, int splits);
 /* The combine's launch of checked arguments. */
 S2_RT_HIDDEN s2_status s2_rt_combine_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a);
-/* Decode's checked mode (S2C_CHECK_DECODE) on host-checked arguments. */
-S2_RT_HIDDEN s2_status s2_rt_dec_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a);
 /* A decode kernel's functions and its list cache. */
 S2_RT_HIDDEN s2_status s2_rt_decode_init(s2_ctx *ctx, s2_attn_kernel *k);
 S2_RT_HIDDEN void s2_rt_decode_free(s2_attn_kernel *k);

@@ -194,6 +194,55 @@ s2_status s2_device_count(s2_ctx *ctx, int *count)
     return S2_OK;
 }
 
+/* ---- the tensor-map memo (rt_internal.h, s2_map_memo) ---- */
+
+/* Over the key's words used: a multiply-xorshift mix per 8 bytes. */
+static uint64_t memo_hash(const unsigned char *key, size_t used)
+{
+    uint64_t hash = 0;
+    for (size_t i = 0; i < (used + 7) / 8; i++) {
+        uint64_t w;
+        memcpy(&w, key + 8 * i, sizeof w);
+        hash = (hash ^ w) * 0x9e3779b97f4a7c15ull;
+        hash ^= hash >> 29;
+    }
+    return hash;
+}
+
+/* The map of key into *map; false when m holds none (or is NULL). */
+static bool memo_find(s2_map_memo *m, const unsigned char key[160], uint64_t hash, s2_tensor_map *map)
+{
+    bool hit = false;
+    if (!m)
+        return false;
+    mtx_lock(&m->lock);
+    /* newest first: a launch's maps were usually encoded together */
+    for (int n = 1; n <= S2_MAP_MEMO && !hit; n++) {
+        int i = (m->next - n + S2_MAP_MEMO) % S2_MAP_MEMO;
+        if (m->e[i].used && m->e[i].hash == hash && memcmp(m->e[i].key, key, sizeof m->e[i].key) == 0) {
+            memcpy(map, m->e[i].map, sizeof(CUtensorMap));
+            hit = true;
+        }
+    }
+    mtx_unlock(&m->lock);
+    return hit;
+}
+
+/* Keep key's map, in place of the oldest. */
+static void memo_put(s2_map_memo *m, const unsigned char key[160], uint64_t hash, const s2_tensor_map *map)
+{
+    if (!m)
+        return;
+    mtx_lock(&m->lock);
+    int i = m->next;
+    m->next = (i + 1) % S2_MAP_MEMO;
+    m->e[i].used = true;
+    m->e[i].hash = hash;
+    memcpy(m->e[i].key, key, sizeof m->e[i].key);
+    memcpy(m->e[i].map, map, sizeof(CUtensorMap));
+    mtx_unlock(&m->lock);
+}
+
 s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *map, s2_dtype dtype, int rank,
                                      s2_devptr addr,
                                      const uint64_t *dims, const uint64_t *strides, const uint32_t *box,
@@ -246,29 +295,9 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tenso
 #undef KEY
     _Static_assert(sizeof(int) * 3 + 8 + 5 * 12 + 4 * 8 <= sizeof key, "tensor map key");
     _Static_assert(sizeof(CUtensorMap) <= sizeof dev->maps->e[0].map, "tensor map size");
-    s2_map_memo *m = dev->maps;
-    uint64_t hash = 0;   /* over the words used: a multiply-xorshift mix per 8 bytes */
-    for (size_t i = 0; i < (at + 7) / 8; i++) {
-        uint64_t w;
-        memcpy(&w, key + 8 * i, sizeof w);
-        hash = (hash ^ w) * 0x9e3779b97f4a7c15ull;
-        hash ^= hash >> 29;
-    }
-    if (m) {
-        bool hit = false;
-        mtx_lock(&m->lock);
-        /* newest first: a launch's maps were usually encoded together */
-        for (int n = 1; n <= S2_MAP_MEMO && !hit; n++) {
-            int i = (m->next - n + S2_MAP_MEMO) % S2_MAP_MEMO;
-            if (m->e[i].used && m->e[i].hash == hash && memcmp(m->e[i].key, key, sizeof key) == 0) {
-                memcpy(map, m->e[i].map, sizeof(CUtensorMap));
-                hit = true;
-            }
-        }
-        mtx_unlock(&m->lock);
-        if (hit)
-            return S2_OK;
-    }
+    uint64_t hash = memo_hash(key, at);
+    if (memo_find(dev->maps, key, hash, map))
+        return S2_OK;
     /* the driver wants a current context, though the map belongs to none */
     bool pushed = false;
     if ((st = s2_ctx_use(ctx, dev, &pushed)) != S2_OK)
@@ -280,15 +309,6 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tenso
     if (r != CUDA_SUCCESS)
         return s2_cu_fail_as(ctx, S2_ERR_INVALID, d, r, "cuTensorMapEncodeTiled (rank %d, address 0x%llx)", rank,
                              (unsigned long long)addr);
-    if (m) {
-        mtx_lock(&m->lock);
-        int i = m->next;
-        m->next = (i + 1) % S2_MAP_MEMO;
-        m->e[i].used = true;
-        m->e[i].hash = hash;
-        memcpy(m->e[i].key, key, sizeof key);
-        memcpy(m->e[i].map, map, sizeof(CUtensorMap));
-        mtx_unlock(&m->lock);
-    }
+    memo_put(dev->maps, key, hash, map);
     return S2_OK;
 }

@@ -6,13 +6,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* One declared shape and, once built, its device data. */
 /* What a forward's tensor maps depend on besides the kernel (s2_rt_fwd_tensor_maps). */
 typedef struct map_key {
     s2_devptr q, k, v;
     int64_t stride[9], q_len, kv_len, batch;
 } map_key;
 
+/* One declared shape and, once built, its device data. */
 typedef struct plan_entry {
     int64_t key[2];              /* forward, backward: the schedule's (q_len, kv_len); decode: (q_blocks, 0) */
     int batch;                   /* backward: the largest batch declared (the workspace) */
@@ -32,14 +32,13 @@ struct s2_attn_plan {
     bool lock_ok;
     bool built;                  /* device data built (prepare, or a failed prepare's part) */
     bool prepared;
-    void *stream;                /* prepare's: frees go there */
     plan_entry *e;
     int n, cap;
     s2_attn_decode_args *dec;    /* decode shapes as declared: their workspaces are known once their lists are */
     int ndec, capdec;
     s2_devptr ws;                /* the plan's own workspace (0: none) */
     size_t ws_bytes;
-    rt_upload up;                /* the device bytes, and the host copies kept until free */
+    rt_upload up;                /* prepare's stream (frees go there too), the device bytes, the host copies */
 };
 
 static s2_kernel_kind kind_of(const s2_attn_plan *p) { return p->k->desc->spec.kind; }
@@ -68,10 +67,10 @@ void s2_attn_plan_free(s2_attn_plan *p)
         return;
     const s2_device *dev = p->k->mod->dev;
     for (int i = 0; i < p->n; i++) {
-        s2_rt_sched_slot_free(dev, &p->e[i].slot, p->stream);
-        s2_rt_free(dev, p->e[i].lists.buf, p->stream);
+        s2_rt_sched_slot_free(dev, &p->e[i].slot, p->up.stream);
+        s2_rt_free(dev, p->e[i].lists.buf, p->up.stream);
     }
-    s2_rt_free(dev, p->ws, p->stream);
+    s2_rt_free(dev, p->ws, p->up.stream);
     s2_rt_up_release(&p->up);
     free(p->e);
     free(p->dec);
@@ -203,7 +202,6 @@ s2_status s2_attn_plan_prepare(s2_ctx *ctx, s2_attn_plan *p, void *stream)
     if (p->prepared || p->built)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_attn_plan_prepare: the plan is prepared already");
     const s2_device *dev = p->k->mod->dev;
-    p->stream = stream;
     p->up = (rt_upload){.stream = stream, .async = true};
     s2_status st = build(ctx, p);
     /* the workspace: zero once (split-KV's counters start at zero and launches leave them so) */
@@ -214,12 +212,14 @@ s2_status s2_attn_plan_prepare(s2_ctx *ctx, s2_attn_plan *p, void *stream)
     /* a forward or backward declared with its tensors: their maps now (kept per device), not at the first launch */
     for (int i = 0; i < p->n && st == S2_OK; i++) {
         const plan_entry *e = &p->e[i];
-        const s2_kernel_record *r = p->k->rec[e->slot.use_wide ? S2_ROLE_FWD_WIDE : S2_ROLE_FWD];
-        s2_tensor_map maps[3];
-        if (kind_of(p) == S2_KERNEL_FWD && r->abi != S2_ABI_FWD && e->fwd.q && e->fwd.k && e->fwd.v)
-            st = s2_rt_fwd_tensor_maps(ctx, dev, &r->spec, &e->fwd, maps);
         if (kind_of(p) == S2_KERNEL_BWD && e->bwd.q && e->bwd.d_o)
             st = s2_rt_bwd_tensor_maps(ctx, p->k, &e->bwd);
+        if (kind_of(p) != S2_KERNEL_FWD || !e->fwd.q || !e->fwd.k || !e->fwd.v)
+            continue;
+        const s2_kernel_record *r = p->k->rec[e->slot.use_wide ? S2_ROLE_FWD_WIDE : S2_ROLE_FWD];
+        s2_tensor_map maps[3];
+        if (r->abi != S2_ABI_FWD)
+            st = s2_rt_fwd_tensor_maps(ctx, dev, &r->spec, &e->fwd, maps);
     }
     /* the first launch raises each kernel's shared memory limit: do it now */
     for (int r = 0; r < S2_ROLE_COUNT_ && st == S2_OK; r++)
@@ -368,7 +368,7 @@ s2_status s2_attn_plan_decode(s2_ctx *ctx, s2_attn_plan *p, void *stream, const 
                            "or pass a workspace)", splits, need, p->ws_bytes);
         a.workspace = p->ws;
     }
-    if (p->k->mod->check_decode && (st = s2_rt_dec_validate(ctx, p->k, stream, &a)) != S2_OK)
+    if (p->k->mod->check_decode && (st = s2_attn_decode_validate(ctx, p->k, stream, &a)) != S2_OK)
         return st;
     return s2_rt_dec_launch(ctx, p->k, stream, &a, &e->lists, splits);
 }

@@ -43,6 +43,29 @@ static s2_status check_seq_list(s2_ctx *ctx, const s2_attn_seq *seqs, int n)
     return st;
 }
 
+/* A batch of n sequences with its device records allocated (n checked;
+ * host: keep a host copy of the records too). */
+static s2_status seqs_alloc(s2_ctx *ctx, s2_device *dev, int n, bool host, s2_attn_seqs **out)
+{
+    if (n < 1 || n > 65535)
+        return s2_fail(ctx, S2_ERR_SHAPE, "%d sequences (1..65535)", n);
+    s2_attn_seqs *s = calloc(1, sizeof *s);
+    if (!s || (host && !(s->host = malloc((size_t)n * sizeof *s->host)))) {
+        free(s);
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    }
+    s->dev = dev;
+    s->n = n;
+    s->on_device = !host;
+    s2_status st = s2_rt_alloc(ctx, dev, (size_t)n * sizeof(s2_attn_seq), NULL, &s->buf);
+    if (st != S2_OK) {
+        s2_attn_seqs_free(s);
+        return st;
+    }
+    *out = s;
+    return S2_OK;
+}
+
 s2_status s2_attn_seqs_new(s2_ctx *ctx, s2_device *dev, const s2_attn_seq *seqs, int n, s2_attn_seqs **out)
 {
     if (!out)
@@ -53,15 +76,11 @@ s2_status s2_attn_seqs_new(s2_ctx *ctx, s2_device *dev, const s2_attn_seq *seqs,
     if (n < 1 || n > 65535)
         return s2_fail(ctx, S2_ERR_SHAPE, "%d sequences (1..65535)", n);
     s2_status st = check_seq_list(ctx, seqs, n);
+    s2_attn_seqs *s = NULL;
+    if (st == S2_OK)
+        st = seqs_alloc(ctx, dev, n, true, &s);
     if (st != S2_OK)
         return st;
-    s2_attn_seqs *s = calloc(1, sizeof *s);
-    if (!s || !(s->host = malloc((size_t)n * sizeof *s->host))) {
-        free(s);
-        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    }
-    s->dev = dev;
-    s->n = n;
     memcpy(s->host, seqs, (size_t)n * sizeof *seqs);
     int64_t max_kv = 0, min_start = INT64_MAX;
     for (int i = 0; i < n; i++)
@@ -72,10 +91,7 @@ s2_status s2_attn_seqs_new(s2_ctx *ctx, s2_device *dev, const s2_attn_seq *seqs,
         }
     if (max_kv > 0)
         s->sched_q_len = max_kv - min_start, s->sched_kv_len = max_kv;
-    size_t bytes = (size_t)n * sizeof *seqs;
-    st = s2_rt_alloc(ctx, dev, bytes, NULL, &s->buf);
-    if (st == S2_OK)
-        st = s2_memcpy_h2d(ctx, dev, s->buf, seqs, bytes);
+    st = s2_memcpy_h2d(ctx, dev, s->buf, seqs, (size_t)n * sizeof *seqs);
     /* a launch on a non-blocking stream does not wait for the legacy stream */
     if (st == S2_OK)
         st = s2_stream_synchronize(ctx, dev, NULL);
@@ -94,25 +110,13 @@ s2_status s2_attn_seqs_new_device(s2_ctx *ctx, s2_device *dev, int n, int64_t ma
     *out = NULL;
     if (!dev)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_seqs_new_device: device is NULL");
-    if (n < 1 || n > 65535)
-        return s2_fail(ctx, S2_ERR_SHAPE, "%d sequences (1..65535)", n);
     if (max_kv_len < 1 || max_kv_len > INT32_MAX)
         return s2_fail(ctx, S2_ERR_SHAPE, "max_kv_len %lld (1..2^31-1)", (long long)max_kv_len);
-    s2_attn_seqs *s = calloc(1, sizeof *s);
-    if (!s)
-        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    s->dev = dev;
-    s->n = n;
-    s->on_device = true;
+    s2_status st = seqs_alloc(ctx, dev, n, false, out);
     /* every query position of every sequence of up to max_kv_len keys */
-    s->sched_q_len = s->sched_kv_len = max_kv_len;
-    s2_status st = s2_rt_alloc(ctx, dev, (size_t)n * sizeof(s2_attn_seq), NULL, &s->buf);
-    if (st != S2_OK) {
-        free(s);
-        return st;
-    }
-    *out = s;
-    return S2_OK;
+    if (st == S2_OK)
+        (*out)->sched_q_len = (*out)->sched_kv_len = max_kv_len;
+    return st;
 }
 
 s2_status s2_attn_seqs_write(s2_ctx *ctx, s2_attn_seqs *s, const s2_attn_seq *seqs, void *stream)

@@ -200,6 +200,8 @@ static s2_kernel_record record(s2_kernel_role role, s2_abi_id abi, int threads, 
                               .smem_bytes = smem, .spec = *spec};
 }
 
+/* A forward's main record comes first (the driver takes a wide variant's
+ * from there); NAME_seqs, built once per entry (build_entry), follows. */
 static int kernels_fwd_mma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
 {
     out[0] = record(S2_ROLE_FWD, S2_ABI_FWD, s->num_warps * 32, s2_fwd_smem_bytes(p, s), s);
@@ -237,9 +239,6 @@ static int kernels_decode(const s2_pattern *p, const s2_kspec *s, s2_kernel_reco
     out[1] = record(S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_COMBINE_THREADS, 0, s);
     return 2;
 }
-
-/* A forward's main record comes first (the driver takes a wide variant's
- * from there); NAME_seqs, built once per entry (build_entry), follows. */
 
 /* Asked in order: the first that accepts a spec builds it. */
 static const s2_template templates[] = {
