@@ -180,6 +180,29 @@ typedef struct s2_local_stride_args {
 S2_API void s2_local_stride_args_default(s2_local_stride_args *a);
 S2_API s2_status s2_pattern_from_args(s2_ctx *ctx, const s2_local_stride_args *args, s2_pattern_set **out);
 
+/* A pattern from per-query-head rules, an explicit block mask, or both
+ * (what a framework holds: an arbitrary mask, or the S2 library's heads
+ * sliced or regrouped).  Checked as a file's pattern is: heads 1..4096 and a
+ * multiple of kv_heads, block_size 16..128, windows and strides 0..2^24,
+ * shifts 0..2^24 * 4097, a mask of H = 1 or heads slices within
+ * S2_PATTERN_MAX_MASK_BYTES.  Rules and mask bits are copied (a nonzero
+ * byte keeps its block).  S2_ERR_INVALID or S2_ERR_NULL_ARG name what is
+ * wrong. */
+typedef struct s2_pattern_def {
+    const char *name;            /* NULL: "pattern" */
+    int heads;                   /* query heads */
+    int kv_heads;                /* 0 = heads */
+    int block_size;
+    bool causal;                 /* causal: local_right is ignored */
+    int vert_position;           /* -1 = default for causal, else s2_vert_position */
+    int64_t max_seq_len;         /* 0 = unbounded (a mask bounds it by its size) */
+    const s2_head_rule *rules;   /* [heads], or NULL: every head takes the mask (slice q when H = heads);
+                                    a rule's mask is -1 (none) or 0 (this mask, slice mask_head) */
+    const s2_block_mask *mask;   /* NULL, or H x M x N blocks (its file field is ignored) */
+} s2_pattern_def;
+
+S2_API s2_status s2_pattern_build(s2_ctx *ctx, const s2_pattern_def *def, s2_pattern_set **out);
+
 /* Read a golden-format mask file ("case NAME {json}", "shape H M N", rows,
  * "end").  `case_name` selects one case (NULL: the first).  The result is
  * freed with s2_block_mask_free. */
