@@ -1,0 +1,43 @@
+"""s2c: sparsely-sharded (S2) attention kernels for PyTorch.
+
+    import s2c
+    o = s2c.sparse_attn_func(q, k, v, s2c.Pattern.local_stride(32, 64, 16, 8, num_kv_heads=8))
+
+A drop-in for the S2 Triton library: `from s2c import SparseAttention,
+LocalStrideSparseAttention, get_sparse_attn_mask, combine_attn_partitions`.
+Kernels are generated for each pattern, dtype and head dim at first use and
+kept in the on-disk cache (S2C_CACHE_DIR)."""
+__version__ = "0.3.0.dev0"
+
+from ._lib import S2Error, S2NotImplementedError, S2ValueError  # noqa: E402
+from .pattern import Pattern, Rule  # noqa: E402
+
+
+def lib_version() -> str:
+    """The version of the loaded libs2c."""
+    from . import _lib
+    return _lib.version()
+
+
+def __getattr__(name):
+    # torch-dependent parts load on first use, so `import s2c` works without torch
+    if name in ("SparseAttention", "LocalStrideSparseAttention", "combine_attn_partitions"):
+        from . import interface
+        return getattr(interface, name)
+    if name in ("get_sparse_attn_mask",):
+        from . import utils
+        return getattr(utils, name)
+    if name in ("sparse_attn_func", "sparse_attn_varlen_func", "decode"):
+        from . import ops
+        return getattr(ops, name)
+    raise AttributeError(f"module 's2c' has no attribute {name!r}")
+
+
+__all__ = [
+    "SparseAttention",
+    "LocalStrideSparseAttention",
+    "get_sparse_attn_mask",
+    "combine_attn_partitions",
+    "Pattern", "Rule", "sparse_attn_func", "sparse_attn_varlen_func", "decode",
+    "S2Error", "S2ValueError", "S2NotImplementedError",
+]

@@ -1,0 +1,189 @@
+"""The GPU side: one s2_device per torch device (torch's primary context, its
+caching allocator), kernels JIT-compiled through the disk cache, and plans
+prepared per shape so that launches only launch (CUDA-graph capturable)."""
+import ctypes as C
+import importlib.util
+import os
+import shutil
+import threading
+
+import torch
+
+from . import _lib
+from . import _structs as S
+from ._lib import check
+
+_DTYPES = {torch.float16: S.DTYPE_F16, torch.bfloat16: S.DTYPE_BF16}
+# What the kernels cover (the kernel-coverage work widens it).
+FWD_HEAD_DIMS = (32, 64, 96, 128)
+BWD_HEAD_DIMS = (32, 64, 128)
+DECODE_HEAD_DIMS = (64, 128)
+
+_lock = threading.RLock()
+_devices = {}
+
+
+def dtype_code(t):
+    try:
+        return _DTYPES[t.dtype]
+    except KeyError:
+        raise NotImplementedError(f"s2c: dtype {t.dtype} is not covered yet: the kernels take torch.float16 and "
+                                  f"torch.bfloat16") from None
+
+
+def check_head_dim(d, kind="forward"):
+    dims = {"forward": FWD_HEAD_DIMS, "backward": BWD_HEAD_DIMS, "decode": DECODE_HEAD_DIMS}[kind]
+    if d not in dims:
+        raise NotImplementedError(f"s2c: head_dim {d} is not covered yet by the {kind} kernels: they take "
+                                  f"{', '.join(map(str, dims))}")
+
+
+def _find_ptxas():
+    """ptxas for the JIT: the C library looks at $S2C_PTXAS, $PATH and the CUDA
+    toolkit; on a machine with only torch, Triton's bundled ptxas serves."""
+    if os.environ.get("S2C_PTXAS") or shutil.which("ptxas"):
+        return
+    home = os.environ.get("CUDA_HOME", "/usr/local/cuda")
+    if os.path.exists(os.path.join(home, "bin", "ptxas")):
+        return
+    spec = importlib.util.find_spec("triton")
+    if spec and spec.submodule_search_locations:
+        for root in spec.submodule_search_locations:
+            cand = os.path.join(root, "backends", "nvidia", "bin", "ptxas")
+            if os.access(cand, os.X_OK):
+                os.environ["S2C_PTXAS"] = cand
+                return
+
+
+class Device:
+    """s2c's view of one torch CUDA device."""
+
+    def __init__(self, index):
+        self.index = index
+        torch.cuda.init()
+        with torch.cuda.device(index):
+            torch.cuda.current_stream(index).synchronize()   # the primary context exists from here
+            L, ctx = _lib.lib(), _lib.ctx()
+            out = C.c_void_p()
+            check(L.s2_device_open(ctx, index, C.byref(out)), f"cuda:{index}")
+            self.ptr = out.value
+            self._set_allocator(L, ctx)
+        self.cc = torch.cuda.get_device_capability(index)
+        self.kernels = {}
+
+    def _set_allocator(self, L, ctx):
+        index = self.index
+
+        def alloc(user, nbytes, stream, out):
+            try:
+                out[0] = torch.cuda.caching_allocator_alloc(max(int(nbytes), 1), index, stream or 0)
+                return 0
+            except Exception:   # the C side reports the failure
+                return 1
+
+        def free(user, ptr, stream):
+            try:
+                torch.cuda.caching_allocator_delete(ptr)
+            except Exception:
+                pass
+
+        self._callbacks = (S.ALLOC_FN(alloc), S.FREE_FN(free))   # kept alive with the device
+        a = S.Allocator(alloc=self._callbacks[0], free=self._callbacks[1], user=None)
+        check(L.s2_device_set_allocator(ctx, self.ptr, C.byref(a)), "allocator")
+
+    def kernel(self, pattern, kind, dtype, head_dim):
+        key = (pattern.key, kind, dtype, head_dim)
+        k = self.kernels.get(key)
+        if k is None:
+            with _lock:
+                k = self.kernels.get(key)
+                if k is None:
+                    k = Kernel(self, pattern, kind, dtype, head_dim)
+                    self.kernels[key] = k
+        return k
+
+
+def device(index):
+    d = _devices.get(index)
+    if d is None:
+        with _lock:
+            d = _devices.get(index)
+            if d is None:
+                d = _devices[index] = Device(index)
+    return d
+
+
+def capturing():
+    return torch.cuda.is_current_stream_capturing()
+
+
+class Kernel:
+    """A JIT-compiled kernel (s2_attn_kernel) with its prepared plans."""
+
+    def __init__(self, dev, pattern, kind, dtype, head_dim):
+        if capturing():
+            raise RuntimeError("s2c: a kernel would be compiled inside CUDA-graph capture; run the model once "
+                               "before capturing")
+        _find_ptxas()
+        L, ctx = _lib.lib(), _lib.ctx()
+        self.dev, self.pattern, self.kind = dev, pattern, kind
+        spec = S.KernelSpec(kind=kind, dtype=dtype, head_dim=head_dim)
+        out = C.c_void_p()
+        opts = S.JitOpts(cache_dir=os.environ["S2C_CACHE_DIR"].encode() if os.environ.get("S2C_CACHE_DIR")
+                         else None)
+        with torch.cuda.device(dev.index):
+            check(L.s2_jit_compile(ctx, dev.ptr, pattern.c_pattern(), C.byref(spec), C.byref(opts), C.byref(out),
+                                   None), f"compiling {pattern.name}")
+        self.ptr = out.value
+        self.max_kv_len = L.s2_attn_kernel_max_kv_len(self.ptr)
+        self.plans = {}
+        self.seqs = {}
+
+    def plan(self, key, declare):
+        """The plan of shape `key`, prepared on the current stream at first use;
+        `declare(plan_ptr)` declares the shape.  Inside capture an unprepared
+        shape is an error (preparing allocates and copies)."""
+        p = self.plans.get(key)
+        if p is not None:
+            return p
+        if capturing():
+            raise RuntimeError(f"s2c: shape {key} was not launched before CUDA-graph capture; run one step "
+                               "(a warm-up) with these shapes first")
+        with _lock:
+            p = self.plans.get(key)
+            if p is None:
+                L, ctx = _lib.lib(), _lib.ctx()
+                out = C.c_void_p()
+                check(L.s2_attn_plan_new(ctx, self.ptr, C.byref(out)), "plan")
+                try:
+                    declare(out)
+                    stream = torch.cuda.current_stream(self.dev.index).cuda_stream
+                    check(L.s2_attn_plan_prepare(ctx, out, stream), "plan prepare")
+                except BaseException:
+                    L.s2_attn_plan_free(out)
+                    raise
+                p = self.plans[key] = out.value
+        return p
+
+    def device_seqs(self, n, max_kv_len):
+        """A device-only varlen batch of n sequences (records written on the stream)."""
+        key = (n, max_kv_len)
+        s = self.seqs.get(key)
+        if s is None:
+            if capturing():
+                raise RuntimeError("s2c: a new varlen batch size inside CUDA-graph capture; warm up first")
+            L, ctx = _lib.lib(), _lib.ctx()
+            out = C.c_void_p()
+            check(L.s2_attn_seqs_new_device(ctx, self.dev.ptr, n, max_kv_len, C.byref(out)), "varlen batch")
+            s = self.seqs[key] = out.value
+        return s
+
+
+def stream_of(t):
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def bsh_strides(t, seq_dim):
+    """(batch, seq, head) strides in elements of a 4-D tensor whose sequence
+    dimension is seq_dim (1: [B, S, H, D], 2: [B, H, S, D])."""
+    return (t.stride(0), t.stride(seq_dim), t.stride(3 - seq_dim))

@@ -1,0 +1,412 @@
+"""The attention ops: torch.library custom ops (fake tensors for
+torch.compile, autograd) over launches of prepared plans, and the plain
+functional API in the style of flash_attn_func."""
+import ctypes as C
+import math
+from typing import List, Optional, Tuple
+
+import torch
+from torch import Tensor
+
+from . import _lib
+from . import _runtime as R
+from . import _structs as S
+from .pattern import Pattern
+
+_patterns = {}      # id -> Pattern: ops take patterns as ints
+_ids = {}           # Pattern.key -> id
+_entries = {}       # launch key -> (args struct, plan, kernel)
+
+
+def pattern_id(p: Pattern) -> int:
+    i = _ids.get(p.key)
+    if i is None:
+        i = _ids[p.key] = len(_patterns) + 1
+        _patterns[i] = p
+    return i
+
+
+def _pattern(pid: int) -> Pattern:
+    try:
+        return _patterns[pid]
+    except KeyError:
+        raise ValueError(f"s2c: unknown pattern id {pid}") from None
+
+
+def _inner_contiguous(t: Tensor) -> Tensor:
+    """The kernels want the head dimension contiguous and the other strides
+    multiples of 8 elements; anything else is copied once here."""
+    if t.stride(-1) == 1 and all(s % 8 == 0 for s in t.stride()[:-1]) and t.data_ptr() % 16 == 0:
+        return t
+    return t.contiguous()
+
+
+def _layout_empty(like: Tensor, shape_bshd, seq_dim: int, dtype=None) -> Tensor:
+    """A contiguous tensor of [B, S, H, D] logical shape laid out with its
+    sequence dimension at seq_dim (1: [B, S, H, D], 2: [B, H, S, D])."""
+    b, s, h, d = shape_bshd
+    shape = (b, s, h, d) if seq_dim == 1 else (b, h, s, d)
+    return torch.empty(shape, dtype=dtype or like.dtype, device=like.device)
+
+
+def _dims(q: Tensor, k: Tensor, sd: int):
+    hd = 3 - sd
+    return q.shape[0], q.shape[sd], k.shape[sd], q.shape[hd], k.shape[hd], q.shape[3]
+
+
+def _check_inputs(q, k, v, sd, kind="forward"):
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"s2c: q, k, v must be 4-D, got {q.dim()}, {k.dim()}, {v.dim()} dimensions")
+    if sd not in (1, 2):
+        raise ValueError(f"s2c: seq_dim must be 1 or 2, got {sd}")
+    if k.shape != v.shape:
+        raise ValueError(f"s2c: k and v must have one shape, got {tuple(k.shape)} and {tuple(v.shape)}")
+    if q.shape[0] != k.shape[0] or q.shape[3] != k.shape[3]:
+        raise ValueError(f"s2c: q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch or head_dim")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"s2c: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    R.dtype_code(q)
+    R.check_head_dim(q.shape[3], kind)
+    if not q.is_cuda or k.device != q.device or v.device != q.device:
+        raise ValueError(f"s2c: q, k, v must be on one CUDA device, got {q.device}, {k.device}, {v.device}")
+
+
+def _set3(arr, vals):
+    arr[0], arr[1], arr[2] = vals
+
+
+# ---- launches ----------------------------------------------------------------------
+
+def _fwd_entry(pid, q, k, v, o, lse, scale, sd, osd):
+    pat = _pattern(pid)
+    B, Sq, Sk, H, Hkv, D = _dims(q, k, sd)
+    if Sq > Sk:
+        raise ValueError(f"s2c: q has more tokens ({Sq}) than k ({Sk})")
+    kern = R.device(q.device.index).kernel(pat.for_heads(H, Hkv), S.KIND_FWD, R.dtype_code(q), D)
+    a = S.FwdArgs(batch=B, q_len=Sq, kv_len=Sk, heads=H, kv_heads=Hkv, head_dim=D, dtype=R.dtype_code(q),
+                  scale=scale)
+    _set3(a.q_stride, R.bsh_strides(q, sd))
+    _set3(a.k_stride, R.bsh_strides(k, sd))
+    _set3(a.v_stride, R.bsh_strides(v, sd))
+    _set3(a.o_stride, R.bsh_strides(o, osd))
+    L = _lib.lib()
+    plan = kern.plan(("fwd", B, Sq, Sk),
+                     lambda p: _lib.check(L.s2_attn_plan_add_forward(_lib.ctx(), p, C.byref(a)), "forward"))
+    return a, plan
+
+
+def launch_forward(pid, q, k, v, o, lse, scale, sd, osd):
+    key = (pid, q.device.index, q.dtype, q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(), sd,
+           osd, scale)
+    e = _entries.get(key)
+    if e is None:
+        e = _entries[key] = _fwd_entry(pid, q, k, v, o, lse, scale, sd, osd)
+    a, plan = e
+    a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+    a.lse = lse.data_ptr() if lse is not None else 0
+    L = _lib.lib()
+    st = L.s2_attn_plan_forward(_lib.ctx(), plan, R.stream_of(q), C.byref(a))
+    if st:
+        _lib.check(st, "forward")
+
+
+def _bwd_entry(pid, do, q, k, v, o, dq, dk, dv, scale, sd, osd):
+    pat = _pattern(pid)
+    B, Sq, Sk, H, Hkv, D = _dims(q, k, sd)
+    kern = R.device(q.device.index).kernel(pat.for_heads(H, Hkv), S.KIND_BWD, R.dtype_code(q), D)
+    a = S.BwdArgs(batch=B, q_len=Sq, kv_len=Sk, heads=H, kv_heads=Hkv, head_dim=D, dtype=R.dtype_code(q),
+                  scale=scale)
+    for name, t, d in (("q", q, sd), ("k", k, sd), ("v", v, sd), ("o", o, osd), ("do", do, osd),
+                       ("dq", dq, sd), ("dk", dk, sd), ("dv", dv, sd)):
+        _set3(getattr(a, name + "_stride"), R.bsh_strides(t, d))
+    L = _lib.lib()
+    plan = kern.plan(("bwd", B, Sq, Sk),
+                     lambda p: _lib.check(L.s2_attn_plan_add_backward(_lib.ctx(), p, C.byref(a)), "backward"))
+    return a, plan
+
+
+def launch_backward(pid, do, q, k, v, o, lse, dlse, dq, dk, dv, scale, sd, osd):
+    key = ("bwd", pid, q.device.index, q.dtype, q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(),
+           do.stride(), dq.stride(), dk.stride(), sd, osd, scale)
+    e = _entries.get(key)
+    if e is None:
+        e = _entries[key] = _bwd_entry(pid, do, q, k, v, o, dq, dk, dv, scale, sd, osd)
+    a, plan = e
+    a.q, a.k, a.v, a.o, a.d_o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr()
+    a.lse, a.d_lse = lse.data_ptr(), dlse.data_ptr() if dlse is not None else 0
+    a.dq, a.dk, a.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+    a.workspace, a.workspace_bytes = 0, 0     # the plan's own
+    st = _lib.lib().s2_attn_plan_backward(_lib.ctx(), plan, R.stream_of(q), C.byref(a))
+    if st:
+        _lib.check(st, "backward")
+
+
+class _DeviceArray:
+    """__cuda_array_interface__ over device memory the runtime owns."""
+
+    def __init__(self, ptr, shape, typestr):
+        self.__cuda_array_interface__ = {"shape": shape, "typestr": typestr, "data": (ptr, False), "version": 3,
+                                         "strides": None}
+
+
+def launch_varlen(pid, q, k, v, o, lse, scale, seqs_fill, n, max_kv_len):
+    """A forward over [rows, H, D] tensors whose sequences come from device
+    records; seqs_fill(kernel, seqs_ptr) writes them on the current stream."""
+    pat = _pattern(pid)
+    T, H, D = q.shape
+    Tk, Hkv = k.shape[0], k.shape[1]
+    kern = R.device(q.device.index).kernel(pat.for_heads(H, Hkv), S.KIND_FWD, R.dtype_code(q), D)
+    seqs = kern.device_seqs(n, max_kv_len)
+    a = S.FwdArgs(batch=n, q_len=T, kv_len=Tk, heads=H, kv_heads=Hkv, head_dim=D, dtype=R.dtype_code(q),
+                  scale=scale, seqs=seqs)
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
+        _set3(getattr(a, name + "_stride"), (0, t.stride(0), t.stride(1)))
+    L = _lib.lib()
+    plan = kern.plan(("varlen", n, max_kv_len),
+                     lambda p: _lib.check(L.s2_attn_plan_add_forward(_lib.ctx(), p, C.byref(a)), "varlen"))
+    seqs_fill(kern, seqs)
+    a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+    a.lse = lse.data_ptr() if lse is not None else 0
+    _lib.check(L.s2_attn_plan_forward(_lib.ctx(), plan, R.stream_of(q), C.byref(a)), "varlen forward")
+
+
+# ---- custom ops ----------------------------------------------------------------------
+
+def _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim):
+    _check_inputs(q, k, v, seq_dim)
+    B, Sq, Sk, H, Hkv, D = _dims(q, k, seq_dim)
+    q, k, v = _inner_contiguous(q), _inner_contiguous(k), _inner_contiguous(v)
+    o = _layout_empty(q, (B, Sq, H, D), out_seq_dim)
+    lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
+    launch_forward(pattern, q, k, v, o, lse, scale, seq_dim, out_seq_dim)
+    return o, lse
+
+
+def _fwd_fake(q, k, v, pattern, scale, seq_dim, out_seq_dim):
+    B, Sq, Sk, H, Hkv, D = _dims(q, k, seq_dim)
+    return _layout_empty(q, (B, Sq, H, D), out_seq_dim), q.new_empty((B, H, Sq), dtype=torch.float32)
+
+
+def _bwd_impl(do, q, k, v, o, lse, dlse, pattern, scale, seq_dim, out_seq_dim):
+    _check_inputs(q, k, v, seq_dim, "backward")
+    B, Sq, Sk, H, Hkv, D = _dims(q, k, seq_dim)
+    do = _inner_contiguous(do)
+    dq = _layout_empty(q, (B, Sq, H, D), seq_dim)
+    dk = _layout_empty(k, (B, Sk, Hkv, D), seq_dim)
+    dv = _layout_empty(v, (B, Sk, Hkv, D), seq_dim)
+    if dlse is not None:
+        dlse = dlse.contiguous()
+    launch_backward(pattern, do, q, k, v, o, lse, dlse, dq, dk, dv, scale, seq_dim, out_seq_dim)
+    return dq, dk, dv
+
+
+def _bwd_fake(do, q, k, v, o, lse, dlse, pattern, scale, seq_dim, out_seq_dim):
+    B, Sq, Sk, H, Hkv, D = _dims(q, k, seq_dim)
+    return (_layout_empty(q, (B, Sq, H, D), seq_dim), _layout_empty(k, (B, Sk, Hkv, D), seq_dim),
+            _layout_empty(v, (B, Sk, Hkv, D), seq_dim))
+
+
+HAVE_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+
+if HAVE_CUSTOM_OP:
+    @torch.library.custom_op("s2c::fwd", mutates_args=(), device_types="cuda")
+    def _fwd_op(q: Tensor, k: Tensor, v: Tensor, pattern: int, scale: float, seq_dim: int,
+                out_seq_dim: int) -> Tuple[Tensor, Tensor]:
+        return _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim)
+
+    @torch.library.custom_op("s2c::bwd", mutates_args=(), device_types="cuda")
+    def _bwd_op(do: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor, dlse: Optional[Tensor],
+                pattern: int, scale: float, seq_dim: int, out_seq_dim: int) -> Tuple[Tensor, Tensor, Tensor]:
+        return _bwd_impl(do, q, k, v, o, lse, dlse, pattern, scale, seq_dim, out_seq_dim)
+
+    _fwd_op.register_fake(_fwd_fake)
+    _bwd_op.register_fake(_bwd_fake)
+
+    def _setup(ctx, inputs, output):
+        q, k, v, pattern, scale, seq_dim, out_seq_dim = inputs
+        o, lse = output
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.args = (pattern, scale, seq_dim, out_seq_dim)
+
+    def _backward(ctx, do, dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        dq, dk, dv = _bwd_op(do, q, k, v, o, lse, dlse, *ctx.args)
+        return dq, dk, dv, None, None, None, None
+
+    _fwd_op.register_autograd(_backward, setup_context=_setup)
+
+    def _attention(q, k, v, pattern, scale, seq_dim, out_seq_dim):
+        return _fwd_op(q, k, v, pattern, scale, seq_dim, out_seq_dim)
+else:
+    class _Attention(torch.autograd.Function):   # torch before 2.4: no custom_op, no torch.compile
+        @staticmethod
+        def forward(ctx, q, k, v, pattern, scale, seq_dim, out_seq_dim):
+            o, lse = _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim)
+            ctx.save_for_backward(q, k, v, o, lse)
+            ctx.args = (pattern, scale, seq_dim, out_seq_dim)
+            return o, lse
+
+        @staticmethod
+        def backward(ctx, do, dlse):
+            q, k, v, o, lse = ctx.saved_tensors
+            return _bwd_impl(do, q, k, v, o, lse, dlse, *ctx.args) + (None,) * 4
+
+    def _attention(q, k, v, pattern, scale, seq_dim, out_seq_dim):
+        return _Attention.apply(q, k, v, pattern, scale, seq_dim, out_seq_dim)
+
+
+# ---- the functional API ----------------------------------------------------------------
+
+_LAYOUTS = {"bshd": 1, "bhsd": 2}
+
+
+def _scale(softmax_scale, d):
+    s = float(softmax_scale) if softmax_scale else 1.0 / math.sqrt(d)
+    if not math.isfinite(s) or s <= 0:
+        raise ValueError(f"s2c: softmax_scale must be finite and positive, got {softmax_scale}")
+    return s
+
+
+def sparse_attn_func(q: Tensor, k: Tensor, v: Tensor, pattern: Pattern, softmax_scale: Optional[float] = None,
+                     return_lse: bool = False, layout: str = "bshd", out_layout: Optional[str] = None):
+    """S2 attention of q [B, Sq, H, D] and k, v [B, Sk, Hkv, D] (layout
+    "bshd", flash_attn_func's) or [B, H, S, D] ("bhsd", SDPA's) under
+    `pattern`; views with any strides are read in place.  Sq < Sk puts the
+    queries at the end (chunked prefill).  Returns o in `out_layout` (default:
+    `layout`), and the natural-log LSE [B, H, Sq] in float32 with return_lse.
+    Differentiable in q, k, v."""
+    if layout not in _LAYOUTS or (out_layout or layout) not in _LAYOUTS:
+        raise ValueError(f"s2c: layout must be 'bshd' or 'bhsd', got {layout!r} / {out_layout!r}")
+    if not isinstance(pattern, Pattern):
+        raise TypeError(f"s2c: pattern must be an s2c.Pattern, got {type(pattern).__name__}")
+    sd = _LAYOUTS[layout]
+    o, lse = _attention(q, k, v, pattern_id(pattern), _scale(softmax_scale, q.shape[-1]), sd,
+                        _LAYOUTS[out_layout or layout])
+    return (o, lse) if return_lse else o
+
+
+def _write_cu(cu_q, cu_k, n):
+    def fill(kern, seqs):
+        L = _lib.lib()
+        _lib.check(L.s2_attn_seqs_write_cu(_lib.ctx(), kern.ptr, seqs, cu_q.data_ptr(),
+                                           cu_k.data_ptr() if cu_k is not None else 0, R.stream_of(cu_q)),
+                   "cu_seqlens")
+    return fill
+
+
+def _check_cu(cu, name, q):
+    if cu.dtype != torch.int32 or cu.dim() != 1 or cu.device != q.device or cu.numel() < 2:
+        raise ValueError(f"s2c: {name} must be a 1-D int32 tensor of batch + 1 entries on {q.device}, got "
+                         f"{cu.dtype} {tuple(cu.shape)} on {cu.device}")
+    return cu.contiguous()
+
+
+def sparse_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                            max_seqlen_q: int, max_seqlen_k: int, pattern: Pattern,
+                            softmax_scale: Optional[float] = None, return_lse: bool = False):
+    """Packed sequences (flash_attn_varlen_func): q [Tq, H, D], k, v [Tk, Hkv, D],
+    int32 cumulative lengths on the device (read there: no host sync, so the
+    call can be captured in a CUDA graph).  Sequences longer than
+    max_seqlen_k, or with more queries than keys, are left unwritten
+    (zeros).  Forward only: the varlen backward is not covered yet."""
+    if q.requires_grad or k.requires_grad or v.requires_grad:
+        if torch.is_grad_enabled():
+            raise NotImplementedError("s2c: the variable-length backward is not covered yet; call under "
+                                      "torch.no_grad() or pad the batch")
+    if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape:
+        raise ValueError(f"s2c: varlen q, k, v are [tokens, heads, head_dim], got {tuple(q.shape)}, "
+                         f"{tuple(k.shape)}, {tuple(v.shape)}")
+    R.dtype_code(q)
+    R.check_head_dim(q.shape[-1])
+    cu_q = _check_cu(cu_seqlens_q, "cu_seqlens_q", q)
+    cu_k = _check_cu(cu_seqlens_k, "cu_seqlens_k", q) if cu_seqlens_k is not None else None
+    n = cu_q.numel() - 1
+    if cu_k is not None and cu_k.numel() != n + 1:
+        raise ValueError(f"s2c: cu_seqlens_k has {cu_k.numel()} entries, cu_seqlens_q {n + 1}")
+    q, k, v = _inner_contiguous(q), _inner_contiguous(k), _inner_contiguous(v)
+    o = torch.zeros_like(q, memory_format=torch.contiguous_format)
+    lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+    launch_varlen(pattern_id(pattern), q, k, v, o, lse, _scale(softmax_scale, q.shape[-1]), _write_cu(cu_q, cu_k, n),
+                  n, int(max(max_seqlen_k, max_seqlen_q)))
+    return (o, lse) if return_lse else o
+
+
+def padded_attn(q: Tensor, k: Tensor, v: Tensor, pattern: Pattern, scale: float, seq_dim: int,
+                left_paddings: Optional[Tensor] = None, seqlens: Optional[Tensor] = None,
+                return_lse: bool = False):
+    """Inference over a padded batch [B, S, H, D] (or seq_dim 2): left
+    paddings, or the real lengths of right-padded sequences (device tensors,
+    read on the device).  Padding rows of o are zero; o is in the input layout."""
+    _check_inputs(q, k, v, seq_dim)
+    B, Sq, Sk, H, Hkv, D = _dims(q, k, seq_dim)
+    qb, kb, vb = (t.transpose(1, 2) if seq_dim == 2 else t for t in (q, k, v))
+    qb, kb, vb = qb.contiguous(), kb.contiguous(), vb.contiguous()
+    past = Sk - Sq
+    ar = torch.arange(B, device=q.device, dtype=torch.int32)
+    if left_paddings is not None:
+        lp = left_paddings.to(device=q.device, dtype=torch.int32).clamp(0, Sk)
+        q_off = (lp - past).clamp(0, Sq)
+        rec = torch.stack([ar * Sq + q_off, Sq - q_off, ar * Sk + lp, Sk - lp], dim=1)
+    else:
+        sl = seqlens.to(device=q.device, dtype=torch.int32).clamp(0, Sk)
+        rec = torch.stack([ar * Sq, (sl - past).clamp(0, Sq), ar * Sk, sl], dim=1)
+    rec = rec.to(torch.int32).contiguous()
+
+    def fill(kern, seqs):
+        ptr = _lib.lib().s2_attn_seqs_device(seqs)
+        torch.as_tensor(_DeviceArray(ptr, (B, 4), "<i4"), device=q.device).copy_(rec)
+
+    o = torch.zeros((B * Sq, H, D), dtype=q.dtype, device=q.device)
+    lse = torch.empty((H, B * Sq), dtype=torch.float32, device=q.device)
+    launch_varlen(pattern_id(pattern), qb.view(B * Sq, H, D), kb.view(B * Sk, Hkv, D), vb.view(B * Sk, Hkv, D),
+                  o, lse, scale, fill, B, Sk)
+    o = o.view(B, Sq, H, D)
+    if seq_dim == 2:
+        o = o.transpose(1, 2).contiguous()
+    lse = lse.view(H, B, Sq).transpose(0, 1)
+    return (o, lse) if return_lse else o
+
+
+# ---- paged decode ------------------------------------------------------------------------
+
+_decode_ws = {}
+
+
+def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
+           pattern: Pattern, max_seq_len: int, softmax_scale: Optional[float] = None, splits: int = 0,
+           return_lse: bool = False):
+    """Paged decode (vLLM's layout): q [B, n_new, H, D]; pools k_cache,
+    v_cache [num_pages, page_size, Hkv, D]; block_table int32 [B, pages]
+    (page ids); seq_lens int32 [B] on the device, each in
+    n_new..max_seq_len (trusted, as vLLM's).  Blocks the pattern drops are
+    never read.  Splits the keys across CTAs as the GPU needs (split-KV)."""
+    if q.dim() != 4 or k_cache.dim() != 4 or k_cache.shape != v_cache.shape:
+        raise ValueError(f"s2c: decode takes q [B, n, H, D] and pools [pages, page_size, Hkv, D], got "
+                         f"{tuple(q.shape)}, {tuple(k_cache.shape)}, {tuple(v_cache.shape)}")
+    if block_table.dtype != torch.int32 or seq_lens.dtype != torch.int32:
+        raise ValueError("s2c: block_table and seq_lens must be int32")
+    R.dtype_code(q)
+    R.check_head_dim(q.shape[-1], "decode")
+    B, n_new, H, D = q.shape
+    P, page, Hkv = k_cache.shape[0], k_cache.shape[1], k_cache.shape[2]
+    q, k_cache, v_cache = _inner_contiguous(q), _inner_contiguous(k_cache), _inner_contiguous(v_cache)
+    block_table, seq_lens = block_table.contiguous(), seq_lens.contiguous()
+    kern = R.device(q.device.index).kernel(pattern.for_heads(H, Hkv), S.KIND_DECODE, R.dtype_code(q), D)
+    o = torch.empty_like(q)
+    lse = torch.empty((B, H, n_new), dtype=torch.float32, device=q.device) if return_lse else None
+    a = S.DecodeArgs(batch=B, n_new=n_new, heads=H, kv_heads=Hkv, head_dim=D, dtype=R.dtype_code(q),
+                     num_pages=P, page_size=page, max_pages_per_seq=block_table.shape[1],
+                     max_seq_len=int(max_seq_len), splits=splits, scale=_scale(softmax_scale, D))
+    _set3(a.q_stride, q.stride()[:3])
+    _set3(a.o_stride, o.stride()[:3])
+    _set3(a.k_stride, k_cache.stride()[:3])
+    _set3(a.v_stride, v_cache.stride()[:3])
+    a.table_stride[0], a.table_stride[1] = block_table.stride(0), 0
+    L, ctx = _lib.lib(), _lib.ctx()
+    plan = kern.plan(("decode", B, n_new, int(max_seq_len), splits),
+                     lambda p: _lib.check(L.s2_attn_plan_add_decode(_lib.ctx(), p, C.byref(a)), "decode"))
+    a.q, a.o, a.lse = q.data_ptr(), o.data_ptr(), lse.data_ptr() if lse is not None else 0
+    a.k_pages, a.v_pages = k_cache.data_ptr(), v_cache.data_ptr()
+    a.block_table, a.seq_lens, a.workspace = block_table.data_ptr(), seq_lens.data_ptr(), 0
+    _lib.check(L.s2_attn_plan_decode(ctx, plan, R.stream_of(q), C.byref(a)), "decode")
+    return (o, lse) if return_lse else o
