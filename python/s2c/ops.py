@@ -236,6 +236,7 @@ if HAVE_CUSTOM_OP:
     _fwd_op.register_autograd(_backward, setup_context=_setup)
 
     def _attention(q, k, v, pattern, scale, seq_dim, out_seq_dim):
+        _check_inputs(q, k, v, seq_dim)     # before dispatch: s2c's messages, not the dispatcher's
         return _fwd_op(q, k, v, pattern, scale, seq_dim, out_seq_dim)
 else:
     class _Attention(torch.autograd.Function):   # torch before 2.4: no custom_op, no torch.compile
