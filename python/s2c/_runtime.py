@@ -179,8 +179,18 @@ class Kernel:
         return s
 
 
+_raw_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def raw_stream(index):
+    """The current CUstream of device `index`, without making a Stream object."""
+    if _raw_stream is not None:
+        return _raw_stream(index)
+    return torch.cuda.current_stream(index).cuda_stream
+
+
 def stream_of(t):
-    return torch.cuda.current_stream(t.device).cuda_stream
+    return raw_stream(t.device.index)
 
 
 def bsh_strides(t, seq_dim):

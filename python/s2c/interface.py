@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from . import ops
-from .pattern import Pattern, Rule
+from .pattern import Pattern
 
 
 def _check_power_of_2(x, name):
@@ -191,3 +191,6 @@ def combine_attn_partitions(*x: Tuple[Tensor, Tensor], hdim: int = 1) -> Tensor:
     outs, lses = zip(*x)
     w = torch.stack(lses, 0).softmax(0)
     return (torch.stack(outs, 0) * w.unsqueeze(-1)).sum(0).type_as(outs[0])
+
+
+__all__ = ["SparseAttention", "LocalStrideSparseAttention", "combine_attn_partitions"]

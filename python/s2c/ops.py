@@ -3,7 +3,7 @@ torch.compile, autograd) over launches of prepared plans, and the plain
 functional API in the style of flash_attn_func."""
 import ctypes as C
 import math
-from typing import List, Optional, Tuple
+from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
@@ -15,7 +15,6 @@ from .pattern import Pattern
 
 _patterns = {}      # id -> Pattern: ops take patterns as ints
 _ids = {}           # Pattern.key -> id
-_entries = {}       # launch key -> (args struct, plan, kernel)
 
 
 def pattern_id(p: Pattern) -> int:
@@ -76,8 +75,15 @@ def _set3(arr, vals):
 
 
 # ---- launches ----------------------------------------------------------------------
+# A launch signature (pattern, shapes, strides, dtype, device, layouts, scale)
+# is checked and its plan prepared once; later calls of that signature only
+# allocate the outputs, set five pointers and launch.
 
-def _fwd_entry(pid, q, k, v, o, lse, scale, sd, osd):
+class _Entry:
+    __slots__ = ("args", "plan", "index", "fn", "shapes")
+
+
+def _fwd_entry(pid, q, k, v, scale, sd, osd):
     pat = _pattern(pid)
     B, Sq, Sk, H, Hkv, D = _dims(q, k, sd)
     if Sq > Sk:
@@ -85,60 +91,64 @@ def _fwd_entry(pid, q, k, v, o, lse, scale, sd, osd):
     kern = R.device(q.device.index).kernel(pat.for_heads(H, Hkv), S.KIND_FWD, R.dtype_code(q), D)
     a = S.FwdArgs(batch=B, q_len=Sq, kv_len=Sk, heads=H, kv_heads=Hkv, head_dim=D, dtype=R.dtype_code(q),
                   scale=scale)
+    o_shape = (B, Sq, H, D) if osd == 1 else (B, H, Sq, D)
+    o_stride = torch.empty(o_shape, device="meta").stride()
     _set3(a.q_stride, R.bsh_strides(q, sd))
     _set3(a.k_stride, R.bsh_strides(k, sd))
     _set3(a.v_stride, R.bsh_strides(v, sd))
-    _set3(a.o_stride, R.bsh_strides(o, osd))
+    _set3(a.o_stride, (o_stride[0], o_stride[osd], o_stride[3 - osd]))
     L = _lib.lib()
-    plan = kern.plan(("fwd", B, Sq, Sk),
-                     lambda p: _lib.check(L.s2_attn_plan_add_forward(_lib.ctx(), p, C.byref(a)), "forward"))
-    return a, plan
+    e = _Entry()
+    e.plan = kern.plan(("fwd", B, Sq, Sk),
+                       lambda p: _lib.check(L.s2_attn_plan_add_forward(_lib.ctx(), p, C.byref(a)), "forward"))
+    e.args, e.index, e.fn, e.shapes = a, q.device.index, L.s2_attn_plan_forward, (o_shape, (B, H, Sq))
+    return e
 
 
-def launch_forward(pid, q, k, v, o, lse, scale, sd, osd):
-    key = (pid, q.device.index, q.dtype, q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(), sd,
-           osd, scale)
-    e = _entries.get(key)
-    if e is None:
-        e = _entries[key] = _fwd_entry(pid, q, k, v, o, lse, scale, sd, osd)
-    a, plan = e
-    a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
-    a.lse = lse.data_ptr() if lse is not None else 0
-    L = _lib.lib()
-    st = L.s2_attn_plan_forward(_lib.ctx(), plan, R.stream_of(q), C.byref(a))
+def _fwd_run(e, q, k, v):
+    o_shape, lse_shape = e.shapes
+    o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    a = S.FwdArgs.from_buffer_copy(e.args)      # per call: launches may come from several threads
+    a.q, a.k, a.v, a.o, a.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
+    st = e.fn(_lib.ctx(), e.plan, R.raw_stream(e.index), C.byref(a))
     if st:
         _lib.check(st, "forward")
+    return o, lse
 
 
-def _bwd_entry(pid, do, q, k, v, o, dq, dk, dv, scale, sd, osd):
+def _bwd_entry(pid, do, q, k, v, o, scale, sd, osd):
     pat = _pattern(pid)
     B, Sq, Sk, H, Hkv, D = _dims(q, k, sd)
     kern = R.device(q.device.index).kernel(pat.for_heads(H, Hkv), S.KIND_BWD, R.dtype_code(q), D)
     a = S.BwdArgs(batch=B, q_len=Sq, kv_len=Sk, heads=H, kv_heads=Hkv, head_dim=D, dtype=R.dtype_code(q),
                   scale=scale)
+    shapes = tuple((B, n, h, D) if sd == 1 else (B, h, n, D) for n, h in ((Sq, H), (Sk, Hkv), (Sk, Hkv)))
     for name, t, d in (("q", q, sd), ("k", k, sd), ("v", v, sd), ("o", o, osd), ("do", do, osd),
-                       ("dq", dq, sd), ("dk", dk, sd), ("dv", dv, sd)):
+                       ("dq", _meta(shapes[0]), sd), ("dk", _meta(shapes[1]), sd), ("dv", _meta(shapes[2]), sd)):
         _set3(getattr(a, name + "_stride"), R.bsh_strides(t, d))
     L = _lib.lib()
-    plan = kern.plan(("bwd", B, Sq, Sk),
-                     lambda p: _lib.check(L.s2_attn_plan_add_backward(_lib.ctx(), p, C.byref(a)), "backward"))
-    return a, plan
+    e = _Entry()
+    e.plan = kern.plan(("bwd", B, Sq, Sk),
+                       lambda p: _lib.check(L.s2_attn_plan_add_backward(_lib.ctx(), p, C.byref(a)), "backward"))
+    e.args, e.index, e.fn, e.shapes = a, q.device.index, L.s2_attn_plan_backward, shapes
+    return e
 
 
-def launch_backward(pid, do, q, k, v, o, lse, dlse, dq, dk, dv, scale, sd, osd):
-    key = ("bwd", pid, q.device.index, q.dtype, q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(),
-           do.stride(), dq.stride(), dk.stride(), sd, osd, scale)
-    e = _entries.get(key)
-    if e is None:
-        e = _entries[key] = _bwd_entry(pid, do, q, k, v, o, dq, dk, dv, scale, sd, osd)
-    a, plan = e
+def _meta(shape):
+    return torch.empty(shape, device="meta")
+
+
+def _bwd_run(e, do, q, k, v, o, lse, dlse):
+    dq, dk, dv = (torch.empty(s, dtype=q.dtype, device=q.device) for s in e.shapes)
+    a = S.BwdArgs.from_buffer_copy(e.args)
     a.q, a.k, a.v, a.o, a.d_o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr()
     a.lse, a.d_lse = lse.data_ptr(), dlse.data_ptr() if dlse is not None else 0
     a.dq, a.dk, a.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
-    a.workspace, a.workspace_bytes = 0, 0     # the plan's own
-    st = _lib.lib().s2_attn_plan_backward(_lib.ctx(), plan, R.stream_of(q), C.byref(a))
+    st = e.fn(_lib.ctx(), e.plan, R.raw_stream(e.index), C.byref(a))    # workspace 0: the plan's own
     if st:
         _lib.check(st, "backward")
+    return dq, dk, dv
 
 
 class _DeviceArray:
@@ -170,16 +180,23 @@ def launch_varlen(pid, q, k, v, o, lse, scale, seqs_fill, n, max_kv_len):
     _lib.check(L.s2_attn_plan_forward(_lib.ctx(), plan, R.stream_of(q), C.byref(a)), "varlen forward")
 
 
-# ---- custom ops ----------------------------------------------------------------------
+# ---- the forward and backward, custom ops ------------------------------------------------
+
+_fwd_cache = {}     # launch signature -> _Entry
+_bwd_cache = {}
+
 
 def _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim):
-    _check_inputs(q, k, v, seq_dim)
-    B, Sq, Sk, H, Hkv, D = _dims(q, k, seq_dim)
-    q, k, v = _inner_contiguous(q), _inner_contiguous(k), _inner_contiguous(v)
-    o = _layout_empty(q, (B, Sq, H, D), out_seq_dim)
-    lse = torch.empty((B, H, Sq), dtype=torch.float32, device=q.device)
-    launch_forward(pattern, q, k, v, o, lse, scale, seq_dim, out_seq_dim)
-    return o, lse
+    key = (pattern, q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, seq_dim,
+           out_seq_dim, scale)
+    e = _fwd_cache.get(key)
+    if e is None:
+        _check_inputs(q, k, v, seq_dim)
+        q2, k2, v2 = _inner_contiguous(q), _inner_contiguous(k), _inner_contiguous(v)
+        if q2 is not q or k2 is not k or v2 is not v:     # copied: their own signature
+            return _fwd_impl(q2, k2, v2, pattern, scale, seq_dim, out_seq_dim)
+        e = _fwd_cache[key] = _fwd_entry(pattern, q, k, v, scale, seq_dim, out_seq_dim)
+    return _fwd_run(e, q, k, v)
 
 
 def _fwd_fake(q, k, v, pattern, scale, seq_dim, out_seq_dim):
@@ -188,16 +205,16 @@ def _fwd_fake(q, k, v, pattern, scale, seq_dim, out_seq_dim):
 
 
 def _bwd_impl(do, q, k, v, o, lse, dlse, pattern, scale, seq_dim, out_seq_dim):
-    _check_inputs(q, k, v, seq_dim, "backward")
-    B, Sq, Sk, H, Hkv, D = _dims(q, k, seq_dim)
     do = _inner_contiguous(do)
-    dq = _layout_empty(q, (B, Sq, H, D), seq_dim)
-    dk = _layout_empty(k, (B, Sk, Hkv, D), seq_dim)
-    dv = _layout_empty(v, (B, Sk, Hkv, D), seq_dim)
     if dlse is not None:
         dlse = dlse.contiguous()
-    launch_backward(pattern, do, q, k, v, o, lse, dlse, dq, dk, dv, scale, seq_dim, out_seq_dim)
-    return dq, dk, dv
+    key = (pattern, q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(), do.stride(), q.dtype,
+           q.device, seq_dim, out_seq_dim, scale)
+    e = _bwd_cache.get(key)
+    if e is None:
+        _check_inputs(q, k, v, seq_dim, "backward")
+        e = _bwd_cache[key] = _bwd_entry(pattern, do, q, k, v, o, scale, seq_dim, out_seq_dim)
+    return _bwd_run(e, do, q, k, v, o, lse, dlse)
 
 
 def _bwd_fake(do, q, k, v, o, lse, dlse, pattern, scale, seq_dim, out_seq_dim):
@@ -206,7 +223,27 @@ def _bwd_fake(do, q, k, v, o, lse, dlse, pattern, scale, seq_dim, out_seq_dim):
             _layout_empty(v, (B, Sk, Hkv, D), seq_dim))
 
 
+class _AttentionFn(torch.autograd.Function):
+    """Eager autograd (the custom op's autograd serves torch.compile)."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, pattern, scale, seq_dim, out_seq_dim):
+        o, lse = _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim)
+        ctx.save_for_backward(q, k, v, o, lse)
+        ctx.args = (pattern, scale, seq_dim, out_seq_dim)
+        ctx.set_materialize_grads(False)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, dlse):
+        q, k, v, o, lse = ctx.saved_tensors
+        if do is None:
+            do = torch.zeros_like(o)
+        return _bwd_impl(do, q, k, v, o, lse, dlse, *ctx.args) + (None,) * 4
+
+
 HAVE_CUSTOM_OP = hasattr(torch, "library") and hasattr(torch.library, "custom_op")
+_compiling = getattr(getattr(torch, "compiler", None), "is_compiling", lambda: False)
 
 if HAVE_CUSTOM_OP:
     @torch.library.custom_op("s2c::fwd", mutates_args=(), device_types="cuda")
@@ -235,25 +272,17 @@ if HAVE_CUSTOM_OP:
 
     _fwd_op.register_autograd(_backward, setup_context=_setup)
 
-    def _attention(q, k, v, pattern, scale, seq_dim, out_seq_dim):
-        _check_inputs(q, k, v, seq_dim)     # before dispatch: s2c's messages, not the dispatcher's
+
+def _attention(q, k, v, pattern, scale, seq_dim, out_seq_dim):
+    """Traced (torch.compile): the custom op.  Eager: the autograd function when
+    a gradient is wanted, else the launch itself (the op's dispatch costs more
+    than the launch)."""
+    if HAVE_CUSTOM_OP and _compiling():
+        _check_inputs(q, k, v, seq_dim)
         return _fwd_op(q, k, v, pattern, scale, seq_dim, out_seq_dim)
-else:
-    class _Attention(torch.autograd.Function):   # torch before 2.4: no custom_op, no torch.compile
-        @staticmethod
-        def forward(ctx, q, k, v, pattern, scale, seq_dim, out_seq_dim):
-            o, lse = _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim)
-            ctx.save_for_backward(q, k, v, o, lse)
-            ctx.args = (pattern, scale, seq_dim, out_seq_dim)
-            return o, lse
-
-        @staticmethod
-        def backward(ctx, do, dlse):
-            q, k, v, o, lse = ctx.saved_tensors
-            return _bwd_impl(do, q, k, v, o, lse, dlse, *ctx.args) + (None,) * 4
-
-    def _attention(q, k, v, pattern, scale, seq_dim, out_seq_dim):
-        return _Attention.apply(q, k, v, pattern, scale, seq_dim, out_seq_dim)
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        return _AttentionFn.apply(q, k, v, pattern, scale, seq_dim, out_seq_dim)
+    return _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim)
 
 
 # ---- the functional API ----------------------------------------------------------------
@@ -370,7 +399,7 @@ def padded_attn(q: Tensor, k: Tensor, v: Tensor, pattern: Pattern, scale: float,
 
 # ---- paged decode ------------------------------------------------------------------------
 
-_decode_ws = {}
+_decode_cache = {}   # decode launch signature -> _Entry
 
 
 def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
@@ -388,26 +417,41 @@ def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq
         raise ValueError("s2c: block_table and seq_lens must be int32")
     R.dtype_code(q)
     R.check_head_dim(q.shape[-1], "decode")
-    B, n_new, H, D = q.shape
-    P, page, Hkv = k_cache.shape[0], k_cache.shape[1], k_cache.shape[2]
     q, k_cache, v_cache = _inner_contiguous(q), _inner_contiguous(k_cache), _inner_contiguous(v_cache)
     block_table, seq_lens = block_table.contiguous(), seq_lens.contiguous()
+    key = (pattern_id(pattern), q.shape, q.stride(), k_cache.shape, k_cache.stride(), v_cache.stride(),
+           block_table.shape, block_table.stride(), q.dtype, q.device, int(max_seq_len), splits, softmax_scale)
+    e = _decode_cache.get(key)
+    if e is None:
+        e = _decode_cache[key] = _decode_entry(q, k_cache, v_cache, block_table, pattern, int(max_seq_len),
+                                               splits, softmax_scale)
+    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
+    lse = torch.empty(e.shapes, dtype=torch.float32, device=q.device) if return_lse else None
+    a = S.DecodeArgs.from_buffer_copy(e.args)
+    a.q, a.o, a.lse = q.data_ptr(), o.data_ptr(), lse.data_ptr() if lse is not None else 0
+    a.k_pages, a.v_pages = k_cache.data_ptr(), v_cache.data_ptr()
+    a.block_table, a.seq_lens = block_table.data_ptr(), seq_lens.data_ptr()
+    st = e.fn(_lib.ctx(), e.plan, R.raw_stream(e.index), C.byref(a))     # workspace 0: the plan's own
+    if st:
+        _lib.check(st, "decode")
+    return (o, lse) if return_lse else o
+
+
+def _decode_entry(q, k_cache, v_cache, block_table, pattern, max_seq_len, splits, softmax_scale):
+    B, n_new, H, D = q.shape
+    P, page, Hkv = k_cache.shape[0], k_cache.shape[1], k_cache.shape[2]
     kern = R.device(q.device.index).kernel(pattern.for_heads(H, Hkv), S.KIND_DECODE, R.dtype_code(q), D)
-    o = torch.empty_like(q)
-    lse = torch.empty((B, H, n_new), dtype=torch.float32, device=q.device) if return_lse else None
     a = S.DecodeArgs(batch=B, n_new=n_new, heads=H, kv_heads=Hkv, head_dim=D, dtype=R.dtype_code(q),
                      num_pages=P, page_size=page, max_pages_per_seq=block_table.shape[1],
-                     max_seq_len=int(max_seq_len), splits=splits, scale=_scale(softmax_scale, D))
+                     max_seq_len=max_seq_len, splits=splits, scale=_scale(softmax_scale, D))
     _set3(a.q_stride, q.stride()[:3])
-    _set3(a.o_stride, o.stride()[:3])
+    _set3(a.o_stride, _meta(q.shape).stride()[:3])     # o: a contiguous [B, n, H, D]
     _set3(a.k_stride, k_cache.stride()[:3])
     _set3(a.v_stride, v_cache.stride()[:3])
     a.table_stride[0], a.table_stride[1] = block_table.stride(0), 0
-    L, ctx = _lib.lib(), _lib.ctx()
-    plan = kern.plan(("decode", B, n_new, int(max_seq_len), splits),
-                     lambda p: _lib.check(L.s2_attn_plan_add_decode(_lib.ctx(), p, C.byref(a)), "decode"))
-    a.q, a.o, a.lse = q.data_ptr(), o.data_ptr(), lse.data_ptr() if lse is not None else 0
-    a.k_pages, a.v_pages = k_cache.data_ptr(), v_cache.data_ptr()
-    a.block_table, a.seq_lens, a.workspace = block_table.data_ptr(), seq_lens.data_ptr(), 0
-    _lib.check(L.s2_attn_plan_decode(ctx, plan, R.stream_of(q), C.byref(a)), "decode")
-    return (o, lse) if return_lse else o
+    L = _lib.lib()
+    e = _Entry()
+    e.plan = kern.plan(("decode", B, n_new, max_seq_len, splits),
+                       lambda p: _lib.check(L.s2_attn_plan_add_decode(_lib.ctx(), p, C.byref(a)), "decode"))
+    e.args, e.index, e.fn, e.shapes = a, q.device.index, L.s2_attn_plan_decode, (B, H, n_new)
+    return e

@@ -1,7 +1,7 @@
 """The S2 library's mask helpers (dkernel.utils' public ones), written from the
 pattern semantics of include/s2c/pattern.h; tests check them against the
 golden masks and against the C library."""
-from typing import Optional, Tuple, Union
+from typing import Tuple, Union
 
 import torch
 from torch import Tensor
@@ -100,3 +100,6 @@ def get_sparse_attn_mask(num_heads: int, seqlen: int, block_size: int = 64,
             tok = torch.tril(torch.ones(seqlen, kv_seqlen))[past_len:].to(dense)
             dense = dense * tok[None]
     return dense_to_crow_col(trimmed), trimmed, dense
+
+
+__all__ = ["get_sparse_attn_mask", "dense_to_crow_col"]

@@ -7,7 +7,6 @@ token mask the C library's block decisions give; bf16 tolerances are stated
 per test.  Inputs are fresh random tensors, outputs poisoned where the op
 writes into a caller's tensor."""
 import math
-import os
 
 import numpy as np
 import pytest

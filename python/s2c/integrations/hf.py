@@ -38,7 +38,7 @@ def _spec(config):
 
 def pattern_for_layer(config, layer_idx: int, heads: int, kv_heads: int) -> Optional[Pattern]:
     """The pattern of one layer, or None when the layer is dense."""
-    key = (id(config), layer_idx, heads, kv_heads)
+    key = (repr(_spec(config)), layer_idx, heads, kv_heads)   # a changed config.s2c takes effect
     if key in _cache:
         return _cache[key]
     spec = _spec(config)
