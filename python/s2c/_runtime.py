@@ -113,8 +113,27 @@ def device(index):
     return d
 
 
+_is_capturing = getattr(torch._C, "_cuda_isCurrentStreamCapturing", None)
+
+
 def capturing():
-    return torch.cuda.is_current_stream_capturing()
+    return _is_capturing() if _is_capturing is not None else torch.cuda.is_current_stream_capturing()
+
+
+MAX_PLANS = 64   # per kernel
+
+
+class Plan:
+    """A prepared s2_attn_plan.  `captured`: a graph may hold its launches,
+    so it is never freed; `alive` is false once freed (entries drop it)."""
+    __slots__ = ("ptr", "captured", "alive")
+
+    def __init__(self, ptr):
+        self.ptr, self.captured, self.alive = ptr, False, True
+
+    def free(self):
+        self.alive = False
+        _lib.lib().s2_attn_plan_free(self.ptr)
 
 
 class Kernel:
@@ -142,9 +161,11 @@ class Kernel:
     def plan(self, key, declare):
         """The plan of shape `key`, prepared on the current stream at first use;
         `declare(plan_ptr)` declares the shape.  Inside capture an unprepared
-        shape is an error (preparing allocates and copies)."""
+        shape is an error (preparing allocates and copies).  Past MAX_PLANS
+        shapes (generation makes a new key length each step) the oldest plan
+        no capture has launched is freed."""
         p = self.plans.get(key)
-        if p is not None:
+        if p is not None and p.alive:
             return p
         if capturing():
             raise RuntimeError(f"s2c: shape {key} was not launched before CUDA-graph capture; run one step "
@@ -157,13 +178,23 @@ class Kernel:
                 check(L.s2_attn_plan_new(ctx, self.ptr, C.byref(out)), "plan")
                 try:
                     declare(out)
-                    stream = torch.cuda.current_stream(self.dev.index).cuda_stream
-                    check(L.s2_attn_plan_prepare(ctx, out, stream), "plan prepare")
+                    check(L.s2_attn_plan_prepare(ctx, out, raw_stream(self.dev.index)), "plan prepare")
                 except BaseException:
                     L.s2_attn_plan_free(out)
                     raise
-                p = self.plans[key] = out.value
+                p = self.plans[key] = Plan(out.value)
+                self._evict()
         return p
+
+    def _evict(self):
+        if len(self.plans) <= MAX_PLANS:
+            return
+        for key, p in list(self.plans.items()):
+            if not p.captured:
+                del self.plans[key]
+                p.free()
+                if len(self.plans) <= MAX_PLANS:
+                    return
 
     def device_seqs(self, n, max_kv_len):
         """A device-only varlen batch of n sequences (records written on the stream)."""

@@ -6,7 +6,6 @@ bidirectional pattern whose length is not a multiple of the block keeps the
 padding keys of the last block out of the softmax; for 1 < Sq < Sk the
 queries are the last Sq positions (that library offsets them only when
 Sq = 1)."""
-import math
 import warnings
 from typing import Callable, Optional, Tuple
 
@@ -61,16 +60,29 @@ class SparseAttention(torch.nn.Module):
         self.max_seqlen = max(mask.shape[-2:]) * block_size
         self.kwargs = dict(kwargs, max_seqlen=self.max_seqlen, causal=causal)
         self._mask = mask
-        self._patterns = {}
+        self._patterns, self._pids = {}, {}
+        self._sd = 1 if seq_dim is None else seq_dim
 
-    def _pattern_for(self, heads: int, kv_heads: int) -> Pattern:
-        key = (heads, kv_heads)
+    def _pattern_for(self, heads: int, kv_heads: int, q_len: int = 0, kv_len: int = 0) -> Pattern:
+        key = (heads, kv_heads, self._row_offset(q_len, kv_len))
         p = self._patterns.get(key)
         if p is None:
-            p = self._patterns[key] = self._make_pattern(heads, kv_heads)
+            p = self._patterns[key] = self._make_pattern(*key)
         return p
 
-    def _make_pattern(self, heads, kv_heads):
+    def _row_offset(self, q_len, kv_len):
+        """Blocks between the mask's first row and the first query.  The kernels
+        put the queries last (position kv_len - q_len + i); a mask with fewer
+        rows than kv_len needs, but enough for the queries, holds the queries'
+        rows only (a chunk's mask, as get_sparse_attn_mask makes with
+        q_start_position), so its rows start at the first query's block."""
+        bs, rows = self.block_size, self._mask.shape[-2]
+        need, q_blocks = -(-kv_len // bs), -(-q_len // bs)
+        if rows < need and rows >= q_blocks and (kv_len - q_len) % bs == 0:
+            return (kv_len - q_len) // bs
+        return 0
+
+    def _make_pattern(self, heads, kv_heads, row_offset):
         mask = self._mask
         if mask.dim() == 3 and mask.shape[0] not in (1, heads):
             if mask.shape[0] == kv_heads:       # one slice per kv head: each serves its group
@@ -78,8 +90,23 @@ class SparseAttention(torch.nn.Module):
             else:
                 raise ValueError(f"Input (q, k) have ({heads}, {kv_heads}) heads but the number of heads in the "
                                  f"sparse pattern is {mask.shape[0]}")
+        if row_offset:
+            m3 = mask if mask.dim() == 3 else mask[None]
+            mask = torch.cat([m3.new_zeros((m3.shape[0], row_offset, m3.shape[2])), m3], dim=1)
         return Pattern.from_mask(self.block_size, mask, causal=self.causal, num_heads=heads,
                                  num_kv_heads=kv_heads)
+
+    def _pid(self, q, k, sd):
+        """The pattern id of inputs shaped like q, k (checked once per shape)."""
+        hd = 3 - sd
+        key = (q.shape[hd], k.shape[hd], q.shape[sd], k.shape[sd])
+        pid = self._pids.get(key)
+        if pid is None:
+            if k.size(sd) > self.max_seqlen:
+                raise ValueError(f"Input length {k.size(sd)} is larger than the maximum length allowed "
+                                 f"({self.max_seqlen})")
+            pid = self._pids[key] = ops.pattern_id(self._pattern_for(*key))
+        return pid
 
     def forward(self, q: Tensor, k: Optional[Tensor] = None, v: Optional[Tensor] = None,
                 sm_scale: Optional[float] = None, *, cu_seqlen_k: Optional[Tensor] = None,
@@ -93,31 +120,30 @@ class SparseAttention(torch.nn.Module):
                 q, k, v = split_qkv(q)
             else:
                 k, v = split_qkv(k)
-        scale = sm_scale or 1.0 / math.sqrt(q.size(-1))
-        out = self.kwargs.get("out")
-        if q.dim() == 3:
+        scale = sm_scale or q.shape[-1] ** -0.5
+        sd = self._sd
+        if q.dim() == 4 and cu_seqlen_k is None and left_paddings is None and seqlens is None:
+            o, lse = ops._attention(q, k, v, self._pid(q, k, sd), scale, sd, sd, return_lse)
+            r = (o, lse) if return_lse else o
+        elif q.dim() == 3:
             if cu_seqlen_k is None:
                 raise ValueError("3-D (packed) inputs need cu_seqlen_k")
             pat = self._pattern_for(q.shape[1], k.shape[1])
             r = ops.sparse_attn_varlen_func(q, k, v, cu_seqlen_q if cu_seqlen_q is not None else cu_seqlen_k,
                                             cu_seqlen_k, self.max_seqlen, self.max_seqlen, pat, scale,
                                             return_lse=return_lse)
-            return _into(out, r, return_lse)
-        if q.dim() != 4:
-            raise ValueError(f"q must be 3-D (packed) or 4-D, got {q.dim()} dimensions")
-        sd = 1 if self.seq_dim is None else self.seq_dim
-        hd = 3 - sd
-        if k.size(sd) > self.max_seqlen:
-            raise ValueError(f"Input length {k.size(sd)} is larger than the maximum length allowed "
-                             f"({self.max_seqlen})")
-        pat = self._pattern_for(q.size(hd), k.size(hd))
-        if left_paddings is not None or seqlens is not None:
+        elif q.dim() == 4:
             if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
                 raise NotImplementedError("s2c: padded batches are inference only (as in the S2 library)")
+            if k.size(sd) > self.max_seqlen:
+                raise ValueError(f"Input length {k.size(sd)} is larger than the maximum length allowed "
+                                 f"({self.max_seqlen})")
+            pat = self._pattern_for(q.size(3 - sd), k.size(3 - sd), k.size(sd), k.size(sd))
             r = ops.padded_attn(q, k, v, pat, scale, sd, left_paddings, seqlens, return_lse)
-            return _into(out, r, return_lse)
-        o, lse = ops._attention(q, k, v, ops.pattern_id(pat), scale, sd, sd)
-        return _into(out, (o, lse) if return_lse else o, return_lse)
+        else:
+            raise ValueError(f"q must be 3-D (packed) or 4-D, got {q.dim()} dimensions")
+        out = self.kwargs.get("out")
+        return r if out is None else _into(out, r, return_lse)
 
 
 def _into(out, r, return_lse):
@@ -162,9 +188,13 @@ class LocalStrideSparseAttention(SparseAttention):
                                           num_dense_heads=num_dense_heads, head_sliding_offset=head_sliding_offset,
                                           causal=causal, active_head_range=active_head_range,
                                           max_seq_len=self.max_seq_len, name="local_stride")
-        self._patterns = {}
+        self._patterns, self._pids = {}, {}
+        self._sd = 1 if self.seq_dim is None else self.seq_dim
 
-    def _make_pattern(self, heads, kv_heads):
+    def _row_offset(self, q_len, kv_len):
+        return 0      # rules are positional: no mask rows to place
+
+    def _make_pattern(self, heads, kv_heads, row_offset=0):
         base = self._base
         if heads == base.heads and kv_heads != base.kv_heads:
             # inputs grouped unlike the declared kv heads (k, v repeated, say): same rules per query head

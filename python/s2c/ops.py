@@ -105,15 +105,23 @@ def _fwd_entry(pid, q, k, v, scale, sd, osd):
     return e
 
 
-def _fwd_run(e, q, k, v):
+def _launch(e, a, what):
+    p = e.plan
+    if R.capturing():
+        p.captured = True         # a graph holds it now: never freed
+    st = e.fn(_lib.ctx(), p.ptr, R.raw_stream(e.index), C.byref(a))
+    if st:
+        _lib.check(st, what)
+
+
+def _fwd_run(e, q, k, v, need_lse=True):
     o_shape, lse_shape = e.shapes
     o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device) if need_lse else None
     a = S.FwdArgs.from_buffer_copy(e.args)      # per call: launches may come from several threads
-    a.q, a.k, a.v, a.o, a.lse = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr()
-    st = e.fn(_lib.ctx(), e.plan, R.raw_stream(e.index), C.byref(a))
-    if st:
-        _lib.check(st, "forward")
+    a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
+    a.lse = lse.data_ptr() if need_lse else 0
+    _launch(e, a, "forward")
     return o, lse
 
 
@@ -145,9 +153,7 @@ def _bwd_run(e, do, q, k, v, o, lse, dlse):
     a.q, a.k, a.v, a.o, a.d_o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr()
     a.lse, a.d_lse = lse.data_ptr(), dlse.data_ptr() if dlse is not None else 0
     a.dq, a.dk, a.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
-    st = e.fn(_lib.ctx(), e.plan, R.raw_stream(e.index), C.byref(a))    # workspace 0: the plan's own
-    if st:
-        _lib.check(st, "backward")
+    _launch(e, a, "backward")     # workspace 0: the plan's own
     return dq, dk, dv
 
 
@@ -172,12 +178,14 @@ def launch_varlen(pid, q, k, v, o, lse, scale, seqs_fill, n, max_kv_len):
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
         _set3(getattr(a, name + "_stride"), (0, t.stride(0), t.stride(1)))
     L = _lib.lib()
-    plan = kern.plan(("varlen", n, max_kv_len),
-                     lambda p: _lib.check(L.s2_attn_plan_add_forward(_lib.ctx(), p, C.byref(a)), "varlen"))
+    e = _Entry()
+    e.plan = kern.plan(("varlen", n, max_kv_len),
+                       lambda p: _lib.check(L.s2_attn_plan_add_forward(_lib.ctx(), p, C.byref(a)), "varlen"))
+    e.index, e.fn = q.device.index, L.s2_attn_plan_forward
     seqs_fill(kern, seqs)
     a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
     a.lse = lse.data_ptr() if lse is not None else 0
-    _lib.check(L.s2_attn_plan_forward(_lib.ctx(), plan, R.stream_of(q), C.byref(a)), "varlen forward")
+    _launch(e, a, "varlen forward")
 
 
 # ---- the forward and backward, custom ops ------------------------------------------------
@@ -186,17 +194,22 @@ _fwd_cache = {}     # launch signature -> _Entry
 _bwd_cache = {}
 
 
-def _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim):
-    key = (pattern, q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, q.device, seq_dim,
-           out_seq_dim, scale)
+_CACHE_MAX = 1024    # launch signatures kept (entries are cheap to rebuild; plans stay)
+
+
+def _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse=True):
+    key = (pattern, q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
+           q.device, k.device, v.device, seq_dim, out_seq_dim, scale)
     e = _fwd_cache.get(key)
-    if e is None:
+    if e is None or not e.plan.alive:
         _check_inputs(q, k, v, seq_dim)
         q2, k2, v2 = _inner_contiguous(q), _inner_contiguous(k), _inner_contiguous(v)
         if q2 is not q or k2 is not k or v2 is not v:     # copied: their own signature
-            return _fwd_impl(q2, k2, v2, pattern, scale, seq_dim, out_seq_dim)
+            return _fwd_impl(q2, k2, v2, pattern, scale, seq_dim, out_seq_dim, need_lse)
+        if len(_fwd_cache) >= _CACHE_MAX:
+            _fwd_cache.clear()
         e = _fwd_cache[key] = _fwd_entry(pattern, q, k, v, scale, seq_dim, out_seq_dim)
-    return _fwd_run(e, q, k, v)
+    return _fwd_run(e, q, k, v, need_lse)
 
 
 def _fwd_fake(q, k, v, pattern, scale, seq_dim, out_seq_dim):
@@ -211,8 +224,10 @@ def _bwd_impl(do, q, k, v, o, lse, dlse, pattern, scale, seq_dim, out_seq_dim):
     key = (pattern, q.shape, k.shape, q.stride(), k.stride(), v.stride(), o.stride(), do.stride(), q.dtype,
            q.device, seq_dim, out_seq_dim, scale)
     e = _bwd_cache.get(key)
-    if e is None:
+    if e is None or not e.plan.alive:
         _check_inputs(q, k, v, seq_dim, "backward")
+        if len(_bwd_cache) >= _CACHE_MAX:
+            _bwd_cache.clear()
         e = _bwd_cache[key] = _bwd_entry(pattern, do, q, k, v, o, scale, seq_dim, out_seq_dim)
     return _bwd_run(e, do, q, k, v, o, lse, dlse)
 
@@ -273,7 +288,7 @@ if HAVE_CUSTOM_OP:
     _fwd_op.register_autograd(_backward, setup_context=_setup)
 
 
-def _attention(q, k, v, pattern, scale, seq_dim, out_seq_dim):
+def _attention(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse=True):
     """Traced (torch.compile): the custom op.  Eager: the autograd function when
     a gradient is wanted, else the launch itself (the op's dispatch costs more
     than the launch)."""
@@ -282,7 +297,7 @@ def _attention(q, k, v, pattern, scale, seq_dim, out_seq_dim):
         return _fwd_op(q, k, v, pattern, scale, seq_dim, out_seq_dim)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         return _AttentionFn.apply(q, k, v, pattern, scale, seq_dim, out_seq_dim)
-    return _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim)
+    return _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse)
 
 
 # ---- the functional API ----------------------------------------------------------------
@@ -311,7 +326,7 @@ def sparse_attn_func(q: Tensor, k: Tensor, v: Tensor, pattern: Pattern, softmax_
         raise TypeError(f"s2c: pattern must be an s2c.Pattern, got {type(pattern).__name__}")
     sd = _LAYOUTS[layout]
     o, lse = _attention(q, k, v, pattern_id(pattern), _scale(softmax_scale, q.shape[-1]), sd,
-                        _LAYOUTS[out_layout or layout])
+                        _LAYOUTS[out_layout or layout], return_lse)
     return (o, lse) if return_lse else o
 
 
@@ -422,7 +437,9 @@ def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq
     key = (pattern_id(pattern), q.shape, q.stride(), k_cache.shape, k_cache.stride(), v_cache.stride(),
            block_table.shape, block_table.stride(), q.dtype, q.device, int(max_seq_len), splits, softmax_scale)
     e = _decode_cache.get(key)
-    if e is None:
+    if e is None or not e.plan.alive:
+        if len(_decode_cache) >= _CACHE_MAX:
+            _decode_cache.clear()
         e = _decode_cache[key] = _decode_entry(q, k_cache, v_cache, block_table, pattern, int(max_seq_len),
                                                splits, softmax_scale)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
@@ -431,9 +448,7 @@ def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq
     a.q, a.o, a.lse = q.data_ptr(), o.data_ptr(), lse.data_ptr() if lse is not None else 0
     a.k_pages, a.v_pages = k_cache.data_ptr(), v_cache.data_ptr()
     a.block_table, a.seq_lens = block_table.data_ptr(), seq_lens.data_ptr()
-    st = e.fn(_lib.ctx(), e.plan, R.raw_stream(e.index), C.byref(a))     # workspace 0: the plan's own
-    if st:
-        _lib.check(st, "decode")
+    _launch(e, a, "decode")     # workspace 0: the plan's own
     return (o, lse) if return_lse else o
 
 

@@ -346,3 +346,65 @@ def test_transformers_backend_matches_sdpa():
     err = (out["s2c"] - out["sdpa"]).abs().max().item()
     assert err <= 5e-2 * out["sdpa"].std().item() * 10, f"logits differ by {err}"
     assert (out["s2c"].argmax(-1) == out["sdpa"].argmax(-1)).float().mean() > 0.98
+
+
+def test_growing_kv_length_keeps_plans_bounded():
+    """Generation without a static cache: a new key length each step.  Plans
+    stay bounded (oldest uncaptured freed) and every step is right."""
+    from s2c import _runtime as R
+    torch.manual_seed(14)
+    pat = Pattern.local_stride(4, 64, 2, 4, num_kv_heads=2)
+    k, v = rand(1, 1200, 2, 64), rand(1, 1200, 2, 64)
+    kern = None
+    for n in range(1000, 1000 + R.MAX_PLANS + 20):
+        q = rand(1, 1, 4, 64)
+        o = s2c.sparse_attn_func(q, k[:, :n], v[:, :n], pat)
+        if n % 16 == 0:
+            want, _ = ref_attention(q, k[:, :n], v[:, :n], token_mask(pat, 1, n), 1 / 8)
+            close(o, want, 2e-2, f"step with {n} keys")
+        kern = kern or next(kk for kk in R.device(0).kernels.values() if kk.pattern.key == pat.key)
+    assert len(kern.plans) <= R.MAX_PLANS
+
+
+def test_mask_rows_of_a_query_chunk():
+    """A chunk's mask (rows = the chunk's query blocks, as get_sparse_attn_mask
+    gives with q_start_position) over keys 0..end: rows start at the chunk."""
+    torch.manual_seed(15)
+    bs, H = 64, 2
+    full = s2c.get_sparse_attn_mask(H, 1024, bs, 2, 4, device="cpu", dtype=torch.uint8)[1]     # [H, 16, 16]
+    chunk = full[:, 8:12, :12]                                       # queries 512..767, keys 0..767
+    attn = s2c.SparseAttention(bs, chunk, seq_dim=1)
+    q, k, v = rand(1, 256, H, 64), rand(1, 768, H, 64), rand(1, 768, H, 64)
+    o = attn(q, k, v)
+    pat = Pattern.from_mask(bs, full, num_heads=H)
+    want, _ = ref_attention(q, k, v, token_mask(pat, 1024, 1024)[:, 512:768, :768], 1 / 8)
+    close(o, want, 2e-2, "chunk mask")
+
+
+def test_transformers_left_padded_batch_matches_single_sequences():
+    transformers = pytest.importorskip("transformers")
+    import s2c.integrations.hf as s2hf
+    s2hf.register()
+    cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
+                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
+                                   max_position_embeddings=4096)
+    cfg.s2c = {"block_size": 64, "local_blocks": 2, "vert_stride": 4, "dense_layers": [1]}
+    torch.manual_seed(1)
+    model = transformers.LlamaForCausalLM(cfg).to(DEV, BF16).eval()
+    model.config._attn_implementation = "s2c"
+    for layer in model.model.layers:
+        layer.self_attn.config._attn_implementation = "s2c"
+    a = torch.randint(0, 1000, (1, 500), device=DEV)
+    b = torch.randint(0, 1000, (1, 300), device=DEV)
+    ids = torch.full((2, 500), 0, device=DEV, dtype=torch.long)
+    mask = torch.zeros((2, 500), device=DEV, dtype=torch.long)
+    ids[0], mask[0] = a[0], 1
+    ids[1, 200:], mask[1, 200:] = b[0], 1
+    with torch.no_grad():
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)           # positions count real tokens, as generate does
+        batch = model(input_ids=ids, attention_mask=mask, position_ids=pos).logits.float()
+        one_a = model(input_ids=a).logits.float()
+        one_b = model(input_ids=b).logits.float()
+    tol = 5e-2 * one_a.std().item() * 10
+    assert (batch[0] - one_a[0]).abs().max().item() <= tol
+    assert (batch[1, 200:] - one_b[0]).abs().max().item() <= tol

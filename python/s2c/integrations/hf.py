@@ -38,9 +38,11 @@ def _spec(config):
 
 def pattern_for_layer(config, layer_idx: int, heads: int, kv_heads: int) -> Optional[Pattern]:
     """The pattern of one layer, or None when the layer is dense."""
-    key = (repr(_spec(config)), layer_idx, heads, kv_heads)   # a changed config.s2c takes effect
-    if key in _cache:
-        return _cache[key]
+    spec_obj = getattr(config, "s2c", None)
+    key = (id(spec_obj), layer_idx, heads, kv_heads)
+    hit = _cache.get(key)
+    if hit is not None and hit[0] is spec_obj:      # the same spec object (a new dict is a new spec)
+        return hit[1]
     spec = _spec(config)
     dense = set(int(x) for x in spec.pop("dense_layers", ()))
     if layer_idx in dense:
@@ -54,8 +56,16 @@ def pattern_for_layer(config, layer_idx: int, heads: int, kv_heads: int) -> Opti
         local, stride = spec.pop("local_blocks"), spec.pop("vert_stride")
         spec.setdefault("num_kv_heads", kv_heads)
         p = Pattern.local_stride(heads, block, local, stride, name=f"hf-layer{layer_idx}", **spec)
-    _cache[key] = p
+    _cache[key] = (spec_obj, p)
     return p
+
+
+def _padding_mask_4d(mask2d, q_len, k_len):
+    """SDPA's boolean mask [B, 1, Sq, Sk] from a 2-D padding mask: causal
+    (queries last) and the real keys."""
+    qpos = torch.arange(q_len, device=mask2d.device) + (k_len - q_len)
+    causal = torch.arange(k_len, device=mask2d.device)[None, :] <= qpos[:, None]
+    return causal[None, None] & mask2d[:, None, None, -k_len:].bool()
 
 
 def _sdpa(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
@@ -66,18 +76,29 @@ def _sdpa(module, query, key, value, attention_mask, scaling=None, dropout=0.0, 
 
 def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
     """transformers' attention-function signature: query [B, H, Sq, D], key and
-    value [B, Hkv, Sk, D] (not repeated); returns [B, Sq, H, D] and no weights."""
+    value [B, Hkv, Sk, D] (not repeated); returns [B, Sq, H, D] and no weights.
+    attention_mask is None or the 2-D padding mask (the registered mask function
+    gives FlashAttention's)."""
     layer = getattr(module, "layer_idx", 0) or 0
     pat = pattern_for_layer(module.config, layer, query.shape[1], key.shape[1])
     causal = getattr(module, "is_causal", True)
+    padded = attention_mask is not None and attention_mask.dim() == 2 and not bool(attention_mask.all())
     if pat is None or dropout or not causal or query.shape[2] > key.shape[2]:
+        if attention_mask is not None and attention_mask.dim() == 2:
+            attention_mask = _padding_mask_4d(attention_mask, query.shape[2], key.shape[2]) if padded else None
         return _sdpa(module, query, key, value, attention_mask, scaling=scaling, dropout=dropout, **kwargs)
-    if attention_mask is not None and attention_mask.dim() == 2 and not bool(attention_mask.all()):
-        # left padding (generation): the sequence starts after its padding
-        lp = (attention_mask.shape[1] - attention_mask.sum(-1)).to(torch.int32)
-        o = ops.padded_attn(query, key, value, pat, scaling or query.shape[-1] ** -0.5, 2, left_paddings=lp)
+    scale = scaling or query.shape[-1] ** -0.5
+    if padded:
+        m = attention_mask[:, -key.shape[2]:].bool()
+        if bool(m[:, -1].all()):            # left padding (generation)
+            o = ops.padded_attn(query, key, value, pat, scale, 2, left_paddings=(~m).sum(-1).to(torch.int32))
+        elif bool(m[:, 0].all()):           # right padding
+            o = ops.padded_attn(query, key, value, pat, scale, 2, seqlens=m.sum(-1).to(torch.int32))
+        else:                               # holes s2c's records cannot express
+            return _sdpa(module, query, key, value, _padding_mask_4d(attention_mask, query.shape[2], key.shape[2]),
+                         scaling=scaling, dropout=dropout, **kwargs)
         return o.transpose(1, 2).contiguous(), None
-    o = ops.sparse_attn_func(query, key, value, pat, softmax_scale=scaling, layout="bhsd", out_layout="bshd")
+    o = ops.sparse_attn_func(query, key, value, pat, softmax_scale=scale, layout="bhsd", out_layout="bshd")
     return o, None
 
 

@@ -1,0 +1,130 @@
+"""End-to-end training step of a 1B Llama-shaped model (16 layers, hidden 2048,
+intermediate 8192, 16 heads of 128, KV_HEADS kv heads, vocab 32000, random weights,
+bf16, batch 1): forward + backward + fused AdamW step, with attention through
+transformers' registry, all in one process:
+
+  flash    SDPA, flash backend          cudnn  SDPA, cuDNN backend
+  noop     a differentiable no-op (the rest of the step)
+  dkernel  the S2 Triton library (only with DKERNEL_DIR)
+  s2c      s2c.integrations.hf, config.s2c with no dense layers
+
+The sparse providers run every layer local 16 / stride 8 / block 64, per-kv-head shifts.
+Prints ms per step and tokens/s, the ratios of s2c to flash, cuDNN and dkernel, and a table.
+
+Run on the GPU machine (S2C_LIBDIR: the libs2c build; DKERNEL_DIR: the folder that holds dkernel/):
+  OUT=DIR SEQS=32768 python3 bench/e2e/train.py
+Env: KV_HEADS (8; 16 for MHA), ONLY=flash,cudnn,noop,s2c,dkernel.  Writes OUT/train.json."""
+import contextlib
+import json
+import os
+import statistics
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import s2c  # noqa: E402,F401
+
+OUT = os.environ.get("OUT", "/tmp")
+SEQS = [int(x) for x in os.environ.get("SEQS", "32768").split(",")]
+KV_HEADS = int(os.environ.get("KV_HEADS", "8"))
+ONLY = set(os.environ["ONLY"].split(",")) if os.environ.get("ONLY") else None
+H, BLOCK, LOCAL, STRIDE = 16, 64, 16, 8
+
+
+def bench(fn, reps=3):
+    """Median of `reps` timed steps after one warm-up step."""
+    fn(); torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
+        s.record(); fn(); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
+    return statistics.median(ts)
+
+
+def main():
+    if not torch.cuda.is_available():
+        print("no CUDA device: skipped"); sys.exit(77)
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
+    import s2c.integrations.hf as s2hf
+
+    LSSA = None
+    if os.environ.get("DKERNEL_DIR") and (ONLY is None or "dkernel" in ONLY):
+        import importlib.metadata as md     # dkernel asks for its own version at import: give it one
+        orig = md.version
+        md.version = lambda name: "0.0.2" if name == "dkernel" else orig(name)
+        sys.path.insert(0, os.environ["DKERNEL_DIR"])
+        from dkernel import LocalStrideSparseAttention as LSSA
+    dk_mods = {}
+
+    def noop_attn(module, query, key, value, attention_mask, **kw):
+        # zeros that still carry a gradient to q and v, so the projections' backward runs
+        return (query * 0 + value.mean() * 0).transpose(1, 2).contiguous(), None
+
+    def dk_attn(module, query, key, value, attention_mask, scaling=None, **kw):
+        S = query.shape[2]
+        if S not in dk_mods:
+            dk_mods[S] = LSSA(H, S, BLOCK, LOCAL, STRIDE, num_kv_heads=KV_HEADS, seq_dim=2).cuda()
+        return dk_mods[S](query, key, value, scaling).transpose(1, 2).contiguous(), None
+
+    AttentionInterface.register("noop", noop_attn)
+    AttentionInterface.register("dkernel", dk_attn)
+    s2hf.register()
+
+    cfg = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=H,
+                      num_key_value_heads=KV_HEADS, vocab_size=32000, max_position_embeddings=131072,
+                      torch_dtype=torch.bfloat16)
+    with torch.device("cuda"):
+        cfg._attn_implementation = "sdpa"
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    model.config.s2c = {"block_size": BLOCK, "local_blocks": LOCAL, "vert_stride": STRIDE, "dense_layers": []}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    print(f"params {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B on {torch.cuda.get_device_name()}, "
+          f"GQA {H}/{KV_HEADS}", flush=True)
+
+    def step(ids):
+        out = model(input_ids=ids, labels=ids, use_cache=False)
+        out.loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+
+    # dkernel last: a fault in it (seen with GQA) ends the CUDA context for what follows
+    provs = [("flash", "sdpa", SDPBackend.FLASH_ATTENTION), ("cudnn", "sdpa", SDPBackend.CUDNN_ATTENTION),
+             ("noop", "noop", None), ("s2c", "s2c", None)] + ([("dkernel", "dkernel", None)] if LSSA else [])
+    rows = []
+    for S in SEQS:
+        ids = torch.randint(0, 32000, (1, S), device="cuda")
+        r = dict(S=S, kv_heads=KV_HEADS, gpu=torch.cuda.get_device_name(), torch=torch.__version__)
+        for name, impl, be in provs:
+            if ONLY is not None and name not in ONLY:
+                continue
+            model.config._attn_implementation = impl
+            s2hf._cache.clear()     # so that the count of layers on s2c below is this run's
+            try:
+                with sdpa_kernel([be]) if be is not None else contextlib.nullcontext():
+                    r[name] = bench(lambda: step(ids))
+            except Exception as ex:
+                r[name] = None; print("  fail", name, repr(ex)[:300], flush=True)
+            if name == "s2c":   # the layers s2c ran (the others fell back to SDPA)
+                r["s2c_layers"] = sum(p is not None for p in s2hf._cache.values())
+            if r[name]:
+                r[name + "_tok_s"] = S / (r[name] / 1e3)
+            print(f"  S={S} {name}: {r[name]} ms", flush=True)
+            torch.cuda.empty_cache()
+        for a in ("flash", "cudnn", "dkernel"):
+            if r.get(a) and r.get("s2c"):
+                r["s2c_vs_" + a] = r[a] / r["s2c"]
+        print(json.dumps(r), flush=True)
+        rows.append(r)
+        json.dump(rows, open(os.path.join(OUT, "train.json"), "w"), indent=1)
+
+    f = lambda x, p=0: "-" if x is None else f"{x:.{p}f}"   # noqa: E731
+    print(f"\n{'S':>7} {'flash':>7} {'cudnn':>7} {'noop':>7} {'dkernel':>8} {'s2c':>7} {'s2c tok/s':>10} "
+          f"{'x flash':>8} {'x cudnn':>8} {'x dk':>6}")
+    for r in rows:
+        print(f"{r['S']:>7} {f(r.get('flash')):>7} {f(r.get('cudnn')):>7} {f(r.get('noop')):>7} "
+              f"{f(r.get('dkernel')):>8} {f(r.get('s2c')):>7} {f(r.get('s2c_tok_s')):>10} "
+              f"{f(r.get('s2c_vs_flash'), 2):>8} {f(r.get('s2c_vs_cudnn'), 2):>8} {f(r.get('s2c_vs_dkernel'), 2):>6}")
+
+
+if __name__ == "__main__":
+    main()
