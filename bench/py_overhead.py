@@ -58,7 +58,7 @@ def main():
         ref = s2c.sparse_attn_func(q, k, v, pat)
     fwd = list(ops._fwd_cache.values())
     assert len(fwd) == 1, f"expected one forward launch entry, got {len(fwd)}"
-    args, plan = fwd[0].args, fwd[0].plan
+    args, plan = fwd[0].args, fwd[0].plan.ptr
     o = torch.empty_like(q)   # live buffers for the raw launch (the call's own o and lse are freed)
     lse = torch.empty((B, H, S), dtype=torch.float32, device="cuda")
     L, ctx, stream = _lib.lib(), _lib.ctx(), R.stream_of(q)

@@ -177,7 +177,7 @@ def main():
                 except Exception as ex:
                     r[key] = None; print("  fail", key, repr(ex)[:300], flush=True)
                 if impl == "s2c":   # the layers s2c ran (the others fell back to SDPA)
-                    r[key + "_layers"] = sum(p is not None for p in s2hf._cache.values())
+                    r[key + "_layers"] = sum(p is not None for _, p in s2hf._cache.values())
                 print(f"  S={S} {key}: {r[key]} ms ({time.time() - t1:.0f}s incl. warm-up, dense on {be})", flush=True)
                 torch.cuda.empty_cache()
         sd = [r[x] for x in ("sdpa_cudnn", "sdpa_flash") if r.get(x)]

@@ -105,7 +105,7 @@ def main():
             except Exception as ex:
                 r[name] = None; print("  fail", name, repr(ex)[:300], flush=True)
             if name == "s2c":   # the layers s2c ran (the others fell back to SDPA)
-                r["s2c_layers"] = sum(p is not None for p in s2hf._cache.values())
+                r["s2c_layers"] = sum(p is not None for _, p in s2hf._cache.values())
             if r[name]:
                 r[name + "_tok_s"] = S / (r[name] / 1e3)
             print(f"  S={S} {name}: {r[name]} ms", flush=True)

@@ -88,7 +88,7 @@ def main():
 
         use(model, "s2c", DENSE)
         d_logits, d_toks, _ = run(model, ids)
-        s2c_layers = sum(p is not None for p in s2hf._cache.values())
+        s2c_layers = sum(p is not None for _, p in s2hf._cache.values())
         diff = (d_logits - ref_logits).abs().max().item()
         same = next((i for i, (a, b) in enumerate(zip(ref_toks, d_toks)) if a != b), NEW)
         tie = same < NEW and (ref_steps[same][ref_toks[same]] - ref_steps[same][d_toks[same]]).item() <= tol

@@ -27,7 +27,7 @@ def _kv_cache_efficient(mask: Tensor) -> bool:
     m = m[None] if m.dim() == 2 else m
     if m.shape[-2] < 2:
         return True
-    below_diag = torch.ones(m.shape[-2:], dtype=torch.bool).tril(-1)[1:]
+    below_diag = torch.ones(m.shape[-2:], dtype=torch.bool, device=m.device).tril(-1)[1:]
     regained = m[:, 1:] & ~m[:, :-1] & below_diag
     return not bool(regained.any())
 
