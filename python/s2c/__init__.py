@@ -19,18 +19,21 @@ def lib_version() -> str:
     return _lib.version()
 
 
+_LAZY = {"SparseAttention": "interface", "LocalStrideSparseAttention": "interface",
+         "combine_attn_partitions": "interface", "get_sparse_attn_mask": "utils",
+         "sparse_attn_func": "ops", "sparse_attn_varlen_func": "ops", "decode": "ops"}
+
+
 def __getattr__(name):
-    # torch-dependent parts load on first use, so `import s2c` works without torch
-    if name in ("SparseAttention", "LocalStrideSparseAttention", "combine_attn_partitions"):
-        from . import interface
-        return getattr(interface, name)
-    if name in ("get_sparse_attn_mask",):
-        from . import utils
-        return getattr(utils, name)
-    if name in ("sparse_attn_func", "sparse_attn_varlen_func", "decode"):
-        from . import ops
-        return getattr(ops, name)
-    raise AttributeError(f"module 's2c' has no attribute {name!r}")
+    # torch-dependent parts load on first use, so `import s2c` works without torch;
+    # once loaded, a name is a plain module attribute (no lookup per call)
+    mod = _LAZY.get(name)
+    if mod is None:
+        raise AttributeError(f"module 's2c' has no attribute {name!r}")
+    import importlib
+    value = getattr(importlib.import_module("." + mod, __name__), name)
+    globals()[name] = value
+    return value
 
 
 __all__ = [

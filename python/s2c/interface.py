@@ -98,14 +98,17 @@ class SparseAttention(torch.nn.Module):
 
     def _pid(self, q, k, sd):
         """The pattern id of inputs shaped like q, k (checked once per shape)."""
-        hd = 3 - sd
-        key = (q.shape[hd], k.shape[hd], q.shape[sd], k.shape[sd])
+        key = (q.shape, k.shape)
         pid = self._pids.get(key)
         if pid is None:
+            if q.dim() != 4 or k.dim() != 4:
+                raise ValueError(f"q and k must both be 4-D, got {q.dim()} and {k.dim()} dimensions")
             if k.size(sd) > self.max_seqlen:
                 raise ValueError(f"Input length {k.size(sd)} is larger than the maximum length allowed "
                                  f"({self.max_seqlen})")
-            pid = self._pids[key] = ops.pattern_id(self._pattern_for(*key))
+            hd = 3 - sd
+            pat = self._pattern_for(q.shape[hd], k.shape[hd], q.shape[sd], k.shape[sd])
+            pid = self._pids[key] = ops.pattern_id(pat)
         return pid
 
     def forward(self, q: Tensor, k: Optional[Tensor] = None, v: Optional[Tensor] = None,

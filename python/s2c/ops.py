@@ -3,6 +3,7 @@ torch.compile, autograd) over launches of prepared plans, and the plain
 functional API in the style of flash_attn_func."""
 import ctypes as C
 import math
+import threading
 from typing import Optional, Tuple
 
 import torch
@@ -80,7 +81,10 @@ def _set3(arr, vals):
 # allocate the outputs, set five pointers and launch.
 
 class _Entry:
-    __slots__ = ("args", "plan", "index", "fn", "shapes")
+    __slots__ = ("args", "plan", "index", "fn", "shapes", "tid")
+
+    def __init__(self):
+        self.tid = threading.get_ident()
 
 
 def _fwd_entry(pid, q, k, v, scale, sd, osd):
@@ -114,11 +118,18 @@ def _launch(e, a, what):
         _lib.check(st, what)
 
 
+def _args(e):
+    """The entry's argument struct: its own on the thread that made it, a copy
+    on any other (launches may come from several threads)."""
+    return e.args if threading.get_ident() == e.tid else type(e.args).from_buffer_copy(e.args)
+
+
 def _fwd_run(e, q, k, v, need_lse=True):
     o_shape, lse_shape = e.shapes
-    o = torch.empty(o_shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(lse_shape, dtype=torch.float32, device=q.device) if need_lse else None
-    a = S.FwdArgs.from_buffer_copy(e.args)      # per call: launches may come from several threads
+    dev = q.device
+    o = torch.empty(o_shape, dtype=q.dtype, device=dev)
+    lse = torch.empty(lse_shape, dtype=torch.float32, device=dev) if need_lse else None
+    a = _args(e)
     a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
     a.lse = lse.data_ptr() if need_lse else 0
     _launch(e, a, "forward")
@@ -149,7 +160,7 @@ def _meta(shape):
 
 def _bwd_run(e, do, q, k, v, o, lse, dlse):
     dq, dk, dv = (torch.empty(s, dtype=q.dtype, device=q.device) for s in e.shapes)
-    a = S.BwdArgs.from_buffer_copy(e.args)
+    a = _args(e)
     a.q, a.k, a.v, a.o, a.d_o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr()
     a.lse, a.d_lse = lse.data_ptr(), dlse.data_ptr() if dlse is not None else 0
     a.dq, a.dk, a.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
@@ -199,7 +210,7 @@ _CACHE_MAX = 1024    # launch signatures kept (entries are cheap to rebuild; pla
 
 def _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse=True):
     key = (pattern, q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
-           q.device, k.device, v.device, seq_dim, out_seq_dim, scale)
+           q.get_device(), k.get_device(), v.get_device(), seq_dim, out_seq_dim, scale)
     e = _fwd_cache.get(key)
     if e is None or not e.plan.alive:
         _check_inputs(q, k, v, seq_dim)
@@ -305,8 +316,16 @@ def _attention(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse=True):
 _LAYOUTS = {"bshd": 1, "bhsd": 2}
 
 
+_default_scales = {}
+
+
 def _scale(softmax_scale, d):
-    s = float(softmax_scale) if softmax_scale else 1.0 / math.sqrt(d)
+    if not softmax_scale:
+        s = _default_scales.get(d)
+        if s is None:
+            s = _default_scales[d] = 1.0 / math.sqrt(d)
+        return s
+    s = float(softmax_scale)
     if not math.isfinite(s) or s <= 0:
         raise ValueError(f"s2c: softmax_scale must be finite and positive, got {softmax_scale}")
     return s
@@ -444,7 +463,7 @@ def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq
                                                splits, softmax_scale)
     o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
     lse = torch.empty(e.shapes, dtype=torch.float32, device=q.device) if return_lse else None
-    a = S.DecodeArgs.from_buffer_copy(e.args)
+    a = _args(e)
     a.q, a.o, a.lse = q.data_ptr(), o.data_ptr(), lse.data_ptr() if lse is not None else 0
     a.k_pages, a.v_pages = k_cache.data_ptr(), v_cache.data_ptr()
     a.block_table, a.seq_lens = block_table.data_ptr(), seq_lens.data_ptr()
