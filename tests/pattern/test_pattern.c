@@ -434,6 +434,7 @@ START_TEST(mask_patterns)
         ck_assert_int_eq(p->rules[q].mask_head, q);
         ck_assert(!p->rules[q].dense);
     }
+    ck_assert_str_eq(p->mask_where[0], "data/mask-base.yaml:4:7: mask");
     s2_pattern_set_free(set);
 
     set = load_ok(ctx, data("mask-override.yaml"));
@@ -442,6 +443,8 @@ START_TEST(mask_patterns)
     ck_assert_int_eq(p->num_masks, 2);
     ck_assert_str_eq(p->masks[0].name, "shared");
     ck_assert_str_eq(p->masks[1].name, "per_head");
+    ck_assert_str_eq(p->mask_where[0], "data/mask-override.yaml:9:11: overrides[0].mask");
+    ck_assert_str_eq(p->mask_where[1], "data/mask-override.yaml:11:11: overrides[1].mask");
     static const int mask[4] = {-1, 0, -1, 1}, mhead[4] = {0, 0, 0, 3};
     for (int q = 0; q < 4; q++) {
         ck_assert_int_eq(p->rules[q].mask, mask[q]);
