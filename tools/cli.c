@@ -109,9 +109,13 @@ static int unknown_option(const cli_command *c, const char *shown)
     const char *names[64];
     char spelled[64][40];
     size_t n = 0;
-    for (const struct option *d = all_options; d->name && n < 64; d++)
-        if (takes(c, d->val))
-            snprintf(spelled[n], sizeof spelled[n], "--%s", d->name), names[n] = spelled[n], n++;
+    for (const struct option *d = all_options; d->name && n < 64; d++) {
+        if (!takes(c, d->val))
+            continue;
+        snprintf(spelled[n], sizeof spelled[n], "--%s", d->name);
+        names[n] = spelled[n];
+        n++;
+    }
     static const struct { int id; const char *name; } dep_opts[] = {{O_MD, "-MD"}, {O_MF, "-MF"}, {O_MT, "-MT"}};
     for (size_t i = 0; i < sizeof dep_opts / sizeof dep_opts[0] && n < 64; i++)
         if (takes(c, dep_opts[i].id))
