@@ -127,7 +127,7 @@ typedef struct deps {
 } deps;
 int deps_add_target(deps *d, const char *path);
 int deps_add_masks(deps *d, const s2_pattern_set *set);
-/* The pattern file's and OUT's paths, before anything is written; 0 or EXIT_INPUT */
+/* The pattern file's and OUT's paths ("-": none), before anything is written; 0 or EXIT_INPUT */
 int deps_check(const deps *d, const char *output);
 /* "TARGETS: PATTERN MASKFILE...\n" into path (target: -MT's, verbatim, or NULL for d's) */
 int deps_write(const deps *d, const char *target, const char *path);

@@ -401,7 +401,7 @@ int cmd_compile(s2_ctx *ctx, int argc, char **argv)
     bool dep_stdout = o.depfile_path && strcmp(o.depfile_path, "-") == 0;
     FILE *info = o.quiet ? NULL : to_stdout || dep_stdout ? stderr : stdout;
     deps d = {.wanted = o.depfile, .pattern = strcmp(o.pattern, "-") == 0 ? NULL : o.pattern};
-    if ((rc = deps_check(&d, o.output)) != 0) {
+    if ((rc = deps_check(&d, o.dep_target ? "-" : o.output)) != 0) { /* -MT: OUT is not written there */
         free((char *)o.stdin_text);
         return rc;
     }
