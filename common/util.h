@@ -63,6 +63,15 @@ s2_status s2_write_file_atomic(s2_ctx *ctx, const char *path, const void *data, 
  * not a directory), whose path goes into failed. */
 int s2_make_dirs(const char *path, unsigned mode, char *failed, size_t cap);
 
+/* ---- suggestions (suggest.c) --------------------------------------------- */
+/* Edits (insert, delete, replace, swap two neighbours) between a and b;
+ * SIZE_MAX for words over 64 bytes. */
+size_t s2_edit_distance(const char *a, size_t an, const char *b, size_t bn);
+/* The name of names[0..n) closest to word[0..len), when it is close enough
+ * to be a likely misspelling (GCC's cutoff: about a third of the length);
+ * else NULL.  The first of equally close names wins. */
+const char *s2_suggest(const char *word, size_t len, const char *const *names, size_t n);
+
 /* ---- small math ---------------------------------------------------------- */
 static inline int64_t s2_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t s2_mod(int64_t a, int64_t m) { int64_t r = a % m; return r < 0 ? r + m : r; }

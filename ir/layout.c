@@ -18,9 +18,10 @@ static s2_status check_rule(s2_ctx *ctx, const s2_pattern *p, int q, int64_t blo
     const s2_block_mask *bm = &p->masks[r->mask];
     if (!bm->bits || bm->heads < 1 || (bm->heads > 1 && (r->mask_head < 0 || r->mask_head >= bm->heads)))
         return s2_fail(ctx, S2_ERR_INVALID, "head %d: mask head %d out of range", q, r->mask_head);
-    if (blocks > bm->rows || blocks > bm->cols)
+    if (blocks > bm->rows || blocks > bm->cols) /* at the mask's reference in the pattern file, when known */
         return s2_fail(ctx, S2_ERR_INVALID,
-                       "head %d: %lld blocks exceed the explicit mask '%s' (%lld x %lld blocks)", q,
+                       "%s%shead %d: %lld blocks exceed the explicit mask '%s' (%lld x %lld blocks)",
+                       p->mask_where ? p->mask_where[r->mask] : "", p->mask_where ? ": " : "", q,
                        (long long)blocks, bm->name ? bm->name : "", (long long)bm->rows, (long long)bm->cols);
     return S2_OK;
 }

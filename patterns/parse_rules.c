@@ -267,17 +267,25 @@ s2_status s2_pp_load_mask(parser *P, s2_pattern *p, const node *mask_node, const
         s2_block_mask_free(&m);
         return st;
     }
-    /* copy into the set arena so the pattern owns it */
+    /* copy into the set arena so the pattern owns it, with where it was referenced */
     s2_block_mask *masks = s2_arena_array(&P->set->arena, (size_t)p->num_masks + 1, sizeof *masks);
+    const char **where = s2_arena_array(&P->set->arena, (size_t)p->num_masks + 1, sizeof *where);
     size_t nbits = (size_t)(m.heads * m.rows * m.cols);
     uint8_t *bits = s2_arena_alloc(&P->set->arena, nbits);
     char *name = s2_arena_strdup(&P->set->arena, m.name), *file = s2_arena_strdup(&P->set->arena, full);
-    if (!masks || !bits || !name || !file) {
+    char loc[sizeof P->file + 256];
+    snprintf(loc, sizeof loc, "%s:%d:%d: %s", P->file, mask_node->line, mask_node->col, key);
+    char *here = s2_arena_strdup(&P->set->arena, loc);
+    if (!masks || !where || !bits || !name || !file || !here) {
         s2_block_mask_free(&m);
         return s2_pp_nomem(P);
     }
-    if (p->num_masks)
+    if (p->num_masks) {
         memcpy(masks, p->masks, (size_t)p->num_masks * sizeof *masks);
+        memcpy(where, p->mask_where, (size_t)p->num_masks * sizeof *where);
+    }
+    where[p->num_masks] = here;
+    p->mask_where = where;
     memcpy(bits, m.bits, nbits);
     masks[p->num_masks] = (s2_block_mask){.name = name, .heads = m.heads, .rows = m.rows, .cols = m.cols, .bits = bits,
                                          .file = file};

@@ -121,6 +121,14 @@ s2_status s2_pp_read_map(parser *P, const node *map, const char *what, field *fi
             if (k->kind != N_SCALAR)
                 return perr(P, k, "%s: keys must be words, got %s (expected one of: %s)", what,
                             s2_pp_shown(k, buf, sizeof buf), expect);
+            const char *names[32];
+            size_t n = 0;
+            for (field *g = fields; g->name && n < sizeof names / sizeof names[0]; g++)
+                names[n++] = g->name;
+            const char *near = s2_suggest(k->str, k->len, names, n);
+            if (near)
+                return perr(P, k, "%s: unknown key '%s'; did you mean '%s'?", what, s2_pp_shown(k, buf, sizeof buf),
+                            near);
             return perr(P, k, "%s: unknown key '%s' (expected one of: %s)", what, s2_pp_shown(k, buf, sizeof buf), expect);
         }
         if (f->key)

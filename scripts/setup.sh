@@ -7,7 +7,7 @@ cd "$(dirname "$0")/.."
 builddir=${1:-build}
 shift || true
 
-pkgs=(meson ninja-build pkg-config gcc g++ llvm-22-dev libzstd-dev zlib1g-dev libyaml-dev check python3
+pkgs=(meson ninja-build make pkg-config gcc g++ llvm-22-dev libzstd-dev zlib1g-dev libyaml-dev check python3
       python3-torch python3-numpy python3-pytest)   # the Python package's CPU tests
 missing=()
 for p in "${pkgs[@]}"; do

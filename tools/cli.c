@@ -18,34 +18,14 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const char *current_cmd; /* for "Try 's2c CMD --help'" */
-
-int usage_error(const char *fmt, const char *arg)
-{
-    fprintf(stderr, "s2c: ");
-    fprintf(stderr, fmt, arg);
-    if (current_cmd)
-        fprintf(stderr, "\nTry 's2c %s --help'.\n", current_cmd);
-    else
-        fprintf(stderr, "\nTry 's2c --help'.\n");
-    return EXIT_USAGE;
-}
-
-/* Report a library failure: pattern errors are already "file:line:col: msg". */
-int input_error(s2_ctx *ctx)
-{
-    const char *msg = s2_ctx_message(ctx);
-    fprintf(stderr, "%s\n", msg[0] ? msg : s2_status_name(s2_ctx_status(ctx)));
-    return EXIT_INPUT;
-}
-
 int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out)
 {
     char *end = NULL;
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "s2c: %s: expected an integer in %" PRId64 "..%" PRId64 ", got '%s'\n", opt, lo, hi, s);
+        usage_error("%s: %s: expected an integer in %" PRId64 "..%" PRId64 ", got '%s'", cli_command_prefix(), opt, lo,
+                    hi, s);
         return -1;
     }
     *out = v;
@@ -110,20 +90,38 @@ static bool takes(const cli_command *c, int id)
     return false;
 }
 
-/* "s2c: CMD: MESSAGE" and the hint; EXIT_USAGE */
+/* "s2c: error: CMD: MESSAGE" and the note; EXIT_USAGE */
 static int cmd_error(const cli_command *c, const char *fmt, const char *arg)
 {
-    fprintf(stderr, "s2c: %s: ", c->name);
-    fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nTry 's2c %s --help'.\n", c->name);
-    return EXIT_USAGE;
+    char msg[512];
+    snprintf(msg, sizeof msg, fmt, arg);
+    return usage_error("%s: %s", c->name, msg);
 }
 
 static int not_for(const cli_command *c, const char *shown)
 {
-    fprintf(stderr, "s2c: %s: option '%s' does not apply to %s\nTry 's2c %s --help'.\n", c->name, shown, c->name,
-            c->name);
-    return EXIT_USAGE;
+    return usage_error("%s: option '%s' does not apply to %s", c->name, shown, c->name);
+}
+
+/* "unknown option '--formt'; did you mean '--format'?" among c's own options */
+static int unknown_option(const cli_command *c, const char *shown)
+{
+    const char *names[64];
+    char spelled[64][40];
+    size_t n = 0;
+    for (const struct option *d = all_options; d->name && n < 64; d++) {
+        if (!takes(c, d->val))
+            continue;
+        snprintf(spelled[n], sizeof spelled[n], "--%s", d->name);
+        names[n] = spelled[n];
+        n++;
+    }
+    static const struct { int id; const char *name; } dep_opts[] = {{O_MD, "-MD"}, {O_MF, "-MF"}, {O_MT, "-MT"}};
+    for (size_t i = 0; i < sizeof dep_opts / sizeof dep_opts[0] && n < 64; i++)
+        if (takes(c, dep_opts[i].id))
+            names[n++] = dep_opts[i].name;
+    char hint[128];
+    return usage_error("%s: unknown option '%s'%s", c->name, shown, did_you_mean(hint, sizeof hint, shown, names, n));
 }
 
 /* -MD, -MF FILE (-MFFILE), -MT NAME (-MTNAME): taken out of args (getopt_long
@@ -187,20 +185,20 @@ static int set_option(opts *o, int id, const char *key, const char *val)
     case O_QUIET: o->quiet = 1; break;
     case O_NAME:
         if (o->num_names >= MAX_NAMES)
-            return usage_error("%s", "too many --name options");
+            return usage_error("%s: too many --name options", cli_command_prefix());
         o->names[o->num_names++] = val;
         break;
     case O_ALLOW:
         if (o->num_mask_dirs >= MAX_MASK_DIRS)
-            return usage_error("%s", "at most 16 --allow-mask-path");
+            return usage_error("%s: at most 16 --allow-mask-path", cli_command_prefix());
         if (!val[0])
-            return usage_error("%s", "--allow-mask-path: expected a directory, got ''");
+            return usage_error("%s: --allow-mask-path: expected a directory, got ''", cli_command_prefix());
         o->mask_dirs[o->num_mask_dirs++] = val;
         break;
     case O_FORMAT: o->format = val; break;
     case O_ARCH:
         if (o->num_archs == (int)(sizeof o->archs / sizeof o->archs[0]))
-            return usage_error("%s", "at most 8 --arch");
+            return usage_error("%s: at most 8 --arch", cli_command_prefix());
         o->arch = o->archs[o->num_archs++] = val;
         break;
     case O_EMIT: o->emit = val; break;
@@ -227,7 +225,7 @@ static int set_option(opts *o, int id, const char *key, const char *val)
     case O_MAX_BYTES: rc = parse_int(key, val, 1, INT64_C(1) << 50, &o->max_bytes); break;
     case O_OPTION:
         if (o->num_options == (int)(sizeof o->options / sizeof o->options[0]))
-            return usage_error("%s", "at most 8 --option");
+            return usage_error("%s: at most 8 --option", cli_command_prefix());
         o->options[o->num_options++] = val;
         break;
     }
@@ -250,14 +248,14 @@ static int refused(const cli_command *c, int ret, char **args)
     if (optopt && optopt < 256 && !(a[0] == '-' && a[1] == '-')) {
         if (option_by_id(optopt))
             return not_for(c, shown);
-        return cmd_error(c, "unknown option '%s'", shown);
+        return unknown_option(c, shown);
     }
     const struct option *d = shown[0] == '-' && shown[1] == '-' ? option_by_name(shown + 2, strlen(shown + 2)) : NULL;
     if (d && takes(c, d->val))
         return cmd_error(c, "option '%s' takes no value", shown);
     if (d)
         return not_for(c, shown);
-    return cmd_error(c, "unknown option '%s'", shown);
+    return unknown_option(c, shown);
 }
 
 int parse_opts(int argc, char **argv, opts *o, const char **pos, int max_pos, int *npos)
@@ -266,15 +264,14 @@ int parse_opts(int argc, char **argv, opts *o, const char **pos, int max_pos, in
     const cli_command *c = cli_find_command(argv[1]);
     if (!c)
         return usage_error("unknown command '%s'", argv[1]);
-    current_cmd = c->name;
+    cli_set_command(c->name);
     /* getopt_long permutes its argv: a copy, argv[1..] (the command is its argv[0]) */
     char **args = calloc((size_t)argc + 1, sizeof *args);
     struct option *table = calloc(sizeof all_options / sizeof all_options[0], sizeof *table);
     if (!args || !table) {
         free(args);
         free(table);
-        fprintf(stderr, "s2c: out of memory\n");
-        return EXIT_INPUT;
+        return input_fail("out of memory");
     }
     int n = argc - 1;
     for (int i = 0; i < n; i++)
@@ -334,10 +331,8 @@ int parse_one_file(int argc, char **argv, opts *o, const char *what)
     int rc = parse_opts(argc, argv, o, pos, 1, &n);
     if (rc)
         return rc;
-    if (n != 1) {
-        fprintf(stderr, "s2c: %s: missing %s file\nTry 's2c %s --help'.\n", current_cmd, what, current_cmd);
-        return EXIT_USAGE;
-    }
+    if (n != 1)
+        return usage_error("%s: missing %s file", argv[1], what);
     o->pattern = pos[0];
     return 0;
 }
@@ -351,7 +346,7 @@ static int read_all(const char *path, size_t max, uint8_t **data, size_t *size, 
     const char *shown = in ? "<stdin>" : path;
     FILE *f = in ? stdin : fopen(path, "rb");
     if (!f) {
-        snprintf(why, why_len, "s2c: %s: %s", shown, strerror(errno));
+        snprintf(why, why_len, "%s: %s", shown, strerror(errno));
         return EXIT_INPUT;
     }
     uint8_t *buf = NULL;
@@ -388,9 +383,9 @@ static int read_all(const char *path, size_t max, uint8_t **data, size_t *size, 
     if (bad) {
         free(buf);
         if (strcmp(bad, "too large") == 0)
-            snprintf(why, why_len, "s2c: %s: more than %zu bytes", shown, max);
+            snprintf(why, why_len, "%s: more than %zu bytes", shown, max);
         else
-            snprintf(why, why_len, "s2c: %s: %s", shown, bad);
+            snprintf(why, why_len, "%s: %s", shown, bad);
         return EXIT_INPUT;
     }
     buf[n] = 0;
@@ -404,7 +399,7 @@ int read_input(const char *path, size_t max, uint8_t **data, size_t *size)
     char why[4200];
     int rc = read_all(path, max, data, size, why, sizeof why);
     if (rc)
-        fprintf(stderr, "%s\n", why);
+        input_fail("%s", why);
     return rc;
 }
 
@@ -414,9 +409,7 @@ int make_dirs(const char *dir)
     int err = s2_make_dirs(dir, 0777, failed, sizeof failed);
     if (!err)
         return 0;
-    fprintf(stderr, "s2c: cannot create directory '%s': %s\n", failed,
-            err == EEXIST ? "a file is in the way" : strerror(err));
-    return EXIT_INPUT;
+    return input_fail("cannot create directory '%s': %s", failed, err == EEXIST ? "a file is in the way" : strerror(err));
 }
 
 int make_parent_dirs(const char *path)
@@ -425,10 +418,8 @@ int make_parent_dirs(const char *path)
     if (!slash || slash == path)
         return 0;
     char dir[4096];
-    if ((size_t)(slash - path) >= sizeof dir) {
-        fprintf(stderr, "s2c: %s: path too long\n", path);
-        return EXIT_INPUT;
-    }
+    if ((size_t)(slash - path) >= sizeof dir)
+        return input_fail("%s: path too long", path);
     memcpy(dir, path, (size_t)(slash - path));
     dir[slash - path] = 0;
     return make_dirs(dir);
@@ -437,10 +428,8 @@ int make_parent_dirs(const char *path)
 int write_output(const char *path, const void *data, size_t size)
 {
     if (strcmp(path, "-") == 0) {
-        if (fwrite(data, 1, size, stdout) != size || fflush(stdout) != 0) {
-            fprintf(stderr, "s2c: <stdout>: %s\n", strerror(errno));
-            return EXIT_INPUT;
-        }
+        if (fwrite(data, 1, size, stdout) != size || fflush(stdout) != 0)
+            return input_fail("<stdout>: %s", strerror(errno));
         return EXIT_OK;
     }
     int rc = make_parent_dirs(path);
@@ -453,7 +442,7 @@ int write_output(const char *path, const void *data, size_t size)
     if (f && fclose(f) != 0)
         status = EXIT_INPUT;
     if (status != EXIT_OK)
-        fprintf(stderr, "s2c: %s: %s\n", path, strerror(errno));
+        input_fail("%s: %s", path, strerror(errno));
     return status;
 }
 
@@ -488,8 +477,14 @@ int load_patterns(s2_ctx *ctx, const opts *o, int max_all, s2_pattern_set **set,
     for (int i = 0; i < o->num_names; i++) {
         p[i] = s2_pattern_set_find(*set, o->names[i]);
         if (!p[i]) {
-            fprintf(stderr, "%s: no pattern named '%s'\n", o->pattern, o->names[i]);
-            return EXIT_INPUT;
+            const char *names[MAX_NAMES];
+            int count = s2_pattern_set_count(*set);
+            for (int j = 0; j < count && j < MAX_NAMES; j++)
+                names[j] = s2_pattern_set_get(*set, j)->name;
+            char hint[160];
+            return input_fail("%s: no pattern named '%s'%s", strcmp(o->pattern, "-") == 0 ? "<stdin>" : o->pattern,
+                              o->names[i], did_you_mean(hint, sizeof hint, o->names[i], names,
+                                                        (size_t)(count < MAX_NAMES ? count : MAX_NAMES)));
         }
     }
     *n = o->num_names;

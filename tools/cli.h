@@ -5,6 +5,7 @@
 #include "s2c/common.h"
 #include "s2c/manifest.h"
 #include "s2c/pattern.h"
+#include "util.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -73,10 +74,22 @@ extern const cli_command cli_commands[];
 const cli_command *cli_find_command(const char *name);
 
 
-/* "s2c: MESSAGE" and a hint on stderr; EXIT_USAGE */
-int usage_error(const char *fmt, const char *arg);
-/* A library failure (pattern errors are already "file:line:col: msg"); EXIT_INPUT */
+/* Diagnostics (cli_diag.c), one style as gcc's, on stderr: "s2c: error: MESSAGE",
+ * and "FILE:LINE:COL: error: MESSAGE" where the library names a place. */
+void cli_set_command(const char *name);  /* the command the usage note names (NULL: none) */
+const char *cli_command_prefix(void);    /* that command's name, "" before one is known */
+void diag(const char *severity, const char *fmt, ...) S2_PRINTF(2, 3); /* "s2c: SEVERITY: ..." */
+/* "s2c: error: ..." and "s2c: note: try 's2c CMD --help'"; EXIT_USAGE */
+int usage_error(const char *fmt, ...) S2_PRINTF(1, 2);
+/* "s2c: error: ..."; EXIT_INPUT */
+int input_fail(const char *fmt, ...) S2_PRINTF(1, 2);
+/* The library's message in ctx; EXIT_INPUT */
 int input_error(s2_ctx *ctx);
+/* A library message as s2c prints it, into buf: "FILE:LINE:COL: SEVERITY: ..."
+ * when it starts with a place, else "s2c: SEVERITY: ...". */
+void diag_format(char *buf, size_t size, const char *severity, const char *msg);
+/* "; did you mean 'NAME'?" for the name of names[0..n) closest to word, or "". */
+const char *did_you_mean(char *buf, size_t size, const char *word, const char *const *names, size_t n);
 int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
 int parse_dtype(const char *text, s2_dtype *dt);
 /* Parse argv[2..] of subcommand argv[1] with getopt_long and that command's
@@ -103,10 +116,31 @@ void json_num(FILE *f, double v);
 void json_pattern(FILE *f, const s2_pattern *p);
 void json_pattern_fields(FILE *f, const s2_pattern *p);
 
+/* What one compile leaves for its depfile (compile_deps.c): its outputs and the files it read. */
+typedef struct deps {
+    bool wanted;              /* -MD: paths Make cannot read are refused as they come */
+    char *targets[16];
+    int num_targets;
+    const char *pattern;      /* NULL for stdin */
+    char *masks[64 * 8];      /* every mask file of the set, once each */
+    int num_masks;
+} deps;
+int deps_add_target(deps *d, const char *path);
+int deps_add_masks(deps *d, const s2_pattern_set *set);
+/* The pattern file's and OUT's paths ("-": none), before anything is written; 0 or EXIT_INPUT */
+int deps_check(const deps *d, const char *output);
+/* "TARGETS: PATTERN MASKFILE...\n" into path (target: -MT's, verbatim, or NULL for d's) */
+int deps_write(const deps *d, const char *target, const char *path);
+void deps_free(deps *d);
+/* OUT with its extension replaced by ".d" (malloc'd) */
+char *deps_default_path(const char *out);
+
 int cmd_check(s2_ctx *ctx, int argc, char **argv);
 int cmd_layout(s2_ctx *ctx, int argc, char **argv);
 int cmd_kv_memory(s2_ctx *ctx, int argc, char **argv);
 int cmd_compile(s2_ctx *ctx, int argc, char **argv);
 int cmd_info(s2_ctx *ctx, int argc, char **argv);
+/* s2c --version [--verbose] (argv[1..]: those two options) */
+int cmd_version(int argc, char **argv);
 
 #endif

@@ -171,21 +171,17 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
                                   mk->spec.kind != S2_KERNEL_DECODE
                               ? "of an unknown kind"
                               : NULL;
-        if (why) {
-            fprintf(stderr, "s2c: --emit c: kernel %s is %s, which has no C launcher yet; C launchers exist for the "
-                    "forward (sm_80/sm_90 pointer ABI, sm_90a tensor-map and persistent ABIs), the backward module "
-                    "and decode\n",
-                    mk->name, why);
-            return EXIT_INPUT;
-        }
+        if (why)
+            return input_fail("--emit c: kernel %s is %s, which has no C launcher yet; C launchers exist for the "
+                              "forward (sm_80/sm_90 pointer ABI, sm_90a tensor-map and persistent ABIs), the backward "
+                              "module and decode", mk->name, why);
     }
     s2_aot_kernel *ks = calloc((size_t)n * S2_ROLE_COUNT_, sizeof *ks);
     aot_names *names = calloc((size_t)n * S2_ROLE_COUNT_, sizeof *names);
     if (!ks || !names) {
         free(ks);
         free(names);
-        fprintf(stderr, "s2c: out of memory\n");
-        return EXIT_INPUT;
+        return input_fail("out of memory");
     }
     int nk = 0;
     for (int i = 0; i < n; i++)
@@ -204,93 +200,8 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
     return made ? made : st == S2_OK ? EXIT_OK : input_error(ctx);
 }
 
-/* What one compile leaves for the depfile: its outputs and the files it read. */
-typedef struct deps {
-    char *targets[16];
-    int num_targets;
-    const char *pattern;      /* NULL for stdin */
-    char *masks[64 * 8];      /* every mask file of the set, once each */
-    int num_masks;
-} deps;
-
-static int dep_add(char **list, int *n, int max, const char *path)
-{
-    for (int i = 0; i < *n; i++)
-        if (strcmp(list[i], path) == 0)
-            return 0;
-    if (*n >= max || !(list[*n] = strdup(path))) {
-        fprintf(stderr, "s2c: out of memory\n");
-        return EXIT_INPUT;
-    }
-    (*n)++;
-    return 0;
-}
-
-static int dep_add_masks(deps *d, const s2_pattern_set *set)
-{
-    for (int i = 0; d && i < s2_pattern_set_count(set); i++) {
-        const s2_pattern *p = s2_pattern_set_get(set, i);
-        for (int m = 0; m < p->num_masks; m++)
-            if (p->masks[m].file && dep_add(d->masks, &d->num_masks, (int)(sizeof d->masks / sizeof d->masks[0]),
-                                            p->masks[m].file))
-                return EXIT_INPUT;
-    }
-    return 0;
-}
-
-static void deps_free(deps *d)
-{
-    for (int i = 0; i < d->num_targets; i++)
-        free(d->targets[i]);
-    for (int i = 0; i < d->num_masks; i++)
-        free(d->masks[i]);
-}
-
-/* A path as Make reads it: spaces and '#' escaped with '\', '$' doubled. */
-static void make_escape(s2_buf *b, const char *path)
-{
-    for (const char *c = path; *c; c++) {
-        if (*c == ' ' || *c == '\t' || *c == '#')
-            s2_buf_puts(b, "\\");
-        if (*c == '$')
-            s2_buf_puts(b, "$");
-        s2_buf_append(b, c, 1);
-    }
-}
-
-/* "TARGET...: PATTERN MASK...\n" into the depfile (-MT NAME as given). */
-static int write_depfile(const opts *o, const deps *d, const char *path)
-{
-    s2_buf b;
-    s2_buf_init(&b);
-    if (o->dep_target) {
-        s2_buf_puts(&b, o->dep_target);
-    } else {
-        for (int i = 0; i < d->num_targets; i++) {
-            if (i)
-                s2_buf_puts(&b, " ");
-            make_escape(&b, d->targets[i]);
-        }
-    }
-    s2_buf_puts(&b, ":");
-    if (d->pattern) {
-        s2_buf_puts(&b, " ");
-        make_escape(&b, d->pattern);
-    }
-    for (int i = 0; i < d->num_masks; i++) {
-        s2_buf_puts(&b, " ");
-        make_escape(&b, d->masks[i]);
-    }
-    s2_buf_puts(&b, "\n");
-    int rc = b.oom ? EXIT_INPUT : write_output(path, b.data, b.len);
-    if (b.oom)
-        fprintf(stderr, "s2c: out of memory\n");
-    s2_buf_free(&b);
-    return rc;
-}
-
-static int compile_softmax(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind emit, s2_cubin_backend backend,
-                           FILE *info, deps *d)
+/* --kernel softmax's options; 0 or a usage error. */
+static int softmax_opts(const opts *o, emit_kind emit)
 {
     if (o->head_dim || o->dtype || o->block_m || o->block_n || o->num_warps || o->num_stages || o->kv_gather ||
         o->num_options)
@@ -299,12 +210,18 @@ static int compile_softmax(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind e
         return usage_error("%s", "compile: --kernel softmax has no --emit c");
     if (o->num_names > 1)
         return usage_error("%s", "compile: --kernel softmax compiles one pattern (one --name)");
+    return 0;
+}
+
+static int compile_softmax(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind emit, s2_cubin_backend backend,
+                           FILE *info, deps *d)
+{
     s2_pattern_set *set = NULL;
     const s2_pattern *p = NULL;
     int np = 0;
     int rc = load_patterns(ctx, o, 1, &set, &p, &np);
     if (rc == 0)
-        rc = dep_add_masks(d, set);
+        rc = deps_add_masks(d, set);
     s2_artifact *art = NULL;
     s2_target target;
     s2_target_default(&target, arch);
@@ -321,15 +238,15 @@ static int compile_softmax(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind e
             fprintf(info, "%s: wrote %zu bytes (row softmax, %s, %s, pattern %s)\n", o->output, size, o->emit,
                     s2_arch_name(arch), p->name);
         if (rc == 0)
-            rc = dep_add(d->targets, &d->num_targets, 16, o->output);
+            rc = deps_add_target(d, o->output);
     }
     s2_artifact_free(art);
     s2_pattern_set_free(set);
     return rc;
 }
 
-static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind emit, s2_cubin_backend backend,
-                             FILE *info, deps *d)
+/* The attention kernel's spec from the options, every arch's but the arch; 0 or a usage error. */
+static int attention_spec(s2_ctx *ctx, const opts *o, s2_kspec *spec)
 {
     if (!o->head_dim || !o->dtype)
         return usage_error("%s", "compile: --head-dim and --dtype are required");
@@ -347,16 +264,23 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
     for (int i = 0; i < o->num_options; i++)
         if (s2_kernel_options_set(ctx, &kopt, o->options[i]) != S2_OK)
             return usage_error("compile: --option %s", s2_ctx_message(ctx));
-    s2_kernel_spec pub = {.kind = kind, .head_dim = (int)o->head_dim, .arch = (int)arch, .block_m = (int)o->block_m,
+    s2_kernel_spec pub = {.kind = kind, .head_dim = (int)o->head_dim, .block_m = (int)o->block_m,
                           .block_n = (int)o->block_n, .num_warps = (int)o->num_warps, .num_stages = (int)o->num_stages};
-    s2_kspec spec = s2_kspec_of(&pub, &kopt);
-    if (parse_dtype(o->dtype, &spec.dtype) != 0)
+    *spec = s2_kspec_of(&pub, &kopt);
+    if (parse_dtype(o->dtype, &spec->dtype) != 0)
         return usage_error("compile: --dtype must be bf16 or fp16, got '%s'", o->dtype);
     for (int i = 0; i < o->num_names; i++)
         for (int j = 0; j < i; j++)
             if (strcmp(o->names[i], o->names[j]) == 0)
                 return usage_error("compile: --name %s is given twice", o->names[i]);
+    return 0;
+}
 
+static int compile_attention(s2_ctx *ctx, const opts *o, const s2_kspec *base, s2_arch arch, emit_kind emit,
+                             s2_cubin_backend backend, FILE *info, deps *d)
+{
+    s2_kspec spec = *base;
+    spec.arch = (int)arch;
     /* -o -: the module is named "stdout" (dumps, overrides) */
     bool to_stdout = strcmp(o->output, "-") == 0;
     char *ident = module_ident(to_stdout ? "stdout" : o->output), *dir = out_dir(o->output);
@@ -365,17 +289,13 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
     int np = 0;
     s2_artifact *art = NULL;
     s2_manifest *m = NULL;
-    int rc = ident && dir ? 0 : EXIT_INPUT;
-    if (rc)
-        fprintf(stderr, "s2c: out of memory\n");
+    int rc = ident && dir ? 0 : input_fail("out of memory");
     if (rc == 0)
         rc = load_patterns(ctx, o, MAX_NAMES, &set, pats, &np);
     if (rc == 0)
-        rc = dep_add_masks(d, set);
-    if (rc == 0 && s2_pattern_set_count(set) > MAX_NAMES && o->num_names == 0) {
-        fprintf(stderr, "%s: more than %d patterns; pick some with --name\n", o->pattern, MAX_NAMES);
-        rc = EXIT_INPUT;
-    }
+        rc = deps_add_masks(d, set);
+    if (rc == 0 && s2_pattern_set_count(set) > MAX_NAMES && o->num_names == 0)
+        rc = input_fail("%s: more than %d patterns; pick some with --name", o->pattern, MAX_NAMES);
     /* every stage runs whatever is emitted, so that --emit ptx or ll still
      * reports assembler errors */
     if (rc == 0 && (s2_compile_kspec(ctx, ident, pats, np, &spec, backend, &art) != S2_OK ||
@@ -386,7 +306,7 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
         char path[4096 + 300];
         for (int x = 0; x < 2 && rc == 0; x++) {
             snprintf(path, sizeof path, "%s/%s.%s", dir, ident, x ? "c" : "h");
-            rc = dep_add(d->targets, &d->num_targets, 16, path);
+            rc = deps_add_target(d, path);
         }
     } else if (rc == 0) {
         const void *data = emit == EMIT_CUBIN ? (const void *)art->cubin
@@ -397,7 +317,7 @@ static int compile_attention(s2_ctx *ctx, const opts *o, s2_arch arch, emit_kind
             fprintf(info, "%s: wrote %zu bytes (%s, %s, %d kernel%s)\n", o->output, size, o->emit,
                     s2_arch_name(arch), np, np == 1 ? "" : "s");
         if (rc == 0)
-            rc = dep_add(d->targets, &d->num_targets, 16, o->output);
+            rc = deps_add_target(d, o->output);
     }
     if (rc == 0) {
         for (int i = 0; i < s2_manifest_num_kernels(m) && info; i++)
@@ -424,19 +344,6 @@ static char *arch_output(const char *out, const char *arch)
     char *s = malloc(n);
     if (s)
         snprintf(s, n, "%.*s.%s%s", (int)stem, out, arch, out + stem);
-    return s;
-}
-
-/* The default depfile: OUT with its extension replaced by ".d". */
-static char *default_depfile(const char *out)
-{
-    const char *base = strrchr(out, '/');
-    base = base ? base + 1 : out;
-    const char *dot = strrchr(base, '.');
-    size_t stem = dot && dot != base ? (size_t)(dot - out) : strlen(out);
-    char *s = malloc(stem + 3);
-    if (s)
-        snprintf(s, stem + 3, "%.*s.d", (int)stem, out);
     return s;
 }
 
@@ -474,6 +381,11 @@ int cmd_compile(s2_ctx *ctx, int argc, char **argv)
         return usage_error("%s", "compile: -o - takes one --arch");
     if (to_stdout && o.depfile && !o.depfile_path)
         return usage_error("%s", "compile: -MD with -o - needs -MF FILE");
+    if (to_stdout && o.depfile_path && strcmp(o.depfile_path, "-") == 0)
+        return usage_error("%s", "compile: -MF - and -o - would both write to stdout");
+    s2_kspec spec = {0};
+    if ((rc = softmax ? softmax_opts(&o, emit) : attention_spec(ctx, &o, &spec)) != 0)
+        return rc;
     if (strcmp(o.pattern, "-") == 0 && !o.stdin_text) {
         uint8_t *text = NULL;
         if ((rc = read_input("-", CLI_MAX_STDIN, &text, &o.stdin_len)) != 0)
@@ -485,34 +397,34 @@ int cmd_compile(s2_ctx *ctx, int argc, char **argv)
         free((char *)o.stdin_text);
         return input_error(ctx);
     }
-    /* the summary goes to stdout, to stderr when stdout carries the module, nowhere with --quiet */
-    FILE *info = o.quiet ? NULL : to_stdout ? stderr : stdout;
-    deps d = {.pattern = strcmp(o.pattern, "-") == 0 ? NULL : o.pattern};
+    /* the summary goes to stdout, to stderr when stdout carries the module or depfile, nowhere with --quiet */
+    bool dep_stdout = o.depfile_path && strcmp(o.depfile_path, "-") == 0;
+    FILE *info = o.quiet ? NULL : to_stdout || dep_stdout ? stderr : stdout;
+    deps d = {.wanted = o.depfile, .pattern = strcmp(o.pattern, "-") == 0 ? NULL : o.pattern};
+    if ((rc = deps_check(&d, o.dep_target ? "-" : o.output)) != 0) { /* -MT: OUT is not written there */
+        free((char *)o.stdin_text);
+        return rc;
+    }
     const char *out = o.output;
     for (int i = 0; i < o.num_archs && rc == 0; i++) {
         char *path = o.num_archs > 1 ? arch_output(out, o.archs[i]) : NULL;
         if (o.num_archs > 1 && !path) {
-            fprintf(stderr, "s2c: out of memory\n");
-            rc = EXIT_INPUT;
+            rc = input_fail("out of memory");
             break;
         }
         o.output = path ? path : out;
         o.arch = o.archs[i];
         rc = softmax ? compile_softmax(ctx, &o, archs[i], emit, backend, info, &d)
-                     : compile_attention(ctx, &o, archs[i], emit, backend, info, &d);
+                     : compile_attention(ctx, &o, &spec, archs[i], emit, backend, info, &d);
         free(path);
     }
     o.output = out;
     if (rc == 0 && o.depfile) {
-        char *dep = o.depfile_path ? NULL : default_depfile(out);
-        if (!o.depfile_path && !dep) {
-            fprintf(stderr, "s2c: out of memory\n");
-            rc = EXIT_INPUT;
-        } else {
-            if (to_stdout && !o.dep_target)
-                o.dep_target = "-";
-            rc = write_depfile(&o, &d, o.depfile_path ? o.depfile_path : dep);
-        }
+        char *dep = o.depfile_path ? NULL : deps_default_path(out);
+        if (!o.depfile_path && !dep)
+            rc = input_fail("out of memory");
+        else
+            rc = deps_write(&d, o.dep_target ? o.dep_target : to_stdout ? "-" : NULL, o.depfile_path ? o.depfile_path : dep);
         free(dep);
     }
     deps_free(&d);

@@ -121,13 +121,10 @@ int cmd_info(s2_ctx *ctx, int argc, char **argv)
     size_t len = 0;
     s2_manifest *m = NULL;
     s2_status st = s2_cubin_find_manifest(ctx, image, size, &text, &len);
-    if (st == S2_ERR_NOT_FOUND) {
-        fprintf(stderr, "%s: no s2c manifest (symbol %s) in this cubin\n", path, S2_MANIFEST_SYMBOL);
-        rc = EXIT_INPUT;
-    } else if (st != S2_OK || s2_manifest_parse(ctx, text, len, &m) != S2_OK) {
-        fprintf(stderr, "%s: %s\n", path, s2_ctx_message(ctx));
-        rc = EXIT_INPUT;
-    }
+    if (st == S2_ERR_NOT_FOUND)
+        rc = input_fail("%s: no s2c manifest (symbol %s) in this cubin", path, S2_MANIFEST_SYMBOL);
+    else if (st != S2_OK || s2_manifest_parse(ctx, text, len, &m) != S2_OK)
+        rc = input_fail("%s: %s", path, s2_ctx_message(ctx));
     if (rc == 0 && json) {
         info_json(ctx, path, image, size, m);
     } else if (rc == 0) {

@@ -40,11 +40,12 @@ static int check_json(s2_ctx *ctx, const opts *o, const char **files, int n)
         printf("%s{\"path\": ", f ? ", " : "");
         json_str(stdout, files[f]);
         if (load_pattern_file(ctx, o, files[f], &set) != S2_OK) {
+            char line[4096]; /* the line printed on stderr */
+            diag_format(line, sizeof line, "error", s2_ctx_message(ctx));
             printf(", \"ok\": false, \"error\": ");
-            json_str(stdout, s2_ctx_message(ctx));
+            json_str(stdout, line);
             printf(", \"patterns\": []}");
-            input_error(ctx);
-            status = EXIT_INPUT;
+            status = input_error(ctx);
             continue;
         }
         printf(", \"ok\": true, \"error\": null, \"patterns\": [");
@@ -93,8 +94,7 @@ int cmd_check(s2_ctx *ctx, int argc, char **argv)
             const s2_pattern *p = s2_pattern_set_get(set, i);
             char *text = NULL;
             if (s2_pattern_describe(p, &text) != S2_OK) {
-                fprintf(stderr, "s2c: out of memory\n");
-                status = EXIT_INPUT;
+                status = input_fail("out of memory");
                 continue;
             }
             fputs(text, stdout);
@@ -182,11 +182,10 @@ int cmd_layout(s2_ctx *ctx, int argc, char **argv)
         else
             st = s2_layout_schedule_text_estimate(ctx, l, spec, false, &size);
         if (st == S2_OK && size > max_bytes) {
-            fprintf(stderr, "s2c: layout: the %s would be about %.1f MiB, over the %.1f MiB cap; raise it with --max-bytes\n",
-                    fmt == 0 ? "mask" : "schedule", (double)size / 1048576.0, (double)max_bytes / 1048576.0);
             s2_layout_free(l);
             s2_pattern_set_free(set);
-            return EXIT_INPUT;
+            return input_fail("layout: the %s would be about %.1f MiB, over the %.1f MiB cap; raise it with --max-bytes",
+                              fmt == 0 ? "mask" : "schedule", (double)size / 1048576.0, (double)max_bytes / 1048576.0);
         }
     }
     if (st == S2_OK) {
@@ -257,17 +256,19 @@ int cmd_kv_memory(s2_ctx *ctx, int argc, char **argv)
         return usage_error("%s", "kv-memory: --page-size must be a multiple of 16");
     if (o.num_names > 1)
         return usage_error("%s", "kv-memory: --name may be given once");
+    bool json = strcmp(o.format, "json") == 0;
+    if (!json && strcmp(o.format, "text") != 0)
+        return usage_error("kv-memory: --format must be text or json, got '%s'", o.format);
+    for (int i = 0; i < nlens; i++)
+        if (o.prefill > lens[i])
+            return usage_error("kv-memory: --prefill %lld exceeds --seq-len %lld", (long long)o.prefill,
+                               (long long)lens[i]);
     s2_pattern_set *set = NULL;
     const s2_pattern *p = NULL;
     int np = 0;
     if ((rc = load_patterns(ctx, &o, 1, &set, &p, &np)) != 0) {
         s2_pattern_set_free(set);
         return rc;
-    }
-    bool json = strcmp(o.format, "json") == 0;
-    if (!json && strcmp(o.format, "text") != 0) {
-        s2_pattern_set_free(set);
-        return usage_error("kv-memory: --format must be text or json, got '%s'", o.format);
     }
     /* K and V of one kv head: page_size rows of head_dim 2-byte elements each. */
     int64_t page_bytes = 2 * o.page_size * o.head_dim * 2;
@@ -277,11 +278,7 @@ int cmd_kv_memory(s2_ctx *ctx, int argc, char **argv)
     s2_kv_memory ms[MAX_LENS];
     for (int i = 0; i < nlens && status == EXIT_OK; i++) {
         s2_kv_evictor *ev = NULL;
-        if (o.prefill > lens[i]) {
-            fprintf(stderr, "s2c: kv-memory: --prefill %lld exceeds seq-len %lld\n", (long long)o.prefill,
-                    (long long)lens[i]);
-            status = EXIT_USAGE;
-        } else if (s2_kv_evictor_new(ctx, p, (int)o.page_size, lens[i], &ev) != S2_OK ||
+        if (s2_kv_evictor_new(ctx, p, (int)o.page_size, lens[i], &ev) != S2_OK ||
                    s2_kv_evictor_memory(ctx, ev, o.prefill, lens[i], &ms[i]) != S2_OK) {
             status = input_error(ctx);
         } else if (!s2_kv_evictor_efficient(ev)) {

@@ -6,9 +6,10 @@
  *   s2c compile PATTERN --head-dim D --dtype bf16|fp16 --arch ARCH [--emit cubin|c|ptx|ll] -o OUT ...
  *   s2c info CUBIN
  *   s2c kv-memory PATTERN --seq-len N[,N...] [--page-size N] [--prefill N] [--head-dim D] [--dtype bf16|fp16]
- *   s2c help [COMMAND], s2c COMMAND --help, s2c --help, s2c --version
+ *   s2c help [COMMAND], s2c COMMAND --help, s2c --help, s2c --version [--verbose]
  *
  * Exit status: 0 success, 1 bad input (pattern, spec, toolchain, file), 2 usage.
+ * Diagnostics as gcc's: "s2c: error: ...", "FILE:LINE:COL: error: ..." (cli_diag.c).
  */
 #include "cli.h"
 
@@ -116,10 +117,23 @@ static void print_help(void)
     for (const cli_command *c = cli_commands; c->name; c++)
         printf("  %-10s %s\n", c->name, c->summary);
     fputs("\n's2c help COMMAND' or 's2c COMMAND --help' lists a command's options.\n"
-          "  --help, --version\n"
+          "  --help, --version [--verbose] (--verbose: generator, LLVM, ptxas, nvJitLink, driver, cache)\n"
           "\n"
           "exit status: 0 success, 1 bad input, 2 usage error\n",
           stdout);
+}
+
+/* "unknown command 'X'" with the closest command's name, a usage error */
+static int unknown_command(const char *prefix, const char *name)
+{
+    const char *names[16];
+    size_t n = 0;
+    for (const cli_command *c = cli_commands; c->name && n < 14; c++)
+        names[n++] = c->name;
+    if (!prefix[0]) /* s2c --verison */
+        names[n++] = "--help", names[n++] = "--version";
+    char hint[128];
+    return usage_error("%sunknown command '%s'%s", prefix, name, did_you_mean(hint, sizeof hint, name, names, n));
 }
 
 int main(int argc, char **argv)
@@ -136,22 +150,19 @@ int main(int argc, char **argv)
         if (argc > 3)
             return usage_error("help: unexpected argument '%s'", argv[3]);
         if (!c)
-            return usage_error("help: unknown command '%s'", argv[2]);
+            return unknown_command("help: ", argv[2]);
         fputs(c->usage, stdout);
         return EXIT_OK;
     }
-    if (strcmp(cmd, "--version") == 0) {
-        printf("s2c %s\n", s2_version());
-        return EXIT_OK;
-    }
+    if (strcmp(cmd, "--version") == 0 || (argc > 2 && strcmp(argv[2], "--version") == 0 &&
+                                          (strcmp(cmd, "--verbose") == 0 || strcmp(cmd, "-v") == 0)))
+        return cmd_version(argc, argv);
     const cli_command *c = cli_find_command(cmd);
     if (!c)
-        return usage_error("unknown command '%s'", cmd);
+        return unknown_command("", cmd);
     s2_ctx *ctx = s2_ctx_new();
-    if (!ctx) {
-        fprintf(stderr, "s2c: out of memory\n");
-        return EXIT_INPUT;
-    }
+    if (!ctx)
+        return input_fail("out of memory");
     int rc = c->run(ctx, argc, argv);
     s2_ctx_free(ctx);
     return rc == EXIT_HELP ? EXIT_OK : rc;

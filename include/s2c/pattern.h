@@ -118,6 +118,10 @@ typedef struct s2_pattern {
 
     const char *file;          /* file the pattern came from */
     int line;                  /* line where it starts */
+    /* [num_masks]: where each mask was read, "file:line:col: key" of its `mask:`
+     * value as pattern errors begin, for messages about the mask (a layout
+     * longer than it); NULL for patterns not parsed (a manifest's) */
+    const char *const *mask_where;
 } s2_pattern;
 
 /* One or more named patterns (one per file, or a `patterns:` list). */

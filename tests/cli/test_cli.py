@@ -89,7 +89,7 @@ def test_golden():
         check(f"golden {name} ({heads}x{m}x{n})", ok, detail or f"shape {(oh, om, on)}")
 
 
-LOC = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): \S.*$")
+LOC = re.compile(r"^(?P<file>[^:\n]+):(?P<line>\d+):(?P<col>\d+): error: \S.*$")
 
 
 def test_bad_files():
@@ -366,7 +366,7 @@ def test_tunables():
                                       (["--option", "bwd_tma"], 2, ["NAME=VALUE"])]:
             out = os.path.join(d, "bad.cubin")
             rc, cout, err = run(*base, "-o", out, *extra)
-            lines = [l for l in err.strip().split("\n") if not l.startswith("Try ")]
+            lines = [l for l in err.strip().split("\n") if not l.startswith("s2c: note: ")]
             check(f"bad tunables {' '.join(extra)}: exit {rc_want}, one line naming the value",
                   rc == rc_want and len(lines) == 1 and all(w in err for w in words) and not os.path.exists(out),
                   f"rc={rc} {err!r}")
@@ -703,7 +703,7 @@ def test_hostile_patterns():
         # 16 nodes before the list; the (2**20 + 1)-th node is item 2**20 - 15, at column 13 + 2 (k - 1)
         k = (1 << 20) + 1 - 16
         check_rejected("62 MB flow list", ["check", flow],
-                       f"{flow}:5:{13 + 2 * (k - 1)}: more than 1048576 YAML nodes in one file")
+                       f"{flow}:5:{13 + 2 * (k - 1)}: error: more than 1048576 YAML nodes in one file")
 
         n = 2900
         with open(os.path.join(d, "big.txt"), "w") as f:
@@ -715,7 +715,7 @@ def test_hostile_patterns():
                     "  - heads: 0\n    mask: big.txt\n" * 63)
         over = (64 << 20) // size
         check_rejected("8 MB mask named 63 times", ["check", many],
-                       f"{many}:{6 + 2 * over}:11: overrides[{over}].mask: mask file 'big.txt': its {size} bytes "
+                       f"{many}:{6 + 2 * over}:11: error: overrides[{over}].mask: mask file 'big.txt': its {size} bytes "
                        f"would take the mask files read for this pattern file past {64 << 20} bytes")
 
         with open(os.path.join(d, "sq.txt"), "w") as f:
@@ -726,11 +726,11 @@ def test_hostile_patterns():
         with open(bad_row, "w") as f:
             f.write("heads: 2\nblock_size: 64\nmask: sq.txt\n")
         check_rejected("error inside a mask file", ["check", bad_row],
-                       f"{bad_row}:3:7: mask: mask file 'sq.txt': line 4, col 2: expected '0' or '1', got 'x'")
+                       f"{bad_row}:3:7: error: mask: mask file 'sq.txt': line 4, col 2: expected '0' or '1', got 'x'")
         shape = os.path.join(d, "shape.yaml")
         with open(shape, "w") as f:
             f.write("heads: 2\nblock_size: 64\nmax_seq_len: 8192\nmask: ok.txt\n")
-        want = (f"{shape}:4:7: mask: mask file 'ok.txt': case 'ok' has shape 1 2 2, max_seq_len 8192 needs "
+        want = (f"{shape}:4:7: error: mask: mask file 'ok.txt': case 'ok' has shape 1 2 2, max_seq_len 8192 needs "
                 "128 x 128 blocks of 64 tokens")
         check_rejected("mask smaller than max_seq_len: check", ["check", shape], want)
         check_rejected("mask smaller than max_seq_len: layout", ["layout", shape, "--seq-len", "8192"], want)
@@ -745,21 +745,21 @@ def test_hostile_patterns():
             f.write("heads: 1\nblock_size: 16\nmask: ../outside/m.txt\n")
         tail = " (a mask path must stay in the pattern file's directory unless its directory is allowed)"
         check_rejected("mask path climbing out", ["check", up],
-                       f"{up}:3:7: mask: mask file '../outside/m.txt': outside the pattern file's directory{tail}")
+                       f"{up}:3:7: error: mask: mask file '../outside/m.txt': outside the pattern file's directory{tail}")
         passwd = os.path.join(d, "pat", "passwd.yaml")
         with open(passwd, "w") as f:
             f.write("heads: 1\nblock_size: 16\nmask: ../../../../../../../../etc/passwd\n")
         check_rejected("mask path to /etc/passwd", ["check", passwd],
-                       f"{passwd}:3:7: mask: mask file '../../../../../../../../etc/passwd': outside the pattern "
+                       f"{passwd}:3:7: error: mask: mask file '../../../../../../../../etc/passwd': outside the pattern "
                        f"file's directory{tail}")
         absolute = os.path.join(d, "pat", "abs.yaml")
         with open(absolute, "w") as f:
             f.write(f"heads: 1\nblock_size: 16\nmask: {d}/outside/m.txt\n")
         check_rejected("absolute mask path", ["layout", absolute, "--seq-len", "64"],
-                       f"{absolute}:3:7: mask: mask file '{d}/outside/m.txt': an absolute path{tail}")
+                       f"{absolute}:3:7: error: mask: mask file '{d}/outside/m.txt': an absolute path{tail}")
         check_rejected("mask path: allowed elsewhere is not enough",
                        ["check", "--allow-mask-path", os.path.join(d, "pat"), up],
-                       f"{up}:3:7: mask: mask file '../outside/m.txt': outside the pattern file's directory{tail}")
+                       f"{up}:3:7: error: mask: mask file '../outside/m.txt': outside the pattern file's directory{tail}")
         allow = ["--allow-mask-path", os.path.join(d, "outside")]
         for f in (up, absolute):
             rc, out, err, secs, kib = run_bounded("check", f, *allow)
@@ -779,7 +779,7 @@ def test_hostile_patterns():
         check("compile --allow-mask-path", rc == 0 and os.path.exists(ll), f"rc={rc} {err}")
         rc, out, err = run("compile", up, "--head-dim", "64", "--dtype", "bf16", "--arch", "sm_80", "--emit", "ll",
                            "-o", ll + "2")
-        check("compile without --allow-mask-path: exit 1", rc == 1 and err.startswith(f"{up}:3:7: mask: "), err)
+        check("compile without --allow-mask-path: exit 1", rc == 1 and err.startswith(f"{up}:3:7: error: mask: "), err)
         rc, out, err = run("check", up, "--allow-mask-path", "")
         check("--allow-mask-path '': usage error", rc == 2, f"rc={rc} {err}")
 
@@ -851,7 +851,7 @@ def test_layout_limits():
             f.write("name: big\nheads: 4096\nblock_size: 16\nlocal_stride:\n  local_blocks: 8\n  vert_stride: 16\n")
         for fmt in ("schedule", "mask"):
             rc, out, err, secs, peak = run_limited(["layout", big, "--seq-len", "1048576", "--format", fmt])
-            m = re.fullmatch(r"s2c: layout: the " + fmt + r" would be about (\d+)\.\d MiB, over the 1024\.0 MiB cap; "
+            m = re.fullmatch(r"s2c: error: layout: the " + fmt + r" would be about (\d+)\.\d MiB, over the 1024\.0 MiB cap; "
                              r"raise it with --max-bytes\n", err)
             check(f"layout 4096 heads, block 16, 1M tokens, {fmt}: refused (exit 1, size named) in {secs:.1f} s, "
                   f"{peak // 1024} MiB peak",

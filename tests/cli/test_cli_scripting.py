@@ -5,7 +5,8 @@ test_cli_scripting.py S2C_BINARY).
 Each subcommand's --help / -h / `s2c help CMD`; options of another command
 refused (exit 2, named); --format json documents (schema_version 1) checked
 field by field against known values and against the text output; `-` for
-stdin and stdout; -MD/-MF/-MT depfiles, exactly; -o into directories that do
+stdin and stdout; -MD/-MF/-MT depfiles, exactly, and read by GNU make and
+ninja with odd paths; -o into directories that do
 not exist yet; --quiet; registers of every kernel of forward, backward and
 decode modules read back by `info`; several --arch in one compile.
 
@@ -114,11 +115,11 @@ def test_inapplicable():
     for args, opt, cmd in cases:
         rc, out, err = run(*args)
         check(f"{' '.join(args[:1])} {opt}: exit 2 naming the option", rc == 2 and out == "" and
-              err.startswith(f"s2c: {cmd}: option '{opt}' does not apply to {cmd}\n"), f"rc={rc} {err!r}")
-    for args, want in [(("check", dense, "--bogus"), "s2c: check: unknown option '--bogus'"),
-                       (("layout", dense, "--seq-len"), "s2c: layout: option '--seq-len' needs a value"),
-                       (("check", dense, "--quiet=1"), "s2c: check: option '--quiet' takes no value"),
-                       (("compile", dense, "-MT"), "s2c: compile: option '-MT' needs a value")]:
+              err.startswith(f"s2c: error: {cmd}: option '{opt}' does not apply to {cmd}\n"), f"rc={rc} {err!r}")
+    for args, want in [(("check", dense, "--bogus"), "s2c: error: check: unknown option '--bogus'"),
+                       (("layout", dense, "--seq-len"), "s2c: error: layout: option '--seq-len' needs a value"),
+                       (("check", dense, "--quiet=1"), "s2c: error: check: option '--quiet' takes no value"),
+                       (("compile", dense, "-MT"), "s2c: error: compile: option '-MT' needs a value")]:
         rc, out, err = run(*args)
         check(f"{' '.join(args[2:])}: exit 2, {want!r}", rc == 2 and err.split("\n")[0] == want, f"rc={rc} {err!r}")
     # an option's value is not an option: --name -MD names a pattern
@@ -172,7 +173,8 @@ def test_check_json():
     f0 = doc.get("files", [{}])[0]
     check("check json with a bad file: exit 1, ok false, its error as on stderr, the next file still checked",
           rc == 1 and f0.get("ok") is False and f0.get("error") == err.strip() and f0.get("patterns") == [] and
-          doc["files"][1]["ok"] is True, f"rc={rc} {out[:300]} {err!r}")
+          doc["files"][1]["ok"] is True and err == f"{bad}:3:7: error: mask: mask file 'no-such-mask.txt': "
+          "No such file or directory\n", f"rc={rc} {out[:300]} {err!r}")
     rc, out, err = run("check", pat("dense"), "--format", "yaml")
     check("check --format yaml: usage error", rc == 2 and "text or json" in err, f"rc={rc} {err!r}")
 
@@ -264,7 +266,7 @@ def test_stdin_stdout():
         rc, blob2, err = run("compile", "-", *base, "-o", "-", stdin=text, cwd=ROOT, binary=True)
         check("compile - elsewhere: the mask path is relative to the cwd, one <stdin>:line:col: line",
               rc == 1 and blob2 == b"" and
-              err == "<stdin>:4:7: mask: mask file 'masks.txt': No such file or directory\n", f"rc={rc} {err!r}")
+              err == "<stdin>:4:7: error: mask: mask file 'masks.txt': No such file or directory\n", f"rc={rc} {err!r}")
         for emit, magic in (("ptx", b"//"), ("ll", b"; ModuleID")):
             rc, data, err = run("compile", "-", *base, "-o", "-", "--emit", emit, stdin=text, cwd=d, binary=True)
             check(f"compile --emit {emit} -o -: the text on stdout", rc == 0 and data.startswith(magic), err)
@@ -278,9 +280,9 @@ def test_stdin_stdout():
         # bounded stdin: 64 MiB at most
         rc, out, err = run("info", "-", stdin=b"\0" * ((64 << 20) + 1))
         check("info - with more than 64 MiB: exit 1, refused by size",
-              rc == 1 and err == f"s2c: <stdin>: more than {64 << 20} bytes\n", f"rc={rc} {err!r}")
+              rc == 1 and err == f"s2c: error: <stdin>: more than {64 << 20} bytes\n", f"rc={rc} {err!r}")
         rc, out, err = run("info", "-", stdin=b"not a cubin")
-        check("info - with text: exit 1 naming <stdin>", rc == 1 and err.startswith("<stdin>: ELF"), f"rc={rc} {err!r}")
+        check("info - with text: exit 1 naming <stdin>", rc == 1 and err.startswith("s2c: error: <stdin>: ELF"), f"rc={rc} {err!r}")
 
 
 def test_directories():
@@ -297,7 +299,7 @@ def test_directories():
         open(os.path.join(d, "file"), "w").close()
         rc, o, err = run(*base, "-o", os.path.join(d, "file", "x.cubin"))
         check("-o under a regular file: exit 1, a clear message",
-              rc == 1 and err == f"s2c: cannot create directory '{d}/file': a file is in the way\n", f"rc={rc} {err!r}")
+              rc == 1 and err == f"s2c: error: cannot create directory '{d}/file': a file is in the way\n", f"rc={rc} {err!r}")
 
 
 def test_depfiles():
@@ -331,6 +333,13 @@ def test_depfiles():
               rc == 0 and got == "-: masks.txt\n", f"rc={rc} {got!r} {err}")
         rc, blob, err = run("compile", pat("dense"), *base, "-o", "-", "-MD")
         check("-MD with -o - and no -MF: usage error", rc == 2 and "-MF" in err, f"rc={rc} {err!r}")
+        rc, blob, err = run("compile", pat("dense"), *base, "-o", "-", "-MF", "-")
+        check("-MF - with -o -: usage error (exit 2), nothing on stdout",
+              rc == 2 and blob == "" and err == "s2c: error: compile: -MF - and -o - would both write to stdout\n"
+              "s2c: note: try 's2c compile --help'\n", f"rc={rc} {blob[:100]!r} {err!r}")
+        rc, blob, err = run("compile", pat("dense"), *base, "-o", os.path.join(t, "s.ll"), "-MF", "-")
+        check("-MF - alone: the depfile on stdout, the summary on stderr",
+              rc == 0 and blob == f"{t}/s.ll: {pat('dense')}\n" and "wrote" in err, f"rc={rc} {blob!r} {err!r}")
         rc, o, err = run("compile", ovr, "--head-dim", "64", "--dtype", "bf16", "--arch", "sm_80", "--emit", "c",
                          "-o", os.path.join(t, "c", "mod.c"), "-MD")
         got = open(os.path.join(t, "c", "mod.d")).read() if os.path.exists(os.path.join(t, "c", "mod.d")) else None
@@ -339,6 +348,127 @@ def test_depfiles():
               f"rc={rc} {got!r} {err}")
         rc, o, err = run("compile", os.path.join(d, "nope.yaml"), *base, "-o", os.path.join(t, "n.ll"), "-MD")
         check("a failed compile writes no depfile", rc == 1 and not os.path.exists(os.path.join(t, "n.d")), err)
+
+
+MAKEFILE = """include deps.d
+%.ll:
+\t@:$(info rebuild [$@] because [$?])
+"""
+
+
+def run_tool(tool, cwd, args=()):
+    env = dict(os.environ, LC_ALL="C")
+    p = subprocess.run([tool, *args], cwd=cwd, capture_output=True, text=True, timeout=TIMEOUT, env=env)
+    return p.returncode, p.stdout, p.stderr
+
+
+def make_newer(path, *others):
+    """path's modification time a minute after the others' (all in the past: no clock skew)."""
+    import time
+    now = time.time()
+    for f in others:
+        os.utime(f, (now - 600, now - 600))
+    os.utime(path, (now - 540, now - 540))
+
+
+def weird_tree(t):
+    """A pattern and its mask file under a directory whose name holds a space, ':', '#', '$' and '\\', the
+    mask's own name with a backslash before a space, '#' and ':' (which GNU make needs doubled); the output
+    directory as odd.  (pattern, mask, output)."""
+    d = os.path.join(t, "p a:t#h$x\\y")
+    os.mkdir(d)
+    mask_name = "m\\ a\\#b\\:c$d.txt"
+    shutil.copy(os.path.join(MASK_DATA, "masks.txt"), os.path.join(d, mask_name))
+    pattern = os.path.join(d, "pat.yaml")
+    with open(pattern, "w") as f:
+        f.write(f"heads: 4\nblock_size: 32\nmask: '{mask_name}'\nmask_case: per_head\n")
+    return pattern, os.path.join(d, mask_name), os.path.join(t, "o u:t#$\\d", "k.ll")
+
+
+def test_depfile_make():
+    """GNU make includes a depfile whose paths hold a space, ':', '#', '$' and '\\' (also right before the
+    others), reads the target and both prerequisites as the files they name, and remakes the target when
+    either prerequisite is newer."""
+    make = shutil.which("make")
+    check("make is installed (scripts/setup.sh installs it)", make is not None)
+    if not make:
+        return
+    with tempfile.TemporaryDirectory() as t:
+        pattern, mask, out = weird_tree(t)
+        rc, o, err = run("compile", pattern, "--head-dim", "64", "--dtype", "bf16", "--arch", "sm_80", "--emit",
+                         "ll", "-o", out, "-MF", os.path.join(t, "deps.d"))
+        dep = open(os.path.join(t, "deps.d")).read() if rc == 0 else ""
+        esc = t.replace(" ", "\\ ")
+        want = (f"{esc}/o\\ u\\:t\\#$$\\d/k.ll: {esc}/p\\ a\\:t\\#h$$x\\y/pat.yaml "
+                f"{esc}/p\\ a\\:t\\#h$$x\\y/m\\\\\\ a\\\\\\#b\\\\\\:c$$d.txt\n")
+        check("depfile of odd paths: each special character escaped, backslashes before them doubled",
+              rc == 0 and dep == want, f"rc={rc} {err}\n# got  {dep!r}\n# want {want!r}")
+        with open(os.path.join(t, "Makefile"), "w") as f:
+            f.write(MAKEFILE)
+        rc, mo, me = run_tool(make, t)
+        check("make reads the depfile: the target is up to date", rc == 0 and "rebuild" not in mo and
+              me == "" and f"'{out}' is up to date" in mo, f"rc={rc} {mo!r} {me!r}")
+        for name, f in (("mask file", mask), ("pattern file", pattern)):
+            make_newer(f, *({mask, pattern, out} - {f}))
+            rc, mo, me = run_tool(make, t)
+            check(f"make remakes the target when its {name} is newer, naming both exactly",
+                  rc == 0 and me == "" and mo == f"rebuild [{out}] because [{f}]\n", f"rc={rc} {mo!r} {me!r}")
+
+
+def test_depfile_ninja():
+    """Ninja reads the same spelling (paths with a space, ':', '#', '$' and a lone '\\')."""
+    ninja = shutil.which("ninja")
+    if not ninja:
+        return
+    with tempfile.TemporaryDirectory() as t:
+        d = os.path.join(t, "n a:t#h$x\\y")
+        os.mkdir(d)
+        for f in ("mask-base.yaml", "masks.txt"):
+            shutil.copy(os.path.join(MASK_DATA, f), d)
+        rc, o, err = run("compile", os.path.join(d, "mask-base.yaml"), "--head-dim", "64", "--dtype", "bf16",
+                         "--arch", "sm_80", "--emit", "ll", "-o", "out.ll", "-MF", "out.d", cwd=t)
+        with open(os.path.join(t, "build.ninja"), "w") as f:
+            f.write("rule r\n  command = touch out.ll\n  depfile = out.d\nbuild out.ll: r\n")
+        files = [os.path.join(t, "out.ll"), os.path.join(d, "mask-base.yaml"), os.path.join(d, "masks.txt")]
+        make_newer(*files)  # the output newer than its inputs
+        runs = [run_tool(ninja, t), run_tool(ninja, t)]
+        make_newer(files[2], *files[:2])
+        runs.append(run_tool(ninja, t))
+        check("ninja: the depfile's prerequisites are seen (no work, then a rebuild after the mask changes)",
+              rc == 0 and all(r[0] == 0 for r in runs) and "no work to do" in runs[1][1] and
+              "touch out.ll" in runs[2][1], f"rc={rc} {err} {runs}")
+        # the same without the depfile: a rebuild only because of it
+        with open(os.path.join(t, "out.d"), "w") as f:
+            f.write("out.ll:\n")
+        make_newer(*files)
+        run_tool(ninja, t)
+        make_newer(files[2], *files[:2])
+        rc, no, ne = run_tool(ninja, t)
+        check("ninja without the depfile sees no change (the check above can fail)", "no work to do" in no, no + ne)
+
+
+def test_depfile_refused():
+    """A path Make cannot read back is an error (exit 1) before anything is written."""
+    with tempfile.TemporaryDirectory() as t:
+        base = ["--head-dim", "64", "--dtype", "bf16", "--arch", "sm_80", "--emit", "ll"]
+        out = os.path.join(t, "new\nline", "k.ll")
+        rc, o, err = run("compile", pat("dense"), *base, "-o", out, "-MD")
+        check("-MD with a newline in OUT: exit 1, one line, nothing written",
+              rc == 1 and err == f"s2c: error: cannot write '{t}/new\\nline/k.ll' in a depfile: Make cannot read a "
+              "path with a newline\n" and os.listdir(t) == [], f"rc={rc} {err!r} {os.listdir(t)}")
+        rc, o, err = run("compile", pat("dense"), *base, "-o", os.path.join(t, "k\\"), "-MD")
+        check("-MD with OUT ending in a backslash: exit 1", rc == 1 and "ending in a backslash" in err and
+              os.listdir(t) == [], f"rc={rc} {err!r}")
+        shutil.copy(os.path.join(MASK_DATA, "masks.txt"), os.path.join(t, "a\nb.txt"))
+        with open(os.path.join(t, "nl.yaml"), "w") as f:
+            f.write('heads: 4\nblock_size: 32\nmask: "a\\nb.txt"\nmask_case: per_head\n')
+        rc, o, err = run("compile", os.path.join(t, "nl.yaml"), *base, "-o", os.path.join(t, "m.ll"), "-MD")
+        check("-MD with a newline in a mask file's name: exit 1, no module, no depfile",
+              rc == 1 and "Make cannot read a path with a newline" in err and
+              not os.path.exists(os.path.join(t, "m.ll")) and not os.path.exists(os.path.join(t, "m.d")),
+              f"rc={rc} {err!r}")
+        rc, o, err = run("compile", os.path.join(t, "nl.yaml"), *base, "-o", os.path.join(t, "m.ll"))
+        check("without -MD the same compile succeeds", rc == 0, err)
 
 
 def test_quiet():
@@ -423,7 +553,8 @@ def test_multi_arch():
 
 def main():
     for t in (test_help, test_inapplicable, test_check_json, test_layout_json, test_kv_memory_json,
-              test_stdin_stdout, test_directories, test_depfiles, test_quiet, test_registers, test_multi_arch):
+              test_stdin_stdout, test_directories, test_depfiles, test_depfile_make, test_depfile_ninja,
+              test_depfile_refused, test_quiet, test_registers, test_multi_arch):
         try:
             t()
         except Exception as e:  # a crash in a test is a failure, not a pass

@@ -1,4 +1,5 @@
-/* Unit tests of common/: context messages, arena, buffers, half conversions. */
+/* Unit tests of common/: context messages, arena, buffers, half conversions,
+ * edit distances and suggestions. */
 #include "util.h"
 
 #include <check.h>
@@ -81,6 +82,75 @@ START_TEST(half_roundtrip)
 }
 END_TEST
 
+/* The oracle: the optimal-string-alignment distance from its full table. */
+static size_t osa_oracle(const char *a, const char *b)
+{
+    size_t n = strlen(a), m = strlen(b), d[16][16];
+    for (size_t i = 0; i <= n; i++)
+        for (size_t j = 0; j <= m; j++) {
+            if (i == 0 || j == 0) {
+                d[i][j] = i + j;
+                continue;
+            }
+            size_t v = d[i - 1][j - 1] + (a[i - 1] != b[j - 1]);
+            v = d[i - 1][j] + 1 < v ? d[i - 1][j] + 1 : v;
+            v = d[i][j - 1] + 1 < v ? d[i][j - 1] + 1 : v;
+            if (i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] && d[i - 2][j - 2] + 1 < v)
+                v = d[i - 2][j - 2] + 1;
+            d[i][j] = v;
+        }
+    return d[n][m];
+}
+
+START_TEST(edit_distance)
+{
+    static const struct { const char *a, *b; size_t d; } known[] = {
+        {"", "", 0}, {"", "abc", 3}, {"kitten", "sitting", 3}, {"hedas", "heads", 1}, {"formt", "format", 1},
+        {"ca", "abc", 3} /* OSA, not Damerau-Levenshtein (2): no edit of a swapped pair */, {"layuot", "layout", 1},
+    };
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        ck_assert_uint_eq(s2_edit_distance(known[i].a, strlen(known[i].a), known[i].b, strlen(known[i].b)),
+                          known[i].d);
+    /* random words over a 3-letter alphabet (many swaps and repeats) against the full table */
+    unsigned seed = 12345;
+    for (int t = 0; t < 20000; t++) {
+        char a[16], b[16];
+        size_t n = (seed = seed * 1103515245u + 12345u) >> 16 & 7, m = (seed = seed * 1103515245u + 12345u) >> 16 & 7;
+        for (size_t i = 0; i < n; i++)
+            a[i] = (char)('a' + ((seed = seed * 1103515245u + 12345u) >> 16) % 3);
+        for (size_t i = 0; i < m; i++)
+            b[i] = (char)('a' + ((seed = seed * 1103515245u + 12345u) >> 16) % 3);
+        a[n] = b[m] = 0;
+        ck_assert_msg(s2_edit_distance(a, n, b, m) == osa_oracle(a, b), "'%s' '%s'", a, b);
+    }
+    char longer[66];
+    memset(longer, 'x', 65);
+    longer[65] = 0;
+    ck_assert_uint_eq(s2_edit_distance(longer, 65, "x", 1), SIZE_MAX);
+}
+END_TEST
+
+START_TEST(suggestions)
+{
+    static const char *const cmds[] = {"check", "layout", "compile", "info", "kv-memory"};
+    ck_assert_str_eq(s2_suggest("layuot", 6, cmds, 5), "layout");
+    ck_assert_str_eq(s2_suggest("compil", 6, cmds, 5), "compile");
+    ck_assert_str_eq(s2_suggest("kv-mem0ry", 9, cmds, 5), "kv-memory");
+    ck_assert_ptr_null(s2_suggest("frobnicate", 10, cmds, 5));
+    ck_assert_ptr_null(s2_suggest("layout", 6, cmds, 5));      /* the word itself is no suggestion */
+    ck_assert_ptr_null(s2_suggest("x", 1, (const char *const[]){"y"}, 1)); /* one-letter words: none */
+    /* about a third of the length: "fo" is 4 edits from "format", 2 allowed */
+    ck_assert_ptr_null(s2_suggest("fo", 2, (const char *const[]){"format"}, 1));
+    static const char *const keys[] = {"heads", "kv_heads", "block_size", "vert_stride"};
+    ck_assert_str_eq(s2_suggest("head", 4, keys, 4), "heads");
+    ck_assert_str_eq(s2_suggest("vert_strid", 10, keys, 4), "vert_stride");
+    ck_assert_str_eq(s2_suggest("blok_sise", 9, keys, 4), "block_size");
+    ck_assert_ptr_null(s2_suggest("local_blocks", 12, keys, 4));
+    /* equally close: the first */
+    ck_assert_str_eq(s2_suggest("ab", 2, (const char *const[]){"abc", "abd"}, 2), "abc");
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("common");
@@ -88,6 +158,8 @@ int main(void)
     tcase_add_test(tc, ctx_messages);
     tcase_add_test(tc, arena_and_buf);
     tcase_add_test(tc, half_roundtrip);
+    tcase_add_test(tc, edit_distance);
+    tcase_add_test(tc, suggestions);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -179,6 +179,13 @@ START_TEST(test_predicate_hand)
     ck_assert_int_eq(s2_layout_new(ctx, p, 48, 48, &l), S2_OK);
     s2_layout_free(l);
     ck_assert_int_eq(s2_layout_new(ctx, p, 49, 49, &l), S2_ERR_INVALID);
+    ck_assert_str_eq(s2_ctx_message(ctx), "head 1: 4 blocks exceed the explicit mask 'm' (3 x 3 blocks)");
+    /* a parsed pattern knows where the mask was referenced: the message starts there */
+    p->mask_where = (const char *const[]){"p.yaml:7:11: overrides[0].mask"};
+    ck_assert_int_eq(s2_layout_new(ctx, p, 49, 49, &l), S2_ERR_INVALID);
+    ck_assert_str_eq(s2_ctx_message(ctx),
+                     "p.yaml:7:11: overrides[0].mask: head 1: 4 blocks exceed the explicit mask 'm' (3 x 3 blocks)");
+    p->mask_where = NULL;
     ck_assert_int_eq(s2_layout_new(ctx, p, 10, 5, &l), S2_ERR_INVALID);
     ck_assert_ptr_null(l);
     s2_ctx_free(ctx);

@@ -434,6 +434,7 @@ START_TEST(mask_patterns)
         ck_assert_int_eq(p->rules[q].mask_head, q);
         ck_assert(!p->rules[q].dense);
     }
+    ck_assert_str_eq(p->mask_where[0], "data/mask-base.yaml:4:7: mask");
     s2_pattern_set_free(set);
 
     set = load_ok(ctx, data("mask-override.yaml"));
@@ -442,6 +443,8 @@ START_TEST(mask_patterns)
     ck_assert_int_eq(p->num_masks, 2);
     ck_assert_str_eq(p->masks[0].name, "shared");
     ck_assert_str_eq(p->masks[1].name, "per_head");
+    ck_assert_str_eq(p->mask_where[0], "data/mask-override.yaml:9:11: overrides[0].mask");
+    ck_assert_str_eq(p->mask_where[1], "data/mask-override.yaml:11:11: overrides[1].mask");
     static const int mask[4] = {-1, 0, -1, 1}, mhead[4] = {0, 0, 0, 3};
     for (int q = 0; q < 4; q++) {
         ck_assert_int_eq(p->rules[q].mask, mask[q]);
@@ -529,8 +532,8 @@ static const struct bad_case {
     {"over-limit.yaml", 4, 17, "local_stride.local_blocks: expected at most 16777216, got 16777217"},
     {"kv-not-divisor.yaml", 2, 11, "kv_heads: heads (32) must be a multiple of kv_heads (5)"},
     {"block-size-24.yaml", 4, 13, "block_size: expected 16, 32, 64 or 128, got 24"},
-    {"unknown-key.yaml", 4, 1, "unknown key 'local_blocks'"},
-    {"unknown-nested-key.yaml", 5, 3, "local_stride: unknown key 'vert_strid'"},
+    {"unknown-key.yaml", 4, 1, "unknown key 'local_blocks' (expected one of: name, heads, kv_heads, block_size"},
+    {"unknown-nested-key.yaml", 5, 3, "local_stride: unknown key 'vert_strid'; did you mean 'vert_stride'?"},
     {"binary.yaml", 1, 1, "invalid input: control characters are not allowed"},
     {"bad-utf8.yaml", 4, 6, "invalid input: invalid leading UTF-8 octet"},
     {"truncated.yaml", 4, 1, "YAML syntax error: did not find expected ',' or ']'"},
