@@ -28,6 +28,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import s2c  # noqa: E402
+from common import bench, fmt  # noqa: E402 (bench/e2e/common.py)
 
 OUT = os.environ.get("OUT", "/tmp")
 SEQS = [int(x) for x in os.environ.get("SEQS", "32768,131072").split(",")]
@@ -38,16 +39,6 @@ LAYERS, H, HKV, D, BLOCK = 32, 32, 8, 128, 64
 SPLIT = dict(dense=DENSE, local=16, stride=8)        # layers < dense on SDPA, the rest S2
 ALL = dict(dense=0, local=8, stride=16)              # the paper's speed setting, every layer S2
 MODE = dict(SPLIT)                                   # what the dkernel provider runs now
-
-
-def bench(fn, reps=3):
-    """Median of `reps` timed runs after one warm-up (one model forward each)."""
-    fn(); torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
-    return statistics.median(ts)
 
 
 _flush = None
@@ -195,7 +186,7 @@ def main():
         rows.append(r)
         json.dump(rows, open(os.path.join(OUT, "prefill.json"), "w"), indent=1)
 
-    f = lambda x, p=0: "-" if x is None else f"{x:.{p}f}"   # noqa: E731
+    f = fmt
     print(f"\n{'S':>7} {'sdpa':>7} {'zero':>7} {'dkernel':>8} {'s2c':>7} {'x sdpa':>7} {'x dk':>6} "
           f"{'bound':>7} {'gap':>6}")
     for r in rows:

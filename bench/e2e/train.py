@@ -17,29 +17,19 @@ Env: KV_HEADS (8; 16 for MHA), ONLY=flash,cudnn,noop,s2c,dkernel.  Writes OUT/tr
 import contextlib
 import json
 import os
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import s2c  # noqa: E402,F401
+from common import bench, fmt  # noqa: E402 (bench/e2e/common.py)
 
 OUT = os.environ.get("OUT", "/tmp")
 SEQS = [int(x) for x in os.environ.get("SEQS", "32768").split(",")]
 KV_HEADS = int(os.environ.get("KV_HEADS", "8"))
 ONLY = set(os.environ["ONLY"].split(",")) if os.environ.get("ONLY") else None
 H, BLOCK, LOCAL, STRIDE = 16, 64, 16, 8
-
-
-def bench(fn, reps=3):
-    """Median of `reps` timed steps after one warm-up step."""
-    fn(); torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); torch.cuda.synchronize(); ts.append(s.elapsed_time(e))
-    return statistics.median(ts)
 
 
 def main():
@@ -117,7 +107,7 @@ def main():
         rows.append(r)
         json.dump(rows, open(os.path.join(OUT, "train.json"), "w"), indent=1)
 
-    f = lambda x, p=0: "-" if x is None else f"{x:.{p}f}"   # noqa: E731
+    f = fmt
     print(f"\n{'S':>7} {'flash':>7} {'cudnn':>7} {'noop':>7} {'dkernel':>8} {'s2c':>7} {'s2c tok/s':>10} "
           f"{'x flash':>8} {'x cudnn':>8} {'x dk':>6}")
     for r in rows:
