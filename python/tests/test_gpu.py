@@ -325,22 +325,31 @@ def test_capture_of_an_unprepared_shape_is_an_error():
             s2c.sparse_attn_func(q2, q2, q2, pat)
 
 
-def test_transformers_backend_matches_sdpa():
+def _tiny_llama(spec, seed):
+    """A 2-layer Llama (GQA 4/2, head dim 64) with random weights and the s2c backend registered."""
     transformers = pytest.importorskip("transformers")
     import s2c.integrations.hf as s2hf
     s2hf.register()
     cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                                    num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
                                    max_position_embeddings=4096)
-    cfg.s2c = {"block_size": 64, "local_blocks": 1, "vert_stride": 1}      # dense: every causal block
-    torch.manual_seed(0)
-    model = transformers.LlamaForCausalLM(cfg).to(DEV, BF16).eval()
+    cfg.s2c = spec
+    torch.manual_seed(seed)
+    return transformers.LlamaForCausalLM(cfg).to(DEV, BF16).eval()
+
+
+def _use(model, impl):
+    model.config._attn_implementation = impl
+    for layer in model.model.layers:
+        layer.self_attn.config._attn_implementation = impl
+
+
+def test_transformers_backend_matches_sdpa():
+    model = _tiny_llama({"block_size": 64, "local_blocks": 1, "vert_stride": 1}, 0)   # dense: every causal block
     ids = torch.randint(0, 1000, (1, 1000), device=DEV)
     out = {}
     for impl in ("sdpa", "s2c"):
-        model.config._attn_implementation = impl
-        for layer in model.model.layers:
-            layer.self_attn.config._attn_implementation = impl
+        _use(model, impl)
         with torch.no_grad():
             out[impl] = model(input_ids=ids).logits.float()
     err = (out["s2c"] - out["sdpa"]).abs().max().item()
@@ -382,18 +391,8 @@ def test_mask_rows_of_a_query_chunk():
 
 
 def test_transformers_left_padded_batch_matches_single_sequences():
-    transformers = pytest.importorskip("transformers")
-    import s2c.integrations.hf as s2hf
-    s2hf.register()
-    cfg = transformers.LlamaConfig(hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                                   num_attention_heads=4, num_key_value_heads=2, vocab_size=1000,
-                                   max_position_embeddings=4096)
-    cfg.s2c = {"block_size": 64, "local_blocks": 2, "vert_stride": 4, "dense_layers": [1]}
-    torch.manual_seed(1)
-    model = transformers.LlamaForCausalLM(cfg).to(DEV, BF16).eval()
-    model.config._attn_implementation = "s2c"
-    for layer in model.model.layers:
-        layer.self_attn.config._attn_implementation = "s2c"
+    model = _tiny_llama({"block_size": 64, "local_blocks": 2, "vert_stride": 4, "dense_layers": [1]}, 1)
+    _use(model, "s2c")
     a = torch.randint(0, 1000, (1, 500), device=DEV)
     b = torch.randint(0, 1000, (1, 300), device=DEV)
     ids = torch.full((2, 500), 0, device=DEV, dtype=torch.long)
