@@ -260,8 +260,10 @@ s2_status s2_rt_dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_
 s2_status s2_attn_decode_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
 {
     size_t bytes[7];
-    s2_status st = s2_rt_dec_check_host(ctx, k, a, bytes);
-    return st == S2_OK ? dec_validate(ctx, k, stream, a, bytes) : st;
+    s2_status st = s2_rt_dec_check_extents(ctx, k, a, bytes);
+    if (st == S2_OK)
+        st = dec_validate(ctx, k, stream, a, bytes);
+    return st == S2_OK ? s2_rt_dec_check_overlaps(ctx, a, bytes) : st;
 }
 
 s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
@@ -307,7 +309,7 @@ s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
 s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
 {
     size_t bytes[7];
-    s2_status st = s2_rt_dec_check_host(ctx, k, a, bytes);
+    s2_status st = s2_rt_dec_check_extents(ctx, k, a, bytes);
     if (st == S2_OK && k->mod->check_decode)
         st = dec_validate(ctx, k, stream, a, bytes);
     if (st != S2_OK)
@@ -320,6 +322,8 @@ s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_
         st = dec_splits(ctx, k, a, slot->max_list, &splits);
     if (st == S2_OK)
         st = s2_rt_dec_check_device(ctx, k, a, bytes, dec_workspace_of(a, splits).bytes);
+    if (st == S2_OK)
+        st = s2_rt_dec_check_overlaps(ctx, a, bytes);
     if (st == S2_OK)
         st = s2_rt_dec_launch(ctx, k, stream, a, slot, splits);
     mtx_unlock(&k->lock);

@@ -134,9 +134,14 @@ S2_RT_HIDDEN s2_status s2_rt_combine_check_host(s2_ctx *ctx, const s2_attn_kerne
                                                 size_t bytes[3]);
 /* Decode: the shape fields only (a plan's declaration). */
 S2_RT_HIDDEN s2_status s2_rt_dec_check_shape(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a);
-/* Decode: everything that needs no driver; bytes: q, o, k pool, v pool, table, seq_lens, lse. */
+/* Decode: everything that needs no driver (its extents, then its overlaps);
+ * bytes: q, o, k pool, v pool, table, seq_lens, lse. */
 S2_RT_HIDDEN s2_status s2_rt_dec_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a,
                                             size_t bytes[7]);
+/* Its two parts, for the paths that check the driver's extents between them. */
+S2_RT_HIDDEN s2_status s2_rt_dec_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a,
+                                               size_t bytes[7]);
+S2_RT_HIDDEN s2_status s2_rt_dec_check_overlaps(s2_ctx *ctx, const s2_attn_decode_args *a, const size_t bytes[7]);
 /* Decode: the pointers, and a workspace of ws_bytes where one is needed. */
 S2_RT_HIDDEN s2_status s2_rt_dec_check_device(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a,
                                               const size_t bytes[7], size_t ws_bytes);
