@@ -20,6 +20,11 @@
  * returns S2_ERR_CAPTURE and launches nothing (launch each shape once before
  * capturing); a shape already built is captured like any launch.  The same
  * holds for decode's kept-block lists (per range of max_seq_len).
+ * Before anything is built, a shape's schedules (or lists) are bounded from
+ * counts (the candidate tiles of every list, no list held): a shape whose
+ * bound is above S2_ATTN_MAX_SCHEDULE_BYTES of device memory is refused with
+ * S2_ERR_SHAPE by its first launch, by a plan's declaration and by size
+ * queries, in time linear in its lists at most.
  *
  * Threads:
  *  - s2_attn_forward, s2_attn_backward, s2_attn_decode and s2_combine may be
@@ -55,6 +60,10 @@ extern "C" {
 #endif
 
 #define S2_ATTN_SCHED_CACHE 8
+/* The most device memory one shape's schedules or kept-block lists may take
+ * by that bound: 8 GiB (a million tokens of a stride-8 GQA pattern bound at
+ * about 4 GiB with the wide variant; 2^31 tokens would need terabytes). */
+#define S2_ATTN_MAX_SCHEDULE_BYTES ((size_t)8 << 30)
 /* Work-counter pairs of a persistent forward's schedule entry: launches on
  * up to this many streams at once run without waiting; one more stream
  * synchronises the context first (launch.h, persistent variant). */
