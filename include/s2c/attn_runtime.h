@@ -328,15 +328,19 @@ S2_API s2_status s2_attn_plan_new(s2_ctx *ctx, s2_attn_kernel *k, s2_attn_plan *
  * Backward: batch, q_len, kv_len (and likewise q and d_o for their maps).  Decode: batch, n_new, max_seq_len,
  * splits (the lists serve every max_seq_len up to the declared one's range).
  * The plan's workspace takes the largest that a declared backward (dS path
- * over every head) or split-KV decode needs. */
+ * over every head) or split-KV decode needs.  S2_ERR_SHAPE too for a shape
+ * whose schedules (or decode lists) are bounded above
+ * S2_ATTN_MAX_SCHEDULE_BYTES: the bound is counted here, nothing is built. */
 S2_API s2_status s2_attn_plan_add_forward(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_fwd_args *shape);
 S2_API s2_status s2_attn_plan_add_backward(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_bwd_args *shape);
 S2_API s2_status s2_attn_plan_add_decode(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_decode_args *shape);
 /* Once; S2_ERR_INVALID the second time. */
 S2_API s2_status s2_attn_plan_prepare(s2_ctx *ctx, s2_attn_plan *p, void *stream);
 /* The device bytes the plan holds after prepare (schedules, lists, counters,
- * its workspace), or will take (the host part of prepare runs; nothing is
- * allocated). */
+ * its workspace), or before prepare an upper bound of what prepare will take:
+ * the declarations' bounds from counts and the largest workspace any of them
+ * may need (decode: at its splits, or at most 64).  Nothing is built or
+ * allocated, so the query costs no more than the declarations did. */
 S2_API s2_status s2_attn_plan_device_bytes(s2_ctx *ctx, s2_attn_plan *p, size_t *bytes);
 /* Launches (arguments as s2_attn_forward, s2_attn_backward, s2_attn_decode;
  * a null workspace takes the plan's). */
