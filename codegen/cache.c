@@ -1,14 +1,17 @@
 /* On-disk kernel cache: keys, directory, entries (see include/s2c/cache.h). */
+#include "cache_internal.h"
 #include "s2c/cache.h"
 #include "sha256.h"
 #include "util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 enum { HEADER_SIZE = 80, OFF_VERSION = 4, OFF_KEY = 8, OFF_LENGTH = 40, OFF_SUM = 48 };
@@ -21,6 +24,7 @@ struct s2_cache {
     char *dir;
     char *untrusted;   /* why the directory is not used, or NULL */
     bool trust_all;    /* S2_CACHE_TRUST_DIR: no owner or permission checks */
+    s2_write_opts store; /* stores' temporary files: mode 0600, their names */
 };
 
 static void put_le(uint8_t *p, int n, uint64_t v)
@@ -180,6 +184,7 @@ s2_status s2_cache_open_flags(s2_ctx *ctx, const char *dir, unsigned flags, s2_c
     s2_cache *c = calloc(1, sizeof *c);
     if (!c)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    c->store.mode = 0600;
     s2_status st = choose_dir(ctx, dir, &c->dir);
     if (st == S2_OK) {
         size_t n = strlen(c->dir);
@@ -209,6 +214,12 @@ void s2_cache_close(s2_cache *cache)
 }
 
 const char *s2_cache_dir(const s2_cache *cache) { return cache ? cache->dir : NULL; }
+
+void s2_cache_set_tmp_suffix(s2_cache *cache, s2_tmp_suffix_fn fn, void *arg)
+{
+    cache->store.suffix = fn;
+    cache->store.suffix_arg = arg;
+}
 
 const char *s2_cache_untrusted(const s2_cache *cache) { return cache ? cache->untrusted : NULL; }
 
@@ -267,6 +278,8 @@ static const char *check_header(const uint8_t *h, const s2_cache_key *key, uint6
     if (memcmp(h + OFF_KEY, key->bytes, S2_CACHE_KEY_BYTES) != 0)
         return "key mismatch";
     *length = get_le(h + OFF_LENGTH, 8);
+    if (*length > S2_CACHE_MAX_PAYLOAD)
+        return "too large: its header claims more than S2_CACHE_MAX_PAYLOAD";
     if (*length == 0 || *length != file_size - HEADER_SIZE)
         return "length does not match the file size (truncated?)";
     return NULL;
@@ -293,12 +306,12 @@ static s2_status read_entry(s2_ctx *ctx, const s2_cache *cache, const char *path
         snprintf(owner, sizeof owner, "owned by uid %lu, not by this user", (unsigned long)sb.st_uid);
         bad = owner;
     }
+    else if ((uint64_t)sb.st_size > HEADER_SIZE + (uint64_t)S2_CACHE_MAX_PAYLOAD)
+        bad = "too large: the file is over S2_CACHE_MAX_PAYLOAD";
     else if ((uint64_t)sb.st_size < HEADER_SIZE || !read_full(fd, h, HEADER_SIZE))
         bad = "shorter than its header";
     else
         bad = check_header(h, key, (uint64_t)sb.st_size, &length);
-    if (!bad && length > SIZE_MAX - 1)
-        bad = "too large";
     if (!bad) {
         payload = malloc((size_t)length);
         if (!payload)
@@ -340,12 +353,57 @@ s2_status s2_cache_lookup(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key
     return st;
 }
 
+/* 0.2.0's temporary names ended in PID.TID. */
+static bool legacy_suffix(const char *s)
+{
+    size_t a = strspn(s, "0123456789");
+    if (a == 0 || s[a] != '.')
+        return false;
+    size_t b = strspn(s + a + 1, "0123456789");
+    return b > 0 && s[a + 1 + b] == '\0';
+}
+
+/* <64 hex digits>.s2ck.tmp.<suffix>: a store's temporary file. */
+static bool is_tmp_name(const char *name)
+{
+    static const char tail[] = ".s2ck" S2_TMP_TAG;
+    if (strspn(name, "0123456789abcdef") != 2 * S2_CACHE_KEY_BYTES)
+        return false;
+    name += 2 * S2_CACHE_KEY_BYTES;
+    if (strncmp(name, tail, sizeof tail - 1) != 0)
+        return false;
+    name += sizeof tail - 1;
+    return s2_tmp_suffix_valid(name) || legacy_suffix(name);
+}
+
+/* Remove this user's temporary files older than S2_CACHE_STALE_TMP_SECONDS:
+ * those of stores that died between their write and their rename.  Only
+ * regular files of the temporary name's shape; best effort. */
+static void remove_stale_tmp(const s2_cache *cache)
+{
+    DIR *d = opendir(cache->dir);
+    if (!d)
+        return;
+    time_t now = time(NULL);
+    uid_t me = geteuid();
+    struct dirent *e;
+    while ((e = readdir(d)) != NULL) {
+        struct stat sb;
+        if (!is_tmp_name(e->d_name) || fstatat(dirfd(d), e->d_name, &sb, AT_SYMLINK_NOFOLLOW) != 0)
+            continue;
+        if (S_ISREG(sb.st_mode) && sb.st_uid == me && sb.st_mtime < now - S2_CACHE_STALE_TMP_SECONDS)
+            unlinkat(dirfd(d), e->d_name, 0);
+    }
+    closedir(d);
+}
+
 s2_status s2_cache_store(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key *key, const void *data, size_t size)
 {
     if (!cache || !key || !data || size == 0)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_cache_store: invalid arguments (an entry is not empty)");
-    if (size > SIZE_MAX - HEADER_SIZE)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_cache_store: payload too large");
+    if (size > S2_CACHE_MAX_PAYLOAD)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cache_store: a payload of %zu bytes is over the cap of %zu",
+                       size, (size_t)S2_CACHE_MAX_PAYLOAD);
     if (cache->untrusted)
         return s2_fail(ctx, S2_ERR_IO, "not stored: %s", cache->untrusted);
     uint8_t *file = malloc(HEADER_SIZE + size);
@@ -361,10 +419,11 @@ s2_status s2_cache_store(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key 
     put_le(file + OFF_LENGTH, 8, size);
     entry_sum(key, data, size, file + OFF_SUM);
     memcpy(file + HEADER_SIZE, data, size);
-    /* the temporary file is unique per process and thread, so racing stores
-     * of one key both succeed and the last rename wins */
-    s2_status st = s2_write_file_atomic(ctx, path, file, HEADER_SIZE + size);
+    /* each store has its own temporary file, so racing stores of one key
+     * both succeed and the last rename wins */
+    s2_status st = s2_write_file_atomic_opts(ctx, path, file, HEADER_SIZE + size, &cache->store);
     free(file);
     free(path);
+    remove_stale_tmp(cache);
     return st;
 }

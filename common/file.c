@@ -1,14 +1,16 @@
 /* Whole-file reads and atomic writes. */
 #define _POSIX_C_SOURCE 200809L
 #ifndef _GNU_SOURCE
-#define _GNU_SOURCE /* gettid */
+#define _GNU_SOURCE /* getrandom */
 #endif
 #include "util.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -42,33 +44,100 @@ s2_status s2_read_file(s2_ctx *ctx, const char *path, char **data, size_t *len)
     return S2_OK;
 }
 
-s2_status s2_write_file_atomic(s2_ctx *ctx, const char *path, const void *data, size_t len)
+/* 8 random bytes as 16 hex digits: getrandom, else /dev/urandom. */
+bool s2_tmp_suffix_random(void *arg, char out[S2_TMP_SUFFIX_LEN + 1])
 {
-    size_t pl = strlen(path);
-    char *tmp = malloc(pl + 48);
+    (void)arg;
+    uint8_t r[S2_TMP_SUFFIX_LEN / 2];
+    ssize_t got = getrandom(r, sizeof r, GRND_NONBLOCK);
+    if (got != (ssize_t)sizeof r) {
+        int fd = open("/dev/urandom", O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+        got = fd < 0 ? -1 : read(fd, r, sizeof r);
+        if (fd >= 0)
+            close(fd);
+        if (got != (ssize_t)sizeof r)
+            return false;
+    }
+    static const char hex[] = "0123456789abcdef";
+    for (size_t i = 0; i < sizeof r; i++) {
+        out[2 * i] = hex[r[i] >> 4];
+        out[2 * i + 1] = hex[r[i] & 15];
+    }
+    out[S2_TMP_SUFFIX_LEN] = '\0';
+    return true;
+}
+
+bool s2_tmp_suffix_valid(const char *s)
+{
+    size_t n = strspn(s, "0123456789abcdef");
+    return n == S2_TMP_SUFFIX_LEN && s[n] == '\0';
+}
+
+static bool write_all(int fd, const void *data, size_t len)
+{
+    const uint8_t *p = data;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w < 0 && errno == EINTR)
+            continue;
+        if (w <= 0)
+            return false;
+        p += w;
+        len -= (size_t)w;
+    }
+    return true;
+}
+
+/* A new temporary file beside path (its name into tmp): created, never
+ * opened when something is there already (a planted symlink or file is left
+ * alone); another name on EEXIST, S2_TMP_TRIES names in all. */
+static s2_status create_tmp(s2_ctx *ctx, const char *path, const s2_write_opts *o, char *tmp, size_t cap, int *fd)
+{
+    s2_tmp_suffix_fn next = o->suffix ? o->suffix : s2_tmp_suffix_random;
+    char suffix[S2_TMP_SUFFIX_LEN + 1];
+    for (int i = 0; i < S2_TMP_TRIES; i++) {
+        if (!next(o->suffix_arg, suffix) || !s2_tmp_suffix_valid(suffix))
+            return s2_fail(ctx, S2_ERR_IO, "%s: no random name for a temporary file", path);
+        snprintf(tmp, cap, "%s" S2_TMP_TAG "%s", path, suffix);
+        *fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, (mode_t)o->mode);
+        if (*fd >= 0)
+            return S2_OK;
+        if (errno != EEXIST)
+            return s2_fail(ctx, S2_ERR_IO, "%s: %s", tmp, strerror(errno));
+    }
+    return s2_fail(ctx, S2_ERR_IO, "%s: %d temporary names in a row were taken (" S2_TMP_TAG "*)", path,
+                   S2_TMP_TRIES);
+}
+
+s2_status s2_write_file_atomic_opts(s2_ctx *ctx, const char *path, const void *data, size_t len,
+                                    const s2_write_opts *opts)
+{
+    const s2_write_opts dflt = {.mode = 0666};
+    const s2_write_opts *o = opts ? opts : &dflt;
+    size_t cap = strlen(path) + sizeof S2_TMP_TAG + S2_TMP_SUFFIX_LEN;
+    char *tmp = malloc(cap);
     if (!tmp)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    /* unique per thread, so that concurrent writers of one path (threads of
-     * one process included) never share a temporary file */
-    snprintf(tmp, pl + 48, "%s.tmp.%ld.%ld", path, (long)getpid(), (long)gettid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        s2_status st = s2_fail(ctx, S2_ERR_IO, "%s: %s", tmp, strerror(errno));
+    int fd = -1;
+    s2_status st = create_tmp(ctx, path, o, tmp, cap, &fd);
+    if (st != S2_OK) {
         free(tmp);
         return st;
     }
-    size_t w = len ? fwrite(data, 1, len, f) : 0;
-    int bad = (w != len) | (fflush(f) != 0);
-    bad |= fsync(fileno(f)) != 0 && errno != EINVAL;
-    bad |= fclose(f) != 0;
+    bool bad = !write_all(fd, data, len);
+    bad |= fsync(fd) != 0 && errno != EINVAL;
+    bad |= close(fd) != 0;
     if (bad || rename(tmp, path) != 0) {
-        s2_status st = s2_fail(ctx, S2_ERR_IO, "%s: %s", path, strerror(errno));
-        remove(tmp);
-        free(tmp);
-        return st;
+        st = s2_fail(ctx, S2_ERR_IO, "%s: %s", path, strerror(errno));
+        unlink(tmp);
     }
     free(tmp);
-    return S2_OK;
+    return st;
+}
+
+s2_status s2_write_file_atomic(s2_ctx *ctx, const char *path, const void *data, size_t len)
+{
+    return s2_write_file_atomic_opts(ctx, path, data, len, NULL);
 }
 
 /* One directory: made, or already there as a directory; else its errno. */

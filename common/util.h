@@ -56,7 +56,26 @@ char *s2_buf_steal(s2_buf *b, size_t *len);
 /* ---- files -------------------------------------------------------------- */
 /* Read a whole file (malloc'd, NUL-terminated; *len excludes the NUL). */
 s2_status s2_read_file(s2_ctx *ctx, const char *path, char **data, size_t *len);
-/* Write atomically: a temporary file in the same directory, then rename. */
+/* Write atomically: a temporary file PATH.tmp.<16 random hex digits> in the
+ * same directory, then rename.  The temporary file is created with
+ * O_CREAT|O_EXCL|O_NOFOLLOW, so nothing already at its name (a symlink
+ * planted there, a file) is followed, truncated or written; a taken name
+ * costs another try, S2_TMP_TRIES in all. */
+#define S2_TMP_TAG ".tmp."
+enum { S2_TMP_SUFFIX_LEN = 16, S2_TMP_TRIES = 16 };
+/* Writes the random part of a temporary name (S2_TMP_SUFFIX_LEN lowercase
+ * hex digits and a NUL) into out; false when it has none. */
+typedef bool (*s2_tmp_suffix_fn)(void *arg, char out[S2_TMP_SUFFIX_LEN + 1]);
+bool s2_tmp_suffix_random(void *arg, char out[S2_TMP_SUFFIX_LEN + 1]);  /* getrandom or /dev/urandom */
+/* Whether s has the shape of such a suffix. */
+bool s2_tmp_suffix_valid(const char *s);
+typedef struct s2_write_opts {
+    unsigned mode;               /* of the new file, less the umask (s2_write_file_atomic: 0666) */
+    s2_tmp_suffix_fn suffix;     /* NULL: s2_tmp_suffix_random; tests inject their own */
+    void *suffix_arg;
+} s2_write_opts;
+s2_status s2_write_file_atomic_opts(s2_ctx *ctx, const char *path, const void *data, size_t len,
+                                    const s2_write_opts *opts);
 s2_status s2_write_file_atomic(s2_ctx *ctx, const char *path, const void *data, size_t len);
 /* mkdir -p: every missing component of path with `mode`, existing ones
  * untouched.  0, or the errno of the component that failed (EEXIST: it is

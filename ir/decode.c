@@ -194,8 +194,7 @@ s2_status s2_decode_lists_pack(s2_ctx *ctx, const s2_decode_lists *l, s2_packed_
     out->class_off = 0;
     out->offsets_off = align16((size_t)l->kv_heads * sizeof(int32_t));
     out->entries_off = align16(out->offsets_off + (size_t)(nlists + 1) * sizeof(int32_t));
-    /* one zero entry past the end: the kernel may read entries[begin] of an empty list */
-    out->size = out->entries_off + (size_t)(n + 1) * sizeof(s2_decode_entry);
+    out->size = s2_packed_decode_lists_size(l->kv_heads, nlists, n);
     out->data = calloc(1, out->size);
     if (!out->data)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
@@ -206,6 +205,13 @@ s2_status s2_decode_lists_pack(s2_ctx *ctx, const s2_decode_lists *l, s2_packed_
         offs[i] = (int32_t)l->offsets[i];
     memcpy(base + out->entries_off, l->entries, (size_t)n * sizeof(s2_decode_entry));
     return S2_OK;
+}
+
+size_t s2_packed_decode_lists_size(int kv_heads, int64_t lists, int64_t entries)
+{
+    size_t offsets_off = align16((size_t)kv_heads * sizeof(int32_t));
+    /* one zero entry past the end: the kernel may read entries[begin] of an empty list */
+    return align16(offsets_off + (size_t)(lists + 1) * sizeof(int32_t)) + (size_t)(entries + 1) * sizeof(s2_decode_entry);
 }
 
 void s2_packed_decode_lists_free(s2_packed_decode_lists *p)

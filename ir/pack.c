@@ -15,6 +15,12 @@ void s2_packed_schedule_free(s2_packed_schedule *p)
     memset(p, 0, sizeof *p);
 }
 
+size_t s2_packed_schedule_size(int heads, int64_t lists, int64_t entries, size_t entry_size)
+{
+    size_t offsets_off = align16((size_t)heads * sizeof(int32_t));
+    return align16(offsets_off + (size_t)(lists + 1) * sizeof(int32_t)) + (size_t)entries * entry_size;
+}
+
 /* The buffer both packings share: class_of_head, the list offsets, then
  * `total` entries of entry_size bytes, each part 16-byte aligned; the class
  * table is filled, the offsets and entries are the caller's. */
@@ -24,7 +30,7 @@ static s2_status pack_alloc(s2_ctx *ctx, const char *fn, const s2_schedule *s, i
     size_t class_off = 0;
     size_t offsets_off = align16(class_off + (size_t)s->heads * sizeof(int32_t));
     size_t entries_off = align16(offsets_off + (size_t)(nlists + 1) * sizeof(int32_t));
-    size_t size = entries_off + (size_t)total * entry_size;
+    size_t size = s2_packed_schedule_size(s->heads, nlists, total, entry_size);
     unsigned char *buf = calloc(1, size ? size : 1);
     if (!buf)
         return s2_fail(ctx, S2_ERR_NOMEM, "%s: out of memory (%zu bytes)", fn, size);

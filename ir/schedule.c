@@ -351,6 +351,28 @@ static void kv_tile_span(const s2_layout *l, const s2_tile_geom *g, int64_t j, i
     *n1 = (s2_min64((j + 1) * g->block_n, l->kv_len) - 1) / bs;
 }
 
+/* The candidate sources of list i (query tile i forward, key tile i
+ * transposed) of head q into ss (its buffer reused), and the tiles [lo, hi]
+ * the list may hold. */
+static void list_sources(const s2_layout *l, const s2_tile_geom *g, int q, bool transposed, int64_t i,
+                         s2_ir_srcs *ss, int64_t *lo, int64_t *hi)
+{
+    ss->n = 0;
+    if (transposed) {
+        int64_t n0, n1;
+        kv_tile_span(l, g, i, &n0, &n1);
+        ss->clip_lo = l->first_q_block, ss->clip_hi = l->kv_blocks - 1;
+        s2_ir_tr_sources(l, q, n0, n1, ss);
+        *lo = g->first_q_tile, *hi = g->first_q_tile + g->q_tiles - 1;
+    } else {
+        int64_t m0, m1;
+        q_tile_span(l, g, i, &m0, &m1);
+        ss->clip_lo = 0, ss->clip_hi = l->p->causal ? s2_min64(m1, l->kv_blocks - 1) : l->kv_blocks - 1;
+        s2_ir_fwd_sources(l, q, m0, m1, ss);
+        *lo = 0, *hi = g->kv_tiles - 1;
+    }
+}
+
 /* Walk candidate tiles [lo, hi] of the sources and emit live entries. */
 static void walk(const s2_layout *l, const s2_tile_geom *g, int q, const s2_ir_srcs *ss, bool transposed,
                  int64_t fixed, int64_t lo, int64_t hi, s2_tile_entry *out, int64_t cap, int64_t *count)
@@ -381,13 +403,12 @@ s2_status s2_layout_q_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec
         return s2_fail(ctx, S2_ERR_INVALID, "null output");
     if (t < g.first_q_tile || t >= g.first_q_tile + g.q_tiles)
         return s2_fail(ctx, S2_ERR_INVALID, "query tile %lld out of range", (long long)t);
-    int64_t m0, m1;
-    q_tile_span(l, &g, t, &m0, &m1);
     s2_ir_srcs ss;
-    s2_ir_srcs_init(&ss, 0, l->p->causal ? s2_min64(m1, l->kv_blocks - 1) : l->kv_blocks - 1);
-    s2_ir_fwd_sources(l, q, m0, m1, &ss);
+    int64_t lo, hi;
+    s2_ir_srcs_init(&ss, 0, 0);
+    list_sources(l, &g, q, false, t, &ss, &lo, &hi);
     if (!ss.oom)
-        walk(l, &g, q, &ss, false, t, 0, g.kv_tiles - 1, out, cap, count);
+        walk(l, &g, q, &ss, false, t, lo, hi, out, cap, count);
     bool oom = ss.oom;
     s2_ir_srcs_free(&ss);
     return oom ? s2_fail(ctx, S2_ERR_NOMEM, "out of memory") : S2_OK;
@@ -404,13 +425,12 @@ s2_status s2_layout_kv_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spe
         return s2_fail(ctx, S2_ERR_INVALID, "null output");
     if (j < 0 || j >= g.kv_tiles)
         return s2_fail(ctx, S2_ERR_INVALID, "key tile %lld out of range", (long long)j);
-    int64_t n0, n1;
-    kv_tile_span(l, &g, j, &n0, &n1);
     s2_ir_srcs ss;
-    s2_ir_srcs_init(&ss, l->first_q_block, l->kv_blocks - 1);
-    s2_ir_tr_sources(l, q, n0, n1, &ss);
+    int64_t lo, hi;
+    s2_ir_srcs_init(&ss, 0, 0);
+    list_sources(l, &g, q, true, j, &ss, &lo, &hi);
     if (!ss.oom)
-        walk(l, &g, q, &ss, true, j, g.first_q_tile, g.first_q_tile + g.q_tiles - 1, out, cap, count);
+        walk(l, &g, q, &ss, true, j, lo, hi, out, cap, count);
     bool oom = ss.oom;
     s2_ir_srcs_free(&ss);
     return oom ? s2_fail(ctx, S2_ERR_NOMEM, "out of memory") : S2_OK;
@@ -422,6 +442,60 @@ int64_t s2_layout_max_entries(const s2_layout *l, s2_tile_spec spec)
     if (s2_ir_geom(NULL, l, spec, &g) != S2_OK)
         return 0;
     return g.q_tiles > g.kv_tiles ? g.q_tiles : g.kv_tiles;
+}
+
+/* ---- bounds without building ------------------------------------------------------ */
+
+/* Tiles of `tile` tokens in [lo, hi] that blocks of source s touch (block
+ * size bs): at most its blocks times the tiles a block spans, and at most the
+ * tiles from its first block to its last.  The walk visits no other tile. */
+static int64_t src_tiles(const s2_ir_src *s, int tile, int bs, int64_t lo, int64_t hi)
+{
+    int64_t first = src_next(s, s->lo);
+    if (first < 0)
+        return 0;
+    int64_t last = first + (s->hi - first) / s->step * s->step;
+    int64_t t0 = s2_max64(first * bs / tile, lo), t1 = s2_min64(((last + 1) * bs - 1) / tile, hi);
+    if (t0 > t1)
+        return 0;
+    int64_t per_block = bs > tile ? bs / tile : 1;
+    return s2_min64(((last - first) / s->step + 1) * per_block, t1 - t0 + 1);
+}
+
+s2_status s2_layout_entries_bound(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed, int group,
+                                  int64_t limit, int64_t *per_class, int64_t *total)
+{
+    if (!l || !total || group < 1)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_layout_entries_bound: invalid arguments");
+    *total = 0;
+    s2_tile_geom g;
+    s2_status st = s2_ir_geom(ctx, l, spec, &g);
+    if (st != S2_OK)
+        return st;
+    int64_t lists = transposed ? g.kv_tiles : g.q_tiles, first = transposed ? 0 : g.first_q_tile;
+    int tile = transposed ? g.block_m : g.block_n, bs = l->p->block_size;
+    for (int c = 0; per_class && c < l->num_classes; c++)
+        per_class[c] = 0;
+    s2_ir_srcs ss;
+    s2_ir_srcs_init(&ss, 0, 0);
+    for (int c = 0; c < l->num_classes && !ss.oom; c++)
+        for (int64_t i = 0; i < lists && !ss.oom; i++) {
+            int64_t lo, hi, n = 0;
+            list_sources(l, &g, l->class_rep[c], transposed, first + i, &ss, &lo, &hi);
+            for (int k = 0; k < ss.n; k++)
+                n += src_tiles(&ss.v[k], tile, bs, lo, hi);
+            n = s2_cdiv(s2_min64(n, hi - lo + 1), group);
+            if (per_class)
+                per_class[c] += n;
+            *total += n;
+            if (limit >= 0 && *total > limit) {
+                s2_ir_srcs_free(&ss);
+                return S2_OK;
+            }
+        }
+    bool oom = ss.oom;
+    s2_ir_srcs_free(&ss);
+    return oom ? s2_fail(ctx, S2_ERR_NOMEM, "out of memory") : S2_OK;
 }
 
 /* ---- materialised schedules --------------------------------------------------- */

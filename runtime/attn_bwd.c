@@ -20,11 +20,11 @@ static size_t ds_offset(int batch, int heads, int64_t q_len)
     return (s2_attn_bwd_workspace_bytes(batch, heads, q_len) + 255u) & ~(size_t)255u;
 }
 
-static size_t ds_workspace_bytes(const s2_attn_kernel *k, const sched_slot *s, int batch, int heads, int64_t q_len)
+static size_t ds_workspace_bytes(const s2_attn_kernel *k, int64_t ds_tiles, int batch, int heads, int64_t q_len)
 {
-    if (!k->fns[S2_ROLE_BWD_DQDS] || s->ds_tiles < 0)
+    if (!k->fns[S2_ROLE_BWD_DQDS] || ds_tiles < 0)
         return 0;
-    return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)s->ds_tiles * S2_BWD_DS_TILE_BYTES;
+    return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)ds_tiles * S2_BWD_DS_TILE_BYTES;
 }
 
 /* The same over the slot's chunking i (s->ds_chunks[i] chunks of kv heads,
@@ -39,7 +39,7 @@ static size_t ds_chunked_bytes(const s2_attn_kernel *k, const sched_slot *s, int
                                int chunks, int *which)
 {
     if (chunks == 1)
-        return ds_workspace_bytes(k, s, batch, heads, q_len);
+        return ds_workspace_bytes(k, s->ds_tiles, batch, heads, q_len);
     for (int i = 0; k->fns[S2_ROLE_BWD_DQDS] && s->ds_tiles >= 0 && i < s->ds_nchunk; i++)
         if (s->ds_chunks[i] == chunks) {
             if (which)
@@ -220,7 +220,7 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
         o = &none;
     int chunks = 1, which = -1;
     bool ds = false;
-    size_t need = ds_workspace_bytes(k, s, a->batch, a->heads, a->q_len);
+    size_t need = ds_workspace_bytes(k, s->ds_tiles, a->batch, a->heads, a->q_len);
     if (o->ds_chunks > 0) {
         size_t c = ds_chunked_bytes(k, s, a->batch, a->heads, a->q_len, o->ds_chunks, &which);
         if (!c)
@@ -325,9 +325,9 @@ s2_status s2_rt_bwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
                        : st;
 }
 
-size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, const sched_slot *s, int batch, int64_t q_len)
+size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, int64_t ds_tiles, int batch, int64_t q_len)
 {
-    size_t ds = ds_workspace_bytes(k, s, batch, k->pattern->heads, q_len);
+    size_t ds = ds_workspace_bytes(k, ds_tiles, batch, k->pattern->heads, q_len);
     return ds ? ds : s2_attn_bwd_workspace_bytes(batch, k->pattern->heads, q_len);
 }
 

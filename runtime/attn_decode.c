@@ -25,13 +25,48 @@ int64_t s2_rt_dec_q_blocks(const s2_attn_kernel *k, int64_t max_seq_len)
     return s2_max64(1, s2_min64(blocks, k->max_kv_len / bs));
 }
 
+/* A list (kv head class, query block m) is the union of its query heads'
+ * lists at blocks m and m + 1 (s2_decode_lists_build): at most twice the
+ * block-tile forward entries of every head, in kv_heads x q_blocks lists. */
+s2_status s2_rt_dec_bound(s2_ctx *ctx, const s2_attn_kernel *k, int64_t q_blocks, size_t *bytes)
+{
+    const s2_pattern *p = k->pattern;
+    *bytes = 0;
+    s2_layout *lay = NULL;
+    int64_t len = q_blocks * p->block_size, *per_class = NULL, entries = 0;
+    s2_status st = s2_layout_new(ctx, p, len, len, &lay);
+    if (st == S2_OK && !(per_class = calloc((size_t)s2_layout_num_classes(lay), sizeof *per_class)))
+        st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    s2_tile_spec ts = {p->block_size, p->block_size};
+    if (st == S2_OK)
+        st = s2_layout_entries_bound(ctx, lay, ts, false, 1, (int64_t)(S2_ATTN_MAX_SCHEDULE_BYTES / 8), per_class,
+                                     &entries);
+    if (st == S2_OK) {
+        entries = 0;
+        for (int h = 0; h < p->heads; h++)
+            entries += 2 * per_class[s2_layout_class_index(lay, h)];
+        *bytes = s2_packed_decode_lists_size(p->kv_heads, (int64_t)p->kv_heads * q_blocks, entries);
+    }
+    free(per_class);
+    s2_layout_free(lay);
+    if (st == S2_OK) {
+        char what[64];
+        snprintf(what, sizeof what, "decode lists of %lld blocks", (long long)q_blocks);
+        st = s2_rt_sched_cap(ctx, k, what, *bytes);
+    }
+    return st;
+}
+
 s2_status s2_rt_dec_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_blocks, rt_upload *up, dec_slot *slot)
 {
     s2_device *dev = k->mod->dev;
     s2_decode_lists *l = NULL;
     s2_packed_decode_lists pk = {0};
     s2_devptr buf = 0;
-    s2_status st = s2_decode_lists_build(ctx, k->pattern, q_blocks * k->pattern->block_size, &l);
+    size_t bound = 0;
+    s2_status st = s2_rt_dec_bound(ctx, k, q_blocks, &bound);
+    if (st == S2_OK)
+        st = s2_decode_lists_build(ctx, k->pattern, q_blocks * k->pattern->block_size, &l);
     if (st == S2_OK)
         st = s2_decode_lists_pack(ctx, l, &pk);
     if (st == S2_OK)
@@ -249,6 +284,11 @@ static s2_status dec_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, cons
     return st;
 }
 
+size_t s2_rt_dec_workspace_bound(const s2_attn_decode_args *a)
+{
+    return dec_workspace_of(a, a->splits > 0 ? a->splits : DEC_MAX_SPLITS).bytes;
+}
+
 s2_status s2_rt_dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a, const dec_slot *s,
                            int *splits, size_t *ws_bytes)
 {
@@ -260,8 +300,10 @@ s2_status s2_rt_dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_
 s2_status s2_attn_decode_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
 {
     size_t bytes[7];
-    s2_status st = s2_rt_dec_check_host(ctx, k, a, bytes);
-    return st == S2_OK ? dec_validate(ctx, k, stream, a, bytes) : st;
+    s2_status st = s2_rt_dec_check_extents(ctx, k, a, bytes);
+    if (st == S2_OK)
+        st = dec_validate(ctx, k, stream, a, bytes);
+    return st == S2_OK ? s2_rt_dec_check_overlaps(ctx, a, bytes) : st;
 }
 
 s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
@@ -307,7 +349,7 @@ s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
 s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
 {
     size_t bytes[7];
-    s2_status st = s2_rt_dec_check_host(ctx, k, a, bytes);
+    s2_status st = s2_rt_dec_check_extents(ctx, k, a, bytes);
     if (st == S2_OK && k->mod->check_decode)
         st = dec_validate(ctx, k, stream, a, bytes);
     if (st != S2_OK)
@@ -320,6 +362,8 @@ s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_
         st = dec_splits(ctx, k, a, slot->max_list, &splits);
     if (st == S2_OK)
         st = s2_rt_dec_check_device(ctx, k, a, bytes, dec_workspace_of(a, splits).bytes);
+    if (st == S2_OK)
+        st = s2_rt_dec_check_overlaps(ctx, a, bytes);
     if (st == S2_OK)
         st = s2_rt_dec_launch(ctx, k, stream, a, slot, splits);
     mtx_unlock(&k->lock);

@@ -134,9 +134,14 @@ S2_RT_HIDDEN s2_status s2_rt_combine_check_host(s2_ctx *ctx, const s2_attn_kerne
                                                 size_t bytes[3]);
 /* Decode: the shape fields only (a plan's declaration). */
 S2_RT_HIDDEN s2_status s2_rt_dec_check_shape(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a);
-/* Decode: everything that needs no driver; bytes: q, o, k pool, v pool, table, seq_lens, lse. */
+/* Decode: everything that needs no driver (its extents, then its overlaps);
+ * bytes: q, o, k pool, v pool, table, seq_lens, lse. */
 S2_RT_HIDDEN s2_status s2_rt_dec_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a,
                                             size_t bytes[7]);
+/* Its two parts, for the paths that check the driver's extents between them. */
+S2_RT_HIDDEN s2_status s2_rt_dec_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a,
+                                               size_t bytes[7]);
+S2_RT_HIDDEN s2_status s2_rt_dec_check_overlaps(s2_ctx *ctx, const s2_attn_decode_args *a, const size_t bytes[7]);
 /* Decode: the pointers, and a workspace of ws_bytes where one is needed. */
 S2_RT_HIDDEN s2_status s2_rt_dec_check_device(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a,
                                               const size_t bytes[7], size_t ws_bytes);
@@ -149,7 +154,6 @@ S2_RT_HIDDEN s2_status s2_rt_dec_check_device(s2_ctx *ctx, const s2_attn_kernel 
 typedef struct rt_upload {
     void *stream;
     bool async;
-    bool count_only;             /* allocate and copy nothing; count the bytes (pointers are offsets from 0) */
     size_t bytes;                /* device bytes allocated through it */
     void **keep;
     int nkeep, cap;
@@ -161,6 +165,18 @@ S2_RT_HIDDEN s2_status s2_rt_up_finish(s2_ctx *ctx, const s2_device *dev, rt_upl
 S2_RT_HIDDEN void s2_rt_up_release(rt_upload *up);
 
 /* sched_cache.c */
+/* Upper bounds from counts of what s2_rt_sched_build uploads for (q_len,
+ * kv_len), nothing built: its device bytes, and (backward kernels with the
+ * dS path) the dS tiles per batch element, else -1.  S2_ERR_SHAPE when the
+ * bytes are above S2_ATTN_MAX_SCHEDULE_BYTES. */
+typedef struct sched_bound {
+    size_t bytes;
+    int64_t ds_tiles;
+} sched_bound;
+S2_RT_HIDDEN s2_status s2_rt_sched_bound(s2_ctx *ctx, const s2_attn_kernel *k, int64_t q_len, int64_t kv_len,
+                                         sched_bound *out);
+/* S2_ERR_SHAPE naming what, when bytes is above S2_ATTN_MAX_SCHEDULE_BYTES. */
+S2_RT_HIDDEN s2_status s2_rt_sched_cap(s2_ctx *ctx, const s2_attn_kernel *k, const char *what, size_t bytes);
 /* Build the schedules of (q_len, kv_len) into *slot (all zero before; left
  * zero on failure). */
 S2_RT_HIDDEN s2_status s2_rt_sched_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, rt_upload *up,
@@ -218,8 +234,9 @@ S2_RT_HIDDEN s2_status s2_rt_bwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *st
                                         const sched_slot *s);
 /* Encode the tensor maps a one-launch backward of a takes (none without the bwd_tma ABI), into the device's memo. */
 S2_RT_HIDDEN s2_status s2_rt_bwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a);
-/* The workspace that takes the dS path over every head (plain part only when none). */
-S2_RT_HIDDEN size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, const sched_slot *s, int batch, int64_t q_len);
+/* The workspace that takes the dS path over every head (plain part only when
+ * none) of a slot with ds_tiles dS tiles per batch element (< 0: no dS path). */
+S2_RT_HIDDEN size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, int64_t ds_tiles, int batch, int64_t q_len);
 
 /* attn_decode.c */
 /* Uploaded kept-block lists for sequences of up to q_blocks blocks (the
@@ -234,6 +251,11 @@ typedef struct dec_slot {
 S2_RT_HIDDEN int64_t s2_rt_dec_q_blocks(const s2_attn_kernel *k, int64_t max_seq_len);
 S2_RT_HIDDEN s2_status s2_rt_dec_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_blocks, rt_upload *up,
                                        dec_slot *slot);
+/* An upper bound from counts on the device bytes of those lists (nothing
+ * built); S2_ERR_SHAPE above S2_ATTN_MAX_SCHEDULE_BYTES. */
+S2_RT_HIDDEN s2_status s2_rt_dec_bound(s2_ctx *ctx, const s2_attn_kernel *k, int64_t q_blocks, size_t *bytes);
+/* The most workspace host-checked decode arguments a may need, whatever their lists. */
+S2_RT_HIDDEN size_t s2_rt_dec_workspace_bound(const s2_attn_decode_args *a);
 /* The split count and workspace bytes of host-checked arguments with lists s. */
 S2_RT_HIDDEN s2_status s2_rt_dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode_args *a,
                                         const dec_slot *s, int *splits, size_t *ws_bytes);

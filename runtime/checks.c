@@ -1,5 +1,9 @@
 /* Argument checks of the attention entry points: forward, backward, decode
- * and combine (nothing is launched). */
+ * and combine (nothing is launched).  Each runs its extent checks (shapes,
+ * strides, alignment, the bytes each buffer spans, and through the driver
+ * whether its allocation holds them) before its overlap checks, so that an
+ * undersized buffer is reported as such, not as the overlap its implied
+ * extent makes. */
 #include "attn_internal.h"
 
 #include <math.h>
@@ -170,8 +174,8 @@ static void describe_tensors(const s2_attn_fwd_args *a, tensor_desc t[4])
     t[3] = (tensor_desc){"o", a->o, a->o_stride, {nb, a->q_len, a->heads}};
 }
 
-/* Everything that needs no driver; *bytes gets each tensor's extent. */
-s2_status s2_rt_fwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a, size_t bytes[5])
+/* The extents (no driver); *bytes gets each tensor's. */
+static s2_status fwd_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a, size_t bytes[5])
 {
     if (!k || !a)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_forward: %s is NULL", !k ? "kernel" : "args");
@@ -183,8 +187,6 @@ s2_status s2_rt_fwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_at
     s2_status st = s2_rt_check_sizes(ctx, k, a);
     for (int i = 0; i < 4 && st == S2_OK; i++)
         st = check_strides(ctx, &t[i]);
-    if (st == S2_OK)
-        st = check_no_overlap(ctx, &t[3], a->head_dim);
     if (st != S2_OK)
         return st;
     for (int i = 0; i < 4; i++)
@@ -198,11 +200,25 @@ s2_status s2_rt_fwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_at
         if ((st = tensor_bytes(ctx, &t[i], a->head_dim, esize, &bytes[i])) != S2_OK)
             return st;
     bytes[4] = (size_t)tensor_batch(a) * (size_t)a->heads * (size_t)a->q_len * sizeof(float);
-    /* two outputs written by different threads must not share memory */
-    if (a->lse && extents_meet(a->o, bytes[3], a->lse, bytes[4]))
-        return s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", bytes[4],
-                       (unsigned long long)a->lse, bytes[3], (unsigned long long)a->o);
     return S2_OK;
+}
+
+/* o's rows, and o and lse: two outputs written by different threads must not share memory. */
+static s2_status fwd_check_overlaps(s2_ctx *ctx, const s2_attn_fwd_args *a, const size_t bytes[5])
+{
+    tensor_desc t[4];
+    describe_tensors(a, t);
+    s2_status st = check_no_overlap(ctx, &t[3], a->head_dim);
+    if (st == S2_OK && a->lse && extents_meet(a->o, bytes[3], a->lse, bytes[4]))
+        st = s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", bytes[4],
+                     (unsigned long long)a->lse, bytes[3], (unsigned long long)a->o);
+    return st;
+}
+
+s2_status s2_rt_fwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a, size_t bytes[5])
+{
+    s2_status st = fwd_check_extents(ctx, k, a, bytes);
+    return st == S2_OK ? fwd_check_overlaps(ctx, a, bytes) : st;
 }
 
 static s2_status check_device_side(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a,
@@ -223,8 +239,10 @@ s2_status s2_attn_forward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
     if (k && k->desc->spec.kind != S2_KERNEL_FWD)
         return s2_fail(ctx, S2_ERR_INVALID, "kernel %s is not a forward kernel", k->desc->name);
     size_t bytes[5];
-    s2_status st = s2_rt_fwd_check_host(ctx, k, a, bytes);
-    return st == S2_OK ? check_device_side(ctx, k, a, bytes) : st;
+    s2_status st = fwd_check_extents(ctx, k, a, bytes);
+    if (st == S2_OK)
+        st = check_device_side(ctx, k, a, bytes);
+    return st == S2_OK ? fwd_check_overlaps(ctx, a, bytes) : st;
 }
 
 /* ---- backward ------------------------------------------------------------------- */
@@ -245,8 +263,15 @@ static void describe_bwd(const s2_attn_bwd_args *a, tensor_desc t[BWD_TENSORS])
     }
 }
 
-static s2_status check_bwd_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a,
-                                size_t bytes[BWD_TENSORS])
+/* The workspace's bytes: workspace_bytes, or (0) the least it may hold. */
+static size_t bwd_workspace_extent(const s2_attn_bwd_args *a)
+{
+    return a->workspace_bytes ? a->workspace_bytes : s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len);
+}
+
+/* The extents (no driver); *bytes gets each tensor's. */
+static s2_status bwd_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a,
+                                   size_t bytes[BWD_TENSORS])
 {
     if (!k || !a)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_backward: %s is NULL", !k ? "kernel" : "args");
@@ -265,8 +290,6 @@ static s2_status check_bwd_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
     s2_status st = s2_rt_check_sizes(ctx, k, &f);
     for (int i = 0; i < BWD_TENSORS && st == S2_OK; i++)
         st = check_strides(ctx, &t[i]);
-    for (int i = 5; i < BWD_TENSORS && st == S2_OK; i++)
-        st = check_no_overlap(ctx, &t[i], a->head_dim);
     if (st != S2_OK)
         return st;
     for (int i = 0; i < BWD_TENSORS; i++)
@@ -283,10 +306,22 @@ static s2_status check_bwd_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
     for (int i = 0; i < BWD_TENSORS; i++)
         if ((st = tensor_bytes(ctx, &t[i], a->head_dim, esize, &bytes[i])) != S2_OK)
             return st;
-    /* the outputs (dq, dk, dv: t[5..7]) are distinct buffers or distinct views
-     * (packed dq/dk/dv layouts interleave their extents), and none shares the
-     * workspace, which the kernels write too */
-    size_t ws = a->workspace_bytes ? a->workspace_bytes : s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len);
+    return S2_OK;
+}
+
+/* The outputs (dq, dk, dv: t[5..7]) have no overlapping rows, are distinct
+ * buffers or distinct views (packed dq/dk/dv layouts interleave their
+ * extents), and none shares the workspace, which the kernels write too. */
+static s2_status bwd_check_overlaps(s2_ctx *ctx, const s2_attn_bwd_args *a, const size_t bytes[BWD_TENSORS])
+{
+    tensor_desc t[BWD_TENSORS];
+    describe_bwd(a, t);
+    for (int i = 5; i < BWD_TENSORS; i++) {
+        s2_status st = check_no_overlap(ctx, &t[i], a->head_dim);
+        if (st != S2_OK)
+            return st;
+    }
+    size_t ws = bwd_workspace_extent(a);
     for (int i = 5; i < BWD_TENSORS; i++) {
         for (int j = i + 1; j < BWD_TENSORS; j++)
             if (t[i].ptr == t[j].ptr)
@@ -301,13 +336,14 @@ static s2_status check_bwd_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
 s2_status s2_rt_bwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a)
 {
     size_t bytes[BWD_TENSORS];
-    return check_bwd_host(ctx, k, a, bytes);
+    s2_status st = bwd_check_extents(ctx, k, a, bytes);
+    return st == S2_OK ? bwd_check_overlaps(ctx, a, bytes) : st;
 }
 
 s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a)
 {
     size_t bytes[BWD_TENSORS];
-    s2_status st = check_bwd_host(ctx, k, a, bytes);
+    s2_status st = bwd_check_extents(ctx, k, a, bytes);
     if (st != S2_OK)
         return st;
     tensor_desc t[BWD_TENSORS];
@@ -320,11 +356,8 @@ s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
     if (st == S2_OK && a->d_lse)
         st = s2_check_device_ptr(ctx, k->mod->dev, a->d_lse, rows, 4, "d_lse");
     if (st == S2_OK)
-        st = s2_check_device_ptr(ctx, k->mod->dev, a->workspace,
-                                 a->workspace_bytes ? a->workspace_bytes
-                                                    : s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len),
-                                 16, "workspace");
-    return st;
+        st = s2_check_device_ptr(ctx, k->mod->dev, a->workspace, bwd_workspace_extent(a), 16, "workspace");
+    return st == S2_OK ? bwd_check_overlaps(ctx, a, bytes) : st;
 }
 
 /* ---- decode and combine --------------------------------------------------------- */
@@ -377,7 +410,8 @@ s2_status s2_rt_dec_check_shape(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
     return S2_OK;
 }
 
-s2_status s2_rt_dec_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a, size_t bytes[7])
+s2_status s2_rt_dec_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a,
+                                  size_t bytes[7])
 {
     if (!k || !a)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_decode: %s is NULL", !k ? "kernel" : "args");
@@ -398,8 +432,6 @@ s2_status s2_rt_dec_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_at
     for (int i = 0; i < 4 && st == S2_OK; i++)
         st = check_strides(ctx, &t[i]);
     if (st == S2_OK)
-        st = check_no_overlap(ctx, &t[1], a->head_dim);
-    if (st == S2_OK)
         st = dec_check_table(ctx, a, &bytes[4]);
     if (st != S2_OK)
         return st;
@@ -415,10 +447,23 @@ s2_status s2_rt_dec_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_at
             return st;
     bytes[5] = (size_t)a->batch * sizeof(int32_t);
     bytes[6] = (size_t)a->batch * (size_t)a->heads * (size_t)a->n_new * sizeof(float);
-    if (a->lse && extents_meet(a->o, bytes[1], a->lse, bytes[6]))
-        return s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", bytes[6],
-                       (unsigned long long)a->lse, bytes[1], (unsigned long long)a->o);
     return S2_OK;
+}
+
+s2_status s2_rt_dec_check_overlaps(s2_ctx *ctx, const s2_attn_decode_args *a, const size_t bytes[7])
+{
+    tensor_desc o = {"o", a->o, a->o_stride, {a->batch, a->n_new, a->heads}};
+    s2_status st = check_no_overlap(ctx, &o, a->head_dim);
+    if (st == S2_OK && a->lse && extents_meet(a->o, bytes[1], a->lse, bytes[6]))
+        st = s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", bytes[6],
+                     (unsigned long long)a->lse, bytes[1], (unsigned long long)a->o);
+    return st;
+}
+
+s2_status s2_rt_dec_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a, size_t bytes[7])
+{
+    s2_status st = s2_rt_dec_check_extents(ctx, k, a, bytes);
+    return st == S2_OK ? s2_rt_dec_check_overlaps(ctx, a, bytes) : st;
 }
 
 s2_status s2_rt_dec_check_device(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a,
@@ -441,7 +486,8 @@ s2_status s2_rt_dec_check_device(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
     return s2_check_device_ptr(ctx, k->mod->dev, a->workspace, ws_bytes, 16, "workspace");
 }
 
-s2_status s2_rt_combine_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a, size_t bytes[3])
+/* The extents (no driver): an input's o, o's, an lse's. */
+static s2_status combine_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a, size_t bytes[3])
 {
     if (!k || !a)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_combine: %s is NULL", !k ? "kernel" : "args");
@@ -462,8 +508,6 @@ s2_status s2_rt_combine_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s
     s2_status st = check_strides(ctx, &in);
     if (st == S2_OK)
         st = check_strides(ctx, &out);
-    if (st == S2_OK)
-        st = check_no_overlap(ctx, &out, a->head_dim);
     if (st != S2_OK)
         return st;
     size_t es = s2_dtype_size(a->dtype), ib, ob;
@@ -472,9 +516,6 @@ s2_status s2_rt_combine_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s
     size_t lb = (size_t)a->batch * (size_t)a->heads * (size_t)a->seq * sizeof(float);
     if (a->o % 16 || a->lse % 4)
         return s2_fail(ctx, S2_ERR_ALIGNMENT, "o must be 16-byte aligned, lse 4-byte");
-    if (a->lse && extents_meet(a->o, ob, a->lse, lb))
-        return s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", lb,
-                       (unsigned long long)a->lse, ob, (unsigned long long)a->o);
     for (int i = 0; i < a->n; i++) {
         if (!a->o_in[i] || !a->lse_in[i])
             return s2_fail(ctx, S2_ERR_NULL_ARG, "input %d: null %s", i, !a->o_in[i] ? "o_in" : "lse_in");
@@ -485,10 +526,27 @@ s2_status s2_rt_combine_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s
     return S2_OK;
 }
 
+/* o's rows, and o and lse. */
+static s2_status combine_check_overlaps(s2_ctx *ctx, const s2_combine_args *a, const size_t bytes[3])
+{
+    tensor_desc out = {"o", a->o, a->o_stride, {a->batch, a->seq, a->heads}};
+    s2_status st = check_no_overlap(ctx, &out, a->head_dim);
+    if (st == S2_OK && a->lse && extents_meet(a->o, bytes[1], a->lse, bytes[2]))
+        st = s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", bytes[2],
+                     (unsigned long long)a->lse, bytes[1], (unsigned long long)a->o);
+    return st;
+}
+
+s2_status s2_rt_combine_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a, size_t bytes[3])
+{
+    s2_status st = combine_check_extents(ctx, k, a, bytes);
+    return st == S2_OK ? combine_check_overlaps(ctx, a, bytes) : st;
+}
+
 s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a)
 {
     size_t bytes[3];
-    s2_status st = s2_rt_combine_check_host(ctx, k, a, bytes);
+    s2_status st = combine_check_extents(ctx, k, a, bytes);
     if (st != S2_OK)
         return st;
     size_t ib = bytes[0], ob = bytes[1], lb = bytes[2];
@@ -503,6 +561,8 @@ s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combin
     }
     if ((st = s2_check_device_ptr(ctx, k->mod->dev, a->o, ob, 16, "o")) != S2_OK)
         return st;
-    return a->lse ? s2_check_device_ptr(ctx, k->mod->dev, a->lse, lb, 4, "lse") : S2_OK;
+    if (a->lse && (st = s2_check_device_ptr(ctx, k->mod->dev, a->lse, lb, 4, "lse")) != S2_OK)
+        return st;
+    return combine_check_overlaps(ctx, a, bytes);
 }
 

@@ -24,6 +24,7 @@ typedef struct plan_entry {
     s2_tensor_map maps[3];
     sched_slot slot;             /* forward, backward */
     dec_slot lists;              /* decode */
+    sched_bound bound;           /* the device bytes it takes at most (decode: its lists'), counted at declaration */
 } plan_entry;
 
 struct s2_attn_plan {
@@ -87,11 +88,18 @@ static plan_entry *find(const s2_attn_plan *p, int64_t k0, int64_t k1)
     return NULL;
 }
 
+/* A new shape is bounded before it is taken: one whose schedules would be
+ * over the cap is refused here, and the size query sums the bounds. */
 static s2_status add_key(s2_ctx *ctx, s2_attn_plan *p, int64_t k0, int64_t k1, int batch, const s2_attn_fwd_args *f,
                          const s2_attn_bwd_args *bw)
 {
     plan_entry *e = find(p, k0, k1);
     if (!e) {
+        sched_bound b = {0, -1};
+        s2_status st = kind_of(p) == S2_KERNEL_DECODE ? s2_rt_dec_bound(ctx, p->k, k0, &b.bytes)
+                                                      : s2_rt_sched_bound(ctx, p->k, k0, k1, &b);
+        if (st != S2_OK)
+            return st;
         if (p->n == p->cap) {
             int cap = p->cap ? 2 * p->cap : 8;
             plan_entry *grown = realloc(p->e, (size_t)cap * sizeof *grown);
@@ -100,7 +108,7 @@ static s2_status add_key(s2_ctx *ctx, s2_attn_plan *p, int64_t k0, int64_t k1, i
             p->e = grown, p->cap = cap;
         }
         e = &p->e[p->n++];
-        *e = (plan_entry){.key = {k0, k1}};
+        *e = (plan_entry){.key = {k0, k1}, .bound = b};
         if (f)
             e->fwd = *f;
         if (bw)
@@ -181,7 +189,7 @@ static s2_status build(s2_ctx *ctx, s2_attn_plan *p)
         }
         st = s2_rt_sched_build(ctx, k, e->key[0], e->key[1], &p->up, &e->slot);
         if (st == S2_OK && kind_of(p) == S2_KERNEL_BWD) {
-            size_t need = s2_rt_bwd_full_workspace(k, &e->slot, e->batch, e->key[0]);
+            size_t need = s2_rt_bwd_full_workspace(k, e->slot.ds_tiles, e->batch, e->key[0]);
             p->ws_bytes = need > p->ws_bytes ? need : p->ws_bytes;
         }
     }
@@ -240,18 +248,22 @@ s2_status s2_attn_plan_device_bytes(s2_ctx *ctx, s2_attn_plan *p, size_t *bytes)
     }
     if (p->built)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_attn_plan_device_bytes: the plan's prepare failed");
-    /* the host part of prepare into a scratch plan whose uploads only count */
-    s2_attn_plan tmp = *p;
-    tmp.e = p->n ? calloc((size_t)p->n, sizeof *tmp.e) : NULL;
-    if (p->n && !tmp.e)
-        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    memcpy(tmp.e, p->e, (size_t)p->n * sizeof *tmp.e);
-    tmp.up = (rt_upload){.count_only = true};
-    s2_status st = build(ctx, &tmp);
-    if (st == S2_OK)
-        *bytes = tmp.up.bytes + tmp.ws_bytes;
-    free(tmp.e);
-    return st;
+    /* the declarations' bounds, and the largest workspace any of them may take: nothing is built */
+    size_t sum = 0, ws = 0;
+    for (int i = 0; i < p->n; i++) {
+        const plan_entry *e = &p->e[i];
+        sum += e->bound.bytes;
+        size_t need = kind_of(p) == S2_KERNEL_BWD ? s2_rt_bwd_full_workspace(p->k, e->bound.ds_tiles, e->batch,
+                                                                              e->key[0])
+                                                   : 0;
+        ws = need > ws ? need : ws;
+    }
+    for (int i = 0; i < p->ndec; i++) {
+        size_t need = s2_rt_dec_workspace_bound(&p->dec[i]);
+        ws = need > ws ? need : ws;
+    }
+    *bytes = sum + ws;
+    return S2_OK;
 }
 
 /* A shape not prepared: the kernel's own path, which may build and

@@ -2,16 +2,12 @@
  * pattern, uploaded, and kept in the kernel's cache. */
 #include "attn_internal.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 s2_status s2_rt_up_alloc(s2_ctx *ctx, const s2_device *dev, rt_upload *up, size_t bytes, s2_devptr *out)
 {
-    if (up->count_only) {
-        *out = 0;
-        up->bytes += bytes;
-        return S2_OK;
-    }
     s2_status st = s2_rt_alloc(ctx, dev, bytes, up->stream, out);
     if (st == S2_OK)
         up->bytes += bytes;
@@ -21,8 +17,6 @@ s2_status s2_rt_up_alloc(s2_ctx *ctx, const s2_device *dev, rt_upload *up, size_
 s2_status s2_rt_up_copy(s2_ctx *ctx, const s2_device *dev, rt_upload *up, s2_devptr dst, const void *src,
                         size_t bytes)
 {
-    if (up->count_only)
-        return S2_OK;
     if (!up->async)
         return s2_memcpy_h2d(ctx, dev, dst, src, bytes);
     if (bytes == 0)
@@ -45,7 +39,7 @@ s2_status s2_rt_up_copy(s2_ctx *ctx, const s2_device *dev, rt_upload *up, s2_dev
 s2_status s2_rt_up_finish(s2_ctx *ctx, const s2_device *dev, rt_upload *up)
 {
     /* a launch on a non-blocking stream does not wait for the legacy stream */
-    return up->async || up->count_only ? S2_OK : s2_stream_synchronize(ctx, dev, NULL);
+    return up->async ? S2_OK : s2_stream_synchronize(ctx, dev, NULL);
 }
 
 void s2_rt_up_release(rt_upload *up)
@@ -341,9 +335,115 @@ static s2_status build_wide(s2_ctx *ctx, s2_attn_kernel *k, rt_upload *up, const
     return st;
 }
 
+/* ---- bounds before building ---- */
+
+/* The most entries a schedule under the cap can hold: a bound past it stops counting. */
+static const int64_t BOUND_LIMIT = (int64_t)(S2_ATTN_MAX_SCHEDULE_BYTES / sizeof(s2_dev_entry));
+
+s2_status s2_rt_sched_cap(s2_ctx *ctx, const s2_attn_kernel *k, const char *what, size_t bytes)
+{
+    if (bytes <= S2_ATTN_MAX_SCHEDULE_BYTES)
+        return S2_OK;
+    return s2_fail(ctx, S2_ERR_SHAPE,
+                   "%s of kernel %s: its schedules would take more than %.1f GiB of device memory (an upper bound "
+                   "counted before building), above S2_ATTN_MAX_SCHEDULE_BYTES (%.0f GiB)",
+                   what, k->desc->name, (double)bytes / (1u << 30), (double)S2_ATTN_MAX_SCHEDULE_BYTES / (1u << 30));
+}
+
+/* A packed forward schedule of spec (pack_forward, upload_forward) and, on
+ * the persistent grid, its work list: bytes added to *bytes, the packed
+ * entries of each class into per_class (NULL: not wanted). */
+static s2_status forward_bound(s2_ctx *ctx, const s2_layout *lay, const s2_kernel_record *r, int64_t *per_class,
+                               size_t *bytes)
+{
+    const s2_kspec *spec = &r->spec;
+    int gather = spec->kv_gather > 1 ? spec->kv_gather : 1, heads = s2_layout_pattern(lay)->heads;
+    s2_tile_spec ts = {spec->block_m, spec->block_n / gather};
+    s2_tile_geom g;
+    int64_t entries = 0;
+    s2_status st = s2_layout_tile_geom(ctx, lay, ts, &g);
+    if (st == S2_OK)
+        st = s2_layout_entries_bound(ctx, lay, ts, false, gather, BOUND_LIMIT, per_class, &entries);
+    if (st != S2_OK)
+        return st;
+    size_t esize = gather > 1 ? sizeof(s2_dev_gentry) : sizeof(s2_dev_entry);
+    *bytes += align16(s2_packed_schedule_size(heads, s2_layout_num_classes(lay) * g.q_tiles, entries, esize));
+    if (r->grid == S2_GRID_PERSISTENT) {   /* upload_work_list: heads x q_tiles items, then the counters */
+        int64_t items = (int64_t)heads * g.q_tiles;
+        *bytes += align16((size_t)(((items + 1) & ~INT64_C(1)) + 2 * S2_ATTN_COUNTER_PAIRS) * sizeof(int32_t));
+    }
+    return S2_OK;
+}
+
+/* The backward's transposed schedule packed in kv groups (upload_transposed):
+ * every head's lists at most once (the kv classes are at most the heads),
+ * each a header and its blocks' entries; with NAME_dqds the dS map (a dS
+ * tile per forward entry: fwd_class, per class) and the chunk arrays. */
+static s2_status transposed_bound(s2_ctx *ctx, const s2_attn_kernel *k, const s2_layout *lay,
+                                  const int64_t *fwd_class, int64_t *tr_class, sched_bound *out)
+{
+    const s2_pattern *p = k->pattern;
+    int bm = k->desc->spec.block_m, bs = p->block_size < bm ? p->block_size : bm;
+    s2_tile_spec ts = {bm, bs};
+    s2_tile_geom g;
+    int64_t total = 0;
+    s2_status st = s2_layout_tile_geom(ctx, lay, ts, &g);
+    if (st == S2_OK)
+        st = s2_layout_entries_bound(ctx, lay, ts, true, 1, BOUND_LIMIT, tr_class, &total);
+    if (st != S2_OK)
+        return st;
+    int64_t groups = s2_cdiv(g.kv_tiles, bm / bs), records = 0, ds_tiles = 0;
+    for (int h = 0; h < p->heads; h++) {
+        records += groups + tr_class[s2_layout_class_index(lay, h)];
+        ds_tiles += fwd_class[s2_layout_class_index(lay, h)];
+    }
+    size_t size = align16(s2_packed_schedule_size(p->heads, (int64_t)p->heads * groups, records, sizeof(s2_dev_entry)));
+    out->ds_tiles = -1;
+    if (k->fns[S2_ROLE_BWD_DQDS]) {
+        size += align16((size_t)(p->heads + 1) * sizeof(int64_t)) + align16((size_t)records * sizeof(int32_t));
+        size += (size_t)DS_CHUNKINGS * (size_t)p->kv_heads * (size_t)(p->heads + 1) * sizeof(int64_t);
+        out->ds_tiles = ds_tiles;
+    }
+    out->bytes += size;
+    return S2_OK;
+}
+
+s2_status s2_rt_sched_bound(s2_ctx *ctx, const s2_attn_kernel *k, int64_t q_len, int64_t kv_len, sched_bound *out)
+{
+    *out = (sched_bound){0, -1};
+    s2_layout *lay = NULL;
+    s2_status st = s2_layout_new(ctx, k->pattern, q_len, kv_len, &lay);
+    if (st != S2_OK)
+        return st;
+    int nc = s2_layout_num_classes(lay);
+    int64_t *fwd_class = calloc((size_t)nc, sizeof *fwd_class), *tr_class = calloc((size_t)nc, sizeof *tr_class);
+    if (!fwd_class || !tr_class)
+        st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    if (st == S2_OK)
+        st = forward_bound(ctx, lay, k->rec[s2_main_role(k->desc->spec.kind)], fwd_class, &out->bytes);
+    if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_FWD && k->rec[S2_ROLE_FWD_WIDE])
+        st = forward_bound(ctx, lay, k->rec[S2_ROLE_FWD_WIDE], NULL, &out->bytes);
+    if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_BWD && out->bytes <= S2_ATTN_MAX_SCHEDULE_BYTES)
+        st = transposed_bound(ctx, k, lay, fwd_class, tr_class, out);
+    free(fwd_class);
+    free(tr_class);
+    s2_layout_free(lay);
+    if (st == S2_OK) {
+        char what[96];
+        snprintf(what, sizeof what, "q_len %lld, kv_len %lld", (long long)q_len, (long long)kv_len);
+        st = s2_rt_sched_cap(ctx, k, what, out->bytes);
+    }
+    return st;
+}
+
 s2_status s2_rt_sched_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, rt_upload *up,
                            sched_slot *slot)
 {
+    /* nothing is built for a shape whose bound is over the cap */
+    sched_bound bound;
+    s2_status st0 = s2_rt_sched_bound(ctx, k, q_len, kv_len, &bound);
+    if (st0 != S2_OK)
+        return st0;
     s2_device *dev = k->mod->dev;
     s2_layout *lay = NULL;
     s2_schedule *sched = NULL;
@@ -365,7 +465,7 @@ s2_status s2_rt_sched_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64
         st = s2_rt_up_finish(ctx, dev, up);
     if (st == S2_OK) {
         *slot = sl;
-        if (sl.use_wide && !up->count_only)
+        if (sl.use_wide)
             atomic_fetch_add(&k->n_wide, 1);
     } else {
         s2_rt_sched_slot_free(dev, &sl, up->stream);

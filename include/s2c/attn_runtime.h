@@ -20,6 +20,11 @@
  * returns S2_ERR_CAPTURE and launches nothing (launch each shape once before
  * capturing); a shape already built is captured like any launch.  The same
  * holds for decode's kept-block lists (per range of max_seq_len).
+ * Before anything is built, a shape's schedules (or lists) are bounded from
+ * counts (the candidate tiles of every list, no list held): a shape whose
+ * bound is above S2_ATTN_MAX_SCHEDULE_BYTES of device memory is refused with
+ * S2_ERR_SHAPE by its first launch, by a plan's declaration and by size
+ * queries, in time linear in its lists at most.
  *
  * Threads:
  *  - s2_attn_forward, s2_attn_backward, s2_attn_decode and s2_combine may be
@@ -55,6 +60,10 @@ extern "C" {
 #endif
 
 #define S2_ATTN_SCHED_CACHE 8
+/* The most device memory one shape's schedules or kept-block lists may take
+ * by that bound: 8 GiB (a million tokens of a stride-8 GQA pattern bound at
+ * about 4 GiB with the wide variant; 2^31 tokens would need terabytes). */
+#define S2_ATTN_MAX_SCHEDULE_BYTES ((size_t)8 << 30)
 /* Work-counter pairs of a persistent forward's schedule entry: launches on
  * up to this many streams at once run without waiting; one more stream
  * synchronises the context first (launch.h, persistent variant). */
@@ -319,15 +328,19 @@ S2_API s2_status s2_attn_plan_new(s2_ctx *ctx, s2_attn_kernel *k, s2_attn_plan *
  * Backward: batch, q_len, kv_len (and likewise q and d_o for their maps).  Decode: batch, n_new, max_seq_len,
  * splits (the lists serve every max_seq_len up to the declared one's range).
  * The plan's workspace takes the largest that a declared backward (dS path
- * over every head) or split-KV decode needs. */
+ * over every head) or split-KV decode needs.  S2_ERR_SHAPE too for a shape
+ * whose schedules (or decode lists) are bounded above
+ * S2_ATTN_MAX_SCHEDULE_BYTES: the bound is counted here, nothing is built. */
 S2_API s2_status s2_attn_plan_add_forward(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_fwd_args *shape);
 S2_API s2_status s2_attn_plan_add_backward(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_bwd_args *shape);
 S2_API s2_status s2_attn_plan_add_decode(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_decode_args *shape);
 /* Once; S2_ERR_INVALID the second time. */
 S2_API s2_status s2_attn_plan_prepare(s2_ctx *ctx, s2_attn_plan *p, void *stream);
 /* The device bytes the plan holds after prepare (schedules, lists, counters,
- * its workspace), or will take (the host part of prepare runs; nothing is
- * allocated). */
+ * its workspace), or before prepare an upper bound of what prepare will take:
+ * the declarations' bounds from counts and the largest workspace any of them
+ * may need (decode: at its splits, or at most 64).  Nothing is built or
+ * allocated, so the query costs no more than the declarations did. */
 S2_API s2_status s2_attn_plan_device_bytes(s2_ctx *ctx, s2_attn_plan *p, size_t *bytes);
 /* Launches (arguments as s2_attn_forward, s2_attn_backward, s2_attn_decode;
  * a null workspace takes the plan's). */

@@ -30,8 +30,15 @@
  * key rewritten; entries of another format version are misses.  Stores write a temporary file in the same
  * directory, fsync it and rename it over the entry, so concurrent writers
  * (threads or processes) both succeed and readers see a whole entry or none.
+ * The temporary file, ENTRY.tmp.<16 random hex digits>, is created mode 0600
+ * with O_EXCL|O_NOFOLLOW: a symlink or file planted at its name is never
+ * followed or written (the store takes another name).  Each store removes
+ * this user's temporary files older than S2_CACHE_STALE_TMP_SECONDS (left
+ * by stores that died before their rename).
  * A lookup that finds a corrupt or truncated entry reports a miss (with the
- * reason in the ctx message); the next store replaces it.
+ * reason in the ctx message); the next store replaces it.  Payloads are at
+ * most S2_CACHE_MAX_PAYLOAD: a larger one is not stored, and an entry whose
+ * file or header says more is a miss before anything is read or allocated.
  *
  * An s2_cache is immutable after s2_cache_open and may be shared between
  * threads; each thread uses its own s2_ctx.
@@ -53,6 +60,10 @@ extern "C" {
 
 #define S2_CACHE_FORMAT 2
 #define S2_CACHE_KEY_BYTES 32
+/* The largest payload an entry holds (cubins are far smaller): 64 MiB. */
+#define S2_CACHE_MAX_PAYLOAD ((size_t)64 << 20)
+/* Age after which a store's leftover temporary file is removed: 1 hour. */
+#define S2_CACHE_STALE_TMP_SECONDS 3600
 
 typedef struct s2_cache s2_cache;
 
@@ -106,8 +117,9 @@ S2_API const char *s2_cache_dir(const s2_cache *cache);
  * S2_ERR_NOMEM and S2_ERR_INVALID otherwise. */
 S2_API s2_status s2_cache_lookup(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key *key, void **data,
                           size_t *size);
-/* Store (or replace) the entry; size > 0.  S2_ERR_IO when it cannot be
- * written or the directory is not trusted. */
+/* Store (or replace) the entry; 0 < size <= S2_CACHE_MAX_PAYLOAD (else
+ * S2_ERR_INVALID).  S2_ERR_IO when it cannot be written or the directory is
+ * not trusted. */
 S2_API s2_status s2_cache_store(s2_ctx *ctx, const s2_cache *cache, const s2_cache_key *key, const void *data,
                          size_t size);
 

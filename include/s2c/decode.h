@@ -69,6 +69,8 @@ typedef struct s2_packed_decode_lists {
 } s2_packed_decode_lists;
 S2_API s2_status s2_decode_lists_pack(s2_ctx *ctx, const s2_decode_lists *l, s2_packed_decode_lists *out);
 S2_API void s2_packed_decode_lists_free(s2_packed_decode_lists *p);
+/* The size of such a buffer for `lists` lists holding `entries` entries. */
+S2_API size_t s2_packed_decode_lists_size(int kv_heads, int64_t lists, int64_t entries);
 
 /* ---- the decode kernel ABI (S2_KERNEL_DECODE) -------------------------------------
  * One module, one manifest entry NAME = s2_dec_<pattern>_<dtype>_d<D>, two

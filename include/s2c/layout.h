@@ -126,6 +126,17 @@ S2_API s2_status s2_layout_q_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_ti
 S2_API s2_status s2_layout_kv_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int q, int64_t j,
                                     s2_tile_entry *out, int64_t cap, int64_t *count);
 
+/* An upper bound on the entries of the layout's forward (or transposed)
+ * schedule of tile shape spec, without building it: per list, the tiles that
+ * the candidate blocks s2_layout_q_tile_entries (_kv_tile_entries) would test
+ * touch, taken `group` at a time (1; a gathered packing's group).  *total
+ * gets the sum over classes and lists, per_class[c] (NULL, or num_classes of
+ * them) class c's.  Stops as soon as *total is above limit (limit < 0: never;
+ * per_class is then partial), so a huge layout costs no more than the limit:
+ * time linear in the lists and their candidate sources, no list is held. */
+S2_API s2_status s2_layout_entries_bound(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed,
+                                         int group, int64_t limit, int64_t *per_class, int64_t *total);
+
 /* A materialised schedule (CSR): per head class and query tile, the entries.
  * Its size is the number of entries (no seq_len^2 table). */
 typedef struct s2_schedule {
@@ -193,6 +204,9 @@ S2_API s2_status s2_schedule_pack_gathered(s2_ctx *ctx, const s2_schedule *s, in
  * number of entries per list as group 2. */
 S2_API s2_status s2_schedule_pack_gathered_owned(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule *out);
 S2_API void s2_packed_schedule_free(s2_packed_schedule *p);
+/* The size of such a buffer: `lists` lists holding `entries` records of
+ * entry_size bytes (every packing above, the gathered kv one included). */
+S2_API size_t s2_packed_schedule_size(int heads, int64_t lists, int64_t entries, size_t entry_size);
 
 /* The resident key tiles of the backward's dK/dV kernel (launch.h,
  * backward ABI): t is a TRANSPOSED schedule whose key tiles are one pattern

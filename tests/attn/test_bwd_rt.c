@@ -243,6 +243,48 @@ START_TEST(ds_path_in_head_chunks)
 }
 END_TEST
 
+/* A workspace whose allocation is too small, with dk allocated right after
+ * it (as a real allocator may place them): extents are checked before
+ * overlaps, so the call is refused as too small, not as overlapping dk,
+ * whether its size is implied (workspace_bytes 0) or claimed; nothing is
+ * launched.  The same pair with room enough launches. */
+START_TEST(undersized_workspace_is_too_small)
+{
+    fixture f;
+    fixture_init(&f);
+    size_t need = s2_attn_bwd_workspace_bytes(B, H, SQ), small = (need / 2 + 255) & ~(size_t)255;
+    size_t dk_bytes = (size_t)B * SK * HK * D * 2;
+    s2_devptr pair = 0;
+    fake_set("next_alloc_split", (long long)small);
+    ck_assert_int_eq(s2_mem_alloc(f.ctx, f.dev, small + dk_bytes, &pair), S2_OK);
+    s2_devptr after = (s2_devptr)fake_get("split_second");
+    ck_assert_int_eq(after, pair + small);
+    s2_attn_bwd_args a = f.a;
+    a.workspace = pair;
+    a.dk = after;
+    long long before = fake_get("launches");
+    for (int claimed = 0; claimed < 2; claimed++) {
+        a.workspace_bytes = claimed ? need : 0;
+        ck_assert_int_eq(s2_attn_backward(f.ctx, f.k, NULL, &a), S2_ERR_INVALID);
+        char want[160];
+        snprintf(want, sizeof want, "workspace: needs %zu bytes at 0x%llx, but its allocation ends after %zu bytes",
+                 need, (unsigned long long)pair, small);
+        ck_assert_msg(strstr(s2_ctx_message(f.ctx), want), "\"%s\" lacks \"%s\"", s2_ctx_message(f.ctx), want);
+        ck_assert_int_eq(s2_attn_backward_check(f.ctx, f.k, &a), S2_ERR_INVALID);
+        ck_assert_msg(strstr(s2_ctx_message(f.ctx), want), "%s", s2_ctx_message(f.ctx));
+    }
+    ck_assert_int_eq(fake_get("launches"), before);
+    /* the same dk after the fixture's own workspace: launched */
+    a.workspace = f.ws;
+    a.workspace_bytes = 0;
+    ck_assert_msg(s2_attn_backward(f.ctx, f.k, NULL, &a) == S2_OK, "%s", s2_ctx_message(f.ctx));
+    ck_assert_int_eq(fake_get("launches") - before, 3);
+    ck_assert_int_eq(s2_mem_free(f.ctx, f.dev, after), S2_OK);
+    ck_assert_int_eq(s2_mem_free(f.ctx, f.dev, pair), S2_OK);
+    fixture_free(&f);
+}
+END_TEST
+
 typedef struct bad_case {
     const char *what;
     s2_status want;
@@ -329,6 +371,7 @@ int main(int argc, char **argv)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, backward_launches_three_kernels);
     tcase_add_test(tc, ds_path_in_head_chunks);
+    tcase_add_test(tc, undersized_workspace_is_too_small);
     tcase_add_loop_test(tc, every_bad_argument_has_its_status, 0, NUM_BAD);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);

@@ -276,7 +276,7 @@ static void fixture_free(fixture *f)
 typedef enum { M_Q0, M_K0, M_V0, M_O0, M_QMIS, M_OMIS, M_LSEMIS, M_DTYPE, M_HDIM, M_HEADS, M_KVHEADS, M_BATCH0,
                M_BATCHBIG, M_Q0LEN, M_KV0LEN, M_QGTKV, M_SEQMAX, M_QSTRIDE, M_KSTRIDE, M_VNEG, M_OZERO,
                M_OOVERLAP, M_SCALE, M_OVERFLOW, M_HOST, M_FOREIGN, M_NOTALLOC, M_SMALL, M_LSESMALL,
-               M_LSEO, M_COUNT } mutation;
+               M_LSEO, M_LSESMALL_O, M_COUNT } mutation;
 
 typedef struct bad_case {
     const char *what;
@@ -315,10 +315,12 @@ static const bad_case bad_cases[M_COUNT] = {
     [M_SMALL] = {"allocation too small", S2_ERR_INVALID, "its allocation ends"},
     [M_LSESMALL] = {"lse allocation too small", S2_ERR_INVALID, "lse: needs"},
     [M_LSEO] = {"lse overlapping o", S2_ERR_INVALID, "lse overlaps o"},
+    /* extents before overlaps: its implied extent runs into o, but it is too small */
+    [M_LSESMALL_O] = {"lse too small, o right after it", S2_ERR_INVALID, "lse: needs 65536 bytes"},
 };
 
-/* Apply mutation m; may allocate *extra (freed by the caller). */
-static void mutate(fixture *f, mutation m, s2_attn_fwd_args *a, s2_devptr *extra)
+/* Apply mutation m; may allocate extra[0] and extra[1] (freed by the caller, the second first). */
+static void mutate(fixture *f, mutation m, s2_attn_fwd_args *a, s2_devptr extra[2])
 {
     static _Alignas(16) uint8_t not_alloc[64];
     switch (m) {
@@ -363,6 +365,15 @@ static void mutate(fixture *f, mutation m, s2_attn_fwd_args *a, s2_devptr *extra
         ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, (size_t)FB * FH * FSQ * 4 - 4, extra), S2_OK);
         a->lse = *extra;
         break;
+    case M_LSESMALL_O:
+        /* one allocation split in two, back to back: lse 256 bytes short, then o */
+        fake_set("next_alloc_split", (long long)FB * FH * FSQ * 4 - 256);
+        ck_assert_int_eq(s2_mem_alloc(f->ctx, f->dev, (size_t)FB * FH * FSQ * 4 - 256 + (size_t)FB * FSQ * FH * FD * 2,
+                                      &extra[0]), S2_OK);
+        extra[1] = (s2_devptr)fake_get("split_second");
+        a->lse = extra[0];
+        a->o = extra[1];
+        break;
     case M_COUNT: break;
     }
 }
@@ -374,10 +385,10 @@ START_TEST(every_bad_argument_has_its_status)
     const bad_case *bc = &bad_cases[_i];
     ck_assert_ptr_nonnull(bc->what);
     s2_attn_fwd_args a = f.a;
-    s2_devptr extra = 0;
+    s2_devptr extra[2] = {0, 0};
     long long allocs = fake_get("allocs_live");
-    mutate(&f, (mutation)_i, &a, &extra);
-    allocs += extra != 0;
+    mutate(&f, (mutation)_i, &a, extra);
+    allocs += (extra[0] != 0) + (extra[1] != 0);
     s2_ctx_clear(f.ctx);
     s2_status st = s2_attn_forward(f.ctx, f.k, NULL, &a);
     ck_assert_msg(st == bc->want, "%s: got %s (%s), want %s", bc->what, s2_status_name(st), s2_ctx_message(f.ctx),
@@ -392,7 +403,8 @@ START_TEST(every_bad_argument_has_its_status)
     ck_assert_int_eq(ss.misses, 0);
     /* the untouched arguments are fine */
     ck_assert_msg(s2_attn_forward_check(f.ctx, f.k, &f.a) == S2_OK, "%s", s2_ctx_message(f.ctx));
-    ck_assert_int_eq(s2_mem_free(f.ctx, f.dev, extra), S2_OK);
+    for (int i = 1; i >= 0; i--)
+        ck_assert_int_eq(s2_mem_free(f.ctx, f.dev, extra[i]), S2_OK);
     fixture_free(&f);
 }
 END_TEST

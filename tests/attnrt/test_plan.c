@@ -3,7 +3,8 @@
  * sm_80):
  *  - prepare allocates through the caller's allocator with its stream and
  *    uploads with stream-ordered copies only (no synchronous copy, no
- *    synchronisation), and takes the bytes s2_attn_plan_device_bytes said;
+ *    synchronisation), and takes at most the bytes s2_attn_plan_device_bytes
+ *    said (a bound counted before anything is built);
  *  - afterwards a launch of a prepared shape makes no driver call but
  *    cuCtxGetCurrent and cuLaunchKernel (plus the push/pop when another
  *    context is current), and allocates nothing;
@@ -176,7 +177,9 @@ static void prepare_checked(rig *r, s2_attn_plan *plan)
     ck_assert_int_eq(r->pool.other_stream, 0);
     ck_assert_ptr_eq(r->pool.last_stream, r->stream);
     ck_assert_msg(s2_attn_plan_device_bytes(r->ctx, plan, &after) == S2_OK, "%s", s2_ctx_message(r->ctx));
-    ck_assert_int_eq(after, before);
+    /* the query's answer is a bound from counts: at least what prepare took, and close to it */
+    ck_assert_int_ge(before, after);
+    ck_assert_int_le(before, after + after / 4 + 32768);
     ck_assert_int_ge(r->pool.used - used0, after);
     ck_assert_int_eq(s2_attn_plan_prepare(r->ctx, plan, r->stream), S2_ERR_INVALID);
 }

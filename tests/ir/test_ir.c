@@ -361,6 +361,56 @@ START_TEST(test_schedule_ranges_random)
 }
 END_TEST
 
+/* s2_layout_entries_bound against built schedules of random patterns (range
+ * rules in half of them), forward and transposed, every group: per class it
+ * is at least the lists' entries taken group at a time, and it counts only
+ * candidates (at most three times the entries and four per list, on these
+ * patterns); a limit stops it early with a total above the limit. */
+START_TEST(test_entries_bound_random)
+{
+    s2t_rand_opts o = ir_rand;
+    o.ranges_one_in = 2;
+    for (int it = 0; it < 160; it++) {
+        s2t_rng_seed(&rng, 31000 + (uint64_t)it);
+        s2t_rand_pattern rp;
+        s2t_rand_pattern_new(&rng, &o, &rp);
+        s2_layout *l = make_layout(rp.p, rp.q_len, rp.kv_len);
+        s2_tile_spec spec = specs[s2t_rng_int(&rng, 0, 6)];
+        bool tr = it % 2;
+        int group = 1 + it % 4, nc = s2_layout_num_classes(l);
+        s2_schedule *s = NULL;
+        ck_assert_int_eq(s2_schedule_build(NULL, l, spec, tr, &s), S2_OK);
+        int64_t lists = tr ? s->geom.kv_tiles : s->geom.q_tiles, want_total = 0, got_total = -1;
+        int64_t *got = calloc((size_t)nc, sizeof *got);
+        ck_assert_int_eq(s2_layout_entries_bound(NULL, l, spec, tr, group, -1, got, &got_total), S2_OK);
+        for (int c = 0; c < nc; c++) {
+            int64_t want = 0, entries = 0;
+            for (int64_t i = 0; i < lists; i++) {
+                int64_t n = s->offsets[c * lists + i + 1] - s->offsets[c * lists + i];
+                want += s2_cdiv(n, group);
+                entries += n;
+            }
+            ck_assert_msg(got[c] >= want, "seed %llu class %d: bound %lld below %lld", (unsigned long long)rng.seed,
+                          c, (long long)got[c], (long long)want);
+            ck_assert_msg(got[c] <= 3 * entries + 4 * lists, "seed %llu class %d: bound %lld for %lld entries in %lld lists",
+                          (unsigned long long)rng.seed, c, (long long)got[c], (long long)entries, (long long)lists);
+            want_total += got[c];
+        }
+        ck_assert_int_eq(got_total, want_total);
+        if (got_total > 1) {
+            int64_t early = 0;
+            ck_assert_int_eq(s2_layout_entries_bound(NULL, l, spec, tr, group, got_total / 2, NULL, &early), S2_OK);
+            ck_assert_int_gt(early, got_total / 2);
+            ck_assert_int_le(early, got_total);
+        }
+        free(got);
+        s2_schedule_free(s);
+        s2_layout_free(l);
+        s2t_rand_pattern_free(&rp);
+    }
+}
+END_TEST
+
 /* More range rules than the per-tile list of decided intervals holds (32):
  * the lists stay exact when some are left out. */
 START_TEST(test_schedule_many_ranges)
@@ -1428,6 +1478,7 @@ static Suite *ir_suite(void)
     tcase_add_test(tc, test_schedule_random);
     tcase_add_test(tc, test_schedule_ranges_random);
     tcase_add_test(tc, test_schedule_many_ranges);
+    tcase_add_test(tc, test_entries_bound_random);
     tcase_add_test(tc, test_classes_stride_ranges);
     tcase_add_test(tc, test_stats_far_context_linear);
     tcase_add_test(tc, test_format_caps);

@@ -31,6 +31,10 @@ typedef struct fake_state {
     long long capturing;        /* cuStreamIsCapturing reports every stream as capturing */
     long long next_alloc_host;  /* next allocation reports CU_MEMORYTYPE_HOST */
     long long next_alloc_foreign; /* next allocation belongs to another context */
+    /* next allocation (of more than this many bytes, a multiple of 256) is two
+     * back to back: the first this long (returned), the rest at split_second
+     * (free it first), as a real allocator may place two of them */
+    long long next_alloc_split, split_second;
     /* observations */
     long long gpa_v1_calls, gpa_v2_calls, gpa_version, gpa_flags;
     long long primary_refs;     /* retain - release */
@@ -58,6 +62,7 @@ static struct { const char *key; size_t off; } const keys[] = {
 #define K(f) {#f, offsetof(fake_state, f)}
     K(devices), K(init_result), K(module_result), K(launch_result), K(optin_smem),
     K(static_smem), K(kernel_threads), K(dyn_limit), K(sm_count), K(cc_major), K(cc_minor), K(capturing), K(next_alloc_host), K(next_alloc_foreign),
+    K(next_alloc_split), K(split_second),
     K(gpa_v1_calls), K(gpa_v2_calls), K(gpa_version), K(gpa_flags), K(primary_refs),
     K(max_depth), K(set_attr_calls), K(set_attr_value), K(launches), K(tensor_maps), K(last_smem),
     K(last_grid_x), K(last_block_x), K(modules_loaded), K(modules_unloaded), K(allocs_live),
@@ -96,6 +101,7 @@ typedef struct fake_alloc {
     size_t size;
     CUcontext ctx;
     int host;
+    int borrowed;   /* the second half of a split allocation: its memory is the first's */
 } fake_alloc;
 enum { FAKE_ALLOCS = 512 };
 static fake_alloc allocs[FAKE_ALLOCS];
@@ -519,6 +525,24 @@ static CUresult CUDAAPI f_MemAlloc(CUdeviceptr *p, size_t bytes)
         *p = (CUdeviceptr)(uintptr_t)allocs[i].p;
         if (i >= allocs_top)
             allocs_top = i + 1;
+        size_t split = (size_t)S.next_alloc_split;
+        S.next_alloc_split = 0;
+        if (split > 0 && split < bytes && split % 256 == 0) {
+            int j = i + 1;
+            while (j < FAKE_ALLOCS && allocs[j].p)
+                j++;
+            if (j == FAKE_ALLOCS)
+                RET(CUDA_ERROR_OUT_OF_MEMORY);
+            allocs[j] = allocs[i];
+            allocs[j].p += split;
+            allocs[j].size = bytes - split;
+            allocs[j].borrowed = 1;
+            allocs[i].size = split;
+            S.split_second = (long long)(uintptr_t)allocs[j].p;
+            S.allocs_live++;
+            if (j >= allocs_top)
+                allocs_top = j + 1;
+        }
         RET(CUDA_SUCCESS);
     }
     RET(CUDA_ERROR_OUT_OF_MEMORY);
@@ -530,7 +554,8 @@ static CUresult CUDAAPI f_MemFree(CUdeviceptr p)
     fake_alloc *a = find_alloc(p);
     if (!a || (CUdeviceptr)(uintptr_t)a->p != p)
         RET(CUDA_ERROR_INVALID_VALUE);
-    free(a->p);
+    if (!a->borrowed)
+        free(a->p);
     memset(a, 0, sizeof *a);
     S.allocs_live--;
     RET(CUDA_SUCCESS);
