@@ -171,21 +171,21 @@ s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ksp
         k.s.kvg > 4 || k.s.kgbs < 16)
         return s2_fail(ctx, S2_ERR_INTERNAL, "backward: unresolved spec reached the builder");
     new_kernel(&k, name, "_pre");
-    bwd_build_pre(&k);
+    s2_bwd_build_pre(&k);
     new_kernel(&k, name, "_dq");
-    bwd_build_dq(&k);
+    s2_bwd_build_dq(&k);
     new_kernel(&k, name, "_dkdv");
-    bwd_build_dkdv(&k);
+    s2_bwd_build_dkdv(&k);
     if (k.s.ds) {
         new_kernel(&k, name, "_dqds");
-        bwd_build_dqds(&k);
+        s2_bwd_build_dqds(&k);
         /* two warpgroups, two CTAs per SM (128 registers) */
         bwd_shape one = k.s;
         k.s.threads = S2_BWD_DQDS2_THREADS;
         k.s.warps = S2_BWD_DQDS2_THREADS / S2_WARP;
         k.min_ctas = 2;
         new_kernel(&k, name, "_dqds2");
-        bwd_build_dqds2(&k);
+        s2_bwd_build_dqds2(&k);
         k.s = one;
         k.min_ctas = 0;
     }

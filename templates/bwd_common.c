@@ -71,7 +71,7 @@ static void ldsm_bt(bwd *k, LLVMValueRef tile, int row0, int dp, LLVMValueRef ou
 
 /* acc[n] = A·Yᵀ over the head dim: A = this warp's 16 rows of tile `a`, Y =
  * rows row0 + 8n of tile `bt` (n < ntiles). */
-void bwd_mma_abt(bwd *k, LLVMValueRef a, LLVMValueRef bt, int row0, int ntiles, LLVMValueRef acc[][4])
+void s2_bwd_mma_abt(bwd *k, LLVMValueRef a, LLVMValueRef bt, int row0, int ntiles, LLVMValueRef acc[][4])
 {
     for (int n = 0; n < ntiles; n++)
         for (int i = 0; i < 4; i++)
@@ -91,7 +91,7 @@ void bwd_mma_abt(bwd *k, LLVMValueRef a, LLVMValueRef bt, int row0, int ntiles, 
 
 /* out[dn] += X·Y: X = C-layout values x[ntiles][4] reused as A fragments
  * (n-tiles 2kk, 2kk+1 = k-step kk, PTX ISA 9.7.14.5.8), Y = rows row0 + 16kk.. of tile `y`. */
-void bwd_mma_xy(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, LLVMValueRef out[][4])
+void s2_bwd_mma_xy(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, LLVMValueRef out[][4])
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -149,7 +149,7 @@ static LLVMValueRef tile_row_at(bwd *k, LLVMValueRef pos0, const bwd_slots *slot
     return ok;
 }
 
-LLVMValueRef bwd_tile_row(bwd *k, LLVMValueRef pos0, bool query, LLVMValueRef r, LLVMValueRef *trow)
+LLVMValueRef s2_bwd_tile_row(bwd *k, LLVMValueRef pos0, bool query, LLVMValueRef r, LLVMValueRef *trow)
 {
     return tile_row_at(k, pos0, NULL, query, r, trow);
 }
@@ -187,12 +187,12 @@ static void load_tile_whole(bwd *k, int rows, LLVMValueRef base, LLVMValueRef sl
  * (b, h), rstride its seq stride) into shared `dst`; missing rows are
  * zero-filled and their source clamped to the slice start.  A tile whose
  * rows all exist takes load_tile_whole, without per-row checks (run 30). */
-void bwd_load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride, LLVMValueRef dst,
+void s2_bwd_load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride, LLVMValueRef dst,
                       LLVMValueRef pos0, const bwd_slots *slot, bool query)
 {
     int step = k->s.threads / k->s.chunks;
     if (k->s.threads % k->s.chunks || step % 8 || rows % step || (slot && slot->rows % step)) {
-        bwd_load_tile_rows(k, rows, base, slice, rstride, dst, pos0, slot, query);
+        s2_bwd_load_tile_rows(k, rows, base, slice, rstride, dst, pos0, slot, query);
         return;
     }
     /* rows [p, p + n) exist when lo <= p and p + n <= kv_len (tile_row_at),
@@ -212,12 +212,12 @@ void bwd_load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVM
     load_tile_whole(k, rows, base, slice, rstride, dst, trow0, slot);
     s2_nv_if_end(k->cg, &w);
     s2_nv_if_begin(k->cg, &p, LLVMBuildNot(b, whole, ""), "tile_part");
-    bwd_load_tile_rows(k, rows, base, slice, rstride, dst, pos0, slot, query);
+    s2_bwd_load_tile_rows(k, rows, base, slice, rstride, dst, pos0, slot, query);
     s2_nv_if_end(k->cg, &p);
 }
 
-/* bwd_load_tile row by row: each row checked, missing ones zero-filled. */
-void bwd_load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride,
+/* s2_bwd_load_tile row by row: each row checked, missing ones zero-filled. */
+void s2_bwd_load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride,
                            LLVMValueRef dst, LLVMValueRef pos0, const bwd_slots *slot, bool query)
 {
     LLVMBuilderRef b = k->b;
@@ -244,7 +244,7 @@ void bwd_load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice,
 
 /* cp.async lse2 and delta of the query tile at pos0 (rows of [B][H][Sq] from
  * element rowbase) into dst: lse2[BM] then delta[BM]; missing rows read 0. */
-void bwd_load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVMValueRef dst)
+void s2_bwd_load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVMValueRef dst)
 {
     LLVMBuilderRef b = k->b;
     int BM = k->s.BM, T = k->s.threads, total = 2 * BM;
@@ -257,7 +257,7 @@ void bwd_load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVMVal
         LLVMValueRef is_delta = LLVMBuildICmp(b, LLVMIntUGE, idx, c32(k, BM), "");
         LLVMValueRef r = LLVMBuildAnd(b, idx, c32(k, BM - 1), "");
         LLVMValueRef qrow;
-        LLVMValueRef ok = bwd_tile_row(k, pos0, true, r, &qrow);
+        LLVMValueRef ok = s2_bwd_tile_row(k, pos0, true, r, &qrow);
         LLVMValueRef off = LLVMBuildSelect(b, ok, add(k, rowbase, sext64(k, qrow)), rowbase, "");
         LLVMValueRef src = LLVMBuildSelect(b, is_delta, param(k, P_DELTA), param(k, P_LSE2), "");
         LLVMValueRef sp = LLVMBuildInBoundsGEP2(b, k->cg->t_f32, src, &off, 1, "");
@@ -271,7 +271,7 @@ void bwd_load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVMVal
 /* ---- schedule lists ---- */
 
 /* Field at byte field_off of record e of `size` bytes. */
-LLVMValueRef bwd_field_at(bwd *k, LLVMValueRef entries, LLVMValueRef e, int size, int field_off, LLVMTypeRef ty)
+LLVMValueRef s2_bwd_field_at(bwd *k, LLVMValueRef entries, LLVMValueRef e, int size, int field_off, LLVMTypeRef ty)
 {
     LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
     LLVMValueRef off = add(k, mul(k, sext64(k, e), c64(k, size)), c64(k, field_off));
@@ -281,14 +281,14 @@ LLVMValueRef bwd_field_at(bwd *k, LLVMValueRef entries, LLVMValueRef e, int size
 }
 
 /* Field of s2_dev_entry e of `entries`: byte offset 0 tile, 4 flags, 8 live. */
-LLVMValueRef bwd_entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int field_off, LLVMTypeRef ty)
+LLVMValueRef s2_bwd_entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int field_off, LLVMTypeRef ty)
 {
-    return bwd_field_at(k, entries, e, (int)sizeof(s2_dev_entry), field_off, ty);
+    return s2_bwd_field_at(k, entries, e, (int)sizeof(s2_dev_entry), field_off, ty);
 }
 
 /* List `index` of head h's class: [*begin, *end) of the entries array;
  * *first (if asked) the class's first entry. */
-void bwd_list_bounds_of(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists,
+void s2_bwd_list_bounds_of(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists,
                            LLVMValueRef index, LLVMValueRef *begin, LLVMValueRef *end, LLVMValueRef *first)
 {
     LLVMValueRef cls = s2_kb_load_i32(&k->kb, param(k, p_class), h64, "");
@@ -299,13 +299,13 @@ void bwd_list_bounds_of(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LL
         *first = s2_kb_load_i32(&k->kb, param(k, p_offsets), sext64(k, mul(k, cls, lists)), "");
 }
 
-void bwd_list_bounds(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists, LLVMValueRef index,
+void s2_bwd_list_bounds(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists, LLVMValueRef index,
                         LLVMValueRef *begin, LLVMValueRef *end)
 {
-    bwd_list_bounds_of(k, p_class, p_offsets, h64, lists, index, begin, end, NULL);
+    s2_bwd_list_bounds_of(k, p_class, p_offsets, h64, lists, index, begin, end, NULL);
 }
 
-LLVMValueRef bwd_ds_slot_base(bwd *k, LLVMValueRef h64)
+LLVMValueRef s2_bwd_ds_slot_base(bwd *k, LLVMValueRef h64)
 {
     LLVMBuilderRef b = k->b;
     LLVMValueRef hb = param(k, P_DS_HEAD);
@@ -326,7 +326,7 @@ LLVMValueRef bwd_ds_slot_base(bwd *k, LLVMValueRef h64)
  * kv_len and, causal, kpos <= qpos.  Masked scores become -inf.  FULL entries
  * skip all of it. */
 
-void bwd_apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntiles, int col0_const,
+void s2_bwd_apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntiles, int col0_const,
                        LLVMValueRef flags, LLVMValueRef live, LLVMValueRef row_pos0, LLVMValueRef col_pos0,
                        const LLVMValueRef *col_slot)
 {
@@ -398,7 +398,7 @@ void bwd_apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntile
 /* P = exp2(S·scale_log2 - lse2) and dS = P ∘ (dP - delta), in place; lse2
  * and delta of value (n, i) from stat(). */
 
-void bwd_probs_and_ds(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int ntiles, stat_fn stat, void *user)
+void s2_bwd_probs_and_ds(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int ntiles, stat_fn stat, void *user)
 {
     for (int n = 0; n < ntiles; n++)
         for (int i = 0; i < 4; i++) {
@@ -428,7 +428,7 @@ static void prefetch(bwd *k, const ring_fns *f, LLVMValueRef e, LLVMValueRef end
     s2_nv_cp_async_commit(k->cg);
 }
 
-/* The refill a ring_fns.late entry body issues (bwd_ring_refill). */
+/* The refill a ring_fns.late entry body issues (s2_bwd_ring_refill). */
 typedef struct ring_refill {
     const ring_fns *f;
     LLVMValueRef e, end, stage;
@@ -436,7 +436,7 @@ typedef struct ring_refill {
     void *user;
 } ring_refill;
 
-void bwd_ring_refill(bwd *k)
+void s2_bwd_ring_refill(bwd *k)
 {
     ring_refill *r = k->refill;
     if (!r)
@@ -457,7 +457,7 @@ static LLVMValueRef refill_entry(bwd *k, LLVMValueRef e, int d, LLVMValueRef beg
  * entry e into a stage, compute() uses it.  Groups committed before stay
  * older than the ring's, so they are complete at the first wait.  Ends with
  * every copy landed and a barrier, so shared memory may be reused after it. */
-void bwd_pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage0, int stage_bytes,
+void s2_bwd_pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage0, int stage_bytes,
                      const ring_fns *f, void *user, LLVMValueRef r0)
 {
     s2_cg *cg = k->cg;
@@ -519,11 +519,11 @@ void bwd_pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage
                          stage0, stage_bytes, user};
         k->refill = &r;
         if (!f->late)
-            bwd_ring_refill(k);
+            s2_bwd_ring_refill(k);
         LLVMValueRef soff = add(k, c32(k, stage0), mul(k, s2_kb_ring_stage(&k->kb, i, S, ""), c32(k, stage_bytes)));
         k->ring_pos = i;
         f->compute(k, e, soff, user);
-        bwd_ring_refill(k);
+        s2_bwd_ring_refill(k);
     } else {
         prefetch(k, f, e, end, c32(k, 0), stage0, stage_bytes, false, user);
         s2_nv_cp_async_wait(cg, 0);
@@ -539,14 +539,14 @@ void bwd_pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage
     s2_nv_barrier_cta(cg);
 }
 
-LLVMValueRef bwd_slice(bwd *k, int ps, LLVMValueRef h64)
+LLVMValueRef s2_bwd_slice(bwd *k, int ps, LLVMValueRef h64)
 {
     return add(k, mul(k, k->batch, param(k, ps)), mul(k, h64, param(k, ps + 2)));
 }
 
 /* [D/8][4] f32 accumulators as allocas at the top of the entry block (SROA
  * makes them registers), zeroed here. */
-void bwd_new_acc(bwd *k, LLVMValueRef acc[][4], const char *name)
+void s2_bwd_new_acc(bwd *k, LLVMValueRef acc[][4], const char *name)
 {
     LLVMBuilderRef b = k->b;
     LLVMBasicBlockRef cur = s2_kb_entry_begin(&k->kb, k->entry_bb);
@@ -564,7 +564,7 @@ void bwd_new_acc(bwd *k, LLVMValueRef acc[][4], const char *name)
  * As the sm_90a forward's epilogue: one exchange with the neighbouring lane,
  * then 8-byte stores that write whole 32-byte sectors (4-byte stores where
  * the tensor or its row stride is not 8-byte aligned). */
-void bwd_store_acc(bwd *k, LLVMValueRef acc[][4], LLVMValueRef scale, LLVMValueRef out, LLVMValueRef sl,
+void s2_bwd_store_acc(bwd *k, LLVMValueRef acc[][4], LLVMValueRef scale, LLVMValueRef out, LLVMValueRef sl,
                       LLVMValueRef rstride, LLVMValueRef pos0, bool query)
 {
     s2_cg *cg = k->cg;
@@ -578,7 +578,7 @@ void bwd_store_acc(bwd *k, LLVMValueRef acc[][4], LLVMValueRef scale, LLVMValueR
         s2_flash_pairs_exchange(cg, &pr);   /* in every lane (outside the row guard) */
         LLVMValueRef r = add(k, LLVMBuildShl(b, k->warp, c32(k, 4), ""), add(k, k->g, c32(k, 8 * hr)));
         LLVMValueRef trow;
-        LLVMValueRef ok = bwd_tile_row(k, pos0, query, r, &trow);
+        LLVMValueRef ok = s2_bwd_tile_row(k, pos0, query, r, &trow);
         s2_nv_if st;
         s2_nv_if_begin(cg, &st, ok, "store");
         LLVMValueRef row_off = add(k, sl, mul(k, sext64(k, trow), rstride));
@@ -587,4 +587,4 @@ void bwd_store_acc(bwd *k, LLVMValueRef acc[][4], LLVMValueRef scale, LLVMValueR
     }
 }
 
-LLVMValueRef bwd_softmax_scale(bwd *k) { return LLVMBuildFMul(k->b, k->scale_log2, cf(k, M_LN2), "scale"); }
+LLVMValueRef s2_bwd_softmax_scale(bwd *k) { return LLVMBuildFMul(k->b, k->scale_log2, cf(k, M_LN2), "scale"); }

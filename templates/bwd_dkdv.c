@@ -8,13 +8,13 @@
 /* The list is walked from its end (the ring's i-th entry is end-1-i): the
  * long lists of vertical stripes then all start at the last query tiles and
  * read each query tile at about the same time, from L2. */
-LLVMValueRef bwd_kv_entry(bwd *k, const kv_state *ks, LLVMValueRef e) { return LLVMBuildSub(k->b, ks->rev, e, "e_rev"); }
+LLVMValueRef s2_bwd_kv_entry(bwd *k, const kv_state *ks, LLVMValueRef e) { return LLVMBuildSub(k->b, ks->rev, e, "e_rev"); }
 
 static void kv_prep(bwd *k, LLVMValueRef e, prep_vals *out, void *user)
 {
     kv_state *ks = user;
     out->n = 1;
-    out->v[0] = mul(k, bwd_entry_field(k, ks->entries, bwd_kv_entry(k, ks, e), 0, k->cg->t_i32), c32(k, k->s.BM));
+    out->v[0] = mul(k, s2_bwd_entry_field(k, ks->entries, s2_bwd_kv_entry(k, ks, e), 0, k->cg->t_i32), c32(k, k->s.BM));
 }
 
 static void kv_take(bwd *k, const prep_vals *in, void *user)
@@ -25,7 +25,7 @@ static void kv_take(bwd *k, const prep_vals *in, void *user)
 }
 
 /* The ring's full mbarrier of the stage at shared offset soff (tma). */
-LLVMValueRef bwd_kv_bar(bwd *k, LLVMValueRef soff)
+LLVMValueRef s2_bwd_kv_bar(bwd *k, LLVMValueRef soff)
 {
     LLVMValueRef st = LLVMBuildUDiv(k->b, LLVMBuildSub(k->b, soff, c32(k, k->s.kv_stage0), ""),
                                     c32(k, k->s.kv_stage_bytes), "stage");
@@ -41,7 +41,7 @@ static void kv_issue_tma(bwd *k, kv_state *ks, LLVMValueRef qpos0, LLVMValueRef 
     s2_cg *cg = k->cg;
     const bwd_shape *s = &k->s;
     LLVMValueRef one = LLVMBuildICmp(k->b, LLVMIntEQ, k->tid, c32(k, 0), "tma_thread");
-    LLVMValueRef bar = bwd_kv_bar(k, soff);
+    LLVMValueRef bar = s2_bwd_kv_bar(k, soff);
     s2_nv_mbar_arrive_expect_tx_if(cg, one, bar, 2 * s->BM * s->row_bytes);
     LLVMValueRef row = LLVMBuildSub(k->b, qpos0, k->q_start, "q_row");
     LLVMValueRef b32 = LLVMBuildTrunc(k->b, k->batch, cg->t_i32, "");
@@ -56,24 +56,24 @@ static void kv_issue_tma(bwd *k, kv_state *ks, LLVMValueRef qpos0, LLVMValueRef 
 static void kv_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     kv_state *ks = user;
-    e = bwd_kv_entry(k, ks, e);
+    e = s2_bwd_kv_entry(k, ks, e);
     int tb = k->s.BM * k->s.row_bytes;
     LLVMValueRef qpos0 = ks->pre_qpos;   /* kv_take's */
     if (k->s.tma) {
         kv_issue_tma(k, ks, qpos0, soff);
-        bwd_load_row_stats(k, qpos0, ks->rowbase, add(k, soff, c32(k, k->s.kv_lse_off)));
+        s2_bwd_load_row_stats(k, qpos0, ks->rowbase, add(k, soff, c32(k, k->s.kv_lse_off)));
         return;
     }
     /* (the query heads' loop of a GQA kernel leaves no registers for the
      * whole-tile path: it spilled there) */
     bool whole = k->s.group == 1;
-    (whole ? bwd_load_tile : bwd_load_tile_rows)(k, k->s.BM, param(k, P_Q), ks->qslice, param(k, P_QS + 1), soff, qpos0, NULL, true);
-    (whole ? bwd_load_tile : bwd_load_tile_rows)(k, k->s.BM, param(k, P_DO), ks->doslice, param(k, P_DOS + 1), add(k, soff, c32(k, tb)), qpos0, NULL, true);
-    bwd_load_row_stats(k, qpos0, ks->rowbase, add(k, soff, c32(k, k->s.kv_lse_off)));
+    (whole ? s2_bwd_load_tile : s2_bwd_load_tile_rows)(k, k->s.BM, param(k, P_Q), ks->qslice, param(k, P_QS + 1), soff, qpos0, NULL, true);
+    (whole ? s2_bwd_load_tile : s2_bwd_load_tile_rows)(k, k->s.BM, param(k, P_DO), ks->doslice, param(k, P_DOS + 1), add(k, soff, c32(k, tb)), qpos0, NULL, true);
+    s2_bwd_load_row_stats(k, qpos0, ks->rowbase, add(k, soff, c32(k, k->s.kv_lse_off)));
 }
 
 /* lse2 / delta of query column chunk0 + 8n + 2t + (i & 1), from the stage. */
-void bwd_kv_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user)
+void s2_bwd_kv_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user)
 {
     kv_state *ks = user;
     LLVMValueRef c = add(k, LLVMBuildShl(k->b, k->t4, c32(k, 1), ""), c32(k, ks->chunk0 + 8 * n + (i & 1)));
@@ -85,13 +85,13 @@ void bwd_kv_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, 
 static void kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     kv_state *ks = user;
-    e = bwd_kv_entry(k, ks, e);
+    e = s2_bwd_kv_entry(k, ks, e);
     LLVMBuilderRef b = k->b;
     LLVMValueRef qt = soff, dot = add(k, soff, c32(k, k->s.BM * k->s.row_bytes));
     ks->stats = add(k, soff, c32(k, k->s.kv_lse_off));
-    LLVMValueRef flags = bwd_entry_field(k, ks->entries, e, 4, k->cg->t_i32);
-    LLVMValueRef live = bwd_entry_field(k, ks->entries, e, 8, k->cg->t_i64);
-    LLVMValueRef qpos0 = mul(k, bwd_entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
+    LLVMValueRef flags = s2_bwd_entry_field(k, ks->entries, e, 4, k->cg->t_i32);
+    LLVMValueRef live = s2_bwd_entry_field(k, ks->entries, e, 8, k->cg->t_i64);
+    LLVMValueRef qpos0 = mul(k, s2_bwd_entry_field(k, ks->entries, e, 0, k->cg->t_i32), c32(k, k->s.BM));
     /* a warp whose key sub-block no query of the entry keeps has nothing to add */
     s2_nv_if skip = {0};
     if (ks->warp_rows) {
@@ -103,12 +103,12 @@ static void kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     for (int c0 = 0; c0 < k->s.BM; c0 += k->s.qc) {
         LLVMValueRef sc[MAX_N][4], dp[MAX_N][4];
         ks->chunk0 = c0;
-        bwd_mma_abt(k, c32(k, k->s.kv_k_off), qt, c0, NT, sc);
-        bwd_apply_mask(k, &mg, sc, NT, c0, flags, live, ks->kpos0, qpos0, NULL);
-        bwd_mma_abt(k, c32(k, k->s.kv_v_off), dot, c0, NT, dp);
-        bwd_probs_and_ds(k, sc, dp, NT, bwd_kv_stat, ks);
-        bwd_mma_xy(k, sc, NT, dot, c0, ks->dv);
-        bwd_mma_xy(k, dp, NT, qt, c0, ks->dk);
+        s2_bwd_mma_abt(k, c32(k, k->s.kv_k_off), qt, c0, NT, sc);
+        s2_bwd_apply_mask(k, &mg, sc, NT, c0, flags, live, ks->kpos0, qpos0, NULL);
+        s2_bwd_mma_abt(k, c32(k, k->s.kv_v_off), dot, c0, NT, dp);
+        s2_bwd_probs_and_ds(k, sc, dp, NT, s2_bwd_kv_stat, ks);
+        s2_bwd_mma_xy(k, sc, NT, dot, c0, ks->dv);
+        s2_bwd_mma_xy(k, dp, NT, qt, c0, ks->dk);
     }
     if (ks->warp_rows)
         s2_nv_if_end(k->cg, &skip);
@@ -148,7 +148,7 @@ static LLVMValueRef remap_key_tile(bwd *k, LLVMValueRef *kvh32)
     return add(k, kt0, LLVMBuildURem(b, r, width, ""));
 }
 
-void bwd_build_dkdv(bwd *k)
+void s2_bwd_build_dkdv(bwd *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -166,7 +166,7 @@ void bwd_build_dkdv(bwd *k)
      * every query head of the group; warp w's 16 rows lie in slot 16w / kgbs */
     LLVMValueRef hb, he;
     LLVMValueRef h0 = LLVMBuildZExt(b, mul(k, kvh32, c32(k, s->group)), cg->t_i64, "");
-    bwd_list_bounds(k, P_TCLASS, P_TOFFSETS, h0, param(k, P_KV_TILES), kt, &hb, &he);
+    s2_bwd_list_bounds(k, P_TCLASS, P_TOFFSETS, h0, param(k, P_KV_TILES), kt, &hb, &he);
     LLVMValueRef jw = LLVMBuildLShr(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), c32(k, s2_log2i(s->kgbs)), "warp_slot");
     LLVMValueRef mine = NULL;
     for (int j = 0; j < s->kvg; j++) {
@@ -185,8 +185,8 @@ void bwd_build_dkdv(bwd *k)
     bwd_slots kslots = {ks.slot, s->kvg, s->kgbs};
     const bwd_slots *slot = &kslots;
     LLVMValueRef dk[MAX_D / 8][4], dv[MAX_D / 8][4];
-    bwd_new_acc(k, dk, "dk");
-    bwd_new_acc(k, dv, "dv");
+    s2_bwd_new_acc(k, dk, "dk");
+    s2_bwd_new_acc(k, dv, "dv");
     ks.dk = dk;
     ks.dv = dv;
     if (s->ds)
@@ -216,9 +216,9 @@ void bwd_build_dkdv(bwd *k)
         s2_nv_barrier_cta(cg);
     }
     /* K and V of the tile, once */
-    bwd_load_tile_rows(k, s->KB, param(k, P_K), bwd_slice(k, P_KS, kvh64), param(k, P_KS + 1), c32(k, s->kv_k_off), ks.kpos0, slot,
+    s2_bwd_load_tile_rows(k, s->KB, param(k, P_K), s2_bwd_slice(k, P_KS, kvh64), param(k, P_KS + 1), c32(k, s->kv_k_off), ks.kpos0, slot,
               false);
-    bwd_load_tile_rows(k, s->KB, param(k, P_V), bwd_slice(k, P_VS, kvh64), param(k, P_VS + 1), c32(k, s->kv_v_off), ks.kpos0, slot,
+    s2_bwd_load_tile_rows(k, s->KB, param(k, P_V), s2_bwd_slice(k, P_VS, kvh64), param(k, P_VS + 1), c32(k, s->kv_v_off), ks.kpos0, slot,
               false);
     s2_nv_cp_async_commit(cg);
 
@@ -231,11 +231,11 @@ void bwd_build_dkdv(bwd *k)
     LLVMValueRef h32 = add(k, mul(k, kvh32, c32(k, s->group)), heads.iv);
     ks.h32 = h32;
     LLVMValueRef h64 = LLVMBuildZExt(b, h32, cg->t_i64, "head");
-    ks.qslice = bwd_slice(k, P_QS, h64);
-    ks.doslice = bwd_slice(k, P_DOS, h64);
+    ks.qslice = s2_bwd_slice(k, P_QS, h64);
+    ks.doslice = s2_bwd_slice(k, P_DOS, h64);
     ks.rowbase = mul(k, add(k, mul(k, k->batch, c64(k, s->heads)), h64), sext64(k, k->q_len));
     LLVMValueRef begin, end;
-    bwd_list_bounds(k, P_TCLASS, P_TOFFSETS, h64, param(k, P_KV_TILES), kt, &begin, &end);
+    s2_bwd_list_bounds(k, P_TCLASS, P_TOFFSETS, h64, param(k, P_KV_TILES), kt, &begin, &end);
     begin = add(k, begin, c32(k, 1));   /* past the header */
     ks.rev = LLVMBuildSub(b, add(k, begin, end), c32(k, 1), "rev");
     if (s->ds) {
@@ -243,7 +243,7 @@ void bwd_build_dkdv(bwd *k)
         LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
         s2_nv_if on;
         s2_nv_if_begin(cg, &on, ks.ds_on, "ds_head");
-        LLVMValueRef base = bwd_ds_slot_base(k, h64);
+        LLVMValueRef base = s2_bwd_ds_slot_base(k, h64);
         LLVMBasicBlockRef then_end = LLVMGetInsertBlock(b);
         s2_nv_if_end(cg, &on);
         ks.ds_base = LLVMBuildPhi(b, cg->t_i64, "ds_base");
@@ -251,15 +251,15 @@ void bwd_build_dkdv(bwd *k)
         LLVMBasicBlockRef bbs[2] = {from, then_end};
         LLVMAddIncoming(ks.ds_base, vals, bbs, 2);
     }
-    ring_fns f = {kv_prep, kv_take, kv_issue, s->wg ? bwd_wg_kv_compute : kv_compute, s->late_refill, s->tma};
-    bwd_pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, &f, &ks, r0);
+    ring_fns f = {kv_prep, kv_take, kv_issue, s->wg ? s2_bwd_wg_kv_compute : kv_compute, s->late_refill, s->tma};
+    s2_bwd_pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, &f, &ks, r0);
     LLVMValueRef len = LLVMBuildSub(b, end, begin, "");
     LLVMValueRef r_next = add(k, r0, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSGT, len, c32(k, 0), ""), len,
                                                          c32(k, 0), ""));
     s2_nv_loop_end(cg, &heads, &r_next);
 
     s2_nv_cp_async_wait(cg, 0);
-    bwd_store_acc(k, dk, bwd_softmax_scale(k), param(k, P_DK), bwd_slice(k, P_DKS, kvh64), param(k, P_DKS + 1), ks.kpos0, false);
-    bwd_store_acc(k, dv, cf(k, 1.0), param(k, P_DV), bwd_slice(k, P_DVS, kvh64), param(k, P_DVS + 1), ks.kpos0, false);
+    s2_bwd_store_acc(k, dk, s2_bwd_softmax_scale(k), param(k, P_DK), s2_bwd_slice(k, P_DKS, kvh64), param(k, P_DKS + 1), ks.kpos0, false);
+    s2_bwd_store_acc(k, dv, cf(k, 1.0), param(k, P_DV), s2_bwd_slice(k, P_DVS, kvh64), param(k, P_DVS + 1), ks.kpos0, false);
     LLVMBuildRetVoid(b);
 }

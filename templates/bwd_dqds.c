@@ -8,7 +8,7 @@ static void dqds_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     dq_state *ds = user;
     LLVMBuilderRef b = k->b;
-    bwd_load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, ds->kpos0, NULL, false);
+    s2_bwd_load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, ds->kpos0, NULL, false);
     /* the dS tile: a plain copy (it is stored in the layout the wgmma reads) */
     LLVMValueRef src = mul(k, add(k, ds->ds_base, sext64(k, e)), c64(k, DS_TILE_BYTES));
     LLVMValueRef dst = add(k, soff, c32(k, k->s.BN * k->s.row_bytes));
@@ -21,19 +21,19 @@ static void dqds_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     }
 }
 
-void bwd_build_dqds(bwd *k)
+void s2_bwd_build_dqds(bwd *k)
 {
     LLVMBuilderRef b = k->b;
     dq_state ds = {0};
     LLVMValueRef begin, end, first;
-    LLVMValueRef h64 = bwd_dq_cta(k, &ds, false, &begin, &end, &first, NULL);
-    ds.ds_base = LLVMBuildSub(b, bwd_ds_slot_base(k, h64), sext64(k, first), "ds_base");
+    LLVMValueRef h64 = s2_bwd_dq_cta(k, &ds, false, &begin, &end, &first, NULL);
+    ds.ds_base = LLVMBuildSub(b, s2_bwd_ds_slot_base(k, h64), sext64(k, first), "ds_base");
     LLVMValueRef acc[MAX_D / 8][4];
-    bwd_new_acc(k, acc, "dq");
+    s2_bwd_new_acc(k, acc, "dq");
     ds.acc = acc;
-    ring_fns f = {bwd_dq_prep, bwd_dq_take, dqds_issue, bwd_wg_dqds_compute, false, false};
-    bwd_pipeline(k, begin, end, k->s.dqds_stages, 0, k->s.dqds_stage_bytes, &f, &ds, NULL);
-    bwd_store_acc(k, acc, bwd_softmax_scale(k), param(k, P_DQ), bwd_slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
+    ring_fns f = {s2_bwd_dq_prep, s2_bwd_dq_take, dqds_issue, s2_bwd_wg_dqds_compute, false, false};
+    s2_bwd_pipeline(k, begin, end, k->s.dqds_stages, 0, k->s.dqds_stage_bytes, &f, &ds, NULL);
+    s2_bwd_store_acc(k, acc, s2_bwd_softmax_scale(k), param(k, P_DQ), s2_bwd_slice(k, P_DQS, h64), param(k, P_DQS + 1), ds.tile_pos0, true);
     LLVMBuildRetVoid(b);
 }
 
@@ -137,7 +137,7 @@ static void dqds2_issue(bwd *k, LLVMValueRef u, LLVMValueRef soff, void *user)
     (void)u;
     dq_state *ds = user;
     LLVMBuilderRef b = k->b;
-    bwd_load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, ds->kpos0, NULL, false);
+    s2_bwd_load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, ds->kpos0, NULL, false);
     LLVMValueRef has0 = LLVMBuildICmp(b, LLVMIntSGE, ds->pe[0], c32(k, 0), "");
     LLVMValueRef any = LLVMBuildSelect(b, has0, ds->pe[0], ds->pe[1], "");   /* one of them is an entry */
     LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
@@ -156,7 +156,7 @@ static void dqds2_issue(bwd *k, LLVMValueRef u, LLVMValueRef soff, void *user)
     }
 }
 
-void bwd_build_dqds2(bwd *k)
+void s2_bwd_build_dqds2(bwd *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -169,17 +169,17 @@ void bwd_build_dqds2(bwd *k)
     ds.a_shift = mul(k, wg, c32(k, DS_TILE_BYTES));
 
     LLVMValueRef b0, e0, b1, e1, first, rel0;
-    LLVMValueRef h64 = bwd_dq_cta(k, &ds, true, &b0, &e0, &first, &rel0);
+    LLVMValueRef h64 = s2_bwd_dq_cta(k, &ds, true, &b0, &e0, &first, &rel0);
     LLVMValueRef rel1 = LLVMBuildSub(b, rel0, c32(k, 1), "rel1");
     LLVMValueRef has1 = LLVMBuildICmp(b, LLVMIntSGE, rel1, c32(k, 0), "has1");
     LLVMValueRef pos0 = ds.tile_pos0;
     /* no second tile: rows past kv_len, which the stores skip */
     LLVMValueRef pos1 = LLVMBuildSelect(b, has1, LLVMBuildSub(b, pos0, c32(k, k->s.BM), ""), k->kv_len, "");
-    bwd_list_bounds_of(k, P_CLASS, P_OFFSETS, h64, param(k, P_Q_TILES), LLVMBuildSelect(b, has1, rel1, rel0, ""), &b1, &e1,
+    s2_bwd_list_bounds_of(k, P_CLASS, P_OFFSETS, h64, param(k, P_Q_TILES), LLVMBuildSelect(b, has1, rel1, rel0, ""), &b1, &e1,
                    NULL);
     LLVMValueRef n0 = LLVMBuildSub(b, e0, b0, "n0");
     LLVMValueRef n1 = LLVMBuildSelect(b, has1, LLVMBuildSub(b, e1, b1, ""), c32(k, 0), "n1");
-    ds.ds_base = LLVMBuildSub(b, bwd_ds_slot_base(k, h64), sext64(k, first), "ds_base");
+    ds.ds_base = LLVMBuildSub(b, s2_bwd_ds_slot_base(k, h64), sext64(k, first), "ds_base");
 
     /* the union of the two lists, in increasing key order */
     int u = k->s.dqds2_u_off;
@@ -188,10 +188,10 @@ void bwd_build_dqds2(bwd *k)
     LLVMValueRef ea = add(k, b0, t), eb = add(k, b1, t);
     s2_nv_if la, lb;
     s2_nv_if_begin(cg, &la, inA, "key_a");
-    sts_i32(k, u + U_KA, t, bwd_entry_field(k, ds.entries, ea, 0, cg->t_i32));
+    sts_i32(k, u + U_KA, t, s2_bwd_entry_field(k, ds.entries, ea, 0, cg->t_i32));
     s2_nv_if_end(cg, &la);
     s2_nv_if_begin(cg, &lb, inB, "key_b");
-    sts_i32(k, u + U_KB, t, bwd_entry_field(k, ds.entries, eb, 0, cg->t_i32));
+    sts_i32(k, u + U_KB, t, s2_bwd_entry_field(k, ds.entries, eb, 0, cg->t_i32));
     s2_nv_if_end(cg, &lb);
     s2_nv_barrier_cta(cg);
     /* A's entries: place = t + #{B < x} - #{common entries before t} */
@@ -241,11 +241,11 @@ void bwd_build_dqds2(bwd *k)
     LLVMValueRef nu = LLVMBuildSub(b, add(k, n0, n1), ncommon, "n_union");
 
     LLVMValueRef acc[MAX_D / 8][4];
-    bwd_new_acc(k, acc, "dq");
+    s2_bwd_new_acc(k, acc, "dq");
     ds.acc = acc;
-    ring_fns f = {dqds2_prep, dqds2_take, dqds2_issue, bwd_wg_dqds_compute, false, false};
-    bwd_pipeline(k, c32(k, 0), nu, k->s.dqds_stages, 0, k->s.dqds2_stage_bytes, &f, &ds, NULL);
+    ring_fns f = {dqds2_prep, dqds2_take, dqds2_issue, s2_bwd_wg_dqds_compute, false, false};
+    s2_bwd_pipeline(k, c32(k, 0), nu, k->s.dqds_stages, 0, k->s.dqds2_stage_bytes, &f, &ds, NULL);
     LLVMValueRef mypos = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, wg, c32(k, 0), ""), pos0, pos1, "tile_pos0");
-    bwd_store_acc(k, acc, bwd_softmax_scale(k), param(k, P_DQ), bwd_slice(k, P_DQS, h64), param(k, P_DQS + 1), mypos, true);
+    s2_bwd_store_acc(k, acc, s2_bwd_softmax_scale(k), param(k, P_DQ), s2_bwd_slice(k, P_DQS, h64), param(k, P_DQS + 1), mypos, true);
     LLVMBuildRetVoid(b);
 }

@@ -78,10 +78,10 @@ typedef struct prep_vals {
 } prep_vals;
 typedef void (*prep_fn)(bwd *k, LLVMValueRef e, prep_vals *out, void *user);
 typedef void (*take_fn)(bwd *k, const prep_vals *in, void *user);
-/* A kernel's ring (bwd_pipeline): issue() copies an entry with
+/* A kernel's ring (s2_bwd_pipeline): issue() copies an entry with
  * the values take() handed it, compute() uses the entry's stage.  With
  * `late`, compute() issues the copies of the ring's refill itself, through
- * bwd_ring_refill, where they hide best (under its first products); the
+ * s2_bwd_ring_refill, where they hide best (under its first products); the
  * pipeline issues them after compute() when it did not. */
 typedef struct ring_fns {
     prep_fn prep;
@@ -93,11 +93,11 @@ typedef struct ring_fns {
 
 /* Issues the pending refill of the ring (ring_fns.late), once; no-op when
  * none is pending. */
-void bwd_ring_refill(bwd *k);
+void s2_bwd_ring_refill(bwd *k);
 
 /* The dS workspace's tile slot of entry 0 of head h's class for this batch
  * element: batch · head_base[H] + head_base[h] (s2_ds_map). */
-LLVMValueRef bwd_ds_slot_base(bwd *k, LLVMValueRef h64);
+LLVMValueRef s2_bwd_ds_slot_base(bwd *k, LLVMValueRef h64);
 
 typedef struct dq_state {
     LLVMValueRef tile_pos0;
@@ -120,39 +120,34 @@ typedef struct kv_state {
     LLVMValueRef (*dk)[4], (*dv)[4];
     LLVMValueRef stats;                               /* shared offset of lse2/delta of the stage in use */
     LLVMValueRef ds_on;                               /* i1: the dS workspace is given */
-    LLVMValueRef ds_base;                             /* i64: its dS slot base (bwd_ds_slot_base; 0 when off) */
+    LLVMValueRef ds_base;                             /* i64: its dS slot base (s2_bwd_ds_slot_base; 0 when off) */
     LLVMValueRef pre_qpos;                            /* the next issue's query position (take_fn) */
     LLVMValueRef h32;                                 /* the query head in use */
     int chunk0;
 } kv_state;
 
-LLVMValueRef bwd_entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int field_off, LLVMTypeRef ty);
+LLVMValueRef s2_bwd_entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int field_off, LLVMTypeRef ty);
 /* The dQ kernel's entry e: sets ds->kpos0 (plain) or ds->slot (gathered key
  * tiles, s2_dev_gentry) and returns its flags and live bits (i64). */
-void bwd_dq_entry(bwd *k, dq_state *ds, LLVMValueRef e, LLVMValueRef *flags, LLVMValueRef *live);
+void s2_bwd_dq_entry(bwd *k, dq_state *ds, LLVMValueRef e, LLVMValueRef *flags, LLVMValueRef *live);
 /* Token mask of scores sc[ntiles][4] (C layout: rows 16·warp + g + 8·hr,
  * columns col0_const + 8n + 2t + e) unless the entry is FULL.  col_slot
  * (forward orientation, gathered key tiles): the key position of column 0
  * of each k->s.gbs-column slot, instead of col_pos0. */
-void bwd_apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntiles, int col0_const, LLVMValueRef flags,
-                    LLVMValueRef live, LLVMValueRef row_pos0, LLVMValueRef col_pos0, const LLVMValueRef *col_slot);
-void bwd_probs_and_ds(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int ntiles, stat_fn stat, void *user);
-void bwd_kv_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
+void s2_bwd_apply_mask(bwd *k, const mask_geom *mg, LLVMValueRef sc[][4], int ntiles, int col0_const, LLVMValueRef flags,
+                       LLVMValueRef live, LLVMValueRef row_pos0, LLVMValueRef col_pos0, const LLVMValueRef *col_slot);
+void s2_bwd_probs_and_ds(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int ntiles, stat_fn stat, void *user);
+void s2_bwd_kv_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
 /* The dK/dV kernel's list entry for the ring's entry e (walked from the end). */
-LLVMValueRef bwd_kv_entry(bwd *k, const kv_state *ks, LLVMValueRef e);
-void bwd_dq_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
+LLVMValueRef s2_bwd_kv_entry(bwd *k, const kv_state *ks, LLVMValueRef e);
+void s2_bwd_dq_stat(bwd *k, int n, int i, LLVMValueRef *lse2, LLVMValueRef *delta, void *user);
 /* The wgmma entry bodies (templates/bwd_sm90.c), used when shape.wg is set. */
-void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
-void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
-/* The dS tile of a transposed entry (C layout, packed as wgmma A registers
- * da[4][4]) to workspace slot `slot` (when ks->ds_on), through shared memory;
- * bwd_ds_slot loads the slot of transposed record e (0 when off). */
-LLVMValueRef bwd_ds_slot(bwd *k, const kv_state *ks, LLVMValueRef e);
-void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef slot, LLVMValueRef (*da)[4]);
+void s2_bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
+void s2_bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
 /* tma: the full mbarrier of the dK/dV ring's stage at shared offset soff. */
-LLVMValueRef bwd_kv_bar(bwd *k, LLVMValueRef soff);
+LLVMValueRef s2_bwd_kv_bar(bwd *k, LLVMValueRef soff);
 /* NAME_dqds's entry body: acc += dS·K (templates/bwd_sm90.c). */
-void bwd_wg_dqds_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
+void s2_bwd_wg_dqds_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user);
 
 /* ---- shared pieces (templates/bwd_common.c) ---- */
 
@@ -165,55 +160,55 @@ typedef struct bwd_slots {
 
 /* acc[n] = A·Yᵀ over the head dim (mma.sync): A = this warp's 16 rows of
  * tile `a`, Y = rows row0 + 8n of tile `bt` (n < ntiles). */
-void bwd_mma_abt(bwd *k, LLVMValueRef a, LLVMValueRef bt, int row0, int ntiles, LLVMValueRef acc[][4]);
+void s2_bwd_mma_abt(bwd *k, LLVMValueRef a, LLVMValueRef bt, int row0, int ntiles, LLVMValueRef acc[][4]);
 /* out[dn] += X·Y: X = C-layout values x[ntiles][4] reused as A fragments,
  * Y = rows row0 + 16kk.. of tile `y`. */
-void bwd_mma_xy(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, LLVMValueRef out[][4]);
+void s2_bwd_mma_xy(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, LLVMValueRef out[][4]);
 /* Whether row r of the tile at pos0 exists (a query or a key row); *trow its tensor row. */
-LLVMValueRef bwd_tile_row(bwd *k, LLVMValueRef pos0, bool query, LLVMValueRef r, LLVMValueRef *trow);
+LLVMValueRef s2_bwd_tile_row(bwd *k, LLVMValueRef pos0, bool query, LLVMValueRef r, LLVMValueRef *trow);
 /* cp.async a [rows][D] tile (element slice `slice`, seq stride rstride) into
  * shared `dst`, missing rows zero-filled; _rows checks every row. */
-void bwd_load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride, LLVMValueRef dst,
-                   LLVMValueRef pos0, const bwd_slots *slot, bool query);
-void bwd_load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride,
-                        LLVMValueRef dst, LLVMValueRef pos0, const bwd_slots *slot, bool query);
+void s2_bwd_load_tile(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride, LLVMValueRef dst,
+                      LLVMValueRef pos0, const bwd_slots *slot, bool query);
+void s2_bwd_load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride,
+                           LLVMValueRef dst, LLVMValueRef pos0, const bwd_slots *slot, bool query);
 /* cp.async lse2[BM] then delta[BM] of the query tile at pos0 into dst. */
-void bwd_load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVMValueRef dst);
+void s2_bwd_load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVMValueRef dst);
 /* Field at byte field_off of record e of `size` bytes. */
-LLVMValueRef bwd_field_at(bwd *k, LLVMValueRef entries, LLVMValueRef e, int size, int field_off, LLVMTypeRef ty);
+LLVMValueRef s2_bwd_field_at(bwd *k, LLVMValueRef entries, LLVMValueRef e, int size, int field_off, LLVMTypeRef ty);
 /* List `index` of head h's class: [*begin, *end); *first (if asked) the class's first entry. */
-void bwd_list_bounds_of(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists,
-                        LLVMValueRef index, LLVMValueRef *begin, LLVMValueRef *end, LLVMValueRef *first);
-void bwd_list_bounds(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists, LLVMValueRef index,
-                     LLVMValueRef *begin, LLVMValueRef *end);
+void s2_bwd_list_bounds_of(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists,
+                           LLVMValueRef index, LLVMValueRef *begin, LLVMValueRef *end, LLVMValueRef *first);
+void s2_bwd_list_bounds(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LLVMValueRef lists, LLVMValueRef index,
+                        LLVMValueRef *begin, LLVMValueRef *end);
 /* Entries [begin, end) through an S-stage ring (ring_fns); r0: entries the
  * ring took before (NULL: 0).  Ends with every copy landed and a barrier. */
-void bwd_pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage0, int stage_bytes,
-                  const ring_fns *f, void *user, LLVMValueRef r0);
+void s2_bwd_pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage0, int stage_bytes,
+                     const ring_fns *f, void *user, LLVMValueRef r0);
 /* Element offset b·s0 + h·s2 of a tensor whose strides start at parameter ps. */
-LLVMValueRef bwd_slice(bwd *k, int ps, LLVMValueRef h64);
+LLVMValueRef s2_bwd_slice(bwd *k, int ps, LLVMValueRef h64);
 /* [D/8][4] f32 accumulators (allocas at the top of the entry block), zeroed. */
-void bwd_new_acc(bwd *k, LLVMValueRef acc[][4], const char *name);
+void s2_bwd_new_acc(bwd *k, LLVMValueRef acc[][4], const char *name);
 /* acc·scale to the rows of the tile at pos0 of a 16-bit tensor, rows that exist only. */
-void bwd_store_acc(bwd *k, LLVMValueRef acc[][4], LLVMValueRef scale, LLVMValueRef out, LLVMValueRef sl,
-                   LLVMValueRef rstride, LLVMValueRef pos0, bool query);
+void s2_bwd_store_acc(bwd *k, LLVMValueRef acc[][4], LLVMValueRef scale, LLVMValueRef out, LLVMValueRef sl,
+                      LLVMValueRef rstride, LLVMValueRef pos0, bool query);
 /* scale_log2 · ln 2: the softmax scale. */
-LLVMValueRef bwd_softmax_scale(bwd *k);
+LLVMValueRef s2_bwd_softmax_scale(bwd *k);
 
 /* ---- the kernels (bwd_pre.c, bwd_dq.c, bwd_dqds.c, bwd_dkdv.c) ---- */
 
-void bwd_build_pre(bwd *k);
-void bwd_build_dq(bwd *k);
-void bwd_build_dkdv(bwd *k);
-void bwd_build_dqds(bwd *k);
-void bwd_build_dqds2(bwd *k);
+void s2_bwd_build_pre(bwd *k);
+void s2_bwd_build_dq(bwd *k);
+void s2_bwd_build_dkdv(bwd *k);
+void s2_bwd_build_dqds(bwd *k);
+void s2_bwd_build_dqds2(bwd *k);
 /* The dQ kernel's ring callbacks (NAME_dq, NAME_dqds). */
-void bwd_dq_prep(bwd *k, LLVMValueRef e, prep_vals *out, void *user);
-void bwd_dq_take(bwd *k, const prep_vals *in, void *user);
+void s2_bwd_dq_prep(bwd *k, LLVMValueRef e, prep_vals *out, void *user);
+void s2_bwd_dq_take(bwd *k, const prep_vals *in, void *user);
 /* The (first) query tile of a dQ CTA (pair: NAME_dqds2's two): its head
  * (returned), tile, K/V slices, forward list and, if asked, the class's
  * first entry and the tile's index. */
-LLVMValueRef bwd_dq_cta(bwd *k, dq_state *ds, bool pair, LLVMValueRef *begin, LLVMValueRef *end,
-                        LLVMValueRef *first, LLVMValueRef *rel_out);
+LLVMValueRef s2_bwd_dq_cta(bwd *k, dq_state *ds, bool pair, LLVMValueRef *begin, LLVMValueRef *end,
+                           LLVMValueRef *first, LLVMValueRef *rel_out);
 
 #endif

@@ -42,7 +42,7 @@ static LLVMValueRef load_f32_or_zero(bwd *k, LLVMValueRef ptr, LLVMValueRef idx)
 
 /* Grid (cdiv(q_len, threads / (D/8)), H, B): D/8 lanes per row, one 16-byte
  * chunk each, summed with butterflies inside the lane group. */
-void bwd_build_pre(bwd *k)
+void s2_bwd_build_pre(bwd *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -55,8 +55,8 @@ void bwd_build_pre(bwd *k)
     LLVMValueRef ic = sext64(k, LLVMBuildSelect(b, valid, i, c32(k, 0), ""));
     LLVMValueRef cofs = LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), cg->t_i64, "");
     LLVMValueRef o[8], d[8];
-    load8(k, param(k, P_O), add(k, add(k, bwd_slice(k, P_OS, h64), mul(k, ic, param(k, P_OS + 1))), cofs), o);
-    load8(k, param(k, P_DO), add(k, add(k, bwd_slice(k, P_DOS, h64), mul(k, ic, param(k, P_DOS + 1))), cofs), d);
+    load8(k, param(k, P_O), add(k, add(k, s2_bwd_slice(k, P_OS, h64), mul(k, ic, param(k, P_OS + 1))), cofs), o);
+    load8(k, param(k, P_DO), add(k, add(k, s2_bwd_slice(k, P_DOS, h64), mul(k, ic, param(k, P_DOS + 1))), cofs), d);
     LLVMValueRef dot = cf(k, 0.0);
     for (int j = 0; j < 8; j++)
         dot = s2_nv_fma(cg, o[j], d[j], dot);

@@ -87,7 +87,7 @@ static void pack_a(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef (*a)[4]
     }
 }
 
-/* bwd_probs_and_ds in two halves, so that P can be made before dP lands:
+/* s2_bwd_probs_and_ds in two halves, so that P can be made before dP lands:
  * P = exp2(S·scale_log2 - lse2), then dS = P ∘ (dP - delta). */
 static void probs(bwd *k, LLVMValueRef sc[][4], int ntiles, stat_fn stat, void *user)
 {
@@ -124,10 +124,16 @@ static void acc_store(bwd *k, LLVMValueRef (*slots)[4], const LLVMValueRef *acc)
             LLVMBuildStore(k->b, acc[4 * dn + i], slots[dn][i]);
 }
 
-void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
+/* The dS tile of a transposed entry (C layout, packed as wgmma A registers
+ * da[4][4]) to workspace slot `slot` (when ks->ds_on), through shared memory;
+ * bwd_ds_slot loads the slot of transposed record e (0 when off). */
+static LLVMValueRef bwd_ds_slot(bwd *k, const kv_state *ks, LLVMValueRef e);
+static void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef slot, LLVMValueRef (*da)[4]);
+
+void s2_bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     kv_state *ks = user;
-    e = bwd_kv_entry(k, ks, e);
+    e = s2_bwd_kv_entry(k, ks, e);
     s2_cg *cg = k->cg;
     const bwd_shape *s = &k->s;
     /* the dS slot first: its load is in flight under the products */
@@ -136,27 +142,27 @@ void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     LLVMValueRef qt = soff, dot = add(k, soff, c32(k, BM * s->row_bytes));
     ks->stats = add(k, soff, c32(k, s->kv_lse_off));
     ks->chunk0 = 0;
-    LLVMValueRef flags = bwd_entry_field(k, ks->entries, e, 4, cg->t_i32);
-    LLVMValueRef live = bwd_entry_field(k, ks->entries, e, 8, cg->t_i64);
-    LLVMValueRef qpos0 = mul(k, bwd_entry_field(k, ks->entries, e, 0, cg->t_i32), c32(k, BM));
+    LLVMValueRef flags = s2_bwd_entry_field(k, ks->entries, e, 4, cg->t_i32);
+    LLVMValueRef live = s2_bwd_entry_field(k, ks->entries, e, 8, cg->t_i64);
+    LLVMValueRef qpos0 = mul(k, s2_bwd_entry_field(k, ks->entries, e, 0, cg->t_i32), c32(k, BM));
 
     LLVMValueRef sacc[MAX_COLS / 2], dacc[MAX_COLS / 2], sc[MAX_COLS / 8][4], dp[MAX_COLS / 8][4];
     if (s->tma) {
         /* the stage's Q and dO (TMA): phase (ring position / stages) & 1 */
         LLVMValueRef par = s2_kb_ring_parity(&k->kb, k->ring_pos, s->stages, "phase");
-        s2_nv_mbar_wait(cg, bwd_kv_bar(k, soff), par);
+        s2_nv_mbar_wait(cg, s2_bwd_kv_bar(k, soff), par);
     }
     issue_abt(k, c32(k, s->kv_k_off), qt, BM, sacc);
     issue_abt(k, c32(k, s->kv_v_off), dot, BM, dacc);
     /* the ring's refill (Q, dO and the stats of a later entry) under S and dP */
-    bwd_ring_refill(k);
+    s2_bwd_ring_refill(k);
     s2_nv_wgmma_wait(cg, 1, sacc, BM / 2);
     acc_to_tiles(sacc, NT, sc);
     mask_geom mg = {true, s->t_sub_n_log2, s->t_sub_m_size, s->t_sub_n};
-    bwd_apply_mask(k, &mg, sc, NT, 0, flags, live, ks->kpos0, qpos0, NULL);
+    s2_bwd_apply_mask(k, &mg, sc, NT, 0, flags, live, ks->kpos0, qpos0, NULL);
     /* Pᵀ only needs Sᵀ: dV += Pᵀ·dO goes to the tensor cores while dSᵀ is
      * computed from dPᵀ (waited for under it: 1 group pending = dV) */
-    probs(k, sc, NT, bwd_kv_stat, ks);
+    probs(k, sc, NT, s2_bwd_kv_stat, ks);
     LLVMValueRef pa[MAX_COLS / 16][4], da[MAX_COLS / 16][4];
     pack_a(k, sc, NT, pa);
     LLVMValueRef dv[MAX_D / 2], dk[MAX_D / 2];
@@ -164,7 +170,7 @@ void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     issue_xy(k, pa, dot, BM, dv);
     s2_nv_wgmma_wait(cg, 1, dacc, BM / 2);
     acc_to_tiles(dacc, NT, dp);
-    dsoft(k, sc, dp, NT, bwd_kv_stat, ks);
+    dsoft(k, sc, dp, NT, s2_bwd_kv_stat, ks);
     pack_a(k, dp, NT, da);
     acc_load(k, ks->dk, dk);
     issue_xy(k, da, qt, BM, dk);
@@ -176,7 +182,7 @@ void bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     acc_store(k, ks->dk, dk);
 }
 
-void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
+void s2_bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     dq_state *ds = user;
     s2_cg *cg = k->cg;
@@ -190,13 +196,13 @@ void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     acc_to_tiles(sacc, NT, sc);
     mask_geom mg = {false, s->f_sub_m_log2, s->f_sub_n_size, s->f_sub_n};
     LLVMValueRef flags, live;
-    bwd_dq_entry(k, ds, e, &flags, &live);
-    bwd_apply_mask(k, &mg, sc, NT, 0, flags, live, ds->tile_pos0, ds->kpos0, s->gather > 1 ? ds->slot : NULL);
+    s2_bwd_dq_entry(k, ds, e, &flags, &live);
+    s2_bwd_apply_mask(k, &mg, sc, NT, 0, flags, live, ds->tile_pos0, ds->kpos0, s->gather > 1 ? ds->slot : NULL);
     /* P from S while dP is still on the tensor cores */
-    probs(k, sc, NT, bwd_dq_stat, ds);
+    probs(k, sc, NT, s2_bwd_dq_stat, ds);
     s2_nv_wgmma_wait(cg, 0, dacc, BN / 2);
     acc_to_tiles(dacc, NT, dp);
-    dsoft(k, sc, dp, NT, bwd_dq_stat, ds);
+    dsoft(k, sc, dp, NT, s2_bwd_dq_stat, ds);
     LLVMValueRef da[MAX_COLS / 16][4];
     pack_a(k, dp, NT, da);
     LLVMValueRef acc[MAX_D / 2];
@@ -206,7 +212,7 @@ void bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     acc_store(k, ds->acc, acc);
 }
 
-LLVMValueRef bwd_ds_slot(bwd *k, const kv_state *ks, LLVMValueRef e)
+static LLVMValueRef bwd_ds_slot(bwd *k, const kv_state *ks, LLVMValueRef e)
 {
     LLVMBuilderRef b = k->b;
     /* without ds the map is null: read the entries array instead (valid, ignored) */
@@ -225,7 +231,7 @@ LLVMValueRef bwd_ds_slot(bwd *k, const kv_state *ks, LLVMValueRef e)
  * to the slot in 16-byte pieces.  Called under the dK product; the
  * pipeline's barrier at the next entry orders the reads before the next
  * tile's writes. */
-void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef slot, LLVMValueRef (*da)[4])
+static void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef slot, LLVMValueRef (*da)[4])
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -258,7 +264,7 @@ void bwd_ds_store(bwd *k, const kv_state *ks, LLVMValueRef slot, LLVMValueRef (*
 /* NAME_dqds: dQ += dS·K, dS the stage's tile after K (A, K-major over the
  * 64 keys), K N-major (the head dim is N); NAME_dqds2: this warpgroup's dS
  * tile, a_shift further. */
-void bwd_wg_dqds_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
+void s2_bwd_wg_dqds_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
 {
     (void)e;
     dq_state *ds = user;

@@ -479,10 +479,10 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
     main_loop(&k, entry_bb);
     s2_nv_cp_async_wait(cg, 0);
     s2_nv_barrier_cta(cg);
-    dec_spill_warp_state(&k);
+    s2_dec_spill_warp_state(&k);
     s2_nv_barrier_cta(cg);
-    dec_merge_and_store(&k);
-    dec_last_cta_combine(&k);
+    s2_dec_merge_and_store(&k);
+    s2_dec_last_cta_combine(&k);
     LLVMBuildRetVoid(k.b);
     return S2_OK;
 }

@@ -45,12 +45,12 @@ static inline void row_token_head(dec *k, LLVMValueRef r, LLVMValueRef *t, LLVMV
 }
 
 /* Each warp's (m·scale_log2, l) and unnormalised O to shared memory. */
-void dec_spill_warp_state(dec *k);
+void s2_dec_spill_warp_state(dec *k);
 /* The warps' states merged, one row per thread group: O and LSE stored
  * (one split), or this split's partial to the workspace. */
-void dec_merge_and_store(dec *k);
+void s2_dec_merge_and_store(dec *k);
 /* With several splits: the last CTA of a (sequence, kv head) merges them. */
-void dec_last_cta_combine(dec *k);
+void s2_dec_last_cta_combine(dec *k);
 
 /* ---- the combine kernel (combine.c) ---- */
 

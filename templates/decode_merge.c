@@ -12,7 +12,7 @@ static LLVMValueRef smem_f32(dec *k, LLVMValueRef byte_off)
 
 /* Each warp's (m·scale_log2, l) and unnormalised O go to shared memory;
  * then thread groups of threads/16 merge one row each. */
-void dec_spill_warp_state(dec *k)
+void s2_dec_spill_warp_state(dec *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -54,7 +54,7 @@ static void store_global_f32(dec *k, LLVMValueRef base, LLVMValueRef idx, LLVMVa
     LLVMSetAlignment(LLVMBuildStore(k->b, v, p), 4);
 }
 
-void dec_merge_and_store(dec *k)
+void s2_dec_merge_and_store(dec *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -157,7 +157,7 @@ static LLVMValueRef load_volatile_f32(dec *k, LLVMValueRef base, LLVMValueRef id
  * (fence, barrier, one atomic); the last one merges the splits' partials of
  * its 16 rows into o / lse and puts the counter back to 0 for the next
  * launch.  Same row / column split as merge_and_store. */
-void dec_last_cta_combine(dec *k)
+void s2_dec_last_cta_combine(dec *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;

@@ -42,7 +42,7 @@ static LLVMValueRef entry_ptr(sm90 *k, LLVMValueRef e, int field_off)
     return LLVMBuildInBoundsGEP2(k->b, i8, k->entries, &off, 1, "");
 }
 
-LLVMValueRef sm90_entry_field(sm90 *k, LLVMValueRef e, int field_off, LLVMTypeRef ty)
+LLVMValueRef s2_sm90_entry_field(sm90 *k, LLVMValueRef e, int field_off, LLVMTypeRef ty)
 {
     LLVMValueRef v = LLVMBuildLoad2(k->b, ty, entry_ptr(k, e, field_off), "");
     LLVMSetAlignment(v, ty == k->cg->t_i64 ? 8 : 4);
@@ -60,7 +60,7 @@ static LLVMValueRef entry_field_if(sm90 *k, LLVMValueRef e, LLVMValueRef ok, int
 }
 
 /* The words of entry e when ok (as entry_field_if); decoded by entry_from_words. */
-void sm90_entry_words_if(sm90 *k, LLVMValueRef e, LLVMValueRef ok, LLVMValueRef *w)
+void s2_sm90_entry_words_if(sm90 *k, LLVMValueRef e, LLVMValueRef ok, LLVMValueRef *w)
 {
     for (int j = 0; j < entry_words(&k->s); j++)
         w[j] = entry_field_if(k, e, ok, 4 * j);
@@ -145,7 +145,7 @@ static void slot_store(sm90 *k, int word, LLVMValueRef v)
     LLVMSetAlignment(st, 4);
 }
 
-LLVMValueRef sm90_slot_load(sm90 *k, int word)
+LLVMValueRef s2_sm90_slot_load(sm90 *k, int word)
 {
     LLVMValueRef v = LLVMBuildLoad2(k->b, k->cg->t_i32, slot_ptr(k, word), "slot_v");
     LLVMSetVolatile(v, 1);
@@ -154,7 +154,7 @@ LLVMValueRef sm90_slot_load(sm90 *k, int word)
 }
 
 
-void sm90_work_begin(sm90 *k, work_loop *w, const char *name, LLVMValueRef start, bool consumer)
+void s2_sm90_work_begin(sm90 *k, work_loop *w, const char *name, LLVMValueRef start, bool consumer)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -175,12 +175,12 @@ void sm90_work_begin(sm90 *k, work_loop *w, const char *name, LLVMValueRef start
     LLVMValueRef nw = param(k, P_NWORK);
     LLVMValueRef item, given[2];
     if (consumer) {
-        item = sm90_slot_load(k, SLOT_ITEM);
-        given[0] = sm90_slot_load(k, SLOT_BEGIN);
-        given[1] = sm90_slot_load(k, SLOT_END);
+        item = s2_sm90_slot_load(k, SLOT_ITEM);
+        given[0] = s2_sm90_slot_load(k, SLOT_BEGIN);
+        given[1] = s2_sm90_slot_load(k, SLOT_END);
         for (int e = 0; e < k->s.n_first; e++)
             for (int j = 0; j < entry_words(&k->s); j++)
-                k->first[e][j] = sm90_slot_load(k, SLOT_ENTRY + e * entry_words(&k->s) + j);
+                k->first[e][j] = s2_sm90_slot_load(k, SLOT_ENTRY + e * entry_words(&k->s) + j);
     } else {
         item = s2_kb_load_i32(&k->kb, param(k, P_WORK), LLVMBuildZExt(b, LLVMBuildURem(b, wi, nw, ""), cg->t_i64, ""), "item");
     }
@@ -192,7 +192,7 @@ void sm90_work_begin(sm90 *k, work_loop *w, const char *name, LLVMValueRef start
     k->nitem = w->loop.carried[1];
 }
 
-void sm90_work_end(sm90 *k, work_loop *w, LLVMValueRef w_next)
+void s2_sm90_work_end(sm90 *k, work_loop *w, LLVMValueRef w_next)
 {
     if (!k->s.persistent)
         return;
@@ -266,7 +266,7 @@ static void producer(sm90 *k)
     for (int m = P_TMAP_Q; m <= P_TMAP_V; m++)
         s2_nv_prefetch_tensormap(cg, param(k, m));
     work_loop wl;
-    sm90_work_begin(k, &wl, "work_p", s->persistent ? s2_nv_ctaid(cg, 'x') : NULL, false);
+    s2_sm90_work_begin(k, &wl, "work_p", s->persistent ? s2_nv_ctaid(cg, 'x') : NULL, false);
     LLVMValueRef fetched = NULL, words[2][6];
     if (s->persistent) {
         /* the previous item's Q (and the hand-off word) must be consumed
@@ -281,7 +281,7 @@ static void producer(sm90 *k)
          * the producer's 32 registers spill) */
         for (int e = 0; e < s->n_first; e++) {
             LLVMValueRef en = addc(k, k->begin, e);
-            sm90_entry_words_if(k, en, LLVMBuildICmp(b, LLVMIntSLT, en, k->end, ""), words[e]);
+            s2_sm90_entry_words_if(k, en, LLVMBuildICmp(b, LLVMIntSLT, en, k->end, ""), words[e]);
         }
         slot_store(k, SLOT_W, wl.loop.iv);
         slot_store(k, SLOT_ITEM, k->item);
@@ -325,7 +325,7 @@ static void producer(sm90 *k)
     for (int j = 0; j < nslot; j++) {
         /* (plain: the global load completes while the thread waits for the
          * stage; the wait is an asm with a memory clobber, so it stays above) */
-        LLVMValueRef blk = ahead ? loop.carried[j] : sm90_entry_field(k, loop.iv, 4 * j, cg->t_i32);
+        LLVMValueRef blk = ahead ? loop.carried[j] : s2_sm90_entry_field(k, loop.iv, 4 * j, cg->t_i32);
         if (ahead)
             blk_next[j] = entry_field_if(k, en, has_next, 4 * j);
         row0s[j] = add(k, LLVMBuildMul(b, blk, c32(k, slot_rows), "kpos0"), k->k_row0);
@@ -343,7 +343,7 @@ static void producer(sm90 *k)
     }
     s2_nv_loop_end(cg, &loop, ahead ? blk_next : NULL);
     if (s->persistent) {
-        sm90_work_end(k, &wl, add(k, grid_x(k), fetched));
+        s2_sm90_work_end(k, &wl, add(k, grid_x(k), fetched));
         /* no more items: once the last item's Q is consumed, hand the
          * consumers the end (a plain arrival completes the Q barrier's
          * phase); the CTA that fetches last resets the counters for the
@@ -496,6 +496,6 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
     LLVMPositionBuilderAtEnd(k.b, prod_bb);
     producer(&k);
     LLVMPositionBuilderAtEnd(k.b, cons_bb);
-    sm90_consumer(&k, entry_bb);
+    s2_sm90_consumer(&k, entry_bb);
     return S2_OK;
 }

@@ -133,10 +133,10 @@ static void load_entry(sm90 *k, LLVMValueRef e, entry_vals *ev)
 {
     s2_cg *cg = k->cg;
     bool gat = k->s.gather > 1;
-    ev->flags = sm90_entry_field(k, e, gat ? 16 : 4, cg->t_i32);
-    ev->live = gat ? LLVMBuildZExt(k->b, sm90_entry_field(k, e, 20, cg->t_i32), cg->t_i64, "") : sm90_entry_field(k, e, 8, cg->t_i64);
+    ev->flags = s2_sm90_entry_field(k, e, gat ? 16 : 4, cg->t_i32);
+    ev->live = gat ? LLVMBuildZExt(k->b, s2_sm90_entry_field(k, e, 20, cg->t_i32), cg->t_i64, "") : s2_sm90_entry_field(k, e, 8, cg->t_i64);
     for (int j = 0; j < (gat ? k->s.gather : 1); j++)
-        ev->blk[j] = sm90_entry_field(k, e, gat ? 4 * j : 0, cg->t_i32);
+        ev->blk[j] = s2_sm90_entry_field(k, e, gat ? 4 * j : 0, cg->t_i32);
 }
 
 /* An entry's fields from its words (the persistent consumer's first
@@ -409,7 +409,7 @@ static void consumer_loop(sm90 *k)
         LLVMValueRef w1[6], *src = k->first[1];
         if (!s->persistent) {
             LLVMValueRef e1 = add(k, k->begin, c32(k, 1));
-            sm90_entry_words_if(k, e1, LLVMBuildICmp(b, LLVMIntSLT, e1, k->end, ""), w1);
+            s2_sm90_entry_words_if(k, e1, LLVMBuildICmp(b, LLVMIntSLT, e1, k->end, ""), w1);
             src = w1;
         }
         entry_from_words(k, src, &ev1);
@@ -565,7 +565,7 @@ static void epilogue(sm90 *k)
     }
 }
 
-void sm90_consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
+void s2_sm90_consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -591,9 +591,9 @@ void sm90_consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
     if (k->s.persistent) {
         /* the first item: the producer's hand-off, published with Q */
         s2_nv_mbar_wait(cg, q_bar(k), c32(k, 0));
-        w0 = sm90_slot_load(k, SLOT_W);
+        w0 = s2_sm90_slot_load(k, SLOT_W);
     }
-    sm90_work_begin(k, &wl, "work_c", w0, true);
+    s2_sm90_work_begin(k, &wl, "work_c", w0, true);
     k->obase = add(k, LLVMBuildMul(b, LLVMBuildZExt(b, k->bidx32, cg->t_i64, ""), param(k, P_OS), ""),
                    LLVMBuildMul(b, k->head, param(k, P_OS + 2), ""));
     k->obase = add(k, k->obase, LLVMBuildMul(b, sext64(k, k->q_row0), param(k, P_OS + 1), ""));
@@ -615,8 +615,8 @@ void sm90_consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
     LLVMValueRef w_next = NULL;
     if (k->s.persistent) {
         s2_nv_mbar_wait(cg, q_bar(k), LLVMBuildAnd(b, add(k, k->nitem, c32(k, 1)), c32(k, 1), ""));
-        w_next = sm90_slot_load(k, SLOT_W);
+        w_next = s2_sm90_slot_load(k, SLOT_W);
     }
-    sm90_work_end(k, &wl, w_next);
+    s2_sm90_work_end(k, &wl, w_next);
     LLVMBuildRetVoid(b);
 }

@@ -92,15 +92,15 @@ typedef struct work_loop {
 } work_loop;
 
 /* The i32 / i64 field at byte field_off of entry e of the list. */
-LLVMValueRef sm90_entry_field(sm90 *k, LLVMValueRef e, int field_off, LLVMTypeRef ty);
+LLVMValueRef s2_sm90_entry_field(sm90 *k, LLVMValueRef e, int field_off, LLVMTypeRef ty);
 /* The words of entry e when ok, else reads of a valid address (ignored). */
-void sm90_entry_words_if(sm90 *k, LLVMValueRef e, LLVMValueRef ok, LLVMValueRef *w);
+void s2_sm90_entry_words_if(sm90 *k, LLVMValueRef e, LLVMValueRef ok, LLVMValueRef *w);
 /* Word `word` of the persistent hand-off slot (volatile). */
-LLVMValueRef sm90_slot_load(sm90 *k, int word);
+LLVMValueRef s2_sm90_slot_load(sm90 *k, int word);
 /* The CTA's work loop (one item on the plain grid) and its end, w_next the next item. */
-void sm90_work_begin(sm90 *k, work_loop *w, const char *name, LLVMValueRef start, bool consumer);
-void sm90_work_end(sm90 *k, work_loop *w, LLVMValueRef w_next);
+void s2_sm90_work_begin(sm90 *k, work_loop *w, const char *name, LLVMValueRef start, bool consumer);
+void s2_sm90_work_end(sm90 *k, work_loop *w, LLVMValueRef w_next);
 /* The consumer warpgroups' part of the kernel (fwd_sm90_consumer.c). */
-void sm90_consumer(sm90 *k, LLVMBasicBlockRef entry_bb);
+void s2_sm90_consumer(sm90 *k, LLVMBasicBlockRef entry_bb);
 
 #endif

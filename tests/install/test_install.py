@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Install into a temporary DESTDIR and use what was installed as a user would:
 the headers, both shared libraries (exports equal to the public headers'
-declarations, soname versions), the pkg-config files (a C program built and run
-with pkg-config only: the .pc files are relocatable) and the CMake package (the same program
-through find_package(s2c) and s2c::s2c).
+declarations, soname versions, RUNPATHs), the pkg-config files (a C program built and run
+with pkg-config only: the .pc files are relocatable), the CMake package (the same program
+through find_package(s2c) and s2c::s2c), libs2c loaded by its absolute path with ctypes,
+the documentation and the man page.  Nothing runs with LD_LIBRARY_PATH.
 
   test_install.py BUILD_DIR SOURCE_DIR
 """
@@ -60,6 +61,39 @@ def run(cmd, **kw):
     return r.stdout
 
 
+def runpath(elf):
+    """The DT_RUNPATH of an ELF file ("" when it has none)."""
+    for line in run(["readelf", "-d", str(elf)]).splitlines():
+        if "(RUNPATH)" in line:
+            return line[line.index("[") + 1:line.rindex("]")]
+    return ""
+
+
+VERSIONS_CMAKE = """cmake_minimum_required(VERSION 3.19)
+project(s2c_versions C)
+foreach(req IN LISTS REQUESTS)
+  find_package(s2c ${req} QUIET)
+  message(STATUS "request ${req}: ${s2c_FOUND}")
+  unset(s2c_FOUND)
+endforeach()
+"""
+
+
+def version_requests(version):
+    """find_package requests around the installed MAJOR.MINOR.PATCH and
+    whether each is met: a single version of the same major and, under 1.0,
+    minor, not newer; a range when the release lies in it."""
+    ma, mi, pa = (int(x) for x in version.split(".")[:3])
+    cases = {f"{ma}.{mi}": True, f"{ma}.{mi}.{pa}": True, f"{ma}.{mi}.{pa + 1}": False,
+             f"{ma}.{mi + 1}": False, f"{ma + 1}.0": False,
+             f"{ma}.{mi}...{ma}.{mi + 1}": True, f"{ma}.{mi}...<{ma}.{mi + 1}": True,
+             f"{ma}.{mi + 1}...{ma}.{mi + 2}": False, f"{ma}.{mi}.{pa + 1}...{ma}.{mi + 1}": False}
+    if mi > 0:
+        cases.update({f"{ma}.{mi - 1}...{ma}.{mi + 1}": True, f"{ma}.{mi - 1}...<{ma}.{mi}": False,
+                      f"{ma}.{mi - 1}": ma != 0})
+    return cases
+
+
 def one(root, pattern):
     found = sorted(root.rglob(pattern))
     if len(found) != 1:
@@ -106,15 +140,37 @@ def main():
         if "libLLVM" in run(["objdump", "-p", str(libs["s2rt"])]):
             failures.append("libs2rt needs LLVM")
         libdir = libs["s2rt"].parent
+        for doc in ("share/doc/s2c/README.md", "share/doc/s2c/LICENSE", "share/doc/s2c/CHANGELOG.md",
+                    "share/man/man1/s2c.1"):
+            if not (prefix / doc).is_file():
+                failures.append(f"{doc} is not installed")
+        # libs2c finds libs2rt beside it; s2c finds the libraries from bin/
+        if runpath(libs["s2c"]) != "$ORIGIN":
+            failures.append(f"libs2c: RUNPATH is {runpath(libs['s2c'])!r}, expected '$ORIGIN'")
+        s2c_exe = prefix / "bin" / "s2c"
+        exe_rp = runpath(s2c_exe)
+        if not exe_rp.startswith("$ORIGIN/") or \
+                Path(exe_rp.replace("$ORIGIN", str(s2c_exe.parent), 1)).resolve() != libdir.resolve():
+            failures.append(f"bin/s2c: RUNPATH is {exe_rp!r}, expected $ORIGIN/.. to {libdir.relative_to(prefix)}")
         pcdir = one(dest, "s2c.pc").parent
-        env = dict(os.environ, PKG_CONFIG_PATH=str(pcdir), LD_LIBRARY_PATH=str(libdir))
+        env = {k: v for k, v in os.environ.items() if k != "LD_LIBRARY_PATH"}
+        env["PKG_CONFIG_PATH"] = str(pcdir)
+        r = subprocess.run([sys.executable, str(src / "examples" / "installed" / "ctypes" / "s2c_ctypes.py"),
+                            str(libdir), run(["pkg-config", "--modversion", "s2c"], env=env).strip()],
+                           capture_output=True, text=True, env=env)
+        print(r.stdout.strip())
+        if r.returncode != 0:
+            failures.append(f"libs2c by its path with ctypes: exit {r.returncode} {r.stderr.strip()}")
         app = Path(tmp) / "app.c"
         app.write_text(PROGRAM)
         flags = run(["pkg-config", "--cflags", "--libs", "s2c"], env=env).split()
         if any(str(src) in f or str(build) in f for f in flags):
             failures.append(f"pkg-config flags point into the source or build tree: {flags}")
         exe = Path(tmp) / "app"
-        run([os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Werror", str(app), "-o", str(exe)] + flags, env=env)
+        # pkg-config adds no rpath: a program outside the system's directories names the libdir
+        rpath = "-Wl,-rpath," + run(["pkg-config", "--variable=libdir", "s2c"], env=env).strip()
+        run([os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Werror", str(app), "-o", str(exe), rpath] + flags,
+            env=env)
         out = run([str(exe)], env=env).split()
         if out[0] != out[1] or out[2] != "1":
             failures.append(f"pkg-config program printed {out}")
@@ -130,6 +186,15 @@ def main():
             if out2 != out:
                 failures.append(f"CMake program printed {out2}, pkg-config one {out}")
             print(f"CMake program: {' '.join(out2)}")
+            cases = version_requests(out[0])
+            (proj / "v").mkdir()
+            (proj / "v" / "CMakeLists.txt").write_text(VERSIONS_CMAKE)
+            log = run(["cmake", "-S", str(proj / "v"), "-B", str(proj / "vb"), f"-DCMAKE_PREFIX_PATH={prefix}",
+                       "-DREQUESTS=" + ";".join(cases)])
+            wrong = [f"find_package(s2c {req}) with {out[0]} installed: expected {'found' if met else 'refused'}"
+                     for req, met in cases.items() if f"-- request {req}: {1 if met else 0}\n" not in log]
+            failures += wrong
+            print(f"CMake version requests: {len(cases) - len(wrong)} of {len(cases)} met or refused as expected")
         else:
             print("cmake not found: the CMake package was not tried")
     for f in failures:
