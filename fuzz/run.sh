@@ -50,7 +50,7 @@ pattern)
         -lyaml -o "$out/fuzz_pattern" ;;
 elf)
     $cc $flags -I"$root/include" -I"$c" -I"$root/abi" \
-        "$here/fuzz_elf.c" "$c"/elf.c "$root"/abi/manifest_parse.c "$root"/abi/abi.c "$root"/abi/arch.c \
+        "$here/fuzz_elf.c" "$c"/elf.c "$root"/abi/manifest_parse.c "$root"/abi/manifest_pattern.c "$root"/abi/abi.c "$root"/abi/arch.c \
         "$c"/ctx.c "$c"/arena.c "$c"/file.c -o "$out/fuzz_elf" ;;
 manifest)
     # the fake driver is not instrumented: it is the device, not the code under test
