@@ -4,7 +4,8 @@
  * a one-line message; the values at the bounds are read back exactly and lay
  * out; unknown keys at every level, repeated names, counts used as indices
  * (a rule's head == heads, a mask index == the masks) and a kv_heads that
- * does not divide heads are refused with their message. */
+ * does not divide heads are refused with their message; s2_pattern_from_args
+ * holds the same bounds. */
 #include "manifest_internal.h"
 #include "s2c/layout.h"
 #include "s2c/manifest.h"
@@ -338,6 +339,42 @@ START_TEST(repeated_names_refused)
 }
 END_TEST
 
+/* s2_pattern_from_args holds the same bounds, so that what it builds is what a manifest may hold. */
+START_TEST(pattern_from_args_bounded_alike)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    for (int field = 0; field < 5; field++) {
+        for (int over = 0; over < 2; over++) {
+            s2_local_stride_args a;
+            s2_local_stride_args_default(&a);
+            a.num_heads = 4;
+            int v = S2_PATTERN_MAX_COUNT + over;
+            int *f[] = {&a.local_blocks, &a.vert_stride, &a.head_sliding_step, &a.head_sliding_offset,
+                        &a.local_right};
+            a.causal = field != 4;
+            *f[field] = v;
+            s2_pattern_set *set = NULL;
+            s2_status st = s2_pattern_from_args(ctx, &a, &set);
+            ck_assert_msg(st == (over ? S2_ERR_INVALID : S2_OK), "field %d = %d: %s", field, v, s2_ctx_message(ctx));
+            if (!over) {
+                const s2_pattern *p = s2_pattern_set_get(set, 0);
+                int64_t shift = p->rules[3].shift;
+                ck_assert_int_le(shift, S2_PATTERN_MAX_SHIFT);
+                ck_assert_int_ge(shift, 0);
+            }
+            s2_pattern_set_free(set);
+        }
+    }
+    s2_local_stride_args a;
+    s2_local_stride_args_default(&a);
+    a.head_sliding_offset = -1;
+    s2_pattern_set *set = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_ERR_INVALID);
+    ck_assert_ptr_null(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("manifest_parse");
@@ -350,6 +387,7 @@ int main(void)
     tcase_add_test(tc, kv_heads_message_names_both);
     tcase_add_test(tc, unknown_keys_refused_at_every_level);
     tcase_add_test(tc, repeated_names_refused);
+    tcase_add_test(tc, pattern_from_args_bounded_alike);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
