@@ -78,8 +78,8 @@ START_TEST(corpus_replays)
     int files = 0, accepted = 0;
     snprintf(dir, sizeof dir, "%s/corpus-manifest", fuzz_dir);
     replay_dir(dev, dir, true, &files, &accepted);
-    /* 35 manifests of stock-pattern cubins and 33 edge cases, at least */
-    ck_assert_msg(files >= 68, "only %d corpus files under %s", files, dir);
+    /* 35 manifests of stock-pattern cubins and 144 edge cases, at least */
+    ck_assert_msg(files >= 179, "only %d corpus files under %s", files, dir);
     ck_assert_msg(accepted >= 35, "only %d of %d accepted", accepted, files);
     snprintf(dir, sizeof dir, "%s/crashers-manifest", fuzz_dir);
     replay_dir(dev, dir, false, &files, &accepted);
@@ -88,11 +88,12 @@ START_TEST(corpus_replays)
 END_TEST
 
 /* The edge cases the pipeline accepts, by name: the fuzzer's seeds that must
- * keep parsing and loading (a mask pattern, a backward entry). */
+ * keep parsing and loading (a mask pattern, a backward entry, every pattern
+ * value at its bound). */
 START_TEST(edge_cases_accepted)
 {
     static const char *ok_files[] = {"edge-minimal-ok", "edge-mask-ok", "edge-bwd-kernel", "edge-max-seq-len-small",
-                                     "edge-many-ranges"};
+                                     "edge-many-ranges", "edge-at-bounds-ok"};
     s2_device *dev = open_fake();
     for (size_t i = 0; i < sizeof ok_files / sizeof ok_files[0]; i++) {
         char path[4096];
