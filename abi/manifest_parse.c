@@ -44,6 +44,14 @@ s2_status s2_mf_fail(s2_mf_parser *ps, const char *fmt, ...)
 
 s2_status s2_mf_nomem(s2_mf_parser *ps) { return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory"); }
 
+void *s2_mf_grow(s2_arena *a, const void *old, size_t n_old, size_t n_new, size_t elem)
+{
+    void *p = s2_arena_array(a, n_new, elem);
+    if (p && n_old)
+        memcpy(p, old, n_old * elem);
+    return p;
+}
+
 bool s2_mf_name_ok(const char *s)
 {
     size_t n = strlen(s);
@@ -59,11 +67,9 @@ bool s2_mf_names_add(s2_mf_parser *ps, s2_mf_names *list, const char *name, cons
 {
     if (list->n == list->cap) {
         int cap = list->cap ? 2 * list->cap : 8;
-        s2_mf_named *v = s2_arena_array(&ps->m->arena, (size_t)cap, sizeof *v);
+        s2_mf_named *v = s2_mf_grow(&ps->m->arena, list->v, (size_t)list->n, (size_t)cap, sizeof *v);
         if (!v)
             return false;
-        if (list->n)
-            memcpy(v, list->v, (size_t)list->n * sizeof *v);
         list->v = v;
         list->cap = cap;
     }
@@ -98,14 +104,6 @@ const s2_mf_named *s2_mf_first_repeat(s2_mf_names *list, const s2_mf_named **fir
 }
 
 /* ---- the records of the top level and of kernel entries ------------------------- */
-
-static void *grow(s2_arena *a, void *old, size_t n_old, size_t n_new, size_t elem)
-{
-    void *p = s2_arena_array(a, n_new, elem);
-    if (p && n_old)
-        memcpy(p, old, n_old * elem);
-    return p;
-}
 
 /* "requires MAJOR.MINOR": refused when above this runtime's release. */
 static s2_status read_requires(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
@@ -150,7 +148,7 @@ static s2_status read_kernel(s2_mf_parser *ps, const s2_mf_record *rec, const s2
         return s2_mf_fail(ps, "bad kernel name (1 to 255 printable ASCII bytes): %s", s2_mf_show(b, name));
     if (m->num_kernels == m->cap_kernels) {
         int cap = m->cap_kernels ? 2 * m->cap_kernels : 4;
-        m->kernels = grow(&m->arena, m->kernels, (size_t)m->num_kernels, (size_t)cap, sizeof *m->kernels);
+        m->kernels = s2_mf_grow(&m->arena, m->kernels, (size_t)m->num_kernels, (size_t)cap, sizeof *m->kernels);
         if (!m->kernels)
             return s2_mf_nomem(ps);
         m->cap_kernels = cap;

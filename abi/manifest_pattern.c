@@ -38,16 +38,11 @@ s2_status s2_mf_new_pattern(s2_mf_parser *ps, const s2_mf_record *rec, const s2_
         return s2_mf_fail(ps, "bad pattern name (1 to 255 printable ASCII bytes): %s", s2_mf_show(b, name));
     if (m->num_patterns == m->cap_patterns) {
         int cap = m->cap_patterns ? 2 * m->cap_patterns : 4;
-        s2_pattern **np = s2_arena_array(&m->arena, (size_t)cap, sizeof *np);
-        int *nr = s2_arena_array(&m->arena, (size_t)cap, sizeof *nr);
-        if (!np || !nr)
+        m->patterns = s2_mf_grow(&m->arena, m->patterns, (size_t)m->num_patterns, (size_t)cap, sizeof *m->patterns);
+        m->rules_seen = s2_mf_grow(&m->arena, m->rules_seen, (size_t)m->num_patterns, (size_t)cap,
+                                   sizeof *m->rules_seen);
+        if (!m->patterns || !m->rules_seen)
             return s2_mf_nomem(ps);
-        if (m->num_patterns) {
-            memcpy(np, m->patterns, (size_t)m->num_patterns * sizeof *np);
-            memcpy(nr, m->rules_seen, (size_t)m->num_patterns * sizeof *nr);
-        }
-        m->patterns = np;
-        m->rules_seen = nr;
         m->cap_patterns = cap;
     }
     s2_pattern *p = s2_arena_alloc(&m->arena, sizeof *p);
@@ -90,11 +85,10 @@ static s2_status read_mask(s2_mf_parser *ps, s2_pattern *p, const s2_mf_value *v
     int64_t n = x[1] * x[2] * x[3];
     if ((int64_t)strlen(bits) != (n + 3) / 4)
         return s2_mf_fail(ps, "pattern.mask: bad mask bits (not as many digits as the shape needs)");
-    s2_block_mask *nm = s2_arena_array(&ps->m->arena, (size_t)p->num_masks + 1, sizeof *nm);
+    s2_block_mask *nm =
+        s2_mf_grow(&ps->m->arena, p->masks, (size_t)p->num_masks, (size_t)p->num_masks + 1, sizeof *nm);
     if (!nm)
         return s2_mf_nomem(ps);
-    if (p->num_masks)
-        memcpy(nm, p->masks, (size_t)p->num_masks * sizeof *nm);
     s2_block_mask *mk = &nm[p->num_masks];
     mk->name = s2_arena_strdup(&ps->m->arena, "");
     mk->heads = (int)x[1];
@@ -176,11 +170,9 @@ static s2_status read_range(s2_mf_parser *ps, s2_pattern *p, const s2_mf_value *
         return s2_mf_fail(ps, "pattern.range: bad range heads (hex digits 0-9a-f, none past the last head)");
     if (p->num_ranges == ps->cap_ranges) {   /* doubling: appends stay linear */
         int cap = ps->cap_ranges ? 2 * ps->cap_ranges : 8;
-        s2_range_rule *nr = s2_arena_array(&ps->m->arena, (size_t)cap, sizeof *nr);
+        s2_range_rule *nr = s2_mf_grow(&ps->m->arena, p->ranges, (size_t)p->num_ranges, (size_t)cap, sizeof *nr);
         if (!nr)
             return s2_mf_nomem(ps);
-        if (p->num_ranges)
-            memcpy(nr, p->ranges, (size_t)p->num_ranges * sizeof *nr);
         p->ranges = nr;
         ps->cap_ranges = cap;
     }

@@ -319,7 +319,8 @@ START_TEST(repeated_names_refused)
     /* kernel k again, for head_dim 128 */
     char *t = base_with(-1, NULL, 16,
                         "kernel k\nkernel.kind fwd\nkernel.pattern p\nkernel.dtype bf16\nkernel.head_dim 128\n"
-                        "kernel.threads 128\nkernel.smem 16384\nkernel.fn k fwd fwd q_tiles 128 16384 64 64 4 2 0 0 0 0");
+                        "kernel.threads 128\nkernel.smem 16384\n"
+                        "kernel.fn k fwd fwd q_tiles 128 16384 64 64 4 2 0 0 0 0");
     assert_refused(t, "manifest:17: a second kernel entry named 'k' (the first at line 5)");
     free(t);
     /* pattern p again, with other rules */
