@@ -1,72 +1,58 @@
-/* The manifest parser (format in include/s2c/manifest.h) and the lookup of
- * the manifest symbol in a cubin.  No LLVM and no CUDA: the runtime uses it. */
+/* The manifest parser (format in include/s2c/manifest.h): the table of its
+ * records, the reading of lines, the kernel entries and the checks of the
+ * whole (pattern blocks: manifest_pattern.c); and the lookup of the manifest
+ * symbol in a cubin.  No LLVM and no CUDA: the runtime uses it. */
 #include "elf.h"
 #include "kernel_abi.h"
-#include "s2c/manifest.h"
+#include "manifest_internal.h"
 #include "s2c/version.h"
-#include "util.h"
 
 #include <errno.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-struct s2_manifest {
-    s2_arena arena;
-    char *generator;
-    int arch;
-    s2_manifest_kernel *kernels;
-    int num_kernels, cap_kernels;
-    s2_pattern **patterns;
-    int *rules_seen;           /* per pattern: rule lines read */
-    int num_patterns, cap_patterns;
-    bool requires_seen;
-};
-
-typedef struct mparser {
-    s2_ctx *ctx;
-    s2_manifest *m;
-    int line;
-    s2_manifest_kernel *k;     /* current kernel, or NULL */
-    s2_pattern *p;             /* current pattern, or NULL */
-    uint8_t *head_seen;        /* current pattern: which heads have their rule line */
-    int cap_ranges;            /* current pattern: room in p->ranges */
-} mparser;
-
-/* As the pattern parser's limits (patterns/parse_internal.h). */
-enum { MANIFEST_MAX_MASKS = 64, MANIFEST_MAX_RANGES = 4096 };
-
-/* Text from the manifest as a message shows it: printable ASCII, other bytes
- * as \xNN, at most 64 input bytes (then "..."), so a message stays one clean line. */
-static void shown(char *out, size_t size, const char *text)
+const char *s2_mf_show(char *buf, const char *text)
 {
     size_t o = 0;
-    for (size_t i = 0; text[i] && o + 8 < size; i++) {
+    for (size_t i = 0; text[i] && o + 8 < S2_MF_SHOWN; i++) {
         unsigned char c = (unsigned char)text[i];
         if (i == 64) {
-            memcpy(out + o, "...", 3);
+            memcpy(buf + o, "...", 3);
             o += 3;
             break;
         }
         if (c >= 0x20 && c < 0x7f)
-            out[o++] = (char)c;
+            buf[o++] = (char)c;
         else
-            o += (size_t)snprintf(out + o, size - o, "\\x%02x", c);
+            o += (size_t)snprintf(buf + o, S2_MF_SHOWN - o, "\\x%02x", c);
     }
-    out[o] = '\0';
+    buf[o] = '\0';
+    return buf;
 }
 
-static s2_status perr(mparser *ps, const char *msg, const char *key)
+s2_status s2_mf_fail(s2_mf_parser *ps, const char *fmt, ...)
 {
-    char k[300];
-    if (key)
-        shown(k, sizeof k, key);
-    return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest:%d: %s%s%s", ps->line, msg, key ? ": " : "", key ? k : "");
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest:%d: %s", ps->line, msg);
 }
 
-/* Kernel and pattern names: 1 to 255 printable ASCII bytes, so that
- * messages and symbols can hold them. */
-static bool name_ok(const char *s)
+s2_status s2_mf_nomem(s2_mf_parser *ps) { return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory"); }
+
+void *s2_mf_grow(s2_arena *a, const void *old, size_t n_old, size_t n_new, size_t elem)
+{
+    void *p = s2_arena_array(a, n_new, elem);
+    if (p && n_old)
+        memcpy(p, old, n_old * elem);
+    return p;
+}
+
+bool s2_mf_name_ok(const char *s)
 {
     size_t n = strlen(s);
     if (n == 0 || n > 255)
@@ -77,73 +63,94 @@ static bool name_ok(const char *s)
     return true;
 }
 
-/* Whitespace-separated integers; false unless exactly n were read. */
-static bool ints(const char *v, int64_t *out, int n)
+bool s2_mf_names_add(s2_mf_parser *ps, s2_mf_names *list, const char *name, const char *owner)
 {
-    const char *s = v;
-    for (int i = 0; i < n; i++) {
-        char *e;
-        errno = 0;
-        long long x = strtoll(s, &e, 10);
-        if (e == s || errno)
+    if (list->n == list->cap) {
+        int cap = list->cap ? 2 * list->cap : 8;
+        s2_mf_named *v = s2_mf_grow(&ps->m->arena, list->v, (size_t)list->n, (size_t)cap, sizeof *v);
+        if (!v)
             return false;
-        out[i] = x;
-        s = e;
+        list->v = v;
+        list->cap = cap;
     }
-    while (*s == ' ')
-        s++;
-    return *s == '\0';
-}
-
-static bool int1(const char *v, int *out, int lo, int hi)
-{
-    int64_t x;
-    if (!ints(v, &x, 1) || x < lo || x > hi)
-        return false;
-    *out = (int)x;
+    list->v[list->n++] = (s2_mf_named){name, owner, ps->line};
     return true;
 }
 
-/* Hex digits, 4 elements per digit, low bit first; exactly n elements. */
-static bool hex_bits(const char *v, uint8_t *bits, int64_t n)
+static int by_name_then_line(const void *a, const void *b)
 {
-    int64_t digits = (n + 3) / 4;
-    if ((int64_t)strlen(v) != digits)
-        return false;
-    for (int64_t d = 0; d < digits; d++) {
-        char c = v[d];
-        unsigned x = c >= '0' && c <= '9' ? (unsigned)(c - '0') : c >= 'a' && c <= 'f' ? (unsigned)(c - 'a' + 10) : 16u;
-        if (x > 15)
-            return false;
-        for (int j = 0; j < 4; j++) {
-            int64_t i = 4 * d + j;
-            if (i < n)
-                bits[i] = (x >> j) & 1u;
-            else if ((x >> j) & 1u)
-                return false;
+    const s2_mf_named *x = a, *y = b;
+    int c = strcmp(x->name, y->name);
+    return c ? c : (x->line > y->line) - (x->line < y->line);
+}
+
+/* Sorting, not a scan per name: a manifest may name a great many. */
+const s2_mf_named *s2_mf_first_repeat(s2_mf_names *list, const s2_mf_named **first)
+{
+    if (list->n > 1)
+        qsort(list->v, (size_t)list->n, sizeof *list->v, by_name_then_line);
+    const s2_mf_named *found = NULL;
+    for (int i = 1, start = 0; i < list->n; i++) {
+        if (strcmp(list->v[i].name, list->v[start].name) != 0) {
+            start = i;
+            continue;
+        }
+        if (i == start + 1 && (!found || list->v[i].line < found->line)) {
+            found = &list->v[i];
+            *first = &list->v[start];
         }
     }
-    return true;
+    return found;
 }
 
-static void *grow(s2_arena *a, void *old, size_t n_old, size_t n_new, size_t elem)
+/* ---- the records of the top level and of kernel entries ------------------------- */
+
+/* "requires MAJOR.MINOR": refused when above this runtime's release. */
+static s2_status read_requires(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
 {
-    void *p = s2_arena_array(a, n_new, elem);
-    if (p && n_old)
-        memcpy(p, old, n_old * elem);
-    return p;
+    char b[S2_MF_SHOWN];
+    int major = -1, minor = -1, n = 0;
+    const char *t = v->s[0];
+    if (ps->m->requires_seen)
+        return s2_mf_fail(ps, "a second 'requires': %s", s2_mf_show(b, t));
+    if (sscanf(t, "%3d.%3d%n", &major, &minor, &n) != 2 || t[n] || major < 0 || minor < 0)
+        return s2_mf_fail(ps, "bad 'requires' (MAJOR.MINOR): %s", s2_mf_show(b, t));
+    ps->m->requires_seen = true;
+    if (major > S2C_VERSION_MAJOR || (major == S2C_VERSION_MAJOR && minor > S2C_VERSION_MINOR))
+        return s2_fail(ps->ctx, S2_ERR_UNSUPPORTED,
+                       "manifest:%d: the module needs an s2c runtime of version %d.%d or newer; this one is %s: "
+                       "update libs2rt", ps->line, major, minor, S2C_VERSION_STRING);
+    return S2_OK;
 }
 
-static s2_status new_kernel(mparser *ps, const char *name)
+static s2_status read_generator(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
 {
+    return (ps->m->generator = s2_arena_strdup(&ps->m->arena, v->s[0])) ? S2_OK : s2_mf_nomem(ps);
+}
+
+static s2_status read_arch(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
+{
+    char b[S2_MF_SHOWN];
+    const char *t = v->s[0];
+    if (!strcmp(t, "sm_80")) ps->m->arch = S2_ARCH_SM80;
+    else if (!strcmp(t, "sm_90")) ps->m->arch = S2_ARCH_SM90;
+    else if (!strcmp(t, "sm_90a")) ps->m->arch = S2_ARCH_SM90A;
+    else return s2_mf_fail(ps, "unknown arch: %s", s2_mf_show(b, t));
+    return S2_OK;
+}
+
+static s2_status read_kernel(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
+{
+    char b[S2_MF_SHOWN];
     s2_manifest *m = ps->m;
-    if (!name_ok(name))
-        return perr(ps, "bad kernel name (1 to 255 printable ASCII bytes)", name);
+    const char *name = v->s[0];
+    if (!s2_mf_name_ok(name))
+        return s2_mf_fail(ps, "bad kernel name (1 to 255 printable ASCII bytes): %s", s2_mf_show(b, name));
     if (m->num_kernels == m->cap_kernels) {
         int cap = m->cap_kernels ? 2 * m->cap_kernels : 4;
-        m->kernels = grow(&m->arena, m->kernels, (size_t)m->num_kernels, (size_t)cap, sizeof *m->kernels);
+        m->kernels = s2_mf_grow(&m->arena, m->kernels, (size_t)m->num_kernels, (size_t)cap, sizeof *m->kernels);
         if (!m->kernels)
-            return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+            return s2_mf_nomem(ps);
         m->cap_kernels = cap;
     }
     ps->k = &m->kernels[m->num_kernels++];
@@ -153,102 +160,268 @@ static s2_status new_kernel(mparser *ps, const char *name)
     /* at most one kernel per role */
     ps->k->fns = s2_arena_array(&m->arena, S2_ROLE_COUNT_, sizeof(s2_kernel_record));
     ps->p = NULL;
-    return ps->k->name && ps->k->pattern && ps->k->fns ? S2_OK : s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
-}
-
-static s2_status new_pattern(mparser *ps, const char *name)
-{
-    s2_manifest *m = ps->m;
-    if (!name_ok(name))
-        return perr(ps, "bad pattern name (1 to 255 printable ASCII bytes)", name);
-    if (m->num_patterns == m->cap_patterns) {
-        int cap = m->cap_patterns ? 2 * m->cap_patterns : 4;
-        m->patterns = grow(&m->arena, m->patterns, (size_t)m->num_patterns, (size_t)cap, sizeof *m->patterns);
-        m->rules_seen = grow(&m->arena, m->rules_seen, (size_t)m->num_patterns, (size_t)cap, sizeof *m->rules_seen);
-        if (!m->patterns || !m->rules_seen)
-            return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
-        m->cap_patterns = cap;
-    }
-    s2_pattern *p = s2_arena_alloc(&m->arena, sizeof *p);
-    if (!p || !(p->name = s2_arena_strdup(&m->arena, name)))
-        return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
-    p->kv_heads = 1;
-    p->vert_stride = 1;
-    p->file = "<manifest>";
-    m->rules_seen[m->num_patterns] = 0;
-    m->patterns[m->num_patterns++] = p;
-    ps->p = p;
-    ps->head_seen = NULL;
-    ps->cap_ranges = 0;
-    ps->k = NULL;
+    if (!ps->k->name || !ps->k->pattern || !ps->k->fns || !s2_mf_names_add(ps, &ps->entries, ps->k->name, NULL))
+        return s2_mf_nomem(ps);
     return S2_OK;
 }
 
+static s2_status read_kind(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
+{
+    char b[S2_MF_SHOWN];
+    const char *t = v->s[0];
+    if (!strcmp(t, "fwd")) ps->k->spec.kind = S2_KERNEL_FWD;
+    else if (!strcmp(t, "bwd")) ps->k->spec.kind = S2_KERNEL_BWD;
+    else if (!strcmp(t, "decode")) ps->k->spec.kind = S2_KERNEL_DECODE;
+    else return s2_mf_fail(ps, "kernel.kind: expected fwd, bwd or decode: %s", s2_mf_show(b, t));
+    return S2_OK;
+}
+
+static s2_status read_kernel_pattern(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
+{
+    char b[S2_MF_SHOWN];
+    if (!s2_mf_name_ok(v->s[0]))
+        return s2_mf_fail(ps, "kernel.pattern: bad pattern name (1 to 255 printable ASCII bytes): %s",
+                          s2_mf_show(b, v->s[0]));
+    return (ps->k->pattern = s2_arena_strdup(&ps->m->arena, v->s[0])) ? S2_OK : s2_mf_nomem(ps);
+}
+
+static s2_status read_dtype(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
+{
+    char b[S2_MF_SHOWN];
+    if (!strcmp(v->s[0], "bf16")) ps->k->spec.dtype = S2_DTYPE_BF16;
+    else if (!strcmp(v->s[0], "f16")) ps->k->spec.dtype = S2_DTYPE_F16;
+    else return s2_mf_fail(ps, "kernel.dtype: expected bf16 or f16: %s", s2_mf_show(b, v->s[0]));
+    return S2_OK;
+}
+
+/* The entry's integers: each record sets one, already bounded by the table. */
+#define KERNEL_INT(fn, field)                                                      \
+    static s2_status fn(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v) \
+    {                                                                              \
+        ps->k->field = (int)v->i[0];                                               \
+        return S2_OK;                                                              \
+    }
+KERNEL_INT(read_head_dim, spec.head_dim)
+KERNEL_INT(read_block_m, spec.block_m)
+KERNEL_INT(read_block_n, spec.block_n)
+KERNEL_INT(read_num_warps, spec.num_warps)
+KERNEL_INT(read_num_stages, spec.num_stages)
+KERNEL_INT(read_threads, threads)
+KERNEL_INT(read_smem, smem_bytes)
+
 /* kernel.fn SYMBOL ROLE ABI GRID THREADS SMEM BM BN WARPS STAGES PERSISTENT BWD_WGMMA KV_GATHER BWD_TMA:
  * after the entry's own keys (its kind, dtype and head dim are the kernel's) */
-static s2_status kernel_fn(mparser *ps, const char *v)
+static s2_status read_fn(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
 {
+    char b[S2_MF_SHOWN], b2[S2_MF_SHOWN], b3[S2_MF_SHOWN], want[320];
     s2_manifest_kernel *k = ps->k;
-    char sym[256], role[32], abi[32], grid[32];
-    int64_t x[10];
-    int used = 0;
-    if (sscanf(v, "%255s %31s %31s %31s%n", sym, role, abi, grid, &used) != 4 || !ints(v + used, x, 10))
-        return perr(ps, "bad kernel.fn (SYMBOL ROLE ABI GRID and ten integers)", NULL);
+    const char *sym = v->s[0], *role = v->s[1];
     s2_kernel_record r = {.spec = s2_kspec_of(&k->spec, NULL)};
-    if (!s2_role_parse(role, &r.role) || !s2_abi_parse(abi, &r.abi) || !s2_grid_parse(grid, &r.grid))
-        return perr(ps, "kernel.fn: unknown role, ABI or grid", v);
+    if (!s2_role_parse(role, &r.role) || !s2_abi_parse(v->s[2], &r.abi) || !s2_grid_parse(v->s[3], &r.grid))
+        return s2_mf_fail(ps, "kernel.fn: unknown role, ABI or grid: %s %s %s", s2_mf_show(b, role),
+                          s2_mf_show(b2, v->s[2]), s2_mf_show(b3, v->s[3]));
     if (s2_role_kind(r.role) != k->spec.kind || !s2_role_takes_abi(r.role, r.abi) ||
         s2_role_grid(r.role, r.abi) != r.grid)
-        return perr(ps, "kernel.fn: role, ABI and grid do not fit the entry's kind", v);
-    char want[320];
+        return s2_mf_fail(ps, "kernel.fn: role, ABI and grid do not fit the entry's kind: %s %s %s", role, v->s[2],
+                          v->s[3]);
     snprintf(want, sizeof want, "%s%s", k->name, s2_role_suffix(r.role));
     if (strcmp(sym, want) != 0)
-        return perr(ps, "kernel.fn: the symbol is not the entry's name and the role's suffix", sym);
+        return s2_mf_fail(ps, "kernel.fn: the symbol is not the entry's name and the role's suffix: %s",
+                          s2_mf_show(b, sym));
     for (int i = 0; i < k->num_fns; i++)
         if (k->fns[i].role == r.role)
-            return perr(ps, "kernel.fn: a second kernel of one role", role);
-    if (x[0] < 1 || x[0] > 1024 || x[1] < 0 || x[1] > (1 << 30) || x[2] < 1 || x[2] > 1024 || x[3] < 1 ||
-        x[3] > 1024 || x[4] < 1 || x[4] > 32 || x[5] < 1 || x[5] > 16 || x[6] < -1 || x[6] > 1 || x[7] < -1 ||
-        x[7] > 1 || x[8] < 0 || x[8] > 4 || x[9] < -1 || x[9] > 1)
-        return perr(ps, "kernel.fn: a value out of range", v);
+            return s2_mf_fail(ps, "kernel.fn: a second kernel of one role: %s", role);
+    const int64_t *x = v->i + 4;
     r.threads = (int)x[0], r.smem_bytes = (int)x[1];
     r.spec.block_m = (int)x[2], r.spec.block_n = (int)x[3], r.spec.num_warps = (int)x[4];
     r.spec.num_stages = (int)x[5], r.spec.persistent = (int)x[6], r.spec.bwd_wgmma = (int)x[7];
     r.spec.kv_gather = (int)x[8], r.spec.bwd_tma = (int)x[9];
-    if (!(r.symbol = s2_arena_strdup(&ps->m->arena, sym)))
-        return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
+    if (!(r.symbol = s2_arena_strdup(&ps->m->arena, sym)) || !s2_mf_names_add(ps, &ps->symbols, r.symbol, k->name))
+        return s2_mf_nomem(ps);
     ((s2_kernel_record *)k->fns)[k->num_fns++] = r;
     return S2_OK;
 }
 
-static s2_status kernel_key(mparser *ps, const char *key, const char *v)
+/* ---- the table ------------------------------------------------------------------------ */
+
+#define INT(name, lo, hi) {S2_MF_INT, name, lo, hi, false}
+#define INT_OR_END(name, lo, hi) {S2_MF_INT, name, lo, hi, true}
+#define WORD(name) {S2_MF_WORD, name, 0, 0, false}
+#define HEX(name) {S2_MF_HEX, name, 0, 0, false}
+#define TEXT(name) {S2_MF_TEXT, name, 0, 0, false}
+/* A kernel's tile and launch: the same bounds in its entry and in each kernel.fn. */
+#define K_THREADS(n) INT(n, 1, 1024)
+#define K_SMEM(n) INT(n, 0, 1 << 30)
+#define K_BLOCK(n) INT(n, 1, 1024)
+#define K_WARPS(n) INT(n, 1, 32)
+#define K_STAGES(n) INT(n, 1, 16)
+/* A pattern's values: the pattern parser's bounds (s2c/pattern.h). */
+#define P_COUNT(n) INT(n, 0, S2_PATTERN_MAX_COUNT)
+#define P_BOOL(n) INT(n, 0, 1)
+#define P_TOKEN(n) INT(n, 0, S2_MAX_SEQ_LEN)
+#define P_TOKEN_OR_END(n) INT_OR_END(n, 0, S2_MAX_SEQ_LEN)
+
+const s2_mf_record s2_mf_records[] = {
+    {"requires", S2_MF_TOP, 1, {WORD("MAJOR.MINOR")}, read_requires},
+    {"generator", S2_MF_TOP, 1, {TEXT("VERSION")}, read_generator},
+    {"arch", S2_MF_TOP, 1, {WORD("ARCH")}, read_arch},
+    {"kernel", S2_MF_TOP, 1, {TEXT("NAME")}, read_kernel},
+    {"kernel.kind", S2_MF_KERNEL, 1, {WORD("KIND")}, read_kind},
+    {"kernel.pattern", S2_MF_KERNEL, 1, {TEXT("PATTERN")}, read_kernel_pattern},
+    {"kernel.dtype", S2_MF_KERNEL, 1, {WORD("DTYPE")}, read_dtype},
+    {"kernel.head_dim", S2_MF_KERNEL, 1, {INT("HEAD_DIM", 1, 1024)}, read_head_dim},
+    {"kernel.block_m", S2_MF_KERNEL, 1, {K_BLOCK("BLOCK_M")}, read_block_m},
+    {"kernel.block_n", S2_MF_KERNEL, 1, {K_BLOCK("BLOCK_N")}, read_block_n},
+    {"kernel.num_warps", S2_MF_KERNEL, 1, {K_WARPS("NUM_WARPS")}, read_num_warps},
+    {"kernel.num_stages", S2_MF_KERNEL, 1, {K_STAGES("NUM_STAGES")}, read_num_stages},
+    {"kernel.threads", S2_MF_KERNEL, 1, {K_THREADS("THREADS")}, read_threads},
+    {"kernel.smem", S2_MF_KERNEL, 1, {K_SMEM("SMEM")}, read_smem},
+    {"kernel.fn", S2_MF_KERNEL, 14,
+     {WORD("SYMBOL"), WORD("ROLE"), WORD("ABI"), WORD("GRID"), K_THREADS("THREADS"), K_SMEM("SMEM"),
+      K_BLOCK("BLOCK_M"), K_BLOCK("BLOCK_N"), K_WARPS("NUM_WARPS"), K_STAGES("NUM_STAGES"), INT("PERSISTENT", -1, 1),
+      INT("BWD_WGMMA", -1, 1), INT("KV_GATHER", 0, 4), INT("BWD_TMA", -1, 1)},
+     read_fn},
+    {"pattern", S2_MF_TOP, 1, {TEXT("NAME")}, s2_mf_new_pattern},
+    {"pattern.heads", S2_MF_PATTERN, 1, {INT("HEADS", 1, S2_MAX_HEADS)}, s2_mf_pattern_record},
+    {"pattern.kv_heads", S2_MF_PATTERN, 1, {INT("KV_HEADS", 1, S2_MAX_HEADS)}, s2_mf_pattern_record},
+    {"pattern.block_size", S2_MF_PATTERN, 1, {INT("BLOCK_SIZE", 16, 128)}, s2_mf_pattern_record},
+    {"pattern.causal", S2_MF_PATTERN, 1, {P_BOOL("CAUSAL")}, s2_mf_pattern_record},
+    {"pattern.max_seq_len", S2_MF_PATTERN, 1, {P_TOKEN("MAX_SEQ_LEN")}, s2_mf_pattern_record},
+    {"pattern.vert_position", S2_MF_PATTERN, 1, {WORD("POSITION")}, s2_mf_pattern_record},
+    {"pattern.local", S2_MF_PATTERN, 2, {P_COUNT("LEFT"), P_COUNT("RIGHT")}, s2_mf_pattern_record},
+    {"pattern.vert_stride", S2_MF_PATTERN, 1, {P_COUNT("STRIDE")}, s2_mf_pattern_record},
+    {"pattern.head_sliding", S2_MF_PATTERN, 3,
+     {INT("STEP", 1, S2_PATTERN_MAX_COUNT), P_BOOL("AUTO"), P_COUNT("OFFSET")}, s2_mf_pattern_record},
+    {"pattern.homo_head", S2_MF_PATTERN, 1, {P_BOOL("HOMO_HEAD")}, s2_mf_pattern_record},
+    {"pattern.num_dense_heads", S2_MF_PATTERN, 1, {INT("NUM_DENSE_HEADS", 0, S2_MAX_HEADS)}, s2_mf_pattern_record},
+    {"pattern.mask", S2_MF_PATTERN, 5,
+     {INT("I", 0, S2_PATTERN_MAX_MASKS - 1), INT("H", 1, S2_MAX_HEADS), INT("M", 1, S2_MASK_MAX_BLOCKS),
+      INT("N", 1, S2_MASK_MAX_BLOCKS), HEX("BITS")},
+     s2_mf_pattern_record},
+    {"pattern.rule", S2_MF_PATTERN, 8,
+     {INT("Q", 0, S2_MAX_HEADS - 1), P_BOOL("DENSE"), P_COUNT("LEFT"), P_COUNT("RIGHT"), P_COUNT("STRIDE"),
+      INT("SHIFT", 0, S2_PATTERN_MAX_SHIFT), INT("MASK", -1, S2_PATTERN_MAX_MASKS - 1),
+      INT("MASK_HEAD", 0, S2_MAX_HEADS - 1)},
+     s2_mf_pattern_record},
+    {"pattern.range", S2_MF_PATTERN, 7,
+     {WORD("ACTION"), P_TOKEN("KEY_LO"), P_TOKEN_OR_END("KEY_HI"), P_TOKEN("DIST_LO"), P_TOKEN_OR_END("DIST_HI"),
+      P_COUNT("STRIDE"), HEX("HEADS")},
+     s2_mf_pattern_record},
+};
+const int s2_mf_num_records = (int)(sizeof s2_mf_records / sizeof s2_mf_records[0]);
+
+const s2_mf_record *s2_mf_find(const char *key)
 {
-    s2_manifest_kernel *k = ps->k;
-    bool ok = true;
-    if (!strcmp(key, "fn"))
-        return kernel_fn(ps, v);
-    if (k->num_fns)
-        return perr(ps, "kernel key after the entry's kernel.fn lines", key);
-    if (!strcmp(key, "kind"))
-        ok = (!strcmp(v, "fwd") && ((k->spec.kind = S2_KERNEL_FWD), true)) ||
-             (!strcmp(v, "bwd") && ((k->spec.kind = S2_KERNEL_BWD), true)) ||
-             (!strcmp(v, "decode") && ((k->spec.kind = S2_KERNEL_DECODE), true));
-    else if (!strcmp(key, "pattern"))
-        ok = name_ok(v) && (k->pattern = s2_arena_strdup(&ps->m->arena, v)) != NULL;
-    else if (!strcmp(key, "dtype")) {
-        if (!strcmp(v, "bf16")) k->spec.dtype = S2_DTYPE_BF16;
-        else if (!strcmp(v, "f16")) k->spec.dtype = S2_DTYPE_F16;
-        else ok = false;
-    } else if (!strcmp(key, "head_dim")) ok = int1(v, &k->spec.head_dim, 1, 1024);
-    else if (!strcmp(key, "block_m")) ok = int1(v, &k->spec.block_m, 1, 1024);
-    else if (!strcmp(key, "block_n")) ok = int1(v, &k->spec.block_n, 1, 1024);
-    else if (!strcmp(key, "num_warps")) ok = int1(v, &k->spec.num_warps, 1, 32);
-    else if (!strcmp(key, "num_stages")) ok = int1(v, &k->spec.num_stages, 1, 16);
-    else if (!strcmp(key, "threads")) ok = int1(v, &k->threads, 1, 1024);
-    else if (!strcmp(key, "smem")) ok = int1(v, &k->smem_bytes, 0, 1 << 30);
-    k->spec.arch = ps->m->arch;
-    return ok ? S2_OK : perr(ps, "bad kernel value", key);
+    for (int i = 0; i < s2_mf_num_records; i++)
+        if (!strcmp(s2_mf_records[i].key, key))
+            return &s2_mf_records[i];
+    return NULL;
 }
+
+/* ---- lines ----------------------------------------------------------------------------- */
+
+/* "KEY: expected A B C" */
+static s2_status usage(s2_mf_parser *ps, const s2_mf_record *rec)
+{
+    char words[256] = "";
+    size_t o = 0;
+    for (int i = 0; i < rec->num_words && o < sizeof words; i++)
+        o += (size_t)snprintf(words + o, sizeof words - o, "%s%s", i ? " " : "", rec->words[i].name);
+    return s2_mf_fail(ps, "%s: expected %s", rec->key, words);
+}
+
+/* One word as its record's table entry says; integers bounded. */
+static s2_status read_word(s2_mf_parser *ps, const s2_mf_record *rec, int w, char *word, s2_mf_value *v)
+{
+    const s2_mf_word *d = &rec->words[w];
+    v->s[w] = word;
+    if (d->kind != S2_MF_INT)
+        return S2_OK;
+    char b[S2_MF_SHOWN], *e;
+    errno = 0;
+    long long x = strtoll(word, &e, 10);
+    if (!(word[0] == '-' || (word[0] >= '0' && word[0] <= '9')) || *e || errno)
+        return s2_mf_fail(ps, "%s: %s: not a 64-bit integer: %s", rec->key, d->name, s2_mf_show(b, word));
+    if ((x < d->lo || x > d->hi) && !(d->end_ok && x == INT64_MAX))
+        return s2_mf_fail(ps, "%s: %s out of range (%lld..%lld%s): %lld", rec->key, d->name, (long long)d->lo,
+                          (long long)d->hi, d->end_ok ? ", or 9223372036854775807 for the end" : "", x);
+    v->i[w] = x;
+    return S2_OK;
+}
+
+/* The record `rec` whose value is `rest` (modified: words are cut in place). */
+static s2_status read_record(s2_mf_parser *ps, const s2_mf_record *rec, char *rest)
+{
+    s2_mf_value v;
+    memset(&v, 0, sizeof v);
+    if (rec->words[0].kind == S2_MF_TEXT) {
+        v.s[0] = rest;
+        return rec->read(ps, rec, &v);
+    }
+    int n = 0;
+    for (char *s = rest;;) {
+        while (*s == ' ')
+            s++;
+        if (!*s)
+            break;
+        if (n == rec->num_words)
+            return usage(ps, rec);
+        char *word = s;
+        while (*s && *s != ' ')
+            s++;
+        if (*s)
+            *s++ = '\0';
+        s2_status st = read_word(ps, rec, n++, word, &v);
+        if (st != S2_OK)
+            return st;
+    }
+    return n == rec->num_words ? rec->read(ps, rec, &v) : usage(ps, rec);
+}
+
+static s2_status parse_line(s2_mf_parser *ps, char *line)
+{
+    char b[S2_MF_SHOWN];
+    char *sp = strchr(line, ' ');
+    char *rest = sp ? sp + 1 : line + strlen(line);
+    if (sp)
+        *sp = '\0';
+    const s2_mf_record *rec = s2_mf_find(line);
+    /* keys are closed at every level: an unknown one is a newer writer's, whose meaning this runtime cannot know */
+    if (!rec)
+        return s2_mf_fail(ps, "unknown key (written by a newer s2c? this runtime reads manifest version 3): %s",
+                          s2_mf_show(b, line));
+    if (rec->scope == S2_MF_KERNEL) {
+        if (!ps->k)
+            return s2_mf_fail(ps, "kernel key outside a kernel: %s", line);
+        if (ps->k->num_fns && rec->read != read_fn)
+            return s2_mf_fail(ps, "kernel key after the entry's kernel.fn lines: %s", line);
+        ps->k->spec.arch = ps->m->arch;
+    }
+    if (rec->scope == S2_MF_PATTERN && !ps->p)
+        return s2_mf_fail(ps, "pattern key outside a pattern: %s", line);
+    return read_record(ps, rec, rest);
+}
+
+/* "s2c-manifest 3"; other versions are named as older or newer. */
+static s2_status version_line(s2_mf_parser *ps, const char *line)
+{
+    static const char magic[] = "s2c-manifest ";
+    char *e;
+    const char *num = line + sizeof magic - 1;
+    if (strncmp(line, magic, sizeof magic - 1) != 0 || !(*num >= '0' && *num <= '9'))
+        return s2_mf_fail(ps, "not an s2c manifest of version 3");
+    errno = 0;
+    long long v = strtoll(num, &e, 10);
+    if (*e || errno || v > (1 << 20))
+        return s2_mf_fail(ps, "not an s2c manifest of version 3");
+    if (v == S2_MANIFEST_VERSION)
+        return S2_OK;
+    return s2_mf_fail(ps, "a manifest of version %lld (%s s2c); this one reads version %d%s", v,
+                      v < S2_MANIFEST_VERSION ? "an older" : "a newer", S2_MANIFEST_VERSION,
+                      v < S2_MANIFEST_VERSION ? ": compile the module again" : "");
+}
+
+/* ---- the whole -------------------------------------------------------------------------- */
 
 /* The kernels an entry of each kind must hold (NAME_dqds2 needs NAME_dqds). */
 static s2_status check_fns(s2_ctx *ctx, s2_manifest_kernel *k)
@@ -283,243 +456,39 @@ const s2_kernel_record *s2_manifest_kernel_fn(const s2_manifest_kernel *k, s2_ke
     return NULL;
 }
 
-static s2_range_action range_action(const char *s, bool *ok)
+/* No two entries, patterns or kernels of one name: a lookup by name would take the first. */
+static s2_status check_repeats(s2_mf_parser *ps)
 {
-    *ok = true;
-    if (!strcmp(s, "sink")) return S2_RANGE_SINK;
-    if (!strcmp(s, "stride")) return S2_RANGE_STRIDE;
-    if (!strcmp(s, "dense")) return S2_RANGE_DENSE;
-    if (!strcmp(s, "drop")) return S2_RANGE_DROP;
-    *ok = false;
-    return S2_RANGE_SINK;
-}
-
-static s2_status pattern_rule(mparser *ps, const char *v)
-{
-    s2_pattern *p = ps->p;
-    int64_t x[8];
-    if (!p->rules || !ints(v, x, 8) || x[0] < 0 || x[0] >= p->heads || x[4] < 0 || x[4] > INT32_MAX ||
-        x[6] < -1 || x[6] >= p->num_masks || x[2] < 0 || x[3] < 0 || x[2] > INT32_MAX || x[3] > INT32_MAX ||
-        x[7] < 0 || x[7] > INT32_MAX)
-        return perr(ps, "bad rule (heads must come first, masks before rules)", NULL);
-    if (ps->head_seen[x[0]])
-        return perr(ps, "a second rule for one head", v);
-    if (x[6] >= 0 && x[7] >= p->masks[x[6]].heads)
-        return perr(ps, "rule: the mask has no such head", v);
-    ps->head_seen[x[0]] = 1;
-    s2_head_rule *r = &p->rules[x[0]];
-    r->dense = x[1] != 0;
-    r->local_left = (int)x[2];
-    r->local_right = (int)x[3];
-    r->vert_stride = (int)x[4];
-    r->shift = x[5];
-    r->mask = (int)x[6];
-    r->mask_head = (int)x[7];
-    ps->m->rules_seen[ps->m->num_patterns - 1]++;
+    const s2_mf_named *first = NULL, *again;
+    if ((again = s2_mf_first_repeat(&ps->entries, &first))) {
+        ps->line = again->line;
+        return s2_mf_fail(ps, "a second kernel entry named '%s' (the first at line %d)", again->name, first->line);
+    }
+    if ((again = s2_mf_first_repeat(&ps->pattern_names, &first))) {
+        ps->line = again->line;
+        return s2_mf_fail(ps, "a second pattern named '%s' (the first at line %d)", again->name, first->line);
+    }
+    if ((again = s2_mf_first_repeat(&ps->symbols, &first))) {
+        ps->line = again->line;
+        return s2_mf_fail(ps, "kernel.fn: kernel %s of entry '%s' is also a kernel of entry '%s' (line %d)",
+                          again->name, again->owner, first->owner, first->line);
+    }
     return S2_OK;
 }
 
-static s2_status pattern_mask(mparser *ps, const char *v)
-{
-    s2_pattern *p = ps->p;
-    int64_t x[4];
-    char *e;
-    const char *s = v;
-    for (int i = 0; i < 4; i++) {
-        x[i] = strtoll(s, &e, 10);
-        if (e == s)
-            return perr(ps, "bad mask", NULL);
-        s = e;
-    }
-    while (*s == ' ')
-        s++;
-    if (x[0] != p->num_masks || x[1] < 1 || x[1] > S2_MAX_HEADS || x[2] < 1 || x[3] < 1 || x[2] > (1 << 20) ||
-        x[3] > (1 << 20) || x[1] * x[2] * x[3] > (INT64_C(1) << 32))
-        return perr(ps, "bad mask shape or index", NULL);
-    /* the bits must be there before any memory is taken for them */
-    if (p->num_masks >= MANIFEST_MAX_MASKS)
-        return perr(ps, "more masks than a pattern may hold (64)", NULL);
-    if ((int64_t)strlen(s) != (x[1] * x[2] * x[3] + 3) / 4)
-        return perr(ps, "bad mask bits (not as many digits as the shape needs)", NULL);
-    s2_block_mask *nm = grow(&ps->m->arena, p->masks, (size_t)p->num_masks, (size_t)p->num_masks + 1, sizeof *nm);
-    if (!nm)
-        return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
-    s2_block_mask *mk = &nm[p->num_masks];
-    mk->name = s2_arena_strdup(&ps->m->arena, "");
-    mk->heads = (int)x[1];
-    mk->rows = x[2];
-    mk->cols = x[3];
-    mk->bits = s2_arena_alloc(&ps->m->arena, (size_t)(x[1] * x[2] * x[3]));
-    if (!mk->bits || !mk->name)
-        return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
-    if (!hex_bits(s, mk->bits, x[1] * x[2] * x[3]))
-        return perr(ps, "bad mask bits", NULL);
-    p->masks = nm;
-    p->num_masks++;
-    return S2_OK;
-}
-
-static s2_status pattern_range(mparser *ps, const char *v)
-{
-    s2_pattern *p = ps->p;
-    char act[16];
-    int n = 0;
-    if (p->heads < 1 || sscanf(v, "%15s%n", act, &n) != 1)
-        return perr(ps, "bad range (heads must come first)", NULL);
-    bool ok;
-    s2_range_rule rr = {.action = range_action(act, &ok)};
-    const char *s = v + n;
-    int64_t x[5];
-    char *e;
-    for (int i = 0; i < 5 && ok; i++) {
-        x[i] = strtoll(s, &e, 10);
-        ok = e != s;
-        s = e;
-    }
-    while (*s == ' ')
-        s++;
-    /* as the pattern parser: bounds from 0, a stride range's stride from 1 */
-    if (!ok || x[4] < 0 || x[4] > INT32_MAX || x[0] < 0 || x[2] < 0 || (rr.action == S2_RANGE_STRIDE && x[4] < 1))
-        return perr(ps, "bad range", NULL);
-    rr.key_lo = x[0], rr.key_hi = x[1], rr.dist_lo = x[2], rr.dist_hi = x[3], rr.stride = (int)x[4];
-    if (p->num_ranges >= MANIFEST_MAX_RANGES)
-        return perr(ps, "more ranges than a pattern may hold (4096)", NULL);
-    if ((int64_t)strlen(s) != ((int64_t)p->heads + 3) / 4)
-        return perr(ps, "bad range heads", NULL);
-    rr.heads = s2_arena_alloc(&ps->m->arena, (size_t)p->heads);
-    if (!rr.heads)
-        return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
-    if (!hex_bits(s, rr.heads, p->heads))
-        return perr(ps, "bad range heads", NULL);
-    rr.line = ps->line;
-    if (p->num_ranges == ps->cap_ranges) {   /* doubling: appends stay linear */
-        int cap = ps->cap_ranges ? 2 * ps->cap_ranges : 8;
-        s2_range_rule *nr = grow(&ps->m->arena, p->ranges, (size_t)p->num_ranges, (size_t)cap, sizeof *nr);
-        if (!nr)
-            return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
-        p->ranges = nr;
-        ps->cap_ranges = cap;
-    }
-    p->ranges[p->num_ranges++] = rr;
-    return S2_OK;
-}
-
-static s2_status pattern_key(mparser *ps, const char *key, const char *v)
-{
-    s2_pattern *p = ps->p;
-    int64_t x[3];
-    bool ok = true;
-    int b;
-    if (!strcmp(key, "heads")) {
-        ok = !p->rules && int1(v, &p->heads, 1, S2_MAX_HEADS);
-        if (ok && (!(p->rules = s2_arena_array(&ps->m->arena, (size_t)p->heads, sizeof *p->rules)) ||
-                   !(ps->head_seen = s2_arena_array(&ps->m->arena, (size_t)p->heads, 1))))
-            return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
-    } else if (!strcmp(key, "kv_heads")) ok = int1(v, &p->kv_heads, 1, S2_MAX_HEADS);
-    else if (!strcmp(key, "block_size"))   /* as the pattern parser: 16, 32, 64 or 128 */
-        ok = int1(v, &p->block_size, 16, 128) && (p->block_size & (p->block_size - 1)) == 0;
-    else if (!strcmp(key, "causal")) ok = int1(v, &b, 0, 1) && ((p->causal = b), true);
-    else if (!strcmp(key, "max_seq_len")) ok = ints(v, &p->max_seq_len, 1) && p->max_seq_len >= 0;
-    else if (!strcmp(key, "vert_position")) {
-        if (!strcmp(v, "absolute")) p->vert_position = S2_VERT_ABSOLUTE;
-        else if (!strcmp(v, "relative")) p->vert_position = S2_VERT_RELATIVE;
-        else ok = false;
-    } else if (!strcmp(key, "local")) {
-        ok = ints(v, x, 2) && x[0] >= 0 && x[1] >= 0 && x[0] <= INT32_MAX && x[1] <= INT32_MAX;
-        if (ok)
-            p->local_left = (int)x[0], p->local_right = (int)x[1];
-    } else if (!strcmp(key, "vert_stride")) ok = int1(v, &p->vert_stride, 0, INT32_MAX);
-    else if (!strcmp(key, "head_sliding")) {
-        ok = ints(v, x, 3) && x[0] >= INT32_MIN && x[0] <= INT32_MAX && x[2] >= INT32_MIN && x[2] <= INT32_MAX;
-        if (ok)
-            p->head_sliding_step = (int)x[0], p->head_sliding_step_auto = x[1] != 0, p->head_sliding_offset = (int)x[2];
-    } else if (!strcmp(key, "homo_head")) ok = int1(v, &b, 0, 1) && ((p->homo_head = b), true);
-    else if (!strcmp(key, "num_dense_heads")) ok = int1(v, &p->num_dense_heads, 0, S2_MAX_HEADS);
-    else if (!strcmp(key, "rule")) return pattern_rule(ps, v);
-    else if (!strcmp(key, "mask")) return pattern_mask(ps, v);
-    else if (!strcmp(key, "range")) return pattern_range(ps, v);
-    return ok ? S2_OK : perr(ps, "bad pattern value", key);
-}
-
-/* "requires MAJOR.MINOR": refused when above this runtime's release. */
-static s2_status requires_line(mparser *ps, const char *v)
-{
-    int major = -1, minor = -1, n = 0;
-    if (ps->m->requires_seen || sscanf(v, "%3d.%3d%n", &major, &minor, &n) != 2 || v[n] || major < 0 || minor < 0)
-        return perr(ps, ps->m->requires_seen ? "a second 'requires'" : "bad 'requires' (MAJOR.MINOR)", v);
-    ps->m->requires_seen = true;
-    if (major > S2C_VERSION_MAJOR || (major == S2C_VERSION_MAJOR && minor > S2C_VERSION_MINOR))
-        return s2_fail(ps->ctx, S2_ERR_UNSUPPORTED,
-                       "manifest:%d: the module needs an s2c runtime of version %d.%d or newer; this one is %s: "
-                       "update libs2rt", ps->line, major, minor, S2C_VERSION_STRING);
-    return S2_OK;
-}
-
-static s2_status parse_line(mparser *ps, char *line)
-{
-    char *sp = strchr(line, ' ');
-    const char *v = "";
-    if (sp) {
-        *sp = '\0';
-        v = sp + 1;
-    }
-    const char *key = line;
-    s2_manifest *m = ps->m;
-    if (!strcmp(key, "requires"))
-        return requires_line(ps, v);
-    if (!strcmp(key, "generator"))
-        return (m->generator = s2_arena_strdup(&m->arena, v)) ? S2_OK : s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory");
-    if (!strcmp(key, "arch")) {
-        if (!strcmp(v, "sm_80")) m->arch = S2_ARCH_SM80;
-        else if (!strcmp(v, "sm_90")) m->arch = S2_ARCH_SM90;
-        else if (!strcmp(v, "sm_90a")) m->arch = S2_ARCH_SM90A;
-        else return perr(ps, "unknown arch", v);
-        return S2_OK;
-    }
-    if (!strcmp(key, "kernel"))
-        return new_kernel(ps, v);
-    if (!strcmp(key, "pattern"))
-        return new_pattern(ps, v);
-    if (!strncmp(key, "kernel.", 7))
-        return ps->k ? kernel_key(ps, key + 7, v) : perr(ps, "kernel key outside a kernel", key);
-    if (!strncmp(key, "pattern.", 8))
-        return ps->p ? pattern_key(ps, key + 8, v) : perr(ps, "pattern key outside a pattern", key);
-    /* keys are closed: an unknown one is a newer writer's, whose meaning this runtime cannot know */
-    return perr(ps, "unknown key (written by a newer s2c? this runtime reads manifest version 3)", key);
-}
-
-/* "s2c-manifest 3"; other versions are named as older or newer. */
-static s2_status version_line(mparser *ps, const char *line)
-{
-    static const char magic[] = "s2c-manifest ";
-    int v = 0;
-    if (strncmp(line, magic, sizeof magic - 1) != 0 || !int1(line + sizeof magic - 1, &v, 0, 1 << 20))
-        return perr(ps, "not an s2c manifest of version 3", NULL);
-    if (v == S2_MANIFEST_VERSION)
-        return S2_OK;
-    return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest:1: a manifest of version %d (%s s2c); this one reads version %d%s",
-                   v, v < S2_MANIFEST_VERSION ? "an older" : "a newer", S2_MANIFEST_VERSION,
-                   v < S2_MANIFEST_VERSION ? ": compile the module again" : "");
-}
-
-static s2_status check_complete(mparser *ps)
+static s2_status check_complete(s2_mf_parser *ps)
 {
     s2_manifest *m = ps->m;
-    for (int i = 0; i < m->num_patterns; i++) {
-        const s2_pattern *p = m->patterns[i];
-        if (p->heads < 1 || m->rules_seen[i] != p->heads || p->heads % p->kv_heads != 0 || p->block_size < 1)
-            return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest: pattern '%s' is incomplete (%d of %d rules)", p->name,
-                           m->rules_seen[i], p->heads);
-    }
-    for (int i = 0; i < m->num_kernels; i++) {
+    s2_status st = check_repeats(ps);
+    for (int i = 0; st == S2_OK && i < m->num_patterns; i++)
+        st = s2_mf_pattern_complete(ps->ctx, m->patterns[i], m->rules_seen[i]);
+    for (int i = 0; st == S2_OK && i < m->num_kernels; i++) {
         if (!s2_manifest_find_pattern(m, m->kernels[i].pattern))
             return s2_fail(ps->ctx, S2_ERR_PARSE, "manifest: kernel %s names unknown pattern '%s'",
                            m->kernels[i].name, m->kernels[i].pattern);
-        s2_status st = check_fns(ps->ctx, &m->kernels[i]);
-        if (st != S2_OK)
-            return st;
+        st = check_fns(ps->ctx, &m->kernels[i]);
     }
-    return S2_OK;
+    return st;
 }
 
 s2_status s2_manifest_parse(s2_ctx *ctx, const char *text, size_t len, s2_manifest **out)
@@ -531,7 +500,7 @@ s2_status s2_manifest_parse(s2_ctx *ctx, const char *text, size_t len, s2_manife
     if (!m)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
     s2_arena_init(&m->arena);
-    mparser ps = {.ctx = ctx, .m = m};
+    s2_mf_parser ps = {.ctx = ctx, .m = m};
     s2_status st = S2_OK;
     bool ended = false;
     const char *s = text, *end = text + len;

@@ -2,6 +2,8 @@
 # Build one libFuzzer harness (no Meson needed) and run it.
 #   fuzz/run.sh [TARGET] [SECONDS] [JOBS]   TARGET pattern (default) | elf | manifest; 60 s, 1 job
 #   fuzz/run.sh merge [TARGET]              add the target's new inputs that add coverage to its corpus
+#   fuzz/run.sh smoke TARGET [SECONDS]      one process, a scratch directory for new inputs and crashes;
+#                                           prints "fuzz TARGET: N executions in S s, ..." and exits 0 or 1
 # CC: clang-22 when installed, else clang (any clang with libFuzzer).
 #   target    harness                corpus (replayed by the CPU tests)  crashers
 #   pattern   fuzz_pattern.c         fuzz/corpus                         fuzz/crashers
@@ -20,12 +22,12 @@ fi
 cc=$CC
 
 mode=run
-if [ "${1:-}" = merge ]; then mode=merge; shift; fi
+case "${1:-}" in merge|smoke) mode=$1; shift ;; esac
 target=pattern
 case "${1:-}" in
     pattern|elf|manifest) target=$1; shift ;;
     ''|[0-9]*) ;;
-    *) echo "usage: $0 [merge] [pattern|elf|manifest] [SECONDS] [JOBS]" >&2; exit 2 ;;
+    *) echo "usage: $0 [merge|smoke] [pattern|elf|manifest] [SECONDS] [JOBS]" >&2; exit 2 ;;
 esac
 case $target in
     pattern) corpus=$here/corpus; crashers=$here/crashers; max_len=4096 ;;
@@ -50,7 +52,7 @@ pattern)
         -lyaml -o "$out/fuzz_pattern" ;;
 elf)
     $cc $flags -I"$root/include" -I"$c" -I"$root/abi" \
-        "$here/fuzz_elf.c" "$c"/elf.c "$root"/abi/manifest_parse.c "$root"/abi/abi.c "$root"/abi/arch.c \
+        "$here/fuzz_elf.c" "$c"/elf.c "$root"/abi/manifest_parse.c "$root"/abi/manifest_pattern.c "$root"/abi/abi.c "$root"/abi/arch.c \
         "$c"/ctx.c "$c"/arena.c "$c"/file.c -o "$out/fuzz_elf" ;;
 manifest)
     # the fake driver is not instrumented: it is the device, not the code under test
@@ -73,6 +75,25 @@ if [ $mode = merge ]; then
 fi
 secs=${1:-60}
 jobs=${2:-1}
+if [ $mode = smoke ]; then
+    # the tree stays as it is: new inputs and any crash go to a scratch directory
+    scratch=$(mktemp -d "$out/smoke-$target.XXXXXX")
+    mkdir -p "$scratch/new" "$scratch/crash"
+    log=$scratch/log
+    rc=0
+    (cd "$out" && "$bin" -max_total_time="$secs" -max_len=$max_len -timeout=10 -rss_limit_mb=2048 \
+        -artifact_prefix="$scratch/crash/" -print_final_stats=1 "$scratch/new" "$corpus") >"$log" 2>&1 || rc=$?
+    execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+    crashes=$(find "$scratch/crash" -type f | wc -l)
+    if [ $rc -eq 0 ] && [ "$crashes" -eq 0 ] && [ -n "$execs" ]; then
+        echo "fuzz $target: ${execs} executions in ${secs} s, no crash"
+        rm -rf "$scratch"
+        exit 0
+    fi
+    echo "fuzz $target: FAILED (exit $rc, ${execs:-?} executions, $crashes crash inputs in $scratch/crash; log $log)"
+    grep -m 5 -E 'ERROR|SUMMARY|fuzz_manifest:|runtime error' "$log" | sed 's/^/    /'
+    exit 1
+fi
 mkdir -p "$new"
 cd "$out"   # relative mask paths in pattern inputs resolve here, not in the source tree
 exec "$bin" -max_total_time="$secs" -max_len=$max_len -timeout=10 -rss_limit_mb=2048 \

@@ -18,7 +18,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#define MASK_MAX_BLOCKS (INT64_C(1) << 27) /* S2_MAX_SEQ_LEN / 16 */
 
 void s2_pattern_escape(char *out, size_t size, const char *text, size_t len, size_t max_in)
 {
@@ -215,9 +214,9 @@ static s2_status read_shape(mask_reader *r, int64_t *h, int64_t *m, int64_t *n)
     size_t i = 5;
     s2_status st = shape_number(r, &i, "H (heads)", S2_MAX_HEADS, h);
     if (st == S2_OK)
-        st = shape_number(r, &i, "M (query blocks)", MASK_MAX_BLOCKS, m);
+        st = shape_number(r, &i, "M (query blocks)", S2_MASK_MAX_BLOCKS, m);
     if (st == S2_OK)
-        st = shape_number(r, &i, "N (key blocks)", MASK_MAX_BLOCKS, n);
+        st = shape_number(r, &i, "N (key blocks)", S2_MASK_MAX_BLOCKS, n);
     if (st != S2_OK)
         return st;
     while (i < r->line_len && (r->line[i] == ' ' || r->line[i] == '\t'))

@@ -165,8 +165,8 @@ static s2_status parse_pattern(parser *P, const node *map, const char *pfx, bool
                 return s2_pp_nomem(P);
         }
         for (int i = 0; i < v->n; i++) {
-            if (++P->ranges > MAX_RANGES)
-                return perr(P, v->kids[i], "%s: more than %d ranges in one file", key, MAX_RANGES);
+            if (++P->ranges > S2_PATTERN_MAX_RANGES)
+                return perr(P, v->kids[i], "%s: more than %d ranges in one file", key, S2_PATTERN_MAX_RANGES);
             char rpfx[192];
             snprintf(rpfx, sizeof rpfx, "%sranges[%d].", pfx, i);
             if ((st = s2_pp_parse_range(P, p, v->kids[i], rpfx, &p->ranges[i])) != S2_OK)

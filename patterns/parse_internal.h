@@ -1,6 +1,7 @@
 /* Internal to the pattern-file parser (parse*.c): the node tree built from
  * libyaml events, the parser state, the per-file limits and the readers the
- * sections share.  Every error is one line "file:line:col: key: message".
+ * sections share (the bounds of the values are in s2c/pattern.h, which the
+ * manifest parser shares).  Every error is one line "file:line:col: key: message".
  * Shared functions are s2_pp_ ("pattern parser"): the library links into
  * other programs, so no bare get_int and the like. */
 #ifndef S2C_PARSE_INTERNAL_H
@@ -14,10 +15,7 @@
 
 #define MAX_DEPTH 16             /* deepest legal file needs 6 */
 #define MAX_PATTERNS 256         /* per file */
-#define MAX_RANGES 4096          /* per file: each costs `heads` bytes */
 #define MAX_OVERRIDES 4096       /* per file */
-#define MAX_MASKS 64             /* per pattern */
-#define MAX_COUNT (1 << 24)      /* local_blocks, vert_stride, step, offset */
 #define MAX_NAME 128
 
 typedef enum node_kind { N_SCALAR, N_SEQ, N_MAP } node_kind;

@@ -33,13 +33,13 @@ s2_status s2_pp_parse_local_stride(parser *P, s2_pattern *p, const node *map, co
         snprintf(key, sizeof key, "%s.head_sliding_step", what);
         if (v->kind != N_SCALAR || !v->plain || v->len == 0 || !((v->str[0] >= '0' && v->str[0] <= '9') || v->str[0] == '-'))
             return perr(P, v, "%s: expected auto or an integer >= 1, got %s", key, s2_pp_shown(v, buf, sizeof buf));
-        if ((st = s2_pp_get_int32(P, v, key, 1, MAX_COUNT, &p->head_sliding_step)) != S2_OK)
+        if ((st = s2_pp_get_int32(P, v, key, 1, S2_PATTERN_MAX_COUNT, &p->head_sliding_step)) != S2_OK)
             return st;
         p->head_sliding_step_auto = false;
     }
     if ((v = s2_pp_fval(f, "head_sliding_offset"))) {
         snprintf(key, sizeof key, "%s.head_sliding_offset", what);
-        if ((st = s2_pp_get_int32(P, v, key, 0, MAX_COUNT, &p->head_sliding_offset)) != S2_OK)
+        if ((st = s2_pp_get_int32(P, v, key, 0, S2_PATTERN_MAX_COUNT, &p->head_sliding_offset)) != S2_OK)
             return st;
     }
     if ((v = s2_pp_fval(f, "homo_head"))) {
@@ -201,8 +201,8 @@ s2_status s2_pp_load_mask(parser *P, s2_pattern *p, const node *mask_node, const
     if (st != S2_OK)
         return st;
     s2_pp_keyname(key, sizeof key, pfx, "mask");
-    if (p->num_masks >= MAX_MASKS)
-        return perr(P, mask_node, "%s: more than %d masks in one pattern", key, MAX_MASKS);
+    if (p->num_masks >= S2_PATTERN_MAX_MASKS)
+        return perr(P, mask_node, "%s: more than %d masks in one pattern", key, S2_PATTERN_MAX_MASKS);
     char shown[256];
     s2_pattern_escape(shown, sizeof shown, path, strlen(path), 200);
     char *full = NULL;
@@ -331,7 +331,7 @@ s2_status s2_pp_parse_override(parser *P, s2_pattern *p, const node *map, const 
         return st;
     if (sv && (st = s2_pp_get_stride(P, sv, s2_pp_keyname(key, sizeof key, pfx, "vert_stride"), &stride)) != S2_OK)
         return st;
-    if (ov && (st = s2_pp_get_int32(P, ov, s2_pp_keyname(key, sizeof key, pfx, "head_sliding_offset"), 0, MAX_COUNT, &offset)) != S2_OK)
+    if (ov && (st = s2_pp_get_int32(P, ov, s2_pp_keyname(key, sizeof key, pfx, "head_sliding_offset"), 0, S2_PATTERN_MAX_COUNT, &offset)) != S2_OK)
         return st;
     if (dv && (st = s2_pp_get_bool(P, dv, s2_pp_keyname(key, sizeof key, pfx, "dense"), &dense)) != S2_OK)
         return st;
@@ -419,6 +419,6 @@ s2_status s2_pp_parse_range(parser *P, s2_pattern *p, const node *map, const cha
         return S2_OK;
     }
     rr->action = S2_RANGE_STRIDE;
-    return s2_pp_get_int32(P, sv, s2_pp_keyname(key, sizeof key, pfx, "vert_stride"), 1, MAX_COUNT, &rr->stride);
+    return s2_pp_get_int32(P, sv, s2_pp_keyname(key, sizeof key, pfx, "vert_stride"), 1, S2_PATTERN_MAX_COUNT, &rr->stride);
 }
 

@@ -167,13 +167,13 @@ s2_status s2_pp_get_local(parser *P, const node *n, const char *key, bool causal
             return perr(P, n, "%s: a [left, right] list needs causal: false; expected an integer", key);
         if (n->n != 2)
             return perr(P, n, "%s: expected [left, right], got a list of %d", key, n->n);
-        s2_status st = s2_pp_get_int32(P, n->kids[0], key, 0, MAX_COUNT, left);
+        s2_status st = s2_pp_get_int32(P, n->kids[0], key, 0, S2_PATTERN_MAX_COUNT, left);
         if (st == S2_OK)
-            st = s2_pp_get_int32(P, n->kids[1], key, 0, MAX_COUNT, right);
+            st = s2_pp_get_int32(P, n->kids[1], key, 0, S2_PATTERN_MAX_COUNT, right);
         (void)buf;
         return st;
     }
-    s2_status st = s2_pp_get_int32(P, n, key, 0, MAX_COUNT, left);
+    s2_status st = s2_pp_get_int32(P, n, key, 0, S2_PATTERN_MAX_COUNT, left);
     *right = causal ? 0 : *left;
     return st;
 }
@@ -188,7 +188,7 @@ s2_status s2_pp_get_stride(parser *P, const node *n, const char *key, int *out)
     char buf[256];
     if (n->kind != N_SCALAR || !n->plain || n->len == 0 || !((n->str[0] >= '0' && n->str[0] <= '9') || n->str[0] == '-'))
         return perr(P, n, "%s: expected an integer >= 1 or none, got %s", key, s2_pp_shown(n, buf, sizeof buf));
-    return s2_pp_get_int32(P, n, key, 1, MAX_COUNT, out);
+    return s2_pp_get_int32(P, n, key, 1, S2_PATTERN_MAX_COUNT, out);
 }
 /* One selector item: an int or "a-b". */
 static s2_status select_item(parser *P, const node *n, const char *key, int heads, uint8_t *sel)

@@ -120,6 +120,12 @@ s2_status s2_pattern_from_args(s2_ctx *ctx, const s2_local_stride_args *a, s2_pa
         return s2_fail(ctx, S2_ERR_INVALID, "block_size must be 16, 32, 64 or 128, got %d", a->block_size);
     if (a->local_blocks < 0 || a->local_right < 0 || a->vert_stride < 1)
         return s2_fail(ctx, S2_ERR_INVALID, "local_blocks must be >= 0 and vert_stride >= 1");
+    /* a pattern file's bounds, so that a cubin built from these loads again (the manifest holds them) */
+    if (a->local_blocks > S2_PATTERN_MAX_COUNT || a->local_right > S2_PATTERN_MAX_COUNT ||
+        a->vert_stride > S2_PATTERN_MAX_COUNT || a->head_sliding_step > S2_PATTERN_MAX_COUNT ||
+        a->head_sliding_offset < 0 || a->head_sliding_offset > S2_PATTERN_MAX_COUNT)
+        return s2_fail(ctx, S2_ERR_INVALID, "local_blocks, vert_stride, head_sliding_step and head_sliding_offset "
+                       "must be in 0..%d", S2_PATTERN_MAX_COUNT);
     if (a->num_dense_heads < 0 || a->num_dense_heads > kv)
         return s2_fail(ctx, S2_ERR_INVALID, "num_dense_heads must be in 0..%d", kv);
     if (a->max_seq_len < 0 || a->max_seq_len > S2_MAX_SEQ_LEN)

@@ -18,12 +18,28 @@
 
 /* ---- info ------------------------------------------------------------------- */
 
+/* Text from the cubin as the terminal gets it: printable ASCII as it is,
+ * any other byte as \xNN, so no control sequence reaches the terminal (the
+ * JSON output escapes in its own way). */
+static void put_text(const char *s, size_t len)
+{
+    for (size_t i = 0; i < len && s[i]; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (c >= 0x20 && c < 0x7f)
+            putchar(c);
+        else
+            printf("\\x%02x", c);
+    }
+}
+
 /* s2_pattern_describe's text without its first line (which names the
  * pattern file: a manifest's patterns have none), indented. */
 static void print_pattern(const s2_pattern *p)
 {
     char *text = NULL;
-    printf("pattern %s\n", p->name);
+    printf("pattern ");
+    put_text(p->name, strlen(p->name));
+    printf("\n");
     if (s2_pattern_describe(p, &text) != S2_OK) {
         printf("  (no summary: out of memory)\n");
         return;
@@ -31,8 +47,10 @@ static void print_pattern(const s2_pattern *p)
     const char *s = strchr(text, '\n');
     for (s = s ? s + 1 : text; *s;) {
         const char *nl = strchr(s, '\n');
-        int len = nl ? (int)(nl - s) : (int)strlen(s);
-        printf("  %.*s\n", len, s);
+        size_t len = nl ? (size_t)(nl - s) : strlen(s);
+        printf("  ");
+        put_text(s, len);
+        printf("\n");
         s += len + (nl ? 1 : 0);
     }
     free(text);
@@ -129,12 +147,14 @@ int cmd_info(s2_ctx *ctx, int argc, char **argv)
         info_json(ctx, path, image, size, m);
     } else if (rc == 0) {
         int nk = s2_manifest_num_kernels(m), npat = s2_manifest_num_patterns(m);
-        printf("%s: %zu bytes, generator s2c %s, arch %s, %d kernel%s, %d pattern%s\n", path, size,
-               s2_manifest_generator(m), s2_arch_name((s2_arch)s2_manifest_arch(m)), nk, nk == 1 ? "" : "s", npat,
-               npat == 1 ? "" : "s");
+        const char *gen = s2_manifest_generator(m);
+        printf("%s: %zu bytes, generator s2c ", path, size);
+        put_text(gen, strlen(gen));
+        printf(", arch %s, %d kernel%s, %d pattern%s\n", s2_arch_name((s2_arch)s2_manifest_arch(m)), nk,
+               nk == 1 ? "" : "s", npat, npat == 1 ? "" : "s");
         for (int i = 0; i < nk; i++) {
             const s2_manifest_kernel *k = s2_manifest_kernel_at(m, i);
-            print_kernel(stdout, k);
+            print_kernel(stdout, k); /* names and symbols: printable ASCII, as the manifest parser requires */
             /* the main kernel's (the entry's launch shape: NAME, or NAME_dkdv of a backward), then the others' */
             const s2_kernel_record *main = s2_manifest_kernel_fn(k, s2_main_role(k->spec.kind));
             int regs = regs_of(ctx, image, size, main ? main->symbol : k->name);

@@ -76,11 +76,13 @@ typedef struct s2_manifest s2_manifest;
  *                             .rule Q DENSE LEFT RIGHT STRIDE SHIFT MASK MASK_HEAD  (one per head)
  *                             .range ACTION KEY_LO KEY_HI DIST_LO DIST_HI STRIDE HEADS_HEXBITS
  *   end
- * Keys are closed: an unknown key, a version other than 3, or a `requires`
- * above this runtime's version (s2c/version.h) is refused with a message, so
- * an old runtime never launches a newer generator's kernels with the wrong
- * parameters.  The parser checks each entry's kernels against its kind
- * (every role it needs, once; the ABI and grid each role takes).
+ * Keys are closed: an unknown key at any level, a version other than 3, or a
+ * `requires` above this runtime's version (s2c/version.h) is refused with a
+ * message, so an old runtime never launches a newer generator's kernels with
+ * the wrong parameters.  The parser checks each entry's kernels against its
+ * kind (every role it needs, once; the ABI and grid each role takes), holds
+ * every integer to the pattern parser's bounds (s2c/pattern.h) and refuses a
+ * second entry, pattern or kernel symbol of one name.
  * Writer (libs2c): *text malloc'd, NUL-terminated. */
 S2_API s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *kernels, int num_kernels,
                              const s2_pattern *const *patterns, int num_patterns, char **text);

@@ -39,6 +39,14 @@ extern "C" {
 #define S2_PATTERN_MAX_SCALAR_BYTES (16 << 20)       /* bytes of all scalars together */
 #define S2_PATTERN_MAX_MASK_BYTES (INT64_C(64) << 20) /* bytes of mask files read; each reference counts its file */
 
+/* The bounds of a pattern's values, as the pattern parser takes them; the
+ * manifest parser (a cubin's patterns) holds them to the same. */
+#define S2_PATTERN_MAX_COUNT (1 << 24)   /* local window (blocks), vert_stride, head_sliding step and offset */
+#define S2_PATTERN_MAX_SHIFT ((int64_t)S2_MAX_HEADS * S2_PATTERN_MAX_COUNT) /* a head's shift: h * step + offset */
+#define S2_PATTERN_MAX_MASKS 64          /* per pattern */
+#define S2_PATTERN_MAX_RANGES 4096       /* per pattern file (a manifest: per pattern) */
+#define S2_MASK_MAX_BLOCKS (S2_MAX_SEQ_LEN / 16) /* a mask's rows or columns */
+
 /* A block mask in the golden text format: H masks of M x N blocks
  * (H == 1: one mask shared by every head).  bits[(h*M + m)*N + n] is 1 when
  * query block m of head h keeps key block n. */
@@ -163,7 +171,9 @@ S2_API const s2_pattern *s2_pattern_set_get(const s2_pattern_set *set, int i);
 S2_API const s2_pattern *s2_pattern_set_find(const s2_pattern_set *set, const char *name);
 
 /* Build a pattern programmatically from the S2 library's keyword arguments
- * (the golden file's kwargs).  local_right is used only when !causal. */
+ * (the golden file's kwargs).  local_right is used only when !causal.  The
+ * window, stride, step and offset are bounded as in a pattern file
+ * (0..S2_PATTERN_MAX_COUNT). */
 typedef struct s2_local_stride_args {
     const char *name;
     int num_heads;

@@ -632,6 +632,30 @@ def test_info_errors():
         check("info on truncated cubins: exit 1 with a message", blob and bad == 0, f"{bad} cuts misbehaved")
 
 
+def test_info_escapes():
+    """Control bytes in a cubin's manifest text (its generator) reach neither
+    info's text output nor its JSON raw: \\xNN and \\u00NN."""
+    with tempfile.TemporaryDirectory() as d:
+        cub = os.path.join(d, "ok.cubin")
+        rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "64", "--dtype", "bf16",
+                           "--arch", "sm_80", "-o", cub)
+        blob = open(cub, "rb").read() if rc == 0 else b""
+        at = blob.find(b"\ngenerator ") + len(b"\ngenerator ")
+        gen = blob[at:blob.find(b"\n", at)]
+        # same length: an ANSI clear-screen and a bell in place of the generator's first 5 bytes
+        evil = b"\x1b[2J\x07" + gen[5:]
+        with open(cub, "wb") as f:
+            f.write(blob[:at] + evil + blob[at + len(gen):])
+        rc, out, err = run("info", cub)
+        want = "generator s2c \\x1b[2J\\x07" + gen[5:].decode()
+        clean = all(c == "\n" or " " <= c <= "~" for c in out)
+        check("info escapes control bytes of the manifest in its text output",
+              rc == 0 and len(gen) > 5 and clean and want in out, f"rc={rc} {err}\n{out!r}")
+        rc, out, err = run("info", cub, "--format", "json")
+        ok = rc == 0 and json.loads(out)["generator"] == evil.decode() and "\x1b" not in out
+        check("info --format json escapes them as JSON", ok, f"rc={rc} {err}\n{out!r}")
+
+
 def test_kv_memory():
     """kv-memory on the decode pattern against a closed form: kv head h keeps
     the 16-block window and the blocks n with (n + h) % 8 == 0."""
@@ -891,7 +915,7 @@ def test_layout_limits():
 def main():
     for t in (test_golden, test_bad_files, test_usage, test_stock, test_compile_softmax,
               test_compile_matrix, test_multi_pattern, test_tunables, test_template_options, test_emit_c, test_stages,
-              test_info_errors,
+              test_info_errors, test_info_escapes,
               test_kv_memory, test_hostile_patterns, test_layout_limits):
         try:
             t()

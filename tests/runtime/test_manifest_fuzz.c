@@ -78,8 +78,8 @@ START_TEST(corpus_replays)
     int files = 0, accepted = 0;
     snprintf(dir, sizeof dir, "%s/corpus-manifest", fuzz_dir);
     replay_dir(dev, dir, true, &files, &accepted);
-    /* 35 manifests of stock-pattern cubins and 33 edge cases, at least */
-    ck_assert_msg(files >= 68, "only %d corpus files under %s", files, dir);
+    /* 35 manifests of stock-pattern cubins and 144 edge cases, at least */
+    ck_assert_msg(files >= 179, "only %d corpus files under %s", files, dir);
     ck_assert_msg(accepted >= 35, "only %d of %d accepted", accepted, files);
     snprintf(dir, sizeof dir, "%s/crashers-manifest", fuzz_dir);
     replay_dir(dev, dir, false, &files, &accepted);
@@ -88,11 +88,12 @@ START_TEST(corpus_replays)
 END_TEST
 
 /* The edge cases the pipeline accepts, by name: the fuzzer's seeds that must
- * keep parsing and loading (a mask pattern, a backward entry). */
+ * keep parsing and loading (a mask pattern, a backward entry, every pattern
+ * value at its bound). */
 START_TEST(edge_cases_accepted)
 {
     static const char *ok_files[] = {"edge-minimal-ok", "edge-mask-ok", "edge-bwd-kernel", "edge-max-seq-len-small",
-                                     "edge-many-ranges"};
+                                     "edge-many-ranges", "edge-at-bounds-ok"};
     s2_device *dev = open_fake();
     for (size_t i = 0; i < sizeof ok_files / sizeof ok_files[0]; i++) {
         char path[4096];
@@ -190,7 +191,7 @@ START_TEST(hostile_manifests_bounded)
     hostile cases[] = {
         from_file("edge-huge-mask-claim", "bad mask"),      /* 4096 x 1024 x 1024 blocks in two digits */
         grown("edge-minimal-ok", "pattern.range drop 0 1 0 1 0 f\n", 20000, "more ranges than a pattern may hold"),
-        grown("edge-minimal-ok", masks, 1, "more masks than a pattern may hold"),
+        grown("edge-minimal-ok", masks, 1, "pattern.mask: I out of range (0..63): 64"),
         from_file("edge-repeated-head-rule", "a second rule for one head"),
         from_file("edge-v1-header", "version 1 (an older s2c)"),
         from_file("edge-v4-header", "version 4 (a newer s2c)"),

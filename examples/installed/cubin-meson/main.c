@@ -57,7 +57,15 @@ static int show_manifest(s2_ctx *ctx, const char *path, int *arch)
         return 1;
     }
     *arch = s2_manifest_arch(m);
-    printf("%s: %zu bytes, %s, generator %s\n", path, size, s2_arch_name((s2_arch)*arch), s2_manifest_generator(m));
+    printf("%s: %zu bytes, %s, generator ", path, size, s2_arch_name((s2_arch)*arch));
+    /* text from the cubin: control bytes escaped, so none reaches the terminal (names are printable already) */
+    for (const unsigned char *c = (const unsigned char *)s2_manifest_generator(m); *c; c++) {
+        if (*c >= 0x20 && *c < 0x7f)
+            putchar(*c);
+        else
+            printf("\\x%02x", *c);
+    }
+    printf("\n");
     for (int i = 0; i < s2_manifest_num_kernels(m); i++) {
         const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, i);
         const s2_pattern *p = s2_manifest_find_pattern(m, mk->pattern);
