@@ -5,9 +5,8 @@
 
 #include <string.h>
 
-#define MAX_COUNT (1 << 24)   /* local window, vert_stride: the parser's limit */
-/* shift = h * step + offset with h < S2_MAX_HEADS and step, offset <= MAX_COUNT */
-#define MAX_SHIFT ((int64_t)MAX_COUNT * (S2_MAX_HEADS + 1))
+#define MAX_COUNT S2_PATTERN_MAX_COUNT
+#define MAX_SHIFT S2_PATTERN_MAX_SHIFT
 
 static bool valid_block_size(int bs) { return bs == 16 || bs == 32 || bs == 64 || bs == 128; }
 

@@ -197,8 +197,8 @@ S2_API s2_status s2_pattern_from_args(s2_ctx *ctx, const s2_local_stride_args *a
 /* A pattern from per-query-head rules, an explicit block mask, or both
  * (what a framework holds: an arbitrary mask, or the S2 library's heads
  * sliced or regrouped).  Checked as a file's pattern is: heads 1..4096 and a
- * multiple of kv_heads, block_size 16..128, windows and strides 0..2^24,
- * shifts 0..2^24 * 4097, a mask of H = 1 or heads slices within
+ * multiple of kv_heads, block_size 16..128, windows and strides
+ * 0..S2_PATTERN_MAX_COUNT, shifts 0..S2_PATTERN_MAX_SHIFT, a mask of H = 1 or heads slices within
  * S2_PATTERN_MAX_MASK_BYTES.  Rules and mask bits are copied (a nonzero
  * byte keeps its block).  S2_ERR_INVALID or S2_ERR_NULL_ARG name what is
  * wrong. */

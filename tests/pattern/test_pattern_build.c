@@ -135,7 +135,7 @@ static const struct {
     {"mask index 1", "rules[2]: mask must be -1 (none) or 0 (the mask), got 1"},
     {"mask without mask", "rules[0]: refers to a mask, but none is given"},
     {"mask_head 8", "rules[1]: mask_head must be in 0..7, got 8"},
-    {"negative shift", "rules[5]: shift must be in 0..68736253952, got -1"},
+    {"negative shift", "rules[5]: shift must be in 0..68719476736, got -1"},
     {"stride 2^24+1", "rules[0]: vert_stride must be in 0..16777216, got 16777217"},
     {"empty rule", "rules[7]: attends to nothing (no window, stride, mask or dense)"},
     {"max_seq_len", "max_seq_len must be in 0..2147483648, got -5"},
