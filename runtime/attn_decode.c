@@ -39,7 +39,8 @@ s2_status s2_rt_dec_bound(s2_ctx *ctx, const s2_attn_kernel *k, int64_t q_blocks
         st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
     s2_tile_spec ts = {p->block_size, p->block_size};
     if (st == S2_OK)
-        st = s2_layout_entries_bound(ctx, lay, ts, false, 1, (int64_t)(S2_ATTN_MAX_SCHEDULE_BYTES / 8), per_class,
+        st = s2_layout_entries_bound(ctx, lay, ts, false, 1,
+                                     (int64_t)(S2_ATTN_MAX_SCHEDULE_BYTES / sizeof(s2_decode_entry)), per_class,
                                      &entries);
     if (st == S2_OK) {
         entries = 0;

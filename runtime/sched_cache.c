@@ -345,8 +345,8 @@ s2_status s2_rt_sched_cap(s2_ctx *ctx, const s2_attn_kernel *k, const char *what
     if (bytes <= S2_ATTN_MAX_SCHEDULE_BYTES)
         return S2_OK;
     return s2_fail(ctx, S2_ERR_SHAPE,
-                   "%s of kernel %s: its schedules would take more than %.1f GiB of device memory (an upper bound "
-                   "counted before building), above S2_ATTN_MAX_SCHEDULE_BYTES (%.0f GiB)",
+                   "%s of kernel %s: counting its schedules' entries before building passed %.1f GiB of device "
+                   "memory, above S2_ATTN_MAX_SCHEDULE_BYTES (%.0f GiB)",
                    what, k->desc->name, (double)bytes / (1u << 30), (double)S2_ATTN_MAX_SCHEDULE_BYTES / (1u << 30));
 }
 

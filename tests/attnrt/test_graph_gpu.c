@@ -21,8 +21,8 @@
  * allocates through it, on prepare's stream; capture and replays make no
  * call to it; at the end, the plan, batches and kernels freed, every buffer
  * came back (and plan_free gave back on prepare's stream); the plan's
- * device_bytes before prepare (an estimate), after it, and the bytes
- * prepare took from the allocator agree.
+ * device_bytes after prepare and the bytes prepare took from the allocator
+ * agree, and device_bytes before prepare (a bound from counts) is at least that.
  * concurrency: 4 threads, each with its own s2_ctx and 4 streams, launch
  * S2C_CONC_LAUNCHES (default 1000) forwards each on two kernels of two
  * patterns (bf16 causal, f16 bidirectional) shared by all threads, over
@@ -286,7 +286,7 @@ static void check_plan_info(const plan_info *pi, const char *what)
                   (long long)pi->wrong_stream);
     ck_assert_msg(pi->free_wrong_stream == 0, "%s: %lld allocator frees of plan_free not on prepare's stream", what,
                   (long long)pi->free_wrong_stream);
-    ck_assert_msg(pi->held > 0 && pi->held == pi->estimate && pi->held == pi->bytes,
+    ck_assert_msg(pi->held > 0 && pi->held <= pi->estimate && pi->held == pi->bytes,
                   "%s: device_bytes %zu before prepare, %zu after, %zu allocated by prepare", what, pi->estimate,
                   pi->held, pi->bytes);
 }

@@ -3,9 +3,9 @@
  *  - declaring a forward, backward or decode plan of 2^31 - 1 tokens is
  *    refused with S2_ERR_SHAPE, and so is the decode kernel's own path
  *    (s2_attn_decode_splits builds its lists), at once;
- *  - a size query over a million tokens answers from counts: no schedule is
- *    built, so it takes a fraction of the time and memory building does, and
- *    its answer bounds what a smaller prepare really takes.
+ *  - size queries over a million tokens answer from counts: no schedule is
+ *    built, so they take a fraction of the time and memory building does
+ *    (test_plan shows that prepare takes at most the answer).
  * Each runs in a child under an address-space limit of what the process
  * holds plus 256 MB, and a time limit (tests/harness/bounded.h).
  * Usage: test_plan_limits FAKE_LIB (exits 77 without ptxas or nvJitLink). */
