@@ -1,12 +1,13 @@
 /* Paged decode on the CPU: the kept-block lists exactly against the block
- * predicate (every stock pattern and the shared test patterns, several
- * lengths), their packing, the combine reference against a full forward
+ * rule written out in tests/harness/mask_oracle.h (every stock pattern and
+ * the shared test patterns, several lengths), their packing, the combine reference against a full forward
  * split into disjoint key sets, and the paged reference with per-head block
  * tables against the forward on gathered keys.  Fresh seeds, printed. */
 #include "../attn/patterns.h"
 #include "s2c/decode.h"
 #include "s2c/layout.h"
 #include "s2c/ref.h"
+#include "mask_oracle.h"
 #include "rand_pattern.h"
 #include "util.h"
 
@@ -42,7 +43,7 @@ static void check_lists(const s2_pattern *p, int64_t max_len)
                 uint32_t want = 0;
                 for (int sel = 0; sel < 2 && m + sel < M; sel++)
                     for (int i = 0; i < G; i++)
-                        if (s2_block_kept(p, g * G + i, m + sel, n))
+                        if (s2t_oracle_block_kept(p, g * G + i, m + sel, n))
                             want |= 1u << (sel * G + i);
                 if (!want)
                     continue;
@@ -145,7 +146,7 @@ START_TEST(lists_long_ranges)
                 uint32_t want = 0;
                 for (int sel = 0; sel < 2 && m + sel < M; sel++)
                     for (int i = 0; i < G; i++)
-                        if (s2_block_kept(p, g * G + i, m + sel, n))
+                        if (s2t_oracle_block_kept(p, g * G + i, m + sel, n))
                             want |= 1u << (sel * G + i);
                 if (!want)
                     continue;
