@@ -44,9 +44,9 @@ what: a manifest rule for head == heads writes one past the rules array
 name: causal-rule
 file: ir/predicate.c
 old: if (p->causal && n > m)
-new: if (p->causal && n > m + 1)
-tests: ir kv_evict decode example_paged example_paged_small_pages example_paged_decode_l16v8
-what: causal patterns keep the key block after the query block
+new: if (p->causal && n >= m)
+tests: ir kv_evict decode
+what: causal patterns drop the diagonal block (kept iff n < m, not n <= m)
 
 name: vert-stride-rule
 file: ir/predicate.c
@@ -58,9 +58,9 @@ what: absolute vertical stripes every stride + 1 blocks
 name: head-shift
 file: patterns/resolve.c
 old: int h = p->homo_head ? 0 : q / group;
-new: int h = p->homo_head ? 0 : q;
+new: int h = p->homo_head ? 0 : q % group;
 tests: ir kv_evict decode
-what: the stripe shift of a GQA pattern from the query head, not its kv head
+what: the stripe shift from the head's index in its group, not its kv head
 
 name: varlen-shape-off-by-one
 file: runtime/varlen.c
