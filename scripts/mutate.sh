@@ -168,9 +168,14 @@ mkdir -p "$logs" "$scratch/orig"
 export S2C_SEED=${S2C_SEED:-1}
 echo "mutate: scratch tree $scratch, S2C_SEED=$S2C_SEED, $([ $subset -eq 1 ] && echo "each bug's tests" || echo "the cpu suite")"
 
-# tar keeps the files' times, so a kept build stays incremental
+# tar keeps the files' times, so a kept build stays incremental; a file a
+# stopped run left planted gets a new time, so that it is recompiled
 (cd "$root" && git ls-files -z --cached --others --exclude-standard |
     tar --null -T - --ignore-failed-read -cf - 2>/dev/null) | tar -xf - -C "$scratch" || exit 2
+if [ -f "$scratch/planted" ]; then
+    touch "$scratch/$(cat "$scratch/planted")"
+    rm -f "$scratch/planted"
+fi
 if ! (cd "$scratch" && scripts/setup.sh build-mutate) >"$logs/setup.log" 2>&1; then
     echo "mutate: the unchanged copy does not build; see $logs/setup.log" >&2
     exit 2
@@ -227,7 +232,9 @@ for i in "${selected[@]}"; do
         continue
     fi
     cp "$path" "$scratch/orig/$name"
+    printf '%s\n' "$file" >"$scratch/planted"
     if ! substitute "$path" "${olds[i]}" "${news[i]}"; then
+        rm -f "$scratch/planted"
         results+=("$name|$file|$mode|stale|old text not found exactly once")
         bad=1
         continue
@@ -253,6 +260,7 @@ for i in "${selected[@]}"; do
     # restored with a new time, so that the next build recompiles it
     cp "$scratch/orig/$name" "$path"
     touch "$path"
+    rm -f "$scratch/planted"
 done
 ninja -C "$build" >"$logs/restore.build.log" 2>&1 || true
 
