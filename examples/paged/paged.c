@@ -12,7 +12,11 @@
  * with per-head tables) and from a dense copy of the cache that is never
  * freed (s2_ref_forward).  The two must agree bit for bit: a freed page that
  * was still needed would put NaN, or another sequence's keys, into the
- * paged result.  Prints held and peak pages against a dense cache.
+ * paged result.  Prints held and peak pages against a dense cache.  Built
+ * for the tests (PAGED_INDEPENDENT_RULE), both references take the mask from
+ * the rule written out in tests/harness/mask_oracle.h instead of the
+ * library's s2_token_kept, which the evictor is built on: an evictor and a
+ * predicate that are wrong together still fail.
  *
  *   paged [--pattern FILE] [--name NAME] [--len N] [--prefill N] [--page N]
  *         [--spec N] [--batch N] [--head-dim D]          (S2C_SEED=N to repeat)
@@ -206,9 +210,16 @@ static int evict(run *r, int64_t b, int64_t from, int64_t to, s2_ctx *ctx)
 
 /* ---- one decode step, checked ------------------------------------------------- */
 
+#ifdef PAGED_INDEPENDENT_RULE
+#include "mask_oracle.h"
+#define paged_token_kept s2t_oracle_token_kept
+#else
+#define paged_token_kept s2_token_kept
+#endif
+
 static bool mask_fn(const void *user, int q_head, int64_t qpos, int64_t kpos)
 {
-    return s2_token_kept((const s2_pattern *)user, q_head, qpos, kpos);
+    return paged_token_kept((const s2_pattern *)user, q_head, qpos, kpos);
 }
 
 /* n queries at positions cur .. cur+n-1 of sequence b, attended from the

@@ -1,6 +1,6 @@
 /* Row softmax on a real GPU against a float64 CPU softmax.  The driver is
  * loaded with dlopen; without it or without a device the test exits 77. */
-#include "mask_rule.h"
+#include "mask_oracle.h"
 #include "s2c/compile.h"
 #include "s2c/codegen.h"
 #include "s2c/pattern.h"
@@ -73,7 +73,7 @@ static int64_t cpu_row(const s2_pattern *p, int h, int64_t pos, const float *x, 
     double mx = -INFINITY, sum = 0;
     int64_t nk = 0;
     for (int64_t k = 0; k < sk; k++) {
-        kept[k] = test_key_kept(p, h, pos, k);
+        kept[k] = s2t_oracle_token_kept(p, h, pos, k);
         if (kept[k]) {
             nk++;
             mx = fmax(mx, scale * x[k]);

@@ -1,12 +1,13 @@
 /* Paged decode on the CPU: the kept-block lists exactly against the block
- * predicate (every stock pattern and the shared test patterns, several
- * lengths), their packing, the combine reference against a full forward
+ * rule written out in tests/harness/mask_oracle.h (every stock pattern and
+ * the shared test patterns, several lengths), their packing, the combine reference against a full forward
  * split into disjoint key sets, and the paged reference with per-head block
  * tables against the forward on gathered keys.  Fresh seeds, printed. */
 #include "../attn/patterns.h"
 #include "s2c/decode.h"
 #include "s2c/layout.h"
 #include "s2c/ref.h"
+#include "mask_oracle.h"
 #include "rand_pattern.h"
 #include "util.h"
 
@@ -42,7 +43,7 @@ static void check_lists(const s2_pattern *p, int64_t max_len)
                 uint32_t want = 0;
                 for (int sel = 0; sel < 2 && m + sel < M; sel++)
                     for (int i = 0; i < G; i++)
-                        if (s2_block_kept(p, g * G + i, m + sel, n))
+                        if (s2t_oracle_block_kept(p, g * G + i, m + sel, n))
                             want |= 1u << (sel * G + i);
                 if (!want)
                     continue;
@@ -145,7 +146,7 @@ START_TEST(lists_long_ranges)
                 uint32_t want = 0;
                 for (int sel = 0; sel < 2 && m + sel < M; sel++)
                     for (int i = 0; i < G; i++)
-                        if (s2_block_kept(p, g * G + i, m + sel, n))
+                        if (s2t_oracle_block_kept(p, g * G + i, m + sel, n))
                             want |= 1u << (sel * G + i);
                 if (!want)
                     continue;
@@ -183,8 +184,10 @@ END_TEST
 
 /* ---- combine reference ------------------------------------------------------ */
 
+enum { CB = 2, CSQ = 5, CSK = 37, CH = 3, CD = 16, CPARTS = 4 };
+
 typedef struct part_mask {
-    int part, parts;
+    int part, parts;   /* parts == 0: every key */
 } part_mask;
 
 /* key kpos belongs to partition (kpos * 7 + 3) % parts (disjoint, uneven) */
@@ -193,52 +196,118 @@ static bool in_part(const void *user, int q_head, int64_t qpos, int64_t kpos)
     (void)q_head;
     (void)qpos;
     const part_mask *pm = user;
-    return (kpos * 7 + 3) % pm->parts == pm->part;
+    return pm->parts == 0 || (kpos * 7 + 3) % pm->parts == pm->part;
 }
 
+/* Causal attention of every row over the keys of pm, written here from the
+ * definition (softmax of q.k / sqrt(D); lse = ln sum exp; an empty row gives
+ * o = 0, lse = -inf), apart from ref/attention.c.  The queries are the last
+ * CSQ of the CSK positions.  out: [b][i][h][d], lse: [b][h][i]. */
+static void naive_attention(const s2_tensor *q, const s2_tensor *k, const s2_tensor *v, const part_mask *pm,
+                            double *out, double *lse)
+{
+    for (int b = 0; b < CB; b++)
+        for (int i = 0; i < CSQ; i++)
+            for (int h = 0; h < CH; h++) {
+                double score[CSK], mx = -INFINITY, sum = 0, *o = out + ((b * CSQ + i) * CH + h) * CD;
+                int64_t qpos = CSK - CSQ + i;
+                for (int64_t j = 0; j <= qpos; j++) {
+                    score[j] = -INFINITY;
+                    if (!in_part(pm, h, qpos, j))
+                        continue;
+                    double dot = 0;
+                    for (int d = 0; d < CD; d++)
+                        dot += s2_tensor_get(q, b, i, h, d) * s2_tensor_get(k, b, j, h, d);
+                    score[j] = dot / sqrt((double)CD);
+                    mx = fmax(mx, score[j]);
+                }
+                for (int d = 0; d < CD; d++)
+                    o[d] = 0;
+                for (int64_t j = 0; j <= qpos && mx > -INFINITY; j++) {
+                    double w = exp(score[j] - mx);
+                    sum += w;
+                    for (int d = 0; d < CD; d++)
+                        o[d] += w * s2_tensor_get(v, b, j, h, d);
+                }
+                for (int d = 0; d < CD && sum > 0; d++)
+                    o[d] /= sum;
+                lse[(b * CH + h) * CSQ + i] = sum > 0 ? mx + log(sum) : -INFINITY;
+            }
+}
+
+static double max_diff(const double *a, const double *b, int n)
+{
+    double m = 0;
+    for (int i = 0; i < n; i++)
+        m = fmax(m, fabs(a[i] - b[i]));
+    return m;
+}
+
+/* The combine of attention over disjoint key sets against attention over
+ * their union, both sides from the test's own float64 attention (the
+ * reference forward is checked against it too, whole and per part): a
+ * wrong scale or LSE in the reference, or a wrong merge, cannot cancel. */
 START_TEST(combine_matches_forward)
 {
     uint64_t s = seed + 11;
-    enum { B = 2, SQ = 5, SK = 37, H = 3, D = 16, PARTS = 4 };
+    enum { NO = CB * CSQ * CH * CD, NL = CB * CH * CSQ };
     s2_ctx *ctx = s2_ctx_new();
-    uint16_t *q = malloc(sizeof(uint16_t) * B * SQ * H * D), *k = malloc(sizeof(uint16_t) * B * SK * H * D);
-    uint16_t *v = malloc(sizeof(uint16_t) * B * SK * H * D);
-    double *full = malloc(sizeof(double) * B * SQ * H * D), *merged = malloc(sizeof(double) * B * SQ * H * D);
-    double *parts_o[PARTS];
-    float *parts_l[PARTS], full_l[B * H * SQ], merged_l[B * H * SQ];
-    s2_tensor tq = s2_tensor_bshd(q, S2_DTYPE_BF16, SQ, H, D), tk = s2_tensor_bshd(k, S2_DTYPE_BF16, SK, H, D);
-    s2_tensor tv = s2_tensor_bshd(v, S2_DTYPE_BF16, SK, H, D);
-    int64_t qe[4] = {B, SQ, H, D}, ke[4] = {B, SK, H, D};
+    uint16_t q[CB * CSQ * CH * CD], k[CB * CSK * CH * CD], v[CB * CSK * CH * CD];
+    s2_tensor tq = s2_tensor_bshd(q, S2_DTYPE_BF16, CSQ, CH, CD), tk = s2_tensor_bshd(k, S2_DTYPE_BF16, CSK, CH, CD);
+    s2_tensor tv = s2_tensor_bshd(v, S2_DTYPE_BF16, CSK, CH, CD);
+    int64_t qe[4] = {CB, CSQ, CH, CD}, ke[4] = {CB, CSK, CH, CD};
     s2_tensor_fill_random(&tq, qe, s2t_xorshift64(&s), -2, 2);
     s2_tensor_fill_random(&tk, ke, s2t_xorshift64(&s), -2, 2);
     s2_tensor_fill_random(&tv, ke, s2t_xorshift64(&s), -1, 1);
-    s2_ref_problem pr = {.batch = B, .heads = H, .kv_heads = H, .head_dim = D, .q_len = SQ, .kv_len = SK, .causal = true};
-    s2_tensor tf = s2_tensor_bshd(full, S2_DTYPE_F64, SQ, H, D);
-    ck_assert(s2_ref_forward(ctx, &pr, &tq, &tk, &tv, &tf, full_l) == S2_OK);
-    s2_tensor to[PARTS];
-    part_mask pm[PARTS];
-    for (int i = 0; i < PARTS; i++) {
-        parts_o[i] = malloc(sizeof(double) * B * SQ * H * D);
-        parts_l[i] = malloc(sizeof(float) * B * H * SQ);
-        to[i] = s2_tensor_bshd(parts_o[i], S2_DTYPE_F64, SQ, H, D);
-        pm[i] = (part_mask){i, PARTS};
-        pr.mask = in_part;
-        pr.mask_user = &pm[i];
-        ck_assert(s2_ref_forward(ctx, &pr, &tq, &tk, &tv, &to[i], parts_l[i]) == S2_OK);
+    static double want[NO], want_lse[NL], part_o[CPARTS][NO], part_lse[CPARTS][NL], got[NO];
+    float part_lse_f[CPARTS][NL], got_lse[NL];
+    naive_attention(&tq, &tk, &tv, &(part_mask){0, 0}, want, want_lse);
+
+    /* the reference forward, poisoned outputs: whole and per part, against the naive one (same
+     * inputs, float64, summed in another order: 1e-12; its lse is fp32: 1e-6) */
+    s2_ref_problem pr = {.batch = CB, .heads = CH, .kv_heads = CH, .head_dim = CD, .q_len = CSQ, .kv_len = CSK,
+                         .causal = true, .mask = in_part};
+    s2_tensor tg = s2_tensor_bshd(got, S2_DTYPE_F64, CSQ, CH, CD);
+    for (int p = -1; p < CPARTS; p++) {
+        part_mask pm = p < 0 ? (part_mask){0, 0} : (part_mask){p, CPARTS};
+        if (p >= 0)
+            naive_attention(&tq, &tk, &tv, &pm, part_o[p], part_lse[p]);
+        const double *wo = p < 0 ? want : part_o[p], *wl = p < 0 ? want_lse : part_lse[p];
+        for (int i = 0; i < NO; i++)
+            got[i] = NAN;
+        for (int i = 0; i < NL; i++)
+            got_lse[i] = NAN;
+        pr.mask_user = &pm;
+        ck_assert(s2_ref_forward(ctx, &pr, &tq, &tk, &tv, &tg, got_lse) == S2_OK);
+        double err = max_diff(got, wo, NO);
+        ck_assert_msg(err < 1e-12, "seed %llu part %d: reference forward off the naive one by %g",
+                      (unsigned long long)seed, p, err);
+        for (int i = 0; i < NL; i++)
+            ck_assert_msg(fabs(got_lse[i] - wl[i]) < 1e-6, "seed %llu part %d lse %d: %.9g, naive %.9g",
+                          (unsigned long long)seed, p, i, (double)got_lse[i], wl[i]);
+        if (p >= 0)
+            for (int i = 0; i < NL; i++)
+                part_lse_f[p][i] = (float)part_lse[p][i];
     }
-    s2_tensor tm = s2_tensor_bshd(merged, S2_DTYPE_F64, SQ, H, D);
-    const float *lp[PARTS] = {parts_l[0], parts_l[1], parts_l[2], parts_l[3]};
-    ck_assert(s2_ref_combine(ctx, PARTS, B, SQ, H, D, to, lp, &tm, merged_l) == S2_OK);
-    /* the partial LSE are fp32, so the merge is exact to ~1e-7 relative */
-    double err = s2_tensor_max_abs_diff(&tf, &tm, qe);
-    ck_assert_msg(err < 1e-5, "seed %llu: combine differs from the full forward by %g", (unsigned long long)seed, err);
-    for (int i = 0; i < B * H * SQ; i++)
-        ck_assert_msg(fabs(full_l[i] - merged_l[i]) < 1e-5, "lse %d: %g vs %g", i, full_l[i], merged_l[i]);
-    for (int i = 0; i < PARTS; i++) {
-        free(parts_o[i]);
-        free(parts_l[i]);
+
+    /* the merge of the naive parts against the naive whole; the partial lse
+     * are fp32, so the merge is exact to ~1e-7 relative: 1e-5 */
+    s2_tensor to[CPARTS];
+    const float *lp[CPARTS];
+    for (int p = 0; p < CPARTS; p++) {
+        to[p] = s2_tensor_bshd(part_o[p], S2_DTYPE_F64, CSQ, CH, CD);
+        lp[p] = part_lse_f[p];
     }
-    free(q), free(k), free(v), free(full), free(merged);
+    for (int i = 0; i < NO; i++)
+        got[i] = NAN;
+    for (int i = 0; i < NL; i++)
+        got_lse[i] = NAN;
+    ck_assert(s2_ref_combine(ctx, CPARTS, CB, CSQ, CH, CD, to, lp, &tg, got_lse) == S2_OK);
+    double err = max_diff(got, want, NO);
+    ck_assert_msg(err < 1e-5, "seed %llu: combine differs from attention over the union by %g",
+                  (unsigned long long)seed, err);
+    for (int i = 0; i < NL; i++)
+        ck_assert_msg(fabs(got_lse[i] - want_lse[i]) < 1e-5, "lse %d: %g vs %g", i, (double)got_lse[i], want_lse[i]);
     s2_ctx_free(ctx);
 }
 END_TEST

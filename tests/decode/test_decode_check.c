@@ -2,10 +2,11 @@
  * fake libcuda of tests/runtime: poisoned seq_lens and block-table entries are
  * reported by index before anything launches, and a bad entry the kernel
  * never reads (a block the pattern drops, a page past seq_len) is not.  What
- * the kernel reads is computed here from s2_block_kept, independently of the
- * runtime's kept-block lists.  Also: lse over o is refused by decode and
- * combine.  Compiles a real cubin (needs ptxas or
- * nvJitLink, else exits 77). */
+ * the kernel reads is computed here from the rule in tests/harness/mask_oracle.h,
+ * apart from the runtime's kept-block lists and the library's predicate.
+ * Also: lse over o is refused by decode and combine; a block table whose
+ * kv-head rows overlap is refused by every decode entry point.  Compiles a
+ * real cubin (needs ptxas or nvJitLink, else exits 77). */
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/cache.h"
@@ -13,6 +14,7 @@
 #include "s2c/layout.h"
 #include "s2c/runtime.h"
 #include "../runtime/fake_cuda.h"
+#include "mask_oracle.h"
 #include "rand_pattern.h"
 
 #include <check.h>
@@ -116,7 +118,7 @@ static bool page_read(const s2_pattern *p, int g, int32_t len, int n_new, int64_
         int64_t kb = kpos / p->block_size;
         for (int64_t qpos = len - n_new; qpos < len; qpos++)
             for (int i = 0; i < group; i++)
-                if (s2_block_kept(p, g * group + i, qpos / p->block_size, kb))
+                if (s2t_oracle_block_kept(p, g * group + i, qpos / p->block_size, kb))
                     return true;
     }
     return false;
@@ -256,6 +258,49 @@ START_TEST(lse_overlapping_o_is_refused)
 }
 END_TEST
 
+/* A kv-head stride below max_pages_per_seq makes the rows of a sequence's
+ * kv heads overlap (kv head 1 would read kv head 0's pages): refused by
+ * every decode entry point, with nothing launched.  The batch stride is
+ * kept large enough that only this check can refuse it; MAXP and 0 (one
+ * row shared by the kv heads) are accepted. */
+START_TEST(table_kv_head_stride_below_max_pages_is_refused)
+{
+    rig r;
+    rig_open(&r);
+    int32_t lens[B] = {100, 37, 250};
+    memcpy(r.lens, lens, sizeof lens);
+    rig_upload(&r);
+    const int64_t bad[] = {MAXP - 1, 1};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        r.a.table_stride[1] = bad[i];
+        ck_assert_int_ge(r.a.table_stride[0], bad[i] * (HK - 1) + MAXP);
+        char needle[96];
+        snprintf(needle, sizeof needle, "block_table: kv-head stride %lld below max_pages_per_seq %d", (long long)bad[i],
+                 MAXP);
+        long long launches = fake_get("launches");
+        int splits = 0;
+        size_t ws = 0;
+        s2_status got[4] = {s2_attn_decode(r.ctx, r.k, NULL, &r.a), s2_attn_decode_validate(r.ctx, r.k, NULL, &r.a),
+                            s2_attn_decode_splits(r.ctx, r.k, &r.a, &splits),
+                            s2_attn_decode_workspace(r.ctx, r.k, &r.a, &ws)};
+        for (int e = 0; e < 4; e++)
+            ck_assert_msg(got[e] == S2_ERR_STRIDE, "stride %lld, entry point %d: %s", (long long)bad[i], e,
+                          s2_status_name(got[e]));
+        ck_assert_msg(strstr(s2_ctx_message(r.ctx), needle), "message '%s' lacks '%s'", s2_ctx_message(r.ctx), needle);
+        ck_assert_int_eq(fake_get("launches"), launches);
+    }
+    const int64_t good[] = {MAXP, 0};
+    for (size_t i = 0; i < sizeof good / sizeof good[0]; i++) {
+        r.a.table_stride[1] = good[i];
+        long long launches = fake_get("launches");
+        ck_assert_msg(s2_attn_decode_validate(r.ctx, r.k, NULL, &r.a) == S2_OK, "%s", s2_ctx_message(r.ctx));
+        ck_assert_msg(s2_attn_decode(r.ctx, r.k, NULL, &r.a) == S2_OK, "%s", s2_ctx_message(r.ctx));
+        ck_assert_int_eq(fake_get("launches"), launches + 1);
+    }
+    rig_close(&r);
+}
+END_TEST
+
 /* Decode inside stream capture: S2_ERR_CAPTURE until its kept-block lists
  * exist (a launch before the capture builds them), then it launches. */
 START_TEST(decode_capture_needs_its_lists)
@@ -299,6 +344,7 @@ int main(int argc, char **argv)
     tcase_add_test(t, validate_reports_exactly_the_read_entries);
     tcase_add_test(t, env_checked_decode_launches_nothing_on_bad_data);
     tcase_add_test(t, lse_overlapping_o_is_refused);
+    tcase_add_test(t, table_kv_head_stride_below_max_pages_is_refused);
     tcase_add_test(t, decode_capture_needs_its_lists);
     suite_add_tcase(s, t);
     SRunner *sr = srunner_create(s);

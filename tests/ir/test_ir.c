@@ -1,7 +1,10 @@
-/* Tests of ir/: golden masks, predicates, schedules, liveness, stats. */
+/* Tests of ir/: golden masks, predicates, schedules, liveness, stats.  The
+ * brute forces behind schedules, classes, liveness and stats ask the rule
+ * written out in tests/harness/mask_oracle.h, not the predicate they use. */
 #include "s2c/layout.h"
 #include "s2c/pattern.h"
 #include "bounded.h"
+#include "mask_oracle.h"
 #include "rand_pattern.h"
 #include "util.h"
 
@@ -112,8 +115,10 @@ START_TEST(test_golden_all_cases)
             for (int m = 0; m < M; m++) {
                 const char *row = rows[(H == 1 ? 0 : q) * M + m];
                 for (int n = 0; n < N; n++)
-                    ck_assert_msg(s2_block_kept(p, q, m, n) == (row[n] == '1'),
-                                  "case %s head %d block (%d, %d): expected %c", name, q, m, n, row[n]);
+                    ck_assert_msg(s2_block_kept(p, q, m, n) == (row[n] == '1') &&
+                                      s2t_oracle_block_kept(p, q, m, n) == (row[n] == '1'),
+                                  "case %s head %d block (%d, %d): expected %c (predicate %d, test oracle %d)", name,
+                                  q, m, n, row[n], s2_block_kept(p, q, m, n), s2t_oracle_block_kept(p, q, m, n));
                 ck_assert_msg(!strncmp(fmt_row, row, (size_t)N), "case %s: formatted row %d of head %d differs", name, m, q);
                 fmt_row += N + 1;
             }
@@ -225,7 +230,43 @@ static const s2t_rand_opts ir_rand = {.max_kv_shift = 1, .max_block_shift = 3, .
                                       .dense_one_in = 5, .bidir_one_in = 3, .len_base = 200, .len_per_block = 4,
                                       .draw_q_len = true, .ranges_one_in = -4};
 
-/* The entry of (t, j) from the token predicate alone. */
+/* The predicate against the tests' oracle, written apart from it, on random
+ * patterns with what the golden cases lack: ranges, masks, relative and
+ * bidirectional absolute stripes, strides of 0; blocks past the end too. */
+START_TEST(test_predicate_matches_oracle)
+{
+    s2t_rand_opts o = ir_rand;
+    o.ranges_one_in = 2;
+    int64_t kept = 0, total = 0;
+    for (int it = 0; it < 300; it++) {
+        s2t_rng_seed(&rng, 36000 + (uint64_t)it);
+        s2t_rand_pattern rp;
+        s2t_rand_pattern_new(&rng, &o, &rp);
+        const s2_pattern *p = rp.p;
+        int64_t nb = s2_cdiv(rp.kv_len, p->block_size) + 2;
+        for (int q = 0; q < p->heads; q++)
+            for (int64_t m = 0; m < nb; m++)
+                for (int64_t n = 0; n < nb; n++) {
+                    bool want = s2t_oracle_block_kept(p, q, m, n);
+                    ck_assert_msg(s2_block_kept(p, q, m, n) == want, "seed %llu head %d block (%lld, %lld): oracle %d",
+                                  (unsigned long long)rng.seed, q, (long long)m, (long long)n, want);
+                    kept += want;
+                    total++;
+                }
+        for (int t = 0; t < 200; t++) {
+            int q = s2t_rng_int(&rng, 0, p->heads - 1);
+            int64_t x = s2t_rng_next(&rng) % (uint64_t)rp.kv_len, k = s2t_rng_next(&rng) % (uint64_t)rp.kv_len;
+            ck_assert(s2_token_kept(p, q, x, k) == s2t_oracle_token_kept(p, q, x, k));
+        }
+        s2t_rand_pattern_free(&rp);
+    }
+    /* both answers common enough for the comparison to mean something */
+    ck_assert_msg(kept > total / 20 && kept < total - total / 20, "%lld of %lld kept", (long long)kept,
+                  (long long)total);
+}
+END_TEST
+
+/* The entry of (t, j) from the token oracle alone. */
 static bool brute_entry(const s2_pattern *p, const s2_layout *l, const s2_tile_geom *g, int q, int64_t t, int64_t j,
                         s2_tile_entry *e)
 {
@@ -237,7 +278,7 @@ static bool brute_entry(const s2_pattern *p, const s2_layout *l, const s2_tile_g
         for (int64_t y = ka; y < s2_min64(kb_full, kv); y++) {
             if (y > x)
                 crosses = true;
-            if (!s2_token_kept(p, q, x, y)) {
+            if (!s2t_oracle_token_kept(p, q, x, y)) {
                 full = false;
                 continue;
             }
@@ -330,7 +371,7 @@ static void check_classes_exact(const s2_pattern *p, const s2_layout *l)
         int rep = s2_layout_head_class(l, q);
         for (int64_t m = s2_layout_first_q_block(l); m < s2_layout_kv_blocks(l); m++)
             for (int64_t n = 0; n < s2_layout_kv_blocks(l); n++)
-                ck_assert_msg(s2_block_kept(p, q, m, n) == s2_block_kept(p, rep, m, n),
+                ck_assert_msg(s2t_oracle_block_kept(p, q, m, n) == s2t_oracle_block_kept(p, rep, m, n),
                               "seed %llu: head %d differs from its class head %d at (%lld, %lld)",
                               (unsigned long long)rng.seed, q, rep, (long long)m, (long long)n);
     }
@@ -708,7 +749,7 @@ START_TEST(test_schedule_build_matches_lists)
             ck_assert(rep <= q && s2_layout_class_rep(l, fw->class_of_head[q]) == rep);
             for (int64_t m = s2_layout_first_q_block(l); m < s2_layout_kv_blocks(l); m++)
                 for (int64_t n = 0; n < s2_layout_kv_blocks(l); n++)
-                    ck_assert(s2_block_kept(p, q, m, n) == s2_block_kept(p, rep, m, n));
+                    ck_assert(s2t_oracle_block_kept(p, q, m, n) == s2t_oracle_block_kept(p, rep, m, n));
         }
         /* the packed device form holds the same lists */
         for (int which = 0; which < 2; which++) {
@@ -1267,7 +1308,7 @@ static bool brute_efficient(const s2_pattern *p, const s2_layout *l)
         for (int64_t n = 0; n < s2_layout_kv_blocks(l); n++) {
             int state = 0; /* 0 before, 1 inside, 2 after the run */
             for (int64_t m = s2_layout_first_q_block(l); m < s2_layout_kv_blocks(l); m++) {
-                bool k = s2_block_kept(p, q, m, n);
+                bool k = s2t_oracle_block_kept(p, q, m, n);
                 if (k && state == 2)
                     return false;
                 if (k)
@@ -1304,7 +1345,7 @@ static int64_t brute_last_reader(const s2_pattern *p, int q, int64_t n, int64_t 
     int64_t last = -1;
     for (int64_t x = 0; x < horizon; x++)
         for (int64_t y = n * bs; y < s2_min64((n + 1) * bs, horizon); y++)
-            if (s2_token_kept(p, q, x, y)) {
+            if (s2t_oracle_token_kept(p, q, x, y)) {
                 last = x;
                 break;
             }
@@ -1382,7 +1423,7 @@ START_TEST(test_stats_random)
             double h = 0;
             for (int64_t x = s2_layout_q_start(l); x < rp.kv_len; x++)
                 for (int64_t y = 0; y < rp.kv_len; y++) {
-                    h += s2_token_kept(p, q, x, y);
+                    h += s2t_oracle_token_kept(p, q, x, y);
                     dense += !p->causal || y <= x;
                 }
             total += h;
@@ -1475,6 +1516,7 @@ static Suite *ir_suite(void)
     tcase_add_test(tc, test_golden_all_cases);
     tcase_add_test(tc, test_predicate_hand);
     tcase_add_test(tc, test_predicate_bidirectional);
+    tcase_add_test(tc, test_predicate_matches_oracle);
     tcase_add_test(tc, test_schedule_random);
     tcase_add_test(tc, test_schedule_ranges_random);
     tcase_add_test(tc, test_schedule_many_ranges);

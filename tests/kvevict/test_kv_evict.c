@@ -1,11 +1,14 @@
 /* Tests of the KV evictor (s2c/kv_evict.h): page deaths against brute force
- * over the block and token predicates, steps, accounting, patterns that are
- * not KV-cache efficient, errors; and the per-head tables of the paged
- * reference the allocator example relies on. */
+ * over an independent oracle (the golden masks of the S2 library, else the
+ * rule of tests/harness/mask_oracle.h; never the library's own predicate,
+ * which the evictor is built on), steps, accounting, patterns that are not
+ * KV-cache efficient, errors; and the per-head tables of the paged reference
+ * the allocator example relies on. */
 #include "s2c/kv_evict.h"
 #include "s2c/layout.h"
 #include "s2c/pattern.h"
 #include "s2c/ref.h"
+#include "mask_oracle.h"
 #include "rand_pattern.h"
 #include "util.h"
 
@@ -33,18 +36,40 @@ static s2_kv_evictor *make_ev(const s2_pattern *p, int page, int64_t max_len)
 
 static int group_of(const s2_pattern *p) { return p->heads / p->kv_heads; }
 
+/* ---- the oracle ----------------------------------------------------------------- */
+
+/* What the brute force asks: a golden mask when the case has one, else the
+ * rule written out in mask_oracle.h. */
+typedef struct oracle {
+    const s2_pattern *p;
+    const s2_block_mask *golden;   /* NULL: the rule */
+} oracle;
+
+static bool oracle_block(const oracle *o, int q, int64_t m, int64_t n)
+{
+    return o->golden ? s2t_golden_block_kept(o->golden, q, m, n) : s2t_oracle_block_kept(o->p, q, m, n);
+}
+
+static bool oracle_token(const oracle *o, int q, int64_t x, int64_t k)
+{
+    if (x < 0 || k < 0 || (o->p->causal && k > x))
+        return false;
+    return oracle_block(o, q, x / o->p->block_size, k / o->p->block_size);
+}
+
 /* ---- brute force ------------------------------------------------------------- */
 
 /* Last query position x < max_len that reads a token of page j of kv head
- * h, from the block predicate: query blocks scanned from the end. */
-static int64_t brute_block_last(const s2_pattern *p, int h, int page, int64_t j, int64_t max_len)
+ * h, from the block oracle: query blocks scanned from the end. */
+static int64_t brute_block_last(const oracle *o, int h, int page, int64_t j, int64_t max_len)
 {
+    const s2_pattern *p = o->p;
     int bs = p->block_size, g = group_of(p);
     int64_t k0 = j * page, k1 = s2_min64((j + 1) * page, max_len) - 1;
     for (int64_t m = (max_len - 1) / bs; m >= 0; m--)
         for (int q = h * g; q < (h + 1) * g; q++)
             for (int64_t n = k0 / bs; n <= k1 / bs; n++) {
-                if (!s2_block_kept(p, q, m, n))
+                if (!oracle_block(o, q, m, n))
                     continue;
                 int64_t x = s2_min64((m + 1) * bs, max_len) - 1;
                 /* causal: x must reach the page's first token in block n */
@@ -54,15 +79,15 @@ static int64_t brute_block_last(const s2_pattern *p, int h, int page, int64_t j,
     return -1;
 }
 
-/* Same from the token predicate (small cases only). */
-static int64_t brute_token_last(const s2_pattern *p, int h, int page, int64_t j, int64_t max_len)
+/* Same from the token oracle (small cases only). */
+static int64_t brute_token_last(const oracle *o, int h, int page, int64_t j, int64_t max_len)
 {
-    int g = group_of(p);
+    int g = group_of(o->p);
     int64_t k0 = j * page, k1 = s2_min64((j + 1) * page, max_len);
     for (int64_t x = max_len - 1; x >= 0; x--)
         for (int q = h * g; q < (h + 1) * g; q++)
             for (int64_t k = k0; k < k1; k++)
-                if (s2_token_kept(p, q, x, k))
+                if (oracle_token(o, q, x, k))
                     return x;
     return -1;
 }
@@ -82,13 +107,14 @@ static int64_t want_release(int64_t death, int page, int64_t j, int64_t max_len)
 
 /* Deaths and releases of every page against the brute force; token-level
  * too when the case is small. */
-static void check_deaths(const s2_pattern *p, const s2_kv_evictor *ev, int page, int64_t max_len, bool tokens)
+static void check_deaths(const oracle *o, const s2_kv_evictor *ev, int page, int64_t max_len, bool tokens)
 {
+    const s2_pattern *p = o->p;
     for (int h = 0; h < p->kv_heads; h++)
         for (int64_t j = 0; j < s2_kv_evictor_num_pages(ev); j++) {
-            int64_t last = brute_block_last(p, h, page, j, max_len);
+            int64_t last = brute_block_last(o, h, page, j, max_len);
             if (tokens) {
-                int64_t tl = brute_token_last(p, h, page, j, max_len);
+                int64_t tl = brute_token_last(o, h, page, j, max_len);
                 ck_assert_msg(tl == last, "seed %llu %s: block brute %lld vs token brute %lld (h %d page %lld)",
                               (unsigned long long)rng.seed, p->name, (long long)last, (long long)tl, h, (long long)j);
             }
@@ -153,10 +179,11 @@ static void check_steps(const s2_pattern *p, const s2_kv_evictor *ev, int64_t ma
     free(all);
 }
 
-/* The never-read-again property straight from the token predicate: once
+/* The never-read-again property straight from the token oracle: once
  * released, no later query of the group keeps any token of the page. */
-static void check_never_read(const s2_pattern *p, const s2_kv_evictor *ev, int page, int64_t max_len)
+static void check_never_read(const oracle *o, const s2_kv_evictor *ev, int page, int64_t max_len)
 {
+    const s2_pattern *p = o->p;
     int g = group_of(p);
     for (int h = 0; h < p->kv_heads; h++)
         for (int64_t j = 0; j < s2_kv_evictor_num_pages(ev); j++) {
@@ -167,7 +194,7 @@ static void check_never_read(const s2_pattern *p, const s2_kv_evictor *ev, int p
             for (int64_t x = r; x < max_len; x++)
                 for (int q = h * g; q < (h + 1) * g; q++)
                     for (int64_t k = j * page; k < s2_min64((j + 1) * page, max_len); k++)
-                        ck_assert_msg(!s2_token_kept(p, q, x, k),
+                        ck_assert_msg(!oracle_token(o, q, x, k),
                                       "seed %llu %s: page %lld of kv head %d released at %lld, read by head %d at %lld",
                                       (unsigned long long)rng.seed, p->name, (long long)j, h, (long long)r, q,
                                       (long long)x);
@@ -217,16 +244,17 @@ static void check_efficient_flag(const s2_pattern *p, const s2_kv_evictor *ev, i
 
 static const int page_sizes[] = {16, 32, 48, 64, 80, 128, 144, 256};
 
-static void check_all(const s2_pattern *p, int64_t max_len, bool tokens, bool never_read)
+static void check_all(const oracle *o, int64_t max_len, bool tokens, bool never_read)
 {
+    const s2_pattern *p = o->p;
     for (size_t i = 0; i < sizeof page_sizes / sizeof page_sizes[0]; i++) {
         int page = page_sizes[i];
         s2_kv_evictor *ev = make_ev(p, page, max_len);
         ck_assert_int_eq(s2_kv_evictor_num_pages(ev), s2_cdiv(max_len, page));
-        check_deaths(p, ev, page, max_len, tokens);
+        check_deaths(o, ev, page, max_len, tokens);
         check_steps(p, ev, max_len, 12);
         if (never_read)
-            check_never_read(p, ev, page, max_len);
+            check_never_read(o, ev, page, max_len);
         check_memory(p, ev, page, s2t_rng_next(&rng) % (uint64_t)max_len, max_len);
         check_memory(p, ev, page, 0, 1 + (int64_t)(s2t_rng_next(&rng) % (uint64_t)max_len));
         if (i == 0)
@@ -248,7 +276,7 @@ START_TEST(test_random_patterns)
         s2t_rng_seed(&rng, 31000 + (uint64_t)it);
         s2t_rand_pattern rp;
         s2t_rand_pattern_new(&rng, &kv_rand, &rp);
-        check_all(rp.p, rp.kv_len, true, true);
+        check_all(&(oracle){rp.p, NULL}, rp.kv_len, true, true);
         s2t_rand_pattern_free(&rp);
     }
 }
@@ -280,7 +308,7 @@ START_TEST(test_stock_patterns)
             int64_t len = 40 * p->block_size - 24;
             if (p->max_seq_len && len > p->max_seq_len)
                 len = p->max_seq_len;
-            check_all(p, len, false, false);
+            check_all(&(oracle){p, NULL}, len, false, false);
             patterns++;
         }
         s2_pattern_set_free(set);
@@ -293,12 +321,13 @@ START_TEST(test_stock_patterns)
 }
 END_TEST
 
+/* Key `key` of the kwargs on the case line at json (-1: absent from that line). */
 static long json_get(const char *json, const char *key)
 {
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\":", key);
-    const char *s = strstr(json, pat);
-    if (!s)
+    const char *s = strstr(json, pat), *eol = strchr(json, '\n');
+    if (!s || (eol && s > eol))
         return -1;
     s += strlen(pat);
     while (*s == ' ')
@@ -321,10 +350,14 @@ START_TEST(test_golden_configs)
     int cases = 0;
     for (char *line = strstr(data, "\ncase "); line; line = strstr(line + 1, "\ncase ")) {
         const char *json = strchr(line, '{');
+        char name[64]; /* "\ncase NAME {" */
+        int name_len = (int)(json - line) - 7;
+        ck_assert(name_len > 0 && name_len < (int)sizeof name);
+        snprintf(name, sizeof name, "%.*s", name_len, line + 6);
         s2_local_stride_args a;
         s2_local_stride_args_default(&a);
         long v;
-        a.name = "golden";
+        a.name = name;
         a.num_heads = (int)json_get(json, "num_heads");
         a.block_size = (int)json_get(json, "block_size");
         if ((v = json_get(json, "local_blocks")) >= 0) a.local_blocks = (int)v;
@@ -337,7 +370,14 @@ START_TEST(test_golden_configs)
         long seqlen = json_get(json, "seqlen");
         s2_pattern_set *set = s2t_pattern_set_from_args(&a);
         const s2_pattern *p = s2_pattern_set_get(set, 0);
-        check_all(p, seqlen, false, seqlen <= 512);
+        s2_block_mask golden; /* the brute force reads the S2 library's mask of this case, not the predicate */
+        s2_ctx *ctx = s2_ctx_new();
+        ck_assert_msg(s2_block_mask_load(ctx, path, name, &golden) == S2_OK, "%s: %s", name, s2_ctx_message(ctx));
+        ck_assert(golden.rows == s2_cdiv(seqlen, a.block_size) && golden.cols == golden.rows);
+        ck_assert(golden.heads == 1 || golden.heads == a.num_heads);
+        check_all(&(oracle){p, &golden}, seqlen, false, seqlen <= 512);
+        s2_block_mask_free(&golden);
+        s2_ctx_free(ctx);
         s2_pattern_set_free(set);
         cases++;
     }
@@ -409,7 +449,7 @@ START_TEST(test_not_efficient)
         for (int64_t j = 0; j < 50; j++)
             ck_assert_int_ge(s2_kv_evictor_release(ev, h, j), 800 - 2 * 16);
     ck_assert_int_gt(s2_kv_evictor_freeable_pages(ev), 0);
-    check_never_read(p, ev, 16, 800);
+    check_never_read(&(oracle){p, NULL}, ev, 16, 800);
     s2_kv_evictor_free(ev);
     s2_pattern_set_free(set);
 
@@ -424,7 +464,7 @@ START_TEST(test_not_efficient)
         ck_assert(s2_kv_evictor_release(ev, 1, j) == S2_LIVE_FOREVER);
     ck_assert_int_gt(s2_kv_evictor_freeable_pages(ev), 0);
     ck_assert_int_eq(s2_kv_evictor_held_pages(ev, 1, 799), s2_cdiv(800, 32));
-    check_never_read(p, ev, 32, 800);
+    check_never_read(&(oracle){p, NULL}, ev, 32, 800);
     s2_kv_evictor_free(ev);
     s2_pattern_set_free(set);
 }
@@ -459,7 +499,7 @@ START_TEST(test_range_gap)
     /* block 1 (no stripe): local only, dead at 3*16 */
     ck_assert_int_eq(s2_kv_evictor_death(ev, 0, 1), 3 * 16);
     s2t_rng_seed(&rng, 34000);
-    check_all(p, 640, false, true);
+    check_all(&(oracle){p, NULL}, 640, false, true);
     s2_kv_evictor_free(ev);
     s2_pattern_set_free(set);
 }
