@@ -48,7 +48,7 @@ pattern)
         "$here/fuzz_pattern.c" "$root"/patterns/parse.c "$root"/patterns/parse_tree.c \
         "$root"/patterns/parse_value.c "$root"/patterns/parse_rules.c "$root"/patterns/mask_file.c \
         "$root"/patterns/resolve.c "$root"/patterns/describe.c \
-        "$c"/ctx.c "$c"/arena.c "$c"/file.c \
+        "$c"/ctx.c "$c"/arena.c "$c"/file.c "$c"/suggest.c \
         -lyaml -o "$out/fuzz_pattern" ;;
 elf)
     $cc $flags -I"$root/include" -I"$c" -I"$root/abi" \
