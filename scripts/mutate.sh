@@ -69,6 +69,13 @@ new: if (q->q_len > q->kv_len + 1)
 tests: attnrt
 what: a varlen sequence with one query more than its keys is accepted
 
+name: fwd-shape-off-by-one
+file: runtime/checks.c
+old: if (a->q_len > a->kv_len)
+new: if (a->q_len > a->kv_len + 1)
+tests: attnrt
+what: a forward with one query more than its keys is accepted
+
 name: schedule-entry-count
 file: ir/schedule.c
 old: s->offsets[c * lists + i + 1] = total;

@@ -300,7 +300,7 @@ static const bad_case bad_cases[M_COUNT] = {
     [M_BATCHBIG] = {"batch 70000", S2_ERR_SHAPE, "batch 70000"},
     [M_Q0LEN] = {"q_len 0", S2_ERR_SHAPE, "q_len 0"},
     [M_KV0LEN] = {"kv_len 0", S2_ERR_SHAPE, "kv_len 0"},
-    [M_QGTKV] = {"q_len > kv_len", S2_ERR_SHAPE, "q_len 256 > kv_len 128"},
+    [M_QGTKV] = {"q_len > kv_len", S2_ERR_SHAPE, "q_len 256 > kv_len 255"},
     [M_SEQMAX] = {"kv_len > max_seq_len", S2_ERR_SEQ_LEN, "max_seq_len"},
     [M_QSTRIDE] = {"q seq stride 2052", S2_ERR_ALIGNMENT, "q: seq stride 2052 is not a multiple of 8"},
     [M_KSTRIDE] = {"k head stride 68", S2_ERR_ALIGNMENT, "k: head stride 68"},
@@ -339,7 +339,7 @@ static void mutate(fixture *f, mutation m, s2_attn_fwd_args *a, s2_devptr extra[
     case M_BATCHBIG: a->batch = 70000; break;
     case M_Q0LEN: a->q_len = 0; break;
     case M_KV0LEN: a->kv_len = 0; break;
-    case M_QGTKV: a->kv_len = 128; break;
+    case M_QGTKV: a->kv_len = 255; break; /* one query more than keys: the boundary */
     case M_SEQMAX: a->q_len = 1, a->kv_len = 4097; break;
     case M_QSTRIDE: a->q_stride[1] = FH * FD + 4; break;
     case M_KSTRIDE: a->k_stride[2] = FD + 4; break;
