@@ -35,10 +35,10 @@ tests: decode_check
 what: decode no longer refuses a block table whose kv-head rows overlap
 
 name: manifest-rule-head-bound
-file: abi/manifest_parse.c
-old: x[0] < 0 || x[0] >= p->heads ||
-new: x[0] < 0 || x[0] > p->heads ||
-tests: runtime manifest-fuzz
+file: abi/manifest_pattern.c
+old: if (x[0] >= p->heads)
+new: if (x[0] > p->heads)
+tests: manifest-parse runtime manifest-fuzz
 what: a manifest rule for head == heads writes one past the rules array
 
 name: causal-rule
@@ -92,8 +92,8 @@ what: the reference's default softmax scale is 1/D, not 1/sqrt(D)
 
 name: fwd-lse-overlap
 file: runtime/checks.c
-old: if (a->lse && extents_meet(a->o, bytes[3], a->lse, bytes[4]))
-new: if (0 && a->lse && extents_meet(a->o, bytes[3], a->lse, bytes[4]))
+old: if (st == S2_OK && a->lse && extents_meet(a->o, bytes[3], a->lse, bytes[4]))
+new: if (st == S2_OK && 0 && a->lse && extents_meet(a->o, bytes[3], a->lse, bytes[4]))
 tests: attnrt
 what: the forward no longer refuses an lse buffer that overlaps o
 
