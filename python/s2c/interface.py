@@ -97,10 +97,10 @@ class SparseAttention(torch.nn.Module):
                                  num_kv_heads=kv_heads)
 
     def _pid(self, q, k, sd):
-        """The pattern id of inputs shaped like q, k (checked once per shape)."""
+        """(pattern id, default scale) of inputs shaped like q, k (checked once per shape)."""
         key = (q.shape, k.shape)
-        pid = self._pids.get(key)
-        if pid is None:
+        hit = self._pids.get(key)
+        if hit is None:
             if q.dim() != 4 or k.dim() != 4:
                 raise ValueError(f"q and k must both be 4-D, got {q.dim()} and {k.dim()} dimensions")
             if k.size(sd) > self.max_seqlen:
@@ -108,8 +108,8 @@ class SparseAttention(torch.nn.Module):
                                  f"({self.max_seqlen})")
             hd = 3 - sd
             pat = self._pattern_for(q.shape[hd], k.shape[hd], q.shape[sd], k.shape[sd])
-            pid = self._pids[key] = ops.pattern_id(pat)
-        return pid
+            hit = self._pids[key] = (ops.pattern_id(pat), q.shape[-1] ** -0.5)
+        return hit
 
     def forward(self, q: Tensor, k: Optional[Tensor] = None, v: Optional[Tensor] = None,
                 sm_scale: Optional[float] = None, *, cu_seqlen_k: Optional[Tensor] = None,
@@ -123,12 +123,15 @@ class SparseAttention(torch.nn.Module):
                 q, k, v = split_qkv(q)
             else:
                 k, v = split_qkv(k)
-        scale = sm_scale or q.shape[-1] ** -0.5
         sd = self._sd
-        if q.dim() == 4 and cu_seqlen_k is None and left_paddings is None and seqlens is None:
-            o, lse = ops._attention(q, k, v, self._pid(q, k, sd), scale, sd, sd, return_lse)
-            r = (o, lse) if return_lse else o
-        elif q.dim() == 3:
+        if cu_seqlen_k is None and left_paddings is None and seqlens is None and q.dim() == 4:
+            # the common call: one dict lookup, then the launch
+            hit = self._pids.get((q.shape, k.shape)) or self._pid(q, k, sd)
+            o, lse = ops._attention(q, k, v, hit[0], sm_scale or hit[1], sd, sd, return_lse,
+                                    self.kwargs.get("out"))
+            return (o, lse) if return_lse else o
+        scale = sm_scale or q.shape[-1] ** -0.5
+        if q.dim() == 3:
             if cu_seqlen_k is None:
                 raise ValueError("3-D (packed) inputs need cu_seqlen_k")
             pat = self._pattern_for(q.shape[1], k.shape[1])

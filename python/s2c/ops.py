@@ -81,10 +81,19 @@ def _set3(arr, vals):
 # allocate the outputs, set five pointers and launch.
 
 class _Entry:
-    __slots__ = ("args", "plan", "index", "fn", "shapes", "tid")
+    """One launch signature: its argument struct (pointers rewritten per call),
+    prepared plan, launch function, device and output shapes.  `ref` and `ctx`
+    serve the thread that made it; another thread copies the struct."""
+    __slots__ = ("args", "ref", "ctx", "plan", "index", "fn", "shapes", "tid", "device", "dtype")
 
     def __init__(self):
         self.tid = threading.get_ident()
+        self.ctx = _lib.ctx()
+
+    def bind(self, args, plan, fn, like):
+        self.args, self.ref, self.plan, self.fn = args, C.byref(args), plan, fn
+        self.index, self.device, self.dtype = like.device.index, like.device, like.dtype
+        return self
 
 
 def _fwd_entry(pid, q, k, v, scale, sd, osd):
@@ -102,38 +111,60 @@ def _fwd_entry(pid, q, k, v, scale, sd, osd):
     _set3(a.v_stride, R.bsh_strides(v, sd))
     _set3(a.o_stride, (o_stride[0], o_stride[osd], o_stride[3 - osd]))
     L = _lib.lib()
-    e = _Entry()
-    e.plan = kern.plan(("fwd", B, Sq, Sk),
-                       lambda p: _lib.check(L.s2_attn_plan_add_forward(_lib.ctx(), p, C.byref(a)), "forward"))
-    e.args, e.index, e.fn, e.shapes = a, q.device.index, L.s2_attn_plan_forward, (o_shape, (B, H, Sq))
+    plan = kern.plan(("fwd", B, Sq, Sk),
+                     lambda p: _lib.check(L.s2_attn_plan_add_forward(_lib.ctx(), p, C.byref(a)), "forward"))
+    e = _Entry().bind(a, plan, L.s2_attn_plan_forward, q)
+    e.shapes = (o_shape, (B, H, Sq))
     return e
 
 
-def _launch(e, a, what):
+_capturing = R._is_capturing or R.capturing
+_raw_stream = R._raw_stream or R.raw_stream
+_get_ident = threading.get_ident
+_empty = torch.empty
+
+
+def _args(e):
+    """The entry's argument struct and a reference to it: its own on the thread
+    that made it, a copy on any other (launches may come from several threads)."""
+    if _get_ident() == e.tid:
+        return e.args, e.ref, e.ctx
+    a = type(e.args).from_buffer_copy(e.args)
+    return a, C.byref(a), _lib.ctx()
+
+
+def _launch(e, ref, ctx, what):
     p = e.plan
-    if R.capturing():
+    if _capturing():
         p.captured = True         # a graph holds it now: never freed
-    st = e.fn(_lib.ctx(), p.ptr, R.raw_stream(e.index), C.byref(a))
+    st = e.fn(ctx, p.ptr, _raw_stream(e.index), ref)
     if st:
         _lib.check(st, what)
 
 
-def _args(e):
-    """The entry's argument struct: its own on the thread that made it, a copy
-    on any other (launches may come from several threads)."""
-    return e.args if threading.get_ident() == e.tid else type(e.args).from_buffer_copy(e.args)
-
-
-def _fwd_run(e, q, k, v, need_lse=True):
+def _fwd_run(e, q, k, v, need_lse=True, out=None):
     o_shape, lse_shape = e.shapes
-    dev = q.device
-    o = torch.empty(o_shape, dtype=q.dtype, device=dev)
-    lse = torch.empty(lse_shape, dtype=torch.float32, device=dev) if need_lse else None
-    a = _args(e)
+    if out is None:
+        o = _empty(o_shape, dtype=e.dtype, device=e.device)
+    else:
+        o = _check_out(out, e)
+    lse = _empty(lse_shape, dtype=torch.float32, device=e.device) if need_lse else None
+    a, ref, ctx = _args(e)
     a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
     a.lse = lse.data_ptr() if need_lse else 0
-    _launch(e, a, "forward")
+    _launch(e, ref, ctx, "forward")
     return o, lse
+
+
+def _check_out(out, e):
+    """`out` must be what the launch would allocate: o's shape and dtype on the
+    inputs' device, contiguous in the output layout."""
+    o_shape = e.shapes[0]
+    if out.shape != o_shape or out.dtype != e.dtype or out.device != e.device or not out.is_contiguous():
+        raise ValueError(f"s2c: out must be a contiguous {e.dtype} tensor of shape {tuple(o_shape)} on {e.device}, "
+                         f"got {out.dtype} {tuple(out.shape)} on {out.device}"
+                         + ("" if out.is_contiguous() else " (not contiguous)"))
+    return out
 
 
 def _bwd_entry(pid, do, q, k, v, o, scale, sd, osd):
@@ -147,10 +178,10 @@ def _bwd_entry(pid, do, q, k, v, o, scale, sd, osd):
                        ("dq", _meta(shapes[0]), sd), ("dk", _meta(shapes[1]), sd), ("dv", _meta(shapes[2]), sd)):
         _set3(getattr(a, name + "_stride"), R.bsh_strides(t, d))
     L = _lib.lib()
-    e = _Entry()
-    e.plan = kern.plan(("bwd", B, Sq, Sk),
-                       lambda p: _lib.check(L.s2_attn_plan_add_backward(_lib.ctx(), p, C.byref(a)), "backward"))
-    e.args, e.index, e.fn, e.shapes = a, q.device.index, L.s2_attn_plan_backward, shapes
+    plan = kern.plan(("bwd", B, Sq, Sk),
+                     lambda p: _lib.check(L.s2_attn_plan_add_backward(_lib.ctx(), p, C.byref(a)), "backward"))
+    e = _Entry().bind(a, plan, L.s2_attn_plan_backward, q)
+    e.shapes = shapes
     return e
 
 
@@ -159,12 +190,12 @@ def _meta(shape):
 
 
 def _bwd_run(e, do, q, k, v, o, lse, dlse):
-    dq, dk, dv = (torch.empty(s, dtype=q.dtype, device=q.device) for s in e.shapes)
-    a = _args(e)
+    dq, dk, dv = (_empty(s, dtype=e.dtype, device=e.device) for s in e.shapes)
+    a, ref, ctx = _args(e)
     a.q, a.k, a.v, a.o, a.d_o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr()
     a.lse, a.d_lse = lse.data_ptr(), dlse.data_ptr() if dlse is not None else 0
     a.dq, a.dk, a.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
-    _launch(e, a, "backward")     # workspace 0: the plan's own
+    _launch(e, ref, ctx, "backward")     # workspace 0: the plan's own
     return dq, dk, dv
 
 
@@ -189,14 +220,13 @@ def launch_varlen(pid, q, k, v, o, lse, scale, seqs_fill, n, max_kv_len):
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
         _set3(getattr(a, name + "_stride"), (0, t.stride(0), t.stride(1)))
     L = _lib.lib()
-    e = _Entry()
-    e.plan = kern.plan(("varlen", n, max_kv_len),
-                       lambda p: _lib.check(L.s2_attn_plan_add_forward(_lib.ctx(), p, C.byref(a)), "varlen"))
-    e.index, e.fn = q.device.index, L.s2_attn_plan_forward
+    plan = kern.plan(("varlen", n, max_kv_len),
+                     lambda p: _lib.check(L.s2_attn_plan_add_forward(_lib.ctx(), p, C.byref(a)), "varlen"))
+    e = _Entry().bind(a, plan, L.s2_attn_plan_forward, q)
     seqs_fill(kern, seqs)
     a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
     a.lse = lse.data_ptr() if lse is not None else 0
-    _launch(e, a, "varlen forward")
+    _launch(e, e.ref, e.ctx, "varlen forward")
 
 
 # ---- the forward and backward, custom ops ------------------------------------------------
@@ -208,7 +238,7 @@ _bwd_cache = {}
 _CACHE_MAX = 1024    # launch signatures kept (entries are cheap to rebuild; plans stay)
 
 
-def _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse=True):
+def _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse=True, out=None):
     key = (pattern, q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
            q.get_device(), k.get_device(), v.get_device(), seq_dim, out_seq_dim, scale)
     e = _fwd_cache.get(key)
@@ -216,11 +246,11 @@ def _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse=True):
         _check_inputs(q, k, v, seq_dim)
         q2, k2, v2 = _inner_contiguous(q), _inner_contiguous(k), _inner_contiguous(v)
         if q2 is not q or k2 is not k or v2 is not v:     # copied: their own signature
-            return _fwd_impl(q2, k2, v2, pattern, scale, seq_dim, out_seq_dim, need_lse)
+            return _fwd_impl(q2, k2, v2, pattern, scale, seq_dim, out_seq_dim, need_lse, out)
         if len(_fwd_cache) >= _CACHE_MAX:
             _fwd_cache.clear()
         e = _fwd_cache[key] = _fwd_entry(pattern, q, k, v, scale, seq_dim, out_seq_dim)
-    return _fwd_run(e, q, k, v, need_lse)
+    return _fwd_run(e, q, k, v, need_lse, out)
 
 
 def _fwd_fake(q, k, v, pattern, scale, seq_dim, out_seq_dim):
@@ -299,16 +329,22 @@ if HAVE_CUSTOM_OP:
     _fwd_op.register_autograd(_backward, setup_context=_setup)
 
 
-def _attention(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse=True):
+def _attention(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse=True, out=None):
     """Traced (torch.compile): the custom op.  Eager: the autograd function when
     a gradient is wanted, else the launch itself (the op's dispatch costs more
-    than the launch)."""
+    than the launch).  `out`: where o goes (written by the kernel when no
+    gradient is wanted, else copied there)."""
     if HAVE_CUSTOM_OP and _compiling():
         _check_inputs(q, k, v, seq_dim)
-        return _fwd_op(q, k, v, pattern, scale, seq_dim, out_seq_dim)
-    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
-        return _AttentionFn.apply(q, k, v, pattern, scale, seq_dim, out_seq_dim)
-    return _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse)
+        o, lse = _fwd_op(q, k, v, pattern, scale, seq_dim, out_seq_dim)
+    elif torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        o, lse = _AttentionFn.apply(q, k, v, pattern, scale, seq_dim, out_seq_dim)
+    else:
+        return _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse, out)
+    if out is not None:
+        out.copy_(o)
+        o = out
+    return o, lse
 
 
 # ---- the functional API ----------------------------------------------------------------
@@ -332,20 +368,23 @@ def _scale(softmax_scale, d):
 
 
 def sparse_attn_func(q: Tensor, k: Tensor, v: Tensor, pattern: Pattern, softmax_scale: Optional[float] = None,
-                     return_lse: bool = False, layout: str = "bshd", out_layout: Optional[str] = None):
+                     return_lse: bool = False, layout: str = "bshd", out_layout: Optional[str] = None, *,
+                     out: Optional[Tensor] = None):
     """S2 attention of q [B, Sq, H, D] and k, v [B, Sk, Hkv, D] (layout
     "bshd", flash_attn_func's) or [B, H, S, D] ("bhsd", SDPA's) under
     `pattern`; views with any strides are read in place.  Sq < Sk puts the
     queries at the end (chunked prefill).  Returns o in `out_layout` (default:
     `layout`), and the natural-log LSE [B, H, Sq] in float32 with return_lse.
-    Differentiable in q, k, v."""
-    if layout not in _LAYOUTS or (out_layout or layout) not in _LAYOUTS:
+    `out`: a contiguous tensor of o's shape and dtype to write o into (the
+    kernel writes it directly when no gradient is wanted).  Differentiable in
+    q, k, v."""
+    sd, osd = _LAYOUTS.get(layout), _LAYOUTS.get(out_layout or layout)
+    if sd is None or osd is None:
         raise ValueError(f"s2c: layout must be 'bshd' or 'bhsd', got {layout!r} / {out_layout!r}")
     if not isinstance(pattern, Pattern):
         raise TypeError(f"s2c: pattern must be an s2c.Pattern, got {type(pattern).__name__}")
-    sd = _LAYOUTS[layout]
-    o, lse = _attention(q, k, v, pattern_id(pattern), _scale(softmax_scale, q.shape[-1]), sd,
-                        _LAYOUTS[out_layout or layout], return_lse)
+    o, lse = _attention(q, k, v, pattern_id(pattern), _scale(softmax_scale, q.shape[-1]), sd, osd, return_lse,
+                        out)
     return (o, lse) if return_lse else o
 
 
@@ -461,13 +500,13 @@ def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq
             _decode_cache.clear()
         e = _decode_cache[key] = _decode_entry(q, k_cache, v_cache, block_table, pattern, int(max_seq_len),
                                                splits, softmax_scale)
-    o = torch.empty(q.shape, dtype=q.dtype, device=q.device)
-    lse = torch.empty(e.shapes, dtype=torch.float32, device=q.device) if return_lse else None
-    a = _args(e)
+    o = _empty(q.shape, dtype=e.dtype, device=e.device)
+    lse = _empty(e.shapes, dtype=torch.float32, device=e.device) if return_lse else None
+    a, ref, ctx = _args(e)
     a.q, a.o, a.lse = q.data_ptr(), o.data_ptr(), lse.data_ptr() if lse is not None else 0
     a.k_pages, a.v_pages = k_cache.data_ptr(), v_cache.data_ptr()
     a.block_table, a.seq_lens = block_table.data_ptr(), seq_lens.data_ptr()
-    _launch(e, a, "decode")     # workspace 0: the plan's own
+    _launch(e, ref, ctx, "decode")     # workspace 0: the plan's own
     return (o, lse) if return_lse else o
 
 
@@ -484,8 +523,8 @@ def _decode_entry(q, k_cache, v_cache, block_table, pattern, max_seq_len, splits
     _set3(a.v_stride, v_cache.stride()[:3])
     a.table_stride[0], a.table_stride[1] = block_table.stride(0), 0
     L = _lib.lib()
-    e = _Entry()
-    e.plan = kern.plan(("decode", B, n_new, max_seq_len, splits),
-                       lambda p: _lib.check(L.s2_attn_plan_add_decode(_lib.ctx(), p, C.byref(a)), "decode"))
-    e.args, e.index, e.fn, e.shapes = a, q.device.index, L.s2_attn_plan_decode, (B, H, n_new)
+    plan = kern.plan(("decode", B, n_new, max_seq_len, splits),
+                     lambda p: _lib.check(L.s2_attn_plan_add_decode(_lib.ctx(), p, C.byref(a)), "decode"))
+    e = _Entry().bind(a, plan, L.s2_attn_plan_decode, q)
+    e.shapes = (B, H, n_new)
     return e

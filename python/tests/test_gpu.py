@@ -166,6 +166,31 @@ def test_drop_in_layouts_packed_and_out():
     close(lse, want_lse, 1e-3, "lse [B, H, S]")
 
 
+def test_functional_out_is_written_in_place():
+    torch.manual_seed(6)
+    pat = Pattern.local_stride(4, 64, 2, 4)
+    q, k, v = (rand(2, 4, 512, 64) for _ in range(3))              # bhsd in, bshd out
+    want, _ = ref_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), token_mask(pat, 512, 512),
+                            1 / 8)
+    out = torch.full((2, 512, 4, 64), float("nan"), device="cuda", dtype=q.dtype)
+    with torch.no_grad():
+        o = s2c.sparse_attn_func(q, k, v, pat, layout="bhsd", out_layout="bshd", out=out)
+    assert o is out
+    close(out, want, 2e-2, "out= (bhsd -> bshd)")
+    for bad in (torch.empty(2, 4, 512, 64, device="cuda", dtype=q.dtype),           # the input layout's shape
+                torch.empty(2, 512, 4, 64, device="cuda", dtype=torch.float16),      # dtype
+                torch.empty(2, 512, 64, 4, device="cuda", dtype=q.dtype).transpose(2, 3)):   # not contiguous
+        with pytest.raises(ValueError, match="out must be a contiguous"):
+            with torch.no_grad():
+                s2c.sparse_attn_func(q, k, v, pat, layout="bhsd", out_layout="bshd", out=bad)
+    qg = q.clone().requires_grad_(True)                             # with a gradient: o copied into out
+    out.fill_(float("nan"))
+    o = s2c.sparse_attn_func(qg, k, v, pat, layout="bhsd", out_layout="bshd", out=out)
+    close(out, want, 2e-2, "out= with grad")
+    o.float().sum().backward()
+    assert qg.grad is not None and bool(qg.grad.isfinite().all())
+
+
 def test_varlen_forward_device_cu_seqlens():
     torch.manual_seed(9)
     pat = Pattern.local_stride(4, 64, 3, 4, num_kv_heads=2)
