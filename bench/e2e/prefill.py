@@ -19,7 +19,6 @@ Env: DENSE (2), ONLY=sdpa,zero,dkernel,s2c, ALL_S2=1.  Writes OUT/prefill.json."
 import contextlib
 import json
 import os
-import statistics
 import sys
 import time
 
@@ -28,7 +27,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import s2c  # noqa: E402
-from common import bench, fmt  # noqa: E402 (bench/e2e/common.py)
+from common import bench, do_bench, fmt  # noqa: E402 (bench/e2e/common.py)
 
 OUT = os.environ.get("OUT", "/tmp")
 SEQS = [int(x) for x in os.environ.get("SEQS", "32768,131072").split(",")]
@@ -41,23 +40,6 @@ ALL = dict(dense=0, local=8, stride=16)              # the paper's speed setting
 MODE = dict(SPLIT)                                   # what the dkernel provider runs now
 
 
-_flush = None
-
-
-def do_bench(fn, reps=15):
-    """One kernel call: L2 flushed (a 256 MB write) before each of `reps` timed
-    calls, CUDA events around the call only, median in ms."""
-    global _flush
-    if _flush is None:
-        _flush = torch.empty(256 << 20, dtype=torch.int8, device="cuda")
-    fn(); torch.cuda.synchronize()
-    ev = []
-    for _ in range(reps):
-        _flush.zero_()
-        s = torch.cuda.Event(enable_timing=True); e = torch.cuda.Event(enable_timing=True)
-        s.record(); fn(); e.record(); ev.append((s, e))
-    torch.cuda.synchronize()
-    return statistics.median(s.elapsed_time(e) for s, e in ev)
 
 
 def wanted(group):

@@ -9,6 +9,11 @@ transformers' registry, all in one process:
   s2c      s2c.integrations.hf, config.s2c with no dense layers
 
 The sparse providers run every layer local 16 / stride 8 / block 64, per-kv-head shifts.
+With noop and s2c (and dkernel), one layer's attention forward + backward is also timed
+alone (L2 flushed, median; q, k, v as the model passes them, and for s2c also as
+contiguous [B, H, S, D] tensors: "s2c_contiguous"), giving each sparse
+provider's bound = noop + 16 * call and its gap = step / bound - 1: how far the step is
+from what its kernels allow.
 Prints ms per step and tokens/s, the ratios of s2c to flash, cuDNN and dkernel, and a table.
 
 Run on the GPU machine (S2C_LIBDIR: the libs2c build; DKERNEL_DIR: the folder that holds dkernel/):
@@ -23,7 +28,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import s2c  # noqa: E402,F401
-from common import bench, fmt  # noqa: E402 (bench/e2e/common.py)
+from common import bench, do_bench, fmt  # noqa: E402 (bench/e2e/common.py)
 
 OUT = os.environ.get("OUT", "/tmp")
 SEQS = [int(x) for x in os.environ.get("SEQS", "32768").split(",")]
@@ -100,6 +105,28 @@ def main():
                 r[name + "_tok_s"] = S / (r[name] / 1e3)
             print(f"  S={S} {name}: {r[name]} ms", flush=True)
             torch.cuda.empty_cache()
+        D = cfg.hidden_size // H
+        # as the model passes them: [B, H, S, D] views of [B, S, H, D] projections
+        q, k, v = (torch.randn(1, S, h, D, device="cuda", dtype=torch.bfloat16).transpose(1, 2).requires_grad_(True)
+                   for h in (H, KV_HEADS, KV_HEADS))
+        qc, kc, vc = (t.detach().contiguous().requires_grad_(True) for t in (q, k, v))
+        do = torch.randn(1, S, H, D, device="cuda", dtype=torch.bfloat16)
+        pat = s2hf.pattern_for_layer(model.config, 0, H, KV_HEADS)
+        calls = {"s2c": lambda: s2c.sparse_attn_func(q, k, v, pat, layout="bhsd", out_layout="bshd"),
+                 "s2c_contiguous": lambda: s2c.sparse_attn_func(qc, kc, vc, pat, layout="bhsd", out_layout="bshd")}
+        if LSSA:
+            calls["dkernel"] = lambda: dk_attn(None, q, k, v, None)[0]
+        for name, fn in calls.items():
+            if r.get(name.split("_")[0]) and r.get("noop"):
+                try:
+                    r["call_" + name] = do_bench(lambda: torch.autograd.backward(fn(), do))
+                    r["bound_" + name] = r["noop"] + cfg.num_hidden_layers * r["call_" + name]
+                    r["gap_" + name] = r[name.split("_")[0]] / r["bound_" + name] - 1
+                    print(f"  S={S} {name}: one layer's fwd+bwd {r['call_' + name]:.3f} ms, bound "
+                          f"{r['bound_' + name]:.0f} ms, step over bound {100 * r['gap_' + name]:.1f}%", flush=True)
+                except Exception as ex:
+                    print("  fail call", name, repr(ex)[:300], flush=True)
+        del q, k, v, qc, kc, vc, do
         for a in ("flash", "cudnn", "dkernel"):
             if r.get(a) and r.get("s2c"):
                 r["s2c_vs_" + a] = r[a] / r["s2c"]
@@ -109,11 +136,12 @@ def main():
 
     f = fmt
     print(f"\n{'S':>7} {'flash':>7} {'cudnn':>7} {'noop':>7} {'dkernel':>8} {'s2c':>7} {'s2c tok/s':>10} "
-          f"{'x flash':>8} {'x cudnn':>8} {'x dk':>6}")
+          f"{'x flash':>8} {'x cudnn':>8} {'x dk':>6} {'s2c bound':>9} {'dk bound':>9}")
     for r in rows:
         print(f"{r['S']:>7} {f(r.get('flash')):>7} {f(r.get('cudnn')):>7} {f(r.get('noop')):>7} "
               f"{f(r.get('dkernel')):>8} {f(r.get('s2c')):>7} {f(r.get('s2c_tok_s')):>10} "
-              f"{f(r.get('s2c_vs_flash'), 2):>8} {f(r.get('s2c_vs_cudnn'), 2):>8} {f(r.get('s2c_vs_dkernel'), 2):>6}")
+              f"{f(r.get('s2c_vs_flash'), 2):>8} {f(r.get('s2c_vs_cudnn'), 2):>8} {f(r.get('s2c_vs_dkernel'), 2):>6} "
+              f"{f(r.get('bound_s2c')):>9} {f(r.get('bound_dkernel')):>9}")
 
 
 if __name__ == "__main__":
