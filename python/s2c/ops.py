@@ -173,15 +173,16 @@ def _bwd_entry(pid, do, q, k, v, o, scale, sd, osd):
     kern = R.device(q.device.index).kernel(pat.for_heads(H, Hkv), S.KIND_BWD, R.dtype_code(q), D)
     a = S.BwdArgs(batch=B, q_len=Sq, kv_len=Sk, heads=H, kv_heads=Hkv, head_dim=D, dtype=R.dtype_code(q),
                   scale=scale)
-    shapes = tuple((B, n, h, D) if sd == 1 else (B, h, n, D) for n, h in ((Sq, H), (Sk, Hkv), (Sk, Hkv)))
-    for name, t, d in (("q", q, sd), ("k", k, sd), ("v", v, sd), ("o", o, osd), ("do", do, osd),
-                       ("dq", _meta(shapes[0]), sd), ("dk", _meta(shapes[1]), sd), ("dv", _meta(shapes[2]), sd)):
+    grads = tuple((tuple(t.shape), _grad_strides(t)) for t in (q, k, v))
+    for name, t, d in (("q", q, sd), ("k", k, sd), ("v", v, sd), ("o", o, osd), ("do", do, osd)):
         _set3(getattr(a, name + "_stride"), R.bsh_strides(t, d))
+    for name, (_, st) in zip(("dq", "dk", "dv"), grads):
+        _set3(getattr(a, name + "_stride"), (st[0], st[sd], st[3 - sd]))
     L = _lib.lib()
     plan = kern.plan(("bwd", B, Sq, Sk),
                      lambda p: _lib.check(L.s2_attn_plan_add_backward(_lib.ctx(), p, C.byref(a)), "backward"))
     e = _Entry().bind(a, plan, L.s2_attn_plan_backward, q)
-    e.shapes = shapes
+    e.shapes = grads
     return e
 
 
@@ -189,8 +190,19 @@ def _meta(shape):
     return torch.empty(shape, device="meta")
 
 
+def _grad_strides(t):
+    """A gradient's strides: its input's where that is dense (as torch.empty_like
+    keeps them: a [B, H, S, D] view of a [B, S, H, D] projection gets its
+    gradient in the projection's order, so autograd's reshapes copy nothing),
+    else contiguous; the kernels want the head dimension innermost."""
+    st = torch.empty_like(t, device="meta").stride()
+    if st[-1] == 1 and all(x % 8 == 0 for x in st[:-1]):
+        return st
+    return _meta(t.shape).stride()
+
+
 def _bwd_run(e, do, q, k, v, o, lse, dlse):
-    dq, dk, dv = (_empty(s, dtype=e.dtype, device=e.device) for s in e.shapes)
+    dq, dk, dv = (torch.empty_strided(sh, st, dtype=e.dtype, device=e.device) for sh, st in e.shapes)
     a, ref, ctx = _args(e)
     a.q, a.k, a.v, a.o, a.d_o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr()
     a.lse, a.d_lse = lse.data_ptr(), dlse.data_ptr() if dlse is not None else 0
@@ -274,9 +286,7 @@ def _bwd_impl(do, q, k, v, o, lse, dlse, pattern, scale, seq_dim, out_seq_dim):
 
 
 def _bwd_fake(do, q, k, v, o, lse, dlse, pattern, scale, seq_dim, out_seq_dim):
-    B, Sq, Sk, H, Hkv, D = _dims(q, k, seq_dim)
-    return (_layout_empty(q, (B, Sq, H, D), seq_dim), _layout_empty(k, (B, Sk, Hkv, D), seq_dim),
-            _layout_empty(v, (B, Sk, Hkv, D), seq_dim))
+    return tuple(torch.empty_strided(t.shape, _grad_strides(t), dtype=t.dtype, device=t.device) for t in (q, k, v))
 
 
 class _AttentionFn(torch.autograd.Function):

@@ -120,6 +120,22 @@ def test_backward(name, mk, B, Sq, Sk, H, Hkv, D):
     assert all(torch.equal(a, t.grad) for a, t in zip(g1, (q, k, v)))
 
 
+def test_backward_of_views_keeps_their_strides():
+    """bhsd views of bshd projections (what transformers passes): gradients come
+    back in the projections' order, equal to those of contiguous copies."""
+    torch.manual_seed(8)
+    pat = Pattern.local_stride(4, 64, 2, 4, num_kv_heads=2)
+    base = [rand(1, 384, h, 64) for h in (4, 2, 2)]
+    views = [b.transpose(1, 2).detach().requires_grad_(True) for b in base]
+    conts = [b.transpose(1, 2).contiguous().requires_grad_(True) for b in base]
+    do = rand(1, 384, 4, 64)
+    for ins in (views, conts):
+        s2c.sparse_attn_func(*ins, pat, layout="bhsd", out_layout="bshd").backward(do)
+    for vw, ct, n in zip(views, conts, ("dq", "dk", "dv")):
+        assert vw.grad.stride() == vw.stride() and ct.grad.stride() == ct.stride(), n
+        close(vw.grad, ct.grad, 1e-2, n)
+
+
 def test_lse_gradient():
     torch.manual_seed(3)
     pat = Pattern.local_stride(4, 64, 2, 4)
