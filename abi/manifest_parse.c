@@ -2,6 +2,7 @@
  * records, the reading of lines, the kernel entries and the checks of the
  * whole (pattern blocks: manifest_pattern.c); and the lookup of the manifest
  * symbol in a cubin.  No LLVM and no CUDA: the runtime uses it. */
+#include "dtype.h"
 #include "elf.h"
 #include "kernel_abi.h"
 #include "manifest_internal.h"
@@ -188,9 +189,15 @@ static s2_status read_kernel_pattern(s2_mf_parser *ps, const s2_mf_record *rec, 
 static s2_status read_dtype(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
 {
     char b[S2_MF_SHOWN];
-    if (!strcmp(v->s[0], "bf16")) ps->k->spec.dtype = S2_DTYPE_BF16;
-    else if (!strcmp(v->s[0], "f16")) ps->k->spec.dtype = S2_DTYPE_F16;
-    else return s2_mf_fail(ps, "kernel.dtype: expected bf16 or f16: %s", s2_mf_show(b, v->s[0]));
+    const s2_dtype_info *r = s2_dtype_by_name(v->s[0], false);
+    if (r && !r->kernels)
+        return s2_mf_fail(ps, "kernel.dtype: %s is not supported by any template yet", r->title);
+    if (!r) {
+        char names[64];
+        s2_dtype_kernel_names(names, sizeof names, false);
+        return s2_mf_fail(ps, "kernel.dtype: expected %s: %s", names, s2_mf_show(b, v->s[0]));
+    }
+    ps->k->spec.dtype = r->dtype;
     return S2_OK;
 }
 

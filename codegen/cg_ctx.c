@@ -12,6 +12,19 @@
 #include <string.h>
 #include <threads.h>
 
+LLVMTypeRef s2_cg_elt_type(s2_cg *cg, s2_dtype dt)
+{
+    const s2_dtype_info *r = s2_dtype_info_of(dt);
+    switch (r ? r->llvm : S2_LLVM_I8) {
+    case S2_LLVM_HALF: return LLVMHalfTypeInContext(cg->llctx);
+    case S2_LLVM_BFLOAT: return LLVMBFloatTypeInContext(cg->llctx);
+    case S2_LLVM_FLOAT: return LLVMFloatTypeInContext(cg->llctx);
+    case S2_LLVM_DOUBLE: return LLVMDoubleTypeInContext(cg->llctx);
+    case S2_LLVM_I8: break;
+    }
+    return LLVMInt8TypeInContext(cg->llctx);
+}
+
 /* LLVM's target registry is process-global; registering it once is the
  * only global state of s2c. */
 static once_flag nvptx_once = ONCE_FLAG_INIT;

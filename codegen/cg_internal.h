@@ -4,6 +4,7 @@
 #define S2C_CG_INTERNAL_H
 
 #include "arch.h"
+#include "dtype.h"
 #include "s2c/codegen.h"
 #include "util.h"
 
@@ -35,6 +36,9 @@ s2_status s2_cg_print_ir(s2_ctx *ctx, s2_cg *cg, char **text);           /* mall
 /* Replace the module by IR text (an override NAME.ll); verifies it. */
 s2_status s2_cg_replace_module(s2_ctx *ctx, s2_cg *cg, const char *text, size_t len);
 s2_status s2_cg_emit_ptx(s2_ctx *ctx, s2_cg *cg, char **ptx, size_t *len); /* malloc'd */
+/* The LLVM type of one element of dt (its dtype table row's llvm); the only
+ * place a dtype becomes an LLVMTypeRef. */
+LLVMTypeRef s2_cg_elt_type(s2_cg *cg, s2_dtype dt);
 
 /* Smallest r with 2^r >= v (v >= 1): shift amounts of power-of-two tile sizes. */
 static inline int s2_log2i(int v)
@@ -116,7 +120,7 @@ void s2_nv_ldmatrix_x4(s2_cg *cg, LLVMValueRef smem_ptr, bool trans, LLVMValueRe
  * lanes 8j..8j+7 give the addresses of its 8 rows (16 bytes each); .trans stores
  * each matrix transposed (a thread's pair (row g, cols 2t, 2t+1) lands in rows 2t, 2t+1) */
 void s2_nv_stmatrix_x4(s2_cg *cg, LLVMValueRef smem_ptr, bool trans, LLVMValueRef v[4]);
-/* acc += A·B, mma.sync m16n8k16 row.col, f32 accumulators; a, b packed i32 of dt (bf16 or f16) */
+/* acc += A·B, mma.sync m16n8k16 row.col, f32 accumulators; a, b packed i32 of dt (an S2_MMA_F16 dtype) */
 void s2_nv_mma_m16n8k16(s2_cg *cg, s2_dtype dt, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef acc[4]);
 /* cp.async.cg.shared.global 16 bytes, src_size (i32) bytes read, the rest zero-filled */
 void s2_nv_cp_async_16(s2_cg *cg, LLVMValueRef dst_smem, LLVMValueRef src_global, LLVMValueRef src_size);
@@ -124,8 +128,10 @@ void s2_nv_cp_async_16(s2_cg *cg, LLVMValueRef dst_smem, LLVMValueRef src_global
 void s2_nv_cp_async_4(s2_cg *cg, LLVMValueRef dst_smem, LLVMValueRef src_global, LLVMValueRef src_size);
 void s2_nv_cp_async_commit(s2_cg *cg);
 void s2_nv_cp_async_wait(s2_cg *cg, int pending);
-/* two f32 rounded to dt, lo in bits 0..15, as i32 */
+/* two f32 rounded to dt (a 16-bit dtype), lo in bits 0..15, as i32 */
 LLVMValueRef s2_nv_pack2(s2_cg *cg, s2_dtype dt, LLVMValueRef lo, LLVMValueRef hi);
+/* one i16 element of dt (a 16-bit dtype) as f32 */
+LLVMValueRef s2_nv_elt16_to_f32(s2_cg *cg, s2_dtype dt, LLVMValueRef x);
 /* reductions over the 4 lanes of a quad (lanes with equal lane/4) */
 LLVMValueRef s2_nv_quad_max_f32(s2_cg *cg, LLVMValueRef v);
 LLVMValueRef s2_nv_quad_sum_f32(s2_cg *cg, LLVMValueRef v);

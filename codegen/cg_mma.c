@@ -56,25 +56,19 @@ void s2_nv_stmatrix_x4(s2_cg *cg, LLVMValueRef smem_ptr, bool trans, LLVMValueRe
                     &p3, 1, args, 5);
 }
 
-/* i32 -> <2 x half> for the f16 mma intrinsic, which types its operands. */
-static LLVMValueRef as_half2(s2_cg *cg, LLVMValueRef v)
-{
-    return LLVMBuildBitCast(cg->b, v, LLVMVectorType(LLVMHalfTypeInContext(cg->llctx), 2), "");
-}
-
 void s2_nv_mma_m16n8k16(s2_cg *cg, s2_dtype dt, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef acc[4])
 {
+    const s2_dtype_info *r = s2_dtype_info_of(dt);
     LLVMValueRef v[10];
     LLVMTypeRef t[10];
-    LLVMTypeRef in_ty = cg->t_i32;
-    if (dt == S2_DTYPE_F16)
-        in_ty = LLVMVectorType(LLVMHalfTypeInContext(cg->llctx), 2);
+    /* an intrinsic that types its operands (f16) takes <2 x elt>, not i32 */
+    LLVMTypeRef in_ty = r->mma_vec ? LLVMVectorType(s2_cg_elt_type(cg, dt), 2) : cg->t_i32;
     for (int i = 0; i < 4; i++) {
-        v[i] = dt == S2_DTYPE_F16 ? as_half2(cg, a[i]) : a[i];
+        v[i] = r->mma_vec ? LLVMBuildBitCast(cg->b, a[i], in_ty, "") : a[i];
         t[i] = in_ty;
     }
     for (int i = 0; i < 2; i++) {
-        v[4 + i] = dt == S2_DTYPE_F16 ? as_half2(cg, b[i]) : b[i];
+        v[4 + i] = r->mma_vec ? LLVMBuildBitCast(cg->b, b[i], in_ty, "") : b[i];
         t[4 + i] = in_ty;
     }
     for (int i = 0; i < 4; i++) {
@@ -83,11 +77,9 @@ void s2_nv_mma_m16n8k16(s2_cg *cg, s2_dtype dt, LLVMValueRef a[4], LLVMValueRef 
     }
     LLVMTypeRef f4[4] = {cg->t_f32, cg->t_f32, cg->t_f32, cg->t_f32};
     LLVMTypeRef ret = LLVMStructTypeInContext(cg->llctx, f4, 4, 0);
-    const char *name = dt == S2_DTYPE_F16 ? "llvm.nvvm.mma.m16n8k16.row.col.f32.f32"
-                                          : "llvm.nvvm.mma.m16n8k16.row.col.bf16";
-    LLVMValueRef r = s2_nv_intrinsic(cg, name, ret, t, 10, v);
+    LLVMValueRef m = s2_nv_intrinsic(cg, r->llvm_mma, ret, t, 10, v);
     for (unsigned i = 0; i < 4; i++)
-        acc[i] = LLVMBuildExtractValue(cg->b, r, i, "");
+        acc[i] = LLVMBuildExtractValue(cg->b, m, i, "");
 }
 
 void s2_nv_cp_async_16(s2_cg *cg, LLVMValueRef dst_smem, LLVMValueRef src_global, LLVMValueRef src_size)
@@ -120,10 +112,19 @@ LLVMValueRef s2_nv_pack2(s2_cg *cg, s2_dtype dt, LLVMValueRef lo, LLVMValueRef h
     /* cvt.rn.{bf16x2,f16x2}.f32 d, a, b puts a in the upper half */
     LLVMTypeRef t[2] = {cg->t_f32, cg->t_f32};
     LLVMValueRef v[2] = {hi, lo};
-    LLVMTypeRef elt = dt == S2_DTYPE_F16 ? LLVMHalfTypeInContext(cg->llctx) : LLVMBFloatTypeInContext(cg->llctx);
-    LLVMValueRef r = s2_nv_intrinsic(cg, dt == S2_DTYPE_F16 ? "llvm.nvvm.ff2f16x2.rn" : "llvm.nvvm.ff2bf16x2.rn",
-                                     LLVMVectorType(elt, 2), t, 2, v);
+    LLVMValueRef r = s2_nv_intrinsic(cg, s2_dtype_info_of(dt)->llvm_cvt_x2, LLVMVectorType(s2_cg_elt_type(cg, dt), 2),
+                                     t, 2, v);
     return LLVMBuildBitCast(cg->b, r, cg->t_i32, "");
+}
+
+LLVMValueRef s2_nv_elt16_to_f32(s2_cg *cg, s2_dtype dt, LLVMValueRef x)
+{
+    LLVMBuilderRef b = cg->b;
+    /* bf16 is f32's upper half: a shift, no conversion */
+    if (s2_dtype_info_of(dt)->llvm == S2_LLVM_BFLOAT)
+        return LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildZExt(b, x, cg->t_i32, ""), LLVMConstInt(cg->t_i32, 16, 0), ""),
+                                cg->t_f32, "");
+    return LLVMBuildFPExt(b, LLVMBuildBitCast(b, x, s2_cg_elt_type(cg, dt), ""), cg->t_f32, "");
 }
 
 LLVMValueRef s2_nv_quad_max_f32(s2_cg *cg, LLVMValueRef v)

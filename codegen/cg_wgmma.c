@@ -43,7 +43,7 @@ LLVMValueRef s2_nv_wgmma_desc(s2_cg *cg, LLVMValueRef smem_addr, int lbo, int sb
     return LLVMBuildOr(cg->b, LLVMBuildZExt(cg->b, a, cg->t_i64, ""), LLVMConstInt(cg->t_i64, hi, 0), "desc");
 }
 
-static const char *dt_name(s2_dtype dt) { return dt == S2_DTYPE_F16 ? "f16" : "bf16"; }
+static const char *dt_name(s2_dtype dt) { return s2_dtype_info_of(dt)->ptx; }
 
 /* "{$b,...,$b+n-1}" */
 static void put_regs(s2_buf *t, int base, int n)

@@ -117,25 +117,3 @@ s2_status s2_fail_prefix(s2_ctx *ctx, s2_status st, const char *prefix)
     }
     return st;
 }
-
-size_t s2_dtype_size(s2_dtype dt)
-{
-    switch (dt) {
-    case S2_DTYPE_F32: return 4;
-    case S2_DTYPE_F16: return 2;
-    case S2_DTYPE_BF16: return 2;
-    case S2_DTYPE_F64: return 8;
-    }
-    return 0;
-}
-
-const char *s2_dtype_name(s2_dtype dt)
-{
-    switch (dt) {
-    case S2_DTYPE_F32: return "f32";
-    case S2_DTYPE_F16: return "f16";
-    case S2_DTYPE_BF16: return "bf16";
-    case S2_DTYPE_F64: return "f64";
-    }
-    return "?";
-}

@@ -1,6 +1,7 @@
-/* bf16 and IEEE half conversions, round to nearest even. */
-#include "util.h"
+/* bf16, IEEE half and fp8 conversions, round to nearest even. */
+#include "dtype.h"
 
+#include <math.h>
 #include <string.h>
 
 float s2_bf16_to_f32(uint16_t h)
@@ -75,3 +76,65 @@ uint16_t s2_f32_to_f16(float f)
     uint32_t r = absu + 0xfffu + ((absu >> 13) & 1u);
     return (uint16_t)(sign | ((r - 0x38000000u) >> 13));
 }
+
+float s2_f64_to_f32_odd(double v)
+{
+    float f = (float)v;
+    if ((double)f == v || !isfinite(f))
+        return f;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (u & 1u)
+        return f;
+    return nextafterf(f, v > (double)f ? INFINITY : -INFINITY);
+}
+
+/* An fp8 code with mbits mantissa bits and exponent bias `bias`: subnormal
+ * below exponent field 1; the caller handles NaN and infinity codes. */
+static double f8_value(uint8_t x, int mbits, int bias)
+{
+    int e = (x & 0x7f) >> mbits, m = x & ((1 << mbits) - 1);
+    double v = e == 0 ? ldexp(m, 1 - bias - mbits) : ldexp((1 << mbits) + m, e - bias - mbits);
+    return x & 0x80 ? -v : v;
+}
+
+/* v to fp8, round to nearest even; |v| at or over max (infinity too)
+ * saturates to max_code, NaN is 0x7f (cvt.rn.satfinite's rules). */
+static uint8_t f8_of(double v, int mbits, int bias, double max, uint8_t max_code)
+{
+    if (isnan(v))
+        return 0x7f;
+    uint8_t sign = signbit(v) ? 0x80 : 0;
+    double a = fabs(v);
+    if (a >= max)
+        return sign | max_code;
+    int e;
+    frexp(a, &e);                   /* a in [2^(e-1), 2^e) */
+    if (e - 1 < 1 - bias)
+        e = 2 - bias;               /* subnormal: the smallest normal's quantum */
+    double n = nearbyint(ldexp(a, mbits - (e - 1))); /* a in quanta, to nearest even */
+    double r = ldexp(n, e - 1 - mbits);
+    if (r < ldexp(1.0, 1 - bias))   /* subnormal or zero */
+        return sign | (uint8_t)ldexp(r, bias - 1 + mbits);
+    frexp(r, &e);
+    int m = (int)ldexp(r, mbits - (e - 1)) - (1 << mbits);
+    return sign | (uint8_t)((e - 1 + bias) << mbits) | (uint8_t)m;
+}
+
+double s2_e4m3_to_f64(uint8_t x)
+{
+    if ((x & 0x7f) == 0x7f)
+        return NAN;
+    return f8_value(x, 3, 7);
+}
+
+uint8_t s2_f64_to_e4m3(double v) { return f8_of(v, 3, 7, 448.0, 0x7e); }
+
+double s2_e5m2_to_f64(uint8_t x)
+{
+    if ((x & 0x7c) == 0x7c)
+        return (x & 3) ? NAN : (x & 0x80) ? -INFINITY : INFINITY;
+    return f8_value(x, 2, 15);
+}
+
+uint8_t s2_f64_to_e5m2(double v) { return f8_of(v, 2, 15, 57344.0, 0x7b); }

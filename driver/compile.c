@@ -18,8 +18,8 @@ s2_status s2_kspec_resolve(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
         return s2_fail(ctx, S2_ERR_INVALID, "spec: %d heads are not a multiple of %d kv heads", p->heads, p->kv_heads);
     if (spec->kind != S2_KERNEL_FWD && spec->kind != S2_KERNEL_BWD && spec->kind != S2_KERNEL_DECODE)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: kernel kind %d is not generated yet", (int)spec->kind);
-    if (spec->dtype != S2_DTYPE_BF16 && spec->dtype != S2_DTYPE_F16)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: dtype %s (bf16 or f16 only)", s2_dtype_name(spec->dtype));
+    if (s2_dtype_check_kernel(ctx, spec->dtype, "spec") != S2_OK)
+        return S2_ERR_UNSUPPORTED;
     if (spec->head_dim != 32 && spec->head_dim != 64 && spec->head_dim != 96 && spec->head_dim != 128)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: head_dim %d (32, 64, 96 or 128)", spec->head_dim);
     if (!s2_arch_cpu((s2_arch)spec->arch))

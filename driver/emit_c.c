@@ -3,7 +3,7 @@
  * generated from ABI descriptor tables (aot_abi.c), never from per-kernel C
  * text; their parameters are the kernels' own lists (abi/params.h). */
 #include "s2c/aot.h"
-#include "util.h"
+#include "dtype.h"
 
 #include <ctype.h>
 #include <stdio.h>
@@ -252,8 +252,9 @@ static s2_status check_module(s2_ctx *ctx, const s2_aot_module *m)
         s2_status st = check_abi(ctx, k->abi);
         if (st != S2_OK)
             return st;
+        const s2_dtype_info *dti = s2_dtype_info_of(k->dtype);
         if (k->abi->maps != S2_AOT_MAPS_NONE &&
-            ((k->dtype != S2_DTYPE_BF16 && k->dtype != S2_DTYPE_F16) || k->head_dim < 64 || k->head_dim % 64 != 0 ||
+            (!dti || !dti->kernels || dti->tensor_map < 0 || k->head_dim < 64 || k->head_dim % 64 != 0 ||
              k->head_dim > 256 || k->kv_box_rows < 1 || k->kv_box_rows > 256))
             return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s: tensor maps of dtype %d, head_dim %d, "
                            "%d rows per box", m->name, k->name, (int)k->dtype, k->head_dim, k->kv_box_rows);
@@ -344,10 +345,10 @@ static void emit_kernel_comment(s2_buf *b, const s2_aot_kernel *k)
     s2_buf_printf(b, "), %d threads, %d bytes of dynamic shared memory", k->threads, k->smem_bytes);
     if (k->abi->maps == S2_AOT_MAPS_ATTN_FWD)
         s2_buf_printf(b, ";\n * builds the q/k/v tensor maps (%s, D %d, k/v box rows %d; kv_rows = rows of k and v)",
-                      k->dtype == S2_DTYPE_BF16 ? "bf16" : "f16", k->head_dim, k->kv_box_rows);
+                      s2_dtype_name(k->dtype), k->head_dim, k->kv_box_rows);
     else if (k->abi->maps == S2_AOT_MAPS_ATTN_BWD)
         s2_buf_printf(b, ";\n * builds the q/d_o tensor maps (%s, D %d, box rows %d)",
-                      k->dtype == S2_DTYPE_BF16 ? "bf16" : "f16", k->head_dim, k->kv_box_rows);
+                      s2_dtype_name(k->dtype), k->head_dim, k->kv_box_rows);
     if (k->abi->table == S2_AOT_TABLE_COMBINE)
         s2_buf_puts(b, ";\n * builds inputs {o[64]; lse[64]} from n_in entries of o_in and lse_in (NULL: zeros)");
     s2_buf_puts(b, " */\n");
@@ -470,7 +471,7 @@ static void emit_map_encoder(s2_buf *b, const s2_aot_module *m)
 /* The three maps of S2_AOT_MAPS_ATTN_FWD; a failure returns unlaunched. */
 static void emit_fwd_maps(s2_buf *b, const s2_aot_module *m, const s2_aot_kernel *k)
 {
-    const char *type = k->dtype == S2_DTYPE_BF16 ? "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" : "CU_TENSOR_MAP_DATA_TYPE_FLOAT16";
+    const char *type = s2_dtype_info_of(k->dtype)->tensor_map_name;
     static const struct { const char *t, *rows, *heads; } maps[3] = {
         {"q", "q_len", "heads"}, {"k", "kv_rows", "kv_heads"}, {"v", "kv_rows", "kv_heads"}};
     /* a packed (variable-length) batch is one tensor of token rows */
@@ -487,7 +488,7 @@ static void emit_fwd_maps(s2_buf *b, const s2_aot_module *m, const s2_aot_kernel
 /* The two maps of S2_AOT_MAPS_ATTN_BWD; a failure returns unlaunched. */
 static void emit_bwd_maps(s2_buf *b, const s2_aot_module *m, const s2_aot_kernel *k)
 {
-    const char *type = k->dtype == S2_DTYPE_BF16 ? "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16" : "CU_TENSOR_MAP_DATA_TYPE_FLOAT16";
+    const char *type = s2_dtype_info_of(k->dtype)->tensor_map_name;
     static const char *const t[2][2] = {{"q", "q"}, {"do", "d_o"}};
     for (int i = 0; i < 2; i++) {
         s2_buf_printf(b, "    s2_r = %s_encode_map(&%s_map, %s, %s, %d, 2, (int64_t)q_len, (int64_t)heads, (int64_t)batch,\n"

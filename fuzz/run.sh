@@ -53,7 +53,7 @@ pattern)
 elf)
     $cc $flags -I"$root/include" -I"$c" -I"$root/abi" \
         "$here/fuzz_elf.c" "$c"/elf.c "$root"/abi/manifest_parse.c "$root"/abi/manifest_pattern.c "$root"/abi/abi.c "$root"/abi/arch.c \
-        "$c"/ctx.c "$c"/arena.c "$c"/file.c -o "$out/fuzz_elf" ;;
+        "$c"/ctx.c "$c"/arena.c "$c"/file.c "$c"/dtype.c "$c"/half.c -lm -o "$out/fuzz_elf" ;;
 manifest)
     # the fake driver is not instrumented: it is the device, not the code under test
     $cc -g -O1 -std=c11 -D_GNU_SOURCE -shared -fPIC -I"$cuda/include" \
@@ -62,7 +62,7 @@ manifest)
         -I"$cuda/include" \
         "$here/fuzz_manifest.c" "$here/manifest_pipeline.c" "$root"/abi/*.c "$root"/ir/*.c "$root"/runtime/*.c \
         "$root"/patterns/describe.c "$root"/patterns/resolve.c \
-        "$c"/ctx.c "$c"/arena.c "$c"/file.c "$c"/half.c "$c"/elf.c "$c"/sha256.c \
+        "$c"/ctx.c "$c"/arena.c "$c"/file.c "$c"/half.c "$c"/dtype.c "$c"/elf.c "$c"/sha256.c \
         -ldl -lpthread -lm -o "$out/fuzz_manifest" ;;
 esac
 bin=$out/fuzz_$target

@@ -5,7 +5,7 @@
  * entry point validates its arguments, turns them into a `job`, and runs
  * the same row code, so the paged path cannot drift from the dense one. */
 #include "s2c/ref.h"
-#include "util.h"
+#include "dtype.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -285,10 +285,7 @@ static s2_status run_backward(s2_ctx *ctx, const job *j, const s2_tensor *q, con
 
 /* ---- validation ------------------------------------------------------------------ */
 
-static bool dtype_ok(s2_dtype dt)
-{
-    return dt == S2_DTYPE_F32 || dt == S2_DTYPE_F16 || dt == S2_DTYPE_BF16 || dt == S2_DTYPE_F64;
-}
+static bool dtype_ok(s2_dtype dt) { return s2_dtype_info_of(dt) != NULL; }
 
 /* Outputs also need non-zero strides where the extent exceeds 1, or rows
  * would overwrite each other. */

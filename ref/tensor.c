@@ -1,6 +1,6 @@
 /* Strided tensor views: element access in double, rounding, seeded fills. */
 #include "s2c/ref.h"
-#include "util.h"
+#include "dtype.h"
 
 #include <math.h>
 #include <string.h>
@@ -22,52 +22,28 @@ static int64_t offset(const s2_tensor *t, int64_t b, int64_t s, int64_t h, int64
     return b * t->stride[0] + s * t->stride[1] + h * t->stride[2] + d * t->stride[3];
 }
 
-/* Round x to float so that a second rounding (to f16 or bf16, both at least
- * two bits narrower than f32) is correct: round-to-odd keeps the sticky bit. */
-static float f64_to_f32_odd(double x)
-{
-    float f = (float)x;
-    if ((double)f == x || !isfinite(f))
-        return f;
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if (u & 1u)
-        return f;
-    return nextafterf(f, x > (double)f ? INFINITY : -INFINITY);
-}
-
+/* Elements convert through the dtype table's rows (common/dtype.c). */
 double s2_tensor_get(const s2_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d)
 {
-    int64_t o = offset(t, b, s, h, d);
-    switch (t->dtype) {
-    case S2_DTYPE_F64: return ((const double *)t->data)[o];
-    case S2_DTYPE_F32: return ((const float *)t->data)[o];
-    case S2_DTYPE_F16: return s2_f16_to_f32(((const uint16_t *)t->data)[o]);
-    case S2_DTYPE_BF16: return s2_bf16_to_f32(((const uint16_t *)t->data)[o]);
-    }
-    return NAN;
+    const s2_dtype_info *r = s2_dtype_info_of(t->dtype);
+    return r ? r->to_f64((const char *)t->data + offset(t, b, s, h, d) * (int64_t)r->size) : NAN;
 }
 
 void s2_tensor_set(const s2_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d, double v)
 {
-    int64_t o = offset(t, b, s, h, d);
-    switch (t->dtype) {
-    case S2_DTYPE_F64: ((double *)t->data)[o] = v; break;
-    case S2_DTYPE_F32: ((float *)t->data)[o] = (float)v; break;
-    case S2_DTYPE_F16: ((uint16_t *)t->data)[o] = s2_f32_to_f16(f64_to_f32_odd(v)); break;
-    case S2_DTYPE_BF16: ((uint16_t *)t->data)[o] = s2_f32_to_bf16(f64_to_f32_odd(v)); break;
-    }
+    const s2_dtype_info *r = s2_dtype_info_of(t->dtype);
+    if (r)
+        r->from_f64((char *)t->data + offset(t, b, s, h, d) * (int64_t)r->size, v);
 }
 
 double s2_round_to_dtype(s2_dtype dt, double v)
 {
-    switch (dt) {
-    case S2_DTYPE_F64: return v;
-    case S2_DTYPE_F32: return (float)v;
-    case S2_DTYPE_F16: return s2_f16_to_f32(s2_f32_to_f16(f64_to_f32_odd(v)));
-    case S2_DTYPE_BF16: return s2_bf16_to_f32(s2_f32_to_bf16(f64_to_f32_odd(v)));
-    }
-    return NAN;
+    const s2_dtype_info *r = s2_dtype_info_of(dt);
+    unsigned char e[8];
+    if (!r)
+        return NAN;
+    r->from_f64(e, v);
+    return r->to_f64(e);
 }
 
 /* splitmix64 of the index-th step from seed: a counter-based generator, so

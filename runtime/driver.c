@@ -1,6 +1,7 @@
 /* Loading the CUDA driver without linking it: dlopen, then cuGetProcAddress
  * for every entry point (dlsym only finds cuGetProcAddress itself).  The
  * result, good or bad, is computed once per process and replayed to callers. */
+#include "dtype.h"
 #include "rt_internal.h"
 
 #include <dlfcn.h>
@@ -252,13 +253,10 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tenso
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_tensor_map_encode_tiled: null argument");
     if (rank < 1 || rank > 5)
         return s2_fail(ctx, S2_ERR_INVALID, "tensor map: rank %d (1..5)", rank);
-    CUtensorMapDataType ty;
-    switch (dtype) {
-    case S2_DTYPE_BF16: ty = CU_TENSOR_MAP_DATA_TYPE_BFLOAT16; break;
-    case S2_DTYPE_F16: ty = CU_TENSOR_MAP_DATA_TYPE_FLOAT16; break;
-    case S2_DTYPE_F32: ty = CU_TENSOR_MAP_DATA_TYPE_FLOAT32; break;
-    default: return s2_fail(ctx, S2_ERR_DTYPE, "tensor map: dtype %s", s2_dtype_name(dtype));
-    }
+    const s2_dtype_info *dti = s2_dtype_info_of(dtype);
+    if (!dti || dti->tensor_map < 0)
+        return s2_fail(ctx, S2_ERR_DTYPE, "tensor map: dtype %s", s2_dtype_name(dtype));
+    CUtensorMapDataType ty = (CUtensorMapDataType)dti->tensor_map;
     CUtensorMapSwizzle sw;
     switch (swizzle_bytes) {
     case 0: sw = CU_TENSOR_MAP_SWIZZLE_NONE; break;

@@ -12,14 +12,8 @@ static void load8(bwd *k, LLVMValueRef base, LLVMValueRef off, LLVMValueRef out[
     LLVMTypeRef i16 = LLVMInt16TypeInContext(cg->llctx);
     LLVMValueRef v = LLVMBuildLoad2(b, LLVMVectorType(i16, 8), s2_kb_gep16(&k->kb, base, off), "");
     LLVMSetAlignment(v, 16);
-    for (int j = 0; j < 8; j++) {
-        LLVMValueRef x = LLVMBuildExtractElement(b, v, c32(k, j), "");
-        if (k->s.dt == S2_DTYPE_F16)
-            out[j] = LLVMBuildFPExt(b, LLVMBuildBitCast(b, x, LLVMHalfTypeInContext(cg->llctx), ""), cg->t_f32, "");
-        else
-            out[j] = LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildZExt(b, x, cg->t_i32, ""), c32(k, 16), ""),
-                                      cg->t_f32, "");
-    }
+    for (int j = 0; j < 8; j++)
+        out[j] = s2_nv_elt16_to_f32(cg, k->s.dt, LLVMBuildExtractElement(b, v, c32(k, j), ""));
 }
 
 /* f32 element idx of ptr, or 0 when ptr is null. */

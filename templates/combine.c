@@ -58,13 +58,8 @@ static void load8(comb *k, LLVMValueRef base, LLVMValueRef off, LLVMValueRef x[8
     LLVMValueRef p = LLVMBuildInBoundsGEP2(b, i16, base, &off, 1, "");
     LLVMValueRef v = LLVMBuildLoad2(b, v8, p, "");
     LLVMSetAlignment(v, 16);
-    for (int j = 0; j < 8; j++) {
-        LLVMValueRef e = LLVMBuildExtractElement(b, v, c32(k, j), "");
-        if (k->out_dt == S2_DTYPE_BF16)
-            x[j] = LLVMBuildBitCast(b, LLVMBuildShl(b, LLVMBuildZExt(b, e, cg->t_i32, ""), c32(k, 16), ""), cg->t_f32, "");
-        else
-            x[j] = LLVMBuildFPExt(b, LLVMBuildBitCast(b, e, LLVMHalfTypeInContext(cg->llctx), ""), cg->t_f32, "");
-    }
+    for (int j = 0; j < 8; j++)
+        x[j] = s2_nv_elt16_to_f32(cg, k->out_dt, LLVMBuildExtractElement(b, v, c32(k, j), ""));
 }
 
 static LLVMValueRef load_lse(comb *k, LLVMValueRef i, LLVMValueRef li)

@@ -6,13 +6,21 @@
 
 static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
 
+/* Every template computes on 16-bit tensor-core operands (f16, bf16: the
+ * dtype table's S2_MMA_F16 rows); fp8 has no template yet. */
+static bool mma16(const s2_kspec *s)
+{
+    const s2_dtype_info *r = s2_dtype_info_of(s->dtype);
+    return r && r->mma == S2_MMA_F16;
+}
+
 int s2_template_smem_limit(int arch) { return arch == S2_ARCH_SM80 ? 163 * 1024 : 227 * 1024; }
 
 /* sm_90a, head dim 64 or 128 and tunables the wgmma template takes: that
  * template (templates/fwd_sm90.c); anything else keeps the sm_80 one. */
 bool s2_fwd_spec_wants_tma(const s2_kspec *s)
 {
-    if (s->kind != S2_KERNEL_FWD || s->arch != S2_ARCH_SM90A || (s->head_dim != 64 && s->head_dim != 128))
+    if (s->kind != S2_KERNEL_FWD || !mma16(s) || s->arch != S2_ARCH_SM90A || (s->head_dim != 64 && s->head_dim != 128))
         return false;
     if (s->block_m != 0 && s->block_m != 64 && s->block_m != 128)
         return false;
@@ -190,9 +198,9 @@ static s2_status resolve_mma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
 }
 
 
-static bool accepts_decode(const s2_kspec *s) { return s->kind == S2_KERNEL_DECODE; }
-static bool accepts_fwd(const s2_kspec *s) { return s->kind == S2_KERNEL_FWD; }
-static bool accepts_bwd(const s2_kspec *s) { return s->kind == S2_KERNEL_BWD; }
+static bool accepts_decode(const s2_kspec *s) { return s->kind == S2_KERNEL_DECODE && mma16(s); }
+static bool accepts_fwd(const s2_kspec *s) { return s->kind == S2_KERNEL_FWD && mma16(s); }
+static bool accepts_bwd(const s2_kspec *s) { return s->kind == S2_KERNEL_BWD && mma16(s); }
 
 static s2_kernel_record record(s2_kernel_role role, s2_abi_id abi, int threads, int smem, const s2_kspec *spec)
 {

@@ -1,5 +1,6 @@
 /* s2c's option parser, messages and the pattern loading every command shares. */
 #include "cli.h"
+#include "dtype.h"
 #include "kernel_abi.h"
 #include "s2c/aot.h"
 #include "s2c/attention.h"
@@ -34,12 +35,16 @@ int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *o
 
 int parse_dtype(const char *text, s2_dtype *dt)
 {
-    if (strcmp(text, "bf16") == 0)
-        *dt = S2_DTYPE_BF16;
-    else if (strcmp(text, "fp16") == 0 || strcmp(text, "f16") == 0)
-        *dt = S2_DTYPE_F16;
-    else
-        return -1;
+    const s2_dtype_info *r = s2_dtype_by_name(text, true);
+    if (r && !r->kernels)
+        return usage_error("%s: --dtype %s: %s is not supported by any template yet", cli_command_prefix(), text,
+                           r->title);
+    if (!r) {
+        char names[64];
+        s2_dtype_kernel_names(names, sizeof names, true);
+        return usage_error("%s: --dtype must be %s, got '%s'", cli_command_prefix(), names, text);
+    }
+    *dt = r->dtype;
     return 0;
 }
 

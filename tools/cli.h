@@ -91,6 +91,8 @@ void diag_format(char *buf, size_t size, const char *severity, const char *msg);
 /* "; did you mean 'NAME'?" for the name of names[0..n) closest to word, or "". */
 const char *did_you_mean(char *buf, size_t size, const char *word, const char *const *names, size_t n);
 int parse_int(const char *opt, const char *s, int64_t lo, int64_t hi, int64_t *out);
+/* --dtype's value, one of the dtype table's CLI spellings of a dtype some
+ * template builds: 0, or a usage error (printed). */
 int parse_dtype(const char *text, s2_dtype *dt);
 /* Parse argv[2..] of subcommand argv[1] with getopt_long and that command's
  * option table; positional arguments go to pos[] (up to max_pos).  0, a

@@ -267,8 +267,9 @@ static int attention_spec(s2_ctx *ctx, const opts *o, s2_kspec *spec)
     s2_kernel_spec pub = {.kind = kind, .head_dim = (int)o->head_dim, .block_m = (int)o->block_m,
                           .block_n = (int)o->block_n, .num_warps = (int)o->num_warps, .num_stages = (int)o->num_stages};
     *spec = s2_kspec_of(&pub, &kopt);
-    if (parse_dtype(o->dtype, &spec->dtype) != 0)
-        return usage_error("compile: --dtype must be bf16 or fp16, got '%s'", o->dtype);
+    int rc = parse_dtype(o->dtype, &spec->dtype);
+    if (rc)
+        return rc;
     for (int i = 0; i < o->num_names; i++)
         for (int j = 0; j < i; j++)
             if (strcmp(o->names[i], o->names[j]) == 0)

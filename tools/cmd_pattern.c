@@ -153,8 +153,8 @@ int cmd_layout(s2_ctx *ctx, int argc, char **argv)
     if (fmt < 0)
         return usage_error("layout: --format must be mask, schedule, stats or json, got '%s'", o.format);
     s2_dtype dt;
-    if (parse_dtype(o.dtype, &dt) != 0)
-        return usage_error("layout: --dtype must be bf16 or fp16, got '%s'", o.dtype);
+    if ((rc = parse_dtype(o.dtype, &dt)) != 0)
+        return rc;
     if ((o.block_m & (o.block_m - 1)) || (o.block_n & (o.block_n - 1)))
         return usage_error("%s", "layout: --block-m and --block-n must be powers of two");
     if (o.num_names > 1)
@@ -250,8 +250,8 @@ int cmd_kv_memory(s2_ctx *ctx, int argc, char **argv)
     if ((rc = parse_len_list(o.seq_len_text, lens, &nlens)) != 0)
         return rc;
     s2_dtype dt;
-    if (parse_dtype(o.dtype, &dt) != 0)
-        return usage_error("kv-memory: --dtype must be bf16 or fp16, got '%s'", o.dtype);
+    if ((rc = parse_dtype(o.dtype, &dt)) != 0)
+        return rc;
     if (o.page_size % 16 != 0)
         return usage_error("%s", "kv-memory: --page-size must be a multiple of 16");
     if (o.num_names > 1)

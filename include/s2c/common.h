@@ -82,10 +82,12 @@ typedef enum s2_dtype {
     S2_DTYPE_F16,
     S2_DTYPE_BF16,
     S2_DTYPE_F64,
+    S2_DTYPE_E4M3, /* fp8 e4m3 (OCP "fn": no infinities); no template builds it yet */
+    S2_DTYPE_E5M2, /* fp8 e5m2; no template builds it yet */
 } s2_dtype;
 
 S2_API size_t s2_dtype_size(s2_dtype dt);
-S2_API const char *s2_dtype_name(s2_dtype dt); /* "f32", "f16", "bf16", "f64" */
+S2_API const char *s2_dtype_name(s2_dtype dt); /* "f32", "f16", "bf16", "f64", "e4m3", "e5m2" */
 
 /* The library's version, "MAJOR.MINOR.PATCH": S2C_VERSION_STRING of the
  * s2c/version.h it was built with. */

@@ -52,7 +52,8 @@ S2_API s2_tensor s2_tensor_bhsd(void *data, s2_dtype dt, int64_t seq, int64_t he
 
 /* Element (b, s, h, d) as a double.  No bounds checks; dtype must be valid. */
 S2_API double s2_tensor_get(const s2_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d);
-/* Store v rounded to nearest-even in t's dtype (correctly rounded from double). */
+/* Store v rounded to nearest-even in t's dtype (correctly rounded from double;
+ * fp8 saturates to its largest finite value, NaN stores 0x7f). */
 S2_API void s2_tensor_set(const s2_tensor *t, int64_t b, int64_t s, int64_t h, int64_t d, double v);
 /* v rounded to dt, returned as a double (what s2_tensor_set would store). */
 S2_API double s2_round_to_dtype(s2_dtype dt, double v);

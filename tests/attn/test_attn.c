@@ -8,6 +8,7 @@
 #include "s2c/cache.h"
 #include "s2c/codegen.h"
 #include "s2c/layout.h"
+#include "template.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -500,6 +501,45 @@ START_TEST(spec_heuristic_and_limits)
 }
 END_TEST
 
+/* fp8 (rows of the dtype table no template takes): every template's accepts
+ * refuses it where it takes the same spec in bf16, and the spec resolver
+ * (internal and public) names the dtype. */
+START_TEST(fp8_refused_by_every_template)
+{
+    static const s2_kernel_kind kinds[] = {S2_KERNEL_FWD, S2_KERNEL_BWD, S2_KERNEL_DECODE};
+    static const s2_dtype fp8[] = {S2_DTYPE_E4M3, S2_DTYPE_E5M2};
+    for (int t = 0; t < s2_template_count(); t++) {
+        int took_bf16 = 0;
+        for (int k = 0; k < 3; k++)
+            for (int a = 0; a < 2; a++)
+                for (int d = 64; d <= 128; d += 64) {
+                    s2_kspec s = {.kind = kinds[k], .dtype = S2_DTYPE_BF16, .head_dim = d, .arch = archs[a]};
+                    took_bf16 += s2_template_at(t)->accepts(&s);
+                    for (int f = 0; f < 2; f++) {
+                        s.dtype = fp8[f];
+                        ck_assert_msg(!s2_template_at(t)->accepts(&s), "template %s takes %s",
+                                      s2_template_at(t)->name, s2_dtype_name(fp8[f]));
+                    }
+                }
+        ck_assert_msg(took_bf16 > 0, "template %s took no bf16 spec", s2_template_at(t)->name);
+    }
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(0, &a);
+    s2_pattern_set *set = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
+    s2_kspec ks = {.dtype = S2_DTYPE_E4M3, .head_dim = 128, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &ks, s2_pattern_set_get(set, 0)), S2_ERR_UNSUPPORTED);
+    ck_assert_str_eq(s2_ctx_message(ctx), "spec: fp8 e4m3 is not supported by any template yet");
+    s2_kernel_spec pub = {.kind = S2_KERNEL_DECODE, .dtype = S2_DTYPE_E5M2, .head_dim = 64};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &pub, s2_pattern_set_get(set, 0)), S2_ERR_UNSUPPORTED);
+    ck_assert_str_eq(s2_ctx_message(ctx), "spec: fp8 e5m2 is not supported by any template yet");
+    ck_assert_int_eq(pub.block_m, 0); /* left as given */
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("attn");
@@ -509,6 +549,7 @@ int main(void)
     tcase_add_test(tc, manifest_rejects_damage);
     tcase_add_test(tc, manifest_untrusted_counts);
     tcase_add_test(tc, spec_heuristic_and_limits);
+    tcase_add_test(tc, fp8_refused_by_every_template);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

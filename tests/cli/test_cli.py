@@ -141,6 +141,25 @@ def test_usage():
     check("--version", rc == 0 and out.startswith("s2c "), out)
 
 
+def test_dtypes():
+    """--dtype takes the dtype table's CLI spellings; fp8 is named and refused until a template takes it."""
+    phi3 = os.path.join(PATTERNS, "phi3-small.yaml")
+    for cmd, args in [("compile", ("--head-dim", "64", "--arch", "sm_90a", "-o", "x")),
+                      ("layout", ("--seq-len", "64")), ("kv-memory", ("--seq-len", "64"))]:
+        for dt, title in [("fp8_e4m3", "fp8 e4m3"), ("e5m2", "fp8 e5m2")]:
+            rc, out, err = run(cmd, phi3, *args, "--dtype", dt)
+            want = f"s2c: error: {cmd}: --dtype {dt}: {title} is not supported by any template yet"
+            check(f"{cmd} --dtype {dt}: refused by name", rc == 2 and want in err, f"rc={rc} {err!r}")
+        rc, out, err = run(cmd, phi3, *args, "--dtype", "fp32")
+        check(f"{cmd} --dtype fp32: the table's kernel dtypes listed",
+              rc == 2 and f"{cmd}: --dtype must be fp16 or bf16, got 'fp32'" in err, f"rc={rc} {err!r}")
+    with tempfile.TemporaryDirectory() as d:
+        for dt in ("fp16", "f16", "bf16"):
+            rc, out, err = run("compile", phi3, "--head-dim", "64", "--arch", "sm_80", "--dtype", dt, "--emit", "ptx",
+                               "-o", os.path.join(d, "k.ptx"))
+            check(f"compile --dtype {dt}", rc == 0, f"rc={rc} {err!r}")
+
+
 def test_stock():
     stock = ["phi3-small", "s2-l8v16", "mergeq-b16", "dense", "sliding-window"]
     for s in stock:
@@ -913,7 +932,7 @@ def test_layout_limits():
 
 
 def main():
-    for t in (test_golden, test_bad_files, test_usage, test_stock, test_compile_softmax,
+    for t in (test_golden, test_bad_files, test_usage, test_dtypes, test_stock, test_compile_softmax,
               test_compile_matrix, test_multi_pattern, test_tunables, test_template_options, test_emit_c, test_stages,
               test_info_errors, test_info_escapes,
               test_kv_memory, test_hostile_patterns, test_layout_limits):

@@ -1119,6 +1119,15 @@ START_TEST(tensor_helpers)
     ck_assert_double_eq(s2_round_to_dtype(S2_DTYPE_F16, 1 + 0x1p-11), 1.0);
     ck_assert_double_eq(s2_round_to_dtype(S2_DTYPE_F32, 1 + 0x1p-40), 1.0);
     ck_assert_double_eq(s2_round_to_dtype(S2_DTYPE_F16, 1e6), INFINITY);
+    /* fp8 as cvt.rn.satfinite: e4m3 saturates at 448 and has no infinity, e5m2 at 57344 */
+    ck_assert_double_eq(s2_round_to_dtype(S2_DTYPE_E4M3, 0.3), 0.3125);
+    ck_assert_double_eq(s2_round_to_dtype(S2_DTYPE_E4M3, 1.0625), 1.0);
+    ck_assert_double_eq(s2_round_to_dtype(S2_DTYPE_E4M3, -1e6), -448.0);
+    ck_assert_double_eq(s2_round_to_dtype(S2_DTYPE_E4M3, INFINITY), 448.0);
+    ck_assert(isnan(s2_round_to_dtype(S2_DTYPE_E4M3, NAN)));
+    ck_assert_double_eq(s2_round_to_dtype(S2_DTYPE_E5M2, 1.375), 1.5);
+    ck_assert_double_eq(s2_round_to_dtype(S2_DTYPE_E5M2, 1e6), 57344.0);
+    ck_assert(isnan(s2_round_to_dtype((s2_dtype)99, 1.0)));
 
     /* same logical values in every layout and dtype; within [lo, hi]; seeds differ */
     uint64_t seed = base_seed();
@@ -1141,8 +1150,8 @@ START_TEST(tensor_helpers)
     s2_tensor_set(&b.t, 1, 2, 3, 4, NAN);
     ck_assert_double_eq(s2_tensor_max_abs_diff(&a.t, &b.t, a.ext), INFINITY);
     /* get / set through each dtype */
-    s2_dtype dts[4] = {S2_DTYPE_F64, S2_DTYPE_F32, S2_DTYPE_F16, S2_DTYPE_BF16};
-    for (int t = 0; t < 4; t++) {
+    s2_dtype dts[6] = {S2_DTYPE_F64, S2_DTYPE_F32, S2_DTYPE_F16, S2_DTYPE_BF16, S2_DTYPE_E4M3, S2_DTYPE_E5M2};
+    for (int t = 0; t < 6; t++) {
         owned x = make_tensor(LAYOUT_STRIDED, dts[t], 1, 2, 2, 2);
         s2_tensor_set(&x.t, 0, 1, 1, 1, -1.5);
         s2_tensor_set(&x.t, 0, 0, 1, 0, 0.1);

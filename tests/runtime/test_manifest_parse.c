@@ -294,6 +294,32 @@ START_TEST(kv_heads_message_names_both)
 }
 END_TEST
 
+/* kernel.dtype by the dtype table's names: the kernels' dtypes are read,
+ * fp8 and f32 refused by name, other words refused with the list. */
+START_TEST(dtype_names_from_the_table)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    char *t = base_with(7, "kernel.dtype f16", -1, NULL);
+    s2_manifest *m = assert_parses(ctx, t);
+    ck_assert_int_eq(s2_manifest_kernel_at(m, 0)->spec.dtype, S2_DTYPE_F16);
+    s2_manifest_free(m);
+    free(t);
+    static const struct { const char *line, *want; } cases[] = {
+        {"kernel.dtype e4m3", "kernel.dtype: fp8 e4m3 is not supported by any template yet"},
+        {"kernel.dtype e5m2", "kernel.dtype: fp8 e5m2 is not supported by any template yet"},
+        {"kernel.dtype f32", "kernel.dtype: f32 is not supported by any template yet"},
+        {"kernel.dtype fp16", "kernel.dtype: expected f16 or bf16: fp16"},
+        {"kernel.dtype fp8_e4m3", "kernel.dtype: expected f16 or bf16: fp8_e4m3"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        t = base_with(7, cases[i].line, -1, NULL);
+        assert_refused(t, cases[i].want);
+        free(t);
+    }
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(unknown_keys_refused_at_every_level)
 {
     static const struct { int at; const char *line; } cases[] = {
@@ -386,6 +412,7 @@ int main(void)
     tcase_add_test(tc, values_at_the_bounds_accepted);
     tcase_add_test(tc, count_as_index_refused);
     tcase_add_test(tc, kv_heads_message_names_both);
+    tcase_add_test(tc, dtype_names_from_the_table);
     tcase_add_test(tc, unknown_keys_refused_at_every_level);
     tcase_add_test(tc, repeated_names_refused);
     tcase_add_test(tc, pattern_from_args_bounded_alike);
