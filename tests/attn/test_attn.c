@@ -125,7 +125,7 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     size_t len = 0;
     ck_assert_msg(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &text, &len) == S2_OK, "%s",
                   s2_ctx_message(ctx));
-    ck_assert_msg(len > 20 && strncmp(text, "s2c-manifest 3\nrequires 0.2\n", 28) == 0, "manifest text: %.*s", (int)len, text);
+    ck_assert_msg(len > 20 && strncmp(text, "s2c-manifest 4\nrequires 0.2\n", 28) == 0, "manifest text: %.*s", (int)len, text);
     s2_manifest *m = NULL;
     ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_str_eq(s2_manifest_generator(m), s2_generator_id());
@@ -180,6 +180,9 @@ START_TEST(assembles_without_spills_and_carries_manifest)
         ck_assert_int_eq(wr->spec.num_stages, 3);
         ck_assert_int_eq(wr->spec.num_warps, 12);
         ck_assert_int_eq(wr->threads, 384);
+        /* the template's rule, on the variant's record alone */
+        ck_assert_int_eq(wr->min_keys, 384);
+        ck_assert_int_eq(fr->min_keys, 0);
         ck_assert_int_eq(wi->max_threads, 384);
         ck_assert_int_eq(wr->spec.dtype, dt);
         ck_assert_int_eq(wr->spec.head_dim, D);
@@ -194,6 +197,10 @@ START_TEST(assembles_without_spills_and_carries_manifest)
         snprintf(line, sizeof line, "\nkernel.fn %s fwd_wide %s %s 384 ", wname, dense ? "fwd_tma" : "fwd_tma_persistent",
                  dense ? "q_tiles" : "persistent");
         ck_assert_msg(strstr(t0, line) != NULL, "no '%s' in\n%s", line + 1, t0);
+        char *eol = strchr(strstr(t0, line) + 1, '\n');
+        snprintf(line, sizeof line, " %d", wr->min_keys);
+        ck_assert_msg(eol && !strncmp(eol - strlen(line), line, strlen(line)), "MIN_KEYS %d not last in\n%s",
+                      wr->min_keys, t0);
         free(t0);
         ck_assert_msg(wr->smem_bytes > art->smem_bytes && wr->smem_bytes <= 227 * 1024, "wide smem %d",
                       wr->smem_bytes);
@@ -237,7 +244,7 @@ START_TEST(manifest_rejects_damage)
     assert_same_pattern(p, s2_manifest_pattern_at(m, 0));
     ck_assert_int_eq(s2_manifest_kernel_at(m, 0)->num_fns, 1);
     s2_manifest_free(m);
-    ck_assert_ptr_nonnull(strstr(text, "\nkernel.fn kern fwd fwd q_tiles 128 1024 64 64 4 2 0 0 0 0\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nkernel.fn kern fwd fwd q_tiles 128 1024 64 64 4 2 0 0 0 0 0\n"));
     /* damaged kernel records: each refused with a message naming the line */
     static const struct { const char *from, *to, *why; } damage[] = {
         {"kernel.fn kern fwd fwd q_tiles", "kernel.fn kern fwd bwd q_tiles", "do not fit"},      /* ABI of another kind */
@@ -245,11 +252,12 @@ START_TEST(manifest_rejects_damage)
         {"kernel.fn kern fwd fwd q_tiles", "kernel.fn kerX fwd fwd q_tiles", "symbol"},          /* not the entry's */
         {"kernel.fn kern fwd fwd q_tiles", "kernel.fn kern fwx fwd q_tiles", "unknown role"},
         {"kernel.fn kern fwd fwd q_tiles", "kernel.fx kern fwd fwd q_tiles", "unknown key"},     /* a nested unknown key */
-        {"kernel.fn kern fwd fwd q_tiles 128 1024 64 64 4 2 0 0 0 0\n", "", "no fwd kernel"},  /* no record at all */
+        {"kernel.fn kern fwd fwd q_tiles 128 1024 64 64 4 2 0 0 0 0 0\n", "", "no fwd kernel"},  /* no record at all */
         {"q_tiles 128 1024 64 64 4 2 0 0 0 0", "q_tiles 128 1024 64 64 4 2 0 0 9 0", "KV_GATHER out of range (0..4): 9"},
         {"q_tiles 128 1024 64 64 4 2 0 0 0 0", "q_tiles 128 1024 64 64 4 2 0 0 0", "expected SYMBOL ROLE ABI GRID"},
         {"q_tiles 128 1024 64", "q_tiles 256 1024 64", "main kernel's launch shape"},                             /* not the entry's shape */
-        {"s2c-manifest 3", "s2c-manifest 2", "older s2c"},
+        {"q_tiles 128 1024 64 64 4 2 0 0 0 0 0", "q_tiles 128 1024 64 64 4 2 0 0 0 0 7", "MIN_KEYS 7 for role fwd"},
+        {"s2c-manifest 4", "s2c-manifest 3", "older s2c"},
     };
     for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
         char *d = malloc(n + 16);
@@ -281,7 +289,7 @@ START_TEST(manifest_rejects_damage)
     rule[8] = 'X'; /* pattern.Xule: an unknown key inside a pattern block */
     ck_assert_int_eq(s2_manifest_parse(ctx, cut, n, &m), S2_ERR_PARSE);
     ck_assert_msg(strstr(s2_ctx_message(ctx), "unknown key (written by a newer s2c? this runtime reads manifest "
-                                               "version 3): pattern.Xule"), "%s", s2_ctx_message(ctx));
+                                               "version 4): pattern.Xule"), "%s", s2_ctx_message(ctx));
     char *rule_end = strchr(rule, '\n');
     memmove(rule, rule_end + 1, strlen(rule_end + 1) + 1); /* the line dropped: head 5 has no rule */
     ck_assert_int_eq(s2_manifest_parse(ctx, cut, strlen(cut), &m), S2_ERR_PARSE);
