@@ -190,14 +190,13 @@ static inline bool s2_kernel_spec_owned_pairs(const s2_kspec *spec)
 
 /* A forward schedule s (tile shape {block_m, block_n / kv_gather}) packed
  * for spec's kernel: owned pairs for the two-slab shape, gathered key tiles
- * when the spec gathers, else plain. */
-static inline s2_status s2_kernel_spec_pack_forward(s2_ctx *ctx, const s2_kspec *spec, const s2_schedule *s,
-                                                    s2_packed_schedule *out)
-{
-    if (s2_kernel_spec_owned_pairs(spec))
-        return s2_schedule_pack_gathered_owned(ctx, s, out);
-    return spec->kv_gather > 1 ? s2_schedule_pack_gathered(ctx, s, spec->kv_gather, out) : s2_schedule_pack(ctx, s, out);
-}
+ * when the spec gathers, else plain (abi/kernel_schedule.c). */
+s2_status s2_kernel_spec_pack_forward(s2_ctx *ctx, const s2_kspec *spec, const s2_schedule *s, s2_packed_schedule *out);
+/* A backward's transposed schedule t (tile shape {block_m, min(block_size,
+ * block_m)}) packed in kv groups of block_m / that many blocks (launch.h,
+ * backward ABI); *lists: the groups per kv head. */
+s2_status s2_kernel_spec_pack_transposed(s2_ctx *ctx, const s2_kspec *spec, const s2_pattern *p, const s2_schedule *t,
+                                         s2_packed_schedule *out, int32_t *lists);
 
 /* One dS tile of the backward's dS workspace: 64 x 64 16-bit values. */
 enum { S2_BWD_DS_TILE_BYTES = 64 * 64 * 2 };

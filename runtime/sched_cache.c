@@ -1,6 +1,7 @@
 /* Per-shape schedules of forward and backward kernels: built from the
  * pattern, uploaded, and kept in the kernel's cache. */
 #include "attn_internal.h"
+#include "pack_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,7 +153,7 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, rt_upload *up
     int32_t lists = 0;
     s2_status st = s2_schedule_build(ctx, lay, ts, true, &sched);
     if (st == S2_OK)
-        st = s2_schedule_pack_gathered_kv(ctx, sched, k->pattern->kv_heads, gather, &pk, &lists);
+        st = s2_kernel_spec_pack_transposed(ctx, s2_rt_main_spec(k), k->pattern, sched, &pk, &lists);
     if (st == S2_OK && sched->geom.kv_tiles > INT32_MAX)
         st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld key tiles do not fit 32 bits",
                      (long long)sched->geom.kv_tiles);

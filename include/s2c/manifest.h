@@ -5,6 +5,7 @@
 #define S2C_MANIFEST_H
 
 #include "s2c/common.h"
+#include "s2c/layout.h"
 #include "s2c/pattern.h"
 #include "s2c/spec.h"
 
@@ -102,6 +103,17 @@ S2_API const s2_manifest_kernel *s2_manifest_kernel_at(const s2_manifest *m, int
 S2_API int s2_manifest_num_patterns(const s2_manifest *m);
 S2_API const s2_pattern *s2_manifest_pattern_at(const s2_manifest *m, int i);
 S2_API const s2_pattern *s2_manifest_find_pattern(const s2_manifest *m, const char *name);
+
+/* The tile schedule kernel `symbol` of entry k reads for a layout of the
+ * entry's pattern, packed in the format its record names (launch.h): the
+ * forward lists of its tile (plain, gathered key tiles, owned pairs), or
+ * with `transposed` (a backward's kernels, parameters 44..47) the dK/dV
+ * kernel's kv groups, *kv_tiles their count per kv head.  What the runtime
+ * uploads; for the AOT launchers' callers (s2c/aot.h).  Free with
+ * s2_packed_schedule_free. */
+S2_API s2_status s2_manifest_schedule_pack(s2_ctx *ctx, const s2_manifest_kernel *k, const char *symbol,
+                                           const s2_layout *lay, bool transposed, s2_packed_schedule *out,
+                                           int32_t *kv_tiles);
 
 /* Find the manifest text inside a cubin (ELF) image without a GPU: the
  * bytes of the symbol S2_MANIFEST_SYMBOL.  *text points into image. */
