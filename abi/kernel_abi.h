@@ -154,6 +154,9 @@ s2_kernel_role s2_main_role(s2_kernel_kind kind);
 /* Whether a kernel of role r may take ABI abi, and the grid it then has. */
 bool s2_role_takes_abi(s2_kernel_role r, s2_abi_id abi);
 s2_grid_rule s2_role_grid(s2_kernel_role r, s2_abi_id abi);
+/* Whether a kernel of role r is a variant of its entry's main kernel,
+ * launched instead of it by its record's rule (min_keys). */
+static inline bool s2_role_is_variant(s2_kernel_role r) { return r == S2_ROLE_FWD_WIDE; }
 
 /* One kernel of a module, as the manifest records it (`kernel.fn`): the
  * runtime, `s2c info` and the AOT emitter launch it from this alone. */
@@ -164,6 +167,11 @@ struct s2_kernel_record {
     s2_grid_rule grid;
     int threads;               /* blockDim.x */
     int smem_bytes;            /* dynamic shared memory it is launched with */
+    /* A variant's rule (MIN_KEYS; the template's, s2_variant): launched
+     * instead of the entry's main kernel where the main schedule's lists
+     * hold on average at least this many keys per query tile; 0 for every
+     * kernel that is not a variant. */
+    int min_keys;
     s2_kspec spec;             /* the tile it was built for (the entry's, or the wide variant's) */
 };
 
@@ -182,14 +190,13 @@ static inline bool s2_kernel_spec_owned_pairs(const s2_kspec *spec)
 
 /* A forward schedule s (tile shape {block_m, block_n / kv_gather}) packed
  * for spec's kernel: owned pairs for the two-slab shape, gathered key tiles
- * when the spec gathers, else plain. */
-static inline s2_status s2_kernel_spec_pack_forward(s2_ctx *ctx, const s2_kspec *spec, const s2_schedule *s,
-                                                    s2_packed_schedule *out)
-{
-    if (s2_kernel_spec_owned_pairs(spec))
-        return s2_schedule_pack_gathered_owned(ctx, s, out);
-    return spec->kv_gather > 1 ? s2_schedule_pack_gathered(ctx, s, spec->kv_gather, out) : s2_schedule_pack(ctx, s, out);
-}
+ * when the spec gathers, else plain (abi/kernel_schedule.c). */
+s2_status s2_kernel_spec_pack_forward(s2_ctx *ctx, const s2_kspec *spec, const s2_schedule *s, s2_packed_schedule *out);
+/* A backward's transposed schedule t (tile shape {block_m, min(block_size,
+ * block_m)}) packed in kv groups of block_m / that many blocks (launch.h,
+ * backward ABI); *lists: the groups per kv head. */
+s2_status s2_kernel_spec_pack_transposed(s2_ctx *ctx, const s2_kspec *spec, const s2_pattern *p, const s2_schedule *t,
+                                         s2_packed_schedule *out, int32_t *lists);
 
 /* One dS tile of the backward's dS workspace: 64 x 64 16-bit values. */
 enum { S2_BWD_DS_TILE_BYTES = 64 * 64 * 2 };

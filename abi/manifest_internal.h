@@ -62,7 +62,7 @@ typedef struct s2_mf_word {
     bool end_ok;               /* S2_MF_INT: INT64_MAX is allowed too, meaning "to the end" */
 } s2_mf_word;
 
-enum { S2_MF_MAX_WORDS = 14 };
+enum { S2_MF_MAX_WORDS = 15 };
 
 /* A record's words as read: the integers in i[], the others in s[]. */
 typedef struct s2_mf_value {

@@ -216,8 +216,8 @@ KERNEL_INT(read_num_stages, spec.num_stages)
 KERNEL_INT(read_threads, threads)
 KERNEL_INT(read_smem, smem_bytes)
 
-/* kernel.fn SYMBOL ROLE ABI GRID THREADS SMEM BM BN WARPS STAGES PERSISTENT BWD_WGMMA KV_GATHER BWD_TMA:
- * after the entry's own keys (its kind, dtype and head dim are the kernel's) */
+/* kernel.fn SYMBOL ROLE ABI GRID THREADS SMEM BM BN WARPS STAGES PERSISTENT BWD_WGMMA KV_GATHER BWD_TMA
+ * MIN_KEYS: after the entry's own keys (its kind, dtype and head dim are the kernel's) */
 static s2_status read_fn(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
 {
     char b[S2_MF_SHOWN], b2[S2_MF_SHOWN], b3[S2_MF_SHOWN], want[320];
@@ -243,6 +243,11 @@ static s2_status read_fn(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_
     r.spec.block_m = (int)x[2], r.spec.block_n = (int)x[3], r.spec.num_warps = (int)x[4];
     r.spec.num_stages = (int)x[5], r.spec.persistent = (int)x[6], r.spec.bwd_wgmma = (int)x[7];
     r.spec.kv_gather = (int)x[8], r.spec.bwd_tma = (int)x[9];
+    /* a variant is launched by its rule, every other kernel by its role */
+    r.min_keys = (int)x[10];
+    if (s2_role_is_variant(r.role) != (r.min_keys > 0))
+        return s2_mf_fail(ps, "kernel.fn: MIN_KEYS %d for role %s (a variant's rule, at least 1; 0 for any other role)",
+                          r.min_keys, role);
     if (!(r.symbol = s2_arena_strdup(&ps->m->arena, sym)) || !s2_mf_names_add(ps, &ps->symbols, r.symbol, k->name))
         return s2_mf_nomem(ps);
     ((s2_kernel_record *)k->fns)[k->num_fns++] = r;
@@ -283,10 +288,10 @@ const s2_mf_record s2_mf_records[] = {
     {"kernel.num_stages", S2_MF_KERNEL, 1, {K_STAGES("NUM_STAGES")}, read_num_stages},
     {"kernel.threads", S2_MF_KERNEL, 1, {K_THREADS("THREADS")}, read_threads},
     {"kernel.smem", S2_MF_KERNEL, 1, {K_SMEM("SMEM")}, read_smem},
-    {"kernel.fn", S2_MF_KERNEL, 14,
+    {"kernel.fn", S2_MF_KERNEL, 15,
      {WORD("SYMBOL"), WORD("ROLE"), WORD("ABI"), WORD("GRID"), K_THREADS("THREADS"), K_SMEM("SMEM"),
       K_BLOCK("BLOCK_M"), K_BLOCK("BLOCK_N"), K_WARPS("NUM_WARPS"), K_STAGES("NUM_STAGES"), INT("PERSISTENT", -1, 1),
-      INT("BWD_WGMMA", -1, 1), INT("KV_GATHER", 0, 4), INT("BWD_TMA", -1, 1)},
+      INT("BWD_WGMMA", -1, 1), INT("KV_GATHER", 0, 4), INT("BWD_TMA", -1, 1), INT("MIN_KEYS", 0, INT32_MAX)},
      read_fn},
     {"pattern", S2_MF_TOP, 1, {TEXT("NAME")}, s2_mf_new_pattern},
     {"pattern.heads", S2_MF_PATTERN, 1, {INT("HEADS", 1, S2_MAX_HEADS)}, s2_mf_pattern_record},
@@ -395,8 +400,8 @@ static s2_status parse_line(s2_mf_parser *ps, char *line)
     const s2_mf_record *rec = s2_mf_find(line);
     /* keys are closed at every level: an unknown one is a newer writer's, whose meaning this runtime cannot know */
     if (!rec)
-        return s2_mf_fail(ps, "unknown key (written by a newer s2c? this runtime reads manifest version 3): %s",
-                          s2_mf_show(b, line));
+        return s2_mf_fail(ps, "unknown key (written by a newer s2c? this runtime reads manifest version %d): %s",
+                          S2_MANIFEST_VERSION, s2_mf_show(b, line));
     if (rec->scope == S2_MF_KERNEL) {
         if (!ps->k)
             return s2_mf_fail(ps, "kernel key outside a kernel: %s", line);
@@ -409,18 +414,18 @@ static s2_status parse_line(s2_mf_parser *ps, char *line)
     return read_record(ps, rec, rest);
 }
 
-/* "s2c-manifest 3"; other versions are named as older or newer. */
+/* "s2c-manifest 4"; other versions are named as older or newer. */
 static s2_status version_line(s2_mf_parser *ps, const char *line)
 {
     static const char magic[] = "s2c-manifest ";
     char *e;
     const char *num = line + sizeof magic - 1;
     if (strncmp(line, magic, sizeof magic - 1) != 0 || !(*num >= '0' && *num <= '9'))
-        return s2_mf_fail(ps, "not an s2c manifest of version 3");
+        return s2_mf_fail(ps, "not an s2c manifest of version %d", S2_MANIFEST_VERSION);
     errno = 0;
     long long v = strtoll(num, &e, 10);
     if (*e || errno || v > (1 << 20))
-        return s2_mf_fail(ps, "not an s2c manifest of version 3");
+        return s2_mf_fail(ps, "not an s2c manifest of version %d", S2_MANIFEST_VERSION);
     if (v == S2_MANIFEST_VERSION)
         return S2_OK;
     return s2_mf_fail(ps, "a manifest of version %lld (%s s2c); this one reads version %d%s", v,

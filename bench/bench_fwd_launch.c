@@ -2,6 +2,7 @@
  * float64 recomputation and the timing between CUDA events. */
 #include "attn_tune.h"
 #include "bench_fwd.h"
+#include "pack_internal.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -20,14 +20,12 @@ s2_status s2_kspec_resolve(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: kernel kind %d is not generated yet", (int)spec->kind);
     if (s2_dtype_check_kernel(ctx, spec->dtype, "spec") != S2_OK)
         return S2_ERR_UNSUPPORTED;
-    if (spec->head_dim != 32 && spec->head_dim != 64 && spec->head_dim != 96 && spec->head_dim != 128)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: head_dim %d (32, 64, 96 or 128)", spec->head_dim);
     if (!s2_arch_cpu((s2_arch)spec->arch))
         return s2_fail(ctx, S2_ERR_INVALID, "spec: invalid arch %d", spec->arch);
-    const s2_template *t = s2_template_for(spec);
-    if (!t)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: no template generates this kernel kind");
-    return t->resolve(ctx, spec, p);
+    /* the templates' dtypes and head dims (template.c) */
+    const s2_template *t = NULL;
+    s2_status st = s2_template_pick(ctx, spec, &t);
+    return st == S2_OK ? t->resolve(ctx, spec, p) : st;
 }
 
 s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pattern *p)
@@ -59,51 +57,47 @@ typedef struct set_kernel {
     s2_kspec spec;
     const s2_template *tpl;      /* the template that builds it */
     char name[128];
-    bool has_wide;               /* NAME_w (wide_variant) */
-    s2_kspec wide;
-    const char *wide_name;       /* its record's symbol */
-    const s2_template *wide_tpl;
+    int n_var;                   /* its variants (NAME_w), as the template declares them */
+    s2_kspec var[S2_TEMPLATE_MAX_VARIANTS];
+    const char *var_name[S2_TEMPLATE_MAX_VARIANTS];   /* each one's record's symbol */
+    const s2_template *var_tpl[S2_TEMPLATE_MAX_VARIANTS];
     s2_kernel_record recs[S2_ROLE_COUNT_];   /* every kernel of the entry, for the manifest */
     char syms[S2_ROLE_COUNT_][160];
 } set_kernel;
 
-/* The wide variant of a forward built with the default spec (spec_in all
- * zero): 128 x 128 tiles, two consumer warpgroups at one CTA per SM, each
- * key tile two live 64-token blocks gathered by the schedule, 3 stages, on
- * the persistent grid but for dense patterns.  It wins where lists are long
- * and loses where they are short (runs 39, 51), so the module holds both
- * and the runtime picks by list length. */
-static bool wide_variant(s2_ctx *ctx, const s2_pattern *p, const s2_kspec *spec_in, const s2_kspec *resolved,
-                         s2_kspec *out)
-{
-    if (spec_in->block_m || spec_in->block_n || spec_in->num_warps || spec_in->num_stages ||
-        spec_in->kv_gather || spec_in->persistent > 0)
-        return false;
-    if (!s2_fwd_spec_wants_tma(resolved) || resolved->persistent > 0 || resolved->head_dim != 128 ||
-        p->block_size != 64)
-        return false;
-    *out = *spec_in;
-    out->block_m = 128;
-    out->block_n = 128;
-    out->num_warps = 12;
-    out->num_stages = 3;
-    out->kv_gather = 2;
-    out->persistent = s2_pattern_is_dense(p) ? -1 : 1;
-    /* a variant that does not resolve (shared memory) is left out */
-    if (s2_kspec_resolve(ctx, out, p) != S2_OK) {
-        s2_ctx_clear(ctx);
-        return false;
-    }
-    return true;
-}
-
-/* The pattern whose wide variant the kernel `name` is, or -1. */
-static int wide_of(const set_kernel *ks, int n, const char *name)
+/* The pattern one of whose variants is the kernel `name`, or -1. */
+static int variant_of(const set_kernel *ks, int n, const char *name)
 {
     for (int j = 0; j < n; j++)
-        if (ks[j].has_wide && strcmp(name, ks[j].wide_name) == 0)
-            return j;
+        for (int v = 0; v < ks[j].n_var; v++)
+            if (strcmp(name, ks[j].var_name[v]) == 0)
+                return j;
     return -1;
+}
+
+/* The variants the entry's template declares, each resolved through the
+ * table (one that does not resolve, by its shared memory say, is left out)
+ * and recorded after the entry's kernels under its role and rule. */
+static int add_variants(s2_ctx *ctx, const s2_pattern *p, const s2_kspec *spec_in, set_kernel *k, int n_rec)
+{
+    s2_variant v[S2_TEMPLATE_MAX_VARIANTS];
+    int nv = k->tpl->variants ? k->tpl->variants(p, spec_in, &k->spec, v) : 0;
+    for (int i = 0; i < nv && i < S2_TEMPLATE_MAX_VARIANTS && n_rec < S2_ROLE_COUNT_; i++) {
+        if (s2_kspec_resolve(ctx, &v[i].spec, p) != S2_OK) {
+            s2_ctx_clear(ctx);
+            continue;
+        }
+        const s2_template *vt = s2_template_for(&v[i].spec);
+        s2_kernel_record rec[S2_ROLE_COUNT_];
+        vt->kernels(p, &v[i].spec, rec);
+        k->recs[n_rec] = rec[0];
+        k->recs[n_rec].role = v[i].role;
+        k->recs[n_rec].min_keys = v[i].min_keys;
+        k->var[k->n_var] = v[i].spec;
+        k->var_tpl[k->n_var] = vt;
+        k->var_name[k->n_var++] = k->syms[n_rec++];
+    }
+    return n_rec;
 }
 
 /* Whether the kernel `name` is an entry's NAME_seqs. */
@@ -141,15 +135,7 @@ static s2_status resolve_set(s2_ctx *ctx, const s2_pattern *const *patterns, int
         const s2_template *t = s2_template_for(&ks[i].spec);
         ks[i].tpl = t;
         int n_rec = t->kernels(patterns[i], &ks[i].spec, ks[i].recs);
-        ks[i].has_wide = wide_variant(ctx, patterns[i], spec_in, &ks[i].spec, &ks[i].wide);
-        if (ks[i].has_wide) {
-            /* the wide variant: the same template's kernel on its own tile, under its own role */
-            ks[i].wide_tpl = s2_template_for(&ks[i].wide);
-            ks[i].wide_tpl->kernels(patterns[i], &ks[i].wide, &ks[i].recs[n_rec]);
-            ks[i].recs[n_rec].role = S2_ROLE_FWD_WIDE;
-            ks[i].wide_name = ks[i].syms[n_rec];
-            n_rec++;
-        }
+        n_rec = add_variants(ctx, patterns[i], spec_in, &ks[i], n_rec);
         for (int j = 0; j < n_rec; j++) {
             snprintf(ks[i].syms[j], sizeof ks[i].syms[j], "%s%s", ks[i].name, s2_role_suffix(ks[i].recs[j].role));
             ks[i].recs[j].symbol = ks[i].syms[j];
@@ -196,8 +182,8 @@ s2_status s2_compile_kspec(s2_ctx *ctx, const char *module_name, const s2_patter
     for (int i = 0; i < n && st == S2_OK; i++)
         st = ks[i].tpl->build(ctx, &cg, patterns[i], &ks[i].spec, ks[i].name);
     for (int i = 0; i < n && st == S2_OK; i++)
-        if (ks[i].has_wide)
-            st = ks[i].wide_tpl->build(ctx, &cg, patterns[i], &ks[i].wide, ks[i].wide_name);
+        for (int v = 0; v < ks[i].n_var && st == S2_OK; v++)
+            st = ks[i].var_tpl[v]->build(ctx, &cg, patterns[i], &ks[i].var[v], ks[i].var_name[v]);
     /* the entry's own helpers (NAME_seqs), after the kernels the others name */
     for (int i = 0; i < n && st == S2_OK; i++)
         for (int r = 0; r < mk[i].num_fns && ks[i].tpl->build_entry; r++)
@@ -208,10 +194,10 @@ s2_status s2_compile_kspec(s2_ctx *ctx, const char *module_name, const s2_patter
     if (st == S2_OK)
         st = s2_cg_finish(ctx, &cg, backend, art);
     /* the assembler lists the kernels in its own order: the primary kernels
-     * first (art->kernels[0] of a one-pattern forward is its kernel), wide
+     * first (art->kernels[0] of a one-pattern forward is its kernel),
      * variants and NAME_seqs after them */
     for (int i = 0, placed = 0; st == S2_OK && i < art->num_kernels; i++) {
-        if (wide_of(ks, n, art->kernels[i].name) >= 0 || seqs_of(ks, n, art->kernels[i].name))
+        if (variant_of(ks, n, art->kernels[i].name) >= 0 || seqs_of(ks, n, art->kernels[i].name))
             continue;
         s2_kernel_info keep = art->kernels[i];
         memmove(&art->kernels[placed + 1], &art->kernels[placed], (size_t)(i - placed) * sizeof *art->kernels);

@@ -105,10 +105,10 @@ s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *ke
                 return s2_fail(ctx, S2_ERR_INVALID, "manifest: kernel %s: a bad kernel record", k->name);
             }
             const s2_kspec *t = &r->spec;
-            s2_buf_printf(&b, "kernel.fn %s %s %s %s %d %d %d %d %d %d %d %d %d %d\n", r->symbol,
+            s2_buf_printf(&b, "kernel.fn %s %s %s %s %d %d %d %d %d %d %d %d %d %d %d\n", r->symbol,
                           s2_role_name(r->role), abi->name, s2_grid_name(r->grid), r->threads, r->smem_bytes,
                           t->block_m, t->block_n, t->num_warps, t->num_stages, t->persistent, t->bwd_wgmma,
-                          t->kv_gather, t->bwd_tma);
+                          t->kv_gather, t->bwd_tma, r->min_keys);
         }
     }
     for (int i = 0; i < num_patterns; i++) {

@@ -1,5 +1,5 @@
-/* The row softmax's compile entry (s2_compile_row_softmax, compile.h): one
- * kernel of templates/softmax.c in its own module, no manifest. */
+/* The row softmax's compile entry (s2_compile_row_softmax, compile.h): the
+ * table's "row_softmax" kernel in its own module, no manifest. */
 #include "s2c/compile.h"
 #include "template.h"
 
@@ -11,22 +11,27 @@ s2_status s2_compile_row_softmax(s2_ctx *ctx, const s2_pattern *pattern, const s
     *out = NULL;
     if (!target || !s2_arch_cpu(target->arch))
         return s2_fail(ctx, S2_ERR_INVALID, "row softmax: invalid target");
-    s2_status st = s2_softmax_check_pattern(ctx, pattern);
+    const s2_template *t = s2_template_named("row_softmax");
+    if (!t)
+        return s2_fail(ctx, S2_ERR_INTERNAL, "row softmax: no such template");
+    /* the template fills its launch shape: threads (num_warps) and rows (block_m) per CTA */
+    s2_kspec spec = {.kind = t->kind, .dtype = S2_DTYPE_F32, .arch = target->arch};
+    s2_status st = t->resolve(ctx, &spec, pattern);
     if (st != S2_OK)
         return st;
 
     char name[128];
-    s2_softmax_kernel_name(name, sizeof name, pattern, target->arch);
+    t->symbol(name, sizeof name, pattern, &spec);
     s2_artifact *art = s2_artifact_new(target, name);
     if (!art)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    art->threads_per_block = S2_SOFTMAX_WARPS * 32;
-    art->rows_per_block = S2_SOFTMAX_WARPS;
+    art->threads_per_block = spec.num_warps * 32;
+    art->rows_per_block = spec.block_m;
 
     s2_cg cg;
     st = s2_cg_init(ctx, &cg, target, name);
     if (st == S2_OK)
-        st = s2_softmax_build(ctx, &cg, pattern, name);
+        st = t->build(ctx, &cg, pattern, &spec, name);
     if (st == S2_OK)
         st = s2_cg_finish(ctx, &cg, backend, art);
     s2_cg_destroy(&cg);
@@ -35,7 +40,7 @@ s2_status s2_compile_row_softmax(s2_ctx *ctx, const s2_pattern *pattern, const s
         return st;
     }
     for (int i = 0; i < art->num_kernels; i++)
-        art->kernels[i].max_threads = S2_SOFTMAX_WARPS * 32;
+        art->kernels[i].max_threads = art->threads_per_block;
     *out = art;
     return S2_OK;
 }

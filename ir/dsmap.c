@@ -1,6 +1,7 @@
 /* Where the backward's dS tiles live (launch.h, backward ABI 48..50):
  * the dK/dV kernel writes each entry's dS tile, the dQ-from-dS kernel reads
  * it back by its forward entry. */
+#include "pack_internal.h"
 #include "s2c/layout.h"
 #include "util.h"
 

@@ -9,6 +9,7 @@
  * neighbours with neighbours.  A group's list is the merge of its blocks'
  * transposed lists. */
 #include "s2c/layout.h"
+#include "pack_internal.h"
 #include "util.h"
 
 #include <stdlib.h>

@@ -1,4 +1,5 @@
 /* Packing a schedule into the flat 32-bit form the kernels read. */
+#include "pack_internal.h"
 #include "s2c/layout.h"
 #include "util.h"
 

@@ -1,6 +1,7 @@
 /* Per-shape schedules of forward and backward kernels: built from the
  * pattern, uploaded, and kept in the kernel's cache. */
 #include "attn_internal.h"
+#include "pack_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -152,7 +153,7 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, rt_upload *up
     int32_t lists = 0;
     s2_status st = s2_schedule_build(ctx, lay, ts, true, &sched);
     if (st == S2_OK)
-        st = s2_schedule_pack_gathered_kv(ctx, sched, k->pattern->kv_heads, gather, &pk, &lists);
+        st = s2_kernel_spec_pack_transposed(ctx, s2_rt_main_spec(k), k->pattern, sched, &pk, &lists);
     if (st == S2_OK && sched->geom.kv_tiles > INT32_MAX)
         st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "schedule: %lld key tiles do not fit 32 bits",
                      (long long)sched->geom.kv_tiles);
@@ -260,14 +261,12 @@ static s2_status upload_work_list(s2_ctx *ctx, s2_attn_kernel *k, rt_upload *up,
     return st;
 }
 
-/* Keys per query tile of the primary schedule from which the wide variant
- * pays for its 128-row tiles (dead pairs, one CTA per SM): it won down to
- * 409, the shortest measured (runs 76-77; history in bench/NOTES.md). */
-enum { WIDE_MIN_KEYS = 384 };
-
+/* The wide variant's rule, from its record (its template's MIN_KEYS): the
+ * main schedule's keys per query tile, on average over its lists. */
 static bool wants_wide(const s2_attn_kernel *k, const s2_schedule *sched)
 {
-    if (!k->fns[S2_ROLE_FWD_WIDE] || sched->geom.q_tiles < 1 || sched->heads < 1)
+    const s2_kernel_record *w = k->rec[S2_ROLE_FWD_WIDE];
+    if (!w || !k->fns[S2_ROLE_FWD_WIDE] || sched->geom.q_tiles < 1 || sched->heads < 1)
         return false;
     int64_t lists = sched->geom.q_tiles, total = 0;
     for (int h = 0; h < sched->heads; h++) {
@@ -278,7 +277,7 @@ static bool wants_wide(const s2_attn_kernel *k, const s2_schedule *sched)
     const s2_kspec *sp = s2_rt_main_spec(k);
     int gather = sp->kv_gather > 1 ? sp->kv_gather : 1;
     double keys = (double)total * (sp->block_n / gather) / ((double)lists * sched->heads);
-    return keys >= WIDE_MIN_KEYS;
+    return keys >= w->min_keys;
 }
 
 /* The forward schedule of a spec's tile shape, packed (gathered key tiles

@@ -4,6 +4,7 @@
 #define S2C_BWD_INTERNAL_H
 
 #include "kbase.h"
+#include "pack_internal.h"
 #include "params.h"
 #include "s2c/launch.h"
 #include "template.h"

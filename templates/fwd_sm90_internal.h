@@ -6,6 +6,7 @@
 #include "flash.h"
 #include "params.h"
 #include "kbase.h"
+#include "pack_internal.h"
 
 /* Parameters, in the order of the widest of the two ABIs built here
  * (abi/params.h): S2_ABI_FWD_TMA is its first 28 and seqinfo, so seqinfo's

@@ -3,6 +3,7 @@
 #include "template.h"
 
 #include <stdio.h>
+#include <string.h>
 
 static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
 
@@ -248,25 +249,147 @@ static int kernels_decode(const s2_pattern *p, const s2_kspec *s, s2_kernel_reco
     return 2;
 }
 
+/* Keys per query tile of the main schedule from which the wide variant
+ * pays for its 128-row tiles (dead pairs, one CTA per SM): it won down to
+ * 409, the shortest measured (runs 76-77; history in bench/NOTES.md). */
+enum { WIDE_MIN_KEYS = 384 };
+
+/* The wide variant NAME_w of a forward built with the default spec (asked
+ * all zero): 128 x 128 tiles, two consumer warpgroups at one CTA per SM,
+ * each key tile two live 64-token blocks gathered by the schedule, 3
+ * stages, on the persistent grid but for dense patterns.  It wins where
+ * lists are long and loses where they are short (runs 39, 51), so the
+ * module holds both and the runtime picks by list length (WIDE_MIN_KEYS). */
+static int variants_fwd_wgmma(const s2_pattern *p, const s2_kspec *asked, const s2_kspec *resolved, s2_variant *out)
+{
+    if (asked->block_m || asked->block_n || asked->num_warps || asked->num_stages || asked->kv_gather ||
+        asked->persistent > 0)
+        return 0;
+    if (resolved->persistent > 0 || resolved->head_dim != 128 || p->block_size != 64)
+        return 0;
+    out[0] = (s2_variant){.role = S2_ROLE_FWD_WIDE, .spec = *asked, .min_keys = WIDE_MIN_KEYS};
+    s2_kspec *w = &out[0].spec;
+    w->block_m = 128;
+    w->block_n = 128;
+    w->num_warps = 12;
+    w->num_stages = 3;
+    w->kv_gather = 2;
+    w->persistent = s2_pattern_is_dense(p) ? -1 : 1;
+    return 1;
+}
+
+/* The row softmax (no manifest record): one warp per query row. */
+static s2_status resolve_softmax(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
+{
+    s2_status st = s2_softmax_check_pattern(ctx, p);
+    spec->num_warps = S2_SOFTMAX_WARPS;
+    spec->block_m = S2_SOFTMAX_WARPS;   /* query rows per CTA */
+    return st;
+}
+
+static int smem_none(const s2_pattern *p, const s2_kspec *spec) { return 0; }
+static int kernels_none(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out) { return 0; }
+
+static s2_status build_softmax(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name)
+{
+    return s2_softmax_build(ctx, cg, p, name);
+}
+
+static void symbol_softmax(char *out, size_t cap, const s2_pattern *p, const s2_kspec *spec)
+{
+    s2_softmax_kernel_name(out, cap, p, (s2_arch)spec->arch);
+}
+
+#define DT(t) S2_TEMPLATE_DTYPE(S2_DTYPE_##t)
+#define HD(d) S2_TEMPLATE_HEAD_DIM(d)
+#define ABI(a) (1u << S2_ABI_##a)
+static const unsigned dt16 = DT(BF16) | DT(F16);
+
 /* Asked in order: the first that accepts a spec builds it. */
 static const s2_template templates[] = {
-    {"decode", S2_KERNEL_DECODE, accepts_decode, resolve_decode, s2_decode_smem_bytes, kernels_decode,
-     s2_decode_build, NULL},
-    {"fwd_wgmma", S2_KERNEL_FWD, s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, kernels_fwd_wgmma,
-     s2_fwd_sm90_build, s2_seqs_kernel_build},
-    {"fwd_mma", S2_KERNEL_FWD, accepts_fwd, resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, s2_fwd_build,
-     s2_seqs_kernel_build},
-    {"bwd", S2_KERNEL_BWD, accepts_bwd, resolve_mma, s2_bwd_smem_bytes, kernels_bwd, s2_bwd_build, NULL},
+    {"decode", S2_KERNEL_DECODE, dt16, HD(32) | HD(64) | HD(96) | HD(128), ABI(DECODE) | ABI(COMBINE),
+     accepts_decode, resolve_decode, s2_decode_smem_bytes, kernels_decode, NULL, s2_decode_build, NULL, NULL},
+    {"fwd_wgmma", S2_KERNEL_FWD, dt16, HD(64) | HD(128), ABI(FWD_TMA) | ABI(FWD_TMA_PERSISTENT) | ABI(SEQS),
+     s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, kernels_fwd_wgmma, variants_fwd_wgmma,
+     s2_fwd_sm90_build, s2_seqs_kernel_build, NULL},
+    {"fwd_mma", S2_KERNEL_FWD, dt16, HD(32) | HD(64) | HD(96) | HD(128), ABI(FWD) | ABI(SEQS), accepts_fwd,
+     resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, NULL, s2_fwd_build, s2_seqs_kernel_build, NULL},
+    {"bwd", S2_KERNEL_BWD, dt16, HD(32) | HD(64) | HD(128), ABI(BWD) | ABI(BWD_TMA), accepts_bwd, resolve_mma,
+     s2_bwd_smem_bytes, kernels_bwd, NULL, s2_bwd_build, NULL, NULL},
+    {"row_softmax", S2_KERNEL_KIND_COUNT_, DT(F32), 0, 0, NULL, resolve_softmax, smem_none, kernels_none, NULL,
+     build_softmax, NULL, symbol_softmax},
 };
 
 int s2_template_count(void) { return (int)(sizeof templates / sizeof templates[0]); }
 
 const s2_template *s2_template_at(int i) { return i >= 0 && i < s2_template_count() ? &templates[i] : NULL; }
 
+/* An attention template takes a spec of its kind, dtype and head dim that its accepts() holds for. */
+static bool takes(const s2_template *t, const s2_kspec *spec)
+{
+    return t->accepts && t->kind == spec->kind && (unsigned)spec->dtype < 32 && spec->head_dim > 0 &&
+           spec->head_dim < 256 && spec->head_dim % 8 == 0 && (t->dtypes & S2_TEMPLATE_DTYPE(spec->dtype)) &&
+           (t->head_dims & S2_TEMPLATE_HEAD_DIM(spec->head_dim)) && t->accepts(spec);
+}
+
 const s2_template *s2_template_for(const s2_kspec *spec)
 {
     for (int i = 0; spec && i < s2_template_count(); i++)
-        if (templates[i].accepts(spec))
+        if (takes(&templates[i], spec))
+            return &templates[i];
+    return NULL;
+}
+
+/* "a, b or c" of the set bits of mask, each as name(bit) */
+static void list_of(char *out, size_t cap, unsigned mask, int scale, bool dtype)
+{
+    size_t o = 0;
+    int n = 0, total = 0;
+    out[0] = '\0';
+    for (unsigned b = 0; b < 32; b++)
+        total += (mask >> b) & 1u;
+    for (unsigned b = 0; b < 32 && o < cap; b++) {
+        if (!((mask >> b) & 1u))
+            continue;
+        const char *sep = n == 0 ? "" : n == total - 1 ? " or " : ", ";
+        if (dtype)
+            o += (size_t)snprintf(out + o, cap - o, "%s%s", sep, s2_dtype_name((s2_dtype)b));
+        else
+            o += (size_t)snprintf(out + o, cap - o, "%s%u", sep, b * (unsigned)scale);
+        n++;
+    }
+}
+
+s2_status s2_template_pick(s2_ctx *ctx, const s2_kspec *spec, const s2_template **out)
+{
+    unsigned dtypes = 0, head_dims = 0;
+    for (int i = 0; i < s2_template_count(); i++)
+        if (templates[i].accepts && templates[i].kind == spec->kind) {
+            dtypes |= templates[i].dtypes;
+            head_dims |= templates[i].head_dims;
+        }
+    char names[128];
+    if ((unsigned)spec->dtype >= 32 || !(dtypes & S2_TEMPLATE_DTYPE(spec->dtype))) {
+        list_of(names, sizeof names, dtypes, 1, true);
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: dtype %s (%s only)", s2_dtype_name(spec->dtype), names);
+    }
+    if (spec->head_dim <= 0 || spec->head_dim >= 256 || spec->head_dim % 8 ||
+        !(head_dims & S2_TEMPLATE_HEAD_DIM(spec->head_dim))) {
+        list_of(names, sizeof names, head_dims, 8, false);
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: head_dim %d (%s)", spec->head_dim, names);
+    }
+    if (!(*out = s2_template_for(spec)))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: no template builds a %s kernel of head_dim %d",
+                       spec->kind == S2_KERNEL_BWD ? "backward" : spec->kind == S2_KERNEL_DECODE ? "decode"
+                                                                                                 : "forward",
+                       spec->head_dim);
+    return S2_OK;
+}
+
+const s2_template *s2_template_named(const char *name)
+{
+    for (int i = 0; name && i < s2_template_count(); i++)
+        if (strcmp(templates[i].name, name) == 0)
             return &templates[i];
     return NULL;
 }

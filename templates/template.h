@@ -16,12 +16,33 @@
 #include "s2c/spec.h"
 
 #include <stdbool.h>
+#include <stddef.h>
+
+/* A variant of an entry's main kernel (the sm_90a forward's NAME_w): the
+ * same template's kernel on another tile, under its own role, which the
+ * runtime launches instead of the main kernel where the rule holds. */
+typedef struct s2_variant {
+    s2_kernel_role role;
+    s2_kspec spec;         /* its tunables, resolved by the driver through the table */
+    int min_keys;          /* the rule (the record's MIN_KEYS): keys per query tile, on average over the main
+                            * schedule's lists, from which the variant is launched */
+} s2_variant;
+
+enum { S2_TEMPLATE_MAX_VARIANTS = 2 };
+
+/* A template's dtypes (1u << s2_dtype) and head dims (S2_TEMPLATE_HEAD_DIM(d)). */
+#define S2_TEMPLATE_DTYPE(t) (1u << (t))
+#define S2_TEMPLATE_HEAD_DIM(d) (1u << ((d) / 8))
 
 typedef struct s2_template {
-    const char *name;      /* "fwd_mma", "fwd_wgmma", "bwd", "decode" */
-    s2_kernel_kind kind;
+    const char *name;      /* "fwd_mma", "fwd_wgmma", "bwd", "decode", "row_softmax" */
+    s2_kernel_kind kind;   /* S2_KERNEL_KIND_COUNT_: not an attention kernel (asked by name) */
+    unsigned dtypes;       /* the dtypes it builds */
+    unsigned head_dims;    /* the head dims it builds */
+    unsigned abis;         /* 1u << s2_abi_id of every kernel it builds */
     /* Whether the template takes the (unresolved) spec: its kind, arch and
-     * the tunables it was given.  The table is asked in order. */
+     * the tunables it was given.  The table is asked in order; NULL: never
+     * (an entry asked by name). */
     bool (*accepts)(const s2_kspec *spec);
     /* Fill the zero tunables of spec for pattern p and check them
      * (S2_ERR_UNSUPPORTED with a message naming what does not fit). */
@@ -32,17 +53,29 @@ typedef struct s2_template {
      * records them (the driver names them: the entry's name and the role's
      * suffix); returns how many, at most S2_ROLE_COUNT_. */
     int (*kernels)(const s2_pattern *p, const s2_kspec *spec, s2_kernel_record *out);
+    /* The variants of the main kernel of `resolved`, built for the spec the
+     * caller asked (`asked`, its zero tunables unfilled); returns how many,
+     * at most S2_TEMPLATE_MAX_VARIANTS; NULL when the template has none. */
+    int (*variants)(const s2_pattern *p, const s2_kspec *asked, const s2_kspec *resolved, s2_variant *out);
     /* Build the kernel(s) `name` (resolved spec) into cg's module. */
     s2_status (*build)(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name);
     /* Build the entry's kernels that its wide variant does not repeat
      * (NAME_seqs of a forward), after build(); NULL when none. */
     s2_status (*build_entry)(s2_ctx *ctx, s2_cg *cg, const char *name);
+    /* The main kernel's symbol for a resolved spec; NULL: the driver's
+     * attention naming (s2_fwd_, s2_bwd_, s2_dec_<pattern>_<dtype>_d<D>). */
+    void (*symbol)(char *out, size_t cap, const s2_pattern *p, const s2_kspec *spec);
 } s2_template;
 
 int s2_template_count(void);
 const s2_template *s2_template_at(int i);
 /* The first template that accepts spec, or NULL. */
 const s2_template *s2_template_for(const s2_kspec *spec);
+/* The template for spec as s2_template_for, or S2_ERR_UNSUPPORTED naming
+ * the dtypes and head dims the templates of its kind build. */
+s2_status s2_template_pick(s2_ctx *ctx, const s2_kspec *spec, const s2_template **out);
+/* The entry called name (one asked by name: "row_softmax"), or NULL. */
+const s2_template *s2_template_named(const char *name);
 /* Dynamic shared memory a CTA may opt in to on arch (sm_80: A100's 163 KB;
  * sm_90: 227 KB). */
 int s2_template_smem_limit(int arch);
@@ -90,8 +123,8 @@ s2_status s2_decode_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_
 enum { S2_SEQS_THREADS = 128 };
 s2_status s2_seqs_kernel_build(s2_ctx *ctx, s2_cg *cg, const char *name);
 /* The block-sparse row softmax (templates/softmax.c): a toolchain check,
- * not an attention kernel; the driver compiles it on its own.  One warp per
- * query row, S2_SOFTMAX_WARPS rows per CTA. */
+ * not an attention kernel; its entry "row_softmax" is asked by name.  One
+ * warp per query row, S2_SOFTMAX_WARPS rows per CTA. */
 enum { S2_SOFTMAX_WARPS = 4 };
 s2_status s2_softmax_check_pattern(s2_ctx *ctx, const s2_pattern *p);
 void s2_softmax_kernel_name(char *out, size_t cap, const s2_pattern *p, s2_arch arch);

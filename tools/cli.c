@@ -523,6 +523,8 @@ void print_kernel(FILE *f, const s2_manifest_kernel *k)
                    t->num_stages);
         if (t->kv_gather > 1)
             fprintf(f, ", %d gathered blocks", t->kv_gather);
+        if (r->min_keys > 0)
+            fprintf(f, ", launched from %d keys per query tile", r->min_keys);
         fprintf(f, "\n");
     }
 }

@@ -102,9 +102,9 @@ static void info_json(s2_ctx *ctx, const char *path, const uint8_t *image, size_
             printf(", \"grid\": ");
             json_str(stdout, s2_grid_name(r->grid));
             printf(", \"threads\": %d, \"smem_bytes\": %d, \"block_m\": %d, \"block_n\": %d, \"num_warps\": %d, "
-                   "\"num_stages\": %d, \"kv_gather\": %d, \"registers\": ",
+                   "\"num_stages\": %d, \"kv_gather\": %d, \"min_keys\": %d, \"registers\": ",
                    r->threads, r->smem_bytes, t->block_m, t->block_n, t->num_warps, t->num_stages,
-                   t->kv_gather > 1 ? t->kv_gather : 1);
+                   t->kv_gather > 1 ? t->kv_gather : 1, r->min_keys);
             if (regs >= 0)
                 printf("%d}", regs);
             else

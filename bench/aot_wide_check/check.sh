@@ -12,7 +12,7 @@ mkdir -p "$2"
 here=$(cd "$(dirname "$0")" && pwd)
 cp "$here/run.c" "$2/"
 cd "$2"
-cc -std=c11 -O2 -I"$here/../../include" "$here/gen.c" -o gen "$b/ref/libs2ref.a" "$b/ir/libs2ir.a" \
+cc -std=c11 -O2 -I"$here/../../include" -I"$here/../../ir" "$here/gen.c" -o gen "$b/ref/libs2ref.a" "$b/ir/libs2ir.a" \
    "$b/patterns/libs2patterns.a" "$b/common/libs2common.a" -lm -lpthread
 ./gen
 "$b/tools/s2c" compile "$here/pat.yaml" --name aotw --head-dim 128 --dtype bf16 --arch sm_90a --emit c -o attn.c

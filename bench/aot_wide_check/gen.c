@@ -2,6 +2,7 @@
  * owned-pairs schedule and work list of NAME_w, and the float64 reference,
  * written to files for run.c on the GPU machine. */
 #include "s2c/layout.h"
+#include "pack_internal.h"
 #include "s2c/pattern.h"
 #include "s2c/ref.h"
 #include <stdio.h>

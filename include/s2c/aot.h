@@ -163,9 +163,9 @@ S2_API const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void);
  *                           entries, int32_t first_q_tile, q_tiles, CUdeviceptr work,
  *                           int32_t n_work, batch, CUdeviceptr counter, seqinfo,
  *                           int32_t heads, kv_heads, int64_t kv_rows);
- * The schedule is packed for the kernel's own tile shape: NAME_w's by
- * s2_schedule_pack_gathered_owned (block_m 128, key tiles of one 64-token
- * block), as the runtime does. */
+ * The schedule is packed for the kernel's own tile shape and format:
+ * NAME_w's in owned pairs (block_m 128, key tiles of one 64-token block),
+ * by s2_manifest_schedule_pack (s2c/manifest.h), as the runtime does. */
 S2_API const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void);
 
 /* The backward module (S2_KERNEL_BWD, launch.h): three kernels NAME_pre,

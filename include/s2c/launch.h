@@ -132,7 +132,8 @@ typedef struct s2_attn_seq {
  *        the packed FORWARD schedule for (block_m, block_n), as the forward
  *   44 ptr class_of_head  45 ptr offsets  46 ptr entries  47 i32 kv_tiles
  *        the TRANSPOSED schedule for (block_m, bs), bs = min(block_size, block_m),
- *        packed by s2_schedule_pack_gathered_kv with group block_m / bs: per
+ *        packed in kv groups of block_m / bs blocks (s2_manifest_schedule_pack,
+ *        transposed): per
  *        key tile of block_m keys (group key blocks, or one tile of a bigger
  *        block), its header then the query tiles that visit it, heaviest
  *        tiles first; kv_tiles = its list count (cdiv(kv_len, bs) / group,
@@ -153,8 +154,8 @@ typedef struct s2_attn_seq {
  *        (s2_attn_fwd_tensor_maps with the backward's tensors); every kernel
  *        of such a module takes them, NAME_dkdv reads them.
  * Gathered backward (KV_GATHER 4 in the records: block-16 patterns on sm_90a): 39..43 is
- * s2_schedule_pack_gathered's packing of the forward schedule for (block_m,
- * block_size), as the gathered forward.
+ * the gathered packing of the forward schedule for (block_m, block_size), as
+ * the gathered forward (s2_manifest_schedule_pack).
  * Launch in this order (one stream), block (num_warps * 32):
  *   NAME_pre   grid (cdiv(q_len, threads / (D/8)), H, B), no shared memory: writes delta, lse2
  *   NAME_dkdv  grid (kv_tiles, Hkv, B), smem art->smem_bytes: dk, dv of the keys

@@ -5,6 +5,7 @@
 #define S2C_MANIFEST_H
 
 #include "s2c/common.h"
+#include "s2c/layout.h"
 #include "s2c/pattern.h"
 #include "s2c/spec.h"
 
@@ -23,8 +24,10 @@ extern "C" {
  * plus each pattern's resolved rules, so that the runtime can rebuild the
  * schedules without the pattern file. */
 #define S2_MANIFEST_SYMBOL "s2c_manifest"
-/* The format's version: a runtime reads exactly its own (first line). */
-#define S2_MANIFEST_VERSION 3
+/* The format's version: a runtime reads exactly its own (first line).  4:
+ * kernel.fn's MIN_KEYS; a module of version 3 is refused, naming it as an
+ * older s2c's ("compile the module again"; the JIT does so by itself). */
+#define S2_MANIFEST_VERSION 4
 /* The oldest runtime release (MAJOR.MINOR) that launches what this generator
  * writes correctly; raised whenever a kernel ABI, a parameter list or the
  * meaning of a record changes, or a record of a new role, ABI or grid rule
@@ -55,7 +58,7 @@ typedef struct s2_manifest_kernel {
 typedef struct s2_manifest s2_manifest;
 
 /* Text format (one `key value` per line; the value is the rest of the line):
- *   s2c-manifest 3            first line, the format version
+ *   s2c-manifest 4            first line, the format version
  *   requires MAJOR.MINOR      the oldest runtime that may launch these kernels
  *   generator VERSION+HASH+llvmX.Y.Z / arch sm_XX
  *   kernel NAME               starts an entry; then kernel.kind (fwd|bwd|decode), kernel.pattern,
@@ -63,11 +66,15 @@ typedef struct s2_manifest s2_manifest;
  *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem,
  *                             then one line per kernel of the entry:
  *                             kernel.fn SYMBOL ROLE ABI GRID THREADS SMEM BLOCK_M BLOCK_N NUM_WARPS
- *                                       NUM_STAGES PERSISTENT BWD_WGMMA KV_GATHER BWD_TMA
- *                             ROLE fwd|fwd_wide|bwd_pre|bwd_dkdv|bwd_dq|bwd_dqds|bwd_dqds2|decode|combine,
- *                             ABI fwd|fwd_tma|fwd_tma_persistent|bwd|bwd_tma|decode|combine,
- *                             GRID q_tiles|persistent|pre_rows|kv_tiles|q_tile_pairs|splits|rows,
- *                             the rest the tile it was built for (the last four: the template's choices)
+ *                                       NUM_STAGES PERSISTENT BWD_WGMMA KV_GATHER BWD_TMA MIN_KEYS
+ *                             ROLE fwd|fwd_wide|bwd_pre|bwd_dkdv|bwd_dq|bwd_dqds|bwd_dqds2|decode|combine|fwd_seqs,
+ *                             ABI fwd|fwd_tma|fwd_tma_persistent|bwd|bwd_tma|decode|combine|seqs,
+ *                             GRID q_tiles|persistent|pre_rows|kv_tiles|q_tile_pairs|splits|rows|seqs,
+ *                             then the tile it was built for (PERSISTENT .. BWD_TMA: the template's
+ *                             choices), and MIN_KEYS, the rule a variant (role fwd_wide) is chosen by,
+ *                             written by its template: the runtime launches it instead of the entry's
+ *                             main kernel where the main kernel's schedule holds on average at least
+ *                             MIN_KEYS keys per query tile (1..2^31-1); 0 on every other role
  *   pattern NAME              starts a pattern; then pattern.heads, .kv_heads, .block_size,
  *                             .causal, .max_seq_len, .vert_position (absolute|relative),
  *                             .local L R, .vert_stride, .head_sliding STEP AUTO OFFSET,
@@ -76,7 +83,7 @@ typedef struct s2_manifest s2_manifest;
  *                             .rule Q DENSE LEFT RIGHT STRIDE SHIFT MASK MASK_HEAD  (one per head)
  *                             .range ACTION KEY_LO KEY_HI DIST_LO DIST_HI STRIDE HEADS_HEXBITS
  *   end
- * Keys are closed: an unknown key at any level, a version other than 3, or a
+ * Keys are closed: an unknown key at any level, a version other than 4, or a
  * `requires` above this runtime's version (s2c/version.h) is refused with a
  * message, so an old runtime never launches a newer generator's kernels with
  * the wrong parameters.  The parser checks each entry's kernels against its
@@ -96,6 +103,17 @@ S2_API const s2_manifest_kernel *s2_manifest_kernel_at(const s2_manifest *m, int
 S2_API int s2_manifest_num_patterns(const s2_manifest *m);
 S2_API const s2_pattern *s2_manifest_pattern_at(const s2_manifest *m, int i);
 S2_API const s2_pattern *s2_manifest_find_pattern(const s2_manifest *m, const char *name);
+
+/* The tile schedule kernel `symbol` of entry k reads for a layout of the
+ * entry's pattern, packed in the format its record names (launch.h): the
+ * forward lists of its tile (plain, gathered key tiles, owned pairs), or
+ * with `transposed` (a backward's kernels, parameters 44..47) the dK/dV
+ * kernel's kv groups, *kv_tiles their count per kv head.  What the runtime
+ * uploads; for the AOT launchers' callers (s2c/aot.h).  Free with
+ * s2_packed_schedule_free. */
+S2_API s2_status s2_manifest_schedule_pack(s2_ctx *ctx, const s2_manifest_kernel *k, const char *symbol,
+                                           const s2_layout *lay, bool transposed, s2_packed_schedule *out,
+                                           int32_t *kv_tiles);
 
 /* Find the manifest text inside a cubin (ELF) image without a GPU: the
  * bytes of the symbol S2_MANIFEST_SYMBOL.  *text points into image. */

@@ -1,7 +1,11 @@
 #!/usr/bin/env python3
 """The stages' boundaries (ARCHITECTURE.md): every #include "..." of a
 stage's sources names a header of a stage it may use, and the runtime's
-build links no generator library.
+build links no generator library.  A template is one unit: its functions
+are called only from templates/ (the driver reaches them through the
+table's entries), and no template constant sits in driver/ or runtime/ (a
+constant of templates/ named there, or a kernel's tunable compared with a
+number: the driver asks the table, the runtime reads the manifest record).
 
   check_stages.py ROOT          check the tree at ROOT; one line per violation
   check_stages.py --self-test   the checker fails on trees that break a rule
@@ -45,6 +49,90 @@ GENERATED = {"s2c_generator_id.h": "codegen"}
 RUNTIME_MAY_NOT_LINK = ["s2_codegen", "s2_templates", "s2_driver", "s2_jit", "llvm_dep", "s2_gen_dep"]
 
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
+
+# Folders that may not call a template's functions (tests/ may: it tests
+# them one by one); the table's own interface (template.h) is s2_template_*.
+NOT_TEMPLATES = ["common", "patterns", "ir", "abi", "codegen", "driver", "runtime", "jit", "ref", "tools", "bench",
+                 "examples", "fuzz"]
+TABLE_API = re.compile(r"^(s2_template_|S2_TEMPLATE_)")
+# Where no template constant may sit.
+NO_TEMPLATE_CONSTANTS = ["driver", "runtime"]
+# A kernel's tunable (spec, record or pattern) compared with a number other than 0 or 1.
+TUNABLE = r"\b(?:head_dim|block_m|block_n|num_warps|num_stages|kv_gather|block_size|min_keys)\b"
+TUNABLE_VS_NUMBER = re.compile(r"%s\s*(?:==|!=|<=|>=|<|>)\s*(\d+)|\b(\d+)\s*(?:==|!=|<=|>=|<|>)\s*[\w>.\-]*%s"
+                               % (TUNABLE, TUNABLE))
+# Sites of the rule above that other parts of issue 30 remove (file, the line's text).
+TUNABLE_KNOWN = {
+    # the pre_rows grid rule (8 elements per thread), moving to abi/'s launch facts
+    ("runtime/args.c", "int64_t rows_per_cta = in->head_dim >= 8 ? r->threads / (in->head_dim / 8) : 0;"),
+    # the manifest's smallest tile, checked at load
+    ("runtime/attn_module.c", "if ((d->spec.kind != S2_KERNEL_FWD && d->spec.kind != S2_KERNEL_BWD && "
+     "d->spec.kind != S2_KERNEL_DECODE) || d->threads != 32 * d->spec.num_warps || d->spec.block_m < 16 ||"),
+    ("runtime/attn_module.c", "d->spec.block_n < 16)"),
+    # the tensor maps' own bounds (a box of at most 256 rows, 64-element swizzled rows), not a template's rule
+    ("runtime/attn_fwd.c", "if (spec->head_dim % 64 != 0 || spec->block_n < 1 || spec->block_n > 256)"),
+    ("driver/emit_c.c", "((k->dtype != S2_DTYPE_BF16 && k->dtype != S2_DTYPE_F16) || k->head_dim < 64 || "
+     "k->head_dim % 64 != 0 ||"),
+    ("driver/emit_c.c", "k->head_dim > 256 || k->kv_box_rows < 1 || k->kv_box_rows > 256))"),
+}
+
+
+def code_of(text):
+    """C text without comments and string literals (line breaks kept)."""
+    text = re.sub(r"/\*.*?\*/", lambda m: "\n" * m.group(0).count("\n"), text, flags=re.S)
+    text = re.sub(r"//[^\n]*", "", text)
+    return re.sub(r'"(?:\\.|[^"\\\n])*"', '""', text)
+
+
+def sources(root, folder):
+    d = os.path.join(root, folder)
+    out = []
+    for base, _, names in os.walk(d):
+        out += [os.path.join(base, n) for n in sorted(names) if n.endswith((".c", ".h"))]
+    return sorted(out)
+
+
+def template_names(root):
+    """The functions templates/'s headers declare and the constants templates/ defines (enums, #defines)."""
+    funcs, consts = set(), set()
+    for path in sources(root, "templates"):
+        code = code_of(open(path, encoding="utf-8", errors="replace").read())
+        for body in re.findall(r"\benum\b[^{;]*\{([^}]*)\}", code):
+            for item in body.split(","):
+                m = re.match(r"\s*([A-Za-z_]\w*)\s*(?:=|$)", item)
+                if m:
+                    consts.add(m.group(1))
+        consts.update(re.findall(r"^\s*#\s*define\s+([A-Za-z_]\w*)", code, re.M))
+        if path.endswith(".h"):
+            for m in re.finditer(r"^([A-Za-z_][\w \t*]*?)\b(s2_\w+)\s*\(", code, re.M):
+                if not m.group(1).lstrip().startswith("typedef"):
+                    funcs.add(m.group(2))
+    consts = {c for c in consts if not re.match(r"^S2C_\w+_H$", c)}   # include guards
+    return ({f for f in funcs if not TABLE_API.match(f)}, {c for c in consts if not TABLE_API.match(c)})
+
+
+def check_templates(root):
+    problems = []
+    funcs, consts = template_names(root)
+    for folder in NOT_TEMPLATES:
+        for path in sources(root, folder):
+            rel = os.path.relpath(path, root)
+            code = code_of(open(path, encoding="utf-8", errors="replace").read())
+            names = funcs | (consts if folder in NO_TEMPLATE_CONSTANTS else set())
+            for m in re.finditer(r"\b[A-Za-z_]\w*\b", code):
+                if m.group(0) in names:
+                    line = code.count("\n", 0, m.start()) + 1
+                    what = "template function" if m.group(0) in funcs else "template constant"
+                    problems.append("%s:%d: %s %s outside templates/ (ask the table, template.h)"
+                                    % (rel, line, what, m.group(0)))
+            if folder not in NO_TEMPLATE_CONSTANTS:
+                continue
+            for i, text in enumerate(code.split("\n")):
+                for m in TUNABLE_VS_NUMBER.finditer(text):
+                    if int(m.group(1) or m.group(2)) > 1 and (rel, text.strip()) not in TUNABLE_KNOWN:
+                        problems.append("%s:%d: a template's rule (a tunable compared with %s): ask the table or "
+                                        "the manifest record" % (rel, i + 1, m.group(1) or m.group(2)))
+    return problems
 
 
 def header_stage(root, name, local_dir):
@@ -95,7 +183,7 @@ def check(root):
             for m in re.finditer(r"\b%s\b" % re.escape(n), text):
                 line = text.count("\n", 0, m.start()) + 1
                 problems.append("runtime/meson.build:%d: the runtime links %s" % (line, n))
-    return problems
+    return problems + check_templates(root)
 
 
 def self_test():
@@ -107,6 +195,14 @@ def self_test():
         "codegen includes the runtime": ("codegen/a.c", '#include "s2c/attn_runtime.h"\n', None),
         "codegen includes templates": ("codegen/a.c", '#include "flash.h"\n', "templates/flash.h"),
         "runtime links codegen": ("runtime/meson.build", "link_with : [s2_codegen]\n", None),
+        "driver calls a template": ("driver/a.c", "int f(void) { return s2_fwd_build(0); }\n",
+                                    ("templates/template.h", "s2_status s2_fwd_build(s2_ctx *ctx);\n")),
+        "runtime holds a template constant": ("runtime/a.c", "enum { WIDE_MIN_KEYS = 384 };\n",
+                                              ("templates/template.c", "enum { WIDE_MIN_KEYS = 384 };\n")),
+        "driver hard-codes a head dim": ("driver/a.c", "int f(const s *spec) { return spec->head_dim != 128; }\n",
+                                         None),
+        "runtime hard-codes a threshold": ("runtime/a.c", "bool f(int keys) { return 384 <= r->min_keys; }\n",
+                                           None),
     }
     failed = 0
     for what, (path, text, other) in cases.items():
@@ -117,7 +213,9 @@ def self_test():
             for name in PUBLIC:
                 open(os.path.join(root, "include", "s2c", name), "w").close()
             if other:
-                open(os.path.join(root, other), "w").close()
+                other_path, other_text = other if isinstance(other, tuple) else (other, "")
+                with open(os.path.join(root, other_path), "w") as f:
+                    f.write(other_text)
             with open(os.path.join(root, path), "w") as f:
                 f.write(text)
             found = check(root)
@@ -128,7 +226,12 @@ def self_test():
         for stage in ALLOWED:
             os.makedirs(os.path.join(root, stage))
         with open(os.path.join(root, "templates", "a.c"), "w") as f:
-            f.write('#include "s2c/layout.h"\n#include "s2c/codegen.h"\n')
+            f.write('#include "s2c/layout.h"\n#include "s2c/codegen.h"\nenum { WIDE_MIN_KEYS = 384 };\n')
+        with open(os.path.join(root, "templates", "template.h"), "w") as f:
+            f.write("s2_status s2_fwd_build(s2_ctx *ctx);\nconst s2_template *s2_template_for(const s2_kspec *s);\n")
+        with open(os.path.join(root, "driver", "a.c"), "w") as f:
+            f.write("/* s2_fwd_build, WIDE_MIN_KEYS */ int f(const s2_kspec *spec) { return s2_template_for(spec) && "
+                    "spec->block_m > 0 && spec->num_warps != 1; }\n")
         found = check(root)
         print("self-test %-32s %s" % ("a clean tree", "passes" if not found else "FAILS: " + found[0]))
         failed += bool(found)

@@ -3,6 +3,7 @@
  * cubin and round-trips through the parser to the same pattern. */
 #include "compile_internal.h"
 #include "kernel_abi.h"
+#include "pack_internal.h"
 #include "patterns.h"
 #include "s2c/attention.h"
 #include "s2c/cache.h"
@@ -126,7 +127,7 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     size_t len = 0;
     ck_assert_msg(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &text, &len) == S2_OK, "%s",
                   s2_ctx_message(ctx));
-    ck_assert_msg(len > 20 && strncmp(text, "s2c-manifest 3\nrequires 0.2\n", 28) == 0, "manifest text: %.*s", (int)len, text);
+    ck_assert_msg(len > 20 && strncmp(text, "s2c-manifest 4\nrequires 0.2\n", 28) == 0, "manifest text: %.*s", (int)len, text);
     s2_manifest *m = NULL;
     ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_str_eq(s2_manifest_generator(m), s2_generator_id());
@@ -181,6 +182,9 @@ START_TEST(assembles_without_spills_and_carries_manifest)
         ck_assert_int_eq(wr->spec.num_stages, 3);
         ck_assert_int_eq(wr->spec.num_warps, 12);
         ck_assert_int_eq(wr->threads, 384);
+        /* the template's rule, on the variant's record alone */
+        ck_assert_int_eq(wr->min_keys, 384);
+        ck_assert_int_eq(fr->min_keys, 0);
         ck_assert_int_eq(wi->max_threads, 384);
         ck_assert_int_eq(wr->spec.dtype, dt);
         ck_assert_int_eq(wr->spec.head_dim, D);
@@ -195,6 +199,10 @@ START_TEST(assembles_without_spills_and_carries_manifest)
         snprintf(line, sizeof line, "\nkernel.fn %s fwd_wide %s %s 384 ", wname, dense ? "fwd_tma" : "fwd_tma_persistent",
                  dense ? "q_tiles" : "persistent");
         ck_assert_msg(strstr(t0, line) != NULL, "no '%s' in\n%s", line + 1, t0);
+        char *eol = strchr(strstr(t0, line) + 1, '\n');
+        snprintf(line, sizeof line, " %d", wr->min_keys);
+        ck_assert_msg(eol && !strncmp(eol - strlen(line), line, strlen(line)), "MIN_KEYS %d not last in\n%s",
+                      wr->min_keys, t0);
         free(t0);
         ck_assert_msg(wr->smem_bytes > art->smem_bytes && wr->smem_bytes <= 227 * 1024, "wide smem %d",
                       wr->smem_bytes);
@@ -238,7 +246,7 @@ START_TEST(manifest_rejects_damage)
     assert_same_pattern(p, s2_manifest_pattern_at(m, 0));
     ck_assert_int_eq(s2_manifest_kernel_at(m, 0)->num_fns, 1);
     s2_manifest_free(m);
-    ck_assert_ptr_nonnull(strstr(text, "\nkernel.fn kern fwd fwd q_tiles 128 1024 64 64 4 2 0 0 0 0\n"));
+    ck_assert_ptr_nonnull(strstr(text, "\nkernel.fn kern fwd fwd q_tiles 128 1024 64 64 4 2 0 0 0 0 0\n"));
     /* damaged kernel records: each refused with a message naming the line */
     static const struct { const char *from, *to, *why; } damage[] = {
         {"kernel.fn kern fwd fwd q_tiles", "kernel.fn kern fwd bwd q_tiles", "do not fit"},      /* ABI of another kind */
@@ -246,11 +254,12 @@ START_TEST(manifest_rejects_damage)
         {"kernel.fn kern fwd fwd q_tiles", "kernel.fn kerX fwd fwd q_tiles", "symbol"},          /* not the entry's */
         {"kernel.fn kern fwd fwd q_tiles", "kernel.fn kern fwx fwd q_tiles", "unknown role"},
         {"kernel.fn kern fwd fwd q_tiles", "kernel.fx kern fwd fwd q_tiles", "unknown key"},     /* a nested unknown key */
-        {"kernel.fn kern fwd fwd q_tiles 128 1024 64 64 4 2 0 0 0 0\n", "", "no fwd kernel"},  /* no record at all */
+        {"kernel.fn kern fwd fwd q_tiles 128 1024 64 64 4 2 0 0 0 0 0\n", "", "no fwd kernel"},  /* no record at all */
         {"q_tiles 128 1024 64 64 4 2 0 0 0 0", "q_tiles 128 1024 64 64 4 2 0 0 9 0", "KV_GATHER out of range (0..4): 9"},
         {"q_tiles 128 1024 64 64 4 2 0 0 0 0", "q_tiles 128 1024 64 64 4 2 0 0 0", "expected SYMBOL ROLE ABI GRID"},
         {"q_tiles 128 1024 64", "q_tiles 256 1024 64", "main kernel's launch shape"},                             /* not the entry's shape */
-        {"s2c-manifest 3", "s2c-manifest 2", "older s2c"},
+        {"q_tiles 128 1024 64 64 4 2 0 0 0 0 0", "q_tiles 128 1024 64 64 4 2 0 0 0 0 7", "MIN_KEYS 7 for role fwd"},
+        {"s2c-manifest 4", "s2c-manifest 3", "older s2c"},
     };
     for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
         char *d = malloc(n + 16);
@@ -282,7 +291,7 @@ START_TEST(manifest_rejects_damage)
     rule[8] = 'X'; /* pattern.Xule: an unknown key inside a pattern block */
     ck_assert_int_eq(s2_manifest_parse(ctx, cut, n, &m), S2_ERR_PARSE);
     ck_assert_msg(strstr(s2_ctx_message(ctx), "unknown key (written by a newer s2c? this runtime reads manifest "
-                                               "version 3): pattern.Xule"), "%s", s2_ctx_message(ctx));
+                                               "version 4): pattern.Xule"), "%s", s2_ctx_message(ctx));
     char *rule_end = strchr(rule, '\n');
     memmove(rule, rule_end + 1, strlen(rule_end + 1) + 1); /* the line dropped: head 5 has no rule */
     ck_assert_int_eq(s2_manifest_parse(ctx, cut, strlen(cut), &m), S2_ERR_PARSE);
@@ -311,6 +320,104 @@ END_TEST
  * more ranges than a pattern may have: each refused with a message, before
  * any memory is taken for what the line claims; many ranges parse in linear
  * time. */
+/* p packed as `expect` (a packer of ir/pack_internal.h or s2_schedule_pack) byte for byte. */
+static void assert_same_packing(const s2_packed_schedule *got, const s2_packed_schedule *want, const char *what)
+{
+    ck_assert_msg(got->size == want->size && got->num_entries == want->num_entries &&
+                  got->entries_off == want->entries_off && memcmp(got->data, want->data, want->size) == 0,
+                  "%s: %zu bytes, %lld entries; want %zu, %lld", what, got->size, (long long)got->num_entries,
+                  want->size, (long long)want->num_entries);
+}
+
+/* s2_manifest_schedule_pack: each kernel's schedule in the format its record
+ * names (plain, gathered, owned pairs for NAME_w, the backward's kv groups),
+ * the same bytes as the packers the runtime uses; a kernel that reads none,
+ * an unknown symbol and a layout of another pattern are refused. */
+START_TEST(schedule_packed_by_record)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a0, a1;
+    attn_pattern_args(0, &a0);    /* block 64: NAME_w at d128 */
+    attn_pattern_args(1, &a1);    /* block 16: gathered key tiles */
+    s2_pattern_set *s0 = NULL, *s1 = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a0, &s0), S2_OK);
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a1, &s1), S2_OK);
+    const s2_pattern *pats[2] = {s2_pattern_set_get(s0, 0), s2_pattern_set_get(s1, 0)};
+    for (int kind = 0; kind < 2; kind++) {
+        s2_kspec in = {.kind = kind ? S2_KERNEL_BWD : S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 128,
+                       .arch = S2_ARCH_SM90A};
+        char *text = NULL;
+        ck_assert_msg(s2_compile_kspec_manifest(ctx, pats, 2, &in, &text) == S2_OK, "%s", s2_ctx_message(ctx));
+        s2_manifest *m = NULL;
+        ck_assert_int_eq(s2_manifest_parse(ctx, text, strlen(text), &m), S2_OK);
+        int checked = 0;
+        for (int e = 0; e < 2; e++) {
+            const s2_manifest_kernel *k = s2_manifest_kernel_at(m, e);
+            const s2_pattern *p = s2_manifest_find_pattern(m, k->pattern);
+            s2_layout *lay = NULL;
+            ck_assert_int_eq(s2_layout_new(ctx, p, 700, 1000, &lay), S2_OK);
+            for (int f = 0; f < k->num_fns; f++) {
+                const s2_kernel_record *r = &k->fns[f];
+                s2_packed_schedule got = {0}, want = {0};
+                int32_t lists = -1, want_lists = -2;
+                s2_status st = s2_manifest_schedule_pack(ctx, k, r->symbol, lay, false, &got, &lists);
+                if (r->role == S2_ROLE_FWD_SEQS) {   /* no tile schedule */
+                    ck_assert_int_eq(st, S2_ERR_INVALID);
+                    continue;
+                }
+                ck_assert_msg(st == S2_OK, "%s: %s", r->symbol, s2_ctx_message(ctx));
+                int g = r->spec.kv_gather > 1 ? r->spec.kv_gather : 1;
+                s2_schedule *sc = NULL;
+                ck_assert_int_eq(s2_schedule_build(ctx, lay, (s2_tile_spec){r->spec.block_m, r->spec.block_n / g},
+                                                   false, &sc), S2_OK);
+                bool owned = r->role == S2_ROLE_FWD_WIDE;
+                ck_assert_int_eq(owned, s2_kernel_spec_owned_pairs(&r->spec));
+                ck_assert_int_eq(s2_kernel_spec_owned_pairs(&r->spec) ? s2_schedule_pack_gathered_owned(ctx, sc, &want)
+                                 : g > 1 ? s2_schedule_pack_gathered(ctx, sc, g, &want)
+                                         : s2_schedule_pack(ctx, sc, &want), S2_OK);
+                assert_same_packing(&got, &want, r->symbol);
+                checked += 1 + owned + (g > 1);
+                s2_schedule_free(sc);
+                s2_packed_schedule_free(&got);
+                s2_packed_schedule_free(&want);
+                if (kind == 1) {
+                    int bs = p->block_size < r->spec.block_m ? p->block_size : r->spec.block_m;
+                    ck_assert_int_eq(s2_manifest_schedule_pack(ctx, k, r->symbol, lay, true, &got, &lists), S2_OK);
+                    ck_assert_int_eq(s2_schedule_build(ctx, lay, (s2_tile_spec){r->spec.block_m, bs}, true, &sc), S2_OK);
+                    ck_assert_int_eq(s2_schedule_pack_gathered_kv(ctx, sc, p->kv_heads, r->spec.block_m / bs, &want,
+                                                                  &want_lists), S2_OK);
+                    assert_same_packing(&got, &want, r->symbol);
+                    ck_assert_int_eq(lists, want_lists);
+                    s2_schedule_free(sc);
+                    s2_packed_schedule_free(&got);
+                    s2_packed_schedule_free(&want);
+                } else {
+                    ck_assert_int_eq(s2_manifest_schedule_pack(ctx, k, r->symbol, lay, true, &got, &lists),
+                                     S2_ERR_INVALID);
+                }
+            }
+            s2_packed_schedule got = {0};
+            int32_t lists = 0;
+            ck_assert_int_eq(s2_manifest_schedule_pack(ctx, k, "no_such_kernel", lay, false, &got, &lists),
+                             S2_ERR_NOT_FOUND);
+            const s2_manifest_kernel *other = s2_manifest_kernel_at(m, 1 - e);
+            ck_assert_int_eq(s2_manifest_schedule_pack(ctx, other, other->fns[0].symbol, lay, false, &got, &lists),
+                             S2_ERR_INVALID);
+            ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "not of pattern"));
+            s2_layout_free(lay);
+        }
+        /* forward: NAME (block 64, plain), NAME_w (owned), NAME (gathered); backward: NAME_pre, _dkdv, _dq of
+         * each, block 16 gathered, and the dS kernels of block 64 */
+        ck_assert_int_ge(checked, kind ? 8 : 5);
+        s2_manifest_free(m);
+        free(text);
+    }
+    s2_pattern_set_free(s0);
+    s2_pattern_set_free(s1);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(manifest_untrusted_counts)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -548,6 +655,7 @@ int main(void)
     tcase_add_loop_test(tc, assembles_without_spills_and_carries_manifest, 0, NUM_VARIANTS);
     tcase_add_test(tc, manifest_rejects_damage);
     tcase_add_test(tc, manifest_untrusted_counts);
+    tcase_add_test(tc, schedule_packed_by_record);
     tcase_add_test(tc, spec_heuristic_and_limits);
     tcase_add_test(tc, fp8_refused_by_every_template);
     suite_add_tcase(s, tc);

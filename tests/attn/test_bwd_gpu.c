@@ -20,6 +20,7 @@
 #include "compile_internal.h"
 #include "patterns.h"
 #include "kernel_abi.h"
+#include "pack_internal.h"
 #include "template.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"

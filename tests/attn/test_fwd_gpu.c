@@ -21,6 +21,7 @@
 #include "compile_internal.h"
 #include "patterns.h"
 #include "kernel_abi.h"
+#include "pack_internal.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"

@@ -516,6 +516,10 @@ def test_registers():
                   rc == 0 and rc2 == 0 and {k["role"] for k in fns} == roles and
                   all(isinstance(r, int) and r > 0 for r in got.values()) and got == ptxas,
                   f"rc={rc} {rc2} {got} ptxas {ptxas} {err2}")
+            keys = {k["role"]: k["min_keys"] for k in fns}
+            check(f"info {kind} {arch}: the wide variant's rule (384 keys per query tile) on its record alone",
+                  all(v == (384 if r == "fwd_wide" else 0) for r, v in keys.items()) and
+                  (("launched from 384 keys per query tile" in text) == ("fwd_wide" in roles)), f"{keys}")
             text_regs = {m[0]: int(m[1]) for m in re.findall(r"^  (\S+): registers (\d+)$", text, re.M)}
             main = re.findall(r"^  registers (\d+) \(EIATTR_REGCOUNT\)$", text, re.M)
             check(f"info {kind} {arch} text: no 'unknown', every kernel's registers as in JSON",

@@ -2,6 +2,7 @@
  * brute forces behind schedules, classes, liveness and stats ask the rule
  * written out in tests/harness/mask_oracle.h, not the predicate they use. */
 #include "s2c/layout.h"
+#include "pack_internal.h"
 #include "s2c/pattern.h"
 #include "bounded.h"
 #include "mask_oracle.h"

@@ -6,7 +6,7 @@
  * layout and schedules, module load on the fake driver), which must report
  * no inconsistency; the manifests of real cubins (stock-*) must be accepted
  * and load.  Crafted manifests (a mask claiming 4096 x 1024 x 1024 blocks,
- * 20,000 range lines, 100 masks, a repeated head rule, versions 1 and 4, an
+ * 20,000 range lines, 100 masks, a repeated head rule, versions 1, 3 and 5, an
  * unknown key, no or a newer `requires`) must
  * each be refused with their message within 256 MB and 5 s
  * (tests/harness/bounded.h).
@@ -194,9 +194,10 @@ START_TEST(hostile_manifests_bounded)
         grown("edge-minimal-ok", masks, 1, "pattern.mask: I out of range (0..63): 64"),
         from_file("edge-repeated-head-rule", "a second rule for one head"),
         from_file("edge-v1-header", "version 1 (an older s2c)"),
-        from_file("edge-v4-header", "version 4 (a newer s2c)"),
+        from_file("edge-v3-header", "version 3 (an older s2c); this one reads version 4: compile the module again"),
+        from_file("edge-v5-header", "version 5 (a newer s2c)"),
         from_file("edge-unknown-keys", "manifest:5: unknown key (written by a newer s2c? this runtime reads manifest "
-                                       "version 3): future.key"),
+                                       "version 4): future.key"),
         from_file("edge-no-requires", "no 'requires' line"),
         newer("edge-requires-newer", "manifest:2: the module needs an s2c runtime of version 0.3 or newer; this one is "),
         newer("edge-requires-next-major", "version 1.0 or newer"),

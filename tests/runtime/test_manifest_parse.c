@@ -6,6 +6,7 @@
  * (a rule's head == heads, a mask index == the masks) and a kv_heads that
  * does not divide heads are refused with their message; s2_pattern_from_args
  * holds the same bounds. */
+#include "kernel_abi.h"
 #include "manifest_internal.h"
 #include "s2c/layout.h"
 #include "s2c/manifest.h"
@@ -18,7 +19,7 @@
 
 /* Every record of the table at least once (base_lines_cover_the_table checks it). */
 static const char *const base_lines[] = {
-    "s2c-manifest 3",
+    "s2c-manifest 4",
     "requires 0.2",
     "generator 0.2.0+test",
     "arch sm_80",
@@ -33,7 +34,7 @@ static const char *const base_lines[] = {
     "kernel.num_stages 2",
     "kernel.threads 128",
     "kernel.smem 16384",
-    "kernel.fn k fwd fwd q_tiles 128 16384 64 64 4 2 0 0 0 0",
+    "kernel.fn k fwd fwd q_tiles 128 16384 64 64 4 2 0 0 0 0 0",
     "pattern p",
     "pattern.heads 4",
     "pattern.kv_heads 2",
@@ -172,8 +173,8 @@ START_TEST(every_integer_bounded)
             }
         }
     }
-    /* 7 kernel values, 10 in kernel.fn, 30 in the pattern records */
-    ck_assert_int_eq(fields, 47);
+    /* 7 kernel values, 11 in kernel.fn, 30 in the pattern records */
+    ck_assert_int_eq(fields, 48);
     /* past 64 bits, and not integers at all */
     char *t = with_word(17, 1, "9223372036854775808");
     assert_refused(t, "manifest:18: pattern.heads: HEADS: not a 64-bit integer: 9223372036854775808");
@@ -183,9 +184,9 @@ START_TEST(every_integer_bounded)
     free(t);
     /* the version and requires lines, outside the table */
     static const char *const heads[][2] = {
-        {"s2c-manifest -9223372036854775808", "manifest:1: not an s2c manifest of version 3"},
-        {"s2c-manifest 9223372036854775807", "manifest:1: not an s2c manifest of version 3"},
-        {"s2c-manifest 9223372036854775808", "manifest:1: not an s2c manifest of version 3"},
+        {"s2c-manifest -9223372036854775808", "manifest:1: not an s2c manifest of version 4"},
+        {"s2c-manifest 9223372036854775807", "manifest:1: not an s2c manifest of version 4"},
+        {"s2c-manifest 9223372036854775808", "manifest:1: not an s2c manifest of version 4"},
     };
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
         t = base_with(0, heads[i][0], -1, NULL);
@@ -332,7 +333,7 @@ START_TEST(unknown_keys_refused_at_every_level)
         char key[64], want[192];
         sscanf(cases[i].line, "%63s", key);
         snprintf(want, sizeof want, "manifest:%d: unknown key (written by a newer s2c? this runtime reads manifest "
-                 "version 3): %s", cases[i].at + 1, key);
+                 "version 4): %s", cases[i].at + 1, key);
         assert_refused(t, want);
         free(t);
     }
@@ -346,7 +347,7 @@ START_TEST(repeated_names_refused)
     char *t = base_with(-1, NULL, 16,
                         "kernel k\nkernel.kind fwd\nkernel.pattern p\nkernel.dtype bf16\nkernel.head_dim 128\n"
                         "kernel.threads 128\nkernel.smem 16384\n"
-                        "kernel.fn k fwd fwd q_tiles 128 16384 64 64 4 2 0 0 0 0");
+                        "kernel.fn k fwd fwd q_tiles 128 16384 64 64 4 2 0 0 0 0 0");
     assert_refused(t, "manifest:17: a second kernel entry named 'k' (the first at line 5)");
     free(t);
     /* pattern p again, with other rules */
@@ -357,12 +358,43 @@ START_TEST(repeated_names_refused)
     /* entry x's wide kernel is x_w, and so is entry x_w's main kernel */
     t = base_with(-1, NULL, 16,
                   "kernel x\nkernel.kind fwd\nkernel.pattern p\nkernel.threads 128\nkernel.smem 16384\n"
-                  "kernel.fn x fwd fwd_tma q_tiles 128 16384 64 64 4 2 0 0 0 0\n"
-                  "kernel.fn x_w fwd_wide fwd_tma q_tiles 256 16384 128 128 8 2 0 0 0 0\n"
+                  "kernel.fn x fwd fwd_tma q_tiles 128 16384 64 64 4 2 0 0 0 0 0\n"
+                  "kernel.fn x_w fwd_wide fwd_tma q_tiles 256 16384 128 128 8 2 0 0 0 0 384\n"
                   "kernel x_w\nkernel.kind fwd\nkernel.pattern p\nkernel.threads 128\nkernel.smem 16384\n"
-                  "kernel.fn x_w fwd fwd_tma q_tiles 128 16384 64 64 4 2 0 0 0 0");
+                  "kernel.fn x_w fwd fwd_tma q_tiles 128 16384 64 64 4 2 0 0 0 0 0");
     assert_refused(t, "manifest:29: kernel.fn: kernel x_w of entry 'x_w' is also a kernel of entry 'x' (line 23)");
     free(t);
+}
+END_TEST
+
+/* MIN_KEYS, a variant's rule: read into its record; at least 1 on a
+ * variant, 0 on every other role; a version-3 manifest (without it) is
+ * refused as an older s2c's. */
+START_TEST(variant_rule_read_and_checked)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    char *t = base_with(-1, NULL, 16, "kernel.fn k_w fwd_wide fwd_tma q_tiles 384 16384 128 128 12 3 -1 0 2 0 517");
+    s2_manifest *m = assert_parses(ctx, t);
+    free(t);
+    const s2_manifest_kernel *k = s2_manifest_kernel_at(m, 0);
+    const s2_kernel_record *w = s2_manifest_kernel_fn(k, S2_ROLE_FWD_WIDE);
+    ck_assert_ptr_nonnull(w);
+    ck_assert_int_eq(w->min_keys, 517);
+    ck_assert_int_eq(w->spec.kv_gather, 2);
+    ck_assert_int_eq(s2_manifest_kernel_fn(k, S2_ROLE_FWD)->min_keys, 0);
+    s2_manifest_free(m);
+    t = base_with(-1, NULL, 16, "kernel.fn k_w fwd_wide fwd_tma q_tiles 384 16384 128 128 12 3 -1 0 2 0 0");
+    assert_refused(t, "manifest:17: kernel.fn: MIN_KEYS 0 for role fwd_wide (a variant's rule, at least 1");
+    free(t);
+    t = base_with(15, "kernel.fn k fwd fwd q_tiles 128 16384 64 64 4 2 0 0 0 0 384", -1, NULL);
+    assert_refused(t, "manifest:16: kernel.fn: MIN_KEYS 384 for role fwd (a variant's rule, at least 1; 0 for any");
+    free(t);
+    /* the format before MIN_KEYS */
+    t = base_with(0, "s2c-manifest 3", -1, NULL);
+    assert_refused(t, "manifest:1: a manifest of version 3 (an older s2c); this one reads version 4: compile the "
+                      "module again");
+    free(t);
+    s2_ctx_free(ctx);
 }
 END_TEST
 
@@ -415,6 +447,7 @@ int main(void)
     tcase_add_test(tc, dtype_names_from_the_table);
     tcase_add_test(tc, unknown_keys_refused_at_every_level);
     tcase_add_test(tc, repeated_names_refused);
+    tcase_add_test(tc, variant_rule_read_and_checked);
     tcase_add_test(tc, pattern_from_args_bounded_alike);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
