@@ -201,12 +201,14 @@ static s2_kernel_record record(s2_kernel_role role, s2_abi_id abi, int threads, 
 }
 
 /* A forward's main record comes first (the driver takes a wide variant's
- * from there); NAME_seqs, built once per entry (build_entry), follows. */
+ * from there); NAME_seqs and NAME_combine, built once per entry
+ * (build_entry), follow. */
 static int kernels_fwd_mma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
 {
     out[0] = record(S2_ROLE_FWD, S2_ABI_FWD, s->num_warps * 32, s2_fwd_smem_bytes(p, s), s);
     out[1] = record(S2_ROLE_FWD_SEQS, S2_ABI_SEQS, S2_SEQS_THREADS, 0, s);
-    return 2;
+    out[2] = record(S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_COMBINE_THREADS, 0, s);
+    return 3;
 }
 
 static int kernels_fwd_wgmma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
@@ -214,7 +216,8 @@ static int kernels_fwd_wgmma(const s2_pattern *p, const s2_kspec *s, s2_kernel_r
     s2_abi_id abi = s->persistent > 0 ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA;
     out[0] = record(S2_ROLE_FWD, abi, s->num_warps * 32, s2_fwd_sm90_smem_bytes(p, s), s);
     out[1] = record(S2_ROLE_FWD_SEQS, S2_ABI_SEQS, S2_SEQS_THREADS, 0, s);
-    return 2;
+    out[2] = record(S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_COMBINE_THREADS, 0, s);
+    return 3;
 }
 
 /* NAME_pre takes no shared memory; NAME_dqds and NAME_dqds2 take less than
@@ -245,9 +248,9 @@ static const s2_template templates[] = {
     {"decode", S2_KERNEL_DECODE, accepts_decode, resolve_decode, s2_decode_smem_bytes, kernels_decode,
      s2_decode_build, NULL},
     {"fwd_wgmma", S2_KERNEL_FWD, s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, kernels_fwd_wgmma,
-     s2_fwd_sm90_build, s2_seqs_kernel_build},
+     s2_fwd_sm90_build, s2_fwd_entry_build},
     {"fwd_mma", S2_KERNEL_FWD, accepts_fwd, resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, s2_fwd_build,
-     s2_seqs_kernel_build},
+     s2_fwd_entry_build},
     {"bwd", S2_KERNEL_BWD, accepts_bwd, resolve_mma, s2_bwd_smem_bytes, kernels_bwd, s2_bwd_build, NULL},
 };
 
