@@ -23,7 +23,11 @@ ALLOWED = {
     "runtime": {"common", "patterns", "ir", "abi", "runtime"},
     "jit": {"common", "patterns", "ir", "abi", "codegen", "driver", "runtime", "jit"},
     "ref": {"common", "patterns", "ir", "ref"},
+    "dist": {"common", "patterns", "ir", "abi", "runtime", "dist"},
 }
+
+# Stages another may use through their public headers (include/s2c/) only.
+PUBLIC_ONLY = {"dist": {"runtime"}}
 
 # Public headers (include/s2c/) and the stage each belongs to.
 PUBLIC = {
@@ -80,6 +84,9 @@ def check(root):
             if owner is None:
                 problems.append("%s:%d: \"%s\" belongs to no known stage (add it to tests/arch/check_stages.py)"
                                 % (rel, line, inc))
+            elif owner in PUBLIC_ONLY.get(stage, ()) and not inc.startswith("s2c/"):
+                problems.append("%s:%d: %s includes \"%s\", a private header of %s; %s may use only its public "
+                                "headers (s2c/...)" % (rel, line, stage, inc, owner, stage))
             elif owner not in ALLOWED[stage]:
                 problems.append("%s:%d: %s includes \"%s\" of %s; %s may use only %s"
                                 % (rel, line, stage, inc, owner, stage, ", ".join(sorted(ALLOWED[stage]))))
@@ -107,6 +114,9 @@ def self_test():
         "codegen includes the runtime": ("codegen/a.c", '#include "s2c/attn_runtime.h"\n', None),
         "codegen includes templates": ("codegen/a.c", '#include "flash.h"\n', "templates/flash.h"),
         "runtime links codegen": ("runtime/meson.build", "link_with : [s2_codegen]\n", None),
+        "dist includes the runtime's inside": ("dist/a.c", '#include "attn_internal.h"\n', "runtime/attn_internal.h"),
+        "runtime includes dist": ("runtime/a.c", '#include "dist.h"\n', "dist/dist.h"),
+        "dist includes codegen": ("dist/a.c", '#include "s2c/codegen.h"\n', None),
     }
     failed = 0
     for what, (path, text, other) in cases.items():
@@ -129,6 +139,8 @@ def self_test():
             os.makedirs(os.path.join(root, stage))
         with open(os.path.join(root, "templates", "a.c"), "w") as f:
             f.write('#include "s2c/layout.h"\n#include "s2c/codegen.h"\n')
+        with open(os.path.join(root, "dist", "a.c"), "w") as f:
+            f.write('#include "s2c/attn_runtime.h"\n#include "s2c/layout.h"\n')
         found = check(root)
         print("self-test %-32s %s" % ("a clean tree", "passes" if not found else "FAILS: " + found[0]))
         failed += bool(found)
