@@ -15,8 +15,8 @@
  * keeps the entries whose key tile lies in the range, unchanged (same
  * geometry and classes), so that the parts of a cover of the keys hold each
  * entry of s once.  key_lo and key_hi are multiples of the key tile
- * (s->geom.block_n), 0 <= key_lo < key_hi; a key_hi past the last tile
- * takes the rest.  S2_ERR_INVALID otherwise or for a transposed schedule,
+ * (s->geom.block_n), 0 <= key_lo < key_hi, but for a key_hi inside or
+ * past the last (maybe ragged) tile, which takes the rest.  S2_ERR_INVALID otherwise or for a transposed schedule,
  * S2_ERR_NULL_ARG for a missing argument.  Free *out with s2_schedule_free. */
 s2_status s2_dist_split_keys(s2_ctx *ctx, const s2_schedule *s, int64_t key_lo, int64_t key_hi, s2_schedule **out);
 

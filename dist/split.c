@@ -14,7 +14,7 @@ s2_status s2_dist_split_keys(s2_ctx *ctx, const s2_schedule *s, int64_t key_lo, 
     if (s->transposed)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_dist_split_keys: a transposed schedule (split the forward one)");
     int64_t bn = s->geom.block_n, lists = (int64_t)s->num_classes * s->geom.q_tiles;
-    if (bn < 1 || key_lo < 0 || key_hi <= key_lo || key_lo % bn || (key_hi % bn && key_hi < s->geom.kv_tiles * bn))
+    if (bn < 1 || key_lo < 0 || key_hi <= key_lo || key_lo % bn || (key_hi % bn && key_hi <= (s->geom.kv_tiles - 1) * bn))
         return s2_fail(ctx, S2_ERR_INVALID,
                        "s2_dist_split_keys: keys [%" PRId64 ", %" PRId64 ") are not a non-empty range of whole "
                        "key tiles of %" PRId64,

@@ -251,10 +251,16 @@ START_TEST(split_refusals)
     f.s->transposed = true;
     ck_assert_int_eq(s2_dist_split_keys(f.ctx, f.s, 0, 128, &s), S2_ERR_INVALID);
     f.s->transposed = false;
-    /* past the last tile: the rest */
+    /* inside (a ragged kv_len's end) or past the last tile: the rest */
+    s2_schedule *r = NULL;
     ck_assert_int_eq(s2_dist_split_keys(f.ctx, f.s, 128, 1000, &s), S2_OK);
+    ck_assert_int_eq(s2_dist_split_keys(f.ctx, f.s, 128, 200, &r), S2_OK);
     ck_assert_int_gt(total(s), 0);
+    ck_assert_int_eq(total(s), total(r));
     s2_schedule_free(s);
+    s2_schedule_free(r);
+    ck_assert_int_eq(s2_dist_split_keys(f.ctx, f.s, 0, 180, &r), S2_ERR_INVALID);   /* inside an earlier tile */
+    ck_assert_ptr_null(r);
     fx_free(&f);
 }
 END_TEST
