@@ -205,11 +205,13 @@ s2_status s2_compile_kspec(s2_ctx *ctx, const char *module_name, const s2_patter
     for (int i = 0; i < n && st == S2_OK; i++)
         if (ks[i].has_wide)
             st = ks[i].wide_tpl->build(ctx, &cg, patterns[i], &ks[i].wide, ks[i].wide_name);
-    /* the entry's own helpers (NAME_seqs, NAME_combine), after the kernels the others name */
-    for (int i = 0; i < n && st == S2_OK; i++)
-        for (int r = 0; r < mk[i].num_fns && ks[i].tpl->build_entry && st == S2_OK; r++)
-            if (entry_kernel(&ks[i].recs[r]))
-                st = ks[i].tpl->build_entry(ctx, &cg, &ks[i].recs[r]);
+    /* the entry's own helpers after the kernels the others name: every NAME_seqs, then every NAME_combine
+     * (so the kernels before them keep their PTX) */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n && st == S2_OK; i++)
+            for (int r = 0; r < mk[i].num_fns && ks[i].tpl->build_entry && st == S2_OK; r++)
+                if (entry_kernel(&ks[i].recs[r]) && (ks[i].recs[r].role == S2_ROLE_COMBINE) == (pass == 1))
+                    st = ks[i].tpl->build_entry(ctx, &cg, &ks[i].recs[r]);
     if (st == S2_OK)
         st = s2_cg_add_text_global(ctx, &cg, S2_MANIFEST_SYMBOL, art->manifest);
     if (st == S2_OK)
