@@ -109,6 +109,11 @@ s2_kernel_kind s2_role_kind(s2_kernel_role r)
     return r <= S2_ROLE_FWD_WIDE ? S2_KERNEL_FWD : r <= S2_ROLE_BWD_DQDS2 ? S2_KERNEL_BWD : S2_KERNEL_DECODE;
 }
 
+bool s2_role_fits_kind(s2_kernel_role r, s2_kernel_kind kind)
+{
+    return s2_role_kind(r) == kind || (r == S2_ROLE_COMBINE && kind == S2_KERNEL_FWD);
+}
+
 s2_kernel_role s2_main_role(s2_kernel_kind kind)
 {
     return kind == S2_KERNEL_BWD ? S2_ROLE_BWD_DKDV : kind == S2_KERNEL_DECODE ? S2_ROLE_DECODE : S2_ROLE_FWD;

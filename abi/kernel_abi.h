@@ -148,6 +148,9 @@ bool s2_grid_parse(const char *name, s2_grid_rule *out);
 const char *s2_role_suffix(s2_kernel_role r);
 /* The kernel kind whose modules hold role r. */
 s2_kernel_kind s2_role_kind(s2_kernel_role r);
+/* Whether an entry of kind `kind` may hold role r: its own roles, and the
+ * combine (a decode's and a forward's). */
+bool s2_role_fits_kind(s2_kernel_role r, s2_kernel_kind kind);
 /* The role of an entry's main kernel, whose launch shape is the entry's
  * (threads, smem): the forward, NAME_dkdv, the decode kernel. */
 s2_kernel_role s2_main_role(s2_kernel_kind kind);

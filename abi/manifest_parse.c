@@ -227,7 +227,7 @@ static s2_status read_fn(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_
     if (!s2_role_parse(role, &r.role) || !s2_abi_parse(v->s[2], &r.abi) || !s2_grid_parse(v->s[3], &r.grid))
         return s2_mf_fail(ps, "kernel.fn: unknown role, ABI or grid: %s %s %s", s2_mf_show(b, role),
                           s2_mf_show(b2, v->s[2]), s2_mf_show(b3, v->s[3]));
-    if (s2_role_kind(r.role) != k->spec.kind || !s2_role_takes_abi(r.role, r.abi) ||
+    if (!s2_role_fits_kind(r.role, k->spec.kind) || !s2_role_takes_abi(r.role, r.abi) ||
         s2_role_grid(r.role, r.abi) != r.grid)
         return s2_mf_fail(ps, "kernel.fn: role, ABI and grid do not fit the entry's kind: %s %s %s", role, v->s[2],
                           v->s[3]);

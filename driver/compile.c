@@ -100,12 +100,19 @@ static int add_variants(s2_ctx *ctx, const s2_pattern *p, const s2_kspec *spec_i
     return n_rec;
 }
 
-/* Whether the kernel `name` is an entry's NAME_seqs. */
+/* Whether record r is built once per entry (its template's build_entry):
+ * a forward's NAME_seqs and NAME_combine. */
+static bool entry_kernel(const s2_kernel_record *r)
+{
+    return r->role == S2_ROLE_FWD_SEQS || (r->role == S2_ROLE_COMBINE && r->spec.kind == S2_KERNEL_FWD);
+}
+
+/* Whether the kernel `name` is such an entry kernel. */
 static bool seqs_of(const set_kernel *ks, int n, const char *name)
 {
     for (int j = 0; j < n; j++)
         for (int r = 0; r < S2_ROLE_COUNT_ && ks[j].recs[r].symbol; r++)
-            if (ks[j].recs[r].role == S2_ROLE_FWD_SEQS && strcmp(name, ks[j].recs[r].symbol) == 0)
+            if (entry_kernel(&ks[j].recs[r]) && strcmp(name, ks[j].recs[r].symbol) == 0)
                 return true;
     return false;
 }
@@ -184,11 +191,13 @@ s2_status s2_compile_kspec(s2_ctx *ctx, const char *module_name, const s2_patter
     for (int i = 0; i < n && st == S2_OK; i++)
         for (int v = 0; v < ks[i].n_var && st == S2_OK; v++)
             st = ks[i].var_tpl[v]->build(ctx, &cg, patterns[i], &ks[i].var[v], ks[i].var_name[v]);
-    /* the entry's own helpers (NAME_seqs), after the kernels the others name */
-    for (int i = 0; i < n && st == S2_OK; i++)
-        for (int r = 0; r < mk[i].num_fns && ks[i].tpl->build_entry; r++)
-            if (ks[i].recs[r].role == S2_ROLE_FWD_SEQS)
-                st = ks[i].tpl->build_entry(ctx, &cg, ks[i].recs[r].symbol);
+    /* the entry's own helpers after the kernels the others name: every NAME_seqs, then every NAME_combine
+     * (so the kernels before them keep their PTX) */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; i < n && st == S2_OK; i++)
+            for (int r = 0; r < mk[i].num_fns && ks[i].tpl->build_entry && st == S2_OK; r++)
+                if (entry_kernel(&ks[i].recs[r]) && (ks[i].recs[r].role == S2_ROLE_COMBINE) == (pass == 1))
+                    st = ks[i].tpl->build_entry(ctx, &cg, &ks[i].recs[r]);
     if (st == S2_OK)
         st = s2_cg_add_text_global(ctx, &cg, S2_MANIFEST_SYMBOL, art->manifest);
     if (st == S2_OK)

@@ -45,6 +45,13 @@ int64_t s2_ir_next_tile(const s2_ir_srcs *ss, int64_t x, int tile, int block_siz
 
 /* Evaluate the (query tile t, key tile j) entry of head q; false when nothing is live. */
 bool s2_ir_eval_entry(const s2_layout *l, const s2_tile_geom *g, int q, int64_t t, int64_t j, s2_tile_entry *e);
+/* The sub-block pairs (bit i*sub_n + j) of entry (t, j) that hold a query and
+ * a key, and not only keys after every query of a causal pattern. */
+uint64_t s2_ir_entry_valid(const s2_layout *l, const s2_tile_geom *g, int64_t t, int64_t j);
+/* e from its live pairs (a subset of the valid ones): row_mask and the
+ * FULL, CAUSAL and RAGGED flags the kernels mask by. */
+void s2_ir_entry_fill(const s2_layout *l, const s2_tile_geom *g, int64_t t, int64_t j, uint64_t live,
+                      s2_tile_entry *e);
 /* Token pairs kept in [qa, qb) x [ka, kb) when the block pair is kept. */
 int64_t s2_ir_rect_pairs(int64_t qa, int64_t qb, int64_t ka, int64_t kb, bool causal);
 

@@ -284,46 +284,73 @@ int64_t s2_ir_rect_pairs(int64_t qa, int64_t qb, int64_t ka, int64_t kb, bool ca
     return total;
 }
 
-bool s2_ir_eval_entry(const s2_layout *l, const s2_tile_geom *g, int q, int64_t t, int64_t j, s2_tile_entry *e)
+/* The token ranges of sub-block pair (i, jj) of entry (t, j); false when
+ * the query or the key sub-block holds none of the layout's tokens. */
+static bool pair_span(const s2_layout *l, const s2_tile_geom *g, int64_t t, int64_t j, int i, int jj, int64_t *qa,
+                      int64_t *qb, int64_t *k0, int64_t *k1)
 {
-    const s2_pattern *p = l->p;
-    int bs = p->block_size;
     int64_t t0 = t * g->block_m, qlo = s2_max64(t0, l->q_start), qhi = s2_min64(t0 + g->block_m, l->kv_len);
-    int64_t ka = j * g->block_n, kb_full = ka + g->block_n, kb = s2_min64(kb_full, l->kv_len);
-    uint64_t live = 0;
-    uint32_t rows = 0;
-    bool full = kb_full <= l->kv_len;
-    for (int i = 0; i < g->sub_m; i++) {
-        int64_t qa = s2_max64(t0 + (int64_t)i * g->sub_m_size, qlo);
-        int64_t qb = s2_min64(t0 + (int64_t)(i + 1) * g->sub_m_size, qhi);
-        if (qa >= qb)
-            continue;
+    *qa = s2_max64(t0 + (int64_t)i * g->sub_m_size, qlo);
+    *qb = s2_min64(t0 + (int64_t)(i + 1) * g->sub_m_size, qhi);
+    *k0 = j * g->block_n + (int64_t)jj * g->sub_n_size;
+    *k1 = s2_min64(*k0 + g->sub_n_size, l->kv_len);
+    return *qa < *qb && *k0 < *k1;
+}
+
+uint64_t s2_ir_entry_valid(const s2_layout *l, const s2_tile_geom *g, int64_t t, int64_t j)
+{
+    uint64_t valid = 0;
+    for (int i = 0; i < g->sub_m; i++)
         for (int jj = 0; jj < g->sub_n; jj++) {
-            int64_t k0 = ka + (int64_t)jj * g->sub_n_size, k1 = s2_min64(k0 + g->sub_n_size, l->kv_len);
-            if (k0 >= k1)
-                continue;
-            if (!s2_ir_block_kept(p, q, qa / bs, k0 / bs) || (p->causal && k0 > qb - 1)) {
-                full = false;
-                continue;
-            }
-            if (p->causal && k1 - 1 > qa)
-                full = false;
-            live |= UINT64_C(1) << (i * g->sub_n + jj);
-            rows |= 1u << i;
+            int64_t qa, qb, k0, k1;
+            if (pair_span(l, g, t, j, i, jj, &qa, &qb, &k0, &k1) && !(l->p->causal && k0 > qb - 1))
+                valid |= UINT64_C(1) << (i * g->sub_n + jj);
         }
-    }
-    if (!live)
-        return false;
+    return valid;
+}
+
+void s2_ir_entry_fill(const s2_layout *l, const s2_tile_geom *g, int64_t t, int64_t j, uint64_t live,
+                      s2_tile_entry *e)
+{
+    bool causal = l->p->causal;
+    int64_t qlo = s2_max64(t * g->block_m, l->q_start);
+    int64_t kb_full = (j + 1) * g->block_n, kb = s2_min64(kb_full, l->kv_len);
+    bool full = kb_full <= l->kv_len;
+    uint32_t rows = 0;
+    for (int i = 0; i < g->sub_m; i++)
+        for (int jj = 0; jj < g->sub_n; jj++) {
+            int64_t qa, qb, k0, k1;
+            bool on = live >> (i * g->sub_n + jj) & 1;
+            if (on)
+                rows |= 1u << i;
+            if (pair_span(l, g, t, j, i, jj, &qa, &qb, &k0, &k1) && (!on || (causal && k1 - 1 > qa)))
+                full = false;
+        }
     e->tile = j;
     e->live = live;
     e->row_mask = rows;
     e->flags = 0;
     if (full)
         e->flags |= S2_ENTRY_FULL;
-    if (p->causal && kb - 1 > qlo)
+    if (causal && kb - 1 > qlo)
         e->flags |= S2_ENTRY_CAUSAL;
     if (kb_full > l->kv_len)
         e->flags |= S2_ENTRY_RAGGED;
+}
+
+bool s2_ir_eval_entry(const s2_layout *l, const s2_tile_geom *g, int q, int64_t t, int64_t j, s2_tile_entry *e)
+{
+    int bs = l->p->block_size;
+    uint64_t valid = s2_ir_entry_valid(l, g, t, j), live = 0;
+    for (int b = 0; b < 64; b++) {
+        int64_t qa, qb, k0, k1;
+        if ((valid >> b & 1) && pair_span(l, g, t, j, b / g->sub_n, b % g->sub_n, &qa, &qb, &k0, &k1) &&
+            s2_ir_block_kept(l->p, q, qa / bs, k0 / bs))
+            live |= UINT64_C(1) << b;
+    }
+    if (!live)
+        return false;
+    s2_ir_entry_fill(l, g, t, j, live, e);
     return true;
 }
 

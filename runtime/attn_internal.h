@@ -181,6 +181,15 @@ S2_RT_HIDDEN s2_status s2_rt_sched_cap(s2_ctx *ctx, const s2_attn_kernel *k, con
  * zero on failure). */
 S2_RT_HIDDEN s2_status s2_rt_sched_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, rt_upload *up,
                                          sched_slot *slot);
+/* The same from a caller's forward schedule of layout lay, checked first
+ * (s2_schedule_check; the backward's transposed schedule is its transpose). */
+S2_RT_HIDDEN s2_status s2_rt_sched_build_given(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay,
+                                               const s2_schedule *fwd, rt_upload *up, sched_slot *slot);
+/* The tile shape of the forward schedule the entry's main kernel reads. */
+static inline s2_tile_spec s2_rt_fwd_tile(const s2_kspec *spec)
+{
+    return (s2_tile_spec){spec->block_m, spec->block_n / (spec->kv_gather > 1 ? spec->kv_gather : 1)};
+}
 /* Free a slot's device buffers (stream: the allocator's stream). */
 S2_RT_HIDDEN void s2_rt_sched_slot_free(const s2_device *dev, sched_slot *s, void *stream);
 /* Set up k's schedule cache (forward and backward kernels). */

@@ -491,8 +491,10 @@ static s2_status combine_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, con
 {
     if (!k || !a)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_combine: %s is NULL", !k ? "kernel" : "args");
-    if (k->desc->spec.kind != S2_KERNEL_DECODE)
-        return s2_fail(ctx, S2_ERR_INVALID, "kernel %s is not a decode kernel (it holds the combine)", k->desc->name);
+    if (!k->fns[S2_ROLE_COMBINE])
+        return s2_fail(ctx, k->desc->spec.kind == S2_KERNEL_FWD ? S2_ERR_UNSUPPORTED : S2_ERR_INVALID,
+                       "kernel %s holds no NAME_combine (decode modules do, and forward modules from s2c 0.3: "
+                       "compile it again)", k->desc->name);
     s2_status st0 = check_kernel_shape(ctx, k, a->dtype, a->head_dim, -1, -1, 1);
     if (st0 != S2_OK)
         return st0;

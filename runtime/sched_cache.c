@@ -136,11 +136,12 @@ static bool lists_pairable(const s2_packed_schedule *fwd)
 }
 
 /* The backward's transposed schedule: per key tile of block_m keys, the
- * query tiles visiting it; and, for a kernel with NAME_dqds, the dS map
- * pairing it with the forward schedule fwd / fg, in the same buffer. */
+ * query tiles visiting it (the layout's, or the transpose of a given
+ * forward schedule); and, for a kernel with NAME_dqds, the dS map pairing
+ * it with the forward schedule fwd / fg, in the same buffer. */
 static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, rt_upload *up, const s2_layout *lay,
-                                   const s2_packed_schedule *fwd, const s2_tile_geom *fg, s2_devptr *buf,
-                                   sched_slot *tr)
+                                   const s2_schedule *given, const s2_packed_schedule *fwd, const s2_tile_geom *fg,
+                                   s2_devptr *buf, sched_slot *tr)
 {
     /* one-block key tiles (or block_m-key tiles of bigger blocks), grouped
      * per kv head into block_m-key tiles (attention.h, backward ABI) */
@@ -151,7 +152,8 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, rt_upload *up
     s2_packed_schedule pk = {0};
     s2_ds_map map = {0};
     int32_t lists = 0;
-    s2_status st = s2_schedule_build(ctx, lay, ts, true, &sched);
+    s2_status st = given ? s2_schedule_transpose(ctx, lay, given, ts, &sched)
+                         : s2_schedule_build(ctx, lay, ts, true, &sched);
     if (st == S2_OK)
         st = s2_kernel_spec_pack_transposed(ctx, s2_rt_main_spec(k), k->pattern, sched, &pk, &lists);
     if (st == S2_OK && sched->geom.kv_tiles > INT32_MAX)
@@ -435,30 +437,31 @@ s2_status s2_rt_sched_bound(s2_ctx *ctx, const s2_attn_kernel *k, int64_t q_len,
     return st;
 }
 
-s2_status s2_rt_sched_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, rt_upload *up,
-                           sched_slot *slot)
+/* The slot of layout lay from its pattern's forward schedule, or from a
+ * checked given one (no wide variant then: its tiles are the main kernel's). */
+static s2_status build_slot_of(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay, const s2_schedule *given,
+                               rt_upload *up, sched_slot *slot)
 {
-    /* nothing is built for a shape whose bound is over the cap */
-    sched_bound bound;
-    s2_status st0 = s2_rt_sched_bound(ctx, k, q_len, kv_len, &bound);
-    if (st0 != S2_OK)
-        return st0;
     s2_device *dev = k->mod->dev;
-    s2_layout *lay = NULL;
-    s2_schedule *sched = NULL;
+    s2_schedule *own = NULL;
+    const s2_schedule *sched = given;
     s2_packed_schedule pk = {0};
     /* filled part by part (forward and transposed schedules, work list, wide variant), then stored */
     sched_slot sl = {0};
-    s2_status st = s2_layout_new(ctx, k->pattern, q_len, kv_len, &lay);
-    if (st == S2_OK)
-        st = pack_forward(ctx, lay, s2_rt_main_spec(k), &sched, &pk);
+    s2_status st = S2_OK;
+    if (given) {
+        st = s2_kernel_spec_pack_forward(ctx, s2_rt_main_spec(k), given, &pk);
+    } else {
+        st = pack_forward(ctx, lay, s2_rt_main_spec(k), &own, &pk);
+        sched = own;
+    }
     if (st == S2_OK)
         st = upload_forward(ctx, dev, up, &pk, sched, &sl.fwd);
     if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_BWD)
-        st = upload_transposed(ctx, k, up, lay, &pk, &sched->geom, &sl.t_buf, &sl);
+        st = upload_transposed(ctx, k, up, lay, given, &pk, &sched->geom, &sl.t_buf, &sl);
     if (st == S2_OK && k->rec[S2_ROLE_FWD] && k->rec[S2_ROLE_FWD]->grid == S2_GRID_PERSISTENT)
         st = upload_work_list(ctx, k, up, sched, &sl.w_buf, &sl.n_work);
-    if (st == S2_OK && k->desc->spec.kind == S2_KERNEL_FWD && wants_wide(k, sched))
+    if (st == S2_OK && !given && k->desc->spec.kind == S2_KERNEL_FWD && wants_wide(k, sched))
         st = build_wide(ctx, k, up, lay, &sl);
     if (st == S2_OK)
         st = s2_rt_up_finish(ctx, dev, up);
@@ -470,9 +473,37 @@ s2_status s2_rt_sched_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64
         s2_rt_sched_slot_free(dev, &sl, up->stream);
     }
     s2_packed_schedule_free(&pk);
-    s2_schedule_free(sched);
+    s2_schedule_free(own);
+    return st;
+}
+
+s2_status s2_rt_sched_build(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, rt_upload *up,
+                           sched_slot *slot)
+{
+    /* nothing is built for a shape whose bound is over the cap */
+    sched_bound bound;
+    s2_status st0 = s2_rt_sched_bound(ctx, k, q_len, kv_len, &bound);
+    if (st0 != S2_OK)
+        return st0;
+    s2_layout *lay = NULL;
+    s2_status st = s2_layout_new(ctx, k->pattern, q_len, kv_len, &lay);
+    if (st == S2_OK)
+        st = build_slot_of(ctx, k, lay, NULL, up, slot);
     s2_layout_free(lay);
     return st;
+}
+
+s2_status s2_rt_sched_build_given(s2_ctx *ctx, s2_attn_kernel *k, const s2_layout *lay, const s2_schedule *fwd,
+                                  rt_upload *up, sched_slot *slot)
+{
+    s2_status st = s2_schedule_check(ctx, lay, s2_rt_fwd_tile(s2_rt_main_spec(k)), false, fwd);
+    if (st != S2_OK)
+        return st;
+    /* its size, as the bound caps the pattern's own (the transposed one has as many pairs) */
+    int64_t n = fwd->offsets[(int64_t)fwd->num_classes * fwd->geom.q_tiles];
+    size_t per = sizeof(s2_dev_gentry) * (k->desc->spec.kind == S2_KERNEL_BWD ? 2 : 1);
+    st = s2_rt_sched_cap(ctx, k, "the given schedule", (size_t)n * per);
+    return st == S2_OK ? build_slot_of(ctx, k, lay, fwd, up, slot) : st;
 }
 
 static s2_status build_slot(s2_ctx *ctx, void *owner, const int64_t key[2], void *item)

@@ -36,6 +36,7 @@ fwd_gpu_persistent        150  S2C_FWD_PERSISTENT=1 test_fwd_gpu
 bwd_gpu                   150  test_bwd_gpu
 attnrt_gpu                 90  test_attn_gpu
 varlen_gpu                 90  test_varlen_gpu
+seams_gpu                  90  test_seams_gpu
 graph_gpu                 150  test_graph_gpu
 patterns_gpu              180  test_patterns_gpu
 decode_gpu                120  test_decode_gpu
@@ -60,6 +61,7 @@ memcheck_bwd               90  S2C_BWD_CASES=d64_f16 compute-sanitizer --tool me
 racecheck_bwd             240  S2C_BWD_CASES=16_d compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
 racecheck_bwd_ds           90  S2C_BWD_CASES=causal64_d64 compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
 memcheck_bwd_rt           120  S2C_BWD_CASES=runtime_ compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
+memcheck_seams            120  compute-sanitizer --tool memcheck --error-exitcode 1 test_seams_gpu
 memcheck_attnrt            90  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_attn_gpu
 memcheck_decode            90  S2C_DECODE_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu
 memcheck_concurrency      180  S2C_GRAPH_CASES=concurrency compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_graph_gpu

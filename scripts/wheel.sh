@@ -3,7 +3,7 @@
 # libyaml, zstd, zlib and libstdc++ linked in), so that a machine with only
 # torch and the CUDA driver installs it with pip:
 #
-#   scripts/wheel.sh [OUT_DIR]        (default dist/)
+#   scripts/wheel.sh [OUT_DIR]        (default dist/: the wheels beside the dist stage's sources)
 #
 # The libraries come from build-wheel/ (configured here: release, static
 # LLVM); the wheel is tagged py3-none-manylinux_2_N_x86_64, N the newest glibc

@@ -1,7 +1,8 @@
 /* The combine kernel (s2_combine, ABI in include/s2c/decode.h): merges
  * attention outputs over disjoint key sets, one row of D columns per
  * D / 8 threads, by their LSE.  Built into every decode module
- * (NAME_combine, s2_decode_build). */
+ * (NAME_combine, s2_decode_build) and every forward module
+ * (s2_fwd_entry_build). */
 #include "decode_internal.h"
 #include "template.h"
 #include "kbase.h"

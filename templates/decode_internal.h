@@ -52,9 +52,4 @@ void s2_dec_merge_and_store(dec *k);
 /* With several splits: the last CTA of a (sequence, kv head) merges them. */
 void s2_dec_last_cta_combine(dec *k);
 
-/* ---- the combine kernel (combine.c) ---- */
-
-/* NAME_combine: out = the LSE-weighted merge of the inputs (combine.c). */
-s2_status s2_combine_kernel_build(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D, const char *name);
-
 #endif

@@ -1,7 +1,8 @@
 /* NAME_seqs (ABI seqs, s2c/launch.h): a variable-length batch's records
  * s2_attn_seq from cumulative lengths in device memory, one thread per
  * sequence, so that a captured graph reads an engine's cu_seqlens itself.
- * Built into every forward module (template.c). */
+ * Built into every forward module (template.c), with NAME_combine
+ * (combine.c) by s2_fwd_entry_build. */
 #include "template.h"
 #include "kbase.h"
 #include "params.h"
@@ -14,6 +15,15 @@ enum { S2_ABI_SEQS_PARAMS(Q_ENUM) Q_COUNT };
 typedef struct seqk {
     S2_KB_BASE;
 } seqk;
+
+s2_status s2_fwd_entry_build(s2_ctx *ctx, s2_cg *cg, const s2_kernel_record *rec)
+{
+    if (rec->role == S2_ROLE_COMBINE)
+        return s2_combine_kernel_build(ctx, cg, rec->spec.dtype, rec->spec.head_dim, rec->symbol);
+    if (rec->role == S2_ROLE_FWD_SEQS)
+        return s2_seqs_kernel_build(ctx, cg, rec->symbol);
+    return s2_fail(ctx, S2_ERR_INTERNAL, "forward entry: no kernel of role %s", s2_role_name(rec->role));
+}
 
 s2_status s2_seqs_kernel_build(s2_ctx *ctx, s2_cg *cg, const char *name)
 {

@@ -210,12 +210,14 @@ static s2_kernel_record record(s2_kernel_role role, s2_abi_id abi, int threads, 
 }
 
 /* A forward's main record comes first (the driver takes a wide variant's
- * from there); NAME_seqs, built once per entry (build_entry), follows. */
+ * from there); NAME_seqs and NAME_combine, built once per entry
+ * (build_entry), follow. */
 static int kernels_fwd_mma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
 {
     out[0] = record(S2_ROLE_FWD, S2_ABI_FWD, s->num_warps * 32, s2_fwd_smem_bytes(p, s), s);
     out[1] = record(S2_ROLE_FWD_SEQS, S2_ABI_SEQS, S2_SEQS_THREADS, 0, s);
-    return 2;
+    out[2] = record(S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_COMBINE_THREADS, 0, s);
+    return 3;
 }
 
 static int kernels_fwd_wgmma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
@@ -223,7 +225,8 @@ static int kernels_fwd_wgmma(const s2_pattern *p, const s2_kspec *s, s2_kernel_r
     s2_abi_id abi = s->persistent > 0 ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA;
     out[0] = record(S2_ROLE_FWD, abi, s->num_warps * 32, s2_fwd_sm90_smem_bytes(p, s), s);
     out[1] = record(S2_ROLE_FWD_SEQS, S2_ABI_SEQS, S2_SEQS_THREADS, 0, s);
-    return 2;
+    out[2] = record(S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_COMBINE_THREADS, 0, s);
+    return 3;
 }
 
 /* NAME_pre takes no shared memory; NAME_dqds and NAME_dqds2 take less than
@@ -309,11 +312,12 @@ static const unsigned dt16 = DT(BF16) | DT(F16);
 static const s2_template templates[] = {
     {"decode", S2_KERNEL_DECODE, dt16, HD(32) | HD(64) | HD(96) | HD(128), ABI(DECODE) | ABI(COMBINE),
      accepts_decode, resolve_decode, s2_decode_smem_bytes, kernels_decode, NULL, s2_decode_build, NULL, NULL},
-    {"fwd_wgmma", S2_KERNEL_FWD, dt16, HD(64) | HD(128), ABI(FWD_TMA) | ABI(FWD_TMA_PERSISTENT) | ABI(SEQS),
+    {"fwd_wgmma", S2_KERNEL_FWD, dt16, HD(64) | HD(128),
+     ABI(FWD_TMA) | ABI(FWD_TMA_PERSISTENT) | ABI(SEQS) | ABI(COMBINE),
      s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, kernels_fwd_wgmma, variants_fwd_wgmma,
-     s2_fwd_sm90_build, s2_seqs_kernel_build, NULL},
-    {"fwd_mma", S2_KERNEL_FWD, dt16, HD(32) | HD(64) | HD(96) | HD(128), ABI(FWD) | ABI(SEQS), accepts_fwd,
-     resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, NULL, s2_fwd_build, s2_seqs_kernel_build, NULL},
+     s2_fwd_sm90_build, s2_fwd_entry_build, NULL},
+    {"fwd_mma", S2_KERNEL_FWD, dt16, HD(32) | HD(64) | HD(96) | HD(128), ABI(FWD) | ABI(SEQS) | ABI(COMBINE),
+     accepts_fwd, resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, NULL, s2_fwd_build, s2_fwd_entry_build, NULL},
     {"bwd", S2_KERNEL_BWD, dt16, HD(32) | HD(64) | HD(128), ABI(BWD) | ABI(BWD_TMA), accepts_bwd, resolve_mma,
      s2_bwd_smem_bytes, kernels_bwd, NULL, s2_bwd_build, NULL, NULL},
     {"row_softmax", S2_KERNEL_KIND_COUNT_, DT(F32), 0, 0, NULL, resolve_softmax, smem_none, kernels_none, NULL,

@@ -59,9 +59,10 @@ typedef struct s2_template {
     int (*variants)(const s2_pattern *p, const s2_kspec *asked, const s2_kspec *resolved, s2_variant *out);
     /* Build the kernel(s) `name` (resolved spec) into cg's module. */
     s2_status (*build)(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name);
-    /* Build the entry's kernels that its wide variant does not repeat
-     * (NAME_seqs of a forward), after build(); NULL when none. */
-    s2_status (*build_entry)(s2_ctx *ctx, s2_cg *cg, const char *name);
+    /* Build the entry's kernel of record rec that its wide variant does not
+     * repeat (a forward's NAME_seqs and NAME_combine), after build(); NULL
+     * when the entry has none. */
+    s2_status (*build_entry)(s2_ctx *ctx, s2_cg *cg, const s2_kernel_record *rec);
     /* The main kernel's symbol for a resolved spec; NULL: the driver's
      * attention naming (s2_fwd_, s2_bwd_, s2_dec_<pattern>_<dtype>_d<D>). */
     void (*symbol)(char *out, size_t cap, const s2_pattern *p, const s2_kspec *spec);
@@ -118,10 +119,15 @@ int s2_bwd_dqds2_smem_bytes(const s2_kspec *spec);
 enum { S2_COMBINE_THREADS = 128 };
 int s2_decode_smem_bytes(const s2_pattern *p, const s2_kspec *spec);
 s2_status s2_decode_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name);
+/* NAME_combine (templates/combine.c): the LSE merge of partial outputs, in
+ * every decode and forward module. */
+s2_status s2_combine_kernel_build(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D, const char *name);
 /* NAME_seqs of every forward module (templates/seqs.c, ABI seqs in
  * s2c/launch.h): one thread per sequence, S2_SEQS_THREADS per CTA. */
 enum { S2_SEQS_THREADS = 128 };
 s2_status s2_seqs_kernel_build(s2_ctx *ctx, s2_cg *cg, const char *name);
+/* A forward entry's kernels built once (build_entry): NAME_seqs, NAME_combine. */
+s2_status s2_fwd_entry_build(s2_ctx *ctx, s2_cg *cg, const s2_kernel_record *rec);
 /* The block-sparse row softmax (templates/softmax.c): a toolchain check,
  * not an attention kernel; its entry "row_softmax" is asked by name.  One
  * warp per query row, S2_SOFTMAX_WARPS rows per CTA. */

@@ -147,7 +147,7 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_n
                                              : r->grid == S2_GRID_Q_TILE_PAIRS       ? 2
                                              : r->grid == S2_GRID_SEQS               ? r->threads
                                                                                      : 0}};
-        if (t->kind == S2_KERNEL_FWD && r->role != S2_ROLE_FWD_SEQS)
+        if (t->kind == S2_KERNEL_FWD && r->role != S2_ROLE_FWD_SEQS && r->role != S2_ROLE_COMBINE)
             ks[n].kv_box_rows = t->block_n / gather;
         else if (r->abi == S2_ABI_BWD_TMA)
             ks[n].kv_box_rows = t->block_m;

@@ -27,7 +27,8 @@
  * queries, in time linear in its lists at most.
  *
  * Threads:
- *  - s2_attn_forward, s2_attn_backward, s2_attn_decode and s2_combine may be
+ *  - s2_attn_forward, s2_attn_backward, s2_attn_decode, s2_combine and the
+ *    launches over a caller's schedule may be
  *    called on one kernel (and on kernels of one module or device) from
  *    several threads at once, on any streams, each thread with its own
  *    s2_ctx; a kernel's caches (schedules, kept-block lists) are locked, and
@@ -46,6 +47,7 @@
 #define S2C_ATTN_RUNTIME_H
 
 #include "s2c/launch.h"
+#include "s2c/layout.h"
 #include "s2c/manifest.h"
 #include "s2c/spec.h"
 #include "s2c/decode.h"
@@ -270,11 +272,67 @@ S2_API s2_status s2_attn_decode_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_
 
 /* Merge the outputs of n attention calls over disjoint key sets (context
  * parallelism; s2_ref_combine is the reference) with the NAME_combine
- * kernel of a decode kernel of the same dtype and head_dim.  Inputs share
+ * kernel of k, a decode or forward kernel of the same dtype and head_dim:
+ * each input a pair (o, lse) as the forward writes them (lse natural log
+ * with the softmax scale applied, fp32 [B][H][S], -inf for a row that saw
+ * no key); out gets o = sum_i exp(lse_i - lse) o_i and lse = log sum_i
+ * exp(lse_i) (0 and -inf where every input is empty).  Inputs share
  * in_stride; their pointer table travels as a kernel parameter (no upload).
- * Statuses as s2_attn_forward for the tensors named in s2_combine_args. */
+ * Statuses as s2_attn_forward for the tensors named in s2_combine_args;
+ * S2_ERR_UNSUPPORTED for a forward module made before forward modules
+ * held NAME_combine, S2_ERR_INVALID for a backward kernel. */
 S2_API s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a);
 S2_API s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a);
+
+/* ---- launches over a caller's schedule (context parallelism) -----------------------
+ * The forward and backward kernels launched over a forward schedule the
+ * caller supplies instead of the pattern's: kept-block lists in layout.h's
+ * s2_schedule format (per head class and query tile, the key tiles and
+ * their live sub-blocks), in the tile shape of the kernel's main record, so
+ * that a layer spreading the keys over GPUs can attend over its local and
+ * received KV blocks, each launch over its part, and merge the partial
+ * (o, lse) pairs with s2_combine.  The kernels are the module's; only the
+ * schedule they read differs.  No wide variant runs over such a schedule.
+ *
+ *   s2_attn_kernel_schedule()  the kernel's own forward schedule of (q_len,
+ *                              kv_len) on the host: what a caller splits or
+ *                              remaps (free with s2_schedule_free)
+ *   s2_attn_sched_new()        check it as untrusted (s2_schedule_check
+ *                              against the pattern's layout of (q_len,
+ *                              kv_len) and the kernel's tile: S2_ERR_SHAPE,
+ *                              S2_ERR_HEADS, S2_ERR_NULL_ARG or
+ *                              S2_ERR_INVALID naming the class, list and
+ *                              entry; S2_ERR_SHAPE above
+ *                              S2_ATTN_MAX_SCHEDULE_BYTES), pack it for the
+ *                              kernel and upload it (synchronising: any
+ *                              stream sees it).  A backward kernel's
+ *                              transposed schedule (and dS map) is built
+ *                              from it (s2_schedule_transpose).
+ *   s2_attn_forward_sched()    s2_attn_forward's checks and launch, over it;
+ *                              S2_ERR_SHAPE when a's q_len, kv_len are not
+ *                              the schedule's, S2_ERR_INVALID for another
+ *                              kernel's, S2_ERR_UNSUPPORTED with a->seqs
+ *   s2_attn_backward_sched()   likewise s2_attn_backward: dk, dv of the keys
+ *                              the schedule visits (o, lse and d_o those of
+ *                              the full forward: each part's dk, dv are then
+ *                              the full backward's for its keys), dq summed
+ *                              over them
+ * A schedule serves any number of launches, on any streams; free it when
+ * none is in flight. */
+typedef struct s2_attn_sched s2_attn_sched;
+S2_API s2_status s2_attn_kernel_schedule(s2_ctx *ctx, const s2_attn_kernel *k, int64_t q_len, int64_t kv_len,
+                                         s2_schedule **out);
+S2_API s2_status s2_attn_sched_new(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len,
+                                   const s2_schedule *fwd, s2_attn_sched **out);
+S2_API void s2_attn_sched_free(s2_attn_sched *s);   /* NULL is fine */
+S2_API s2_status s2_attn_forward_sched(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a,
+                                       s2_attn_sched *s);
+S2_API s2_status s2_attn_backward_sched(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,
+                                        s2_attn_sched *s);
+/* The backward workspace that takes the dS path over schedule s (the plain
+ * s2_attn_bwd_workspace_bytes when it has none; less takes the recomputing
+ * NAME_dq). */
+S2_API s2_status s2_attn_sched_backward_workspace(s2_ctx *ctx, const s2_attn_sched *s, int batch, size_t *bytes);
 
 /* ---- plans: shapes prepared ahead of launches (CUDA graphs, engines) ----------------
  * A plan holds everything a kernel's launches of some declared shapes need on

@@ -147,6 +147,35 @@ typedef struct s2_schedule {
 S2_API s2_status s2_schedule_build(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed, s2_schedule **out);
 S2_API void s2_schedule_free(s2_schedule *s);
 
+/* A schedule made elsewhere (a context-parallel layer's: the pattern's
+ * lists split or remapped; the kernels launch over it as over their own,
+ * attn_runtime.h's s2_attn_sched_new), in the format above:
+ *  - geom is s2_layout_tile_geom's for the layout and tile shape;
+ *  - heads is the pattern's, class_of_head[h] in 0..num_classes-1;
+ *  - list i of class c (query tile first_q_tile + i forward, key tile i
+ *    transposed) is entries[offsets[c * lists + i] .. offsets[c * lists + i + 1]),
+ *    offsets[0] = 0 and not decreasing;
+ *  - an entry's tile (key tile forward, query tile transposed) lies in the
+ *    geometry and rises within its list (each tile once);
+ *  - live (bit i * sub_n + j: query sub-block i keeps key sub-block j) is
+ *    not empty and names only sub-blocks holding a query and a key, and for
+ *    a causal pattern not one whose keys all follow every query;
+ *  - row_mask and flags (FULL, CAUSAL, RAGGED) are those the live bits give
+ *    (s2_schedule_build's rule), since the kernels mask by them.
+ * s2_schedule_check checks each of these as untrusted input: S2_ERR_SHAPE
+ * for another geometry, S2_ERR_HEADS for another head count, S2_ERR_NULL_ARG
+ * for a missing array, else S2_ERR_INVALID naming the class, list and entry. */
+S2_API s2_status s2_schedule_check(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed,
+                                   const s2_schedule *s);
+/* The transposed schedule of tile shape spec (the backward's: per key tile
+ * the query tiles visiting it) from a forward schedule checked as above:
+ * each forward key sub-block must be one transposed key tile (spec.block_n
+ * = its sub_n_size, spec.block_m = its block_m; S2_ERR_UNSUPPORTED
+ * otherwise).  For the layout's own schedule the result is
+ * s2_schedule_build's transposed one. */
+S2_API s2_status s2_schedule_transpose(s2_ctx *ctx, const s2_layout *l, const s2_schedule *fwd, s2_tile_spec spec,
+                                       s2_schedule **out);
+
 /* A schedule packed for the GPU: one buffer holding, at the given byte
  * offsets (each 16-byte aligned),
  *   int32 class_of_head[heads]

@@ -27,7 +27,11 @@ ALLOWED = {
     "runtime": {"common", "patterns", "ir", "abi", "runtime"},
     "jit": {"common", "patterns", "ir", "abi", "codegen", "driver", "runtime", "jit"},
     "ref": {"common", "patterns", "ir", "ref"},
+    "dist": {"common", "patterns", "ir", "abi", "runtime", "dist"},
 }
+
+# Stages another may use through their public headers (include/s2c/) only.
+PUBLIC_ONLY = {"dist": {"runtime"}}
 
 # Public headers (include/s2c/) and the stage each belongs to.
 PUBLIC = {
@@ -71,8 +75,7 @@ TUNABLE_KNOWN = {
     ("runtime/attn_module.c", "d->spec.block_n < 16)"),
     # the tensor maps' own bounds (a box of at most 256 rows, 64-element swizzled rows), not a template's rule
     ("runtime/attn_fwd.c", "if (spec->head_dim % 64 != 0 || spec->block_n < 1 || spec->block_n > 256)"),
-    ("driver/emit_c.c", "((k->dtype != S2_DTYPE_BF16 && k->dtype != S2_DTYPE_F16) || k->head_dim < 64 || "
-     "k->head_dim % 64 != 0 ||"),
+    ("driver/emit_c.c", "(!dti || !dti->kernels || dti->tensor_map < 0 || k->head_dim < 64 || k->head_dim % 64 != 0 ||"),
     ("driver/emit_c.c", "k->head_dim > 256 || k->kv_box_rows < 1 || k->kv_box_rows > 256))"),
 }
 
@@ -168,6 +171,9 @@ def check(root):
             if owner is None:
                 problems.append("%s:%d: \"%s\" belongs to no known stage (add it to tests/arch/check_stages.py)"
                                 % (rel, line, inc))
+            elif owner in PUBLIC_ONLY.get(stage, ()) and not inc.startswith("s2c/"):
+                problems.append("%s:%d: %s includes \"%s\", a private header of %s; %s may use only its public "
+                                "headers (s2c/...)" % (rel, line, stage, inc, owner, stage))
             elif owner not in ALLOWED[stage]:
                 problems.append("%s:%d: %s includes \"%s\" of %s; %s may use only %s"
                                 % (rel, line, stage, inc, owner, stage, ", ".join(sorted(ALLOWED[stage]))))
@@ -203,6 +209,9 @@ def self_test():
                                          None),
         "runtime hard-codes a threshold": ("runtime/a.c", "bool f(int keys) { return 384 <= r->min_keys; }\n",
                                            None),
+        "dist includes the runtime's inside": ("dist/a.c", '#include "attn_internal.h"\n', "runtime/attn_internal.h"),
+        "runtime includes dist": ("runtime/a.c", '#include "dist.h"\n', "dist/dist.h"),
+        "dist includes codegen": ("dist/a.c", '#include "s2c/codegen.h"\n', None),
     }
     failed = 0
     for what, (path, text, other) in cases.items():
@@ -232,6 +241,8 @@ def self_test():
         with open(os.path.join(root, "driver", "a.c"), "w") as f:
             f.write("/* s2_fwd_build, WIDE_MIN_KEYS */ int f(const s2_kspec *spec) { return s2_template_for(spec) && "
                     "spec->block_m > 0 && spec->num_warps != 1; }\n")
+        with open(os.path.join(root, "dist", "a.c"), "w") as f:
+            f.write('#include "s2c/attn_runtime.h"\n#include "s2c/layout.h"\n')
         found = check(root)
         print("self-test %-32s %s" % ("a clean tree", "passes" if not found else "FAILS: " + found[0]))
         failed += bool(found)

@@ -70,19 +70,21 @@ START_TEST(assembles_without_spills_and_carries_manifest)
                   s2_ctx_message(ctx));
     s2_kspec aks;   /* the resolved spec, the template's choices included */
     ck_assert_int_eq(s2_artifact_kspec(ctx, art, &aks), S2_OK);
-    /* the forward and NAME_seqs, and with the wide variant (sm_90a, block 64, d128) three: every one
-     * without spills */
+    /* the forward, NAME_seqs and NAME_combine, and with the wide variant (sm_90a, block 64, d128) four:
+     * every one without spills */
     bool wide_expected = arch == S2_ARCH_SM90A && D == 128 && p->block_size == 64;
-    ck_assert_int_eq(art->num_kernels, wide_expected ? 3 : 2);
-    const s2_kernel_info *ki = &art->kernels[0], *wi = NULL, *si = NULL;
+    ck_assert_int_eq(art->num_kernels, wide_expected ? 4 : 3);
+    const s2_kernel_info *ki = &art->kernels[0], *wi = NULL, *si = NULL, *ci = NULL;
     for (int i = 0; i < art->num_kernels; i++) {
         const s2_kernel_info *x = &art->kernels[i];
         size_t nl = strlen(x->name), sl = strlen(s2_role_suffix(S2_ROLE_FWD_WIDE));
-        size_t ql = strlen(s2_role_suffix(S2_ROLE_FWD_SEQS));
+        size_t ql = strlen(s2_role_suffix(S2_ROLE_FWD_SEQS)), cl = strlen(s2_role_suffix(S2_ROLE_COMBINE));
         if (nl > sl && strcmp(x->name + nl - sl, s2_role_suffix(S2_ROLE_FWD_WIDE)) == 0)
             wi = x;
         else if (nl > ql && strcmp(x->name + nl - ql, s2_role_suffix(S2_ROLE_FWD_SEQS)) == 0)
             si = x;
+        else if (nl > cl && strcmp(x->name + nl - cl, s2_role_suffix(S2_ROLE_COMBINE)) == 0)
+            ci = x;
         else
             ki = x;
         ck_assert_msg(x->registers > 0 && x->spill_stores == 0 && x->spill_loads == 0 && x->stack_frame == 0,
@@ -92,6 +94,8 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     ck_assert_int_eq(wi != NULL, wide_expected);
     ck_assert_ptr_nonnull(si);
     ck_assert_int_eq(si->max_threads, 128);
+    ck_assert_ptr_nonnull(ci);
+    ck_assert_int_eq(ci->max_threads, 128);
     ck_assert_str_eq(art->kernels[0].name, ki->name);   /* the primary kernel first */
     printf("%-14s d%-3d %-4s %-6s bm%d bn%d w%d st%d: %3d regs, spill %d/%d, stack %d, smem %d\n", p->name, D,
            s2_dtype_name(dt), s2_arch_name(arch), art->spec.block_m, art->spec.block_n, art->spec.num_warps,
@@ -145,7 +149,17 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     ck_assert_int_eq(mk->threads, art->threads_per_block);
     ck_assert_int_eq(mk->smem_bytes, art->smem_bytes);
     /* one record per kernel: the forward's ABI and grid, and the wide variant's own tile */
-    ck_assert_int_eq(mk->num_fns, wide_expected ? 3 : 2);
+    ck_assert_int_eq(mk->num_fns, wide_expected ? 4 : 3);
+    /* NAME_combine: the LSE merge, the decode module's kernel (ABI combine, one row per D / 8 threads) */
+    const s2_kernel_record *cr = s2_manifest_kernel_fn(mk, S2_ROLE_COMBINE);
+    ck_assert_ptr_nonnull(cr);
+    char cname[160];
+    snprintf(cname, sizeof cname, "%s_combine", mk->name);
+    ck_assert_str_eq(cr->symbol, cname);
+    ck_assert_str_eq(ci->name, cname);
+    ck_assert_int_eq(cr->abi, S2_ABI_COMBINE);
+    ck_assert_int_eq(cr->grid, S2_GRID_ROWS);
+    ck_assert_int_eq(cr->smem_bytes, 0);
     /* NAME_seqs: one thread per sequence, no shared memory */
     const s2_kernel_record *sr = s2_manifest_kernel_fn(mk, S2_ROLE_FWD_SEQS);
     ck_assert_ptr_nonnull(sr);

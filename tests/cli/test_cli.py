@@ -436,8 +436,9 @@ def test_emit_c():
             h, c = os.path.join(sub, ident + ".h"), os.path.join(sub, ident + ".c")
             launchers = re.findall(r"^launcher (\S+)$", out, re.M)
             dtn = "f16" if dt == "fp16" else dt
-            # each forward and its NAME_seqs (cu_seqlens -> records)
-            want = [ident + "_" + symbol(n, dtn, int(hd))[3:] + sfx for n in pattern_names(f) for sfx in ("", "_seqs")]
+            # each forward, its NAME_seqs (cu_seqlens -> records) and NAME_combine (the LSE merge)
+            want = [ident + "_" + symbol(n, dtn, int(hd))[3:] + sfx for n in pattern_names(f)
+                    for sfx in ("", "_seqs", "_combine")]
             if rc != 0 or not os.path.exists(h) or not os.path.exists(c) or launchers != want:
                 check(f"--emit c {stem} {dt} d{hd} {arch}", False, f"rc={rc} {launchers} want {want} {err}")
                 continue
@@ -447,6 +448,8 @@ def test_emit_c():
                 u.write(f'#include "{ident}.h"\nint use(CUstream s);\nint use(CUstream s)\n{{\n'
                         f'    CUdeviceptr p = 0;\n    CUresult r = load_{ident}();\n')
                 for name in launchers:
+                    if name.endswith("_combine"):   # the combine launcher's call: tests/aot
+                        continue
                     if name.endswith("_seqs"):   # cu_q, cu_k, seqinfo, n, max_kv_len
                         u.write(f"    if (r == CUDA_SUCCESS)\n        r = {name}(s, p, p, p, 1, 1);\n")
                         continue
@@ -471,13 +474,13 @@ def test_emit_c():
         rc, out, err = run("compile", os.path.join(PATTERNS, "dense.yaml"), "--head-dim", "128", "--dtype", "bf16",
                            "--arch", "sm_90a", "--emit", "c", "-o", os.path.join(tdir, "tma.c"))
         launchers = re.findall(r"^launcher (\S+)$", out, re.M)
-        errs = [f"rc={rc} {err}"] if rc != 0 or len(launchers) != 3 or launchers[1] != launchers[0] + "_seqs" or \
-            launchers[2] != launchers[0] + "_w" else []
+        errs = [f"rc={rc} {err}"] if rc != 0 or len(launchers) != 4 or launchers[1] != launchers[0] + "_seqs" or \
+            launchers[2] != launchers[0] + "_combine" or launchers[3] != launchers[0] + "_w" else []
         if not errs:
             with open(os.path.join(tdir, "user.c"), "w") as u:
                 u.write('#include "tma.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
                         '    CUresult r = load_tma();\n')
-                for name in (launchers[0], launchers[2]):
+                for name in (launchers[0], launchers[3]):
                     u.write(f'    if (r == CUDA_SUCCESS)\n        r = {name}(s, p, p, '
                             'p, p, p, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1.0f, p, p, p, 0, 1, p, 1, 1, 1, 1);\n')
                 u.write('    (void)unload_tma();\n    return (int)r;\n}\n')
@@ -495,11 +498,11 @@ def test_emit_c():
         rc, out, err = run("compile", os.path.join(PATTERNS, "s2-l8v16.yaml"), "--head-dim", "128", "--dtype", "bf16",
                            "--arch", "sm_90a", "--emit", "c", "-o", os.path.join(pdir, "tmap.c"))
         launchers = re.findall(r"^launcher (\S+)$", out, re.M)
-        errs = [f"rc={rc} {err}"] if rc != 0 or len(launchers) != 3 or not launchers[2].endswith("_w") else []
+        errs = [f"rc={rc} {err}"] if rc != 0 or len(launchers) != 4 or not launchers[3].endswith("_w") else []
         if not errs:
             with open(os.path.join(pdir, "user.c"), "w") as u:
                 u.write('#include "tmap.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
-                        f'    CUresult r = load_tmap();\n    if (r == CUDA_SUCCESS)\n        r = {launchers[2]}(s, p, p, '
+                        f'    CUresult r = load_tmap();\n    if (r == CUDA_SUCCESS)\n        r = {launchers[3]}(s, p, p, '
                         'p, p, p, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1.0f, p, p, p, 0, 1, p, 1, 1, p, p, 1, 1, 1);\n'
                         '    (void)unload_tmap();\n    return (int)r;\n}\n')
             errs += cc_errors(cc, pdir, ("tmap.c", "user.c"))
@@ -587,8 +590,9 @@ def test_stages():
         rc, ptx_out, err = run(*base, "-o", os.path.join(d, "k.ptx"), "--emit", "ptx")
         ptx = open(os.path.join(d, "k.ptx")).read() if rc == 0 else ""
         entries = re.findall(r"\.entry (s2_fwd_\w+)", ptx)
-        check("--emit ptx: one .entry per pattern, one NAME_seqs each, and the manifest global",
-              len(entries) == 4 and sum(e.endswith("_seqs") for e in entries) == 2 and "s2c_manifest" in ptx,
+        check("--emit ptx: one .entry per pattern, one NAME_seqs and NAME_combine each, and the manifest global",
+              len(entries) == 6 and sum(e.endswith("_seqs") for e in entries) == 2 and
+              sum(e.endswith("_combine") for e in entries) == 2 and "s2c_manifest" in ptx,
               f"{entries} {err}")
         rc, ll_out, err = run(*base, "-o", os.path.join(d, "k.ll"), "--emit", "ll")
         ll = open(os.path.join(d, "k.ll")).read() if rc == 0 else ""
