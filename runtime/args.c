@@ -38,29 +38,14 @@ void s2_rt_args(const s2_rt_argmap *map, void *const *vals, void **args)
         args[i] = vals[map->slot[i]];
 }
 
-static uint32_t cdiv_u32(int64_t a, int64_t b) { return (uint32_t)((a + b - 1) / b); }
-
-s2_status s2_rt_grid(s2_ctx *ctx, const s2_kernel_record *r, const s2_rt_grid_in *in, uint32_t grid[3])
+s2_status s2_rt_launch_cfg(s2_ctx *ctx, const s2_attn_kernel *k, s2_kernel_role role, const s2_launch_dims *in,
+                           void *stream, s2_launch_cfg *cfg)
 {
-    int64_t rows_per_cta = in->head_dim >= 8 ? r->threads / (in->head_dim / 8) : 0;
-    switch (r->grid) {
-    case S2_GRID_Q_TILES: grid[0] = (uint32_t)in->q_tiles, grid[1] = (uint32_t)in->heads; break;
-    case S2_GRID_Q_TILE_PAIRS: grid[0] = cdiv_u32(in->q_tiles, 2), grid[1] = (uint32_t)in->heads; break;
-    case S2_GRID_KV_TILES: grid[0] = (uint32_t)in->kv_tiles, grid[1] = (uint32_t)in->kv_heads; break;
-    case S2_GRID_SPLITS: grid[0] = (uint32_t)in->splits, grid[1] = (uint32_t)in->kv_heads; break;
-    case S2_GRID_PRE_ROWS:
-    case S2_GRID_ROWS:
-        if (rows_per_cta < 1)
-            return s2_fail(ctx, S2_ERR_INTERNAL, "kernel %s: no rows per CTA", r->symbol);
-        grid[0] = cdiv_u32(r->grid == S2_GRID_ROWS ? in->rows : in->q_len, rows_per_cta);
-        grid[1] = r->grid == S2_GRID_ROWS ? 1 : (uint32_t)in->heads;
-        break;
-    case S2_GRID_SEQS:   /* one thread per sequence: rows = n */
-        grid[0] = cdiv_u32(in->rows, r->threads), grid[1] = 1, grid[2] = 1;
-        return S2_OK;
-    default:
-        return s2_fail(ctx, S2_ERR_INTERNAL, "kernel %s: grid %s is the caller's", r->symbol, s2_grid_name(r->grid));
-    }
-    grid[2] = r->grid == S2_GRID_ROWS ? 1 : (uint32_t)in->batch;
+    s2_launch_facts f;
+    s2_status st = s2_launch_facts_of(ctx, k->rec[role], in, &k->mod->dev->limits, &k->use[role], &f);
+    if (st != S2_OK)
+        return st;
+    *cfg = (s2_launch_cfg){.grid = {f.grid[0], f.grid[1], f.grid[2]}, .block = {f.block[0], f.block[1], f.block[2]},
+                           .smem_bytes = f.smem_bytes, .stream = stream};
     return S2_OK;
 }

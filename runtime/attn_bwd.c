@@ -247,13 +247,11 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
     s2_status rc = bwd_launch_args(ctx, &L, k, a, s, 0, a->kv_heads, dsw, s->ds_head);
     if (rc != S2_OK)
         return rc;
-    s2_rt_grid_in in = {.q_tiles = L.tiles, .kv_tiles = L.kv_tiles, .q_len = a->q_len, .heads = a->heads,
-                        .kv_heads = a->kv_heads, .batch = a->batch, .head_dim = a->head_dim};
+    s2_launch_dims in = {.q_tiles = L.tiles, .kv_tiles = L.kv_tiles, .q_len = a->q_len, .heads = a->heads,
+                         .kv_heads = a->kv_heads, .batch = a->batch};
     s2_kernel_role dq = pair ? S2_ROLE_BWD_DQDS2 : ds ? S2_ROLE_BWD_DQDS : S2_ROLE_BWD_DQ;
-    const s2_kernel_record *rp = k->rec[S2_ROLE_BWD_PRE], *rk = k->rec[S2_ROLE_BWD_DKDV], *rq = k->rec[dq];
-    s2_launch_cfg pre = {.block = {(uint32_t)rp->threads, 1, 1}, .smem_bytes = (uint32_t)rp->smem_bytes,
-                         .stream = stream};
-    rc = s2_rt_grid(ctx, rp, &in, pre.grid);
+    s2_launch_cfg pre;
+    rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_BWD_PRE, &in, stream, &pre);
     if (rc == S2_OK)
         rc = s2_kernel_launch(ctx, k->fns[S2_ROLE_BWD_PRE], &pre, L.args);
     /* the chunks' launches: over nkv kv heads each */
@@ -266,13 +264,10 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
             rc = bwd_launch_args(ctx, &L, k, a, s, j * nkv, nkv, dsw, head);
         if (rc != S2_OK)
             break;
-        s2_launch_cfg cfg[2] = {
-            {.block = {(uint32_t)rk->threads, 1, 1}, .smem_bytes = (uint32_t)rk->smem_bytes, .stream = stream},
-            {.block = {(uint32_t)rq->threads, 1, 1}, .smem_bytes = (uint32_t)rq->smem_bytes, .stream = stream},
-        };
-        rc = s2_rt_grid(ctx, rk, &in, cfg[0].grid);
+        s2_launch_cfg cfg[2];
+        rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_BWD_DKDV, &in, stream, &cfg[0]);
         if (rc == S2_OK)
-            rc = s2_rt_grid(ctx, rq, &in, cfg[1].grid);
+            rc = s2_rt_launch_cfg(ctx, k, dq, &in, stream, &cfg[1]);
         if (rc == S2_OK)
             rc = s2_kernel_launch(ctx, k->fns[S2_ROLE_BWD_DKDV], &cfg[0], L.args);
         if (rc == S2_OK)

@@ -140,17 +140,14 @@ static s2_status dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode
         *out = a->splits > 0 ? a->splits : 1;
         return S2_OK;
     }
-    s2_kernel_attrs at;
-    s2_status st = s2_kernel_get_attrs(ctx, k->fns[S2_ROLE_DECODE], &at);
+    s2_launch_dims one = {.splits = 1, .kv_heads = 1, .batch = 1};
+    s2_launch_facts f;
+    s2_status st = s2_launch_facts_of(ctx, k->rec[S2_ROLE_DECODE], &one, &k->mod->dev->limits,
+                                      &k->use[S2_ROLE_DECODE], &f);
     if (st != S2_OK)
         return st;
     int warps = k->desc->spec.num_warps;
-    int warp_regs = ((at.num_regs * 32 + 255) / 256) * 256;
-    int by_regs = warp_regs ? 65536 / (warps * warp_regs) : 32;
-    int by_smem = 228 * 1024 / (k->desc->smem_bytes + at.static_smem_bytes + 1024);
-    int per_sm = by_regs < by_smem ? by_regs : by_smem;
-    per_sm = per_sm < 1 ? 1 : per_sm;
-    int64_t target = (int64_t)s2_device_get_info(k->mod->dev)->sm_count * per_sm;
+    int64_t target = (int64_t)k->mod->dev->limits.sm_count * f.ctas_per_sm;
     int64_t tiles = s2_cdiv(max_list * (k->pattern->block_size / 16), warps);
     int64_t cap = s2_min64(DEC_MAX_SPLITS, s2_max64(1, tiles / 4)), best = 1;
     double best_eff = 0;
@@ -339,11 +336,9 @@ s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
         vals[DV_QS + i] = &st[i];
     void *args[DV_COUNT];
     s2_rt_args(&k->argmap[S2_ROLE_DECODE], vals, args);
-    const s2_kernel_record *r = k->rec[S2_ROLE_DECODE];
-    s2_rt_grid_in in = {.splits = splits, .kv_heads = a->kv_heads, .batch = a->batch, .head_dim = a->head_dim};
-    s2_launch_cfg cfg = {.block = {(uint32_t)r->threads, 1, 1}, .smem_bytes = (uint32_t)r->smem_bytes,
-                         .stream = stream};
-    s2_status rc = s2_rt_grid(ctx, r, &in, cfg.grid);
+    s2_launch_dims in = {.splits = splits, .kv_heads = a->kv_heads, .batch = a->batch};
+    s2_launch_cfg cfg;
+    s2_status rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_DECODE, &in, stream, &cfg);
     return rc == S2_OK ? s2_kernel_launch(ctx, k->fns[S2_ROLE_DECODE], &cfg, args) : rc;
 }
 
@@ -401,10 +396,8 @@ s2_status s2_rt_combine_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, con
     };
     void *args[CV_COUNT];
     s2_rt_args(&k->argmap[S2_ROLE_COMBINE], vals, args);
-    const s2_kernel_record *r = k->rec[S2_ROLE_COMBINE];
-    s2_rt_grid_in in = {.rows = rows, .head_dim = a->head_dim};
-    s2_launch_cfg cfg = {.block = {(uint32_t)r->threads, 1, 1}, .smem_bytes = (uint32_t)r->smem_bytes,
-                         .stream = stream};
-    s2_status rc = s2_rt_grid(ctx, r, &in, cfg.grid);
+    s2_launch_dims in = {.rows = rows};
+    s2_launch_cfg cfg;
+    s2_status rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_COMBINE, &in, stream, &cfg);
     return rc == S2_OK ? s2_kernel_launch(ctx, k->fns[S2_ROLE_COMBINE], &cfg, args) : rc;
 }

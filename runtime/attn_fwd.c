@@ -65,26 +65,6 @@ s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2
     return s2_rt_fwd_tensor_maps(ctx, k->mod->dev, &r->spec, a, maps);
 }
 
-/* Resident CTAs per SM of a kernel (registers, shared memory, threads;
- * Hopper limits: 64 K registers in 256-register warp chunks, 228 KB of
- * shared memory with 1 KB reserved per CTA, 2048 threads, 32 CTAs). */
-static s2_status ctas_per_sm(s2_ctx *ctx, s2_kernel *fn, int threads, int smem_bytes, int *out)
-{
-    s2_kernel_attrs at;
-    s2_status st = s2_kernel_get_attrs(ctx, fn, &at);
-    if (st != S2_OK)
-        return st;
-    int warps = (threads + 31) / 32;
-    int warp_regs = ((at.num_regs * 32 + 255) / 256) * 256;
-    int by_regs = warp_regs ? 65536 / (warps * warp_regs) : 32;
-    int by_smem = 228 * 1024 / (smem_bytes + at.static_smem_bytes + 1024);
-    int by_threads = 2048 / threads;
-    int n = by_regs < by_smem ? by_regs : by_smem;
-    n = n < by_threads ? n : by_threads;
-    *out = n < 1 ? 1 : n > 32 ? 32 : n;
-    return S2_OK;
-}
-
 s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a, sched_slot *s,
                            const s2_tensor_map *given)
 {
@@ -104,7 +84,6 @@ s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
     const fwd_tables *ft = s->use_wide ? &s->wide : &s->fwd;
     s2_kernel *fn = k->fns[role];
     const s2_kspec *spec = &rec->spec;
-    int threads = rec->threads, smem = rec->smem_bytes;
     bool persistent = rec->grid == S2_GRID_PERSISTENT;
     s2_devptr cls = ft->class_of_head, offs = ft->offsets, ent = ft->entries;
     int32_t first = ft->first_q_tile, tiles = ft->q_tiles;
@@ -137,25 +116,12 @@ s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
         if (ms != S2_OK)
             return ms;
     }
-    s2_launch_cfg cfg = {.block = {(uint32_t)threads, 1, 1}, .smem_bytes = (uint32_t)smem, .stream = stream};
-    if (!persistent) {
-        s2_rt_grid_in in = {.q_tiles = tiles, .heads = a->heads, .batch = a->batch, .head_dim = a->head_dim};
-        s2_status gs = s2_rt_grid(ctx, rec, &in, cfg.grid);
-        if (gs != S2_OK)
-            return gs;
-    } else {   /* the persistent grid: the device's SMs times the kernel's resident CTAs */
-        int per_sm = 1;
-        s2_status os = ctas_per_sm(ctx, fn, threads, smem, &per_sm);
-        if (os != S2_OK)
-            return os;
-        int64_t items = (int64_t)n_work * a->batch;
-        int64_t g = (int64_t)s2_device_get_info(k->mod->dev)->sm_count * per_sm;
-        if (items > INT32_MAX)
-            return s2_fail(ctx, S2_ERR_UNSUPPORTED, "persistent forward: %lld work items exceed 32 bits",
-                           (long long)items);
-        cfg.grid[0] = (uint32_t)(g < items ? g : items > 0 ? items : 1);
-        cfg.grid[1] = cfg.grid[2] = 1;
-    }
+    /* q_tiles or the persistent grid over n_work x batch items */
+    s2_launch_dims in = {.q_tiles = tiles, .heads = a->heads, .batch = a->batch, .n_work = n_work};
+    s2_launch_cfg cfg;
+    s2_status gs = s2_rt_launch_cfg(ctx, k, role, &in, stream, &cfg);
+    if (gs != S2_OK)
+        return gs;
     return s2_kernel_launch(ctx, fn, &cfg, args);
 }
 

@@ -86,6 +86,7 @@ struct s2_attn_kernel {
     s2_kernel *fns[S2_ROLE_COUNT_];
     const s2_kernel_record *rec[S2_ROLE_COUNT_];
     s2_rt_argmap argmap[S2_ROLE_COUNT_];
+    s2_kernel_use use[S2_ROLE_COUNT_];   /* what each loaded kernel uses, for its launch facts */
     struct dec_slot *dec_slots;          /* decode: the cache's storage (attn_decode.c) */
     int64_t max_kv_len;
     mtx_t lock;                          /* guards everything below */
@@ -212,13 +213,11 @@ S2_RT_HIDDEN s2_status s2_rt_argmap_build(s2_ctx *ctx, s2_abi_id abi, s2_rt_argm
 /* args[i] = vals[map->slot[i]]: vals indexed by the family's enum (abi/params.h). */
 S2_RT_HIDDEN void s2_rt_args(const s2_rt_argmap *map, void *const *vals, void **args);
 
-/* A launch's grid from its kernel's rule (every rule but the persistent
- * grid's, which depends on the device: attn_fwd.c). */
-typedef struct s2_rt_grid_in {
-    int64_t q_tiles, kv_tiles, q_len, rows;
-    int heads, kv_heads, batch, splits, head_dim;
-} s2_rt_grid_in;
-S2_RT_HIDDEN s2_status s2_rt_grid(s2_ctx *ctx, const s2_kernel_record *r, const s2_rt_grid_in *in, uint32_t grid[3]);
+/* The launch of k's kernel of role over in's extents, on stream: its launch
+ * facts (abi/launch_facts.h) from its record, the device's limits and the
+ * kernel's use, read at load. */
+S2_RT_HIDDEN s2_status s2_rt_launch_cfg(s2_ctx *ctx, const s2_attn_kernel *k, s2_kernel_role role,
+                                        const s2_launch_dims *in, void *stream, s2_launch_cfg *cfg);
 
 
 /* The entry's main kernel's resolved spec, options included (the forward,

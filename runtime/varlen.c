@@ -162,10 +162,9 @@ s2_status s2_attn_seqs_write_cu(s2_ctx *ctx, s2_attn_kernel *k, s2_attn_seqs *s,
                             [SV_MAX_KV] = &max_kv};
     void *args[SV_COUNT];
     s2_rt_args(&k->argmap[S2_ROLE_FWD_SEQS], vals, args);
-    s2_rt_grid_in in = {.rows = n};
-    s2_launch_cfg cfg = {.block = {(uint32_t)r->threads, 1, 1}, .smem_bytes = (uint32_t)r->smem_bytes,
-                         .stream = stream};
-    s2_status st = s2_rt_grid(ctx, r, &in, cfg.grid);
+    s2_launch_dims in = {.n = n};
+    s2_launch_cfg cfg;
+    s2_status st = s2_rt_launch_cfg(ctx, k, S2_ROLE_FWD_SEQS, &in, stream, &cfg);
     return st == S2_OK ? s2_kernel_launch(ctx, k->fns[S2_ROLE_FWD_SEQS], &cfg, args) : st;
 }
 
