@@ -68,61 +68,44 @@ s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2
 s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a, sched_slot *s,
                            const s2_tensor_map *given)
 {
-    s2_devptr q = a->q, kk = a->k, v = a->v, o = a->o, lse = a->lse;
-    int64_t st[12];
-    memcpy(st, a->q_stride, sizeof a->q_stride);
-    memcpy(st + 3, a->k_stride, sizeof a->k_stride);
-    memcpy(st + 6, a->v_stride, sizeof a->v_stride);
-    memcpy(st + 9, a->o_stride, sizeof a->o_stride);
-    int32_t q_len = (int32_t)a->q_len, kv_len = (int32_t)(a->seqs ? a->seqs->sched_kv_len : a->kv_len);
-    s2_devptr seqinfo = a->seqs ? a->seqs->buf : 0;
     double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
-    float scale_log2 = (float)(scale * 1.4426950408889634);
     /* the kernel the schedule was built for: NAME, or NAME_w on its own tiles */
     s2_kernel_role role = s->use_wide ? S2_ROLE_FWD_WIDE : S2_ROLE_FWD;
     const s2_kernel_record *rec = k->rec[role];
     const fwd_tables *ft = s->use_wide ? &s->wide : &s->fwd;
-    s2_kernel *fn = k->fns[role];
-    const s2_kspec *spec = &rec->spec;
-    bool persistent = rec->grid == S2_GRID_PERSISTENT;
-    s2_devptr cls = ft->class_of_head, offs = ft->offsets, ent = ft->entries;
-    int32_t first = ft->first_q_tile, tiles = ft->q_tiles;
-    s2_tensor_map maps[3];
-    s2_devptr work = s->w_buf, counter = 0;
-    if (persistent) {
-        s2_status cs = s2_rt_sched_counter(ctx, k, s, stream, &counter);
+    s2_rt_fwd_vals v = {
+        .Q = a->q, .K = a->k, .V = a->v, .O = a->o, .LSE = a->lse,
+        .QLEN = (int32_t)a->q_len, .KVLEN = (int32_t)(a->seqs ? a->seqs->sched_kv_len : a->kv_len),
+        .SCALE_LOG2 = (float)(scale * 1.4426950408889634),
+        .CLASS = ft->class_of_head, .OFFSETS = ft->offsets, .ENTRIES = ft->entries,
+        .FIRST_Q_TILE = ft->first_q_tile, .Q_TILES = ft->q_tiles,
+        .WORK = s->w_buf, .NWORK = s->n_work, .BATCH = (int32_t)a->batch, .SEQINFO = a->seqs ? a->seqs->buf : 0,
+    };
+    S2_RT_STRIDES(v, QS, a->q_stride), S2_RT_STRIDES(v, KS, a->k_stride);
+    S2_RT_STRIDES(v, VS, a->v_stride), S2_RT_STRIDES(v, OS, a->o_stride);
+    if (rec->grid == S2_GRID_PERSISTENT) {
+        s2_status cs = s2_rt_sched_counter(ctx, k, s, stream, &v.COUNTER);
         if (cs != S2_OK)
             return cs;
     }
-    int32_t n_work = s->n_work, batch = (int32_t)a->batch;
-#define FV(e, n, t) FV_##e,
-    enum { S2_ABI_FWD_TMA_PERSISTENT_PARAMS(FV) FV_COUNT };
-#undef FV
-    void *vals[FV_COUNT] = {
-        [FV_Q] = &q, [FV_K] = &kk, [FV_V] = &v, [FV_O] = &o, [FV_LSE] = &lse,
-        [FV_QLEN] = &q_len, [FV_KVLEN] = &kv_len, [FV_SCALE_LOG2] = &scale_log2,
-        [FV_CLASS] = &cls, [FV_OFFSETS] = &offs, [FV_ENTRIES] = &ent, [FV_FIRST_Q_TILE] = &first, [FV_Q_TILES] = &tiles,
-        [FV_TMAP_Q] = &maps[0], [FV_TMAP_K] = &maps[1], [FV_TMAP_V] = &maps[2],
-        [FV_WORK] = &work, [FV_NWORK] = &n_work, [FV_BATCH] = &batch, [FV_COUNTER] = &counter, [FV_SEQINFO] = &seqinfo,
-    };
-    for (int i = 0; i < 12; i++)
-        vals[FV_QS + i] = &st[i];   /* q, k, v, o strides: consecutive in every forward ABI */
-    void *args[FV_COUNT];
-    s2_rt_args(&k->argmap[role], vals, args);
-    if (rec->abi != S2_ABI_FWD && given) {
-        memcpy(maps, given, sizeof maps);
-    } else if (rec->abi != S2_ABI_FWD) {
-        s2_status ms = s2_rt_fwd_tensor_maps(ctx, k->mod->dev, spec, a, maps);
+    if (rec->abi != S2_ABI_FWD) {
+        s2_tensor_map maps[3];
+        if (given)
+            memcpy(maps, given, sizeof maps);
+        s2_status ms = given ? S2_OK : s2_rt_fwd_tensor_maps(ctx, k->mod->dev, &rec->spec, a, maps);
         if (ms != S2_OK)
             return ms;
+        v.TMAP_Q = maps[0], v.TMAP_K = maps[1], v.TMAP_V = maps[2];
     }
+    void *args[S2_RT_MAX_PARAMS];
+    s2_rt_pack(&k->argmap[role], &v, args);
     /* q_tiles or the persistent grid over n_work x batch items */
-    s2_launch_dims in = {.q_tiles = tiles, .heads = a->heads, .batch = a->batch, .n_work = n_work};
+    s2_launch_dims in = {.q_tiles = v.Q_TILES, .heads = a->heads, .batch = a->batch, .n_work = v.NWORK};
     s2_launch_cfg cfg;
     s2_status gs = s2_rt_launch_cfg(ctx, k, role, &in, stream, &cfg);
     if (gs != S2_OK)
         return gs;
-    return s2_kernel_launch(ctx, fn, &cfg, args);
+    return s2_kernel_launch(ctx, k->fns[role], &cfg, args);
 }
 
 bool s2_rt_fwd_sched_shape(const s2_attn_fwd_args *a, int64_t *q_len, int64_t *kv_len)
