@@ -5,6 +5,7 @@
 #include "compile_internal.h"
 #include "bench_fwd.h"
 #include "kernel_abi.h"
+#include "rt_limits.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -148,15 +149,13 @@ s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const 
         st = s2_kernel_get(ctx, v->mod, v->kname, &v->kern);
     }
     if (st == S2_OK && v->persistent) {
-        /* as runtime/attn_fwd.c: resident CTAs from registers, shared memory, threads */
-        s2_kernel_attrs at;
-        st = s2_kernel_get_attrs(ctx, v->kern, &at);
-        int warps = (v->threads + 31) / 32, warp_regs = ((at.num_regs * 32 + 255) / 256) * 256;
-        int by_regs = warp_regs ? 65536 / (warps * warp_regs) : 32;
-        int by_smem = 228 * 1024 / (v->smem + at.static_smem_bytes + 1024);
-        int n = by_regs < by_smem ? by_regs : by_smem;
-        n = n < 2048 / v->threads ? n : 2048 / v->threads;
-        v->grid_p = (uint32_t)(s2_device_get_info(dev)->sm_count * (n < 1 ? 1 : n));
+        /* the runtime's grid: as many CTAs as fit at once, capped by the work items */
+        const s2_manifest_kernel *k = s2_manifest_kernel_at(man, 0);
+        s2_launch_dims all = {.n_work = INT32_MAX, .batch = 1};
+        s2_kernel_use use = s2_rt_kernel_use(v->kern);
+        s2_launch_facts f;
+        st = s2_launch_facts_of(NULL, s2_manifest_kernel_fn(k, S2_ROLE_FWD), &all, s2_rt_device_limits(dev), &use, &f);
+        v->grid_p = f.grid[0];
     }
     s2_manifest_free(man);
     free(payload);

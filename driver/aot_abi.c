@@ -2,10 +2,16 @@
  * parameters from its list in abi/params.h, the launch arguments that are not
  * passed to the kernel, the grid's sources and who builds the by-value
  * parameters (tensor maps, the combine's table).  driver/emit_c.c emits from them. */
+#include "launch_facts.h"
 #include "params.h"
 #include "s2c/aot.h"
 
 #include <stddef.h>
+
+/* a grid rule's sources (abi/launch_facts.h), by name */
+#define AOT_DIM(f, d) #f,
+#define AOT_ONE() NULL,
+#define AOT_GRID(rule) {S2_GRID_DIMS_##rule(AOT_DIM, AOT_ONE)}
 
 /* ---- the forward attention kernel's ABI ---- */
 
@@ -24,7 +30,7 @@ static const s2_aot_abi attn_fwd_abi = {
     .num_params = (int)(sizeof attn_fwd_params / sizeof attn_fwd_params[0]),
     .launch_args = attn_fwd_launch,
     .num_launch_args = (int)(sizeof attn_fwd_launch / sizeof attn_fwd_launch[0]),
-    .grid = {"q_tiles", "heads", "batch"},
+    .grid = AOT_GRID(Q_TILES),
 };
 
 const s2_aot_abi *s2_aot_abi_attn_fwd(void) { return &attn_fwd_abi; }
@@ -46,7 +52,7 @@ static const s2_aot_abi attn_fwd_tma_abi = {
     .num_params = (int)(sizeof attn_fwd_tma_params / sizeof attn_fwd_tma_params[0]),
     .launch_args = attn_fwd_tma_launch,
     .num_launch_args = (int)(sizeof attn_fwd_tma_launch / sizeof attn_fwd_tma_launch[0]),
-    .grid = {"q_tiles", "heads", "batch"},
+    .grid = AOT_GRID(Q_TILES),
     .maps = S2_AOT_MAPS_ATTN_FWD,
 };
 
@@ -85,22 +91,22 @@ static const s2_aot_param attn_bwd_launch[] = {
     {"batch", S2_AOT_I32},
 };
 
-#define BWD_ABI(nm, gx, gy, ps, mp)                                                          \
+#define BWD_ABI(nm, rule, ps, mp)                                                            \
     {.name = nm, .params = ps,                                                               \
      .num_params = (int)(sizeof ps / sizeof ps[0]),                                          \
      .launch_args = attn_bwd_launch,                                                         \
      .num_launch_args = (int)(sizeof attn_bwd_launch / sizeof attn_bwd_launch[0]),           \
-     .grid = {gx, gy, "batch"}, .maps = mp}
+     .grid = AOT_GRID(rule), .maps = mp}
 
 static const s2_aot_abi attn_bwd_abis[8] = {
-    BWD_ABI("attn_bwd_pre", "q_len", "heads", attn_bwd_params, S2_AOT_MAPS_NONE),
-    BWD_ABI("attn_bwd_dkdv", "kv_tiles", "kv_heads", attn_bwd_params, S2_AOT_MAPS_NONE),
-    BWD_ABI("attn_bwd_dq", "q_tiles", "heads", attn_bwd_params, S2_AOT_MAPS_NONE),
-    BWD_ABI("attn_bwd_dqds", "q_tiles", "heads", attn_bwd_params, S2_AOT_MAPS_NONE),
-    BWD_ABI("attn_bwd_pre_tma", "q_len", "heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
-    BWD_ABI("attn_bwd_dkdv_tma", "kv_tiles", "kv_heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
-    BWD_ABI("attn_bwd_dq_tma", "q_tiles", "heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
-    BWD_ABI("attn_bwd_dqds_tma", "q_tiles", "heads", attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
+    BWD_ABI("attn_bwd_pre", PRE_ROWS, attn_bwd_params, S2_AOT_MAPS_NONE),
+    BWD_ABI("attn_bwd_dkdv", KV_TILES, attn_bwd_params, S2_AOT_MAPS_NONE),
+    BWD_ABI("attn_bwd_dq", Q_TILES, attn_bwd_params, S2_AOT_MAPS_NONE),
+    BWD_ABI("attn_bwd_dqds", Q_TILES, attn_bwd_params, S2_AOT_MAPS_NONE),
+    BWD_ABI("attn_bwd_pre_tma", PRE_ROWS, attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
+    BWD_ABI("attn_bwd_dkdv_tma", KV_TILES, attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
+    BWD_ABI("attn_bwd_dq_tma", Q_TILES, attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
+    BWD_ABI("attn_bwd_dqds_tma", Q_TILES, attn_bwd_tma_params, S2_AOT_MAPS_ATTN_BWD),
 };
 
 const s2_aot_abi *s2_aot_abi_attn_bwd_pre(void) { return &attn_bwd_abis[0]; }
@@ -127,7 +133,7 @@ static const s2_aot_abi attn_decode_abi = {
     .num_params = (int)(sizeof attn_decode_params / sizeof attn_decode_params[0]),
     .launch_args = attn_decode_launch,
     .num_launch_args = (int)(sizeof attn_decode_launch / sizeof attn_decode_launch[0]),
-    .grid = {"splits", "kv_heads", "batch"},
+    .grid = AOT_GRID(SPLITS),
 };
 
 const s2_aot_abi *s2_aot_abi_attn_decode(void) { return &attn_decode_abi; }
@@ -148,7 +154,7 @@ static const s2_aot_abi attn_combine_abi = {
     .num_params = (int)(sizeof attn_combine_params / sizeof attn_combine_params[0]),
     .launch_args = attn_combine_launch,
     .num_launch_args = (int)(sizeof attn_combine_launch / sizeof attn_combine_launch[0]),
-    .grid = {"rows", NULL, NULL},
+    .grid = AOT_GRID(ROWS),
     .table = S2_AOT_TABLE_COMBINE,
 };
 
@@ -162,7 +168,7 @@ static const s2_aot_abi attn_seqs_abi = {
     .name = "attn_seqs",
     .params = attn_seqs_params,
     .num_params = (int)(sizeof attn_seqs_params / sizeof attn_seqs_params[0]),
-    .grid = {"n", NULL, NULL},
+    .grid = AOT_GRID(SEQS),
 };
 
 const s2_aot_abi *s2_aot_abi_attn_seqs(void) { return &attn_seqs_abi; }

@@ -2,6 +2,7 @@
  * cubin and launch its kernels through the Driver API.  The launchers are
  * generated from ABI descriptor tables (aot_abi.c), never from per-kernel C
  * text; their parameters are the kernels' own lists (abi/params.h). */
+#include "launch_facts.h"
 #include "s2c/aot.h"
 #include "dtype.h"
 
@@ -530,39 +531,84 @@ static bool launch_arg_used(const s2_aot_abi *abi, const char *name)
     return false;
 }
 
-/* s2_gx of a persistent grid: SMs x resident CTAs per SM (the runtime's
- * ctas_per_sm: 64 K registers in 256-register warp chunks, 228 KB of shared
- * memory with 1 KB reserved per CTA, 2048 threads, 1..32 CTAs), at most
- * n_work x batch work items, at least 1. */
+static bool module_has_persistent(const s2_aot_module *m)
+{
+    for (int i = 0; i < m->num_kernels; i++)
+        if (m->kernels[i].abi->grid_persistent)
+            return true;
+    return false;
+}
+
+/* s2_ctas_per_sm: the runtime's occupancy rule, written from its one
+ * definition (abi/launch_facts.h), a statement a line. */
+static void emit_ctas_per_sm(s2_buf *b)
+{
+    static const char text[] = S2_CTAS_PER_SM_TEXT(s2_ctas_per_sm);
+    int depth = 0;
+    bool line_start = false;   /* indentation is written before a line's first character */
+    s2_buf_puts(b, "/* resident CTAs per SM: s2c's launch facts' rule */\n");
+    for (const char *p = text; *p; p++) {
+        if (line_start && *p == ' ')
+            continue;
+        if (*p == '}') {
+            depth--;
+            if (!line_start)
+                s2_buf_puts(b, "\n");
+            line_start = true;
+        }
+        if (line_start)
+            s2_buf_printf(b, "%*s", 4 * depth, "");
+        line_start = false;
+        s2_buf_printf(b, "%c", *p);
+        if (*p == '{' || *p == ';') {
+            depth += *p == '{';
+            s2_buf_puts(b, "\n");
+            line_start = true;
+        }
+    }
+    s2_buf_puts(b, "\n");
+}
+
+/* s2_gx of a persistent grid: SMs x resident CTAs per SM (s2_ctas_per_sm
+ * over the current device's limits and the kernel's registers and static
+ * shared memory, as the runtime's launch facts), at most n_work x batch work
+ * items, at least 1. */
 static void emit_persistent_grid(s2_buf *b, const s2_aot_module *m, int index)
 {
     const s2_aot_kernel *k = &m->kernels[index];
+    static const char *const dev_attr[6][2] = {
+        {"s2_sms", "MULTIPROCESSOR_COUNT"},
+        {"s2_sm_smem", "MAX_SHARED_MEMORY_PER_MULTIPROCESSOR"},
+        {"s2_reserved", "RESERVED_SHARED_MEMORY_PER_BLOCK"},
+        {"s2_sm_regs", "MAX_REGISTERS_PER_MULTIPROCESSOR"},
+        {"s2_sm_threads", "MAX_THREADS_PER_MULTIPROCESSOR"},
+        {"s2_sm_blocks", "MAX_BLOCKS_PER_MULTIPROCESSOR"},
+    };
+    s2_buf_puts(b, "    {\n"
+                   "        CUdevice s2_dev;\n"
+                   "        int s2_sms = 0, s2_sm_smem = 0, s2_reserved = 0, s2_sm_regs = 0, s2_sm_threads = 0;\n"
+                   "        int s2_sm_blocks = 0, s2_regs = 0, s2_static = 0;\n"
+                   "        CUresult s2_e = cuCtxGetDevice(&s2_dev);\n");
+    for (int i = 0; i < 6; i++)
+        s2_buf_printf(b, "        if (s2_e == CUDA_SUCCESS)\n"
+                         "            s2_e = cuDeviceGetAttribute(&%s, CU_DEVICE_ATTRIBUTE_%s, s2_dev);\n",
+                      dev_attr[i][0], dev_attr[i][1]);
     s2_buf_printf(b,
-        "    {\n"
-        "        CUdevice s2_dev;\n"
-        "        int s2_sms = 0, s2_regs = 0, s2_static = 0;\n"
-        "        CUresult s2_e = cuCtxGetDevice(&s2_dev);\n"
-        "        if (s2_e == CUDA_SUCCESS)\n"
-        "            s2_e = cuDeviceGetAttribute(&s2_sms, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, s2_dev);\n"
         "        if (s2_e == CUDA_SUCCESS)\n"
         "            s2_e = cuFuncGetAttribute(&s2_regs, CU_FUNC_ATTRIBUTE_NUM_REGS, %s_functions[%d]);\n"
         "        if (s2_e == CUDA_SUCCESS)\n"
         "            s2_e = cuFuncGetAttribute(&s2_static, CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, %s_functions[%d]);\n"
         "        if (s2_e != CUDA_SUCCESS)\n"
         "            return s2_e;\n"
-        "        int s2_warp_regs = ((s2_regs * 32 + 255) / 256) * 256;\n"
-        "        int s2_per = s2_warp_regs ? 65536 / (%d * s2_warp_regs) : 32;\n"
-        "        int s2_by_smem = 228 * 1024 / (%d + s2_static + 1024), s2_by_threads = 2048 / %d;\n"
-        "        s2_per = s2_per < s2_by_smem ? s2_per : s2_by_smem;\n"
-        "        s2_per = s2_per < s2_by_threads ? s2_per : s2_by_threads;\n"
-        "        s2_per = s2_per < 1 ? 1 : s2_per > 32 ? 32 : s2_per;\n"
+        "        int s2_per = s2_ctas_per_sm(s2_sm_regs, s2_sm_smem, s2_sm_threads, s2_sm_blocks, s2_reserved, %d, %d,\n"
+        "                                    s2_regs, s2_static);\n"
         "        int64_t s2_items = (int64_t)n_work * (int64_t)batch;\n"
         "        if (n_work < 0 || batch < 0 || s2_items > 2147483647)\n"
         "            return CUDA_ERROR_INVALID_VALUE;\n"
         "        s2_gx = (int64_t)s2_sms * s2_per;\n"
         "        s2_gx = s2_gx < s2_items ? s2_gx : s2_items > 0 ? s2_items : 1;\n"
         "    }\n",
-        m->name, index, m->name, index, (k->threads + 31) / 32, k->smem_bytes, k->threads);
+        m->name, index, m->name, index, k->threads, k->smem_bytes);
 }
 
 static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
@@ -630,6 +676,8 @@ static void emit_source(s2_buf *b, const s2_aot_module *m)
     emit_load(b, m);
     if (module_has_maps(m))
         emit_map_encoder(b, m);
+    if (module_has_persistent(m))
+        emit_ctas_per_sm(b);
     for (int i = 0; i < m->num_kernels; i++)
         emit_launcher(b, m, i);
 }

@@ -1,66 +1,78 @@
-/* Launch arguments in a kernel ABI's order: a launch names its values by the
- * enum of its family's widest ABI (abi/params.h), and each kernel's map,
- * built once from its ABI's parameter list, picks them in order. */
+/* Launch arguments in a kernel ABI's order: a launch fills its family's
+ * values (one field per parameter of the widest ABI, abi/params.h), and the
+ * packer hands each kernel the fields of its own ABI, by a map built once
+ * from its parameter list; and each launch's shape, from its launch facts. */
 #include "attn_internal.h"
 
+#include <stddef.h>
 #include <string.h>
 
-/* The widest ABI of each family: every other ABI's parameters are among its. */
-static s2_abi_id family_of(s2_abi_id abi)
-{
-    switch (abi) {
-    case S2_ABI_FWD: case S2_ABI_FWD_TMA: case S2_ABI_FWD_TMA_PERSISTENT: return S2_ABI_FWD_TMA_PERSISTENT;
-    case S2_ABI_BWD: case S2_ABI_BWD_TMA: return S2_ABI_BWD_TMA;
-    default: return abi;
-    }
-}
+/* Each family's values, by parameter name: the fields of its widest ABI. */
+typedef struct field {
+    const char *name;
+    s2_param_type type;
+    size_t off;
+} field;
+#define FIELDS(vals, list)                                                         \
+    static const field vals##_f[] = {list(FIELD_OF_##vals)};
+#define FIELD_OF_s2_rt_fwd_vals(e, n, t) {n, S2_PT_##t, offsetof(s2_rt_fwd_vals, e)},
+#define FIELD_OF_s2_rt_bwd_vals(e, n, t) {n, S2_PT_##t, offsetof(s2_rt_bwd_vals, e)},
+#define FIELD_OF_s2_rt_decode_vals(e, n, t) {n, S2_PT_##t, offsetof(s2_rt_decode_vals, e)},
+#define FIELD_OF_s2_rt_combine_vals(e, n, t) {n, S2_PT_##t, offsetof(s2_rt_combine_vals, e)},
+#define FIELD_OF_s2_rt_seqs_vals(e, n, t) {n, S2_PT_##t, offsetof(s2_rt_seqs_vals, e)},
+FIELDS(s2_rt_fwd_vals, S2_ABI_FWD_TMA_PERSISTENT_PARAMS)
+FIELDS(s2_rt_bwd_vals, S2_ABI_BWD_TMA_PARAMS)
+FIELDS(s2_rt_decode_vals, S2_ABI_DECODE_PARAMS)
+FIELDS(s2_rt_combine_vals, S2_ABI_COMBINE_PARAMS)
+FIELDS(s2_rt_seqs_vals, S2_ABI_SEQS_PARAMS)
+
+_Static_assert(sizeof(s2_rt_bwd_vals) < 65536 && sizeof(s2_rt_fwd_vals) < 65536 && sizeof(s2_rt_decode_vals) < 65536 &&
+                   sizeof(s2_rt_combine_vals) < 65536 && sizeof(s2_rt_seqs_vals) < 65536,
+               "parameter offsets are 16-bit");
+
+#define FAMILY(vals) {vals##_f, (int)(sizeof vals##_f / sizeof vals##_f[0])}
+static const struct {
+    const field *f;
+    int n;
+} families[S2_ABI_COUNT_] = {
+    [S2_ABI_FWD] = FAMILY(s2_rt_fwd_vals), [S2_ABI_FWD_TMA] = FAMILY(s2_rt_fwd_vals),
+    [S2_ABI_FWD_TMA_PERSISTENT] = FAMILY(s2_rt_fwd_vals), [S2_ABI_BWD] = FAMILY(s2_rt_bwd_vals),
+    [S2_ABI_BWD_TMA] = FAMILY(s2_rt_bwd_vals), [S2_ABI_DECODE] = FAMILY(s2_rt_decode_vals),
+    [S2_ABI_COMBINE] = FAMILY(s2_rt_combine_vals), [S2_ABI_SEQS] = FAMILY(s2_rt_seqs_vals),
+};
 
 s2_status s2_rt_argmap_build(s2_ctx *ctx, s2_abi_id abi, s2_rt_argmap *out)
 {
-    s2_abi_id fam = family_of(abi);
-    const s2_abi_desc *d = s2_abi_get(abi), *w = s2_abi_get(fam);
-    if (!d || !w || d->num_params > S2_RT_MAX_PARAMS)
+    const s2_abi_desc *d = s2_abi_get(abi);
+    if (!d || !families[abi].f || d->num_params > S2_RT_MAX_PARAMS)
         return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel ABI %d unknown to this runtime", (int)abi);
     out->n = d->num_params;
     for (int i = 0; i < d->num_params; i++) {
-        int j = s2_abi_param_index(fam, d->params[i].name);
-        if (j < 0 || w->params[j].type != d->params[i].type)
+        int j = 0;
+        while (j < families[abi].n && strcmp(families[abi].f[j].name, d->params[i].name) != 0)
+            j++;
+        if (j == families[abi].n || families[abi].f[j].type != d->params[i].type)
             return s2_fail(ctx, S2_ERR_PARSE, "kernel ABI %s: parameter %s is not its family's", d->name,
                            d->params[i].name);
-        out->slot[i] = (uint8_t)j;
+        out->off[i] = (uint16_t)families[abi].f[j].off;
     }
     return S2_OK;
 }
 
-void s2_rt_args(const s2_rt_argmap *map, void *const *vals, void **args)
+void s2_rt_pack(const s2_rt_argmap *map, void *vals, void **args)
 {
     for (int i = 0; i < map->n; i++)
-        args[i] = vals[map->slot[i]];
+        args[i] = (char *)vals + map->off[i];
 }
 
-static uint32_t cdiv_u32(int64_t a, int64_t b) { return (uint32_t)((a + b - 1) / b); }
-
-s2_status s2_rt_grid(s2_ctx *ctx, const s2_kernel_record *r, const s2_rt_grid_in *in, uint32_t grid[3])
+s2_status s2_rt_launch_cfg(s2_ctx *ctx, const s2_attn_kernel *k, s2_kernel_role role, const s2_launch_dims *in,
+                           void *stream, s2_launch_cfg *cfg)
 {
-    int64_t rows_per_cta = in->head_dim >= 8 ? r->threads / (in->head_dim / 8) : 0;
-    switch (r->grid) {
-    case S2_GRID_Q_TILES: grid[0] = (uint32_t)in->q_tiles, grid[1] = (uint32_t)in->heads; break;
-    case S2_GRID_Q_TILE_PAIRS: grid[0] = cdiv_u32(in->q_tiles, 2), grid[1] = (uint32_t)in->heads; break;
-    case S2_GRID_KV_TILES: grid[0] = (uint32_t)in->kv_tiles, grid[1] = (uint32_t)in->kv_heads; break;
-    case S2_GRID_SPLITS: grid[0] = (uint32_t)in->splits, grid[1] = (uint32_t)in->kv_heads; break;
-    case S2_GRID_PRE_ROWS:
-    case S2_GRID_ROWS:
-        if (rows_per_cta < 1)
-            return s2_fail(ctx, S2_ERR_INTERNAL, "kernel %s: no rows per CTA", r->symbol);
-        grid[0] = cdiv_u32(r->grid == S2_GRID_ROWS ? in->rows : in->q_len, rows_per_cta);
-        grid[1] = r->grid == S2_GRID_ROWS ? 1 : (uint32_t)in->heads;
-        break;
-    case S2_GRID_SEQS:   /* one thread per sequence: rows = n */
-        grid[0] = cdiv_u32(in->rows, r->threads), grid[1] = 1, grid[2] = 1;
-        return S2_OK;
-    default:
-        return s2_fail(ctx, S2_ERR_INTERNAL, "kernel %s: grid %s is the caller's", r->symbol, s2_grid_name(r->grid));
-    }
-    grid[2] = r->grid == S2_GRID_ROWS ? 1 : (uint32_t)in->batch;
+    s2_launch_facts f;
+    s2_status st = s2_launch_facts_of(ctx, k->rec[role], in, &k->mod->dev->limits, &k->use[role], &f);
+    if (st != S2_OK)
+        return st;
+    *cfg = (s2_launch_cfg){.grid = {f.grid[0], f.grid[1], f.grid[2]}, .block = {f.block[0], f.block[1], f.block[2]},
+                           .smem_bytes = f.smem_bytes, .stream = stream};
     return S2_OK;
 }

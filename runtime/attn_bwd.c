@@ -128,12 +128,7 @@ void s2_attn_bwd_args_bshd(s2_attn_bwd_args *a)
  * them from the grid's head, with the full head count as the batch stride),
  * ds_head is the chunk's head_base array. */
 typedef struct bwd_launch {
-    s2_devptr ptrs[12];
-    int64_t st[24];
-    int32_t q_len, kv_len, first, tiles, kv_tiles;
-    float scale_log2;
-    s2_devptr sch[6], dsp[3];
-    s2_tensor_map maps[2];   /* q, do (spec.bwd_tma) */
+    s2_rt_bwd_vals v;
     void *args[S2_RT_MAX_PARAMS];
 } bwd_launch;
 
@@ -150,48 +145,37 @@ static s2_status bwd_launch_args(s2_ctx *ctx, bwd_launch *L, const s2_attn_kerne
     static const int kind[12] = {0, 1, 1, 0, 0, 2, 2, 2, 2, 0, 1, 1};
     const int64_t *head_stride[12] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride, a->do_stride, NULL, NULL,
                                       NULL, NULL, a->dq_stride, a->dk_stride, a->dv_stride};
+    s2_devptr p[12];
     for (int i = 0; i < 12; i++) {
         s2_devptr off = kind[i] == 2 ? (s2_devptr)rows
                         : (s2_devptr)((kind[i] == 0 ? h0 : kv0) * head_stride[i][2] * (int64_t)es);
-        L->ptrs[i] = base[i] ? base[i] + off : 0;
+        p[i] = base[i] ? base[i] + off : 0;
     }
-    const int64_t *strides[8] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride,
-                                 a->do_stride, a->dq_stride, a->dk_stride, a->dv_stride};
-    for (int i = 0; i < 8; i++)
-        memcpy(L->st + 3 * i, strides[i], 3 * sizeof(int64_t));
-    L->q_len = (int32_t)a->q_len, L->kv_len = (int32_t)a->kv_len;
     double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
-    L->scale_log2 = (float)(scale * 1.4426950408889634);
     s2_devptr cls = 4 * (s2_devptr)h0;   /* int32 class_of_head[heads] of both schedules, by query head */
-    s2_devptr sch[6] = {s->fwd.class_of_head + cls, s->fwd.offsets, s->fwd.entries, s->t_class_of_head + cls, s->t_offsets,
-                        s->t_entries};
-    memcpy(L->sch, sch, sizeof sch);
-    L->first = s->fwd.first_q_tile, L->tiles = s->fwd.q_tiles, L->kv_tiles = s->kv_tiles;
-    L->dsp[0] = ds, L->dsp[1] = ds ? ds_head : 0, L->dsp[2] = ds ? s->ds_map : 0;
-#define BV(e, n, t) BV_##e,
-    enum { S2_ABI_BWD_TMA_PARAMS(BV) BV_COUNT };
-#undef BV
-    void *vals[BV_COUNT] = {
-        [BV_QLEN] = &L->q_len, [BV_KVLEN] = &L->kv_len, [BV_SCALE_LOG2] = &L->scale_log2,
-        [BV_CLASS] = &L->sch[0], [BV_OFFSETS] = &L->sch[1], [BV_ENTRIES] = &L->sch[2], [BV_FIRST_Q_TILE] = &L->first,
-        [BV_Q_TILES] = &L->tiles, [BV_TCLASS] = &L->sch[3], [BV_TOFFSETS] = &L->sch[4], [BV_TENTRIES] = &L->sch[5],
-        [BV_KV_TILES] = &L->kv_tiles, [BV_DS] = &L->dsp[0], [BV_DS_HEAD] = &L->dsp[1], [BV_DS_MAP] = &L->dsp[2],
-        [BV_TMAP_Q] = &L->maps[0], [BV_TMAP_DO] = &L->maps[1],
+    L->v = (s2_rt_bwd_vals){
+        .Q = p[0], .K = p[1], .V = p[2], .O = p[3], .DO = p[4], .LSE = p[5], .DLSE = p[6], .DELTA = p[7], .LSE2 = p[8],
+        .DQ = p[9], .DK = p[10], .DV = p[11],
+        .QLEN = (int32_t)a->q_len, .KVLEN = (int32_t)a->kv_len, .SCALE_LOG2 = (float)(scale * 1.4426950408889634),
+        .CLASS = s->fwd.class_of_head + cls, .OFFSETS = s->fwd.offsets, .ENTRIES = s->fwd.entries,
+        .FIRST_Q_TILE = s->fwd.first_q_tile, .Q_TILES = s->fwd.q_tiles,
+        .TCLASS = s->t_class_of_head + cls, .TOFFSETS = s->t_offsets, .TENTRIES = s->t_entries,
+        .KV_TILES = s->kv_tiles, .DS = ds, .DS_HEAD = ds ? ds_head : 0, .DS_MAP = ds ? s->ds_map : 0,
     };
-    for (int i = 0; i < 12; i++)   /* q .. dv: consecutive pointers, in base[]'s order */
-        vals[BV_Q + i] = &L->ptrs[i];
-    for (int i = 0; i < 24; i++)   /* their strides, in strides[]'s order */
-        vals[BV_QS + i] = &L->st[i];
+    S2_RT_STRIDES(L->v, QS, a->q_stride), S2_RT_STRIDES(L->v, KS, a->k_stride);
+    S2_RT_STRIDES(L->v, VS, a->v_stride), S2_RT_STRIDES(L->v, OS, a->o_stride);
+    S2_RT_STRIDES(L->v, DOS, a->do_stride), S2_RT_STRIDES(L->v, DQS, a->dq_stride);
+    S2_RT_STRIDES(L->v, DKS, a->dk_stride), S2_RT_STRIDES(L->v, DVS, a->dv_stride);
     /* every kernel of the module has the same ABI (the manifest parser checks) */
-    s2_rt_args(&k->argmap[S2_ROLE_BWD_PRE], vals, L->args);
+    s2_rt_pack(&k->argmap[S2_ROLE_BWD_PRE], &L->v, L->args);
     if (k->rec[S2_ROLE_BWD_PRE]->abi != S2_ABI_BWD_TMA)
         return S2_OK;
     /* the dK/dV kernel's Q and dO tiles (block_m rows), over the launch's heads */
     int64_t nh = (int64_t)nkv * group;
-    s2_status st = s2_rt_tensor_map_of(ctx, k->mod->dev, &L->maps[0], a->dtype, a->head_dim, L->ptrs[0],
+    s2_status st = s2_rt_tensor_map_of(ctx, k->mod->dev, &L->v.TMAP_Q, a->dtype, a->head_dim, L->v.Q,
                                        a->q_stride, a->q_len, nh, a->batch, (uint32_t)k->desc->spec.block_m);
     if (st == S2_OK)
-        st = s2_rt_tensor_map_of(ctx, k->mod->dev, &L->maps[1], a->dtype, a->head_dim, L->ptrs[4], a->do_stride,
+        st = s2_rt_tensor_map_of(ctx, k->mod->dev, &L->v.TMAP_DO, a->dtype, a->head_dim, L->v.DO, a->do_stride,
                                  a->q_len, nh, a->batch, (uint32_t)k->desc->spec.block_m);
     return st;
 }
@@ -247,13 +231,11 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
     s2_status rc = bwd_launch_args(ctx, &L, k, a, s, 0, a->kv_heads, dsw, s->ds_head);
     if (rc != S2_OK)
         return rc;
-    s2_rt_grid_in in = {.q_tiles = L.tiles, .kv_tiles = L.kv_tiles, .q_len = a->q_len, .heads = a->heads,
-                        .kv_heads = a->kv_heads, .batch = a->batch, .head_dim = a->head_dim};
+    s2_launch_dims in = {.q_tiles = L.v.Q_TILES, .kv_tiles = L.v.KV_TILES, .q_len = a->q_len, .heads = a->heads,
+                         .kv_heads = a->kv_heads, .batch = a->batch};
     s2_kernel_role dq = pair ? S2_ROLE_BWD_DQDS2 : ds ? S2_ROLE_BWD_DQDS : S2_ROLE_BWD_DQ;
-    const s2_kernel_record *rp = k->rec[S2_ROLE_BWD_PRE], *rk = k->rec[S2_ROLE_BWD_DKDV], *rq = k->rec[dq];
-    s2_launch_cfg pre = {.block = {(uint32_t)rp->threads, 1, 1}, .smem_bytes = (uint32_t)rp->smem_bytes,
-                         .stream = stream};
-    rc = s2_rt_grid(ctx, rp, &in, pre.grid);
+    s2_launch_cfg pre;
+    rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_BWD_PRE, &in, stream, &pre);
     if (rc == S2_OK)
         rc = s2_kernel_launch(ctx, k->fns[S2_ROLE_BWD_PRE], &pre, L.args);
     /* the chunks' launches: over nkv kv heads each */
@@ -266,13 +248,10 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
             rc = bwd_launch_args(ctx, &L, k, a, s, j * nkv, nkv, dsw, head);
         if (rc != S2_OK)
             break;
-        s2_launch_cfg cfg[2] = {
-            {.block = {(uint32_t)rk->threads, 1, 1}, .smem_bytes = (uint32_t)rk->smem_bytes, .stream = stream},
-            {.block = {(uint32_t)rq->threads, 1, 1}, .smem_bytes = (uint32_t)rq->smem_bytes, .stream = stream},
-        };
-        rc = s2_rt_grid(ctx, rk, &in, cfg[0].grid);
+        s2_launch_cfg cfg[2];
+        rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_BWD_DKDV, &in, stream, &cfg[0]);
         if (rc == S2_OK)
-            rc = s2_rt_grid(ctx, rq, &in, cfg[1].grid);
+            rc = s2_rt_launch_cfg(ctx, k, dq, &in, stream, &cfg[1]);
         if (rc == S2_OK)
             rc = s2_kernel_launch(ctx, k->fns[S2_ROLE_BWD_DKDV], &cfg[0], L.args);
         if (rc == S2_OK)

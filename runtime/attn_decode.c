@@ -140,17 +140,14 @@ static s2_status dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_attn_decode
         *out = a->splits > 0 ? a->splits : 1;
         return S2_OK;
     }
-    s2_kernel_attrs at;
-    s2_status st = s2_kernel_get_attrs(ctx, k->fns[S2_ROLE_DECODE], &at);
+    s2_launch_dims one = {.splits = 1, .kv_heads = 1, .batch = 1};
+    s2_launch_facts f;
+    s2_status st = s2_launch_facts_of(ctx, k->rec[S2_ROLE_DECODE], &one, &k->mod->dev->limits,
+                                      &k->use[S2_ROLE_DECODE], &f);
     if (st != S2_OK)
         return st;
     int warps = k->desc->spec.num_warps;
-    int warp_regs = ((at.num_regs * 32 + 255) / 256) * 256;
-    int by_regs = warp_regs ? 65536 / (warps * warp_regs) : 32;
-    int by_smem = 228 * 1024 / (k->desc->smem_bytes + at.static_smem_bytes + 1024);
-    int per_sm = by_regs < by_smem ? by_regs : by_smem;
-    per_sm = per_sm < 1 ? 1 : per_sm;
-    int64_t target = (int64_t)s2_device_get_info(k->mod->dev)->sm_count * per_sm;
+    int64_t target = (int64_t)k->mod->dev->limits.sm_count * f.ctas_per_sm;
     int64_t tiles = s2_cdiv(max_list * (k->pattern->block_size / 16), warps);
     int64_t cap = s2_min64(DEC_MAX_SPLITS, s2_max64(1, tiles / 4)), best = 1;
     double best_eff = 0;
@@ -310,40 +307,23 @@ s2_status s2_attn_decode_validate(s2_ctx *ctx, s2_attn_kernel *k, void *stream, 
 s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
                            const dec_slot *s, int splits)
 {
-    s2_devptr q = a->q, kp = a->k_pages, vp = a->v_pages, o = a->o, lse = a->lse;
     dec_ws w = dec_workspace_of(a, splits);
-    s2_devptr ws_o = splits > 1 ? a->workspace + w.o_off : 0;
-    s2_devptr ws_lse = splits > 1 ? a->workspace + w.lse_off : 0;
-    s2_devptr counters = splits > 1 ? a->workspace : 0;
-    int64_t st[12];
-    memcpy(st, a->q_stride, sizeof a->q_stride);
-    memcpy(st + 3, a->k_stride, sizeof a->k_stride);
-    memcpy(st + 6, a->v_stride, sizeof a->v_stride);
-    memcpy(st + 9, a->o_stride, sizeof a->o_stride);
-    s2_devptr table = a->block_table, seq_lens = a->seq_lens;
-    int64_t tbs = a->table_stride[0], ths = a->table_stride[1];
-    int32_t n = a->n_new, page = a->page_size, qb = (int32_t)s->q_blocks, sp = splits;
     double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
-    float scale_log2 = (float)(scale * 1.4426950408889634);
-    s2_devptr cls = s->class_of_kv_head, offs = s->offsets, ent = s->entries;
-#define DV(e, n, t) DV_##e,
-    enum { S2_ABI_DECODE_PARAMS(DV) DV_COUNT };
-#undef DV
-    void *vals[DV_COUNT] = {
-        [DV_Q] = &q, [DV_K] = &kp, [DV_V] = &vp, [DV_O] = &o, [DV_LSE] = &lse, [DV_WS_O] = &ws_o, [DV_WS_LSE] = &ws_lse,
-        [DV_TABLE] = &table, [DV_TBS] = &tbs, [DV_THS] = &ths, [DV_SEQ_LENS] = &seq_lens, [DV_N] = &n,
-        [DV_PAGE] = &page, [DV_SCALE_LOG2] = &scale_log2, [DV_CLASS] = &cls, [DV_OFFSETS] = &offs,
-        [DV_ENTRIES] = &ent, [DV_QBLOCKS] = &qb, [DV_SPLITS] = &sp, [DV_COUNTERS] = &counters,
+    s2_rt_decode_vals v = {
+        .Q = a->q, .K = a->k_pages, .V = a->v_pages, .O = a->o, .LSE = a->lse,
+        .WS_O = splits > 1 ? a->workspace + w.o_off : 0, .WS_LSE = splits > 1 ? a->workspace + w.lse_off : 0,
+        .TABLE = a->block_table, .TBS = a->table_stride[0], .THS = a->table_stride[1], .SEQ_LENS = a->seq_lens,
+        .N = a->n_new, .PAGE = a->page_size, .SCALE_LOG2 = (float)(scale * 1.4426950408889634),
+        .CLASS = s->class_of_kv_head, .OFFSETS = s->offsets, .ENTRIES = s->entries, .QBLOCKS = (int32_t)s->q_blocks,
+        .SPLITS = splits, .COUNTERS = splits > 1 ? a->workspace : 0,
     };
-    for (int i = 0; i < 12; i++)   /* q, k pages, v pages, o strides: consecutive */
-        vals[DV_QS + i] = &st[i];
-    void *args[DV_COUNT];
-    s2_rt_args(&k->argmap[S2_ROLE_DECODE], vals, args);
-    const s2_kernel_record *r = k->rec[S2_ROLE_DECODE];
-    s2_rt_grid_in in = {.splits = splits, .kv_heads = a->kv_heads, .batch = a->batch, .head_dim = a->head_dim};
-    s2_launch_cfg cfg = {.block = {(uint32_t)r->threads, 1, 1}, .smem_bytes = (uint32_t)r->smem_bytes,
-                         .stream = stream};
-    s2_status rc = s2_rt_grid(ctx, r, &in, cfg.grid);
+    S2_RT_STRIDES(v, QS, a->q_stride), S2_RT_STRIDES(v, KS, a->k_stride);
+    S2_RT_STRIDES(v, VS, a->v_stride), S2_RT_STRIDES(v, OS, a->o_stride);
+    void *args[S2_RT_MAX_PARAMS];
+    s2_rt_pack(&k->argmap[S2_ROLE_DECODE], &v, args);
+    s2_launch_dims in = {.splits = splits, .kv_heads = a->kv_heads, .batch = a->batch};
+    s2_launch_cfg cfg;
+    s2_status rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_DECODE, &in, stream, &cfg);
     return rc == S2_OK ? s2_kernel_launch(ctx, k->fns[S2_ROLE_DECODE], &cfg, args) : rc;
 }
 
@@ -379,32 +359,19 @@ s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_comb
 
 s2_status s2_rt_combine_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a)
 {
-    uint64_t table[2 * S2_COMBINE_MAX_INPUTS] = {0};
-    for (int i = 0; i < a->n; i++) {
-        table[i] = a->o_in[i];
-        table[S2_COMBINE_MAX_INPUTS + i] = a->lse_in[i];
-    }
-    s2_devptr obase = 0, lbase = 0, out = a->o, lse = a->lse;
-    int64_t opart = 0, lpart = 0;
-    int64_t is[3] = {a->in_stride[0], a->in_stride[1], a->in_stride[2]};
-    int64_t os[3] = {a->o_stride[0], a->o_stride[1], a->o_stride[2]};
-    int32_t n = a->n, S = (int32_t)a->seq, H = a->heads;
-    int32_t rows = (int32_t)((int64_t)a->batch * a->seq * a->heads);
-#define CV(e, n, t) CV_##e,
-    enum { S2_ABI_COMBINE_PARAMS(CV) CV_COUNT };
-#undef CV
-    void *vals[CV_COUNT] = {
-        [CV_PTRS] = table, [CV_OBASE] = &obase, [CV_LBASE] = &lbase, [CV_OPART] = &opart, [CV_LPART] = &lpart,
-        [CV_IS] = &is[0], [CV_IS_S] = &is[1], [CV_IS_H] = &is[2], [CV_OUT] = &out, [CV_OS] = &os[0],
-        [CV_OS_S] = &os[1], [CV_OS_H] = &os[2], [CV_LSE_OUT] = &lse, [CV_N] = &n, [CV_S] = &S, [CV_H] = &H,
-        [CV_ROWS] = &rows,
+    s2_rt_combine_vals v = {
+        .OUT = a->o, .LSE_OUT = a->lse, .N = a->n, .S = (int32_t)a->seq, .H = a->heads,
+        .ROWS = (int32_t)((int64_t)a->batch * a->seq * a->heads),
     };
-    void *args[CV_COUNT];
-    s2_rt_args(&k->argmap[S2_ROLE_COMBINE], vals, args);
-    const s2_kernel_record *r = k->rec[S2_ROLE_COMBINE];
-    s2_rt_grid_in in = {.rows = rows, .head_dim = a->head_dim};
-    s2_launch_cfg cfg = {.block = {(uint32_t)r->threads, 1, 1}, .smem_bytes = (uint32_t)r->smem_bytes,
-                         .stream = stream};
-    s2_status rc = s2_rt_grid(ctx, r, &in, cfg.grid);
+    for (int i = 0; i < a->n; i++) {
+        v.PTRS[i] = a->o_in[i];
+        v.PTRS[S2_COMBINE_MAX_INPUTS + i] = a->lse_in[i];
+    }
+    S2_RT_STRIDES(v, IS, a->in_stride), S2_RT_STRIDES(v, OS, a->o_stride);
+    void *args[S2_RT_MAX_PARAMS];
+    s2_rt_pack(&k->argmap[S2_ROLE_COMBINE], &v, args);
+    s2_launch_dims in = {.rows = v.ROWS};
+    s2_launch_cfg cfg;
+    s2_status rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_COMBINE, &in, stream, &cfg);
     return rc == S2_OK ? s2_kernel_launch(ctx, k->fns[S2_ROLE_COMBINE], &cfg, args) : rc;
 }

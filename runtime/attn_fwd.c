@@ -65,98 +65,47 @@ s2_status s2_attn_fwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2
     return s2_rt_fwd_tensor_maps(ctx, k->mod->dev, &r->spec, a, maps);
 }
 
-/* Resident CTAs per SM of a kernel (registers, shared memory, threads;
- * Hopper limits: 64 K registers in 256-register warp chunks, 228 KB of
- * shared memory with 1 KB reserved per CTA, 2048 threads, 32 CTAs). */
-static s2_status ctas_per_sm(s2_ctx *ctx, s2_kernel *fn, int threads, int smem_bytes, int *out)
-{
-    s2_kernel_attrs at;
-    s2_status st = s2_kernel_get_attrs(ctx, fn, &at);
-    if (st != S2_OK)
-        return st;
-    int warps = (threads + 31) / 32;
-    int warp_regs = ((at.num_regs * 32 + 255) / 256) * 256;
-    int by_regs = warp_regs ? 65536 / (warps * warp_regs) : 32;
-    int by_smem = 228 * 1024 / (smem_bytes + at.static_smem_bytes + 1024);
-    int by_threads = 2048 / threads;
-    int n = by_regs < by_smem ? by_regs : by_smem;
-    n = n < by_threads ? n : by_threads;
-    *out = n < 1 ? 1 : n > 32 ? 32 : n;
-    return S2_OK;
-}
-
 s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a, sched_slot *s,
                            const s2_tensor_map *given)
 {
-    s2_devptr q = a->q, kk = a->k, v = a->v, o = a->o, lse = a->lse;
-    int64_t st[12];
-    memcpy(st, a->q_stride, sizeof a->q_stride);
-    memcpy(st + 3, a->k_stride, sizeof a->k_stride);
-    memcpy(st + 6, a->v_stride, sizeof a->v_stride);
-    memcpy(st + 9, a->o_stride, sizeof a->o_stride);
-    int32_t q_len = (int32_t)a->q_len, kv_len = (int32_t)(a->seqs ? a->seqs->sched_kv_len : a->kv_len);
-    s2_devptr seqinfo = a->seqs ? a->seqs->buf : 0;
     double scale = a->scale != 0.0f ? (double)a->scale : 1.0 / sqrt((double)a->head_dim);
-    float scale_log2 = (float)(scale * 1.4426950408889634);
     /* the kernel the schedule was built for: NAME, or NAME_w on its own tiles */
     s2_kernel_role role = s->use_wide ? S2_ROLE_FWD_WIDE : S2_ROLE_FWD;
     const s2_kernel_record *rec = k->rec[role];
     const fwd_tables *ft = s->use_wide ? &s->wide : &s->fwd;
-    s2_kernel *fn = k->fns[role];
-    const s2_kspec *spec = &rec->spec;
-    int threads = rec->threads, smem = rec->smem_bytes;
-    bool persistent = rec->grid == S2_GRID_PERSISTENT;
-    s2_devptr cls = ft->class_of_head, offs = ft->offsets, ent = ft->entries;
-    int32_t first = ft->first_q_tile, tiles = ft->q_tiles;
-    s2_tensor_map maps[3];
-    s2_devptr work = s->w_buf, counter = 0;
-    if (persistent) {
-        s2_status cs = s2_rt_sched_counter(ctx, k, s, stream, &counter);
+    s2_rt_fwd_vals v = {
+        .Q = a->q, .K = a->k, .V = a->v, .O = a->o, .LSE = a->lse,
+        .QLEN = (int32_t)a->q_len, .KVLEN = (int32_t)(a->seqs ? a->seqs->sched_kv_len : a->kv_len),
+        .SCALE_LOG2 = (float)(scale * 1.4426950408889634),
+        .CLASS = ft->class_of_head, .OFFSETS = ft->offsets, .ENTRIES = ft->entries,
+        .FIRST_Q_TILE = ft->first_q_tile, .Q_TILES = ft->q_tiles,
+        .WORK = s->w_buf, .NWORK = s->n_work, .BATCH = (int32_t)a->batch, .SEQINFO = a->seqs ? a->seqs->buf : 0,
+    };
+    S2_RT_STRIDES(v, QS, a->q_stride), S2_RT_STRIDES(v, KS, a->k_stride);
+    S2_RT_STRIDES(v, VS, a->v_stride), S2_RT_STRIDES(v, OS, a->o_stride);
+    if (rec->grid == S2_GRID_PERSISTENT) {
+        s2_status cs = s2_rt_sched_counter(ctx, k, s, stream, &v.COUNTER);
         if (cs != S2_OK)
             return cs;
     }
-    int32_t n_work = s->n_work, batch = (int32_t)a->batch;
-#define FV(e, n, t) FV_##e,
-    enum { S2_ABI_FWD_TMA_PERSISTENT_PARAMS(FV) FV_COUNT };
-#undef FV
-    void *vals[FV_COUNT] = {
-        [FV_Q] = &q, [FV_K] = &kk, [FV_V] = &v, [FV_O] = &o, [FV_LSE] = &lse,
-        [FV_QLEN] = &q_len, [FV_KVLEN] = &kv_len, [FV_SCALE_LOG2] = &scale_log2,
-        [FV_CLASS] = &cls, [FV_OFFSETS] = &offs, [FV_ENTRIES] = &ent, [FV_FIRST_Q_TILE] = &first, [FV_Q_TILES] = &tiles,
-        [FV_TMAP_Q] = &maps[0], [FV_TMAP_K] = &maps[1], [FV_TMAP_V] = &maps[2],
-        [FV_WORK] = &work, [FV_NWORK] = &n_work, [FV_BATCH] = &batch, [FV_COUNTER] = &counter, [FV_SEQINFO] = &seqinfo,
-    };
-    for (int i = 0; i < 12; i++)
-        vals[FV_QS + i] = &st[i];   /* q, k, v, o strides: consecutive in every forward ABI */
-    void *args[FV_COUNT];
-    s2_rt_args(&k->argmap[role], vals, args);
-    if (rec->abi != S2_ABI_FWD && given) {
-        memcpy(maps, given, sizeof maps);
-    } else if (rec->abi != S2_ABI_FWD) {
-        s2_status ms = s2_rt_fwd_tensor_maps(ctx, k->mod->dev, spec, a, maps);
+    if (rec->abi != S2_ABI_FWD) {
+        s2_tensor_map maps[3];
+        if (given)
+            memcpy(maps, given, sizeof maps);
+        s2_status ms = given ? S2_OK : s2_rt_fwd_tensor_maps(ctx, k->mod->dev, &rec->spec, a, maps);
         if (ms != S2_OK)
             return ms;
+        v.TMAP_Q = maps[0], v.TMAP_K = maps[1], v.TMAP_V = maps[2];
     }
-    s2_launch_cfg cfg = {.block = {(uint32_t)threads, 1, 1}, .smem_bytes = (uint32_t)smem, .stream = stream};
-    if (!persistent) {
-        s2_rt_grid_in in = {.q_tiles = tiles, .heads = a->heads, .batch = a->batch, .head_dim = a->head_dim};
-        s2_status gs = s2_rt_grid(ctx, rec, &in, cfg.grid);
-        if (gs != S2_OK)
-            return gs;
-    } else {   /* the persistent grid: the device's SMs times the kernel's resident CTAs */
-        int per_sm = 1;
-        s2_status os = ctas_per_sm(ctx, fn, threads, smem, &per_sm);
-        if (os != S2_OK)
-            return os;
-        int64_t items = (int64_t)n_work * a->batch;
-        int64_t g = (int64_t)s2_device_get_info(k->mod->dev)->sm_count * per_sm;
-        if (items > INT32_MAX)
-            return s2_fail(ctx, S2_ERR_UNSUPPORTED, "persistent forward: %lld work items exceed 32 bits",
-                           (long long)items);
-        cfg.grid[0] = (uint32_t)(g < items ? g : items > 0 ? items : 1);
-        cfg.grid[1] = cfg.grid[2] = 1;
-    }
-    return s2_kernel_launch(ctx, fn, &cfg, args);
+    void *args[S2_RT_MAX_PARAMS];
+    s2_rt_pack(&k->argmap[role], &v, args);
+    /* q_tiles or the persistent grid over n_work x batch items */
+    s2_launch_dims in = {.q_tiles = v.Q_TILES, .heads = a->heads, .batch = a->batch, .n_work = v.NWORK};
+    s2_launch_cfg cfg;
+    s2_status gs = s2_rt_launch_cfg(ctx, k, role, &in, stream, &cfg);
+    if (gs != S2_OK)
+        return gs;
+    return s2_kernel_launch(ctx, k->fns[role], &cfg, args);
 }
 
 bool s2_rt_fwd_sched_shape(const s2_attn_fwd_args *a, int64_t *q_len, int64_t *kv_len)

@@ -14,8 +14,10 @@
 #include "attn_tune.h"
 #include "kernel_abi.h"
 #include "lru.h"
+#include "params.h"
 #include "rt_internal.h"
 #include "s2c/attn_runtime.h"
+#include "s2c/decode.h"
 #include "s2c/layout.h"
 
 enum { DS_CHUNKINGS = 12 };
@@ -69,12 +71,38 @@ typedef struct sched_slot {
     fwd_tables wide;
 } sched_slot;
 
-/* A kernel's launch arguments in its ABI's order (args.c): parameter i is
- * value slot[i] of its family's widest ABI. */
+/* A family's launch values: one field per parameter of its widest ABI
+ * (abi/params.h), named by its enum and of its type, which a launch fills
+ * from its arguments and its schedule; the packer (args.c) hands a kernel
+ * the fields of its own ABI in order. */
+#define S2_RT_CT_PTR s2_devptr
+#define S2_RT_CT_I32 int32_t
+#define S2_RT_CT_I64 int64_t
+#define S2_RT_CT_F32 float
+#define S2_RT_CT_TMAP s2_tensor_map
+#define S2_RT_CT_BYTES uint64_t
+#define S2_RT_DIM_PTR
+#define S2_RT_DIM_I32
+#define S2_RT_DIM_I64
+#define S2_RT_DIM_F32
+#define S2_RT_DIM_TMAP
+#define S2_RT_DIM_BYTES [2 * S2_COMBINE_MAX_INPUTS] /* the combine's table, decode.h */
+#define S2_RT_FIELD(e, n, t) S2_RT_CT_##t e S2_RT_DIM_##t;
+typedef struct s2_rt_fwd_vals { S2_ABI_FWD_TMA_PERSISTENT_PARAMS(S2_RT_FIELD) } s2_rt_fwd_vals;
+typedef struct s2_rt_bwd_vals { S2_ABI_BWD_TMA_PARAMS(S2_RT_FIELD) } s2_rt_bwd_vals;
+typedef struct s2_rt_decode_vals { S2_ABI_DECODE_PARAMS(S2_RT_FIELD) } s2_rt_decode_vals;
+typedef struct s2_rt_combine_vals { S2_ABI_COMBINE_PARAMS(S2_RT_FIELD) } s2_rt_combine_vals;
+typedef struct s2_rt_seqs_vals { S2_ABI_SEQS_PARAMS(S2_RT_FIELD) } s2_rt_seqs_vals;
+#undef S2_RT_FIELD
+/* (batch, seq, head) strides s into the three fields E, E_S, E_H */
+#define S2_RT_STRIDES(v, E, s) ((v).E = (s)[0], (v).E##_S = (s)[1], (v).E##_H = (s)[2])
+
+/* A kernel's parameters in its ABI's order (args.c): parameter i is at
+ * byte off[i] of its family's values, built once at load. */
 enum { S2_RT_MAX_PARAMS = 64 };
 typedef struct s2_rt_argmap {
     int n;
-    uint8_t slot[S2_RT_MAX_PARAMS];
+    uint16_t off[S2_RT_MAX_PARAMS];
 } s2_rt_argmap;
 
 struct s2_attn_kernel {
@@ -86,6 +114,7 @@ struct s2_attn_kernel {
     s2_kernel *fns[S2_ROLE_COUNT_];
     const s2_kernel_record *rec[S2_ROLE_COUNT_];
     s2_rt_argmap argmap[S2_ROLE_COUNT_];
+    s2_kernel_use use[S2_ROLE_COUNT_];   /* what each loaded kernel uses, for its launch facts */
     struct dec_slot *dec_slots;          /* decode: the cache's storage (attn_decode.c) */
     int64_t max_kv_len;
     mtx_t lock;                          /* guards everything below */
@@ -218,16 +247,15 @@ S2_RT_HIDDEN s2_status s2_rt_tensor_map_of(s2_ctx *ctx, const s2_device *dev, s2
 /* args.c */
 /* The map of a kernel of ABI abi (at module load). */
 S2_RT_HIDDEN s2_status s2_rt_argmap_build(s2_ctx *ctx, s2_abi_id abi, s2_rt_argmap *out);
-/* args[i] = vals[map->slot[i]]: vals indexed by the family's enum (abi/params.h). */
-S2_RT_HIDDEN void s2_rt_args(const s2_rt_argmap *map, void *const *vals, void **args);
+/* The packer: args[i] = the address of parameter i in vals, the family's
+ * values (s2_rt_fwd_vals, ...) of the kernel's ABI. */
+S2_RT_HIDDEN void s2_rt_pack(const s2_rt_argmap *map, void *vals, void **args);
 
-/* A launch's grid from its kernel's rule (every rule but the persistent
- * grid's, which depends on the device: attn_fwd.c). */
-typedef struct s2_rt_grid_in {
-    int64_t q_tiles, kv_tiles, q_len, rows;
-    int heads, kv_heads, batch, splits, head_dim;
-} s2_rt_grid_in;
-S2_RT_HIDDEN s2_status s2_rt_grid(s2_ctx *ctx, const s2_kernel_record *r, const s2_rt_grid_in *in, uint32_t grid[3]);
+/* The launch of k's kernel of role over in's extents, on stream: its launch
+ * facts (abi/launch_facts.h) from its record, the device's limits and the
+ * kernel's use, read at load. */
+S2_RT_HIDDEN s2_status s2_rt_launch_cfg(s2_ctx *ctx, const s2_attn_kernel *k, s2_kernel_role role,
+                                        const s2_launch_dims *in, void *stream, s2_launch_cfg *cfg);
 
 
 /* The entry's main kernel's resolved spec, options included (the forward,

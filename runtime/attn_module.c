@@ -2,6 +2,7 @@
  * and introspection (s2c/attn_runtime.h). */
 #include "arch.h"
 #include "attn_internal.h"
+#include "rt_limits.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +60,7 @@ static s2_status init_kernel(s2_ctx *ctx, s2_attn_module *mod, int i)
             st = s2_kernel_get(ctx, mod->cu, r->symbol, &k->fns[r->role]);
         if (st != S2_OK)
             return st;
+        k->use[r->role] = s2_rt_kernel_use(k->fns[r->role]);
     }
     const s2_kernel_record *w = k->rec[S2_ROLE_FWD_WIDE];
     if (w && (w->threads != 32 * w->spec.num_warps || w->spec.kv_gather < 1 || w->spec.block_n % w->spec.kv_gather ||

@@ -1,6 +1,7 @@
 /* Devices and contexts, pointer validation, and the synchronous memory,
  * stream and event helpers used by tests and examples. */
 #include "rt_internal.h"
+#include "rt_limits.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -69,10 +70,18 @@ static s2_status query_info(s2_ctx *ctx, s2_device *dev)
     S2_ATTR(MAX_GRID_DIM_Z, in->max_grid_dim[2])
     S2_ATTR(MAX_SHARED_MEMORY_PER_BLOCK, smem)
     S2_ATTR(MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, optin)
+    s2_device_limits *lim = &dev->limits;
+    S2_ATTR(MAX_SHARED_MEMORY_PER_MULTIPROCESSOR, lim->smem_per_sm)
+    S2_ATTR(RESERVED_SHARED_MEMORY_PER_BLOCK, lim->smem_reserved_per_block)
+    S2_ATTR(MAX_REGISTERS_PER_MULTIPROCESSOR, lim->regs_per_sm)
+    S2_ATTR(MAX_THREADS_PER_MULTIPROCESSOR, lim->threads_per_sm)
+    S2_ATTR(MAX_BLOCKS_PER_MULTIPROCESSOR, lim->blocks_per_sm)
 #undef S2_ATTR
     in->smem_per_block = (size_t)smem;
     /* Devices without opt-in report 0; their default limit is the maximum. */
     in->smem_per_block_optin = (size_t)(optin > smem ? optin : smem);
+    lim->sm_count = in->sm_count;
+    lim->smem_per_block_optin = (int)in->smem_per_block_optin;
     CUresult r = d->DeviceGetName(in->name, (int)sizeof in->name, dev->cu_dev);
     if (r != CUDA_SUCCESS)
         return s2_cu_fail(ctx, d, r, "cuDeviceGetName on device %d", in->ordinal);
@@ -187,6 +196,8 @@ void s2_device_free(s2_device *dev)
 }
 
 const s2_device_info *s2_device_get_info(const s2_device *dev) { return dev ? &dev->info : NULL; }
+
+const s2_device_limits *s2_rt_device_limits(const s2_device *dev) { return dev ? &dev->limits : NULL; }
 void *s2_device_cu_context(const s2_device *dev) { return dev ? (void *)dev->cu_ctx : NULL; }
 
 /* ---- pointer validation ------------------------------------------------------ */

@@ -1,5 +1,6 @@
 /* Modules (cubin, fatbin, PTX), kernels, their attributes, and launches. */
 #include "rt_internal.h"
+#include "rt_limits.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +161,11 @@ void s2_kernel_free(s2_kernel *k)
 }
 
 const char *s2_kernel_name(const s2_kernel *k) { return k ? k->name : NULL; }
+
+s2_kernel_use s2_rt_kernel_use(const s2_kernel *k)
+{
+    return k ? (s2_kernel_use){k->attrs.num_regs, k->attrs.static_smem_bytes} : (s2_kernel_use){0, 0};
+}
 
 s2_status s2_kernel_get_attrs(s2_ctx *ctx, s2_kernel *k, s2_kernel_attrs *out)
 {

@@ -3,6 +3,7 @@
 #ifndef S2C_RT_INTERNAL_H
 #define S2C_RT_INTERNAL_H
 
+#include "launch_facts.h"
 #include "s2c/runtime.h"
 #include "util.h"
 
@@ -109,6 +110,7 @@ struct s2_device {
     CUcontext cu_ctx;
     bool retained;   /* primary context retained by s2_device_open */
     s2_device_info info;
+    s2_device_limits limits; /* what launch facts read (abi/launch_facts.h), with info */
     s2_allocator alloc;      /* the runtime's own buffers; alloc.alloc NULL: the driver's */
     _Atomic long held;       /* buffers it holds from that allocator now */
 };

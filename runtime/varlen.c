@@ -153,19 +153,12 @@ s2_status s2_attn_seqs_write_cu(s2_ctx *ctx, s2_attn_kernel *k, s2_attn_seqs *s,
         return s2_fail(ctx, S2_ERR_UNSUPPORTED,
                        "s2_attn_seqs_write_cu: kernel %s's module has no %s_seqs (made by an older s2c): recompile it",
                        k->desc->name, k->desc->name);
-    s2_devptr seqinfo = s->buf;
-    int32_t n = s->n, max_kv = (int32_t)s->sched_kv_len;
-#define SV(e, nm, t) SV_##e,
-    enum { S2_ABI_SEQS_PARAMS(SV) SV_COUNT };
-#undef SV
-    void *vals[SV_COUNT] = {[SV_CU_Q] = &cu_q, [SV_CU_K] = &cu_k, [SV_SEQINFO] = &seqinfo, [SV_N] = &n,
-                            [SV_MAX_KV] = &max_kv};
-    void *args[SV_COUNT];
-    s2_rt_args(&k->argmap[S2_ROLE_FWD_SEQS], vals, args);
-    s2_rt_grid_in in = {.rows = n};
-    s2_launch_cfg cfg = {.block = {(uint32_t)r->threads, 1, 1}, .smem_bytes = (uint32_t)r->smem_bytes,
-                         .stream = stream};
-    s2_status st = s2_rt_grid(ctx, r, &in, cfg.grid);
+    s2_rt_seqs_vals v = {.CU_Q = cu_q, .CU_K = cu_k, .SEQINFO = s->buf, .N = s->n, .MAX_KV = (int32_t)s->sched_kv_len};
+    void *args[S2_RT_MAX_PARAMS];
+    s2_rt_pack(&k->argmap[S2_ROLE_FWD_SEQS], &v, args);
+    s2_launch_dims in = {.n = v.N};
+    s2_launch_cfg cfg;
+    s2_status st = s2_rt_launch_cfg(ctx, k, S2_ROLE_FWD_SEQS, &in, stream, &cfg);
     return st == S2_OK ? s2_kernel_launch(ctx, k->fns[S2_ROLE_FWD_SEQS], &cfg, args) : st;
 }
 

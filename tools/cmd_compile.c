@@ -2,6 +2,7 @@
 #include "compile_internal.h"
 #include "kernel_abi.h"
 #include "cli.h"
+#include "launch_facts.h"
 #include "s2c/aot.h"
 #include "s2c/attention.h"
 #include "s2c/codegen.h"
@@ -135,18 +136,12 @@ static int aot_kernels_of(const s2_manifest_kernel *mk, s2_aot_kernel *ks, aot_n
             continue;
         const s2_kspec *t = &r->spec;
         int gather = t->kv_gather > 1 ? t->kv_gather : 1;
-        /* the grid rules the launchers compute: cdiv(q_len, rows per CTA) for
-         * NAME_pre, cdiv(rows, rows per CTA) for NAME_combine, cdiv(q_tiles, 2)
-         * for NAME_dqds2, cdiv(n, threads) for NAME_seqs */
-        int rows = t->head_dim >= 8 ? r->threads / (t->head_dim / 8) : 0;
         snprintf(nm[n].name, sizeof nm[n].name, "%s%s", base, s2_role_suffix(r->role));
         snprintf(nm[n].symbol, sizeof nm[n].symbol, "%s", r->symbol);
         ks[n] = (s2_aot_kernel){.name = nm[n].name, .symbol = nm[n].symbol, .abi = abi, .threads = r->threads,
                                 .smem_bytes = r->smem_bytes, .dtype = t->dtype, .head_dim = t->head_dim,
-                                .grid_div = {r->grid == S2_GRID_PRE_ROWS || r->grid == S2_GRID_ROWS ? rows
-                                             : r->grid == S2_GRID_Q_TILE_PAIRS       ? 2
-                                             : r->grid == S2_GRID_SEQS               ? r->threads
-                                                                                     : 0}};
+                                /* the divisor of the record's grid rule (its sources are the ABI's) */
+                                .grid_div = {s2_grid_x_div(r)}};
         if (t->kind == S2_KERNEL_FWD && r->role != S2_ROLE_FWD_SEQS && r->role != S2_ROLE_COMBINE)
             ks[n].kv_box_rows = t->block_n / gather;
         else if (r->abi == S2_ABI_BWD_TMA)

@@ -23,14 +23,17 @@ extern "C" {
 /* ---- the forward kernel ABI ------------------------------------------------------
  * Symbol s2_fwd_<pattern name, non-identifier characters as '_'>_<bf16|f16>_d<D>.
  * Launch: grid (q_tiles, heads, batch), block (num_warps * 32), dynamic shared
- * memory art->smem_bytes (the manifest's kernel.smem).  Parameters, in order:
+ * memory art->smem_bytes (the manifest's kernel.smem).  The parameters
+ * (abi/params.h's lists; tests/arch/check_launch.py checks these against them)
+ * are named as the AOT launchers name them (aot.h).
+ * Parameters of ABI fwd, in order:
  *    0 ptr q        [B, Sq, H, D]    (global, 16-byte aligned, d contiguous)
  *    1 ptr k        [B, Sk, Hkv, D]
  *    2 ptr v        [B, Sk, Hkv, D]
  *    3 ptr o        [B, Sq, H, D]    (rows outside the queries are never written)
  *    4 ptr lse      fp32 [B][H][Sq] natural log, or null: not written
- *    5..7   i64 q strides (batch, seq, head) in elements, multiples of 8
- *    8..10  i64 k strides     11..13 i64 v strides     14..16 i64 o strides
+ *    5..7   i64 q_stride_{b,s,h}: (batch, seq, head) strides in elements, multiples of 8
+ *    8..10  i64 k_stride_{b,s,h}     11..13 i64 v_stride_{b,s,h}     14..16 i64 o_stride_{b,s,h}
  *   17 i32 q_len    18 i32 kv_len   (q_len <= kv_len; queries are the last q_len positions)
  *   19 f32 scale_log2 = softmax scale * log2(e)
  *   20 ptr class_of_head  (i32 [H])               \ the packed FORWARD schedule of
@@ -69,10 +72,11 @@ extern "C" {
  * ---- sm_90a variant (ABI fwd_tma in the kernel's manifest record) ------------------
  * Kernels generated for sm_90a with head_dim 64 or 128 (templates/fwd_sm90.c:
  * wgmma, TMA, a producer warpgroup and block_m / 64 consumer warpgroups;
- * num_warps = 4 * (1 + block_m / 64), block_m 64 or 128) take parameters 0..24
- * as above, plus three CUtensorMap (128 bytes, passed by value as
- * __grid_constant__ parameters: put the map's address in kernelParams):
- *   25 tensor map of q   26 of k   27 of v
+ * num_warps = 4 * (1 + block_m / 64), block_m 64 or 128) take three CUtensorMap
+ * (128 bytes, passed by value as __grid_constant__ parameters: put the map's
+ * address in kernelParams) after the forward's schedule.
+ * Parameters of ABI fwd_tma: 0..24 as ABI fwd, then
+ *   25 tmap q_map (of q)   26 tmap k_map (of k)   27 tmap v_map (of v)   28 ptr seqinfo
  * each 4-D, bf16/f16, dims {D, seq (q_len or kv_len), heads (H or Hkv), B},
  * strides in bytes {seq, head, batch} (the element strides above times 2),
  * box {64, rows, 1, 1} with rows = 64 for q and the record's block_n / KV_GATHER (key blocks per tile) for k and v,
@@ -81,7 +85,7 @@ extern "C" {
  * so for such kernels.  Grid and block as above (block = num_warps * 32).
  *
  * ---- sm_90a persistent variant (ABI fwd_tma_persistent, grid rule persistent) -----
- * Parameters 0..27 as the TMA variant, plus
+ * Parameters of ABI fwd_tma_persistent: 0..27 as ABI fwd_tma, then
  *   28 ptr work     i32 [n_work]: items head * q_tiles + rel (rel: list index
  *                   within the head's class, 0 = first_q_tile), longest
  *                   heads first, longest tiles first within a head
@@ -96,7 +100,8 @@ extern "C" {
  * counter[0], until that reaches n_work * batch: a dynamic schedule over the
  * list in its order, batch after batch, item w being batch w / n_work of
  * work[w % n_work].  Block and shared memory as above (16 more bytes: an
- * mbarrier and a word).  seqinfo is parameter 32. */
+ * mbarrier and a word).
+ *   32 ptr seqinfo */
 /* One sequence of a variable-length batch, as the kernels read it (16 bytes). */
 typedef struct s2_attn_seq {
     int32_t q_start, q_len;      /* first q/o token row, number of queries */
@@ -105,7 +110,8 @@ typedef struct s2_attn_seq {
 
 /* ---- NAME_seqs (ABI seqs, grid rule seqs; every forward module from s2c 0.2) -------
  * The records above from an engine's cumulative lengths in device memory
- * (s2_attn_seqs_write_cu launches it):
+ * (s2_attn_seqs_write_cu launches it).
+ * Parameters of ABI seqs:
  *    0 ptr cu_q      int32 [n + 1]: queries of sequence i are rows cu_q[i] .. cu_q[i+1]-1
  *    1 ptr cu_k      int32 [n + 1] likewise for the keys, or null: cu_q
  *    2 ptr seqinfo   s2_attn_seq [n], written (16-byte aligned)
@@ -119,18 +125,23 @@ typedef struct s2_attn_seq {
 
 /* ---- the backward kernel ABI (S2_KERNEL_BWD) -----------------------------------
  * One module, one manifest kernel entry (kind bwd, name NAME =
- * s2_bwd_<pattern>_<dtype>_d<D>), three kernels with the same parameters:
- *    0 ptr q   1 ptr k   2 ptr v   3 ptr o   4 ptr do      (16-bit, as the forward)
+ * s2_bwd_<pattern>_<dtype>_d<D>), whose kernels (NAME_pre, NAME_dkdv, NAME_dq,
+ * and on the dS path NAME_dqds and NAME_dqds2) all take the same parameters.
+ * Parameters of ABI bwd:
+ *    0 ptr q   1 ptr k   2 ptr v   3 ptr o   4 ptr d_o     (16-bit, as the forward)
  *    5 ptr lse    fp32 [B][H][Sq] natural log, from the forward (-inf: empty row)
  *    6 ptr dlse   fp32 [B][H][Sq] gradient of lse, or null (= 0)
  *    7 ptr delta  fp32 [B][H][Sq] workspace: rowsum(dO ∘ O) - dlse
  *    8 ptr lse2   fp32 [B][H][Sq] workspace: lse·log2 e, +inf for empty rows
  *    9 ptr dq  10 ptr dk  11 ptr dv   (outputs, 16-bit; dk, dv [B, Sk, Hkv, D])
- *   12..35  i64 strides (batch, seq, head), multiples of 8, of q, k, v, o, do, dq, dk, dv
+ *   12..35: strides (batch, seq, head) in elements, multiples of 8:
+ *        12..14 i64 q_stride_{b,s,h}    15..17 i64 k_stride_{b,s,h}    18..20 i64 v_stride_{b,s,h}
+ *        21..23 i64 o_stride_{b,s,h}    24..26 i64 d_o_stride_{b,s,h}  27..29 i64 dq_stride_{b,s,h}
+ *        30..32 i64 dk_stride_{b,s,h}   33..35 i64 dv_stride_{b,s,h}
  *   36 i32 q_len   37 i32 kv_len   38 f32 scale_log2 = softmax scale · log2 e
  *   39 ptr class_of_head  40 ptr offsets  41 ptr entries  42 i32 first_q_tile  43 i32 q_tiles
  *        the packed FORWARD schedule for (block_m, block_n), as the forward
- *   44 ptr class_of_head  45 ptr offsets  46 ptr entries  47 i32 kv_tiles
+ *   44 ptr t_class_of_head  45 ptr t_offsets  46 ptr t_entries  47 i32 kv_tiles
  *        the TRANSPOSED schedule for (block_m, bs), bs = min(block_size, block_m),
  *        packed in kv groups of block_m / bs blocks (s2_manifest_schedule_pack,
  *        transposed): per
@@ -143,11 +154,11 @@ typedef struct s2_attn_seq {
  *   50 ptr ds_map     int32 map[] of the s2_ds_map (one per transposed record)
  *        With ds non-null (modules whose manifest lists a bwd_dqds kernel), the
  *        dK/dV kernel also writes each entry's dS tile, query-major (row q
- *        = 128 bytes of 64 keys, 16-byte chunk c at c ^ (q & 7)), and
+ *        = 64 keys in 128 bytes, 16-byte chunk c at c ^ (q & 7)), and
  *        NAME_dqds computes dq = scale·dS·K from them instead of NAME_dq
  *        recomputing S and dP: 5 tile products per entry instead of 7.
- *   51 CUtensorMap q_map, 52 CUtensorMap do_map  (by value, 128 bytes, 64-byte aligned;
- *        ABI bwd_tma only): 4-D maps
+ * Parameters of ABI bwd_tma: 0..50 as ABI bwd, then
+ *   51 tmap q_map, 52 tmap do_map  (by value, 128 bytes, 64-byte aligned): 4-D maps
  *        {D, q_len, heads, batch} of q and do over the launch's heads (strides
  *        as above, in bytes), bf16/f16, box {64, block_m, 1, 1}, 128-byte
  *        swizzle, out-of-bounds fill zero, as the forward's q map

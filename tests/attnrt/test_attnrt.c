@@ -578,6 +578,21 @@ START_TEST(wide_variant_for_long_lists)
     ck_assert_int_eq(fake_get("last_smem"), s2_manifest_kernel_fn(d, S2_ROLE_FWD_WIDE)->smem_bytes);
     ck_assert_int_eq(fake_get("last_grid_x"), 5);
     ck_assert_int_eq(fake_get("last_grid_y"), 1);
+    /* the resident CTAs follow the device's shared memory per SM, read at open: two fit in twice an H100's
+     * (the fake's 40 registers and 2048 threads allow four and five of 384 threads) */
+    {
+        fake_set("sm_count", 5);
+        fake_set("smem_per_sm", 2 * 228 * 1024);
+        s2_device *dev2 = open_fake(ctx);
+        fake_set("sm_count", 132);
+        fake_set("smem_per_sm", 228 * 1024);
+        s2_attn_module *mod2 = load(ctx, dev2, &B);
+        s2_attn_kernel *k2 = s2_attn_module_kernel_at(mod2, 0);
+        ck_assert_msg(s2_attn_forward(ctx, k2, NULL, &a) == S2_OK, "%s", s2_ctx_message(ctx));
+        ck_assert_int_eq(fake_get("last_grid_x"), 10);
+        s2_attn_module_free(mod2);
+        s2_device_free(dev2);
+    }
     ck_assert_int_eq(fake_get("last_grid_z"), 1);
     s2_attn_kernel_sched_stats(k, &ss);
     ck_assert_int_eq(ss.wide, 1);

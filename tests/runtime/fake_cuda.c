@@ -27,6 +27,7 @@ typedef struct fake_state {
     long long kernel_threads;   /* kernel MAX_THREADS_PER_BLOCK */
     long long dyn_limit;        /* kernel MAX_DYNAMIC_SHARED_SIZE_BYTES */
     long long sm_count;         /* MULTIPROCESSOR_COUNT */
+    long long smem_per_sm;      /* MAX_SHARED_MEMORY_PER_MULTIPROCESSOR */
     long long cc_major, cc_minor; /* COMPUTE_CAPABILITY_MAJOR / MINOR */
     long long capturing;        /* cuStreamIsCapturing reports every stream as capturing */
     long long next_alloc_host;  /* next allocation reports CU_MEMORYTYPE_HOST */
@@ -55,13 +56,14 @@ typedef struct fake_state {
 
 static fake_state S = {
     .devices = 1, .optin_smem = 227 * KB, .kernel_threads = 1024, .dyn_limit = 48 * KB, .sm_count = 132,
+    .smem_per_sm = 228 * KB,
     .cc_major = 9, .cc_minor = 0,
 };
 
 static struct { const char *key; size_t off; } const keys[] = {
 #define K(f) {#f, offsetof(fake_state, f)}
     K(devices), K(init_result), K(module_result), K(launch_result), K(optin_smem),
-    K(static_smem), K(kernel_threads), K(dyn_limit), K(sm_count), K(cc_major), K(cc_minor), K(capturing), K(next_alloc_host), K(next_alloc_foreign),
+    K(static_smem), K(kernel_threads), K(dyn_limit), K(sm_count), K(smem_per_sm), K(cc_major), K(cc_minor), K(capturing), K(next_alloc_host), K(next_alloc_foreign),
     K(next_alloc_split), K(split_second),
     K(gpa_v1_calls), K(gpa_v2_calls), K(gpa_version), K(gpa_flags), K(primary_refs),
     K(max_depth), K(set_attr_calls), K(set_attr_value), K(launches), K(tensor_maps), K(last_smem),
@@ -319,6 +321,12 @@ static CUresult CUDAAPI f_DeviceGetAttribute(int *v, CUdevice_attribute a, CUdev
     case CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z: *v = 65535; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: *v = 48 * 1024; break;
     case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN: *v = (int)S.optin_smem; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR: *v = (int)S.smem_per_sm; break;
+    /* an H100's */
+    case CU_DEVICE_ATTRIBUTE_RESERVED_SHARED_MEMORY_PER_BLOCK: *v = 1024; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_REGISTERS_PER_MULTIPROCESSOR: *v = 65536; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_MULTIPROCESSOR: *v = 2048; break;
+    case CU_DEVICE_ATTRIBUTE_MAX_BLOCKS_PER_MULTIPROCESSOR: *v = 32; break;
     default: RET(CUDA_ERROR_INVALID_VALUE);
     }
     RET(CUDA_SUCCESS);
