@@ -127,7 +127,7 @@ static void init_accumulators(dec *k, LLVMBasicBlockRef entry_bb)
 static void load_q(dec *k)
 {
     LLVMBuilderRef b = k->b;
-    int C = k->s.chunks, T = k->s.threads, total = ROWS * C;
+    int C = k->s.chunks, T = k->s.threads, total = DEC_ROWS * C;
     for (int it = 0; it * T < total; it++) {
         LLVMValueRef idx = LLVMBuildAdd(b, k->tid, c32(k, it * T), "");
         s2_nv_if guard = {0};
@@ -186,7 +186,7 @@ static void issue_chunk(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    int C = k->s.chunks, T = k->s.threads, per_chunk = ROWS * C;
+    int C = k->s.chunks, T = k->s.threads, per_chunk = DEC_ROWS * C;
     LLVMValueRef pidx = LLVMBuildUDiv(b, ca->kpos0, param(k, P_PAGE), "");
     LLVMValueRef slot0 = LLVMBuildSub(b, ca->kpos0, LLVMBuildMul(b, pidx, param(k, P_PAGE), ""), "slot0");
     LLVMValueRef page64 = LLVMBuildSExt(b, ca->page, cg->t_i64, "");
@@ -429,13 +429,13 @@ static void dec_shape_init(dec_shape *s, const s2_pattern *p, const s2_kspec *sp
     s->gpb_log2 = s2_log2i(p->block_size / 16);
     s->causal = p->causal;
     s->q_off = 0;
-    s->kv_off = ROWS * s->D * 2;
+    s->kv_off = DEC_ROWS * s->D * 2;
     s->v_in_stage = s->BN * s->D * 2;
     s->stage_bytes = 2 * s->v_in_stage;
     /* after the loop the stages are free: the warps' O then (m, l) */
     s->merge_o_off = 0;
-    s->merge_ml_off = s->warps * ROWS * s->D * 4;
-    s->flag_off = s->merge_ml_off + s->warps * ROWS * 8;
+    s->merge_ml_off = s->warps * DEC_ROWS * s->D * 4;
+    s->flag_off = s->merge_ml_off + s->warps * DEC_ROWS * 8;
 }
 
 int s2_decode_smem_bytes(const s2_pattern *p, const s2_kspec *spec)
@@ -451,7 +451,7 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
 {
     dec k = {.kb = {.cg = cg, .b = cg->b}};
     dec_shape_init(&k.s, p, spec);
-    if (k.s.D > MAX_D || k.s.D % 32 != 0 || k.s.stages < 2 || k.s.threads % ROWS != 0 || k.s.D % (k.s.threads / ROWS * 2) != 0
+    if (k.s.D > MAX_D || k.s.D % 32 != 0 || k.s.stages < 2 || k.s.threads % DEC_ROWS != 0 || k.s.D % (k.s.threads / DEC_ROWS * 2) != 0
         || p->block_size < 16 || k.s.warps > 16)
         return s2_fail(ctx, S2_ERR_INTERNAL, "decode: unresolved spec reached the builder");
     LLVMTypeRef params[P_COUNT];

@@ -13,7 +13,7 @@
 /* Parameters, in ABI order (abi/params.h, S2_ABI_DECODE). */
 enum { S2_ABI_DECODE_PARAMS(S2_ABI_P_ENUM) P_COUNT };
 
-enum { MAX_D = 256, ROWS = 16 };
+enum { MAX_D = 256, DEC_ROWS = 16 };
 
 typedef struct dec_shape {
     s2_dtype dt;

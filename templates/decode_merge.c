@@ -58,13 +58,13 @@ void s2_dec_merge_and_store(dec *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    int D = k->s.D, W = k->s.warps, TPR = k->s.threads / ROWS, CPT = D / TPR;
+    int D = k->s.D, W = k->s.warps, TPR = k->s.threads / DEC_ROWS, CPT = D / TPR;
     LLVMValueRef r = LLVMBuildUDiv(b, k->tid, c32(k, TPR), "mrow");
     LLVMValueRef c0 = LLVMBuildMul(b, LLVMBuildURem(b, k->tid, c32(k, TPR), ""), c32(k, CPT), "mcol");
     LLVMValueRef ms[16], ls[16], a[16];
     LLVMValueRef M = cf(k, -INFINITY);
     for (int w = 0; w < W; w++) {
-        LLVMValueRef mo = LLVMBuildAdd(b, c32(k, k->s.merge_ml_off + w * ROWS * 8), LLVMBuildShl(b, r, c32(k, 3), ""), "");
+        LLVMValueRef mo = LLVMBuildAdd(b, c32(k, k->s.merge_ml_off + w * DEC_ROWS * 8), LLVMBuildShl(b, r, c32(k, 3), ""), "");
         ms[w] = load_smem_f32(k, mo);
         ls[w] = load_smem_f32(k, LLVMBuildAdd(b, mo, c32(k, 4), ""));
         M = s2_nv_fmax(cg, M, ms[w]);
@@ -94,7 +94,7 @@ void s2_dec_merge_and_store(dec *k)
         LLVMValueRef col = LLVMBuildAdd(b, c0, c32(k, c), "");
         LLVMValueRef acc = cf(k, 0.0);
         for (int w = 0; w < W; w++) {
-            LLVMValueRef off = LLVMBuildAdd(b, c32(k, k->s.merge_o_off + w * ROWS * D * 4),
+            LLVMValueRef off = LLVMBuildAdd(b, c32(k, k->s.merge_o_off + w * DEC_ROWS * D * 4),
                                             LLVMBuildShl(b, LLVMBuildAdd(b, LLVMBuildMul(b, r, c32(k, D), ""), col, ""), c32(k, 2), ""), "");
             acc = s2_nv_fma(cg, a[w], load_smem_f32(k, off), acc);
         }
@@ -161,7 +161,7 @@ void s2_dec_last_cta_combine(dec *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    int D = k->s.D, TPR = k->s.threads / ROWS, CPT = D / TPR;
+    int D = k->s.D, TPR = k->s.threads / DEC_ROWS, CPT = D / TPR;
     LLVMValueRef splits = param(k, P_SPLITS);
     s2_nv_if many;
     s2_nv_if_begin(cg, &many, LLVMBuildICmp(b, LLVMIntNE, splits, c32(k, 1), ""), "split_kv");
