@@ -3,7 +3,7 @@
 # libyaml, zstd, zlib and libstdc++ linked in), so that a machine with only
 # torch and the CUDA driver installs it with pip:
 #
-#   scripts/wheel.sh [OUT_DIR]        (default dist/: the wheels beside the dist stage's sources)
+#   scripts/wheel.sh [OUT_DIR]        (default wheelhouse/)
 #
 # The libraries come from build-wheel/ (configured here: release, static
 # LLVM); the wheel is tagged py3-none-manylinux_2_N_x86_64, N the newest glibc
@@ -11,7 +11,7 @@
 # toolkit, or the one Triton ships (found by the package).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=$(realpath -m "${1:-dist}")
+out=$(realpath -m "${1:-wheelhouse}")
 build=build-wheel
 opts=(-Dstatic_llvm=true -Dprefer_static=true -Dbuildtype=release -Dtests=disabled -Dwerror=false)
 [ -f "$build/build.ninja" ] || meson setup "$build" -Dtoolkit_dir="${CUDA_HOME:-/usr/local/cuda}" "${opts[@]}" >/dev/null
