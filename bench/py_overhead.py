@@ -14,7 +14,9 @@ torch.cuda.synchronize at each end) in microseconds per call:
 and, for reference, what a caller pays around them: torch.no_grad() entered and left
 once per call, and one torch.empty of the output's shape (inside (a) and (c)).
 
-Prints each, (a)-(d) and (c)-(d), and whether each difference is <= 15 us.
+Prints each, (a)-(d) and (c)-(d), and whether each difference is <= 15 us.  With --parts,
+also the host cost of each step of (a)'s path alone (the launch signature's key, its lookup,
+the output's allocation, the five pointers, the capture query, the stream query).
 Run on the GPU machine (S2C_LIBDIR: the libs2c build):  python3 bench/py_overhead.py"""
 import ctypes as C
 import os
@@ -128,9 +130,32 @@ def main():
         ok = diff <= LIMIT_US
         verdict.append(ok)
         print(f"  ({key})-(d) = {diff:6.2f} us: {'<=' if ok else '>'} {LIMIT_US:.0f} us {'ok' if ok else 'OVER'}")
+    if "--parts" in sys.argv:
+        parts(q, k, v, pat, ops, R)
     print(f"overhead (a)-(d) {res['a'] - res['d']:.2f} us, (c)-(d) {res['c'] - res['d']:.2f} us, "
           f"(e)-(d) {res['e'] - res['d']:.2f} us: "
           f"{'PASS' if all(verdict) else 'FAIL'} (limit {LIMIT_US:.0f} us)")
+
+
+def parts(q, k, v, pat, ops, R):
+    """The steps of (a)'s path, each timed alone (us per call)."""
+    e = next(iter(ops._fwd_cache.values()))
+    pid, a = ops.pattern_id(pat), e.args
+    steps = {
+        "key": lambda: (pid, q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.dtype, k.dtype, v.dtype,
+                        q.get_device(), k.get_device(), v.get_device(), 1, 1, 0.125),
+        "pattern_id + scale": lambda: (ops.pattern_id(pat), ops._scale(None, 64)),
+        "torch.empty(o)": lambda: torch.empty(e.shapes[0], dtype=e.dtype, device=e.device),
+        "5 pointers": lambda: (setattr(a, "q", q.data_ptr()), setattr(a, "k", k.data_ptr()),
+                               setattr(a, "v", v.data_ptr()), setattr(a, "o", q.data_ptr()), setattr(a, "lse", 0)),
+        "capture query": ops._capturing,
+        "stream query": lambda: ops._raw_stream(0),
+        "is_compiling": ops._compiling,
+        "is_grad_enabled": torch.is_grad_enabled,
+    }
+    with torch.no_grad():
+        for name, fn in steps.items():
+            print(f"  part {name:<24} {host_us(fn, grad=False):8.2f}")
 
 
 if __name__ == "__main__":
