@@ -79,6 +79,13 @@
     X(CU_Q, "cu_q", PTR) X(CU_K, "cu_k", PTR) X(SEQINFO, "seqinfo", PTR) X(N, "n", I32)                    \
     X(MAX_KV, "max_kv_len", I32)
 
+/* The parameters a launch takes unchanged from its public arguments, as
+ * X(ENUM, field of the args struct): the runtime copies them (S2_RT_FROM_ARGS
+ * in runtime/attn_internal.h), so such a parameter is a line here, a line
+ * in its ABI's list and a field of the struct, and no runtime code. */
+#define S2_ABI_FWD_FROM_ARGS(X) X(Q, q) X(K, k) X(V, v) X(O, o) X(LSE, lse)
+#define S2_ABI_COMBINE_FROM_ARGS(X) X(OUT, o) X(LSE_OUT, lse) X(N, n) X(H, heads)
+
 /* enum helpers: P_ENUM for a template's own parameters, or a prefix of the caller's */
 #define S2_ABI_P_ENUM(e, n, t) P_##e,
 
