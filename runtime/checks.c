@@ -457,10 +457,6 @@ s2_status s2_rt_dec_check_overlaps(s2_ctx *ctx, const s2_attn_decode_args *a, co
     if (st == S2_OK && a->lse && extents_meet(a->o, bytes[1], a->lse, bytes[6]))
         st = s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", bytes[6],
                      (unsigned long long)a->lse, bytes[1], (unsigned long long)a->o);
-    size_t sb = (size_t)a->heads * sizeof(float);
-    if (st == S2_OK && a->sinks && (extents_meet(a->sinks, sb, a->o, bytes[1]) || (a->lse && extents_meet(a->sinks, sb, a->lse, bytes[2]))))
-        st = s2_fail(ctx, S2_ERR_INVALID, "sinks overlap an output: its %zu bytes at 0x%llx", sb,
-                     (unsigned long long)a->sinks);
     return st;
 }
 
