@@ -70,7 +70,7 @@
     X(PTRS, "inputs", BYTES) X(OBASE, "o_base", PTR) X(LBASE, "lse_base", PTR)                             \
     X(OPART, "o_part", I64) X(LPART, "lse_part", I64) S2_ABI_STRIDES(X, IS, "in")                           \
     X(OUT, "out", PTR) S2_ABI_STRIDES(X, OS, "out") X(LSE_OUT, "lse_out", PTR)                               \
-    X(N, "n_in", I32) X(S, "s", I32) X(H, "h", I32) X(ROWS, "rows", I32)
+    X(N, "n_in", I32) X(S, "s", I32) X(H, "h", I32) X(ROWS, "rows", I32) X(SINKS, "sinks", PTR)
 
 /* S2_ABI_SEQS: NAME_seqs of a forward module (s2c/launch.h): seqinfo[i] from
  * cu_q[i..i+1] and cu_k[i..i+1] (cu_k null: cu_q) for i < n, q_len = kv_len =
@@ -78,6 +78,13 @@
 #define S2_ABI_SEQS_PARAMS(X)                                                                                \
     X(CU_Q, "cu_q", PTR) X(CU_K, "cu_k", PTR) X(SEQINFO, "seqinfo", PTR) X(N, "n", I32)                    \
     X(MAX_KV, "max_kv_len", I32)
+
+/* The parameters a launch takes unchanged from its public arguments, as
+ * X(ENUM, field of the args struct): the runtime copies them (S2_RT_FROM_ARGS
+ * in runtime/attn_internal.h), so such a parameter is a line here, a line
+ * in its ABI's list and a field of the struct, and no runtime code. */
+#define S2_ABI_FWD_FROM_ARGS(X) X(Q, q) X(K, k) X(V, v) X(O, o) X(LSE, lse)
+#define S2_ABI_COMBINE_FROM_ARGS(X) X(OUT, o) X(LSE_OUT, lse) X(N, n) X(H, heads) X(SINKS, sinks)
 
 /* enum helpers: P_ENUM for a template's own parameters, or a prefix of the caller's */
 #define S2_ABI_P_ENUM(e, n, t) P_##e,

@@ -360,9 +360,9 @@ s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_comb
 s2_status s2_rt_combine_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a)
 {
     s2_rt_combine_vals v = {
-        .OUT = a->o, .LSE_OUT = a->lse, .N = a->n, .S = (int32_t)a->seq, .H = a->heads,
-        .ROWS = (int32_t)((int64_t)a->batch * a->seq * a->heads),
+        .S = (int32_t)a->seq, .ROWS = (int32_t)((int64_t)a->batch * a->seq * a->heads),
     };
+    S2_ABI_COMBINE_FROM_ARGS(S2_RT_FROM_ARGS)
     for (int i = 0; i < a->n; i++) {
         v.PTRS[i] = a->o_in[i];
         v.PTRS[S2_COMBINE_MAX_INPUTS + i] = a->lse_in[i];

@@ -74,13 +74,13 @@ s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
     const s2_kernel_record *rec = k->rec[role];
     const fwd_tables *ft = s->use_wide ? &s->wide : &s->fwd;
     s2_rt_fwd_vals v = {
-        .Q = a->q, .K = a->k, .V = a->v, .O = a->o, .LSE = a->lse,
         .QLEN = (int32_t)a->q_len, .KVLEN = (int32_t)(a->seqs ? a->seqs->sched_kv_len : a->kv_len),
         .SCALE_LOG2 = (float)(scale * 1.4426950408889634),
         .CLASS = ft->class_of_head, .OFFSETS = ft->offsets, .ENTRIES = ft->entries,
         .FIRST_Q_TILE = ft->first_q_tile, .Q_TILES = ft->q_tiles,
         .WORK = s->w_buf, .NWORK = s->n_work, .BATCH = (int32_t)a->batch, .SEQINFO = a->seqs ? a->seqs->buf : 0,
     };
+    S2_ABI_FWD_FROM_ARGS(S2_RT_FROM_ARGS)
     S2_RT_STRIDES(v, QS, a->q_stride), S2_RT_STRIDES(v, KS, a->k_stride);
     S2_RT_STRIDES(v, VS, a->v_stride), S2_RT_STRIDES(v, OS, a->o_stride);
     if (rec->grid == S2_GRID_PERSISTENT) {

@@ -96,6 +96,9 @@ typedef struct s2_rt_seqs_vals { S2_ABI_SEQS_PARAMS(S2_RT_FIELD) } s2_rt_seqs_va
 #undef S2_RT_FIELD
 /* (batch, seq, head) strides s into the three fields E, E_S, E_H */
 #define S2_RT_STRIDES(v, E, s) ((v).E = (s)[0], (v).E##_S = (s)[1], (v).E##_H = (s)[2])
+/* v.ENUM = a->field, in a launch filling values v from arguments a, for
+ * each entry of a *_FROM_ARGS list (abi/params.h) */
+#define S2_RT_FROM_ARGS(e, f) v.e = a->f;
 
 /* A kernel's parameters in its ABI's order (args.c): parameter i is at
  * byte off[i] of its family's values, built once at load. */

@@ -516,8 +516,8 @@ static s2_status combine_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, con
     if ((st = tensor_bytes(ctx, &in, a->head_dim, es, &ib)) != S2_OK || (st = tensor_bytes(ctx, &out, a->head_dim, es, &ob)) != S2_OK)
         return st;
     size_t lb = (size_t)a->batch * (size_t)a->heads * (size_t)a->seq * sizeof(float);
-    if (a->o % 16 || a->lse % 4)
-        return s2_fail(ctx, S2_ERR_ALIGNMENT, "o must be 16-byte aligned, lse 4-byte");
+    if (a->o % 16 || a->lse % 4 || a->sinks % 4)
+        return s2_fail(ctx, S2_ERR_ALIGNMENT, "o must be 16-byte aligned, lse and sinks 4-byte");
     for (int i = 0; i < a->n; i++) {
         if (!a->o_in[i] || !a->lse_in[i])
             return s2_fail(ctx, S2_ERR_NULL_ARG, "input %d: null %s", i, !a->o_in[i] ? "o_in" : "lse_in");
@@ -536,6 +536,10 @@ static s2_status combine_check_overlaps(s2_ctx *ctx, const s2_combine_args *a, c
     if (st == S2_OK && a->lse && extents_meet(a->o, bytes[1], a->lse, bytes[2]))
         st = s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", bytes[2],
                      (unsigned long long)a->lse, bytes[1], (unsigned long long)a->o);
+    size_t sb = (size_t)a->heads * sizeof(float);
+    if (st == S2_OK && a->sinks && (extents_meet(a->sinks, sb, a->o, bytes[1]) || (a->lse && extents_meet(a->sinks, sb, a->lse, bytes[2]))))
+        st = s2_fail(ctx, S2_ERR_INVALID, "sinks overlap an output: its %zu bytes at 0x%llx", sb,
+                     (unsigned long long)a->sinks);
     return st;
 }
 
@@ -562,6 +566,8 @@ s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combin
             return st;
     }
     if ((st = s2_check_device_ptr(ctx, k->mod->dev, a->o, ob, 16, "o")) != S2_OK)
+        return st;
+    if (a->sinks && (st = s2_check_device_ptr(ctx, k->mod->dev, a->sinks, (size_t)a->heads * sizeof(float), 4, "sinks")) != S2_OK)
         return st;
     if (a->lse && (st = s2_check_device_ptr(ctx, k->mod->dev, a->lse, lb, 4, "lse")) != S2_OK)
         return st;

@@ -97,6 +97,7 @@ s2_status s2_combine_kernel_build(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D
         acc[j] = LLVMBuildAlloca(b, cg->t_f32, "acc");
     mx_p = LLVMBuildAlloca(b, cg->t_f32, "mx");
     sum_p = LLVMBuildAlloca(b, cg->t_f32, "sum");
+    LLVMValueRef sink_p = LLVMBuildAlloca(b, cg->t_f32, "sink");
     s2_kb_entry_end(&k.kb, cur);
     s2_nv_if live;
     s2_nv_if_begin(cg, &live, LLVMBuildICmp(b, LLVMIntULT, row, param(&k, C_ROWS), ""), "live");
@@ -110,8 +111,19 @@ s2_status s2_combine_kernel_build(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D
                                                    LLVMBuildZExt(b, S, cg->t_i64, ""), ""), s64, "li");
     LLVMValueRef ioff = LLVMBuildAdd(b, LLVMBuildAdd(b, LLVMBuildMul(b, b64, param(&k, C_IS), ""), LLVMBuildMul(b, s64, param(&k, C_IS + 1), ""), ""),
                                      LLVMBuildAdd(b, LLVMBuildMul(b, h64, param(&k, C_IS + 2), ""), LLVMBuildZExt(b, c0, cg->t_i64, ""), ""), "ioff");
-    LLVMBuildStore(b, LLVMConstReal(cg->t_f32, -INFINITY), mx_p);
-    LLVMBuildStore(b, LLVMConstReal(cg->t_f32, 0.0), sum_p);
+    /* head h's sink (sinks null: none, -inf) joins the merge as an input of
+     * lse sinks[h] whose output is zero: it counts once in the row's softmax */
+    LLVMValueRef sinks = param(&k, C_SINKS);
+    LLVMBuildStore(b, LLVMConstReal(cg->t_f32, -INFINITY), sink_p);
+    s2_nv_if hs;
+    s2_nv_if_begin(cg, &hs, LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, sinks, cg->t_i64, ""), c64(&k, 0), ""),
+                   "has_sinks");
+    LLVMValueRef sv = LLVMBuildLoad2(b, cg->t_f32, LLVMBuildInBoundsGEP2(b, cg->t_f32, sinks, &h64, 1, ""), "");
+    LLVMSetAlignment(sv, 4);
+    LLVMBuildStore(b, sv, sink_p);
+    s2_nv_if_end(cg, &hs);
+    LLVMValueRef sink = LLVMBuildLoad2(b, cg->t_f32, sink_p, "sinkv");
+    LLVMBuildStore(b, sink, mx_p);
     for (int j = 0; j < 8; j++)
         LLVMBuildStore(b, LLVMConstReal(cg->t_f32, 0.0), acc[j]);
     s2_nv_loop l1;
@@ -121,6 +133,9 @@ s2_status s2_combine_kernel_build(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D
     LLVMValueRef mx = LLVMBuildLoad2(b, cg->t_f32, mx_p, "mxv");
     LLVMValueRef finite = LLVMBuildFCmp(b, LLVMRealONE, mx, LLVMConstReal(cg->t_f32, -INFINITY), "");
     LLVMValueRef mx_use = LLVMBuildSelect(b, finite, mx, LLVMConstReal(cg->t_f32, 0.0), "");
+    LLVMValueRef sw = s2_nv_ex2_approx(cg, LLVMBuildFMul(b, LLVMBuildFSub(b, sink, mx_use, ""), LLVMConstReal(cg->t_f32, M_LOG2E), ""));
+    LLVMValueRef has_sink = LLVMBuildFCmp(b, LLVMRealUNE, sink, LLVMConstReal(cg->t_f32, -INFINITY), "");
+    LLVMBuildStore(b, LLVMBuildSelect(b, has_sink, sw, LLVMConstReal(cg->t_f32, 0.0), ""), sum_p);
     s2_nv_loop l2;
     s2_nv_loop_begin(cg, &l2, "sum", c32(&k, 0), param(&k, C_N), c32(&k, 1), NULL, 0);
     {

@@ -1,5 +1,7 @@
 /* Block-sparse masked row softmax: one warp per (b, h, query row), the mask
- * evaluated in closed form from the head's rule (baked as constant tables). */
+ * evaluated in closed form from the head's rule (baked as constant tables).
+ * A toolchain check, not an attention kernel: its table entry "row_softmax"
+ * (below) is asked by name, and writes no manifest record. */
 #include "template.h"
 
 #include <math.h>
@@ -7,7 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { SM_WARPS = S2_SOFTMAX_WARPS, SM_THREADS = SM_WARPS * 32 };
+enum { SM_WARPS = 4, SM_THREADS = SM_WARPS * 32 };   /* query rows per CTA, one per warp */
 
 /* Kernel parameter indices. */
 enum { P_IN, P_OUT, P_SQ, P_SK, P_IN_STRIDE, P_OUT_STRIDE = P_IN_STRIDE + 4, P_SCALE = P_OUT_STRIDE + 4, P_COUNT };
@@ -27,7 +29,7 @@ typedef struct sm_kernel {
     LLVMValueRef sk, in_row, out_row, in_sk, out_sk, c;
 } sm_kernel;
 
-s2_status s2_softmax_check_pattern(s2_ctx *ctx, const s2_pattern *p)
+static s2_status s2_softmax_check_pattern(s2_ctx *ctx, const s2_pattern *p)
 {
     if (!p || p->heads < 1 || !p->rules)
         return s2_fail(ctx, S2_ERR_INVALID, "row softmax: pattern has no resolved head rules");
@@ -229,7 +231,7 @@ static void sm_emit_pass_write(sm_kernel *k, LLVMValueRef rowmax, LLVMValueRef i
     LLVMBuildRetVoid(cg->b);
 }
 
-s2_status s2_softmax_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *pat, const char *name)
+static s2_status s2_softmax_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *pat, const char *name)
 {
     sm_kernel k = {.cg = cg, .pat = pat};
     for (int bs = pat->block_size; bs > 1; bs >>= 1)
@@ -257,7 +259,7 @@ s2_status s2_softmax_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *pat, const 
 }
 
 /* Kernel symbol: s2_softmax_<pattern name>_<arch>, identifier characters only. */
-void s2_softmax_kernel_name(char *out, size_t cap, const s2_pattern *p, s2_arch arch)
+static void s2_softmax_kernel_name(char *out, size_t cap, const s2_pattern *p, s2_arch arch)
 {
     const char *pn = p->name && p->name[0] ? p->name : "pattern";
     size_t n = (size_t)snprintf(out, cap, "s2_softmax_");
@@ -268,3 +270,29 @@ void s2_softmax_kernel_name(char *out, size_t cap, const s2_pattern *p, s2_arch 
     }
     snprintf(out + n, cap - n, "_%s", s2_arch_cpu(arch));
 }
+
+/* The launch shape: threads (num_warps) and query rows (block_m) per CTA. */
+static s2_status resolve_softmax(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
+{
+    s2_status st = s2_softmax_check_pattern(ctx, p);
+    spec->num_warps = SM_WARPS;
+    spec->block_m = SM_WARPS;
+    return st;
+}
+
+static int smem_none(const s2_pattern *p, const s2_kspec *spec) { return 0; }
+static int kernels_none(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out) { return 0; }
+
+static s2_status build_softmax(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name)
+{
+    return s2_softmax_build(ctx, cg, p, name);
+}
+
+static void symbol_softmax(char *out, size_t cap, const s2_pattern *p, const s2_kspec *spec)
+{
+    s2_softmax_kernel_name(out, cap, p, (s2_arch)spec->arch);
+}
+
+/* The table's entry (templates/template.c): f32, no attention kind, never asked by spec. */
+const s2_template s2_template_row_softmax = {"row_softmax", S2_KERNEL_KIND_COUNT_, S2_TEMPLATE_DTYPE(S2_DTYPE_F32),
+    0, 0, NULL, resolve_softmax, smem_none, kernels_none, NULL, build_softmax, NULL, symbol_softmax};

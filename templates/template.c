@@ -281,52 +281,33 @@ static int variants_fwd_wgmma(const s2_pattern *p, const s2_kspec *asked, const 
     return 1;
 }
 
-/* The row softmax (no manifest record): one warp per query row. */
-static s2_status resolve_softmax(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
-{
-    s2_status st = s2_softmax_check_pattern(ctx, p);
-    spec->num_warps = S2_SOFTMAX_WARPS;
-    spec->block_m = S2_SOFTMAX_WARPS;   /* query rows per CTA */
-    return st;
-}
-
-static int smem_none(const s2_pattern *p, const s2_kspec *spec) { return 0; }
-static int kernels_none(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out) { return 0; }
-
-static s2_status build_softmax(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name)
-{
-    return s2_softmax_build(ctx, cg, p, name);
-}
-
-static void symbol_softmax(char *out, size_t cap, const s2_pattern *p, const s2_kspec *spec)
-{
-    s2_softmax_kernel_name(out, cap, p, (s2_arch)spec->arch);
-}
-
 #define DT(t) S2_TEMPLATE_DTYPE(S2_DTYPE_##t)
 #define HD(d) S2_TEMPLATE_HEAD_DIM(d)
 #define ABI(a) (1u << S2_ABI_##a)
 static const unsigned dt16 = DT(BF16) | DT(F16);
 
+static const s2_template decode = {"decode", S2_KERNEL_DECODE, dt16, HD(32) | HD(64) | HD(96) | HD(128),
+    ABI(DECODE) | ABI(COMBINE), accepts_decode, resolve_decode, s2_decode_smem_bytes, kernels_decode, NULL,
+    s2_decode_build, NULL, NULL};
+static const s2_template fwd_wgmma = {"fwd_wgmma", S2_KERNEL_FWD, dt16, HD(64) | HD(128),
+    ABI(FWD_TMA) | ABI(FWD_TMA_PERSISTENT) | ABI(SEQS) | ABI(COMBINE),
+    s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, kernels_fwd_wgmma, variants_fwd_wgmma,
+    s2_fwd_sm90_build, s2_fwd_entry_build, NULL};
+static const s2_template fwd_mma = {"fwd_mma", S2_KERNEL_FWD, dt16, HD(32) | HD(64) | HD(96) | HD(128),
+    ABI(FWD) | ABI(SEQS) | ABI(COMBINE), accepts_fwd, resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, NULL,
+    s2_fwd_build, s2_fwd_entry_build, NULL};
+static const s2_template bwd = {"bwd", S2_KERNEL_BWD, dt16, HD(32) | HD(64) | HD(128), ABI(BWD) | ABI(BWD_TMA),
+    accepts_bwd, resolve_mma, s2_bwd_smem_bytes, kernels_bwd, NULL, s2_bwd_build, NULL, NULL};
+
+/* Entries defined in their template's own file (one line here each). */
+extern const s2_template s2_template_row_softmax;   /* templates/softmax.c */
+
 /* Asked in order: the first that accepts a spec builds it. */
-static const s2_template templates[] = {
-    {"decode", S2_KERNEL_DECODE, dt16, HD(32) | HD(64) | HD(96) | HD(128), ABI(DECODE) | ABI(COMBINE),
-     accepts_decode, resolve_decode, s2_decode_smem_bytes, kernels_decode, NULL, s2_decode_build, NULL, NULL},
-    {"fwd_wgmma", S2_KERNEL_FWD, dt16, HD(64) | HD(128),
-     ABI(FWD_TMA) | ABI(FWD_TMA_PERSISTENT) | ABI(SEQS) | ABI(COMBINE),
-     s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, kernels_fwd_wgmma, variants_fwd_wgmma,
-     s2_fwd_sm90_build, s2_fwd_entry_build, NULL},
-    {"fwd_mma", S2_KERNEL_FWD, dt16, HD(32) | HD(64) | HD(96) | HD(128), ABI(FWD) | ABI(SEQS) | ABI(COMBINE),
-     accepts_fwd, resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, NULL, s2_fwd_build, s2_fwd_entry_build, NULL},
-    {"bwd", S2_KERNEL_BWD, dt16, HD(32) | HD(64) | HD(128), ABI(BWD) | ABI(BWD_TMA), accepts_bwd, resolve_mma,
-     s2_bwd_smem_bytes, kernels_bwd, NULL, s2_bwd_build, NULL, NULL},
-    {"row_softmax", S2_KERNEL_KIND_COUNT_, DT(F32), 0, 0, NULL, resolve_softmax, smem_none, kernels_none, NULL,
-     build_softmax, NULL, symbol_softmax},
-};
+static const s2_template *const templates[] = {&decode, &fwd_wgmma, &fwd_mma, &bwd, &s2_template_row_softmax};
 
 int s2_template_count(void) { return (int)(sizeof templates / sizeof templates[0]); }
 
-const s2_template *s2_template_at(int i) { return i >= 0 && i < s2_template_count() ? &templates[i] : NULL; }
+const s2_template *s2_template_at(int i) { return i >= 0 && i < s2_template_count() ? templates[i] : NULL; }
 
 /* An attention template takes a spec of its kind, dtype and head dim that its accepts() holds for. */
 static bool takes(const s2_template *t, const s2_kspec *spec)
@@ -339,8 +320,8 @@ static bool takes(const s2_template *t, const s2_kspec *spec)
 const s2_template *s2_template_for(const s2_kspec *spec)
 {
     for (int i = 0; spec && i < s2_template_count(); i++)
-        if (takes(&templates[i], spec))
-            return &templates[i];
+        if (takes(templates[i], spec))
+            return templates[i];
     return NULL;
 }
 
@@ -368,9 +349,9 @@ s2_status s2_template_pick(s2_ctx *ctx, const s2_kspec *spec, const s2_template 
 {
     unsigned dtypes = 0, head_dims = 0;
     for (int i = 0; i < s2_template_count(); i++)
-        if (templates[i].accepts && templates[i].kind == spec->kind) {
-            dtypes |= templates[i].dtypes;
-            head_dims |= templates[i].head_dims;
+        if (templates[i]->accepts && templates[i]->kind == spec->kind) {
+            dtypes |= templates[i]->dtypes;
+            head_dims |= templates[i]->head_dims;
         }
     char names[128];
     if ((unsigned)spec->dtype >= 32 || !(dtypes & S2_TEMPLATE_DTYPE(spec->dtype))) {
@@ -393,7 +374,7 @@ s2_status s2_template_pick(s2_ctx *ctx, const s2_kspec *spec, const s2_template 
 const s2_template *s2_template_named(const char *name)
 {
     for (int i = 0; name && i < s2_template_count(); i++)
-        if (strcmp(templates[i].name, name) == 0)
-            return &templates[i];
+        if (strcmp(templates[i]->name, name) == 0)
+            return templates[i];
     return NULL;
 }

@@ -128,12 +128,5 @@ enum { S2_SEQS_THREADS = 128 };
 s2_status s2_seqs_kernel_build(s2_ctx *ctx, s2_cg *cg, const char *name);
 /* A forward entry's kernels built once (build_entry): NAME_seqs, NAME_combine. */
 s2_status s2_fwd_entry_build(s2_ctx *ctx, s2_cg *cg, const s2_kernel_record *rec);
-/* The block-sparse row softmax (templates/softmax.c): a toolchain check,
- * not an attention kernel; its entry "row_softmax" is asked by name.  One
- * warp per query row, S2_SOFTMAX_WARPS rows per CTA. */
-enum { S2_SOFTMAX_WARPS = 4 };
-s2_status s2_softmax_check_pattern(s2_ctx *ctx, const s2_pattern *p);
-void s2_softmax_kernel_name(char *out, size_t cap, const s2_pattern *p, s2_arch arch);
-s2_status s2_softmax_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *pat, const char *name);
 
 #endif

@@ -102,6 +102,8 @@ S2_API size_t s2_packed_decode_lists_size(int kv_heads, int64_t lists, int64_t e
  *         (when o_base is set, input i is at base + i * part elements)
  *    5..7 i64 input strides (b, s, h)   8 ptr out (16-bit)   9..11 i64 out strides
  *   12 ptr lse_out fp32 [B][H][S] or null   13 i32 n_in   14 i32 S   15 i32 H   16 i32 rows = B*S*H
+ *   17 ptr sinks fp32 [H] or null: head h's sink logit joins each row's merge as an input
+ *      of lse sinks[h] and output zero
  * Input LSE i is contiguous [B][H][S].  Grid (cdiv(rows, 128 / (D/8))), block 128:
  * D/8 threads per row, 8 columns each.  Input strides multiples of 8,
  * pointers 16-byte aligned. */
@@ -142,6 +144,8 @@ typedef struct s2_combine_args {
     int64_t in_stride[3];        /* (batch, seq, head), multiples of 8 */
     uint64_t o, lse;             /* outputs; lse may be 0 */
     int64_t o_stride[3];
+    uint64_t sinks;              /* fp32 [heads], 4-byte aligned: each head's attention-sink logit (natural
+                                  * log, as lse), counted once in every row's softmax; 0 = none */
 } s2_combine_args;
 
 #ifdef __cplusplus

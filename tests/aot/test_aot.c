@@ -388,6 +388,7 @@ static const char combine_program[] =
     "static unsigned grid[3], block, smem;\n"
     "static int64_t ints[12];\n"
     "static int32_t small[4];\n"
+    "static uint64_t sinks;\n"
     "CUresult cuModuleLoadData(CUmodule *m, const void *image) { (void)image; *m = (CUmodule)(uintptr_t)8; return CUDA_SUCCESS; }\n"
     "CUresult cuModuleGetFunction(CUfunction *f, CUmodule m, const char *name)\n"
     "{ (void)m; EXPECT(strcmp(name, \"s2_dec_x_combine\") == 0); *f = (CUfunction)(uintptr_t)16; return CUDA_SUCCESS; }\n"
@@ -402,6 +403,7 @@ static const char combine_program[] =
     "  memcpy(table, p[0], sizeof table);\n"
     "  for (i = 0; i < 12; i++) ints[i] = *(int64_t *)p[1 + i];\n"
     "  for (i = 0; i < 4; i++) small[i] = *(int32_t *)p[13 + i];\n"
+    "  sinks = *(uint64_t *)p[17];\n"
     "  return CUDA_SUCCESS;\n"
     "}\n"
     "int main(void)\n"
@@ -409,20 +411,20 @@ static const char combine_program[] =
     "  const CUdeviceptr o_in[3] = {0x1000, 0x2000, 0x3000}, lse_in[3] = {0x4000, 0x5000, 0x6000};\n"
     "  int i;\n"
     "  EXPECT(load_cmb() == CUDA_SUCCESS);\n"
-    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0x8000, 3, 7, 9, 17, o_in, lse_in) == CUDA_SUCCESS);\n"
+    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0x8000, 3, 7, 9, 17, 0xb000, o_in, lse_in) == CUDA_SUCCESS);\n"
     "  EXPECT(launches == 1 && grid[0] == 3 && grid[1] == 1 && grid[2] == 1 && block == 128 && smem == 0);\n"
     "  for (i = 0; i < 64; i++) EXPECT(table[i] == (i < 3 ? o_in[i] : 0) && table[64 + i] == (i < 3 ? lse_in[i] : 0));\n"
     "  EXPECT(ints[4] == 1 && ints[5] == 2 && ints[6] == 3 && ints[7] == 0x7000 && ints[10] == 6 && ints[11] == 0x8000);\n"
-    "  EXPECT(small[0] == 3 && small[1] == 7 && small[2] == 9 && small[3] == 17);\n"
+    "  EXPECT(small[0] == 3 && small[1] == 7 && small[2] == 9 && small[3] == 17 && sinks == 0xb000);\n"
     "  /* inputs at a base: NULL lists give zeros */\n"
-    "  EXPECT(cmb_comb(NULL, 0x9000, 0xa000, 64, 8, 1, 2, 3, 0x7000, 4, 5, 6, 0, 2, 7, 9, 16, NULL, NULL) == CUDA_SUCCESS);\n"
+    "  EXPECT(cmb_comb(NULL, 0x9000, 0xa000, 64, 8, 1, 2, 3, 0x7000, 4, 5, 6, 0, 2, 7, 9, 16, 0, NULL, NULL) == CUDA_SUCCESS);\n"
     "  EXPECT(launches == 2 && grid[0] == 2 && ints[0] == 0x9000 && ints[1] == 0xa000 && ints[2] == 64 && ints[3] == 8);\n"
     "  for (i = 0; i < 128; i++) EXPECT(table[i] == 0);\n"
     "  /* n_in outside 1..64, a bad grid: nothing launched; no rows: nothing to do */\n"
-    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0, 0, 7, 9, 16, o_in, lse_in) == CUDA_ERROR_INVALID_VALUE);\n"
-    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0, 65, 7, 9, 16, NULL, NULL) == CUDA_ERROR_INVALID_VALUE);\n"
-    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0, 1, 7, 9, -1, o_in, lse_in) == CUDA_ERROR_INVALID_VALUE);\n"
-    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0, 1, 7, 9, 0, o_in, lse_in) == CUDA_SUCCESS);\n"
+    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0, 0, 7, 9, 16, 0, o_in, lse_in) == CUDA_ERROR_INVALID_VALUE);\n"
+    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0, 65, 7, 9, 16, 0, NULL, NULL) == CUDA_ERROR_INVALID_VALUE);\n"
+    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0, 1, 7, 9, -1, 0, o_in, lse_in) == CUDA_ERROR_INVALID_VALUE);\n"
+    "  EXPECT(cmb_comb(NULL, 0, 0, 0, 0, 1, 2, 3, 0x7000, 4, 5, 6, 0, 1, 7, 9, 0, 0, o_in, lse_in) == CUDA_SUCCESS);\n"
     "  EXPECT(launches == 2);\n"
     "  if (fails == 0) printf(\"PASS\\n\");\n"
     "  return fails != 0;\n"
@@ -442,7 +444,7 @@ START_TEST(combine_launcher)
     ck_assert_int_eq(s2_aot_emit(ctx, &m, &h, &c), S2_OK);
     /* the table is not an argument; the two lists are the last ones */
     ck_assert_ptr_null(strstr(h, "inputs,"));
-    ck_assert_ptr_nonnull(strstr(h, "    int32_t rows,\n    const CUdeviceptr *o_in,\n    const CUdeviceptr *lse_in);"));
+    ck_assert_ptr_nonnull(strstr(h, "    int32_t rows,\n    CUdeviceptr sinks,\n    const CUdeviceptr *o_in,\n    const CUdeviceptr *lse_in);"));
     ck_assert_ptr_nonnull(strstr(c, "        &inputs, &o_base, &lse_base,"));
     free(h);
     free(c);

@@ -761,12 +761,12 @@ enum { DEC_PARAM_BYTES = 236 };
 /* NAME_combine's launcher (s2_aot_abi_attn_combine) and its parameter sizes: the 1 KB table first */
 #define P CUdeviceptr
 #define I int64_t
-typedef CUresult (*comb_launcher)(CUstream, P, P, I, I, I, I, I, P, I, I, I, P, int32_t, int32_t, int32_t, int32_t,
+typedef CUresult (*comb_launcher)(CUstream, P, P, I, I, I, I, I, P, I, I, I, P, int32_t, int32_t, int32_t, int32_t, P,
                                   const CUdeviceptr *, const CUdeviceptr *);
 #undef P
 #undef I
-static const int comb_sizes[17] = {1024, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4};
-enum { COMB_PARAM_BYTES = 1024 + 12 * 8 + 16 };
+static const int comb_sizes[18] = {1024, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 4, 4, 4, 4, 8};
+enum { COMB_PARAM_BYTES = 1024 + 12 * 8 + 16 + 8 };
 
 /* s2_combine of three inputs (contiguous, or BHSD-strided into a padded
  * output) against the combine launcher given the same pointers: grid,
@@ -776,7 +776,7 @@ static void compare_combine(s2_ctx *ctx, s2_device *dev, s2_attn_kernel *ak, com
 {
     enum { NIN = 3, B = 2, S = 3 };
     const int H = 4;
-    fake_param_sizes(comb_sizes, 17);
+    fake_param_sizes(comb_sizes, 18);
     s2_combine_args c = {.n = NIN, .batch = B, .heads = H, .head_dim = D, .seq = S, .dtype = dt};
     size_t ob = (size_t)B * S * H * D * 2 + 64 * (size_t)D, lb = (size_t)B * H * S * 4;
     CUdeviceptr o_in[NIN], lse_in[NIN];
@@ -787,6 +787,7 @@ static void compare_combine(s2_ctx *ctx, s2_device *dev, s2_attn_kernel *ak, com
     }
     ck_assert_int_eq(s2_mem_alloc(ctx, dev, ob, &c.o), S2_OK);
     ck_assert_int_eq(s2_mem_alloc(ctx, dev, lb, &c.lse), S2_OK);
+    ck_assert_int_eq(s2_mem_alloc(ctx, dev, (size_t)H * sizeof(float), &c.sinks), S2_OK);
     int64_t bshd[3] = {(int64_t)S * H * D, (int64_t)H * D, D}, pad[3] = {(int64_t)H * S * D + 8 * D, D, (int64_t)S * D};
     memcpy(c.in_stride, bshd, sizeof bshd);
     memcpy(c.o_stride, bhsd ? pad : bshd, sizeof bshd);
@@ -803,7 +804,7 @@ static void compare_combine(s2_ctx *ctx, s2_device *dev, s2_attn_kernel *ak, com
     const int64_t *is = c.in_stride, *os = c.o_stride;
     fake_set("set_current", 1);
     CUresult r = launch(stream, 0, 0, 0, 0, is[0], is[1], is[2], c.o, os[0], os[1], os[2], c.lse, NIN, S, H, B * S * H,
-                        o_in, lse_in);
+                        c.sinks, o_in, lse_in);
     ck_assert_int_eq(r, CUDA_SUCCESS);
     ck_assert_int_eq(fake_get("launches"), launches + 2);
     const unsigned char *gp = fake_launch_at(0, gs);
@@ -819,8 +820,8 @@ static void compare_combine(s2_ctx *ctx, s2_device *dev, s2_attn_kernel *ak, com
     memcpy(&first, gp + 64 * 8, 8);
     ck_assert_uint_eq(first, c.lse_in[0]);
     /* a 65th input is refused, nothing launched */
-    r = launch(stream, 0, 0, 0, 0, is[0], is[1], is[2], c.o, os[0], os[1], os[2], c.lse, 65, S, H, B * S * H, NULL,
-               NULL);
+    r = launch(stream, 0, 0, 0, 0, is[0], is[1], is[2], c.o, os[0], os[1], os[2], c.lse, 65, S, H, B * S * H, 0,
+               NULL, NULL);
     ck_assert_int_eq(r, CUDA_ERROR_INVALID_VALUE);
     ck_assert_int_eq(fake_get("launches"), launches + 2);
     for (int i = 0; i < NIN; i++) {
@@ -828,6 +829,7 @@ static void compare_combine(s2_ctx *ctx, s2_device *dev, s2_attn_kernel *ak, com
         ck_assert_int_eq(s2_mem_free(ctx, dev, c.lse_in[i]), S2_OK);
     }
     ck_assert_int_eq(s2_mem_free(ctx, dev, c.o), S2_OK);
+    ck_assert_int_eq(s2_mem_free(ctx, dev, c.sinks), S2_OK);
     ck_assert_int_eq(s2_mem_free(ctx, dev, c.lse), S2_OK);
 }
 

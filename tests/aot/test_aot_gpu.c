@@ -497,7 +497,7 @@ START_TEST(combine)
     ck_assert_int_eq(load_aotdec(), CUDA_SUCCESS);
     const int64_t *is = c.in_stride, *os = c.o_stride;
     CUresult rc = aotdec_dec_aotgpu_bf16_d64_combine(NULL, 0, 0, 0, 0, is[0], is[1], is[2], c.o, os[0], os[1], os[2],
-                                                     c.lse, NIN, S, H, B * S * H, o_in, lse_in);
+                                                     c.lse, NIN, S, H, B * S * H, c.sinks, o_in, lse_in);
     ck_assert_msg(rc == CUDA_SUCCESS, "%s: launcher returned %d", what, (int)rc);
     compare_launches(what, 1);
     size_t bytes = outs_compare(what, &o);

@@ -249,7 +249,16 @@ START_TEST(lse_overlapping_o_is_refused)
     ck_assert_int_eq(s2_combine(r.ctx, r.k, NULL, &c), S2_ERR_INVALID);
     ck_assert_ptr_nonnull(strstr(s2_ctx_message(r.ctx), "lse overlaps o"));
     ck_assert_int_eq(fake_get("launches"), launches);
-    c.lse = 0;   /* and the same arguments without the overlap launch */
+    c.lse = 0;
+    /* sinks: 4-byte aligned, apart from the outputs */
+    c.sinks = r.bufs[2] + 2;
+    ck_assert_int_eq(s2_combine(r.ctx, r.k, NULL, &c), S2_ERR_ALIGNMENT);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(r.ctx), "sinks 4-byte"));
+    c.sinks = r.a.o + 64;
+    ck_assert_int_eq(s2_combine(r.ctx, r.k, NULL, &c), S2_ERR_INVALID);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(r.ctx), "sinks overlap an output"));
+    ck_assert_int_eq(fake_get("launches"), launches);
+    c.sinks = 0;   /* and the same arguments without the overlap launch */
     ck_assert_msg(s2_combine(r.ctx, r.k, NULL, &c) == S2_OK, "%s", s2_ctx_message(r.ctx));
     r.a.lse = r.bufs[2];
     ck_assert_msg(s2_attn_decode(r.ctx, r.k, NULL, &r.a) == S2_OK, "%s", s2_ctx_message(r.ctx));

@@ -467,27 +467,44 @@ START_TEST(combine_gpu)
         }
         OK(ctx, s2_mem_alloc(ctx, dev, n_el * 2, &a.o));
         OK(ctx, s2_mem_alloc(ctx, dev, n_l * sizeof(float), &a.lse));
-        s2t_dev_poison(ctx, dev, a.o, n_el * 2);
-        s2t_dev_poison(ctx, dev, a.lse, n_l * sizeof(float));
-        OK(ctx, s2_combine(ctx, k, NULL, &a));
-        OK(ctx, s2_device_synchronize(ctx, dev));
         uint16_t *o = malloc(n_el * 2);
         float *lse = malloc(n_l * sizeof(float)), *rl = malloc(n_l * sizeof(float));
         double *ro = malloc(n_el * sizeof(double));
-        OK(ctx, s2_memcpy_d2h(ctx, dev, o, a.o, n_el * 2));
-        OK(ctx, s2_memcpy_d2h(ctx, dev, lse, a.lse, n_l * sizeof(float)));
-        s2_tensor tro = s2_tensor_bshd(ro, S2_DTYPE_F64, S, H, D), to = s2_tensor_bshd(o, dt, S, H, D);
-        const float *lp[NIN] = {lin[0], lin[1], lin[2]};
-        OK(ctx, s2_ref_combine(ctx, NIN, B, S, H, D, tin, lp, &tro, rl));
-        double err = s2_tensor_max_abs_diff(&to, &tro, ext);
-        /* outputs are convex combinations of values in [-1, 1]: one rounding of the dtype */
-        ck_assert_msg(err <= (dt == S2_DTYPE_BF16 ? 8e-3 : 1e-3), "combine %s (seed %llu): max |o - ref| %g",
-                      s2_dtype_name(dt), (unsigned long long)base_seed, err);
+        /* then with sinks (head 3: none): the reference takes them as a fourth
+         * input of output zero and lse sinks[h] */
+        const float sinks[H] = {0.5f, -3.0f, 12.0f, -INFINITY};
+        uint16_t *zero = calloc(n_el, 2);
+        float *lsink = malloc(n_l * sizeof(float));
         for (size_t r = 0; r < n_l; r++)
-            ck_assert_msg(rl[r] == -INFINITY ? lse[r] == -INFINITY : fabsf(lse[r] - rl[r]) <= 1e-4f * fmaxf(1, fabsf(rl[r])),
-                          "combine lse %zu: %g vs %g", r, lse[r], rl[r]);
-        for (int d = 0; d < D; d++)
-            ck_assert(s2_tensor_get(&to, 0, 3, 0, d) == 0.0);  /* lse row 3 is b 0, h 0, s 3 */
+            lsink[r] = sinks[r / S % H];  /* [B][H][S] */
+        for (int with_sinks = 0; with_sinks < 2; with_sinks++) {
+            a.sinks = with_sinks ? upload(ctx, dev, sinks, sizeof sinks) : 0;
+            s2t_dev_poison(ctx, dev, a.o, n_el * 2);
+            s2t_dev_poison(ctx, dev, a.lse, n_l * sizeof(float));
+            OK(ctx, s2_combine(ctx, k, NULL, &a));
+            OK(ctx, s2_device_synchronize(ctx, dev));
+            OK(ctx, s2_memcpy_d2h(ctx, dev, o, a.o, n_el * 2));
+            OK(ctx, s2_memcpy_d2h(ctx, dev, lse, a.lse, n_l * sizeof(float)));
+            s2_tensor tro = s2_tensor_bshd(ro, S2_DTYPE_F64, S, H, D), to = s2_tensor_bshd(o, dt, S, H, D);
+            s2_tensor trin[NIN + 1] = {tin[0], tin[1], tin[2], s2_tensor_bhsd(zero, dt, S, H, D)};
+            const float *lp[NIN + 1] = {lin[0], lin[1], lin[2], lsink};
+            OK(ctx, s2_ref_combine(ctx, NIN + with_sinks, B, S, H, D, trin, lp, &tro, rl));
+            double err = s2_tensor_max_abs_diff(&to, &tro, ext);
+            /* outputs are convex combinations of values in [-1, 1]: one rounding of the dtype */
+            ck_assert_msg(err <= (dt == S2_DTYPE_BF16 ? 8e-3 : 1e-3), "combine %s%s (seed %llu): max |o - ref| %g",
+                          s2_dtype_name(dt), with_sinks ? " with sinks" : "", (unsigned long long)base_seed, err);
+            for (size_t r = 0; r < n_l; r++)
+                ck_assert_msg(rl[r] == -INFINITY ? lse[r] == -INFINITY : fabsf(lse[r] - rl[r]) <= 1e-4f * fmaxf(1, fabsf(rl[r])),
+                              "combine lse %zu%s: %g vs %g", r, with_sinks ? " with sinks" : "", lse[r], rl[r]);
+            for (int d = 0; d < D; d++)
+                ck_assert(s2_tensor_get(&to, 0, 3, 0, d) == 0.0);  /* lse row 3 is b 0, h 0, s 3 */
+            if (with_sinks) {
+                ck_assert(lse[3] == sinks[0]);  /* no input: the sink alone */
+                s2_mem_free(ctx, dev, a.sinks);
+                a.sinks = 0;
+            }
+        }
+        free(zero), free(lsink);
         a.n = 0;
         ck_assert_int_eq(s2_combine(ctx, k, NULL, &a), S2_ERR_SHAPE);
         for (int i = 0; i < NIN; i++) {
