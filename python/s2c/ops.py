@@ -3,6 +3,7 @@ torch.compile, autograd) over launches of prepared plans, and the plain
 functional API in the style of flash_attn_func."""
 import ctypes as C
 import math
+import struct
 import threading
 from typing import Optional, Tuple
 
@@ -84,7 +85,7 @@ class _Entry:
     """One launch signature: its argument struct (pointers rewritten per call),
     prepared plan, launch function, device and output shapes.  `ref` and `ctx`
     serve the thread that made it; another thread copies the struct."""
-    __slots__ = ("args", "ref", "ctx", "plan", "index", "fn", "shapes", "tid", "device", "dtype")
+    __slots__ = ("args", "ref", "ctx", "plan", "index", "fn", "shapes", "tid", "device", "dtype", "buf")
 
     def __init__(self):
         self.tid = threading.get_ident()
@@ -93,6 +94,7 @@ class _Entry:
     def bind(self, args, plan, fn, like):
         self.args, self.ref, self.plan, self.fn = args, C.byref(args), plan, fn
         self.index, self.device, self.dtype = like.device.index, like.device, like.dtype
+        self.buf = memoryview(args).cast("B")     # the pointers q, k, v, o, lse written at once
         return self
 
 
@@ -119,6 +121,12 @@ def _fwd_entry(pid, q, k, v, scale, sd, osd):
 
 
 _capturing = R._is_capturing or R.capturing
+_f32 = torch.float32
+# s2_attn_fwd_args's q, k, v, o, lse: five adjacent device pointers
+_put_qkvol = struct.Struct("=5Q").pack_into
+_QKVOL_OFFSET = S.FwdArgs.q.offset
+assert [getattr(S.FwdArgs, n).offset for n in ("q", "k", "v", "o", "lse")] == \
+    [_QKVOL_OFFSET + 8 * i for i in range(5)]
 _raw_stream = R._raw_stream or R.raw_stream
 _get_ident = threading.get_ident
 _empty = torch.empty
@@ -262,7 +270,21 @@ def _fwd_impl(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse=True, out=
         if len(_fwd_cache) >= _CACHE_MAX:
             _fwd_cache.clear()
         e = _fwd_cache[key] = _fwd_entry(pattern, q, k, v, scale, seq_dim, out_seq_dim)
-    return _fwd_run(e, q, k, v, need_lse, out)
+    if _get_ident() != e.tid:
+        return _fwd_run(e, q, k, v, need_lse, out)
+    # the hot path, inline: allocate, write the five pointers at once, launch
+    o_shape, lse_shape = e.shapes
+    o = _empty(o_shape, dtype=e.dtype, device=e.device) if out is None else _check_out(out, e)
+    lse = _empty(lse_shape, dtype=_f32, device=e.device) if need_lse else None
+    _put_qkvol(e.buf, _QKVOL_OFFSET, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+               lse.data_ptr() if need_lse else 0)
+    p = e.plan
+    if _capturing():
+        p.captured = True         # a graph holds it now: never freed
+    st = e.fn(e.ctx, p.ptr, _raw_stream(e.index), e.ref)
+    if st:
+        _lib.check(st, "forward")
+    return o, lse
 
 
 def _fwd_fake(q, k, v, pattern, scale, seq_dim, out_seq_dim):
