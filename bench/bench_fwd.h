@@ -8,6 +8,7 @@
 
 #include "compile_internal.h"
 #include "kernel_abi.h"
+#include "rt_cuda.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/cache.h"

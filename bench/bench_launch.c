@@ -31,6 +31,7 @@
  *
  *   bench_launch [--calls N] [--batch N] [--past N] [--patterns DIR] [--csv] */
 #include "bench_cu.h"
+#include "rt_cuda.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/jit.h"
 #include "s2c/pattern.h"

@@ -4,7 +4,7 @@
 #define S2C_RT_INTERNAL_H
 
 #include "launch_facts.h"
-#include "s2c/runtime.h"
+#include "rt_cuda.h"
 #include "util.h"
 
 #include <cuda.h>

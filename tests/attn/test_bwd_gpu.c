@@ -21,6 +21,7 @@
 #include "patterns.h"
 #include "kernel_abi.h"
 #include "pack_internal.h"
+#include "rt_cuda.h"
 #include "template.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"

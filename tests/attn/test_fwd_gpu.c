@@ -22,6 +22,7 @@
 #include "patterns.h"
 #include "kernel_abi.h"
 #include "pack_internal.h"
+#include "rt_cuda.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"

@@ -5,6 +5,7 @@
  * process: the runner forces Check's fork mode, and each test points
  * S2C_LIBCUDA at its driver before the first runtime call.
  * Usage: test_runtime FAKE_LIB FAKE_V1_LIB */
+#include "rt_cuda.h"
 #include "s2c/runtime.h"
 #include "fake_cuda.h"
 

@@ -4,6 +4,7 @@
  * there is no driver or device.  CUDA is initialised inside each (forked)
  * test only: the parent probes in a child of its own, since a CUDA context
  * does not survive fork. */
+#include "rt_cuda.h"
 #include "s2c/runtime.h"
 
 #include <check.h>
