@@ -298,12 +298,12 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tenso
         return S2_OK;
     /* the driver wants a current context, though the map belongs to none */
     bool pushed = false;
-    if ((st = s2_ctx_use(ctx, dev, &pushed)) != S2_OK)
+    if ((st = s2_cucontext_use(ctx, dev, &pushed)) != S2_OK)
         return st;
     CUresult r = d->TensorMapEncodeTiled((CUtensorMap *)map, ty, (cuuint32_t)rank, (void *)(uintptr_t)addr, gd, gs, bx,
                                          es, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    s2_ctx_done(dev, pushed);
+    s2_cucontext_done(dev, pushed);
     if (r != CUDA_SUCCESS)
         return s2_cu_fail_as(ctx, S2_ERR_INVALID, d, r, "cuTensorMapEncodeTiled (rank %d, address 0x%llx)", rank,
                              (unsigned long long)addr);

@@ -41,10 +41,10 @@ s2_status s2_module_load_data(s2_ctx *ctx, s2_device *dev, const void *image, si
         goto done;
     }
     mod->dev = dev;
-    if ((st = s2_ctx_enter(ctx, dev)) != S2_OK)
+    if ((st = s2_cucontext_enter(ctx, dev)) != S2_OK)
         goto done;
     CUresult r = dev->drv->ModuleLoadData(&mod->cu_mod, image);
-    s2_ctx_leave(dev);
+    s2_cucontext_leave(dev);
     if (r != CUDA_SUCCESS) {
         st = s2_cu_fail(ctx, dev->drv, r, "cuModuleLoadData (%zu-byte %s image)", size,
                         is_binary_image(bytes, size) ? "binary" : "PTX");
@@ -79,9 +79,9 @@ void s2_module_free(s2_module *mod)
 {
     if (!mod)
         return;
-    if (mod->cu_mod && s2_ctx_enter(NULL, mod->dev) == S2_OK) {
+    if (mod->cu_mod && s2_cucontext_enter(NULL, mod->dev) == S2_OK) {
         mod->dev->drv->ModuleUnload(mod->cu_mod);
-        s2_ctx_leave(mod->dev);
+        s2_cucontext_leave(mod->dev);
     }
     free(mod);
 }
@@ -126,13 +126,13 @@ s2_status s2_kernel_get(s2_ctx *ctx, s2_module *mod, const char *name, s2_kernel
         free(k);
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
     }
-    s2_status st = s2_ctx_enter(ctx, k->dev);
+    s2_status st = s2_cucontext_enter(ctx, k->dev);
     if (st != S2_OK)
         goto fail;
     CUresult r = d->ModuleGetFunction(&k->fn, mod->cu_mod, name);
     if (r == CUDA_SUCCESS)
         st = read_attrs(ctx, k);
-    s2_ctx_leave(k->dev);
+    s2_cucontext_leave(k->dev);
     if (r == CUDA_ERROR_NOT_FOUND) {
         st = s2_cu_fail_as(ctx, S2_ERR_NOT_FOUND, d, r, "the module has no kernel named \"%s\"", name);
         goto fail;
@@ -237,7 +237,7 @@ s2_status s2_kernel_launch(s2_ctx *ctx, s2_kernel *k, const s2_launch_cfg *cfg, 
     if (st != S2_OK)
         return st;
     bool pushed = false;
-    if ((st = s2_ctx_use(ctx, k->dev, &pushed)) != S2_OK)
+    if ((st = s2_cucontext_use(ctx, k->dev, &pushed)) != S2_OK)
         return st;
     st = raise_smem_limit(ctx, k, cfg->smem_bytes);
     if (st == S2_OK) {
@@ -250,16 +250,16 @@ s2_status s2_kernel_launch(s2_ctx *ctx, s2_kernel *k, const s2_launch_cfg *cfg, 
                             cfg->grid[0], cfg->grid[1], cfg->grid[2], cfg->block[0], cfg->block[1],
                             cfg->block[2], cfg->smem_bytes);
     }
-    s2_ctx_done(k->dev, pushed);
+    s2_cucontext_done(k->dev, pushed);
     return st;
 }
 
 s2_status s2_rt_kernel_reserve_smem(s2_ctx *ctx, s2_kernel *k, uint32_t smem)
 {
     bool pushed = false;
-    s2_status st = s2_ctx_use(ctx, k->dev, &pushed);
+    s2_status st = s2_cucontext_use(ctx, k->dev, &pushed);
     if (st == S2_OK)
         st = raise_smem_limit(ctx, k, smem);
-    s2_ctx_done(k->dev, pushed);
+    s2_cucontext_done(k->dev, pushed);
     return st;
 }

@@ -122,13 +122,13 @@ bool s2_rt_stream_capturing(const s2_device *dev, void *stream);
 s2_status s2_rt_alloc(s2_ctx *ctx, const s2_device *dev, size_t bytes, void *stream, s2_devptr *out);
 void s2_rt_free(const s2_device *dev, s2_devptr ptr, void *stream);
 
-/* Make dev's context current on this thread for one call. */
-s2_status s2_ctx_enter(s2_ctx *ctx, const s2_device *dev);
-void s2_ctx_leave(const s2_device *dev);
+/* Make dev's CUDA context (CUcontext, not the message s2_ctx) current on this thread for one call. */
+s2_status s2_cucontext_enter(s2_ctx *ctx, const s2_device *dev);
+void s2_cucontext_leave(const s2_device *dev);
 /* The same on the launch path: pushes only when another context (or none)
- * is current (*pushed says which; pass it to s2_ctx_done). */
-s2_status s2_ctx_use(s2_ctx *ctx, const s2_device *dev, bool *pushed);
-void s2_ctx_done(const s2_device *dev, bool pushed);
+ * is current (*pushed says which; pass it to s2_cucontext_done). */
+s2_status s2_cucontext_use(s2_ctx *ctx, const s2_device *dev, bool *pushed);
+void s2_cucontext_done(const s2_device *dev, bool pushed);
 
 /* Stream-ordered copy and fill on `stream` (the context made current for the call). */
 s2_status s2_rt_copy_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, const void *src, size_t bytes,
