@@ -50,11 +50,11 @@ static s2_status get_attr(s2_ctx *ctx, const s2_device *dev, CUdevice_attribute 
 static s2_status query_info(s2_ctx *ctx, s2_device *dev)
 {
     s2_device_info *in = &dev->info;
-    const s2_driver *d = dev->drv;
+    const s2_cuda_api *d = dev->drv;
     int smem = 0, optin = 0;
     s2_status st;
     in->ordinal = (int)dev->cu_dev;
-    in->driver_version = d->version;
+    in->cuda_driver_version = d->version;
 #define S2_ATTR(attr, field)                                                         \
     if ((st = get_attr(ctx, dev, CU_DEVICE_ATTRIBUTE_##attr, #attr, &(field))) != S2_OK) \
         return st;
@@ -92,13 +92,13 @@ static s2_status query_info(s2_ctx *ctx, s2_device *dev)
     return S2_OK;
 }
 
-static s2_status device_new(s2_ctx *ctx, s2_device **out, const s2_driver **drv)
+static s2_status device_new(s2_ctx *ctx, s2_device **out, const s2_cuda_api **drv)
 {
     if (!out)
         return s2_fail(ctx, S2_ERR_INVALID, "device: out is NULL");
     *out = NULL;
     s2_status st;
-    *drv = s2_driver_get(ctx, &st);
+    *drv = s2_cuda_api_get(ctx, &st);
     if (!*drv)
         return st;
     s2_device *dev = calloc(1, sizeof *dev);
@@ -116,7 +116,7 @@ static s2_status device_new(s2_ctx *ctx, s2_device **out, const s2_driver **drv)
 
 s2_status s2_device_open(s2_ctx *ctx, int ordinal, s2_device **out)
 {
-    const s2_driver *d;
+    const s2_cuda_api *d;
     int count = 0;
     s2_status st = s2_device_count(ctx, &count);
     if (st != S2_OK) {
@@ -155,7 +155,7 @@ fail:
 
 s2_status s2_device_adopt_current(s2_ctx *ctx, s2_device **out)
 {
-    const s2_driver *d;
+    const s2_cuda_api *d;
     s2_status st = device_new(ctx, out, &d);
     if (st != S2_OK)
         return st;
@@ -205,7 +205,7 @@ void *s2_device_cu_context(const s2_device *dev) { return dev ? (void *)dev->cu_
 static s2_status check_ptr_attrs(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr, size_t bytes,
                                  const char *what)
 {
-    const s2_driver *d = dev->drv;
+    const s2_cuda_api *d = dev->drv;
     /* one driver call for every attribute; unknown pointers read 0 there */
     unsigned int mtype = 0;
     /* IS_MANAGED is documented as "a boolean" of unstated width: a zeroed 8-byte word reads the same */

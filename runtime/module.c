@@ -88,7 +88,7 @@ void s2_module_free(s2_module *mod)
 
 static s2_status read_attrs(s2_ctx *ctx, s2_kernel *k)
 {
-    const s2_driver *d = k->dev->drv;
+    const s2_cuda_api *d = k->dev->drv;
     s2_kernel_attrs *a = &k->attrs;
 #define S2_FATTR(attr, field)                                                              \
     do {                                                                                   \
@@ -115,7 +115,7 @@ s2_status s2_kernel_get(s2_ctx *ctx, s2_module *mod, const char *name, s2_kernel
     *out = NULL;
     if (!mod || !name)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_kernel_get: %s is NULL", !mod ? "module" : "name");
-    const s2_driver *d = mod->dev->drv;
+    const s2_cuda_api *d = mod->dev->drv;
     s2_kernel *k = calloc(1, sizeof *k);
     if (!k)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");

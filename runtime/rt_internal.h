@@ -1,4 +1,4 @@
-/* Internal to runtime/: the driver table and the objects behind the opaque
+/* Internal to runtime/: the CUDA driver table (s2_cuda_api) and the objects behind the opaque
  * handles of s2c/runtime.h. */
 #ifndef S2C_RT_INTERNAL_H
 #define S2C_RT_INTERNAL_H
@@ -25,7 +25,7 @@
 #endif
 
 /* X(name without "cu", PFN version suffix) */
-#define S2_DRIVER_FUNCS(X)            \
+#define S2_CUDA_FUNCS(X)              \
     X(Init, v2000)                    \
     X(DriverGetVersion, v2020)        \
     X(GetErrorName, v6000)            \
@@ -66,25 +66,25 @@
     X(EventElapsedTime, v2000)        \
     X(EventDestroy, v4000)
 
-typedef struct s2_driver {
-#define S2_DRIVER_FIELD(name, ver) PFN_cu##name##_##ver name;
-    S2_DRIVER_FUNCS(S2_DRIVER_FIELD)
-#undef S2_DRIVER_FIELD
+typedef struct s2_cuda_api {
+#define S2_CUDA_FIELD(name, ver) PFN_cu##name##_##ver name;
+    S2_CUDA_FUNCS(S2_CUDA_FIELD)
+#undef S2_CUDA_FIELD
     /* optional (NULL when the driver lacks it): tensor maps, cc >= 9.0 */
     PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncodeTiled;
     PFN_cuStreamIsCapturing_v10000 StreamIsCapturing;
     int version;
-} s2_driver;
+} s2_cuda_api;
 
 /* The process-wide table, loaded on first use; on failure records the reason
  * in ctx and returns NULL (*st gets the status). */
-const s2_driver *s2_driver_get(s2_ctx *ctx, s2_status *st);
+const s2_cuda_api *s2_cuda_api_get(s2_ctx *ctx, s2_status *st);
 
 /* "<formatted what>: CUDA_ERROR_X (description)" as S2_ERR_CUDA. */
-s2_status s2_cu_fail(s2_ctx *ctx, const s2_driver *drv, CUresult r, const char *fmt, ...)
+s2_status s2_cu_fail(s2_ctx *ctx, const s2_cuda_api *drv, CUresult r, const char *fmt, ...)
     S2_PRINTF(4, 5);
 /* Same with another status (e.g. S2_ERR_INVALID for a refused pointer). */
-s2_status s2_cu_fail_as(s2_ctx *ctx, s2_status st, const s2_driver *drv, CUresult r,
+s2_status s2_cu_fail_as(s2_ctx *ctx, s2_status st, const s2_cuda_api *drv, CUresult r,
                         const char *fmt, ...) S2_PRINTF(5, 6);
 
 /* Tensor maps encoded lately on a device: an encode is a pure function of
@@ -104,7 +104,7 @@ typedef struct s2_map_memo {
 } s2_map_memo;
 
 struct s2_device {
-    const s2_driver *drv;
+    const s2_cuda_api *drv;
     s2_map_memo *maps;       /* NULL: no memo (out of memory at open) */
     CUdevice cu_dev;
     CUcontext cu_ctx;

@@ -31,11 +31,11 @@ typedef uint64_t s2_devptr;
 
 typedef struct s2_device s2_device;
 
-/* ---- driver ---------------------------------------------------------------- */
+/* ---- the CUDA driver ------------------------------------------------------- */
 
-/* Load the driver (once per process).  *version gets cuDriverGetVersion's
+/* Load the CUDA driver (once per process).  *version gets cuDriverGetVersion's
  * value (12040 for 12.4); version may be NULL. */
-S2_API s2_status s2_runtime_driver_version(s2_ctx *ctx, int *version);
+S2_API s2_status s2_cuda_driver_version(s2_ctx *ctx, int *version);
 /* Number of devices; S2_ERR_NO_DEVICE (and *count = 0) when there is none. */
 S2_API s2_status s2_device_count(s2_ctx *ctx, int *count);
 
@@ -51,7 +51,7 @@ typedef struct s2_device_info {
     size_t smem_per_block;           /* default limit (48 KB) */
     size_t smem_per_block_optin;     /* what cuFuncSetAttribute may raise it to */
     size_t total_mem;                /* bytes; 0 if unknown */
-    int driver_version;
+    int cuda_driver_version;         /* as s2_cuda_driver_version */
     char name[256];
 } s2_device_info;
 

@@ -81,7 +81,7 @@ START_TEST(no_driver)
     ck_assert_int_eq(s2_device_adopt_current(ctx, &dev), S2_ERR_NO_DRIVER);
     ck_assert_ptr_null(dev);
     int v = 1;
-    ck_assert_int_eq(s2_runtime_driver_version(NULL, &v), S2_ERR_NO_DRIVER);
+    ck_assert_int_eq(s2_cuda_driver_version(NULL, &v), S2_ERR_NO_DRIVER);
     ck_assert_int_eq(v, 0);
     s2_ctx_free(ctx);
 }
@@ -125,7 +125,7 @@ START_TEST(open_info_and_release)
     int n = 0, v = 0;
     ck_assert_int_eq(s2_device_count(ctx, &n), S2_OK);
     ck_assert_int_eq(n, 1);
-    ck_assert_int_eq(s2_runtime_driver_version(ctx, &v), S2_OK);
+    ck_assert_int_eq(s2_cuda_driver_version(ctx, &v), S2_OK);
     ck_assert_int_eq(v, 12080);
     /* Every symbol was requested for the CUDA 12.0 ABI through the _v2 resolver:
      * 39 required entry points and the optional cuTensorMapEncodeTiled and

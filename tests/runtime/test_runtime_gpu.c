@@ -240,7 +240,7 @@ START_TEST(launch_on_stream)
     OK(s2_device_open(ctx, 0, &dev));
     const s2_device_info *in = s2_device_get_info(dev);
     fprintf(stderr, "device 0: %s, sm_%d%d, %d SMs, smem opt-in %zu, driver %d\n", in->name,
-            in->cc_major, in->cc_minor, in->sm_count, in->smem_per_block_optin, in->driver_version);
+            in->cc_major, in->cc_minor, in->sm_count, in->smem_per_block_optin, in->cuda_driver_version);
     ck_assert_int_gt(in->sm_count, 0);
     ck_assert_uint_ge(in->smem_per_block_optin, SMEM_BYTES);
     kernels K = load_kernels(ctx, dev);
