@@ -13,8 +13,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct s2_module s2_module;
-typedef struct s2_kernel s2_kernel;
+typedef struct s2_cumodule s2_cumodule;
+typedef struct s2_cufunction s2_cufunction;
 typedef struct s2_event s2_event;
 
 /* The device's CUcontext, for callers of the driver itself. */
@@ -58,21 +58,21 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tenso
                               const uint64_t *dims, const uint64_t *strides, const uint32_t *box,
                               int swizzle_bytes);
 
-/* ---- modules and kernels --------------------------------------------------- */
+/* ---- modules and functions (a CUmodule, a CUfunction) -------------------- */
 
 /* Load a cubin, fatbin or PTX image (the driver JIT-compiles PTX).  PTX need
  * not be NUL-terminated within `size`; the image is not kept after the call. */
-s2_status s2_module_load_data(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
-                       s2_module **out);
-s2_status s2_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_module **out);
-void s2_module_free(s2_module *mod); /* NULL is fine */
+s2_status s2_cumodule_load_data(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
+                                s2_cumodule **out);
+s2_status s2_cumodule_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_cumodule **out);
+void s2_cumodule_free(s2_cumodule *mod); /* NULL is fine */
 
 /* S2_ERR_NOT_FOUND when the module has no kernel of that name. */
-s2_status s2_kernel_get(s2_ctx *ctx, s2_module *mod, const char *name, s2_kernel **out);
-void s2_kernel_free(s2_kernel *k); /* NULL is fine */
-const char *s2_kernel_name(const s2_kernel *k);
+s2_status s2_cufunction_get(s2_ctx *ctx, s2_cumodule *mod, const char *name, s2_cufunction **out);
+void s2_cufunction_free(s2_cufunction *k); /* NULL is fine */
+const char *s2_cufunction_name(const s2_cufunction *k);
 
-typedef struct s2_kernel_attrs {
+typedef struct s2_cufunction_attrs {
     int num_regs;
     int max_threads_per_block;
     int static_smem_bytes;
@@ -81,9 +81,9 @@ typedef struct s2_kernel_attrs {
     int max_dynamic_smem_bytes; /* the current limit; launches raise it as needed */
     int ptx_version;            /* 10 * major + minor */
     int binary_version;
-} s2_kernel_attrs;
+} s2_cufunction_attrs;
 
-s2_status s2_kernel_get_attrs(s2_ctx *ctx, s2_kernel *k, s2_kernel_attrs *out);
+s2_status s2_cufunction_get_attrs(s2_ctx *ctx, s2_cufunction *k, s2_cufunction_attrs *out);
 
 typedef struct s2_launch_cfg {
     uint32_t grid[3];
@@ -96,10 +96,10 @@ typedef struct s2_launch_cfg {
  * device and the kernel; dynamic shared memory above the kernel's current
  * limit raises that limit first (up to the device's opt-in maximum minus the
  * kernel's static shared memory, else S2_ERR_INVALID). */
-s2_status s2_kernel_launch(s2_ctx *ctx, s2_kernel *k, const s2_launch_cfg *cfg, void **args);
+s2_status s2_cufunction_launch(s2_ctx *ctx, s2_cufunction *k, const s2_launch_cfg *cfg, void **args);
 
 /* The CUfunction in an attention kernel's fwd slot (tests inspect it). */
 typedef struct s2_attn_kernel s2_attn_kernel;
-s2_kernel *s2_attn_kernel_function(const s2_attn_kernel *k);
+s2_cufunction *s2_attn_kernel_cufunction(const s2_attn_kernel *k);
 
 #endif

@@ -137,18 +137,18 @@ s2_status s2_rt_fill_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uin
                            void *stream);
 /* Raise a kernel's dynamic shared memory limit to smem now (a launch
  * would on first use), so that later launches make no attribute call. */
-s2_status s2_rt_kernel_reserve_smem(s2_ctx *ctx, s2_kernel *k, uint32_t smem);
+s2_status s2_rt_kernel_reserve_smem(s2_ctx *ctx, s2_cufunction *k, uint32_t smem);
 
-struct s2_module {
+struct s2_cumodule {
     s2_device *dev;
     CUmodule cu_mod;
 };
 
-struct s2_kernel {
+struct s2_cufunction {
     s2_device *dev;
     CUfunction fn;
     char *name;
-    s2_kernel_attrs attrs;     /* max_dynamic_smem_bytes is stale: see dyn_limit */
+    s2_cufunction_attrs attrs; /* max_dynamic_smem_bytes is stale: see dyn_limit */
     atomic_int dyn_limit;      /* MAX_DYNAMIC_SHARED_SIZE_BYTES as last set */
     mtx_t raise_lock;          /* serialises raising it, so it only grows */
 };
