@@ -36,6 +36,7 @@
 #include "plot_csv.h"
 #include "attn_tune.h"
 #include "compile_internal.h"
+#include "rt_cuda.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"

@@ -12,6 +12,7 @@
  * Without a CUDA driver or device it prints "no GPU: skipped" and exits 0.
  *
  *   bench_decode [--page N] [--reps N] [--splits N] [--stages N] [--warps N] */
+#include "rt_cuda.h"
 #include "s2c/compile.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"

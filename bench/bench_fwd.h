@@ -8,6 +8,7 @@
 
 #include "compile_internal.h"
 #include "kernel_abi.h"
+#include "rt_cuda.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/cache.h"
@@ -67,8 +68,8 @@ void config_close(s2_ctx *ctx, s2_device *dev, config_data *cd);
 /* ---- the kernel through the cache (bench_fwd_jit.c) ---- */
 typedef struct variant {
     s2_kspec spec;       /* resolved */
-    s2_module *mod;
-    s2_kernel *kern;
+    s2_cumodule *mod;
+    s2_cufunction *kern;
     int threads, smem;
     double cold_ms, warm_ms;
     int regs, spill_st, spill_ld, stack;

@@ -21,8 +21,8 @@ static double now_ms(void)
 
 void variant_free(variant *v)
 {
-    s2_kernel_free(v->kern);
-    s2_module_free(v->mod);
+    s2_cufunction_free(v->kern);
+    s2_cumodule_free(v->mod);
     v->kern = NULL;
     v->mod = NULL;
 }
@@ -95,11 +95,11 @@ s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const 
         st = s2_compile_kspec1(ctx, cd->p, want, S2_CUBIN_AUTO, &art);   /* unresolved: the wide variant too */
     if (st == S2_OK)
         st = s2_cache_store(ctx, cache, &key, art->cubin, art->cubin_size);
-    s2_module *cold_mod = NULL;
+    s2_cumodule *cold_mod = NULL;
     if (st == S2_OK)
-        st = s2_module_load_data(ctx, dev, art->cubin, art->cubin_size, &cold_mod);
+        st = s2_cumodule_load_data(ctx, dev, art->cubin, art->cubin_size, &cold_mod);
     v->cold_ms = now_ms() - t0;
-    s2_module_free(cold_mod);
+    s2_cumodule_free(cold_mod);
     s2_cache_close(cache);
     cache = NULL;
     if (st == S2_OK) {
@@ -122,7 +122,7 @@ s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const 
     if (st == S2_OK)
         st = s2_cache_lookup(ctx, cache, &key, &payload, &psize);
     if (st == S2_OK)
-        st = s2_module_load_data(ctx, dev, payload, psize, &v->mod);
+        st = s2_cumodule_load_data(ctx, dev, payload, psize, &v->mod);
     v->warm_ms = now_ms() - t0;
     const char *mtext = NULL;
     size_t mlen = 0;
@@ -146,7 +146,7 @@ s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const 
         v->has_wide = wide != NULL;
         if (wide)
             v->wide = wide->spec;
-        st = s2_kernel_get(ctx, v->mod, v->kname, &v->kern);
+        st = s2_cufunction_get(ctx, v->mod, v->kname, &v->kern);
     }
     if (st == S2_OK && v->persistent) {
         /* the runtime's grid: as many CTAs as fit at once, capped by the work items */

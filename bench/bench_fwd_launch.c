@@ -102,7 +102,7 @@ static s2_status launch(s2_ctx *ctx, const config_data *cd, const variant *v, co
         cfg.grid[0] = (uint32_t)((int64_t)v->grid_p < items ? (int64_t)v->grid_p : items);
         cfg.grid[1] = cfg.grid[2] = 1;
     }
-    return s2_kernel_launch(ctx, v->kern, &cfg, args);
+    return s2_cufunction_launch(ctx, v->kern, &cfg, args);
 }
 
 /* Tensor maps of every input set, built once (not inside the timed region). */

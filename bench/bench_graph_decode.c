@@ -32,6 +32,7 @@
  *   bench_graph_decode [--layers N] [--past N] [--page N] [--reps N] [--pool-gb G] [--splits N]
  *                      [--workspace plan|layer] [--patterns DIR] [--csv] */
 #include "bench_cu.h"
+#include "rt_cuda.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/jit.h"
 #include "s2c/pattern.h"

@@ -31,6 +31,7 @@
  *
  *   bench_launch [--calls N] [--batch N] [--past N] [--patterns DIR] [--csv] */
 #include "bench_cu.h"
+#include "rt_cuda.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/jit.h"
 #include "s2c/pattern.h"
@@ -311,7 +312,7 @@ int main(int argc, char **argv)
     }
     const s2_device_info *info = s2_device_get_info(dev);
     int drv = 0;
-    s2_runtime_driver_version(ctx, &drv);
+    s2_cuda_driver_version(ctx, &drv);
     printf("device %s (cc %d.%d), driver %d; bf16, D %d; %d timed calls per row in batches of %d, stream synchronised "
            "between batches; host time of the C call only\n",
            info->name, info->cc_major, info->cc_minor, drv, D, o.calls - o.calls % o.batch, o.batch);

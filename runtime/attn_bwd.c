@@ -237,7 +237,7 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
     s2_launch_cfg pre;
     rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_BWD_PRE, &in, stream, &pre);
     if (rc == S2_OK)
-        rc = s2_kernel_launch(ctx, k->fns[S2_ROLE_BWD_PRE], &pre, L.args);
+        rc = s2_cufunction_launch(ctx, k->fns[S2_ROLE_BWD_PRE], &pre, L.args);
     /* the chunks' launches: over nkv kv heads each */
     in.kv_heads = nkv, in.heads = nkv * group;
     for (int j = 0; j < chunks && rc == S2_OK; j++) {
@@ -253,9 +253,9 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
         if (rc == S2_OK)
             rc = s2_rt_launch_cfg(ctx, k, dq, &in, stream, &cfg[1]);
         if (rc == S2_OK)
-            rc = s2_kernel_launch(ctx, k->fns[S2_ROLE_BWD_DKDV], &cfg[0], L.args);
+            rc = s2_cufunction_launch(ctx, k->fns[S2_ROLE_BWD_DKDV], &cfg[0], L.args);
         if (rc == S2_OK)
-            rc = s2_kernel_launch(ctx, k->fns[dq], &cfg[1], L.args);
+            rc = s2_cufunction_launch(ctx, k->fns[dq], &cfg[1], L.args);
     }
     if (rc == S2_OK && chunks > 1)
         atomic_fetch_add(&k->n_ds_chunked, 1);

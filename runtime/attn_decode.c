@@ -324,7 +324,7 @@ s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
     s2_launch_dims in = {.splits = splits, .kv_heads = a->kv_heads, .batch = a->batch};
     s2_launch_cfg cfg;
     s2_status rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_DECODE, &in, stream, &cfg);
-    return rc == S2_OK ? s2_kernel_launch(ctx, k->fns[S2_ROLE_DECODE], &cfg, args) : rc;
+    return rc == S2_OK ? s2_cufunction_launch(ctx, k->fns[S2_ROLE_DECODE], &cfg, args) : rc;
 }
 
 s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
@@ -373,5 +373,5 @@ s2_status s2_rt_combine_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, con
     s2_launch_dims in = {.rows = v.ROWS};
     s2_launch_cfg cfg;
     s2_status rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_COMBINE, &in, stream, &cfg);
-    return rc == S2_OK ? s2_kernel_launch(ctx, k->fns[S2_ROLE_COMBINE], &cfg, args) : rc;
+    return rc == S2_OK ? s2_cufunction_launch(ctx, k->fns[S2_ROLE_COMBINE], &cfg, args) : rc;
 }

@@ -105,7 +105,7 @@ s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
     s2_status gs = s2_rt_launch_cfg(ctx, k, role, &in, stream, &cfg);
     if (gs != S2_OK)
         return gs;
-    return s2_kernel_launch(ctx, k->fns[role], &cfg, args);
+    return s2_cufunction_launch(ctx, k->fns[role], &cfg, args);
 }
 
 bool s2_rt_fwd_sched_shape(const s2_attn_fwd_args *a, int64_t *q_len, int64_t *kv_len)

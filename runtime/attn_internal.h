@@ -114,7 +114,7 @@ struct s2_attn_kernel {
     const s2_pattern *pattern;
     /* the entry's kernels by role, and their manifest records (NULL where
      * the entry has none of that role) */
-    s2_kernel *fns[S2_ROLE_COUNT_];
+    s2_cufunction *fns[S2_ROLE_COUNT_];
     const s2_kernel_record *rec[S2_ROLE_COUNT_];
     s2_rt_argmap argmap[S2_ROLE_COUNT_];
     s2_kernel_use use[S2_ROLE_COUNT_];   /* what each loaded kernel uses, for its launch facts */
@@ -131,7 +131,7 @@ struct s2_attn_kernel {
 
 struct s2_attn_module {
     s2_device *dev;
-    s2_module *cu;
+    s2_cumodule *cu;
     s2_manifest *manifest;
     s2_attn_kernel *kernels;
     int num_kernels;

@@ -26,11 +26,11 @@ void s2_attn_module_free(s2_attn_module *mod)
         if (k->lock_ok)
             mtx_destroy(&k->lock);
         for (int j = 0; j < S2_ROLE_COUNT_; j++)
-            s2_kernel_free(k->fns[j]);
+            s2_cufunction_free(k->fns[j]);
         s2_rt_decode_free(k);
     }
     free(mod->kernels);
-    s2_module_free(mod->cu);
+    s2_cumodule_free(mod->cu);
     s2_manifest_free(mod->manifest);
     free(mod);
 }
@@ -57,7 +57,7 @@ static s2_status init_kernel(s2_ctx *ctx, s2_attn_module *mod, int i)
         k->rec[r->role] = r;
         s2_status st = s2_rt_argmap_build(ctx, r->abi, &k->argmap[r->role]);
         if (st == S2_OK)
-            st = s2_kernel_get(ctx, mod->cu, r->symbol, &k->fns[r->role]);
+            st = s2_cufunction_get(ctx, mod->cu, r->symbol, &k->fns[r->role]);
         if (st != S2_OK)
             return st;
         k->use[r->role] = s2_rt_kernel_use(k->fns[r->role]);
@@ -106,7 +106,7 @@ s2_status s2_attn_module_load(s2_ctx *ctx, s2_device *dev, const void *image, si
         goto fail;
     }
     mod->num_kernels = n;
-    if ((st = s2_module_load_data(ctx, dev, image, size, &mod->cu)) != S2_OK)
+    if ((st = s2_cumodule_load_data(ctx, dev, image, size, &mod->cu)) != S2_OK)
         goto fail;
     for (int i = 0; i < n; i++)
         if ((st = init_kernel(ctx, mod, i)) != S2_OK)
@@ -263,7 +263,7 @@ void s2_attn_kernel_free(s2_attn_kernel *k)
 
 const s2_manifest_kernel *s2_attn_kernel_desc(const s2_attn_kernel *k) { return k ? k->desc : NULL; }
 const s2_pattern *s2_attn_kernel_pattern(const s2_attn_kernel *k) { return k ? k->pattern : NULL; }
-s2_kernel *s2_attn_kernel_function(const s2_attn_kernel *k) { return k ? k->fns[S2_ROLE_FWD] : NULL; }
+s2_cufunction *s2_attn_kernel_cufunction(const s2_attn_kernel *k) { return k ? k->fns[S2_ROLE_FWD] : NULL; }
 int64_t s2_attn_kernel_max_kv_len(const s2_attn_kernel *k) { return k ? k->max_kv_len : 0; }
 
 void s2_attn_kernel_sched_stats(s2_attn_kernel *k, s2_attn_sched_stats *out)

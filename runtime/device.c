@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-s2_status s2_ctx_enter(s2_ctx *ctx, const s2_device *dev)
+s2_status s2_cucontext_enter(s2_ctx *ctx, const s2_device *dev)
 {
     CUresult r = dev->drv->CtxPushCurrent(dev->cu_ctx);
     if (r != CUDA_SUCCESS)
@@ -14,27 +14,27 @@ s2_status s2_ctx_enter(s2_ctx *ctx, const s2_device *dev)
     return S2_OK;
 }
 
-void s2_ctx_leave(const s2_device *dev)
+void s2_cucontext_leave(const s2_device *dev)
 {
     CUcontext popped;
     dev->drv->CtxPopCurrent(&popped);
 }
 
-s2_status s2_ctx_use(s2_ctx *ctx, const s2_device *dev, bool *pushed)
+s2_status s2_cucontext_use(s2_ctx *ctx, const s2_device *dev, bool *pushed)
 {
     CUcontext cur = NULL;
     *pushed = false;
     if (dev->drv->CtxGetCurrent(&cur) == CUDA_SUCCESS && cur == dev->cu_ctx)
         return S2_OK;
-    s2_status st = s2_ctx_enter(ctx, dev);
+    s2_status st = s2_cucontext_enter(ctx, dev);
     *pushed = st == S2_OK;
     return st;
 }
 
-void s2_ctx_done(const s2_device *dev, bool pushed)
+void s2_cucontext_done(const s2_device *dev, bool pushed)
 {
     if (pushed)
-        s2_ctx_leave(dev);
+        s2_cucontext_leave(dev);
 }
 
 static s2_status get_attr(s2_ctx *ctx, const s2_device *dev, CUdevice_attribute a,
@@ -50,11 +50,11 @@ static s2_status get_attr(s2_ctx *ctx, const s2_device *dev, CUdevice_attribute 
 static s2_status query_info(s2_ctx *ctx, s2_device *dev)
 {
     s2_device_info *in = &dev->info;
-    const s2_driver *d = dev->drv;
+    const s2_cuda_api *d = dev->drv;
     int smem = 0, optin = 0;
     s2_status st;
     in->ordinal = (int)dev->cu_dev;
-    in->driver_version = d->version;
+    in->cuda_driver_version = d->version;
 #define S2_ATTR(attr, field)                                                         \
     if ((st = get_attr(ctx, dev, CU_DEVICE_ATTRIBUTE_##attr, #attr, &(field))) != S2_OK) \
         return st;
@@ -92,13 +92,13 @@ static s2_status query_info(s2_ctx *ctx, s2_device *dev)
     return S2_OK;
 }
 
-static s2_status device_new(s2_ctx *ctx, s2_device **out, const s2_driver **drv)
+static s2_status device_new(s2_ctx *ctx, s2_device **out, const s2_cuda_api **drv)
 {
     if (!out)
         return s2_fail(ctx, S2_ERR_INVALID, "device: out is NULL");
     *out = NULL;
     s2_status st;
-    *drv = s2_driver_get(ctx, &st);
+    *drv = s2_cuda_api_get(ctx, &st);
     if (!*drv)
         return st;
     s2_device *dev = calloc(1, sizeof *dev);
@@ -116,7 +116,7 @@ static s2_status device_new(s2_ctx *ctx, s2_device **out, const s2_driver **drv)
 
 s2_status s2_device_open(s2_ctx *ctx, int ordinal, s2_device **out)
 {
-    const s2_driver *d;
+    const s2_cuda_api *d;
     int count = 0;
     s2_status st = s2_device_count(ctx, &count);
     if (st != S2_OK) {
@@ -155,7 +155,7 @@ fail:
 
 s2_status s2_device_adopt_current(s2_ctx *ctx, s2_device **out)
 {
-    const s2_driver *d;
+    const s2_cuda_api *d;
     s2_status st = device_new(ctx, out, &d);
     if (st != S2_OK)
         return st;
@@ -205,7 +205,7 @@ void *s2_device_cu_context(const s2_device *dev) { return dev ? (void *)dev->cu_
 static s2_status check_ptr_attrs(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr, size_t bytes,
                                  const char *what)
 {
-    const s2_driver *d = dev->drv;
+    const s2_cuda_api *d = dev->drv;
     /* one driver call for every attribute; unknown pointers read 0 there */
     unsigned int mtype = 0;
     /* IS_MANAGED is documented as "a boolean" of unstated width: a zeroed 8-byte word reads the same */
@@ -264,11 +264,11 @@ s2_status s2_check_device_ptr(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr, 
         return s2_fail(ctx, S2_ERR_INVALID, "%s: 0x%llx is not aligned to %zu bytes", what,
                        (unsigned long long)ptr, align);
     bool pushed = false;
-    s2_status st = s2_ctx_use(ctx, dev, &pushed);
+    s2_status st = s2_cucontext_use(ctx, dev, &pushed);
     if (st != S2_OK)
         return st;
     st = check_ptr_attrs(ctx, dev, ptr, bytes, what);
-    s2_ctx_done(dev, pushed);
+    s2_cucontext_done(dev, pushed);
     return st;
 }
 
@@ -282,13 +282,13 @@ static s2_status need_dev(s2_ctx *ctx, const s2_device *dev, const char *fn)
 }
 
 /* Run one driver call with dev's context current; `call` is its name for messages. */
-#define S2_IN_CTX(ctx, dev, call, ...)                                            \
+#define S2_IN_CUCONTEXT(ctx, dev, call, ...)                                      \
     do {                                                                          \
-        s2_status st_ = s2_ctx_enter((ctx), (dev));                               \
+        s2_status st_ = s2_cucontext_enter((ctx), (dev));                         \
         if (st_ != S2_OK)                                                         \
             return st_;                                                           \
         CUresult r_ = (dev)->drv->call(__VA_ARGS__);                              \
-        s2_ctx_leave(dev);                                                        \
+        s2_cucontext_leave(dev);                                                  \
         if (r_ != CUDA_SUCCESS)                                                   \
             return s2_cu_fail((ctx), (dev)->drv, r_, "cu" #call);                 \
     } while (0)
@@ -304,7 +304,7 @@ s2_status s2_mem_alloc(s2_ctx *ctx, const s2_device *dev, size_t bytes, s2_devpt
     if (bytes == 0)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_mem_alloc: zero bytes requested");
     CUdeviceptr p = 0;
-    S2_IN_CTX(ctx, dev, MemAlloc, &p, bytes);
+    S2_IN_CUCONTEXT(ctx, dev, MemAlloc, &p, bytes);
     *out = p;
     return S2_OK;
 }
@@ -316,7 +316,7 @@ s2_status s2_mem_free(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr)
     s2_status st = need_dev(ctx, dev, "s2_mem_free");
     if (st != S2_OK)
         return st;
-    S2_IN_CTX(ctx, dev, MemFree, ptr);
+    S2_IN_CUCONTEXT(ctx, dev, MemFree, ptr);
     return S2_OK;
 }
 
@@ -387,7 +387,7 @@ s2_status s2_memcpy_h2d(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, const 
         return S2_OK;
     if (!dst || !src)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_memcpy_h2d: null %s", !dst ? "destination" : "source");
-    S2_IN_CTX(ctx, dev, MemcpyHtoD, dst, src, bytes);
+    S2_IN_CUCONTEXT(ctx, dev, MemcpyHtoD, dst, src, bytes);
     return S2_OK;
 }
 
@@ -400,7 +400,7 @@ s2_status s2_memcpy_d2h(s2_ctx *ctx, const s2_device *dev, void *dst, s2_devptr 
         return S2_OK;
     if (!dst || !src)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_memcpy_d2h: null %s", !dst ? "destination" : "source");
-    S2_IN_CTX(ctx, dev, MemcpyDtoH, dst, src, bytes);
+    S2_IN_CUCONTEXT(ctx, dev, MemcpyDtoH, dst, src, bytes);
     return S2_OK;
 }
 
@@ -413,7 +413,7 @@ s2_status s2_memset_d8(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uint8_t
         return S2_OK;
     if (!dst)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_memset_d8: null destination");
-    S2_IN_CTX(ctx, dev, MemsetD8, dst, value, bytes);
+    S2_IN_CUCONTEXT(ctx, dev, MemsetD8, dst, value, bytes);
     return S2_OK;
 }
 
@@ -422,7 +422,7 @@ s2_status s2_rt_copy_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, con
 {
     if (bytes == 0)
         return S2_OK;
-    S2_IN_CTX(ctx, dev, MemcpyHtoDAsync, dst, src, bytes, (CUstream)stream);
+    S2_IN_CUCONTEXT(ctx, dev, MemcpyHtoDAsync, dst, src, bytes, (CUstream)stream);
     return S2_OK;
 }
 
@@ -431,7 +431,7 @@ s2_status s2_rt_fill_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uin
 {
     if (bytes == 0)
         return S2_OK;
-    S2_IN_CTX(ctx, dev, MemsetD8Async, dst, value, bytes, (CUstream)stream);
+    S2_IN_CUCONTEXT(ctx, dev, MemsetD8Async, dst, value, bytes, (CUstream)stream);
     return S2_OK;
 }
 
@@ -440,7 +440,7 @@ s2_status s2_device_synchronize(s2_ctx *ctx, const s2_device *dev)
     s2_status st = need_dev(ctx, dev, "s2_device_synchronize");
     if (st != S2_OK)
         return st;
-    S2_IN_CTX(ctx, dev, CtxSynchronize);
+    S2_IN_CUCONTEXT(ctx, dev, CtxSynchronize);
     return S2_OK;
 }
 
@@ -455,7 +455,7 @@ s2_status s2_stream_create(s2_ctx *ctx, const s2_device *dev, void **stream)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_stream_create: stream is NULL");
     *stream = NULL;
     CUstream s = NULL;
-    S2_IN_CTX(ctx, dev, StreamCreate, &s, CU_STREAM_DEFAULT);
+    S2_IN_CUCONTEXT(ctx, dev, StreamCreate, &s, CU_STREAM_DEFAULT);
     *stream = s;
     return S2_OK;
 }
@@ -467,7 +467,7 @@ s2_status s2_stream_destroy(s2_ctx *ctx, const s2_device *dev, void *stream)
     s2_status st = need_dev(ctx, dev, "s2_stream_destroy");
     if (st != S2_OK)
         return st;
-    S2_IN_CTX(ctx, dev, StreamDestroy, (CUstream)stream);
+    S2_IN_CUCONTEXT(ctx, dev, StreamDestroy, (CUstream)stream);
     return S2_OK;
 }
 
@@ -476,7 +476,7 @@ s2_status s2_stream_synchronize(s2_ctx *ctx, const s2_device *dev, void *stream)
     s2_status st = need_dev(ctx, dev, "s2_stream_synchronize");
     if (st != S2_OK)
         return st;
-    S2_IN_CTX(ctx, dev, StreamSynchronize, (CUstream)stream);
+    S2_IN_CUCONTEXT(ctx, dev, StreamSynchronize, (CUstream)stream);
     return S2_OK;
 }
 
@@ -497,12 +497,12 @@ s2_status s2_event_create(s2_ctx *ctx, const s2_device *dev, s2_event **out)
     if (!e)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
     e->dev = dev;
-    if ((st = s2_ctx_enter(ctx, dev)) != S2_OK) {
+    if ((st = s2_cucontext_enter(ctx, dev)) != S2_OK) {
         free(e);
         return st;
     }
     CUresult r = dev->drv->EventCreate(&e->ev, CU_EVENT_DEFAULT);
-    s2_ctx_leave(dev);
+    s2_cucontext_leave(dev);
     if (r != CUDA_SUCCESS) {
         free(e);
         return s2_cu_fail(ctx, dev->drv, r, "cuEventCreate");
@@ -515,9 +515,9 @@ void s2_event_free(s2_event *ev)
 {
     if (!ev)
         return;
-    if (s2_ctx_enter(NULL, ev->dev) == S2_OK) {
+    if (s2_cucontext_enter(NULL, ev->dev) == S2_OK) {
         ev->dev->drv->EventDestroy(ev->ev);
-        s2_ctx_leave(ev->dev);
+        s2_cucontext_leave(ev->dev);
     }
     free(ev);
 }
@@ -526,7 +526,7 @@ s2_status s2_event_record(s2_ctx *ctx, s2_event *ev, void *stream)
 {
     if (!ev)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_event_record: event is NULL");
-    S2_IN_CTX(ctx, ev->dev, EventRecord, ev->ev, (CUstream)stream);
+    S2_IN_CUCONTEXT(ctx, ev->dev, EventRecord, ev->ev, (CUstream)stream);
     return S2_OK;
 }
 
@@ -537,7 +537,7 @@ s2_status s2_event_elapsed_ms(s2_ctx *ctx, s2_event *start, s2_event *stop, floa
     if (start->dev->cu_ctx != stop->dev->cu_ctx)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_event_elapsed_ms: events of different contexts");
     *ms = 0.0f;
-    S2_IN_CTX(ctx, stop->dev, EventSynchronize, stop->ev);
-    S2_IN_CTX(ctx, stop->dev, EventElapsedTime, ms, start->ev, stop->ev);
+    S2_IN_CUCONTEXT(ctx, stop->dev, EventSynchronize, stop->ev);
+    S2_IN_CUCONTEXT(ctx, stop->dev, EventElapsedTime, ms, start->ev, stop->ev);
     return S2_OK;
 }

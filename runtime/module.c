@@ -15,14 +15,14 @@ static bool is_binary_image(const unsigned char *p, size_t size)
     return size >= 4 && (memcmp(p, elf, 4) == 0 || memcmp(p, fatbin, 4) == 0);
 }
 
-s2_status s2_module_load_data(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
-                              s2_module **out)
+s2_status s2_cumodule_load_data(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
+                              s2_cumodule **out)
 {
     if (!out)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_module_load_data: out is NULL");
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cumodule_load_data: out is NULL");
     *out = NULL;
     if (!dev || !image || size == 0)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_module_load_data: %s",
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cumodule_load_data: %s",
                        !dev ? "device is NULL" : "empty image");
     const unsigned char *bytes = image;
     char *text = NULL;
@@ -34,17 +34,17 @@ s2_status s2_module_load_data(s2_ctx *ctx, s2_device *dev, const void *image, si
         text[size] = '\0';
         image = text;
     }
-    s2_module *mod = calloc(1, sizeof *mod);
+    s2_cumodule *mod = calloc(1, sizeof *mod);
     s2_status st = S2_OK;
     if (!mod) {
         st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
         goto done;
     }
     mod->dev = dev;
-    if ((st = s2_ctx_enter(ctx, dev)) != S2_OK)
+    if ((st = s2_cucontext_enter(ctx, dev)) != S2_OK)
         goto done;
     CUresult r = dev->drv->ModuleLoadData(&mod->cu_mod, image);
-    s2_ctx_leave(dev);
+    s2_cucontext_leave(dev);
     if (r != CUDA_SUCCESS) {
         st = s2_cu_fail(ctx, dev->drv, r, "cuModuleLoadData (%zu-byte %s image)", size,
                         is_binary_image(bytes, size) ? "binary" : "PTX");
@@ -58,38 +58,38 @@ done:
     return st;
 }
 
-s2_status s2_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_module **out)
+s2_status s2_cumodule_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_cumodule **out)
 {
     if (out)
         *out = NULL;
     if (!path)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_module_load_file: path is NULL");
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cumodule_load_file: path is NULL");
     char *data = NULL;
     size_t len = 0;
     s2_status st = s2_read_file(ctx, path, &data, &len);
     if (st != S2_OK)
         return st;
-    st = s2_module_load_data(ctx, dev, data, len, out);
+    st = s2_cumodule_load_data(ctx, dev, data, len, out);
     free(data);
     /* name the file: the driver's message alone does not */
     return st == S2_OK ? st : s2_fail_prefix(ctx, st, path);
 }
 
-void s2_module_free(s2_module *mod)
+void s2_cumodule_free(s2_cumodule *mod)
 {
     if (!mod)
         return;
-    if (mod->cu_mod && s2_ctx_enter(NULL, mod->dev) == S2_OK) {
+    if (mod->cu_mod && s2_cucontext_enter(NULL, mod->dev) == S2_OK) {
         mod->dev->drv->ModuleUnload(mod->cu_mod);
-        s2_ctx_leave(mod->dev);
+        s2_cucontext_leave(mod->dev);
     }
     free(mod);
 }
 
-static s2_status read_attrs(s2_ctx *ctx, s2_kernel *k)
+static s2_status read_attrs(s2_ctx *ctx, s2_cufunction *k)
 {
-    const s2_driver *d = k->dev->drv;
-    s2_kernel_attrs *a = &k->attrs;
+    const s2_cuda_api *d = k->dev->drv;
+    s2_cufunction_attrs *a = &k->attrs;
 #define S2_FATTR(attr, field)                                                              \
     do {                                                                                   \
         CUresult r_ = d->FuncGetAttribute(&(field), CU_FUNC_ATTRIBUTE_##attr, k->fn);       \
@@ -108,15 +108,15 @@ static s2_status read_attrs(s2_ctx *ctx, s2_kernel *k)
     return S2_OK;
 }
 
-s2_status s2_kernel_get(s2_ctx *ctx, s2_module *mod, const char *name, s2_kernel **out)
+s2_status s2_cufunction_get(s2_ctx *ctx, s2_cumodule *mod, const char *name, s2_cufunction **out)
 {
     if (!out)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_kernel_get: out is NULL");
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cufunction_get: out is NULL");
     *out = NULL;
     if (!mod || !name)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_kernel_get: %s is NULL", !mod ? "module" : "name");
-    const s2_driver *d = mod->dev->drv;
-    s2_kernel *k = calloc(1, sizeof *k);
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cufunction_get: %s is NULL", !mod ? "module" : "name");
+    const s2_cuda_api *d = mod->dev->drv;
+    s2_cufunction *k = calloc(1, sizeof *k);
     if (!k)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
     k->dev = mod->dev;
@@ -126,13 +126,13 @@ s2_status s2_kernel_get(s2_ctx *ctx, s2_module *mod, const char *name, s2_kernel
         free(k);
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
     }
-    s2_status st = s2_ctx_enter(ctx, k->dev);
+    s2_status st = s2_cucontext_enter(ctx, k->dev);
     if (st != S2_OK)
         goto fail;
     CUresult r = d->ModuleGetFunction(&k->fn, mod->cu_mod, name);
     if (r == CUDA_SUCCESS)
         st = read_attrs(ctx, k);
-    s2_ctx_leave(k->dev);
+    s2_cucontext_leave(k->dev);
     if (r == CUDA_ERROR_NOT_FOUND) {
         st = s2_cu_fail_as(ctx, S2_ERR_NOT_FOUND, d, r, "the module has no kernel named \"%s\"", name);
         goto fail;
@@ -147,11 +147,11 @@ s2_status s2_kernel_get(s2_ctx *ctx, s2_module *mod, const char *name, s2_kernel
     *out = k;
     return S2_OK;
 fail:
-    s2_kernel_free(k);
+    s2_cufunction_free(k);
     return st;
 }
 
-void s2_kernel_free(s2_kernel *k)
+void s2_cufunction_free(s2_cufunction *k)
 {
     if (!k)
         return;
@@ -160,23 +160,23 @@ void s2_kernel_free(s2_kernel *k)
     free(k);
 }
 
-const char *s2_kernel_name(const s2_kernel *k) { return k ? k->name : NULL; }
+const char *s2_cufunction_name(const s2_cufunction *k) { return k ? k->name : NULL; }
 
-s2_kernel_use s2_rt_kernel_use(const s2_kernel *k)
+s2_kernel_use s2_rt_kernel_use(const s2_cufunction *k)
 {
     return k ? (s2_kernel_use){k->attrs.num_regs, k->attrs.static_smem_bytes} : (s2_kernel_use){0, 0};
 }
 
-s2_status s2_kernel_get_attrs(s2_ctx *ctx, s2_kernel *k, s2_kernel_attrs *out)
+s2_status s2_cufunction_get_attrs(s2_ctx *ctx, s2_cufunction *k, s2_cufunction_attrs *out)
 {
     if (!k || !out)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_kernel_get_attrs: NULL argument");
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cufunction_get_attrs: NULL argument");
     *out = k->attrs;
     out->max_dynamic_smem_bytes = atomic_load(&k->dyn_limit);
     return S2_OK;
 }
 
-static s2_status check_dims(s2_ctx *ctx, const s2_kernel *k, const s2_launch_cfg *cfg)
+static s2_status check_dims(s2_ctx *ctx, const s2_cufunction *k, const s2_launch_cfg *cfg)
 {
     const s2_device_info *in = &k->dev->info;
     static const char axis[3] = {'x', 'y', 'z'};
@@ -202,7 +202,7 @@ static s2_status check_dims(s2_ctx *ctx, const s2_kernel *k, const s2_launch_cfg
 
 /* The limit only ever grows, under a lock, so that a launch that raised it
  * cannot have it lowered by a concurrent smaller one before it runs. */
-static s2_status raise_smem_limit(s2_ctx *ctx, s2_kernel *k, uint32_t smem)
+static s2_status raise_smem_limit(s2_ctx *ctx, s2_cufunction *k, uint32_t smem)
 {
     uint64_t optin = k->dev->info.smem_per_block_optin;
     uint64_t need = (uint64_t)smem + (uint64_t)k->attrs.static_smem_bytes;
@@ -229,15 +229,15 @@ static s2_status raise_smem_limit(s2_ctx *ctx, s2_kernel *k, uint32_t smem)
     return st;
 }
 
-s2_status s2_kernel_launch(s2_ctx *ctx, s2_kernel *k, const s2_launch_cfg *cfg, void **args)
+s2_status s2_cufunction_launch(s2_ctx *ctx, s2_cufunction *k, const s2_launch_cfg *cfg, void **args)
 {
     if (!k || !cfg)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_kernel_launch: %s is NULL", !k ? "kernel" : "cfg");
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cufunction_launch: %s is NULL", !k ? "kernel" : "cfg");
     s2_status st = check_dims(ctx, k, cfg);
     if (st != S2_OK)
         return st;
     bool pushed = false;
-    if ((st = s2_ctx_use(ctx, k->dev, &pushed)) != S2_OK)
+    if ((st = s2_cucontext_use(ctx, k->dev, &pushed)) != S2_OK)
         return st;
     st = raise_smem_limit(ctx, k, cfg->smem_bytes);
     if (st == S2_OK) {
@@ -250,16 +250,16 @@ s2_status s2_kernel_launch(s2_ctx *ctx, s2_kernel *k, const s2_launch_cfg *cfg, 
                             cfg->grid[0], cfg->grid[1], cfg->grid[2], cfg->block[0], cfg->block[1],
                             cfg->block[2], cfg->smem_bytes);
     }
-    s2_ctx_done(k->dev, pushed);
+    s2_cucontext_done(k->dev, pushed);
     return st;
 }
 
-s2_status s2_rt_kernel_reserve_smem(s2_ctx *ctx, s2_kernel *k, uint32_t smem)
+s2_status s2_rt_kernel_reserve_smem(s2_ctx *ctx, s2_cufunction *k, uint32_t smem)
 {
     bool pushed = false;
-    s2_status st = s2_ctx_use(ctx, k->dev, &pushed);
+    s2_status st = s2_cucontext_use(ctx, k->dev, &pushed);
     if (st == S2_OK)
         st = raise_smem_limit(ctx, k, smem);
-    s2_ctx_done(k->dev, pushed);
+    s2_cucontext_done(k->dev, pushed);
     return st;
 }

@@ -1,10 +1,10 @@
-/* Internal to runtime/: the driver table and the objects behind the opaque
+/* Internal to runtime/: the CUDA driver table (s2_cuda_api) and the objects behind the opaque
  * handles of s2c/runtime.h. */
 #ifndef S2C_RT_INTERNAL_H
 #define S2C_RT_INTERNAL_H
 
 #include "launch_facts.h"
-#include "s2c/runtime.h"
+#include "rt_cuda.h"
 #include "util.h"
 
 #include <cuda.h>
@@ -25,7 +25,7 @@
 #endif
 
 /* X(name without "cu", PFN version suffix) */
-#define S2_DRIVER_FUNCS(X)            \
+#define S2_CUDA_FUNCS(X)              \
     X(Init, v2000)                    \
     X(DriverGetVersion, v2020)        \
     X(GetErrorName, v6000)            \
@@ -66,25 +66,25 @@
     X(EventElapsedTime, v2000)        \
     X(EventDestroy, v4000)
 
-typedef struct s2_driver {
-#define S2_DRIVER_FIELD(name, ver) PFN_cu##name##_##ver name;
-    S2_DRIVER_FUNCS(S2_DRIVER_FIELD)
-#undef S2_DRIVER_FIELD
+typedef struct s2_cuda_api {
+#define S2_CUDA_FIELD(name, ver) PFN_cu##name##_##ver name;
+    S2_CUDA_FUNCS(S2_CUDA_FIELD)
+#undef S2_CUDA_FIELD
     /* optional (NULL when the driver lacks it): tensor maps, cc >= 9.0 */
     PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncodeTiled;
     PFN_cuStreamIsCapturing_v10000 StreamIsCapturing;
     int version;
-} s2_driver;
+} s2_cuda_api;
 
 /* The process-wide table, loaded on first use; on failure records the reason
  * in ctx and returns NULL (*st gets the status). */
-const s2_driver *s2_driver_get(s2_ctx *ctx, s2_status *st);
+const s2_cuda_api *s2_cuda_api_get(s2_ctx *ctx, s2_status *st);
 
 /* "<formatted what>: CUDA_ERROR_X (description)" as S2_ERR_CUDA. */
-s2_status s2_cu_fail(s2_ctx *ctx, const s2_driver *drv, CUresult r, const char *fmt, ...)
+s2_status s2_cu_fail(s2_ctx *ctx, const s2_cuda_api *drv, CUresult r, const char *fmt, ...)
     S2_PRINTF(4, 5);
 /* Same with another status (e.g. S2_ERR_INVALID for a refused pointer). */
-s2_status s2_cu_fail_as(s2_ctx *ctx, s2_status st, const s2_driver *drv, CUresult r,
+s2_status s2_cu_fail_as(s2_ctx *ctx, s2_status st, const s2_cuda_api *drv, CUresult r,
                         const char *fmt, ...) S2_PRINTF(5, 6);
 
 /* Tensor maps encoded lately on a device: an encode is a pure function of
@@ -104,7 +104,7 @@ typedef struct s2_map_memo {
 } s2_map_memo;
 
 struct s2_device {
-    const s2_driver *drv;
+    const s2_cuda_api *drv;
     s2_map_memo *maps;       /* NULL: no memo (out of memory at open) */
     CUdevice cu_dev;
     CUcontext cu_ctx;
@@ -122,13 +122,13 @@ bool s2_rt_stream_capturing(const s2_device *dev, void *stream);
 s2_status s2_rt_alloc(s2_ctx *ctx, const s2_device *dev, size_t bytes, void *stream, s2_devptr *out);
 void s2_rt_free(const s2_device *dev, s2_devptr ptr, void *stream);
 
-/* Make dev's context current on this thread for one call. */
-s2_status s2_ctx_enter(s2_ctx *ctx, const s2_device *dev);
-void s2_ctx_leave(const s2_device *dev);
+/* Make dev's CUDA context (CUcontext, not the message s2_ctx) current on this thread for one call. */
+s2_status s2_cucontext_enter(s2_ctx *ctx, const s2_device *dev);
+void s2_cucontext_leave(const s2_device *dev);
 /* The same on the launch path: pushes only when another context (or none)
- * is current (*pushed says which; pass it to s2_ctx_done). */
-s2_status s2_ctx_use(s2_ctx *ctx, const s2_device *dev, bool *pushed);
-void s2_ctx_done(const s2_device *dev, bool pushed);
+ * is current (*pushed says which; pass it to s2_cucontext_done). */
+s2_status s2_cucontext_use(s2_ctx *ctx, const s2_device *dev, bool *pushed);
+void s2_cucontext_done(const s2_device *dev, bool pushed);
 
 /* Stream-ordered copy and fill on `stream` (the context made current for the call). */
 s2_status s2_rt_copy_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, const void *src, size_t bytes,
@@ -137,18 +137,18 @@ s2_status s2_rt_fill_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uin
                            void *stream);
 /* Raise a kernel's dynamic shared memory limit to smem now (a launch
  * would on first use), so that later launches make no attribute call. */
-s2_status s2_rt_kernel_reserve_smem(s2_ctx *ctx, s2_kernel *k, uint32_t smem);
+s2_status s2_rt_kernel_reserve_smem(s2_ctx *ctx, s2_cufunction *k, uint32_t smem);
 
-struct s2_module {
+struct s2_cumodule {
     s2_device *dev;
     CUmodule cu_mod;
 };
 
-struct s2_kernel {
+struct s2_cufunction {
     s2_device *dev;
     CUfunction fn;
     char *name;
-    s2_kernel_attrs attrs;     /* max_dynamic_smem_bytes is stale: see dyn_limit */
+    s2_cufunction_attrs attrs; /* max_dynamic_smem_bytes is stale: see dyn_limit */
     atomic_int dyn_limit;      /* MAX_DYNAMIC_SHARED_SIZE_BYTES as last set */
     mtx_t raise_lock;          /* serialises raising it, so it only grows */
 };

@@ -1,6 +1,6 @@
 /* Internal to s2c: the device's limits and a loaded kernel's use, as the
  * runtime read them from the driver once (at s2_device_open and
- * s2_kernel_get), for the launch facts (abi/launch_facts.h) of code above
+ * s2_cufunction_get), for the launch facts (abi/launch_facts.h) of code above
  * the runtime (bench). */
 #ifndef S2C_RT_LIMITS_H
 #define S2C_RT_LIMITS_H
@@ -11,6 +11,6 @@
 /* NULL for a NULL device. */
 const s2_device_limits *s2_rt_device_limits(const s2_device *dev);
 /* {0, 0} for a NULL kernel. */
-s2_kernel_use s2_rt_kernel_use(const s2_kernel *k);
+s2_kernel_use s2_rt_kernel_use(const s2_cufunction *k);
 
 #endif

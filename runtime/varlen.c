@@ -159,7 +159,7 @@ s2_status s2_attn_seqs_write_cu(s2_ctx *ctx, s2_attn_kernel *k, s2_attn_seqs *s,
     s2_launch_dims in = {.n = v.N};
     s2_launch_cfg cfg;
     s2_status st = s2_rt_launch_cfg(ctx, k, S2_ROLE_FWD_SEQS, &in, stream, &cfg);
-    return st == S2_OK ? s2_kernel_launch(ctx, k->fns[S2_ROLE_FWD_SEQS], &cfg, args) : st;
+    return st == S2_OK ? s2_cufunction_launch(ctx, k->fns[S2_ROLE_FWD_SEQS], &cfg, args) : st;
 }
 
 void s2_attn_seqs_free(s2_attn_seqs *s)

@@ -5,6 +5,11 @@ into the two libraries that export them.
   public_api.py list LIB INCLUDE_DIR         one name per line (LIB: s2rt or s2c)
   public_api.py map LIB INCLUDE_DIR OUT      a linker version script exporting them
   public_api.py check LIB INCLUDE_DIR SO     nm -D of SO equals the list (exit 1 if not)
+  public_api.py counts INCLUDE_DIR [README LIBS2RT_SO LIBS2C_SO]
+                                             the exports per public header; with README and
+                                             the built libraries, checks that each exports its
+                                             list and that README's table (between the marks
+                                             below) is this one (exit 1 if not)
 """
 import re
 import subprocess
@@ -66,7 +71,70 @@ def names_of(lib, inc):
     return out
 
 
+def exported(so):
+    nm = subprocess.run(["nm", "-D", "--defined-only", so], capture_output=True, text=True, check=True)
+    names = {l.split()[-1] for l in nm.stdout.splitlines() if l.strip()}
+    return {n.split("@")[0] for n in names if not n.startswith("S2C_")}
+
+
+def check(lib, inc, so):
+    names = names_of(lib, inc)
+    have = exported(so)
+    errors = [f"{so}: {n} is declared in a public header but not exported" for n in sorted(names - have)]
+    errors += [f"{so}: {n} is exported but in no public header of lib{lib}" for n in sorted(have - names)]
+    return names, errors
+
+
+COUNTS_BEGIN = "<!-- exports: scripts/public_api.py counts -->"
+COUNTS_END = "<!-- /exports -->"
+
+
+def counts_table(inc):
+    """README's table: each public header's exported functions, by library."""
+    rows = ["| header | library | exported functions |", "|---|---|---|"]
+    errors = []
+    listed = {h for hs in HEADERS.values() for h in hs}
+    for h in sorted(p.name for p in (Path(inc) / "s2c").glob("*.h")):
+        if h not in listed and declared(Path(inc) / "s2c" / h):
+            errors.append(f"{h} declares functions but belongs to no library (scripts/public_api.py HEADERS)")
+    for lib, headers in HEADERS.items():
+        for h in headers:
+            names = declared(Path(inc) / "s2c" / h)
+            moved = sorted(n for n in names if MOVED.get(n, lib) != lib)
+            note = "".join(f" ({n}: lib{MOVED[n]})" for n in moved)
+            rows.append(f"| `{h}` | lib{lib}{note} | {len(names)} |")
+    totals = {lib: len(names_of(lib, inc)) for lib in HEADERS}
+    for lib, n in totals.items():
+        rows.append(f"| all | lib{lib} | {n} |")
+    rows.append(f"| all | both | {sum(totals.values())} |")
+    return "\n".join(rows), errors
+
+
+def counts(argv):
+    inc = argv[2]
+    table, errors = counts_table(inc)
+    print(table)
+    if len(argv) > 3:
+        if len(argv) != 6:
+            print(__doc__, file=sys.stderr)
+            return 2
+        for lib, so in zip(HEADERS, argv[4:6]):
+            errors += check(lib, inc, so)[1]
+        text = Path(argv[3]).read_text()
+        if COUNTS_BEGIN not in text or COUNTS_END not in text:
+            errors.append(f"{argv[3]}: no table between {COUNTS_BEGIN} and {COUNTS_END}")
+        else:
+            have = text.split(COUNTS_BEGIN, 1)[1].split(COUNTS_END, 1)[0].strip()
+            if have != table:
+                errors.append(f"{argv[3]}: the export counts are stale; put the table above between its marks")
+    for e in errors:
+        print(e)
+    return 1 if errors else 0
+
+
 def main(argv):
+    if len(argv) >= 3 and argv[1] == "counts":
+        return counts(argv)
     if len(argv) < 4 or argv[1] not in ("list", "map", "check") or argv[2] not in HEADERS:
         print(__doc__, file=sys.stderr)
         return 2
@@ -78,15 +146,10 @@ def main(argv):
         body = "".join(f"    {n};\n" for n in names)
         Path(argv[4]).write_text(f"S2C_0 {{\n  global:\n{body}  local:\n    *;\n}};\n")
     else:
-        nm = subprocess.run(["nm", "-D", "--defined-only", argv[4]], capture_output=True, text=True, check=True)
-        exported = {l.split()[-1] for l in nm.stdout.splitlines() if l.strip()}
-        exported = {n.split("@")[0] for n in exported if not n.startswith("S2C_")}
-        missing, extra = sorted(set(names) - exported), sorted(exported - set(names))
-        for n in missing:
-            print(f"{argv[4]}: {n} is declared in a public header but not exported")
-        for n in extra:
-            print(f"{argv[4]}: {n} is exported but in no public header of lib{lib}")
-        if missing or extra:
+        errors = check(lib, inc, argv[4])[1]
+        for e in errors:
+            print(e)
+        if errors:
             return 1
         print(f"{argv[4]}: {len(names)} exported symbols, each declared in a public header")
     return 0

@@ -68,7 +68,7 @@ static bool driver_is_stub(void)
 static void print_driver(s2_ctx *ctx)
 {
     int v = 0;
-    if (s2_runtime_driver_version(ctx, &v) == S2_OK)
+    if (s2_cuda_driver_version(ctx, &v) == S2_OK)
         printf("driver: %d.%d\n", v / 1000, v % 1000 / 10);
     else
         printf("driver: %s (%s)\n", driver_is_stub() ? "stub" : "none", s2_ctx_message(ctx));

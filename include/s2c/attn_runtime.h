@@ -112,7 +112,6 @@ S2_API void s2_attn_kernel_free(s2_attn_kernel *k);
  * threads, dynamic shared memory), and the pattern it was generated for. */
 S2_API const s2_manifest_kernel *s2_attn_kernel_desc(const s2_attn_kernel *k);
 S2_API const s2_pattern *s2_attn_kernel_pattern(const s2_attn_kernel *k);
-S2_API s2_kernel *s2_attn_kernel_function(const s2_attn_kernel *k); /* for s2_kernel_get_attrs */
 /* Longest kv_len the kernel accepts: the pattern's max_seq_len, the size of
  * its explicit masks and the kernel's 32-bit lengths, whichever is least. */
 S2_API int64_t s2_attn_kernel_max_kv_len(const s2_attn_kernel *k);

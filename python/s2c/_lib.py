@@ -82,7 +82,7 @@ def _declare(lib):
         "s2_block_kept": (B, [P, I, I64, I64]),
         "s2_device_open": (I, [P, I, PP]), "s2_device_free": (None, [P]),
         "s2_device_set_allocator": (I, [P, P, C.POINTER(S.Allocator)]),
-        "s2_runtime_driver_version": (I, [P, C.POINTER(I)]),
+        "s2_cuda_driver_version": (I, [P, C.POINTER(I)]),
         "s2_jit_compile": (I, [P, P, P, C.POINTER(S.KernelSpec), C.POINTER(S.JitOpts), PP, P]),
         "s2_attn_kernel_free": (None, [P]),
         "s2_attn_kernel_max_kv_len": (I64, [P]),

@@ -51,7 +51,7 @@ typedef struct launch {
 static launch hist[MAX_LAUNCHES];
 static int nhist;
 static s2_abi_id rec_abi;            /* the ABI of the launches to come */
-static s2_driver real;               /* the driver table as loaded */
+static s2_cuda_api real;               /* the driver table as loaded */
 static s2_device *g_dev;
 static s2_ctx *g_ctx;
 static s2t_rng g_rng;
@@ -530,14 +530,14 @@ int main(void)
         printf("S2C_AOT_FAKE=1: the driver runs no kernel; outputs are compared, not expected written\n");
     g_ctx = s2_ctx_new();
     s2_status st;
-    const s2_driver *drv = s2_driver_get(g_ctx, &st);
+    const s2_cuda_api *drv = s2_cuda_api_get(g_ctx, &st);
     if (!drv || s2_device_open(g_ctx, 0, &g_dev) != S2_OK) {
         printf("device 0: %s\n", s2_ctx_message(g_ctx));
         return 1;
     }
     /* record the runtime's launches (the table is the process's, written once at load) */
     real = *drv;
-    ((s2_driver *)drv)->LaunchKernel = rt_launch;
+    ((s2_cuda_api *)drv)->LaunchKernel = rt_launch;
     /* the generated launchers use the current context: the runtime's, the device's primary one */
     if (real.CtxPushCurrent(g_dev->cu_ctx) != CUDA_SUCCESS ||
         s2_attn_module_load(g_ctx, g_dev, aotbwd_cubin, aotbwd_cubin_size, &bwd_mod) != S2_OK ||

@@ -21,6 +21,7 @@
 #include "patterns.h"
 #include "kernel_abi.h"
 #include "pack_internal.h"
+#include "rt_cuda.h"
 #include "template.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
@@ -295,8 +296,8 @@ static void run_case(int vi)
 
     s2_attn_module *amod = NULL;
     s2_attn_kernel *ak = NULL;
-    s2_module *mod = NULL;
-    s2_kernel *fns[3] = {0};
+    s2_cumodule *mod = NULL;
+    s2_cufunction *fns[3] = {0};
     dev_sched fs = {0}, ts = {0};
     s2_tile_geom fg, tg;
     s2_layout *lay = NULL;
@@ -321,12 +322,12 @@ static void run_case(int vi)
     } else {
         const void *image = load_ptx ? (const void *)art->ptx : (const void *)art->cubin;
         size_t image_size = load_ptx ? art->ptx_len : art->cubin_size;
-        ck_assert_msg(s2_module_load_data(ctx, dev, image, image_size, &mod) == S2_OK, "%s", s2_ctx_message(ctx));
+        ck_assert_msg(s2_cumodule_load_data(ctx, dev, image, image_size, &mod) == S2_OK, "%s", s2_ctx_message(ctx));
         static const char *const parts[3] = {"_pre", "_dkdv", "_dq"};
         for (int i = 0; i < 3; i++) {
             char name[192];
             snprintf(name, sizeof name, "%s%s", art->name, parts[i]);
-            ck_assert_msg(s2_kernel_get(ctx, mod, name, &fns[i]) == S2_OK, "%s", s2_ctx_message(ctx));
+            ck_assert_msg(s2_cufunction_get(ctx, mod, name, &fns[i]) == S2_OK, "%s", s2_ctx_message(ctx));
         }
         ck_assert_msg(s2_layout_new(ctx, p, SQ, SK, &lay) == S2_OK, "%s", s2_ctx_message(ctx));
         upload_sched(ctx, dev, lay, &aks, p, false, &fs, &fg);
@@ -400,7 +401,7 @@ static void run_case(int vi)
                  .smem_bytes = (uint32_t)art->smem_bytes},
             };
             for (int i = 0; i < 3; i++)
-                ck_assert_msg(s2_kernel_launch(ctx, fns[i], &cfg[i], args) == S2_OK, "%s", s2_ctx_message(ctx));
+                ck_assert_msg(s2_cufunction_launch(ctx, fns[i], &cfg[i], args) == S2_OK, "%s", s2_ctx_message(ctx));
         }
         ck_assert_msg(s2_device_synchronize(ctx, dev) == S2_OK, "%s: %s", c->name, s2_ctx_message(ctx));
         for (int i = 0; i < 3; i++)
@@ -445,8 +446,8 @@ static void run_case(int vi)
     s2_mem_free(ctx, dev, fs.buf);
     s2_mem_free(ctx, dev, ts.buf);
     for (int i = 0; i < 3; i++)
-        s2_kernel_free(fns[i]);
-    s2_module_free(mod);
+        s2_cufunction_free(fns[i]);
+    s2_cumodule_free(mod);
     s2_attn_module_free(amod);
     s2_device_free(dev);
     s2_layout_free(lay);

@@ -22,6 +22,7 @@
 #include "patterns.h"
 #include "kernel_abi.h"
 #include "pack_internal.h"
+#include "rt_cuda.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
@@ -241,12 +242,12 @@ static void run_case(int run)
     /* device */
     s2_device *dev = NULL;
     ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
-    s2_module *mod = NULL;
-    s2_kernel *kern = NULL;
+    s2_cumodule *mod = NULL;
+    s2_cufunction *kern = NULL;
     const void *image = ptx ? (const void *)art->ptx : (const void *)art->cubin;
     size_t image_size = ptx ? art->ptx_len : art->cubin_size;
-    ck_assert_msg(s2_module_load_data(ctx, dev, image, image_size, &mod) == S2_OK, "%s", s2_ctx_message(ctx));
-    ck_assert_msg(s2_kernel_get(ctx, mod, art->kernels[0].name, &kern) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_msg(s2_cumodule_load_data(ctx, dev, image, image_size, &mod) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_msg(s2_cufunction_get(ctx, mod, art->kernels[0].name, &kern) == S2_OK, "%s", s2_ctx_message(ctx));
     s2_devptr d_packed = 0, d_lse = 0, d_sched = 0;
 #define UPLOAD(dptr, host, bytes)                                                                          \
     do {                                                                                                   \
@@ -315,7 +316,7 @@ static void run_case(int run)
         cfg.grid[0] = (uint32_t)(items < 7 ? items : 7);
         cfg.grid[1] = cfg.grid[2] = 1;
     }
-    ck_assert_msg(s2_kernel_launch(ctx, kern, &cfg, args) == S2_OK, "%s", s2_ctx_message(ctx));
+    ck_assert_msg(s2_cufunction_launch(ctx, kern, &cfg, args) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_msg(s2_device_synchronize(ctx, dev) == S2_OK, "%s: %s", c->name, s2_ctx_message(ctx));
     s2t_tensor_download(ctx, dev, &o);
     ck_assert(s2_memcpy_d2h(ctx, dev, lse, d_lse, nlse * sizeof *lse) == S2_OK);
@@ -373,8 +374,8 @@ static void run_case(int run)
     s2_mem_free(ctx, dev, d_sched);
     s2_mem_free(ctx, dev, d_work);
     free(work);
-    s2_kernel_free(kern);
-    s2_module_free(mod);
+    s2_cufunction_free(kern);
+    s2_cumodule_free(mod);
     s2_device_free(dev);
     free(ref);
     free(lse);

@@ -10,6 +10,7 @@
  * Check does not fork. */
 #include "../attn/patterns.h"
 #include "kernel_abi.h"
+#include "rt_cuda.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
 #include "s2c/compile.h"

@@ -12,6 +12,7 @@
 #include "../attn/patterns.h"
 #include "../runtime/fake_cuda.h"
 #include "kernel_abi.h"
+#include "rt_cuda.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/cache.h"
 #include "s2c/codegen.h"
@@ -103,7 +104,7 @@ START_TEST(module_lists_and_finds_kernels)
     ck_assert_int_eq(p->block_size, 32);
     ck_assert_int_eq(s2_attn_kernel_max_kv_len(k0), 4096);
     ck_assert_int_eq(s2_manifest_num_patterns(s2_attn_module_manifest(mod)), 1);
-    ck_assert_ptr_nonnull(s2_attn_kernel_function(k0));
+    ck_assert_ptr_nonnull(s2_attn_kernel_cufunction(k0));
 
     s2_attn_kernel *k = NULL;
     ck_assert_int_eq(s2_attn_find(ctx, mod, "gqa-32/8", S2_DTYPE_BF16, 64, &k), S2_OK);

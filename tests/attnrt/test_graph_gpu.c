@@ -42,6 +42,7 @@
 #include "../attn/patterns.h"
 #include "compile_internal.h"
 #include "kernel_abi.h"
+#include "rt_cuda.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
 #include "s2c/compile.h"

@@ -20,6 +20,7 @@
 #include "../attn/patterns.h"
 #include "../runtime/fake_cuda.h"
 #include "kernel_abi.h"
+#include "rt_cuda.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/cache.h"

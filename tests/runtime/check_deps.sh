@@ -17,7 +17,7 @@ if [ -n "$undef" ]; then
     echo "undefined driver/LLVM symbols:"; echo "$undef"; bad=1
 fi
 # The exports we promise must be there.
-for sym in s2_device_open s2_module_load_data s2_kernel_launch s2_check_device_ptr; do
+for sym in s2_device_open s2_device_set_allocator s2_mem_alloc; do
     nm -D --defined-only "$lib" | grep -qw "$sym" || { echo "missing export $sym"; bad=1; }
 done
 exit $bad

@@ -5,6 +5,7 @@
  * process: the runner forces Check's fork mode, and each test points
  * S2C_LIBCUDA at its driver before the first runtime call.
  * Usage: test_runtime FAKE_LIB FAKE_V1_LIB */
+#include "rt_cuda.h"
 #include "s2c/runtime.h"
 #include "fake_cuda.h"
 
@@ -54,11 +55,11 @@ static const char tiny_ptx[] = ".version 7.5\n.target sm_75\n.address_size 64\n"
                                ".visible .entry k() { ret; }\n";
 
 /* A module and its one kernel from the fake. */
-static s2_kernel *fake_kernel(s2_ctx *ctx, s2_device *dev, s2_module **mod)
+static s2_cufunction *fake_kernel(s2_ctx *ctx, s2_device *dev, s2_cumodule **mod)
 {
-    ck_assert_int_eq(s2_module_load_data(ctx, dev, tiny_ptx, strlen(tiny_ptx), mod), S2_OK);
-    s2_kernel *k = NULL;
-    s2_status st = s2_kernel_get(ctx, *mod, "k", &k);
+    ck_assert_int_eq(s2_cumodule_load_data(ctx, dev, tiny_ptx, strlen(tiny_ptx), mod), S2_OK);
+    s2_cufunction *k = NULL;
+    s2_status st = s2_cufunction_get(ctx, *mod, "k", &k);
     ck_assert_msg(st == S2_OK, "%s", s2_ctx_message(ctx));
     return k;
 }
@@ -80,7 +81,7 @@ START_TEST(no_driver)
     ck_assert_int_eq(s2_device_adopt_current(ctx, &dev), S2_ERR_NO_DRIVER);
     ck_assert_ptr_null(dev);
     int v = 1;
-    ck_assert_int_eq(s2_runtime_driver_version(NULL, &v), S2_ERR_NO_DRIVER);
+    ck_assert_int_eq(s2_cuda_driver_version(NULL, &v), S2_ERR_NO_DRIVER);
     ck_assert_int_eq(v, 0);
     s2_ctx_free(ctx);
 }
@@ -124,7 +125,7 @@ START_TEST(open_info_and_release)
     int n = 0, v = 0;
     ck_assert_int_eq(s2_device_count(ctx, &n), S2_OK);
     ck_assert_int_eq(n, 1);
-    ck_assert_int_eq(s2_runtime_driver_version(ctx, &v), S2_OK);
+    ck_assert_int_eq(s2_cuda_driver_version(ctx, &v), S2_OK);
     ck_assert_int_eq(v, 12080);
     /* Every symbol was requested for the CUDA 12.0 ABI through the _v2 resolver:
      * 39 required entry points and the optional cuTensorMapEncodeTiled and
@@ -174,17 +175,17 @@ START_TEST(module_load_failure_names_cuda_error)
     fake_set("module_result", CUDA_ERROR_INVALID_IMAGE);
     s2_ctx *ctx = s2_ctx_new();
     s2_device *dev = open_fake(ctx);
-    s2_module *mod = (s2_module *)ctx;
-    ck_assert_int_eq(s2_module_load_data(ctx, dev, tiny_ptx, sizeof tiny_ptx, &mod), S2_ERR_CUDA);
+    s2_cumodule *mod = (s2_cumodule *)ctx;
+    ck_assert_int_eq(s2_cumodule_load_data(ctx, dev, tiny_ptx, sizeof tiny_ptx, &mod), S2_ERR_CUDA);
     ck_assert_ptr_null(mod);
     assert_msg_has(ctx, "cuModuleLoadData");
     assert_msg_has(ctx, "CUDA_ERROR_INVALID_IMAGE");
     ck_assert_int_eq(fake_get("depth"), 0);
     ck_assert_int_eq(fake_get("max_depth"), 1);
-    ck_assert_int_eq(s2_module_load_file(ctx, dev, "/nonexistent/k.ptx", &mod), S2_ERR_IO);
+    ck_assert_int_eq(s2_cumodule_load_file(ctx, dev, "/nonexistent/k.ptx", &mod), S2_ERR_IO);
     assert_msg_has(ctx, "/nonexistent/k.ptx");
-    ck_assert_int_eq(s2_module_load_data(ctx, dev, tiny_ptx, 0, &mod), S2_ERR_INVALID);
-    ck_assert_int_eq(s2_module_load_data(ctx, NULL, tiny_ptx, 4, &mod), S2_ERR_INVALID);
+    ck_assert_int_eq(s2_cumodule_load_data(ctx, dev, tiny_ptx, 0, &mod), S2_ERR_INVALID);
+    ck_assert_int_eq(s2_cumodule_load_data(ctx, NULL, tiny_ptx, 4, &mod), S2_ERR_INVALID);
     s2_device_free(dev);
     s2_ctx_free(ctx);
 }
@@ -200,15 +201,15 @@ START_TEST(ptx_without_nul_is_terminated)
     char *buf = malloc(n + 8);
     memcpy(buf, tiny_ptx, n);
     memcpy(buf + n, "GARBAGE", 8);
-    s2_module *mod = NULL;
-    ck_assert_int_eq(s2_module_load_data(ctx, dev, buf, n, &mod), S2_OK);
+    s2_cumodule *mod = NULL;
+    ck_assert_int_eq(s2_cumodule_load_data(ctx, dev, buf, n, &mod), S2_OK);
     ck_assert_str_eq(fake_last_image(), tiny_ptx);
     free(buf);
-    s2_kernel *k = NULL;
-    ck_assert_int_eq(s2_kernel_get(ctx, mod, "missing", &k), S2_ERR_NOT_FOUND);
+    s2_cufunction *k = NULL;
+    ck_assert_int_eq(s2_cufunction_get(ctx, mod, "missing", &k), S2_ERR_NOT_FOUND);
     ck_assert_ptr_null(k);
     assert_msg_has(ctx, "no kernel named \"missing\"");
-    s2_module_free(mod);
+    s2_cumodule_free(mod);
     ck_assert_int_eq(fake_get("modules_unloaded"), 1);
     ck_assert_int_eq(fake_get("depth"), 0);
     s2_device_free(dev);
@@ -222,11 +223,11 @@ START_TEST(kernel_attrs_and_smem_raise)
     fake_set("optin_smem", 227 * 1024);
     s2_ctx *ctx = s2_ctx_new();
     s2_device *dev = open_fake(ctx);
-    s2_module *mod = NULL;
-    s2_kernel *k = fake_kernel(ctx, dev, &mod);
-    ck_assert_str_eq(s2_kernel_name(k), "k");
-    s2_kernel_attrs at;
-    ck_assert_int_eq(s2_kernel_get_attrs(ctx, k, &at), S2_OK);
+    s2_cumodule *mod = NULL;
+    s2_cufunction *k = fake_kernel(ctx, dev, &mod);
+    ck_assert_str_eq(s2_cufunction_name(k), "k");
+    s2_cufunction_attrs at;
+    ck_assert_int_eq(s2_cufunction_get_attrs(ctx, k, &at), S2_OK);
     ck_assert_int_eq(at.num_regs, 40);
     ck_assert_int_eq(at.max_threads_per_block, 1024);
     ck_assert_int_eq(at.static_smem_bytes, 0);
@@ -236,32 +237,32 @@ START_TEST(kernel_attrs_and_smem_raise)
     ck_assert_int_eq(at.binary_version, 90);
 
     s2_launch_cfg cfg = {.grid = {3, 1, 1}, .block = {256, 1, 1}, .smem_bytes = 100 * 1024};
-    ck_assert_int_eq(s2_kernel_launch(ctx, k, &cfg, NULL), S2_OK);
+    ck_assert_int_eq(s2_cufunction_launch(ctx, k, &cfg, NULL), S2_OK);
     ck_assert_int_eq(fake_get("set_attr_calls"), 1);
     ck_assert_int_eq(fake_get("set_attr_value"), 100 * 1024);
     ck_assert_int_eq(fake_get("launches"), 1);
     ck_assert_int_eq(fake_get("last_smem"), 100 * 1024);
     ck_assert_int_eq(fake_get("last_grid_x"), 3);
     ck_assert_int_eq(fake_get("depth"), 0);
-    ck_assert_int_eq(s2_kernel_get_attrs(ctx, k, &at), S2_OK);
+    ck_assert_int_eq(s2_cufunction_get_attrs(ctx, k, &at), S2_OK);
     ck_assert_int_eq(at.max_dynamic_smem_bytes, 100 * 1024);
 
     /* Smaller requests do not touch (and so cannot lower) the limit. */
     cfg.smem_bytes = 64 * 1024;
-    ck_assert_int_eq(s2_kernel_launch(ctx, k, &cfg, NULL), S2_OK);
+    ck_assert_int_eq(s2_cufunction_launch(ctx, k, &cfg, NULL), S2_OK);
     ck_assert_int_eq(fake_get("set_attr_calls"), 1);
     ck_assert_int_eq(fake_get("launches"), 2);
 
     /* The device's opt-in maximum is the end. */
     cfg.smem_bytes = 227 * 1024 + 1;
-    ck_assert_int_eq(s2_kernel_launch(ctx, k, &cfg, NULL), S2_ERR_INVALID);
+    ck_assert_int_eq(s2_cufunction_launch(ctx, k, &cfg, NULL), S2_ERR_INVALID);
     assert_msg_has(ctx, "opt-in");
     cfg.smem_bytes = 227 * 1024;
-    ck_assert_int_eq(s2_kernel_launch(ctx, k, &cfg, NULL), S2_OK);
+    ck_assert_int_eq(s2_cufunction_launch(ctx, k, &cfg, NULL), S2_OK);
     ck_assert_int_eq(fake_get("launches"), 3);
     ck_assert_int_eq(fake_get("set_attr_calls"), 2);
-    s2_kernel_free(k);
-    s2_module_free(mod);
+    s2_cufunction_free(k);
+    s2_cumodule_free(mod);
     s2_device_free(dev);
     s2_ctx_free(ctx);
 }
@@ -275,18 +276,18 @@ START_TEST(static_smem_counts_against_optin)
     fake_set("dyn_limit", 32 * 1024);
     s2_ctx *ctx = s2_ctx_new();
     s2_device *dev = open_fake(ctx);
-    s2_module *mod = NULL;
-    s2_kernel *k = fake_kernel(ctx, dev, &mod);
+    s2_cumodule *mod = NULL;
+    s2_cufunction *k = fake_kernel(ctx, dev, &mod);
     s2_launch_cfg cfg = {.grid = {1, 1, 1}, .block = {32, 1, 1}, .smem_bytes = 84 * 1024 + 1};
-    ck_assert_int_eq(s2_kernel_launch(ctx, k, &cfg, NULL), S2_ERR_INVALID);
+    ck_assert_int_eq(s2_cufunction_launch(ctx, k, &cfg, NULL), S2_ERR_INVALID);
     assert_msg_has(ctx, "16384 of static");
     ck_assert_int_eq(fake_get("launches"), 0);
     cfg.smem_bytes = 84 * 1024;
-    ck_assert_int_eq(s2_kernel_launch(ctx, k, &cfg, NULL), S2_OK);
+    ck_assert_int_eq(s2_cufunction_launch(ctx, k, &cfg, NULL), S2_OK);
     ck_assert_int_eq(fake_get("set_attr_value"), 84 * 1024);
     ck_assert_int_eq(fake_get("launches"), 1);
-    s2_kernel_free(k);
-    s2_module_free(mod);
+    s2_cufunction_free(k);
+    s2_cumodule_free(mod);
     s2_device_free(dev);
     s2_ctx_free(ctx);
 }
@@ -298,29 +299,29 @@ START_TEST(launch_dimension_checks)
     fake_set("kernel_threads", 512);
     s2_ctx *ctx = s2_ctx_new();
     s2_device *dev = open_fake(ctx);
-    s2_module *mod = NULL;
-    s2_kernel *k = fake_kernel(ctx, dev, &mod);
+    s2_cumodule *mod = NULL;
+    s2_cufunction *k = fake_kernel(ctx, dev, &mod);
     s2_launch_cfg cfg = {.grid = {1, 1, 1}, .block = {0, 1, 1}};
-    ck_assert_int_eq(s2_kernel_launch(ctx, k, &cfg, NULL), S2_ERR_INVALID);
+    ck_assert_int_eq(s2_cufunction_launch(ctx, k, &cfg, NULL), S2_ERR_INVALID);
     assert_msg_has(ctx, "block.x is 0");
     cfg.block[0] = 32;
     cfg.block[1] = 32; /* 1024 threads, but the kernel allows 512 */
-    ck_assert_int_eq(s2_kernel_launch(ctx, k, &cfg, NULL), S2_ERR_INVALID);
+    ck_assert_int_eq(s2_cufunction_launch(ctx, k, &cfg, NULL), S2_ERR_INVALID);
     assert_msg_has(ctx, "1024 threads per block, the kernel allows 512");
     cfg.block[1] = 1;
     cfg.grid[1] = 65536;
-    ck_assert_int_eq(s2_kernel_launch(ctx, k, &cfg, NULL), S2_ERR_INVALID);
+    ck_assert_int_eq(s2_cufunction_launch(ctx, k, &cfg, NULL), S2_ERR_INVALID);
     assert_msg_has(ctx, "grid.y = 65536");
-    ck_assert_int_eq(s2_kernel_launch(ctx, k, NULL, NULL), S2_ERR_INVALID);
+    ck_assert_int_eq(s2_cufunction_launch(ctx, k, NULL, NULL), S2_ERR_INVALID);
     ck_assert_int_eq(fake_get("launches"), 0);
     cfg.grid[1] = 1;
     fake_set("launch_result", CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
-    ck_assert_int_eq(s2_kernel_launch(ctx, k, &cfg, NULL), S2_ERR_CUDA);
+    ck_assert_int_eq(s2_cufunction_launch(ctx, k, &cfg, NULL), S2_ERR_CUDA);
     assert_msg_has(ctx, "cuLaunchKernel(k, grid 1x1x1, block 32x1x1, smem 0)");
     assert_msg_has(ctx, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES");
     ck_assert_int_eq(fake_get("depth"), 0);
-    s2_kernel_free(k);
-    s2_module_free(mod);
+    s2_cufunction_free(k);
+    s2_cumodule_free(mod);
     s2_device_free(dev);
     s2_ctx_free(ctx);
 }
@@ -435,13 +436,13 @@ START_TEST(adopt_current_context)
     ck_assert_int_eq(s2_device_adopt_current(ctx, &dev), S2_OK);
     ck_assert_ptr_eq(s2_device_cu_context(dev), (void *)(intptr_t)fake_get("ctx_ptr"));
     ck_assert_int_eq(s2_device_get_info(dev)->sm_count, 132);
-    s2_module *mod = NULL;
-    s2_kernel *k = fake_kernel(ctx, dev, &mod);
+    s2_cumodule *mod = NULL;
+    s2_cufunction *k = fake_kernel(ctx, dev, &mod);
     s2_launch_cfg cfg = {.grid = {1, 1, 1}, .block = {64, 1, 1}};
-    ck_assert_int_eq(s2_kernel_launch(ctx, k, &cfg, NULL), S2_OK);
+    ck_assert_int_eq(s2_cufunction_launch(ctx, k, &cfg, NULL), S2_OK);
     ck_assert_int_eq(fake_get("depth"), 1); /* the caller's context is still current */
-    s2_kernel_free(k);
-    s2_module_free(mod);
+    s2_cufunction_free(k);
+    s2_cumodule_free(mod);
     s2_device_free(dev);
     ck_assert_int_eq(fake_get("primary_refs"), 0); /* nothing retained, nothing released */
     s2_ctx_free(ctx);

@@ -4,6 +4,7 @@
  * there is no driver or device.  CUDA is initialised inside each (forked)
  * test only: the parent probes in a child of its own, since a CUDA context
  * does not survive fork. */
+#include "rt_cuda.h"
 #include "s2c/runtime.h"
 
 #include <check.h>
@@ -113,8 +114,8 @@ static char *read_data(const char *name, size_t *len)
 }
 
 typedef struct kernels {
-    s2_module *vadd_mod, *smem_mod;
-    s2_kernel *vadd, *smem;
+    s2_cumodule *vadd_mod, *smem_mod;
+    s2_cufunction *vadd, *smem;
 } kernels;
 
 /* vadd from a file, smem_reverse from memory (not NUL-terminated). */
@@ -123,27 +124,27 @@ static kernels load_kernels(s2_ctx *ctx, s2_device *dev)
     kernels K = {0};
     char path[1024];
     snprintf(path, sizeof path, "%s/vadd.ptx", data_dir);
-    OK(s2_module_load_file(ctx, dev, path, &K.vadd_mod));
+    OK(s2_cumodule_load_file(ctx, dev, path, &K.vadd_mod));
     size_t len;
     char *ptx = read_data("smem_reverse.ptx", &len);
-    OK(s2_module_load_data(ctx, dev, ptx, len, &K.smem_mod));
+    OK(s2_cumodule_load_data(ctx, dev, ptx, len, &K.smem_mod));
     free(ptx);
-    OK(s2_kernel_get(ctx, K.vadd_mod, "vadd", &K.vadd));
-    OK(s2_kernel_get(ctx, K.smem_mod, "smem_reverse", &K.smem));
+    OK(s2_cufunction_get(ctx, K.vadd_mod, "vadd", &K.vadd));
+    OK(s2_cufunction_get(ctx, K.smem_mod, "smem_reverse", &K.smem));
     return K;
 }
 
 static void free_kernels(kernels *K)
 {
-    s2_kernel_free(K->vadd);
-    s2_kernel_free(K->smem);
-    s2_module_free(K->vadd_mod);
-    s2_module_free(K->smem_mod);
+    s2_cufunction_free(K->vadd);
+    s2_cufunction_free(K->smem);
+    s2_cumodule_free(K->vadd_mod);
+    s2_cumodule_free(K->smem_mod);
 }
 
 /* One vadd of n random elements on `stream`; returns the number of wrong
  * outputs (bitwise compare with the host's float sum) and fills why. */
-static size_t run_vadd(s2_ctx *ctx, const s2_device *dev, s2_kernel *k, void *stream, size_t n,
+static size_t run_vadd(s2_ctx *ctx, const s2_device *dev, s2_cufunction *k, void *stream, size_t n,
                        uint32_t seed, char *why, size_t why_len)
 {
     size_t bytes = n * sizeof(float), bad = 0;
@@ -159,7 +160,7 @@ static size_t run_vadd(s2_ctx *ctx, const s2_device *dev, s2_kernel *k, void *st
     if (s2_mem_alloc(ctx, dev, bytes, &da) || s2_mem_alloc(ctx, dev, bytes, &db) ||
         s2_mem_alloc(ctx, dev, bytes + 64, &dc) || s2_memcpy_h2d(ctx, dev, da, a, bytes) ||
         s2_memcpy_h2d(ctx, dev, db, b, bytes) || s2_memset_d8(ctx, dev, dc, 0xFF, bytes + 64) ||
-        s2_kernel_launch(ctx, k, &cfg, args) || s2_stream_synchronize(ctx, dev, stream) ||
+        s2_cufunction_launch(ctx, k, &cfg, args) || s2_stream_synchronize(ctx, dev, stream) ||
         s2_memcpy_d2h(ctx, dev, c, dc, bytes)) {
         snprintf(why, why_len, "vadd: %s", s2_ctx_message(ctx));
         bad = n;
@@ -192,7 +193,7 @@ done:
 }
 
 /* smem_reverse over `blocks` blocks of smem_bytes each; count of wrong outputs. */
-static size_t run_smem(s2_ctx *ctx, const s2_device *dev, s2_kernel *k, void *stream,
+static size_t run_smem(s2_ctx *ctx, const s2_device *dev, s2_cufunction *k, void *stream,
                        uint32_t smem_bytes, uint32_t blocks, uint32_t seed, char *why, size_t why_len)
 {
     uint32_t e = smem_bytes / 4;
@@ -208,7 +209,7 @@ static size_t run_smem(s2_ctx *ctx, const s2_device *dev, s2_kernel *k, void *st
         s2_memcpy_h2d(ctx, dev, din, in, bytes) || s2_memset_d8(ctx, dev, dout, 0xFF, bytes) ||
         s2_check_device_ptr(ctx, dev, din, bytes, 16, "in") ||
         s2_check_device_ptr(ctx, dev, dout, bytes, 16, "out") ||
-        s2_kernel_launch(ctx, k, &cfg, args) || s2_stream_synchronize(ctx, dev, stream) ||
+        s2_cufunction_launch(ctx, k, &cfg, args) || s2_stream_synchronize(ctx, dev, stream) ||
         s2_memcpy_d2h(ctx, dev, out, dout, bytes)) {
         snprintf(why, why_len, "smem_reverse: %s", s2_ctx_message(ctx));
         bad = n;
@@ -239,12 +240,12 @@ START_TEST(launch_on_stream)
     OK(s2_device_open(ctx, 0, &dev));
     const s2_device_info *in = s2_device_get_info(dev);
     fprintf(stderr, "device 0: %s, sm_%d%d, %d SMs, smem opt-in %zu, driver %d\n", in->name,
-            in->cc_major, in->cc_minor, in->sm_count, in->smem_per_block_optin, in->driver_version);
+            in->cc_major, in->cc_minor, in->sm_count, in->smem_per_block_optin, in->cuda_driver_version);
     ck_assert_int_gt(in->sm_count, 0);
     ck_assert_uint_ge(in->smem_per_block_optin, SMEM_BYTES);
     kernels K = load_kernels(ctx, dev);
-    s2_kernel_attrs at;
-    OK(s2_kernel_get_attrs(ctx, K.smem, &at));
+    s2_cufunction_attrs at;
+    OK(s2_cufunction_get_attrs(ctx, K.smem, &at));
     ck_assert_int_gt(at.num_regs, 0);
     ck_assert_int_ge(at.max_threads_per_block, 256);
     ck_assert_int_eq(at.static_smem_bytes, 0);
@@ -265,13 +266,13 @@ START_TEST(launch_on_stream)
     float ms = -1;
     OK(s2_event_elapsed_ms(ctx, e0, e1, &ms));
     ck_assert(ms >= 0.0f);
-    OK(s2_kernel_get_attrs(ctx, K.smem, &at));
+    OK(s2_cufunction_get_attrs(ctx, K.smem, &at));
     ck_assert_int_eq(at.max_dynamic_smem_bytes, SMEM_BYTES);
 
     /* Beyond the opt-in maximum the runtime refuses before the driver sees it. */
     s2_launch_cfg cfg = {.grid = {1, 1, 1}, .block = {256, 1, 1},
                          .smem_bytes = (uint32_t)in->smem_per_block_optin + 16, .stream = stream};
-    ck_assert_int_eq(s2_kernel_launch(ctx, K.smem, &cfg, NULL), S2_ERR_INVALID);
+    ck_assert_int_eq(s2_cufunction_launch(ctx, K.smem, &cfg, NULL), S2_ERR_INVALID);
     assert_msg_has(ctx, "opt-in");
     /* The legacy NULL stream works too. */
     bad = run_vadd(ctx, dev, K.vadd, NULL, 1000, base_seed + 2, why, sizeof why);
@@ -367,8 +368,8 @@ START_TEST(four_threads_share_kernels)
         ck_assert_msg(w[i].bad == 0, "thread %d: %zu wrong: %s", i, w[i].bad, w[i].why);
         ck_assert_msg(!w[i].leaked_ctx, "thread %d was left with a current context", i);
     }
-    s2_kernel_attrs at;
-    OK(s2_kernel_get_attrs(ctx, K.smem, &at));
+    s2_cufunction_attrs at;
+    OK(s2_cufunction_get_attrs(ctx, K.smem, &at));
     ck_assert_int_eq(at.max_dynamic_smem_bytes, (64 + 12 * (NTHREADS - 1)) * 1024);
     free_kernels(&K);
     s2_device_free(dev);

@@ -12,7 +12,7 @@
 #define S2_DEFAULT_LIBCUDA "libcuda.so.1"
 
 typedef struct driver_state {
-    s2_driver drv;
+    s2_cuda_api drv;
     s2_status status;
     char message[512];
 } driver_state;
@@ -69,7 +69,7 @@ static bool resolve_all(driver_state *s, const proc_resolver *pr)
         return false;                                                                  \
     }                                                                                  \
     s->drv.name = (PFN_cu##name##_##ver)fn;
-    S2_DRIVER_FUNCS(S2_RESOLVE)
+    S2_CUDA_FUNCS(S2_RESOLVE)
 #undef S2_RESOLVE
     if (resolve(pr, "cuTensorMapEncodeTiled", &fn))
         s->drv.TensorMapEncodeTiled = (PFN_cuTensorMapEncodeTiled_v12000)fn;
@@ -78,7 +78,7 @@ static bool resolve_all(driver_state *s, const proc_resolver *pr)
     return true;
 }
 
-static void init_driver(driver_state *s, const s2_driver *d)
+static void init_driver(driver_state *s, const s2_cuda_api *d)
 {
     CUresult r = d->Init(0);
     if (r != CUDA_SUCCESS) {
@@ -124,7 +124,7 @@ static void load_driver(void)
 
 static void load_driver_once(void) { load_driver(); }
 
-const s2_driver *s2_driver_get(s2_ctx *ctx, s2_status *st)
+const s2_cuda_api *s2_cuda_api_get(s2_ctx *ctx, s2_status *st)
 {
     call_once(&g_once, load_driver_once);
     if (g_state.status != S2_OK) {
@@ -135,7 +135,7 @@ const s2_driver *s2_driver_get(s2_ctx *ctx, s2_status *st)
     return &g_state.drv;
 }
 
-static s2_status cu_vfail(s2_ctx *ctx, s2_status st, const s2_driver *drv, CUresult r,
+static s2_status cu_vfail(s2_ctx *ctx, s2_status st, const s2_cuda_api *drv, CUresult r,
                           const char *fmt, va_list ap)
 {
     char what[512];
@@ -148,7 +148,7 @@ static s2_status cu_vfail(s2_ctx *ctx, s2_status st, const s2_driver *drv, CUres
     return s2_fail(ctx, st, "%s: %s (%s, code %d)", what, name, desc, (int)r);
 }
 
-s2_status s2_cu_fail(s2_ctx *ctx, const s2_driver *drv, CUresult r, const char *fmt, ...)
+s2_status s2_cu_fail(s2_ctx *ctx, const s2_cuda_api *drv, CUresult r, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -157,7 +157,7 @@ s2_status s2_cu_fail(s2_ctx *ctx, const s2_driver *drv, CUresult r, const char *
     return st;
 }
 
-s2_status s2_cu_fail_as(s2_ctx *ctx, s2_status st, const s2_driver *drv, CUresult r,
+s2_status s2_cu_fail_as(s2_ctx *ctx, s2_status st, const s2_cuda_api *drv, CUresult r,
                         const char *fmt, ...)
 {
     va_list ap;
@@ -167,10 +167,10 @@ s2_status s2_cu_fail_as(s2_ctx *ctx, s2_status st, const s2_driver *drv, CUresul
     return st;
 }
 
-s2_status s2_runtime_driver_version(s2_ctx *ctx, int *version)
+s2_status s2_cuda_driver_version(s2_ctx *ctx, int *version)
 {
     s2_status st;
-    const s2_driver *d = s2_driver_get(ctx, &st);
+    const s2_cuda_api *d = s2_cuda_api_get(ctx, &st);
     if (version)
         *version = d ? d->version : 0;
     return st;
@@ -182,7 +182,7 @@ s2_status s2_device_count(s2_ctx *ctx, int *count)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_device_count: count is NULL");
     *count = 0;
     s2_status st;
-    const s2_driver *d = s2_driver_get(ctx, &st);
+    const s2_cuda_api *d = s2_cuda_api_get(ctx, &st);
     if (!d)
         return st;
     CUresult r = d->DeviceGetCount(count);
@@ -266,7 +266,7 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tenso
     default: return s2_fail(ctx, S2_ERR_INVALID, "tensor map: swizzle %d bytes (0, 32, 64, 128)", swizzle_bytes);
     }
     s2_status st;
-    const s2_driver *d = s2_driver_get(ctx, &st);
+    const s2_cuda_api *d = s2_cuda_api_get(ctx, &st);
     if (!d)
         return st;
     if (!d->TensorMapEncodeTiled)
@@ -298,12 +298,12 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tenso
         return S2_OK;
     /* the driver wants a current context, though the map belongs to none */
     bool pushed = false;
-    if ((st = s2_ctx_use(ctx, dev, &pushed)) != S2_OK)
+    if ((st = s2_cucontext_use(ctx, dev, &pushed)) != S2_OK)
         return st;
     CUresult r = d->TensorMapEncodeTiled((CUtensorMap *)map, ty, (cuuint32_t)rank, (void *)(uintptr_t)addr, gd, gs, bx,
                                          es, CU_TENSOR_MAP_INTERLEAVE_NONE, sw, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                                          CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-    s2_ctx_done(dev, pushed);
+    s2_cucontext_done(dev, pushed);
     if (r != CUDA_SUCCESS)
         return s2_cu_fail_as(ctx, S2_ERR_INVALID, d, r, "cuTensorMapEncodeTiled (rank %d, address 0x%llx)", rank,
                              (unsigned long long)addr);
