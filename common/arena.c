@@ -30,7 +30,7 @@ void s2_arena_release(s2_arena *a)
 
 void *s2_arena_alloc(s2_arena *a, size_t size)
 {
-    size = (size + 15u) & ~(size_t)15u;
+    size = s2_align16(size);
     if (size == 0)
         size = 16;
     s2_arena_chunk *c = a->head;
