@@ -129,11 +129,8 @@ static void load_q(dec *k)
     LLVMBuilderRef b = k->b;
     int C = k->s.chunks, T = k->s.threads, total = DEC_ROWS * C;
     for (int it = 0; it * T < total; it++) {
-        LLVMValueRef idx = LLVMBuildAdd(b, k->tid, c32(k, it * T), "");
-        s2_nv_if guard = {0};
-        bool partial = (it + 1) * T > total;
-        if (partial)
-            s2_nv_if_begin(k->cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, total), ""), "qtail");
+        s2_nv_if guard;
+        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, total, &guard, "qtail");
         LLVMValueRef r = LLVMBuildUDiv(b, idx, c32(k, C), "");
         LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
         LLVMValueRef t, i;
@@ -148,8 +145,7 @@ static void load_q(dec *k)
         LLVMValueRef dst = LLVMBuildAdd(b, c32(k, k->s.q_off), swizzle(k, r, ch), "");
         s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), s2_kb_gep16(&k->kb, param(k, P_Q), off),
                           LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
-        if (partial)
-            s2_nv_if_end(k->cg, &guard);
+        s2_kb_spread_end(&k->kb, &guard);
     }
 }
 
@@ -194,11 +190,8 @@ static void issue_chunk(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
     for (int kv = 0; kv < 2; kv++)
         base[kv] = LLVMBuildAdd(b, LLVMBuildMul(b, page64, param(k, kv ? P_VS : P_KS), ""), kv ? k->v_head : k->k_head, "");
     for (int it = 0; it * T < per_chunk; it++) {
-        LLVMValueRef idx = LLVMBuildAdd(b, k->tid, c32(k, it * T), "");
-        s2_nv_if guard = {0};
-        bool partial = (it + 1) * T > per_chunk;
-        if (partial)
-            s2_nv_if_begin(cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, per_chunk), ""), "kvtail");
+        s2_nv_if guard;
+        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, per_chunk, &guard, "kvtail");
         LLVMValueRef rr = LLVMBuildUDiv(b, idx, c32(k, C), "");
         LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
         LLVMValueRef ok = LLVMBuildAnd(b, ca->ok, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildAdd(b, ca->kpos0, rr, ""), k->seq_len, ""), "");
@@ -212,8 +205,7 @@ static void issue_chunk(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
             LLVMValueRef d = kv ? LLVMBuildAdd(b, dst, c32(k, k->s.v_in_stage), "") : dst;
             s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), s2_kb_gep16(&k->kb, param(k, kv ? P_V : P_K), off), src);
         }
-        if (partial)
-            s2_nv_if_end(cg, &guard);
+        s2_kb_spread_end(&k->kb, &guard);
     }
 }
 

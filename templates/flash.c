@@ -235,3 +235,17 @@ void s2_flash_join_scores(s2_cg *cg, LLVMBasicBlockRef from, LLVMBasicBlockRef j
             sc[n][i] = phi;
         }
 }
+
+void s2_flash_store_lse(s2_cg *cg, LLVMValueRef t4, LLVMValueRef lse_ptr, LLVMValueRef lse_base, LLVMValueRef row,
+                        LLVMValueRef lse)
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMValueRef want = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, t4, LLVMConstInt(cg->t_i32, 0, 1), ""),
+        LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lse_ptr, cg->t_i64, ""), LLVMConstInt(cg->t_i64, 0, 1), ""), "");
+    s2_nv_if wl;
+    s2_nv_if_begin(cg, &wl, want, "lse");
+    LLVMValueRef idx = LLVMBuildAdd(b, lse_base, LLVMBuildSExt(b, row, cg->t_i64, ""), "");
+    LLVMValueRef lp = LLVMBuildInBoundsGEP2(b, cg->t_f32, lse_ptr, &idx, 1, "");
+    LLVMSetAlignment(LLVMBuildStore(b, lse, lp), 4);
+    s2_nv_if_end(cg, &wl);
+}

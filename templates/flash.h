@@ -72,6 +72,10 @@ void s2_flash_pairs_exchange(s2_cg *cg, s2_flash_pairs *p);
  * where aligned (s2_flash_aligned8), else 4-byte stores of w. */
 void s2_flash_pairs_store(s2_cg *cg, const s2_flash_pairs *p, LLVMValueRef base, LLVMValueRef row_off,
                           LLVMValueRef aligned);
+/* lse[lse_base + sext(row)] = lse (f32) from lane t4 == 0 of the quad, when
+ * the lse pointer is not null. */
+void s2_flash_store_lse(s2_cg *cg, LLVMValueRef t4, LLVMValueRef lse_ptr, LLVMValueRef lse_base, LLVMValueRef row,
+                        LLVMValueRef lse);
 /* i1: ptr and every i64 element offset or stride of vals[0..n) allow 8-byte
  * stores of 16-bit elements. */
 LLVMValueRef s2_flash_aligned8(s2_cg *cg, LLVMValueRef ptr, const LLVMValueRef *vals, int n);

@@ -68,11 +68,8 @@ static void load_tile(fwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, L
     LLVMBuilderRef b = k->b;
     int C = k->s.chunks, T = k->s.threads, total = rows * C;
     for (int it = 0; it * T < total; it++) {
-        LLVMValueRef idx = LLVMBuildAdd(b, k->tid, c32(k, it * T), "");
-        s2_nv_if guard = {0};
-        bool partial = (it + 1) * T > total;
-        if (partial)
-            s2_nv_if_begin(k->cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, total), ""), "tail");
+        s2_nv_if guard;
+        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, total, &guard, "tail");
         LLVMValueRef r = LLVMBuildUDiv(b, idx, c32(k, C), "");
         LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
         LLVMValueRef trow;
@@ -85,8 +82,7 @@ static void load_tile(fwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, L
             dst = LLVMBuildAdd(b, dst, smem_stage_off, "");
         s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), s2_kb_gep16(&k->kb, base, off),
                           LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
-        if (partial)
-            s2_nv_if_end(k->cg, &guard);
+        s2_kb_spread_end(&k->kb, &guard);
     }
 }
 
@@ -558,16 +554,7 @@ static void epilogue(fwd *k)
         s2_nv_if_begin(cg, &store, ok, "store");
         LLVMValueRef row_off = LLVMBuildAdd(b, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""), "");
         s2_flash_pairs_store(cg, &pr, param(k, P_O), row_off, aligned);
-        /* LSE: one lane of the quad, when asked for */
-        LLVMValueRef lse_ptr = param(k, P_LSE);
-        LLVMValueRef want = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, k->t4, c32(k, 0), ""),
-            LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lse_ptr, cg->t_i64, ""), c64(k, 0), ""), "");
-        s2_nv_if wl;
-        s2_nv_if_begin(cg, &wl, want, "lse");
-        LLVMValueRef idx = LLVMBuildAdd(b, k->lse_base, sext64(k, qrow), "");
-        LLVMValueRef lp = LLVMBuildInBoundsGEP2(b, cg->t_f32, lse_ptr, &idx, 1, "");
-        LLVMSetAlignment(LLVMBuildStore(b, lse, lp), 4);
-        s2_nv_if_end(cg, &wl);
+        s2_flash_store_lse(cg, k->t4, param(k, P_LSE), k->lse_base, qrow, lse);
         s2_nv_if_end(cg, &store);
     }
     LLVMBuildRetVoid(b);
