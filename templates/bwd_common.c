@@ -94,25 +94,14 @@ void s2_bwd_mma_abt(bwd *k, LLVMValueRef a, LLVMValueRef bt, int row0, int ntile
 void s2_bwd_mma_xy(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, LLVMValueRef out[][4])
 {
     s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
     for (int kk = 0; kk < ntiles / 2; kk++) {
-        LLVMValueRef a[4] = {
-            s2_nv_pack2(cg, k->s.dt, x[2 * kk][0], x[2 * kk][1]),
-            s2_nv_pack2(cg, k->s.dt, x[2 * kk][2], x[2 * kk][3]),
-            s2_nv_pack2(cg, k->s.dt, x[2 * kk + 1][0], x[2 * kk + 1][1]),
-            s2_nv_pack2(cg, k->s.dt, x[2 * kk + 1][2], x[2 * kk + 1][3]),
-        };
+        LLVMValueRef a[4];
+        s2_flash_a_from_c(cg, k->s.dt, &x[2 * kk], a);
         for (int dp = 0; dp < k->s.D / 16; dp++) {
             LLVMValueRef vb[4];
             ldsm_bt(k, y, row0 + 16 * kk, dp, vb);
-            for (int h = 0; h < 2; h++) {
-                LLVMValueRef acc[4];
-                for (int i = 0; i < 4; i++)
-                    acc[i] = LLVMBuildLoad2(b, cg->t_f32, out[2 * dp + h][i], "");
-                s2_nv_mma_m16n8k16(cg, k->s.dt, a, &vb[2 * h], acc);
-                for (int i = 0; i < 4; i++)
-                    LLVMBuildStore(b, acc[i], out[2 * dp + h][i]);
-            }
+            for (int h = 0; h < 2; h++)
+                s2_flash_mma_into(cg, k->s.dt, a, &vb[2 * h], out[2 * dp + h]);
         }
     }
 }

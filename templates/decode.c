@@ -312,25 +312,16 @@ static void accumulate_pv(dec *k, LLVMValueRef vst, LLVMValueRef sc[2][4])
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    LLVMValueRef a[4] = {
-        s2_nv_pack2(cg, k->s.dt, sc[0][0], sc[0][1]), s2_nv_pack2(cg, k->s.dt, sc[0][2], sc[0][3]),
-        s2_nv_pack2(cg, k->s.dt, sc[1][0], sc[1][1]), s2_nv_pack2(cg, k->s.dt, sc[1][2], sc[1][3]),
-    };
+    LLVMValueRef a[4];
+    s2_flash_a_from_c(cg, k->s.dt, sc, a);
     LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), LLVMBuildAnd(b, k->lane, c32(k, 15), ""), "");
     LLVMValueRef lch = LLVMBuildLShr(b, k->lane, c32(k, 4), "");
     for (int dp = 0; dp < k->s.D / 16; dp++) {
         LLVMValueRef vb[4];
         LLVMValueRef off = LLVMBuildAdd(b, vst, swizzle(k, row, LLVMBuildAdd(b, lch, c32(k, 2 * dp), "")), "");
         s2_nv_ldmatrix_x4(cg, s2_nv_smem_at(cg, off), true, vb);
-        for (int h = 0; h < 2; h++) {
-            int dn = 2 * dp + h;
-            LLVMValueRef acc[4];
-            for (int i = 0; i < 4; i++)
-                acc[i] = LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][i], "");
-            s2_nv_mma_m16n8k16(cg, k->s.dt, a, &vb[2 * h], acc);
-            for (int i = 0; i < 4; i++)
-                LLVMBuildStore(b, acc[i], k->acc.o[dn][i]);
-        }
+        for (int h = 0; h < 2; h++)
+            s2_flash_mma_into(cg, k->s.dt, a, &vb[2 * h], k->acc.o[2 * dp + h]);
     }
 }
 

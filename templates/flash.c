@@ -249,3 +249,25 @@ void s2_flash_store_lse(s2_cg *cg, LLVMValueRef t4, LLVMValueRef lse_ptr, LLVMVa
     LLVMSetAlignment(LLVMBuildStore(b, lse, lp), 4);
     s2_nv_if_end(cg, &wl);
 }
+
+void s2_flash_a_from_c(s2_cg *cg, s2_dtype dt, LLVMValueRef c[2][4], LLVMValueRef a[4])
+{
+    LLVMValueRef v[4] = {
+        s2_nv_pack2(cg, dt, c[0][0], c[0][1]),
+        s2_nv_pack2(cg, dt, c[0][2], c[0][3]),
+        s2_nv_pack2(cg, dt, c[1][0], c[1][1]),
+        s2_nv_pack2(cg, dt, c[1][2], c[1][3]),
+    };
+    for (int i = 0; i < 4; i++)
+        a[i] = v[i];
+}
+
+void s2_flash_mma_into(s2_cg *cg, s2_dtype dt, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef o[4])
+{
+    LLVMValueRef acc[4];
+    for (int i = 0; i < 4; i++)
+        acc[i] = LLVMBuildLoad2(cg->b, cg->t_f32, o[i], "");
+    s2_nv_mma_m16n8k16(cg, dt, a, b, acc);
+    for (int i = 0; i < 4; i++)
+        LLVMBuildStore(cg->b, acc[i], o[i]);
+}

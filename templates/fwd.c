@@ -458,24 +458,13 @@ static void accumulate_pv(fwd *k, const kv_lanes *L, LLVMValueRef vst, LLVMValue
             LLVMValueRef bit = LLVMBuildAnd(b, colmask, c32(k, 1 << (kk / steps_per_group)), "");
             s2_nv_if_begin(cg, &grp, LLVMBuildICmp(b, LLVMIntNE, bit, c32(k, 0), ""), "pv_cols");
         }
-        LLVMValueRef a[4] = {
-            s2_nv_pack2(cg, k->s.dt, sc[2 * kk][0], sc[2 * kk][1]),
-            s2_nv_pack2(cg, k->s.dt, sc[2 * kk][2], sc[2 * kk][3]),
-            s2_nv_pack2(cg, k->s.dt, sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-            s2_nv_pack2(cg, k->s.dt, sc[2 * kk + 1][2], sc[2 * kk + 1][3]),
-        };
+        LLVMValueRef a[4];
+        s2_flash_a_from_c(cg, k->s.dt, &sc[2 * kk], a);
         for (int dp = 0; dp < k->s.D / 16; dp++) {
             LLVMValueRef vb[4];
             s2_nv_ldmatrix_x4(cg, smem_addr(k, vst, L->v_part[dp], L->v_cst[dp] + 16 * kk * row_bytes), true, vb);
-            for (int h = 0; h < 2; h++) {
-                int dn = 2 * dp + h;
-                LLVMValueRef acc[4];
-                for (int i = 0; i < 4; i++)
-                    acc[i] = LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][i], "");
-                s2_nv_mma_m16n8k16(cg, k->s.dt, a, &vb[2 * h], acc);
-                for (int i = 0; i < 4; i++)
-                    LLVMBuildStore(b, acc[i], k->acc.o[dn][i]);
-            }
+            for (int h = 0; h < 2; h++)
+                s2_flash_mma_into(cg, k->s.dt, a, &vb[2 * h], k->acc.o[2 * dp + h]);
         }
         if (colmask && last)
             s2_nv_if_end(cg, &grp);
