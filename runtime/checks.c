@@ -65,6 +65,16 @@ static s2_status check_no_overlap(s2_ctx *ctx, const tensor_desc *t, int64_t hea
     return S2_OK;
 }
 
+/* The tensors' pointers are 16-byte aligned (the kernels' 16-byte copies). */
+static s2_status check_aligned16(s2_ctx *ctx, const tensor_desc *t, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (t[i].ptr % 16 != 0)
+            return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
+                           (unsigned long long)t[i].ptr);
+    return S2_OK;
+}
+
 /* Whether [a, a + na) and [b, b + nb) share a byte. */
 static bool extents_meet(uint64_t a, size_t na, uint64_t b, size_t nb) { return a < b + nb && b < a + na; }
 
@@ -200,10 +210,8 @@ static s2_status fwd_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s
         st = check_strides(ctx, &t[i]);
     if (st != S2_OK)
         return st;
-    for (int i = 0; i < 4; i++)
-        if (t[i].ptr % 16 != 0)
-            return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
-                           (unsigned long long)t[i].ptr);
+    if ((st = check_aligned16(ctx, t, 4)) != S2_OK)
+        return st;
     if (a->lse % 4 != 0)
         return s2_fail(ctx, S2_ERR_ALIGNMENT, "lse: 0x%llx is not 4-byte aligned", (unsigned long long)a->lse);
     size_t esize = s2_dtype_size(a->dtype);
@@ -299,10 +307,8 @@ static s2_status bwd_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s
         st = check_strides(ctx, &t[i]);
     if (st != S2_OK)
         return st;
-    for (int i = 0; i < BWD_TENSORS; i++)
-        if (t[i].ptr % 16 != 0)
-            return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
-                           (unsigned long long)t[i].ptr);
+    if ((st = check_aligned16(ctx, t, BWD_TENSORS)) != S2_OK)
+        return st;
     if (a->workspace_bytes && a->workspace_bytes < s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len))
         return s2_fail(ctx, S2_ERR_SHAPE, "workspace_bytes %zu is below s2_attn_bwd_workspace_bytes() = %zu",
                        a->workspace_bytes, s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len));
@@ -442,10 +448,8 @@ s2_status s2_rt_dec_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s2
         st = dec_check_table(ctx, a, &bytes[4]);
     if (st != S2_OK)
         return st;
-    for (int i = 0; i < 4; i++)
-        if (t[i].ptr % 16 != 0)
-            return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
-                           (unsigned long long)t[i].ptr);
+    if ((st = check_aligned16(ctx, t, 4)) != S2_OK)
+        return st;
     if (a->lse % 4 || a->block_table % 4 || a->seq_lens % 4 || a->workspace % 16)
         return s2_fail(ctx, S2_ERR_ALIGNMENT, "lse, block_table, seq_lens must be 4-byte aligned, workspace 16-byte");
     size_t es = s2_dtype_size(a->dtype);
