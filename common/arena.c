@@ -155,3 +155,20 @@ char *s2_buf_steal(s2_buf *b, size_t *len)
     s2_buf_init(b);
     return p;
 }
+
+bool s2_grow(void *items, int64_t *cap, int64_t need, size_t elem, int64_t first)
+{
+    if (need <= *cap)
+        return true;
+    int64_t c = *cap ? *cap : first;
+    while (c < need)
+        c *= 2;
+    void *p;
+    memcpy(&p, items, sizeof p);
+    p = realloc(p, (size_t)c * elem);
+    if (!p)
+        return false;
+    memcpy(items, &p, sizeof p);
+    *cap = c;
+    return true;
+}

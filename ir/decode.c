@@ -56,17 +56,7 @@ static s2_status add_head(s2_ctx *ctx, const s2_layout *l, int bs, int q, int64_
 
 static bool grow(s2_decode_lists *d, int64_t *cap, int64_t need)
 {
-    if (need <= *cap)
-        return true;
-    int64_t nc = *cap ? *cap : 1024;
-    while (nc < need)
-        nc *= 2;
-    s2_decode_entry *e = realloc(d->entries, (size_t)nc * sizeof *e);
-    if (!e)
-        return false;
-    d->entries = e;
-    *cap = nc;
-    return true;
+    return s2_grow(&d->entries, cap, need, sizeof *d->entries, 1024);
 }
 
 /* The list of class c (representative kv head g) at query block m. */

@@ -530,17 +530,7 @@ void s2_schedule_free(s2_schedule *s)
 
 static bool grow_entries(s2_schedule *s, int64_t *cap, int64_t need)
 {
-    if (need <= *cap)
-        return true;
-    int64_t c = *cap ? *cap : 256;
-    while (c < need)
-        c *= 2;
-    s2_tile_entry *v = realloc(s->entries, (size_t)c * sizeof *v);
-    if (!v)
-        return false;
-    s->entries = v;
-    *cap = c;
-    return true;
+    return s2_grow(&s->entries, cap, need, sizeof *s->entries, 256);
 }
 
 s2_status s2_schedule_build(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed, s2_schedule **out)
