@@ -5,6 +5,7 @@
  * test only: the parent probes in a child of its own, since a CUDA context
  * does not survive fork. */
 #include "s2c/runtime.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <cudaTypedefs.h>
@@ -465,9 +466,5 @@ int main(void)
     tcase_add_test(tc, four_threads_share_kernels);
     tcase_add_test(tc, adopt_existing_context);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(s);
 }
