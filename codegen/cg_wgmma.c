@@ -77,6 +77,56 @@ static void unpack_acc(s2_cg *cg, LLVMValueRef r, LLVMValueRef *acc, int n)
         acc[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)i, "");
 }
 
+/* "wgmma.mma_async...m64nNk16.f32.T.T {$b,...}": one step's opcode and accumulators. */
+static void put_mma(s2_buf *t, s2_dtype dt, int n, int acc_base, int na)
+{
+    s2_buf_printf(t, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s ", n, dt_name(dt), dt_name(dt));
+    put_regs(t, acc_base, na);
+}
+
+/* n register inputs: ",r" each */
+static void put_r(s2_buf *c, int n)
+{
+    for (int i = 0; i < n; i++)
+        s2_buf_puts(c, ",r");
+}
+
+/* O += P·V (RS, trans-b) over k2 steps: accumulators from $na1, P's
+ * fragments from $ip, descriptors dv<j>, predicate p1. */
+static void put_pv_steps(s2_buf *t, s2_dtype dt, int n2, int k2, int na1, int ip)
+{
+    for (int j = 0; j < k2; j++) {
+        put_mma(t, dt, n2, na1, n2 / 2);
+        s2_buf_puts(t, ", ");
+        put_regs(t, ip + 4 * j, 4);
+        s2_buf_printf(t, ", dv%d, p1, 1, 1, 1;\n", j);
+    }
+}
+
+/* k steps of 4 A-fragment registers each, in order, as operands. */
+static void copy_frags(LLVMValueRef *dst, LLVMValueRef (*a)[4], int k)
+{
+    for (int j = 0; j < k; j++)
+        for (int q = 0; q < 4; q++)
+            dst[4 * j + q] = a[j][q];
+}
+
+/* Two accumulator sets as one operand list (acc1, then acc2), and back. */
+static void gather_acc2(LLVMValueRef *args, const LLVMValueRef *acc1, int na1, const LLVMValueRef *acc2, int na2)
+{
+    for (int i = 0; i < na1; i++)
+        args[i] = acc1[i];
+    for (int i = 0; i < na2; i++)
+        args[na1 + i] = acc2[i];
+}
+
+static void unpack_acc2(s2_cg *cg, LLVMValueRef r, LLVMValueRef *acc1, int na1, LLVMValueRef *acc2, int na2)
+{
+    unpack_acc(cg, r, acc1, na1);
+    for (int i = 0; i < na2; i++)
+        acc2[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)(na1 + i), "");
+}
+
 void s2_nv_wgmma_ss(s2_cg *cg, s2_dtype dt, int n, int ksteps, LLVMValueRef desc_a, const int *a_step,
                     LLVMValueRef desc_b, const int *b_step, bool trans_b, bool accumulate, LLVMValueRef *acc)
 {
@@ -93,8 +143,7 @@ void s2_nv_wgmma_ss(s2_cg *cg, s2_dtype dt, int n, int ksteps, LLVMValueRef desc
         s2_buf_printf(&t, "add.s64 da%d, $%d, %d;\nadd.s64 db%d, $%d, %d;\n", j, ia, a_step[j], j, ib, b_step[j]);
     s2_buf_puts(&t, "wgmma.fence.sync.aligned;\n");
     for (int j = 0; j < ksteps; j++) {
-        s2_buf_printf(&t, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s ", n, dt_name(dt), dt_name(dt));
-        put_regs(&t, 0, na);
+        put_mma(&t, dt, n, 0, na);
         s2_buf_printf(&t, ", da%d, db%d, %s, 1, 1, 0, %d;\n", j, j, j == 0 && !accumulate ? "p0" : "p1", trans_b ? 1 : 0);
     }
     s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n}");
@@ -126,23 +175,19 @@ void s2_nv_wgmma_rs(s2_cg *cg, s2_dtype dt, int n, int ksteps, LLVMValueRef (*a)
         s2_buf_printf(&t, "add.s64 db%d, $%d, %d;\n", j, ib, b_step[j]);
     s2_buf_puts(&t, "wgmma.fence.sync.aligned;\n");
     for (int j = 0; j < ksteps; j++) {
-        s2_buf_printf(&t, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s ", n, dt_name(dt), dt_name(dt));
-        put_regs(&t, 0, na);
+        put_mma(&t, dt, n, 0, na);
         s2_buf_puts(&t, ", ");
         put_regs(&t, ia + 4 * j, 4);
         s2_buf_printf(&t, ", db%d, p1, 1, 1, %d;\n", j, trans_b ? 1 : 0);
     }
     s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n}");
     put_tied(&c, na);
-    for (int j = 0; j < 4 * ksteps; j++)
-        s2_buf_puts(&c, ",r");
+    put_r(&c, 4 * ksteps);
     s2_buf_puts(&c, ",l,r");
     LLVMValueRef args[256 + 64 + 2];
     for (int i = 0; i < na; i++)
         args[i] = acc[i];
-    for (int j = 0; j < ksteps; j++)
-        for (int q = 0; q < 4; q++)
-            args[na + 4 * j + q] = a[j][q];
+    copy_frags(args + na, a, ksteps);
     args[na + 4 * ksteps] = desc_b;
     args[na + 4 * ksteps + 1] = LLVMConstInt(cg->t_i32, 0, 0);
     LLVMValueRef r = asm_call(cg, acc_struct(cg, na), t.data, c.data, args, (unsigned)(na + 4 * ksteps + 2));
@@ -172,41 +217,25 @@ void s2_nv_wgmma_ss_rs(s2_cg *cg, s2_dtype dt, int n1, int k1, LLVMValueRef desc
         s2_buf_printf(&t, "add.s64 dv%d, $%d, %d;\n", j, iv, v_step[j]);
     s2_buf_puts(&t, "wgmma.fence.sync.aligned;\n");
     for (int j = 0; j < k1; j++) {
-        s2_buf_printf(&t, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s ", n1, dt_name(dt), dt_name(dt));
-        put_regs(&t, 0, na1);
+        put_mma(&t, dt, n1, 0, na1);
         s2_buf_printf(&t, ", da%d, db%d, %s, 1, 1, 0, 0;\n", j, j, j == 0 ? "p0" : "p1");
     }
     s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n");
-    for (int j = 0; j < k2; j++) {
-        s2_buf_printf(&t, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s ", n2, dt_name(dt), dt_name(dt));
-        put_regs(&t, na1, na2);
-        s2_buf_puts(&t, ", ");
-        put_regs(&t, ip + 4 * j, 4);
-        s2_buf_printf(&t, ", dv%d, p1, 1, 1, 1;\n", j);
-    }
+    put_pv_steps(&t, dt, n2, k2, na1, ip);
     s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n}");
     put_tied(&c, na);
     s2_buf_puts(&c, ",l,l");
-    for (int j = 0; j < 4 * k2; j++)
-        s2_buf_puts(&c, ",r");
+    put_r(&c, 4 * k2);
     s2_buf_puts(&c, ",l,r");
     LLVMValueRef args[512];
-    for (int i = 0; i < na1; i++)
-        args[i] = acc1[i];
-    for (int i = 0; i < na2; i++)
-        args[na1 + i] = acc2[i];
+    gather_acc2(args, acc1, na1, acc2, na2);
     args[na] = desc_a;
     args[na + 1] = desc_b;
-    for (int j = 0; j < k2; j++)
-        for (int q = 0; q < 4; q++)
-            args[na + 2 + 4 * j + q] = a2[j][q];
+    copy_frags(args + na + 2, a2, k2);
     args[na + 2 + 4 * k2] = desc_v;
     args[na + 3 + 4 * k2] = LLVMConstInt(cg->t_i32, 0, 0);
     LLVMValueRef r = asm_call(cg, acc_struct(cg, na), t.data, c.data, args, (unsigned)(na + 4 + 4 * k2));
-    for (int i = 0; i < na1; i++)
-        acc1[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)i, "");
-    for (int i = 0; i < na2; i++)
-        acc2[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)(na1 + i), "");
+    unpack_acc2(cg, r, acc1, na1, acc2, na2);
     s2_buf_free(&t);
     s2_buf_free(&c);
 }
@@ -352,49 +381,30 @@ void s2_nv_wgmma_rs_rs(s2_cg *cg, s2_dtype dt, int n1, int k1, LLVMValueRef (*a1
         s2_buf_printf(&t, "add.s64 dv%d, $%d, %d;\n", j, iv, v_step[j]);
     s2_buf_puts(&t, "wgmma.fence.sync.aligned;\n");
     for (int j = 0; j < k1; j++) {
-        s2_buf_printf(&t, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s ", n1, dt_name(dt), dt_name(dt));
-        put_regs(&t, 0, na1);
+        put_mma(&t, dt, n1, 0, na1);
         s2_buf_puts(&t, ", ");
         put_regs(&t, ia + 4 * j, 4);
         s2_buf_printf(&t, ", db%d, %s, 1, 1, 0;\n", j, j == 0 ? "p0" : "p1");
     }
     s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n");
-    for (int j = 0; j < k2; j++) {
-        s2_buf_printf(&t, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s ", n2, dt_name(dt), dt_name(dt));
-        put_regs(&t, na1, na2);
-        s2_buf_puts(&t, ", ");
-        put_regs(&t, ip + 4 * j, 4);
-        s2_buf_printf(&t, ", dv%d, p1, 1, 1, 1;\n", j);
-    }
+    put_pv_steps(&t, dt, n2, k2, na1, ip);
     if (k2 > 0)
         s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n");
     s2_buf_puts(&t, "}");
     put_tied(&c, na);
-    for (int j = 0; j < 4 * k1; j++)
-        s2_buf_puts(&c, ",r");
+    put_r(&c, 4 * k1);
     s2_buf_puts(&c, ",l");
-    for (int j = 0; j < 4 * k2; j++)
-        s2_buf_puts(&c, ",r");
+    put_r(&c, 4 * k2);
     s2_buf_puts(&c, ",l,r");
     LLVMValueRef args[512];
-    for (int i = 0; i < na1; i++)
-        args[i] = acc1[i];
-    for (int i = 0; i < na2; i++)
-        args[na1 + i] = acc2[i];
-    for (int j = 0; j < k1; j++)
-        for (int q = 0; q < 4; q++)
-            args[na + 4 * j + q] = a1[j][q];
+    gather_acc2(args, acc1, na1, acc2, na2);
+    copy_frags(args + na, a1, k1);
     args[na + 4 * k1] = desc_b;
-    for (int j = 0; j < k2; j++)
-        for (int q = 0; q < 4; q++)
-            args[na + 4 * k1 + 1 + 4 * j + q] = a2[j][q];
+    copy_frags(args + na + 4 * k1 + 1, a2, k2);
     args[na + 4 * k1 + 1 + 4 * k2] = k2 > 0 ? desc_v : LLVMConstInt(cg->t_i64, 0, 0);
     args[na + 4 * k1 + 2 + 4 * k2] = LLVMConstInt(cg->t_i32, 0, 0);
     LLVMValueRef r = asm_call(cg, acc_struct(cg, na), t.data, c.data, args, (unsigned)(na + 4 * k1 + 3 + 4 * k2));
-    for (int i = 0; i < na1; i++)
-        acc1[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)i, "");
-    for (int i = 0; i < na2; i++)
-        acc2[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)(na1 + i), "");
+    unpack_acc2(cg, r, acc1, na1, acc2, na2);
     s2_buf_free(&t);
     s2_buf_free(&c);
 }

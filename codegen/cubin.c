@@ -10,15 +10,11 @@
 #include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
-
-extern char **environ;
 
 /* ---- resources from the -v / info log ---- */
 
@@ -159,42 +155,17 @@ static void tmp_files_remove(tmp_files *t)
     rmdir(t->dir);
 }
 
-/* Run argv with stdout and stderr into one pipe; the exit status in *code. */
+static void to_log(void *log, const char *data, size_t n) { s2_buf_append(log, data, n); }
+
+/* Run argv with stdout and stderr into log; the exit status in *code. */
 static s2_status run_capture(s2_ctx *ctx, char *const argv[], s2_buf *log, int *code)
 {
-    int fds[2];
-    if (pipe(fds) != 0)
-        return s2_fail(ctx, S2_ERR_IO, "pipe: %s", strerror(errno));
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-    posix_spawn_file_actions_addclose(&fa, fds[1]);
-    pid_t pid;
-    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    if (rc != 0) {
-        close(fds[0]);
-        return s2_fail(ctx, S2_ERR_TOOLCHAIN, "cannot run %s: %s", argv[0], strerror(rc));
-    }
-    char chunk[4096];
-    for (;;) {
-        ssize_t r = read(fds[0], chunk, sizeof chunk);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            break;
-        s2_buf_append(log, chunk, (size_t)r);
-    }
-    close(fds[0]);
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0) {
-        if (errno != EINTR)
-            return s2_fail(ctx, S2_ERR_TOOLCHAIN, "waitpid: %s", strerror(errno));
-    }
-    *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    const char *what = NULL;
+    int err = s2_cg_run_piped(argv, to_log, log, code, &what);
+    if (err != 0 && strcmp(what, "posix_spawn") == 0)
+        return s2_fail(ctx, S2_ERR_TOOLCHAIN, "cannot run %s: %s", argv[0], strerror(err));
+    if (err != 0)
+        return s2_fail(ctx, strcmp(what, "pipe") == 0 ? S2_ERR_IO : S2_ERR_TOOLCHAIN, "%s: %s", what, strerror(err));
     s2_buf_puts(log, "");
     return log->oom ? s2_fail(ctx, S2_ERR_NOMEM, "out of memory") : S2_OK;
 }

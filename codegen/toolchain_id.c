@@ -10,57 +10,35 @@
 #include <llvm/Config/llvm-config.h>
 
 #include <dlfcn.h>
-#include <errno.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <threads.h>
 #include <unistd.h>
 
-extern char **environ;
+typedef struct text_out {
+    char *out;
+    size_t cap, n;
+} text_out;
+
+static void to_text(void *user, const char *data, size_t len)
+{
+    text_out *t = user;
+    size_t take = len < t->cap - 1 - t->n ? len : t->cap - 1 - t->n;
+    memcpy(t->out + t->n, data, take);
+    t->n += take;
+}
 
 /* stdout+stderr of `prog --version` into out (NUL-terminated, cut at cap). */
 static bool run_version(const char *prog, char *out, size_t cap)
 {
-    int fds[2];
-    if (pipe(fds) != 0)
-        return false;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addclose(&fa, fds[0]);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
-    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
-    posix_spawn_file_actions_addclose(&fa, fds[1]);
     char *argv[] = {(char *)prog, "--version", NULL};
-    pid_t pid;
-    int rc = posix_spawn(&pid, prog, &fa, NULL, argv, environ);
-    posix_spawn_file_actions_destroy(&fa);
-    close(fds[1]);
-    size_t n = 0;
-    if (rc == 0) {
-        for (;;) {
-            char chunk[1024];
-            ssize_t r = read(fds[0], chunk, sizeof chunk);
-            if (r < 0 && errno == EINTR)
-                continue;
-            if (r <= 0)
-                break;
-            size_t take = (size_t)r < cap - 1 - n ? (size_t)r : cap - 1 - n;
-            memcpy(out + n, chunk, take);
-            n += take;
-        }
-    }
-    close(fds[0]);
-    out[n] = '\0';
-    if (rc != 0)
-        return false;
-    int status = 0;
-    while (waitpid(pid, &status, 0) < 0)
-        if (errno != EINTR)
-            return false;
-    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+    text_out t = {out, cap, 0};
+    const char *what;
+    int code = -1;
+    int err = s2_cg_run_piped(argv, to_text, &t, &code, &what);
+    out[t.n] = '\0';
+    return err == 0 && code == 0;
 }
 
 /* The "Cuda compilation tools, release X, VX.Y.Z" line, else the last

@@ -2,11 +2,16 @@
 #include "toolfind.h"
 
 #include <dlfcn.h>
+#include <errno.h>
 #include <glob.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+extern char **environ;
 
 static bool executable(const char *path) { return path && access(path, X_OK) == 0; }
 
@@ -123,4 +128,41 @@ void *s2_cg_jitlink_sym(void *lib, const char *name)
         if (snprintf(alias, sizeof alias, "__%s_12_%d", name, minor) < (int)sizeof alias)
             f = dlsym(lib, alias);
     return f;
+}
+
+int s2_cg_run_piped(char *const argv[], s2_cg_sink sink, void *user, int *code, const char **what)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return *what = "pipe", errno;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_addclose(&fa, fds[0]);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 1);
+    posix_spawn_file_actions_adddup2(&fa, fds[1], 2);
+    posix_spawn_file_actions_addclose(&fa, fds[1]);
+    pid_t pid;
+    int rc = posix_spawn(&pid, argv[0], &fa, NULL, argv, environ);
+    posix_spawn_file_actions_destroy(&fa);
+    close(fds[1]);
+    if (rc != 0) {
+        close(fds[0]);
+        return *what = "posix_spawn", rc;
+    }
+    char chunk[4096];
+    for (;;) {
+        ssize_t r = read(fds[0], chunk, sizeof chunk);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        sink(user, chunk, (size_t)r);
+    }
+    close(fds[0]);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0)
+        if (errno != EINTR)
+            return *what = "waitpid", errno;
+    *code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+    return 0;
 }

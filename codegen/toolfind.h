@@ -22,4 +22,11 @@ void *s2_cg_jitlink_open(char *tried, size_t cap);
  * alias (__NAME_13_0, __NAME_12_N) that the 12.x and 13.x headers call. */
 void *s2_cg_jitlink_sym(void *lib, const char *name);
 
+/* Run argv[0] (a path) with stdout and stderr into one pipe, handing each
+ * chunk read to sink; *code gets the exit status (128 + the signal when
+ * killed).  0, or the errno of the call that failed, named in *what
+ * ("pipe", "posix_spawn" or "waitpid"). */
+typedef void (*s2_cg_sink)(void *user, const char *data, size_t n);
+int s2_cg_run_piped(char *const argv[], s2_cg_sink sink, void *user, int *code, const char **what);
+
 #endif

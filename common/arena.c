@@ -30,7 +30,7 @@ void s2_arena_release(s2_arena *a)
 
 void *s2_arena_alloc(s2_arena *a, size_t size)
 {
-    size = (size + 15u) & ~(size_t)15u;
+    size = s2_align16(size);
     if (size == 0)
         size = 16;
     s2_arena_chunk *c = a->head;
@@ -154,4 +154,21 @@ char *s2_buf_steal(s2_buf *b, size_t *len)
         free(b->data);
     s2_buf_init(b);
     return p;
+}
+
+bool s2_grow(void *items, int64_t *cap, int64_t need, size_t elem, int64_t first)
+{
+    if (need <= *cap)
+        return true;
+    int64_t c = *cap ? *cap : first;
+    while (c < need)
+        c *= 2;
+    void *p;
+    memcpy(&p, items, sizeof p);
+    p = realloc(p, (size_t)c * elem);
+    if (!p)
+        return false;
+    memcpy(items, &p, sizeof p);
+    *cap = c;
+    return true;
 }

@@ -96,6 +96,12 @@ static inline int64_t s2_cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 static inline int64_t s2_mod(int64_t a, int64_t m) { int64_t r = a % m; return r < 0 ? r + m : r; }
 static inline int64_t s2_min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static inline int64_t s2_max64(int64_t a, int64_t b) { return a > b ? a : b; }
+/* Grow the array whose pointer is at `items` (elements of elem bytes,
+ * capacity *cap) to hold need, doubling from first; false when out of
+ * memory, with the array and *cap unchanged. */
+bool s2_grow(void *items, int64_t *cap, int64_t need, size_t elem, int64_t first);
+/* x rounded up to a multiple of 16 (the alignment of packed device arrays). */
+static inline size_t s2_align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
 
 /* bf16/f16 <-> f32 conversions (round to nearest even). */
 float s2_bf16_to_f32(uint16_t h);

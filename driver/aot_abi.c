@@ -13,6 +13,10 @@
 #define AOT_ONE() NULL,
 #define AOT_GRID(rule) {S2_GRID_DIMS_##rule(AOT_DIM, AOT_ONE)}
 
+/* an ABI's kernel parameters and its launch-only arguments, with their counts */
+#define AOT_COUNT(a) (int)(sizeof a / sizeof a[0])
+#define AOT_LISTS(ps, la) .params = ps, .num_params = AOT_COUNT(ps), .launch_args = la, .num_launch_args = AOT_COUNT(la)
+
 /* ---- the forward attention kernel's ABI ---- */
 
 #define AOT_PARAM(e, n, t) {n, S2_AOT_##t},
@@ -26,10 +30,7 @@ static const s2_aot_param attn_fwd_launch[] = {
 
 static const s2_aot_abi attn_fwd_abi = {
     .name = "attn_fwd",
-    .params = attn_fwd_params,
-    .num_params = (int)(sizeof attn_fwd_params / sizeof attn_fwd_params[0]),
-    .launch_args = attn_fwd_launch,
-    .num_launch_args = (int)(sizeof attn_fwd_launch / sizeof attn_fwd_launch[0]),
+    AOT_LISTS(attn_fwd_params, attn_fwd_launch),
     .grid = AOT_GRID(Q_TILES),
 };
 
@@ -48,10 +49,7 @@ static const s2_aot_param attn_fwd_tma_launch[] = {
 
 static const s2_aot_abi attn_fwd_tma_abi = {
     .name = "attn_fwd_tma",
-    .params = attn_fwd_tma_params,
-    .num_params = (int)(sizeof attn_fwd_tma_params / sizeof attn_fwd_tma_params[0]),
-    .launch_args = attn_fwd_tma_launch,
-    .num_launch_args = (int)(sizeof attn_fwd_tma_launch / sizeof attn_fwd_tma_launch[0]),
+    AOT_LISTS(attn_fwd_tma_params, attn_fwd_tma_launch),
     .grid = AOT_GRID(Q_TILES),
     .maps = S2_AOT_MAPS_ATTN_FWD,
 };
@@ -70,10 +68,7 @@ static const s2_aot_param attn_fwd_tma_p_launch[] = {
 
 static const s2_aot_abi attn_fwd_tma_p_abi = {
     .name = "attn_fwd_tma_persistent",
-    .params = attn_fwd_tma_p_params,
-    .num_params = (int)(sizeof attn_fwd_tma_p_params / sizeof attn_fwd_tma_p_params[0]),
-    .launch_args = attn_fwd_tma_p_launch,
-    .num_launch_args = (int)(sizeof attn_fwd_tma_p_launch / sizeof attn_fwd_tma_p_launch[0]),
+    AOT_LISTS(attn_fwd_tma_p_params, attn_fwd_tma_p_launch),
     .maps = S2_AOT_MAPS_ATTN_FWD,
     .grid_persistent = true,
 };
@@ -91,12 +86,7 @@ static const s2_aot_param attn_bwd_launch[] = {
     {"batch", S2_AOT_I32},
 };
 
-#define BWD_ABI(nm, rule, ps, mp)                                                            \
-    {.name = nm, .params = ps,                                                               \
-     .num_params = (int)(sizeof ps / sizeof ps[0]),                                          \
-     .launch_args = attn_bwd_launch,                                                         \
-     .num_launch_args = (int)(sizeof attn_bwd_launch / sizeof attn_bwd_launch[0]),           \
-     .grid = AOT_GRID(rule), .maps = mp}
+#define BWD_ABI(nm, rule, ps, mp) {.name = nm, AOT_LISTS(ps, attn_bwd_launch), .grid = AOT_GRID(rule), .maps = mp}
 
 static const s2_aot_abi attn_bwd_abis[8] = {
     BWD_ABI("attn_bwd_pre", PRE_ROWS, attn_bwd_params, S2_AOT_MAPS_NONE),
@@ -129,10 +119,7 @@ static const s2_aot_param attn_decode_launch[] = {
 
 static const s2_aot_abi attn_decode_abi = {
     .name = "attn_decode",
-    .params = attn_decode_params,
-    .num_params = (int)(sizeof attn_decode_params / sizeof attn_decode_params[0]),
-    .launch_args = attn_decode_launch,
-    .num_launch_args = (int)(sizeof attn_decode_launch / sizeof attn_decode_launch[0]),
+    AOT_LISTS(attn_decode_params, attn_decode_launch),
     .grid = AOT_GRID(SPLITS),
 };
 
@@ -150,10 +137,7 @@ static const s2_aot_param attn_combine_launch[] = {
 
 static const s2_aot_abi attn_combine_abi = {
     .name = "attn_combine",
-    .params = attn_combine_params,
-    .num_params = (int)(sizeof attn_combine_params / sizeof attn_combine_params[0]),
-    .launch_args = attn_combine_launch,
-    .num_launch_args = (int)(sizeof attn_combine_launch / sizeof attn_combine_launch[0]),
+    AOT_LISTS(attn_combine_params, attn_combine_launch),
     .grid = AOT_GRID(ROWS),
     .table = S2_AOT_TABLE_COMBINE,
 };
@@ -167,7 +151,7 @@ static const s2_aot_param attn_seqs_params[] = {S2_ABI_SEQS_PARAMS(AOT_PARAM)};
 static const s2_aot_abi attn_seqs_abi = {
     .name = "attn_seqs",
     .params = attn_seqs_params,
-    .num_params = (int)(sizeof attn_seqs_params / sizeof attn_seqs_params[0]),
+    .num_params = AOT_COUNT(attn_seqs_params),
     .grid = AOT_GRID(SEQS),
 };
 

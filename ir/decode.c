@@ -56,17 +56,7 @@ static s2_status add_head(s2_ctx *ctx, const s2_layout *l, int bs, int q, int64_
 
 static bool grow(s2_decode_lists *d, int64_t *cap, int64_t need)
 {
-    if (need <= *cap)
-        return true;
-    int64_t nc = *cap ? *cap : 1024;
-    while (nc < need)
-        nc *= 2;
-    s2_decode_entry *e = realloc(d->entries, (size_t)nc * sizeof *e);
-    if (!e)
-        return false;
-    d->entries = e;
-    *cap = nc;
-    return true;
+    return s2_grow(&d->entries, cap, need, sizeof *d->entries, 1024);
 }
 
 /* The list of class c (representative kv head g) at query block m. */
@@ -180,8 +170,6 @@ void s2_decode_lists_free(s2_decode_lists *l)
     free(l);
 }
 
-static size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
-
 s2_status s2_decode_lists_pack(s2_ctx *ctx, const s2_decode_lists *l, s2_packed_decode_lists *out)
 {
     if (!l || !out)
@@ -192,8 +180,8 @@ s2_status s2_decode_lists_pack(s2_ctx *ctx, const s2_decode_lists *l, s2_packed_
     if (n > INT32_MAX || l->q_blocks > INT32_MAX)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "decode lists: %lld entries do not fit 32 bits", (long long)n);
     out->class_off = 0;
-    out->offsets_off = align16((size_t)l->kv_heads * sizeof(int32_t));
-    out->entries_off = align16(out->offsets_off + (size_t)(nlists + 1) * sizeof(int32_t));
+    out->offsets_off = s2_align16((size_t)l->kv_heads * sizeof(int32_t));
+    out->entries_off = s2_align16(out->offsets_off + (size_t)(nlists + 1) * sizeof(int32_t));
     out->size = s2_packed_decode_lists_size(l->kv_heads, nlists, n);
     out->data = calloc(1, out->size);
     if (!out->data)
@@ -209,9 +197,9 @@ s2_status s2_decode_lists_pack(s2_ctx *ctx, const s2_decode_lists *l, s2_packed_
 
 size_t s2_packed_decode_lists_size(int kv_heads, int64_t lists, int64_t entries)
 {
-    size_t offsets_off = align16((size_t)kv_heads * sizeof(int32_t));
+    size_t offsets_off = s2_align16((size_t)kv_heads * sizeof(int32_t));
     /* one zero entry past the end: the kernel may read entries[begin] of an empty list */
-    return align16(offsets_off + (size_t)(lists + 1) * sizeof(int32_t)) + (size_t)(entries + 1) * sizeof(s2_decode_entry);
+    return s2_align16(offsets_off + (size_t)(lists + 1) * sizeof(int32_t)) + (size_t)(entries + 1) * sizeof(s2_decode_entry);
 }
 
 void s2_packed_decode_lists_free(s2_packed_decode_lists *p)

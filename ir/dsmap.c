@@ -8,8 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
-
 void s2_ds_map_free(s2_ds_map *m)
 {
     if (!m)
@@ -66,7 +64,7 @@ s2_status s2_schedule_ds_map(s2_ctx *ctx, const s2_packed_schedule *fwd, int64_t
     int ntc = num_classes(tcls, heads);
     int64_t nt = tr->num_entries;
 
-    size_t head_off = 0, map_off = align16((size_t)(heads + 1) * sizeof(int64_t));
+    size_t head_off = 0, map_off = s2_align16((size_t)(heads + 1) * sizeof(int64_t));
     size_t size = map_off + (size_t)nt * sizeof(int32_t);
     unsigned char *buf = calloc(1, size ? size : 1);
     int *rep = malloc((size_t)(ntc ? ntc : 1) * sizeof *rep);

@@ -191,8 +191,8 @@ s2_status s2_schedule_pack_gathered_kv(s2_ctx *ctx, const s2_schedule *t, int kv
     }
 
     /* the buffer of s2_schedule_pack: list classes, offsets, records */
-    size_t offsets_off = ((size_t)heads * sizeof(int32_t) + 15u) & ~(size_t)15u;
-    size_t entries_off = (offsets_off + (size_t)(nlists + 1) * sizeof(int32_t) + 15u) & ~(size_t)15u;
+    size_t offsets_off = s2_align16((size_t)heads * sizeof(int32_t));
+    size_t entries_off = s2_align16(offsets_off + (size_t)(nlists + 1) * sizeof(int32_t));
     size_t size = s2_packed_schedule_size(heads, nlists, total, sizeof(s2_dev_entry));
     unsigned char *buf = calloc(1, size);
     if (!buf) {

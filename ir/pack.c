@@ -6,8 +6,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
-
 void s2_packed_schedule_free(s2_packed_schedule *p)
 {
     if (!p)
@@ -18,8 +16,8 @@ void s2_packed_schedule_free(s2_packed_schedule *p)
 
 size_t s2_packed_schedule_size(int heads, int64_t lists, int64_t entries, size_t entry_size)
 {
-    size_t offsets_off = align16((size_t)heads * sizeof(int32_t));
-    return align16(offsets_off + (size_t)(lists + 1) * sizeof(int32_t)) + (size_t)entries * entry_size;
+    size_t offsets_off = s2_align16((size_t)heads * sizeof(int32_t));
+    return s2_align16(offsets_off + (size_t)(lists + 1) * sizeof(int32_t)) + (size_t)entries * entry_size;
 }
 
 /* The buffer both packings share: class_of_head, the list offsets, then
@@ -29,8 +27,8 @@ static s2_status pack_alloc(s2_ctx *ctx, const char *fn, const s2_schedule *s, i
                             size_t entry_size, s2_packed_schedule *out)
 {
     size_t class_off = 0;
-    size_t offsets_off = align16(class_off + (size_t)s->heads * sizeof(int32_t));
-    size_t entries_off = align16(offsets_off + (size_t)(nlists + 1) * sizeof(int32_t));
+    size_t offsets_off = s2_align16(class_off + (size_t)s->heads * sizeof(int32_t));
+    size_t entries_off = s2_align16(offsets_off + (size_t)(nlists + 1) * sizeof(int32_t));
     size_t size = s2_packed_schedule_size(s->heads, nlists, total, entry_size);
     unsigned char *buf = calloc(1, size ? size : 1);
     if (!buf)

@@ -419,8 +419,9 @@ static void walk(const s2_layout *l, const s2_tile_geom *g, int q, const s2_ir_s
     *count = n;
 }
 
-s2_status s2_layout_q_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int q, int64_t t,
-                                   s2_tile_entry *out, int64_t cap, int64_t *count)
+/* One tile's entries: a query tile's key entries, or (transposed) a key tile's query entries. */
+static s2_status tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int q, bool transposed, int64_t t,
+                              s2_tile_entry *out, int64_t cap, int64_t *count)
 {
     s2_tile_geom g;
     s2_status st = s2_ir_geom(ctx, l, spec, &g);
@@ -428,39 +429,29 @@ s2_status s2_layout_q_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec
         return st;
     if (!count || (cap > 0 && !out))
         return s2_fail(ctx, S2_ERR_INVALID, "null output");
-    if (t < g.first_q_tile || t >= g.first_q_tile + g.q_tiles)
-        return s2_fail(ctx, S2_ERR_INVALID, "query tile %lld out of range", (long long)t);
+    if (transposed ? t < 0 || t >= g.kv_tiles : t < g.first_q_tile || t >= g.first_q_tile + g.q_tiles)
+        return s2_fail(ctx, S2_ERR_INVALID, "%s tile %lld out of range", transposed ? "key" : "query", (long long)t);
     s2_ir_srcs ss;
     int64_t lo, hi;
     s2_ir_srcs_init(&ss, 0, 0);
-    list_sources(l, &g, q, false, t, &ss, &lo, &hi);
+    list_sources(l, &g, q, transposed, t, &ss, &lo, &hi);
     if (!ss.oom)
-        walk(l, &g, q, &ss, false, t, lo, hi, out, cap, count);
+        walk(l, &g, q, &ss, transposed, t, lo, hi, out, cap, count);
     bool oom = ss.oom;
     s2_ir_srcs_free(&ss);
     return oom ? s2_fail(ctx, S2_ERR_NOMEM, "out of memory") : S2_OK;
 }
 
+s2_status s2_layout_q_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int q, int64_t t,
+                                   s2_tile_entry *out, int64_t cap, int64_t *count)
+{
+    return tile_entries(ctx, l, spec, q, false, t, out, cap, count);
+}
+
 s2_status s2_layout_kv_tile_entries(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, int q, int64_t j,
                                     s2_tile_entry *out, int64_t cap, int64_t *count)
 {
-    s2_tile_geom g;
-    s2_status st = s2_ir_geom(ctx, l, spec, &g);
-    if (st != S2_OK || (st = check_head(ctx, l, q)) != S2_OK)
-        return st;
-    if (!count || (cap > 0 && !out))
-        return s2_fail(ctx, S2_ERR_INVALID, "null output");
-    if (j < 0 || j >= g.kv_tiles)
-        return s2_fail(ctx, S2_ERR_INVALID, "key tile %lld out of range", (long long)j);
-    s2_ir_srcs ss;
-    int64_t lo, hi;
-    s2_ir_srcs_init(&ss, 0, 0);
-    list_sources(l, &g, q, true, j, &ss, &lo, &hi);
-    if (!ss.oom)
-        walk(l, &g, q, &ss, true, j, lo, hi, out, cap, count);
-    bool oom = ss.oom;
-    s2_ir_srcs_free(&ss);
-    return oom ? s2_fail(ctx, S2_ERR_NOMEM, "out of memory") : S2_OK;
+    return tile_entries(ctx, l, spec, q, true, j, out, cap, count);
 }
 
 int64_t s2_layout_max_entries(const s2_layout *l, s2_tile_spec spec)
@@ -539,17 +530,7 @@ void s2_schedule_free(s2_schedule *s)
 
 static bool grow_entries(s2_schedule *s, int64_t *cap, int64_t need)
 {
-    if (need <= *cap)
-        return true;
-    int64_t c = *cap ? *cap : 256;
-    while (c < need)
-        c *= 2;
-    s2_tile_entry *v = realloc(s->entries, (size_t)c * sizeof *v);
-    if (!v)
-        return false;
-    s->entries = v;
-    *cap = c;
-    return true;
+    return s2_grow(&s->entries, cap, need, sizeof *s->entries, 256);
 }
 
 s2_status s2_schedule_build(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, bool transposed, s2_schedule **out)

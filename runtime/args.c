@@ -76,3 +76,13 @@ s2_status s2_rt_launch_cfg(s2_ctx *ctx, const s2_attn_kernel *k, s2_kernel_role 
                            .smem_bytes = f.smem_bytes, .stream = stream};
     return S2_OK;
 }
+
+s2_status s2_rt_launch_role(s2_ctx *ctx, const s2_attn_kernel *k, s2_kernel_role role, void *vals,
+                            const s2_launch_dims *in, void *stream)
+{
+    void *args[S2_RT_MAX_PARAMS];
+    s2_rt_pack(&k->argmap[role], vals, args);
+    s2_launch_cfg cfg;
+    s2_status st = s2_rt_launch_cfg(ctx, k, role, in, stream, &cfg);
+    return st == S2_OK ? s2_cufunction_launch(ctx, k->fns[role], &cfg, args) : st;
+}

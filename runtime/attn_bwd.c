@@ -10,7 +10,7 @@ size_t s2_attn_bwd_workspace_bytes(int batch, int heads, int64_t q_len)
 {
     if (batch < 1 || heads < 1 || q_len < 1)
         return 0;
-    return 2 * align16((size_t)batch * (size_t)heads * (size_t)q_len * sizeof(float));
+    return 2 * s2_align16((size_t)batch * (size_t)heads * (size_t)q_len * sizeof(float));
 }
 
 /* Where the dS tiles start in the workspace, and the size that holds them

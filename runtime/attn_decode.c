@@ -182,8 +182,8 @@ static dec_ws dec_workspace_of(const s2_attn_decode_args *a, int splits)
         return w;
     size_t rows = (size_t)splits * (size_t)a->batch * (size_t)a->n_new * (size_t)a->heads;
     w.o_off = DEC_COUNTERS * sizeof(int32_t);
-    w.lse_off = w.o_off + align16(rows * (size_t)a->head_dim * sizeof(float));
-    w.bytes = w.lse_off + align16(rows * sizeof(float));
+    w.lse_off = w.o_off + s2_align16(rows * (size_t)a->head_dim * sizeof(float));
+    w.bytes = w.lse_off + s2_align16(rows * sizeof(float));
     return w;
 }
 
@@ -319,12 +319,8 @@ s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
     };
     S2_RT_STRIDES(v, QS, a->q_stride), S2_RT_STRIDES(v, KS, a->k_stride);
     S2_RT_STRIDES(v, VS, a->v_stride), S2_RT_STRIDES(v, OS, a->o_stride);
-    void *args[S2_RT_MAX_PARAMS];
-    s2_rt_pack(&k->argmap[S2_ROLE_DECODE], &v, args);
     s2_launch_dims in = {.splits = splits, .kv_heads = a->kv_heads, .batch = a->batch};
-    s2_launch_cfg cfg;
-    s2_status rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_DECODE, &in, stream, &cfg);
-    return rc == S2_OK ? s2_cufunction_launch(ctx, k->fns[S2_ROLE_DECODE], &cfg, args) : rc;
+    return s2_rt_launch_role(ctx, k, S2_ROLE_DECODE, &v, &in, stream);
 }
 
 s2_status s2_attn_decode(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a)
@@ -368,10 +364,6 @@ s2_status s2_rt_combine_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, con
         v.PTRS[S2_COMBINE_MAX_INPUTS + i] = a->lse_in[i];
     }
     S2_RT_STRIDES(v, IS, a->in_stride), S2_RT_STRIDES(v, OS, a->o_stride);
-    void *args[S2_RT_MAX_PARAMS];
-    s2_rt_pack(&k->argmap[S2_ROLE_COMBINE], &v, args);
     s2_launch_dims in = {.rows = v.ROWS};
-    s2_launch_cfg cfg;
-    s2_status rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_COMBINE, &in, stream, &cfg);
-    return rc == S2_OK ? s2_cufunction_launch(ctx, k->fns[S2_ROLE_COMBINE], &cfg, args) : rc;
+    return s2_rt_launch_role(ctx, k, S2_ROLE_COMBINE, &v, &in, stream);
 }

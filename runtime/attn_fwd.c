@@ -97,15 +97,9 @@ s2_status s2_rt_fwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
             return ms;
         v.TMAP_Q = maps[0], v.TMAP_K = maps[1], v.TMAP_V = maps[2];
     }
-    void *args[S2_RT_MAX_PARAMS];
-    s2_rt_pack(&k->argmap[role], &v, args);
     /* q_tiles or the persistent grid over n_work x batch items */
     s2_launch_dims in = {.q_tiles = v.Q_TILES, .heads = a->heads, .batch = a->batch, .n_work = v.NWORK};
-    s2_launch_cfg cfg;
-    s2_status gs = s2_rt_launch_cfg(ctx, k, role, &in, stream, &cfg);
-    if (gs != S2_OK)
-        return gs;
-    return s2_cufunction_launch(ctx, k->fns[role], &cfg, args);
+    return s2_rt_launch_role(ctx, k, role, &v, &in, stream);
 }
 
 bool s2_rt_fwd_sched_shape(const s2_attn_fwd_args *a, int64_t *q_len, int64_t *kv_len)

@@ -148,8 +148,6 @@ struct s2_attn_seqs {
     int64_t sched_q_len, sched_kv_len;  /* 0, 0: no sequence has a query */
 };
 
-static inline size_t align16(size_t x) { return (x + 15u) & ~(size_t)15u; }
-
 /* Batch extent of the tensors: a variable-length batch has rows only. */
 static inline int64_t tensor_batch(const s2_attn_fwd_args *a) { return a->seqs ? 1 : a->batch; }
 
@@ -259,6 +257,9 @@ S2_RT_HIDDEN void s2_rt_pack(const s2_rt_argmap *map, void *vals, void **args);
  * kernel's use, read at load. */
 S2_RT_HIDDEN s2_status s2_rt_launch_cfg(s2_ctx *ctx, const s2_attn_kernel *k, s2_kernel_role role,
                                         const s2_launch_dims *in, void *stream, s2_launch_cfg *cfg);
+/* Pack vals (s2_rt_pack) and launch k's kernel of role over in's extents on stream. */
+S2_RT_HIDDEN s2_status s2_rt_launch_role(s2_ctx *ctx, const s2_attn_kernel *k, s2_kernel_role role, void *vals,
+                                         const s2_launch_dims *in, void *stream);
 
 
 /* The entry's main kernel's resolved spec, options included (the forward,

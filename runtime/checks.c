@@ -65,8 +65,29 @@ static s2_status check_no_overlap(s2_ctx *ctx, const tensor_desc *t, int64_t hea
     return S2_OK;
 }
 
+/* The tensors' pointers are 16-byte aligned (the kernels' 16-byte copies). */
+static s2_status check_aligned16(s2_ctx *ctx, const tensor_desc *t, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (t[i].ptr % 16 != 0)
+            return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
+                           (unsigned long long)t[i].ptr);
+    return S2_OK;
+}
+
 /* Whether [a, a + na) and [b, b + nb) share a byte. */
 static bool extents_meet(uint64_t a, size_t na, uint64_t b, size_t nb) { return a < b + nb && b < a + na; }
+
+/* o's rows must not overlap, nor o and lse: two outputs written by different threads must not share memory. */
+static s2_status check_o_then_lse(s2_ctx *ctx, const tensor_desc *o, int64_t head_dim, size_t o_bytes, uint64_t lse,
+                                  size_t lse_bytes)
+{
+    s2_status st = check_no_overlap(ctx, o, head_dim);
+    if (st == S2_OK && lse && extents_meet(o->ptr, o_bytes, lse, lse_bytes))
+        st = s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", lse_bytes,
+                     (unsigned long long)lse, o_bytes, (unsigned long long)o->ptr);
+    return st;
+}
 
 /* Bytes from the pointer to the end of the last element (strides >= 0). */
 static s2_status tensor_bytes(s2_ctx *ctx, const tensor_desc *t, int64_t head_dim, size_t esize, size_t *out)
@@ -189,10 +210,8 @@ static s2_status fwd_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s
         st = check_strides(ctx, &t[i]);
     if (st != S2_OK)
         return st;
-    for (int i = 0; i < 4; i++)
-        if (t[i].ptr % 16 != 0)
-            return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
-                           (unsigned long long)t[i].ptr);
+    if ((st = check_aligned16(ctx, t, 4)) != S2_OK)
+        return st;
     if (a->lse % 4 != 0)
         return s2_fail(ctx, S2_ERR_ALIGNMENT, "lse: 0x%llx is not 4-byte aligned", (unsigned long long)a->lse);
     size_t esize = s2_dtype_size(a->dtype);
@@ -203,16 +222,12 @@ static s2_status fwd_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s
     return S2_OK;
 }
 
-/* o's rows, and o and lse: two outputs written by different threads must not share memory. */
+/* o's rows, and o and lse. */
 static s2_status fwd_check_overlaps(s2_ctx *ctx, const s2_attn_fwd_args *a, const size_t bytes[5])
 {
     tensor_desc t[4];
     describe_tensors(a, t);
-    s2_status st = check_no_overlap(ctx, &t[3], a->head_dim);
-    if (st == S2_OK && a->lse && extents_meet(a->o, bytes[3], a->lse, bytes[4]))
-        st = s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", bytes[4],
-                     (unsigned long long)a->lse, bytes[3], (unsigned long long)a->o);
-    return st;
+    return check_o_then_lse(ctx, &t[3], a->head_dim, bytes[3], a->lse, bytes[4]);
 }
 
 s2_status s2_rt_fwd_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a, size_t bytes[5])
@@ -292,10 +307,8 @@ static s2_status bwd_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s
         st = check_strides(ctx, &t[i]);
     if (st != S2_OK)
         return st;
-    for (int i = 0; i < BWD_TENSORS; i++)
-        if (t[i].ptr % 16 != 0)
-            return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
-                           (unsigned long long)t[i].ptr);
+    if ((st = check_aligned16(ctx, t, BWD_TENSORS)) != S2_OK)
+        return st;
     if (a->workspace_bytes && a->workspace_bytes < s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len))
         return s2_fail(ctx, S2_ERR_SHAPE, "workspace_bytes %zu is below s2_attn_bwd_workspace_bytes() = %zu",
                        a->workspace_bytes, s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len));
@@ -435,10 +448,8 @@ s2_status s2_rt_dec_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s2
         st = dec_check_table(ctx, a, &bytes[4]);
     if (st != S2_OK)
         return st;
-    for (int i = 0; i < 4; i++)
-        if (t[i].ptr % 16 != 0)
-            return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 16-byte aligned", t[i].name,
-                           (unsigned long long)t[i].ptr);
+    if ((st = check_aligned16(ctx, t, 4)) != S2_OK)
+        return st;
     if (a->lse % 4 || a->block_table % 4 || a->seq_lens % 4 || a->workspace % 16)
         return s2_fail(ctx, S2_ERR_ALIGNMENT, "lse, block_table, seq_lens must be 4-byte aligned, workspace 16-byte");
     size_t es = s2_dtype_size(a->dtype);
@@ -453,11 +464,7 @@ s2_status s2_rt_dec_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s2
 s2_status s2_rt_dec_check_overlaps(s2_ctx *ctx, const s2_attn_decode_args *a, const size_t bytes[7])
 {
     tensor_desc o = {"o", a->o, a->o_stride, {a->batch, a->n_new, a->heads}};
-    s2_status st = check_no_overlap(ctx, &o, a->head_dim);
-    if (st == S2_OK && a->lse && extents_meet(a->o, bytes[1], a->lse, bytes[6]))
-        st = s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", bytes[6],
-                     (unsigned long long)a->lse, bytes[1], (unsigned long long)a->o);
-    return st;
+    return check_o_then_lse(ctx, &o, a->head_dim, bytes[1], a->lse, bytes[6]);
 }
 
 s2_status s2_rt_dec_check_host(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_decode_args *a, size_t bytes[7])
@@ -532,12 +539,10 @@ static s2_status combine_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, con
 static s2_status combine_check_overlaps(s2_ctx *ctx, const s2_combine_args *a, const size_t bytes[3])
 {
     tensor_desc out = {"o", a->o, a->o_stride, {a->batch, a->seq, a->heads}};
-    s2_status st = check_no_overlap(ctx, &out, a->head_dim);
-    if (st == S2_OK && a->lse && extents_meet(a->o, bytes[1], a->lse, bytes[2]))
-        st = s2_fail(ctx, S2_ERR_INVALID, "lse overlaps o: its %zu bytes at 0x%llx meet o's %zu at 0x%llx", bytes[2],
-                     (unsigned long long)a->lse, bytes[1], (unsigned long long)a->o);
+    s2_status st = check_o_then_lse(ctx, &out, a->head_dim, bytes[1], a->lse, bytes[2]);
     size_t sb = (size_t)a->heads * sizeof(float);
-    if (st == S2_OK && a->sinks && (extents_meet(a->sinks, sb, a->o, bytes[1]) || (a->lse && extents_meet(a->sinks, sb, a->lse, bytes[2]))))
+    if (st == S2_OK && a->sinks &&
+        (extents_meet(a->sinks, sb, a->o, bytes[1]) || (a->lse && extents_meet(a->sinks, sb, a->lse, bytes[2]))))
         st = s2_fail(ctx, S2_ERR_INVALID, "sinks overlap an output: its %zu bytes at 0x%llx", sb,
                      (unsigned long long)a->sinks);
     return st;

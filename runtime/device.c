@@ -274,12 +274,12 @@ s2_status s2_check_device_ptr(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr, 
 
 /* ---- memory -------------------------------------------------------------------- */
 
-static s2_status need_dev(s2_ctx *ctx, const s2_device *dev, const char *fn)
-{
-    if (!dev)
-        return s2_fail(ctx, S2_ERR_INVALID, "%s: device is NULL", fn);
-    return S2_OK;
-}
+/* Return a failure from the entry point `fn` when dev is NULL. */
+#define S2_NEED_DEV(ctx, dev, fn)                                                 \
+    do {                                                                          \
+        if (!(dev))                                                               \
+            return s2_fail((ctx), S2_ERR_INVALID, "%s: device is NULL", (fn));    \
+    } while (0)
 
 /* Run one driver call with dev's context current; `call` is its name for messages. */
 #define S2_IN_CUCONTEXT(ctx, dev, call, ...)                                      \
@@ -295,9 +295,7 @@ static s2_status need_dev(s2_ctx *ctx, const s2_device *dev, const char *fn)
 
 s2_status s2_mem_alloc(s2_ctx *ctx, const s2_device *dev, size_t bytes, s2_devptr *out)
 {
-    s2_status st = need_dev(ctx, dev, "s2_mem_alloc");
-    if (st != S2_OK)
-        return st;
+    S2_NEED_DEV(ctx, dev, "s2_mem_alloc");
     if (!out)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_mem_alloc: out is NULL");
     *out = 0;
@@ -313,18 +311,14 @@ s2_status s2_mem_free(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr)
 {
     if (ptr == 0)
         return S2_OK;
-    s2_status st = need_dev(ctx, dev, "s2_mem_free");
-    if (st != S2_OK)
-        return st;
+    S2_NEED_DEV(ctx, dev, "s2_mem_free");
     S2_IN_CUCONTEXT(ctx, dev, MemFree, ptr);
     return S2_OK;
 }
 
 s2_status s2_device_set_allocator(s2_ctx *ctx, s2_device *dev, const s2_allocator *a)
 {
-    s2_status st = need_dev(ctx, dev, "s2_device_set_allocator");
-    if (st != S2_OK)
-        return st;
+    S2_NEED_DEV(ctx, dev, "s2_device_set_allocator");
     if (a && (!a->alloc || !a->free))
         return s2_fail(ctx, S2_ERR_INVALID, "s2_device_set_allocator: alloc and free are both needed");
     if (atomic_load(&dev->held) != 0)
@@ -380,9 +374,7 @@ void s2_rt_free(const s2_device *dev, s2_devptr ptr, void *stream)
 
 s2_status s2_memcpy_h2d(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, const void *src, size_t bytes)
 {
-    s2_status st = need_dev(ctx, dev, "s2_memcpy_h2d");
-    if (st != S2_OK)
-        return st;
+    S2_NEED_DEV(ctx, dev, "s2_memcpy_h2d");
     if (bytes == 0)
         return S2_OK;
     if (!dst || !src)
@@ -393,9 +385,7 @@ s2_status s2_memcpy_h2d(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, const 
 
 s2_status s2_memcpy_d2h(s2_ctx *ctx, const s2_device *dev, void *dst, s2_devptr src, size_t bytes)
 {
-    s2_status st = need_dev(ctx, dev, "s2_memcpy_d2h");
-    if (st != S2_OK)
-        return st;
+    S2_NEED_DEV(ctx, dev, "s2_memcpy_d2h");
     if (bytes == 0)
         return S2_OK;
     if (!dst || !src)
@@ -406,9 +396,7 @@ s2_status s2_memcpy_d2h(s2_ctx *ctx, const s2_device *dev, void *dst, s2_devptr 
 
 s2_status s2_memset_d8(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uint8_t value, size_t bytes)
 {
-    s2_status st = need_dev(ctx, dev, "s2_memset_d8");
-    if (st != S2_OK)
-        return st;
+    S2_NEED_DEV(ctx, dev, "s2_memset_d8");
     if (bytes == 0)
         return S2_OK;
     if (!dst)
@@ -437,9 +425,7 @@ s2_status s2_rt_fill_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uin
 
 s2_status s2_device_synchronize(s2_ctx *ctx, const s2_device *dev)
 {
-    s2_status st = need_dev(ctx, dev, "s2_device_synchronize");
-    if (st != S2_OK)
-        return st;
+    S2_NEED_DEV(ctx, dev, "s2_device_synchronize");
     S2_IN_CUCONTEXT(ctx, dev, CtxSynchronize);
     return S2_OK;
 }
@@ -448,9 +434,7 @@ s2_status s2_device_synchronize(s2_ctx *ctx, const s2_device *dev)
 
 s2_status s2_stream_create(s2_ctx *ctx, const s2_device *dev, void **stream)
 {
-    s2_status st = need_dev(ctx, dev, "s2_stream_create");
-    if (st != S2_OK)
-        return st;
+    S2_NEED_DEV(ctx, dev, "s2_stream_create");
     if (!stream)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_stream_create: stream is NULL");
     *stream = NULL;
@@ -464,18 +448,14 @@ s2_status s2_stream_destroy(s2_ctx *ctx, const s2_device *dev, void *stream)
 {
     if (!stream)
         return S2_OK;
-    s2_status st = need_dev(ctx, dev, "s2_stream_destroy");
-    if (st != S2_OK)
-        return st;
+    S2_NEED_DEV(ctx, dev, "s2_stream_destroy");
     S2_IN_CUCONTEXT(ctx, dev, StreamDestroy, (CUstream)stream);
     return S2_OK;
 }
 
 s2_status s2_stream_synchronize(s2_ctx *ctx, const s2_device *dev, void *stream)
 {
-    s2_status st = need_dev(ctx, dev, "s2_stream_synchronize");
-    if (st != S2_OK)
-        return st;
+    S2_NEED_DEV(ctx, dev, "s2_stream_synchronize");
     S2_IN_CUCONTEXT(ctx, dev, StreamSynchronize, (CUstream)stream);
     return S2_OK;
 }
@@ -487,9 +467,7 @@ struct s2_event {
 
 s2_status s2_event_create(s2_ctx *ctx, const s2_device *dev, s2_event **out)
 {
-    s2_status st = need_dev(ctx, dev, "s2_event_create");
-    if (st != S2_OK)
-        return st;
+    S2_NEED_DEV(ctx, dev, "s2_event_create");
     if (!out)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_event_create: out is NULL");
     *out = NULL;
@@ -497,7 +475,8 @@ s2_status s2_event_create(s2_ctx *ctx, const s2_device *dev, s2_event **out)
     if (!e)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
     e->dev = dev;
-    if ((st = s2_cucontext_enter(ctx, dev)) != S2_OK) {
+    s2_status st = s2_cucontext_enter(ctx, dev);
+    if (st != S2_OK) {
         free(e);
         return st;
     }

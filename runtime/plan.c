@@ -34,9 +34,11 @@ struct s2_attn_plan {
     bool built;                  /* device data built (prepare, or a failed prepare's part) */
     bool prepared;
     plan_entry *e;
-    int n, cap;
+    int n;
+    int64_t cap;
     s2_attn_decode_args *dec;    /* decode shapes as declared: their workspaces are known once their lists are */
-    int ndec, capdec;
+    int ndec;
+    int64_t capdec;
     s2_devptr ws;                /* the plan's own workspace (0: none) */
     size_t ws_bytes;
     rt_upload up;                /* prepare's stream (frees go there too), the device bytes, the host copies */
@@ -100,13 +102,8 @@ static s2_status add_key(s2_ctx *ctx, s2_attn_plan *p, int64_t k0, int64_t k1, i
                                                       : s2_rt_sched_bound(ctx, p->k, k0, k1, &b);
         if (st != S2_OK)
             return st;
-        if (p->n == p->cap) {
-            int cap = p->cap ? 2 * p->cap : 8;
-            plan_entry *grown = realloc(p->e, (size_t)cap * sizeof *grown);
-            if (!grown)
-                return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-            p->e = grown, p->cap = cap;
-        }
+        if (!s2_grow(&p->e, &p->cap, p->n + 1, sizeof *p->e, 8))
+            return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
         e = &p->e[p->n++];
         *e = (plan_entry){.key = {k0, k1}, .bound = b};
         if (f)
@@ -162,13 +159,8 @@ s2_status s2_attn_plan_add_decode(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_de
         st = add_key(ctx, p, s2_rt_dec_q_blocks(p->k, a->max_seq_len), 0, a->batch, NULL, NULL);
     if (st != S2_OK)
         return st;
-    if (p->ndec == p->capdec) {
-        int cap = p->capdec ? 2 * p->capdec : 8;
-        s2_attn_decode_args *grown = realloc(p->dec, (size_t)cap * sizeof *grown);
-        if (!grown)
-            return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-        p->dec = grown, p->capdec = cap;
-    }
+    if (!s2_grow(&p->dec, &p->capdec, p->ndec + 1, sizeof *p->dec, 8))
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
     p->dec[p->ndec++] = *a;
     return S2_OK;
 }

@@ -176,8 +176,8 @@ static s2_status upload_transposed(s2_ctx *ctx, s2_attn_kernel *k, rt_upload *up
     if (st == S2_OK && map.data)
         st = ds_chunk_arrays(ctx, k, (const int64_t *)((const char *)map.data + map.head_base_off), &pk, lists, tr,
                              &chunks, &chunk_bytes);
-    size_t map_at = align16(pk.size), size = map.data ? map_at + map.size : pk.size;
-    size_t chunk_at = align16(size);
+    size_t map_at = s2_align16(pk.size), size = map.data ? map_at + map.size : pk.size;
+    size_t chunk_at = s2_align16(size);
     if (chunk_bytes)
         size = chunk_at + chunk_bytes;
     if (st == S2_OK)
@@ -368,10 +368,10 @@ static s2_status forward_bound(s2_ctx *ctx, const s2_layout *lay, const s2_kerne
     if (st != S2_OK)
         return st;
     size_t esize = gather > 1 ? sizeof(s2_dev_gentry) : sizeof(s2_dev_entry);
-    *bytes += align16(s2_packed_schedule_size(heads, s2_layout_num_classes(lay) * g.q_tiles, entries, esize));
+    *bytes += s2_align16(s2_packed_schedule_size(heads, s2_layout_num_classes(lay) * g.q_tiles, entries, esize));
     if (r->grid == S2_GRID_PERSISTENT) {   /* upload_work_list: heads x q_tiles items, then the counters */
         int64_t items = (int64_t)heads * g.q_tiles;
-        *bytes += align16((size_t)(((items + 1) & ~INT64_C(1)) + 2 * S2_ATTN_COUNTER_PAIRS) * sizeof(int32_t));
+        *bytes += s2_align16((size_t)(((items + 1) & ~INT64_C(1)) + 2 * S2_ATTN_COUNTER_PAIRS) * sizeof(int32_t));
     }
     return S2_OK;
 }
@@ -398,10 +398,10 @@ static s2_status transposed_bound(s2_ctx *ctx, const s2_attn_kernel *k, const s2
         records += groups + tr_class[s2_layout_class_index(lay, h)];
         ds_tiles += fwd_class[s2_layout_class_index(lay, h)];
     }
-    size_t size = align16(s2_packed_schedule_size(p->heads, (int64_t)p->heads * groups, records, sizeof(s2_dev_entry)));
+    size_t size = s2_align16(s2_packed_schedule_size(p->heads, (int64_t)p->heads * groups, records, sizeof(s2_dev_entry)));
     out->ds_tiles = -1;
     if (k->fns[S2_ROLE_BWD_DQDS]) {
-        size += align16((size_t)(p->heads + 1) * sizeof(int64_t)) + align16((size_t)records * sizeof(int32_t));
+        size += s2_align16((size_t)(p->heads + 1) * sizeof(int64_t)) + s2_align16((size_t)records * sizeof(int32_t));
         size += (size_t)DS_CHUNKINGS * (size_t)p->kv_heads * (size_t)(p->heads + 1) * sizeof(int64_t);
         out->ds_tiles = ds_tiles;
     }

@@ -154,12 +154,8 @@ s2_status s2_attn_seqs_write_cu(s2_ctx *ctx, s2_attn_kernel *k, s2_attn_seqs *s,
                        "s2_attn_seqs_write_cu: kernel %s's module has no %s_seqs (made by an older s2c): recompile it",
                        k->desc->name, k->desc->name);
     s2_rt_seqs_vals v = {.CU_Q = cu_q, .CU_K = cu_k, .SEQINFO = s->buf, .N = s->n, .MAX_KV = (int32_t)s->sched_kv_len};
-    void *args[S2_RT_MAX_PARAMS];
-    s2_rt_pack(&k->argmap[S2_ROLE_FWD_SEQS], &v, args);
     s2_launch_dims in = {.n = v.N};
-    s2_launch_cfg cfg;
-    s2_status st = s2_rt_launch_cfg(ctx, k, S2_ROLE_FWD_SEQS, &in, stream, &cfg);
-    return st == S2_OK ? s2_cufunction_launch(ctx, k->fns[S2_ROLE_FWD_SEQS], &cfg, args) : st;
+    return s2_rt_launch_role(ctx, k, S2_ROLE_FWD_SEQS, &v, &in, stream);
 }
 
 void s2_attn_seqs_free(s2_attn_seqs *s)

@@ -94,25 +94,14 @@ void s2_bwd_mma_abt(bwd *k, LLVMValueRef a, LLVMValueRef bt, int row0, int ntile
 void s2_bwd_mma_xy(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, LLVMValueRef out[][4])
 {
     s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
     for (int kk = 0; kk < ntiles / 2; kk++) {
-        LLVMValueRef a[4] = {
-            s2_nv_pack2(cg, k->s.dt, x[2 * kk][0], x[2 * kk][1]),
-            s2_nv_pack2(cg, k->s.dt, x[2 * kk][2], x[2 * kk][3]),
-            s2_nv_pack2(cg, k->s.dt, x[2 * kk + 1][0], x[2 * kk + 1][1]),
-            s2_nv_pack2(cg, k->s.dt, x[2 * kk + 1][2], x[2 * kk + 1][3]),
-        };
+        LLVMValueRef a[4];
+        s2_flash_a_from_c(cg, k->s.dt, &x[2 * kk], a);
         for (int dp = 0; dp < k->s.D / 16; dp++) {
             LLVMValueRef vb[4];
             ldsm_bt(k, y, row0 + 16 * kk, dp, vb);
-            for (int h = 0; h < 2; h++) {
-                LLVMValueRef acc[4];
-                for (int i = 0; i < 4; i++)
-                    acc[i] = LLVMBuildLoad2(b, cg->t_f32, out[2 * dp + h][i], "");
-                s2_nv_mma_m16n8k16(cg, k->s.dt, a, &vb[2 * h], acc);
-                for (int i = 0; i < 4; i++)
-                    LLVMBuildStore(b, acc[i], out[2 * dp + h][i]);
-            }
+            for (int h = 0; h < 2; h++)
+                s2_flash_mma_into(cg, k->s.dt, a, &vb[2 * h], out[2 * dp + h]);
         }
     }
 }
@@ -223,11 +212,8 @@ void s2_bwd_load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef sli
     LLVMBuilderRef b = k->b;
     int C = k->s.chunks, T = k->s.threads, total = rows * C;
     for (int it = 0; it * T < total; it++) {
-        LLVMValueRef idx = add(k, k->tid, c32(k, it * T));
-        s2_nv_if guard = {0};
-        bool partial = (it + 1) * T > total;
-        if (partial)
-            s2_nv_if_begin(k->cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, total), ""), "tail");
+        s2_nv_if guard;
+        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, total, &guard, "tail");
         LLVMValueRef r = LLVMBuildLShr(b, idx, c32(k, s2_log2i(C)), "");
         LLVMValueRef ch = LLVMBuildAnd(b, idx, c32(k, C - 1), "");
         LLVMValueRef trow;
@@ -237,8 +223,7 @@ void s2_bwd_load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef sli
         off = LLVMBuildSelect(b, ok, add(k, slice, off), slice, "");
         s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, add(k, dst, tile_off(k, rows, r, ch))), s2_kb_gep16(&k->kb, base, off),
                           LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
-        if (partial)
-            s2_nv_if_end(k->cg, &guard);
+        s2_kb_spread_end(&k->kb, &guard);
     }
 }
 
@@ -249,11 +234,8 @@ void s2_bwd_load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVM
     LLVMBuilderRef b = k->b;
     int BM = k->s.BM, T = k->s.threads, total = 2 * BM;
     for (int it = 0; it * T < total; it++) {
-        LLVMValueRef idx = add(k, k->tid, c32(k, it * T));
-        s2_nv_if guard = {0};
-        bool partial = (it + 1) * T > total;
-        if (partial)
-            s2_nv_if_begin(k->cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, total), ""), "tail");
+        s2_nv_if guard;
+        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, total, &guard, "tail");
         LLVMValueRef is_delta = LLVMBuildICmp(b, LLVMIntUGE, idx, c32(k, BM), "");
         LLVMValueRef r = LLVMBuildAnd(b, idx, c32(k, BM - 1), "");
         LLVMValueRef qrow;
@@ -263,8 +245,7 @@ void s2_bwd_load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVM
         LLVMValueRef sp = LLVMBuildInBoundsGEP2(b, k->cg->t_f32, src, &off, 1, "");
         LLVMValueRef d = add(k, dst, LLVMBuildShl(b, idx, c32(k, 2), ""));
         s2_nv_cp_async_4(k->cg, s2_nv_smem_at(k->cg, d), sp, LLVMBuildSelect(b, ok, c32(k, 4), c32(k, 0), ""));
-        if (partial)
-            s2_nv_if_end(k->cg, &guard);
+        s2_kb_spread_end(&k->kb, &guard);
     }
 }
 

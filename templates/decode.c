@@ -129,11 +129,8 @@ static void load_q(dec *k)
     LLVMBuilderRef b = k->b;
     int C = k->s.chunks, T = k->s.threads, total = DEC_ROWS * C;
     for (int it = 0; it * T < total; it++) {
-        LLVMValueRef idx = LLVMBuildAdd(b, k->tid, c32(k, it * T), "");
-        s2_nv_if guard = {0};
-        bool partial = (it + 1) * T > total;
-        if (partial)
-            s2_nv_if_begin(k->cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, total), ""), "qtail");
+        s2_nv_if guard;
+        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, total, &guard, "qtail");
         LLVMValueRef r = LLVMBuildUDiv(b, idx, c32(k, C), "");
         LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
         LLVMValueRef t, i;
@@ -148,8 +145,7 @@ static void load_q(dec *k)
         LLVMValueRef dst = LLVMBuildAdd(b, c32(k, k->s.q_off), swizzle(k, r, ch), "");
         s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), s2_kb_gep16(&k->kb, param(k, P_Q), off),
                           LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
-        if (partial)
-            s2_nv_if_end(k->cg, &guard);
+        s2_kb_spread_end(&k->kb, &guard);
     }
 }
 
@@ -194,11 +190,8 @@ static void issue_chunk(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
     for (int kv = 0; kv < 2; kv++)
         base[kv] = LLVMBuildAdd(b, LLVMBuildMul(b, page64, param(k, kv ? P_VS : P_KS), ""), kv ? k->v_head : k->k_head, "");
     for (int it = 0; it * T < per_chunk; it++) {
-        LLVMValueRef idx = LLVMBuildAdd(b, k->tid, c32(k, it * T), "");
-        s2_nv_if guard = {0};
-        bool partial = (it + 1) * T > per_chunk;
-        if (partial)
-            s2_nv_if_begin(cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, per_chunk), ""), "kvtail");
+        s2_nv_if guard;
+        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, per_chunk, &guard, "kvtail");
         LLVMValueRef rr = LLVMBuildUDiv(b, idx, c32(k, C), "");
         LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
         LLVMValueRef ok = LLVMBuildAnd(b, ca->ok, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildAdd(b, ca->kpos0, rr, ""), k->seq_len, ""), "");
@@ -212,8 +205,7 @@ static void issue_chunk(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
             LLVMValueRef d = kv ? LLVMBuildAdd(b, dst, c32(k, k->s.v_in_stage), "") : dst;
             s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), s2_kb_gep16(&k->kb, param(k, kv ? P_V : P_K), off), src);
         }
-        if (partial)
-            s2_nv_if_end(cg, &guard);
+        s2_kb_spread_end(&k->kb, &guard);
     }
 }
 
@@ -320,25 +312,16 @@ static void accumulate_pv(dec *k, LLVMValueRef vst, LLVMValueRef sc[2][4])
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    LLVMValueRef a[4] = {
-        s2_nv_pack2(cg, k->s.dt, sc[0][0], sc[0][1]), s2_nv_pack2(cg, k->s.dt, sc[0][2], sc[0][3]),
-        s2_nv_pack2(cg, k->s.dt, sc[1][0], sc[1][1]), s2_nv_pack2(cg, k->s.dt, sc[1][2], sc[1][3]),
-    };
+    LLVMValueRef a[4];
+    s2_flash_a_from_c(cg, k->s.dt, sc, a);
     LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), LLVMBuildAnd(b, k->lane, c32(k, 15), ""), "");
     LLVMValueRef lch = LLVMBuildLShr(b, k->lane, c32(k, 4), "");
     for (int dp = 0; dp < k->s.D / 16; dp++) {
         LLVMValueRef vb[4];
         LLVMValueRef off = LLVMBuildAdd(b, vst, swizzle(k, row, LLVMBuildAdd(b, lch, c32(k, 2 * dp), "")), "");
         s2_nv_ldmatrix_x4(cg, s2_nv_smem_at(cg, off), true, vb);
-        for (int h = 0; h < 2; h++) {
-            int dn = 2 * dp + h;
-            LLVMValueRef acc[4];
-            for (int i = 0; i < 4; i++)
-                acc[i] = LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][i], "");
-            s2_nv_mma_m16n8k16(cg, k->s.dt, a, &vb[2 * h], acc);
-            for (int i = 0; i < 4; i++)
-                LLVMBuildStore(b, acc[i], k->acc.o[dn][i]);
-        }
+        for (int h = 0; h < 2; h++)
+            s2_flash_mma_into(cg, k->s.dt, a, &vb[2 * h], k->acc.o[2 * dp + h]);
     }
 }
 

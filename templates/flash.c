@@ -235,3 +235,39 @@ void s2_flash_join_scores(s2_cg *cg, LLVMBasicBlockRef from, LLVMBasicBlockRef j
             sc[n][i] = phi;
         }
 }
+
+void s2_flash_store_lse(s2_cg *cg, LLVMValueRef t4, LLVMValueRef lse_ptr, LLVMValueRef lse_base, LLVMValueRef row,
+                        LLVMValueRef lse)
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMValueRef want = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, t4, LLVMConstInt(cg->t_i32, 0, 1), ""),
+        LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lse_ptr, cg->t_i64, ""), LLVMConstInt(cg->t_i64, 0, 1), ""), "");
+    s2_nv_if wl;
+    s2_nv_if_begin(cg, &wl, want, "lse");
+    LLVMValueRef idx = LLVMBuildAdd(b, lse_base, LLVMBuildSExt(b, row, cg->t_i64, ""), "");
+    LLVMValueRef lp = LLVMBuildInBoundsGEP2(b, cg->t_f32, lse_ptr, &idx, 1, "");
+    LLVMSetAlignment(LLVMBuildStore(b, lse, lp), 4);
+    s2_nv_if_end(cg, &wl);
+}
+
+void s2_flash_a_from_c(s2_cg *cg, s2_dtype dt, LLVMValueRef c[2][4], LLVMValueRef a[4])
+{
+    LLVMValueRef v[4] = {
+        s2_nv_pack2(cg, dt, c[0][0], c[0][1]),
+        s2_nv_pack2(cg, dt, c[0][2], c[0][3]),
+        s2_nv_pack2(cg, dt, c[1][0], c[1][1]),
+        s2_nv_pack2(cg, dt, c[1][2], c[1][3]),
+    };
+    for (int i = 0; i < 4; i++)
+        a[i] = v[i];
+}
+
+void s2_flash_mma_into(s2_cg *cg, s2_dtype dt, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef o[4])
+{
+    LLVMValueRef acc[4];
+    for (int i = 0; i < 4; i++)
+        acc[i] = LLVMBuildLoad2(cg->b, cg->t_f32, o[i], "");
+    s2_nv_mma_m16n8k16(cg, dt, a, b, acc);
+    for (int i = 0; i < 4; i++)
+        LLVMBuildStore(cg->b, acc[i], o[i]);
+}

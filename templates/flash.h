@@ -72,6 +72,15 @@ void s2_flash_pairs_exchange(s2_cg *cg, s2_flash_pairs *p);
  * where aligned (s2_flash_aligned8), else 4-byte stores of w. */
 void s2_flash_pairs_store(s2_cg *cg, const s2_flash_pairs *p, LLVMValueRef base, LLVMValueRef row_off,
                           LLVMValueRef aligned);
+/* The m16n8k16 A fragment of one k-step from the C-layout values of two
+ * n-tiles c[0], c[1] (reused as A, PTX ISA 9.7.14.5.8), packed to dt. */
+void s2_flash_a_from_c(s2_cg *cg, s2_dtype dt, LLVMValueRef c[2][4], LLVMValueRef a[4]);
+/* o += A·B (m16n8k16) on the four f32 allocas o. */
+void s2_flash_mma_into(s2_cg *cg, s2_dtype dt, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef o[4]);
+/* lse[lse_base + sext(row)] = lse (f32) from lane t4 == 0 of the quad, when
+ * the lse pointer is not null. */
+void s2_flash_store_lse(s2_cg *cg, LLVMValueRef t4, LLVMValueRef lse_ptr, LLVMValueRef lse_base, LLVMValueRef row,
+                        LLVMValueRef lse);
 /* i1: ptr and every i64 element offset or stride of vals[0..n) allow 8-byte
  * stores of 16-bit elements. */
 LLVMValueRef s2_flash_aligned8(s2_cg *cg, LLVMValueRef ptr, const LLVMValueRef *vals, int n);

@@ -68,11 +68,8 @@ static void load_tile(fwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, L
     LLVMBuilderRef b = k->b;
     int C = k->s.chunks, T = k->s.threads, total = rows * C;
     for (int it = 0; it * T < total; it++) {
-        LLVMValueRef idx = LLVMBuildAdd(b, k->tid, c32(k, it * T), "");
-        s2_nv_if guard = {0};
-        bool partial = (it + 1) * T > total;
-        if (partial)
-            s2_nv_if_begin(k->cg, &guard, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, total), ""), "tail");
+        s2_nv_if guard;
+        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, total, &guard, "tail");
         LLVMValueRef r = LLVMBuildUDiv(b, idx, c32(k, C), "");
         LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
         LLVMValueRef trow;
@@ -85,8 +82,7 @@ static void load_tile(fwd *k, int rows, LLVMValueRef base, LLVMValueRef slice, L
             dst = LLVMBuildAdd(b, dst, smem_stage_off, "");
         s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), s2_kb_gep16(&k->kb, base, off),
                           LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
-        if (partial)
-            s2_nv_if_end(k->cg, &guard);
+        s2_kb_spread_end(&k->kb, &guard);
     }
 }
 
@@ -462,24 +458,13 @@ static void accumulate_pv(fwd *k, const kv_lanes *L, LLVMValueRef vst, LLVMValue
             LLVMValueRef bit = LLVMBuildAnd(b, colmask, c32(k, 1 << (kk / steps_per_group)), "");
             s2_nv_if_begin(cg, &grp, LLVMBuildICmp(b, LLVMIntNE, bit, c32(k, 0), ""), "pv_cols");
         }
-        LLVMValueRef a[4] = {
-            s2_nv_pack2(cg, k->s.dt, sc[2 * kk][0], sc[2 * kk][1]),
-            s2_nv_pack2(cg, k->s.dt, sc[2 * kk][2], sc[2 * kk][3]),
-            s2_nv_pack2(cg, k->s.dt, sc[2 * kk + 1][0], sc[2 * kk + 1][1]),
-            s2_nv_pack2(cg, k->s.dt, sc[2 * kk + 1][2], sc[2 * kk + 1][3]),
-        };
+        LLVMValueRef a[4];
+        s2_flash_a_from_c(cg, k->s.dt, &sc[2 * kk], a);
         for (int dp = 0; dp < k->s.D / 16; dp++) {
             LLVMValueRef vb[4];
             s2_nv_ldmatrix_x4(cg, smem_addr(k, vst, L->v_part[dp], L->v_cst[dp] + 16 * kk * row_bytes), true, vb);
-            for (int h = 0; h < 2; h++) {
-                int dn = 2 * dp + h;
-                LLVMValueRef acc[4];
-                for (int i = 0; i < 4; i++)
-                    acc[i] = LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][i], "");
-                s2_nv_mma_m16n8k16(cg, k->s.dt, a, &vb[2 * h], acc);
-                for (int i = 0; i < 4; i++)
-                    LLVMBuildStore(b, acc[i], k->acc.o[dn][i]);
-            }
+            for (int h = 0; h < 2; h++)
+                s2_flash_mma_into(cg, k->s.dt, a, &vb[2 * h], k->acc.o[2 * dp + h]);
         }
         if (colmask && last)
             s2_nv_if_end(cg, &grp);
@@ -558,16 +543,7 @@ static void epilogue(fwd *k)
         s2_nv_if_begin(cg, &store, ok, "store");
         LLVMValueRef row_off = LLVMBuildAdd(b, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""), "");
         s2_flash_pairs_store(cg, &pr, param(k, P_O), row_off, aligned);
-        /* LSE: one lane of the quad, when asked for */
-        LLVMValueRef lse_ptr = param(k, P_LSE);
-        LLVMValueRef want = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, k->t4, c32(k, 0), ""),
-            LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lse_ptr, cg->t_i64, ""), c64(k, 0), ""), "");
-        s2_nv_if wl;
-        s2_nv_if_begin(cg, &wl, want, "lse");
-        LLVMValueRef idx = LLVMBuildAdd(b, k->lse_base, sext64(k, qrow), "");
-        LLVMValueRef lp = LLVMBuildInBoundsGEP2(b, cg->t_f32, lse_ptr, &idx, 1, "");
-        LLVMSetAlignment(LLVMBuildStore(b, lse, lp), 4);
-        s2_nv_if_end(cg, &wl);
+        s2_flash_store_lse(cg, k->t4, param(k, P_LSE), k->lse_base, qrow, lse);
         s2_nv_if_end(cg, &store);
     }
     LLVMBuildRetVoid(b);

@@ -309,35 +309,24 @@ static void scores_from_acc(sm90 *k, LLVMValueRef *sacc, LLVMValueRef sc[][4])
 static LLVMValueRef stage_of(sm90 *k, LLVMValueRef i) { return s2_kb_ring_stage(&k->kb, i, k->s.stages, "stage"); }
 static LLVMValueRef parity_of(sm90 *k, LLVMValueRef i) { return s2_kb_ring_parity(&k->kb, i, k->s.stages, "parity"); }
 
-/* Ping-pong (FA3 warp_scheduler_barrier_sync): wait for this warpgroup's turn on the tensor cores,
- * and hand them to the other after issuing. */
-static void turn_wait(sm90 *k)
+/* Ping-pong (FA3 warp_scheduler_barrier_sync): wait for this warpgroup's turn on the tensor cores
+ * (sync on its barrier), or, after issuing, hand them to the other (arrive on the other's). */
+static void turn_barrier(sm90 *k, bool pass)
 {
     if (!k->s.pingpong)
         return;
-    s2_nv_if a, b2;
+    static const char *const names[2][2] = {{"turn0", "turn1"}, {"pass0", "pass1"}};
     LLVMValueRef first = LLVMBuildICmp(k->b, LLVMIntEQ, k->wgc, c32(k, 0), "");
-    s2_nv_if_begin(k->cg, &a, first, "turn0");
-    s2_nv_named_barrier(k->cg, BAR_WG_BASE, 256, false);
-    s2_nv_if_end(k->cg, &a);
-    s2_nv_if_begin(k->cg, &b2, LLVMBuildNot(k->b, first, ""), "turn1");
-    s2_nv_named_barrier(k->cg, BAR_WG_BASE + 1, 256, false);
-    s2_nv_if_end(k->cg, &b2);
+    for (int wg = 0; wg < 2; wg++) {
+        s2_nv_if blk;
+        s2_nv_if_begin(k->cg, &blk, wg ? LLVMBuildNot(k->b, first, "") : first, names[pass][wg]);
+        s2_nv_named_barrier(k->cg, BAR_WG_BASE + (wg ^ pass), 256, pass);
+        s2_nv_if_end(k->cg, &blk);
+    }
 }
 
-static void turn_pass(sm90 *k)
-{
-    if (!k->s.pingpong)
-        return;
-    s2_nv_if a, b2;
-    LLVMValueRef first = LLVMBuildICmp(k->b, LLVMIntEQ, k->wgc, c32(k, 0), "");
-    s2_nv_if_begin(k->cg, &a, first, "pass0");
-    s2_nv_named_barrier(k->cg, BAR_WG_BASE + 1, 256, true);
-    s2_nv_if_end(k->cg, &a);
-    s2_nv_if_begin(k->cg, &b2, LLVMBuildNot(k->b, first, ""), "pass1");
-    s2_nv_named_barrier(k->cg, BAR_WG_BASE, 256, true);
-    s2_nv_if_end(k->cg, &b2);
-}
+static void turn_wait(sm90 *k) { turn_barrier(k, false); }
+static void turn_pass(sm90 *k) { turn_barrier(k, true); }
 
 /* ptxas schedules the wgmma.wait_group of P(i-1)·V (and the stage release
  * behind it) right after the wait for S(i), above the softmax it does not
@@ -552,15 +541,7 @@ static void epilogue(sm90 *k)
         s2_nv_if_begin(cg, &store, ok, "store");
         LLVMValueRef row_off = add(k, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""));
         s2_flash_pairs_store(cg, &pr, param(k, P_O), row_off, aligned);
-        LLVMValueRef lse_ptr = param(k, P_LSE);
-        LLVMValueRef want = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntEQ, k->t4, c32(k, 0), ""),
-            LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, lse_ptr, cg->t_i64, ""), c64(k, 0), ""), "");
-        s2_nv_if wl;
-        s2_nv_if_begin(cg, &wl, want, "lse");
-        LLVMValueRef idx = add(k, k->lse_base, sext64(k, qrow));
-        LLVMValueRef lp = LLVMBuildInBoundsGEP2(b, cg->t_f32, lse_ptr, &idx, 1, "");
-        LLVMSetAlignment(LLVMBuildStore(b, lse, lp), 4);
-        s2_nv_if_end(cg, &wl);
+        s2_flash_store_lse(cg, k->t4, param(k, P_LSE), k->lse_base, qrow, lse);
         s2_nv_if_end(cg, &store);
     }
 }

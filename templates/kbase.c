@@ -24,6 +24,21 @@ LLVMValueRef s2_kb_load_i32(s2_kb *kb, LLVMValueRef base, LLVMValueRef idx64, co
     return v;
 }
 
+LLVMValueRef s2_kb_spread(s2_kb *kb, int it, int T, int total, s2_nv_if *guard, const char *name)
+{
+    LLVMValueRef idx = LLVMBuildAdd(kb->b, kb->tid, s2_kb_i32(kb, it * T), "");
+    *guard = (s2_nv_if){0};
+    if ((it + 1) * T > total)
+        s2_nv_if_begin(kb->cg, guard, LLVMBuildICmp(kb->b, LLVMIntULT, idx, s2_kb_i32(kb, total), ""), name);
+    return idx;
+}
+
+void s2_kb_spread_end(s2_kb *kb, s2_nv_if *guard)
+{
+    if (guard->then)
+        s2_nv_if_end(kb->cg, guard);
+}
+
 LLVMBasicBlockRef s2_kb_entry_begin(s2_kb *kb, LLVMBasicBlockRef entry_bb)
 {
     LLVMBasicBlockRef back = LLVMGetInsertBlock(kb->b);

@@ -85,6 +85,12 @@ void s2_kb_lanes(s2_kb *kb, LLVMValueRef t);
 LLVMBasicBlockRef s2_kb_entry_begin(s2_kb *kb, LLVMBasicBlockRef entry_bb);
 void s2_kb_entry_end(s2_kb *kb, LLVMBasicBlockRef back);
 
+/* Pass `it` of spreading items [0, total) over T threads (for it = 0 while
+ * it * T < total): returns the thread's item tid + it * T; on the partial last
+ * pass the code up to s2_kb_spread_end runs under *guard (item < total). */
+LLVMValueRef s2_kb_spread(s2_kb *kb, int it, int T, int total, s2_nv_if *guard, const char *name);
+void s2_kb_spread_end(s2_kb *kb, s2_nv_if *guard);
+
 /* Ring position i of an S-stage ring: its stage i % S, and the parity of
  * its round (i / S) & 1, the mbarrier phase its consumer waits for (the
  * producer waits for the other one: the first round finds every stage

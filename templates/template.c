@@ -212,21 +212,23 @@ static s2_kernel_record record(s2_kernel_role role, s2_abi_id abi, int threads, 
 /* A forward's main record comes first (the driver takes a wide variant's
  * from there); NAME_seqs and NAME_combine, built once per entry
  * (build_entry), follow. */
-static int kernels_fwd_mma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
+static int kernels_fwd(const s2_kspec *s, s2_abi_id abi, int smem, s2_kernel_record *out)
 {
-    out[0] = record(S2_ROLE_FWD, S2_ABI_FWD, s->num_warps * 32, s2_fwd_smem_bytes(p, s), s);
+    out[0] = record(S2_ROLE_FWD, abi, s->num_warps * 32, smem, s);
     out[1] = record(S2_ROLE_FWD_SEQS, S2_ABI_SEQS, S2_SEQS_THREADS, 0, s);
     out[2] = record(S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_COMBINE_THREADS, 0, s);
     return 3;
 }
 
+static int kernels_fwd_mma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
+{
+    return kernels_fwd(s, S2_ABI_FWD, s2_fwd_smem_bytes(p, s), out);
+}
+
 static int kernels_fwd_wgmma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
 {
     s2_abi_id abi = s->persistent > 0 ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA;
-    out[0] = record(S2_ROLE_FWD, abi, s->num_warps * 32, s2_fwd_sm90_smem_bytes(p, s), s);
-    out[1] = record(S2_ROLE_FWD_SEQS, S2_ABI_SEQS, S2_SEQS_THREADS, 0, s);
-    out[2] = record(S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_COMBINE_THREADS, 0, s);
-    return 3;
+    return kernels_fwd(s, abi, s2_fwd_sm90_smem_bytes(p, s), out);
 }
 
 /* NAME_pre takes no shared memory; NAME_dqds and NAME_dqds2 take less than

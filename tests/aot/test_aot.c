@@ -5,6 +5,7 @@
  * the shared-memory attribute, grid, block, stream and every argument. */
 #include "s2c/aot.h"
 #include "util.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -605,9 +606,5 @@ int main(void)
     tcase_add_test(tc, combine_launcher);
     tcase_add_test(tc, invalid_modules);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(s);
 }

@@ -23,6 +23,8 @@
 #include "util.h"
 #include "../attn/patterns.h"
 #include "../runtime/fake_cuda.h"
+#include "fake_driver.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <cuda.h>
@@ -225,15 +227,11 @@ static void build_gen(gen *g, int which, s2_dtype dt, int head_dim, int kv_gathe
 
 static void use_fake(void)
 {
-    ck_assert_int_eq(setenv("S2C_LIBCUDA", fake_path, 1), 0);
-    void *h = dlopen(fake_path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(h != NULL, "dlopen %s: %s", fake_path, dlerror());
-    fake_set = (fake_cuda_set_fn)dlsym(h, "fake_cuda_set");
-    fake_get = (fake_cuda_get_fn)dlsym(h, "fake_cuda_get");
+    void *h = s2t_fake_open(fake_path, &fake_set, &fake_get);
     fake_param_sizes = (fake_cuda_param_sizes_fn)dlsym(h, "fake_cuda_param_sizes");
     fake_last_params = (fake_cuda_last_params_fn)dlsym(h, "fake_cuda_last_params");
     fake_launch_at = (fake_cuda_launch_at_fn)dlsym(h, "fake_cuda_launch_at");
-    ck_assert(fake_set && fake_get && fake_param_sizes && fake_last_params && fake_launch_at);
+    ck_assert(fake_param_sizes && fake_last_params && fake_launch_at);
 }
 
 typedef struct launch_rec {
@@ -1019,16 +1017,7 @@ END_TEST
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s FAKE_LIBCUDA\n", argv[0]);
-        return 1;
-    }
-    fake_path = argv[1];
-    const char *tc = NULL;
-    if (s2_toolchain_version(NULL, S2_CUBIN_AUTO, &tc) != S2_OK) {
-        printf("no ptxas or nvJitLink: skipped\n");
-        return 77;
-    }
+    fake_path = s2t_fake_libcuda_arg(argc, argv);
     const char *tmp = getenv("TMPDIR");
     snprintf(tmp_dir, sizeof tmp_dir, "%s/s2c-aot-fake-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(tmp_dir)) {
@@ -1048,10 +1037,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc_, decode_launcher_matches_runtime_split);
     tcase_add_test(tc_, decode_launcher_matches_runtime_single);
     suite_add_tcase(s, tc_);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = s2t_run_suite(s);
     char cmd[700];
     snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp_dir);
     if (system(cmd) != 0)

@@ -10,6 +10,7 @@
 #include "s2c/codegen.h"
 #include "s2c/layout.h"
 #include "template.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -675,9 +676,5 @@ int main(void)
     tcase_add_test(tc, spec_heuristic_and_limits);
     tcase_add_test(tc, fp8_refused_by_every_template);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(s);
 }

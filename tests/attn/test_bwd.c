@@ -9,6 +9,7 @@
 #include "template.h"
 #include "s2c/attention.h"
 #include "s2c/codegen.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -197,9 +198,5 @@ int main(void)
     tcase_add_loop_test(tc, bwd_assembles_without_spills, 0, NUM_VARIANTS);
     tcase_add_test(tc, bwd_spec_limits);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(s);
 }

@@ -8,11 +8,13 @@
 #include "compile_internal.h"
 #include "patterns.h"
 #include "../runtime/fake_cuda.h"
+#include "fake_driver.h"
 #include "kernel_abi.h"
 #include "template.h"
 #include "s2c/compile.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/codegen.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <dlfcn.h>
@@ -40,12 +42,7 @@ typedef struct fixture {
 static void fixture_init(fixture *f)
 {
     memset(f, 0, sizeof *f);
-    ck_assert_int_eq(setenv("S2C_LIBCUDA", fake_path, 1), 0);
-    void *h = dlopen(fake_path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(h != NULL, "dlopen %s: %s", fake_path, dlerror());
-    fake_set = (fake_cuda_set_fn)dlsym(h, "fake_cuda_set");
-    fake_get = (fake_cuda_get_fn)dlsym(h, "fake_cuda_get");
-    ck_assert(fake_set && fake_get);
+    s2t_fake_open(fake_path, &fake_set, &fake_get);
     f->ctx = s2_ctx_new();
     ck_assert_msg(s2_device_open(f->ctx, 0, &f->dev) == S2_OK, "%s", s2_ctx_message(f->ctx));
     ck_assert_msg(s2_attn_module_load(f->ctx, f->dev, art->cubin, art->cubin_size, &f->mod) == S2_OK, "%s",
@@ -374,10 +371,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc, undersized_workspace_is_too_small);
     tcase_add_loop_test(tc, every_bad_argument_has_its_status, 0, NUM_BAD);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = s2t_run_suite(s);
     s2_artifact_free(art);
     s2_pattern_set_free(set);
     s2_artifact_free(art_ds);

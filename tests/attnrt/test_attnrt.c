@@ -11,6 +11,7 @@
  * Usage: test_attnrt FAKE_LIB */
 #include "../attn/patterns.h"
 #include "../runtime/fake_cuda.h"
+#include "fake_driver.h"
 #include "kernel_abi.h"
 #include "rt_cuda.h"
 #include "s2c/attn_runtime.h"
@@ -18,6 +19,7 @@
 #include "s2c/codegen.h"
 #include "s2c/jit.h"
 #include "s2c/layout.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <cuda.h> /* only for the fake's CUresult values */
@@ -48,12 +50,7 @@ static char tmp_root[2048];
 
 static void use_fake(void)
 {
-    ck_assert_int_eq(setenv("S2C_LIBCUDA", fake_path, 1), 0);
-    void *h = dlopen(fake_path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(h != NULL, "dlopen %s: %s", fake_path, dlerror());
-    fake_set = (fake_cuda_set_fn)dlsym(h, "fake_cuda_set");
-    fake_get = (fake_cuda_get_fn)dlsym(h, "fake_cuda_get");
-    ck_assert(fake_set && fake_get);
+    s2t_fake_open(fake_path, &fake_set, &fake_get);
 }
 
 static void assert_msg_has(const s2_ctx *ctx, const char *needle)
@@ -1332,17 +1329,7 @@ static void remove_tree(const char *dir)
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s FAKE_LIBCUDA\n", argv[0]);
-        return 1;
-    }
-    fake_path = argv[1];
-    /* a toolchain is needed to make the cubins (ptxas or nvJitLink) */
-    const char *tc = NULL;
-    if (s2_toolchain_version(NULL, S2_CUBIN_AUTO, &tc) != S2_OK) {
-        printf("no ptxas or nvJitLink: skipped\n");
-        return 77;
-    }
+    fake_path = s2t_fake_libcuda_arg(argc, argv);
     const char *tmp = getenv("TMPDIR");
     snprintf(tmp_root, sizeof tmp_root, "%s/s2attnrt-XXXXXX", tmp && tmp[0] ? tmp : "/tmp");
     if (!mkdtemp(tmp_root)) {

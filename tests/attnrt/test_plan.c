@@ -19,6 +19,7 @@
  * Usage: test_plan FAKE_LIB (exits 77 without ptxas or nvJitLink). */
 #include "../attn/patterns.h"
 #include "../runtime/fake_cuda.h"
+#include "fake_driver.h"
 #include "kernel_abi.h"
 #include "rt_cuda.h"
 #include "s2c/attention.h"
@@ -26,6 +27,7 @@
 #include "s2c/cache.h"
 #include "s2c/codegen.h"
 #include "s2c/layout.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <dlfcn.h>
@@ -48,15 +50,11 @@ enum { B = 2, S = 256, H = 32, HK = 8, D = 64 };
 
 static void use_fake(void)
 {
-    ck_assert_int_eq(setenv("S2C_LIBCUDA", fake_path, 1), 0);
-    void *h = dlopen(fake_path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(h != NULL, "dlopen %s: %s", fake_path, dlerror());
-    fake_set = (fake_cuda_set_fn)dlsym(h, "fake_cuda_set");
-    fake_get = (fake_cuda_get_fn)dlsym(h, "fake_cuda_get");
+    void *h = s2t_fake_open(fake_path, &fake_set, &fake_get);
     fake_trace = (fake_cuda_trace_fn)dlsym(h, "fake_cuda_trace");
     fake_param_sizes = (fake_cuda_param_sizes_fn)dlsym(h, "fake_cuda_param_sizes");
     fake_launch_at = (fake_cuda_launch_at_fn)dlsym(h, "fake_cuda_launch_at");
-    ck_assert(fake_set && fake_get && fake_trace && fake_param_sizes && fake_launch_at);
+    ck_assert(fake_trace && fake_param_sizes && fake_launch_at);
 }
 
 static void assert_msg_has(const s2_ctx *ctx, const char *needle)
@@ -606,29 +604,13 @@ END_TEST
 
 static s2_artifact *compile(const s2_pattern *p, s2_kernel_kind kind, s2_arch arch)
 {
-    s2_ctx *ctx = s2_ctx_new();
     s2_kernel_spec spec = {.kind = kind, .dtype = S2_DTYPE_BF16, .head_dim = D, .arch = arch};
-    s2_artifact *art = NULL;
-    if (s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) != S2_OK) {
-        fprintf(stderr, "compile: %s\n", s2_ctx_message(ctx));
-        exit(1);
-    }
-    s2_ctx_free(ctx);
-    return art;
+    return s2t_compile_or_exit(p, &spec);
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s FAKE_LIBCUDA\n", argv[0]);
-        return 1;
-    }
-    fake_path = argv[1];
-    const char *tc = NULL;
-    if (s2_toolchain_version(NULL, S2_CUBIN_AUTO, &tc) != S2_OK) {
-        printf("no ptxas or nvJitLink: skipped\n");
-        return 77;
-    }
+    fake_path = s2t_fake_libcuda_arg(argc, argv);
     s2_ctx *ctx = s2_ctx_new();
     s2_local_stride_args la;
     attn_pattern_args(3, &la);   /* GQA 32/8, block 32 */
@@ -666,10 +648,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc_plan, seqs_from_cu_needs_the_kernel);
     tcase_add_test(tc_plan, two_devices_in_one_process);
     suite_add_tcase(s, tc_plan);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = s2t_run_suite(s);
     s2_artifact_free(fwd_art);
     s2_artifact_free(bwd_art);
     s2_artifact_free(dec_art);

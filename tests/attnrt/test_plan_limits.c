@@ -15,6 +15,7 @@
 #include "s2c/attn_runtime.h"
 #include "s2c/cache.h"
 #include "s2c/codegen.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -217,29 +218,13 @@ END_TEST
 
 static s2_artifact *compile(const s2_pattern *p, s2_kernel_kind kind, s2_arch arch)
 {
-    s2_ctx *ctx = s2_ctx_new();
     s2_kernel_spec spec = {.kind = kind, .dtype = S2_DTYPE_BF16, .head_dim = D, .arch = arch};
-    s2_artifact *art = NULL;
-    if (s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) != S2_OK) {
-        fprintf(stderr, "compile: %s\n", s2_ctx_message(ctx));
-        exit(1);
-    }
-    s2_ctx_free(ctx);
-    return art;
+    return s2t_compile_or_exit(p, &spec);
 }
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s FAKE_LIBCUDA\n", argv[0]);
-        return 1;
-    }
-    fake_path = argv[1];
-    const char *tc = NULL;
-    if (s2_toolchain_version(NULL, S2_CUBIN_AUTO, &tc) != S2_OK) {
-        printf("no ptxas or nvJitLink: skipped\n");
-        return 77;
-    }
+    fake_path = s2t_fake_libcuda_arg(argc, argv);
     if (setenv("S2C_LIBCUDA", fake_path, 1) != 0)
         return 1;
     s2_ctx *ctx = s2_ctx_new();
@@ -269,10 +254,7 @@ int main(int argc, char **argv)
     tcase_add_test(tc_limits, plans_of_2_31_tokens_are_refused);
     tcase_add_test(tc_limits, million_token_size_query_is_bounded);
     suite_add_tcase(s, tc_limits);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
+    int failed = s2t_run_suite(s);
     s2_artifact_free(fwd_art);
     s2_artifact_free(bwd_art);
     s2_artifact_free(dec_art);

@@ -5,6 +5,7 @@
  * Every test works in its own fresh directory under $TMPDIR (Check forks
  * each test, so environment changes stay inside it). */
 #include "cache_helpers.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -877,9 +878,5 @@ int main(void)
     tcase_add_test(tc, toolchain_missing_or_broken);
     tcase_add_test(tc, toolchain_real);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(s);
 }

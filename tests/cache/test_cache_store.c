@@ -12,6 +12,7 @@
 #include "../harness/bounded.h"
 #include "cache_helpers.h"
 #include "cache_internal.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <errno.h>
@@ -408,9 +409,5 @@ int main(void)
     tcase_add_test(tc, stale_temporary_files_are_removed);
     tcase_add_test(tc, oversized_entries_are_refused_unread);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(s);
 }

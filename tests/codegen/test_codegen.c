@@ -5,6 +5,7 @@
 #include "s2c/cache.h"
 #include "s2c/codegen.h"
 #include "s2c/pattern.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <llvm-c/Analysis.h>
@@ -468,9 +469,5 @@ static Suite *codegen_suite(void)
 int main(int argc, char **argv)
 {
     fake_nvjitlink = argc > 1 ? argv[1] : "";
-    SRunner *sr = srunner_create(codegen_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s2t_run_suite(codegen_suite());
 }

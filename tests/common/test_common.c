@@ -1,6 +1,7 @@
 /* Unit tests of common/: context messages, arena, buffers, half conversions,
  * edit distances and suggestions. */
 #include "util.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <math.h>
@@ -161,9 +162,5 @@ int main(void)
     tcase_add_test(tc, edit_distance);
     tcase_add_test(tc, suggestions);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s2t_run_suite(s);
 }

@@ -3,6 +3,7 @@
  * read back through the lookups, the refusal of dtypes no template builds,
  * and the fp8 conversions on known bit patterns (rounding, saturation, NaN). */
 #include "dtype.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <cuda.h>
@@ -230,9 +231,5 @@ int main(void)
     tcase_add_test(tc, e5m2_codes);
     tcase_add_test(tc, row_conversions);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(s);
 }

@@ -10,6 +10,7 @@
 #include "mask_oracle.h"
 #include "rand_pattern.h"
 #include "util.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -417,9 +418,5 @@ int main(void)
     tcase_add_test(tc, combine_empty_inputs);
     tcase_add_test(tc, paged_per_head_tables);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(s);
 }

@@ -14,8 +14,10 @@
 #include "s2c/layout.h"
 #include "s2c/runtime.h"
 #include "../runtime/fake_cuda.h"
+#include "fake_driver.h"
 #include "mask_oracle.h"
 #include "rand_pattern.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <dlfcn.h>
@@ -44,12 +46,7 @@ typedef struct rig {
 
 static void use_fake(void)
 {
-    ck_assert_int_eq(setenv("S2C_LIBCUDA", fake_path, 1), 0);
-    void *h = dlopen(fake_path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(h != NULL, "dlopen %s: %s", fake_path, dlerror());
-    fake_set = (fake_cuda_set_fn)dlsym(h, "fake_cuda_set");
-    fake_get = (fake_cuda_get_fn)dlsym(h, "fake_cuda_get");
-    ck_assert(fake_set && fake_get);
+    s2t_fake_open(fake_path, &fake_set, &fake_get);
 }
 
 /* Heads 4 over 2 kv heads, block 16, local 2, stride 4: most blocks dropped. */
@@ -336,16 +333,7 @@ END_TEST
 
 int main(int argc, char **argv)
 {
-    if (argc < 2) {
-        fprintf(stderr, "usage: %s FAKE_LIBCUDA\n", argv[0]);
-        return 1;
-    }
-    fake_path = argv[1];
-    const char *tc = NULL;
-    if (s2_toolchain_version(NULL, S2_CUBIN_AUTO, &tc) != S2_OK) {
-        printf("no ptxas or nvJitLink: skipped\n");
-        return 77;
-    }
+    fake_path = s2t_fake_libcuda_arg(argc, argv);
     Suite *s = suite_create("decode_check");
     TCase *t = tcase_create("validate");
     tcase_set_timeout(t, 120);
@@ -356,9 +344,5 @@ int main(int argc, char **argv)
     tcase_add_test(t, table_kv_head_stride_below_max_pages_is_refused);
     tcase_add_test(t, decode_capture_needs_its_lists);
     suite_add_tcase(s, t);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(s);
 }

@@ -8,6 +8,7 @@
 #include "dist.h"
 #include "s2c/layout.h"
 #include "s2c/pattern.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <stdlib.h>
@@ -276,9 +277,5 @@ int main(void)
     tcase_add_test(tc, split_covers_once);
     tcase_add_test(tc, split_refusals);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(s);
 }

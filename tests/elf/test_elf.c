@@ -7,6 +7,7 @@
 #include "elf.h"
 #include "s2c/manifest.h"
 #include "util.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -517,9 +518,5 @@ int main(int argc, char **argv)
         tcase_add_test(tc, fuzz_regressions);
     }
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(s);
 }

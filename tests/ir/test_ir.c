@@ -8,6 +8,7 @@
 #include "mask_oracle.h"
 #include "rand_pattern.h"
 #include "util.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -1546,9 +1547,5 @@ static Suite *ir_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(ir_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(ir_suite());
 }

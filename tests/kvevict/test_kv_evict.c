@@ -11,6 +11,7 @@
 #include "mask_oracle.h"
 #include "rand_pattern.h"
 #include "util.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -679,9 +680,5 @@ int main(void)
     tcase_add_test(tc, test_errors);
     tcase_add_test(tc, test_ref_per_head_tables);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s2t_run_suite(s);
 }

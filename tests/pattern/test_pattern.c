@@ -3,6 +3,7 @@
  * mask-file reader, one-line error messages for bad files, and the fuzz
  * corpus as a regression set. */
 #include "s2c/pattern.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <dirent.h>
@@ -689,9 +690,5 @@ static Suite *pattern_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(pattern_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s2t_run_suite(pattern_suite());
 }

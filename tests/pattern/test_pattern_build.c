@@ -2,6 +2,7 @@
  * per-head rules (the S2 library's heads sliced), checked against the golden
  * masks that library made, and the definition checks with their messages. */
 #include "s2c/pattern.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <stdlib.h>
@@ -191,9 +192,5 @@ static Suite *build_suite(void)
 
 int main(void)
 {
-    SRunner *sr = srunner_create(build_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s2t_run_suite(build_suite());
 }

@@ -7,6 +7,7 @@
 #include "s2c/pattern.h"
 
 #include "../harness/bounded.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <stdio.h>
@@ -387,9 +388,5 @@ int main(void)
     tcase_add_test(tc, mask_errors_at_reference);
     tcase_add_test(tc, mask_paths);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s2t_run_suite(s);
 }

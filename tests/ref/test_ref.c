@@ -6,6 +6,7 @@
  * Random inputs are seeded from S2C_SEED (or the clock); every failure
  * message carries the seed. */
 #include "s2c/ref.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <math.h>
@@ -1339,9 +1340,5 @@ int main(void)
     snprintf(seed, sizeof seed, "%llu", (unsigned long long)base_seed());
     setenv("S2C_SEED", seed, 1);
     fprintf(stderr, "test_ref: seed %s (set S2C_SEED to repeat)\n", seed);
-    SRunner *sr = srunner_create(ref_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s2t_run_suite(ref_suite());
 }

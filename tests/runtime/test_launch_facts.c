@@ -2,6 +2,7 @@
  * occupancy rule over an H100's and an A100's limits, the persistent grid,
  * and the refusals, with exact values. */
 #include "launch_facts.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <stdint.h>
@@ -181,9 +182,5 @@ int main(void)
     tcase_add_test(tc, persistent_grid);
     tcase_add_test(tc, refusals);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s2t_run_suite(s);
 }

@@ -10,6 +10,7 @@
 #include "manifest_internal.h"
 #include "s2c/layout.h"
 #include "s2c/manifest.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <inttypes.h>
@@ -450,9 +451,5 @@ int main(void)
     tcase_add_test(tc, variant_rule_read_and_checked);
     tcase_add_test(tc, pattern_from_args_bounded_alike);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(s);
 }

@@ -6,6 +6,7 @@
  * does not survive fork. */
 #include "rt_cuda.h"
 #include "s2c/runtime.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <cudaTypedefs.h>
@@ -466,9 +467,5 @@ int main(void)
     tcase_add_test(tc, four_threads_share_kernels);
     tcase_add_test(tc, adopt_existing_context);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return s2t_run_suite(s);
 }
