@@ -552,7 +552,7 @@ def test_emit_c():
             args = ", ".join(["p"] * 7 + ["0"] * 12 + ["p", "0", "0", "p", "1", "16", "1.0f", "p", "p", "p", "1",
                                                         "1", "p", "1", "1"])
             cargs = ", ".join(["p", "p", "0", "0", "0", "0", "0", "p", "0", "0", "0", "p", "2", "1", "1", "1",
-                               "ps", "ps"])
+                               "0", "ps", "ps"])   # ..., rows, sinks (none), o_in, lse_in
             with open(os.path.join(ddir, "user.c"), "w") as u:
                 u.write('#include "dec.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n    CUdeviceptr p = 0;\n'
                         '    const CUdeviceptr ps[2] = {0, 0};\n'
