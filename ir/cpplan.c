@@ -8,6 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* (rank, kv head, block) triples a plan may hold: its block sets and lists */
+#define S2_CP_MAX_BLOCK_SETS (INT64_C(1) << 28)
+
 struct s2_cp_plan {
     const s2_pattern *p;
     s2_cp_plan_args a;
@@ -410,9 +413,11 @@ s2_status s2_cp_plan_new(s2_ctx *ctx, const s2_pattern *p, const s2_cp_plan_args
     s2_layout *L = NULL;
     need_map nm = {0};
     nm.words = s2_cdiv(c->nblocks, 64);
-    if ((double)lists * (double)nm.words * 8.0 > (double)(INT64_C(1) << 30)) {
-        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "cp plan: %d ranks x %d kv heads x %" PRId64
-                     " blocks need more than 1 GiB of block sets", c->P, c->kvh, c->nblocks);
+    /* the plan's size: a block set per (rank, kv head), lists up to as long */
+    if ((double)lists * (double)c->nblocks > (double)S2_CP_MAX_BLOCK_SETS) {
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED,
+                     "cp plan: %d ranks x %d kv heads x %" PRId64 " blocks: over 2^28 (rank, kv head, block) sets",
+                     c->P, c->kvh, c->nblocks);
         goto out;
     }
     c->recv = calloc((size_t)lists, sizeof *c->recv);
@@ -440,6 +445,12 @@ s2_status s2_cp_plan_new(s2_ctx *ctx, const s2_pattern *p, const s2_cp_plan_args
     bool runs = p->causal && !args->schedules;
     for (int cl = 0; cl < L->num_classes; cl++)
         runs = runs && s2_ir_readers_one_run(p, L->class_rep[cl]);
+    if (runs && (double)c->nblocks * c->chunks * L->num_classes > (double)S2_CP_MAX_BLOCK_SETS * 16) {
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED,
+                     "cp plan: %" PRId64 " blocks x %d chunks x %d head classes: over 2^32 steps", c->nblocks,
+                     c->chunks, L->num_classes);
+        goto out;
+    }
     if (!runs) {
         int64_t total = 0;
         if ((st = s2_layout_entries_bound(ctx, L, args->spec, false, 1, c->a.max_entries, NULL, &total)) != S2_OK)

@@ -60,7 +60,9 @@ typedef struct s2_cp_block {
  * and any plan with schedules, from the single-GPU schedule's entries
  * (S2_ERR_UNSUPPORTED past max_entries).  S2_ERR_INVALID for a bad
  * argument (ranks, sharding, chunks not whole tiles, tiles narrower than a
- * block), S2_ERR_SEQ_LEN past the pattern's length. */
+ * block), S2_ERR_SEQ_LEN past the pattern's length, S2_ERR_UNSUPPORTED past
+ * 2^28 (rank, kv head, block) triples or, planned by runs, 2^32 steps
+ * (blocks x chunks x head classes). */
 S2_API s2_status s2_cp_plan_new(s2_ctx *ctx, const s2_pattern *p, const s2_cp_plan_args *args, s2_cp_plan **out);
 S2_API void s2_cp_plan_free(s2_cp_plan *plan);
 

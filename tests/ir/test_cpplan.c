@@ -317,7 +317,9 @@ START_TEST(issue_shape)
                 ck_assert_msg(imb > 1.3, "contiguous at %d ranks: max/mean %.4f", ranks[i], imb);
             ck_assert_msg(bytes * 6 <= ring, "%d ranks, sharding %d: %.3g bytes against ring's %.3g", ranks[i], sh,
                           bytes, ring);
-            ck_assert_msg(bytes * 20 >= ring, "%d ranks, sharding %d: %.3g bytes, ring %.3g", ranks[i], sh, bytes, ring);   /* the stripes of about half the keys (causal): not nothing */
+            /* the stripes of about half the keys (causal): not nothing */
+            ck_assert_msg(bytes * 20 >= ring, "%d ranks, sharding %d: %.3g bytes, ring %.3g", ranks[i], sh, bytes,
+                          ring);
             s2_cp_plan_free(c);
         }
     s2_pattern_set_free(set);
@@ -347,6 +349,7 @@ START_TEST(refusals)
         {{0, 4, S2_CP_ZIGZAG, {128, 64}, false, 0}, S2_ERR_SEQ_LEN, "seq_len 0"},
         {{INT64_C(1) << 16, 4, S2_CP_ZIGZAG, {128, 64}, true, 1000}, S2_ERR_UNSUPPORTED, "over 1000 entries"},
         {{INT64_C(1) << 16, 4, S2_CP_ZIGZAG, {128, 64}, false, -1}, S2_ERR_INVALID, "negative"},
+        {{INT64_C(1) << 22, 4096, S2_CP_ZIGZAG, {128, 64}, false, 0}, S2_ERR_UNSUPPORTED, "over 2^28"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         c = (s2_cp_plan *)&a;
