@@ -55,6 +55,10 @@ void s2_ir_entry_fill(const s2_layout *l, const s2_tile_geom *g, int64_t t, int6
 /* Token pairs kept in [qa, qb) x [ka, kb) when the block pair is kept. */
 int64_t s2_ir_rect_pairs(int64_t qa, int64_t qb, int64_t ka, int64_t kb, bool causal);
 
+/* Head q's readers of each key block are one run of query blocks containing the block's own
+ * (an absolute rule without ranges: window, stripe column and dense runs all contain m = n). */
+bool s2_ir_readers_one_run(const s2_pattern *p, int q);
+
 s2_status s2_ir_geom(s2_ctx *ctx, const s2_layout *l, s2_tile_spec spec, s2_tile_geom *g);
 
 /* Block distance bounds of a range rule: d with dist_lo <= d*bs < dist_hi, and

@@ -15,7 +15,7 @@ static bool ranges_apply(const s2_pattern *p, int q)
 
 /* Every component of an absolute rule without ranges (window, stripe column,
  * dense) is a run of query blocks containing m = n, so their union is one run. */
-static bool contiguous_by_construction(const s2_pattern *p, int q)
+bool s2_ir_readers_one_run(const s2_pattern *p, int q)
 {
     return rule_head(p, q) && p->vert_position == S2_VERT_ABSOLUTE && !ranges_apply(p, q);
 }
@@ -52,7 +52,7 @@ s2_status s2_layout_check_kv_efficient(s2_ctx *ctx, const s2_layout *l, bool *ok
     s2_status st = S2_OK;
     for (int c = 0; c < l->num_classes && *ok; c++) {
         int q = l->class_rep[c];
-        if (contiguous_by_construction(l->p, q))
+        if (s2_ir_readers_one_run(l->p, q))
             continue;
         for (int64_t n = 0; n < l->kv_blocks; n++) {
             int64_t a, g, b;

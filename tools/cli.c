@@ -67,7 +67,9 @@ static const struct option all_options[] = {
     {"block-n", required_argument, NULL, O_BLOCK_N}, {"head-dim", required_argument, NULL, O_HEAD_DIM},
     {"num-warps", required_argument, NULL, O_WARPS}, {"num-stages", required_argument, NULL, O_STAGES},
     {"kv-gather", required_argument, NULL, O_KV_GATHER}, {"max-bytes", required_argument, NULL, O_MAX_BYTES},
-    {"option", required_argument, NULL, O_OPTION},
+    {"option", required_argument, NULL, O_OPTION}, {"ranks", required_argument, NULL, O_RANKS},
+    {"sharding", required_argument, NULL, O_SHARDING}, {"tflops", required_argument, NULL, O_TFLOPS},
+    {"link-gbps", required_argument, NULL, O_LINK},
     {NULL, 0, NULL, 0},
 };
 
@@ -233,6 +235,10 @@ static int set_option(opts *o, int id, const char *key, const char *val)
             return usage_error("%s: at most 8 --option", cli_command_prefix());
         o->options[o->num_options++] = val;
         break;
+    case O_RANKS: o->ranks_text = val; break;
+    case O_SHARDING: o->sharding = val; break;
+    case O_TFLOPS: o->tflops_text = val; break;
+    case O_LINK: o->link_text = val; break;
     }
     return rc ? EXIT_USAGE : 0;
 }

@@ -51,6 +51,7 @@ typedef struct opts {
     int num_archs;
     const char *stdin_text;         /* the pattern read from stdin once ('-'), or NULL */
     size_t stdin_len;
+    const char *ranks_text, *sharding, *tflops_text, *link_text;   /* cp-plan's, as given */
 } opts;
 
 /* Option ids: a short option's own letter, else from 256. */
@@ -58,7 +59,7 @@ enum {
     O_OUTPUT = 'o', O_VERBOSE = 'v', O_HELP = 'h', O_QUIET = 'q',
     O_NAME = 256, O_ALLOW, O_FORMAT, O_ARCH, O_EMIT, O_BACKEND, O_KERNEL, O_DUMP, O_OVERRIDE, O_DTYPE,
     O_SEQ_LEN, O_KV_LEN, O_PAGE, O_PREFILL, O_KIND, O_BLOCK_M, O_BLOCK_N, O_HEAD_DIM, O_WARPS, O_STAGES,
-    O_KV_GATHER, O_MAX_BYTES, O_OPTION, O_MD, O_MF, O_MT,
+    O_KV_GATHER, O_MAX_BYTES, O_OPTION, O_MD, O_MF, O_MT, O_RANKS, O_SHARDING, O_TFLOPS, O_LINK,
 };
 
 /* One subcommand: its runner, the options it takes and its --help text. */
@@ -142,6 +143,7 @@ int cmd_layout(s2_ctx *ctx, int argc, char **argv);
 int cmd_kv_memory(s2_ctx *ctx, int argc, char **argv);
 int cmd_compile(s2_ctx *ctx, int argc, char **argv);
 int cmd_info(s2_ctx *ctx, int argc, char **argv);
+int cmd_cp_plan(s2_ctx *ctx, int argc, char **argv);
 /* s2c --version [--verbose] (argv[1..]: those two options) */
 int cmd_version(int argc, char **argv);
 

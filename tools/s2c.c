@@ -6,6 +6,7 @@
  *   s2c compile PATTERN --head-dim D --dtype bf16|fp16 --arch ARCH [--emit cubin|c|ptx|ll] -o OUT ...
  *   s2c info CUBIN
  *   s2c kv-memory PATTERN --seq-len N[,N...] [--page-size N] [--prefill N] [--head-dim D] [--dtype bf16|fp16]
+ *   s2c cp-plan [PATTERN] [--ranks N,...] [--seq-len N,...] [--sharding S] [--tflops T] [--link-gbps B] ...
  *   s2c help [COMMAND], s2c COMMAND --help, s2c --help, s2c --version [--verbose]
  *
  * Exit status: 0 success, 1 bad input (pattern, spec, toolchain, file), 2 usage.
@@ -24,6 +25,8 @@ static const int compile_options[] = {O_HEAD_DIM, O_DTYPE, O_ARCH, O_OUTPUT, O_E
                                       O_OVERRIDE, O_KERNEL, O_VERBOSE, O_ALLOW, O_MD, O_MF, O_MT, O_QUIET,
                                       O_HELP, 0};
 static const int info_options[] = {O_FORMAT, O_QUIET, O_HELP, 0};
+static const int cp_plan_options[] = {O_RANKS, O_SEQ_LEN, O_SHARDING, O_TFLOPS, O_LINK, O_HEAD_DIM, O_DTYPE,
+                                      O_BLOCK_M, O_BLOCK_N, O_NAME, O_ALLOW, O_QUIET, O_HELP, 0};
 static const int kv_memory_options[] = {O_SEQ_LEN, O_PAGE, O_PREFILL, O_HEAD_DIM, O_DTYPE, O_NAME, O_FORMAT,
                                         O_ALLOW, O_QUIET, O_HELP, 0};
 
@@ -99,6 +102,28 @@ const cli_command cli_commands[] = {
      "  --head-dim D --dtype bf16|fp16   for bytes (default 128, bf16)\n"
      "  --name NAME                 which pattern of a multi-pattern file (default: the first)\n"
      "  --format text|json          json: one document (schema_version 1, README 'Command line')\n"
+     MASK_HELP COMMON_HELP STDIN_HELP},
+    {"cp-plan", cmd_cp_plan, cp_plan_options, "context parallelism on paper: KV bytes per rank, balance, time",
+     "usage: s2c cp-plan [PATTERN] [options]\n"
+     "The sequence sharded over ranks, each receiving only the KV blocks its heads read\n"
+     "(s2c/cpplan.h), against ring attention, which passes every rank's K and V to every\n"
+     "other: per row the received MiB per rank (mean, max), ring attention's, their ratio (max\n"
+     "over ring), the causal work's balance (max/mean over ranks) and the forward's\n"
+     "predicted time: max over ranks of max(compute, communication), overlapped.\n"
+     "Without PATTERN: 32 heads, 8 kv heads, block 64, local 16, stride 8, causal, one\n"
+     "shift per kv group (patterns/phi3-small.yaml without its dense heads).\n"
+     "\n"
+     "  --ranks N[,N...]            ranks (default 8,16,32,64)\n"
+     "  --seq-len N[,N...]          tokens (default 1048576,2097152,4194304,10485760); each\n"
+     "                              a multiple of the chunks (ranks, or 2 x ranks for zigzag)\n"
+     "                              of whole tiles\n"
+     "  --sharding zigzag|contiguous|both   zigzag: rank i holds chunks i and 2P-1-i (default)\n"
+     "  --tflops T                  single-GPU forward throughput, TFLOP/s (default 640: H100,\n"
+     "                              bench/RESULTS.md run 106, b64_l16v8_16k)\n"
+     "  --link-gbps B               link bandwidth per rank, GB/s (default 50)\n"
+     "  --head-dim D --dtype bf16|fp16   for bytes and FLOPs (default 128, bf16)\n"
+     "  --block-m M --block-n N     the forward's tile (default 128 x 64)\n"
+     "  --name NAME                 which pattern of a multi-pattern file (default: the first)\n"
      MASK_HELP COMMON_HELP STDIN_HELP},
     {NULL, NULL, NULL, NULL, NULL},
 };

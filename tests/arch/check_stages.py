@@ -37,7 +37,7 @@ PUBLIC_ONLY = {"dist": {"runtime"}}
 PUBLIC = {
     "common.h": "common", "version.h": "common",
     "pattern.h": "patterns",
-    "layout.h": "ir", "decode.h": "ir", "kv_evict.h": "ir",
+    "layout.h": "ir", "decode.h": "ir", "kv_evict.h": "ir", "cpplan.h": "ir",
     "spec.h": "abi", "manifest.h": "abi", "launch.h": "abi",
     "codegen.h": "codegen", "cache.h": "codegen",
     "compile.h": "driver", "attention.h": "driver", "aot.h": "driver",
