@@ -20,7 +20,7 @@ from pathlib import Path
 # LLVM nor libyaml; libs2c (patterns, generator, JIT, reference) links it.
 HEADERS = {
     "s2rt": ["common.h", "runtime.h", "attn_runtime.h", "launch.h", "decode.h", "layout.h",
-             "kv_evict.h", "manifest.h", "spec.h"],
+             "kv_evict.h", "manifest.h", "spec.h", "cpplan.h"],
     "s2c": ["pattern.h", "compile.h", "codegen.h", "cache.h", "jit.h", "aot.h", "ref.h"],
 }
 
