@@ -8,6 +8,7 @@
 #include "s2c/cpplan.h"
 #include "s2c/layout.h"
 #include "s2c/pattern.h"
+#include "check_main.h"
 
 #include <check.h>
 #include <stdlib.h>
@@ -398,9 +399,5 @@ int main(void)
     tcase_add_test(tc, issue_shape);
     tcase_add_test(tc, refusals);
     suite_add_tcase(s, tc);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+    return s2t_run_suite(s);
 }
