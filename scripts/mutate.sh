@@ -90,12 +90,12 @@ new: return scale != 0.0 ? scale : 1.0 / (double)head_dim;
 tests: ref decode
 what: the reference's default softmax scale is 1/D, not 1/sqrt(D)
 
-name: fwd-lse-overlap
+name: lse-overlap
 file: runtime/checks.c
-old: if (st == S2_OK && a->lse && extents_meet(a->o, bytes[3], a->lse, bytes[4]))
-new: if (st == S2_OK && 0 && a->lse && extents_meet(a->o, bytes[3], a->lse, bytes[4]))
+old: if (st == S2_OK && lse && extents_meet(o->ptr, o_bytes, lse, lse_bytes))
+new: if (st == S2_OK && 0 && lse && extents_meet(o->ptr, o_bytes, lse, lse_bytes))
 tests: attnrt
-what: the forward no longer refuses an lse buffer that overlaps o
+what: the forward, decode and combine no longer refuse an lse buffer that overlaps o (one check since the duplicates went)
 
 name: aot-c-string-escape
 file: driver/emit_c.c
