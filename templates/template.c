@@ -314,8 +314,8 @@ const s2_template *s2_template_at(int i) { return i >= 0 && i < s2_template_coun
 /* An attention template takes a spec of its kind, dtype and head dim that its accepts() holds for. */
 static bool takes(const s2_template *t, const s2_kspec *spec)
 {
-    return t->accepts && t->kind == spec->kind && (unsigned)spec->dtype < 32 && spec->head_dim > 0 &&
-           spec->head_dim < 256 && spec->head_dim % 8 == 0 && (t->dtypes & S2_TEMPLATE_DTYPE(spec->dtype)) &&
+    return t->accepts && t->kind == spec->kind && (unsigned)spec->dtype < 32 && S2_TEMPLATE_HEAD_DIM_OK(spec->head_dim) &&
+           (t->dtypes & S2_TEMPLATE_DTYPE(spec->dtype)) &&
            (t->head_dims & S2_TEMPLATE_HEAD_DIM(spec->head_dim)) && t->accepts(spec);
 }
 
@@ -360,9 +360,8 @@ s2_status s2_template_pick(s2_ctx *ctx, const s2_kspec *spec, const s2_template 
         list_of(names, sizeof names, dtypes, 1, true);
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: dtype %s (%s only)", s2_dtype_name(spec->dtype), names);
     }
-    if (spec->head_dim <= 0 || spec->head_dim >= 256 || spec->head_dim % 8 ||
-        !(head_dims & S2_TEMPLATE_HEAD_DIM(spec->head_dim))) {
-        list_of(names, sizeof names, head_dims, 8, false);
+    if (!S2_TEMPLATE_HEAD_DIM_OK(spec->head_dim) || !(head_dims & S2_TEMPLATE_HEAD_DIM(spec->head_dim))) {
+        list_of(names, sizeof names, head_dims, 16, false);
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: head_dim %d (%s)", spec->head_dim, names);
     }
     if (!(*out = s2_template_for(spec)))

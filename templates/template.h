@@ -32,7 +32,9 @@ enum { S2_TEMPLATE_MAX_VARIANTS = 2 };
 
 /* A template's dtypes (1u << s2_dtype) and head dims (S2_TEMPLATE_HEAD_DIM(d)). */
 #define S2_TEMPLATE_DTYPE(t) (1u << (t))
-#define S2_TEMPLATE_HEAD_DIM(d) (1u << ((d) / 8))
+/* head dims are multiples of 16 from 16 to 256: bits 1..16 */
+#define S2_TEMPLATE_HEAD_DIM(d) (1u << ((d) / 16))
+#define S2_TEMPLATE_HEAD_DIM_OK(d) ((d) >= 16 && (d) <= 256 && (d) % 16 == 0)
 
 typedef struct s2_template {
     const char *name;      /* "fwd_mma", "fwd_wgmma", "bwd", "decode", "row_softmax" */
