@@ -1,0 +1,115 @@
+"""Where a training step's time goes: the 1B Llama-shaped step of train.py
+(KV_HEADS kv heads, 32K tokens), per provider (noop, s2c, dkernel with
+DKERNEL_DIR), under torch.profiler.  Prints per step: wall ms, the sum of GPU
+kernel time, GPU idle (wall - busy), allocator retries and device
+(de)allocations, and the kernels whose total time differs most between the
+providers, so a step's distance from its bound can be attributed.
+
+  OUT=DIR SEQ=32768 KV_HEADS=16 python3 bench/e2e/profile_step.py"""
+import collections
+import os
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import s2c  # noqa: E402,F401
+
+SEQ = int(os.environ.get("SEQ", "32768"))
+KV_HEADS = int(os.environ.get("KV_HEADS", "16"))
+ONLY = os.environ.get("ONLY", "noop,s2c,dkernel").split(",")
+H, BLOCK, LOCAL, STRIDE = 16, 64, 16, 8
+STEPS = 2
+
+
+def main():
+    if not torch.cuda.is_available():
+        print("no CUDA device: skipped"); sys.exit(77)
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
+    import s2c.integrations.hf as s2hf
+
+    LSSA = None
+    if os.environ.get("DKERNEL_DIR") and "dkernel" in ONLY:
+        import importlib.metadata as md
+        orig = md.version
+        md.version = lambda name: "0.0.2" if name == "dkernel" else orig(name)
+        sys.path.insert(0, os.environ["DKERNEL_DIR"])
+        from dkernel import LocalStrideSparseAttention as LSSA
+    dk = {}
+
+    def noop_attn(module, query, key, value, attention_mask, **kw):
+        return (query * 0 + value.mean() * 0).transpose(1, 2).contiguous(), None
+
+    def dk_attn(module, query, key, value, attention_mask, scaling=None, **kw):
+        S = query.shape[2]
+        if S not in dk:
+            dk[S] = LSSA(H, S, BLOCK, LOCAL, STRIDE, num_kv_heads=KV_HEADS, seq_dim=2).cuda()
+        return dk[S](query, key, value, scaling).transpose(1, 2).contiguous(), None
+
+    AttentionInterface.register("noop", noop_attn)
+    AttentionInterface.register("dkernel", dk_attn)
+    s2hf.register()
+    cfg = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=H,
+                      num_key_value_heads=KV_HEADS, vocab_size=32000, max_position_embeddings=131072,
+                      torch_dtype=torch.bfloat16)
+    with torch.device("cuda"):
+        cfg._attn_implementation = "sdpa"
+        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
+    model.config.s2c = {"block_size": BLOCK, "local_blocks": LOCAL, "vert_stride": STRIDE, "dense_layers": []}
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    ids = torch.randint(0, 32000, (1, SEQ), device="cuda")
+
+    def step():
+        out = model(input_ids=ids, labels=ids, use_cache=False)
+        out.loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+
+    kern = {}
+    for name in ONLY:
+        if name == "dkernel" and LSSA is None:
+            continue
+        model.config._attn_implementation = name
+        for _ in range(2):
+            step()
+        torch.cuda.synchronize()
+        m0 = torch.cuda.memory_stats()
+        t0 = time.perf_counter()
+        with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
+            for _ in range(STEPS):
+                step()
+            torch.cuda.synchronize()
+        wall = (time.perf_counter() - t0) * 1e3 / STEPS
+        m1 = torch.cuda.memory_stats()
+        per = collections.Counter()
+        busy = []
+        for e in prof.events():
+            if e.device_type == torch.autograd.DeviceType.CUDA and e.device_time_total > 0:
+                per[e.name] += e.device_time_total / 1e3 / STEPS
+                busy.append((e.time_range.start, e.time_range.end))
+        busy.sort()
+        union, end = 0.0, -1.0
+        for s, e in busy:      # the union of kernel intervals (us)
+            if e > end:
+                union += e - max(s, end)
+                end = e
+        kern[name] = per
+        d = {k: m1.get(k, 0) - m0.get(k, 0) for k in ("num_alloc_retries", "num_device_alloc", "num_device_free")}
+        print(f"{name:>8}: wall {wall:.1f} ms/step (profiled), kernels {sum(per.values()):.1f} ms, busy "
+              f"{union / 1e3 / STEPS:.1f} ms, idle {wall - union / 1e3 / STEPS:.1f} ms; allocator {d}; peak "
+              f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
+        torch.cuda.reset_peak_memory_stats()
+        torch.cuda.empty_cache()
+
+    base = kern.get("noop", collections.Counter())
+    for name, per in kern.items():
+        if name == "noop":
+            continue
+        diff = sorted(((per[k] - base[k], k) for k in set(per) | set(base)), reverse=True)
+        print(f"\n{name} - noop, kernels by ms/step difference (top 15, then bottom 5):")
+        for dv, k in diff[:15] + diff[-5:]:
+            print(f"  {dv:+9.2f}  {per[k]:8.2f}  {k[:110]}")
+
+
+if __name__ == "__main__":
+    main()
