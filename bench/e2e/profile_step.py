@@ -5,10 +5,16 @@ kernel time, GPU idle (wall - busy), allocator retries and device
 (de)allocations, and the kernels whose total time differs most between the
 providers, so a step's distance from its bound can be attributed.
 
+Providers: noop, s2c, s2c_contig (s2c with gradients allocated contiguous
+[B, H, S, D] instead of in their inputs' strides), dkernel.  Each is also
+timed unprofiled (3 steps) with the SM clock and power sampled by nvidia-smi.
+
   OUT=DIR SEQ=32768 KV_HEADS=16 python3 bench/e2e/profile_step.py"""
 import collections
 import os
+import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -18,7 +24,7 @@ import s2c  # noqa: E402,F401
 
 SEQ = int(os.environ.get("SEQ", "32768"))
 KV_HEADS = int(os.environ.get("KV_HEADS", "16"))
-ONLY = os.environ.get("ONLY", "noop,s2c,dkernel").split(",")
+ONLY = os.environ.get("ONLY", "noop,s2c,s2c_contig,dkernel").split(",")
 H, BLOCK, LOCAL, STRIDE = 16, 64, 16, 8
 STEPS = 2
 
@@ -51,6 +57,21 @@ def main():
     AttentionInterface.register("noop", noop_attn)
     AttentionInterface.register("dkernel", dk_attn)
     s2hf.register()
+    import s2c.ops as ops
+    strided = ops._grad_strides
+
+    def s2c_contig(*a, **kw):
+        ops._grad_strides = lambda t: ops._meta(t.shape).stride()
+        try:
+            return s2hf.attention(*a, **kw)
+        finally:
+            ops._grad_strides = strided
+    AttentionInterface.register("s2c_contig", s2c_contig)
+    from transformers import AttentionMaskInterface
+    AttentionMaskInterface.register("s2c_contig", s2hf._mask)
+    smi_log = tempfile.NamedTemporaryFile("w+", suffix=".csv")
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
+                            "-lms", "100"], stdout=smi_log, stderr=subprocess.DEVNULL)
     cfg = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=H,
                       num_key_value_heads=KV_HEADS, vocab_size=32000, max_position_embeddings=131072,
                       torch_dtype=torch.bfloat16)
@@ -73,6 +94,21 @@ def main():
         for _ in range(2):
             step()
         torch.cuda.synchronize()
+        smi_log.flush(); n0 = len(open(smi_log.name).readlines())
+        t0 = time.perf_counter()
+        for _ in range(3):
+            step()
+        torch.cuda.synchronize()
+        plain = (time.perf_counter() - t0) * 1e3 / 3
+        time.sleep(0.15); smi_log.flush()
+        samples = [ln.split(",") for ln in open(smi_log.name).readlines()[n0:]]
+        try:
+            clk = sum(float(a) for a, _ in samples) / len(samples)
+            pw = sum(float(b) for _, b in samples) / len(samples)
+        except (ValueError, ZeroDivisionError):
+            clk = pw = float("nan")
+        print(f"{name:>10}: unprofiled {plain:.1f} ms/step, SM clock {clk:.0f} MHz, power {pw:.0f} W "
+              f"({len(samples)} samples)", flush=True)
         m0 = torch.cuda.memory_stats()
         t0 = time.perf_counter()
         with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
@@ -95,12 +131,13 @@ def main():
                 end = e
         kern[name] = per
         d = {k: m1.get(k, 0) - m0.get(k, 0) for k in ("num_alloc_retries", "num_device_alloc", "num_device_free")}
-        print(f"{name:>8}: wall {wall:.1f} ms/step (profiled), kernels {sum(per.values()):.1f} ms, busy "
+        print(f"{name:>10}: wall {wall:.1f} ms/step (profiled), kernels {sum(per.values()):.1f} ms, busy "
               f"{union / 1e3 / STEPS:.1f} ms, idle {wall - union / 1e3 / STEPS:.1f} ms; allocator {d}; peak "
               f"{torch.cuda.max_memory_allocated() / 2**30:.1f} GiB", flush=True)
         torch.cuda.reset_peak_memory_stats()
         torch.cuda.empty_cache()
 
+    smi.terminate()
     base = kern.get("noop", collections.Counter())
     for name, per in kern.items():
         if name == "noop":
