@@ -7,7 +7,9 @@
  * random bf16 in [-1.5, 1.5], dO in [-1, 1]; one forward + backward is
  * checked (every dq, dk, dv element finite — the float64 comparison is
  * tests/attn/test_bwd_gpu.c), then forward, backward and forward+backward
- * are each timed: warm-up, --reps runs between two CUDA events, median.
+ * are each timed (bench_timer.h): warm-up, then --reps runs (default 30),
+ * each between two CUDA events after a 256 MB write that evicts L2 (as
+ * triton.testing.do_bench times the peers; --timer warm: no write), median.
  * Effective TFLOP/s of forward+backward count 3.5 x 4 * kept_pairs * D.
  * Without a CUDA driver or device it prints "no GPU: skipped" and exits 0.
  *
@@ -27,7 +29,7 @@
  * same state, as separate do_bench calls would).
  *
  *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--tma T] [--gather G]
- *             [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS] [--csv FILE]
+ *             [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS] [--csv FILE] [--timer flush|warm]
  * --csv FILE appends one row per config to FILE, `fwd_bwd,FAMILY,SEQ_LEN,s2c,MS`
  * (bench/plot.py's input; FAMILY is the config name without its length, MS the
  * forward + backward median).
@@ -36,6 +38,7 @@
 #include "plot_csv.h"
 #include "attn_tune.h"
 #include "compile_internal.h"
+#include "bench_timer.h"
 #include "rt_cuda.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
@@ -85,12 +88,6 @@ static uint16_t f32_to_bf16(float f)
     return (uint16_t)((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
 
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
-}
-
 typedef struct run_ctx {
     s2_attn_kernel *fwd, *bwd;
     s2_attn_fwd_args fa;
@@ -111,57 +108,23 @@ static s2_status run_once(s2_ctx *ctx, run_ctx *r, int which, s2_event *mid)
     return st;
 }
 
+typedef struct bwd_work {
+    run_ctx *r;
+    int which;
+} bwd_work;
+
+static s2_status bwd_once(s2_ctx *ctx, void *user, s2_event *mid)
+{
+    bwd_work *w = user;
+    return run_once(ctx, w->r, w->which, mid);
+}
+
 /* Median time of `which` (0 forward, 1 backward, 2 both); for both, also
  * the medians of its forward part and backward part (an event between). */
-static s2_status time_runs(s2_ctx *ctx, s2_device *dev, run_ctx *r, int which, int reps, double *med, double parts[2])
+static s2_status time_runs(s2_ctx *ctx, bench_timer *t, run_ctx *r, int which, int reps, double *med, double parts[2])
 {
-    s2_event *e0 = NULL, *e1 = NULL, *em = NULL;
-    s2_status st = s2_event_create(ctx, dev, &e0);
-    if (st == S2_OK)
-        st = s2_event_create(ctx, dev, &e1);
-    if (st == S2_OK && which == 2)
-        st = s2_event_create(ctx, dev, &em);
-    double *t = malloc((size_t)reps * 3 * sizeof *t);
-    if (!t)
-        st = S2_ERR_NOMEM;
-    for (int i = 0; st == S2_OK && i < 3; i++)
-        st = run_once(ctx, r, which, NULL);
-    if (st == S2_OK)
-        st = s2_device_synchronize(ctx, dev);
-    for (int i = 0; st == S2_OK && i < reps; i++) {
-        float ms = 0;
-        st = s2_event_record(ctx, e0, NULL);
-        if (st == S2_OK)
-            st = run_once(ctx, r, which, em);
-        if (st == S2_OK)
-            st = s2_event_record(ctx, e1, NULL);
-        if (st == S2_OK)
-            st = s2_event_elapsed_ms(ctx, e0, e1, &ms);
-        if (st == S2_OK)
-            t[i] = ms;
-        if (st == S2_OK && em) {
-            float a = 0, b = 0;
-            st = s2_event_elapsed_ms(ctx, e0, em, &a);
-            if (st == S2_OK)
-                st = s2_event_elapsed_ms(ctx, em, e1, &b);
-            t[reps + i] = a;
-            t[2 * reps + i] = b;
-        }
-    }
-    for (int j = 0; st == S2_OK && j < (em ? 3 : 1); j++) {
-        double *v = t + j * reps;
-        qsort(v, (size_t)reps, sizeof *v, cmp_double);
-        double m = reps % 2 ? v[reps / 2] : 0.5 * (v[reps / 2 - 1] + v[reps / 2]);
-        if (j == 0)
-            *med = m;
-        else if (parts)
-            parts[j - 1] = m;
-    }
-    free(t);
-    s2_event_free(e0);
-    s2_event_free(e1);
-    s2_event_free(em);
-    return st;
+    bwd_work w = {r, which};
+    return bench_timer_median(ctx, t, bwd_once, &w, 3, reps, med, NULL, which == 2 ? parts : NULL);
 }
 
 static s2_status load_kernel(s2_ctx *ctx, s2_device *dev, const s2_pattern *p, s2_kspec spec, s2_arch arch,
@@ -200,7 +163,7 @@ static int64_t nonfinite(s2_ctx *ctx, s2_device *dev, s2_devptr p, size_t elems,
 
 static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_config *c, int reps, int block_n,
                        int stages, int wgmma, int tma, int gather, int use_ds, int dq_pair, const char *order, int cool_ms,
-                       bool h100)
+                       bool h100, bench_timer *timer)
 {
     s2_local_stride_args a;
     s2_local_stride_args_default(&a);
@@ -295,7 +258,7 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
                 ;
         }
         if (st == S2_OK)
-            st = time_runs(ctx, dev, &r, w, reps, &ms[w], w == 2 ? parts : NULL);
+            st = time_runs(ctx, timer, &r, w, reps, &ms[w], w == 2 ? parts : NULL);
     }
     if (st != S2_OK || bad) {
         printf("%-14s ERROR: %s%s\n", c->name, st != S2_OK ? s2_ctx_message(ctx) : "",
@@ -335,9 +298,10 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
 int main(int argc, char **argv)
 {
     const char *want = NULL;
-    int reps = 20, block_n = 0, stages = 0, wgmma = 0, tma = 0, gather = 0, use_ds = 1, dq_pair = 0;
+    int reps = BENCH_MIN_REPS, block_n = 0, stages = 0, wgmma = 0, tma = 0, gather = 0, use_ds = 1, dq_pair = 0;
     const char *order = "fbx";
     int cool_ms = 0;
+    bool flush = true;
     for (int i = 1; i + 1 < argc; i += 2) {
         if (!strcmp(argv[i], "--config")) want = argv[i + 1];
         else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
@@ -350,12 +314,14 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--dq-pair")) dq_pair = atoi(argv[i + 1]);
         else if (!strcmp(argv[i], "--order")) order = argv[i + 1];
         else if (!strcmp(argv[i], "--cool")) cool_ms = atoi(argv[i + 1]);
+        else if (!strcmp(argv[i], "--timer") && bench_timer_mode(argv[i + 1], &flush)) continue;
         else if (!strcmp(argv[i], "--csv") && !csv_file) {
             if (!(csv_file = plot_csv_open(argv[i + 1], "bench_bwd")))
                 return 2;
         } else {
             fprintf(stderr, "usage: bench_bwd [--config NAME,..] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--tma T] "
-                            "[--gather G] [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS] [--csv FILE]\n");
+                            "[--gather G] [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS] [--csv FILE] "
+                            "[--timer flush|warm]\n");
             return 2;
         }
     }
@@ -385,12 +351,19 @@ int main(int argc, char **argv)
         return 0;
     }
     bool h100 = strstr(info->name, "H100") != NULL;
-    printf("device %s (cc %d.%d), arch %s, reps %d, order %s, cool %d ms; peer: S2-Triton %s column of PEERS.md\n",
-           info->name, info->cc_major, info->cc_minor, s2_arch_name(arch), reps, order, cool_ms, h100 ? "H100" : "H200");
+    bench_timer timer;
+    if (bench_timer_open(ctx, dev, flush, &timer) != S2_OK) {
+        printf("timer: %s\n", s2_ctx_message(ctx));
+        return 1;
+    }
+    printf("device %s (cc %d.%d), arch %s, reps %d, order %s, cool %d ms; peer: S2-Triton %s column of PEERS.md; "
+           "timer: %s, median\n", info->name, info->cc_major, info->cc_minor, s2_arch_name(arch), reps, order, cool_ms,
+           bench_peer_column(info), flush ? "L2 flushed before each repetition" : "warm L2");
     for (int i = 0; i < NUM_CONFIGS; i++)
         if (!want || strstr(want, configs[i].name))
             run_config(ctx, dev, arch, &configs[i], reps, block_n, stages, wgmma, tma, gather, use_ds, dq_pair, order, cool_ms,
-                       h100);
+                       h100, &timer);
+    bench_timer_close(ctx, &timer);
     s2_device_free(dev);
     s2_ctx_free(ctx);
     if (csv_file)

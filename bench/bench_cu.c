@@ -49,6 +49,7 @@ bool bench_cu_load(bench_cu *cu, char *err, size_t errlen)
     GET(ModuleUnload, "cuModuleUnload");
     GET(StreamSynchronize, "cuStreamSynchronize");
     GET(MemsetD8Async, "cuMemsetD8Async");
+    GET(MemcpyDtoDAsync, "cuMemcpyDtoDAsync");
     GET(StreamBeginCapture, "cuStreamBeginCapture");
     GET(StreamEndCapture, "cuStreamEndCapture");
     GET(GraphInstantiate, "cuGraphInstantiateWithFlags");

@@ -1,4 +1,4 @@
-/* Internal to bench_launch and bench_graph_decode: the Driver API calls the
+/* Internal to bench_launch, bench_graph_decode and bench_decode (the copy ceiling): the Driver API calls the
  * runtime does not wrap (graphs, raw launches, async fills), resolved from
  * libcuda (S2C_LIBCUDA or libcuda.so.1) through cuGetProcAddress as the
  * runtime does; plus host timing and percentiles. */
@@ -20,6 +20,7 @@ typedef struct bench_cu {
     PFN_cuModuleUnload_v2000 ModuleUnload;
     PFN_cuStreamSynchronize_v2000 StreamSynchronize;
     PFN_cuMemsetD8Async_v3020 MemsetD8Async;
+    PFN_cuMemcpyDtoDAsync_v3020 MemcpyDtoDAsync;
     PFN_cuStreamBeginCapture_v10010 StreamBeginCapture;
     PFN_cuStreamEndCapture_v10000 StreamEndCapture;
     PFN_cuGraphInstantiateWithFlags_v11040 GraphInstantiate;

@@ -7,11 +7,17 @@
  * group keeps, times D * 2 bytes, for K and V.  The pool holds enough copies
  * that consecutive launches read different pages (at least 256 MB apart,
  * beyond the 50 MB L2); its contents are a constant (timing only: tests/decode
- * checks the numbers).  Time: --reps launches back to back between two CUDA
- * events after a warm-up, mean per launch; the best of 3 such rounds.
- * Without a CUDA driver or device it prints "no GPU: skipped" and exits 0.
+ * checks the numbers).  Time (bench_timer.h): --reps launches (default 50),
+ * each between two CUDA events after a 256 MB write that evicts L2, median;
+ * --timer warm: no write (the rotating pool still keeps L2 cold).  The copy
+ * ceiling is measured in the same run (a 1 GiB device-to-device copy, read
+ * plus write bytes), and the peer column (H100 or H200 of PEERS.md) follows
+ * the device's name.  Without a CUDA driver or device it prints "no GPU:
+ * skipped" and exits 0.
  *
- *   bench_decode [--page N] [--reps N] [--splits N] [--stages N] [--warps N] */
+ *   bench_decode [--page N] [--reps N] [--splits N] [--stages N] [--warps N] [--timer flush|warm] */
+#include "bench_cu.h"
+#include "bench_timer.h"
 #include "rt_cuda.h"
 #include "s2c/compile.h"
 #include "s2c/attn_runtime.h"
@@ -30,17 +36,17 @@ typedef struct row {
     int batch;
     int64_t past;
     int local, stride;
-    double peer_ms;              /* S2-Triton, H200 (PEERS.md) */
-    double target_ms;            /* 0: the bandwidth target (90% of 4.3 TB/s) */
+    double peer_h200_ms, peer_h100_ms;   /* S2-Triton (PEERS.md) */
+    double target_h200_ms, target_h100_ms; /* 0: the bandwidth target (90% of the copy ceiling) */
 } row;
 
 static const row rows[] = {
-    {16, 8192, 16, 8, 0.132, 0},
-    {16, 32768, 16, 8, 0.310, 0},
-    {4, 131072, 16, 8, 0.270, 0},
-    {16, 32768, 8, 16, 0.168, 0},
-    {1, 131072, 16, 8, 0.232, 0.08},
-    {1, 32768, 8, 16, 0.092, 0},
+    {16, 8192, 16, 8, 0.132, 0.183, 0, 0},
+    {16, 32768, 16, 8, 0.310, 0.446, 0, 0},
+    {4, 131072, 16, 8, 0.270, 0.392, 0, 0},
+    {16, 32768, 8, 16, 0.168, 0.317, 0, 0},
+    {1, 131072, 16, 8, 0.232, 0.225, 0.08, 0.11},
+    {1, 32768, 8, 16, 0.092, 0.170, 0, 0},
 };
 enum { NUM_ROWS = sizeof rows / sizeof rows[0], H = 32, D = 128, BLOCK = 64 };
 
@@ -50,7 +56,26 @@ typedef struct opts {
     int splits[MAX_LIST], stages[MAX_LIST], warps[MAX_LIST], rows[MAX_LIST];
     int n_splits, n_stages, n_warps, n_rows;
     int stage, warp;             /* the combination being run */
+    bool h100;                   /* the peer column */
+    double ceiling_tbs;          /* the device's copy bandwidth, measured */
+    bench_timer *timer;
 } opts;
+
+typedef struct dec_work {
+    s2_attn_kernel *k;
+    s2_attn_decode_args *a;
+    s2_devptr table;
+    int64_t per_set;
+    int sets, i;
+} dec_work;
+
+static s2_status dec_once(s2_ctx *ctx, void *user, s2_event *mid)
+{
+    (void)mid;
+    dec_work *w = user;
+    w->a->block_table = w->table + sizeof(int32_t) * (size_t)(w->per_set * (w->i++ % w->sets));
+    return s2_attn_decode(ctx, w->k, NULL, w->a);
+}
 
 /* "a,b,c" -> list (at most MAX_LIST) */
 static int parse_list(const char *s, int *out)
@@ -68,6 +93,50 @@ static int fail(s2_ctx *ctx, const char *what)
 {
     fprintf(stderr, "bench_decode: %s: %s\n", what, s2_ctx_message(ctx));
     return 1;
+}
+
+/* The device's copy bandwidth (read + write bytes of a 1 GiB device-to-device
+ * copy, median of 10 after 3 warm-ups), in TB/s; 0 on success. */
+static int copy_ceiling(s2_ctx *ctx, s2_device *dev, double *tbs)
+{
+    enum { COPY_BYTES = 1 << 30, REPS = 10 };
+    bench_cu cu;
+    char err[256];
+    if (!bench_cu_load(&cu, err, sizeof err)) {
+        fprintf(stderr, "bench_decode: %s\n", err);
+        return 1;
+    }
+    s2_devptr src = 0, dst = 0;
+    s2_event *e0 = NULL, *e1 = NULL;
+    double t[REPS];
+    int rc = 1;
+    if (cu.CtxPush((CUcontext)s2_device_cu_context(dev)) != CUDA_SUCCESS)
+        return fail(ctx, "cuCtxPushCurrent");
+    if (s2_mem_alloc(ctx, dev, COPY_BYTES, &src) != S2_OK || s2_mem_alloc(ctx, dev, COPY_BYTES, &dst) != S2_OK ||
+        s2_memset_d8(ctx, dev, src, 1, COPY_BYTES) != S2_OK || s2_event_create(ctx, dev, &e0) != S2_OK ||
+        s2_event_create(ctx, dev, &e1) != S2_OK)
+        goto done;
+    for (int i = -3; i < REPS; i++) {
+        float ms = 0;
+        if (s2_event_record(ctx, e0, NULL) != S2_OK ||
+            cu.MemcpyDtoDAsync((CUdeviceptr)dst, (CUdeviceptr)src, COPY_BYTES, NULL) != CUDA_SUCCESS ||
+            s2_event_record(ctx, e1, NULL) != S2_OK || s2_event_elapsed_ms(ctx, e0, e1, &ms) != S2_OK)
+            goto done;
+        if (i >= 0)
+            t[i] = ms;
+    }
+    *tbs = 2.0 * COPY_BYTES / (bench_median_of(t, REPS) * 1e-3) / 1e12;
+    rc = 0;
+done:
+    if (rc)
+        fail(ctx, "copy ceiling");
+    CUcontext popped;
+    cu.CtxPop(&popped);
+    s2_event_free(e0);
+    s2_event_free(e1);
+    s2_mem_free(NULL, dev, src);
+    s2_mem_free(NULL, dev, dst);
+    return rc;
 }
 
 /* KV bytes read by one sequence of length len (one new token). */
@@ -109,7 +178,6 @@ static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, cons
     int rc = 1;
     s2_devptr pool_k = 0, pool_v = 0, dq = 0, dout = 0, dtab = 0, dlens = 0, ws = 0;
     int32_t *table = NULL, *lens = NULL;
-    s2_event *e0 = NULL, *e1 = NULL;
     if (s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) != S2_OK) {
         fail(ctx, "compile");
         goto done;
@@ -163,10 +231,6 @@ static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, cons
                              .max_seq_len = len,
                              .q_stride = {H * D, H * D, D}, .o_stride = {H * D, H * D, D},
                              .k_stride = {(int64_t)o->page * H * D, H * D, D}, .v_stride = {(int64_t)o->page * H * D, H * D, D}};
-    if (s2_event_create(ctx, dev, &e0) != S2_OK || s2_event_create(ctx, dev, &e1) != S2_OK) {
-        fail(ctx, "events");
-        goto done;
-    }
     for (int si = 0; si < (o->n_splits ? o->n_splits : 1); si++) {
         a.splits = o->n_splits ? o->splits[si] : 0;
         size_t wsb = 0;
@@ -181,41 +245,33 @@ static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, cons
             goto done;
         }
         a.workspace = ws;
-        float best = INFINITY;
         int n_splits = 1;
         if (s2_attn_decode_splits(ctx, k, &a, &n_splits) != S2_OK) {
             fail(ctx, "splits");
             goto done;
         }
-        for (int round = 0; round < 4; round++) {
-            st = s2_event_record(ctx, e0, NULL);
-            for (int i = 0; i < o->reps && st == S2_OK; i++) {
-                a.block_table = dtab + sizeof(int32_t) * (size_t)(per_set * (i % sets));
-                st = s2_attn_decode(ctx, k, NULL, &a);
-            }
-            float ms = 0;
-            if (st == S2_OK) st = s2_event_record(ctx, e1, NULL);
-            if (st == S2_OK) st = s2_device_synchronize(ctx, dev);
-            if (st == S2_OK) st = s2_event_elapsed_ms(ctx, e0, e1, &ms);
-            if (st != S2_OK) {
-                fail(ctx, "launch");
-                goto done;
-            }
-            if (round > 0 && ms / o->reps < best)  /* round 0 is the warm-up */
-                best = ms / o->reps;
+        dec_work w = {k, &a, dtab, per_set, sets, 0};
+        double best = 0;
+        if (bench_timer_median(ctx, o->timer, dec_once, &w, 5, o->reps, &best, NULL, NULL) != S2_OK) {
+            fail(ctx, "launch");
+            goto done;
         }
-        double tbs = bytes / (best * 1e-3) / 1e12;
+        double tbs = bytes / (best * 1e-3) / 1e12, ceil_tbs = o->ceiling_tbs;
+        double peer = o->h100 ? r->peer_h100_ms : r->peer_h200_ms, target = o->h100 ? r->target_h100_ms : r->target_h200_ms;
+        char verdict[48];
+        if (target > 0)
+            snprintf(verdict, sizeof verdict, "%s %.2f ms: %s", best <= target ? "<=" : ">", target,
+                     best <= target ? "met" : "missed");
+        else
+            snprintf(verdict, sizeof verdict, "%s 90%%: %s", tbs >= 0.9 * ceil_tbs ? ">=" : "<",
+                     tbs >= 0.9 * ceil_tbs ? "met" : "missed");
         printf("| %d,%d,%lldK | %d, %d, %d | %4d | %d/%d | %5.1f%% | %3d | %7.4f | %5.2f TB/s (%3.0f%%) | %6.3f | %s |\n",
                r->batch, H, (long long)(r->past / 1024), BLOCK, r->local, r->stride, o->page, art->spec.num_warps,
-               art->spec.num_stages, 100 * bytes / dense, n_splits, best, tbs, 100 * tbs / 4.3, r->peer_ms,
-               r->target_ms > 0 ? (best <= r->target_ms ? "<= 0.08 ms: met" : "> 0.08 ms: missed")
-                                : (tbs >= 0.9 * 4.3 ? ">= 90%: met" : "< 90%: missed"));
+               art->spec.num_stages, 100 * bytes / dense, n_splits, best, tbs, 100 * tbs / ceil_tbs, peer, verdict);
         fflush(stdout);
     }
     rc = 0;
 done:
-    s2_event_free(e0);
-    s2_event_free(e1);
     s2_devptr all[] = {pool_k, pool_v, dq, dout, dtab, dlens, ws};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         s2_mem_free(NULL, dev, all[i]);
@@ -230,6 +286,7 @@ done:
 int main(int argc, char **argv)
 {
     opts o = {.page = 64, .reps = 50};
+    bool flush = true;
     for (int i = 1; i + 1 < argc; i += 2) {
         int v = atoi(argv[i + 1]);
         if (!strcmp(argv[i], "--page")) o.page = v;
@@ -238,8 +295,10 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--stages")) o.n_stages = parse_list(argv[i + 1], o.stages);
         else if (!strcmp(argv[i], "--warps")) o.n_warps = parse_list(argv[i + 1], o.warps);
         else if (!strcmp(argv[i], "--rows")) o.n_rows = parse_list(argv[i + 1], o.rows);
+        else if (!strcmp(argv[i], "--timer") && bench_timer_mode(argv[i + 1], &flush)) continue;
         else {
-            fprintf(stderr, "usage: bench_decode [--page N] [--reps N] [--splits L] [--stages L] [--warps L] [--rows L]\n"
+            fprintf(stderr, "usage: bench_decode [--page N] [--reps N] [--splits L] [--stages L] [--warps L] [--rows L] "
+                            "[--timer flush|warm]\n"
                             "  L: comma list (rows: 1-based indices into the PEERS rows); every combination runs\n");
             return 2;
         }
@@ -256,9 +315,16 @@ int main(int argc, char **argv)
     s2_arch arch;
     if (s2_arch_for_device(info->cc_major, info->cc_minor, &arch) != S2_OK)
         return fail(ctx, "arch");
-    printf("device %s, %d SMs; bf16, D %d, H = kv heads = %d, block %d, page %d, 1 new token\n", info->name,
-           info->sm_count, D, H, BLOCK, o.page);
-    printf("| B,H,past | block, local, stride | page | warps/stages | KV read | splits | ms | eff (of 4.3 TB/s) | S2-Triton ms | target |\n");
+    bench_timer timer;
+    if (bench_timer_open(ctx, dev, flush, &timer) != S2_OK || copy_ceiling(ctx, dev, &o.ceiling_tbs) != 0)
+        return fail(ctx, "timer");
+    o.timer = &timer;
+    o.h100 = strstr(info->name, "H100") != NULL;
+    printf("device %s, %d SMs; bf16, D %d, H = kv heads = %d, block %d, page %d, 1 new token; timer: %s, median of %d; "
+           "copy ceiling %.2f TB/s (measured); peer: S2-Triton, %s column of PEERS.md\n", info->name, info->sm_count, D, H,
+           BLOCK, o.page, flush ? "L2 flushed before each launch" : "warm L2", o.reps, o.ceiling_tbs,
+           bench_peer_column(info));
+    printf("| B,H,past | block, local, stride | page | warps/stages | KV read | splits | ms | eff (of the copy ceiling) | S2-Triton ms | target |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     int rc = 0;
     for (int ri = 0; ri < (o.n_rows ? o.n_rows : NUM_ROWS); ri++) {
@@ -272,6 +338,7 @@ int main(int argc, char **argv)
                 rc |= run_row(ctx, dev, arch, &rows[i], &o);
             }
     }
+    bench_timer_close(ctx, &timer);
     s2_device_free(dev);
     s2_ctx_free(ctx);
     return rc;

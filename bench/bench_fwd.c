@@ -10,16 +10,17 @@
  *      finite, and a sample of rows compared with a float64 recomputation
  *      on the CPU (o relative error, lse absolute); a variant that fails is
  *      not timed.
- *   3. Time: warm-up, then --reps launches each between two CUDA events,
- *      rotating over enough input sets that the L2 cache does not hold the
- *      previous launch's data; median and min.
+ *   3. Time (bench_timer.h): warm-up, then --reps launches (default 50),
+ *      each between two CUDA events after a 256 MB write that evicts L2, as
+ *      triton.testing.do_bench times the peers; median and min.  --timer
+ *      warm skips the write (input sets still rotate).
  * Effective TFLOP/s count 4 * kept_pairs * D (s2_layout_stats_compute).
  * Without a CUDA driver or device it prints "no GPU: skipped" and exits 0.
  *
  *   bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L]
  *             [--num-warps L] [--num-stages L] [--persistent L] [--kv-gather L]
  *             [--specs BMxBNsSTgG[pP],..] [--reps N] [--csv [FILE]] [--rows N] [--dump-dir DIR]
- *             [--arch ARCH]
+ *             [--arch ARCH] [--timer flush|warm]
  * L is a comma list; every combination is run (invalid ones are reported
  * and skipped).  --specs names the variants instead (block_m x block_n,
  * stages, kv_gather, persistent: 128x64s3g1p1).  --dump-dir writes each variant's PTX and cubin there.
@@ -75,6 +76,8 @@ typedef struct options {
     FILE *csv_file;            /* --csv FILE: plot rows appended */
     const char *dump_dir;
     const char *arch;          /* --arch: compile for this arch instead of the device's (e.g. sm_80 on sm_90) */
+    bool warm;                 /* --timer warm: L2 not flushed between repetitions */
+    bench_timer *timer;
 } options;
 
 /* ---- command line -------------------------------------------------------------------- */
@@ -98,7 +101,7 @@ static int usage(void)
 {
     fprintf(stderr, "usage: bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L] [--num-warps L]\n"
                     "                 [--num-stages L] [--persistent L] [--kv-gather L] [--specs BMxBNsSTgG[pP],..]\n"
-                    "                 [--reps N] [--rows N] [--csv [FILE]]\n"
+                    "                 [--reps N] [--rows N] [--csv [FILE]] [--timer flush|warm]\n"
                     "                 [--dump-dir DIR] [--arch sm_90]\n"
                     "  (L: comma list, 0 = heuristic)  configs:");
     for (int i = 0; i < NUM_CONFIGS; i++)
@@ -191,6 +194,11 @@ static bool parse_args(int argc, char **argv, options *o)
             o->dump_dir = val;
         } else if (!strcmp(a, "--arch")) {
             o->arch = val;
+        } else if (!strcmp(a, "--timer")) {
+            bool flush;
+            if (!bench_timer_mode(val, &flush))
+                return false;
+            o->warm = !flush;
         } else {
             return false;
         }
@@ -237,7 +245,7 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
     if (st == S2_OK)
         st = check_variant(ctx, dev, cd, &v, &sd, o->rows, 0x5eed + (uint64_t)c->seq, &cr);
     if (st == S2_OK && cr.ok)
-        st = time_variant(ctx, dev, cd, &v, &sd, o->reps, &med, &mn);
+        st = time_variant(ctx, o->timer, cd, &v, &sd, o->reps, &med, &mn);
     if (st != S2_OK) {
         printf("%-14s bm %d bn %d w %d st %d: error: %s\n", c->name, v.spec.block_m, v.spec.block_n,
                v.spec.num_warps, v.spec.num_stages, s2_ctx_message(ctx));
@@ -327,8 +335,17 @@ int main(int argc, char **argv)
     const char *tc = NULL;
     if (s2_toolchain_version(ctx, S2_CUBIN_AUTO, &tc) != S2_OK)
         tc = "?";
-    printf("device %s (cc %d.%d, %d SMs), arch %s, toolchain %s; peers: %s table of PEERS.md\n", info->name,
-           info->cc_major, info->cc_minor, info->sm_count, s2_arch_name(arch), tc, h100 ? "H100" : "H200");
+    bench_timer timer;
+    if (bench_timer_open(ctx, dev, !o.warm, &timer) != S2_OK) {
+        fprintf(stderr, "timer: %s\n", s2_ctx_message(ctx));
+        s2_device_free(dev);
+        s2_ctx_free(ctx);
+        return 1;
+    }
+    o.timer = &timer;
+    printf("device %s (cc %d.%d, %d SMs), arch %s, toolchain %s; peers: %s table of PEERS.md; timer: %s, median of "
+           "%d\n", info->name, info->cc_major, info->cc_minor, info->sm_count, s2_arch_name(arch), tc,
+           bench_peer_column(info), o.warm ? "warm L2" : "L2 flushed before each repetition", o.reps);
     if (o.dump_dir)
         mkdir(o.dump_dir, 0755);
     int rc = 1;
@@ -375,6 +392,7 @@ int main(int argc, char **argv)
     }
     rc = 0;
 done:
+    bench_timer_close(ctx, &timer);
     if (o.csv_file)
         fclose(o.csv_file);
     free(stage);

@@ -8,6 +8,7 @@
 
 #include "compile_internal.h"
 #include "kernel_abi.h"
+#include "bench_timer.h"
 #include "rt_cuda.h"
 #include "s2c/attention.h"
 #include "s2c/attn_runtime.h"
@@ -115,7 +116,7 @@ typedef struct check_result {
 
 s2_status check_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const variant *v,
                         const sched_dev *sd, int rows, uint64_t seed, check_result *cr);
-s2_status time_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const variant *v,
-                       const sched_dev *sd, int reps, double *med, double *min);
+s2_status time_variant(s2_ctx *ctx, bench_timer *t, const config_data *cd, const variant *v, const sched_dev *sd,
+                       int reps, double *med, double *min);
 
 #endif

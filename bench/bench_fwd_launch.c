@@ -213,46 +213,24 @@ s2_status check_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, cons
 }
 
 /* ---- timing ----------------------------------------------------------------------- */
-static int cmp_double(const void *a, const void *b)
+typedef struct fwd_work {
+    const config_data *cd;
+    const variant *v;
+    const sched_dev *sd;
+    int i;   /* which input set: rotates, so a warm timer reads no last-run data either */
+} fwd_work;
+
+static s2_status fwd_once(s2_ctx *ctx, void *user, s2_event *mid)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
+    (void)mid;
+    fwd_work *w = user;
+    return launch(ctx, w->cd, w->v, w->sd, &w->cd->sets[w->i++ % w->cd->nsets]);
 }
 
-s2_status time_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const variant *v,
-                       const sched_dev *sd, int reps, double *med, double *min)
+s2_status time_variant(s2_ctx *ctx, bench_timer *t, const config_data *cd, const variant *v, const sched_dev *sd,
+                       int reps, double *med, double *min)
 {
-    s2_event *e0 = NULL, *e1 = NULL;
-    s2_status st = s2_event_create(ctx, dev, &e0);
-    if (st == S2_OK)
-        st = s2_event_create(ctx, dev, &e1);
-    double *t = malloc((size_t)reps * sizeof *t);
-    if (!t)
-        st = S2_ERR_NOMEM;
-    for (int i = 0; st == S2_OK && i < 5; i++)
-        st = launch(ctx, cd, v, sd, &cd->sets[i % cd->nsets]);
-    if (st == S2_OK)
-        st = s2_device_synchronize(ctx, dev);
-    for (int i = 0; st == S2_OK && i < reps; i++) {
-        float ms = 0;
-        st = s2_event_record(ctx, e0, NULL);
-        if (st == S2_OK)
-            st = launch(ctx, cd, v, sd, &cd->sets[i % cd->nsets]);
-        if (st == S2_OK)
-            st = s2_event_record(ctx, e1, NULL);
-        if (st == S2_OK)
-            st = s2_event_elapsed_ms(ctx, e0, e1, &ms);
-        if (st == S2_OK)
-            t[i] = ms;
-    }
-    if (st == S2_OK) {
-        qsort(t, (size_t)reps, sizeof *t, cmp_double);
-        *med = reps % 2 ? t[reps / 2] : 0.5 * (t[reps / 2 - 1] + t[reps / 2]);
-        *min = t[0];
-    }
-    free(t);
-    s2_event_free(e0);
-    s2_event_free(e1);
-    return st;
+    fwd_work w = {cd, v, sd, 0};
+    return bench_timer_median(ctx, t, fwd_once, &w, 5, reps, med, min, NULL);
 }
 

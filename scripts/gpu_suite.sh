@@ -67,7 +67,7 @@ memcheck_decode            90  S2C_DECODE_SMALL=1 compute-sanitizer --tool memch
 memcheck_concurrency      180  S2C_GRAPH_CASES=concurrency compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_graph_gpu
 memcheck_graph           120  S2C_GRAPH_CASES=varlen,backward,decode S2C_GRAPH_REPLAYS=3 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_graph_gpu
 bench_fwd                 120  bench_fwd --reps 30 --rows 12 --config b64_8k,mergeq16_8k,b64_32k,b64_128k,b64_l16v8_16k,dense_8k
-bench_bwd                 150  bench_bwd --reps 20
+bench_bwd                 150  bench_bwd --reps 30
 bench_decode               60  bench_decode --reps 30
 bench_launch               60  bench_launch
 bench_graph_decode        120  bench_graph_decode
