@@ -16,6 +16,7 @@ site=/tmp/s2c-site
 rm -rf "$site"
 python3 -m pip install -q --no-index --no-deps --target "$site" "$wheels"/s2c-*.whl || exit 1
 export S2C_CACHE_DIR=${S2C_CACHE_DIR:-/tmp/s2c-cache} PYTHONUNBUFFERED=1
+export NCCL_NVLS_ENABLE=0   # the context-parallel tests and benches: never NVLink multicast
 status=0
 
 echo "== the installed wheel, alone (no S2C_LIBDIR, no tree)"

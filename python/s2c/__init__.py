@@ -28,6 +28,9 @@ def __getattr__(name):
     # torch-dependent parts load on first use, so `import s2c` works without torch;
     # once loaded, a name is a plain module attribute (no lookup per call)
     mod = _LAZY.get(name)
+    if name == "cp":   # the context-parallel submodule (torch.distributed)
+        import importlib
+        return importlib.import_module(".cp", __name__)
     if mod is None:
         raise AttributeError(f"module 's2c' has no attribute {name!r}")
     import importlib

@@ -105,6 +105,21 @@ def _declare(lib):
         "s2_attn_seqs_device": (C.c_uint64, [P]),
         "s2_attn_seqs_write_cu": (I, [P, P, P, C.c_uint64, C.c_uint64, P]),
         "s2_attn_bwd_workspace_bytes": (Z, [I, I, I64]),
+        "s2_combine": (I, [P, P, P, C.POINTER(S.CombineArgs)]),
+        # context parallelism: the plan (cpplan.h), launches over a caller's schedule
+        "s2_cp_plan_new": (I, [P, P, C.POINTER(S.CpPlanArgs), PP]), "s2_cp_plan_free": (None, [P]),
+        "s2_cp_plan_shard": (I, [P, I, C.POINTER(I64), C.POINTER(I64)]),
+        "s2_cp_plan_owner": (I, [P, I64]), "s2_cp_plan_recv_tokens": (I64, [P, I]),
+        "s2_cp_plan_recv": (I, [P, P, I, I, C.POINTER(C.POINTER(S.CpBlock)), C.POINTER(I64)]),
+        "s2_cp_plan_send": (I, [P, P, I, I, C.POINTER(C.POINTER(S.CpBlock)), C.POINTER(I64)]),
+        "s2_cp_plan_schedule": (C.POINTER(S.Schedule), [P, I, B]),
+        "s2_cp_plan_rank_stats": (I, [P, P, I, I, I, C.POINTER(S.CpRankStats)]),
+        "s2_attn_kernel_schedule": (I, [P, P, I64, I64, C.POINTER(C.POINTER(S.Schedule))]),
+        "s2_schedule_free": (None, [P]),
+        "s2_attn_sched_new": (I, [P, P, I64, I64, C.POINTER(S.Schedule), PP]), "s2_attn_sched_free": (None, [P]),
+        "s2_attn_forward_sched": (I, [P, P, P, C.POINTER(S.FwdArgs), P]),
+        "s2_attn_backward_sched": (I, [P, P, P, C.POINTER(S.BwdArgs), P]),
+        "s2_attn_sched_backward_workspace": (I, [P, P, I, C.POINTER(Z)]),
     }
     for name, (res, args) in protos.items():
         fn = getattr(lib, name)

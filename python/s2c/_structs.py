@@ -23,6 +23,9 @@ KIND_FWD, KIND_BWD, KIND_DECODE = 0, 1, 2
 ARCH_SM80, ARCH_SM90, ARCH_SM90A = 0, 1, 2
 CUBIN_AUTO, CUBIN_PTXAS, CUBIN_NVJITLINK = 0, 1, 2
 VERT_ABSOLUTE, VERT_RELATIVE = 0, 1
+# s2_cp_sharding (cpplan.h)
+CP_CONTIGUOUS, CP_ZIGZAG = 0, 1
+COMBINE_MAX_INPUTS = 64   # S2_COMBINE_MAX_INPUTS (decode.h)
 
 ENUMS = {  # C name -> value, checked against the headers
     "S2_DTYPE_F32": DTYPE_F32, "S2_DTYPE_F16": DTYPE_F16, "S2_DTYPE_BF16": DTYPE_BF16, "S2_DTYPE_F64": DTYPE_F64,
@@ -31,6 +34,7 @@ ENUMS = {  # C name -> value, checked against the headers
     "S2_ARCH_SM80": ARCH_SM80, "S2_ARCH_SM90": ARCH_SM90, "S2_ARCH_SM90A": ARCH_SM90A,
     "S2_CUBIN_AUTO": CUBIN_AUTO, "S2_CUBIN_PTXAS": CUBIN_PTXAS, "S2_CUBIN_NVJITLINK": CUBIN_NVJITLINK,
     "S2_VERT_ABSOLUTE": VERT_ABSOLUTE, "S2_VERT_RELATIVE": VERT_RELATIVE,
+    "S2_CP_CONTIGUOUS": CP_CONTIGUOUS, "S2_CP_ZIGZAG": CP_ZIGZAG, "S2_COMBINE_MAX_INPUTS": COMBINE_MAX_INPUTS,
     **STATUS,
 }
 
@@ -96,6 +100,48 @@ class AttnSeq(C.Structure):             # s2_attn_seq (launch.h)
     _fields_ = [("q_start", C.c_int32), ("q_len", C.c_int32), ("k_start", C.c_int32), ("kv_len", C.c_int32)]
 
 
+class CombineArgs(C.Structure):         # s2_combine_args (decode.h)
+    _fields_ = [("n", C.c_int), ("batch", C.c_int), ("heads", C.c_int), ("head_dim", C.c_int),
+                ("seq", C.c_int64), ("dtype", C.c_int), ("o_in", c_devptr * COMBINE_MAX_INPUTS),
+                ("lse_in", c_devptr * COMBINE_MAX_INPUTS), ("in_stride", I64x3), ("o", c_devptr),
+                ("lse", c_devptr), ("o_stride", I64x3), ("sinks", c_devptr)]
+
+
+class TileSpec(C.Structure):            # s2_tile_spec (layout.h)
+    _fields_ = [("block_m", C.c_int), ("block_n", C.c_int)]
+
+
+class TileEntry(C.Structure):           # s2_tile_entry (layout.h)
+    _fields_ = [("tile", C.c_int64), ("live", C.c_uint64), ("row_mask", C.c_uint32), ("flags", C.c_uint32)]
+
+
+class TileGeom(C.Structure):            # s2_tile_geom (layout.h)
+    _fields_ = [("block_m", C.c_int), ("block_n", C.c_int), ("sub_m", C.c_int), ("sub_n", C.c_int),
+                ("sub_m_size", C.c_int), ("sub_n_size", C.c_int), ("first_q_tile", C.c_int64),
+                ("q_tiles", C.c_int64), ("kv_tiles", C.c_int64)]
+
+
+class Schedule(C.Structure):            # s2_schedule (layout.h)
+    _fields_ = [("geom", TileGeom), ("num_classes", C.c_int), ("heads", C.c_int),
+                ("class_of_head", C.POINTER(C.c_int)), ("offsets", C.POINTER(C.c_int64)),
+                ("entries", C.POINTER(TileEntry)), ("transposed", C.c_bool)]
+
+
+class CpPlanArgs(C.Structure):          # s2_cp_plan_args (cpplan.h)
+    _fields_ = [("seq_len", C.c_int64), ("ranks", C.c_int), ("sharding", C.c_int), ("spec", TileSpec),
+                ("schedules", C.c_bool), ("max_entries", C.c_int64)]
+
+
+class CpBlock(C.Structure):             # s2_cp_block (cpplan.h)
+    _fields_ = [("block", C.c_int64), ("slot", C.c_int64), ("peer", C.c_int)]
+
+
+class CpRankStats(C.Structure):         # s2_cp_rank_stats (cpplan.h)
+    _fields_ = [("recv_blocks", C.c_int64), ("send_blocks", C.c_int64), ("recv_bytes", C.c_double),
+                ("send_bytes", C.c_double), ("ring_bytes", C.c_double), ("kept_pairs", C.c_double),
+                ("fwd_flops", C.c_double)]
+
+
 ALLOC_FN = C.CFUNCTYPE(C.c_int, C.c_void_p, C.c_size_t, C.c_void_p, C.POINTER(c_devptr))
 FREE_FN = C.CFUNCTYPE(None, C.c_void_p, c_devptr, C.c_void_p)
 
@@ -109,5 +155,7 @@ STRUCTS = {
     "s2_head_rule": HeadRule, "s2_block_mask": BlockMask, "s2_pattern_def": PatternDef,
     "s2_kernel_spec": KernelSpec, "s2_jit_opts": JitOpts, "s2_attn_fwd_args": FwdArgs,
     "s2_attn_bwd_args": BwdArgs, "s2_attn_decode_args": DecodeArgs, "s2_attn_seq": AttnSeq,
-    "s2_allocator": Allocator,
+    "s2_allocator": Allocator, "s2_combine_args": CombineArgs, "s2_tile_spec": TileSpec,
+    "s2_tile_entry": TileEntry, "s2_tile_geom": TileGeom, "s2_schedule": Schedule, "s2_cp_plan_args": CpPlanArgs,
+    "s2_cp_block": CpBlock, "s2_cp_rank_stats": CpRankStats,
 }

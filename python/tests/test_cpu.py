@@ -30,7 +30,7 @@ def test_import_and_version():
 
 def _c_layout_program():
     lines = ["#include <stddef.h>", "#include <stdio.h>", '#include "s2c/attn_runtime.h"',
-             '#include "s2c/jit.h"', '#include "s2c/pattern.h"', "int main(void) {"]
+             '#include "s2c/jit.h"', '#include "s2c/pattern.h"', '#include "s2c/cpplan.h"', "int main(void) {"]
     for cname, cls in S.STRUCTS.items():
         ctype = "struct " + cname if cname == "s2_pattern" else cname
         lines.append(f'printf("{cname} size %zu\\n", sizeof({ctype}));')
