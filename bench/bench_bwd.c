@@ -18,10 +18,11 @@
  * --gather 1 turns off the gathered key tiles of block-16 patterns (spec.kv_gather; default:
  * heuristic, 4 there).
  * --ds 0 gives the backward the plain workspace, so that dq is recomputed (NAME_dq); by
- * default it gets s2_attn_backward_workspace's, which takes the dS path where the
- * module has one (the row says "dS" and the workspace's size); --ds N (N > 1) gives it the
- * workspace of N chunks of kv heads (s2_attn_backward_workspace_chunked), the dS path
- * then runs chunk by chunk.
+ * default (--ds -1) it gets the default, bounded workspace plans take (at most twice q's
+ * bytes plus 64 MB: s2_attn_backward_workspace_chunked with 0 chunks), the dS path where it
+ * fits (the row says "dS" and the workspace's size); --ds 1 gives it s2_attn_backward_workspace's,
+ * the dS path over every head; --ds N (N > 1) the workspace of N chunks of kv heads
+ * (s2_attn_backward_workspace_chunked), the dS path then runs chunk by chunk.
  * --order sets which of the three timings runs first: f the forward alone, b the backward
  * alone, x both back to back (default fbx).  The GPU's clock falls within tens of ms of
  * sustained load (bench/RESULTS.md run 56), so a timing run later in the sequence reads
@@ -29,7 +30,7 @@
  * same state, as separate do_bench calls would).
  *
  *   bench_bwd [--config NAME[,NAME..]] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--tma T] [--gather G]
- *             [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS] [--csv FILE] [--timer flush|warm]
+ *             [--ds -1|0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS] [--csv FILE] [--timer flush|warm]
  * --csv FILE appends one row per config to FILE, `fwd_bwd,FAMILY,SEQ_LEN,s2c,MS`
  * (bench/plot.py's input; FAMILY is the config name without its length, MS the
  * forward + backward median).
@@ -212,6 +213,10 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
     /* --ds N > 1: the dS path over N chunks of kv heads, in the workspace one chunk needs */
     if (st == S2_OK && ds && use_ds > 1)
         st = s2_attn_backward_workspace_chunked(ctx, r.bwd, c->batch, c->seq, c->seq, use_ds, &ws_bytes);
+    if (st == S2_OK && ds && use_ds < 0)   /* the default, bounded workspace: dS where it fits */
+        st = s2_attn_backward_workspace_chunked(ctx, r.bwd, c->batch, c->seq, c->seq, 0, &ws_bytes);
+    if (use_ds < 0)
+        ds = ds && ws_bytes > s2_attn_bwd_workspace_bytes(c->batch, c->heads, c->seq);
     if (st == S2_OK)
         st = s2_mem_alloc(ctx, dev, ws_bytes, &ws);
     if (st == S2_OK)
@@ -298,7 +303,7 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
 int main(int argc, char **argv)
 {
     const char *want = NULL;
-    int reps = BENCH_MIN_REPS, block_n = 0, stages = 0, wgmma = 0, tma = 0, gather = 0, use_ds = 1, dq_pair = 0;
+    int reps = BENCH_MIN_REPS, block_n = 0, stages = 0, wgmma = 0, tma = 0, gather = 0, use_ds = -1, dq_pair = 0;
     const char *order = "fbx";
     int cool_ms = 0;
     bool flush = true;
@@ -320,7 +325,7 @@ int main(int argc, char **argv)
                 return 2;
         } else {
             fprintf(stderr, "usage: bench_bwd [--config NAME,..] [--reps N] [--block-n N] [--num-stages N] [--wgmma W] [--tma T] "
-                            "[--gather G] [--ds 0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS] [--csv FILE] "
+                            "[--gather G] [--ds -1|0|1|N] [--dq-pair 0|-1] [--order fbx] [--cool MS] [--csv FILE] "
                             "[--timer flush|warm]\n");
             return 2;
         }

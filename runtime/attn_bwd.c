@@ -50,7 +50,8 @@ static size_t ds_chunked_bytes(const s2_attn_kernel *k, const sched_slot *s, int
 }
 
 /* The dS workspace of (batch, q_len, kv_len) in `chunks` chunks of kv heads
- * (0: no dS path), the schedules built (and cached) as a launch would. */
+ * (0: no dS path; chunks 0: the default, bounded workspace), the schedules
+ * built (and cached) as a launch would. */
 static s2_status ds_need(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_len, int64_t kv_len, int chunks,
                          size_t *need)
 {
@@ -67,7 +68,8 @@ static s2_status ds_need(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_le
     sched_slot *s = NULL;
     st = s2_rt_sched_get(ctx, k, q_len, kv_len, NULL, &s);
     if (st == S2_OK)
-        *need = ds_chunked_bytes(k, s, batch, k->pattern->heads, q_len, chunks, NULL);
+        *need = chunks == 0 ? s2_rt_bwd_default_workspace(k, s, batch, q_len)
+                            : ds_chunked_bytes(k, s, batch, k->pattern->heads, q_len, chunks, NULL);
     mtx_unlock(&k->lock);
     return st;
 }
@@ -78,11 +80,13 @@ s2_status s2_attn_backward_workspace_chunked(s2_ctx *ctx, s2_attn_kernel *k, int
     if (!k || !bytes)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_backward_workspace_chunked: %s is NULL", !k ? "kernel" : "bytes");
     *bytes = 0;
-    if (k->desc->spec.kind == S2_KERNEL_BWD &&
+    if (k->desc->spec.kind == S2_KERNEL_BWD && chunks != 0 &&
         (chunks < 1 || chunks > k->pattern->kv_heads || k->pattern->kv_heads % chunks))
         return s2_fail(ctx, S2_ERR_INVALID, "%d head chunks do not divide %d kv heads", chunks, k->pattern->kv_heads);
     size_t need = 0;
     s2_status st = ds_need(ctx, k, batch, q_len, kv_len, chunks, &need);
+    if (st == S2_OK && chunks == 0)
+        return *bytes = need, S2_OK;
     if (st != S2_OK)
         return st;
     if (!need)
@@ -308,6 +312,37 @@ size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, int64_t ds_tiles, int b
 {
     size_t ds = ds_workspace_bytes(k, ds_tiles, batch, k->pattern->heads, q_len);
     return ds ? ds : s2_attn_bwd_workspace_bytes(batch, k->pattern->heads, q_len);
+}
+
+/* FlashAttention-3's backward needs about twice q's bytes (its fp32 dQ
+ * accumulator): the default workspace stays within that plus 64 MB. */
+static size_t bwd_bound(const s2_attn_kernel *k, int batch, int64_t q_len)
+{
+    size_t q = (size_t)batch * (size_t)k->pattern->heads * (size_t)q_len * (size_t)k->desc->spec.head_dim *
+               s2_dtype_size(k->desc->spec.dtype);
+    return 2 * q + ((size_t)64 << 20);
+}
+
+size_t s2_rt_bwd_default_workspace(const s2_attn_kernel *k, const sched_slot *s, int batch, int64_t q_len)
+{
+    size_t plain = s2_attn_bwd_workspace_bytes(batch, k->pattern->heads, q_len), bound = bwd_bound(k, batch, q_len);
+    size_t full = s ? ds_workspace_bytes(k, s->ds_tiles, batch, k->pattern->heads, q_len) : 0;
+    if (!full || full <= (bound > plain ? bound : plain))
+        return full ? full : plain;
+    /* the fewest chunks of kv heads within the bound that still fill the GPU (launch_bwd's own choice) */
+    for (int i = 0; i < s->ds_nchunk; i++) {
+        size_t c = ds_chunking_bytes(s, batch, k->pattern->heads, q_len, i);
+        if (c <= bound && chunks_fill(k, s, i, batch))
+            return c;
+    }
+    return plain;
+}
+
+size_t s2_rt_bwd_default_workspace_bound(const s2_attn_kernel *k, int64_t ds_tiles, int batch, int64_t q_len)
+{
+    size_t plain = s2_attn_bwd_workspace_bytes(batch, k->pattern->heads, q_len), bound = bwd_bound(k, batch, q_len);
+    size_t full = s2_rt_bwd_full_workspace(k, ds_tiles, batch, q_len), cap = bound > plain ? bound : plain;
+    return full < cap ? full : cap;
 }
 
 s2_status s2_attn_backward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a)

@@ -278,6 +278,14 @@ S2_RT_HIDDEN s2_status s2_rt_bwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *
 /* The workspace that takes the dS path over every head (plain part only when
  * none) of a slot with ds_tiles dS tiles per batch element (< 0: no dS path). */
 S2_RT_HIDDEN size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, int64_t ds_tiles, int batch, int64_t q_len);
+/* The workspace a plan or schedule takes by default: the dS path's where it
+ * stays within twice q's bytes plus 64 MB (FlashAttention-3's), else that of
+ * the fewest chunks of kv heads within it that fill the GPU, else the plain
+ * one (dq recomputed).  A caller who passes more takes the full dS path.
+ * _bound: an upper bound of it before the schedules exist. */
+S2_RT_HIDDEN size_t s2_rt_bwd_default_workspace(const s2_attn_kernel *k, const sched_slot *s, int batch, int64_t q_len);
+S2_RT_HIDDEN size_t s2_rt_bwd_default_workspace_bound(const s2_attn_kernel *k, int64_t ds_tiles, int batch,
+                                                      int64_t q_len);
 
 /* attn_decode.c */
 /* Uploaded kept-block lists for sequences of up to q_blocks blocks (the

@@ -181,7 +181,7 @@ static s2_status build(s2_ctx *ctx, s2_attn_plan *p)
         }
         st = s2_rt_sched_build(ctx, k, e->key[0], e->key[1], &p->up, &e->slot);
         if (st == S2_OK && kind_of(p) == S2_KERNEL_BWD) {
-            size_t need = s2_rt_bwd_full_workspace(k, e->slot.ds_tiles, e->batch, e->key[0]);
+            size_t need = s2_rt_bwd_default_workspace(k, &e->slot, e->batch, e->key[0]);
             p->ws_bytes = need > p->ws_bytes ? need : p->ws_bytes;
         }
     }
@@ -245,9 +245,9 @@ s2_status s2_attn_plan_device_bytes(s2_ctx *ctx, s2_attn_plan *p, size_t *bytes)
     for (int i = 0; i < p->n; i++) {
         const plan_entry *e = &p->e[i];
         sum += e->bound.bytes;
-        size_t need = kind_of(p) == S2_KERNEL_BWD ? s2_rt_bwd_full_workspace(p->k, e->bound.ds_tiles, e->batch,
-                                                                              e->key[0])
-                                                   : 0;
+        size_t need = kind_of(p) == S2_KERNEL_BWD
+                          ? s2_rt_bwd_default_workspace_bound(p->k, e->bound.ds_tiles, e->batch, e->key[0])
+                          : 0;
         ws = need > ws ? need : ws;
     }
     for (int i = 0; i < p->ndec; i++) {

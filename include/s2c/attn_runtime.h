@@ -171,7 +171,10 @@ S2_API s2_status s2_attn_backward_workspace(s2_ctx *ctx, s2_attn_kernel *k, int 
 
 /* The dS path with less memory: the workspace that holds the dS tiles of
  * the largest of `chunks` equal chunks of kv heads (chunks divides
- * kv_heads; 1: s2_attn_backward_workspace's size).  s2_attn_backward runs
+ * kv_heads; 1: s2_attn_backward_workspace's size; 0: the default workspace,
+ * the one plans and schedules take: the dS path within twice q's bytes plus
+ * 64 MB, as FlashAttention-3's backward needs, in chunks where the whole
+ * does not fit, else the plain size).  s2_attn_backward runs
  * NAME_dkdv and NAME_dqds chunk after chunk (same results, bit for bit;
  * s2_attn_sched_stats.ds_chunked counts such launches) when the workspace
  * does not hold every dS tile
@@ -384,8 +387,10 @@ S2_API s2_status s2_attn_plan_new(s2_ctx *ctx, s2_attn_kernel *k, s2_attn_plan *
  * so that even the first launch on them calls only the launch.
  * Backward: batch, q_len, kv_len (and likewise q and d_o for their maps).  Decode: batch, n_new, max_seq_len,
  * splits (the lists serve every max_seq_len up to the declared one's range).
- * The plan's workspace takes the largest that a declared backward (dS path
- * over every head) or split-KV decode needs.  S2_ERR_SHAPE too for a shape
+ * The plan's workspace takes the largest that a declared backward (its
+ * default, bounded workspace: s2_attn_backward_workspace_chunked with
+ * chunks 0) or split-KV decode needs; pass a larger workspace in the args
+ * for the dS path over every head.  S2_ERR_SHAPE too for a shape
  * whose schedules (or decode lists) are bounded above
  * S2_ATTN_MAX_SCHEDULE_BYTES: the bound is counted here, nothing is built. */
 S2_API s2_status s2_attn_plan_add_forward(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_fwd_args *shape);

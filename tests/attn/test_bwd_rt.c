@@ -127,6 +127,18 @@ START_TEST(ds_path_in_head_chunks)
     ck_assert_uint_eq(none, full);
     ck_assert_int_eq(s2_attn_backward_workspace_chunked(f.ctx, k, CB, CS, CS, 3, &none), S2_ERR_INVALID);
     ck_assert_uint_eq(none, 0);
+    /* chunks 0, the default workspace (at most twice q's bytes + 64 MB): the whole dS path at 512 tokens; at
+     * 8K the dS tiles (a dense causal pattern: 540 MB, 270 MB in two chunks) pass the 81 MB bound, so plain */
+    size_t dflt = 0;
+    ck_assert_msg(s2_attn_backward_workspace_chunked(f.ctx, k, CB, CS, CS, 0, &dflt) == S2_OK, "%s",
+                  s2_ctx_message(f.ctx));
+    ck_assert_uint_eq(dflt, full);
+    ck_assert_msg(s2_attn_backward_workspace_chunked(f.ctx, k, CB, 8192, 8192, 0, &dflt) == S2_OK, "%s",
+                  s2_ctx_message(f.ctx));
+    ck_assert_uint_eq(dflt, s2_attn_bwd_workspace_bytes(CB, CH, 8192));
+    size_t full8k = 0;
+    ck_assert_int_eq(s2_attn_backward_workspace(f.ctx, k, CB, 8192, 8192, &full8k, &on), S2_OK);
+    ck_assert_msg(on && full8k > (size_t)2 * CB * 8192 * CH * CD * 2 + (64u << 20), "full dS at 8K: %zu", full8k);
     s2_devptr t[8], lse = 0, ws = 0;
     for (int i = 0; i < 8; i++) {
         bool kv = i == 1 || i == 2 || i == 6 || i == 7;
