@@ -24,7 +24,10 @@
  * NCCL is loaded with dlopen("libnccl.so.2", or $S2C_LIBNCCL): without it
  * every call that needs it returns S2_ERR_UNSUPPORTED.  The executor never
  * asks for NVLink SHARP (multicast); callers keep NCCL_NVLS_ENABLE=0 in the
- * environment of every process, as the examples and tests do.
+ * environment of every process, as the tests do.  NCCL runs on the calling
+ * thread's current CUDA device, which must be the communicator's (one visible
+ * device per process, CUDA_VISIBLE_DEVICES, as tests/dist/test_cp_gpu does;
+ * or cudaSetDevice), as for any NCCL communicator.
  *
  * Tensors are each rank's own tokens (s2_cp_plan_shard: its one or two
  * ranges in sequence order): q, o [B, n, H, D], k, v [B, n, Hkv, D] with the
