@@ -118,8 +118,9 @@ static void check_messages(const s2_pattern *p, int64_t seq, int ranks, s2_cp_sh
         }
         for (int64_t i = 0; i < n[r]; i++)
             total_msgs += !m[r][i].send;
-        free(m[r]);
     }
+    for (int r = 0; r < ranks; r++)
+        free(m[r]);
     /* runs make fewer messages than blocks (the local window's spill is one run) */
     if (total_recv > 0)
         ck_assert_int_lt(total_msgs, total_recv);
