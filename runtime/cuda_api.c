@@ -75,6 +75,12 @@ static bool resolve_all(driver_state *s, const proc_resolver *pr)
         s->drv.TensorMapEncodeTiled = (PFN_cuTensorMapEncodeTiled_v12000)fn;
     if (resolve(pr, "cuStreamIsCapturing", &fn))
         s->drv.StreamIsCapturing = (PFN_cuStreamIsCapturing_v10000)fn;
+    if (resolve(pr, "cuStreamWaitEvent", &fn))
+        s->drv.StreamWaitEvent = (PFN_cuStreamWaitEvent_v3020)fn;
+    if (resolve(pr, "cuMemcpyDtoDAsync", &fn))
+        s->drv.MemcpyDtoDAsync = (PFN_cuMemcpyDtoDAsync_v3020)fn;
+    if (resolve(pr, "cuMemcpy2DAsync", &fn))
+        s->drv.Memcpy2DAsync = (PFN_cuMemcpy2DAsync_v3020)fn;
     return true;
 }
 

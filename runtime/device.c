@@ -509,6 +509,50 @@ s2_status s2_event_record(s2_ctx *ctx, s2_event *ev, void *stream)
     return S2_OK;
 }
 
+s2_status s2_stream_wait_event(s2_ctx *ctx, s2_event *ev, void *stream)
+{
+    if (!ev)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_stream_wait_event: event is NULL");
+    if (!ev->dev->drv->StreamWaitEvent)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "the CUDA driver provides no cuStreamWaitEvent");
+    S2_IN_CUCONTEXT(ctx, ev->dev, StreamWaitEvent, (CUstream)stream, ev->ev, 0);
+    return S2_OK;
+}
+
+s2_status s2_memcpy_d2d_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, s2_devptr src, size_t bytes,
+                              void *stream)
+{
+    S2_NEED_DEV(ctx, dev, "s2_memcpy_d2d_async");
+    if (bytes == 0)
+        return S2_OK;
+    if (!dst || !src)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_memcpy_d2d_async: null %s", !dst ? "destination" : "source");
+    if (!dev->drv->MemcpyDtoDAsync)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "the CUDA driver provides no cuMemcpyDtoDAsync");
+    S2_IN_CUCONTEXT(ctx, dev, MemcpyDtoDAsync, dst, src, bytes, (CUstream)stream);
+    return S2_OK;
+}
+
+s2_status s2_memcpy_2d_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, size_t dst_pitch, s2_devptr src,
+                             size_t src_pitch, size_t row_bytes, size_t rows, void *stream)
+{
+    S2_NEED_DEV(ctx, dev, "s2_memcpy_2d_async");
+    if (row_bytes == 0 || rows == 0)
+        return S2_OK;
+    if (!dst || !src)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_memcpy_2d_async: null %s", !dst ? "destination" : "source");
+    if (dst_pitch < row_bytes || src_pitch < row_bytes)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_memcpy_2d_async: a pitch below the row's %zu bytes", row_bytes);
+    if (!dev->drv->Memcpy2DAsync)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "the CUDA driver provides no cuMemcpy2DAsync");
+    CUDA_MEMCPY2D c = {0};
+    c.srcMemoryType = CU_MEMORYTYPE_DEVICE, c.srcDevice = src, c.srcPitch = src_pitch;
+    c.dstMemoryType = CU_MEMORYTYPE_DEVICE, c.dstDevice = dst, c.dstPitch = dst_pitch;
+    c.WidthInBytes = row_bytes, c.Height = rows;
+    S2_IN_CUCONTEXT(ctx, dev, Memcpy2DAsync, &c, (CUstream)stream);
+    return S2_OK;
+}
+
 s2_status s2_event_elapsed_ms(s2_ctx *ctx, s2_event *start, s2_event *stop, float *ms)
 {
     if (!start || !stop || !ms)

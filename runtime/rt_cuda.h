@@ -15,7 +15,6 @@
 
 typedef struct s2_cumodule s2_cumodule;
 typedef struct s2_cufunction s2_cufunction;
-typedef struct s2_event s2_event;
 
 /* The device's CUcontext, for callers of the driver itself. */
 void *s2_device_cu_context(const s2_device *dev);
@@ -29,19 +28,7 @@ void *s2_device_cu_context(const s2_device *dev);
 s2_status s2_check_device_ptr(s2_ctx *ctx, const s2_device *dev, s2_devptr ptr,
                        size_t bytes, size_t align, const char *what);
 
-/* ---- streams and events ------------------------------------------------------ */
-
-/* Streams are created blocking (they synchronise with the legacy NULL stream,
- * so s2c/runtime.h's synchronous copies are ordered with launches on them). */
-s2_status s2_stream_create(s2_ctx *ctx, const s2_device *dev, void **stream);
-s2_status s2_stream_destroy(s2_ctx *ctx, const s2_device *dev, void *stream); /* NULL is fine */
-s2_status s2_stream_synchronize(s2_ctx *ctx, const s2_device *dev, void *stream);
-
-s2_status s2_event_create(s2_ctx *ctx, const s2_device *dev, s2_event **out);
-void s2_event_free(s2_event *ev);
-s2_status s2_event_record(s2_ctx *ctx, s2_event *ev, void *stream);
-/* Waits for `stop`, then *ms = time between the two records. */
-s2_status s2_event_elapsed_ms(s2_ctx *ctx, s2_event *start, s2_event *stop, float *ms);
+/* Streams and events: s2c/runtime.h. */
 
 /* ---- tensor maps ------------------------------------------------------------ */
 

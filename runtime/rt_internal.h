@@ -73,6 +73,10 @@ typedef struct s2_cuda_api {
     /* optional (NULL when the driver lacks it): tensor maps, cc >= 9.0 */
     PFN_cuTensorMapEncodeTiled_v12000 TensorMapEncodeTiled;
     PFN_cuStreamIsCapturing_v10000 StreamIsCapturing;
+    /* optional too: ordering across streams and device copies (runtime.h's streams section) */
+    PFN_cuStreamWaitEvent_v3020 StreamWaitEvent;
+    PFN_cuMemcpyDtoDAsync_v3020 MemcpyDtoDAsync;
+    PFN_cuMemcpy2DAsync_v3020 Memcpy2DAsync;
     int version;
 } s2_cuda_api;
 

@@ -37,6 +37,7 @@ bwd_gpu                   150  test_bwd_gpu
 attnrt_gpu                 90  test_attn_gpu
 varlen_gpu                 90  test_varlen_gpu
 seams_gpu                  90  test_seams_gpu
+cp_gpu                    180  NCCL_NVLS_ENABLE=0 test_cp_gpu
 graph_gpu                 150  test_graph_gpu
 patterns_gpu              180  test_patterns_gpu
 decode_gpu                120  test_decode_gpu

@@ -91,6 +91,34 @@ S2_API s2_status s2_memcpy_d2h(s2_ctx *ctx, const s2_device *dev, void *dst, s2_
 S2_API s2_status s2_memset_d8(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uint8_t value, size_t bytes);
 S2_API s2_status s2_device_synchronize(s2_ctx *ctx, const s2_device *dev);
 
+/* ---- streams, events and copies on a stream (ordering work across streams:
+ * the dist stage's executor, benches) ------------------------------------- */
+
+typedef struct s2_event s2_event;
+
+/* Streams are created blocking (they synchronise with the legacy NULL stream,
+ * so the synchronous copies above are ordered with launches on them). */
+S2_API s2_status s2_stream_create(s2_ctx *ctx, const s2_device *dev, void **stream);
+S2_API s2_status s2_stream_destroy(s2_ctx *ctx, const s2_device *dev, void *stream); /* NULL is fine */
+S2_API s2_status s2_stream_synchronize(s2_ctx *ctx, const s2_device *dev, void *stream);
+
+S2_API s2_status s2_event_create(s2_ctx *ctx, const s2_device *dev, s2_event **out);
+S2_API void s2_event_free(s2_event *ev);
+S2_API s2_status s2_event_record(s2_ctx *ctx, s2_event *ev, void *stream);
+/* Waits for `stop`, then *ms = time between the two records. */
+S2_API s2_status s2_event_elapsed_ms(s2_ctx *ctx, s2_event *start, s2_event *stop, float *ms);
+/* Work queued on `stream` after this call waits for ev's last record
+ * (cuStreamWaitEvent).  S2_ERR_UNSUPPORTED when the driver lacks it. */
+S2_API s2_status s2_stream_wait_event(s2_ctx *ctx, s2_event *ev, void *stream);
+/* Device-to-device copies queued on `stream` (nothing is checked but null
+ * pointers; bytes 0 does nothing): `bytes` contiguous, or `rows` rows of
+ * `row_bytes` at pitches dst_pitch and src_pitch (cuMemcpy2DAsync: pitches
+ * at least row_bytes).  S2_ERR_UNSUPPORTED when the driver lacks them. */
+S2_API s2_status s2_memcpy_d2d_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, s2_devptr src, size_t bytes,
+                                     void *stream);
+S2_API s2_status s2_memcpy_2d_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, size_t dst_pitch, s2_devptr src,
+                                    size_t src_pitch, size_t row_bytes, size_t rows, void *stream);
+
 /* ---- tensor maps (TMA, compute capability >= 9.0) ---------------------------- */
 
 /* A CUtensorMap: 128 opaque bytes, 64-byte aligned; kernels take it by value

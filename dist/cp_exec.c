@@ -1,0 +1,532 @@
+/* The context-parallel executor (cp.h): NCCL messages of the planned KV
+ * blocks on a communication stream, attention over local then received
+ * blocks on the caller's stream, the LSE merge, and the backward's dK/dV
+ * of received blocks summed at their owner by one reduce-scatter. */
+#include "cp_internal.h"
+#include "dist.h"
+#include "nccl_api.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct s2_cp_comm {
+    const s2_nccl_api *n;
+    s2_device *dev;
+    ncclComm_t comm;
+    bool owned;
+    int rank, size;
+};
+
+s2_status s2_nccl_version(s2_ctx *ctx, int *version)
+{
+    s2_status st;
+    const s2_nccl_api *n = s2_nccl_api_get(ctx, &st);
+    if (version)
+        *version = n ? n->version : 0;
+    return st;
+}
+
+s2_status s2_cp_unique_id(s2_ctx *ctx, s2_cp_id *id)
+{
+    if (!id)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_cp_unique_id: id is NULL");
+    s2_status st;
+    const s2_nccl_api *n = s2_nccl_api_get(ctx, &st);
+    if (!n)
+        return st;
+    _Static_assert(sizeof(ncclUniqueId) == sizeof(s2_cp_id), "ncclUniqueId is 128 bytes");
+    ncclUniqueId u;
+    ncclResult_t r = n->GetUniqueId(&u);
+    if (r != ncclSuccess)
+        return s2_nccl_fail(ctx, n, r, "ncclGetUniqueId");
+    memcpy(id->bytes, &u, sizeof u);
+    return S2_OK;
+}
+
+static s2_status comm_new(s2_ctx *ctx, s2_device *dev, s2_cp_comm **out, const s2_nccl_api **n)
+{
+    if (!out || !dev)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "the communicator: %s is NULL", !out ? "out" : "device");
+    *out = NULL;
+    s2_status st;
+    if (!(*n = s2_nccl_api_get(ctx, &st)))
+        return st;
+    if (!(*out = calloc(1, sizeof **out)))
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    (*out)->n = *n, (*out)->dev = dev;
+    return S2_OK;
+}
+
+/* NCCL calls use the current CUDA context: dev's, made current by a runtime call on this thread
+ * (s2_device_synchronize pushes and pops it, so the primary context is set by the CUDA runtime NCCL uses). */
+s2_status s2_cp_comm_init(s2_ctx *ctx, s2_device *dev, const s2_cp_id *id, int ranks, int rank, s2_cp_comm **out)
+{
+    if (!id)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_cp_comm_init: id is NULL");
+    if (ranks < 1 || ranks > S2_CP_MAX_RANKS || rank < 0 || rank >= ranks)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cp_comm_init: rank %d of %d ranks", rank, ranks);
+    const s2_nccl_api *n;
+    s2_status st = comm_new(ctx, dev, out, &n);
+    if (st != S2_OK)
+        return st;
+    ncclUniqueId u;
+    memcpy(&u, id->bytes, sizeof u);
+    ncclResult_t r = n->CommInitRank(&(*out)->comm, ranks, u, rank);
+    if (r != ncclSuccess) {
+        free(*out);
+        *out = NULL;
+        return s2_nccl_fail(ctx, n, r, "ncclCommInitRank");
+    }
+    (*out)->owned = true, (*out)->rank = rank, (*out)->size = ranks;
+    return S2_OK;
+}
+
+s2_status s2_cp_comm_wrap(s2_ctx *ctx, s2_device *dev, void *nccl_comm, s2_cp_comm **out)
+{
+    if (!nccl_comm)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_cp_comm_wrap: the communicator is NULL");
+    const s2_nccl_api *n;
+    s2_status st = comm_new(ctx, dev, out, &n);
+    if (st != S2_OK)
+        return st;
+    s2_cp_comm *c = *out;
+    c->comm = nccl_comm;
+    ncclResult_t r = n->CommUserRank(c->comm, &c->rank);
+    if (r == ncclSuccess)
+        r = n->CommCount(c->comm, &c->size);
+    if (r != ncclSuccess) {
+        free(c);
+        *out = NULL;
+        return s2_nccl_fail(ctx, n, r, "ncclCommUserRank/ncclCommCount");
+    }
+    return S2_OK;
+}
+
+void s2_cp_comm_free(s2_cp_comm *c)
+{
+    if (!c)
+        return;
+    if (c->owned)
+        c->n->CommDestroy(c->comm);
+    free(c);
+}
+
+int s2_cp_comm_rank(const s2_cp_comm *c) { return c ? c->rank : -1; }
+int s2_cp_comm_size(const s2_cp_comm *c) { return c ? c->size : 0; }
+
+/* One operation's plan on this rank (the forward's, the backward's). */
+typedef struct cp_op {
+    s2_cp_plan *plan;
+    int64_t recv;                 /* its receive tokens per kv head */
+    s2_cp_msg *msgs;
+    int64_t n_msgs;
+    s2_attn_sched *full, *local, *remote;   /* remote NULL when nothing is received */
+} cp_op;
+
+struct s2_cp_exec {
+    s2_cp_comm *comm;
+    s2_attn_kernel *fwd, *bwd;
+    const s2_pattern *p;
+    s2_device *dev;
+    int batch, heads, kv_heads, D;
+    s2_dtype dtype;
+    size_t elem;
+    ncclDataType_t nt;
+    s2_cp_sizes sizes;
+    cp_op op[2];                  /* forward, backward (op[1].plan may be op[0].plan's twin) */
+    bool same_plan;
+    cp_grad_map grad;
+    void *comm_stream;
+    s2_event *ev_in, *ev_comm;
+    s2_devptr kbuf, vbuf, parts, dkbuf, dvbuf, seg, red, work;
+};
+
+static void op_free(cp_op *o, bool plan_shared)
+{
+    s2_attn_sched_free(o->full), s2_attn_sched_free(o->local), s2_attn_sched_free(o->remote);
+    free(o->msgs);
+    if (!plan_shared)
+        s2_cp_plan_free(o->plan);
+}
+
+void s2_cp_exec_free(s2_cp_exec *e)
+{
+    if (!e)
+        return;
+    op_free(&e->op[1], e->same_plan);
+    op_free(&e->op[0], false);
+    s2_cp_grad_map_free(&e->grad);
+    s2_devptr bufs[] = {e->kbuf, e->vbuf, e->parts, e->dkbuf, e->dvbuf, e->seg, e->red, e->work};
+    for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
+        s2_mem_free(NULL, e->dev, bufs[i]);
+    s2_event_free(e->ev_in), s2_event_free(e->ev_comm);
+    s2_stream_destroy(NULL, e->dev, e->comm_stream);
+    free(e);
+}
+
+const s2_cp_plan *s2_cp_exec_plan(const s2_cp_exec *e, bool backward)
+{
+    return !e ? NULL : backward ? (e->bwd ? e->op[1].plan : NULL) : e->op[0].plan;
+}
+const s2_cp_sizes *s2_cp_exec_sizes(const s2_cp_exec *e) { return e ? &e->sizes : NULL; }
+
+/* The kernel's forward tile, from its own schedule of one block. */
+static s2_status tile_of(s2_ctx *ctx, s2_attn_kernel *k, const s2_pattern *p, s2_tile_spec *t)
+{
+    s2_schedule *s = NULL;
+    s2_status st = s2_attn_kernel_schedule(ctx, k, p->block_size, p->block_size, &s);
+    if (st == S2_OK)
+        *t = (s2_tile_spec){s->geom.block_m, s->geom.block_n};
+    s2_schedule_free(s);
+    return st;
+}
+
+static s2_status op_new(s2_ctx *ctx, s2_cp_exec *e, s2_attn_kernel *k, const s2_cp_plan_args *pa, cp_op *o)
+{
+    int rank = e->comm->rank;
+    s2_status st = s2_cp_plan_new(ctx, e->p, pa, &o->plan);
+    if (st == S2_OK)
+        st = s2_cp_messages(ctx, o->plan, e->p, rank, &o->msgs, &o->n_msgs);
+    if (st != S2_OK)
+        return st;
+    o->recv = s2_cp_plan_recv_tokens(o->plan, rank);
+    int64_t sst[2], slen[2];
+    e->sizes.own_tokens = 0;
+    for (int i = 0, n = s2_cp_plan_shard(o->plan, rank, sst, slen); i < n; i++)
+        e->sizes.own_tokens += slen[i];
+    const s2_layout *lay = s2_cp_plan_layout(o->plan, rank);
+    const s2_schedule *full = s2_cp_plan_schedule(o->plan, rank, false);
+    if (!lay || !full)
+        return s2_fail(ctx, S2_ERR_INTERNAL, "the plan of rank %d has no schedule", rank);
+    int64_t kv_len = o->recv + e->sizes.own_tokens;
+    if ((st = s2_attn_sched_new(ctx, k, e->sizes.own_tokens, kv_len, full, &o->full)) != S2_OK)
+        return st;
+    if (o->recv == 0)
+        return S2_OK;
+    /* the forward's two launches: own keys (after the receive buffer), then the received ones */
+    s2_schedule *part = NULL;
+    if ((st = s2_dist_split_keys(ctx, full, o->recv, kv_len, &part)) == S2_OK)
+        st = s2_attn_sched_new(ctx, k, e->sizes.own_tokens, kv_len, part, &o->local);
+    s2_schedule_free(part);
+    part = NULL;
+    if (st == S2_OK && (st = s2_dist_split_keys(ctx, full, 0, o->recv, &part)) == S2_OK)
+        st = s2_attn_sched_new(ctx, k, e->sizes.own_tokens, kv_len, part, &o->remote);
+    s2_schedule_free(part);
+    return st;
+}
+
+static s2_status alloc0(s2_ctx *ctx, s2_device *dev, size_t bytes, s2_devptr *p)
+{
+    if (bytes == 0)
+        return S2_OK;
+    s2_status st = s2_mem_alloc(ctx, dev, bytes, p);
+    /* zero once: receive padding and segment rows never written stay zero (finite for the kernels) */
+    return st == S2_OK ? s2_memset_d8(ctx, dev, *p, 0, bytes) : st;
+}
+
+s2_status s2_cp_exec_new(s2_ctx *ctx, s2_cp_comm *comm, s2_attn_kernel *fwd, s2_attn_kernel *bwd,
+                         const s2_cp_exec_args *args, s2_cp_exec **out)
+{
+    if (!out || !comm || !fwd || !args)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_cp_exec_new: %s is NULL",
+                       !out ? "out" : !comm ? "comm" : !fwd ? "the forward kernel" : "args");
+    *out = NULL;
+    const s2_manifest_kernel *fd = s2_attn_kernel_desc(fwd), *bd = bwd ? s2_attn_kernel_desc(bwd) : NULL;
+    if (fd->spec.kind != S2_KERNEL_FWD || (bd && bd->spec.kind != S2_KERNEL_BWD))
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cp_exec_new: %s is not a %s kernel", bd && fd->spec.kind == S2_KERNEL_FWD
+                       ? bd->name : fd->name, bd && fd->spec.kind == S2_KERNEL_FWD ? "backward" : "forward");
+    if (bd && (bd->spec.dtype != fd->spec.dtype || bd->spec.head_dim != fd->spec.head_dim ||
+               strcmp(s2_attn_kernel_pattern(bwd)->name, s2_attn_kernel_pattern(fwd)->name) != 0))
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cp_exec_new: %s and %s differ in pattern, dtype or head dim",
+                       fd->name, bd->name);
+    if (args->batch < 1 || args->batch > 65535)
+        return s2_fail(ctx, S2_ERR_SHAPE, "s2_cp_exec_new: batch %d outside 1..65535", args->batch);
+    s2_cp_exec *e = calloc(1, sizeof *e);
+    if (!e)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    e->comm = comm, e->fwd = fwd, e->bwd = bwd, e->dev = comm->dev, e->p = s2_attn_kernel_pattern(fwd);
+    e->batch = args->batch, e->heads = e->p->heads, e->kv_heads = e->p->kv_heads, e->D = fd->spec.head_dim;
+    e->dtype = fd->spec.dtype, e->elem = s2_dtype_size(e->dtype);
+    e->nt = e->dtype == S2_DTYPE_BF16 ? ncclBfloat16 : e->dtype == S2_DTYPE_F16 ? ncclFloat16 : ncclFloat32;
+    s2_status st = S2_OK;
+    if (e->dtype != S2_DTYPE_BF16 && e->dtype != S2_DTYPE_F16)
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "s2_cp_exec_new: dtype %s (bf16 and f16 only)", s2_dtype_name(e->dtype));
+    s2_cp_plan_args pa = {.seq_len = args->seq_len, .ranks = comm->size, .sharding = args->sharding,
+                          .schedules = true};
+    s2_tile_spec tf = {0}, tb = {0};
+    if (st == S2_OK)
+        st = tile_of(ctx, fwd, e->p, &tf);
+    if (st == S2_OK && bwd)
+        st = tile_of(ctx, bwd, e->p, &tb);
+    if (st == S2_OK)
+        pa.spec = tf;
+    if (st == S2_OK)
+        st = op_new(ctx, e, fwd, &pa, &e->op[0]);
+    if (st == S2_OK && bwd) {
+        pa.spec = tb;
+        st = op_new(ctx, e, bwd, &pa, &e->op[1]);
+    }
+    if (st == S2_OK)
+        st = s2_cp_sizes_of(ctx, e->op[0].plan, bwd ? e->op[1].plan : NULL, e->p, comm->rank, e->batch, e->D, e->dtype,
+                            &e->sizes);
+    if (st == S2_OK && bwd)
+        st = s2_cp_grad_map_new(ctx, e->op[1].plan, e->p, comm->rank, e->batch, &e->grad);
+    if (st == S2_OK && bwd)
+        st = s2_attn_sched_backward_workspace(ctx, e->op[1].full, e->batch, &e->sizes.workspace_bytes);
+    size_t half = e->sizes.kv_bytes / 2, segb = (size_t)e->grad.seg_rows * e->D * e->elem;
+    if (st == S2_OK)
+        st = alloc0(ctx, e->dev, half, &e->kbuf);
+    if (st == S2_OK)
+        st = alloc0(ctx, e->dev, half, &e->vbuf);
+    if (st == S2_OK && e->op[0].remote)
+        st = alloc0(ctx, e->dev, e->sizes.partial_bytes, &e->parts);
+    if (st == S2_OK && bwd) {
+        if ((st = alloc0(ctx, e->dev, half, &e->dkbuf)) == S2_OK && (st = alloc0(ctx, e->dev, half, &e->dvbuf)) == S2_OK &&
+            (st = alloc0(ctx, e->dev, 2 * (size_t)comm->size * segb, &e->seg)) == S2_OK &&
+            (st = alloc0(ctx, e->dev, 2 * segb, &e->red)) == S2_OK)
+            st = alloc0(ctx, e->dev, e->sizes.workspace_bytes, &e->work);
+    }
+    if (st == S2_OK)
+        st = s2_stream_create(ctx, e->dev, &e->comm_stream);
+    if (st == S2_OK)
+        st = s2_event_create(ctx, e->dev, &e->ev_in);
+    if (st == S2_OK)
+        st = s2_event_create(ctx, e->dev, &e->ev_comm);
+    if (st != S2_OK) {
+        s2_cp_exec_free(e);
+        return st;
+    }
+    *out = e;
+    return S2_OK;
+}
+
+/* ---- the buffers' layout: per (batch, kv head) rmax + own rows of D; operation o's rows start rmax - recv in ---- */
+
+static int64_t head_rows(const s2_cp_exec *e) { return e->sizes.recv_tokens + e->sizes.own_tokens; }
+
+/* Element offset of row `row` of operation o's layout (recv slots then own tokens) for (b, h). */
+static int64_t row_at(const s2_cp_exec *e, const cp_op *o, int b, int h, int64_t row)
+{
+    return (((int64_t)b * e->kv_heads + h) * head_rows(e) + e->sizes.recv_tokens - o->recv + row) * e->D;
+}
+
+static s2_devptr at(const s2_cp_exec *e, s2_devptr base, int64_t elems) { return base + (s2_devptr)elems * e->elem; }
+
+static void kv_strides(const s2_cp_exec *e, int64_t s[3])
+{
+    s[0] = (int64_t)e->kv_heads * head_rows(e) * e->D, s[1] = e->D, s[2] = head_rows(e) * e->D;
+}
+
+/* The caller's K and V (own tokens) into the buffers, on stream. */
+static s2_status copy_in(s2_ctx *ctx, s2_cp_exec *e, const cp_op *o, void *stream, uint64_t k, const int64_t *ks,
+                         uint64_t v, const int64_t *vs)
+{
+    s2_status st = S2_OK;
+    size_t rb = (size_t)e->D * e->elem;
+    for (int b = 0; st == S2_OK && b < e->batch; b++)
+        for (int h = 0; st == S2_OK && h < e->kv_heads; h++) {
+            int64_t dst = row_at(e, o, b, h, o->recv);
+            st = s2_memcpy_2d_async(ctx, e->dev, at(e, e->kbuf, dst), rb, at(e, k, b * ks[0] + h * ks[2]),
+                                    (size_t)ks[1] * e->elem, rb, (size_t)e->sizes.own_tokens, stream);
+            if (st == S2_OK)
+                st = s2_memcpy_2d_async(ctx, e->dev, at(e, e->vbuf, dst), rb, at(e, v, b * vs[0] + h * vs[2]),
+                                        (size_t)vs[1] * e->elem, rb, (size_t)e->sizes.own_tokens, stream);
+        }
+    return st;
+}
+
+/* The planned blocks sent and received on the communication stream, after `stream`'s work so far; ev_comm
+ * marks their end. */
+static s2_status exchange(s2_ctx *ctx, s2_cp_exec *e, const cp_op *o, void *stream)
+{
+    s2_status st = s2_event_record(ctx, e->ev_in, stream);
+    if (st == S2_OK)
+        st = s2_stream_wait_event(ctx, e->ev_in, e->comm_stream);
+    if (st != S2_OK)
+        return st;
+    if (o->n_msgs > 0) {
+        const s2_nccl_api *n = e->comm->n;
+        int bs = e->p->block_size;
+        ncclResult_t r = n->GroupStart();
+        for (int b = 0; r == ncclSuccess && b < e->batch; b++)
+            for (int64_t i = 0; r == ncclSuccess && i < o->n_msgs; i++) {
+                const s2_cp_msg *m = &o->msgs[i];
+                size_t count = (size_t)(m->blocks * bs * e->D);
+                int64_t row = m->send ? o->recv + s2_cp_own_row(o->plan, e->comm->rank, m->first_block, bs)
+                                      : m->first_slot * bs;
+                int64_t off = row_at(e, o, b, m->kv_head, row);
+                for (int t = 0; r == ncclSuccess && t < 2; t++) {
+                    s2_devptr p = at(e, t ? e->vbuf : e->kbuf, off);
+                    r = m->send ? n->Send((const void *)(uintptr_t)p, count, e->nt, m->peer, e->comm->comm,
+                                          (cudaStream_t)e->comm_stream)
+                                : n->Recv((void *)(uintptr_t)p, count, e->nt, m->peer, e->comm->comm,
+                                          (cudaStream_t)e->comm_stream);
+                }
+            }
+        ncclResult_t r2 = n->GroupEnd();
+        if (r != ncclSuccess || r2 != ncclSuccess)
+            return s2_nccl_fail(ctx, n, r != ncclSuccess ? r : r2, "the KV blocks' ncclSend/ncclRecv");
+    }
+    return s2_event_record(ctx, e->ev_comm, e->comm_stream);
+}
+
+static s2_status check_shape(s2_ctx *ctx, const s2_cp_exec *e, int batch, int64_t q_len, int64_t kv_len, int heads,
+                             int kv_heads, int D, s2_dtype dt, const char *fn)
+{
+    if (batch != e->batch || q_len != e->sizes.own_tokens || kv_len != e->sizes.own_tokens)
+        return s2_fail(ctx, S2_ERR_SHAPE, "%s: batch %d, q_len %lld, kv_len %lld; this rank's are %d, %lld, %lld", fn,
+                       batch, (long long)q_len, (long long)kv_len, e->batch, (long long)e->sizes.own_tokens,
+                       (long long)e->sizes.own_tokens);
+    if (heads != e->heads || kv_heads != e->kv_heads)
+        return s2_fail(ctx, S2_ERR_HEADS, "%s: %d heads, %d kv heads; the pattern has %d, %d", fn, heads, kv_heads,
+                       e->heads, e->kv_heads);
+    if (D != e->D)
+        return s2_fail(ctx, S2_ERR_HEAD_DIM, "%s: head_dim %d, the kernels' %d", fn, D, e->D);
+    if (dt != e->dtype)
+        return s2_fail(ctx, S2_ERR_DTYPE, "%s: dtype %s, the kernels' %s", fn, s2_dtype_name(dt), s2_dtype_name(e->dtype));
+    return S2_OK;
+}
+
+s2_status s2_cp_forward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn_fwd_args *a)
+{
+    if (!e || !a)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_cp_forward: %s is NULL", !e ? "the executor" : "args");
+    s2_status st = check_shape(ctx, e, a->batch, a->q_len, a->kv_len, a->heads, a->kv_heads, a->head_dim, a->dtype,
+                               "s2_cp_forward");
+    if (st == S2_OK && a->seqs)
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "s2_cp_forward: a variable-length batch");
+    if (st == S2_OK)
+        st = s2_attn_forward_check(ctx, e->fwd, a);   /* the caller's tensors, before anything is queued */
+    if (st != S2_OK)
+        return st;
+    const cp_op *o = &e->op[0];
+    if ((st = copy_in(ctx, e, o, stream, a->k, a->k_stride, a->v, a->v_stride)) != S2_OK ||
+        (st = exchange(ctx, e, o, stream)) != S2_OK)
+        return st;
+    s2_attn_fwd_args l = *a;
+    l.kv_len = o->recv + e->sizes.own_tokens;
+    l.k = at(e, e->kbuf, row_at(e, o, 0, 0, 0)), l.v = at(e, e->vbuf, row_at(e, o, 0, 0, 0));
+    kv_strides(e, l.k_stride);
+    memcpy(l.v_stride, l.k_stride, sizeof l.v_stride);
+    if (!o->remote) {   /* nothing received: one launch into o */
+        st = s2_attn_forward_sched(ctx, e->fwd, stream, &l, o->full);
+        s2_status st2 = s2_stream_wait_event(ctx, e->ev_comm, stream);   /* sends read the buffers */
+        return st != S2_OK ? st : st2;
+    }
+    size_t ob = (size_t)e->batch * e->sizes.own_tokens * e->heads * e->D * e->elem;
+    size_t lb = (size_t)e->batch * e->heads * e->sizes.own_tokens * 4;
+    s2_devptr part_o[2] = {e->parts, e->parts + ob}, part_l[2] = {e->parts + 2 * ob, e->parts + 2 * ob + lb};
+    int64_t ps[3] = {e->sizes.own_tokens * e->heads * e->D, (int64_t)e->heads * e->D, e->D};
+    memcpy(l.o_stride, ps, sizeof ps);
+    l.o = part_o[0], l.lse = part_l[0];
+    st = s2_attn_forward_sched(ctx, e->fwd, stream, &l, o->local);
+    if (st == S2_OK)
+        st = s2_stream_wait_event(ctx, e->ev_comm, stream);
+    l.o = part_o[1], l.lse = part_l[1];
+    if (st == S2_OK)
+        st = s2_attn_forward_sched(ctx, e->fwd, stream, &l, o->remote);
+    if (st != S2_OK)
+        return st;
+    s2_combine_args c = {.n = 2, .batch = e->batch, .heads = e->heads, .head_dim = e->D, .seq = e->sizes.own_tokens,
+                         .dtype = e->dtype, .o = a->o, .lse = a->lse};
+    memcpy(c.o_in, part_o, sizeof part_o);
+    memcpy(c.lse_in, part_l, sizeof part_l);
+    memcpy(c.in_stride, ps, sizeof ps);
+    memcpy(c.o_stride, a->o_stride, sizeof c.o_stride);
+    return s2_combine(ctx, e->fwd, stream, &c);
+}
+
+/* Copies of rows of D elements: dst rows at dst_pitch elements. */
+static s2_status rows_copy(s2_ctx *ctx, s2_cp_exec *e, s2_devptr dst, int64_t dst_pitch, s2_devptr src,
+                           int64_t src_pitch, int64_t rows, void *stream)
+{
+    size_t rb = (size_t)e->D * e->elem;
+    if (dst_pitch == e->D && src_pitch == e->D)
+        return s2_memcpy_d2d_async(ctx, e->dev, dst, src, rb * (size_t)rows, stream);
+    return s2_memcpy_2d_async(ctx, e->dev, dst, (size_t)dst_pitch * e->elem, src, (size_t)src_pitch * e->elem, rb,
+                              (size_t)rows, stream);
+}
+
+s2_status s2_cp_backward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn_bwd_args *a)
+{
+    if (!e || !a)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_cp_backward: %s is NULL", !e ? "the executor" : "args");
+    if (!e->bwd)
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cp_backward: the executor was made without a backward kernel");
+    s2_status st = check_shape(ctx, e, a->batch, a->q_len, a->kv_len, a->heads, a->kv_heads, a->head_dim, a->dtype,
+                               "s2_cp_backward");
+    if (st == S2_OK && a->d_lse)
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "s2_cp_backward: d_lse");
+    s2_attn_bwd_args b = *a;
+    b.workspace = e->work, b.workspace_bytes = e->sizes.workspace_bytes;
+    if (st == S2_OK)
+        st = s2_attn_backward_check(ctx, e->bwd, &b);
+    if (st != S2_OK)
+        return st;
+    const cp_op *o = &e->op[1];
+    if ((st = copy_in(ctx, e, o, stream, a->k, a->k_stride, a->v, a->v_stride)) != S2_OK ||
+        (st = exchange(ctx, e, o, stream)) != S2_OK || (st = s2_stream_wait_event(ctx, e->ev_comm, stream)) != S2_OK)
+        return st;
+    int64_t base = row_at(e, o, 0, 0, 0);
+    b.kv_len = o->recv + e->sizes.own_tokens;
+    b.k = at(e, e->kbuf, base), b.v = at(e, e->vbuf, base);
+    b.dk = at(e, e->dkbuf, base), b.dv = at(e, e->dvbuf, base);
+    kv_strides(e, b.k_stride);
+    memcpy(b.v_stride, b.k_stride, sizeof b.k_stride);
+    memcpy(b.dk_stride, b.k_stride, sizeof b.k_stride);
+    memcpy(b.dv_stride, b.k_stride, sizeof b.k_stride);
+    if ((st = s2_attn_backward_sched(ctx, e->bwd, stream, &b, o->full)) != S2_OK)
+        return st;
+    const cp_grad_map *g = &e->grad;
+    int64_t segb = g->seg_rows * e->D;   /* one segment's elements */
+    s2_devptr dsrc[2] = {e->dkbuf, e->dvbuf}, seg[2] = {e->seg, at(e, e->seg, (int64_t)g->ranks * segb)};
+    s2_devptr red[2] = {e->red, at(e, e->red, segb)};
+    /* this rank's partials of others' blocks and its own rows of blocks others read, into the segments */
+    for (int t = 0; st == S2_OK && t < 2; t++)
+        for (int bi = 0; st == S2_OK && bi < e->batch; bi++) {
+            for (int64_t i = 0; st == S2_OK && i < g->n_partial; i++) {
+                const cp_copy *c = &g->partial[i];
+                int64_t d = c->seg * segb + (bi * g->seg_batch_rows[c->seg] + c->dst) * e->D;
+                st = rows_copy(ctx, e, at(e, seg[t], d), e->D, at(e, dsrc[t], row_at(e, o, bi, c->kv_head, c->src)),
+                               e->D, c->rows, stream);
+            }
+            for (int64_t i = 0; st == S2_OK && i < g->n_own; i++) {
+                const cp_copy *c = &g->own[i];
+                int64_t d = c->seg * segb + (bi * g->seg_batch_rows[c->seg] + c->dst) * e->D;
+                st = rows_copy(ctx, e, at(e, seg[t], d), e->D,
+                               at(e, dsrc[t], row_at(e, o, bi, c->kv_head, o->recv + c->src)), e->D, c->rows, stream);
+            }
+        }
+    /* every rank's segment r summed at r, in NCCL's fixed order */
+    if (st == S2_OK && segb > 0) {
+        if ((st = exchange(ctx, e, &(cp_op){.n_msgs = 0}, stream)) != S2_OK)   /* comm stream after the copies */
+            return st;
+        const s2_nccl_api *n = e->comm->n;
+        ncclResult_t r = n->GroupStart();
+        for (int t = 0; r == ncclSuccess && t < 2; t++)
+            r = n->ReduceScatter((const void *)(uintptr_t)seg[t], (void *)(uintptr_t)red[t], (size_t)segb, e->nt,
+                                 ncclSum, e->comm->comm, (cudaStream_t)e->comm_stream);
+        ncclResult_t r2 = n->GroupEnd();
+        if (r != ncclSuccess || r2 != ncclSuccess)
+            return s2_nccl_fail(ctx, n, r != ncclSuccess ? r : r2, "the dK/dV ncclReduceScatter");
+        if ((st = s2_event_record(ctx, e->ev_comm, e->comm_stream)) == S2_OK)
+            st = s2_stream_wait_event(ctx, e->ev_comm, stream);
+    }
+    /* own rows into the caller's dk, dv, then the summed rows over them */
+    uint64_t out[2] = {a->dk, a->dv};
+    const int64_t *os[2] = {a->dk_stride, a->dv_stride};
+    for (int t = 0; st == S2_OK && t < 2; t++)
+        for (int bi = 0; st == S2_OK && bi < e->batch; bi++) {
+            for (int h = 0; st == S2_OK && h < e->kv_heads; h++)
+                st = rows_copy(ctx, e, at(e, out[t], bi * os[t][0] + h * os[t][2]), os[t][1],
+                               at(e, dsrc[t], row_at(e, o, bi, h, o->recv)), e->D, e->sizes.own_tokens, stream);
+            for (int64_t i = 0; st == S2_OK && i < g->n_own; i++) {
+                const cp_copy *c = &g->own[i];
+                int64_t s = (bi * g->seg_batch_rows[c->seg] + c->dst) * e->D;
+                st = rows_copy(ctx, e, at(e, out[t], bi * os[t][0] + c->kv_head * os[t][2] + c->src * os[t][1]),
+                               os[t][1], at(e, red[t], s), e->D, c->rows, stream);
+            }
+        }
+    return st;
+}
