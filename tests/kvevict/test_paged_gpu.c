@@ -63,10 +63,10 @@ static const pg_case cases[] = {
     {"phi3_gqa_p16", "phi3-small.yaml", 16, 2000, 140, 4, S2_DTYPE_BF16, 128},
     {"phi3_gqa_p128", "phi3-small.yaml", 128, 1800, 140, 3, S2_DTYPE_BF16, 128},
     /* head dims beyond 32/64/96/128, GQA */
-    {"phi3_gqa_d16_f16", "phi3-small.yaml", 32, 1500, 90, 4, S2_DTYPE_F16, 16},
-    {"phi3_gqa_d80_bf16", "phi3-small.yaml", 16, 1500, 90, 3, S2_DTYPE_BF16, 80},
-    {"phi3_gqa_d192_f16", "phi3-small.yaml", 64, 1500, 90, 4, S2_DTYPE_F16, 192},
-    {"phi3_gqa_d256_bf16", "phi3-small.yaml", 128, 1600, 90, 3, S2_DTYPE_BF16, 256},
+    {"phi3_gqa_d16_f16", "phi3-small.yaml", 32, 2000, 140, 4, S2_DTYPE_F16, 16},
+    {"phi3_gqa_d80_bf16", "phi3-small.yaml", 16, 2000, 140, 4, S2_DTYPE_BF16, 80},
+    {"phi3_gqa_d192_f16", "phi3-small.yaml", 64, 1800, 140, 3, S2_DTYPE_F16, 192},
+    {"phi3_gqa_d256_bf16", "phi3-small.yaml", 128, 1800, 140, 3, S2_DTYPE_BF16, 256},
 };
 enum { NUM_CASES = sizeof cases / sizeof cases[0], BATCH = 3 };
 
