@@ -40,9 +40,9 @@ seams_gpu                  90  test_seams_gpu
 cp_gpu                    180  NCCL_NVLS_ENABLE=0 test_cp_gpu
 graph_gpu                 150  test_graph_gpu
 patterns_gpu              180  test_patterns_gpu
-decode_gpu                120  test_decode_gpu
+decode_gpu                240  test_decode_gpu
 aot_gpu                   120  test_aot_gpu
-paged_gpu                 180  test_paged_gpu
+paged_gpu                 300  test_paged_gpu
 example_embed              60  embed "$S2C_BUNDLE/data/examples/embed"
 example_jit                60  jit examples/jit/layer.yaml
 example_train              90  train examples/train/train.yaml
@@ -65,6 +65,7 @@ memcheck_bwd_rt           120  S2C_BWD_CASES=runtime_ compute-sanitizer --tool m
 memcheck_seams            120  compute-sanitizer --tool memcheck --error-exitcode 1 test_seams_gpu
 memcheck_attnrt            90  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_attn_gpu
 memcheck_decode            90  S2C_DECODE_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu
+memcheck_decode_hd        150  S2C_DECODE_CASES=hd144 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu
 memcheck_concurrency      180  S2C_GRAPH_CASES=concurrency compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_graph_gpu
 memcheck_graph           120  S2C_GRAPH_CASES=varlen,backward,decode S2C_GRAPH_REPLAYS=3 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_graph_gpu
 bench_fwd                 120  bench_fwd --reps 30 --rows 12 --config b64_8k,mergeq16_8k,b64_32k,b64_128k,b64_l16v8_16k,dense_8k

@@ -249,12 +249,72 @@ static void load_q_fragments(dec *k)
     }
 }
 
+/* Q's A fragment of k-step ks read from shared memory (the Q tile stays
+ * there for the whole loop), for head dims whose fragments do not stay in
+ * registers (dec_shape.q_in_regs). */
+static void q_fragment(dec *k, int ks, LLVMValueRef out[4])
+{
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildAnd(b, k->lane, c32(k, 7), ""), LLVMBuildAnd(b, k->lane, c32(k, 8), ""), "");
+    LLVMValueRef ch = LLVMBuildAdd(b, LLVMBuildLShr(b, k->lane, c32(k, 4), ""), c32(k, 2 * ks), "");
+    LLVMValueRef off = LLVMBuildAdd(b, c32(k, k->s.q_off), swizzle(k, row, ch), "");
+    s2_nv_ldmatrix_x4(k->cg, s2_nv_smem_at(k->cg, off), false, out);
+}
+
+/* With D % 32 == 16, the last k-step's B fragments of both n-tiles in one
+ * ldmatrix.x4: lanes 16n + 8j address key row 8n + (lane & 7), chunk
+ * D / 8 - 2 + j; out[2n], out[2n + 1] are n-tile n's. */
+static void load_k_tail(dec *k, LLVMValueRef kst, LLVMValueRef kt[4])
+{
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
+                                    LLVMBuildAdd(b, LLVMBuildAnd(b, k->lane, c32(k, 7), ""),
+                                                 LLVMBuildAnd(b, LLVMBuildLShr(b, k->lane, c32(k, 1), ""), c32(k, 8), ""), ""), "");
+    LLVMValueRef ch = LLVMBuildAdd(b, LLVMBuildAnd(b, LLVMBuildLShr(b, k->lane, c32(k, 3), ""), c32(k, 1), ""),
+                                   c32(k, k->s.chunks - 2), "");
+    s2_nv_ldmatrix_x4(k->cg, s2_nv_smem_at(k->cg, LLVMBuildAdd(b, kst, swizzle(k, row, ch), "")), false, kt);
+}
+
 /* S = Q·Kᵀ over this warp's 16 keys (rows warp*16.. of the stage). */
 static void compute_scores(dec *k, LLVMValueRef kst, LLVMValueRef sc[2][4])
 {
     LLVMBuilderRef b = k->b;
     LLVMValueRef lrow = LLVMBuildAnd(b, k->lane, c32(k, 7), "");
     LLVMValueRef lch = LLVMBuildLShr(b, k->lane, c32(k, 3), "");
+    bool tail = k->s.D % 32 != 0;
+    LLVMValueRef kt[4];
+    if (tail)
+        load_k_tail(k, kst, kt);
+    if (!k->s.q_in_regs) {
+        /* k-steps outer, so each Q fragment is read once for both n-tiles */
+        LLVMValueRef acc[2][4];
+        for (int n = 0; n < 2; n++)
+            for (int i = 0; i < 4; i++)
+                acc[n][i] = cf(k, 0);
+        for (int p = 0; p < k->s.D / 32; p++) {
+            LLVMValueRef qa[4], qb[4];
+            q_fragment(k, 2 * p, qa);
+            q_fragment(k, 2 * p + 1, qb);
+            for (int n = 0; n < 2; n++) {
+                LLVMValueRef kb[4];
+                LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), LLVMBuildAdd(b, lrow, c32(k, 8 * n), ""), "");
+                LLVMValueRef off = LLVMBuildAdd(b, kst, swizzle(k, row, LLVMBuildAdd(b, lch, c32(k, 4 * p), "")), "");
+                s2_nv_ldmatrix_x4(k->cg, s2_nv_smem_at(k->cg, off), false, kb);
+                s2_nv_mma_m16n8k16(k->cg, k->s.dt, qa, &kb[0], acc[n]);
+                s2_nv_mma_m16n8k16(k->cg, k->s.dt, qb, &kb[2], acc[n]);
+            }
+        }
+        if (tail) {
+            LLVMValueRef qt[4];
+            q_fragment(k, k->s.D / 16 - 1, qt);
+            for (int n = 0; n < 2; n++)
+                s2_nv_mma_m16n8k16(k->cg, k->s.dt, qt, &kt[2 * n], acc[n]);
+        }
+        for (int n = 0; n < 2; n++)
+            for (int i = 0; i < 4; i++)
+                sc[n][i] = acc[n][i];
+        return;
+    }
     for (int n = 0; n < 2; n++) {
         LLVMValueRef acc[4] = {cf(k, 0), cf(k, 0), cf(k, 0), cf(k, 0)};
         LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), LLVMBuildAdd(b, lrow, c32(k, 8 * n), ""), "");
@@ -265,6 +325,8 @@ static void compute_scores(dec *k, LLVMValueRef kst, LLVMValueRef sc[2][4])
             s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p], &kb[0], acc);
             s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p + 1], &kb[2], acc);
         }
+        if (tail)
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[k->s.D / 16 - 1], &kt[2 * n], acc);
         for (int i = 0; i < 4; i++)
             sc[n][i] = acc[i];
     }
@@ -402,6 +464,8 @@ static void dec_shape_init(dec_shape *s, const s2_pattern *p, const s2_kspec *sp
     s->dt = spec->dtype;
     s->D = spec->head_dim;
     s->chunks = s->D / 8;
+    /* above d128, Q's fragments (D / 4 registers) and O (D / 2) would spill */
+    s->q_in_regs = s->D <= 128;
     s->warps = spec->num_warps;
     s->threads = s->warps * S2_WARP;
     s->stages = spec->num_stages;
@@ -434,7 +498,7 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
 {
     dec k = {.kb = {.cg = cg, .b = cg->b}};
     dec_shape_init(&k.s, p, spec);
-    if (k.s.D > MAX_D || k.s.D % 32 != 0 || k.s.stages < 2 || k.s.threads % DEC_ROWS != 0 || k.s.D % (k.s.threads / DEC_ROWS * 2) != 0
+    if (k.s.D > MAX_D || k.s.D % 16 != 0 || k.s.stages < 2 || k.s.threads % DEC_ROWS != 0 || k.s.D % (k.s.threads / DEC_ROWS * 2) != 0
         || p->block_size < 16 || k.s.warps > 16)
         return s2_fail(ctx, S2_ERR_INTERNAL, "decode: unresolved spec reached the builder");
     LLVMTypeRef params[P_COUNT];
@@ -458,7 +522,8 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
         load_tile_now(&k, LLVMBuildAdd(k.b, k.t_begin, c32(&k, st), ""), c32(&k, st));
     s2_nv_cp_async_wait(cg, k.s.stages - 1);
     s2_nv_barrier_cta(cg);
-    load_q_fragments(&k);
+    if (k.s.q_in_regs)
+        load_q_fragments(&k);
     main_loop(&k, entry_bb);
     s2_nv_cp_async_wait(cg, 0);
     s2_nv_barrier_cta(cg);

@@ -18,6 +18,7 @@ enum { MAX_D = 256, DEC_ROWS = 16 };
 typedef struct dec_shape {
     s2_dtype dt;
     int D, chunks, warps, threads, stages;
+    bool q_in_regs;              /* Q's A fragments in registers (else read from shared memory per chunk) */
     int BN;                      /* keys per tile: 16 per warp */
     int group, heads, bs_log2, gpb_log2;
     bool causal;
@@ -34,7 +35,7 @@ typedef struct dec {
     LLVMValueRef relevant;                               /* i32: mask bits of the query blocks present */
     LLVMValueRef table_row, k_head, v_head;              /* i64 element offsets */
     s2_flash_rows acc;                              /* O, m, l (flash.h) */
-    LLVMValueRef qf[MAX_D / 16][4];
+    LLVMValueRef qf[MAX_D / 16][4];                      /* with q_in_regs */
 } dec;
 
 /* Tile row r (0..15) holds token r / group of query head kvh * group + r % group. */

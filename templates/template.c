@@ -88,9 +88,10 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
     return S2_OK;
 }
 
-/* Decode: num_warps 16-key chunks per tile (default 4: 64 keys), a ring of
- * num_stages tiles (default 3: 2 CTAs of 100 KB fit an SM at d128, so a
- * CTA's loads overlap the other's merge); block_m is the 16-row mma tile. */
+/* Decode: num_warps 16-key chunks per tile (default 4: 64 keys; 2 above
+ * d128, so the ring holds d128's bytes), a ring of num_stages tiles (default
+ * 3: 2 CTAs of 100 KB fit an SM at d128, so a CTA's loads overlap the
+ * other's merge); block_m is the 16-row mma tile. */
 static s2_status resolve_decode(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
 {
     if (p->heads / p->kv_heads > 16)
@@ -99,9 +100,13 @@ static s2_status resolve_decode(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p
     if (p->block_size < 16)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode needs blocks of 16+ tokens");
     if (spec->num_warps == 0)
-        spec->num_warps = 4;
+        spec->num_warps = spec->head_dim > 128 ? 2 : 4;
     if (spec->num_warps != 2 && spec->num_warps != 4 && spec->num_warps != 8)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode num_warps %d (2, 4 or 8)", spec->num_warps);
+    /* the warps' merge gives each row's threads an even number of columns */
+    if (spec->head_dim % (spec->num_warps * 4) != 0)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode num_warps %d needs head_dim %% %d == 0 (head_dim %d)",
+                       spec->num_warps, spec->num_warps * 4, spec->head_dim);
     if (spec->num_stages == 0)
         spec->num_stages = 3;
     if (spec->num_stages < 2 || spec->num_stages > 6)
@@ -288,7 +293,8 @@ static int variants_fwd_wgmma(const s2_pattern *p, const s2_kspec *asked, const 
 #define ABI(a) (1u << S2_ABI_##a)
 static const unsigned dt16 = DT(BF16) | DT(F16);
 
-static const s2_template decode = {"decode", S2_KERNEL_DECODE, dt16, HD(32) | HD(64) | HD(96) | HD(128),
+/* decode: every multiple of 16 from 16 to 256 */
+static const s2_template decode = {"decode", S2_KERNEL_DECODE, dt16, (HD(256) << 1) - HD(16),
     ABI(DECODE) | ABI(COMBINE), accepts_decode, resolve_decode, s2_decode_smem_bytes, kernels_decode, NULL,
     s2_decode_build, NULL, NULL};
 static const s2_template fwd_wgmma = {"fwd_wgmma", S2_KERNEL_FWD, dt16, HD(64) | HD(128),

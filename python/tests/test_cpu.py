@@ -187,6 +187,21 @@ def test_pattern_errors_come_from_the_c_checks():
         Pattern.local_stride(8, 64, 4, 0)
 
 
+def test_decode_head_dims():
+    """Paged decode takes every multiple of 16 from 16 to 256 (the C table's
+    decode entry), and names them when refusing another."""
+    from s2c import _runtime as R
+    for d in range(16, 257, 16):
+        R.check_head_dim(d, "decode")
+    pat = Pattern.local_stride(4, 64, 2, 4, num_kv_heads=2)
+    table, lens = torch.zeros(1, 4, dtype=torch.int32), torch.ones(1, dtype=torch.int32)
+    for d in (8, 40, 272):
+        q, kc = torch.zeros(1, 1, 4, d, dtype=torch.bfloat16), torch.zeros(4, 16, 2, d, dtype=torch.bfloat16)
+        with pytest.raises(NotImplementedError, match=rf"head_dim {d} is not covered yet by the decode kernels: "
+                                                      r"they take 16, 32, 48, .*, 240, 256$"):
+            s2c.decode(q, kc, kc, table, lens, pat, max_seq_len=64)
+
+
 def test_drop_in_argument_checks():
     with pytest.raises(ValueError, match="block_size must be a power of 2 and at least 16"):
         s2c.SparseAttention(24, torch.ones(4, 4))

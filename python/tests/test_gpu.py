@@ -241,16 +241,18 @@ def test_padded_inference_left_and_right():
         close(o_r[b:b + 1, :n], want, 2e-2, f"right padding, {n} tokens")
 
 
-def test_decode_paged():
+@pytest.mark.parametrize("D,dtype", [(128, BF16), (16, torch.float16), (80, BF16), (192, torch.float16),
+                                     (256, BF16)])
+def test_decode_paged(D, dtype):
     torch.manual_seed(6)
     pat = Pattern.local_stride(8, 64, 2, 4, num_kv_heads=2, max_seq_len=4096)
-    B, page, D, pages_per_seq = 3, 64, 128, 64   # rows cover max_seq_len
+    B, page, pages_per_seq = 3, 64, 64   # rows cover max_seq_len
     lens = [1, 700, 2048]
     P = B * pages_per_seq + 5
-    kc, vc = rand(P, page, 2, D), rand(P, page, 2, D)
+    kc, vc = rand(P, page, 2, D).to(dtype), rand(P, page, 2, D).to(dtype)
     table = torch.randperm(P, device=DEV)[:B * pages_per_seq].view(B, pages_per_seq).to(torch.int32)
     seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEV)
-    q = rand(B, 1, 8, D)
+    q = rand(B, 1, 8, D).to(dtype)
     o = s2c.decode(q, kc, vc, table, seq_lens, pat, max_seq_len=4096)
     for b, n in enumerate(lens):
         kk = kc[table[b].long()].reshape(-1, 2, D)[:n][None]

@@ -9,7 +9,9 @@
  * so reading one page too many shows; o and lse start as NaN.
  * Tolerances: relative Frobenius error of o <= 2e-2 (bf16) / 5e-3 (f16), per
  * row (token, head); |lse - ref| <= 2e-3.  Fresh seeds, printed (S2C_SEED=N
- * repeats); S2C_DECODE_SMALL=1 runs two small cases only (for the sanitizer);
+ * repeats); S2C_DECODE_SMALL=1 runs two small cases only (for the sanitizer),
+ * S2C_DECODE_CASES=substring the cases whose name contains it (hd: the head
+ * dims beyond 32/64/96/128, every multiple of 16 to 256);
  * S2C_DECODE_WARPS / S2C_DECODE_STAGES override the spec's tunables.
  * Every case also runs the checked mode (S2C_CHECK_DECODE) on its data and
  * on one poisoned table entry.  Exits 77 without libcuda.so.1 or a device;
@@ -57,12 +59,25 @@ static const dec_case cases[] = {
     {"empty_rows_b16_d32_n1_p16", NULL, NULL, 5, S2_DTYPE_BF16, 32, 2, 1, 16, true, 400, 2},
     {"b128_d96_f16_n5_p80", NULL, NULL, 6, S2_DTYPE_F16, 96, 2, 5, 80, true, 1300, 4},
     {"sliding_long_b1", "sliding-window.yaml", NULL, 0, S2_DTYPE_BF16, 128, 1, 1, 16, false, 20000, 0},
+    /* head dims past the mma tile's 32 (a 16-wide last k-step), d144+ (Q read from shared memory, 2 warps) */
+    {"hd16_gqa32_8_f16_n2_p16_perhead", NULL, NULL, 3, S2_DTYPE_F16, 16, 2, 2, 16, true, 1200, 3},
+    {"hd16_phi3_bf16_n1_p64", "phi3-small.yaml", NULL, 0, S2_DTYPE_BF16, 16, 2, 1, 64, false, 1500, 4},
+    {"hd48_dense2_f16_n3_p32", NULL, NULL, 4, S2_DTYPE_F16, 48, 2, 3, 32, false, 900, 2},
+    {"hd80_phi3_bf16_n4_p32_perhead", "phi3-small.yaml", NULL, 0, S2_DTYPE_BF16, 80, 2, 4, 32, true, 2000, 5},
+    {"hd80_gqa32_8_f16_n1_p48", NULL, NULL, 3, S2_DTYPE_F16, 80, 3, 1, 48, false, 1000, 0},
+    {"hd144_mergeq_b16_bf16_n2_p16", "mergeq-b16.yaml", NULL, 0, S2_DTYPE_BF16, 144, 2, 2, 16, true, 1100, 3},
+    {"hd192_gqa32_8_bf16_n3_p16_perhead", NULL, NULL, 3, S2_DTYPE_BF16, 192, 2, 3, 16, true, 1500, 4},
+    {"hd192_dense2_f16_n2_p64", NULL, NULL, 4, S2_DTYPE_F16, 192, 2, 2, 64, false, 900, 3},
+    {"hd240_bidir_f16_n2_p64", NULL, NULL, 2, S2_DTYPE_F16, 240, 2, 2, 64, false, 600, 2},
+    {"hd256_phi3_f16_n2_p64_perhead", "phi3-small.yaml", NULL, 0, S2_DTYPE_F16, 256, 2, 2, 64, true, 2500, 6},
+    {"hd256_gqa32_8_bf16_n1_p128", NULL, NULL, 3, S2_DTYPE_BF16, 256, 2, 1, 128, false, 1300, 0},
 };
 enum { NUM_CASES = sizeof cases / sizeof cases[0] };
 
 static uint64_t base_seed;
 static s2_arch dev_arch;
 static bool small_only;
+static const char *case_filter;
 
 typedef struct result {
     bool ran, ok;
@@ -368,6 +383,8 @@ START_TEST(decode_case)
 {
     if (small_only && _i != 0 && _i != 6)
         return;
+    if (case_filter && !strstr(cases[_i].name, case_filter))
+        return;
     run_case(_i);
 }
 END_TEST
@@ -425,15 +442,21 @@ START_TEST(decode_checks)
 END_TEST
 
 /* s2_combine: 3 inputs in (B,H,S,D) storage with some -inf rows (one row
- * -inf everywhere) into a (B,S,H,D) output, poisoned first. */
+ * -inf everywhere) into a (B,S,H,D) output, poisoned first; each dtype at
+ * d64, and d80 (rows of 10 threads: 12 rows per 128-thread CTA) and d256. */
 START_TEST(combine_gpu)
 {
-    for (int dti = 0; dti < 2; dti++) {
-        s2_dtype dt = dti ? S2_DTYPE_F16 : S2_DTYPE_BF16;
-        enum { NIN = 3, B = 2, S = 5, H = 4, D = 64 };
+    static const struct {
+        s2_dtype dt;
+        int D;
+    } runs[] = {{S2_DTYPE_BF16, 64}, {S2_DTYPE_F16, 64}, {S2_DTYPE_BF16, 80}, {S2_DTYPE_F16, 256}};
+    for (int dti = 0; dti < (int)(sizeof runs / sizeof runs[0]); dti++) {
+        s2_dtype dt = runs[dti].dt;
+        const int D = runs[dti].D;
+        enum { NIN = 3, B = 2, S = 5, H = 4 };
         uint64_t s = base_seed * 31 + 5 + (uint64_t)dti;
         s2_ctx *ctx = s2_ctx_new();
-        const dec_case *c = &cases[dti ? 2 : 4];  /* a D64 kernel of each dtype */
+        const dec_case *c = &cases[dt == S2_DTYPE_F16 ? 2 : 4];  /* a pattern of each dtype's cases */
         const s2_pattern *p = NULL;
         s2_pattern_set *set = load_case_pattern(ctx, c, &p);
         ck_assert_int_eq(c->dt, dt);
@@ -491,11 +514,11 @@ START_TEST(combine_gpu)
             OK(ctx, s2_ref_combine(ctx, NIN + with_sinks, B, S, H, D, trin, lp, &tro, rl));
             double err = s2_tensor_max_abs_diff(&to, &tro, ext);
             /* outputs are convex combinations of values in [-1, 1]: one rounding of the dtype */
-            ck_assert_msg(err <= (dt == S2_DTYPE_BF16 ? 8e-3 : 1e-3), "combine %s%s (seed %llu): max |o - ref| %g",
-                          s2_dtype_name(dt), with_sinks ? " with sinks" : "", (unsigned long long)base_seed, err);
+            ck_assert_msg(err <= (dt == S2_DTYPE_BF16 ? 8e-3 : 1e-3), "combine %s d%d%s (seed %llu): max |o - ref| %g",
+                          s2_dtype_name(dt), D, with_sinks ? " with sinks" : "", (unsigned long long)base_seed, err);
             for (size_t r = 0; r < n_l; r++)
                 ck_assert_msg(rl[r] == -INFINITY ? lse[r] == -INFINITY : fabsf(lse[r] - rl[r]) <= 1e-4f * fmaxf(1, fabsf(rl[r])),
-                              "combine lse %zu%s: %g vs %g", r, with_sinks ? " with sinks" : "", lse[r], rl[r]);
+                              "combine d%d lse %zu%s: %g vs %g", D, r, with_sinks ? " with sinks" : "", lse[r], rl[r]);
             for (int d = 0; d < D; d++)
                 ck_assert(s2_tensor_get(&to, 0, 3, 0, d) == 0.0);  /* lse row 3 is b 0, h 0, s 3 */
             if (with_sinks) {
@@ -547,6 +570,7 @@ int main(void)
     dev_arch = g.arch;
     base_seed = g.seed;
     small_only = getenv("S2C_DECODE_SMALL") != NULL;
+    case_filter = getenv("S2C_DECODE_CASES");
 
     Suite *s = suite_create("decode_gpu");
     TCase *tc = tcase_create("decode");
