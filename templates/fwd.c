@@ -7,8 +7,10 @@
  * (key tile, flags, live bits) K and V stream through a num_stages-deep
  * cp.async ring in shared memory, S = Q·Kᵀ and O += P·V run on tensor cores
  * with P kept in registers, and the online softmax works in base 2 in the
- * scaled domain (x = score · scale·log2 e).  The kernel ABI is documented in
- * include/s2c/attention.h. */
+ * scaled domain (x = score · scale·log2 e).  Head dims are multiples of 16
+ * to 256: a lone last k-step where D % 32 == 16, Q's fragments read from
+ * shared memory per key tile past S2_FWD_Q_REGS_MAX_D.  The kernel ABI is
+ * documented in include/s2c/attention.h. */
 #include "flash.h"
 #include "kbase.h"
 #include "params.h"
