@@ -20,12 +20,14 @@
  *   bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L]
  *             [--num-warps L] [--num-stages L] [--persistent L] [--kv-gather L]
  *             [--specs BMxBNsSTgG[pP],..] [--reps N] [--csv [FILE]] [--rows N] [--dump-dir DIR]
- *             [--arch ARCH] [--timer flush|warm]
+ *             [--arch ARCH] [--timer flush|warm] [--head-dim L]
  * L is a comma list; every combination is run (invalid ones are reported
  * and skipped).  --specs names the variants instead (block_m x block_n,
  * stages, kv_gather, persistent: 128x64s3g1p1).  --dump-dir writes each variant's PTX and cubin there.
  * --arch sm_90 on an sm_90a device times the mma.sync template (sm_80's,
  * compiled for sm_90) instead of the wgmma one.
+ * --head-dim (default 128; multiples of 16 to 256) runs each config at each
+ * head dim; the config column then reads NAME/dD.
  * --csv alone prints the rows as CSV; --csv FILE appends one row per timed
  * variant to FILE as `fwd,FAMILY,SEQ_LEN,s2c,MS` (bench/plot.py's input;
  * FAMILY is the config name without its length, MS the median).
@@ -68,7 +70,7 @@ typedef struct int_list {
 
 typedef struct options {
     bool want[NUM_CONFIGS];
-    int_list block_m, block_n, warps, stages, persistent, gather;
+    int_list block_m, block_n, warps, stages, persistent, gather, head_dim;
     int nspecs;                /* --specs: explicit variants instead of the cross product */
     s2_kspec specs[16];
     int reps, rows;
@@ -102,7 +104,7 @@ static int usage(void)
     fprintf(stderr, "usage: bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L] [--num-warps L]\n"
                     "                 [--num-stages L] [--persistent L] [--kv-gather L] [--specs BMxBNsSTgG[pP],..]\n"
                     "                 [--reps N] [--rows N] [--csv [FILE]] [--timer flush|warm]\n"
-                    "                 [--dump-dir DIR] [--arch sm_90]\n"
+                    "                 [--dump-dir DIR] [--arch sm_90] [--head-dim L]\n"
                     "  (L: comma list, 0 = heuristic)  configs:");
     for (int i = 0; i < NUM_CONFIGS; i++)
         fprintf(stderr, " %s", configs[i].name);
@@ -134,6 +136,7 @@ static bool parse_args(int argc, char **argv, options *o)
     o->rows = 24;
     int_list zero = {1, {0}};
     o->block_m = o->block_n = o->warps = o->stages = o->persistent = o->gather = zero;
+    o->head_dim = (int_list){1, {HEAD_DIM}};
     bool any = false;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
@@ -179,6 +182,12 @@ static bool parse_args(int argc, char **argv, options *o)
         } else if (!strcmp(a, "--persistent")) {
             if (!parse_list(val, &o->persistent))
                 return false;
+        } else if (!strcmp(a, "--head-dim")) {
+            if (!parse_list(val, &o->head_dim))
+                return false;
+            for (int d = 0; d < o->head_dim.n; d++)
+                if (o->head_dim.v[d] < 16 || o->head_dim.v[d] > MAX_HEAD_DIM || o->head_dim.v[d] % 16)
+                    return false;
         } else if (!strcmp(a, "--num-stages")) {
             if (!parse_list(val, &o->stages))
                 return false;
@@ -228,10 +237,15 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
                         const options *o, bool h100, const char *label, s2_kspec *wide)
 {
     const bench_config *c = cd->cfg;
+    char name[48];   /* the config, and its head dim where not the default */
+    if (cd->head_dim == HEAD_DIM)
+        snprintf(name, sizeof name, "%s", c->name);
+    else
+        snprintf(name, sizeof name, "%s/d%d", c->name, cd->head_dim);
     variant v;
     s2_status st = jit_variant(ctx, dev, cd, want, o->dump_dir, &v);
     if (st != S2_OK) {
-        printf("%-14s bm %d bn %d w %d st %d: skipped: %s\n", c->name, want->block_m, want->block_n, want->num_warps,
+        printf("%-14s bm %d bn %d w %d st %d: skipped: %s\n", name, want->block_m, want->block_n, want->num_warps,
                want->num_stages, s2_ctx_message(ctx));
         s2_ctx_clear(ctx);
         return;
@@ -247,35 +261,35 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
     if (st == S2_OK && cr.ok)
         st = time_variant(ctx, o->timer, cd, &v, &sd, o->reps, &med, &mn);
     if (st != S2_OK) {
-        printf("%-14s bm %d bn %d w %d st %d: error: %s\n", c->name, v.spec.block_m, v.spec.block_n,
+        printf("%-14s bm %d bn %d w %d st %d: error: %s\n", name, v.spec.block_m, v.spec.block_n,
                v.spec.num_warps, v.spec.num_stages, s2_ctx_message(ctx));
         s2_ctx_clear(ctx);
     } else {
         /* the layout's pair counts are per batch element (summed over heads) */
         double dense = (double)c->heads * ((double)c->seq * (c->seq + 1) / 2);
         double kept = 100.0 * sd.kept_pairs / dense;
-        double flops = 4.0 * sd.kept_pairs * HEAD_DIM * c->batch;
+        double flops = 4.0 * sd.kept_pairs * cd->head_dim * c->batch;
         double tf = cr.ok ? flops / (med * 1e-3) / 1e12 : 0;
-        double util = sd.kept_pairs * 4.0 * HEAD_DIM / sd.tile_flops;   /* kept pairs / computed pairs */
+        double util = sd.kept_pairs * 4.0 * cd->head_dim / sd.tile_flops;   /* kept pairs / computed pairs */
         double peer = h100 ? c->peer_h100_ms : c->peer_h200_ms;
         int spill = v.spill_st + v.spill_ld + v.stack;
         if (o->csv)
             printf("%s,%d,%d,%lld,%d,%d,%d,%.2f,%d,%d,%d,%d,%d,%d,%d,%s,%.3e,%.3e,%.4f,%.4f,%.1f,%.3f,%s,%.3f,%.3f,%.0f,"
                    "%.1f,%d\n",
-                   c->name, c->batch, c->heads, (long long)c->seq, c->block, c->local, c->stride, kept, v.spec.block_m,
+                   name, c->batch, c->heads, (long long)c->seq, c->block, c->local, c->stride, kept, v.spec.block_m,
                    v.spec.block_n, v.spec.num_warps, v.spec.num_stages, v.regs, spill, v.smem, cr.ok ? "ok" : "FAIL",
                    cr.o_err, cr.lse_err, med, mn, tf, util, c->peer, peer, cr.ok && peer > 0 ? med / peer : 0, v.cold_ms,
                    v.warm_ms, v.persistent);
         else if (!cr.ok)
             printf("%-14s %5.1f %3d %3d %2d %2d %4d %5d %6d  CHECK FAILED: o_err %.3g lse_err %.3g bad %lld\n",
-                   c->name, kept, v.spec.block_m, v.spec.block_n, v.spec.num_warps, v.spec.num_stages, v.regs, spill,
+                   name, kept, v.spec.block_m, v.spec.block_n, v.spec.num_warps, v.spec.num_stages, v.regs, spill,
                    v.smem, cr.o_err, cr.lse_err, (long long)cr.bad);
         else
-            printf("%-14s %5.1f %3d %3d %2d %2d %4d %5d %6d %8.3f %8.3f %6.1f %5.2f %-9s %6.2f %9.0f %8.1f %s\n", c->name,
+            printf("%-14s %5.1f %3d %3d %2d %2d %4d %5d %6d %8.3f %8.3f %6.1f %5.2f %-9s %6.2f %9.0f %8.1f %s\n", name,
                    kept, v.spec.block_m, v.spec.block_n, v.spec.num_warps, v.spec.num_stages, v.regs, spill, v.smem,
                    med, mn, tf, util, c->peer, peer > 0 ? med / peer : 0, v.cold_ms, v.warm_ms,
                    label ? label : v.persistent ? "persistent" : v.spec.kv_gather > 1 ? "grid gathered" : "grid");
-        if (o->csv_file && cr.ok) {
+        if (o->csv_file && cr.ok && cd->head_dim == HEAD_DIM) {
             char fam[64];
             plot_family(c->name, fam, sizeof fam);
             fprintf(o->csv_file, "fwd,%s,%lld,s2c,%.4f\n", fam, (long long)c->seq, med);
@@ -355,19 +369,21 @@ int main(int argc, char **argv)
         goto done;
     }
     print_header(&o);
-    for (int ci = 0; ci < NUM_CONFIGS; ci++) {
-        if (!o.want[ci])
+    for (int ci = 0; ci < NUM_CONFIGS * o.head_dim.n; ci++) {
+        if (!o.want[ci % NUM_CONFIGS])
             continue;
+        const bench_config *cfg = &configs[ci % NUM_CONFIGS];
+        int head_dim = o.head_dim.v[ci / NUM_CONFIGS];
         config_data cd;
-        if (config_open(ctx, dev, &configs[ci], &cd, stage) != S2_OK) {
-            printf("%s: setup failed: %s\n", configs[ci].name, s2_ctx_message(ctx));
+        if (config_open(ctx, dev, cfg, head_dim, &cd, stage) != S2_OK) {
+            printf("%s/d%d: setup failed: %s\n", cfg->name, head_dim, s2_ctx_message(ctx));
             s2_ctx_clear(ctx);
             config_close(ctx, dev, &cd);
             continue;
         }
         for (int i = 0; i < o.nspecs; i++) {
             s2_kspec want = o.specs[i];
-            want.kind = S2_KERNEL_FWD, want.dtype = S2_DTYPE_BF16, want.head_dim = HEAD_DIM, want.arch = arch;
+            want.kind = S2_KERNEL_FWD, want.dtype = S2_DTYPE_BF16, want.head_dim = head_dim, want.arch = arch;
             run_variant(ctx, dev, &cd, &want, &o, h100, NULL, NULL);
         }
         for (int a = 0; a < (o.nspecs ? 0 : o.block_m.n); a++)
@@ -377,7 +393,7 @@ int main(int argc, char **argv)
                         for (int pi = 0; pi < o.persistent.n; pi++)
                             for (int gi = 0; gi < o.gather.n; gi++) {
                                 s2_kspec want = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16,
-                                                       .head_dim = HEAD_DIM, .arch = arch, .block_m = o.block_m.v[a],
+                                                       .head_dim = head_dim, .arch = arch, .block_m = o.block_m.v[a],
                                                        .block_n = o.block_n.v[bn], .num_warps = o.warps.v[w],
                                                        .num_stages = o.stages.v[s], .persistent = o.persistent.v[pi],
                                                        .kv_gather = o.gather.v[gi]};

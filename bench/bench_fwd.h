@@ -29,7 +29,8 @@ typedef struct bench_config {
     double peer_h200_ms, peer_h100_ms;
     int dense_heads;             /* num_dense_heads: head imbalance (the last ones dense) */
 } bench_config;
-enum { HEAD_DIM = 128 };
+/* the head dim by default (--head-dim), and the largest the bench takes */
+enum { HEAD_DIM = 128, MAX_HEAD_DIM = 256 };
 
 #define L2_BYTES (60.0 * 1024 * 1024)
 
@@ -58,12 +59,14 @@ typedef struct config_data {
     s2_pattern_set *set;
     const s2_pattern *p;
     s2_layout *lay;
+    int head_dim;
     uint64_t elems;        /* B*S*H*D per tensor */
     int nsets;
     input_set sets[8];
 } config_data;
 
-s2_status config_open(s2_ctx *ctx, s2_device *dev, const bench_config *c, config_data *cd, uint16_t *stage);
+s2_status config_open(s2_ctx *ctx, s2_device *dev, const bench_config *c, int head_dim, config_data *cd,
+                      uint16_t *stage);
 void config_close(s2_ctx *ctx, s2_device *dev, config_data *cd);
 
 /* ---- the kernel through the cache (bench_fwd_jit.c) ---- */

@@ -64,10 +64,12 @@ static s2_status upload_pool(s2_ctx *ctx, s2_device *dev, s2_devptr dst, uint64_
     return S2_OK;
 }
 
-s2_status config_open(s2_ctx *ctx, s2_device *dev, const bench_config *c, config_data *cd, uint16_t *stage)
+s2_status config_open(s2_ctx *ctx, s2_device *dev, const bench_config *c, int head_dim, config_data *cd,
+                      uint16_t *stage)
 {
     memset(cd, 0, sizeof *cd);
     cd->cfg = c;
+    cd->head_dim = head_dim;
     s2_local_stride_args a;
     s2_local_stride_args_default(&a);
     a.name = c->name;
@@ -86,7 +88,7 @@ s2_status config_open(s2_ctx *ctx, s2_device *dev, const bench_config *c, config
     st = s2_layout_new(ctx, cd->p, c->seq, c->seq, &cd->lay);
     if (st != S2_OK)
         return st;
-    cd->elems = (uint64_t)c->batch * (uint64_t)c->seq * (uint64_t)c->heads * HEAD_DIM;
+    cd->elems = (uint64_t)c->batch * (uint64_t)c->seq * (uint64_t)c->heads * (uint64_t)cd->head_dim;
     double set_bytes = 4.0 * (double)cd->elems * 2;
     cd->nsets = (int)ceil(3 * L2_BYTES / set_bytes);
     cd->nsets = cd->nsets < 2 ? 2 : cd->nsets > 8 ? 8 : cd->nsets;

@@ -25,7 +25,7 @@ s2_status sched_upload(s2_ctx *ctx, s2_device *dev, const config_data *cd, const
                  ? s2_schedule_pack_gathered(ctx, sched, gather, &pk)
                  : s2_kernel_spec_pack_forward(ctx, spec, sched, &pk);
     if (st == S2_OK)
-        st = s2_layout_stats_compute(ctx, cd->lay, ts, HEAD_DIM, S2_DTYPE_BF16, &stats);
+        st = s2_layout_stats_compute(ctx, cd->lay, ts, cd->head_dim, S2_DTYPE_BF16, &stats);
     if (st == S2_OK)
         st = s2_mem_alloc(ctx, dev, pk.size, &sd->buf);
     if (st == S2_OK)
@@ -79,7 +79,7 @@ static s2_status launch(s2_ctx *ctx, const config_data *cd, const variant *v, co
                         const input_set *in)
 {
     const bench_config *c = cd->cfg;
-    int64_t H = c->heads, S = c->seq, D = HEAD_DIM;
+    int64_t H = c->heads, S = c->seq, D = cd->head_dim;
     int64_t st3[3] = {S * H * D, H * D, D};
     int32_t q_len = (int32_t)S, kv_len = (int32_t)S;
     float scale_log2 = (float)(1.0 / sqrt((double)D) * M_LOG2E);
@@ -111,9 +111,9 @@ s2_status variant_maps(s2_ctx *ctx, const s2_device *dev, const config_data *cd,
     const bench_config *c = cd->cfg;
     for (int i = 0; v->tma && i < cd->nsets; i++) {
         const input_set *in = &cd->sets[i];
-        int64_t H = c->heads, S = c->seq, D = HEAD_DIM;
+        int64_t H = c->heads, S = c->seq, D = cd->head_dim;
         s2_attn_fwd_args a = {.batch = c->batch, .q_len = S, .kv_len = S, .heads = c->heads, .kv_heads = c->heads,
-                              .head_dim = HEAD_DIM, .dtype = S2_DTYPE_BF16, .q = in->q, .k = in->k, .v = in->v,
+                              .head_dim = (int)D, .dtype = S2_DTYPE_BF16, .q = in->q, .k = in->k, .v = in->v,
                               .o = in->o, .lse = in->lse};
         int64_t st3[3] = {S * H * D, H * D, D};
         for (int j = 0; j < 3; j++)
@@ -133,7 +133,7 @@ s2_status check_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, cons
 {
     const bench_config *c = cd->cfg;
     const input_set *in = &cd->sets[0];
-    const int64_t B = c->batch, H = c->heads, S = c->seq, D = HEAD_DIM;
+    const int64_t B = c->batch, H = c->heads, S = c->seq, D = cd->head_dim;
     memset(cr, 0, sizeof *cr);
     s2_status st = s2_memset_d8(ctx, dev, in->o, 0xff, cd->elems * 2);
     if (st == S2_OK)
@@ -164,7 +164,7 @@ s2_status check_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, cons
 
     uint64_t rs = seed;
     double num = 0, den = 0, scale = 1.0 / sqrt((double)D);
-    double ov[HEAD_DIM];
+    double ov[MAX_HEAD_DIM];
     for (int r = 0; r < rows; r++) {
         int64_t b = r == 0 ? B - 1 : (int64_t)(rng_next(&rs) % (uint64_t)B);
         int64_t h = r == 0 ? H - 1 : (int64_t)(rng_next(&rs) % (uint64_t)H);

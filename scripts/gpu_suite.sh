@@ -30,9 +30,10 @@ STEPS='
 paged_example              60  S2C_SEED=1 paged --len 700 --page 32
 codegen_gpu                60  test_codegen_gpu
 runtime_gpu                60  test_runtime_gpu
-fwd_gpu                   180  test_fwd_gpu
-fwd_gpu_sm80              150  S2C_FWD_ARCH=sm_80 test_fwd_gpu
-fwd_gpu_persistent        150  S2C_FWD_PERSISTENT=1 test_fwd_gpu
+fwd_gpu                   300  test_fwd_gpu
+fwd_gpu_sm80              270  S2C_FWD_ARCH=sm_80 test_fwd_gpu
+fwd_gpu_hdim_sm80         150  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=hdim_ test_fwd_gpu
+fwd_gpu_persistent        270  S2C_FWD_PERSISTENT=1 test_fwd_gpu
 bwd_gpu                   150  test_bwd_gpu
 attnrt_gpu                 90  test_attn_gpu
 varlen_gpu                 90  test_varlen_gpu
@@ -53,6 +54,7 @@ memcheck_fwd              120  S2C_FWD_CASES=d64 compute-sanitizer --tool memche
 racecheck_fwd              60  S2C_FWD_CASES=d32 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_sm80          120  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=d64 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 racecheck_fwd_sm80          60  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=d32 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
+memcheck_fwd_hdim_sm80    150  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=_d80_ compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_dense         90  S2C_FWD_CASES=dense64_d128 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 racecheck_fwd_dense        90  S2C_FWD_CASES=dense64_d128 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_persistent   120  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=mergeq16_d64_f16_g4 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
@@ -69,6 +71,7 @@ memcheck_decode_hd        150  S2C_DECODE_CASES=hd144 compute-sanitizer --tool m
 memcheck_concurrency      180  S2C_GRAPH_CASES=concurrency compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_graph_gpu
 memcheck_graph           120  S2C_GRAPH_CASES=varlen,backward,decode S2C_GRAPH_REPLAYS=3 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_graph_gpu
 bench_fwd                 120  bench_fwd --reps 30 --rows 12 --config b64_8k,mergeq16_8k,b64_32k,b64_128k,b64_l16v8_16k,dense_8k
+bench_fwd_hdim            120  bench_fwd --reps 30 --rows 4 --config b64_32k --head-dim 64,192,256
 bench_bwd                 150  bench_bwd --reps 30
 bench_decode               60  bench_decode --reps 30
 bench_launch               60  bench_launch

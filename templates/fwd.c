@@ -7,8 +7,10 @@
  * (key tile, flags, live bits) K and V stream through a num_stages-deep
  * cp.async ring in shared memory, S = Q·Kᵀ and O += P·V run on tensor cores
  * with P kept in registers, and the online softmax works in base 2 in the
- * scaled domain (x = score · scale·log2 e).  The kernel ABI is documented in
- * include/s2c/attention.h. */
+ * scaled domain (x = score · scale·log2 e).  Head dims are multiples of 16
+ * to 256: a lone last k-step where D % 32 == 16, Q's fragments read from
+ * shared memory per key tile past S2_FWD_Q_REGS_MAX_D.  The kernel ABI is
+ * documented in include/s2c/attention.h. */
 #include "flash.h"
 #include "kbase.h"
 #include "params.h"
@@ -29,6 +31,8 @@ typedef struct fwd_shape {
     s2_dtype dt;
     int D, BM, BN, warps, stages, threads;
     int chunks;                  /* 16-byte chunks per row: D / 8 */
+    bool tail;                   /* D % 32 == 16: Q·Kᵀ's last k-step is a lone one (K x4 over two n-tiles) */
+    bool q_reload;               /* Q's A-fragments read from shared memory per key tile, not kept in registers */
     int sub_m_log2, sub_n_size, sub_n;
     int group;                   /* query heads per kv head */
     int heads;
@@ -319,6 +323,10 @@ typedef struct kv_lanes {
     lane_parts k_parts, v_parts;
     LLVMValueRef k_part[MAX_D / 32], v_part[MAX_D / 16];
     int k_cst[MAX_D / 32], v_cst[MAX_D / 16];
+    /* the lone last k-step's K x4 (tail), Q's fragments (q_reload) */
+    lane_parts kt_parts, q_parts;
+    LLVMValueRef kt_part, q_part[MAX_D / 16];
+    int kt_cst, q_cst[MAX_D / 16];
 } kv_lanes;
 
 static void kv_lanes_init(fwd *k, kv_lanes *L)
@@ -338,6 +346,86 @@ static void kv_lanes_init(fwd *k, kv_lanes *L)
     L->v_rowoff = LLVMBuildMul(b, L->v_row, c32(k, row_bytes), "");
     for (int dp = 0; dp < k->s.D / 16; dp++)
         L->v_part[dp] = LLVMBuildAdd(b, L->v_rowoff, chunk_part(k, &L->v_parts, L->v_row, 2 * dp, L->v_lc, &L->v_cst[dp]), "");
+    if (k->s.tail) {
+        /* K of the lone k-step (x4, two n-tiles): lane l -> key row l%8 + 8(l/16), chunk D/8 - 2 + (l/8)%2 */
+        LLVMValueRef row = LLVMBuildAdd(b, L->k_row, LLVMBuildLShr(b, LLVMBuildAnd(b, k->lane, c32(k, 16), ""), c32(k, 1), ""), "");
+        LLVMValueRef lc = LLVMBuildAnd(b, L->k_lc, c32(k, 1), "");
+        L->kt_part = LLVMBuildAdd(b, LLVMBuildMul(b, row, c32(k, row_bytes), ""),
+                                  chunk_part(k, &L->kt_parts, row, k->s.chunks - 2, lc, &L->kt_cst), "");
+    }
+    if (k->s.q_reload) {
+        /* Q (x4, as load_q_fragments): lane l -> row 16 warp + l%8 + 8((l/8)%2), chunk 2ks + l/16 */
+        LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
+            LLVMBuildAdd(b, L->k_row, LLVMBuildAnd(b, k->lane, c32(k, 8), ""), ""), "");
+        LLVMValueRef rowoff = LLVMBuildMul(b, row, c32(k, row_bytes), "");
+        for (int ks = 0; ks < k->s.D / 16; ks++) {
+            L->q_part[ks] = LLVMBuildAdd(b, rowoff, chunk_part(k, &L->q_parts, row, 2 * ks, L->v_lc, &L->q_cst[ks]), "");
+            L->q_cst[ks] += k->s.q_off;
+        }
+    }
+}
+
+/* Q's A-fragment of k-step ks: kept in registers, or read from shared memory (q_reload). */
+static LLVMValueRef *q_fragment(fwd *k, const kv_lanes *L, int ks, LLVMValueRef buf[4])
+{
+    if (!k->s.q_reload)
+        return k->qf[ks];
+    s2_nv_ldmatrix_x4(k->cg, smem_addr(k, c32(k, 0), L->q_part[ks], L->q_cst[ks]), false, buf);
+    return buf;
+}
+
+/* Scores of n-tiles n0 .. n0+count-1, one n-tile at a time over Q's
+ * fragments in registers. */
+static void scores_by_tile(fwd *k, const kv_lanes *L, LLVMValueRef kst, int n0, int count)
+{
+    LLVMBuilderRef b = k->b;
+    int row_bytes = k->s.chunks * 16;
+    for (int n = n0; n < n0 + count; n++) {
+        LLVMValueRef acc[4];
+        for (int i = 0; i < 4; i++)
+            acc[i] = cf(k, 0.0);
+        for (int p = 0; p < k->s.D / 32; p++) {
+            LLVMValueRef kb[4];
+            s2_nv_ldmatrix_x4(k->cg, smem_addr(k, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes), false, kb);
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p], &kb[0], acc);
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p + 1], &kb[2], acc);
+        }
+        for (int i = 0; i < 4; i++)
+            LLVMBuildStore(b, acc[i], k->s_acc[n][i]);
+    }
+}
+
+/* Scores of n-tiles n0 .. n0+count-1 with the k-steps outermost (each Q
+ * fragment read once per column group), for a lone last k-step (tail) or Q
+ * read from shared memory (q_reload): K x4 two k-steps of one n-tile at a
+ * time, and the lone k-step's x4 over two n-tiles. */
+static void scores_by_kstep(fwd *k, const kv_lanes *L, LLVMValueRef kst, int n0, int count)
+{
+    LLVMBuilderRef b = k->b;
+    int row_bytes = k->s.chunks * 16;
+    LLVMValueRef acc[MAX_BN / 8][4], qa[2][4], kb[4];
+    for (int n = n0; n < n0 + count; n++)
+        for (int i = 0; i < 4; i++)
+            acc[n][i] = cf(k, 0.0);
+    for (int p = 0; p < k->s.D / 32; p++) {
+        LLVMValueRef *a0 = q_fragment(k, L, 2 * p, qa[0]), *a1 = q_fragment(k, L, 2 * p + 1, qa[1]);
+        for (int n = n0; n < n0 + count; n++) {
+            s2_nv_ldmatrix_x4(k->cg, smem_addr(k, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes), false, kb);
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, a0, &kb[0], acc[n]);
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, a1, &kb[2], acc[n]);
+        }
+    }
+    if (k->s.tail) {
+        LLVMValueRef *a = q_fragment(k, L, k->s.D / 16 - 1, qa[0]);
+        for (int n = n0; n < n0 + count; n += 2) {
+            s2_nv_ldmatrix_x4(k->cg, smem_addr(k, kst, L->kt_part, L->kt_cst + n * 8 * row_bytes), false, kb);
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, a, &kb[0], acc[n]);
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, a, &kb[2], acc[n + 1]);
+        }
+    }
+    for (int n = n0; n < n0 + count; n++)
+        for (int i = 0; i < 4; i++)
+            LLVMBuildStore(b, acc[n][i], k->s_acc[n][i]);
 }
 
 /* S = Q·Kᵀ for the stage at byte offset kst: K B-fragments two k-steps at a
@@ -345,7 +433,6 @@ static void kv_lanes_init(fwd *k, kv_lanes *L)
 static void compute_scores(fwd *k, const kv_lanes *L, LLVMValueRef kst, LLVMValueRef colmask, LLVMValueRef sc[][4])
 {
     LLVMBuilderRef b = k->b;
-    int row_bytes = k->s.chunks * 16;
     int per_group = colmask ? k->s.sub_n_size / 8 : k->s.BN / 8;   /* n-tiles per column group */
     for (int n0 = 0; n0 < k->s.BN / 8; n0 += per_group) {
         s2_nv_if grp = {0};
@@ -357,19 +444,10 @@ static void compute_scores(fwd *k, const kv_lanes *L, LLVMValueRef kst, LLVMValu
             LLVMValueRef bit = LLVMBuildAnd(b, colmask, c32(k, 1 << (n0 / per_group)), "");
             s2_nv_if_begin(k->cg, &grp, LLVMBuildICmp(b, LLVMIntNE, bit, c32(k, 0), ""), "cols");
         }
-        for (int n = n0; n < n0 + per_group; n++) {
-            LLVMValueRef acc[4];
-            for (int i = 0; i < 4; i++)
-                acc[i] = cf(k, 0.0);
-            for (int p = 0; p < k->s.D / 32; p++) {
-                LLVMValueRef kb[4];
-                s2_nv_ldmatrix_x4(k->cg, smem_addr(k, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes), false, kb);
-                s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p], &kb[0], acc);
-                s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p + 1], &kb[2], acc);
-            }
-            for (int i = 0; i < 4; i++)
-                LLVMBuildStore(b, acc[i], k->s_acc[n][i]);
-        }
+        if (k->s.tail || k->s.q_reload)
+            scores_by_kstep(k, L, kst, n0, per_group);
+        else
+            scores_by_tile(k, L, kst, n0, per_group);
         if (colmask)
             s2_nv_if_end(k->cg, &grp);
     }
@@ -560,6 +638,9 @@ static void fwd_shape_init(fwd_shape *s, const s2_pattern *p, const s2_kspec *sp
     s->stages = spec->num_stages;
     s->threads = s->warps * S2_WARP;
     s->chunks = s->D / 8;
+    s->tail = s->D % 32 == 16;
+    /* past it Q's fragments (D/4 registers) would push O and S into spills */
+    s->q_reload = s->D > S2_FWD_Q_REGS_MAX_D;
     int sub_m_size = p->block_size < s->BM ? p->block_size : s->BM;
     s->sub_m_log2 = s2_log2i(sub_m_size);
     s->sub_n_size = p->block_size < s->BN ? p->block_size : s->BN;
@@ -584,7 +665,7 @@ s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ksp
 {
     fwd k = {.kb = {.cg = cg, .b = cg->b}};
     fwd_shape_init(&k.s, p, spec);
-    if (k.s.D > MAX_D || k.s.BN > MAX_BN || k.s.BM != 16 * k.s.warps || k.s.D % 32 != 0)
+    if (k.s.D > MAX_D || k.s.BN > MAX_BN || k.s.BM != 16 * k.s.warps || k.s.D % 16 != 0)
         return s2_fail(ctx, S2_ERR_INTERNAL, "forward: unresolved spec reached the builder");
     LLVMTypeRef params[P_COUNT];
     int np = s2_kb_abi_params(cg, S2_ABI_FWD, params);
@@ -612,7 +693,8 @@ s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ksp
     /* Q's group is the oldest: S-1 newer ones may stay in flight */
     s2_nv_cp_async_wait(cg, k.s.stages - 1);
     s2_nv_barrier_cta(cg);
-    load_q_fragments(&k);
+    if (!k.s.q_reload)
+        load_q_fragments(&k);
     main_loop(&k);
     epilogue(&k);
     return S2_OK;

@@ -171,10 +171,26 @@ static s2_status resolve_mma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
                        "block_n 64, and the wgmma bodies", spec->kv_gather);
     if (spec->kv_gather <= 1)
         spec->kv_gather = 0;
+    /* the forward past 128 columns (Q read from shared memory, O's D/2
+     * registers): 32-key tiles, so that S and its addresses fit beside O
+     * without spills at 192 and 256 (FA2 likewise narrows its key tiles) */
+    bool wide_d = !bwd && spec->head_dim > S2_FWD_Q_REGS_MAX_D;
     if (spec->block_n == 0)
-        spec->block_n = p->block_size <= 16 ? (wg ? 32 : 16) : 64;
+        spec->block_n = p->block_size <= 16 ? (wg ? 32 : 16) : wide_d ? 32 : 64;
     if (!pow2_in(spec->block_n, 16, 128))
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: block_n %d (16, 32, 64 or 128)", spec->block_n);
+    /* ... and one stage where two CTAs of two stages would not share an SM
+     * but two of one do (sm_80 from 224 columns): the other CTA's tile
+     * hides the copies */
+    if (spec->num_stages == 0 && wide_d) {
+        int limit = s2_template_smem_limit(spec->arch);
+        spec->num_stages = 2;
+        if (2 * s2_fwd_smem_bytes(p, spec) > limit) {
+            spec->num_stages = 1;
+            if (2 * s2_fwd_smem_bytes(p, spec) > limit)
+                spec->num_stages = 2;
+        }
+    }
     if (spec->num_stages == 0)
         spec->num_stages = 2;
     if (spec->num_stages < 1 || spec->num_stages > 4)
@@ -301,7 +317,10 @@ static const s2_template fwd_wgmma = {"fwd_wgmma", S2_KERNEL_FWD, dt16, HD(64) |
     ABI(FWD_TMA) | ABI(FWD_TMA_PERSISTENT) | ABI(SEQS) | ABI(COMBINE),
     s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, kernels_fwd_wgmma, variants_fwd_wgmma,
     s2_fwd_sm90_build, s2_fwd_entry_build, NULL};
-static const s2_template fwd_mma = {"fwd_mma", S2_KERNEL_FWD, dt16, HD(32) | HD(64) | HD(96) | HD(128),
+/* every multiple of 16 from 16 to 256 */
+#define HD_ALL (HD(16) | HD(32) | HD(48) | HD(64) | HD(80) | HD(96) | HD(112) | HD(128) | HD(144) | HD(160) | \
+                HD(176) | HD(192) | HD(208) | HD(224) | HD(240) | HD(256))
+static const s2_template fwd_mma = {"fwd_mma", S2_KERNEL_FWD, dt16, HD_ALL,
     ABI(FWD) | ABI(SEQS) | ABI(COMBINE), accepts_fwd, resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, NULL,
     s2_fwd_build, s2_fwd_entry_build, NULL};
 static const s2_template bwd = {"bwd", S2_KERNEL_BWD, dt16, HD(32) | HD(64) | HD(128), ABI(BWD) | ABI(BWD_TMA),

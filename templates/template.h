@@ -85,6 +85,9 @@ int s2_template_smem_limit(int arch);
 
 /* ---- the templates' entry points (one file each) ---- */
 /* mma.sync forward (templates/fwd.c), sm_80 and up */
+/* up to this head dim it keeps Q's fragments in registers; past it, it reads
+ * them from shared memory per key tile, and its default key tiles narrow */
+enum { S2_FWD_Q_REGS_MAX_D = 128 };
 int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kspec *spec);
 s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name);
 /* wgmma + TMA forward (templates/fwd_sm90.c), sm_90a, head_dim 64 or 128 */

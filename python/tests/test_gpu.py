@@ -72,6 +72,9 @@ CASES = [
     ("d32", lambda: Pattern.local_stride(4, 32, 4, 4), 1, 512, 512, 4, 4, 32),
     ("d96_fwd", lambda: Pattern.local_stride(4, 64, 4, 4), 1, 512, 512, 4, 4, 96),
     ("bidir_ragged", lambda: Pattern.local_stride(4, 64, 2, 3, causal=False), 1, 1000, 1000, 4, 4, 64),
+    ("d48_b16_mergeq_fwd", lambda: Pattern.local_stride(4, 16, 8, 4), 1, 500, 500, 4, 4, 48),
+    ("d192_gqa_fwd", lambda: Pattern.local_stride(8, 32, 4, 4, num_kv_heads=2), 1, 400, 400, 8, 2, 192),
+    ("d256_bidir_ragged_fwd", lambda: Pattern.local_stride(4, 64, 2, 3, causal=False), 1, 700, 700, 4, 4, 256),
 ]
 
 
@@ -263,8 +266,8 @@ def test_decode_paged(D, dtype):
 
 def test_not_covered_raises():
     pat = Pattern.local_stride(4, 64, 2, 4)
-    with pytest.raises(NotImplementedError, match="head_dim 160"):
-        s2c.sparse_attn_func(rand(1, 128, 4, 160), rand(1, 128, 4, 160), rand(1, 128, 4, 160), pat)
+    with pytest.raises(NotImplementedError, match="head_dim 72"):
+        s2c.sparse_attn_func(rand(1, 128, 4, 72), rand(1, 128, 4, 72), rand(1, 128, 4, 72), pat)
     q = torch.randn(1, 128, 4, 64, device=DEV)
     with pytest.raises(NotImplementedError, match="float32"):
         s2c.sparse_attn_func(q, q, q, pat)

@@ -614,10 +614,97 @@ START_TEST(spec_heuristic_and_limits)
     ck_assert_int_eq(s2_kspec_resolve(ctx, &u, p), S2_ERR_UNSUPPORTED);
     s2_kspec f32 = {.dtype = S2_DTYPE_F32, .head_dim = 64};
     ck_assert_int_eq(s2_kspec_resolve(ctx, &f32, p), S2_ERR_UNSUPPORTED);
-    s2_kspec d80 = {.dtype = S2_DTYPE_F16, .head_dim = 80};
-    ck_assert_int_eq(s2_kspec_resolve(ctx, &d80, p), S2_ERR_UNSUPPORTED);
+    s2_kspec d72 = {.dtype = S2_DTYPE_F16, .head_dim = 72};   /* not a multiple of 16 */
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &d72, p), S2_ERR_UNSUPPORTED);
     s2_kspec big = {.dtype = S2_DTYPE_F16, .head_dim = 128, .block_n = 128, .num_stages = 4, .arch = S2_ARCH_SM80};
     ck_assert_int_eq(s2_kspec_resolve(ctx, &big, p), S2_ERR_UNSUPPORTED);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+/* The mma.sync forward's head dims (every multiple of 16 to 256) and its
+ * tiles past d128: 32-key tiles, one stage where two CTAs of two stages
+ * exceed the arch's shared memory; given tunables are kept. */
+START_TEST(fwd_head_dims_tiles)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_pattern_set *sets[2] = {NULL, NULL};
+    for (int i = 0; i < 2; i++) {
+        s2_local_stride_args a;
+        attn_pattern_args(i, &a);   /* 0: block 64, 1: block 16 */
+        ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &sets[i]), S2_OK);
+    }
+    static const struct {
+        int pattern, head_dim;
+        s2_arch arch;
+        int block_n, num_stages;   /* given (0: heuristic) */
+        int want_bn, want_stages;  /* 0: refused */
+    } cases[] = {
+        {0, 16, S2_ARCH_SM80, 0, 0, 64, 2},    {0, 48, S2_ARCH_SM80, 0, 0, 64, 2},
+        {0, 112, S2_ARCH_SM90, 0, 0, 64, 2},   {0, 144, S2_ARCH_SM80, 0, 0, 32, 2},
+        {0, 208, S2_ARCH_SM80, 0, 0, 32, 2},   {0, 224, S2_ARCH_SM80, 0, 0, 32, 1},
+        {0, 256, S2_ARCH_SM80, 0, 0, 32, 1},   {0, 256, S2_ARCH_SM90, 0, 0, 32, 2},
+        {0, 256, S2_ARCH_SM80, 0, 3, 32, 3},   {0, 256, S2_ARCH_SM80, 64, 0, 64, 2},
+        {1, 256, S2_ARCH_SM80, 0, 0, 16, 2},   {0, 256, S2_ARCH_SM80, 128, 2, 0, 0},
+        {0, 272, S2_ARCH_SM80, 0, 0, 0, 0},    {0, 8, S2_ARCH_SM80, 0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const s2_pattern *p = s2_pattern_set_get(sets[cases[i].pattern], 0);
+        s2_kspec s = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_F16, .head_dim = cases[i].head_dim,
+                      .arch = cases[i].arch, .block_n = cases[i].block_n, .num_stages = cases[i].num_stages};
+        s2_status st = s2_kspec_resolve(ctx, &s, p);
+        if (!cases[i].want_bn) {
+            ck_assert_msg(st == S2_ERR_UNSUPPORTED, "case %zu: d%d resolved", i, cases[i].head_dim);
+            continue;
+        }
+        ck_assert_msg(st == S2_OK, "case %zu: %s", i, s2_ctx_message(ctx));
+        ck_assert_msg(s.block_m == 64 && s.num_warps == 4 && s.block_n == cases[i].want_bn &&
+                          s.num_stages == cases[i].want_stages,
+                      "case %zu d%d: %d x %d w%d st%d", i, s.head_dim, s.block_m, s.block_n, s.num_warps,
+                      s.num_stages);
+        ck_assert_int_le(s2_fwd_smem_bytes(p, &s), s2_template_smem_limit(s.arch));
+    }
+    s2_pattern_set_free(sets[0]);
+    s2_pattern_set_free(sets[1]);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+/* The mma.sync forward at head dims that are not a multiple of 32 (a lone
+ * last k-step) and past d128 (Q read from shared memory) assembles without
+ * spills, with exactly the tensor-core products its tile needs: BN/8 x D/16
+ * for Q·Kᵀ and BN/16 x D/8 for P·V, none padded to 32 columns. */
+START_TEST(fwd_head_dims_assemble)
+{
+    static const struct {
+        int pattern, head_dim;
+        s2_arch arch;
+    } cases[] = {{0, 48, S2_ARCH_SM80}, {1, 80, S2_ARCH_SM90}, {0, 192, S2_ARCH_SM80}, {0, 256, S2_ARCH_SM90},
+                 {1, 208, S2_ARCH_SM80}};
+    int i = _i;
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(cases[i].pattern, &a);
+    s2_pattern_set *set = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    s2_kspec spec = {.kind = S2_KERNEL_FWD, .dtype = i % 2 ? S2_DTYPE_BF16 : S2_DTYPE_F16,
+                     .head_dim = cases[i].head_dim, .arch = cases[i].arch};
+    s2_artifact *art = NULL;
+    ck_assert_msg(s2_compile_kspec1(ctx, p, &spec, S2_CUBIN_PTXAS, &art) == S2_OK, "%s", s2_ctx_message(ctx));
+    const s2_kernel_info *ki = &art->kernels[0];
+    printf("fwd d%-3d %-4s %-6s bm%d bn%d st%d: %3d regs, spill %d/%d, stack %d, smem %d\n", cases[i].head_dim,
+           s2_dtype_name(spec.dtype), s2_arch_name(cases[i].arch), art->spec.block_m, art->spec.block_n,
+           art->spec.num_stages, ki->registers, ki->spill_stores, ki->spill_loads, ki->stack_frame, art->smem_bytes);
+    ck_assert_msg(ki->registers > 0 && ki->spill_stores == 0 && ki->spill_loads == 0 && ki->stack_frame == 0,
+                  "d%d %s: %d regs, spills %d/%d stack %d", cases[i].head_dim, s2_arch_name(cases[i].arch),
+                  ki->registers, ki->spill_stores, ki->spill_loads, ki->stack_frame);
+    int mma = 0, D = cases[i].head_dim, BN = art->spec.block_n;
+    for (const char *t = art->ptx; (t = strstr(t, "mma.sync.aligned.m16n8k16")) != NULL; t++)
+        mma++;
+    ck_assert_msg(mma == BN / 8 * (D / 16) + BN / 16 * (D / 8), "d%d bn%d: %d mma.sync in the PTX", D, BN, mma);
+    s2_artifact_free(art);
     s2_pattern_set_free(set);
     s2_ctx_free(ctx);
 }
@@ -675,6 +762,8 @@ int main(void)
     tcase_add_test(tc, schedule_packed_by_record);
     tcase_add_test(tc, spec_heuristic_and_limits);
     tcase_add_test(tc, fp8_refused_by_every_template);
+    tcase_add_test(tc, fwd_head_dims_tiles);
+    tcase_add_loop_test(tc, fwd_head_dims_assemble, 0, 5);
     suite_add_tcase(s, tc);
     return s2t_run_suite(s);
 }

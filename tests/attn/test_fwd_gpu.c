@@ -95,6 +95,39 @@ static const fwd_case cases[] = {
     {"causal64_d128_bf16_wide", 0, 128, S2_DTYPE_BF16, 2, 1500, 1500, L_BSHD, 128, 128, 3, false, 2},
     {"bidir64_d128_f16_wide_q300", 2, 128, S2_DTYPE_F16, 1, 300, 1000, L_BHSD, 128, 128, 3, false, 2},
     {"dense64_d128_bf16_gqa_wide_ragged", 7, 128, S2_DTYPE_BF16, 2, 1000, 1000, L_BSHD, 128, 128, 3, false, 2},
+    /* every head dim the forward takes beyond 32, 64, 96 and 128 (16-wide
+     * steps to 256), each in f16 and bf16 on two of: Merge-Q at block 16
+     * (gathered key tiles where the sm_90a template takes the spec), GQA
+     * 32/8, bidirectional with a ragged last block or q_len < kv_len; tiles
+     * by the heuristic, whichever template takes the spec */
+    {"hdim_mergeq16_d16_f16_ragged", 1, 16, S2_DTYPE_F16, 2, 777, 777, L_BSHD, 0, 0, 0, false, 0},
+    {"hdim_gqa32_8_b32_d16_bf16", 3, 16, S2_DTYPE_BF16, 1, 300, 300, L_BHSD, 0, 0, 0, false, 0},
+    {"hdim_bidir64_d48_f16_q300", 2, 48, S2_DTYPE_F16, 1, 300, 1000, L_BHSD, 0, 0, 0, false, 0},
+    {"hdim_mergeq16_d48_bf16_ragged", 1, 48, S2_DTYPE_BF16, 1, 777, 777, L_BSHD, 0, 0, 0, false, 0},
+    {"hdim_gqa32_8_b32_d80_f16", 3, 80, S2_DTYPE_F16, 1, 300, 300, L_BSHD, 0, 0, 0, false, 0},
+    {"hdim_bidir64_d80_bf16_ragged", 2, 80, S2_DTYPE_BF16, 2, 1000, 1000, L_BHSD, 0, 0, 0, false, 0},
+    {"hdim_mergeq16_d112_f16_ragged", 1, 112, S2_DTYPE_F16, 2, 777, 777, L_BHSD, 0, 0, 0, false, 0},
+    {"hdim_gqa32_8_b32_d112_bf16", 3, 112, S2_DTYPE_BF16, 1, 300, 300, L_BSHD, 0, 0, 0, false, 0},
+    {"hdim_bidir64_d144_f16_ragged", 2, 144, S2_DTYPE_F16, 2, 1000, 1000, L_BSHD, 0, 0, 0, false, 0},
+    {"hdim_mergeq16_d144_bf16_ragged", 1, 144, S2_DTYPE_BF16, 1, 555, 555, L_BHSD, 0, 0, 0, false, 0},
+    {"hdim_gqa32_8_b32_d160_f16", 3, 160, S2_DTYPE_F16, 1, 200, 200, L_BHSD, 0, 0, 0, false, 0},
+    {"hdim_bidir64_d160_bf16_q300", 2, 160, S2_DTYPE_BF16, 1, 300, 1000, L_BSHD, 0, 0, 0, false, 0},
+    {"hdim_mergeq16_d176_f16_ragged", 1, 176, S2_DTYPE_F16, 2, 555, 555, L_BSHD, 0, 0, 0, false, 0},
+    {"hdim_gqa32_8_b32_d176_bf16", 3, 176, S2_DTYPE_BF16, 1, 200, 200, L_BHSD, 0, 0, 0, false, 0},
+    {"hdim_bidir64_d192_f16_q300", 2, 192, S2_DTYPE_F16, 1, 300, 1000, L_BHSD, 0, 0, 0, false, 0},
+    {"hdim_mergeq16_d192_bf16_ragged", 1, 192, S2_DTYPE_BF16, 1, 555, 555, L_BSHD, 0, 0, 0, false, 0},
+    {"hdim_gqa32_8_b32_d208_f16", 3, 208, S2_DTYPE_F16, 1, 200, 200, L_BSHD, 0, 0, 0, false, 0},
+    {"hdim_bidir64_d208_bf16_ragged", 2, 208, S2_DTYPE_BF16, 2, 1000, 1000, L_BHSD, 0, 0, 0, false, 0},
+    {"hdim_mergeq16_d224_f16_ragged", 1, 224, S2_DTYPE_F16, 2, 555, 555, L_BHSD, 0, 0, 0, false, 0},
+    {"hdim_gqa32_8_b32_d224_bf16", 3, 224, S2_DTYPE_BF16, 1, 200, 200, L_BSHD, 0, 0, 0, false, 0},
+    {"hdim_bidir64_d240_f16_ragged", 2, 240, S2_DTYPE_F16, 2, 1000, 1000, L_BSHD, 0, 0, 0, false, 0},
+    {"hdim_mergeq16_d240_bf16_ragged", 1, 240, S2_DTYPE_BF16, 1, 555, 555, L_BHSD, 0, 0, 0, false, 0},
+    {"hdim_gqa32_8_b32_d256_f16", 3, 256, S2_DTYPE_F16, 1, 200, 200, L_BHSD, 0, 0, 0, false, 0},
+    {"hdim_bidir64_d256_bf16_q300", 2, 256, S2_DTYPE_BF16, 1, 300, 1000, L_BSHD, 0, 0, 0, false, 0},
+    /* ... and on tiles of several key sub-blocks (dead column groups skipped), 8 warps, 1 and 3 stages */
+    {"hdim_mergeq16_d48_f16_n64", 1, 48, S2_DTYPE_F16, 1, 500, 500, L_BSHD, 0, 64, 0, false, 0},
+    {"hdim_mergeq16_d240_bf16_m128n64_s1", 1, 240, S2_DTYPE_BF16, 1, 400, 400, L_BHSD, 128, 64, 1, false, 0},
+    {"hdim_causal64_d80_bf16_n128_s3", 0, 80, S2_DTYPE_BF16, 1, 1100, 1100, L_BSHD, 64, 128, 3, false, 0},
 };
 enum { NUM_CASES = sizeof cases / sizeof cases[0], NUM_RUNS = 2 * NUM_CASES };
 
