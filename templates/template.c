@@ -120,16 +120,16 @@ static s2_status resolve_decode(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p
     return S2_OK;
 }
 
-/* The mma.sync backward over 128 columns (its dK/dV kernel takes column
- * passes, bwd.c): 32-key tiles in the dQ kernel (its dQ and the tile's S
- * and dP in registers) and, by default, the deepest ring up to 2 stages
- * that fits shared memory (1 for d256 on sm_80). */
+/* The backward over 128 columns (its dK/dV kernel takes column passes,
+ * bwd.c): key tiles of 32 (16 for block 16, ungathered) in the dQ kernel,
+ * whose dQ and the tile's S and dP share the registers, and by default the
+ * deepest ring up to 2 stages that fits shared memory (1 for d256 on sm_80). */
 static void bwd_wide_tiles(s2_kspec *spec, const s2_pattern *p)
 {
     if (spec->head_dim <= 128)
         return;
     if (spec->block_n == 0)
-        spec->block_n = p->block_size <= 16 ? 16 : 32;
+        spec->block_n = spec->kv_gather > 1 ? spec->kv_gather * p->block_size : p->block_size <= 16 ? 16 : 32;
     if (spec->num_stages == 0) {
         spec->num_stages = 2;
         if (s2_bwd_smem_bytes(p, spec) > s2_template_smem_limit(spec->arch))
@@ -172,6 +172,8 @@ static s2_status resolve_mma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
      * pattern blocks gathered by the schedule in both kernels (the dQ
      * kernel's from its query tile's list, the dK/dV kernel's resident tile
      * from blocks with the same readers: s2_schedule_pack_gathered_kv) */
+    if (bwd)
+        bwd_wide_tiles(spec, p);
     if (spec->kv_gather == 0)
         spec->kv_gather = wg && p->block_size == 16 && spec->block_m == 64 &&
                                   (spec->block_n == 0 || spec->block_n == 64) ? 4 : 1;
@@ -184,8 +186,6 @@ static s2_status resolve_mma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
                        "block_n 64, and the wgmma bodies", spec->kv_gather);
     if (spec->kv_gather <= 1)
         spec->kv_gather = 0;
-    if (bwd)
-        bwd_wide_tiles(spec, p);
     if (spec->block_n == 0)
         spec->block_n = p->block_size <= 16 ? (wg ? 32 : 16) : 64;
     if (!pow2_in(spec->block_n, 16, 128))

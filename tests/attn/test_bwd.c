@@ -195,7 +195,8 @@ START_TEST(bwd_spec_limits)
     d256 = (s2_kspec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 256, .arch = S2_ARCH_SM90A};
     ck_assert_int_eq(s2_kspec_resolve(ctx, &d256, p), S2_OK);
     ck_assert_int_eq(d256.bwd_wgmma, 1);
-    ck_assert_int_eq(d256.block_n, 64);   /* 4 gathered blocks */
+    ck_assert_int_eq(d256.block_n, 16);   /* not gathered: 64 keys spill dQ's registers */
+    ck_assert_int_eq(d256.kv_gather, 0);
     ck_assert_int_eq(d256.num_stages, 2);
     s2_kspec d96 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 96, .arch = S2_ARCH_SM80};
     ck_assert_int_eq(s2_kspec_resolve(ctx, &d96, p), S2_OK);
