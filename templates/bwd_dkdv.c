@@ -148,6 +148,12 @@ static LLVMValueRef remap_key_tile(bwd *k, LLVMValueRef *kvh32)
     return add(k, kt0, LLVMBuildURem(b, r, width, ""));
 }
 
+static LLVMValueRef pass_slice(bwd *k, int ps, LLVMValueRef h64, int col0)
+{
+    LLVMValueRef sl = s2_bwd_slice(k, ps, h64);
+    return col0 ? add(k, sl, c64(k, col0)) : sl;
+}
+
 void s2_bwd_build_dkdv(bwd *k)
 {
     s2_cg *cg = k->cg;
@@ -269,13 +275,8 @@ void s2_bwd_build_dkdv(bwd *k)
         r_pass = heads.result[0];
 
         s2_nv_cp_async_wait(cg, 0);
-        LLVMValueRef dks = s2_bwd_slice(k, P_DKS, kvh64), dvs = s2_bwd_slice(k, P_DVS, kvh64);
-        if (ks.col0 > 0) {   /* the pass's first column */
-            dks = add(k, dks, c64(k, ks.col0));
-            dvs = add(k, dvs, c64(k, ks.col0));
-        }
-        s2_bwd_store_acc_cols(k, dk, ks.cols, s2_bwd_softmax_scale(k), param(k, P_DK), dks, param(k, P_DKS + 1), ks.kpos0, false);
-        s2_bwd_store_acc_cols(k, dv, ks.cols, cf(k, 1.0), param(k, P_DV), dvs, param(k, P_DVS + 1), ks.kpos0, false);
+        s2_bwd_store_acc_cols(k, dk, ks.cols, s2_bwd_softmax_scale(k), param(k, P_DK), pass_slice(k, P_DKS, kvh64, ks.col0), param(k, P_DKS + 1), ks.kpos0, false);
+        s2_bwd_store_acc_cols(k, dv, ks.cols, cf(k, 1.0), param(k, P_DV), pass_slice(k, P_DVS, kvh64, ks.col0), param(k, P_DVS + 1), ks.kpos0, false);
     }
     LLVMBuildRetVoid(b);
 }

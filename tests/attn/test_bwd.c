@@ -129,7 +129,7 @@ typedef struct hd_variant {
 
 static const hd_variant hd_variants[] = {
     {1, 16, S2_ARCH_SM80, 0},   {0, 80, S2_ARCH_SM80, 0},    {3, 96, S2_ARCH_SM90A, 0},
-    {2, 192, S2_ARCH_SM80, 0},  {1, 192, S2_ARCH_SM90A, 1},  {0, 256, S2_ARCH_SM80, 0},
+    {2, 192, S2_ARCH_SM80, 0},  {1, 192, S2_ARCH_SM90A, 1},  {3, 256, S2_ARCH_SM80, 0},
     {1, 256, S2_ARCH_SM90A, -1}, {0, 256, S2_ARCH_SM90A, 1},
 };
 
