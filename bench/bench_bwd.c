@@ -1,6 +1,6 @@
 /* bench_bwd: times the generated S2 sparse attention forward + backward on a
  * GPU, through the runtime (s2_attn_forward, s2_attn_backward), for the
- * forward+backward rows of shared/PEERS.md (bf16, D 128, causal).
+ * forward+backward rows of shared/PEERS.md (bf16, D 128, causal) and a d256 row.
  *
  * Per row: both modules are generated for the device (s2_compile_attention,
  * heuristic specs, or --block-n / --num-stages for the backward), inputs are
@@ -59,6 +59,7 @@ typedef struct bench_config {
     int64_t seq;
     int block, local, stride;
     double peer_h200_ms, peer_h100_ms;   /* S2-Triton forward + backward */
+    int head_dim;                        /* 0: HEAD_DIM */
 } bench_config;
 
 static const bench_config configs[] = {
@@ -68,6 +69,8 @@ static const bench_config configs[] = {
     /* PEERS.md has these two on the H200 only (0: no peer) */
     {"b64_32k", 1, 16, 32768, 64, 8, 16, 5.90, 0},
     {"b64_128k", 1, 16, 131072, 64, 8, 16, 60.0, 0},
+    /* head dim 256 (issue 31's target: 1.6x S2-Triton; its time not yet in PEERS.md) */
+    {"d256_b64_32k", 1, 16, 32768, 64, 8, 16, 0, 0, 256},
 };
 enum { NUM_CONFIGS = sizeof configs / sizeof configs[0], HEAD_DIM = 128 };
 
@@ -166,6 +169,7 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
                        int stages, int wgmma, int tma, int gather, int use_ds, int dq_pair, const char *order, int cool_ms,
                        bool h100, bench_timer *timer)
 {
+    const int D = c->head_dim ? c->head_dim : HEAD_DIM;
     s2_local_stride_args a;
     s2_local_stride_args_default(&a);
     a.name = c->name;
@@ -180,7 +184,7 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
     s2_layout *lay = NULL;
     s2_attn_module *fm = NULL, *bm = NULL;
     run_ctx r = {0};
-    size_t elems = (size_t)c->batch * (size_t)c->seq * (size_t)c->heads * HEAD_DIM;
+    size_t elems = (size_t)c->batch * (size_t)c->seq * (size_t)c->heads * D;
     size_t rows = (size_t)c->batch * (size_t)c->heads * (size_t)c->seq;
     s2_devptr t[8] = {0}, lse = 0, dlse = 0, ws = 0;
     uint16_t *host = malloc(elems * 2 + 64 * 1024);
@@ -191,9 +195,9 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
         st = s2_layout_new(ctx, p, c->seq, c->seq, &lay);
     s2_layout_stats stats;
     if (st == S2_OK)
-        st = s2_layout_stats_compute(ctx, lay, (s2_tile_spec){64, 64}, HEAD_DIM, S2_DTYPE_BF16, &stats);
-    s2_kspec fs = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM};
-    s2_kspec bs = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = HEAD_DIM, .block_n = block_n,
+        st = s2_layout_stats_compute(ctx, lay, (s2_tile_spec){64, 64}, D, S2_DTYPE_BF16, &stats);
+    s2_kspec fs = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = D};
+    s2_kspec bs = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = D, .block_n = block_n,
                          .num_stages = stages, .bwd_wgmma = wgmma, .kv_gather = gather,
                          .bwd_tma = tma};
     if (st == S2_OK)
@@ -233,11 +237,11 @@ static void run_config(s2_ctx *ctx, s2_device *dev, s2_arch arch, const bench_co
     }
     if (st == S2_OK) {
         r.fa = (s2_attn_fwd_args){.batch = c->batch, .q_len = c->seq, .kv_len = c->seq, .heads = c->heads,
-                                  .kv_heads = c->heads, .head_dim = HEAD_DIM, .dtype = S2_DTYPE_BF16,
+                                  .kv_heads = c->heads, .head_dim = D, .dtype = S2_DTYPE_BF16,
                                   .q = t[0], .k = t[1], .v = t[2], .o = t[3], .lse = lse};
         s2_attn_fwd_args_bshd(&r.fa);
         r.ba = (s2_attn_bwd_args){.batch = c->batch, .q_len = c->seq, .kv_len = c->seq, .heads = c->heads,
-                                  .kv_heads = c->heads, .head_dim = HEAD_DIM, .dtype = S2_DTYPE_BF16,
+                                  .kv_heads = c->heads, .head_dim = D, .dtype = S2_DTYPE_BF16,
                                   .q = t[0], .k = t[1], .v = t[2], .o = t[3], .d_o = t[4], .lse = lse, .d_lse = dlse,
                                   .dq = t[5], .dk = t[6], .dv = t[7], .workspace = ws,
                                   .workspace_bytes = ws_bytes};

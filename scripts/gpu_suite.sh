@@ -34,7 +34,7 @@ fwd_gpu                   300  test_fwd_gpu
 fwd_gpu_sm80              270  S2C_FWD_ARCH=sm_80 test_fwd_gpu
 fwd_gpu_hdim_sm80         150  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=hdim_ test_fwd_gpu
 fwd_gpu_persistent        270  S2C_FWD_PERSISTENT=1 test_fwd_gpu
-bwd_gpu                   150  test_bwd_gpu
+bwd_gpu                   300  test_bwd_gpu
 attnrt_gpu                 90  test_attn_gpu
 varlen_gpu                 90  test_varlen_gpu
 seams_gpu                  90  test_seams_gpu
@@ -64,6 +64,10 @@ memcheck_bwd               90  S2C_BWD_CASES=d64_f16 compute-sanitizer --tool me
 racecheck_bwd             240  S2C_BWD_CASES=16_d compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
 racecheck_bwd_ds           90  S2C_BWD_CASES=causal64_d64 compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
 memcheck_bwd_rt           120  S2C_BWD_CASES=runtime_ compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
+memcheck_bwd_hd_mma       150  S2C_BWD_CASES=hd80_causal64 compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
+memcheck_bwd_hd_wg        240  S2C_BWD_CASES=hd256_gqa8_2_b64 compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
+memcheck_bwd_hd_rt        240  S2C_BWD_CASES=hd256_rt compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
+racecheck_bwd_hd          300  S2C_BWD_CASES=hd192_rt compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
 memcheck_seams            120  compute-sanitizer --tool memcheck --error-exitcode 1 test_seams_gpu
 memcheck_attnrt            90  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_attn_gpu
 memcheck_decode            90  S2C_DECODE_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu
@@ -73,6 +77,7 @@ memcheck_graph           120  S2C_GRAPH_CASES=varlen,backward,decode S2C_GRAPH_R
 bench_fwd                 120  bench_fwd --reps 30 --rows 12 --config b64_8k,mergeq16_8k,b64_32k,b64_128k,b64_l16v8_16k,dense_8k
 bench_fwd_hdim            120  bench_fwd --reps 30 --rows 4 --config b64_32k --head-dim 64,192,256
 bench_bwd                 150  bench_bwd --reps 30
+bench_bwd_d256             90  bench_bwd --reps 30 --config d256_b64_32k
 bench_decode               60  bench_decode --reps 30
 bench_launch               60  bench_launch
 bench_graph_decode        120  bench_graph_decode

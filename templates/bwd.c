@@ -94,6 +94,12 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kspec *sp
     /* dK, dV and the transposed S, dP of a chunk live together: keep the
      * chunk at 32 queries for d128 */
     s->qc = s->D > 64 ? 16 : s->BM > 32 ? 32 : s->BM;
+    /* dK and dV of a pass stay within d128's registers: wider head dims take
+     * passes of at most 128 columns (16-column steps), as FA2/FA3 split d256 */
+    int passes = (s->D + 127) / 128;
+    s->kv_cols = 16 * ((s->D / 16 + passes - 1) / passes);
+    if (s->wg && s->D > 128)   /* whole 64-column blocks of the wgmma layout */
+        s->kv_cols = 128;
     int rb = s->row_bytes;
     s->dq_q_off = 0;
     s->dq_do_off = s->BM * rb;
@@ -166,7 +172,7 @@ s2_status s2_bwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ksp
     bwd k = {.kb = {.cg = cg, .b = cg->b}};
     bwd_shape_init(&k.s, p, spec);
     if (k.s.D > MAX_D || k.s.BN / 8 > MAX_N || k.s.qc / 8 > MAX_N || k.s.BM != 16 * k.s.warps ||
-        (k.s.chunks != 4 && k.s.chunks != 8 && k.s.chunks != 16) || k.s.threads % k.s.chunks != 0 ||
+        k.s.D < 16 || k.s.D % 16 != 0 || k.s.chunks > k.s.threads || (k.s.wg && (k.s.D % 64 || k.s.kv_cols % 64)) ||
         (k.s.gather > 1 && (k.s.gbs != 16 || k.s.gather * k.s.gbs != k.s.BN || k.s.gather * k.s.gbs != k.s.KB)) ||
         k.s.kvg > 4 || k.s.kgbs < 16)
         return s2_fail(ctx, S2_ERR_INTERNAL, "backward: unresolved spec reached the builder");

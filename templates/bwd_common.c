@@ -10,14 +10,33 @@
 /* ---- shared-memory tiles ([rows][D] of 16-bit, 16-byte chunks swizzled as
  *      in the forward: chunk ^= row & 7, or (row >> 1) & 3 for 4 chunks) ---- */
 
-static LLVMValueRef swizzle(bwd *k, LLVMValueRef row, LLVMValueRef chunk)
+/* Chunks of a row that are swizzled: whole groups of 8 (or all 4); the
+ * chunks past them (head dims that are not a multiple of 64) stay in place. */
+static int swizzled_chunks(const bwd *k)
+{
+    int c = k->s.chunks;
+    return c >= 8 ? c & ~7 : c == 4 ? 4 : 0;
+}
+
+/* where: SW_ANY (checked at run time), SW_IN (known inside the swizzled
+ * part at build time), SW_PAST (known past it) */
+enum { SW_ANY, SW_IN, SW_PAST };
+
+static LLVMValueRef swizzle_at(bwd *k, LLVMValueRef row, LLVMValueRef chunk, int where)
 {
     LLVMBuilderRef b = k->b;
+    int full = swizzled_chunks(k);
+    if (full == 0 || where == SW_PAST)
+        return add(k, mul(k, row, c32(k, k->s.row_bytes)), LLVMBuildShl(b, chunk, c32(k, 4), ""));
     LLVMValueRef sw = k->s.chunks >= 8
         ? LLVMBuildXor(b, chunk, LLVMBuildAnd(b, row, c32(k, 7), ""), "")
         : LLVMBuildXor(b, chunk, LLVMBuildAnd(b, LLVMBuildLShr(b, row, c32(k, 1), ""), c32(k, 3), ""), "");
+    if (where == SW_ANY && full != k->s.chunks)
+        sw = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntULT, chunk, c32(k, full), ""), sw, chunk, "");
     return add(k, mul(k, row, c32(k, k->s.row_bytes)), LLVMBuildShl(b, sw, c32(k, 4), ""));
 }
+
+static LLVMValueRef swizzle(bwd *k, LLVMValueRef row, LLVMValueRef chunk) { return swizzle_at(k, row, chunk, SW_ANY); }
 
 /* Byte offset of (row r, 16-byte chunk ch) in a tile of `rows` rows.  The
  * wgmma layout (sm_90a) stores 64-column blocks of 128-byte rows, one after
@@ -42,9 +61,14 @@ static LLVMValueRef frag_addr(bwd *k, LLVMValueRef tile, LLVMValueRef lane_row, 
     LLVMBuilderRef b = k->b;
     int cst = row0 * k->s.row_bytes;
     int key = k->s.chunks >= 8 ? (ch0 & 7) : (ch0 & 3);
-    if (k->s.chunks >= 8)
+    if (ch0 >= swizzled_chunks(k)) {   /* past the swizzled groups: in place */
+        cst += 16 * ch0;
+        key = 0;
+    } else if (k->s.chunks >= 8) {
         cst += 16 * (ch0 & ~7);
-    LLVMValueRef part = swizzle(k, lane_row, add(k, lc, c32(k, key)));
+    }
+    LLVMValueRef part = ch0 >= swizzled_chunks(k) ? swizzle_at(k, lane_row, lc, SW_PAST)
+                                                  : swizzle_at(k, lane_row, add(k, lc, c32(k, key)), SW_IN);
     LLVMValueRef p = s2_nv_smem_at(k->cg, add(k, tile, part));
     LLVMValueRef c = c64(k, cst);
     return LLVMBuildInBoundsGEP2(b, LLVMInt8TypeInContext(k->cg->llctx), p, &c, 1, "");
@@ -87,21 +111,40 @@ void s2_bwd_mma_abt(bwd *k, LLVMValueRef a, LLVMValueRef bt, int row0, int ntile
             s2_nv_mma_m16n8k16(k->cg, k->s.dt, a1, &bb[2], acc[n]);
         }
     }
+    if (k->s.D % 32) {
+        /* the last 16 columns: one k-step, B of n-tiles n and n+1 from one
+         * ldmatrix (rows row0 + 8n + lane % 16, chunk lane / 16) */
+        int ks = k->s.D / 16 - 1;
+        LLVMValueRef a0[4];
+        ldsm_a(k, a, ks, a0);
+        for (int n = 0; n < ntiles; n += 2) {
+            LLVMValueRef bb[4];
+            s2_nv_ldmatrix_x4(k->cg, frag_addr(k, bt, k->bt_row, k->bt_lc, row0 + 8 * n, 2 * ks), false, bb);
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, a0, (LLVMValueRef[]){bb[0], bb[2]}, acc[n]);
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, a0, (LLVMValueRef[]){bb[1], bb[3]}, acc[n + 1]);
+        }
+    }
 }
 
 /* out[dn] += X·Y: X = C-layout values x[ntiles][4] reused as A fragments
  * (n-tiles 2kk, 2kk+1 = k-step kk, PTX ISA 9.7.14.5.8), Y = rows row0 + 16kk.. of tile `y`. */
 void s2_bwd_mma_xy(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, LLVMValueRef out[][4])
 {
+    s2_bwd_mma_xy_cols(k, x, ntiles, y, row0, 0, k->s.D, out);
+}
+
+void s2_bwd_mma_xy_cols(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, int col0, int cols,
+                        LLVMValueRef out[][4])
+{
     s2_cg *cg = k->cg;
     for (int kk = 0; kk < ntiles / 2; kk++) {
         LLVMValueRef a[4];
         s2_flash_a_from_c(cg, k->s.dt, &x[2 * kk], a);
-        for (int dp = 0; dp < k->s.D / 16; dp++) {
+        for (int dp = col0 / 16; dp < (col0 + cols) / 16; dp++) {
             LLVMValueRef vb[4];
             ldsm_bt(k, y, row0 + 16 * kk, dp, vb);
             for (int h = 0; h < 2; h++)
-                s2_flash_mma_into(cg, k->s.dt, a, &vb[2 * h], out[2 * dp + h]);
+                s2_flash_mma_into(cg, k->s.dt, a, &vb[2 * h], out[2 * (dp - col0 / 16) + h]);
         }
     }
 }
@@ -211,11 +254,12 @@ void s2_bwd_load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef sli
 {
     LLVMBuilderRef b = k->b;
     int C = k->s.chunks, T = k->s.threads, total = rows * C;
+    bool pow2 = (C & (C - 1)) == 0;
     for (int it = 0; it * T < total; it++) {
         s2_nv_if guard;
         LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, total, &guard, "tail");
-        LLVMValueRef r = LLVMBuildLShr(b, idx, c32(k, s2_log2i(C)), "");
-        LLVMValueRef ch = LLVMBuildAnd(b, idx, c32(k, C - 1), "");
+        LLVMValueRef r = pow2 ? LLVMBuildLShr(b, idx, c32(k, s2_log2i(C)), "") : LLVMBuildUDiv(b, idx, c32(k, C), "");
+        LLVMValueRef ch = pow2 ? LLVMBuildAnd(b, idx, c32(k, C - 1), "") : LLVMBuildURem(b, idx, c32(k, C), "");
         LLVMValueRef trow;
         LLVMValueRef ok = tile_row_at(k, pos0, slot, query, r, &trow);
         LLVMValueRef off = add(k, mul(k, sext64(k, trow), rstride),
@@ -527,17 +571,24 @@ LLVMValueRef s2_bwd_slice(bwd *k, int ps, LLVMValueRef h64)
 
 /* [D/8][4] f32 accumulators as allocas at the top of the entry block (SROA
  * makes them registers), zeroed here. */
-void s2_bwd_new_acc(bwd *k, LLVMValueRef acc[][4], const char *name)
+void s2_bwd_new_acc(bwd *k, LLVMValueRef acc[][4], const char *name) { s2_bwd_new_acc_cols(k, acc, k->s.D, name); }
+
+void s2_bwd_new_acc_cols(bwd *k, LLVMValueRef acc[][4], int cols, const char *name)
 {
     LLVMBuilderRef b = k->b;
     LLVMBasicBlockRef cur = s2_kb_entry_begin(&k->kb, k->entry_bb);
-    for (int dn = 0; dn < k->s.D / 8; dn++)
+    for (int dn = 0; dn < cols / 8; dn++)
         for (int i = 0; i < 4; i++)
             acc[dn][i] = LLVMBuildAlloca(b, k->cg->t_f32, name);
     s2_kb_entry_end(&k->kb, cur);
-    for (int dn = 0; dn < k->s.D / 8; dn++)
+    s2_bwd_zero_acc(k, acc, cols);
+}
+
+void s2_bwd_zero_acc(bwd *k, LLVMValueRef acc[][4], int cols)
+{
+    for (int dn = 0; dn < cols / 8; dn++)
         for (int i = 0; i < 4; i++)
-            LLVMBuildStore(b, cf(k, 0.0), acc[dn][i]);
+            LLVMBuildStore(k->b, cf(k, 0.0), acc[dn][i]);
 }
 
 /* Store acc·mul to rows (16·warp + g + 8hr) of the tile at pos0 of a 16-bit
@@ -548,10 +599,16 @@ void s2_bwd_new_acc(bwd *k, LLVMValueRef acc[][4], const char *name)
 void s2_bwd_store_acc(bwd *k, LLVMValueRef acc[][4], LLVMValueRef scale, LLVMValueRef out, LLVMValueRef sl,
                       LLVMValueRef rstride, LLVMValueRef pos0, bool query)
 {
+    s2_bwd_store_acc_cols(k, acc, k->s.D, scale, out, sl, rstride, pos0, query);
+}
+
+void s2_bwd_store_acc_cols(bwd *k, LLVMValueRef acc[][4], int cols, LLVMValueRef scale, LLVMValueRef out,
+                           LLVMValueRef sl, LLVMValueRef rstride, LLVMValueRef pos0, bool query)
+{
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     s2_flash_pairs pr;
-    s2_flash_pairs_init(cg, &pr, k->t4, k->s.D);
+    s2_flash_pairs_init(cg, &pr, k->t4, cols);
     LLVMValueRef offs[1] = {LLVMBuildOr(b, sl, rstride, "")};
     LLVMValueRef aligned = s2_flash_aligned8(cg, out, offs, 1);
     for (int hr = 0; hr < 2; hr++) {

@@ -107,8 +107,8 @@ static void kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
         s2_bwd_apply_mask(k, &mg, sc, NT, c0, flags, live, ks->kpos0, qpos0, NULL);
         s2_bwd_mma_abt(k, c32(k, k->s.kv_v_off), dot, c0, NT, dp);
         s2_bwd_probs_and_ds(k, sc, dp, NT, s2_bwd_kv_stat, ks);
-        s2_bwd_mma_xy(k, sc, NT, dot, c0, ks->dv);
-        s2_bwd_mma_xy(k, dp, NT, qt, c0, ks->dk);
+        s2_bwd_mma_xy_cols(k, sc, NT, dot, c0, ks->col0, ks->cols, ks->dv);
+        s2_bwd_mma_xy_cols(k, dp, NT, qt, c0, ks->col0, ks->cols, ks->dk);
     }
     if (ks->warp_rows)
         s2_nv_if_end(k->cg, &skip);
@@ -148,6 +148,12 @@ static LLVMValueRef remap_key_tile(bwd *k, LLVMValueRef *kvh32)
     return add(k, kt0, LLVMBuildURem(b, r, width, ""));
 }
 
+static LLVMValueRef pass_slice(bwd *k, int ps, LLVMValueRef h64, int col0)
+{
+    LLVMValueRef sl = s2_bwd_slice(k, ps, h64);
+    return col0 ? add(k, sl, c64(k, col0)) : sl;
+}
+
 void s2_bwd_build_dkdv(bwd *k)
 {
     s2_cg *cg = k->cg;
@@ -185,8 +191,8 @@ void s2_bwd_build_dkdv(bwd *k)
     bwd_slots kslots = {ks.slot, s->kvg, s->kgbs};
     const bwd_slots *slot = &kslots;
     LLVMValueRef dk[MAX_D / 8][4], dv[MAX_D / 8][4];
-    s2_bwd_new_acc(k, dk, "dk");
-    s2_bwd_new_acc(k, dv, "dv");
+    s2_bwd_new_acc_cols(k, dk, s->kv_cols, "dk");
+    s2_bwd_new_acc_cols(k, dv, s->kv_cols, "dv");
     ks.dk = dk;
     ks.dv = dv;
     if (s->ds)
@@ -222,44 +228,55 @@ void s2_bwd_build_dkdv(bwd *k)
               false);
     s2_nv_cp_async_commit(cg);
 
-    /* the group's query heads in increasing order: a fixed summation order */
-    s2_nv_loop heads;
-    /* carried: the ring's position (tma: the mbarrier phases run on over the heads' lists) */
-    LLVMValueRef r_init = c32(k, 0);
-    s2_nv_loop_begin(cg, &heads, "qh", c32(k, 0), c32(k, s->group), c32(k, 1), &r_init, 1);
-    LLVMValueRef r0 = heads.carried[0];
-    LLVMValueRef h32 = add(k, mul(k, kvh32, c32(k, s->group)), heads.iv);
-    ks.h32 = h32;
-    LLVMValueRef h64 = LLVMBuildZExt(b, h32, cg->t_i64, "head");
-    ks.qslice = s2_bwd_slice(k, P_QS, h64);
-    ks.doslice = s2_bwd_slice(k, P_DOS, h64);
-    ks.rowbase = mul(k, add(k, mul(k, k->batch, c64(k, s->heads)), h64), sext64(k, k->q_len));
-    LLVMValueRef begin, end;
-    s2_bwd_list_bounds(k, P_TCLASS, P_TOFFSETS, h64, param(k, P_KV_TILES), kt, &begin, &end);
-    begin = add(k, begin, c32(k, 1));   /* past the header */
-    ks.rev = LLVMBuildSub(b, add(k, begin, end), c32(k, 1), "rev");
-    if (s->ds) {
-        /* the head's dS slot base, once (its table is read only when ds is given) */
-        LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
-        s2_nv_if on;
-        s2_nv_if_begin(cg, &on, ks.ds_on, "ds_head");
-        LLVMValueRef base = s2_bwd_ds_slot_base(k, h64);
-        LLVMBasicBlockRef then_end = LLVMGetInsertBlock(b);
-        s2_nv_if_end(cg, &on);
-        ks.ds_base = LLVMBuildPhi(b, cg->t_i64, "ds_base");
-        LLVMValueRef vals[2] = {c64(k, 0), base};
-        LLVMBasicBlockRef bbs[2] = {from, then_end};
-        LLVMAddIncoming(ks.ds_base, vals, bbs, 2);
-    }
-    ring_fns f = {kv_prep, kv_take, kv_issue, s->wg ? s2_bwd_wg_kv_compute : kv_compute, s->late_refill, s->tma};
-    s2_bwd_pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, &f, &ks, r0);
-    LLVMValueRef len = LLVMBuildSub(b, end, begin, "");
-    LLVMValueRef r_next = add(k, r0, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSGT, len, c32(k, 0), ""), len,
-                                                         c32(k, 0), ""));
-    s2_nv_loop_end(cg, &heads, &r_next);
+    /* dK and dV in column passes of kv_cols (wide head dims: the registers
+     * of one pass; each pass recomputes S and dP over the whole head dim) */
+    LLVMValueRef r_pass = c32(k, 0);   /* the ring's position carried on over the passes too */
+    for (ks.col0 = 0; ks.col0 < s->D; ks.col0 += s->kv_cols) {
+        ks.cols = s->D - ks.col0 < s->kv_cols ? s->D - ks.col0 : s->kv_cols;
+        if (ks.col0 > 0) {
+            s2_bwd_zero_acc(k, dk, ks.cols);
+            s2_bwd_zero_acc(k, dv, ks.cols);
+        }
+        /* the group's query heads in increasing order: a fixed summation order */
+        s2_nv_loop heads;
+        /* carried: the ring's position (tma: the mbarrier phases run on over the heads' lists) */
+        LLVMValueRef r_init = r_pass;
+        s2_nv_loop_begin(cg, &heads, "qh", c32(k, 0), c32(k, s->group), c32(k, 1), &r_init, 1);
+        LLVMValueRef r0 = heads.carried[0];
+        LLVMValueRef h32 = add(k, mul(k, kvh32, c32(k, s->group)), heads.iv);
+        ks.h32 = h32;
+        LLVMValueRef h64 = LLVMBuildZExt(b, h32, cg->t_i64, "head");
+        ks.qslice = s2_bwd_slice(k, P_QS, h64);
+        ks.doslice = s2_bwd_slice(k, P_DOS, h64);
+        ks.rowbase = mul(k, add(k, mul(k, k->batch, c64(k, s->heads)), h64), sext64(k, k->q_len));
+        LLVMValueRef begin, end;
+        s2_bwd_list_bounds(k, P_TCLASS, P_TOFFSETS, h64, param(k, P_KV_TILES), kt, &begin, &end);
+        begin = add(k, begin, c32(k, 1));   /* past the header */
+        ks.rev = LLVMBuildSub(b, add(k, begin, end), c32(k, 1), "rev");
+        if (s->ds) {
+            /* the head's dS slot base, once (its table is read only when ds is given) */
+            LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
+            s2_nv_if on;
+            s2_nv_if_begin(cg, &on, ks.ds_on, "ds_head");
+            LLVMValueRef base = s2_bwd_ds_slot_base(k, h64);
+            LLVMBasicBlockRef then_end = LLVMGetInsertBlock(b);
+            s2_nv_if_end(cg, &on);
+            ks.ds_base = LLVMBuildPhi(b, cg->t_i64, "ds_base");
+            LLVMValueRef vals[2] = {c64(k, 0), base};
+            LLVMBasicBlockRef bbs[2] = {from, then_end};
+            LLVMAddIncoming(ks.ds_base, vals, bbs, 2);
+        }
+        ring_fns f = {kv_prep, kv_take, kv_issue, s->wg ? s2_bwd_wg_kv_compute : kv_compute, s->late_refill, s->tma};
+        s2_bwd_pipeline(k, begin, end, s->stages, s->kv_stage0, s->kv_stage_bytes, &f, &ks, r0);
+        LLVMValueRef len = LLVMBuildSub(b, end, begin, "");
+        LLVMValueRef r_next = add(k, r0, LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSGT, len, c32(k, 0), ""), len,
+                                                             c32(k, 0), ""));
+        s2_nv_loop_end(cg, &heads, &r_next);
+        r_pass = heads.result[0];
 
-    s2_nv_cp_async_wait(cg, 0);
-    s2_bwd_store_acc(k, dk, s2_bwd_softmax_scale(k), param(k, P_DK), s2_bwd_slice(k, P_DKS, kvh64), param(k, P_DKS + 1), ks.kpos0, false);
-    s2_bwd_store_acc(k, dv, cf(k, 1.0), param(k, P_DV), s2_bwd_slice(k, P_DVS, kvh64), param(k, P_DVS + 1), ks.kpos0, false);
+        s2_nv_cp_async_wait(cg, 0);
+        s2_bwd_store_acc_cols(k, dk, ks.cols, s2_bwd_softmax_scale(k), param(k, P_DK), pass_slice(k, P_DKS, kvh64, ks.col0), param(k, P_DKS + 1), ks.kpos0, false);
+        s2_bwd_store_acc_cols(k, dv, ks.cols, cf(k, 1.0), param(k, P_DV), pass_slice(k, P_DVS, kvh64, ks.col0), param(k, P_DVS + 1), ks.kpos0, false);
+    }
     LLVMBuildRetVoid(b);
 }

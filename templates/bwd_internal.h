@@ -14,7 +14,7 @@
  * (P_TMAP_Q, P_TMAP_DO) after them when spec.bwd_tma > 0. */
 enum { S2_ABI_BWD_TMA_PARAMS(S2_ABI_P_ENUM) P_COUNT };
 
-enum { MAX_D = 128, MAX_N = 16 };
+enum { MAX_D = 256, MAX_N = 16 };
 
 typedef struct bwd_shape {
     s2_dtype dt;
@@ -33,6 +33,7 @@ typedef struct bwd_shape {
     int f_sub_m_log2, f_sub_n_size, f_sub_n;  /* forward schedule, BM x BN */
     int t_sub_m_size, t_sub_n_log2, t_sub_n;  /* transposed schedule, BM x KB */
     int qc;                      /* dK/dV kernel: query columns per chunk (register budget) */
+    int kv_cols;                 /* dK/dV kernel: columns of dK and dV per pass over the lists (register budget) */
     bool ds;                     /* s2_bwd_ds_capable: the dK/dV kernel writes dS tiles, NAME_dqds */
     /* shared memory (bytes) */
     int dq_q_off, dq_do_off, dq_stage0, dq_stage_bytes;
@@ -125,6 +126,7 @@ typedef struct kv_state {
     LLVMValueRef pre_qpos;                            /* the next issue's query position (take_fn) */
     LLVMValueRef h32;                                 /* the query head in use */
     int chunk0;
+    int col0, cols;                                   /* the columns of dK and dV this pass holds */
 } kv_state;
 
 LLVMValueRef s2_bwd_entry_field(bwd *k, LLVMValueRef entries, LLVMValueRef e, int field_off, LLVMTypeRef ty);
@@ -165,6 +167,10 @@ void s2_bwd_mma_abt(bwd *k, LLVMValueRef a, LLVMValueRef bt, int row0, int ntile
 /* out[dn] += X·Y: X = C-layout values x[ntiles][4] reused as A fragments,
  * Y = rows row0 + 16kk.. of tile `y`. */
 void s2_bwd_mma_xy(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, LLVMValueRef out[][4]);
+/* The same over output columns [col0, col0 + cols) only (multiples of 16),
+ * out[0] being column col0's. */
+void s2_bwd_mma_xy_cols(bwd *k, LLVMValueRef x[][4], int ntiles, LLVMValueRef y, int row0, int col0, int cols,
+                        LLVMValueRef out[][4]);
 /* Whether row r of the tile at pos0 exists (a query or a key row); *trow its tensor row. */
 LLVMValueRef s2_bwd_tile_row(bwd *k, LLVMValueRef pos0, bool query, LLVMValueRef r, LLVMValueRef *trow);
 /* cp.async a [rows][D] tile (element slice `slice`, seq stride rstride) into
@@ -193,6 +199,11 @@ void s2_bwd_new_acc(bwd *k, LLVMValueRef acc[][4], const char *name);
 /* acc·scale to the rows of the tile at pos0 of a 16-bit tensor, rows that exist only. */
 void s2_bwd_store_acc(bwd *k, LLVMValueRef acc[][4], LLVMValueRef scale, LLVMValueRef out, LLVMValueRef sl,
                       LLVMValueRef rstride, LLVMValueRef pos0, bool query);
+/* The same for [cols/8][4] accumulators of `cols` columns (sl: the element of the first). */
+void s2_bwd_new_acc_cols(bwd *k, LLVMValueRef acc[][4], int cols, const char *name);
+void s2_bwd_zero_acc(bwd *k, LLVMValueRef acc[][4], int cols);
+void s2_bwd_store_acc_cols(bwd *k, LLVMValueRef acc[][4], int cols, LLVMValueRef scale, LLVMValueRef out,
+                           LLVMValueRef sl, LLVMValueRef rstride, LLVMValueRef pos0, bool query);
 /* scale_log2 · ln 2: the softmax scale. */
 LLVMValueRef s2_bwd_softmax_scale(bwd *k);
 

@@ -58,14 +58,21 @@ static void issue_abt(bwd *k, LLVMValueRef x, LLVMValueRef y, int rows, LLVMValu
     s2_nv_wgmma_ss(k->cg, k->s.dt, rows, k->s.D / 16, desc_kmajor(k, x), as, desc_kmajor(k, y), bs, false, false, acc);
 }
 
-/* Issue acc += A·Y (m64 nD, reduction over the `rows` rows of tile y, read
- * N-major), A packed from registers. */
-static void issue_xy(bwd *k, LLVMValueRef (*a)[4], LLVMValueRef y, int rows, LLVMValueRef *acc)
+/* Issue acc += A·Y (m64 n`cols`: Y's columns from col0, a multiple of 64;
+ * reduction over the `rows` rows of tile y, read N-major), A packed from registers. */
+static void issue_xy_cols(bwd *k, LLVMValueRef (*a)[4], LLVMValueRef y, int rows, int col0, int cols, LLVMValueRef *acc)
 {
     int vs[MAX_COLS / 16];
     for (int j = 0; j < rows / 16; j++)
         vs[j] = (j * 16 * 128) >> 4;
-    s2_nv_wgmma_rs(k->cg, k->s.dt, k->s.D, rows / 16, a, desc_nmajor(k, y, rows), vs, true, acc);
+    if (col0)   /* its first 64-column block */
+        y = add(k, y, c32(k, col0 / 64 * rows * 128));
+    s2_nv_wgmma_rs(k->cg, k->s.dt, cols, rows / 16, a, desc_nmajor(k, y, rows), vs, true, acc);
+}
+
+static void issue_xy(bwd *k, LLVMValueRef (*a)[4], LLVMValueRef y, int rows, LLVMValueRef *acc)
+{
+    issue_xy_cols(k, a, y, rows, 0, k->s.D, acc);
 }
 
 static void acc_to_tiles(const LLVMValueRef *acc, int ntiles, LLVMValueRef t[][4])
@@ -109,20 +116,24 @@ static void dsoft(bwd *k, LLVMValueRef sc[][4], LLVMValueRef dp[][4], int ntiles
         }
 }
 
-/* The [D/8][4] accumulator allocas as the flat wgmma register list, and back. */
-static void acc_load(bwd *k, LLVMValueRef (*slots)[4], LLVMValueRef *acc)
+/* The [cols/8][4] accumulator allocas as the flat wgmma register list, and back. */
+static void acc_load_cols(bwd *k, LLVMValueRef (*slots)[4], int cols, LLVMValueRef *acc)
 {
-    for (int dn = 0; dn < k->s.D / 8; dn++)
+    for (int dn = 0; dn < cols / 8; dn++)
         for (int i = 0; i < 4; i++)
             acc[4 * dn + i] = LLVMBuildLoad2(k->b, k->cg->t_f32, slots[dn][i], "");
 }
 
-static void acc_store(bwd *k, LLVMValueRef (*slots)[4], const LLVMValueRef *acc)
+static void acc_load(bwd *k, LLVMValueRef (*slots)[4], LLVMValueRef *acc) { acc_load_cols(k, slots, k->s.D, acc); }
+
+static void acc_store_cols(bwd *k, LLVMValueRef (*slots)[4], int cols, const LLVMValueRef *acc)
 {
-    for (int dn = 0; dn < k->s.D / 8; dn++)
+    for (int dn = 0; dn < cols / 8; dn++)
         for (int i = 0; i < 4; i++)
             LLVMBuildStore(k->b, acc[4 * dn + i], slots[dn][i]);
 }
+
+static void acc_store(bwd *k, LLVMValueRef (*slots)[4], const LLVMValueRef *acc) { acc_store_cols(k, slots, k->s.D, acc); }
 
 /* The dS tile of a transposed entry (C layout, packed as wgmma A registers
  * da[4][4]) to workspace slot `slot` (when ks->ds_on), through shared memory;
@@ -138,7 +149,7 @@ void s2_bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     const bwd_shape *s = &k->s;
     /* the dS slot first: its load is in flight under the products */
     LLVMValueRef ds_slot = s->ds ? bwd_ds_slot(k, ks, e) : NULL;
-    int BM = s->BM, NT = BM / 8, no = s->D / 2;
+    int BM = s->BM, NT = BM / 8, no = ks->cols / 2;   /* this pass's columns of dK and dV */
     LLVMValueRef qt = soff, dot = add(k, soff, c32(k, BM * s->row_bytes));
     ks->stats = add(k, soff, c32(k, s->kv_lse_off));
     ks->chunk0 = 0;
@@ -166,20 +177,20 @@ void s2_bwd_wg_kv_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     LLVMValueRef pa[MAX_COLS / 16][4], da[MAX_COLS / 16][4];
     pack_a(k, sc, NT, pa);
     LLVMValueRef dv[MAX_D / 2], dk[MAX_D / 2];
-    acc_load(k, ks->dv, dv);
-    issue_xy(k, pa, dot, BM, dv);
+    acc_load_cols(k, ks->dv, ks->cols, dv);
+    issue_xy_cols(k, pa, dot, BM, ks->col0, ks->cols, dv);
     s2_nv_wgmma_wait(cg, 1, dacc, BM / 2);
     acc_to_tiles(dacc, NT, dp);
     dsoft(k, sc, dp, NT, s2_bwd_kv_stat, ks);
     pack_a(k, dp, NT, da);
-    acc_load(k, ks->dk, dk);
-    issue_xy(k, da, qt, BM, dk);
+    acc_load_cols(k, ks->dk, ks->cols, dk);
+    issue_xy_cols(k, da, qt, BM, ks->col0, ks->cols, dk);
     if (s->ds)
         bwd_ds_store(k, ks, ds_slot, da);
     s2_nv_wgmma_wait(cg, 1, dv, no);
-    acc_store(k, ks->dv, dv);
+    acc_store_cols(k, ks->dv, ks->cols, dv);
     s2_nv_wgmma_wait(cg, 0, dk, no);
-    acc_store(k, ks->dk, dk);
+    acc_store_cols(k, ks->dk, ks->cols, dk);
 }
 
 void s2_bwd_wg_dq_compute(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)

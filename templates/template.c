@@ -125,16 +125,34 @@ static s2_status resolve_decode(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p
     return S2_OK;
 }
 
+/* The backward over 128 columns (its dK/dV kernel takes column passes,
+ * bwd.c): key tiles of 32 (16 for block 16, ungathered) in the dQ kernel,
+ * whose dQ and the tile's S and dP share the registers, and by default the
+ * deepest ring up to 2 stages that fits shared memory (1 for d256 on sm_80). */
+static void bwd_wide_tiles(s2_kspec *spec, const s2_pattern *p)
+{
+    if (spec->head_dim <= 128)
+        return;
+    if (spec->block_n == 0)
+        spec->block_n = spec->kv_gather > 1 ? spec->kv_gather * p->block_size : p->block_size <= 16 ? 16 : 32;
+    if (spec->num_stages == 0) {
+        spec->num_stages = 2;
+        if (s2_bwd_smem_bytes(p, spec) > s2_template_smem_limit(spec->arch))
+            spec->num_stages = 1;
+    }
+}
+
 /* The mma.sync forward and the backward share one tiling rule (FA2: each
  * warp owns a 16-row slab); the backward may take the wgmma bodies. */
 static s2_status resolve_mma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
 {
     bool bwd = spec->kind == S2_KERNEL_BWD;
-    if (bwd && (spec->head_dim == 96 || p->block_size < 16))
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the backward takes head_dim 32, 64 or 128 and blocks of 16+ tokens");
-    bool wg_ok = bwd && spec->arch == S2_ARCH_SM90A && (spec->head_dim == 64 || spec->head_dim == 128);
+    if (bwd && p->block_size < 16)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the backward takes blocks of 16+ tokens");
+    /* the wgmma bodies read whole 64-column blocks: other head dims take mma.sync */
+    bool wg_ok = bwd && spec->arch == S2_ARCH_SM90A && spec->head_dim % 64 == 0;
     if (!wg_ok && spec->bwd_wgmma > 0)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the wgmma backward needs sm_90a and head_dim 64 or 128");
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the wgmma backward needs sm_90a and head_dim 64, 128, 192 or 256");
 
     if (spec->persistent > 0)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: a persistent grid needs the sm_90a forward template");
@@ -159,6 +177,8 @@ static s2_status resolve_mma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
      * pattern blocks gathered by the schedule in both kernels (the dQ
      * kernel's from its query tile's list, the dK/dV kernel's resident tile
      * from blocks with the same readers: s2_schedule_pack_gathered_kv) */
+    if (bwd)
+        bwd_wide_tiles(spec, p);
     if (spec->kv_gather == 0)
         spec->kv_gather = wg && p->block_size == 16 && spec->block_m == 64 &&
                                   (spec->block_n == 0 || spec->block_n == 64) ? 4 : 1;
@@ -323,7 +343,8 @@ static const s2_template fwd_wgmma = {"fwd_wgmma", S2_KERNEL_FWD, dt16, HD(64) |
 static const s2_template fwd_mma = {"fwd_mma", S2_KERNEL_FWD, dt16, HD_ALL,
     ABI(FWD) | ABI(SEQS) | ABI(COMBINE), accepts_fwd, resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, NULL,
     s2_fwd_build, s2_fwd_entry_build, NULL};
-static const s2_template bwd = {"bwd", S2_KERNEL_BWD, dt16, HD(32) | HD(64) | HD(128), ABI(BWD) | ABI(BWD_TMA),
+#define HD_16_TO_256 ((HD(256) << 1) - HD(16))   /* every multiple of 16 from 16 to 256 */
+static const s2_template bwd = {"bwd", S2_KERNEL_BWD, dt16, HD_16_TO_256, ABI(BWD) | ABI(BWD_TMA),
     accepts_bwd, resolve_mma, s2_bwd_smem_bytes, kernels_bwd, NULL, s2_bwd_build, NULL, NULL};
 
 /* Entries defined in their template's own file (one line here each). */

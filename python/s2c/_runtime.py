@@ -16,7 +16,7 @@ from ._lib import check
 _DTYPES = {torch.float16: S.DTYPE_F16, torch.bfloat16: S.DTYPE_BF16}
 # What the kernels cover (the kernel-coverage work widens it).
 FWD_HEAD_DIMS = tuple(range(16, 257, 16))
-BWD_HEAD_DIMS = (32, 64, 128)
+BWD_HEAD_DIMS = tuple(range(16, 257, 16))
 DECODE_HEAD_DIMS = tuple(range(16, 257, 16))
 
 _lock = threading.RLock()

@@ -96,7 +96,7 @@ def test_forward(name, mk, B, Sq, Sk, H, Hkv, D, layout):
     close(lse, want_lse, 1e-3, f"{name} lse")
 
 
-BWD = [c for c in CASES if c[7] in (32, 64, 128) and c[0] not in ("bidir_ragged",)]
+BWD = [c for c in CASES if c[7] % 16 == 0 and c[0] not in ("bidir_ragged",)]
 
 
 @pytest.mark.parametrize("name,mk,B,Sq,Sk,H,Hkv,D", BWD, ids=[c[0] for c in BWD])
@@ -271,9 +271,6 @@ def test_not_covered_raises():
     q = torch.randn(1, 128, 4, 64, device=DEV)
     with pytest.raises(NotImplementedError, match="float32"):
         s2c.sparse_attn_func(q, q, q, pat)
-    q = rand(1, 128, 4, 96, requires_grad=True)
-    with pytest.raises(NotImplementedError, match="head_dim 96 is not covered yet by the backward"):
-        s2c.sparse_attn_func(q, q, q, pat).sum().backward()
 
 
 class _Block(torch.nn.Module):

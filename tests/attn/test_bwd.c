@@ -118,6 +118,48 @@ START_TEST(bwd_assembles_without_spills)
 }
 END_TEST
 
+/* Head dims past d64/d128: the tail k-step (d % 32 == 16), chunks past the
+ * swizzled groups (d % 64), the dK/dV kernel's column passes (d > 128), on
+ * both bodies: the three kernels, zero spills. */
+typedef struct hd_variant {
+    int pattern, head_dim;
+    s2_arch arch;
+    int wgmma;
+} hd_variant;
+
+static const hd_variant hd_variants[] = {
+    {1, 16, S2_ARCH_SM80, 0},   {0, 80, S2_ARCH_SM80, 0},    {3, 96, S2_ARCH_SM90A, 0},
+    {2, 192, S2_ARCH_SM80, 0},  {1, 192, S2_ARCH_SM90A, 1},  {3, 256, S2_ARCH_SM80, 0},
+    {1, 256, S2_ARCH_SM90A, -1}, {0, 256, S2_ARCH_SM90A, 1},
+};
+
+START_TEST(bwd_head_dims_assemble)
+{
+    const hd_variant *hv = &hd_variants[_i];
+    s2_ctx *ctx = s2_ctx_new();
+    s2_local_stride_args a;
+    attn_pattern_args(hv->pattern, &a);
+    s2_pattern_set *set = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    s2_kspec spec = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = hv->head_dim, .arch = hv->arch,
+                     .bwd_wgmma = hv->wgmma};
+    s2_artifact *art = NULL;
+    ck_assert_msg(s2_compile_kspec1(ctx, p, &spec, S2_CUBIN_PTXAS, &art) == S2_OK, "%s d%d %s: %s", p->name,
+                  hv->head_dim, s2_arch_name(hv->arch), s2_ctx_message(ctx));
+    s2_kspec aks;
+    ck_assert_int_eq(s2_artifact_kspec(ctx, art, &aks), S2_OK);
+    ck_assert_int_eq(aks.bwd_wgmma, hv->wgmma > 0 ? 1 : hv->arch == S2_ARCH_SM90A && hv->head_dim % 64 == 0 ? -1 : 0);
+    ck_assert_int_eq(art->num_kernels, 3);
+    for (int i = 0; i < art->num_kernels; i++)
+        ck_assert_msg(art->kernels[i].spill_stores == 0 && art->kernels[i].spill_loads == 0, "%s: %d/%d bytes spilled",
+                      art->kernels[i].name, art->kernels[i].spill_stores, art->kernels[i].spill_loads);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(bwd_spec_limits)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -130,8 +172,35 @@ START_TEST(bwd_spec_limits)
     ck_assert_int_eq(s2_kspec_resolve(ctx, &s, p), S2_OK);
     ck_assert_int_eq(s.block_m, 64);
     ck_assert_int_eq(s.block_n, 16);
+    /* every multiple of 16 to 256; the wgmma bodies take whole 64-column
+     * blocks (the rest falls back to mma.sync on sm_90a) */
+    for (int d = 16; d <= 272; d += 8) {
+        s2_kspec hd = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_F16, .head_dim = d, .arch = S2_ARCH_SM90A};
+        bool ok = d % 16 == 0 && d <= 256;
+        ck_assert_msg(s2_kspec_resolve(ctx, &hd, p) == (ok ? S2_OK : S2_ERR_UNSUPPORTED), "d%d", d);
+        if (ok)
+            ck_assert_msg(hd.bwd_wgmma == (d % 64 == 0 ? 1 : 0), "d%d: bwd_wgmma %d", d, hd.bwd_wgmma);
+        hd = (s2_kspec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_F16, .head_dim = d, .arch = S2_ARCH_SM90A,
+                        .bwd_wgmma = 1};
+        ck_assert_msg(s2_kspec_resolve(ctx, &hd, p) == (ok && d % 64 == 0 ? S2_OK : S2_ERR_UNSUPPORTED), "d%d", d);
+    }
+    /* d256: 16-key dQ tiles (block 16) and, on sm_80, one stage (shared memory) */
+    s2_kspec d256 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 256, .arch = S2_ARCH_SM80};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &d256, p), S2_OK);
+    ck_assert_int_eq(d256.block_n, 16);
+    ck_assert_int_eq(d256.num_stages, 1);
+    ck_assert_int_le(s2_bwd_smem_bytes(p, &d256), s2_template_smem_limit(S2_ARCH_SM80));
+    d256.num_stages = 2;
+    ck_assert_int_gt(s2_bwd_smem_bytes(p, &d256), s2_template_smem_limit(S2_ARCH_SM80));
+    d256 = (s2_kspec){.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 256, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &d256, p), S2_OK);
+    ck_assert_int_eq(d256.bwd_wgmma, 1);
+    ck_assert_int_eq(d256.block_n, 16);   /* not gathered: 64 keys spill dQ's registers */
+    ck_assert_int_eq(d256.kv_gather, 0);
+    ck_assert_int_eq(d256.num_stages, 2);
     s2_kspec d96 = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 96, .arch = S2_ARCH_SM80};
-    ck_assert_int_eq(s2_kspec_resolve(ctx, &d96, p), S2_ERR_UNSUPPORTED);
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &d96, p), S2_OK);
+    ck_assert_int_eq(d96.num_stages, 2);
     s2_kspec big = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .block_m = 128,
                           .num_stages = 4, .arch = S2_ARCH_SM80};
     ck_assert_int_eq(s2_kspec_resolve(ctx, &big, p), S2_ERR_UNSUPPORTED);
@@ -196,6 +265,7 @@ int main(void)
     TCase *tc = tcase_create("bwd");
     tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, bwd_assembles_without_spills, 0, NUM_VARIANTS);
+    tcase_add_loop_test(tc, bwd_head_dims_assemble, 0, (int)(sizeof hd_variants / sizeof hd_variants[0]));
     tcase_add_test(tc, bwd_spec_limits);
     suite_add_tcase(s, tc);
     return s2t_run_suite(s);

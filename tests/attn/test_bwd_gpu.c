@@ -70,6 +70,42 @@ static const bwd_case cases[] = {
     {"runtime_mergeq16_d128_bf16_q300_kv700", 1, 128, S2_DTYPE_BF16, 2, 300, 700, false, true, true, 0},
     {"mergeq16_d128_bf16_nogather", 1, 128, S2_DTYPE_BF16, 1, 600, 600, false, false, false, 1},
     {"b128_d64_bf16_ragged", 6, 64, S2_DTYPE_BF16, 1, 700, 700, true, true, false, 0},
+    /* every other head dim (multiples of 16 to 256) in both dtypes: Merge-Q
+     * block 16, GQA (block 64 and gathered block 16), ragged last blocks; the
+     * wgmma path runs where its rule takes the dim (64-column multiples) */
+    {"hd16_mergeq16_bf16_ragged_dlse", 1, 16, S2_DTYPE_BF16, 1, 333, 333, false, true, false, 0},
+    {"hd16_gqa8_2_b64_f16_q200_kv555", -1, 16, S2_DTYPE_F16, 1, 200, 555, true, false, false, 0},
+    {"hd48_bidir64_bf16_ragged", 2, 48, S2_DTYPE_BF16, 1, 300, 300, false, false, false, 0},
+    {"hd48_gqa8_2_b16_f16_ragged", -2, 48, S2_DTYPE_F16, 1, 333, 333, false, true, false, 0},
+    {"hd80_causal64_f16_ragged", 0, 80, S2_DTYPE_F16, 1, 300, 300, true, false, false, 0},
+    {"hd80_mergeq16_bf16_q200_kv500_dlse", 1, 80, S2_DTYPE_BF16, 1, 200, 500, false, true, false, 0},
+    {"hd96_gqa8_2_b64_bf16_ragged_dlse", -1, 96, S2_DTYPE_BF16, 1, 333, 333, false, true, false, 0},
+    {"hd96_mergeq16_f16_ragged", 1, 96, S2_DTYPE_F16, 1, 300, 300, true, false, false, 0},
+    {"hd112_bidir16_bf16_q200_kv333", -3, 112, S2_DTYPE_BF16, 1, 200, 333, false, false, false, 0},
+    {"hd112_causal64_f16_ragged", 0, 112, S2_DTYPE_F16, 2, 200, 200, false, true, false, 0},
+    {"hd144_mergeq16_bf16_ragged", 1, 144, S2_DTYPE_BF16, 1, 300, 300, false, false, false, 0},
+    {"hd144_gqa8_2_b64_f16_ragged", -1, 144, S2_DTYPE_F16, 1, 333, 333, true, true, false, 0},
+    {"hd160_gqa8_2_b16_bf16_ragged", -2, 160, S2_DTYPE_BF16, 1, 333, 333, false, false, false, 0},
+    {"hd160_bidir64_f16_ragged", 2, 160, S2_DTYPE_F16, 1, 300, 300, false, true, false, 0},
+    {"hd176_causal64_bf16_ragged_dlse", 0, 176, S2_DTYPE_BF16, 1, 300, 300, true, true, false, 0},
+    {"hd176_mergeq16_f16_ragged", 1, 176, S2_DTYPE_F16, 1, 250, 250, false, false, false, 0},
+    {"hd192_mergeq16_bf16_ragged", 1, 192, S2_DTYPE_BF16, 1, 300, 300, false, true, false, 0},
+    {"hd192_gqa8_2_b64_f16_q200_kv555", -1, 192, S2_DTYPE_F16, 1, 200, 555, true, false, false, 0},
+    {"hd192_gqa8_2_b16_bf16_ragged", -2, 192, S2_DTYPE_BF16, 1, 333, 333, false, false, false, 0},
+    {"hd192_bidir64_f16_ragged", 2, 192, S2_DTYPE_F16, 1, 300, 300, false, false, false, 0},
+    {"hd192_rt_causal64_bf16_dlse", 0, 192, S2_DTYPE_BF16, 1, 384, 448, false, true, true, 0},
+    {"hd208_gqa8_2_b16_f16_ragged", -2, 208, S2_DTYPE_F16, 1, 333, 333, true, false, false, 0},
+    {"hd208_bidir64_bf16_ragged", 2, 208, S2_DTYPE_BF16, 1, 300, 300, false, true, false, 0},
+    {"hd224_causal64_f16_ragged", 0, 224, S2_DTYPE_F16, 1, 300, 300, false, false, false, 0},
+    {"hd224_gqa8_2_b64_bf16_ragged", -1, 224, S2_DTYPE_BF16, 1, 333, 333, true, true, false, 0},
+    {"hd240_mergeq16_bf16_ragged", 1, 240, S2_DTYPE_BF16, 1, 250, 250, false, false, false, 0},
+    {"hd240_bidir16_f16_q200_kv333", -3, 240, S2_DTYPE_F16, 1, 200, 333, false, true, false, 0},
+    {"hd256_mergeq16_bf16_ragged_dlse", 1, 256, S2_DTYPE_BF16, 1, 300, 300, false, true, false, 0},
+    {"hd256_mergeq16_f16_ragged", 1, 256, S2_DTYPE_F16, 1, 250, 250, true, false, false, 0},
+    {"hd256_gqa8_2_b64_f16_ragged", -1, 256, S2_DTYPE_F16, 1, 333, 333, false, false, false, 0},
+    {"hd256_gqa8_2_b16_bf16_ragged", -2, 256, S2_DTYPE_BF16, 1, 333, 333, true, true, false, 0},
+    {"hd256_causal64_bf16_b2_q300_kv500", 0, 256, S2_DTYPE_BF16, 2, 300, 500, false, false, false, 0},
+    {"hd256_rt_mergeq16_f16_q300_kv700_dlse", 1, 256, S2_DTYPE_F16, 1, 300, 700, false, true, true, 0},
 };
 enum { NUM_CASES = sizeof cases / sizeof cases[0] };
 
@@ -222,9 +258,11 @@ static void run_case(int vi)
     s2_kspec spec = {.kind = S2_KERNEL_BWD, .dtype = c->dt, .head_dim = D, .arch = dev_arch,
                            .bwd_wgmma = wg ? 1 : -1, .kv_gather = wg ? c->gather : 0,
                            .bwd_tma = wg && !(c->runtime || dsp) ? -1 : 0};
-    if (dsp) {
+    if (wg) {
+        /* the wgmma path where its rule takes the head dim (heuristic spec) */
         s2_kspec r = spec;
-        if (s2_kspec_resolve(ctx, &r, p) != S2_OK || !s2_bwd_ds_capable(p, &r)) {
+        r.bwd_wgmma = 0;
+        if (s2_kspec_resolve(ctx, &r, p) != S2_OK || r.bwd_wgmma <= 0 || (dsp && !s2_bwd_ds_capable(p, &r))) {
             res->ran = false;
             s2_pattern_set_free(set);
             s2_ctx_free(ctx);
