@@ -19,7 +19,7 @@
  *   bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L]
  *             [--num-warps L] [--num-stages L] [--persistent L] [--kv-gather L]
  *             [--specs BMxBNsSTgG[pP],..] [--reps N] [--csv [FILE]] [--rows N] [--dump-dir DIR]
- *             [--arch ARCH]
+ *             [--arch ARCH] [--head-dim D]
  * L is a comma list; every combination is run (invalid ones are reported
  * and skipped).  --specs names the variants instead (block_m x block_n,
  * stages, kv_gather, persistent: 128x64s3g1p1).  --dump-dir writes each variant's PTX and cubin there.
@@ -94,12 +94,14 @@ static bool parse_list(const char *s, int_list *l)
     return l->n > 0;
 }
 
+int bench_head_dim = 128;
+
 static int usage(void)
 {
     fprintf(stderr, "usage: bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L] [--num-warps L]\n"
                     "                 [--num-stages L] [--persistent L] [--kv-gather L] [--specs BMxBNsSTgG[pP],..]\n"
                     "                 [--reps N] [--rows N] [--csv [FILE]]\n"
-                    "                 [--dump-dir DIR] [--arch sm_90]\n"
+                    "                 [--dump-dir DIR] [--arch sm_90] [--head-dim D (16..256, multiple of 16)]\n"
                     "  (L: comma list, 0 = heuristic)  configs:");
     for (int i = 0; i < NUM_CONFIGS; i++)
         fprintf(stderr, " %s", configs[i].name);
@@ -191,6 +193,10 @@ static bool parse_args(int argc, char **argv, options *o)
             o->dump_dir = val;
         } else if (!strcmp(a, "--arch")) {
             o->arch = val;
+        } else if (!strcmp(a, "--head-dim")) {
+            bench_head_dim = atoi(val);
+            if (bench_head_dim < 16 || bench_head_dim > MAX_HEAD_DIM || bench_head_dim % 16)
+                return false;
         } else {
             return false;
         }

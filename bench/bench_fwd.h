@@ -28,7 +28,10 @@ typedef struct bench_config {
     double peer_h200_ms, peer_h100_ms;
     int dense_heads;             /* num_dense_heads: head imbalance (the last ones dense) */
 } bench_config;
-enum { HEAD_DIM = 128 };
+/* The head dim timed: 128, or --head-dim's (bench_fwd.c). */
+extern int bench_head_dim;
+enum { MAX_HEAD_DIM = 256 };
+#define HEAD_DIM bench_head_dim
 
 #define L2_BYTES (60.0 * 1024 * 1024)
 

@@ -164,7 +164,7 @@ s2_status check_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, cons
 
     uint64_t rs = seed;
     double num = 0, den = 0, scale = 1.0 / sqrt((double)D);
-    double ov[HEAD_DIM];
+    double ov[MAX_HEAD_DIM];
     for (int r = 0; r < rows; r++) {
         int64_t b = r == 0 ? B - 1 : (int64_t)(rng_next(&rs) % (uint64_t)B);
         int64_t h = r == 0 ? H - 1 : (int64_t)(rng_next(&rs) % (uint64_t)H);
