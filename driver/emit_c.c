@@ -255,7 +255,7 @@ static s2_status check_module(s2_ctx *ctx, const s2_aot_module *m)
             return st;
         const s2_dtype_info *dti = s2_dtype_info_of(k->dtype);
         if (k->abi->maps != S2_AOT_MAPS_NONE &&
-            (!dti || !dti->kernels || dti->tensor_map < 0 || k->head_dim < 64 || k->head_dim % 64 != 0 ||
+            (!dti || !dti->kernels || dti->tensor_map < 0 || k->head_dim < 16 || k->head_dim % 16 != 0 ||
              k->head_dim > 256 || k->kv_box_rows < 1 || k->kv_box_rows > 256))
             return s2_fail(ctx, S2_ERR_INVALID, "AOT module %s: kernel %s: tensor maps of dtype %d, head_dim %d, "
                            "%d rows per box", m->name, k->name, (int)k->dtype, k->head_dim, k->kv_box_rows);

@@ -41,7 +41,9 @@ s2_status s2_rt_fwd_tensor_maps(s2_ctx *ctx, const s2_device *dev, const s2_kspe
 {
     if (!spec || !a || !maps)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_fwd_tensor_maps: null argument");
-    if (spec->head_dim % 64 != 0 || spec->block_n < 1 || spec->block_n > 256)
+    /* box {64, rows}: past a head dim that is not a multiple of 64 the box reads zeros */
+    if (spec->head_dim % 16 != 0 || spec->head_dim < 16 || spec->head_dim > 256 || spec->block_n < 1 ||
+        spec->block_n > 256)
         return s2_fail(ctx, S2_ERR_INVALID, "tensor maps: head_dim %d / block_n %d", spec->head_dim, spec->block_n);
     int64_t nb = tensor_batch(a);
     uint32_t kv_rows = (uint32_t)(spec->kv_gather > 1 ? spec->block_n / spec->kv_gather : spec->block_n);

@@ -21,7 +21,11 @@
  *
  * Smem: Q [BM][D] then K and V stages [BN][D], each stored as 64-column
  * blocks of 128-byte rows with the TMA/wgmma 128-byte swizzle, all 1024-byte
- * aligned; then the mbarriers.  ABI: attention.h (sm_90a TMA variant).
+ * aligned; then the mbarriers.  A head dim that is not a multiple of 64
+ * fills its last block partly: the TMA box reads zeros past D (the tensor
+ * map's extent), Q·Kᵀ steps over D only and P·V runs over the whole block
+ * (N = DP: whole swizzle atoms along V's N, the canonical MN-major layout),
+ * its zero columns never stored.  ABI: attention.h (sm_90a TMA variant).
  *
  * This file: setup, the work loop, the producer, the shapes and the entry
  * point; the consumers are in fwd_sm90_consumer.c. */
@@ -223,7 +227,7 @@ static LLVMValueRef grid_x(sm90 *k)
 static void tma_tile(sm90 *k, int dst_off, LLVMValueRef dst_dyn, int rows, LLVMValueRef bar, int tmap,
                      LLVMValueRef row0, LLVMValueRef head)
 {
-    for (int c = 0; c < k->s.D / 64; c++) {
+    for (int c = 0; c < k->s.NB; c++) {
         LLVMValueRef dst = addc(k, k->smem, dst_off + c * rows * 128);
         if (dst_dyn)
             dst = add(k, dst, dst_dyn);
@@ -246,7 +250,7 @@ static void load_gathered(sm90 *k, const LLVMValueRef *row0s, LLVMValueRef soff,
     for (int j = 0; j < s->gather; j++)
         for (int m = 0; m < 2; m++) {
             int base = m ? s->v_off : s->k_off;
-            for (int c = 0; c < s->D / 64; c++) {
+            for (int c = 0; c < s->NB; c++) {
                 LLVMValueRef dst = add(k, addc(k, k->smem, base + c * s->BN * 128 + j * rows * 128), soff);
                 LLVMValueRef co[4] = {c32(k, 64 * c), row0s[j], k->kvh32, k->bidx32};
                 s2_nv_tma_load_4d(k->cg, dst, bar, param(k, m ? P_TMAP_V : P_TMAP_K), co);
@@ -294,9 +298,10 @@ static void producer(sm90 *k)
     /* Q: one box of 64 rows per consumer slab and 64-column block; rows
      * before the queries (negative) and past q_len come back as zeros */
     LLVMValueRef qrow0 = add(k, LLVMBuildSub(b, k->tile_pos0, k->q_start, ""), k->q_row0);
-    s2_nv_mbar_arrive_expect_tx(cg, q_bar(k), s->BM * s->D * 2);
+    s2_nv_mbar_arrive_expect_tx(cg, q_bar(k), s->BM * s->DP * 2);
     for (int w = 0; w < s->NC; w++)
-        tma_tile(k, s->q_off + w * SLAB * s->D * 2, NULL, SLAB, q_bar(k), P_TMAP_Q, addc(k, qrow0, SLAB * w), k->head32);
+        tma_tile(k, s->q_off + w * SLAB * s->DP * 2, NULL, SLAB, q_bar(k), P_TMAP_Q, addc(k, qrow0, SLAB * w),
+                 k->head32);
     /* the next item, fetched now so that the atomic's latency passes under this item's loads */
     if (s->persistent)
         fetched = counter_fetch(k, 0);
@@ -376,6 +381,8 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kspec *
     memset(s, 0, sizeof *s);
     s->dt = spec->dtype;
     s->D = spec->head_dim;
+    s->NB = (s->D + 63) / 64;
+    s->DP = 64 * s->NB;
     s->BM = spec->block_m;
     s->BN = spec->block_n;
     s->NC = spec->block_m / SLAB;
@@ -393,8 +400,9 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kspec *
     s->pingpong = s->NC == 2;
     s->persistent = spec->persistent > 0;
     /* Q from registers and the P·V wait below the softmax (consumer_loop):
-     * both faster (RESULTS.md 2026-11-22, "issue 4") */
-    s->q_regs = true;
+     * both faster (RESULTS.md 2026-11-22, "issue 4"); past d128 Q stays in
+     * shared memory (SS), as FA3's, its D / 4 registers being O's */
+    s->q_regs = s->D <= 128;
     s->pv_fence = true;
     /* lazy rescaling with the rescale under the S wgmma: faster on both tile heights (runs 49-50) */
     s->lazy = true;
@@ -415,8 +423,8 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kspec *
         s->owned = s->owned && e[0] == '1';
 #endif
     s->q_off = 0;
-    s->stage_bytes = s->BN * s->D * 2;
-    s->k_off = s->BM * s->D * 2;
+    s->stage_bytes = s->BN * s->DP * 2;
+    s->k_off = s->BM * s->DP * 2;
     s->v_off = s->k_off + s->stages * s->stage_bytes;
     s->bar_off = s->v_off + s->stages * s->stage_bytes;
     /* persistent: q_empty, then the next work item's word */
@@ -451,8 +459,8 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
     sm90 k = {.kb = {.cg = cg, .b = cg->b}};
     sm90_shape_init(&k.s, p, spec);
     const sm90_shape *s = &k.s;
-    if ((s->D != 64 && s->D != 128) || s->BN < 16 || s->BN > MAX_BN || s->BN % 16 || (s->NC != 1 && s->NC != 2) ||
-        s->BM != SLAB * s->NC || s->threads != 32 * spec->num_warps)
+    if (s->D < 16 || s->D > MAX_D || s->D % 16 || s->BN < 16 || s->BN > MAX_BN || s->BN % 16 ||
+        (s->NC != 1 && s->NC != 2) || s->BM != SLAB * s->NC || s->threads != 32 * spec->num_warps)
         return s2_fail(ctx, S2_ERR_INTERNAL, "forward sm_90a: unresolved spec reached the builder");
     LLVMTypeRef params[P_COUNT];
     s2_abi_id abi = s->persistent ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA;

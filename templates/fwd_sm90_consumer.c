@@ -42,7 +42,8 @@ static void load_q_regs(sm90 *k)
     LLVMTypeRef i8 = LLVMInt8TypeInContext(cg->llctx);
     LLVMValueRef base = s2_nv_dynamic_smem(cg);
     LLVMValueRef r0 = add(k, LLVMBuildShl(b, k->warp, c32(k, 4), ""), k->g);
-    LLVMValueRef row = add(k, LLVMBuildMul(b, k->wgc, c32(k, SLAB * k->s.D * 2), ""), LLVMBuildShl(b, r0, c32(k, 7), ""));
+    LLVMValueRef row = add(k, LLVMBuildMul(b, k->wgc, c32(k, SLAB * k->s.DP * 2), ""),
+                           LLVMBuildShl(b, r0, c32(k, 7), ""));
     row = add(k, row, LLVMBuildShl(b, k->t4, c32(k, 2), ""));
     for (int j = 0; j < k->s.D / 16; j++)
         for (int q = 0; q < 4; q++) {
@@ -59,7 +60,7 @@ static void load_q_regs(sm90 *k)
 
 static LLVMValueRef q_desc(sm90 *k)
 {
-    LLVMValueRef qa = add(k, addc(k, k->smem, k->s.q_off), LLVMBuildMul(k->b, k->wgc, c32(k, SLAB * k->s.D * 2), ""));
+    LLVMValueRef qa = add(k, addc(k, k->smem, k->s.q_off), LLVMBuildMul(k->b, k->wgc, c32(k, SLAB * k->s.DP * 2), ""));
     return s2_nv_wgmma_desc(k->cg, qa, 16, 1024);
 }
 
@@ -92,7 +93,7 @@ static void issue_pv(sm90 *k, LLVMValueRef stage, LLVMValueRef (*pa)[4], LLVMVal
     const sm90_shape *s = &k->s;
     int v_step[MAX_BN / 16];
     v_steps(s, v_step);
-    s2_nv_wgmma_rs(k->cg, s->dt, s->D, s->BN / 16, pa, kv_desc(k, s->v_off, stage, s->BN * 128), v_step, true, oacc);
+    s2_nv_wgmma_rs(k->cg, s->dt, s->DP, s->BN / 16, pa, kv_desc(k, s->v_off, stage, s->BN * 128), v_step, true, oacc);
 }
 
 /* S(stage) and O += P·V(prev) as two groups of one batch. */
@@ -106,12 +107,12 @@ static void issue_scores_pv(sm90 *k, LLVMValueRef stage, LLVMValueRef *sacc, LLV
     for (int i = 0; i < s->BN / 2; i++)
         sacc[i] = LLVMGetUndef(k->cg->t_f32);
     if (s->q_regs) {
-        s2_nv_wgmma_rs_rs(k->cg, s->dt, s->BN, s->D / 16, k->qa, kv_desc(k, s->k_off, stage, 16), b_step, sacc, s->D,
+        s2_nv_wgmma_rs_rs(k->cg, s->dt, s->BN, s->D / 16, k->qa, kv_desc(k, s->k_off, stage, 16), b_step, sacc, s->DP,
                           s->BN / 16, pa, kv_desc(k, s->v_off, prev, s->BN * 128), v_step, oacc);
         return;
     }
     s2_nv_wgmma_ss_rs(k->cg, s->dt, s->BN, s->D / 16, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step,
-                      sacc, s->D, s->BN / 16, pa, kv_desc(k, s->v_off, prev, s->BN * 128), v_step, oacc);
+                      sacc, s->DP, s->BN / 16, pa, kv_desc(k, s->v_off, prev, s->BN * 128), v_step, oacc);
 }
 
 static void pack_p(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef (*pa)[4])
@@ -239,19 +240,20 @@ static LLVMValueRef online_softmax(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef a
 
 static void load_o(sm90 *k, LLVMValueRef *oacc)
 {
-    for (int dn = 0; dn < k->s.D / 8; dn++)
+    for (int dn = 0; dn < k->s.DP / 8; dn++)
         for (int i = 0; i < 4; i++)
             oacc[4 * dn + i] = LLVMBuildLoad2(k->b, k->cg->t_f32, k->acc.o[dn][i], "");
 }
 
 static void store_o(sm90 *k, LLVMValueRef *oacc)
 {
-    for (int dn = 0; dn < k->s.D / 8; dn++)
+    for (int dn = 0; dn < k->s.DP / 8; dn++)
         for (int i = 0; i < 4; i++)
             LLVMBuildStore(k->b, oacc[4 * dn + i], k->acc.o[dn][i]);
 }
 
-/* O *= alpha per row; with lazy rescaling only where grow (warp-uniform) holds */
+/* O *= alpha per row; with lazy rescaling only where grow (warp-uniform)
+ * holds.  Columns past D (DP > D) hold zeros and are left as they are. */
 static void rescale_o(sm90 *k, LLVMValueRef alpha[2], LLVMValueRef grow)
 {
     s2_nv_if any;
@@ -379,7 +381,7 @@ static void consumer_loop(sm90 *k)
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     const sm90_shape *s = &k->s;
-    int ns = s->BN / 2, no = s->D / 2;
+    int ns = s->BN / 2, no = s->DP / 2;
     LLVMValueRef sacc[MAX_BN / 2], oacc[MAX_D / 2], sc[MAX_BN / 8][4], pa[MAX_BN / 16][4], alpha[2];
 
     s2_nv_if nonempty;
@@ -558,7 +560,7 @@ void s2_sm90_consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
     k->wgc = s2_nv_shfl_idx_i32(cg, LLVMBuildSub(b, LLVMBuildLShr(b, k->tid, c32(k, S2_WARPGROUP_LOG2), ""), c32(k, 1), ""), 0);
     s2_kb_lanes(&k->kb, LLVMBuildAnd(b, k->tid, c32(k, S2_WARPGROUP - 1), ""));
 
-    s2_flash_rows_alloca(cg, &k->acc, k->s.D, entry_bb);
+    s2_flash_rows_alloca(cg, &k->acc, k->s.DP, entry_bb);
     /* the first warpgroup goes first in the ping-pong; both take one turn
      * per entry, so the alternation carries over from item to item */
     if (k->s.pingpong) {

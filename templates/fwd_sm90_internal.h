@@ -13,13 +13,14 @@
  * index is the built ABI's (sm90.p_seqinfo). */
 enum { S2_ABI_FWD_TMA_PERSISTENT_PARAMS(S2_ABI_P_ENUM) P_COUNT };
 
-enum { MAX_D = 128, MAX_BN = 128, SLAB = 64 };
+enum { MAX_D = 256, MAX_BN = 128, SLAB = 64 };
 /* named barrier ids of the ping-pong (0 is __syncthreads) */
 enum { BAR_WG_BASE = 8 };
 
 typedef struct sm90_shape {
     s2_dtype dt;
     int D, BM, BN, NC, stages, threads;
+    int DP, NB;                    /* D rounded up to whole 64-column (128-byte swizzle) blocks; their count */
     int sub_m_log2, sub_n_size, sub_n;
     int gather, entry_bytes;       /* key blocks per gathered key tile (1: off); schedule entry size */
     int group, heads;

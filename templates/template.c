@@ -17,11 +17,12 @@ static bool mma16(const s2_kspec *s)
 
 int s2_template_smem_limit(int arch) { return arch == S2_ARCH_SM80 ? 163 * 1024 : 227 * 1024; }
 
-/* sm_90a, head dim 64 or 128 and tunables the wgmma template takes: that
- * template (templates/fwd_sm90.c); anything else keeps the sm_80 one. */
+/* sm_90a, a head dim the wgmma template builds (every multiple of 16 up to
+ * 256) and tunables it takes: that template (templates/fwd_sm90.c);
+ * anything else keeps the sm_80 one. */
 bool s2_fwd_spec_wants_tma(const s2_kspec *s)
 {
-    if (s->kind != S2_KERNEL_FWD || !mma16(s) || s->arch != S2_ARCH_SM90A || (s->head_dim != 64 && s->head_dim != 128))
+    if (s->kind != S2_KERNEL_FWD || !mma16(s) || s->arch != S2_ARCH_SM90A || !S2_TEMPLATE_HEAD_DIM_OK(s->head_dim))
         return false;
     if (s->block_m != 0 && s->block_m != 64 && s->block_m != 128)
         return false;
@@ -37,9 +38,15 @@ bool s2_fwd_spec_wants_tma(const s2_kspec *s)
 /* Warp-specialised tiling: a producer warpgroup plus block_m / 64 consumer
  * warpgroups (num_warps = 4 * (1 + block_m / 64)).  Default 64 x 64 with 3
  * stages, the fastest measured; a 128-key tile over 64-key blocks computes
- * dead halves (bench/NOTES.md, "Spec heuristics"). */
+ * dead halves (bench/NOTES.md, "Spec heuristics").  Past d128 (shared
+ * memory rows of more than two 64-column blocks) as FlashAttention-3 at
+ * d192 and d256: 128-row tiles (two consumer warpgroups in ping-pong share
+ * each K/V tile: a 64-row tile at two CTAs per SM does not fit), 64-key
+ * tiles, and the most stages up to 3 that fit in shared memory (3 at d192,
+ * 2 at d256). */
 static s2_status resolve_tma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
 {
+    bool big_d = spec->head_dim > 128;
     /* dense patterns (blocks of 64+): 128 x 64, two consumer warpgroups
      * share each K/V tile; the 128-row tile computes dead pairs only on
      * sparse patterns (runs 10-12) */
@@ -50,7 +57,7 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
         spec->kv_gather = 1;
     }
     if (spec->block_m == 0)
-        spec->block_m = spec->num_warps ? 64 * (spec->num_warps / 4 - 1) : 64;
+        spec->block_m = spec->num_warps ? 64 * (spec->num_warps / 4 - 1) : big_d ? 128 : 64;
     spec->num_warps = 4 * (spec->block_m / 64 + 1);
     /* block-16 patterns (Merge-Q): 64-key tiles gathered from 4 live
      * blocks, faster than 64 x 32 tiles (bench/NOTES.md) */
@@ -61,8 +68,11 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
     /* ungathered block-16 tiles: 64 x 32 beat 64 x 16 and 64 x 64 */
     if (spec->block_n == 0)
         spec->block_n = p->block_size <= 16 ? 32 : 64;
-    if (spec->num_stages == 0)
+    if (spec->num_stages == 0) {
         spec->num_stages = 3;
+        while (spec->num_stages > 2 && s2_fwd_sm90_smem_bytes(p, spec) > s2_template_smem_limit(spec->arch))
+            spec->num_stages--;
+    }
     if (spec->num_stages < 2 || spec->num_stages > 4)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: num_stages %d (2..4 for sm_90a)", spec->num_stages);
     /* one CTA per tile by default: the persistent grid measured slower */
@@ -297,7 +307,7 @@ static int kernels_decode(const s2_pattern *p, const s2_kspec *s, s2_kernel_reco
 
 /* Keys per query tile of the main schedule from which the wide variant
  * pays for its 128-row tiles (dead pairs, one CTA per SM): it won down to
- * 409, the shortest measured (runs 76-77; history in bench/NOTES.md). */
+ * 409, the shortest measured at d128 (runs 76-77; history in bench/NOTES.md). */
 enum { WIDE_MIN_KEYS = 384 };
 
 /* The wide variant NAME_w of a forward built with the default spec (asked
@@ -305,13 +315,16 @@ enum { WIDE_MIN_KEYS = 384 };
  * each key tile two live 64-token blocks gathered by the schedule, 3
  * stages, on the persistent grid but for dense patterns.  It wins where
  * lists are long and loses where they are short (runs 39, 51), so the
- * module holds both and the runtime picks by list length (WIDE_MIN_KEYS). */
+ * module holds both and the runtime picks by list length (WIDE_MIN_KEYS).
+ * Measured at d128; the head dims whose rows are the same two 64-column
+ * blocks in shared memory (80 to 128: same bytes, same O registers) take it
+ * too; above, its 3 stages of 128-key tiles do not fit. */
 static int variants_fwd_wgmma(const s2_pattern *p, const s2_kspec *asked, const s2_kspec *resolved, s2_variant *out)
 {
     if (asked->block_m || asked->block_n || asked->num_warps || asked->num_stages || asked->kv_gather ||
         asked->persistent > 0)
         return 0;
-    if (resolved->persistent > 0 || resolved->head_dim != 128 || p->block_size != 64)
+    if (resolved->persistent > 0 || resolved->head_dim <= 64 || resolved->head_dim > 128 || p->block_size != 64)
         return 0;
     out[0] = (s2_variant){.role = S2_ROLE_FWD_WIDE, .spec = *asked, .min_keys = WIDE_MIN_KEYS};
     s2_kspec *w = &out[0].spec;
@@ -333,7 +346,9 @@ static const unsigned dt16 = DT(BF16) | DT(F16);
 static const s2_template decode = {"decode", S2_KERNEL_DECODE, dt16, (HD(256) << 1) - HD(16),
     ABI(DECODE) | ABI(COMBINE), accepts_decode, resolve_decode, s2_decode_smem_bytes, kernels_decode, NULL,
     s2_decode_build, NULL, NULL};
-static const s2_template fwd_wgmma = {"fwd_wgmma", S2_KERNEL_FWD, dt16, HD(64) | HD(128),
+static const s2_template fwd_wgmma = {"fwd_wgmma", S2_KERNEL_FWD, dt16,
+    HD(16) | HD(32) | HD(48) | HD(64) | HD(80) | HD(96) | HD(112) | HD(128) | HD(144) | HD(160) | HD(176) | HD(192) |
+        HD(208) | HD(224) | HD(240) | HD(256),
     ABI(FWD_TMA) | ABI(FWD_TMA_PERSISTENT) | ABI(SEQS) | ABI(COMBINE),
     s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, kernels_fwd_wgmma, variants_fwd_wgmma,
     s2_fwd_sm90_build, s2_fwd_entry_build, NULL};

@@ -90,7 +90,7 @@ int s2_template_smem_limit(int arch);
 enum { S2_FWD_Q_REGS_MAX_D = 128 };
 int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kspec *spec);
 s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name);
-/* wgmma + TMA forward (templates/fwd_sm90.c), sm_90a, head_dim 64 or 128 */
+/* wgmma + TMA forward (templates/fwd_sm90.c), sm_90a, head_dim 16 to 256 in steps of 16 */
 bool s2_fwd_spec_wants_tma(const s2_kspec *s);
 int s2_fwd_sm90_smem_bytes(const s2_pattern *p, const s2_kspec *spec);
 s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name);

@@ -70,7 +70,7 @@ extern "C" {
  * hold finite values (0 · NaN would reach O); the sm_80 kernel never reads them.
  *
  * ---- sm_90a variant (ABI fwd_tma in the kernel's manifest record) ------------------
- * Kernels generated for sm_90a with head_dim 64 or 128 (templates/fwd_sm90.c:
+ * Kernels generated for sm_90a, head_dim 16 to 256 in steps of 16 (templates/fwd_sm90.c:
  * wgmma, TMA, a producer warpgroup and block_m / 64 consumer warpgroups;
  * num_warps = 4 * (1 + block_m / 64), block_m 64 or 128) take three CUtensorMap
  * (128 bytes, passed by value as __grid_constant__ parameters: put the map's
@@ -79,7 +79,8 @@ extern "C" {
  *   25 tmap q_map (of q)   26 tmap k_map (of k)   27 tmap v_map (of v)   28 ptr seqinfo
  * each 4-D, bf16/f16, dims {D, seq (q_len or kv_len), heads (H or Hkv), B},
  * strides in bytes {seq, head, batch} (the element strides above times 2),
- * box {64, rows, 1, 1} with rows = 64 for q and the record's block_n / KV_GATHER (key blocks per tile) for k and v,
+ * box {64, rows, 1, 1} with rows = 64 for q and the record's block_n / KV_GATHER (key blocks per tile) for k and v
+ * (the kernel reads D / 64 boxes per row, rounded up: columns past D come back as zeros),
  * CU_TENSOR_MAP_SWIZZLE_128B, interleave none, OOB fill none (zeros).
  * s2_attn_fwd_tensor_maps (attn_runtime.h) builds them; s2_attn_forward does
  * so for such kernels.  Grid and block as above (block = num_warps * 32).

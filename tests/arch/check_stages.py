@@ -73,9 +73,12 @@ TUNABLE_KNOWN = {
     ("runtime/attn_module.c", "if ((d->spec.kind != S2_KERNEL_FWD && d->spec.kind != S2_KERNEL_BWD && "
      "d->spec.kind != S2_KERNEL_DECODE) || d->threads != 32 * d->spec.num_warps || d->spec.block_m < 16 ||"),
     ("runtime/attn_module.c", "d->spec.block_n < 16)"),
-    # the tensor maps' own bounds (a box of at most 256 rows, 64-element swizzled rows), not a template's rule
-    ("runtime/attn_fwd.c", "if (spec->head_dim % 64 != 0 || spec->block_n < 1 || spec->block_n > 256)"),
-    ("driver/emit_c.c", "(!dti || !dti->kernels || dti->tensor_map < 0 || k->head_dim < 64 || k->head_dim % 64 != 0 ||"),
+    # the tensor maps' own bounds (a box of at most 256 rows, 64-element swizzled boxes over rows of 16 to 256
+    # elements), not a template's rule
+    ("runtime/attn_fwd.c", "if (spec->head_dim % 16 != 0 || spec->head_dim < 16 || spec->head_dim > 256 || "
+     "spec->block_n < 1 ||"),
+    ("runtime/attn_fwd.c", "spec->block_n > 256)"),
+    ("driver/emit_c.c", "(!dti || !dti->kernels || dti->tensor_map < 0 || k->head_dim < 16 || k->head_dim % 16 != 0 ||"),
     ("driver/emit_c.c", "k->head_dim > 256 || k->kv_box_rows < 1 || k->kv_box_rows > 256))"),
 }
 

@@ -1026,7 +1026,7 @@ START_TEST(jit_miss_hit_and_rebuild)
 
     /* spec errors come through */
     s2_kernel_spec bad = spec;
-    bad.head_dim = 72;   /* not a multiple of 16 */
+    bad.head_dim = 72;   /* no template takes a head dim that is not a multiple of 16 */
     uint8_t *cb = NULL;
     size_t nb = 0;
     ck_assert_int_eq(s2_jit_fetch(ctx, S2_ARCH_SM90A, A.p, &bad, &o, &cb, &nb, NULL), S2_ERR_UNSUPPORTED);
