@@ -57,9 +57,9 @@ racecheck_fwd_sm80          60  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=d32 compute-san
 memcheck_fwd_hdim_sm80    150  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=_d80_ compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_dense         90  S2C_FWD_CASES=dense64_d128 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 racecheck_fwd_dense        90  S2C_FWD_CASES=dense64_d128 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
-memcheck_fwd_d256         120  S2C_FWD_CASES=causal64_d256 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
-racecheck_fwd_d256        150  S2C_FWD_CASES=causal64_d256 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
-memcheck_fwd_persistent_d256 120  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=causal64_d256 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
+memcheck_fwd_d256         120  S2C_FWD_CASES=_d256_ compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
+racecheck_fwd_d256        150  S2C_FWD_CASES=hdim_gqa32_8_b32_d256 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
+memcheck_fwd_persistent_d256 120  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=_d256_ compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 fwd_gpu_persistent_d80    90  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=_d80 test_fwd_gpu
 memcheck_fwd_persistent   120  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=mergeq16_d64_f16_g4 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_wide         120  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=_wide compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
