@@ -36,6 +36,7 @@ fwd_gpu_persistent        150  S2C_FWD_PERSISTENT=1 test_fwd_gpu
 bwd_gpu                   150  test_bwd_gpu
 attnrt_gpu                 90  test_attn_gpu
 varlen_gpu                 90  test_varlen_gpu
+varlen_bwd_gpu            150  test_varlen_bwd_gpu
 seams_gpu                  90  test_seams_gpu
 graph_gpu                 150  test_graph_gpu
 patterns_gpu              180  test_patterns_gpu
@@ -60,6 +61,7 @@ racecheck_fwd_wide        150  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=_wide compute-
 memcheck_bwd               90  S2C_BWD_CASES=d64_f16 compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
 racecheck_bwd             240  S2C_BWD_CASES=16_d compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
 racecheck_bwd_ds           90  S2C_BWD_CASES=causal64_d64 compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
+memcheck_varlen_bwd       240  S2C_VLBWD_CASES=packed_causal_bf16_d64 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_varlen_bwd_gpu
 memcheck_bwd_rt           120  S2C_BWD_CASES=runtime_ compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
 memcheck_seams            120  compute-sanitizer --tool memcheck --error-exitcode 1 test_seams_gpu
 memcheck_attnrt            90  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_attn_gpu
@@ -68,6 +70,7 @@ memcheck_concurrency      180  S2C_GRAPH_CASES=concurrency compute-sanitizer --t
 memcheck_graph           120  S2C_GRAPH_CASES=varlen,backward,decode S2C_GRAPH_REPLAYS=3 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_graph_gpu
 bench_fwd                 120  bench_fwd --reps 30 --rows 12 --config b64_8k,mergeq16_8k,b64_32k,b64_128k,b64_l16v8_16k,dense_8k
 bench_bwd                 150  bench_bwd --reps 20
+bench_varlen_bwd           90  bench_varlen_bwd --reps 20
 bench_decode               60  bench_decode --reps 30
 bench_launch               60  bench_launch
 bench_graph_decode        120  bench_graph_decode

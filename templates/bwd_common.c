@@ -543,7 +543,11 @@ void s2_bwd_seq(bwd *k)
 {
     LLVMBuilderRef b = k->b;
     LLVMValueRef dflt[4] = {c32(k, 0), param(k, P_QLEN), c32(k, 0), param(k, P_KVLEN)}, seq[4];
-    s2_flash_seqinfo(k->cg, param(k, k->p_seqinfo), LLVMBuildTrunc(b, k->batch, k->cg->t_i32, ""), dflt, seq);
+    LLVMValueRef info = param(k, k->p_seqinfo);
+    s2_flash_seqinfo(k->cg, info, LLVMBuildTrunc(b, k->batch, k->cg->t_i32, ""), dflt, seq);
+    /* k->batch may be new (the dK/dV kernel's remapped grid) */
+    LLVMValueRef varlen = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, info, k->cg->t_i64, ""), c64(k, 0), "");
+    k->bidx = LLVMBuildSelect(b, varlen, c64(k, 0), k->batch, "bidx");
     k->q_row0 = sext64(k, seq[0]);
     k->q_len = seq[1];
     k->k_row0 = sext64(k, seq[2]);
