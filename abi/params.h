@@ -34,8 +34,8 @@
 #define S2_ABI_FWD_TMA_PERSISTENT_PARAMS(X) \
     S2_ABI_FWD_BASE(X) S2_ABI_FWD_MAPS(X) S2_ABI_FWD_WORK(X) X(SEQINFO, "seqinfo", PTR)
 
-/* S2_ABI_BWD: every kernel of a backward module */
-#define S2_ABI_BWD_PARAMS(X)                                                                                 \
+/* the backward's parameters 0..50, shared by its two ABIs */
+#define S2_ABI_BWD_BASE(X)                                                                                   \
     X(Q, "q", PTR) X(K, "k", PTR) X(V, "v", PTR) X(O, "o", PTR) X(DO, "d_o", PTR) X(LSE, "lse", PTR)        \
     X(DLSE, "dlse", PTR) X(DELTA, "delta", PTR) X(LSE2, "lse2", PTR)                                        \
     X(DQ, "dq", PTR) X(DK, "dk", PTR) X(DV, "dv", PTR)                                                     \
@@ -49,8 +49,12 @@
     X(KV_TILES, "kv_tiles", I32)                                                                            \
     X(DS, "ds", PTR) X(DS_HEAD, "ds_head", PTR) X(DS_MAP, "ds_map", PTR)
 
-/* S2_ABI_BWD_TMA: the same, then the q and do tensor maps */
-#define S2_ABI_BWD_TMA_PARAMS(X) S2_ABI_BWD_PARAMS(X) X(TMAP_Q, "q_map", TMAP) X(TMAP_DO, "do_map", TMAP)
+/* S2_ABI_BWD: every kernel of a backward module; seqinfo last, as in the forward's */
+#define S2_ABI_BWD_PARAMS(X) S2_ABI_BWD_BASE(X) X(SEQINFO, "seqinfo", PTR)
+
+/* S2_ABI_BWD_TMA: the same, with the q and do tensor maps before seqinfo */
+#define S2_ABI_BWD_TMA_PARAMS(X) \
+    S2_ABI_BWD_BASE(X) X(TMAP_Q, "q_map", TMAP) X(TMAP_DO, "do_map", TMAP) X(SEQINFO, "seqinfo", PTR)
 
 /* S2_ABI_DECODE: the paged decode kernel */
 #define S2_ABI_DECODE_PARAMS(X)                                                                              \

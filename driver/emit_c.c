@@ -29,6 +29,7 @@ static const s2_aot_param bwd_map_inputs[] = {
     {"q_stride_b", S2_AOT_I64},   {"q_stride_s", S2_AOT_I64},   {"q_stride_h", S2_AOT_I64},
     {"d_o_stride_b", S2_AOT_I64}, {"d_o_stride_s", S2_AOT_I64}, {"d_o_stride_h", S2_AOT_I64},
     {"q_len", S2_AOT_I32},        {"heads", S2_AOT_I32},        {"batch", S2_AOT_I32},
+    {"seqinfo", S2_AOT_PTR},
     {"q_map", S2_AOT_TMAP},       {"do_map", S2_AOT_TMAP},
 };
 
@@ -491,8 +492,10 @@ static void emit_bwd_maps(s2_buf *b, const s2_aot_module *m, const s2_aot_kernel
 {
     const char *type = s2_dtype_info_of(k->dtype)->tensor_map_name;
     static const char *const t[2][2] = {{"q", "q"}, {"do", "d_o"}};
+    /* a packed (variable-length) batch is one tensor of token rows */
+    s2_buf_puts(b, "    s2_tb = seqinfo != 0 ? 1 : (int64_t)batch;\n");
     for (int i = 0; i < 2; i++) {
-        s2_buf_printf(b, "    s2_r = %s_encode_map(&%s_map, %s, %s, %d, 2, (int64_t)q_len, (int64_t)heads, (int64_t)batch,\n"
+        s2_buf_printf(b, "    s2_r = %s_encode_map(&%s_map, %s, %s, %d, 2, (int64_t)q_len, (int64_t)heads, s2_tb,\n"
                          "        %s_stride_b, %s_stride_s, %s_stride_h, %d);\n",
                       m->name, t[i][0], type, t[i][1], k->head_dim, t[i][1], t[i][1], t[i][1], k->kv_box_rows);
         s2_buf_puts(b, "    if (s2_r != CUDA_SUCCESS)\n        return s2_r;\n");
@@ -623,7 +626,7 @@ static void emit_launcher(s2_buf *b, const s2_aot_module *m, int index)
     if (abi->maps == S2_AOT_MAPS_ATTN_FWD)
         s2_buf_puts(b, "    CUtensorMap q_map, k_map, v_map;\n    int64_t s2_tb;\n    CUresult s2_r;\n");
     else if (abi->maps == S2_AOT_MAPS_ATTN_BWD)
-        s2_buf_puts(b, "    CUtensorMap q_map, do_map;\n    CUresult s2_r;\n");
+        s2_buf_puts(b, "    CUtensorMap q_map, do_map;\n    int64_t s2_tb;\n    CUresult s2_r;\n");
     if (abi->table == S2_AOT_TABLE_COMBINE)
         s2_buf_puts(b, "    uint64_t inputs[128];\n    int32_t s2_i;\n");
     for (int d = 0; d < 3; d++) {

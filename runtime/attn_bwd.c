@@ -14,37 +14,39 @@ size_t s2_attn_bwd_workspace_bytes(int batch, int heads, int64_t q_len)
 }
 
 /* Where the dS tiles start in the workspace, and the size that holds them
- * (0: slot s has no dS path). */
-static size_t ds_offset(int batch, int heads, int64_t q_len)
+ * (0: slot s has no dS path).  rows: the stats' rows per head, batch · q_len
+ * (a packed batch: its token rows); batch: the dS tiles' batch entries
+ * (a packed batch: its sequences). */
+static size_t ds_offset(int heads, int64_t rows)
 {
-    return (s2_attn_bwd_workspace_bytes(batch, heads, q_len) + 255u) & ~(size_t)255u;
+    return (s2_attn_bwd_workspace_bytes(1, heads, rows) + 255u) & ~(size_t)255u;
 }
 
-static size_t ds_workspace_bytes(const s2_attn_kernel *k, int64_t ds_tiles, int batch, int heads, int64_t q_len)
+static size_t ds_workspace_bytes(const s2_attn_kernel *k, int64_t ds_tiles, int batch, int heads, int64_t rows)
 {
     if (!k->fns[S2_ROLE_BWD_DQDS] || ds_tiles < 0)
         return 0;
-    return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)ds_tiles * S2_BWD_DS_TILE_BYTES;
+    return ds_offset(heads, rows) + (size_t)batch * (size_t)ds_tiles * S2_BWD_DS_TILE_BYTES;
 }
 
 /* The same over the slot's chunking i (s->ds_chunks[i] chunks of kv heads,
  * one after the other through the workspace). */
-static size_t ds_chunking_bytes(const sched_slot *s, int batch, int heads, int64_t q_len, int i)
+static size_t ds_chunking_bytes(const sched_slot *s, int batch, int heads, int64_t rows, int i)
 {
-    return ds_offset(batch, heads, q_len) + (size_t)batch * (size_t)s->ds_chunk_tiles[i] * S2_BWD_DS_TILE_BYTES;
+    return ds_offset(heads, rows) + (size_t)batch * (size_t)s->ds_chunk_tiles[i] * S2_BWD_DS_TILE_BYTES;
 }
 
 /* The same over `chunks` chunks: 0 when that chunking is not offered (its index in *which). */
-static size_t ds_chunked_bytes(const s2_attn_kernel *k, const sched_slot *s, int batch, int heads, int64_t q_len,
+static size_t ds_chunked_bytes(const s2_attn_kernel *k, const sched_slot *s, int batch, int heads, int64_t rows,
                                int chunks, int *which)
 {
     if (chunks == 1)
-        return ds_workspace_bytes(k, s->ds_tiles, batch, heads, q_len);
+        return ds_workspace_bytes(k, s->ds_tiles, batch, heads, rows);
     for (int i = 0; k->fns[S2_ROLE_BWD_DQDS] && s->ds_tiles >= 0 && i < s->ds_nchunk; i++)
         if (s->ds_chunks[i] == chunks) {
             if (which)
                 *which = i;
-            return ds_chunking_bytes(s, batch, heads, q_len, i);
+            return ds_chunking_bytes(s, batch, heads, rows, i);
         }
     return 0;
 }
@@ -68,8 +70,8 @@ static s2_status ds_need(s2_ctx *ctx, s2_attn_kernel *k, int batch, int64_t q_le
     sched_slot *s = NULL;
     st = s2_rt_sched_get(ctx, k, q_len, kv_len, NULL, &s);
     if (st == S2_OK)
-        *need = chunks == 0 ? s2_rt_bwd_default_workspace(k, s, batch, q_len)
-                            : ds_chunked_bytes(k, s, batch, k->pattern->heads, q_len, chunks, NULL);
+        *need = chunks == 0 ? s2_rt_bwd_default_workspace(k, s, batch, (int64_t)batch * q_len)
+                            : ds_chunked_bytes(k, s, batch, k->pattern->heads, (int64_t)batch * q_len, chunks, NULL);
     mtx_unlock(&k->lock);
     return st;
 }
@@ -141,7 +143,7 @@ static s2_status bwd_launch_args(s2_ctx *ctx, bwd_launch *L, const s2_attn_kerne
 {
     int group = a->heads / a->kv_heads;
     int64_t h0 = (int64_t)kv0 * group;
-    size_t es = s2_dtype_size(a->dtype), ws = s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len);
+    size_t es = s2_dtype_size(a->dtype), ws = s2_attn_bwd_workspace_bytes(bwd_tensor_batch(a), a->heads, a->q_len);
     size_t rows = (size_t)h0 * (size_t)a->q_len * sizeof(float);
     s2_devptr base[12] = {a->q, a->k, a->v, a->o, a->d_o, a->lse, a->d_lse, a->workspace, a->workspace + ws / 2,
                           a->dq, a->dk, a->dv};
@@ -160,11 +162,13 @@ static s2_status bwd_launch_args(s2_ctx *ctx, bwd_launch *L, const s2_attn_kerne
     L->v = (s2_rt_bwd_vals){
         .Q = p[0], .K = p[1], .V = p[2], .O = p[3], .DO = p[4], .LSE = p[5], .DLSE = p[6], .DELTA = p[7], .LSE2 = p[8],
         .DQ = p[9], .DK = p[10], .DV = p[11],
-        .QLEN = (int32_t)a->q_len, .KVLEN = (int32_t)a->kv_len, .SCALE_LOG2 = (float)(scale * 1.4426950408889634),
+        .QLEN = (int32_t)a->q_len, .KVLEN = (int32_t)(a->seqs ? a->seqs->sched_kv_len : a->kv_len),
+        .SCALE_LOG2 = (float)(scale * 1.4426950408889634),
         .CLASS = s->fwd.class_of_head + cls, .OFFSETS = s->fwd.offsets, .ENTRIES = s->fwd.entries,
         .FIRST_Q_TILE = s->fwd.first_q_tile, .Q_TILES = s->fwd.q_tiles,
         .TCLASS = s->t_class_of_head + cls, .TOFFSETS = s->t_offsets, .TENTRIES = s->t_entries,
         .KV_TILES = s->kv_tiles, .DS = ds, .DS_HEAD = ds ? ds_head : 0, .DS_MAP = ds ? s->ds_map : 0,
+        .SEQINFO = a->seqs ? a->seqs->buf : 0,
     };
     S2_RT_STRIDES(L->v, QS, a->q_stride), S2_RT_STRIDES(L->v, KS, a->k_stride);
     S2_RT_STRIDES(L->v, VS, a->v_stride), S2_RT_STRIDES(L->v, OS, a->o_stride);
@@ -177,10 +181,10 @@ static s2_status bwd_launch_args(s2_ctx *ctx, bwd_launch *L, const s2_attn_kerne
     /* the dK/dV kernel's Q and dO tiles (block_m rows), over the launch's heads */
     int64_t nh = (int64_t)nkv * group;
     s2_status st = s2_rt_tensor_map_of(ctx, k->mod->dev, &L->v.TMAP_Q, a->dtype, a->head_dim, L->v.Q,
-                                       a->q_stride, a->q_len, nh, a->batch, (uint32_t)k->desc->spec.block_m);
+                                       a->q_stride, a->q_len, nh, bwd_tensor_batch(a), (uint32_t)k->desc->spec.block_m);
     if (st == S2_OK)
         st = s2_rt_tensor_map_of(ctx, k->mod->dev, &L->v.TMAP_DO, a->dtype, a->head_dim, L->v.DO, a->do_stride,
-                                 a->q_len, nh, a->batch, (uint32_t)k->desc->spec.block_m);
+                                 a->q_len, nh, bwd_tensor_batch(a), (uint32_t)k->desc->spec.block_m);
     return st;
 }
 
@@ -208,9 +212,10 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
         o = &none;
     int chunks = 1, which = -1;
     bool ds = false;
-    size_t need = ds_workspace_bytes(k, s->ds_tiles, a->batch, a->heads, a->q_len);
+    int64_t rows = bwd_tensor_batch(a) * a->q_len;
+    size_t need = ds_workspace_bytes(k, s->ds_tiles, a->batch, a->heads, rows);
     if (o->ds_chunks > 0) {
-        size_t c = ds_chunked_bytes(k, s, a->batch, a->heads, a->q_len, o->ds_chunks, &which);
+        size_t c = ds_chunked_bytes(k, s, a->batch, a->heads, rows, o->ds_chunks, &which);
         if (!c)
             return s2_fail(ctx, S2_ERR_UNSUPPORTED, "ds_chunks %d: kernel %s has no dS path for this shape",
                            o->ds_chunks, k->desc->name);
@@ -224,26 +229,27 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
     } else if (need && o->ds_chunks == 0) {
         /* need != 0: the kernel has NAME_dqds and the shape a dS map */
         for (int i = 0; i < s->ds_nchunk && !ds; i++)
-            if (a->workspace_bytes >= ds_chunking_bytes(s, a->batch, a->heads, a->q_len, i) &&
+            if (a->workspace_bytes >= ds_chunking_bytes(s, a->batch, a->heads, rows, i) &&
                 chunks_fill(k, s, i, a->batch))
                 ds = true, chunks = s->ds_chunks[i], which = i;
     }
-    s2_devptr dsw = ds ? a->workspace + ds_offset(a->batch, a->heads, a->q_len) : 0;
+    s2_devptr dsw = ds ? a->workspace + ds_offset(a->heads, rows) : 0;
     bool pair = ds && k->fns[S2_ROLE_BWD_DQDS2] && s->dqds2_ok && o->dq_pair >= 0;
     bwd_launch L;
     int nkv = a->kv_heads / chunks, group = a->heads / a->kv_heads;
     s2_status rc = bwd_launch_args(ctx, &L, k, a, s, 0, a->kv_heads, dsw, s->ds_head);
     if (rc != S2_OK)
         return rc;
+    /* NAME_pre over the stats' rows (a packed batch's token rows are one batch entry) */
     s2_launch_dims in = {.q_tiles = L.v.Q_TILES, .kv_tiles = L.v.KV_TILES, .q_len = a->q_len, .heads = a->heads,
-                         .kv_heads = a->kv_heads, .batch = a->batch};
+                         .kv_heads = a->kv_heads, .batch = (int)bwd_tensor_batch(a)};
     s2_kernel_role dq = pair ? S2_ROLE_BWD_DQDS2 : ds ? S2_ROLE_BWD_DQDS : S2_ROLE_BWD_DQ;
     s2_launch_cfg pre;
     rc = s2_rt_launch_cfg(ctx, k, S2_ROLE_BWD_PRE, &in, stream, &pre);
     if (rc == S2_OK)
         rc = s2_cufunction_launch(ctx, k->fns[S2_ROLE_BWD_PRE], &pre, L.args);
-    /* the chunks' launches: over nkv kv heads each */
-    in.kv_heads = nkv, in.heads = nkv * group;
+    /* the chunks' launches: over nkv kv heads each, every batch entry (sequence) */
+    in.kv_heads = nkv, in.heads = nkv * group, in.batch = a->batch;
     for (int j = 0; j < chunks && rc == S2_OK; j++) {
         s2_devptr head = chunks == 1 ? s->ds_head
                          : s->ds_chunk_head[which] + (s2_devptr)j * (s2_devptr)(a->heads + 1) * sizeof(int64_t);
@@ -280,9 +286,12 @@ s2_status s2_attn_backward_opts(s2_ctx *ctx, s2_attn_kernel *k, void *stream, co
         return s2_fail(ctx, S2_ERR_INVALID, "dq_pair %d (0 or -1)", o->dq_pair);
     if (o->ds_chunks < 0 || (o->ds_chunks > 0 && (a->kv_heads < 1 || a->kv_heads % o->ds_chunks)))
         return s2_fail(ctx, S2_ERR_INVALID, "ds_chunks %d does not divide %d kv heads", o->ds_chunks, a->kv_heads);
+    int64_t sq, sk;
+    if (!s2_rt_bwd_sched_shape(a, &sq, &sk))
+        return S2_OK;
     mtx_lock(&k->lock);
     sched_slot *s = NULL;
-    st = s2_rt_sched_get(ctx, k, a->q_len, a->kv_len, stream, &s);
+    st = s2_rt_sched_get(ctx, k, sq, sk, stream, &s);
     if (st == S2_OK)
         st = launch_bwd(ctx, k, stream, a, o, s);
     mtx_unlock(&k->lock);
@@ -302,46 +311,55 @@ s2_status s2_rt_bwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
     s2_tensor_map maps[2];
     uint32_t rows = (uint32_t)k->desc->spec.block_m;
     s2_status st = s2_rt_tensor_map_of(ctx, k->mod->dev, &maps[0], a->dtype, a->head_dim, a->q, a->q_stride, a->q_len,
-                                       a->heads, a->batch, rows);
+                                       a->heads, bwd_tensor_batch(a), rows);
     return st == S2_OK ? s2_rt_tensor_map_of(ctx, k->mod->dev, &maps[1], a->dtype, a->head_dim, a->d_o, a->do_stride,
-                                             a->q_len, a->heads, a->batch, rows)
+                                             a->q_len, a->heads, bwd_tensor_batch(a), rows)
                        : st;
 }
 
-size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, int64_t ds_tiles, int batch, int64_t q_len)
+size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, int64_t ds_tiles, int batch, int64_t rows)
 {
-    size_t ds = ds_workspace_bytes(k, ds_tiles, batch, k->pattern->heads, q_len);
-    return ds ? ds : s2_attn_bwd_workspace_bytes(batch, k->pattern->heads, q_len);
+    size_t ds = ds_workspace_bytes(k, ds_tiles, batch, k->pattern->heads, rows);
+    return ds ? ds : s2_attn_bwd_workspace_bytes(1, k->pattern->heads, rows);
+}
+
+bool s2_rt_bwd_sched_shape(const s2_attn_bwd_args *a, int64_t *q_len, int64_t *kv_len)
+{
+    *q_len = a->q_len, *kv_len = a->kv_len;
+    if (a->seqs)
+        *q_len = a->seqs->sched_q_len, *kv_len = a->seqs->sched_kv_len;
+    return *kv_len > 0; /* 0: no sequence has a query */
 }
 
 /* FlashAttention-3's backward needs about twice q's bytes (its fp32 dQ
  * accumulator): the default workspace stays within that plus 64 MB. */
-static size_t bwd_bound(const s2_attn_kernel *k, int batch, int64_t q_len)
+static size_t bwd_bound(const s2_attn_kernel *k, int64_t rows)
 {
-    size_t q = (size_t)batch * (size_t)k->pattern->heads * (size_t)q_len * (size_t)k->desc->spec.head_dim *
+    size_t q = (size_t)rows * (size_t)k->pattern->heads * (size_t)k->desc->spec.head_dim *
                s2_dtype_size(k->desc->spec.dtype);
     return 2 * q + ((size_t)64 << 20);
 }
 
-size_t s2_rt_bwd_default_workspace(const s2_attn_kernel *k, const sched_slot *s, int batch, int64_t q_len)
+size_t s2_rt_bwd_default_workspace(const s2_attn_kernel *k, const sched_slot *s, int batch, int64_t rows)
 {
-    size_t plain = s2_attn_bwd_workspace_bytes(batch, k->pattern->heads, q_len), bound = bwd_bound(k, batch, q_len);
-    size_t full = s ? ds_workspace_bytes(k, s->ds_tiles, batch, k->pattern->heads, q_len) : 0;
+    int heads = k->pattern->heads;
+    size_t plain = s2_attn_bwd_workspace_bytes(1, heads, rows), bound = bwd_bound(k, rows);
+    size_t full = s ? ds_workspace_bytes(k, s->ds_tiles, batch, heads, rows) : 0;
     if (!full || full <= (bound > plain ? bound : plain))
         return full ? full : plain;
     /* the fewest chunks of kv heads within the bound that still fill the GPU (launch_bwd's own choice) */
     for (int i = 0; i < s->ds_nchunk; i++) {
-        size_t c = ds_chunking_bytes(s, batch, k->pattern->heads, q_len, i);
+        size_t c = ds_chunking_bytes(s, batch, heads, rows, i);
         if (c <= bound && chunks_fill(k, s, i, batch))
             return c;
     }
     return plain;
 }
 
-size_t s2_rt_bwd_default_workspace_bound(const s2_attn_kernel *k, int64_t ds_tiles, int batch, int64_t q_len)
+size_t s2_rt_bwd_default_workspace_bound(const s2_attn_kernel *k, int64_t ds_tiles, int batch, int64_t rows)
 {
-    size_t plain = s2_attn_bwd_workspace_bytes(batch, k->pattern->heads, q_len), bound = bwd_bound(k, batch, q_len);
-    size_t full = s2_rt_bwd_full_workspace(k, ds_tiles, batch, q_len), cap = bound > plain ? bound : plain;
+    size_t plain = s2_attn_bwd_workspace_bytes(1, k->pattern->heads, rows), bound = bwd_bound(k, rows);
+    size_t full = s2_rt_bwd_full_workspace(k, ds_tiles, batch, rows), cap = bound > plain ? bound : plain;
     return full < cap ? full : cap;
 }
 

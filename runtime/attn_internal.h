@@ -150,6 +150,7 @@ struct s2_attn_seqs {
 
 /* Batch extent of the tensors: a variable-length batch has rows only. */
 static inline int64_t tensor_batch(const s2_attn_fwd_args *a) { return a->seqs ? 1 : a->batch; }
+static inline int64_t bwd_tensor_batch(const s2_attn_bwd_args *a) { return a->seqs ? 1 : a->batch; }
 
 /* checks.c */
 /* Every check that needs no driver (a plan's launches make these only):
@@ -276,16 +277,20 @@ S2_RT_HIDDEN s2_status s2_rt_bwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *st
 /* Encode the tensor maps a one-launch backward of a takes (none without the bwd_tma ABI), into the device's memo. */
 S2_RT_HIDDEN s2_status s2_rt_bwd_tensor_maps(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_bwd_args *a);
 /* The workspace that takes the dS path over every head (plain part only when
- * none) of a slot with ds_tiles dS tiles per batch element (< 0: no dS path). */
-S2_RT_HIDDEN size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, int64_t ds_tiles, int batch, int64_t q_len);
+ * none) of a slot with ds_tiles dS tiles per batch element (< 0: no dS path);
+ * rows: the stats' rows per head (batch · q_len; a packed batch's token rows). */
+S2_RT_HIDDEN size_t s2_rt_bwd_full_workspace(const s2_attn_kernel *k, int64_t ds_tiles, int batch, int64_t rows);
 /* The workspace a plan or schedule takes by default: the dS path's where it
  * stays within twice q's bytes plus 64 MB (FlashAttention-3's), else that of
  * the fewest chunks of kv heads within it that fill the GPU, else the plain
  * one (dq recomputed).  A caller who passes more takes the full dS path.
- * _bound: an upper bound of it before the schedules exist. */
-S2_RT_HIDDEN size_t s2_rt_bwd_default_workspace(const s2_attn_kernel *k, const sched_slot *s, int batch, int64_t q_len);
+ * _bound: an upper bound of it before the schedules exist.  batch, rows: as
+ * s2_rt_bwd_full_workspace's. */
+S2_RT_HIDDEN size_t s2_rt_bwd_default_workspace(const s2_attn_kernel *k, const sched_slot *s, int batch, int64_t rows);
 S2_RT_HIDDEN size_t s2_rt_bwd_default_workspace_bound(const s2_attn_kernel *k, int64_t ds_tiles, int batch,
-                                                      int64_t q_len);
+                                                      int64_t rows);
+/* The schedule shape of a backward (a->seqs': its schedule shape); false when no sequence has a query. */
+S2_RT_HIDDEN bool s2_rt_bwd_sched_shape(const s2_attn_bwd_args *a, int64_t *q_len, int64_t *kv_len);
 
 /* attn_decode.c */
 /* Uploaded kept-block lists for sequences of up to q_blocks blocks (the

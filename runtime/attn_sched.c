@@ -118,6 +118,8 @@ s2_status s2_attn_backward_sched(s2_ctx *ctx, s2_attn_kernel *k, void *stream, c
                                  s2_attn_sched *s)
 {
     s2_status st = s2_attn_backward_check(ctx, k, a);
+    if (st == S2_OK && a->seqs)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "a caller's schedule takes a uniform batch (seqs is set)");
     if (st == S2_OK)
         st = sched_fits(ctx, k, s, a->q_len, a->kv_len);
     return st == S2_OK ? s2_rt_bwd_launch(ctx, k, stream, a, &s->slot) : st;
@@ -130,6 +132,6 @@ s2_status s2_attn_sched_backward_workspace(s2_ctx *ctx, const s2_attn_sched *s, 
     if (s->k->desc->spec.kind != S2_KERNEL_BWD || batch < 1)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_attn_sched_backward_workspace: %s",
                        batch < 1 ? "batch below 1" : "not a backward kernel's schedule");
-    *bytes = s2_rt_bwd_full_workspace(s->k, s->slot.ds_tiles, batch, s->q_len);
+    *bytes = s2_rt_bwd_full_workspace(s->k, s->slot.ds_tiles, batch, (int64_t)batch * s->q_len);
     return S2_OK;
 }

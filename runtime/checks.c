@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* ---- shared --------------------------------------------------------------------- */
@@ -266,7 +267,8 @@ enum { BWD_TENSORS = 8 };
 
 static void describe_bwd(const s2_attn_bwd_args *a, tensor_desc t[BWD_TENSORS])
 {
-    int64_t qe[3] = {a->batch, a->q_len, a->heads}, ke[3] = {a->batch, a->kv_len, a->kv_heads};
+    int64_t nb = bwd_tensor_batch(a);
+    int64_t qe[3] = {nb, a->q_len, a->heads}, ke[3] = {nb, a->kv_len, a->kv_heads};
     const char *names[BWD_TENSORS] = {"q", "k", "v", "o", "d_o", "dq", "dk", "dv"};
     uint64_t ptrs[BWD_TENSORS] = {a->q, a->k, a->v, a->o, a->d_o, a->dq, a->dk, a->dv};
     const int64_t *strides[BWD_TENSORS] = {a->q_stride, a->k_stride, a->v_stride, a->o_stride,
@@ -281,7 +283,38 @@ static void describe_bwd(const s2_attn_bwd_args *a, tensor_desc t[BWD_TENSORS])
 /* The workspace's bytes: workspace_bytes, or (0) the least it may hold. */
 static size_t bwd_workspace_extent(const s2_attn_bwd_args *a)
 {
-    return a->workspace_bytes ? a->workspace_bytes : s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len);
+    return a->workspace_bytes ? a->workspace_bytes
+                              : s2_attn_bwd_workspace_bytes((int)bwd_tensor_batch(a), a->heads, a->q_len);
+}
+
+/* dk and dv rows are written by their sequence's CTAs: no two sequences with
+ * keys may share a key row (host records; device ones are trusted). */
+static int cmp_k_start(const void *a, const void *b)
+{
+    const s2_attn_seq *x = *(const s2_attn_seq *const *)a, *y = *(const s2_attn_seq *const *)b;
+    return (x->k_start > y->k_start) - (x->k_start < y->k_start);
+}
+
+static s2_status check_key_rows(s2_ctx *ctx, const s2_attn_seqs *s)
+{
+    if (!s->host)
+        return S2_OK;
+    const s2_attn_seq **order = malloc((size_t)s->n * sizeof *order);
+    if (!order)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    int m = 0;
+    for (int i = 0; i < s->n; i++)
+        if (s->host[i].kv_len > 0)
+            order[m++] = &s->host[i];
+    qsort(order, (size_t)m, sizeof *order, cmp_k_start);
+    s2_status st = S2_OK;
+    for (int i = 1; i < m && st == S2_OK; i++)
+        if ((int64_t)order[i - 1]->k_start + order[i - 1]->kv_len > order[i]->k_start)
+            st = s2_fail(ctx, S2_ERR_INVALID,
+                         "backward: sequences %d and %d share key row %d (their dk, dv rows would race)",
+                         (int)(order[i - 1] - s->host), (int)(order[i] - s->host), order[i]->k_start);
+    free(order);
+    return st;
 }
 
 /* The extents (no driver); *bytes gets each tensor's. */
@@ -301,17 +334,21 @@ static s2_status bwd_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s
         return s2_fail(ctx, S2_ERR_NULL_ARG, "%s is a null pointer", !a->lse ? "lse" : "workspace");
     /* the size checks are the forward's */
     s2_attn_fwd_args f = {.batch = a->batch, .q_len = a->q_len, .kv_len = a->kv_len, .heads = a->heads,
-                          .kv_heads = a->kv_heads, .head_dim = a->head_dim, .dtype = a->dtype, .scale = a->scale};
+                          .kv_heads = a->kv_heads, .head_dim = a->head_dim, .dtype = a->dtype, .scale = a->scale,
+                          .seqs = a->seqs};
     s2_status st = s2_rt_check_sizes(ctx, k, &f);
+    if (st == S2_OK && a->seqs)
+        st = check_key_rows(ctx, a->seqs);
     for (int i = 0; i < BWD_TENSORS && st == S2_OK; i++)
         st = check_strides(ctx, &t[i]);
     if (st != S2_OK)
         return st;
     if ((st = check_aligned16(ctx, t, BWD_TENSORS)) != S2_OK)
         return st;
-    if (a->workspace_bytes && a->workspace_bytes < s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len))
+    size_t plain = s2_attn_bwd_workspace_bytes((int)bwd_tensor_batch(a), a->heads, a->q_len);
+    if (a->workspace_bytes && a->workspace_bytes < plain)
         return s2_fail(ctx, S2_ERR_SHAPE, "workspace_bytes %zu is below s2_attn_bwd_workspace_bytes() = %zu",
-                       a->workspace_bytes, s2_attn_bwd_workspace_bytes(a->batch, a->heads, a->q_len));
+                       a->workspace_bytes, plain);
     if (a->lse % 4 != 0 || a->d_lse % 4 != 0 || a->workspace % 16 != 0)
         return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s is not %d-byte aligned",
                        a->lse % 4 ? "lse" : a->d_lse % 4 ? "d_lse" : "workspace", a->workspace % 16 ? 16 : 4);
@@ -363,7 +400,7 @@ s2_status s2_attn_backward_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
     describe_bwd(a, t);
     for (int i = 0; i < BWD_TENSORS && st == S2_OK; i++)
         st = s2_check_device_ptr(ctx, k->mod->dev, t[i].ptr, bytes[i], 16, t[i].name);
-    size_t rows = (size_t)a->batch * (size_t)a->heads * (size_t)a->q_len * sizeof(float);
+    size_t rows = (size_t)bwd_tensor_batch(a) * (size_t)a->heads * (size_t)a->q_len * sizeof(float);
     if (st == S2_OK)
         st = s2_check_device_ptr(ctx, k->mod->dev, a->lse, rows, 4, "lse");
     if (st == S2_OK && a->d_lse)

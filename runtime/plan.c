@@ -16,6 +16,7 @@ typedef struct map_key {
 typedef struct plan_entry {
     int64_t key[2];              /* forward, backward: the schedule's (q_len, kv_len); decode: (q_blocks, 0) */
     int batch;                   /* backward: the largest batch declared (the workspace) */
+    int64_t rows;                /* backward: the most stats rows declared, batch · q_len (packed: token rows) */
     s2_attn_fwd_args fwd;        /* forward: the first declaration (its tensors' maps are encoded at prepare) */
     s2_attn_bwd_args bwd;        /* backward: the same */
     /* forward: the maps of the tensors launched last (under the plan's lock) */
@@ -145,9 +146,18 @@ s2_status s2_attn_plan_add_backward(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_
     if (st != S2_OK)
         return st;
     s2_attn_fwd_args f = {.batch = a->batch, .q_len = a->q_len, .kv_len = a->kv_len, .heads = a->heads,
-                          .kv_heads = a->kv_heads, .head_dim = a->head_dim, .dtype = a->dtype, .scale = a->scale};
+                          .kv_heads = a->kv_heads, .head_dim = a->head_dim, .dtype = a->dtype, .scale = a->scale,
+                          .seqs = a->seqs};
     st = s2_rt_check_sizes(ctx, p->k, &f);
-    return st == S2_OK ? add_key(ctx, p, a->q_len, a->kv_len, a->batch, NULL, a) : st;
+    int64_t sq, sk;
+    if (st != S2_OK || !s2_rt_bwd_sched_shape(a, &sq, &sk))
+        return st;
+    if ((st = add_key(ctx, p, sq, sk, a->batch, NULL, a)) != S2_OK)
+        return st;
+    plan_entry *e = find(p, sq, sk);
+    int64_t rows = bwd_tensor_batch(a) * a->q_len;
+    e->rows = rows > e->rows ? rows : e->rows;
+    return S2_OK;
 }
 
 s2_status s2_attn_plan_add_decode(s2_ctx *ctx, s2_attn_plan *p, const s2_attn_decode_args *a)
@@ -181,7 +191,7 @@ static s2_status build(s2_ctx *ctx, s2_attn_plan *p)
         }
         st = s2_rt_sched_build(ctx, k, e->key[0], e->key[1], &p->up, &e->slot);
         if (st == S2_OK && kind_of(p) == S2_KERNEL_BWD) {
-            size_t need = s2_rt_bwd_default_workspace(k, &e->slot, e->batch, e->key[0]);
+            size_t need = s2_rt_bwd_default_workspace(k, &e->slot, e->batch, e->rows);
             p->ws_bytes = need > p->ws_bytes ? need : p->ws_bytes;
         }
     }
@@ -246,7 +256,7 @@ s2_status s2_attn_plan_device_bytes(s2_ctx *ctx, s2_attn_plan *p, size_t *bytes)
         const plan_entry *e = &p->e[i];
         sum += e->bound.bytes;
         size_t need = kind_of(p) == S2_KERNEL_BWD
-                          ? s2_rt_bwd_default_workspace_bound(p->k, e->bound.ds_tiles, e->batch, e->key[0])
+                          ? s2_rt_bwd_default_workspace_bound(p->k, e->bound.ds_tiles, e->batch, e->rows)
                           : 0;
         ws = need > ws ? need : ws;
     }
@@ -339,7 +349,10 @@ s2_status s2_attn_plan_backward(s2_ctx *ctx, s2_attn_plan *p, void *stream, cons
         a.workspace = p->ws, a.workspace_bytes = p->ws_bytes;
     if ((st = s2_rt_bwd_check_host(ctx, p->k, &a)) != S2_OK)
         return st;
-    const plan_entry *e = find(p, a.q_len, a.kv_len);
+    int64_t sq, sk;
+    if (!s2_rt_bwd_sched_shape(&a, &sq, &sk))
+        return S2_OK;
+    const plan_entry *e = find(p, sq, sk);
     if (!e) {
         st = not_prepared(ctx, p, stream, "backward");
         return st == S2_OK ? s2_attn_backward(ctx, p->k, stream, &a) : st;

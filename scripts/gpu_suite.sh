@@ -37,6 +37,7 @@ fwd_gpu_persistent        270  S2C_FWD_PERSISTENT=1 test_fwd_gpu
 bwd_gpu                   300  test_bwd_gpu
 attnrt_gpu                 90  test_attn_gpu
 varlen_gpu                 90  test_varlen_gpu
+varlen_bwd_gpu            150  test_varlen_bwd_gpu
 seams_gpu                  90  test_seams_gpu
 cp_gpu                    180  NCCL_NVLS_ENABLE=0 test_cp_gpu
 graph_gpu                 150  test_graph_gpu
@@ -67,6 +68,7 @@ racecheck_fwd_wide        150  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=_wide compute-
 memcheck_bwd               90  S2C_BWD_CASES=d64_f16 compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
 racecheck_bwd             240  S2C_BWD_CASES=16_d compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
 racecheck_bwd_ds           90  S2C_BWD_CASES=causal64_d64 compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
+memcheck_varlen_bwd       240  S2C_VLBWD_CASES=packed_causal_bf16_d64 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_varlen_bwd_gpu
 memcheck_bwd_rt           120  S2C_BWD_CASES=runtime_ compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
 memcheck_bwd_hd_mma       150  S2C_BWD_CASES=hd80_causal64 compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
 memcheck_bwd_hd_wg        240  S2C_BWD_CASES=hd256_gqa8_2_b64 compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
@@ -82,6 +84,7 @@ bench_fwd                 120  bench_fwd --reps 30 --rows 12 --config b64_8k,mer
 bench_fwd_hdim            120  bench_fwd --reps 30 --rows 4 --config b64_32k --head-dim 64,192,256
 bench_bwd                 150  bench_bwd --reps 30
 bench_bwd_d256             90  bench_bwd --reps 30 --config d256_b64_32k
+bench_varlen_bwd           90  bench_varlen_bwd --reps 30
 bench_decode               60  bench_decode --reps 30
 bench_launch               60  bench_launch
 bench_graph_decode        120  bench_graph_decode

@@ -46,6 +46,11 @@ static void common_setup(bwd *k)
     k->q_len = param(k, P_QLEN);
     k->kv_len = param(k, P_KVLEN);
     k->q_start = LLVMBuildSub(b, k->kv_len, k->q_len, "q_start");
+    /* the token rows as one batch (NAME_pre); the others take their sequence's (s2_bwd_seq) */
+    LLVMValueRef varlen = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, param(k, k->p_seqinfo), k->cg->t_i64, ""),
+                                        c64(k, 0), "varlen");
+    k->bidx = LLVMBuildSelect(b, varlen, c64(k, 0), k->batch, "bidx");
+    k->q_row0 = k->k_row0 = c64(k, 0);
     k->scale_log2 = param(k, P_SCALE_LOG2);
     /* A: row 16·warp + (l%8) + 8·((l/8)%2), chunk l/16; B: row l%8, chunk l/8;
      * B transposed: row l%16, chunk l/16 (ldmatrix, PTX ISA 9.7.14.5.15) */
@@ -150,7 +155,8 @@ static LLVMValueRef new_kernel(bwd *k, const char *base, const char *suffix)
     LLVMTypeRef params[P_COUNT];
     int n = s2_kb_abi_params(cg, k->s.tma ? S2_ABI_BWD_TMA : S2_ABI_BWD, params);
     LLVMValueRef fn = s2_nv_kernel_new(cg, name, params, (unsigned)n, k->s.threads, k->min_ctas ? k->min_ctas : 1);
-    for (int i = P_TMAP_Q; i < n; i++)
+    k->p_seqinfo = n - 1;
+    for (int i = P_TMAP_Q; i < k->p_seqinfo; i++)
         s2_nv_param_tensormap(cg, fn, (unsigned)i);
     static const int ro[] = {P_Q, P_K, P_V, P_O, P_DO, P_LSE, P_DLSE, P_CLASS, P_OFFSETS, P_ENTRIES,
                              P_TCLASS, P_TOFFSETS, P_TENTRIES, P_DS_HEAD, P_DS_MAP};
@@ -161,6 +167,8 @@ static LLVMValueRef new_kernel(bwd *k, const char *base, const char *suffix)
     for (int i = P_DELTA; i <= P_DV; i++)
         s2_nv_param_attr(cg, fn, (unsigned)i, "noalias");
     s2_nv_param_attr(cg, fn, P_DS, "noalias");
+    s2_nv_param_attr(cg, fn, (unsigned)k->p_seqinfo, "noalias");
+    s2_nv_param_attr(cg, fn, (unsigned)k->p_seqinfo, "readonly");
     k->fn = fn;
     k->entry_bb = LLVMGetInsertBlock(cg->b);
     common_setup(k);

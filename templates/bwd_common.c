@@ -272,7 +272,9 @@ void s2_bwd_load_tile_rows(bwd *k, int rows, LLVMValueRef base, LLVMValueRef sli
 }
 
 /* cp.async lse2 and delta of the query tile at pos0 (rows of [B][H][Sq] from
- * element rowbase) into dst: lse2[BM] then delta[BM]; missing rows read 0. */
+ * element rowbase) into dst: lse2[BM] then delta[BM]; missing rows read 0,
+ * or with TMA tiles lse2 = +inf: the maps bring a packed batch's neighbour
+ * rows (finite) there, whose P must be 0. */
 void s2_bwd_load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVMValueRef dst)
 {
     LLVMBuilderRef b = k->b;
@@ -288,7 +290,17 @@ void s2_bwd_load_row_stats(bwd *k, LLVMValueRef pos0, LLVMValueRef rowbase, LLVM
         LLVMValueRef src = LLVMBuildSelect(b, is_delta, param(k, P_DELTA), param(k, P_LSE2), "");
         LLVMValueRef sp = LLVMBuildInBoundsGEP2(b, k->cg->t_f32, src, &off, 1, "");
         LLVMValueRef d = add(k, dst, LLVMBuildShl(b, idx, c32(k, 2), ""));
+        s2_nv_if inf = {0}, cp = {0};
+        if (k->s.tma) {
+            LLVMValueRef fill = LLVMBuildAnd(b, LLVMBuildNot(b, ok, ""), LLVMBuildNot(b, is_delta, ""), "inf_row");
+            s2_nv_if_begin(k->cg, &inf, fill, "lse2_inf");
+            LLVMBuildStore(b, cf(k, INFINITY), s2_nv_smem_at(k->cg, d));
+            s2_nv_if_end(k->cg, &inf);
+            s2_nv_if_begin(k->cg, &cp, LLVMBuildNot(b, fill, ""), "stat_copy");
+        }
         s2_nv_cp_async_4(k->cg, s2_nv_smem_at(k->cg, d), sp, LLVMBuildSelect(b, ok, c32(k, 4), c32(k, 0), ""));
+        if (k->s.tma)
+            s2_nv_if_end(k->cg, &cp);
         s2_kb_spread_end(&k->kb, &guard);
     }
 }
@@ -566,7 +578,39 @@ void s2_bwd_pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int st
 
 LLVMValueRef s2_bwd_slice(bwd *k, int ps, LLVMValueRef h64)
 {
-    return add(k, mul(k, k->batch, param(k, ps)), mul(k, h64, param(k, ps + 2)));
+    bool key = ps == P_KS || ps == P_VS || ps == P_DKS || ps == P_DVS;
+    LLVMValueRef bs = add(k, mul(k, k->bidx, param(k, ps)), mul(k, key ? k->k_row0 : k->q_row0, param(k, ps + 1)));
+    return add(k, bs, mul(k, h64, param(k, ps + 2)));
+}
+
+void s2_bwd_seq(bwd *k)
+{
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef dflt[4] = {c32(k, 0), param(k, P_QLEN), c32(k, 0), param(k, P_KVLEN)}, seq[4];
+    LLVMValueRef info = param(k, k->p_seqinfo);
+    s2_flash_seqinfo(k->cg, info, LLVMBuildTrunc(b, k->batch, k->cg->t_i32, ""), dflt, seq);
+    /* k->batch may be new (the dK/dV kernel's remapped grid) */
+    LLVMValueRef varlen = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, info, k->cg->t_i64, ""), c64(k, 0), "");
+    k->bidx = LLVMBuildSelect(b, varlen, c64(k, 0), k->batch, "bidx");
+    k->q_row0 = sext64(k, seq[0]);
+    k->q_len = seq[1];
+    k->k_row0 = sext64(k, seq[2]);
+    k->kv_len = seq[3];
+    k->q_start = LLVMBuildSub(b, k->kv_len, k->q_len, "q_start");
+}
+
+LLVMValueRef s2_bwd_stats_base(bwd *k, LLVMValueRef h64)
+{
+    LLVMValueRef bh = add(k, mul(k, k->bidx, c64(k, k->s.heads)), h64);
+    return add(k, mul(k, bh, sext64(k, param(k, P_QLEN))), k->q_row0);
+}
+
+LLVMValueRef s2_bwd_q_tile_mine(bwd *k, LLVMValueRef pos0)
+{
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef in = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSLT, pos0, k->kv_len, ""),
+                                   LLVMBuildICmp(b, LLVMIntSGT, add(k, pos0, c32(k, k->s.BM)), k->q_start, ""), "");
+    return LLVMBuildAnd(b, in, LLVMBuildICmp(b, LLVMIntSGT, k->q_len, c32(k, 0), ""), "q_tile_mine");
 }
 
 /* [D/8][4] f32 accumulators as allocas at the top of the entry block (SROA

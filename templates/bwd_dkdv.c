@@ -43,8 +43,9 @@ static void kv_issue_tma(bwd *k, kv_state *ks, LLVMValueRef qpos0, LLVMValueRef 
     LLVMValueRef one = LLVMBuildICmp(k->b, LLVMIntEQ, k->tid, c32(k, 0), "tma_thread");
     LLVMValueRef bar = s2_bwd_kv_bar(k, soff);
     s2_nv_mbar_arrive_expect_tx_if(cg, one, bar, 2 * s->BM * s->row_bytes);
-    LLVMValueRef row = LLVMBuildSub(k->b, qpos0, k->q_start, "q_row");
-    LLVMValueRef b32 = LLVMBuildTrunc(k->b, k->batch, cg->t_i32, "");
+    /* (a packed batch: the sequence's rows of the one tensor batch) */
+    LLVMValueRef row = add(k, LLVMBuildTrunc(k->b, k->q_row0, cg->t_i32, ""), LLVMBuildSub(k->b, qpos0, k->q_start, ""));
+    LLVMValueRef b32 = LLVMBuildTrunc(k->b, k->bidx, cg->t_i32, "");
     for (int m = 0; m < 2; m++)
         for (int c = 0; c < s->D / 64; c++) {
             LLVMValueRef dst = add(k, s2_nv_smem_base32(cg), add(k, soff, c32(k, m * s->BM * s->row_bytes + c * s->BM * 128)));
@@ -163,6 +164,7 @@ void s2_bwd_build_dkdv(bwd *k)
     LLVMValueRef kvh32 = s2_nv_ctaid(cg, 'y');
     if (s->wg)
         kt = remap_key_tile(k, &kvh32);
+    s2_bwd_seq(k);
     LLVMValueRef kvh64 = LLVMBuildZExt(b, kvh32, cg->t_i64, "kv_head");
     kv_state ks = {0};
     ks.kpos0 = mul(k, kt, c32(k, s->KB));
@@ -188,6 +190,16 @@ void s2_bwd_build_dkdv(bwd *k)
         mine = j == 0 ? base : LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntEQ, jw, c32(k, j), ""), base, mine, "");
     }
     ks.kpos0 = mine;
+    /* a packed batch's key tile past its sequence, or a sequence without
+     * queries, walks nothing (its dk, dv rows come out zero; NAME_dqds reads
+     * the dS tiles of key tiles past kv_len as zeros) */
+    LLVMValueRef keys = NULL;
+    for (int j = 0; j < s->kvg; j++) {
+        LLVMValueRef in = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSGE, ks.slot[j], c32(k, 0), ""),
+                                       LLVMBuildICmp(b, LLVMIntSLT, ks.slot[j], k->kv_len, ""), "");
+        keys = keys ? LLVMBuildOr(b, keys, in, "") : in;
+    }
+    LLVMValueRef walk = LLVMBuildAnd(b, keys, LLVMBuildICmp(b, LLVMIntSGT, k->q_len, c32(k, 0), ""), "walk");
     bwd_slots kslots = {ks.slot, s->kvg, s->kgbs};
     const bwd_slots *slot = &kslots;
     LLVMValueRef dk[MAX_D / 8][4], dv[MAX_D / 8][4];
@@ -248,10 +260,11 @@ void s2_bwd_build_dkdv(bwd *k)
         LLVMValueRef h64 = LLVMBuildZExt(b, h32, cg->t_i64, "head");
         ks.qslice = s2_bwd_slice(k, P_QS, h64);
         ks.doslice = s2_bwd_slice(k, P_DOS, h64);
-        ks.rowbase = mul(k, add(k, mul(k, k->batch, c64(k, s->heads)), h64), sext64(k, k->q_len));
+        ks.rowbase = s2_bwd_stats_base(k, h64);
         LLVMValueRef begin, end;
         s2_bwd_list_bounds(k, P_TCLASS, P_TOFFSETS, h64, param(k, P_KV_TILES), kt, &begin, &end);
         begin = add(k, begin, c32(k, 1));   /* past the header */
+        end = LLVMBuildSelect(b, walk, end, begin, "end");
         ks.rev = LLVMBuildSub(b, add(k, begin, end), c32(k, 1), "rev");
         if (s->ds) {
             /* the head's dS slot base, once (its table is read only when ds is given) */

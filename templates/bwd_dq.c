@@ -94,6 +94,7 @@ LLVMValueRef s2_bwd_dq_cta(bwd *k, dq_state *ds, bool pair, LLVMValueRef *begin,
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
+    s2_bwd_seq(k);
     LLVMValueRef head32 = s2_nv_ctaid(cg, 'y');
     LLVMValueRef h64 = LLVMBuildZExt(b, head32, cg->t_i64, "head");
     LLVMValueRef kvh64 = LLVMBuildZExt(b, LLVMBuildUDiv(b, head32, c32(k, k->s.group), ""), cg->t_i64, "kv_head");
@@ -110,6 +111,7 @@ LLVMValueRef s2_bwd_dq_cta(bwd *k, dq_state *ds, bool pair, LLVMValueRef *begin,
     ds->vslice = s2_bwd_slice(k, P_VS, kvh64);
     ds->entries = param(k, P_ENTRIES);
     s2_bwd_list_bounds_of(k, P_CLASS, P_OFFSETS, h64, q_tiles, rel, begin, end, first);
+    *end = LLVMBuildSelect(b, s2_bwd_q_tile_mine(k, ds->tile_pos0), *end, *begin, "end");
     return h64;
 }
 
@@ -132,7 +134,7 @@ void s2_bwd_build_dq(bwd *k)
     s2_nv_cp_async_commit(cg);
     /* the thread's two rows' lse2 and delta (0 for rows that do not exist:
      * their Q and dO are zero, so P stays finite and dS is 0) */
-    LLVMValueRef rowbase = mul(k, add(k, mul(k, k->batch, c64(k, k->s.heads)), h64), sext64(k, k->q_len));
+    LLVMValueRef rowbase = s2_bwd_stats_base(k, h64);
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef r = add(k, LLVMBuildShl(b, k->warp, c32(k, 4), ""), add(k, k->g, c32(k, 8 * hr)));
         LLVMValueRef qrow;

@@ -9,7 +9,10 @@ static void dqds_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
     dq_state *ds = user;
     LLVMBuilderRef b = k->b;
     s2_bwd_load_tile(k, k->s.BN, param(k, P_K), ds->kslice, param(k, P_KS + 1), soff, ds->kpos0, NULL, false);
-    /* the dS tile: a plain copy (it is stored in the layout the wgmma reads) */
+    /* the dS tile: a plain copy (it is stored in the layout the wgmma reads);
+     * zeros for a key tile past the sequence's keys, which NAME_dkdv skips */
+    LLVMValueRef size = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, ds->kpos0, k->kv_len, ""), c32(k, 16),
+                                        c32(k, 0), "ds_size");
     LLVMValueRef src = mul(k, add(k, ds->ds_base, sext64(k, e)), c64(k, DS_TILE_BYTES));
     LLVMValueRef dst = add(k, soff, c32(k, k->s.BN * k->s.row_bytes));
     LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
@@ -17,7 +20,7 @@ static void dqds_issue(bwd *k, LLVMValueRef e, LLVMValueRef soff, void *user)
         LLVMValueRef off = LLVMBuildShl(b, add(k, k->tid, c32(k, it * k->s.threads)), c32(k, 4), "");
         LLVMValueRef g = add(k, src, LLVMBuildZExt(b, off, k->cg->t_i64, ""));
         s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, add(k, dst, off)),
-                          LLVMBuildInBoundsGEP2(b, i8, param(k, P_DS), &g, 1, ""), c32(k, 16));
+                          LLVMBuildInBoundsGEP2(b, i8, param(k, P_DS), &g, 1, ""), size);
     }
 }
 
@@ -146,7 +149,9 @@ static void dqds2_issue(bwd *k, LLVMValueRef u, LLVMValueRef soff, void *user)
         LLVMValueRef e = LLVMBuildSelect(b, has, ds->pe[j], any, "");
         LLVMValueRef src = mul(k, add(k, ds->ds_base, sext64(k, e)), c64(k, DS_TILE_BYTES));
         LLVMValueRef dst = add(k, soff, c32(k, k->s.BN * k->s.row_bytes + j * DS_TILE_BYTES));
-        LLVMValueRef size = LLVMBuildSelect(b, has, c32(k, 16), c32(k, 0), "");   /* absent: zeros */
+        /* absent, or a key tile past the sequence's keys (not written): zeros */
+        has = LLVMBuildAnd(b, has, LLVMBuildICmp(b, LLVMIntSLT, ds->kpos0, k->kv_len, ""), "");
+        LLVMValueRef size = LLVMBuildSelect(b, has, c32(k, 16), c32(k, 0), "");
         for (int it = 0; it * S2_BWD_DQDS2_THREADS * 16 < DS_TILE_BYTES; it++) {
             LLVMValueRef off = LLVMBuildShl(b, add(k, k->tid, c32(k, it * S2_BWD_DQDS2_THREADS)), c32(k, 4), "");
             LLVMValueRef g = add(k, src, LLVMBuildZExt(b, off, k->cg->t_i64, ""));
@@ -178,6 +183,7 @@ void s2_bwd_build_dqds2(bwd *k)
     s2_bwd_list_bounds_of(k, P_CLASS, P_OFFSETS, h64, param(k, P_Q_TILES), LLVMBuildSelect(b, has1, rel1, rel0, ""), &b1, &e1,
                    NULL);
     LLVMValueRef n0 = LLVMBuildSub(b, e0, b0, "n0");
+    has1 = LLVMBuildAnd(b, has1, s2_bwd_q_tile_mine(k, pos1), "");
     LLVMValueRef n1 = LLVMBuildSelect(b, has1, LLVMBuildSub(b, e1, b1, ""), c32(k, 0), "n1");
     ds.ds_base = LLVMBuildSub(b, s2_bwd_ds_slot_base(k, h64), sext64(k, first), "ds_base");
 

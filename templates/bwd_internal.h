@@ -11,7 +11,8 @@
 
 /* Kernel parameters, in ABI order, shared by every kernel of the module
  * (abi/params.h): S2_ABI_BWD, or S2_ABI_BWD_TMA with the q and do maps
- * (P_TMAP_Q, P_TMAP_DO) after them when spec.bwd_tma > 0. */
+ * (P_TMAP_Q, P_TMAP_DO) before seqinfo when spec.bwd_tma > 0; seqinfo is
+ * last in both (bwd.p_seqinfo). */
 enum { S2_ABI_BWD_TMA_PARAMS(S2_ABI_P_ENUM) P_COUNT };
 
 enum { MAX_D = 256, MAX_N = 16 };
@@ -52,8 +53,11 @@ typedef struct bwd {
     S2_KB_BASE;                                 /* cg, b, fn; tid, warp, lane, g, t4 (kbase.h) */
     bwd_shape s;
     LLVMBasicBlockRef entry_bb;
-    LLVMValueRef batch;                         /* i64 */
-    LLVMValueRef q_len, kv_len, q_start;        /* i32 */
+    LLVMValueRef batch;                         /* i64: the grid's batch entry (a packed batch: its sequence) */
+    LLVMValueRef q_len, kv_len, q_start;        /* i32: of that sequence (s2_bwd_seq) */
+    LLVMValueRef bidx;                          /* i64: the batch index of the strides and stats rows (packed: 0) */
+    LLVMValueRef q_row0, k_row0;                /* i64: the sequence's first q and k token rows (uniform: 0) */
+    int p_seqinfo;                              /* seqinfo's parameter index in the built ABI */
     LLVMValueRef scale_log2;                    /* f32 */
     LLVMValueRef a_row, a_lc, b_row, b_lc, bt_row, bt_lc; /* ldmatrix lane rows / chunks */
     int min_ctas;                               /* launch bound of the kernel being built (0: 1) */
@@ -192,8 +196,18 @@ void s2_bwd_list_bounds(bwd *k, int p_class, int p_offsets, LLVMValueRef h64, LL
  * ring took before (NULL: 0).  Ends with every copy landed and a barrier. */
 void s2_bwd_pipeline(bwd *k, LLVMValueRef begin, LLVMValueRef end, int S, int stage0, int stage_bytes,
                      const ring_fns *f, void *user, LLVMValueRef r0);
-/* Element offset b·s0 + h·s2 of a tensor whose strides start at parameter ps. */
+/* Element offset b·s0 + row0·s1 + h·s2 of a tensor whose strides start at
+ * parameter ps (row0: the sequence's first q or k token row). */
 LLVMValueRef s2_bwd_slice(bwd *k, int ps, LLVMValueRef h64);
+/* A variable-length batch (launch.h, the trailing seqinfo): the lengths and
+ * first token rows of sequence k->batch, set once k->batch is known. */
+void s2_bwd_seq(bwd *k);
+/* The element of query row 0 of head h in the fp32 [B][H][Sq] stats (lse,
+ * delta, lse2), or [H][rows] of a packed batch. */
+LLVMValueRef s2_bwd_stats_base(bwd *k, LLVMValueRef h64);
+/* Whether the query tile at pos0 holds a query of the sequence (a packed
+ * batch's schedule covers its longest sequence; other tiles walk nothing). */
+LLVMValueRef s2_bwd_q_tile_mine(bwd *k, LLVMValueRef pos0);
 /* [D/8][4] f32 accumulators (allocas at the top of the entry block), zeroed. */
 void s2_bwd_new_acc(bwd *k, LLVMValueRef acc[][4], const char *name);
 /* acc·scale to the rows of the tile at pos0 of a 16-bit tensor, rows that exist only. */

@@ -52,6 +52,8 @@ void s2_bwd_build_pre(bwd *k)
     LLVMValueRef valid = LLVMBuildICmp(b, LLVMIntSLT, i, k->q_len, "");
     if (G != C)   /* only the grid rule's rows per CTA */
         valid = LLVMBuildAnd(b, valid, LLVMBuildICmp(b, LLVMIntULT, rloc, c32(k, rows), ""), "");
+    /* a packed batch's rows are one batch entry: z > 0 has none */
+    valid = LLVMBuildAnd(b, valid, LLVMBuildICmp(b, LLVMIntEQ, k->bidx, k->batch, ""), "");
     LLVMValueRef ic = sext64(k, LLVMBuildSelect(b, valid, i, c32(k, 0), ""));
     LLVMValueRef dot = cf(k, 0.0);
     for (int j0 = 0; j0 < C; j0 += G) {
@@ -77,8 +79,7 @@ void s2_bwd_build_pre(bwd *k)
         dot = LLVMBuildFAdd(b, dot, s2_nv_shfl_bfly_f32(cg, dot, m), "");
     s2_nv_if wr;
     s2_nv_if_begin(cg, &wr, LLVMBuildAnd(b, valid, LLVMBuildICmp(b, LLVMIntEQ, ch, c32(k, 0), ""), ""), "write");
-    LLVMValueRef idx = add(k, mul(k, add(k, mul(k, k->batch, c64(k, k->s.heads)), h64), sext64(k, k->q_len)),
-                           sext64(k, i));
+    LLVMValueRef idx = add(k, s2_bwd_stats_base(k, h64), sext64(k, i));
     LLVMValueRef dl = load_f32_or_zero(k, param(k, P_DLSE), idx);
     s2_nv_store_global_f32(cg, param(k, P_DELTA), idx, LLVMBuildFSub(b, dot, dl, ""), 4);
     LLVMValueRef lse = s2_nv_load_global_f32(cg, param(k, P_LSE), idx, 4);

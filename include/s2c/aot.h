@@ -78,8 +78,8 @@ typedef enum s2_aot_maps {
     S2_AOT_MAPS_ATTN_FWD,
     /* the sm_90a backward's q_map and do_map (ABI bwd_tma, launch.h
      * parameters 51 and 52): the forward's q map rule for q and for d_o, rows
-     * q_len, heads, tensor batch = batch, box {64, kv_box_rows, 1, 1} (the
-     * spec's block_m). */
+     * q_len, heads, tensor batch = batch (1 when seqinfo != 0), box
+     * {64, kv_box_rows, 1, 1} (the spec's block_m). */
     S2_AOT_MAPS_ATTN_BWD
 } s2_aot_maps;
 
@@ -169,7 +169,7 @@ S2_API const s2_aot_abi *s2_aot_abi_attn_fwd_tma(void);
 S2_API const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void);
 
 /* The backward module (S2_KERNEL_BWD, launch.h): three kernels NAME_pre,
- * NAME_dkdv, NAME_dq with the same 48 parameters, so one ABI each with the
+ * NAME_dkdv, NAME_dq with the same 52 parameters, so one ABI each with the
  * same launcher arguments; call the three launchers in that order on one
  * stream (the _tma ABIs below for modules with tensor-map parameters).
  *   params  q, k, v, o, d_o, lse, dlse, delta, lse2, dq, dk, dv     CUdeviceptr
@@ -183,6 +183,8 @@ S2_API const s2_aot_abi *s2_aot_abi_attn_fwd_tma_persistent(void);
  *           t_class_of_head, t_offsets, t_entries                 CUdeviceptr (packed transposed schedule)
  *           kv_tiles                                              int32
  *           ds, ds_head, ds_map                                   CUdeviceptr (the dS workspace, or 0)
+ *           seqinfo                                               CUdeviceptr (s2_attn_seq [batch], or 0:
+ *             launch.h; with it q_len is the token rows and NAME_pre is launched with batch 1)
  *   launch  heads, kv_heads, batch                                int32
  *   grid    pre (cdiv(q_len, grid_div), heads, batch), no shared memory;
  *           dkdv (kv_tiles, kv_heads, batch); dq (q_tiles, heads, batch) */

@@ -158,18 +158,29 @@ typedef struct s2_attn_seq {
  *        = 64 keys in 128 bytes, 16-byte chunk c at c ^ (q & 7)), and
  *        NAME_dqds computes dq = scale·dS·K from them instead of NAME_dq
  *        recomputing S and dP: 5 tile products per entry instead of 7.
+ *   51 ptr seqinfo    s2_attn_seq [batch] (a variable-length batch, as the
+ *        forward's), or null.  With it: batch entry z is sequence z (its rows,
+ *        lengths and positions as in the forward), 36 = the token rows of q,
+ *        o, d_o, dq (lse, dlse, delta, lse2 fp32 [H][rows]), 37 = the longest
+ *        kv_len, the schedules those of the forward's rule; NAME_pre runs over
+ *        the token rows as one batch entry (grid z = 1; entries z > 0 write
+ *        nothing), NAME_dkdv and NAME_dq over the sequences (grid z = batch);
+ *        tiles outside a sequence walk nothing, its rows outside are never
+ *        written, and key rows of two sequences must not overlap (dk, dv).
  * Parameters of ABI bwd_tma: 0..50 as ABI bwd, then
  *   51 tmap q_map, 52 tmap do_map  (by value, 128 bytes, 64-byte aligned): 4-D maps
  *        {D, q_len, heads, batch} of q and do over the launch's heads (strides
  *        as above, in bytes), bf16/f16, box {64, block_m, 1, 1}, 128-byte
  *        swizzle, out-of-bounds fill zero, as the forward's q map
- *        (s2_attn_fwd_tensor_maps with the backward's tensors); every kernel
- *        of such a module takes them, NAME_dkdv reads them.
+ *        (s2_attn_fwd_tensor_maps with the backward's tensors; batch 1 and
+ *        the token rows with seqinfo); every kernel of such a module takes
+ *        them, NAME_dkdv reads them.
+ *   53 ptr seqinfo    as 51 of ABI bwd.
  * Gathered backward (KV_GATHER 4 in the records: block-16 patterns on sm_90a): 39..43 is
  * the gathered packing of the forward schedule for (block_m, block_size), as
  * the gathered forward (s2_manifest_schedule_pack).
  * Launch in this order (one stream), block (num_warps * 32):
- *   NAME_pre   grid (cdiv(q_len, threads / (D/8)), H, B), no shared memory: writes delta, lse2
+ *   NAME_pre   grid (cdiv(q_len, threads / (D/8)), H, B; B = 1 with seqinfo), no shared memory: writes delta, lse2
  *   NAME_dkdv  grid (kv_tiles, Hkv, B), smem art->smem_bytes: dk, dv of the keys
  *              of list x's header (rows >= kv_len untouched), summed over the
  *              query heads of kv head y in increasing order
@@ -223,6 +234,13 @@ typedef struct s2_attn_bwd_args {
     /* The workspace's size: 0 means s2_attn_bwd_workspace_bytes(); at least
      * s2_attn_backward_workspace()'s takes the dS path (attn_runtime.h). */
     size_t workspace_bytes;
+    /* Variable-length batch (s2_attn_seqs_new, attn_runtime.h), or NULL: as
+     * in s2_attn_fwd_args (batch = its number of sequences, q_len / kv_len
+     * the token rows, tensors [rows, heads, D], lse, d_lse [heads][q_len]),
+     * the same records as the forward's.  The workspace is then
+     * s2_attn_bwd_workspace_bytes(1, heads, q_len); a plan's own workspace
+     * also holds the dS tiles of its declared batches (attn_runtime.h). */
+    const struct s2_attn_seqs *seqs;
 } s2_attn_bwd_args;
 
 /* Workspace of the backward: delta then lse·log2 e, fp32 [B][H][Sq] each,

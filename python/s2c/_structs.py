@@ -83,7 +83,7 @@ class BwdArgs(C.Structure):             # s2_attn_bwd_args (launch.h)
                 ("workspace", c_devptr),
                 ("q_stride", I64x3), ("k_stride", I64x3), ("v_stride", I64x3), ("o_stride", I64x3),
                 ("do_stride", I64x3), ("dq_stride", I64x3), ("dk_stride", I64x3), ("dv_stride", I64x3),
-                ("scale", C.c_float), ("workspace_bytes", C.c_size_t)]
+                ("scale", C.c_float), ("workspace_bytes", C.c_size_t), ("seqs", C.c_void_p)]
 
 
 class DecodeArgs(C.Structure):          # s2_attn_decode_args (decode.h)

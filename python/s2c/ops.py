@@ -249,6 +249,61 @@ def launch_varlen(pid, q, k, v, o, lse, scale, seqs_fill, n, max_kv_len):
     _launch(e, e.ref, e.ctx, "varlen forward")
 
 
+def launch_varlen_bwd(pid, q, k, v, o, do, lse, dlse, scale, seqs_fill, n, max_kv_len):
+    """The backward of launch_varlen: dq, dk, dv [rows, H(kv), D] (rows outside
+    every sequence zero), the records written again from the device's
+    cu_seqlens by seqs_fill(forward kernel, seqs) on the current stream."""
+    pat = _pattern(pid)
+    T, H, D = q.shape
+    Tk, Hkv = k.shape[0], k.shape[1]
+    dev = R.device(q.device.index)
+    kern = dev.kernel(pat.for_heads(H, Hkv), S.KIND_BWD, R.dtype_code(q), D)
+    fkern = dev.kernel(pat.for_heads(H, Hkv), S.KIND_FWD, R.dtype_code(q), D)
+    seqs = kern.device_seqs(n, max_kv_len)
+    dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+    a = S.BwdArgs(batch=n, q_len=T, kv_len=Tk, heads=H, kv_heads=Hkv, head_dim=D, dtype=R.dtype_code(q),
+                  scale=scale, seqs=seqs)
+    for name, t in (("q", q), ("k", k), ("v", v), ("o", o), ("do", do), ("dq", dq), ("dk", dk), ("dv", dv)):
+        _set3(getattr(a, name + "_stride"), (0, t.stride(0), t.stride(1)))
+    L = _lib.lib()
+    # the plan's workspace holds T token rows of stats: T is part of the key
+    plan = kern.plan(("varlen_bwd", n, max_kv_len, T, Tk),
+                     lambda p: _lib.check(L.s2_attn_plan_add_backward(_lib.ctx(), p, C.byref(a)), "varlen backward"))
+    e = _Entry().bind(a, plan, L.s2_attn_plan_backward, q)
+    seqs_fill(fkern, seqs)
+    a.q, a.k, a.v, a.o, a.d_o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), do.data_ptr()
+    a.lse, a.d_lse = lse.data_ptr(), dlse.data_ptr() if dlse is not None else 0
+    a.dq, a.dk, a.dv = dq.data_ptr(), dk.data_ptr(), dv.data_ptr()
+    _launch(e, e.ref, e.ctx, "varlen backward")
+    return dq, dk, dv
+
+
+class _VarlenAttention(torch.autograd.Function):
+    """sparse_attn_varlen_func with gradients: the forward keeps q, k, v, o,
+    lse and the cumulative lengths; the backward rewrites the records from
+    them on the device (no host sync) and runs the varlen backward."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, cu_q, cu_k, pid, scale, n, max_kv_len):
+        o = torch.zeros_like(q, memory_format=torch.contiguous_format)
+        lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+        launch_varlen(pid, q, k, v, o, lse, scale, _write_cu(cu_q, cu_k, n), n, max_kv_len)
+        ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k)
+        ctx.args = (pid, scale, n, max_kv_len)
+        return o, lse
+
+    @staticmethod
+    def backward(ctx, do, dlse):
+        q, k, v, o, lse, cu_q, cu_k = ctx.saved_tensors
+        pid, scale, n, max_kv_len = ctx.args
+        do = _inner_contiguous(do)
+        if dlse is not None:
+            dlse = dlse.contiguous()
+        dq, dk, dv = launch_varlen_bwd(pid, q, k, v, o, do, lse, dlse, scale, _write_cu(cu_q, cu_k, n), n,
+                                       max_kv_len)
+        return dq, dk, dv, None, None, None, None, None, None
+
+
 # ---- the forward and backward, custom ops ------------------------------------------------
 
 _fwd_cache = {}     # launch signature -> _Entry
@@ -443,11 +498,8 @@ def sparse_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tenso
     int32 cumulative lengths on the device (read there: no host sync, so the
     call can be captured in a CUDA graph).  Sequences longer than
     max_seqlen_k, or with more queries than keys, are left unwritten
-    (zeros).  Forward only: the varlen backward is not covered yet."""
-    if q.requires_grad or k.requires_grad or v.requires_grad:
-        if torch.is_grad_enabled():
-            raise NotImplementedError("s2c: the variable-length backward is not covered yet; call under "
-                                      "torch.no_grad() or pad the batch")
+    (zeros).  Differentiable in q, k, v: the deterministic varlen backward
+    (the key rows of two sequences must not overlap: cu_seqlens_k increasing)."""
     if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape:
         raise ValueError(f"s2c: varlen q, k, v are [tokens, heads, head_dim], got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
@@ -459,10 +511,13 @@ def sparse_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tenso
     if cu_k is not None and cu_k.numel() != n + 1:
         raise ValueError(f"s2c: cu_seqlens_k has {cu_k.numel()} entries, cu_seqlens_q {n + 1}")
     q, k, v = _inner_contiguous(q), _inner_contiguous(k), _inner_contiguous(v)
+    pid, scale, max_kv = pattern_id(pattern), _scale(softmax_scale, q.shape[-1]), int(max(max_seqlen_k, max_seqlen_q))
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        o, lse = _VarlenAttention.apply(q, k, v, cu_q, cu_k, pid, scale, n, max_kv)
+        return (o, lse) if return_lse else o
     o = torch.zeros_like(q, memory_format=torch.contiguous_format)
     lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
-    launch_varlen(pattern_id(pattern), q, k, v, o, lse, _scale(softmax_scale, q.shape[-1]), _write_cu(cu_q, cu_k, n),
-                  n, int(max(max_seqlen_k, max_seqlen_q)))
+    launch_varlen(pid, q, k, v, o, lse, scale, _write_cu(cu_q, cu_k, n), n, max_kv)
     return (o, lse) if return_lse else o
 
 

@@ -252,3 +252,18 @@ def test_import_without_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "4"
+
+
+def test_varlen_with_gradients_checks_its_arguments():
+    # differentiable now: inputs that want a gradient reach the same checks as inference
+    pat = s2c.Pattern.local_stride(4, 64, 3, 4, num_kv_heads=2)
+    cu = torch.tensor([0, 17, 40], dtype=torch.int32)
+    q = torch.zeros(40, 4, 64, dtype=torch.bfloat16, requires_grad=True)
+    k = torch.zeros(40, 2, 64, dtype=torch.bfloat16, requires_grad=True)
+    with pytest.raises(ValueError, match=r"varlen q, k, v are \[tokens, heads, head_dim\]"):
+        s2c.sparse_attn_varlen_func(q[None], k, k, cu, cu, 23, 23, pat)
+    with pytest.raises(ValueError, match="cu_seqlens_q must be a 1-D int32 tensor"):
+        s2c.sparse_attn_varlen_func(q, k, k, cu.long(), cu, 23, 23, pat)
+    with pytest.raises(NotImplementedError, match=r"head_dim 48 is not covered yet"):
+        q48 = torch.zeros(40, 4, 48, dtype=torch.bfloat16, requires_grad=True)
+        s2c.sparse_attn_varlen_func(q48, q48[:, :2], q48[:, :2], cu, cu, 23, 23, pat)

@@ -552,18 +552,20 @@ START_TEST(invalid_modules)
         ck_assert_msg(strstr(s2_ctx_message(ctx), cases[i].msg) != NULL, "%s: \"%s\"", cases[i].what,
                       s2_ctx_message(ctx));
     }
-    /* the backward's maps (spec.bwd_tma): q and d_o over q_len rows, heads, batch, block_m rows per box */
+    /* the backward's maps (spec.bwd_tma): q and d_o over q_len rows, heads, batch (1 with seqinfo),
+     * block_m rows per box */
     s2_aot_kernel bk = {.name = "dkdv", .symbol = "s", .abi = bwdt, .threads = 128, .smem_bytes = 1024,
                         .dtype = S2_DTYPE_BF16, .head_dim = 128, .kv_box_rows = 64};
     s2_aot_module bm = {.name = "m", .cubin = cubin, .cubin_size = 16, .kernels = &bk, .num_kernels = 1};
     ck_assert_msg(s2_aot_emit(ctx, &bm, &h, &c) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_ptr_nonnull(strstr(c, "s2_r = m_encode_map(&q_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, q, 128, 2, "
-                                    "(int64_t)q_len, (int64_t)heads, (int64_t)batch,\n        q_stride_b, q_stride_s, "
+                                    "(int64_t)q_len, (int64_t)heads, s2_tb,\n        q_stride_b, q_stride_s, "
                                     "q_stride_h, 64);"));
     ck_assert_ptr_nonnull(strstr(c, "s2_r = m_encode_map(&do_map, CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, d_o, 128, 2, "
-                                    "(int64_t)q_len, (int64_t)heads, (int64_t)batch,\n        d_o_stride_b, "
+                                    "(int64_t)q_len, (int64_t)heads, s2_tb,\n        d_o_stride_b, "
                                     "d_o_stride_s, d_o_stride_h, 64);"));
-    ck_assert_ptr_nonnull(strstr(c, "&q_map, &do_map"));
+    ck_assert_ptr_nonnull(strstr(c, "s2_tb = seqinfo != 0 ? 1 : (int64_t)batch;"));
+    ck_assert_ptr_nonnull(strstr(c, "&q_map, &do_map, &seqinfo"));
     free(h);
     free(c);
     /* a divisor on a constant grid dimension, a negative one */

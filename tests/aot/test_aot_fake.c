@@ -494,21 +494,23 @@ static void check_wide(int which, s2_dtype dt, int64_t S, const char *mod)
 #define I int64_t
 typedef CUresult (*bwd_launcher)(CUstream, P, P, P, P, P, P, P, P, P, P, P, P, I, I, I, I, I, I, I, I, I, I, I, I, I,
                                  I, I, I, I, I, I, I, I, I, I, I, int32_t, int32_t, float, P, P, P, int32_t, int32_t, P,
-                                 P, P, int32_t, P, P, P, int32_t, int32_t, int32_t);
+                                 P, P, int32_t, P, P, P, P, int32_t, int32_t, int32_t);
 #undef P
 #undef I
 
-/* Backward parameter sizes (attention.h), packed: 384 bytes, 640 with the
- * two tensor maps of spec.bwd_tma (parameters 51, 52). */
-static int bwd_sizes[53];
-enum { BWD_OFF_TAIL = 12 * 8 + 24 * 8, BWD_PARAM_BYTES = BWD_OFF_TAIL + 12 + 24 + 8 + 24 + 4 + 24,
+/* Backward parameter sizes (attention.h), packed: 392 bytes, 648 with the
+ * two tensor maps of spec.bwd_tma (parameters 51, 52) before seqinfo. */
+static int bwd_sizes[2][54];
+enum { BWD_OFF_TAIL = 12 * 8 + 24 * 8, BWD_PARAM_BYTES = BWD_OFF_TAIL + 12 + 24 + 8 + 24 + 4 + 24 + 8,
        BWD_TMA_PARAM_BYTES = BWD_PARAM_BYTES + 256 };
 
 static void init_bwd_sizes(void)
 {
-    for (int i = 0; i < 53; i++)
-        bwd_sizes[i] = i >= 51 ? 128
-                       : i < 36 || i >= 48 ? 8 : (i == 39 || i == 40 || i == 41 || i == 44 || i == 45 || i == 46) ? 8 : 4;
+    for (int t = 0; t < 2; t++)
+        for (int i = 0; i < 54; i++)
+            bwd_sizes[t][i] = t && (i == 51 || i == 52) ? 128
+                              : i < 36 || i >= 48 ? 8
+                              : (i == 39 || i == 40 || i == 41 || i == 44 || i == 45 || i == 46) ? 8 : 4;
 }
 
 typedef struct bwd_gen {
@@ -648,7 +650,7 @@ static void compare_bwd(s2_ctx *ctx, s2_attn_kernel *k, const bwd_gen *g, const 
                                   s[4][1], s[4][2], s[5][0], s[5][1], s[5][2], s[6][0], s[6][1], s[6][2], s[7][0],
                                   s[7][1], s[7][2], (int32_t)a->q_len, (int32_t)a->kv_len, scale_log2, sch[0], sch[1],
                                   sch[2], first, tiles, sch[3], sch[4], sch[5], kv_tiles, dsp[0], dsp[1], dsp[2],
-                                  a->heads, a->kv_heads, a->batch);
+                                  (CUdeviceptr)0, a->heads, a->kv_heads, a->batch);
         ck_assert_msg(r == CUDA_SUCCESS, "%s: launcher %d returned %d", what, j, (int)r);
     }
     ck_assert_int_eq(fake_get("launches"), launches + 6);
@@ -676,7 +678,7 @@ static void check_bwd(int which, s2_dtype dt, int head_dim, s2_arch arch, const 
     s2_device *dev = NULL;
     ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
     build_bwd_gen(&g, which, dt, head_dim, arch, mod);
-    fake_param_sizes(bwd_sizes, g.tma ? 53 : 51);
+    fake_param_sizes(bwd_sizes[g.tma], g.tma ? 54 : 52);
     s2_attn_module *amod = NULL;
     ck_assert_msg(s2_attn_module_load(ctx, dev, g.art->cubin, g.art->cubin_size, &amod) == S2_OK, "%s",
                   s2_ctx_message(ctx));

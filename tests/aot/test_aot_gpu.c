@@ -282,7 +282,7 @@ typedef CUresult (*bwd_launcher)(CUstream, CUdeviceptr, CUdeviceptr, CUdeviceptr
                                  int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t, int64_t,
                                  int64_t, int64_t, int64_t, int32_t, int32_t, float, CUdeviceptr, CUdeviceptr,
                                  CUdeviceptr, int32_t, int32_t, CUdeviceptr, CUdeviceptr, CUdeviceptr, int32_t,
-                                 CUdeviceptr, CUdeviceptr, CUdeviceptr, int32_t, int32_t, int32_t);
+                                 CUdeviceptr, CUdeviceptr, CUdeviceptr, CUdeviceptr, int32_t, int32_t, int32_t);
 
 /* One backward on the dQ path of role dq: the runtime, then pre, dkdv and the
  * dq role's launcher with the same arguments. */
@@ -351,7 +351,8 @@ static void check_bwd(s2_kernel_role dq)
                                    scale_log2, u64_of(r, "class_of_head"), u64_of(r, "offsets"), u64_of(r, "entries"),
                                    i32_of(r, "first_q_tile"), i32_of(r, "q_tiles"), u64_of(r, "t_class_of_head"),
                                    u64_of(r, "t_offsets"), u64_of(r, "t_entries"), i32_of(r, "kv_tiles"),
-                                   u64_of(r, "ds"), u64_of(r, "ds_head"), u64_of(r, "ds_map"), H, HK, B);
+                                   u64_of(r, "ds"), u64_of(r, "ds_head"), u64_of(r, "ds_map"), u64_of(r, "seqinfo"), H, HK,
+                                   B);
         ck_assert_msg(rc == CUDA_SUCCESS, "%s: launcher %d returned %d", what, j, (int)rc);
     }
     compare_launches(what, 3);

@@ -526,7 +526,7 @@ def test_emit_c():
             errs = [] if rc == 0 and launchers == want else [f"rc={rc} {launchers} {err}"]
             if not errs:
                 args = ", ".join(["p"] * 12 + ["0"] * 24 + ["1", "1", "1.0f", "p", "p", "p", "0", "1", "p", "p",
-                                                             "p", "1", "p", "p", "p", "1", "1", "1"])
+                                                             "p", "1", "p", "p", "p", "p", "1", "1", "1"])
                 with open(os.path.join(bdir, "user.c"), "w") as u:
                     u.write('#include "bw.h"\nint use(CUstream s);\nint use(CUstream s)\n{\n'
                             '    CUdeviceptr p = 0;\n    CUresult r = load_bw();\n')
