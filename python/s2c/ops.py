@@ -67,7 +67,7 @@ def _check_inputs(q, k, v, sd, kind="forward"):
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"s2c: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     R.dtype_code(q)
-    R.check_head_dim(q.shape[3], kind)
+    R.check_head_dim(q.shape[3], kind, q.dtype)
     if not q.is_cuda or k.device != q.device or v.device != q.device:
         raise ValueError(f"s2c: q, k, v must be on one CUDA device, got {q.device}, {k.device}, {v.device}")
 
@@ -293,6 +293,11 @@ def _fwd_fake(q, k, v, pattern, scale, seq_dim, out_seq_dim):
 
 
 def _bwd_impl(do, q, k, v, o, lse, dlse, pattern, scale, seq_dim, out_seq_dim):
+    if q.dtype == _f32:
+        # fp32 tensors: the bf16 backward on converted copies (the forward's
+        # fp32 LSE as it is), gradients returned in fp32
+        bf = [t.to(torch.bfloat16) for t in (do, q, k, v, o)]
+        return tuple(g.to(_f32) for g in _bwd_impl(*bf, lse, dlse, pattern, scale, seq_dim, out_seq_dim))
     do = _inner_contiguous(do)
     if dlse is not None:
         dlse = dlse.contiguous()
@@ -452,7 +457,7 @@ def sparse_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tenso
         raise ValueError(f"s2c: varlen q, k, v are [tokens, heads, head_dim], got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     R.dtype_code(q)
-    R.check_head_dim(q.shape[-1])
+    R.check_head_dim(q.shape[-1], "forward", q.dtype)
     cu_q = _check_cu(cu_seqlens_q, "cu_seqlens_q", q)
     cu_k = _check_cu(cu_seqlens_k, "cu_seqlens_k", q) if cu_seqlens_k is not None else None
     n = cu_q.numel() - 1
@@ -521,7 +526,7 @@ def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq
     if block_table.dtype != torch.int32 or seq_lens.dtype != torch.int32:
         raise ValueError("s2c: block_table and seq_lens must be int32")
     R.dtype_code(q)
-    R.check_head_dim(q.shape[-1], "decode")
+    R.check_head_dim(q.shape[-1], "decode", q.dtype)
     q, k_cache, v_cache = _inner_contiguous(q), _inner_contiguous(k_cache), _inner_contiguous(v_cache)
     block_table, seq_lens = block_table.contiguous(), seq_lens.contiguous()
     key = (pattern_id(pattern), q.shape, q.stride(), k_cache.shape, k_cache.stride(), v_cache.stride(),
