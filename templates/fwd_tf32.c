@@ -12,9 +12,10 @@
  * k-index t4 is key 2·t4 and t4+4 is key 2·t4+1 of the 8-key step, so P's
  * A fragment is the score accumulator as it stands (c0, c2, c1, c3) and V's
  * B fragment two 4-byte shared loads, conflict-free under the 128-byte
- * swizzle (rows 2·t4+j XOR distinct chunk pairs).  Q and P are rounded to
- * tf32 (cvt.rna); K and V enter as stored (the tensor cores read the tf32
- * bits of an fp32 operand). */
+ * swizzle (rows 2·t4+j XOR distinct chunk pairs).  Q, K and P are rounded
+ * to tf32 (cvt.rna): truncated K would bias every score, and so the LSE, by
+ * -2^-11 relative on average; V enters as stored (the tensor cores read the
+ * tf32 bits of an fp32 operand), a bias of O within tf32's own rounding. */
 #include "flash.h"
 #include "kbase.h"
 #include "params.h"
@@ -347,7 +348,7 @@ static void kv_lanes_init(tfk *k, kv_lanes *L)
 }
 
 /* S = Q·Kᵀ for the stage at byte offset kst (K B-fragments by ldmatrix.x4,
- * two k-steps of 8 at a time). */
+ * two k-steps of 8 at a time, rounded to tf32). */
 static void compute_scores(tfk *k, const kv_lanes *L, LLVMValueRef kst, LLVMValueRef colmask, LLVMValueRef sc[][4])
 {
     LLVMBuilderRef b = k->b;
@@ -370,6 +371,8 @@ static void compute_scores(tfk *k, const kv_lanes *L, LLVMValueRef kst, LLVMValu
             for (int p = 0; p < k->s.D / 16; p++) {
                 LLVMValueRef kb[4], qa[2][4];
                 s2_nv_ldmatrix_x4(k->cg, smem_addr(k, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes), false, kb);
+                for (int i = 0; i < 4; i++)
+                    kb[i] = to_tf32(k, LLVMBuildBitCast(k->b, kb[i], k->cg->t_f32, ""));
                 for (int h = 0; h < 2; h++) {
                     if (k->s.q_regs)
                         memcpy(qa[h], k->qf[2 * p + h], sizeof qa[h]);
