@@ -406,7 +406,7 @@ def _scale(softmax_scale, d):
 
 def sparse_attn_func(q: Tensor, k: Tensor, v: Tensor, pattern: Pattern, softmax_scale: Optional[float] = None,
                      return_lse: bool = False, layout: str = "bshd", out_layout: Optional[str] = None, *,
-                     out: Optional[Tensor] = None):
+                     out: Optional[Tensor] = None, fp32_compute: str = "tf32"):
     """S2 attention of q [B, Sq, H, D] and k, v [B, Sk, Hkv, D] (layout
     "bshd", flash_attn_func's) or [B, H, S, D] ("bhsd", SDPA's) under
     `pattern`; views with any strides are read in place.  Sq < Sk puts the
@@ -414,7 +414,23 @@ def sparse_attn_func(q: Tensor, k: Tensor, v: Tensor, pattern: Pattern, softmax_
     `layout`), and the natural-log LSE [B, H, Sq] in float32 with return_lse.
     `out`: a contiguous tensor of o's shape and dtype to write o into (the
     kernel writes it directly when no gradient is wanted).  Differentiable in
-    q, k, v."""
+    q, k, v.  float32 inputs: `fp32_compute` "tf32" (default, as the S2
+    Triton library) runs the tf32 forward on them; "bf16" runs the bf16
+    kernels on bf16 copies (faster, bf16 accuracy).  Either way o comes back
+    in float32, and the backward of float32 inputs runs the bf16 kernels on
+    converted copies, gradients returned in float32."""
+    if fp32_compute not in ("tf32", "bf16"):
+        raise ValueError(f"s2c: fp32_compute must be 'tf32' or 'bf16', got {fp32_compute!r}")
+    if fp32_compute == "bf16" and q.dtype == _f32:
+        res = sparse_attn_func(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), pattern,
+                               softmax_scale, return_lse, layout, out_layout)
+        o = res[0] if return_lse else res
+        if out is not None:
+            out.copy_(o)
+            o = out
+        else:
+            o = o.to(_f32)
+        return (o, res[1]) if return_lse else o
     sd, osd = _LAYOUTS.get(layout), _LAYOUTS.get(out_layout or layout)
     if sd is None or osd is None:
         raise ValueError(f"s2c: layout must be 'bshd' or 'bhsd', got {layout!r} / {out_layout!r}")
