@@ -33,6 +33,8 @@ runtime_gpu                60  test_runtime_gpu
 fwd_gpu                   180  test_fwd_gpu
 fwd_gpu_sm80              150  S2C_FWD_ARCH=sm_80 test_fwd_gpu
 fwd_gpu_persistent        150  S2C_FWD_PERSISTENT=1 test_fwd_gpu
+fwd_gpu_f32                60  S2C_FWD_CASES=_f32 test_fwd_gpu
+fwd_gpu_f32_sm80           60  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=_f32 test_fwd_gpu
 bwd_gpu                   150  test_bwd_gpu
 attnrt_gpu                 90  test_attn_gpu
 varlen_gpu                 90  test_varlen_gpu
@@ -52,6 +54,8 @@ memcheck_fwd              120  S2C_FWD_CASES=d64 compute-sanitizer --tool memche
 racecheck_fwd              60  S2C_FWD_CASES=d32 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_sm80          120  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=d64 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 racecheck_fwd_sm80          60  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=d32 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
+memcheck_fwd_f32           90  S2C_FWD_CASES=d64_f32 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
+racecheck_fwd_f32          90  S2C_FWD_CASES=d32_f32 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_dense         90  S2C_FWD_CASES=dense64_d128 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 racecheck_fwd_dense        90  S2C_FWD_CASES=dense64_d128 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_persistent   120  S2C_FWD_PERSISTENT=1 S2C_FWD_CASES=mergeq16_d64_f16_g4 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
