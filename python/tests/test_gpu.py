@@ -283,9 +283,10 @@ def test_fp32_forward_tf32(name, mk, B, Sq, Sk, H, Hkv, D):
     want, want_lse = ref_attention(q, k, v, token_mask(pat, Sq, Sk), 1 / math.sqrt(D))
     close(o, want, 4e-3, f"{name} o")
     close(lse, want_lse, 2e-3, f"{name} lse")
-    o16 = s2c.sparse_attn_func(q, k, v, pat, fp32_compute="bf16")
-    assert o16.dtype == torch.float32
-    close(o16, want, 2e-2, f"{name} o (bf16 compute)")
+    if D in s2c._runtime.FWD_HEAD_DIMS:   # the bf16 kernels' head dims
+        o16 = s2c.sparse_attn_func(q, k, v, pat, fp32_compute="bf16")
+        assert o16.dtype == torch.float32
+        close(o16, want, 2e-2, f"{name} o (bf16 compute)")
 
 
 def test_fp32_backward_through_bf16():
