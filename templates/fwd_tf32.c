@@ -652,16 +652,15 @@ static bool tf32_accepts(const s2_kspec *s)
     return s->kind == S2_KERNEL_FWD && r && r->mma == S2_MMA_TF32;
 }
 
-/* The key tile that keeps the kernel free of spills: fewer score registers
- * as O's D/2 grow (sm_80's ptxas spills a little at d128 with 64 keys). */
+/* The key tile: fewer score registers as O's D/2 grow (ptxas spills at d128
+ * with 64 keys on sm_80, at d256 with 32), and fp32 stages small enough for
+ * two CTAs (8 warps) per SM from d96 (64 keys at d128 would hold one). */
 static int default_block_n(const s2_kspec *spec, const s2_pattern *p)
 {
     int d = spec->head_dim;
     if (p->block_size <= 16 || d > 192)
         return 16;
-    if (d > 128 || (d > 64 && spec->arch == S2_ARCH_SM80))
-        return 32;
-    return 64;
+    return d > 64 ? 32 : 64;
 }
 
 /* FA2 tiling as the mma.sync forward (block_m = 16 · num_warps, default 64
