@@ -2,7 +2,10 @@
 attention calls, in one process, timed as triton.testing.do_bench times them
 (L2 flushed between repetitions, median): forward, and forward + backward.
 
-    DKERNEL_DIR=DIR S2C_LIBDIR=... python3 bench/py_kernels.py   (ROWS=name,...)"""
+    DKERNEL_DIR=DIR S2C_LIBDIR=... python3 bench/py_kernels.py   (ROWS=name,...)
+
+DTYPE=float32 times fp32 inputs (s2c's tf32 forward against the library's
+fp32 path, tf32 by default in both); the default is bfloat16."""
 import importlib.metadata as md
 import json
 import os
@@ -39,19 +42,20 @@ def bench(fn):
 
 def main():
     names = os.environ.get("ROWS", ",".join(ROWS)).split(",")
+    dtype = getattr(torch, os.environ.get("DTYPE", "bfloat16"))
     out = []
     for name in names:
         B, H, Hkv, S, bs, local, stride = ROWS[name]
         torch.manual_seed(0)
-        q = torch.randn(B, S, H, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        k = torch.randn(B, S, Hkv, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
-        v = torch.randn(B, S, Hkv, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        q = torch.randn(B, S, H, 128, device="cuda", dtype=dtype, requires_grad=True)
+        k = torch.randn(B, S, Hkv, 128, device="cuda", dtype=dtype, requires_grad=True)
+        v = torch.randn(B, S, Hkv, 128, device="cuda", dtype=dtype, requires_grad=True)
         do = torch.randn_like(q)
         ours = s2c.LocalStrideSparseAttention(H, S, bs, local, stride, num_kv_heads=Hkv)
         mods = {"s2c": ours}
         if dk is not None:
             mods["dkernel"] = dk.LocalStrideSparseAttention(H, S, bs, local, stride, num_kv_heads=Hkv).cuda()
-        r = dict(row=name, B=B, H=H, Hkv=Hkv, S=S, block=bs, local=local, stride=stride)
+        r = dict(row=name, dtype=str(dtype), B=B, H=H, Hkv=Hkv, S=S, block=bs, local=local, stride=stride)
         for prov, m in mods.items():
             try:
                 with torch.no_grad():

@@ -120,7 +120,8 @@ void s2_nv_ldmatrix_x4(s2_cg *cg, LLVMValueRef smem_ptr, bool trans, LLVMValueRe
  * lanes 8j..8j+7 give the addresses of its 8 rows (16 bytes each); .trans stores
  * each matrix transposed (a thread's pair (row g, cols 2t, 2t+1) lands in rows 2t, 2t+1) */
 void s2_nv_stmatrix_x4(s2_cg *cg, LLVMValueRef smem_ptr, bool trans, LLVMValueRef v[4]);
-/* acc += A·B, mma.sync m16n8k16 row.col, f32 accumulators; a, b packed i32 of dt (an S2_MMA_F16 dtype) */
+/* acc += A·B, mma.sync row.col, f32 accumulators; a, b packed i32 of dt: the dtype row's mma, m16n8k16 for an
+ * S2_MMA_F16 dtype, m16n8k8 for f32 (tf32: one element per register) */
 void s2_nv_mma_m16n8k16(s2_cg *cg, s2_dtype dt, LLVMValueRef a[4], LLVMValueRef b[2], LLVMValueRef acc[4]);
 /* cp.async.cg.shared.global 16 bytes, src_size (i32) bytes read, the rest zero-filled */
 void s2_nv_cp_async_16(s2_cg *cg, LLVMValueRef dst_smem, LLVMValueRef src_global, LLVMValueRef src_size);

@@ -21,8 +21,9 @@ static void e5m2_put(void *p, double v) { *(uint8_t *)p = s2_f64_to_e5m2(v); }
 /* In enum order (s2c/common.h); tensor_map values are cuda.h's
  * CU_TENSOR_MAP_DATA_TYPE_* (fp8 copies move bytes: UINT8). */
 static const s2_dtype_info rows[] = {
-    {.dtype = S2_DTYPE_F32, .name = "f32", .title = "f32", .size = 4, .llvm = S2_LLVM_FLOAT, .ptx = "f32",
-     .tensor_map = 7, .tensor_map_name = "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", .to_f64 = f32_get, .from_f64 = f32_put},
+    {.dtype = S2_DTYPE_F32, .name = "f32", .title = "f32", .cli = {"fp32"}, .size = 4, .llvm = S2_LLVM_FLOAT,
+     .ptx = "f32", .mma = S2_MMA_TF32, .mma_k = 8, .llvm_mma = "llvm.nvvm.mma.m16n8k8.row.col.tf32", .tensor_map = 7,
+     .tensor_map_name = "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", .kernels = true, .to_f64 = f32_get, .from_f64 = f32_put},
     {.dtype = S2_DTYPE_F16, .name = "f16", .title = "f16", .cli = {"fp16", "f16"}, .size = 2, .llvm = S2_LLVM_HALF,
      .ptx = "f16", .ptx_x2 = "f16x2", .mma = S2_MMA_F16, .mma_k = 16,
      .llvm_mma = "llvm.nvvm.mma.m16n8k16.row.col.f32.f32", .mma_vec = true, .llvm_cvt_x2 = "llvm.nvvm.ff2f16x2.rn",

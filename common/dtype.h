@@ -17,11 +17,13 @@ typedef enum s2_llvm_elt {
 } s2_llvm_elt;
 
 /* The tensor-core instruction family an operand type belongs to (PTX's
- * tcgen05 .kind names it): k is 16 for 16-bit operands, 32 for 8-bit. */
+ * tcgen05 .kind names it): k is 16 for 16-bit operands, 32 for 8-bit, 8 for
+ * f32 (tf32). */
 typedef enum s2_mma_kind {
     S2_MMA_NONE = 0, /* no tensor-core operand */
     S2_MMA_F16,      /* f16, bf16: mma.sync m16n8k16, wgmma m64nNk16 */
     S2_MMA_F8F6F4,   /* e4m3, e5m2: mma.sync m16n8k32 (sm_89+), wgmma m64nNk32 */
+    S2_MMA_TF32,     /* f32 read as tf32: mma.sync m16n8k8, wgmma m64nNk8 */
 } s2_mma_kind;
 
 typedef struct s2_dtype_info {
@@ -36,7 +38,8 @@ typedef struct s2_dtype_info {
     s2_mma_kind mma;
     int mma_k;               /* k of its mma.sync and wgmma shapes; 0: none */
     /* mma.sync m16n8k{mma_k} row.col with f32 accumulators, both operands of
-     * this type; its operands are <2 x llvm> (f16) where mma_vec, else i32 */
+     * this type (A four registers, B two, at every k); its operands are
+     * <2 x llvm> (f16) where mma_vec, else i32 */
     const char *llvm_mma;
     bool mma_vec;
     const char *llvm_cvt_x2; /* two f32 rounded to nearest into a packed pair */

@@ -35,6 +35,8 @@ fwd_gpu_sm80              270  S2C_FWD_ARCH=sm_80 test_fwd_gpu
 fwd_gpu_hdim_sm80         150  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=hdim_ test_fwd_gpu
 fwd_gpu_persistent        270  S2C_FWD_PERSISTENT=1 test_fwd_gpu
 bwd_gpu                   300  test_bwd_gpu
+fwd_gpu_f32                60  S2C_FWD_CASES=_f32 test_fwd_gpu
+fwd_gpu_f32_sm80           60  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=_f32 test_fwd_gpu
 attnrt_gpu                 90  test_attn_gpu
 varlen_gpu                 90  test_varlen_gpu
 varlen_bwd_gpu            150  test_varlen_bwd_gpu
@@ -56,6 +58,8 @@ racecheck_fwd              60  S2C_FWD_CASES=d32 compute-sanitizer --tool racech
 memcheck_fwd_sm80          120  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=d64 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 racecheck_fwd_sm80          60  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=d32 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_hdim_sm80    150  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=_d80_ compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
+memcheck_fwd_f32           90  S2C_FWD_CASES=d64_f32 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
+racecheck_fwd_f32          90  S2C_FWD_CASES=d32_f32 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_dense         90  S2C_FWD_CASES=dense64_d128 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu
 racecheck_fwd_dense        90  S2C_FWD_CASES=dense64_d128 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_gpu
 memcheck_fwd_d256         120  S2C_FWD_CASES=_d256_ compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_gpu

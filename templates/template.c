@@ -364,9 +364,11 @@ static const s2_template bwd = {"bwd", S2_KERNEL_BWD, dt16, HD_16_TO_256, ABI(BW
 
 /* Entries defined in their template's own file (one line here each). */
 extern const s2_template s2_template_row_softmax;   /* templates/softmax.c */
+extern const s2_template s2_template_fwd_tf32;      /* templates/fwd_tf32.c */
 
 /* Asked in order: the first that accepts a spec builds it. */
-static const s2_template *const templates[] = {&decode, &fwd_wgmma, &fwd_mma, &bwd, &s2_template_row_softmax};
+static const s2_template *const templates[] = {&decode, &fwd_wgmma, &fwd_mma, &s2_template_fwd_tf32, &bwd,
+                                                &s2_template_row_softmax};
 
 int s2_template_count(void) { return (int)(sizeof templates / sizeof templates[0]); }
 

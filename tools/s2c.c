@@ -3,7 +3,7 @@
  *
  *   s2c check PATTERN...
  *   s2c layout PATTERN --seq-len N [--kv-len N] [--name N] [--format mask|schedule|stats|json] ...
- *   s2c compile PATTERN --head-dim D --dtype bf16|fp16 --arch ARCH [--emit cubin|c|ptx|ll] -o OUT ...
+ *   s2c compile PATTERN --head-dim D --dtype bf16|fp16|fp32 --arch ARCH [--emit cubin|c|ptx|ll] -o OUT ...
  *   s2c info CUBIN
  *   s2c kv-memory PATTERN --seq-len N[,N...] [--page-size N] [--prefill N] [--head-dim D] [--dtype bf16|fp16]
  *   s2c cp-plan [PATTERN] [--ranks N,...] [--seq-len N,...] [--sharding S] [--tflops T] [--link-gbps B] ...
@@ -60,7 +60,7 @@ const cli_command cli_commands[] = {
      "  --max-bytes N               refuse a mask or schedule text over N bytes (default 1 GiB)\n"
      MASK_HELP COMMON_HELP STDIN_HELP},
     {"compile", cmd_compile, compile_options, "generate attention kernels into one module (cubin, PTX, IR, C)",
-     "usage: s2c compile PATTERN --head-dim D --dtype bf16|fp16 --arch sm_80|sm_90|sm_90a -o OUT [options]\n"
+     "usage: s2c compile PATTERN --head-dim D --dtype bf16|fp16|fp32 --arch sm_80|sm_90|sm_90a -o OUT [options]\n"
      "Generate the attention kernels of a pattern file, one per pattern, into one module.\n"
      "\n"
      "  --arch ARCH                 sm_80, sm_90 or sm_90a; repeatable: one module per arch, OUT.ARCH.EXT\n"

@@ -13,9 +13,12 @@ from . import _lib
 from . import _structs as S
 from ._lib import check
 
-_DTYPES = {torch.float16: S.DTYPE_F16, torch.bfloat16: S.DTYPE_BF16}
+_DTYPES = {torch.float16: S.DTYPE_F16, torch.bfloat16: S.DTYPE_BF16, torch.float32: S.DTYPE_F32}
 # What the kernels cover (the kernel-coverage work widens it).
 FWD_HEAD_DIMS = tuple(range(16, 257, 16))
+# fp32 tensors: the tf32 forward takes every multiple of 16 up to 256; their
+# backward runs the bf16 kernels on converted copies (ops._bwd_impl), decode has none.
+FP32_FWD_HEAD_DIMS = tuple(range(16, 257, 16))
 BWD_HEAD_DIMS = tuple(range(16, 257, 16))
 DECODE_HEAD_DIMS = tuple(range(16, 257, 16))
 
@@ -27,12 +30,16 @@ def dtype_code(t):
     try:
         return _DTYPES[t.dtype]
     except KeyError:
-        raise NotImplementedError(f"s2c: dtype {t.dtype} is not covered yet: the kernels take torch.float16 and "
-                                  f"torch.bfloat16") from None
+        raise NotImplementedError(f"s2c: dtype {t.dtype} is not covered yet: the kernels take torch.float16, "
+                                  f"torch.bfloat16 and torch.float32") from None
 
 
-def check_head_dim(d, kind="forward"):
+def check_head_dim(d, kind="forward", dtype=None):
+    if dtype == torch.float32 and kind == "decode":
+        raise NotImplementedError("s2c: the decode kernels take torch.float16 and torch.bfloat16, not torch.float32")
     dims = {"forward": FWD_HEAD_DIMS, "backward": BWD_HEAD_DIMS, "decode": DECODE_HEAD_DIMS}[kind]
+    if dtype == torch.float32 and kind == "forward":
+        dims = FP32_FWD_HEAD_DIMS
     if d not in dims:
         raise NotImplementedError(f"s2c: head_dim {d} is not covered yet by the {kind} kernels: they take "
                                   f"{', '.join(map(str, dims))}")

@@ -67,7 +67,7 @@ def _check_inputs(q, k, v, sd, kind="forward"):
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"s2c: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     R.dtype_code(q)
-    R.check_head_dim(q.shape[3], kind)
+    R.check_head_dim(q.shape[3], kind, q.dtype)
     if not q.is_cuda or k.device != q.device or v.device != q.device:
         raise ValueError(f"s2c: q, k, v must be on one CUDA device, got {q.device}, {k.device}, {v.device}")
 
@@ -348,6 +348,11 @@ def _fwd_fake(q, k, v, pattern, scale, seq_dim, out_seq_dim):
 
 
 def _bwd_impl(do, q, k, v, o, lse, dlse, pattern, scale, seq_dim, out_seq_dim):
+    if q.dtype == _f32:
+        # fp32 tensors: the bf16 backward on converted copies (the forward's
+        # fp32 LSE as it is), gradients returned in fp32
+        bf = [t.to(torch.bfloat16) for t in (do, q, k, v, o)]
+        return tuple(g.to(_f32) for g in _bwd_impl(*bf, lse, dlse, pattern, scale, seq_dim, out_seq_dim))
     do = _inner_contiguous(do)
     if dlse is not None:
         dlse = dlse.contiguous()
@@ -456,7 +461,7 @@ def _scale(softmax_scale, d):
 
 def sparse_attn_func(q: Tensor, k: Tensor, v: Tensor, pattern: Pattern, softmax_scale: Optional[float] = None,
                      return_lse: bool = False, layout: str = "bshd", out_layout: Optional[str] = None, *,
-                     out: Optional[Tensor] = None):
+                     out: Optional[Tensor] = None, fp32_compute: str = "tf32"):
     """S2 attention of q [B, Sq, H, D] and k, v [B, Sk, Hkv, D] (layout
     "bshd", flash_attn_func's) or [B, H, S, D] ("bhsd", SDPA's) under
     `pattern`; views with any strides are read in place.  Sq < Sk puts the
@@ -464,7 +469,23 @@ def sparse_attn_func(q: Tensor, k: Tensor, v: Tensor, pattern: Pattern, softmax_
     `layout`), and the natural-log LSE [B, H, Sq] in float32 with return_lse.
     `out`: a contiguous tensor of o's shape and dtype to write o into (the
     kernel writes it directly when no gradient is wanted).  Differentiable in
-    q, k, v."""
+    q, k, v.  float32 inputs: `fp32_compute` "tf32" (default, as the S2
+    Triton library) runs the tf32 forward on them; "bf16" runs the bf16
+    kernels on bf16 copies (faster, bf16 accuracy).  Either way o comes back
+    in float32, and the backward of float32 inputs runs the bf16 kernels on
+    converted copies, gradients returned in float32."""
+    if fp32_compute not in ("tf32", "bf16"):
+        raise ValueError(f"s2c: fp32_compute must be 'tf32' or 'bf16', got {fp32_compute!r}")
+    if fp32_compute == "bf16" and q.dtype == _f32:
+        res = sparse_attn_func(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), pattern,
+                               softmax_scale, return_lse, layout, out_layout)
+        o = res[0] if return_lse else res
+        if out is not None:
+            out.copy_(o)
+            o = out
+        else:
+            o = o.to(_f32)
+        return (o, res[1]) if return_lse else o
     sd, osd = _LAYOUTS.get(layout), _LAYOUTS.get(out_layout or layout)
     if sd is None or osd is None:
         raise ValueError(f"s2c: layout must be 'bshd' or 'bhsd', got {layout!r} / {out_layout!r}")
@@ -504,7 +525,7 @@ def sparse_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tenso
         raise ValueError(f"s2c: varlen q, k, v are [tokens, heads, head_dim], got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
     R.dtype_code(q)
-    R.check_head_dim(q.shape[-1])
+    R.check_head_dim(q.shape[-1], "forward", q.dtype)
     cu_q = _check_cu(cu_seqlens_q, "cu_seqlens_q", q)
     cu_k = _check_cu(cu_seqlens_k, "cu_seqlens_k", q) if cu_seqlens_k is not None else None
     n = cu_q.numel() - 1
@@ -576,7 +597,7 @@ def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq
     if block_table.dtype != torch.int32 or seq_lens.dtype != torch.int32:
         raise ValueError("s2c: block_table and seq_lens must be int32")
     R.dtype_code(q)
-    R.check_head_dim(q.shape[-1], "decode")
+    R.check_head_dim(q.shape[-1], "decode", q.dtype)
     q, k_cache, v_cache = _inner_contiguous(q), _inner_contiguous(k_cache), _inner_contiguous(v_cache)
     block_table, seq_lens = block_table.contiguous(), seq_lens.contiguous()
     key = (pattern_id(pattern), q.shape, q.stride(), k_cache.shape, k_cache.stride(), v_cache.stride(),

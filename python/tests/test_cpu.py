@@ -216,9 +216,19 @@ def test_drop_in_argument_checks():
     q = torch.zeros(1, 64, 8, 40, dtype=torch.bfloat16)
     with pytest.raises(NotImplementedError, match=r"head_dim 40 is not covered yet .* 16, 32, 48, .*, 240, 256"):
         attn(q, q, q)
-    q = torch.zeros(1, 64, 8, 64, dtype=torch.float32)
-    with pytest.raises(NotImplementedError, match=r"dtype torch.float32 is not covered yet"):
+    q = torch.zeros(1, 64, 8, 64, dtype=torch.float64)
+    with pytest.raises(NotImplementedError, match=r"dtype torch.float64 is not covered yet"):
         attn(q, q, q)
+    # fp32 (the tf32 forward) passes the dtype and head-dim checks, every multiple of 16 up to 256
+    for d in (48, 64, 256):
+        q = torch.zeros(1, 64, 8, d, dtype=torch.float32)
+        with pytest.raises(ValueError, match="must be on one CUDA device"):
+            attn(q, q, q)
+    q = torch.zeros(1, 64, 8, 40, dtype=torch.float32)
+    with pytest.raises(NotImplementedError, match=r"head_dim 40 is not covered yet"):
+        attn(q, q, q)
+    with pytest.raises(NotImplementedError, match="decode kernels take torch.float16 and torch.bfloat16"):
+        s2c._runtime.check_head_dim(64, "decode", torch.float32)
     q = torch.zeros(1, 2048, 8, 64, dtype=torch.bfloat16)
     with pytest.raises(ValueError, match=r"Input length 2048 is larger than the maximum length allowed \(1024\)"):
         attn(q, q, q)

@@ -289,13 +289,64 @@ def test_decode_paged(D, dtype):
         close(o[b:b + 1], want, 2e-2, f"decode sequence {b} ({n} keys)")
 
 
+FP32 = [
+    # name, pattern, B, Sq, Sk, H, Hkv, D
+    ("l4v4_d64", lambda: Pattern.local_stride(4, 64, 4, 4), 2, 1000, 1000, 4, 4, 64),
+    ("gqa_d128", lambda: Pattern.local_stride(8, 64, 4, 8, num_kv_heads=2), 1, 1024, 1024, 8, 2, 128),
+    ("b16_mergeq_d32", lambda: Pattern.local_stride(4, 16, 8, 4), 1, 700, 700, 4, 4, 32),
+    ("bidir_d256", lambda: Pattern.local_stride(4, 64, 2, 3, causal=False), 1, 500, 500, 4, 4, 256),
+    ("sq_lt_sk_d48", lambda: Pattern.local_stride(4, 64, 4, 4), 1, 200, 700, 4, 4, 48),
+]
+
+
+@pytest.mark.parametrize("name,mk,B,Sq,Sk,H,Hkv,D", FP32, ids=[c[0] for c in FP32])
+def test_fp32_forward_tf32(name, mk, B, Sq, Sk, H, Hkv, D):
+    """float32 inputs on the tf32 forward against float64: tf32's 10-bit
+    mantissa (Q, K, P rounded, V truncated) bounds the error at 4e-3 of the
+    output's scale, the LSE at 2e-3; fp32_compute="bf16" at bf16's 2e-2."""
+    torch.manual_seed(hash(name) % 2**31)
+    pat = mk()
+    q = torch.randn(B, Sq, H, D, device=DEV)
+    k, v = torch.randn(B, Sk, Hkv, D, device=DEV), torch.randn(B, Sk, Hkv, D, device=DEV)
+    o, lse = s2c.sparse_attn_func(q, k, v, pat, return_lse=True)
+    assert o.dtype == torch.float32 and lse.dtype == torch.float32
+    want, want_lse = ref_attention(q, k, v, token_mask(pat, Sq, Sk), 1 / math.sqrt(D))
+    close(o, want, 4e-3, f"{name} o")
+    close(lse, want_lse, 2e-3, f"{name} lse")
+    if D in s2c._runtime.FWD_HEAD_DIMS:   # the bf16 kernels' head dims
+        o16 = s2c.sparse_attn_func(q, k, v, pat, fp32_compute="bf16")
+        assert o16.dtype == torch.float32
+        close(o16, want, 2e-2, f"{name} o (bf16 compute)")
+
+
+def test_fp32_backward_through_bf16():
+    """float32 gradients (computed by the bf16 kernels on converted copies)
+    against float32 autograd through the reference, at bf16's tolerance."""
+    torch.manual_seed(11)
+    pat = Pattern.local_stride(4, 64, 4, 4, num_kv_heads=2)
+    B, S, H, Hkv, D = 1, 512, 4, 2, 64
+    q, k, v = (torch.randn(B, S, h, D, device=DEV, requires_grad=True) for h in (H, Hkv, Hkv))
+    do = torch.randn(B, S, H, D, device=DEV)
+    o = s2c.sparse_attn_func(q, k, v, pat)
+    o.backward(do)
+    q32, k32, v32 = (t.detach().clone().requires_grad_() for t in (q, k, v))
+    want, _ = ref_attention(q32, k32, v32, token_mask(pat, S, S), 1 / math.sqrt(D), torch.float32)
+    want.backward(do)
+    for got, ref, n in ((q.grad, q32.grad, "dq"), (k.grad, k32.grad, "dk"), (v.grad, v32.grad, "dv")):
+        assert got.dtype == torch.float32
+        close(got, ref, 3e-2, f"fp32 {n}")
+
+
 def test_not_covered_raises():
     pat = Pattern.local_stride(4, 64, 2, 4)
     with pytest.raises(NotImplementedError, match="head_dim 72"):
         s2c.sparse_attn_func(rand(1, 128, 4, 72), rand(1, 128, 4, 72), rand(1, 128, 4, 72), pat)
-    q = torch.randn(1, 128, 4, 64, device=DEV)
-    with pytest.raises(NotImplementedError, match="float32"):
+    q = torch.randn(1, 128, 4, 64, device=DEV, dtype=torch.float64)
+    with pytest.raises(NotImplementedError, match="float64"):
         s2c.sparse_attn_func(q, q, q, pat)
+    q = torch.randn(1, 128, 4, 64, device=DEV)
+    with pytest.raises(ValueError, match="fp32_compute"):
+        s2c.sparse_attn_func(q, q, q, pat, fp32_compute="fp16")
 
 
 class _Block(torch.nn.Module):

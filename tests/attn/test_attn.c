@@ -613,8 +613,8 @@ START_TEST(spec_heuristic_and_limits)
     ck_assert_int_eq(s2_kspec_resolve(ctx, &t, p), S2_OK);
     s2_kspec u = {.dtype = S2_DTYPE_BF16, .head_dim = 64, .block_m = 64, .num_warps = 2};
     ck_assert_int_eq(s2_kspec_resolve(ctx, &u, p), S2_ERR_UNSUPPORTED);
-    s2_kspec f32 = {.dtype = S2_DTYPE_F32, .head_dim = 64};
-    ck_assert_int_eq(s2_kspec_resolve(ctx, &f32, p), S2_ERR_UNSUPPORTED);
+    s2_kspec f32 = {.dtype = S2_DTYPE_F32, .head_dim = 64};   /* the fp32 forward (fwd_tf32) */
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &f32, p), S2_OK);
     s2_kspec d72 = {.dtype = S2_DTYPE_F16, .head_dim = 72};   /* not a multiple of 16 */
     ck_assert_int_eq(s2_kspec_resolve(ctx, &d72, p), S2_ERR_UNSUPPORTED);
     s2_kspec big = {.dtype = S2_DTYPE_F16, .head_dim = 128, .block_n = 128, .num_stages = 4, .arch = S2_ARCH_SM80};
@@ -722,10 +722,12 @@ START_TEST(fp8_refused_by_every_template)
         if (!s2_template_at(t)->accepts)   /* asked by name only (the row softmax) */
             continue;
         int took_bf16 = 0;
+        /* the fp32 entry takes f32 only */
+        s2_dtype own = s2_template_at(t)->dtypes & S2_TEMPLATE_DTYPE(S2_DTYPE_BF16) ? S2_DTYPE_BF16 : S2_DTYPE_F32;
         for (int k = 0; k < 3; k++)
             for (int a = 0; a < 2; a++)
                 for (int d = 64; d <= 128; d += 64) {
-                    s2_kspec s = {.kind = kinds[k], .dtype = S2_DTYPE_BF16, .head_dim = d, .arch = archs[a]};
+                    s2_kspec s = {.kind = kinds[k], .dtype = own, .head_dim = d, .arch = archs[a]};
                     took_bf16 += s2_template_at(t)->accepts(&s);
                     for (int f = 0; f < 2; f++) {
                         s.dtype = fp8[f];
@@ -752,6 +754,64 @@ START_TEST(fp8_refused_by_every_template)
 }
 END_TEST
 
+/* fp32 tensors: the fwd_tf32 entry builds the forward (the dtype row's
+ * m16n8k8 tf32 mma, fp32 stores), NAME and NAME_seqs, without spills on both
+ * archs at every head dim step the tiling allows; backward and decode
+ * refuse f32 naming the dtype. */
+START_TEST(fp32_forward_on_tf32)
+{
+    static const int fdims[] = {16, 32, 48, 64, 128, 192, 256};
+    s2_ctx *ctx = s2_ctx_new();
+    ck_assert_int_eq(s2_dtype_info_of(S2_DTYPE_F32)->mma, S2_MMA_TF32);
+    for (int pi = 0; pi < 2; pi++) {   /* causal block 64; Merge-Q block 16 */
+        s2_local_stride_args a;
+        attn_pattern_args(pi, &a);
+        s2_pattern_set *set = NULL;
+        ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
+        const s2_pattern *p = s2_pattern_set_get(set, 0);
+        for (int ar = 0; ar < 2; ar++)
+            for (size_t di = 0; di < sizeof fdims / sizeof fdims[0]; di++) {
+                if (pi == 1 && fdims[di] != 64 && fdims[di] != 128)
+                    continue;
+                s2_kspec spec = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_F32, .head_dim = fdims[di], .arch = archs[ar]};
+                const s2_template *t = s2_template_for(&spec);
+                ck_assert_ptr_nonnull(t);
+                ck_assert_str_eq(t->name, "fwd_tf32");
+                s2_artifact *art = NULL;
+                ck_assert_msg(s2_compile_kspec1(ctx, p, &spec, S2_CUBIN_PTXAS, &art) == S2_OK, "d%d %s: %s",
+                              fdims[di], s2_arch_name(archs[ar]), s2_ctx_message(ctx));
+                s2_kspec aks;
+                ck_assert_int_eq(s2_artifact_kspec(ctx, art, &aks), S2_OK);
+                ck_assert_int_eq(aks.block_m, 64);
+                ck_assert_int_eq(aks.block_n % 16, 0);
+                ck_assert_int_eq(aks.persistent, 0);
+                ck_assert_int_eq(art->num_kernels, 2);   /* NAME, NAME_seqs: no 16-bit LSE merge */
+                for (int i = 0; i < art->num_kernels; i++) {
+                    const s2_kernel_info *x = &art->kernels[i];
+                    ck_assert_msg(x->registers > 0 && x->spill_stores == 0 && x->spill_loads == 0, "%s: spills %d/%d",
+                                  x->name, x->spill_stores, x->spill_loads);
+                }
+                ck_assert_ptr_nonnull(strstr(art->ptx, "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"));
+                ck_assert_ptr_nonnull(strstr(art->ptx, "cvt.rna.tf32.f32"));
+                ck_assert_ptr_null(strstr(art->ptx, "m16n8k16"));
+                ck_assert_ptr_null(strstr(art->ptx, "wgmma"));
+                ck_assert_ptr_nonnull(strstr(art->ptx, "st.global.v2.b32"));   /* O's 8-byte pairs */
+                s2_artifact_free(art);
+            }
+        s2_kspec b = {.kind = S2_KERNEL_BWD, .dtype = S2_DTYPE_F32, .head_dim = 64, .arch = S2_ARCH_SM90A};
+        ck_assert_int_eq(s2_kspec_resolve(ctx, &b, p), S2_ERR_UNSUPPORTED);
+        ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "dtype f32"));
+        s2_kspec dec = {.kind = S2_KERNEL_DECODE, .dtype = S2_DTYPE_F32, .head_dim = 64, .arch = S2_ARCH_SM80};
+        ck_assert_int_eq(s2_kspec_resolve(ctx, &dec, p), S2_ERR_UNSUPPORTED);
+        s2_kspec wide = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_F32, .head_dim = 64, .arch = S2_ARCH_SM90A,
+                         .persistent = 1};
+        ck_assert_int_eq(s2_kspec_resolve(ctx, &wide, p), S2_ERR_UNSUPPORTED);
+        s2_pattern_set_free(set);
+    }
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("attn");
@@ -765,6 +825,7 @@ int main(void)
     tcase_add_test(tc, fp8_refused_by_every_template);
     tcase_add_test(tc, fwd_head_dims_tiles);
     tcase_add_loop_test(tc, fwd_head_dims_assemble, 0, 5);
+    tcase_add_test(tc, fp32_forward_on_tf32);
     suite_add_tcase(s, tc);
     return s2t_run_suite(s);
 }

@@ -150,11 +150,11 @@ def test_dtypes():
             rc, out, err = run(cmd, phi3, *args, "--dtype", dt)
             want = f"s2c: error: {cmd}: --dtype {dt}: {title} is not supported by any template yet"
             check(f"{cmd} --dtype {dt}: refused by name", rc == 2 and want in err, f"rc={rc} {err!r}")
-        rc, out, err = run(cmd, phi3, *args, "--dtype", "fp32")
-        check(f"{cmd} --dtype fp32: the table's kernel dtypes listed",
-              rc == 2 and f"{cmd}: --dtype must be fp16 or bf16, got 'fp32'" in err, f"rc={rc} {err!r}")
+        rc, out, err = run(cmd, phi3, *args, "--dtype", "fp64")
+        check(f"{cmd} --dtype fp64: the table's kernel dtypes listed",
+              rc == 2 and f"{cmd}: --dtype must be fp32, fp16 or bf16, got 'fp64'" in err, f"rc={rc} {err!r}")
     with tempfile.TemporaryDirectory() as d:
-        for dt in ("fp16", "f16", "bf16"):
+        for dt in ("fp16", "f16", "bf16", "fp32"):
             rc, out, err = run("compile", phi3, "--head-dim", "64", "--arch", "sm_80", "--dtype", dt, "--emit", "ptx",
                                "-o", os.path.join(d, "k.ptx"))
             check(f"compile --dtype {dt}", rc == 0, f"rc={rc} {err!r}")

@@ -21,8 +21,8 @@ static const struct {
     const char *tensor_map_name;
     bool kernels;
 } want[] = {
-    {S2_DTYPE_F32, 4, "f32", "f32", NULL, NULL, "f32", NULL, S2_LLVM_FLOAT, S2_MMA_NONE, 0,
-     CU_TENSOR_MAP_DATA_TYPE_FLOAT32, "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", false},
+    {S2_DTYPE_F32, 4, "f32", "f32", "fp32", NULL, "f32", NULL, S2_LLVM_FLOAT, S2_MMA_TF32, 8,
+     CU_TENSOR_MAP_DATA_TYPE_FLOAT32, "CU_TENSOR_MAP_DATA_TYPE_FLOAT32", true},
     {S2_DTYPE_F16, 2, "f16", "f16", "fp16", "f16", "f16", "f16x2", S2_LLVM_HALF, S2_MMA_F16, 16,
      CU_TENSOR_MAP_DATA_TYPE_FLOAT16, "CU_TENSOR_MAP_DATA_TYPE_FLOAT16", true},
     {S2_DTYPE_BF16, 2, "bf16", "bf16", "bf16", NULL, "bf16", "bf16x2", S2_LLVM_BFLOAT, S2_MMA_F16, 16,
@@ -66,9 +66,10 @@ START_TEST(rows_hold_their_facts)
         ck_assert_int_eq(r->tensor_map, want[i].tensor_map);
         str_eq_or_null(r->tensor_map_name, want[i].tensor_map_name);
         ck_assert_int_eq(r->kernels, want[i].kernels);
-        /* a tensor-core dtype names its mma and pair conversion, and they name its PTX type */
+        /* a tensor-core dtype names its mma and, narrower than f32 (tf32 operands are f32
+         * values), its pair conversion; they name its PTX type */
         ck_assert_int_eq(r->llvm_mma != NULL, r->mma != S2_MMA_NONE);
-        ck_assert_int_eq(r->llvm_cvt_x2 != NULL, r->mma != S2_MMA_NONE);
+        ck_assert_int_eq(r->llvm_cvt_x2 != NULL, r->mma != S2_MMA_NONE && r->mma != S2_MMA_TF32);
         if (r->mma == S2_MMA_F8F6F4) {
             ck_assert_ptr_nonnull(strstr(r->llvm_mma, r->ptx));
             ck_assert_ptr_nonnull(strstr(r->llvm_cvt_x2, r->ptx_x2));
@@ -81,6 +82,9 @@ START_TEST(rows_hold_their_facts)
     ck_assert(!s2_dtype_info_of(S2_DTYPE_BF16)->mma_vec);
     ck_assert_str_eq(s2_dtype_info_of(S2_DTYPE_BF16)->llvm_mma, "llvm.nvvm.mma.m16n8k16.row.col.bf16");
     ck_assert_str_eq(s2_dtype_info_of(S2_DTYPE_F16)->llvm_cvt_x2, "llvm.nvvm.ff2f16x2.rn");
+    /* f32 computes on tf32: m16n8k8, i32 operands */
+    ck_assert(!s2_dtype_info_of(S2_DTYPE_F32)->mma_vec);
+    ck_assert_str_eq(s2_dtype_info_of(S2_DTYPE_F32)->llvm_mma, "llvm.nvvm.mma.m16n8k8.row.col.tf32");
     /* outside the enum: no row */
     ck_assert_ptr_null(s2_dtype_info_of((s2_dtype)NWANT));
     ck_assert_ptr_null(s2_dtype_info_of((s2_dtype)-1));
@@ -108,11 +112,11 @@ START_TEST(names_round_trip)
     ck_assert_ptr_null(s2_dtype_by_name(NULL, true));
     char names[64];
     s2_dtype_kernel_names(names, sizeof names, false);
-    ck_assert_str_eq(names, "f16 or bf16");
+    ck_assert_str_eq(names, "f32, f16 or bf16");
     s2_dtype_kernel_names(names, sizeof names, true);
-    ck_assert_str_eq(names, "fp16 or bf16");
+    ck_assert_str_eq(names, "fp32, fp16 or bf16");
     s2_dtype_kernel_names(names, 5, true);
-    ck_assert_str_eq(names, "fp16");
+    ck_assert_str_eq(names, "fp32");
 }
 END_TEST
 
@@ -121,10 +125,10 @@ START_TEST(kernels_refuse_the_others)
     s2_ctx *ctx = s2_ctx_new();
     ck_assert_int_eq(s2_dtype_check_kernel(ctx, S2_DTYPE_BF16, "spec"), S2_OK);
     ck_assert_int_eq(s2_dtype_check_kernel(ctx, S2_DTYPE_F16, "spec"), S2_OK);
+    ck_assert_int_eq(s2_dtype_check_kernel(ctx, S2_DTYPE_F32, "spec"), S2_OK);
     static const struct { s2_dtype dt; const char *msg; } no[] = {
         {S2_DTYPE_E4M3, "spec: fp8 e4m3 is not supported by any template yet"},
         {S2_DTYPE_E5M2, "spec: fp8 e5m2 is not supported by any template yet"},
-        {S2_DTYPE_F32, "spec: f32 is not supported by any template yet"},
         {S2_DTYPE_F64, "spec: f64 is not supported by any template yet"},
         {(s2_dtype)9, "spec: dtype 9 is not an s2_dtype"},
     };

@@ -48,12 +48,15 @@ void s2t_tensor_new(s2t_tensor *x, s2_dtype dt, bool bhsd, int64_t b, int64_t s,
     s2t_strides(bhsd, s, h, d, pad, st);
     x->ext[0] = b, x->ext[1] = s, x->ext[2] = h, x->ext[3] = d;
     x->elems = s2t_span(st, x->ext) + (size_t)pad;
-    x->host = s2t_alloc_poisoned(x->elems * 2);
+    x->host = s2t_alloc_poisoned(x->elems * s2_dtype_size(dt));
     x->t = (s2_tensor){x->host, dt, {st[0], st[1], st[2], st[3]}};
     x->dev = 0;
 }
 
-void s2t_tensor_poison(s2t_tensor *x) { s2t_poison16(x->host, x->elems); }
+/* bytes of the host and device copies: elements of the tensor's dtype (2 or 4 bytes) */
+static size_t tensor_bytes(const s2t_tensor *x) { return x->elems * s2_dtype_size(x->t.dtype); }
+
+void s2t_tensor_poison(s2t_tensor *x) { s2t_poison16(x->host, tensor_bytes(x) / 2); }
 
 int64_t s2t_tensor_pad_written(const s2t_tensor *x)
 {
@@ -65,8 +68,13 @@ int64_t s2t_tensor_pad_written(const s2t_tensor *x)
             for (int64_t h = 0; h < e[2]; h++)
                 memset(inside + b * st[0] + s * st[1] + h * st[2], 1, (size_t)e[3]);
     int64_t n = 0;
+    size_t halves = s2_dtype_size(x->t.dtype) / 2;   /* 16-bit words per element */
     for (size_t i = 0; i < x->elems; i++)
-        n += !inside[i] && x->host[i] != S2T_POISON16;
+        for (size_t j = 0; j < halves; j++)
+            if (!inside[i] && x->host[i * halves + j] != S2T_POISON16) {
+                n++;
+                break;
+            }
     free(inside);
     return n;
 }
@@ -74,13 +82,13 @@ int64_t s2t_tensor_pad_written(const s2t_tensor *x)
 void s2t_tensor_upload(s2_ctx *ctx, s2_device *dev, s2t_tensor *x)
 {
     if (!x->dev)
-        OK(ctx, s2_mem_alloc(ctx, dev, x->elems * 2, &x->dev));
-    OK(ctx, s2_memcpy_h2d(ctx, dev, x->dev, x->host, x->elems * 2));
+        OK(ctx, s2_mem_alloc(ctx, dev, tensor_bytes(x), &x->dev));
+    OK(ctx, s2_memcpy_h2d(ctx, dev, x->dev, x->host, tensor_bytes(x)));
 }
 
 void s2t_tensor_download(s2_ctx *ctx, s2_device *dev, s2t_tensor *x)
 {
-    OK(ctx, s2_memcpy_d2h(ctx, dev, x->host, x->dev, x->elems * 2));
+    OK(ctx, s2_memcpy_d2h(ctx, dev, x->host, x->dev, tensor_bytes(x)));
 }
 
 void s2t_tensor_free(s2_ctx *ctx, s2_device *dev, s2t_tensor *x)

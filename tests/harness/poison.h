@@ -57,7 +57,7 @@ size_t s2t_span(const int64_t st[4], const int64_t ext[4]);
 /* A 16-bit host tensor of (b, s, h, d), every row padded by pad, and its
  * device copy (0 until uploaded). */
 typedef struct s2t_tensor {
-    uint16_t *host;
+    uint16_t *host;          /* elems elements of t.dtype (2 or 4 bytes), as 16-bit words */
     size_t elems;
     s2_tensor t;
     int64_t ext[4];

@@ -297,7 +297,7 @@ START_TEST(kv_heads_message_names_both)
 END_TEST
 
 /* kernel.dtype by the dtype table's names: the kernels' dtypes are read,
- * fp8 and f32 refused by name, other words refused with the list. */
+ * fp8 and f64 refused by name, other words refused with the list. */
 START_TEST(dtype_names_from_the_table)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -309,9 +309,9 @@ START_TEST(dtype_names_from_the_table)
     static const struct { const char *line, *want; } cases[] = {
         {"kernel.dtype e4m3", "kernel.dtype: fp8 e4m3 is not supported by any template yet"},
         {"kernel.dtype e5m2", "kernel.dtype: fp8 e5m2 is not supported by any template yet"},
-        {"kernel.dtype f32", "kernel.dtype: f32 is not supported by any template yet"},
-        {"kernel.dtype fp16", "kernel.dtype: expected f16 or bf16: fp16"},
-        {"kernel.dtype fp8_e4m3", "kernel.dtype: expected f16 or bf16: fp8_e4m3"},
+        {"kernel.dtype f64", "kernel.dtype: f64 is not supported by any template yet"},
+        {"kernel.dtype fp16", "kernel.dtype: expected f32, f16 or bf16: fp16"},
+        {"kernel.dtype fp8_e4m3", "kernel.dtype: expected f32, f16 or bf16: fp8_e4m3"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         t = base_with(7, cases[i].line, -1, NULL);
