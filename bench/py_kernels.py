@@ -4,7 +4,7 @@ attention calls, in one process, timed as triton.testing.do_bench times them
 
     DKERNEL_DIR=DIR S2C_LIBDIR=... python3 bench/py_kernels.py   (ROWS=name,...)
 
-DTYPE=float32 times fp32 inputs (s2c's tf32 forward against the library's
+HEAD_DIM=D sets the head dim (default 128).  DTYPE=float32 times fp32 inputs (s2c's tf32 forward against the library's
 fp32 path, tf32 by default in both); the default is bfloat16."""
 import importlib.metadata as md
 import json
@@ -43,19 +43,20 @@ def bench(fn):
 def main():
     names = os.environ.get("ROWS", ",".join(ROWS)).split(",")
     dtype = getattr(torch, os.environ.get("DTYPE", "bfloat16"))
+    D = int(os.environ.get("HEAD_DIM", "128"))
     out = []
     for name in names:
         B, H, Hkv, S, bs, local, stride = ROWS[name]
         torch.manual_seed(0)
-        q = torch.randn(B, S, H, 128, device="cuda", dtype=dtype, requires_grad=True)
-        k = torch.randn(B, S, Hkv, 128, device="cuda", dtype=dtype, requires_grad=True)
-        v = torch.randn(B, S, Hkv, 128, device="cuda", dtype=dtype, requires_grad=True)
+        q = torch.randn(B, S, H, D, device="cuda", dtype=dtype, requires_grad=True)
+        k = torch.randn(B, S, Hkv, D, device="cuda", dtype=dtype, requires_grad=True)
+        v = torch.randn(B, S, Hkv, D, device="cuda", dtype=dtype, requires_grad=True)
         do = torch.randn_like(q)
         ours = s2c.LocalStrideSparseAttention(H, S, bs, local, stride, num_kv_heads=Hkv)
         mods = {"s2c": ours}
         if dk is not None:
             mods["dkernel"] = dk.LocalStrideSparseAttention(H, S, bs, local, stride, num_kv_heads=Hkv).cuda()
-        r = dict(row=name, dtype=str(dtype), B=B, H=H, Hkv=Hkv, S=S, block=bs, local=local, stride=stride)
+        r = dict(row=name, dtype=str(dtype), D=D, B=B, H=H, Hkv=Hkv, S=S, block=bs, local=local, stride=stride)
         for prov, m in mods.items():
             try:
                 with torch.no_grad():

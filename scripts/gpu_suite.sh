@@ -18,6 +18,8 @@
 #                         step's timeout is cut to what is left, and a step
 #                         with less than a third of its timeout left is skipped
 #   S2C_SEED=N            passed on to the tests (they print the seed they use)
+#   S2C_SUITE_BIN=DIR     where the programs are unpacked (default /tmp/s2c-gpu-UID;
+#                         give each of several runs at once its own)
 #
 # Exits 0 when every step that ran passed or skipped itself (77), else 1.
 set -uo pipefail
@@ -143,7 +145,7 @@ done
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>&1 || echo "nvidia-smi failed"
 
 # the programs: links to one executable, in /tmp
-bin=/tmp/s2c-gpu-$(id -u)
+bin=${S2C_SUITE_BIN:-/tmp/s2c-gpu-$(id -u)}
 rm -rf "$bin"
 mkdir -p "$bin"
 xz -dc "$bundle/s2c-gpu.xz" >"$bin/s2c-gpu" && chmod +x "$bin/s2c-gpu" || exit 1
