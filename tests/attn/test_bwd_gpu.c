@@ -254,7 +254,7 @@ static void run_case(int vi)
     const int B = c->batch, H = p->heads, HK = p->kv_heads, D = c->head_dim;
     const int64_t SQ = c->q_len, SK = c->kv_len;
 
-    /* the raw launches below pass parameters 0..50: no tensor maps (spec.bwd_tma -1) */
+    /* the raw launches below pass parameters 0..51: no tensor maps (spec.bwd_tma -1), no seqinfo */
     s2_kspec spec = {.kind = S2_KERNEL_BWD, .dtype = c->dt, .head_dim = D, .arch = dev_arch,
                            .bwd_wgmma = wg ? 1 : -1, .kv_gather = wg ? c->gather : 0,
                            .bwd_tma = wg && !(c->runtime || dsp) ? -1 : 0};
@@ -420,8 +420,8 @@ static void run_case(int vi)
             int32_t q_len = (int32_t)SQ, kv_len = (int32_t)SK;
             float scale_log2 = (float)(1.0 / sqrt((double)D) * M_LOG2E);
             int32_t first_q = (int32_t)fg.first_q_tile, q_tiles = (int32_t)fg.q_tiles, kv_tiles = (int32_t)tg.kv_tiles;
-            s2_devptr no_ds = 0;   /* no dS workspace: NAME_dq recomputes */
-            void *args[51];
+            s2_devptr no_ds = 0, no_seqs = 0;   /* no dS workspace: NAME_dq recomputes; a padded batch */
+            void *args[52];
             for (int i = 0; i < 12; i++)
                 args[i] = &ptrs[i];
             for (int i = 0; i < 24; i++)
@@ -430,6 +430,7 @@ static void run_case(int vi)
                               &ts.cls, &ts.offs, &ts.ent, &kv_tiles};
             memcpy(args + 36, tail, sizeof tail);
             args[48] = args[49] = args[50] = &no_ds;
+            args[51] = &no_seqs;
             uint32_t T = (uint32_t)art->threads_per_block, rows = T / (uint32_t)(D / 8);
             s2_launch_cfg cfg[3] = {
                 {.grid = {(uint32_t)((SQ + rows - 1) / rows), (uint32_t)H, (uint32_t)B}, .block = {T, 1, 1}},
