@@ -239,21 +239,6 @@ static char *entry_path(const s2_cache *cache, const s2_cache_key *key)
     return s2_buf_steal(&b, NULL);
 }
 
-static bool read_full(int fd, void *buf, size_t n)
-{
-    uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t r = read(fd, p, n);
-        if (r < 0 && errno == EINTR)
-            continue;
-        if (r <= 0)
-            return false;
-        p += r;
-        n -= (size_t)r;
-    }
-    return true;
-}
-
 /* The entry's checksum: SHA-256 over key || u64 length || payload, so that
  * an entry is valid under its own key only. */
 static void entry_sum(const s2_cache_key *key, const void *payload, uint64_t length, uint8_t out[32])
@@ -308,7 +293,7 @@ static s2_status read_entry(s2_ctx *ctx, const s2_cache *cache, const char *path
     }
     else if ((uint64_t)sb.st_size > HEADER_SIZE + (uint64_t)S2_CACHE_MAX_PAYLOAD)
         bad = "too large: the file is over S2_CACHE_MAX_PAYLOAD";
-    else if ((uint64_t)sb.st_size < HEADER_SIZE || !read_full(fd, h, HEADER_SIZE))
+    else if ((uint64_t)sb.st_size < HEADER_SIZE || !s2_read_full(fd, h, HEADER_SIZE))
         bad = "shorter than its header";
     else
         bad = check_header(h, key, (uint64_t)sb.st_size, &length);
@@ -316,7 +301,7 @@ static s2_status read_entry(s2_ctx *ctx, const s2_cache *cache, const char *path
         payload = malloc((size_t)length);
         if (!payload)
             st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory reading %s", path);
-        else if (!read_full(fd, payload, (size_t)length))
+        else if (!s2_read_full(fd, payload, (size_t)length))
             bad = "short read";
     }
     if (!bad && payload) {

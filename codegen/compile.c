@@ -128,52 +128,43 @@ static s2_status stage_ir(s2_ctx *ctx, s2_cg *cg, s2_artifact *art)
     return st;
 }
 
+/* A stage's output is the override directory's file when there is one
+ * (read_override leaves it NULL otherwise), else the stage makes it. */
 static s2_status stage_ptx(s2_ctx *ctx, s2_cg *cg, s2_artifact *art)
 {
-    char *over = NULL;
-    size_t over_len = 0;
-    s2_status st = read_override(ctx, art->name, ".ptx", &over, &over_len);
-    if (st != S2_OK)
-        return st;
-    if (over) {
-        art->ptx = over;
-        art->ptx_len = over_len;
-    } else {
+    s2_status st = read_override(ctx, art->name, ".ptx", &art->ptx, &art->ptx_len);
+    if (st == S2_OK && !art->ptx)
         st = s2_cg_emit_ptx(ctx, cg, &art->ptx, &art->ptx_len);
-        if (st != S2_OK)
-            return st;
-    }
-    return dump_stage(ctx, art->name, ".ptx", art->ptx, art->ptx_len);
+    return st == S2_OK ? dump_stage(ctx, art->name, ".ptx", art->ptx, art->ptx_len) : st;
+}
+
+/* An override cubin is taken as is: its resources are not assembled. */
+static s2_status cubin_overridden(s2_ctx *ctx, s2_cubin_backend backend, s2_artifact *art)
+{
+    art->log = strdup("cubin taken from the override directory; resources not assembled");
+    art->kernels = calloc(1, sizeof *art->kernels);
+    if (!art->log || !art->kernels)
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    s2_kernel_info *k = &art->kernels[0];
+    art->num_kernels = 1;
+    snprintf(k->name, sizeof k->name, "%s", art->name);
+    k->registers = k->spill_stores = k->spill_loads = k->stack_frame = k->shared_static = -1;
+    k->elf_registers = s2_cubin_regcount(art->cubin, art->cubin_size, art->name);
+    art->backend_used = backend;
+    return S2_OK;
 }
 
 static s2_status stage_cubin(s2_ctx *ctx, s2_cubin_backend backend, s2_artifact *art)
 {
     char *over = NULL;
-    size_t over_len = 0;
-    s2_status st = read_override(ctx, art->name, ".cubin", &over, &over_len);
-    if (st != S2_OK)
-        return st;
-    if (over) {
-        art->cubin = (uint8_t *)over;
-        art->cubin_size = over_len;
-        art->log = strdup("cubin taken from the override directory; resources not assembled");
-        art->kernels = calloc(1, sizeof *art->kernels);
-        if (!art->log || !art->kernels)
-            return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-        s2_kernel_info *k = &art->kernels[0];
-        art->num_kernels = 1;
-        snprintf(k->name, sizeof k->name, "%s", art->name);
-        k->registers = k->spill_stores = k->spill_loads = k->stack_frame = k->shared_static = -1;
-        k->elf_registers = s2_cubin_regcount(art->cubin, art->cubin_size, art->name);
-        art->backend_used = backend;
-    } else {
-        st = s2_ptx_to_cubin(ctx, art->ptx, art->ptx_len, art->target.arch, backend, &art->cubin,
-                             &art->cubin_size, &art->log, &art->kernels, &art->num_kernels,
-                             &art->backend_used);
-        if (st != S2_OK)
-            return st;
-    }
-    return dump_stage(ctx, art->name, ".cubin", art->cubin, art->cubin_size);
+    s2_status st = read_override(ctx, art->name, ".cubin", &over, &art->cubin_size);
+    art->cubin = (uint8_t *)over;
+    if (st == S2_OK)
+        st = over ? cubin_overridden(ctx, backend, art)
+                  : s2_ptx_to_cubin(ctx, art->ptx, art->ptx_len, art->target.arch, backend, &art->cubin,
+                                    &art->cubin_size, &art->log, &art->kernels, &art->num_kernels,
+                                    &art->backend_used);
+    return st == S2_OK ? dump_stage(ctx, art->name, ".cubin", art->cubin, art->cubin_size) : st;
 }
 
 s2_status s2_cg_finish(s2_ctx *ctx, s2_cg *cg, s2_cubin_backend backend, s2_artifact *art)

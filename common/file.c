@@ -73,20 +73,24 @@ bool s2_tmp_suffix_valid(const char *s)
     return n == S2_TMP_SUFFIX_LEN && s[n] == '\0';
 }
 
-static bool write_all(int fd, const void *data, size_t len)
+/* All n bytes between fd and buf (written when `out`, else read), retrying
+ * on EINTR: false at an error or an early end. */
+static bool fd_all(int fd, void *buf, size_t n, bool out)
 {
-    const uint8_t *p = data;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len);
-        if (w < 0 && errno == EINTR)
+    uint8_t *p = buf;
+    while (n > 0) {
+        ssize_t r = out ? write(fd, p, n) : read(fd, p, n);
+        if (r < 0 && errno == EINTR)
             continue;
-        if (w <= 0)
+        if (r <= 0)
             return false;
-        p += w;
-        len -= (size_t)w;
+        p += r;
+        n -= (size_t)r;
     }
     return true;
 }
+
+bool s2_read_full(int fd, void *buf, size_t n) { return fd_all(fd, buf, n, false); }
 
 /* A new temporary file beside path (its name into tmp): created, never
  * opened when something is there already (a planted symlink or file is left
@@ -124,7 +128,7 @@ s2_status s2_write_file_atomic_opts(s2_ctx *ctx, const char *path, const void *d
         free(tmp);
         return st;
     }
-    bool bad = !write_all(fd, data, len);
+    bool bad = !fd_all(fd, (void *)data, len, true); /* only read from when written */
     bad |= fsync(fd) != 0 && errno != EINVAL;
     bad |= close(fd) != 0;
     if (bad || rename(tmp, path) != 0) {

@@ -4,18 +4,26 @@
 #include <math.h>
 #include <string.h>
 
-float s2_bf16_to_f32(uint16_t h)
+/* A float's bits and back, without aliasing. */
+static uint32_t bits_of(float f)
 {
-    uint32_t u = (uint32_t)h << 16;
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float float_of(uint32_t u)
+{
     float f;
     memcpy(&f, &u, 4);
     return f;
 }
 
+float s2_bf16_to_f32(uint16_t h) { return float_of((uint32_t)h << 16); }
+
 uint16_t s2_f32_to_bf16(float f)
 {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    uint32_t u = bits_of(f);
     if ((u & 0x7fffffffu) > 0x7f800000u) /* NaN: keep it quiet */
         return (uint16_t)((u >> 16) | 0x40u);
     u += 0x7fffu + ((u >> 16) & 1u);
@@ -45,15 +53,12 @@ float s2_f16_to_f32(uint16_t h)
     } else {
         u = sign | ((exp + 127 - 15) << 23) | (man << 13);
     }
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
+    return float_of(u);
 }
 
 uint16_t s2_f32_to_f16(float f)
 {
-    uint32_t u;
-    memcpy(&u, &f, 4);
+    uint32_t u = bits_of(f);
     uint32_t sign = (u >> 16) & 0x8000u;
     uint32_t absu = u & 0x7fffffffu;
     if (absu > 0x7f800000u)
@@ -82,9 +87,7 @@ float s2_f64_to_f32_odd(double v)
     float f = (float)v;
     if ((double)f == v || !isfinite(f))
         return f;
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    if (u & 1u)
+    if (bits_of(f) & 1u)
         return f;
     return nextafterf(f, v > (double)f ? INFINITY : -INFINITY);
 }

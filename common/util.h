@@ -54,6 +54,8 @@ bool s2_buf_vprintf(s2_buf *b, const char *fmt, va_list ap);
 char *s2_buf_steal(s2_buf *b, size_t *len);
 
 /* ---- files -------------------------------------------------------------- */
+/* Read exactly n bytes from fd, retrying on EINTR: false at an error or an early end. */
+bool s2_read_full(int fd, void *buf, size_t n);
 /* Read a whole file (malloc'd, NUL-terminated; *len excludes the NUL). */
 s2_status s2_read_file(s2_ctx *ctx, const char *path, char **data, size_t *len);
 /* Write atomically: a temporary file PATH.tmp.<16 random hex digits> in the

@@ -112,15 +112,9 @@ static bool same_mask(const s2_pattern *p, const uint64_t *sel, int a, int b)
 static s2_status build_classes(s2_ctx *ctx, s2_layout *l)
 {
     const s2_pattern *p = l->p;
-    l->rep_of_head = calloc((size_t)p->heads, sizeof(int));
-    l->class_of_head = calloc((size_t)p->heads, sizeof(int));
-    l->class_rep = calloc((size_t)p->heads, sizeof(int));
-    l->class_size = calloc((size_t)p->heads, sizeof(int));
     uint64_t *sel = malloc((size_t)p->heads * sizeof *sel);
-    if (!l->rep_of_head || !l->class_of_head || !l->class_rep || !l->class_size || !sel) {
-        free(sel);
+    if (!sel)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    }
     for (int q = 0; q < p->heads; q++)
         sel[q] = selection_hash(p, q);
     for (int q = 0; q < p->heads; q++) {
@@ -153,9 +147,14 @@ s2_status s2_layout_new(s2_ctx *ctx, const s2_pattern *p, int64_t q_len, int64_t
     s2_status st = check_pattern(ctx, p, valid_block_size(p->block_size) ? s2_cdiv(kv_len, p->block_size) : 0);
     if (st != S2_OK)
         return st;
-    s2_layout *l = calloc(1, sizeof *l);
+    /* one allocation: the layout, then its four [heads] tables */
+    s2_layout *l = calloc(1, sizeof *l + 4 * (size_t)p->heads * sizeof(int));
     if (!l)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
+    l->rep_of_head = (int *)(l + 1);
+    l->class_of_head = l->rep_of_head + p->heads;
+    l->class_rep = l->class_of_head + p->heads;
+    l->class_size = l->class_rep + p->heads;
     l->p = p;
     l->q_len = q_len;
     l->kv_len = kv_len;
@@ -191,16 +190,7 @@ int64_t s2_layout_max_kv_len(const s2_pattern *p)
     return lim;
 }
 
-void s2_layout_free(s2_layout *l)
-{
-    if (!l)
-        return;
-    free(l->rep_of_head);
-    free(l->class_of_head);
-    free(l->class_rep);
-    free(l->class_size);
-    free(l);
-}
+void s2_layout_free(s2_layout *l) { free(l); }
 
 const s2_pattern *s2_layout_pattern(const s2_layout *l) { return l ? l->p : NULL; }
 int64_t s2_layout_q_len(const s2_layout *l) { return l ? l->q_len : 0; }

@@ -21,11 +21,19 @@ size_t s2_packed_schedule_size(int heads, int64_t lists, int64_t entries, size_t
 }
 
 /* The buffer both packings share: class_of_head, the list offsets, then
- * `total` entries of entry_size bytes, each part 16-byte aligned; the class
- * table is filled, the offsets and entries are the caller's. */
-static s2_status pack_alloc(s2_ctx *ctx, const char *fn, const s2_schedule *s, int64_t nlists, int64_t total,
-                            size_t entry_size, s2_packed_schedule *out)
+ * `total` entries (s2_dev_gentry where gathered, else s2_dev_entry), each
+ * part 16-byte aligned; the class table is filled, the offsets and entries are
+ * the caller's.  Refused where the counts or the largest tile index
+ * (max_tile) exceed the 32-bit format. */
+static s2_status pack_alloc(s2_ctx *ctx, const s2_schedule *s, bool gathered, int64_t nlists, int64_t total,
+                            int64_t max_tile, s2_packed_schedule *out)
 {
+    if (total > INT32_MAX || nlists + 1 > INT32_MAX || max_tile > INT32_MAX)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
+                       "schedule of %lld %sentries in %lld lists exceeds the 32-bit device format", (long long)total,
+                       gathered ? "gathered " : "", (long long)nlists);
+    const char *fn = gathered ? "schedule_pack_gathered" : "schedule_pack";
+    size_t entry_size = gathered ? sizeof(s2_dev_gentry) : sizeof(s2_dev_entry);
     size_t class_off = 0;
     size_t offsets_off = s2_align16(class_off + (size_t)s->heads * sizeof(int32_t));
     size_t entries_off = s2_align16(offsets_off + (size_t)(nlists + 1) * sizeof(int32_t));
@@ -36,12 +44,8 @@ static s2_status pack_alloc(s2_ctx *ctx, const char *fn, const s2_schedule *s, i
     int32_t *cls = (int32_t *)(buf + class_off);
     for (int h = 0; h < s->heads; h++)
         cls[h] = s->class_of_head[h];
-    out->data = buf;
-    out->size = size;
-    out->class_of_head_off = class_off;
-    out->offsets_off = offsets_off;
-    out->entries_off = entries_off;
-    out->num_entries = total;
+    *out = (s2_packed_schedule){.data = buf, .size = size, .class_of_head_off = class_off,
+                                .offsets_off = offsets_off, .entries_off = entries_off, .num_entries = total};
     return S2_OK;
 }
 
@@ -54,12 +58,7 @@ s2_status s2_schedule_pack(s2_ctx *ctx, const s2_schedule *s, s2_packed_schedule
     int64_t nlists = (int64_t)s->num_classes * lists;
     int64_t total = s->offsets[nlists];
     int64_t max_tile = s->transposed ? s->geom.first_q_tile + s->geom.q_tiles : s->geom.kv_tiles;
-    if (total > INT32_MAX || nlists + 1 > INT32_MAX || max_tile > INT32_MAX)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
-                       "schedule of %lld entries in %lld lists exceeds the 32-bit device format",
-                       (long long)total, (long long)nlists);
-
-    s2_status st = pack_alloc(ctx, "schedule_pack", s, nlists, total, sizeof(s2_dev_entry), out);
+    s2_status st = pack_alloc(ctx, s, false, nlists, total, max_tile, out);
     if (st != S2_OK)
         return st;
     unsigned char *buf = out->data;
@@ -232,11 +231,7 @@ static s2_status pack_gathered(s2_ctx *ctx, const s2_schedule *s, int group, boo
         total += (n + group - 1) / group;
         longest = n > longest ? n : longest;
     }
-    if (total > INT32_MAX || nlists + 1 > INT32_MAX || s->geom.kv_tiles > INT32_MAX)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
-                       "schedule of %lld gathered entries in %lld lists exceeds the 32-bit device format",
-                       (long long)total, (long long)nlists);
-    s2_status st = pack_alloc(ctx, "schedule_pack_gathered", s, nlists, total, sizeof(s2_dev_gentry), out);
+    s2_status st = pack_alloc(ctx, s, true, nlists, total, s->geom.kv_tiles, out);
     if (st != S2_OK)
         return st;
     s2_tile_entry *tmp = owned ? malloc((size_t)(longest ? longest : 1) * sizeof *tmp) : NULL;

@@ -117,6 +117,21 @@ s2_status s2_pattern_read_file(s2_ctx *ctx, const char *path, char **data, size_
     return s2_fail(ctx, st, "%s: %s", shown, why);
 }
 
+s2_status s2_pattern_load_file(s2_ctx *ctx, const char *fn, const char *path, s2_pattern_text_parser parse,
+                               const void *arg, void *out)
+{
+    if (!path || !out)
+        return s2_fail(ctx, S2_ERR_INVALID, "%s: null argument", fn);
+    char *text;
+    size_t len;
+    s2_status st = s2_pattern_read_file(ctx, path, &text, &len);
+    if (st != S2_OK)
+        return st;
+    st = parse(ctx, path, text, len, arg, out);
+    free(text);
+    return st;
+}
+
 /* ---- line scanner ------------------------------------------------------- */
 
 typedef struct mask_reader {
@@ -359,20 +374,17 @@ s2_status s2_block_mask_parse(s2_ctx *ctx, const char *filename, const char *tex
     return s2_fail(ctx, st, "%s:%d:%d: %s", file, err.line, err.col, err.msg);
 }
 
+static s2_status parse_mask(s2_ctx *ctx, const char *path, const char *text, size_t len, const void *case_name,
+                            void *out)
+{
+    return s2_block_mask_parse(ctx, path, text, len, case_name, out);
+}
+
 s2_status s2_block_mask_load(s2_ctx *ctx, const char *path, const char *case_name, s2_block_mask *out)
 {
     if (out)
         memset(out, 0, sizeof *out);
-    if (!path || !out)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_block_mask_load: null argument");
-    char *text;
-    size_t len;
-    s2_status st = s2_pattern_read_file(ctx, path, &text, &len);
-    if (st != S2_OK)
-        return st;
-    st = s2_block_mask_parse(ctx, path, text, len, case_name, out);
-    free(text);
-    return st;
+    return s2_pattern_load_file(ctx, "s2_block_mask_load", path, parse_mask, case_name, out);
 }
 
 void s2_block_mask_free(s2_block_mask *m)

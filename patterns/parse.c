@@ -247,19 +247,15 @@ s2_status s2_pattern_load(s2_ctx *ctx, const char *path, s2_pattern_set **out)
     return s2_pattern_load_opts(ctx, path, NULL, out);
 }
 
+static s2_status parse_set(s2_ctx *ctx, const char *path, const char *text, size_t len, const void *o, void *out)
+{
+    return s2_pattern_parse_opts(ctx, path, text, len, o, out);
+}
+
 s2_status s2_pattern_load_opts(s2_ctx *ctx, const char *path, const s2_pattern_load_options *o,
                                s2_pattern_set **out)
 {
     if (out)
         *out = NULL;
-    if (!path || !out)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_pattern_load: null argument");
-    char *text;
-    size_t len;
-    s2_status st = s2_pattern_read_file(ctx, path, &text, &len);
-    if (st != S2_OK)
-        return st;
-    st = s2_pattern_parse_opts(ctx, path, text, len, o, out);
-    free(text);
-    return st;
+    return s2_pattern_load_file(ctx, "s2_pattern_load", path, parse_set, o, out);
 }

@@ -30,6 +30,12 @@ int64_t s2_pattern_base_shift(const s2_pattern *p, int q);
 /* Read a regular file of at most S2_PATTERN_MAX_FILE bytes (malloc'd,
  * NUL-terminated).  Fails with S2_ERR_IO and "path: reason". */
 s2_status s2_pattern_read_file(s2_ctx *ctx, const char *path, char **data, size_t *len);
+/* A loader: path's text (s2_pattern_read_file) parsed by parse, which names
+ * path in its messages; a null path or output is refused in fn's name. */
+typedef s2_status (*s2_pattern_text_parser)(s2_ctx *ctx, const char *path, const char *text, size_t len,
+                                            const void *arg, void *out);
+s2_status s2_pattern_load_file(s2_ctx *ctx, const char *fn, const char *path, s2_pattern_text_parser parse,
+                               const void *arg, void *out);
 /* The same without a message: on failure `why` gets the reason alone.  A
  * regular file larger than `max` is not read: S2_ERR_IO, *len = its size. */
 s2_status s2_pattern_read_file_max(const char *path, size_t max, char **data, size_t *len, char *why, size_t why_size);

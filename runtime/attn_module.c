@@ -118,18 +118,21 @@ fail:
     return st;
 }
 
-static s2_status load_image(s2_ctx *ctx, s2_device *dev, const void *image, size_t size, void *out)
-{
-    return s2_attn_module_load(ctx, dev, image, size, out);
-}
-
+/* A failure is prefixed with the path, which the driver's message alone does not name. */
 s2_status s2_attn_module_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_attn_module **out)
 {
     if (out)
         *out = NULL;
     if (!path)
         return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_attn_module_load_file: path is NULL");
-    return s2_rt_load_file(ctx, dev, path, load_image, out);
+    char *data = NULL;
+    size_t len = 0;
+    s2_status st = s2_read_file(ctx, path, &data, &len);
+    if (st != S2_OK)
+        return st;
+    st = s2_attn_module_load(ctx, dev, data, len, out);
+    free(data);
+    return st == S2_OK ? st : s2_fail_prefix(ctx, st, path);
 }
 
 /* Can a cubin built for arch run on a device of compute capability cc

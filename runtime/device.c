@@ -92,31 +92,52 @@ static s2_status query_info(s2_ctx *ctx, s2_device *dev)
     return S2_OK;
 }
 
-static s2_status device_new(s2_ctx *ctx, s2_device **out, const s2_cuda_api **drv)
+/* Binds a new device to a CUDA context: its primary one retained, or the
+ * thread's current one adopted. */
+typedef s2_status (*device_bind_fn)(s2_ctx *ctx, s2_device *dev, int ordinal);
+
+/* A device bound by bind with its facts read; nothing left behind on failure. */
+static s2_status device_new(s2_ctx *ctx, device_bind_fn bind, int ordinal, s2_device **out)
 {
     if (!out)
         return s2_fail(ctx, S2_ERR_INVALID, "device: out is NULL");
     *out = NULL;
     s2_status st;
-    *drv = s2_cuda_api_get(ctx, &st);
-    if (!*drv)
+    const s2_cuda_api *d = s2_cuda_api_get(ctx, &st);
+    if (!d)
         return st;
     s2_device *dev = calloc(1, sizeof *dev);
     if (!dev)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    dev->drv = *drv;
+    dev->drv = d;
     dev->maps = calloc(1, sizeof *dev->maps);
     if (dev->maps && mtx_init(&dev->maps->lock, mtx_plain) != thrd_success) {
         free(dev->maps);
         dev->maps = NULL;
     }
+    if ((st = bind(ctx, dev, ordinal)) != S2_OK || (st = query_info(ctx, dev)) != S2_OK) {
+        s2_device_free(dev);
+        return st;
+    }
     *out = dev;
+    return S2_OK;
+}
+
+static s2_status bind_primary(s2_ctx *ctx, s2_device *dev, int ordinal)
+{
+    const s2_cuda_api *d = dev->drv;
+    CUresult r = d->DeviceGet(&dev->cu_dev, ordinal);
+    if (r != CUDA_SUCCESS)
+        return s2_cu_fail(ctx, d, r, "cuDeviceGet(%d)", ordinal);
+    r = d->DevicePrimaryCtxRetain(&dev->cu_ctx, dev->cu_dev);
+    if (r != CUDA_SUCCESS)
+        return s2_cu_fail(ctx, d, r, "cuDevicePrimaryCtxRetain(device %d)", ordinal);
+    dev->retained = true;
     return S2_OK;
 }
 
 s2_status s2_device_open(s2_ctx *ctx, int ordinal, s2_device **out)
 {
-    const s2_cuda_api *d;
     int count = 0;
     s2_status st = s2_device_count(ctx, &count);
     if (st != S2_OK) {
@@ -130,57 +151,27 @@ s2_status s2_device_open(s2_ctx *ctx, int ordinal, s2_device **out)
         return s2_fail(ctx, S2_ERR_INVALID, "device %d does not exist (the driver reports %d)",
                        ordinal, count);
     }
-    if ((st = device_new(ctx, out, &d)) != S2_OK)
-        return st;
-    s2_device *dev = *out;
-    CUresult r = d->DeviceGet(&dev->cu_dev, ordinal);
-    if (r != CUDA_SUCCESS) {
-        st = s2_cu_fail(ctx, d, r, "cuDeviceGet(%d)", ordinal);
-        goto fail;
-    }
-    r = d->DevicePrimaryCtxRetain(&dev->cu_ctx, dev->cu_dev);
-    if (r != CUDA_SUCCESS) {
-        st = s2_cu_fail(ctx, d, r, "cuDevicePrimaryCtxRetain(device %d)", ordinal);
-        goto fail;
-    }
-    dev->retained = true;
-    if ((st = query_info(ctx, dev)) != S2_OK)
-        goto fail;
+    return device_new(ctx, bind_primary, ordinal, out);
+}
+
+static s2_status bind_current(s2_ctx *ctx, s2_device *dev, int ordinal)
+{
+    (void)ordinal;
+    const s2_cuda_api *d = dev->drv;
+    CUresult r = d->CtxGetCurrent(&dev->cu_ctx);
+    if (r != CUDA_SUCCESS)
+        return s2_cu_fail(ctx, d, r, "cuCtxGetCurrent");
+    if (!dev->cu_ctx)
+        return s2_fail(ctx, S2_ERR_INVALID, "no CUDA context is current on this thread to adopt");
+    r = d->CtxGetDevice(&dev->cu_dev);
+    if (r != CUDA_SUCCESS)
+        return s2_cu_fail(ctx, d, r, "cuCtxGetDevice");
     return S2_OK;
-fail:
-    s2_device_free(dev);
-    *out = NULL;
-    return st;
 }
 
 s2_status s2_device_adopt_current(s2_ctx *ctx, s2_device **out)
 {
-    const s2_cuda_api *d;
-    s2_status st = device_new(ctx, out, &d);
-    if (st != S2_OK)
-        return st;
-    s2_device *dev = *out;
-    CUresult r = d->CtxGetCurrent(&dev->cu_ctx);
-    if (r != CUDA_SUCCESS) {
-        st = s2_cu_fail(ctx, d, r, "cuCtxGetCurrent");
-        goto fail;
-    }
-    if (!dev->cu_ctx) {
-        st = s2_fail(ctx, S2_ERR_INVALID, "no CUDA context is current on this thread to adopt");
-        goto fail;
-    }
-    r = d->CtxGetDevice(&dev->cu_dev);
-    if (r != CUDA_SUCCESS) {
-        st = s2_cu_fail(ctx, d, r, "cuCtxGetDevice");
-        goto fail;
-    }
-    if ((st = query_info(ctx, dev)) != S2_OK)
-        goto fail;
-    return S2_OK;
-fail:
-    s2_device_free(dev);
-    *out = NULL;
-    return st;
+    return device_new(ctx, bind_current, -1, out);
 }
 
 void s2_device_free(s2_device *dev)

@@ -58,32 +58,6 @@ done:
     return st;
 }
 
-static s2_status load_data(s2_ctx *ctx, s2_device *dev, const void *image, size_t size, void *out)
-{
-    return s2_cumodule_load_data(ctx, dev, image, size, out);
-}
-
-s2_status s2_cumodule_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_cumodule **out)
-{
-    if (out)
-        *out = NULL;
-    if (!path)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_cumodule_load_file: path is NULL");
-    return s2_rt_load_file(ctx, dev, path, load_data, out);
-}
-
-s2_status s2_rt_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_rt_image_loader load, void *out)
-{
-    char *data = NULL;
-    size_t len = 0;
-    s2_status st = s2_read_file(ctx, path, &data, &len);
-    if (st != S2_OK)
-        return st;
-    st = load(ctx, dev, data, len, out);
-    free(data);
-    return st == S2_OK ? st : s2_fail_prefix(ctx, st, path);
-}
-
 void s2_cumodule_free(s2_cumodule *mod)
 {
     if (!mod)

@@ -51,7 +51,6 @@ s2_status s2_tensor_map_encode_tiled(s2_ctx *ctx, const s2_device *dev, s2_tenso
  * not be NUL-terminated within `size`; the image is not kept after the call. */
 s2_status s2_cumodule_load_data(s2_ctx *ctx, s2_device *dev, const void *image, size_t size,
                                 s2_cumodule **out);
-s2_status s2_cumodule_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_cumodule **out);
 void s2_cumodule_free(s2_cumodule *mod); /* NULL is fine */
 
 /* S2_ERR_NOT_FOUND when the module has no kernel of that name. */

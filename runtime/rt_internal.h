@@ -143,11 +143,6 @@ s2_status s2_rt_fill_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, uin
  * would on first use), so that later launches make no attribute call. */
 s2_status s2_rt_kernel_reserve_smem(s2_ctx *ctx, s2_cufunction *k, uint32_t smem);
 
-/* Read the image at path and hand it to `load` (which fills *out); a failure
- * is prefixed with the path, which the driver's message alone does not name. */
-typedef s2_status (*s2_rt_image_loader)(s2_ctx *ctx, s2_device *dev, const void *image, size_t size, void *out);
-s2_status s2_rt_load_file(s2_ctx *ctx, s2_device *dev, const char *path, s2_rt_image_loader load, void *out);
-
 struct s2_cumodule {
     s2_device *dev;
     CUmodule cu_mod;

@@ -119,15 +119,15 @@ typedef struct kernels {
     s2_cufunction *vadd, *smem;
 } kernels;
 
-/* vadd from a file, smem_reverse from memory (not NUL-terminated). */
+/* Both images from memory, not NUL-terminated. */
 static kernels load_kernels(s2_ctx *ctx, s2_device *dev)
 {
     kernels K = {0};
-    char path[1024];
-    snprintf(path, sizeof path, "%s/vadd.ptx", data_dir);
-    OK(s2_cumodule_load_file(ctx, dev, path, &K.vadd_mod));
     size_t len;
-    char *ptx = read_data("smem_reverse.ptx", &len);
+    char *ptx = read_data("vadd.ptx", &len);
+    OK(s2_cumodule_load_data(ctx, dev, ptx, len, &K.vadd_mod));
+    free(ptx);
+    ptx = read_data("smem_reverse.ptx", &len);
     OK(s2_cumodule_load_data(ctx, dev, ptx, len, &K.smem_mod));
     free(ptx);
     OK(s2_cufunction_get(ctx, K.vadd_mod, "vadd", &K.vadd));
