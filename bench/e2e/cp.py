@@ -13,9 +13,12 @@ slower rank's."""
 import argparse
 import os
 import statistics
+import sys
 import tempfile
 
 os.environ.setdefault("NCCL_NVLS_ENABLE", "0")   # never NVLink multicast
+# the tree's package (S2C_LIBDIR: its libraries), in the spawned ranks too
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 
 import torch  # noqa: E402
 import torch.distributed as dist  # noqa: E402
