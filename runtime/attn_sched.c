@@ -132,6 +132,6 @@ s2_status s2_attn_sched_backward_workspace(s2_ctx *ctx, const s2_attn_sched *s, 
     if (s->k->desc->spec.kind != S2_KERNEL_BWD || batch < 1)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_attn_sched_backward_workspace: %s",
                        batch < 1 ? "batch below 1" : "not a backward kernel's schedule");
-    *bytes = s2_rt_bwd_full_workspace(s->k, s->slot.ds_tiles, batch, (int64_t)batch * s->q_len);
+    *bytes = s2_rt_bwd_default_workspace(s->k, &s->slot, batch, (int64_t)batch * s->q_len);
     return S2_OK;
 }

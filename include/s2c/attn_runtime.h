@@ -339,9 +339,10 @@ S2_API s2_status s2_attn_forward_sched(s2_ctx *ctx, s2_attn_kernel *k, void *str
                                        s2_attn_sched *s);
 S2_API s2_status s2_attn_backward_sched(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,
                                         s2_attn_sched *s);
-/* The backward workspace that takes the dS path over schedule s (the plain
- * s2_attn_bwd_workspace_bytes when it has none; less takes the recomputing
- * NAME_dq). */
+/* The default backward workspace over schedule s: the dS path's where it
+ * stays within twice q's bytes plus 64 MB (in chunks of kv heads where the
+ * whole does not fit; as s2_attn_backward_workspace_chunked with chunks 0),
+ * else the plain s2_attn_bwd_workspace_bytes (the recomputing NAME_dq). */
 S2_API s2_status s2_attn_sched_backward_workspace(s2_ctx *ctx, const s2_attn_sched *s, int batch, size_t *bytes);
 
 /* ---- plans: shapes prepared ahead of launches (CUDA graphs, engines) ----------------
