@@ -100,8 +100,11 @@ static void bwd_shape_init(bwd_shape *s, const s2_pattern *p, const s2_kspec *sp
      * chunk at 32 queries for d128 */
     s->qc = s->D > 64 ? 16 : s->BM > 32 ? 32 : s->BM;
     /* dK and dV of a pass stay within d128's registers: wider head dims take
-     * passes of at most 128 columns (16-column steps), as FA2/FA3 split d256 */
-    int passes = (s->D + 127) / 128;
+     * passes of at most 128 columns (16-column steps; 96 on sm_80 past d192),
+     * as FA2/FA3 split d256 */
+    /* sm_80's allocation of the mma body spilled at d208+ with 128 */
+    int cap = !s->wg && spec->arch == S2_ARCH_SM80 && s->D > 192 ? 96 : 128;
+    int passes = (s->D + cap - 1) / cap;
     s->kv_cols = 16 * ((s->D / 16 + passes - 1) / passes);
     if (s->wg && s->D > 128)   /* whole 64-column blocks of the wgmma layout */
         s->kv_cols = 128;
