@@ -42,8 +42,8 @@ bool s2_fwd_spec_wants_tma(const s2_kspec *s)
  * memory rows of more than two 64-column blocks) as FlashAttention-3 at
  * d192 and d256: 128-row tiles (two consumer warpgroups in ping-pong share
  * each K/V tile: a 64-row tile at two CTAs per SM does not fit), 64-key
- * tiles, and the most stages up to 3 that fit in shared memory (3 at d192,
- * 2 at d256). */
+ * tiles with the most stages up to 3 that fit in shared memory (3 at d192),
+ * and past d192 32-key tiles with up to 4 stages. */
 static s2_status resolve_tma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
 {
     bool big_d = spec->head_dim > 128;
@@ -65,11 +65,14 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
         spec->kv_gather = p->block_size == 16 && (spec->block_n == 0 || spec->block_n == 64) ? 4 : 1;
     if (spec->kv_gather > 1 && spec->block_n == 0)
         spec->block_n = spec->kv_gather * p->block_size;
+    /* past d192 (rows of four 64-column blocks) 64-key tiles fit only 2
+     * stages; 32-key tiles with 4 stages are faster (bench/NOTES.md) */
+    bool deep_d = spec->head_dim > 192 && spec->block_n == 0 && spec->kv_gather == 1;
     /* ungathered block-16 tiles: 64 x 32 beat 64 x 16 and 64 x 64 */
     if (spec->block_n == 0)
-        spec->block_n = p->block_size <= 16 ? 32 : 64;
+        spec->block_n = p->block_size <= 16 || deep_d ? 32 : 64;
     if (spec->num_stages == 0) {
-        spec->num_stages = 3;
+        spec->num_stages = deep_d ? 4 : 3;
         while (spec->num_stages > 2 && s2_fwd_sm90_smem_bytes(p, spec) > s2_template_smem_limit(spec->arch))
             spec->num_stages--;
     }

@@ -40,9 +40,9 @@ static int plain_smem(int bm, int bn, int stages, int d)
 }
 
 /* Every multiple of 16 from 16 to 256 goes to the wgmma template on sm_90a,
- * with 64-row tiles up to d128 and 128-row ones above, 64-key tiles, and 3
- * stages but where they do not fit (d208 to d256: 2); block-16 patterns
- * gather 4 blocks per key tile at every dim. */
+ * with 64-row tiles up to d128 and 128-row ones above, 64-key tiles with 3
+ * stages up to d192, 32-key tiles with 4 past it; block-16 patterns gather 4
+ * blocks per key tile at every dim (2 stages past d192). */
 START_TEST(every_dim_resolves_on_the_wgmma_template)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -57,18 +57,20 @@ START_TEST(every_dim_resolves_on_the_wgmma_template)
             ck_assert_ptr_nonnull(t);
             ck_assert_str_eq(t->name, "fwd_wgmma");
             ck_assert_msg(s2_kspec_resolve(ctx, &s, p) == S2_OK, "d%d: %s", d, s2_ctx_message(ctx));
-            int bm = d > 128 ? 128 : 64, stages = padded(d) > 192 ? 2 : 3;
-            ck_assert_msg(s.block_m == bm && s.block_n == 64 && s.num_warps == 4 * (1 + bm / 64) &&
+            bool deep = padded(d) > 192, gathered = p->block_size == 16;
+            int bm = d > 128 ? 128 : 64, bn = deep && !gathered ? 32 : 64;
+            int stages = !deep ? 3 : gathered ? 2 : 4;
+            ck_assert_msg(s.block_m == bm && s.block_n == bn && s.num_warps == 4 * (1 + bm / 64) &&
                               s.num_stages == stages && s.persistent == -1,
                           "%s d%d: %d x %d w%d st%d persistent %d", p->name, d, s.block_m, s.block_n, s.num_warps,
                           s.num_stages, s.persistent);
             ck_assert_int_eq(s.kv_gather > 1 ? s.kv_gather : 1, p->block_size == 16 ? 4 : 1);
             int smem = s2_fwd_sm90_smem_bytes(p, &s);
-            ck_assert_msg(smem == plain_smem(bm, 64, stages, d), "d%d: %d bytes, want %d", d, smem,
-                          plain_smem(bm, 64, stages, d));
+            ck_assert_msg(smem == plain_smem(bm, bn, stages, d), "d%d: %d bytes, want %d", d, smem,
+                          plain_smem(bm, bn, stages, d));
             ck_assert_int_le(smem, SMEM_LIMIT);
-            /* a third stage would not fit where there are two */
-            if (stages == 2)
+            /* a third stage of 64-key tiles would not fit past d192 */
+            if (deep)
                 ck_assert_int_gt(plain_smem(bm, 64, 3, d), SMEM_LIMIT);
             /* the persistent grid: the same tiles, a hand-off slot more, still inside the limit */
             s2_kspec ps = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = d, .arch = S2_ARCH_SM90A,
@@ -104,9 +106,9 @@ START_TEST(what_the_wgmma_template_refuses)
     s2_ctx *ctx = s2_ctx_new();
     s2_pattern_set *set = NULL;
     const s2_pattern *p = pattern_of(ctx, 0, &set);
-    /* d256: 3 stages asked, or 128-key tiles, exceed shared memory and say so */
+    /* d256: 3 stages of 64-key tiles asked, or 128-key tiles, exceed shared memory and say so */
     s2_kspec st3 = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 256, .arch = S2_ARCH_SM90A,
-                    .num_stages = 3};
+                    .block_n = 64, .num_stages = 3};
     ck_assert_int_eq(s2_kspec_resolve(ctx, &st3, p), S2_ERR_UNSUPPORTED);
     ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "shared memory"));
     s2_kspec bn128 = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 256, .arch = S2_ARCH_SM90A,
@@ -115,7 +117,7 @@ START_TEST(what_the_wgmma_template_refuses)
     ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "shared memory"));
     /* d256 on one 64-row consumer warpgroup, when asked: 3 stages fit (one CTA per SM), 4 do not */
     s2_kspec bm64 = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 256, .arch = S2_ARCH_SM90A,
-                     .block_m = 64};
+                     .block_m = 64, .block_n = 64};
     ck_assert_int_eq(s2_kspec_resolve(ctx, &bm64, p), S2_OK);
     ck_assert_int_eq(bm64.num_warps, 8);
     ck_assert_int_eq(bm64.num_stages, 3);
@@ -223,15 +225,19 @@ START_TEST(assembles_per_dim)
                       "%s: %d regs, spills %d/%d stack %d", x->name, x->registers, x->spill_stores, x->spill_loads,
                       x->stack_frame);
     }
-    ck_assert_int_eq(art->smem_bytes, plain_smem(art->spec.block_m, 64, art->spec.num_stages, d));
+    int bn = art->spec.block_n;
+    ck_assert_int_eq(bn, dp > 192 ? 32 : 64);
+    ck_assert_int_eq(art->smem_bytes, plain_smem(art->spec.block_m, bn, art->spec.num_stages, d));
     char pv[64];
     snprintf(pv, sizeof pv, "wgmma.mma_async.sync.aligned.m64n%dk16", dp);
     ck_assert_msg(strstr(art->ptx, pv), "d%d: no %s", d, pv);
-    int s64 = count(art->ptx, "wgmma.mma_async.sync.aligned.m64n64k16");
+    char sn[64];
+    snprintf(sn, sizeof sn, "wgmma.mma_async.sync.aligned.m64n%dk16", bn);
+    int s64 = count(art->ptx, sn);
     int s128 = count(art->ptx, "wgmma.mma_async.sync.aligned.m64n128k16");
     int all = count(art->ptx, "wgmma.mma_async.sync.aligned.m64n");
     int npv = count(art->ptx, pv);
-    /* S on 64-key tiles (the wide variant's on 128), P·V on dp columns: nothing else */
+    /* S on bn-key tiles (the wide variant's on 128), P·V on dp columns: nothing else */
     ck_assert_msg(all == (dp == 64 ? s64 : dp == 128 ? s64 + s128 : s64 + npv), "d%d: %d wgmma, %d n64 %d n128 %d n%d",
                   d, all, s64, s128, dp, npv);
     /* TMA: one box per 64-column block; every barrier expects the bytes of
@@ -239,7 +245,7 @@ START_TEST(assembles_per_dim)
      * zeros past D included), the wide variant's of 128 x 128 tiles */
     int nc = art->spec.block_m / 64, tma = count(art->ptx, "cp.async.bulk.tensor.4d");
     ck_assert_msg(tma >= nb * (nc + 2) && tma % nb == 0, "d%d: %d TMA copies", d, tma);
-    int tx[32], ntx = expect_tx_bytes(art->ptx, tx, 32), q_tx = 64 * nc * dp * 2, kv_tx = 2 * 64 * dp * 2;
+    int tx[32], ntx = expect_tx_bytes(art->ptx, tx, 32), q_tx = 64 * nc * dp * 2, kv_tx = 2 * bn * dp * 2;
     bool saw_q = false, saw_kv = false;
     ck_assert_int_gt(ntx, 1);
     for (int i = 0; i < ntx; i++) {
