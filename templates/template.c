@@ -321,19 +321,22 @@ enum { WIDE_MIN_KEYS = 384 };
  * module holds both and the runtime picks by list length (WIDE_MIN_KEYS).
  * Measured at d128; the head dims whose rows are the same two 64-column
  * blocks in shared memory (80 to 128: same bytes, same O registers) take it
- * too; above, its 3 stages of 128-key tiles do not fit. */
+ * too; above, its 3 stages of 128-key tiles do not fit.  Up to d64 the
+ * sparse patterns' wide tile is 64 x 128 (faster than 128 x 128 there). */
 static int variants_fwd_wgmma(const s2_pattern *p, const s2_kspec *asked, const s2_kspec *resolved, s2_variant *out)
 {
     if (asked->block_m || asked->block_n || asked->num_warps || asked->num_stages || asked->kv_gather ||
         asked->persistent > 0)
         return 0;
-    if (resolved->persistent > 0 || resolved->head_dim <= 64 || resolved->head_dim > 128 || p->block_size != 64)
+    bool narrow = resolved->head_dim <= 64;
+    if (resolved->persistent > 0 || resolved->head_dim > 128 || p->block_size != 64 ||
+        (narrow && s2_pattern_is_dense(p)))
         return 0;
     out[0] = (s2_variant){.role = S2_ROLE_FWD_WIDE, .spec = *asked, .min_keys = WIDE_MIN_KEYS};
     s2_kspec *w = &out[0].spec;
-    w->block_m = 128;
+    w->block_m = narrow ? 64 : 128;
     w->block_n = 128;
-    w->num_warps = 12;
+    w->num_warps = narrow ? 8 : 12;
     w->num_stages = 3;
     w->kv_gather = 2;
     w->persistent = s2_pattern_is_dense(p) ? -1 : 1;

@@ -106,6 +106,9 @@ static const fwd_case cases[] = {
     {"causal64_d128_bf16_wide", 0, 128, S2_DTYPE_BF16, 2, 1500, 1500, L_BSHD, 128, 128, 3, false, 2},
     {"bidir64_d128_f16_wide_q300", 2, 128, S2_DTYPE_F16, 1, 300, 1000, L_BHSD, 128, 128, 3, false, 2},
     {"dense64_d128_bf16_gqa_wide_ragged", 7, 128, S2_DTYPE_BF16, 2, 1000, 1000, L_BSHD, 128, 128, 3, false, 2},
+    /* up to d64: 64 x 128 */
+    {"causal64_d64_bf16_wide64", 0, 64, S2_DTYPE_BF16, 2, 1500, 1500, L_BSHD, 64, 128, 3, false, 2},
+    {"bidir64_d32_f16_wide64_q300", 2, 32, S2_DTYPE_F16, 1, 300, 1000, L_BHSD, 64, 128, 3, false, 2},
     /* every head dim the forward takes beyond 32, 64, 96 and 128 (16-wide
      * steps to 256), each in f16 and bf16 on two of: Merge-Q at block 16
      * (gathered key tiles where the sm_90a template takes the spec), GQA
