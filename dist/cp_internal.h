@@ -31,4 +31,9 @@ s2_status s2_cp_grad_map_new(s2_ctx *ctx, const s2_cp_plan *plan, const s2_patte
                              cp_grad_map *out);
 void s2_cp_grad_map_free(cp_grad_map *m);
 
+/* t's comm_ms and visible_comm_ms from its phases' intervals (start_ms < 0:
+ * not run): the union of the communication phases (exchange, reduce), and
+ * its part outside every attention phase (local, remote, combine, backward). */
+void s2_cp_timeline_measure(s2_cp_timeline *t);
+
 #endif
