@@ -4,7 +4,7 @@
 #ifndef S2C_CP_INTERNAL_H
 #define S2C_CP_INTERNAL_H
 
-#include "cp.h"
+#include "s2c/cp.h"
 
 /* Rows (tokens) of one kv head, copied from src to dst: for a gather of
  * received blocks src counts from slot 0 of the receive buffer, for the

@@ -3,7 +3,7 @@
  * library named; argument checks; the messages each rank derives from a
  * plan (every planned block carried once, by both ends in matching order,
  * runs only of blocks contiguous at both ends) and the executor's sizes. */
-#include "cp.h"
+#include "s2c/cp.h"
 #include "cp_internal.h"
 #include "s2c/cpplan.h"
 #include "s2c/pattern.h"

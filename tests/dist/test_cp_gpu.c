@@ -9,7 +9,7 @@
  * 8, block 64, bf16, D 128.  Exits 77 with fewer than two GPUs or without
  * libnccl.  Run with NCCL_NVLS_ENABLE=0 (set here too). */
 #include "compile_internal.h"
-#include "cp.h"
+#include "s2c/cp.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/pattern.h"
 #include "s2c/runtime.h"

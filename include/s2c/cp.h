@@ -1,5 +1,5 @@
-/* s2c's context-parallel executor over NCCL (the dist stage, libs2dist; not
- * installed yet): one process (or thread) per GPU runs attention over the
+/* s2c's context-parallel executor over NCCL (the dist stage, libs2dist):
+ * one process (or thread) per GPU runs attention over the
  * sequence sharded by a plan (s2c/cpplan.h), moving only the KV blocks each
  * rank's heads read.
  *
@@ -43,6 +43,10 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* NCCL's version code (22809 for 2.28.9); S2_ERR_UNSUPPORTED without it. */
 S2_API s2_status s2_nccl_version(s2_ctx *ctx, int *version);
@@ -171,4 +175,7 @@ S2_API s2_status s2_cp_exec_set_timing(s2_ctx *ctx, s2_cp_exec *e, bool on);
  * S2_ERR_INVALID when timing is off or no such call ran since it was on. */
 S2_API s2_status s2_cp_exec_last_timeline(s2_ctx *ctx, s2_cp_exec *e, bool backward, s2_cp_timeline *out);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
