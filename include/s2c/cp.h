@@ -20,6 +20,10 @@
  *                             received blocks summed at their owner by one
  *                             ncclReduceScatter (segments of a fixed layout:
  *                             the same inputs give bitwise-equal results)
+ *   s2_cp_exec_traffic        the bytes the last call posted to NCCL
+ *   s2_cp_exec_set_timing     (off by default) CUDA events around each
+ *   s2_cp_exec_last_timeline  phase of a call: its intervals and the
+ *                             communication no attention kernel hides
  *
  * NCCL is loaded with dlopen("libnccl.so.2", or $S2C_LIBNCCL): without it
  * every call that needs it returns S2_ERR_UNSUPPORTED.  The executor never
