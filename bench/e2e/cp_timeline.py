@@ -73,8 +73,11 @@ def analyse(trace, steps, device=None):
     """Per step annotation (name in steps): (step, nccl, exposed) in ms from a
     chrome trace's events (ts and dur in us)."""
     evs = trace["traceEvents"] if isinstance(trace, dict) else trace
-    marks = {e["name"]: (float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in evs
-             if e.get("ph") == "X" and e.get("name") in steps}
+    marks = {}
+    for e in evs:   # the CPU annotation (user_annotation) over its GPU copy where both are there
+        name = e.get("name")
+        if e.get("ph") == "X" and name in steps and (name not in marks or e.get("cat") == "user_annotation"):
+            marks[name] = (float(e["ts"]), float(e["ts"]) + float(e["dur"]))
     kernels = [e for e in evs if e.get("ph") == "X" and str(e.get("cat", "")).lower() == "kernel"
                and (device is None or e.get("args", {}).get("device", device) == device)]
     out = []
@@ -150,7 +153,7 @@ def main(rank, world, init, args, out_dir):
             path = os.path.join(out_dir, f"trace_{rank}_{seq}_{mode.replace('+', '')}.json")
             prof.export_chrome_trace(path)
             with open(path) as f:
-                per = analyse(json.load(f), names)
+                per = analyse(json.load(f), names, device=rank)
             os.remove(path)
             med = [statistics.median(x[i] for x in per) for i in range(3)]
             rows.append((seq, mode, med))
