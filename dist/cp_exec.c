@@ -140,6 +140,11 @@ struct s2_cp_exec {
     void *comm_stream;
     s2_event *ev_in, *ev_comm;
     s2_devptr kbuf, vbuf, parts, dkbuf, dvbuf, seg, red, work;
+    s2_cp_traffic traffic[2];     /* the last forward's, backward's */
+    bool timing;                  /* s2_cp_exec_set_timing */
+    bool timed[2];                /* a call ran with every event recorded */
+    bool ran[2][S2_CP_PHASES];
+    s2_event *tev[2][S2_CP_PHASES][2], *t0[2], *t1[2];
 };
 
 static void op_free(cp_op *o, bool plan_shared)
@@ -161,6 +166,11 @@ void s2_cp_exec_free(s2_cp_exec *e)
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         s2_mem_free(NULL, e->dev, bufs[i]);
     s2_event_free(e->ev_in), s2_event_free(e->ev_comm);
+    for (int w = 0; w < 2; w++) {
+        s2_event_free(e->t0[w]), s2_event_free(e->t1[w]);
+        for (int i = 0; i < S2_CP_PHASES; i++)
+            s2_event_free(e->tev[w][i][0]), s2_event_free(e->tev[w][i][1]);
+    }
     s2_stream_destroy(NULL, e->dev, e->comm_stream);
     free(e);
 }
@@ -336,13 +346,94 @@ static s2_status copy_in(s2_ctx *ctx, s2_cp_exec *e, const cp_op *o, void *strea
     return st;
 }
 
+/* ---- timing (s2_cp_exec_set_timing): events around each phase of call `w` (0 forward, 1 backward) ---- */
+
+/* The start (end) of phase ph of call w on stream; nothing when timing is off. */
+static s2_status mark(s2_ctx *ctx, s2_cp_exec *e, int w, s2_cp_phase ph, int end, void *stream)
+{
+    if (!e->timing)
+        return S2_OK;
+    e->ran[w][ph] = true;
+    return s2_event_record(ctx, e->tev[w][ph][end], stream);
+}
+
+/* A call's first (last) event on the caller's stream; the first clears the phases run and the counts. */
+static s2_status call_edge(s2_ctx *ctx, s2_cp_exec *e, int w, int end, void *stream)
+{
+    if (!end) {
+        int64_t calls = e->traffic[w].calls;
+        e->traffic[w] = (s2_cp_traffic){.calls = calls};
+        e->timed[w] = false;
+        memset(e->ran[w], 0, sizeof e->ran[w]);
+    } else {
+        e->traffic[w].calls++;
+    }
+    if (!e->timing)
+        return S2_OK;
+    s2_status st = s2_event_record(ctx, end ? e->t1[w] : e->t0[w], stream);
+    if (st == S2_OK && end)
+        e->timed[w] = true;
+    return st;
+}
+
+s2_status s2_cp_exec_set_timing(s2_ctx *ctx, s2_cp_exec *e, bool on)
+{
+    if (!e)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_cp_exec_set_timing: the executor is NULL");
+    s2_status st = S2_OK;
+    for (int w = 0; on && st == S2_OK && w < 2; w++) {   /* made once, kept until the executor is freed */
+        if (!e->t0[w] && (st = s2_event_create(ctx, e->dev, &e->t0[w])) != S2_OK)
+            break;
+        if (!e->t1[w] && (st = s2_event_create(ctx, e->dev, &e->t1[w])) != S2_OK)
+            break;
+        for (int i = 0; st == S2_OK && i < 2 * S2_CP_PHASES; i++)
+            if (!e->tev[w][i / 2][i % 2])
+                st = s2_event_create(ctx, e->dev, &e->tev[w][i / 2][i % 2]);
+    }
+    if (st != S2_OK)
+        return st;
+    e->timing = on;
+    e->timed[0] = e->timed[1] = false;
+    return S2_OK;
+}
+
+s2_status s2_cp_exec_traffic(s2_ctx *ctx, const s2_cp_exec *e, bool backward, s2_cp_traffic *out)
+{
+    if (!e || !out)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_cp_exec_traffic: %s is NULL", !e ? "the executor" : "out");
+    *out = e->traffic[backward];
+    return S2_OK;
+}
+
+s2_status s2_cp_exec_last_timeline(s2_ctx *ctx, s2_cp_exec *e, bool backward, s2_cp_timeline *out)
+{
+    if (!e || !out)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_cp_exec_last_timeline: %s is NULL", !e ? "the executor" : "out");
+    int w = backward;
+    if (!e->timing || !e->timed[w])
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_cp_exec_last_timeline: %s", !e->timing ? "timing is off"
+                       : backward ? "no backward ran with timing on" : "no forward ran with timing on");
+    *out = (s2_cp_timeline){0};
+    s2_status st = s2_event_elapsed_ms(ctx, e->t0[w], e->t1[w], &out->step_ms);
+    for (int i = 0; st == S2_OK && i < S2_CP_PHASES; i++) {
+        out->start_ms[i] = out->end_ms[i] = -1;
+        if (e->ran[w][i] && (st = s2_event_elapsed_ms(ctx, e->t0[w], e->tev[w][i][0], &out->start_ms[i])) == S2_OK)
+            st = s2_event_elapsed_ms(ctx, e->t0[w], e->tev[w][i][1], &out->end_ms[i]);
+    }
+    if (st == S2_OK)
+        s2_cp_timeline_measure(out);
+    return st;
+}
+
 /* The planned blocks sent and received on the communication stream, after `stream`'s work so far; ev_comm
- * marks their end. */
-static s2_status exchange(s2_ctx *ctx, s2_cp_exec *e, const cp_op *o, void *stream)
+ * marks their end.  w: the call (its counts and, when timed, its exchange phase); -1 for none (ordering only). */
+static s2_status exchange(s2_ctx *ctx, s2_cp_exec *e, const cp_op *o, int w, void *stream)
 {
     s2_status st = s2_event_record(ctx, e->ev_in, stream);
     if (st == S2_OK)
         st = s2_stream_wait_event(ctx, e->ev_in, e->comm_stream);
+    if (st == S2_OK && w >= 0)
+        st = mark(ctx, e, w, S2_CP_PHASE_EXCHANGE, 0, e->comm_stream);
     if (st != S2_OK)
         return st;
     if (o->n_msgs > 0) {
@@ -358,6 +449,11 @@ static s2_status exchange(s2_ctx *ctx, s2_cp_exec *e, const cp_op *o, void *stre
                 int64_t off = row_at(e, o, b, m->kv_head, row);
                 for (int t = 0; r == ncclSuccess && t < 2; t++) {
                     s2_devptr p = at(e, t ? e->vbuf : e->kbuf, off);
+                    if (w >= 0) {   /* what is posted, as posted */
+                        s2_cp_traffic *tr = &e->traffic[w];
+                        *(m->send ? &tr->sends : &tr->recvs) += 1;
+                        *(m->send ? &tr->send_bytes : &tr->recv_bytes) += (double)count * (double)e->elem;
+                    }
                     r = m->send ? n->Send((const void *)(uintptr_t)p, count, e->nt, m->peer, e->comm->comm,
                                           (cudaStream_t)e->comm_stream)
                                 : n->Recv((void *)(uintptr_t)p, count, e->nt, m->peer, e->comm->comm,
@@ -368,6 +464,8 @@ static s2_status exchange(s2_ctx *ctx, s2_cp_exec *e, const cp_op *o, void *stre
         if (r != ncclSuccess || r2 != ncclSuccess)
             return s2_nccl_fail(ctx, n, r != ncclSuccess ? r : r2, "the KV blocks' ncclSend/ncclRecv");
     }
+    if (w >= 0 && (st = mark(ctx, e, w, S2_CP_PHASE_EXCHANGE, 1, e->comm_stream)) != S2_OK)
+        return st;
     return s2_event_record(ctx, e->ev_comm, e->comm_stream);
 }
 
@@ -401,8 +499,11 @@ s2_status s2_cp_forward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn_
     if (st != S2_OK)
         return st;
     const cp_op *o = &e->op[0];
-    if ((st = copy_in(ctx, e, o, stream, a->k, a->k_stride, a->v, a->v_stride)) != S2_OK ||
-        (st = exchange(ctx, e, o, stream)) != S2_OK)
+    if ((st = call_edge(ctx, e, 0, 0, stream)) != S2_OK ||
+        (st = mark(ctx, e, 0, S2_CP_PHASE_COPY_IN, 0, stream)) != S2_OK ||
+        (st = copy_in(ctx, e, o, stream, a->k, a->k_stride, a->v, a->v_stride)) != S2_OK ||
+        (st = mark(ctx, e, 0, S2_CP_PHASE_COPY_IN, 1, stream)) != S2_OK ||
+        (st = exchange(ctx, e, o, 0, stream)) != S2_OK)
         return st;
     s2_attn_fwd_args l = *a;
     l.kv_len = o->recv + e->sizes.own_tokens;
@@ -410,9 +511,11 @@ s2_status s2_cp_forward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn_
     kv_strides(e, l.k_stride);
     memcpy(l.v_stride, l.k_stride, sizeof l.v_stride);
     if (!o->remote) {   /* nothing received: one launch into o */
-        st = s2_attn_forward_sched(ctx, e->fwd, stream, &l, o->full);
-        s2_status st2 = s2_stream_wait_event(ctx, e->ev_comm, stream);   /* sends read the buffers */
-        return st != S2_OK ? st : st2;
+        if ((st = mark(ctx, e, 0, S2_CP_PHASE_LOCAL, 0, stream)) == S2_OK &&
+            (st = s2_attn_forward_sched(ctx, e->fwd, stream, &l, o->full)) == S2_OK &&
+            (st = mark(ctx, e, 0, S2_CP_PHASE_LOCAL, 1, stream)) == S2_OK)
+            st = s2_stream_wait_event(ctx, e->ev_comm, stream);   /* sends read the buffers */
+        return st == S2_OK ? call_edge(ctx, e, 0, 1, stream) : st;
     }
     size_t ob = (size_t)e->batch * e->sizes.own_tokens * e->heads * e->D * e->elem;
     size_t lb = (size_t)e->batch * e->heads * e->sizes.own_tokens * 4;
@@ -420,12 +523,15 @@ s2_status s2_cp_forward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn_
     int64_t ps[3] = {e->sizes.own_tokens * e->heads * e->D, (int64_t)e->heads * e->D, e->D};
     memcpy(l.o_stride, ps, sizeof ps);
     l.o = part_o[0], l.lse = part_l[0];
-    st = s2_attn_forward_sched(ctx, e->fwd, stream, &l, o->local);
+    if ((st = mark(ctx, e, 0, S2_CP_PHASE_LOCAL, 0, stream)) == S2_OK &&
+        (st = s2_attn_forward_sched(ctx, e->fwd, stream, &l, o->local)) == S2_OK)
+        st = mark(ctx, e, 0, S2_CP_PHASE_LOCAL, 1, stream);
     if (st == S2_OK)
         st = s2_stream_wait_event(ctx, e->ev_comm, stream);
     l.o = part_o[1], l.lse = part_l[1];
-    if (st == S2_OK)
-        st = s2_attn_forward_sched(ctx, e->fwd, stream, &l, o->remote);
+    if (st == S2_OK && (st = mark(ctx, e, 0, S2_CP_PHASE_REMOTE, 0, stream)) == S2_OK &&
+        (st = s2_attn_forward_sched(ctx, e->fwd, stream, &l, o->remote)) == S2_OK)
+        st = mark(ctx, e, 0, S2_CP_PHASE_REMOTE, 1, stream);
     if (st != S2_OK)
         return st;
     s2_combine_args c = {.n = 2, .batch = e->batch, .heads = e->heads, .head_dim = e->D, .seq = e->sizes.own_tokens,
@@ -434,7 +540,11 @@ s2_status s2_cp_forward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn_
     memcpy(c.lse_in, part_l, sizeof part_l);
     memcpy(c.in_stride, ps, sizeof ps);
     memcpy(c.o_stride, a->o_stride, sizeof c.o_stride);
-    return s2_combine(ctx, e->fwd, stream, &c);
+    if ((st = mark(ctx, e, 0, S2_CP_PHASE_COMBINE, 0, stream)) == S2_OK &&
+        (st = s2_combine(ctx, e->fwd, stream, &c)) == S2_OK &&
+        (st = mark(ctx, e, 0, S2_CP_PHASE_COMBINE, 1, stream)) == S2_OK)
+        st = call_edge(ctx, e, 0, 1, stream);
+    return st;
 }
 
 /* Copies of rows of D elements: dst rows at dst_pitch elements. */
@@ -465,8 +575,12 @@ s2_status s2_cp_backward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn
     if (st != S2_OK)
         return st;
     const cp_op *o = &e->op[1];
-    if ((st = copy_in(ctx, e, o, stream, a->k, a->k_stride, a->v, a->v_stride)) != S2_OK ||
-        (st = exchange(ctx, e, o, stream)) != S2_OK || (st = s2_stream_wait_event(ctx, e->ev_comm, stream)) != S2_OK)
+    if ((st = call_edge(ctx, e, 1, 0, stream)) != S2_OK ||
+        (st = mark(ctx, e, 1, S2_CP_PHASE_COPY_IN, 0, stream)) != S2_OK ||
+        (st = copy_in(ctx, e, o, stream, a->k, a->k_stride, a->v, a->v_stride)) != S2_OK ||
+        (st = mark(ctx, e, 1, S2_CP_PHASE_COPY_IN, 1, stream)) != S2_OK ||
+        (st = exchange(ctx, e, o, 1, stream)) != S2_OK ||
+        (st = s2_stream_wait_event(ctx, e->ev_comm, stream)) != S2_OK)
         return st;
     int64_t base = row_at(e, o, 0, 0, 0);
     b.kv_len = o->recv + e->sizes.own_tokens;
@@ -476,7 +590,10 @@ s2_status s2_cp_backward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn
     memcpy(b.v_stride, b.k_stride, sizeof b.k_stride);
     memcpy(b.dk_stride, b.k_stride, sizeof b.k_stride);
     memcpy(b.dv_stride, b.k_stride, sizeof b.k_stride);
-    if ((st = s2_attn_backward_sched(ctx, e->bwd, stream, &b, o->full)) != S2_OK)
+    if ((st = mark(ctx, e, 1, S2_CP_PHASE_BACKWARD, 0, stream)) != S2_OK ||
+        (st = s2_attn_backward_sched(ctx, e->bwd, stream, &b, o->full)) != S2_OK ||
+        (st = mark(ctx, e, 1, S2_CP_PHASE_BACKWARD, 1, stream)) != S2_OK ||
+        (st = mark(ctx, e, 1, S2_CP_PHASE_GATHER, 0, stream)) != S2_OK)
         return st;
     const cp_grad_map *g = &e->grad;
     int64_t segb = g->seg_rows * e->D;   /* one segment's elements */
@@ -498,21 +615,29 @@ s2_status s2_cp_backward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn
                                at(e, dsrc[t], row_at(e, o, bi, c->kv_head, o->recv + c->src)), e->D, c->rows, stream);
             }
         }
+    if (st == S2_OK)
+        st = mark(ctx, e, 1, S2_CP_PHASE_GATHER, 1, stream);
     /* every rank's segment r summed at r, in NCCL's fixed order */
     if (st == S2_OK && segb > 0) {
-        if ((st = exchange(ctx, e, &(cp_op){.n_msgs = 0}, stream)) != S2_OK)   /* comm stream after the copies */
+        if ((st = exchange(ctx, e, &(cp_op){.n_msgs = 0}, -1, stream)) != S2_OK ||   /* comm stream after the copies */
+            (st = mark(ctx, e, 1, S2_CP_PHASE_REDUCE, 0, e->comm_stream)) != S2_OK)
             return st;
         const s2_nccl_api *n = e->comm->n;
         ncclResult_t r = n->GroupStart();
-        for (int t = 0; r == ncclSuccess && t < 2; t++)
+        for (int t = 0; r == ncclSuccess && t < 2; t++) {
             r = n->ReduceScatter((const void *)(uintptr_t)seg[t], (void *)(uintptr_t)red[t], (size_t)segb, e->nt,
                                  ncclSum, e->comm->comm, (cudaStream_t)e->comm_stream);
+            e->traffic[1].reduce_bytes += (double)g->ranks * (double)segb * (double)e->elem;
+        }
         ncclResult_t r2 = n->GroupEnd();
         if (r != ncclSuccess || r2 != ncclSuccess)
             return s2_nccl_fail(ctx, n, r != ncclSuccess ? r : r2, "the dK/dV ncclReduceScatter");
-        if ((st = s2_event_record(ctx, e->ev_comm, e->comm_stream)) == S2_OK)
+        if ((st = mark(ctx, e, 1, S2_CP_PHASE_REDUCE, 1, e->comm_stream)) == S2_OK &&
+            (st = s2_event_record(ctx, e->ev_comm, e->comm_stream)) == S2_OK)
             st = s2_stream_wait_event(ctx, e->ev_comm, stream);
     }
+    if (st == S2_OK)
+        st = mark(ctx, e, 1, S2_CP_PHASE_COPY_OUT, 0, stream);
     /* own rows into the caller's dk, dv, then the summed rows over them */
     uint64_t out[2] = {a->dk, a->dv};
     const int64_t *os[2] = {a->dk_stride, a->dv_stride};
@@ -528,5 +653,7 @@ s2_status s2_cp_backward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn
                                os[t][1], at(e, red[t], s), e->D, c->rows, stream);
             }
         }
+    if (st == S2_OK && (st = mark(ctx, e, 1, S2_CP_PHASE_COPY_OUT, 1, stream)) == S2_OK)
+        st = call_edge(ctx, e, 1, 1, stream);
     return st;
 }

@@ -4,7 +4,7 @@
 #ifndef S2C_CP_INTERNAL_H
 #define S2C_CP_INTERNAL_H
 
-#include "cp.h"
+#include "s2c/cp.h"
 
 /* Rows (tokens) of one kv head, copied from src to dst: for a gather of
  * received blocks src counts from slot 0 of the receive buffer, for the
@@ -30,5 +30,10 @@ int64_t s2_cp_own_row(const s2_cp_plan *plan, int rank, int64_t n, int block_siz
 s2_status s2_cp_grad_map_new(s2_ctx *ctx, const s2_cp_plan *plan, const s2_pattern *p, int rank, int batch,
                              cp_grad_map *out);
 void s2_cp_grad_map_free(cp_grad_map *m);
+
+/* t's comm_ms and visible_comm_ms from its phases' intervals (start_ms < 0:
+ * not run): the union of the communication phases (exchange, reduce), and
+ * its part outside every attention phase (local, remote, combine, backward). */
+void s2_cp_timeline_measure(s2_cp_timeline *t);
 
 #endif

@@ -1,6 +1,7 @@
 /* The executor's host-side lists from a plan: the messages of a rank's
  * exchange (both ends derive the same runs from the receiver's list), the
- * reduce-scatter segments of dK/dV and the device memory it holds. */
+ * reduce-scatter segments of dK/dV, the device memory it holds and the
+ * measure of a timeline. */
 #include "cp_internal.h"
 #include "util.h"
 
@@ -259,4 +260,42 @@ s2_status s2_cp_sizes_of(s2_ctx *ctx, const s2_cp_plan *fwd, const s2_cp_plan *b
         s2_cp_grad_map_free(&m);
     }
     return S2_OK;
+}
+
+static bool cp_phase_comm(int i) { return i == S2_CP_PHASE_EXCHANGE || i == S2_CP_PHASE_REDUCE; }
+static bool cp_phase_attn(int i)
+{
+    return i == S2_CP_PHASE_LOCAL || i == S2_CP_PHASE_REMOTE || i == S2_CP_PHASE_COMBINE || i == S2_CP_PHASE_BACKWARD;
+}
+
+static bool cp_in_phase(const s2_cp_timeline *t, bool (*kind)(int), float at)
+{
+    for (int i = 0; i < S2_CP_PHASES; i++)
+        if (kind(i) && t->start_ms[i] >= 0 && at > t->start_ms[i] && at < t->end_ms[i])
+            return true;
+    return false;
+}
+
+void s2_cp_timeline_measure(s2_cp_timeline *t)
+{
+    /* measured over the elementary segments between every phase's ends */
+    float cuts[2 * S2_CP_PHASES];
+    int n = 0;
+    for (int i = 0; i < S2_CP_PHASES; i++)
+        if (t->start_ms[i] >= 0)
+            cuts[n++] = t->start_ms[i], cuts[n++] = t->end_ms[i];
+    for (int i = 1; i < n; i++)
+        for (int j = i; j > 0 && cuts[j - 1] > cuts[j]; j--) {
+            float x = cuts[j];
+            cuts[j] = cuts[j - 1], cuts[j - 1] = x;
+        }
+    t->comm_ms = t->visible_comm_ms = 0;
+    for (int i = 0; i + 1 < n; i++) {
+        float mid = 0.5f * (cuts[i] + cuts[i + 1]), len = cuts[i + 1] - cuts[i];
+        if (len > 0 && cp_in_phase(t, cp_phase_comm, mid)) {
+            t->comm_ms += len;
+            if (!cp_in_phase(t, cp_phase_attn, mid))
+                t->visible_comm_ms += len;
+        }
+    }
 }

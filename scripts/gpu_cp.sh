@@ -5,8 +5,10 @@
 #   scripts/gpu_cp.sh BUNDLE_DIR        (in the source tree the bundle was built from)
 #
 # Steps: the two-GPU test (forward and gradients against the single-GPU
-# kernels, both shardings, bitwise-deterministic backward) and the same under
-# compute-sanitizer's memcheck (NCCL's own probing API errors at init not reported).  Every command runs with NCCL_NVLS_ENABLE=0:
+# kernels, both shardings, bitwise-deterministic backward), the same under
+# compute-sanitizer's memcheck (NCCL's own probing API errors at init not reported),
+# and examples/cp at 64K tokens (correctness, the executor's bytes against the
+# plan's and ring attention's, times against one GPU, the timeline).  Every command runs with NCCL_NVLS_ENABLE=0:
 # never NVLink SHARP / multicast.  Logs in ${OUT:-out-cp}/.  Exits 0 when
 # every step passed or skipped itself (77).
 set -uo pipefail
@@ -20,7 +22,9 @@ cd "$(dirname "$0")/.." || exit 2
 bin=/tmp/s2c-gpu-cp-$(id -u)
 rm -rf "$bin" && mkdir -p "$bin" "$out"
 xz -dc "$bundle/s2c-gpu.xz" >"$bin/s2c-gpu" && chmod +x "$bin/s2c-gpu" || exit 1
-ln "$bin/s2c-gpu" "$bin/test_cp_gpu" 2>/dev/null || ln -s s2c-gpu "$bin/test_cp_gpu"
+for p in test_cp_gpu cp_example; do
+    ln "$bin/s2c-gpu" "$bin/$p" 2>/dev/null || ln -s s2c-gpu "$bin/$p"
+done
 export S2C_PATTERNS=$PWD/patterns S2C_TEST_DATA=$PWD/tests/data
 export PATH=$bin:$PATH:${CUDA_HOME:-/usr/local/cuda}/bin
 nvidia-smi --query-gpu=index,name --format=csv,noheader 2>&1 || true
@@ -37,4 +41,5 @@ step() {   # name timeout command...
 }
 step cp_gpu          180 test_cp_gpu
 step memcheck_cp     600 compute-sanitizer --tool memcheck --report-api-errors no --target-processes all --error-exitcode 1 test_cp_gpu
+step example_cp      300 cp_example --seq 65536 --reps 10
 exit $fail

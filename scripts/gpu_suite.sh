@@ -52,6 +52,7 @@ paged_gpu                 300  test_paged_gpu
 example_embed              60  embed "$S2C_BUNDLE/data/examples/embed"
 example_jit                60  jit examples/jit/layer.yaml
 example_train              90  train examples/train/train.yaml
+example_cp                180  NCCL_NVLS_ENABLE=0 cp_example --seq 16384 --reps 3
 memcheck_codegen           60  compute-sanitizer --tool memcheck --error-exitcode 1 test_codegen_gpu
 racecheck_codegen          60  compute-sanitizer --tool racecheck --error-exitcode 1 test_codegen_gpu
 memcheck_runtime           60  CK_FORK=no compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_runtime_gpu

@@ -221,3 +221,14 @@ def test_exchange_over_gloo(world, cases):
         msgs.append(errors.get())
     assert not msgs and all(pr.exitcode == 0 for pr in procs), "\n".join(msgs) or \
         f"exit codes {[pr.exitcode for pr in procs]}"
+
+
+def test_cp_timeline_arithmetic():
+    """bench/e2e/cp_timeline.py's step, NCCL and exposed times on a made-up trace."""
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[2] / "bench" / "e2e" / "cp_timeline.py"
+    spec = importlib.util.spec_from_file_location("cp_timeline", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.selftest() == 0

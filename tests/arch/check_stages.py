@@ -44,6 +44,7 @@ PUBLIC = {
     "runtime.h": "runtime", "attn_runtime.h": "runtime",
     "jit.h": "jit",
     "ref.h": "ref",
+    "cp.h": "dist",
 }
 
 # Headers generated into the build directory, and their stage.

@@ -3,7 +3,7 @@
  * library named; argument checks; the messages each rank derives from a
  * plan (every planned block carried once, by both ends in matching order,
  * runs only of blocks contiguous at both ends) and the executor's sizes. */
-#include "cp.h"
+#include "s2c/cp.h"
 #include "cp_internal.h"
 #include "s2c/cpplan.h"
 #include "s2c/pattern.h"
@@ -46,6 +46,11 @@ START_TEST(nccl_absent)
     ck_assert_int_eq(s2_cp_forward(ctx, NULL, NULL, NULL), S2_ERR_NULL_ARG);
     ck_assert_int_eq(s2_cp_backward(ctx, NULL, NULL, NULL), S2_ERR_NULL_ARG);
     ck_assert_int_eq(s2_cp_comm_rank(NULL), -1);
+    ck_assert_int_eq(s2_cp_exec_set_timing(ctx, NULL, true), S2_ERR_NULL_ARG);
+    s2_cp_timeline tl;
+    s2_cp_traffic tr;
+    ck_assert_int_eq(s2_cp_exec_last_timeline(ctx, NULL, false, &tl), S2_ERR_NULL_ARG);
+    ck_assert_int_eq(s2_cp_exec_traffic(ctx, NULL, true, &tr), S2_ERR_NULL_ARG);
     s2_cp_comm_free(NULL);
     s2_cp_exec_free(NULL);
     s2_ctx_free(ctx);
@@ -216,6 +221,47 @@ START_TEST(sizes_and_segments)
 }
 END_TEST
 
+/* Visible communication: the union of exchange and reduce outside every attention phase, other phases ignored. */
+START_TEST(timeline_measure)
+{
+    s2_cp_timeline t;
+    for (int i = 0; i < S2_CP_PHASES; i++)
+        t.start_ms[i] = t.end_ms[i] = -1;
+    t.step_ms = 10;
+    /* forward: copy-in [0,1]; exchange [1,5] under local [1.5,4]; remote [5,8]; combine [8,9] */
+    t.start_ms[S2_CP_PHASE_COPY_IN] = 0, t.end_ms[S2_CP_PHASE_COPY_IN] = 1;
+    t.start_ms[S2_CP_PHASE_EXCHANGE] = 1, t.end_ms[S2_CP_PHASE_EXCHANGE] = 5;
+    t.start_ms[S2_CP_PHASE_LOCAL] = 1.5f, t.end_ms[S2_CP_PHASE_LOCAL] = 4;
+    t.start_ms[S2_CP_PHASE_REMOTE] = 5, t.end_ms[S2_CP_PHASE_REMOTE] = 8;
+    t.start_ms[S2_CP_PHASE_COMBINE] = 8, t.end_ms[S2_CP_PHASE_COMBINE] = 9;
+    s2_cp_timeline_measure(&t);
+    ck_assert_float_eq_tol(t.comm_ms, 4, 1e-6);
+    ck_assert_float_eq_tol(t.visible_comm_ms, 1.5, 1e-6);   /* [1,1.5] and [4,5] */
+    /* a reduce overlapping the exchange counts once; one inside an attention phase is hidden */
+    t.start_ms[S2_CP_PHASE_REDUCE] = 4.5f, t.end_ms[S2_CP_PHASE_REDUCE] = 7;
+    s2_cp_timeline_measure(&t);
+    ck_assert_float_eq_tol(t.comm_ms, 6, 1e-6);
+    ck_assert_float_eq_tol(t.visible_comm_ms, 1.5, 1e-6);
+    /* backward: exchange [1,3] before the backward [3,8], reduce [8.5,9.5] after the gather */
+    for (int i = 0; i < S2_CP_PHASES; i++)
+        t.start_ms[i] = t.end_ms[i] = -1;
+    t.start_ms[S2_CP_PHASE_EXCHANGE] = 1, t.end_ms[S2_CP_PHASE_EXCHANGE] = 3;
+    t.start_ms[S2_CP_PHASE_BACKWARD] = 3, t.end_ms[S2_CP_PHASE_BACKWARD] = 8;
+    t.start_ms[S2_CP_PHASE_GATHER] = 8, t.end_ms[S2_CP_PHASE_GATHER] = 8.5f;
+    t.start_ms[S2_CP_PHASE_REDUCE] = 8.5f, t.end_ms[S2_CP_PHASE_REDUCE] = 9.5f;
+    s2_cp_timeline_measure(&t);
+    ck_assert_float_eq_tol(t.comm_ms, 3, 1e-6);
+    ck_assert_float_eq_tol(t.visible_comm_ms, 3, 1e-6);
+    /* nothing communicated */
+    for (int i = 0; i < S2_CP_PHASES; i++)
+        t.start_ms[i] = t.end_ms[i] = -1;
+    t.start_ms[S2_CP_PHASE_LOCAL] = 0, t.end_ms[S2_CP_PHASE_LOCAL] = 2;
+    s2_cp_timeline_measure(&t);
+    ck_assert_float_eq(t.comm_ms, 0);
+    ck_assert_float_eq(t.visible_comm_ms, 0);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("cp");
@@ -224,6 +270,7 @@ int main(void)
     tcase_add_test(tc, nccl_absent);
     tcase_add_test(tc, messages_match);
     tcase_add_test(tc, sizes_and_segments);
+    tcase_add_test(tc, timeline_measure);
     suite_add_tcase(s, tc);
     return s2t_run_suite(s);
 }

@@ -9,7 +9,7 @@
  * 8, block 64, bf16, D 128.  Exits 77 with fewer than two GPUs or without
  * libnccl.  Run with NCCL_NVLS_ENABLE=0 (set here too). */
 #include "compile_internal.h"
-#include "cp.h"
+#include "s2c/cp.h"
 #include "s2c/attn_runtime.h"
 #include "s2c/pattern.h"
 #include "s2c/runtime.h"
@@ -98,6 +98,53 @@ static int report(int rank, const char *sh, const char *what, double err, int64_
            TOL_REL, (long long)nans);
     *fails += !ok;
     return ok;
+}
+
+/* The executor's own count of the bytes it posted equals the plan's figure; a timed forward and backward give
+ * phases inside the step, in the order the streams impose (received keys' work after the receive). */
+static int check_counts_and_timeline(s2_ctx *ctx, s2_cp_exec *e, void *stream, int rank, const char *shn,
+                                     const s2_attn_fwd_args *a, const s2_attn_bwd_args *g)
+{
+    s2_cp_traffic tf, tb;
+    s2_cp_rank_stats ps;
+    s2_cp_timeline tl[2];
+    if (s2_cp_exec_traffic(ctx, e, false, &tf) != S2_OK || s2_cp_exec_traffic(ctx, e, true, &tb) != S2_OK ||
+        s2_cp_plan_rank_stats(ctx, s2_cp_exec_plan(e, false), rank, D, S2_DTYPE_BF16, &ps) != S2_OK ||
+        s2_cp_exec_last_timeline(ctx, e, false, &tl[0]) != S2_ERR_INVALID ||   /* off by default */
+        s2_cp_exec_set_timing(ctx, e, true) != S2_OK || s2_cp_forward(ctx, e, stream, a) != S2_OK ||
+        s2_cp_backward(ctx, e, stream, g) != S2_OK || s2_cp_exec_last_timeline(ctx, e, false, &tl[0]) != S2_OK ||
+        s2_cp_exec_last_timeline(ctx, e, true, &tl[1]) != S2_OK) {
+        printf("rank %d %-10s counts/timeline FAIL: %s\n", rank, shn, s2_ctx_message(ctx));
+        return 1;
+    }
+    bool bytes = tf.send_bytes == ps.send_bytes && tf.recv_bytes == ps.recv_bytes && tf.calls == 1 && tb.calls == 2 &&
+                 (tb.recv_bytes > 0) == (tb.recvs > 0) && (tf.recvs > 0) == (ps.recv_blocks > 0);
+    printf("rank %d %-10s bytes posted sent %.0f recv %.0f, plan %.0f %.0f, ring %.0f: %s\n", rank, shn,
+           tf.send_bytes, tf.recv_bytes, ps.send_bytes, ps.recv_bytes, ps.ring_bytes, bytes ? "PASS" : "FAIL");
+    bool order = true;
+    const float eps = 1e-3f;
+    for (int w = 0; w < 2; w++) {
+        const s2_cp_timeline *t = &tl[w];
+        for (int i = 0; i < S2_CP_PHASES; i++)
+            if (t->start_ms[i] >= 0)
+                order = order && t->start_ms[i] <= t->end_ms[i] + eps && t->end_ms[i] <= t->step_ms + eps;
+        order = order && t->step_ms > 0 && t->visible_comm_ms <= t->comm_ms + eps && t->comm_ms <= t->step_ms + eps;
+        order = order && t->start_ms[S2_CP_PHASE_EXCHANGE] >= 0;
+        printf("rank %d %-10s timeline %s step %.3f ms, communication %.3f ms, visible %.3f ms\n", rank, shn,
+               w ? "backward" : "forward", t->step_ms, t->comm_ms, t->visible_comm_ms);
+    }
+    const s2_cp_timeline *f = &tl[0], *b = &tl[1];
+    if (f->start_ms[S2_CP_PHASE_REMOTE] >= 0)
+        order = order && f->start_ms[S2_CP_PHASE_REMOTE] >= f->end_ms[S2_CP_PHASE_EXCHANGE] - eps &&
+                f->start_ms[S2_CP_PHASE_COMBINE] >= f->end_ms[S2_CP_PHASE_REMOTE] - eps;
+    order = order && b->start_ms[S2_CP_PHASE_BACKWARD] >= b->end_ms[S2_CP_PHASE_EXCHANGE] - eps &&
+            b->start_ms[S2_CP_PHASE_BACKWARD] >= 0 && f->start_ms[S2_CP_PHASE_BACKWARD] < 0;
+    if (b->start_ms[S2_CP_PHASE_REDUCE] >= 0)
+        order = order && b->start_ms[S2_CP_PHASE_REDUCE] >= b->end_ms[S2_CP_PHASE_GATHER] - eps &&
+                b->start_ms[S2_CP_PHASE_COPY_OUT] >= b->end_ms[S2_CP_PHASE_REDUCE] - eps;
+    printf("rank %d %-10s timeline phases %s\n", rank, shn, order ? "PASS" : "FAIL");
+    s2_cp_exec_set_timing(ctx, e, false);
+    return !bytes + !order;
 }
 
 static int run_rank(int rank, int rfd, int wfd)
@@ -237,6 +284,7 @@ static int run_rank(int rank, int rfd, int wfd)
         }
         printf("rank %d %-10s backward rerun %s (bitwise)\n", rank, shn, same ? "PASS" : "FAIL");
         fails += !same;
+        fails += check_counts_and_timeline(ctx, e, stream, rank, shn, &a, &g);
         s2_devptr mine[] = {lq, ldo, lk, lv, lo, llse, ldq, ldk, ldv};
         for (size_t i = 0; i < sizeof mine / sizeof mine[0]; i++)
             s2_mem_free(ctx, dev, mine[i]);

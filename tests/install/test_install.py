@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Install into a temporary DESTDIR and use what was installed as a user would:
-the headers, both shared libraries (exports equal to the public headers'
+the headers, the three shared libraries (exports equal to the public headers'
 declarations, soname versions, RUNPATHs), the pkg-config files (a C program built and run
 with pkg-config only: the .pc files are relocatable), the CMake package (the same program
-through find_package(s2c) and s2c::s2c), libs2c loaded by its absolute path with ctypes,
+through find_package(s2c) and s2c::s2c), libs2dist the same ways (a program of s2c/cp.h
+without NCCL, through pkg-config and COMPONENTS dist), libs2c loaded by its absolute path with ctypes,
 the documentation and the man page.  Nothing runs with LD_LIBRARY_PATH.
 
   test_install.py BUILD_DIR SOURCE_DIR
@@ -43,6 +44,32 @@ int main(void)
     s2_ctx_free(ctx);
     return strcmp(s2_version(), S2C_VERSION_STRING) != 0;
 }
+'''
+
+# libs2dist without NCCL (S2C_LIBNCCL names a missing file): every call that needs it says so, arguments are
+# checked first.
+DIST_PROGRAM = r'''
+#include <s2c/cp.h>
+#include <stdio.h>
+
+int main(void)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    int v = -1;
+    s2_status a = s2_nccl_version(ctx, &v), b = s2_cp_exec_set_timing(ctx, NULL, true);
+    printf("%s %s %d %d\n", s2_status_name(a), s2_status_name(b), v, s2_cp_comm_rank(NULL));
+    s2_ctx_free(ctx);
+    return !(a == S2_ERR_UNSUPPORTED && b == S2_ERR_NULL_ARG && v == 0 && s2_cp_comm_rank(NULL) == -1);
+}
+'''
+
+DIST_CMAKE = '''cmake_minimum_required(VERSION 3.16)
+project(s2c_dist_user C)
+find_package(s2c 0.2 REQUIRED COMPONENTS dist)
+find_package(s2c 0.2 QUIET COMPONENTS nosuch)
+message(STATUS "component nosuch: ${s2c_FOUND}")
+add_executable(app app.c)
+target_link_libraries(app PRIVATE s2c::s2dist)
 '''
 
 CMAKE = '''cmake_minimum_required(VERSION 3.16)
@@ -118,7 +145,7 @@ def main():
             if not (inc / "s2c" / h.name).is_file():
                 failures.append(f"header {h.name} is not installed")
         libs = {}
-        for lib in ("s2rt", "s2c"):
+        for lib in ("s2rt", "s2c", "s2dist"):
             so = one(dest, f"lib{lib}.so.*.*.*")
             libs[lib] = so
             soname = run(["objdump", "-p", str(so)])
@@ -145,8 +172,11 @@ def main():
             if not (prefix / doc).is_file():
                 failures.append(f"{doc} is not installed")
         # libs2c finds libs2rt beside it; s2c finds the libraries from bin/
-        if runpath(libs["s2c"]) != "$ORIGIN":
-            failures.append(f"libs2c: RUNPATH is {runpath(libs['s2c'])!r}, expected '$ORIGIN'")
+        for lib in ("s2c", "s2dist"):
+            if runpath(libs[lib]) != "$ORIGIN":
+                failures.append(f"lib{lib}: RUNPATH is {runpath(libs[lib])!r}, expected '$ORIGIN'")
+        if "libnccl" in run(["objdump", "-p", str(libs["s2dist"])]):
+            failures.append("libs2dist links NCCL (it must dlopen it)")
         s2c_exe = prefix / "bin" / "s2c"
         exe_rp = runpath(s2c_exe)
         if not exe_rp.startswith("$ORIGIN/") or \
@@ -175,6 +205,15 @@ def main():
         if out[0] != out[1] or out[2] != "1":
             failures.append(f"pkg-config program printed {out}")
         print(f"pkg-config program: s2_version {out[0]}, S2C_VERSION_STRING {out[1]}")
+        dist_app = Path(tmp) / "dist_app.c"
+        dist_app.write_text(DIST_PROGRAM)
+        dist_exe = Path(tmp) / "dist_app"
+        dist_flags = run(["pkg-config", "--cflags", "--libs", "s2dist"], env=env).split()
+        run([os.environ.get("CC", "cc"), "-std=c11", "-Wall", "-Werror", str(dist_app), "-o", str(dist_exe), rpath]
+            + dist_flags, env=env)
+        env_nccl = dict(env, S2C_LIBNCCL="/nonexistent/libnccl.so.2")
+        dist_out = run([str(dist_exe)], env=env_nccl).strip()
+        print(f"pkg-config s2dist program: {dist_out}")
         if shutil.which("cmake"):
             proj = Path(tmp) / "cm"
             proj.mkdir()
@@ -186,6 +225,18 @@ def main():
             if out2 != out:
                 failures.append(f"CMake program printed {out2}, pkg-config one {out}")
             print(f"CMake program: {' '.join(out2)}")
+            dproj = Path(tmp) / "cmd"
+            dproj.mkdir()
+            (dproj / "CMakeLists.txt").write_text(DIST_CMAKE)
+            (dproj / "app.c").write_text(DIST_PROGRAM)
+            log = run(["cmake", "-S", str(dproj), "-B", str(dproj / "b"), f"-DCMAKE_PREFIX_PATH={prefix}"])
+            if "-- component nosuch: 0" not in log and "-- component nosuch: FALSE" not in log:
+                failures.append("find_package(s2c COMPONENTS nosuch) was not refused")
+            run(["cmake", "--build", str(dproj / "b")])
+            out3 = run([str(dproj / "b" / "app")], env=env_nccl).strip()
+            if out3 != dist_out:
+                failures.append(f"CMake s2dist program printed {out3!r}, pkg-config one {dist_out!r}")
+            print(f"CMake s2dist program (COMPONENTS dist): {out3}")
             cases = version_requests(out[0])
             (proj / "v").mkdir()
             (proj / "v" / "CMakeLists.txt").write_text(VERSIONS_CMAKE)

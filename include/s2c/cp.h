@@ -1,5 +1,5 @@
-/* s2c's context-parallel executor over NCCL (the dist stage, libs2dist; not
- * installed yet): one process (or thread) per GPU runs attention over the
+/* s2c's context-parallel executor over NCCL (the dist stage, libs2dist):
+ * one process (or thread) per GPU runs attention over the
  * sequence sharded by a plan (s2c/cpplan.h), moving only the KV blocks each
  * rank's heads read.
  *
@@ -20,6 +20,10 @@
  *                             received blocks summed at their owner by one
  *                             ncclReduceScatter (segments of a fixed layout:
  *                             the same inputs give bitwise-equal results)
+ *   s2_cp_exec_traffic        the bytes the last call posted to NCCL
+ *   s2_cp_exec_set_timing     (off by default) CUDA events around each
+ *   s2_cp_exec_last_timeline  phase of a call: its intervals and the
+ *                             communication no attention kernel hides
  *
  * NCCL is loaded with dlopen("libnccl.so.2", or $S2C_LIBNCCL): without it
  * every call that needs it returns S2_ERR_UNSUPPORTED.  The executor never
@@ -43,6 +47,10 @@
 
 #include <stdbool.h>
 #include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 /* NCCL's version code (22809 for 2.28.9); S2_ERR_UNSUPPORTED without it. */
 S2_API s2_status s2_nccl_version(s2_ctx *ctx, int *version);
@@ -127,4 +135,51 @@ S2_API s2_status s2_cp_forward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s
  * (workspace ignored: the executor's).  d_lse is not supported (0). */
 S2_API s2_status s2_cp_backward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn_bwd_args *a);
 
+/* What the last s2_cp_forward (backward false) or s2_cp_backward of an
+ * executor posted to NCCL, counted as it posts them (not from the plan):
+ * the sizes of its ncclSend and ncclRecv calls and of the send buffers of
+ * the backward's ncclReduceScatter (ranks segments of dK and of dV). */
+typedef struct s2_cp_traffic {
+    int64_t calls;               /* forwards (backwards) run so far */
+    int64_t sends, recvs;        /* ncclSend / ncclRecv calls of the last one */
+    double send_bytes, recv_bytes;
+    double reduce_bytes;         /* 0 in the forward */
+} s2_cp_traffic;
+S2_API s2_status s2_cp_exec_traffic(s2_ctx *ctx, const s2_cp_exec *e, bool backward, s2_cp_traffic *out);
+
+/* The phases of one call, each an interval between two CUDA events (on the
+ * caller's stream, or the communication stream for exchange and reduce). */
+typedef enum s2_cp_phase {
+    S2_CP_PHASE_COPY_IN = 0,     /* the caller's K, V into the executor's buffer */
+    S2_CP_PHASE_EXCHANGE,        /* the grouped ncclSend/ncclRecv (communication stream) */
+    S2_CP_PHASE_LOCAL,           /* attention over the local keys (the whole forward when nothing is received) */
+    S2_CP_PHASE_REMOTE,          /* the forward over received keys, after the receive */
+    S2_CP_PHASE_COMBINE,         /* the LSE merge */
+    S2_CP_PHASE_BACKWARD,        /* the backward over local and received keys */
+    S2_CP_PHASE_GATHER,          /* dK/dV rows into the reduce-scatter's segments */
+    S2_CP_PHASE_REDUCE,          /* the ncclReduceScatter (communication stream) */
+    S2_CP_PHASE_COPY_OUT,        /* dK/dV into the caller's tensors */
+    S2_CP_PHASES
+} s2_cp_phase;
+
+/* A call's timeline in ms from its first event on the caller's stream;
+ * start_ms < 0 for a phase the call did not run.  Visible communication is
+ * the time when an exchange or reduce is in flight and no attention kernel
+ * of this rank (local, remote, combine, backward) runs. */
+typedef struct s2_cp_timeline {
+    float start_ms[S2_CP_PHASES], end_ms[S2_CP_PHASES];
+    float step_ms;               /* first event to the call's last */
+    float comm_ms;               /* the union of the communication phases */
+    float visible_comm_ms;
+} s2_cp_timeline;
+/* Off by default (no event is recorded); on, every call records two events
+ * per phase.  Not while a call is in flight. */
+S2_API s2_status s2_cp_exec_set_timing(s2_ctx *ctx, s2_cp_exec *e, bool on);
+/* The last forward's (backward's) timeline, waiting for its events.
+ * S2_ERR_INVALID when timing is off or no such call ran since it was on. */
+S2_API s2_status s2_cp_exec_last_timeline(s2_ctx *ctx, s2_cp_exec *e, bool backward, s2_cp_timeline *out);
+
+#ifdef __cplusplus
+}
+#endif
 #endif
