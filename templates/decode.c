@@ -136,9 +136,13 @@ static void setup(dec *k, LLVMBasicBlockRef entry_bb)
     k->k_head = LLVMBuildMul(b, kvh64, param(k, P_KS + 2), "");
     k->v_head = LLVMBuildMul(b, kvh64, param(k, P_VS + 2), "");
     k->scale_log2 = param(k, P_SCALE_LOG2);
-    /* fp8 pages: K's scale folds into the softmax scale, V's applies once at the end */
+    /* fp8 pages: K's scale folds into the softmax scale (with bf16 queries the
+     * 2^DEC_Q_SHIFT convert_q took off Q), V's applies once at the end */
     if (s->kv8) {
-        k->scale_log2 = LLVMBuildFMul(b, k->scale_log2, load_scale(k, P_K_SCALE, kvh64, entry_bb), "scale_log2_k");
+        LLVMValueRef ks = load_scale(k, P_K_SCALE, kvh64, entry_bb);
+        if (s->mdt != s->dt)
+            ks = LLVMBuildFMul(b, ks, cf(k, ldexp(1.0, DEC_Q_SHIFT)), "");
+        k->scale_log2 = LLVMBuildFMul(b, k->scale_log2, ks, "scale_log2_k");
         k->v_scale = load_scale(k, P_V_SCALE, kvh64, entry_bb);
     }
 }
@@ -270,10 +274,9 @@ static void issue_chunk8(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
 }
 
 /* fp8 pages: the warp's 16 K and 16 V rows of the stage at soff converted
- * to the compute dtype into its rows of the 16-bit tile at cvt_off (the
- * stage layout compute_scores and accumulate_pv read), exactly: e4m3 ->
- * f16 by cvt, then for bf16 through f32.  Each lane converts 16-byte
- * pieces (16 elements) in row order. */
+ * exactly to f16 (one cvt per pair) into its rows of the 16-bit tile at
+ * cvt_off (the stage layout compute_scores and accumulate_pv read).  Each
+ * lane converts 16-byte pieces (16 elements) in row order. */
 static void convert_chunk(dec *k, LLVMValueRef soff)
 {
     s2_cg *cg = k->cg;
@@ -299,14 +302,7 @@ static void convert_chunk(dec *k, LLVMValueRef soff)
                 LLVMValueRef w = LLVMBuildExtractElement(b, ld, c32(k, j), "");
                 for (int h = 0; h < 2; h++) {
                     LLVMValueRef x = LLVMBuildTrunc(b, h ? LLVMBuildLShr(b, w, c32(k, 16), "") : w, i16, "");
-                    LLVMValueRef f = s2_nv_f8x2_to_f16x2(cg, k->s.kv_dt, x);
-                    if (k->s.dt == S2_DTYPE_F16) {
-                        out[2 * j + h] = LLVMBuildBitCast(b, f, cg->t_i32, "");
-                    } else {
-                        LLVMValueRef lo = LLVMBuildFPExt(b, LLVMBuildExtractElement(b, f, c32(k, 0), ""), cg->t_f32, "");
-                        LLVMValueRef hi = LLVMBuildFPExt(b, LLVMBuildExtractElement(b, f, c32(k, 1), ""), cg->t_f32, "");
-                        out[2 * j + h] = s2_nv_pack2(cg, k->s.dt, lo, hi);
-                    }
+                    out[2 * j + h] = LLVMBuildBitCast(b, s2_nv_f8x2_to_f16x2(cg, k->s.kv_dt, x), cg->t_i32, "");
                 }
             }
             LLVMValueRef row = LLVMBuildAdd(b, wrow0, LLVMBuildUDiv(b, idx, c32(k, C), ""), "");
@@ -323,6 +319,39 @@ static void convert_chunk(dec *k, LLVMValueRef soff)
         }
     }
     s2_nv_barrier_warp(cg);
+}
+
+/* fp8 pages with bf16 queries: the products run on f16 (one conversion per
+ * K/V pair instead of three), so the Q tile is converted once, in place, to
+ * f16 times 2^-DEC_Q_SHIFT: f16's range then holds |q| < 2^24, and |q|
+ * below 2^-6 keeps an absolute precision of 2^-16, far under bf16's own
+ * rounding; setup gives the softmax scale the 2^DEC_Q_SHIFT back. */
+static void convert_q(dec *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int T = k->s.threads, total = DEC_ROWS * k->s.D * 2 / 16;
+    LLVMTypeRef v4 = LLVMVectorType(cg->t_i32, 4), i16 = LLVMInt16TypeInContext(cg->llctx);
+    for (int it = 0; it * T < total; it++) {
+        s2_nv_if guard;
+        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, total, &guard, "qcvt");
+        LLVMValueRef ptr = s2_nv_smem_at(cg, LLVMBuildAdd(b, c32(k, k->s.q_off), LLVMBuildShl(b, idx, c32(k, 4), ""), ""));
+        LLVMValueRef ld = LLVMBuildLoad2(b, v4, ptr, "q16");
+        LLVMSetAlignment(ld, 16);
+        LLVMValueRef vec = LLVMGetUndef(v4);
+        for (int j = 0; j < 4; j++) {
+            LLVMValueRef w = LLVMBuildExtractElement(b, ld, c32(k, j), "");
+            LLVMValueRef f[2];
+            for (int h = 0; h < 2; h++) {
+                LLVMValueRef x = LLVMBuildTrunc(b, h ? LLVMBuildLShr(b, w, c32(k, 16), "") : w, i16, "");
+                f[h] = LLVMBuildFMul(b, s2_nv_elt16_to_f32(cg, k->s.dt, x), cf(k, ldexp(1.0, -DEC_Q_SHIFT)), "");
+            }
+            vec = LLVMBuildInsertElement(b, vec, s2_nv_pack2(cg, S2_DTYPE_F16, f[0], f[1]), c32(k, j), "");
+        }
+        LLVMSetAlignment(LLVMBuildStore(b, vec, ptr), 16);
+        s2_kb_spread_end(&k->kb, &guard);
+    }
+    s2_nv_barrier_cta(cg);
 }
 
 static LLVMValueRef stage_off(dec *k, LLVMValueRef stage)
@@ -420,15 +449,15 @@ static void compute_scores(dec *k, LLVMValueRef kst, LLVMValueRef sc[2][4])
                 LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), LLVMBuildAdd(b, lrow, c32(k, 8 * n), ""), "");
                 LLVMValueRef off = LLVMBuildAdd(b, kst, swizzle(k, row, LLVMBuildAdd(b, lch, c32(k, 4 * p), "")), "");
                 s2_nv_ldmatrix_x4(k->cg, s2_nv_smem_at(k->cg, off), false, kb);
-                s2_nv_mma_m16n8k16(k->cg, k->s.dt, qa, &kb[0], acc[n]);
-                s2_nv_mma_m16n8k16(k->cg, k->s.dt, qb, &kb[2], acc[n]);
+                s2_nv_mma_m16n8k16(k->cg, k->s.mdt, qa, &kb[0], acc[n]);
+                s2_nv_mma_m16n8k16(k->cg, k->s.mdt, qb, &kb[2], acc[n]);
             }
         }
         if (tail) {
             LLVMValueRef qt[4];
             q_fragment(k, k->s.D / 16 - 1, qt);
             for (int n = 0; n < 2; n++)
-                s2_nv_mma_m16n8k16(k->cg, k->s.dt, qt, &kt[2 * n], acc[n]);
+                s2_nv_mma_m16n8k16(k->cg, k->s.mdt, qt, &kt[2 * n], acc[n]);
         }
         for (int n = 0; n < 2; n++)
             for (int i = 0; i < 4; i++)
@@ -442,11 +471,11 @@ static void compute_scores(dec *k, LLVMValueRef kst, LLVMValueRef sc[2][4])
             LLVMValueRef kb[4];
             LLVMValueRef off = LLVMBuildAdd(b, kst, swizzle(k, row, LLVMBuildAdd(b, lch, c32(k, 4 * p), "")), "");
             s2_nv_ldmatrix_x4(k->cg, s2_nv_smem_at(k->cg, off), false, kb);
-            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p], &kb[0], acc);
-            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p + 1], &kb[2], acc);
+            s2_nv_mma_m16n8k16(k->cg, k->s.mdt, k->qf[2 * p], &kb[0], acc);
+            s2_nv_mma_m16n8k16(k->cg, k->s.mdt, k->qf[2 * p + 1], &kb[2], acc);
         }
         if (tail)
-            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[k->s.D / 16 - 1], &kt[2 * n], acc);
+            s2_nv_mma_m16n8k16(k->cg, k->s.mdt, k->qf[k->s.D / 16 - 1], &kt[2 * n], acc);
         for (int i = 0; i < 4; i++)
             sc[n][i] = acc[i];
     }
@@ -495,7 +524,7 @@ static void accumulate_pv(dec *k, LLVMValueRef vst, LLVMValueRef sc[2][4])
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     LLVMValueRef a[4];
-    s2_flash_a_from_c(cg, k->s.dt, sc, a);
+    s2_flash_a_from_c(cg, k->s.mdt, sc, a);
     LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), LLVMBuildAnd(b, k->lane, c32(k, 15), ""), "");
     LLVMValueRef lch = LLVMBuildLShr(b, k->lane, c32(k, 4), "");
     for (int dp = 0; dp < k->s.D / 16; dp++) {
@@ -503,7 +532,7 @@ static void accumulate_pv(dec *k, LLVMValueRef vst, LLVMValueRef sc[2][4])
         LLVMValueRef off = LLVMBuildAdd(b, vst, swizzle(k, row, LLVMBuildAdd(b, lch, c32(k, 2 * dp), "")), "");
         s2_nv_ldmatrix_x4(cg, s2_nv_smem_at(cg, off), true, vb);
         for (int h = 0; h < 2; h++)
-            s2_flash_mma_into(cg, k->s.dt, a, &vb[2 * h], k->acc.o[2 * dp + h]);
+            s2_flash_mma_into(cg, k->s.mdt, a, &vb[2 * h], k->acc.o[2 * dp + h]);
     }
 }
 
@@ -606,6 +635,7 @@ static void dec_shape_init(dec_shape *s, const s2_pattern *p, const s2_kspec *sp
     s->q_off = 0;
     s->kv_dt = spec->kv_dtype;
     s->kv8 = spec->kv_dtype != 0;
+    s->mdt = s->kv8 ? S2_DTYPE_F16 : s->dt;
     s->kv_off = DEC_ROWS * s->D * 2;
     s->v_in_stage = s->BN * s->D * (s->kv8 ? 1 : 2);
     s->stage_bytes = 2 * s->v_in_stage;
@@ -654,6 +684,8 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
         load_tile_now(&k, LLVMBuildAdd(k.b, k.t_begin, c32(&k, st), ""), c32(&k, st));
     s2_nv_cp_async_wait(cg, k.s.stages - 1);
     s2_nv_barrier_cta(cg);
+    if (k.s.mdt != k.s.dt)
+        convert_q(&k);
     if (k.s.q_in_regs)
         load_q_fragments(&k);
     main_loop(&k, entry_bb);
