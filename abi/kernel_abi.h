@@ -54,12 +54,13 @@ typedef struct s2_kspec {
     int arch;
     int block_m, block_n, num_warps, num_stages;
     int persistent, bwd_wgmma, kv_gather, bwd_tma;
+    s2_dtype kv_dtype;           /* decode's K/V pages (s2_kernel_spec.kv_dtype) */
 } s2_kspec;
 
 static inline s2_kspec s2_kspec_of(const s2_kernel_spec *s, const s2_kernel_options *o)
 {
     s2_kspec k = {s->kind, s->dtype, s->head_dim, s->arch, s->block_m, s->block_n, s->num_warps, s->num_stages,
-                  0, 0, 0, 0};
+                  0, 0, 0, 0, s->kv_dtype};
     if (o)
         k.persistent = o->persistent, k.bwd_wgmma = o->bwd_wgmma, k.kv_gather = o->kv_gather, k.bwd_tma = o->bwd_tma;
     return k;
@@ -68,7 +69,7 @@ static inline s2_kspec s2_kspec_of(const s2_kernel_spec *s, const s2_kernel_opti
 static inline s2_kernel_spec s2_kspec_public(const s2_kspec *k)
 {
     return (s2_kernel_spec){k->kind, k->dtype, k->head_dim, k->arch, k->block_m, k->block_n, k->num_warps,
-                            k->num_stages};
+                            k->num_stages, k->kv_dtype};
 }
 
 static inline s2_kernel_options s2_kspec_options(const s2_kspec *k)

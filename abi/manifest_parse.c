@@ -201,6 +201,19 @@ static s2_status read_dtype(s2_mf_parser *ps, const s2_mf_record *rec, const s2_
     return S2_OK;
 }
 
+/* A decode entry's fp8 pages (absent: the pages are kernel.dtype's); after kernel.kind. */
+static s2_status read_kv_dtype(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
+{
+    char b[S2_MF_SHOWN];
+    const s2_dtype_info *r = s2_dtype_by_name(v->s[0], false);
+    if (!r || !r->kv_pages)
+        return s2_mf_fail(ps, "kernel.kv_dtype: expected e4m3: %s", s2_mf_show(b, v->s[0]));
+    if (ps->k->spec.kind != S2_KERNEL_DECODE)
+        return s2_mf_fail(ps, "kernel.kv_dtype: only a decode entry (after kernel.kind decode) reads fp8 pages");
+    ps->k->spec.kv_dtype = r->dtype;
+    return S2_OK;
+}
+
 /* The entry's integers: each record sets one, already bounded by the table. */
 #define KERNEL_INT(fn, field)                                                      \
     static s2_status fn(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v) \
@@ -281,6 +294,7 @@ const s2_mf_record s2_mf_records[] = {
     {"kernel.kind", S2_MF_KERNEL, 1, {WORD("KIND")}, read_kind},
     {"kernel.pattern", S2_MF_KERNEL, 1, {TEXT("PATTERN")}, read_kernel_pattern},
     {"kernel.dtype", S2_MF_KERNEL, 1, {WORD("DTYPE")}, read_dtype},
+    {"kernel.kv_dtype", S2_MF_KERNEL, 1, {WORD("KV_DTYPE")}, read_kv_dtype},
     {"kernel.head_dim", S2_MF_KERNEL, 1, {INT("HEAD_DIM", 1, 1024)}, read_head_dim},
     {"kernel.block_m", S2_MF_KERNEL, 1, {K_BLOCK("BLOCK_M")}, read_block_m},
     {"kernel.block_n", S2_MF_KERNEL, 1, {K_BLOCK("BLOCK_N")}, read_block_n},
@@ -447,6 +461,9 @@ static s2_status check_fns(s2_ctx *ctx, s2_manifest_kernel *k)
         if (!s2_manifest_kernel_fn(k, need[k->spec.kind][j]))
             return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s has no %s kernel (kernel.fn)", k->name,
                            s2_role_name(need[k->spec.kind][j]));
+    if (k->spec.kv_dtype != 0 && k->spec.kind != S2_KERNEL_DECODE)
+        return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s: kernel.kv_dtype in a %s entry (decode only)", k->name,
+                       k->spec.kind == S2_KERNEL_FWD ? "forward" : "backward");
     if (s2_manifest_kernel_fn(k, S2_ROLE_BWD_DQDS2) && !s2_manifest_kernel_fn(k, S2_ROLE_BWD_DQDS))
         return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s has bwd_dqds2 without bwd_dqds", k->name);
     /* the entry's main kernel: its launch shape is the entry's */

@@ -67,7 +67,8 @@
     X(TABLE, "block_table", PTR) X(TBS, "table_stride_b", I64) X(THS, "table_stride_h", I64)               \
     X(SEQ_LENS, "seq_lens", PTR) X(N, "n", I32) X(PAGE, "page_size", I32) X(SCALE_LOG2, "scale_log2", F32) \
     X(CLASS, "class_of_kv_head", PTR) X(OFFSETS, "offsets", PTR) X(ENTRIES, "entries", PTR)                \
-    X(QBLOCKS, "q_blocks", I32) X(SPLITS, "splits", I32) X(COUNTERS, "counters", PTR)
+    X(QBLOCKS, "q_blocks", I32) X(SPLITS, "splits", I32) X(COUNTERS, "counters", PTR)                    \
+    X(K_SCALE, "k_scale", PTR) X(V_SCALE, "v_scale", PTR)
 
 /* S2_ABI_COMBINE: the combine kernel of a decode module (s2c/decode.h) */
 #define S2_ABI_COMBINE_PARAMS(X)                                                                             \

@@ -12,10 +12,12 @@
  * --timer warm: no write (the rotating pool still keeps L2 cold).  The copy
  * ceiling is measured in the same run (a 1 GiB device-to-device copy, read
  * plus write bytes), and the peer column (H100 or H200 of PEERS.md) follows
- * the device's name.  Without a CUDA driver or device it prints "no GPU:
- * skipped" and exits 0.
+ * the device's name.  --kv-dtype bf16,e4m3 runs each row with bf16 pages and
+ * with fp8 e4m3 pages (per-kv-head scales; bytes counted at one per element)
+ * and prints the e4m3 speedup over bf16.  Without a CUDA driver or device it
+ * prints "no GPU: skipped" and exits 0.
  *
- *   bench_decode [--page N] [--reps N] [--splits N] [--stages N] [--warps N] [--timer flush|warm] */
+ *   bench_decode [--page N] [--reps N] [--splits N] [--stages N] [--warps N] [--kv-dtype L] [--timer flush|warm] */
 #include "bench_cu.h"
 #include "bench_timer.h"
 #include "rt_cuda.h"
@@ -56,6 +58,9 @@ typedef struct opts {
     int splits[MAX_LIST], stages[MAX_LIST], warps[MAX_LIST], rows[MAX_LIST];
     int n_splits, n_stages, n_warps, n_rows;
     int stage, warp;             /* the combination being run */
+    s2_dtype kv_list[2];         /* --kv-dtype: the pages' dtypes, each row run with each */
+    int n_kv;
+    s2_dtype kv;                 /* the one being run */
     bool h100;                   /* the peer column */
     double ceiling_tbs;          /* the device's copy bandwidth, measured */
     bench_timer *timer;
@@ -87,6 +92,23 @@ static int parse_list(const char *s, int *out)
             s++;
     }
     return n;
+}
+
+/* "bf16", "e4m3" or "bf16,e4m3" -> o->kv_list; false for anything else */
+static bool parse_kv(const char *s, opts *o)
+{
+    o->n_kv = 0;
+    while (*s && o->n_kv < 2) {
+        size_t n = strcspn(s, ",");
+        if (n == 4 && !strncmp(s, "bf16", 4))
+            o->kv_list[o->n_kv++] = S2_DTYPE_BF16;
+        else if (n == 4 && !strncmp(s, "e4m3", 4))
+            o->kv_list[o->n_kv++] = S2_DTYPE_E4M3;
+        else
+            return false;
+        s += n + (s[n] == ',');
+    }
+    return o->n_kv > 0 && !*s;
 }
 
 static int fail(s2_ctx *ctx, const char *what)
@@ -139,8 +161,8 @@ done:
     return rc;
 }
 
-/* KV bytes read by one sequence of length len (one new token). */
-static double kv_bytes(const s2_pattern *p, int64_t len)
+/* KV bytes read by one sequence of length len (one new token), elements of es bytes. */
+static double kv_bytes(const s2_pattern *p, int64_t len, int es)
 {
     int64_t m = (len - 1) / p->block_size, blocks = s2_cdiv(len, p->block_size);
     int G = p->heads / p->kv_heads;
@@ -153,10 +175,10 @@ static double kv_bytes(const s2_pattern *p, int64_t len)
             if (kept)
                 tokens += (double)((n + 1) * p->block_size < len ? p->block_size : len - n * p->block_size);
         }
-    return tokens * D * 2 * 2;
+    return tokens * D * es * 2;
 }
 
-static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, const opts *o)
+static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, const opts *o, double *ms)
 {
     s2_local_stride_args pa;
     s2_local_stride_args_default(&pa);
@@ -172,11 +194,13 @@ static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, cons
         return fail(ctx, "pattern");
     const s2_pattern *p = s2_pattern_set_get(set, 0);
     s2_kernel_spec spec = {.kind = S2_KERNEL_DECODE, .dtype = S2_DTYPE_BF16, .head_dim = D, .arch = arch,
-                           .num_stages = o->stage, .num_warps = o->warp};
+                           .num_stages = o->stage, .num_warps = o->warp,
+                           .kv_dtype = o->kv == S2_DTYPE_BF16 ? 0 : o->kv};
+    int es = (int)s2_dtype_size(o->kv);
     s2_artifact *art = NULL;
     s2_attn_kernel *k = NULL;
     int rc = 1;
-    s2_devptr pool_k = 0, pool_v = 0, dq = 0, dout = 0, dtab = 0, dlens = 0, ws = 0;
+    s2_devptr pool_k = 0, pool_v = 0, dq = 0, dout = 0, dtab = 0, dlens = 0, ws = 0, dscale = 0;
     int32_t *table = NULL, *lens = NULL;
     if (s2_compile_attention(ctx, p, &spec, S2_CUBIN_AUTO, &art) != S2_OK) {
         fail(ctx, "compile");
@@ -187,11 +211,11 @@ static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, cons
         goto done;
     }
     int64_t len = r->past + 1;
-    double bytes = kv_bytes(p, len) * r->batch, dense = (double)len * H * D * 4 * r->batch;
+    double bytes = kv_bytes(p, len, es) * r->batch, dense = (double)len * H * D * 2 * es * r->batch;
     int64_t per_seq = s2_cdiv(len, o->page), per_set = per_seq * r->batch;
     int sets = (int)fmax(1.0, ceil(256e6 / bytes));
     int64_t pages = per_set * sets;
-    size_t page_bytes = (size_t)o->page * H * D * 2;
+    size_t page_bytes = (size_t)o->page * H * D * (size_t)es;
     table = malloc(sizeof(int32_t) * (size_t)pages);
     lens = malloc(sizeof(int32_t) * (size_t)r->batch);
     /* shuffled page ids within each set */
@@ -220,6 +244,8 @@ static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, cons
     if (st == S2_OK) st = s2_memcpy_h2d(ctx, dev, dtab, table, sizeof(int32_t) * (size_t)pages);
     if (st == S2_OK) st = s2_mem_alloc(ctx, dev, sizeof(int32_t) * (size_t)r->batch, &dlens);
     if (st == S2_OK) st = s2_memcpy_h2d(ctx, dev, dlens, lens, sizeof(int32_t) * (size_t)r->batch);
+    if (st == S2_OK && es == 1) st = s2_mem_alloc(ctx, dev, sizeof(float) * H, &dscale);
+    if (st == S2_OK && es == 1) st = s2_memset_d8(ctx, dev, dscale, 0x3c, sizeof(float) * H);
     if (st != S2_OK) {
         fail(ctx, "device memory");
         goto done;
@@ -230,7 +256,8 @@ static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, cons
                              .table_stride = {per_seq, 0}, .max_pages_per_seq = per_seq, .seq_lens = dlens,
                              .max_seq_len = len,
                              .q_stride = {H * D, H * D, D}, .o_stride = {H * D, H * D, D},
-                             .k_stride = {(int64_t)o->page * H * D, H * D, D}, .v_stride = {(int64_t)o->page * H * D, H * D, D}};
+                             .k_stride = {(int64_t)o->page * H * D, H * D, D}, .v_stride = {(int64_t)o->page * H * D, H * D, D},
+                             .kv_dtype = spec.kv_dtype, .k_scale = dscale, .v_scale = dscale};
     for (int si = 0; si < (o->n_splits ? o->n_splits : 1); si++) {
         a.splits = o->n_splits ? o->splits[si] : 0;
         size_t wsb = 0;
@@ -265,14 +292,16 @@ static int run_row(s2_ctx *ctx, s2_device *dev, s2_arch arch, const row *r, cons
         else
             snprintf(verdict, sizeof verdict, "%s 90%%: %s", tbs >= 0.9 * ceil_tbs ? ">=" : "<",
                      tbs >= 0.9 * ceil_tbs ? "met" : "missed");
-        printf("| %d,%d,%lldK | %d, %d, %d | %4d | %d/%d | %5.1f%% | %3d | %7.4f | %5.2f TB/s (%3.0f%%) | %6.3f | %s |\n",
-               r->batch, H, (long long)(r->past / 1024), BLOCK, r->local, r->stride, o->page, art->spec.num_warps,
+        *ms = best;
+        printf("| %d,%d,%lldK | %d, %d, %d | %4d %-4s | %d/%d | %5.1f%% | %3d | %7.4f | %5.2f TB/s (%3.0f%%) | %6.3f | %s |\n",
+               r->batch, H, (long long)(r->past / 1024), BLOCK, r->local, r->stride, o->page, s2_dtype_name(o->kv),
+               art->spec.num_warps,
                art->spec.num_stages, 100 * bytes / dense, n_splits, best, tbs, 100 * tbs / ceil_tbs, peer, verdict);
         fflush(stdout);
     }
     rc = 0;
 done:
-    s2_devptr all[] = {pool_k, pool_v, dq, dout, dtab, dlens, ws};
+    s2_devptr all[] = {pool_k, pool_v, dq, dout, dtab, dlens, ws, dscale};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
         s2_mem_free(NULL, dev, all[i]);
     free(table);
@@ -295,10 +324,11 @@ int main(int argc, char **argv)
         else if (!strcmp(argv[i], "--stages")) o.n_stages = parse_list(argv[i + 1], o.stages);
         else if (!strcmp(argv[i], "--warps")) o.n_warps = parse_list(argv[i + 1], o.warps);
         else if (!strcmp(argv[i], "--rows")) o.n_rows = parse_list(argv[i + 1], o.rows);
+        else if (!strcmp(argv[i], "--kv-dtype") && parse_kv(argv[i + 1], &o)) continue;
         else if (!strcmp(argv[i], "--timer") && bench_timer_mode(argv[i + 1], &flush)) continue;
         else {
             fprintf(stderr, "usage: bench_decode [--page N] [--reps N] [--splits L] [--stages L] [--warps L] [--rows L] "
-                            "[--timer flush|warm]\n"
+                            "[--kv-dtype bf16,e4m3] [--timer flush|warm]\n"
                             "  L: comma list (rows: 1-based indices into the PEERS rows); every combination runs\n");
             return 2;
         }
@@ -324,7 +354,7 @@ int main(int argc, char **argv)
            "copy ceiling %.2f TB/s (measured); peer: S2-Triton, %s column of PEERS.md\n", info->name, info->sm_count, D, H,
            BLOCK, o.page, flush ? "L2 flushed before each launch" : "warm L2", o.reps, o.ceiling_tbs,
            bench_peer_column(info));
-    printf("| B,H,past | block, local, stride | page | warps/stages | KV read | splits | ms | eff (of the copy ceiling) | S2-Triton ms | target |\n");
+    printf("| B,H,past | block, local, stride | page kv | warps/stages | KV read | splits | ms | eff (of the copy ceiling) | S2-Triton ms | target |\n");
     printf("|---|---|---|---|---|---|---|---|---|---|\n");
     int rc = 0;
     for (int ri = 0; ri < (o.n_rows ? o.n_rows : NUM_ROWS); ri++) {
@@ -335,7 +365,19 @@ int main(int argc, char **argv)
             for (int sti = 0; sti < (o.n_stages ? o.n_stages : 1); sti++) {
                 o.warp = o.n_warps ? o.warps[wi] : 0;
                 o.stage = o.n_stages ? o.stages[sti] : 0;
-                rc |= run_row(ctx, dev, arch, &rows[i], &o);
+                double ms[2] = {0, 0};
+                for (int kv = 0; kv < (o.n_kv ? o.n_kv : 1); kv++) {
+                    o.kv = o.n_kv ? o.kv_list[kv] : S2_DTYPE_BF16;
+                    rc |= run_row(ctx, dev, arch, &rows[i], &o, &ms[kv]);
+                }
+                /* fp8 pages against bf16 (issue 32's target at B 16, 32K: 1.8x) */
+                if (o.n_kv == 2 && ms[0] > 0 && ms[1] > 0) {
+                    double x = o.kv_list[0] == S2_DTYPE_BF16 ? ms[0] / ms[1] : ms[1] / ms[0];
+                    printf("| %d,%d,%lldK | e4m3 pages: %.2fx bf16's speed%s |\n", rows[i].batch, H,
+                           (long long)(rows[i].past / 1024), x,
+                           rows[i].batch == 16 && rows[i].past == 32768 ? (x >= 1.8 ? " (>= 1.8x: met)" : " (< 1.8x: missed)")
+                                                                        : "");
+                }
             }
     }
     bench_timer_close(ctx, &timer);

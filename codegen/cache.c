@@ -18,7 +18,7 @@ enum { HEADER_SIZE = 80, OFF_VERSION = 4, OFF_KEY = 8, OFF_LENGTH = 40, OFF_SUM 
 static const char MAGIC[4] = {'S', '2', 'C', 'K'};
 
 /* A new field in s2_kernel_spec must also go into the key (hash_spec). */
-_Static_assert(sizeof(s2_kernel_spec) == 8 * sizeof(int), "s2_kernel_spec changed: update hash_spec");
+_Static_assert(sizeof(s2_kernel_spec) == 9 * sizeof(int), "s2_kernel_spec changed: update hash_spec");
 
 struct s2_cache {
     char *dir;
@@ -63,6 +63,11 @@ static void hash_spec(s2_sha256 *h, const s2_kernel_spec *s)
     for (int i = 0; i < 8; i++)
         put_le(bytes + 8 * i, 8, (uint64_t)v[i]);
     hash_field(h, 'S', bytes, sizeof bytes);
+    /* decode's fp8 pages: a field of its own, so keys of 16-bit pages stay what they were */
+    if (s->kv_dtype != 0) {
+        put_le(bytes, 8, (uint64_t)s->kv_dtype);
+        hash_field(h, 'V', bytes, 8);
+    }
 }
 
 s2_status s2_cache_key_build(s2_ctx *ctx, const s2_cache_key_desc *d, s2_cache_key *out)

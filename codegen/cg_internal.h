@@ -76,6 +76,8 @@ LLVMValueRef s2_nv_fma(s2_cg *cg, LLVMValueRef a, LLVMValueRef b, LLVMValueRef c
 LLVMValueRef s2_nv_smax_i32(s2_cg *cg, LLVMValueRef a, LLVMValueRef b);
 /* barriers */
 void s2_nv_barrier_cta(s2_cg *cg);   /* bar.sync 0 (barrier.cta.sync.aligned.all) */
+/* bar.warp.sync over the full warp: orders the warp's shared-memory writes before its reads */
+void s2_nv_barrier_warp(s2_cg *cg);
 /* global memory: element `index` (i64) of a float array in addrspace(1) */
 LLVMValueRef s2_nv_gep_f32(s2_cg *cg, LLVMValueRef base, LLVMValueRef index);
 LLVMValueRef s2_nv_load_global_f32(s2_cg *cg, LLVMValueRef base, LLVMValueRef index, unsigned align);
@@ -131,6 +133,8 @@ void s2_nv_cp_async_commit(s2_cg *cg);
 void s2_nv_cp_async_wait(s2_cg *cg, int pending);
 /* two f32 rounded to dt (a 16-bit dtype), lo in bits 0..15, as i32 */
 LLVMValueRef s2_nv_pack2(s2_cg *cg, s2_dtype dt, LLVMValueRef lo, LLVMValueRef hi);
+/* a packed pair of fp8 dt (i16, low byte first) as <2 x half>, exact (the dtype row's llvm_to_f16x2, sm_89+) */
+LLVMValueRef s2_nv_f8x2_to_f16x2(s2_cg *cg, s2_dtype dt, LLVMValueRef x);
 /* one i16 element of dt (a 16-bit dtype) as f32 */
 LLVMValueRef s2_nv_elt16_to_f32(s2_cg *cg, s2_dtype dt, LLVMValueRef x);
 /* reductions over the 4 lanes of a quad (lanes with equal lane/4) */

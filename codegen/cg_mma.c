@@ -117,6 +117,14 @@ LLVMValueRef s2_nv_pack2(s2_cg *cg, s2_dtype dt, LLVMValueRef lo, LLVMValueRef h
     return LLVMBuildBitCast(cg->b, r, cg->t_i32, "");
 }
 
+LLVMValueRef s2_nv_f8x2_to_f16x2(s2_cg *cg, s2_dtype dt, LLVMValueRef x)
+{
+    /* cvt.rn.f16x2.e4m3x2 d, a: a's upper byte to d's upper half */
+    LLVMTypeRef t = LLVMInt16TypeInContext(cg->llctx);
+    return s2_nv_intrinsic(cg, s2_dtype_info_of(dt)->llvm_to_f16x2, LLVMVectorType(s2_cg_elt_type(cg, S2_DTYPE_F16), 2),
+                           &t, 1, &x);
+}
+
 LLVMValueRef s2_nv_elt16_to_f32(s2_cg *cg, s2_dtype dt, LLVMValueRef x)
 {
     LLVMBuilderRef b = cg->b;

@@ -171,6 +171,12 @@ void s2_nv_barrier_cta(s2_cg *cg)
                     (LLVMTypeRef[]){cg->t_i32}, 1, (LLVMValueRef[]){LLVMConstInt(cg->t_i32, 0, 0)});
 }
 
+void s2_nv_barrier_warp(s2_cg *cg)
+{
+    s2_nv_intrinsic(cg, "llvm.nvvm.bar.warp.sync", cg->t_void, (LLVMTypeRef[]){cg->t_i32}, 1,
+                    (LLVMValueRef[]){LLVMConstInt(cg->t_i32, 0xffffffffu, 0)});
+}
+
 LLVMValueRef s2_nv_gep_f32(s2_cg *cg, LLVMValueRef base, LLVMValueRef index)
 {
     return LLVMBuildInBoundsGEP2(cg->b, cg->t_f32, base, &index, 1, "");

@@ -48,6 +48,10 @@ typedef struct s2_dtype_info {
     /* Some template builds kernels of it, and the manifest and the runtime
      * take them; else every one of them refuses it (s2_dtype_check_kernel). */
     bool kernels;
+    /* Decode reads K/V pages of it (s2_kernel_spec.kv_dtype) with 16-bit queries, converting each
+     * pair in registers to f16 by llvm_to_f16x2 (i16 -> <2 x half>; sm_89 and up). */
+    bool kv_pages;
+    const char *llvm_to_f16x2;
     /* The reference's conversions: an element to double, and double to an
      * element rounded to nearest even (fp8: saturated to the largest finite
      * value and NaN to 0x7f, as cvt.rn.satfinite does). */

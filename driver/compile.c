@@ -39,17 +39,22 @@ s2_status s2_kernel_spec_resolve(s2_ctx *ctx, s2_kernel_spec *spec, const s2_pat
     return st;
 }
 
-/* s2_fwd_ / s2_bwd_<pattern>_<dtype>_d<D>, identifier characters only. */
+/* s2_fwd_ / s2_bwd_<pattern>_<dtype>_d<D> (decode with fp8 pages: _<dtype>_kv<kv dtype>_d<D>),
+ * identifier characters only. */
 static void kernel_name(char *out, size_t cap, const s2_pattern *p, const s2_kspec *spec)
 {
     const char *pn = p->name && p->name[0] ? p->name : "pattern";
     size_t n = (size_t)snprintf(out, cap, spec->kind == S2_KERNEL_BWD ? "s2_bwd_" : spec->kind == S2_KERNEL_DECODE ? "s2_dec_" : "s2_fwd_");
-    for (const char *s = pn; *s && n + 1 < cap - 16; s++) {
+    for (const char *s = pn; *s && n + 1 < cap - (spec->kv_dtype ? 24 : 16); s++) {
         char c = *s;
         int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
         out[n++] = ok ? c : '_';
     }
-    snprintf(out + n, cap - n, "_%s_d%d", s2_dtype_name(spec->dtype), spec->head_dim);
+    if (spec->kv_dtype != 0)
+        snprintf(out + n, cap - n, "_%s_kv%s_d%d", s2_dtype_name(spec->dtype), s2_dtype_name(spec->kv_dtype),
+                 spec->head_dim);
+    else
+        snprintf(out + n, cap - n, "_%s_d%d", s2_dtype_name(spec->dtype), spec->head_dim);
 }
 
 /* One pattern's kernel: its resolved spec, symbol and launch shape. */

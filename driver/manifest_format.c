@@ -93,6 +93,8 @@ s2_status s2_manifest_format(s2_ctx *ctx, int arch, const s2_manifest_kernel *ke
         }
         s2_buf_printf(&b, "kernel %s\nkernel.kind %s\nkernel.pattern %s\nkernel.dtype %s\nkernel.head_dim %d\n",
                       k->name, kind_name(k->spec.kind), k->pattern, s2_dtype_name(k->spec.dtype), k->spec.head_dim);
+        if (k->spec.kv_dtype != 0)
+            s2_buf_printf(&b, "kernel.kv_dtype %s\n", s2_dtype_name(k->spec.kv_dtype));
         s2_buf_printf(&b, "kernel.block_m %d\nkernel.block_n %d\nkernel.num_warps %d\nkernel.num_stages %d\n",
                       k->spec.block_m, k->spec.block_n, k->spec.num_warps, k->spec.num_stages);
         s2_buf_printf(&b, "kernel.threads %d\nkernel.smem %d\n", k->threads, k->smem_bytes);

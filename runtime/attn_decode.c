@@ -315,7 +315,7 @@ s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s
         .TABLE = a->block_table, .TBS = a->table_stride[0], .THS = a->table_stride[1], .SEQ_LENS = a->seq_lens,
         .N = a->n_new, .PAGE = a->page_size, .SCALE_LOG2 = (float)(scale * 1.4426950408889634),
         .CLASS = s->class_of_kv_head, .OFFSETS = s->offsets, .ENTRIES = s->entries, .QBLOCKS = (int32_t)s->q_blocks,
-        .SPLITS = splits, .COUNTERS = splits > 1 ? a->workspace : 0,
+        .SPLITS = splits, .COUNTERS = splits > 1 ? a->workspace : 0, .K_SCALE = a->k_scale, .V_SCALE = a->v_scale,
     };
     S2_RT_STRIDES(v, QS, a->q_stride), S2_RT_STRIDES(v, KS, a->k_stride);
     S2_RT_STRIDES(v, VS, a->v_stride), S2_RT_STRIDES(v, OS, a->o_stride);

@@ -455,6 +455,15 @@ s2_status s2_rt_dec_check_shape(s2_ctx *ctx, const s2_attn_kernel *k, const s2_a
                        (long long)a->max_pages_per_seq);
     if (a->splits < 0 || a->splits > DEC_MAX_SPLITS)
         return s2_fail(ctx, S2_ERR_INVALID, "splits %d (0 = heuristic, at most %d)", a->splits, DEC_MAX_SPLITS);
+    /* the pages' dtype is the kernel's (fp8 pages are a compile-time choice: kv_dtype) */
+    s2_dtype kv = a->kv_dtype ? a->kv_dtype : a->dtype, kkv = k->desc->spec.kv_dtype ? k->desc->spec.kv_dtype : a->dtype;
+    if (kv != kkv)
+        return s2_fail(ctx, S2_ERR_DTYPE, "k_pages / v_pages are %s, but kernel %s reads %s pages (compile it with "
+                       "kv_dtype %s)", s2_dtype_name(kv), k->desc->name, s2_dtype_name(kkv), s2_dtype_name(kv));
+    if (!k->desc->spec.kv_dtype && (a->k_scale || a->v_scale))
+        return s2_fail(ctx, S2_ERR_INVALID, "k_scale / v_scale are given, but kernel %s reads %s pages, which "
+                       "have no scales (fp8 pages: a kernel compiled with kv_dtype e4m3)", k->desc->name,
+                       s2_dtype_name(kv));
     if (!isfinite(a->scale))
         return s2_fail(ctx, S2_ERR_INVALID, "scale %g is not finite", (double)a->scale);
     return S2_OK;
@@ -487,11 +496,19 @@ s2_status s2_rt_dec_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s2
         return st;
     if ((st = check_aligned16(ctx, t, 4)) != S2_OK)
         return st;
-    if (a->lse % 4 || a->block_table % 4 || a->seq_lens % 4 || a->workspace % 16)
-        return s2_fail(ctx, S2_ERR_ALIGNMENT, "lse, block_table, seq_lens must be 4-byte aligned, workspace 16-byte");
-    size_t es = s2_dtype_size(a->dtype);
+    if (a->lse % 4 || a->block_table % 4 || a->seq_lens % 4 || a->workspace % 16 || a->k_scale % 4 ||
+        a->v_scale % 4)
+        return s2_fail(ctx, S2_ERR_ALIGNMENT,
+                       "lse, block_table, seq_lens, k_scale, v_scale must be 4-byte aligned, workspace 16-byte");
+    size_t es = s2_dtype_size(a->dtype), kv_es = s2_dtype_size(a->kv_dtype ? a->kv_dtype : a->dtype);
+    /* fp8 rows are read as 16-byte vectors of 16 elements */
+    for (int i = 2; i < 4 && kv_es == 1; i++)
+        for (int d = 0; d < 3; d++)
+            if (t[i].ext[d] >= 2 && t[i].stride[d] % 16 != 0)
+                return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: %s stride %lld is not a multiple of 16 elements (fp8 rows "
+                               "are read as 16-byte vectors)", t[i].name, dim_names[d], (long long)t[i].stride[d]);
     for (int i = 0; i < 4; i++)
-        if ((st = tensor_bytes(ctx, &t[i], a->head_dim, es, &bytes[i])) != S2_OK)
+        if ((st = tensor_bytes(ctx, &t[i], a->head_dim, i < 2 ? es : kv_es, &bytes[i])) != S2_OK)
             return st;
     bytes[5] = (size_t)a->batch * sizeof(int32_t);
     bytes[6] = (size_t)a->batch * (size_t)a->heads * (size_t)a->n_new * sizeof(float);
@@ -522,6 +539,15 @@ s2_status s2_rt_dec_check_device(s2_ctx *ctx, const s2_attn_kernel *k, const s2_
         if (st != S2_OK)
             return st;
     }
+    const char *snames[2] = {"k_scale", "v_scale"};
+    s2_devptr scales[2] = {a->k_scale, a->v_scale};
+    for (int i = 0; i < 2; i++)
+        if (scales[i]) {
+            s2_status st = s2_check_device_ptr(ctx, k->mod->dev, scales[i], (size_t)a->kv_heads * sizeof(float), 4,
+                                               snames[i]);
+            if (st != S2_OK)
+                return st;
+        }
     if (ws_bytes == 0)
         return S2_OK;
     if (!a->workspace)

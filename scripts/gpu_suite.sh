@@ -47,6 +47,7 @@ cp_gpu                    180  NCCL_NVLS_ENABLE=0 test_cp_gpu
 graph_gpu                 150  test_graph_gpu
 patterns_gpu              180  test_patterns_gpu
 decode_gpu                240  test_decode_gpu
+decode_fp8_gpu             90  test_decode_fp8_gpu
 aot_gpu                   120  test_aot_gpu
 paged_gpu                 300  test_paged_gpu
 example_embed              60  embed "$S2C_BUNDLE/data/examples/embed"
@@ -85,6 +86,9 @@ memcheck_seams            120  compute-sanitizer --tool memcheck --error-exitcod
 memcheck_attnrt            90  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_attn_gpu
 memcheck_decode            90  S2C_DECODE_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu
 memcheck_decode_hd        150  S2C_DECODE_CASES=hd144 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu
+memcheck_decode_fp8        90  S2C_DECODE_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_fp8_gpu
+racecheck_decode_fp8      150  S2C_DECODE_CASES=dense2 compute-sanitizer --tool racecheck --error-exitcode 1 test_decode_fp8_gpu
+memcheck_decode_fp8_d256  120  S2C_DECODE_CASES=d256 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_fp8_gpu
 memcheck_concurrency      180  S2C_GRAPH_CASES=concurrency compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_graph_gpu
 memcheck_graph           120  S2C_GRAPH_CASES=varlen,backward,decode S2C_GRAPH_REPLAYS=3 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_graph_gpu
 bench_fwd                 120  bench_fwd --reps 30 --rows 12 --config b64_8k,mergeq16_8k,b64_32k,b64_128k,b64_l16v8_16k,dense_8k
@@ -93,6 +97,7 @@ bench_bwd                 150  bench_bwd --reps 30
 bench_bwd_d256             90  bench_bwd --reps 30 --config d256_b64_32k
 bench_varlen_bwd           90  bench_varlen_bwd --reps 30
 bench_decode               60  bench_decode --reps 30
+bench_decode_fp8           90  bench_decode --reps 30 --rows 1,2,4 --kv-dtype bf16,e4m3
 bench_launch               60  bench_launch
 bench_graph_decode        120  bench_graph_decode
 bench_graph_decode_split  120  bench_graph_decode --splits 4

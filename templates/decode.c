@@ -76,7 +76,26 @@ static LLVMValueRef chunk_relevant(dec *k, LLVMValueRef e)
     return LLVMBuildICmp(k->b, LLVMIntNE, bits, c32(k, 0), "relevant_chunk");
 }
 
-static void setup(dec *k)
+/* scales[kvh] of a nullable fp32 [kv_heads] parameter; 1.0 when it is null. */
+static LLVMValueRef load_scale(dec *k, int p, LLVMValueRef kvh64, LLVMBasicBlockRef entry_bb)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMBasicBlockRef cur = s2_kb_entry_begin(&k->kb, entry_bb);
+    LLVMValueRef slot = LLVMBuildAlloca(b, cg->t_f32, "scale_p");
+    s2_kb_entry_end(&k->kb, cur);
+    LLVMBuildStore(b, cf(k, 1.0), slot);
+    s2_nv_if has;
+    s2_nv_if_begin(cg, &has, LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, param(k, p), cg->t_i64, ""), c64(k, 0), ""),
+                   "has_scale");
+    LLVMValueRef v = LLVMBuildLoad2(b, cg->t_f32, LLVMBuildInBoundsGEP2(b, cg->t_f32, param(k, p), &kvh64, 1, ""), "");
+    LLVMSetAlignment(v, 4);
+    LLVMBuildStore(b, v, slot);
+    s2_nv_if_end(cg, &has);
+    return LLVMBuildLoad2(b, cg->t_f32, slot, "scale");
+}
+
+static void setup(dec *k, LLVMBasicBlockRef entry_bb)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
@@ -116,6 +135,16 @@ static void setup(dec *k)
                                 LLVMBuildMul(b, kvh64, param(k, P_THS), ""), "table_row");
     k->k_head = LLVMBuildMul(b, kvh64, param(k, P_KS + 2), "");
     k->v_head = LLVMBuildMul(b, kvh64, param(k, P_VS + 2), "");
+    k->scale_log2 = param(k, P_SCALE_LOG2);
+    /* fp8 pages: K's scale folds into the softmax scale (with bf16 queries the
+     * 2^DEC_Q_SHIFT convert_q took off Q), V's applies once at the end */
+    if (s->kv8) {
+        LLVMValueRef ks = load_scale(k, P_K_SCALE, kvh64, entry_bb);
+        if (s->mdt != s->dt)
+            ks = LLVMBuildFMul(b, ks, cf(k, ldexp(1.0, DEC_Q_SHIFT)), "");
+        k->scale_log2 = LLVMBuildFMul(b, k->scale_log2, ks, "scale_log2_k");
+        k->v_scale = load_scale(k, P_V_SCALE, kvh64, entry_bb);
+    }
 }
 
 static void init_accumulators(dec *k, LLVMBasicBlockRef entry_bb)
@@ -209,6 +238,122 @@ static void issue_chunk(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
     }
 }
 
+/* issue_chunk for fp8 pages: rows of D bytes, 16-byte pieces, in the ring
+ * unswizzled (each warp reads its rows back in order to convert them). */
+static void issue_chunk8(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int D = k->s.D, C = D / 16, T = k->s.threads, per_chunk = DEC_ROWS * C;
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(cg->llctx);
+    LLVMValueRef pidx = LLVMBuildUDiv(b, ca->kpos0, param(k, P_PAGE), "");
+    LLVMValueRef slot0 = LLVMBuildSub(b, ca->kpos0, LLVMBuildMul(b, pidx, param(k, P_PAGE), ""), "slot0");
+    LLVMValueRef page64 = LLVMBuildSExt(b, ca->page, cg->t_i64, "");
+    LLVMValueRef base[2];
+    for (int kv = 0; kv < 2; kv++)
+        base[kv] = LLVMBuildAdd(b, LLVMBuildMul(b, page64, param(k, kv ? P_VS : P_KS), ""), kv ? k->v_head : k->k_head, "");
+    for (int it = 0; it * T < per_chunk; it++) {
+        s2_nv_if guard;
+        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, per_chunk, &guard, "kvtail8");
+        LLVMValueRef rr = LLVMBuildUDiv(b, idx, c32(k, C), "");
+        LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
+        LLVMValueRef ok = LLVMBuildAnd(b, ca->ok, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildAdd(b, ca->kpos0, rr, ""), k->seq_len, ""), "");
+        LLVMValueRef slot64 = LLVMBuildZExt(b, LLVMBuildAdd(b, slot0, rr, ""), cg->t_i64, "");
+        LLVMValueRef col = LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 4), ""), cg->t_i64, "");
+        LLVMValueRef src = LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), "");
+        LLVMValueRef dst = LLVMBuildAdd(b, soff, LLVMBuildShl(b, LLVMBuildAdd(b, idx, c32(k, 16 * C * w), ""), c32(k, 4), ""), "");
+        for (int kv = 0; kv < 2; kv++) {
+            LLVMValueRef off = LLVMBuildAdd(b, base[kv], LLVMBuildMul(b, slot64, param(k, (kv ? P_VS : P_KS) + 1), ""), "");
+            off = LLVMBuildSelect(b, ok, LLVMBuildAdd(b, off, col, ""), c64(k, 0), "");
+            LLVMValueRef d = kv ? LLVMBuildAdd(b, dst, c32(k, k->s.v_in_stage), "") : dst;
+            LLVMValueRef g = LLVMBuildInBoundsGEP2(b, i8, param(k, kv ? P_V : P_K), &off, 1, "");
+            s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), g, src);
+        }
+        s2_kb_spread_end(&k->kb, &guard);
+    }
+}
+
+/* fp8 pages: the warp's 16 K and 16 V rows of the stage at soff converted
+ * exactly to f16 (one cvt per pair) into its rows of the 16-bit tile at
+ * cvt_off (the stage layout compute_scores and accumulate_pv read).  Each
+ * lane converts 16-byte pieces (16 elements) in row order. */
+static void convert_chunk(dec *k, LLVMValueRef soff)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int D = k->s.D, C = D / 16, per = DEC_ROWS * C;
+    LLVMTypeRef v4 = LLVMVectorType(cg->t_i32, 4), i16 = LLVMInt16TypeInContext(cg->llctx);
+    LLVMValueRef wrow0 = LLVMBuildShl(b, k->warp, c32(k, 4), "");
+    for (int kv = 0; kv < 2; kv++) {
+        LLVMValueRef src0 = LLVMBuildAdd(b, soff, LLVMBuildMul(b, k->warp, c32(k, 16 * D), ""), "");
+        if (kv)
+            src0 = LLVMBuildAdd(b, src0, c32(k, k->s.v_in_stage), "");
+        int dst0 = k->s.cvt_off + kv * k->s.cvt_v;
+        for (int it = 0; it * S2_WARP < per; it++) {
+            LLVMValueRef idx = LLVMBuildAdd(b, k->lane, c32(k, it * S2_WARP), "");
+            s2_nv_if tail;
+            bool partial = (it + 1) * S2_WARP > per;
+            if (partial)
+                s2_nv_if_begin(cg, &tail, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, per), ""), "cvt_tail");
+            LLVMValueRef ld = LLVMBuildLoad2(b, v4, s2_nv_smem_at(cg, LLVMBuildAdd(b, src0, LLVMBuildShl(b, idx, c32(k, 4), ""), "")), "f8");
+            LLVMSetAlignment(ld, 16);
+            LLVMValueRef out[8];
+            for (int j = 0; j < 4; j++) {
+                LLVMValueRef w = LLVMBuildExtractElement(b, ld, c32(k, j), "");
+                for (int h = 0; h < 2; h++) {
+                    LLVMValueRef x = LLVMBuildTrunc(b, h ? LLVMBuildLShr(b, w, c32(k, 16), "") : w, i16, "");
+                    out[2 * j + h] = LLVMBuildBitCast(b, s2_nv_f8x2_to_f16x2(cg, k->s.kv_dt, x), cg->t_i32, "");
+                }
+            }
+            LLVMValueRef row = LLVMBuildAdd(b, wrow0, LLVMBuildUDiv(b, idx, c32(k, C), ""), "");
+            LLVMValueRef ch = LLVMBuildShl(b, LLVMBuildURem(b, idx, c32(k, C), ""), c32(k, 1), "");
+            for (int half = 0; half < 2; half++) {
+                LLVMValueRef vec = LLVMGetUndef(v4);
+                for (int j = 0; j < 4; j++)
+                    vec = LLVMBuildInsertElement(b, vec, out[4 * half + j], c32(k, j), "");
+                LLVMValueRef off = LLVMBuildAdd(b, c32(k, dst0), swizzle(k, row, LLVMBuildAdd(b, ch, c32(k, half), "")), "");
+                LLVMSetAlignment(LLVMBuildStore(b, vec, s2_nv_smem_at(cg, off)), 16);
+            }
+            if (partial)
+                s2_nv_if_end(cg, &tail);
+        }
+    }
+    s2_nv_barrier_warp(cg);
+}
+
+/* fp8 pages with bf16 queries: the products run on f16 (one conversion per
+ * K/V pair instead of three), so the Q tile is converted once, in place, to
+ * f16 times 2^-DEC_Q_SHIFT: f16's range then holds |q| < 2^24, and |q|
+ * below 2^-6 keeps an absolute precision of 2^-16, far under bf16's own
+ * rounding; setup gives the softmax scale the 2^DEC_Q_SHIFT back. */
+static void convert_q(dec *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int T = k->s.threads, total = DEC_ROWS * k->s.D * 2 / 16;
+    LLVMTypeRef v4 = LLVMVectorType(cg->t_i32, 4), i16 = LLVMInt16TypeInContext(cg->llctx);
+    for (int it = 0; it * T < total; it++) {
+        s2_nv_if guard;
+        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, total, &guard, "qcvt");
+        LLVMValueRef ptr = s2_nv_smem_at(cg, LLVMBuildAdd(b, c32(k, k->s.q_off), LLVMBuildShl(b, idx, c32(k, 4), ""), ""));
+        LLVMValueRef ld = LLVMBuildLoad2(b, v4, ptr, "q16");
+        LLVMSetAlignment(ld, 16);
+        LLVMValueRef vec = LLVMGetUndef(v4);
+        for (int j = 0; j < 4; j++) {
+            LLVMValueRef w = LLVMBuildExtractElement(b, ld, c32(k, j), "");
+            LLVMValueRef f[2];
+            for (int h = 0; h < 2; h++) {
+                LLVMValueRef x = LLVMBuildTrunc(b, h ? LLVMBuildLShr(b, w, c32(k, 16), "") : w, i16, "");
+                f[h] = LLVMBuildFMul(b, s2_nv_elt16_to_f32(cg, k->s.dt, x), cf(k, ldexp(1.0, -DEC_Q_SHIFT)), "");
+            }
+            vec = LLVMBuildInsertElement(b, vec, s2_nv_pack2(cg, S2_DTYPE_F16, f[0], f[1]), c32(k, j), "");
+        }
+        LLVMSetAlignment(LLVMBuildStore(b, vec, ptr), 16);
+        s2_kb_spread_end(&k->kb, &guard);
+    }
+    s2_nv_barrier_cta(cg);
+}
+
 static LLVMValueRef stage_off(dec *k, LLVMValueRef stage)
 {
     return LLVMBuildAdd(k->b, c32(k, k->s.kv_off), LLVMBuildMul(k->b, stage, c32(k, k->s.stage_bytes), ""), "");
@@ -221,8 +366,12 @@ static void prefetch_kv(dec *k, LLVMValueRef tile, LLVMValueRef stage, const chu
     s2_nv_if blk;
     s2_nv_if_begin(k->cg, &blk, LLVMBuildICmp(k->b, LLVMIntSLT, tile, k->t_end, ""), "prefetch");
     LLVMValueRef soff = stage_off(k, stage);
-    for (int w = 0; w < k->s.warps; w++)
-        issue_chunk(k, &ca[w], w, soff);
+    for (int w = 0; w < k->s.warps; w++) {
+        if (k->s.kv8)
+            issue_chunk8(k, &ca[w], w, soff);
+        else
+            issue_chunk(k, &ca[w], w, soff);
+    }
     s2_nv_if_end(k->cg, &blk);
     s2_nv_cp_async_commit(k->cg);
 }
@@ -300,15 +449,15 @@ static void compute_scores(dec *k, LLVMValueRef kst, LLVMValueRef sc[2][4])
                 LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), LLVMBuildAdd(b, lrow, c32(k, 8 * n), ""), "");
                 LLVMValueRef off = LLVMBuildAdd(b, kst, swizzle(k, row, LLVMBuildAdd(b, lch, c32(k, 4 * p), "")), "");
                 s2_nv_ldmatrix_x4(k->cg, s2_nv_smem_at(k->cg, off), false, kb);
-                s2_nv_mma_m16n8k16(k->cg, k->s.dt, qa, &kb[0], acc[n]);
-                s2_nv_mma_m16n8k16(k->cg, k->s.dt, qb, &kb[2], acc[n]);
+                s2_nv_mma_m16n8k16(k->cg, k->s.mdt, qa, &kb[0], acc[n]);
+                s2_nv_mma_m16n8k16(k->cg, k->s.mdt, qb, &kb[2], acc[n]);
             }
         }
         if (tail) {
             LLVMValueRef qt[4];
             q_fragment(k, k->s.D / 16 - 1, qt);
             for (int n = 0; n < 2; n++)
-                s2_nv_mma_m16n8k16(k->cg, k->s.dt, qt, &kt[2 * n], acc[n]);
+                s2_nv_mma_m16n8k16(k->cg, k->s.mdt, qt, &kt[2 * n], acc[n]);
         }
         for (int n = 0; n < 2; n++)
             for (int i = 0; i < 4; i++)
@@ -322,11 +471,11 @@ static void compute_scores(dec *k, LLVMValueRef kst, LLVMValueRef sc[2][4])
             LLVMValueRef kb[4];
             LLVMValueRef off = LLVMBuildAdd(b, kst, swizzle(k, row, LLVMBuildAdd(b, lch, c32(k, 4 * p), "")), "");
             s2_nv_ldmatrix_x4(k->cg, s2_nv_smem_at(k->cg, off), false, kb);
-            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p], &kb[0], acc);
-            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p + 1], &kb[2], acc);
+            s2_nv_mma_m16n8k16(k->cg, k->s.mdt, k->qf[2 * p], &kb[0], acc);
+            s2_nv_mma_m16n8k16(k->cg, k->s.mdt, k->qf[2 * p + 1], &kb[2], acc);
         }
         if (tail)
-            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[k->s.D / 16 - 1], &kt[2 * n], acc);
+            s2_nv_mma_m16n8k16(k->cg, k->s.mdt, k->qf[k->s.D / 16 - 1], &kt[2 * n], acc);
         for (int i = 0; i < 4; i++)
             sc[n][i] = acc[i];
     }
@@ -366,7 +515,7 @@ static void apply_mask(dec *k, LLVMValueRef sc[2][4], LLVMValueRef kpos0, LLVMVa
 static void online_softmax(dec *k, LLVMValueRef sc[2][4])
 {
     for (int hr = 0; hr < 2; hr++)
-        s2_flash_softmax_row(k->cg, &k->acc, hr, sc, 2, param(k, P_SCALE_LOG2), true, NULL);
+        s2_flash_softmax_row(k->cg, &k->acc, hr, sc, 2, k->scale_log2, true, NULL);
 }
 
 /* O += P·V over the warp's 16 keys: one k-step, V by ldmatrix.x4.trans. */
@@ -375,7 +524,7 @@ static void accumulate_pv(dec *k, LLVMValueRef vst, LLVMValueRef sc[2][4])
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     LLVMValueRef a[4];
-    s2_flash_a_from_c(cg, k->s.dt, sc, a);
+    s2_flash_a_from_c(cg, k->s.mdt, sc, a);
     LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), LLVMBuildAnd(b, k->lane, c32(k, 15), ""), "");
     LLVMValueRef lch = LLVMBuildLShr(b, k->lane, c32(k, 4), "");
     for (int dp = 0; dp < k->s.D / 16; dp++) {
@@ -383,7 +532,7 @@ static void accumulate_pv(dec *k, LLVMValueRef vst, LLVMValueRef sc[2][4])
         LLVMValueRef off = LLVMBuildAdd(b, vst, swizzle(k, row, LLVMBuildAdd(b, lch, c32(k, 2 * dp), "")), "");
         s2_nv_ldmatrix_x4(cg, s2_nv_smem_at(cg, off), true, vb);
         for (int h = 0; h < 2; h++)
-            s2_flash_mma_into(cg, k->s.dt, a, &vb[2 * h], k->acc.o[2 * dp + h]);
+            s2_flash_mma_into(cg, k->s.mdt, a, &vb[2 * h], k->acc.o[2 * dp + h]);
     }
 }
 
@@ -400,10 +549,18 @@ static void warp_chunk(dec *k, LLVMValueRef tile, LLVMValueRef stage)
     LLVMValueRef heads = entry_field(k, e, 1);
     LLVMValueRef soff = stage_off(k, stage);
     LLVMValueRef sc[2][4];
+    LLVMValueRef voff = NULL;
+    if (k->s.kv8) {
+        convert_chunk(k, soff);
+        soff = c32(k, k->s.cvt_off);
+        voff = c32(k, k->s.cvt_off + k->s.cvt_v);
+    }
     compute_scores(k, soff, sc);
     apply_mask(k, sc, kpos0, heads);
     online_softmax(k, sc);
-    accumulate_pv(k, LLVMBuildAdd(b, soff, c32(k, k->s.v_in_stage), ""), sc);
+    if (!k->s.kv8)
+        voff = LLVMBuildAdd(b, soff, c32(k, k->s.v_in_stage), "");
+    accumulate_pv(k, voff, sc);
     s2_nv_if_end(k->cg, &rel);
     s2_nv_if_end(k->cg, &has);
 }
@@ -476,9 +633,14 @@ static void dec_shape_init(dec_shape *s, const s2_pattern *p, const s2_kspec *sp
     s->gpb_log2 = s2_log2i(p->block_size / 16);
     s->causal = p->causal;
     s->q_off = 0;
+    s->kv_dt = spec->kv_dtype;
+    s->kv8 = spec->kv_dtype != 0;
+    s->mdt = s->kv8 ? S2_DTYPE_F16 : s->dt;
     s->kv_off = DEC_ROWS * s->D * 2;
-    s->v_in_stage = s->BN * s->D * 2;
+    s->v_in_stage = s->BN * s->D * (s->kv8 ? 1 : 2);
     s->stage_bytes = 2 * s->v_in_stage;
+    s->cvt_off = s->kv_off + s->stages * s->stage_bytes;
+    s->cvt_v = s->BN * s->D * 2;
     /* after the loop the stages are free: the warps' O then (m, l) */
     s->merge_o_off = 0;
     s->merge_ml_off = s->warps * DEC_ROWS * s->D * 4;
@@ -489,7 +651,7 @@ int s2_decode_smem_bytes(const s2_pattern *p, const s2_kspec *spec)
 {
     dec_shape s;
     dec_shape_init(&s, p, spec);
-    int ring = s.kv_off + s.stages * s.stage_bytes;
+    int ring = s.kv_off + s.stages * s.stage_bytes + (s.kv8 ? 2 * s.cvt_v : 0);
     int merge = s.flag_off + 16;
     return ring > merge ? ring : merge;
 }
@@ -504,7 +666,7 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
     LLVMTypeRef params[P_COUNT];
     int np = s2_kb_abi_params(cg, S2_ABI_DECODE, params);
     k.fn = s2_nv_kernel_new(cg, name, params, (unsigned)np, k.s.threads, 1);
-    static const int ro[] = {P_Q, P_K, P_V, P_TABLE, P_SEQ_LENS, P_CLASS, P_OFFSETS, P_ENTRIES};
+    static const int ro[] = {P_Q, P_K, P_V, P_TABLE, P_SEQ_LENS, P_CLASS, P_OFFSETS, P_ENTRIES, P_K_SCALE, P_V_SCALE};
     for (size_t i = 0; i < sizeof ro / sizeof ro[0]; i++) {
         s2_nv_param_attr(cg, k.fn, (unsigned)ro[i], "noalias");
         s2_nv_param_attr(cg, k.fn, (unsigned)ro[i], "readonly");
@@ -514,7 +676,7 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
     s2_nv_param_attr(cg, k.fn, P_COUNTERS, "noalias");
     LLVMBasicBlockRef entry_bb = LLVMGetInsertBlock(cg->b);
 
-    setup(&k);
+    setup(&k, entry_bb);
     init_accumulators(&k, entry_bb);
     load_q(&k);
     s2_nv_cp_async_commit(cg);
@@ -522,6 +684,8 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
         load_tile_now(&k, LLVMBuildAdd(k.b, k.t_begin, c32(&k, st), ""), c32(&k, st));
     s2_nv_cp_async_wait(cg, k.s.stages - 1);
     s2_nv_barrier_cta(cg);
+    if (k.s.mdt != k.s.dt)
+        convert_q(&k);
     if (k.s.q_in_regs)
         load_q_fragments(&k);
     main_loop(&k, entry_bb);

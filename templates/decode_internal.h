@@ -14,6 +14,8 @@
 enum { S2_ABI_DECODE_PARAMS(S2_ABI_P_ENUM) P_COUNT };
 
 enum { MAX_D = 256, DEC_ROWS = 16 };
+/* fp8 pages with bf16 queries: Q enters the f16 products times 2^-DEC_Q_SHIFT (decode.c, convert_q) */
+enum { DEC_Q_SHIFT = 8 };
 
 typedef struct dec_shape {
     s2_dtype dt;
@@ -22,7 +24,12 @@ typedef struct dec_shape {
     int BN;                      /* keys per tile: 16 per warp */
     int group, heads, bs_log2, gpb_log2;
     bool causal;
+    bool kv8;                    /* fp8 pages (spec kv_dtype): the ring holds them as read, each warp
+                                  * converts its chunk into its rows of a 16-bit tile at cvt_off */
+    s2_dtype kv_dt;
+    s2_dtype mdt;                /* the mma operands' dtype: dt; f16 with fp8 pages (bf16 Q converted once) */
     int q_off, kv_off, stage_bytes, v_in_stage;
+    int cvt_off, cvt_v;          /* kv8: the converted K tile, V at cvt_off + cvt_v */
     int merge_o_off, merge_ml_off, flag_off;
 } dec_shape;
 
@@ -34,6 +41,8 @@ typedef struct dec {
     LLVMValueRef begin, ngroups, t_begin, t_end;         /* i32 */
     LLVMValueRef relevant;                               /* i32: mask bits of the query blocks present */
     LLVMValueRef table_row, k_head, v_head;              /* i64 element offsets */
+    LLVMValueRef scale_log2;                             /* f32: scale·log2 e (kv8: times k_scale[kvh]) */
+    LLVMValueRef v_scale;                                /* f32, kv8: v_scale[kvh] */
     s2_flash_rows acc;                              /* O, m, l (flash.h) */
     LLVMValueRef qf[MAX_D / 16][4];                      /* with q_in_regs */
 } dec;

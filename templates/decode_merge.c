@@ -24,7 +24,7 @@ void s2_dec_spill_warp_state(dec *k)
         LLVMValueRef l = s2_nv_quad_sum_f32(cg, LLVMBuildLoad2(b, cg->t_f32, k->acc.l[hr], ""));
         LLVMValueRef m = LLVMBuildLoad2(b, cg->t_f32, k->acc.m[hr], "");
         LLVMValueRef ms = LLVMBuildSelect(b, LLVMBuildFCmp(b, LLVMRealOEQ, m, cf(k, -INFINITY), ""), cf(k, -INFINITY),
-                                          LLVMBuildFMul(b, m, param(k, P_SCALE_LOG2), ""), "");
+                                          LLVMBuildFMul(b, m, k->scale_log2, ""), "");
         s2_nv_if w0;
         s2_nv_if_begin(cg, &w0, LLVMBuildICmp(b, LLVMIntEQ, k->t4, c32(k, 0), ""), "ml");
         LLVMValueRef mo = LLVMBuildAdd(b, c32(k, k->s.merge_ml_off), LLVMBuildShl(b, wr, c32(k, 3), ""), "");
@@ -79,6 +79,9 @@ void s2_dec_merge_and_store(dec *k)
      * values) must come out as NaN, not as an empty partial that a merge skips */
     LLVMValueRef pos = LLVMBuildFCmp(b, LLVMRealUGT, L, cf(k, 0.0), "");
     LLVMValueRef inv = LLVMBuildSelect(b, pos, LLVMBuildFDiv(b, cf(k, 1.0), L, ""), cf(k, 0.0), "");
+    /* fp8 pages: V's scale once per row (the splits' merge is linear in O) */
+    if (k->s.kv8)
+        inv = LLVMBuildFMul(b, inv, k->v_scale, "inv_v");
     for (int w = 0; w < W; w++)
         a[w] = LLVMBuildFMul(b, a[w], inv, "");
     LLVMValueRef lse = LLVMBuildFMul(b, LLVMBuildFAdd(b, M, s2_nv_lg2_approx(cg, L), ""), cf(k, M_LN2), "");

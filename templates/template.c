@@ -120,8 +120,13 @@ static s2_status resolve_decode(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p
     if (spec->head_dim % (spec->num_warps * 4) != 0)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode num_warps %d needs head_dim %% %d == 0 (head_dim %d)",
                        spec->num_warps, spec->num_warps * 4, spec->head_dim);
+    /* fp8 pages: e4m3x2 -> f16x2 is an sm_89 instruction (no software path for sm_80) */
+    if (spec->kv_dtype != 0 && spec->arch == S2_ARCH_SM80)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode of %s K/V pages needs sm_90 (sm_80 has no fp8 conversion)",
+                       s2_dtype_name(spec->kv_dtype));
+    /* fp8 pages: a stage holds half the bytes, so 4 stages keep as many in flight at the same shared memory */
     if (spec->num_stages == 0)
-        spec->num_stages = 3;
+        spec->num_stages = spec->kv_dtype != 0 ? 4 : 3;
     if (spec->num_stages < 2 || spec->num_stages > 6)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode num_stages %d (2..6)", spec->num_stages);
     if (spec->block_m != 0 && spec->block_m != 16)
@@ -253,7 +258,14 @@ static s2_status resolve_mma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
 }
 
 
-static bool accepts_decode(const s2_kspec *s) { return s->kind == S2_KERNEL_DECODE && mma16(s); }
+/* Decode's K/V pages: the query's dtype, or a dtype row decode converts from (kv_pages: e4m3). */
+static bool kv_pages_ok(const s2_kspec *s)
+{
+    const s2_dtype_info *r = s2_dtype_info_of(s->kv_dtype);
+    return s->kv_dtype == 0 || (r && r->kv_pages);
+}
+
+static bool accepts_decode(const s2_kspec *s) { return s->kind == S2_KERNEL_DECODE && mma16(s) && kv_pages_ok(s); }
 static bool accepts_fwd(const s2_kspec *s) { return s->kind == S2_KERNEL_FWD && mma16(s); }
 static bool accepts_bwd(const s2_kspec *s) { return s->kind == S2_KERNEL_BWD && mma16(s); }
 
@@ -384,6 +396,7 @@ const s2_template *s2_template_at(int i) { return i >= 0 && i < s2_template_coun
 static bool takes(const s2_template *t, const s2_kspec *spec)
 {
     return t->accepts && t->kind == spec->kind && (unsigned)spec->dtype < 32 && S2_TEMPLATE_HEAD_DIM_OK(spec->head_dim) &&
+           (spec->kv_dtype == 0 || spec->kind == S2_KERNEL_DECODE) &&
            (t->dtypes & S2_TEMPLATE_DTYPE(spec->dtype)) &&
            (t->head_dims & S2_TEMPLATE_HEAD_DIM(spec->head_dim)) && t->accepts(spec);
 }
@@ -429,6 +442,9 @@ s2_status s2_template_pick(s2_ctx *ctx, const s2_kspec *spec, const s2_template 
         list_of(names, sizeof names, dtypes, 1, true);
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: dtype %s (%s only)", s2_dtype_name(spec->dtype), names);
     }
+    if (spec->kv_dtype != 0 && (spec->kind != S2_KERNEL_DECODE || !kv_pages_ok(spec)))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: kv_dtype %s (decode only: 0 = dtype, or e4m3)",
+                       s2_dtype_name(spec->kv_dtype));
     if (!S2_TEMPLATE_HEAD_DIM_OK(spec->head_dim) || !(head_dims & S2_TEMPLATE_HEAD_DIM(spec->head_dim))) {
         list_of(names, sizeof names, head_dims, 16, false);
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: head_dim %d (%s)", spec->head_dim, names);

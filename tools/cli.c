@@ -69,7 +69,7 @@ static const struct option all_options[] = {
     {"kv-gather", required_argument, NULL, O_KV_GATHER}, {"max-bytes", required_argument, NULL, O_MAX_BYTES},
     {"option", required_argument, NULL, O_OPTION}, {"ranks", required_argument, NULL, O_RANKS},
     {"sharding", required_argument, NULL, O_SHARDING}, {"tflops", required_argument, NULL, O_TFLOPS},
-    {"link-gbps", required_argument, NULL, O_LINK},
+    {"link-gbps", required_argument, NULL, O_LINK}, {"kv-dtype", required_argument, NULL, O_KV_DTYPE},
     {NULL, 0, NULL, 0},
 };
 
@@ -239,6 +239,7 @@ static int set_option(opts *o, int id, const char *key, const char *val)
     case O_SHARDING: o->sharding = val; break;
     case O_TFLOPS: o->tflops_text = val; break;
     case O_LINK: o->link_text = val; break;
+    case O_KV_DTYPE: o->kv_dtype = val; break;
     }
     return rc ? EXIT_USAGE : 0;
 }
@@ -512,10 +513,11 @@ int load_patterns(s2_ctx *ctx, const opts *o, int max_all, s2_pattern_set **set,
 void print_kernel(FILE *f, const s2_manifest_kernel *k)
 {
     const s2_kernel_spec *s = &k->spec;
-    fprintf(f, "kernel %s: pattern %s, %s %s, head_dim %d, block_m %d, block_n %d, num_warps %d, num_stages %d, "
+    fprintf(f, "kernel %s: pattern %s, %s %s%s%s, head_dim %d, block_m %d, block_n %d, num_warps %d, num_stages %d, "
            "%d threads, %d bytes smem\n",
            k->name, k->pattern, s->kind == S2_KERNEL_FWD ? "fwd" : s->kind == S2_KERNEL_BWD ? "bwd" : s->kind == S2_KERNEL_DECODE ? "decode" : "?",
-           s2_dtype_name(s->dtype), s->head_dim,
+           s2_dtype_name(s->dtype), s->kv_dtype ? ", kv pages " : "", s->kv_dtype ? s2_dtype_name(s->kv_dtype) : "",
+           s->head_dim,
            s->block_m, s->block_n, s->num_warps, s->num_stages, k->threads, k->smem_bytes);
     /* every kernel of the entry, as its manifest record says */
     for (int i = 0; i < k->num_fns; i++) {

@@ -32,6 +32,7 @@ typedef struct opts {
     const char *dump_dir;
     const char *override_dir;
     const char *dtype;
+    const char *kv_dtype;           /* --kv-dtype: decode's fp8 pages */
     const char *seq_len_text;       /* --seq-len as given (kv-memory takes a list) */
     const char *kind;
     int64_t seq_len, kv_len;
@@ -59,7 +60,7 @@ enum {
     O_OUTPUT = 'o', O_VERBOSE = 'v', O_HELP = 'h', O_QUIET = 'q',
     O_NAME = 256, O_ALLOW, O_FORMAT, O_ARCH, O_EMIT, O_BACKEND, O_KERNEL, O_DUMP, O_OVERRIDE, O_DTYPE,
     O_SEQ_LEN, O_KV_LEN, O_PAGE, O_PREFILL, O_KIND, O_BLOCK_M, O_BLOCK_N, O_HEAD_DIM, O_WARPS, O_STAGES,
-    O_KV_GATHER, O_MAX_BYTES, O_OPTION, O_MD, O_MF, O_MT, O_RANKS, O_SHARDING, O_TFLOPS, O_LINK,
+    O_KV_GATHER, O_MAX_BYTES, O_OPTION, O_MD, O_MF, O_MT, O_RANKS, O_SHARDING, O_TFLOPS, O_LINK, O_KV_DTYPE,
 };
 
 /* One subcommand: its runner, the options it takes and its --help text. */

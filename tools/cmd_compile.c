@@ -1,5 +1,6 @@
 /* s2c compile: attention modules as cubin, PTX, IR or AOT C sources. */
 #include "compile_internal.h"
+#include "dtype.h"
 #include "kernel_abi.h"
 #include "cli.h"
 #include "launch_facts.h"
@@ -265,6 +266,12 @@ static int attention_spec(s2_ctx *ctx, const opts *o, s2_kspec *spec)
     int rc = parse_dtype(o->dtype, &spec->dtype);
     if (rc)
         return rc;
+    if (o->kv_dtype) {
+        const s2_dtype_info *r = s2_dtype_by_name(o->kv_dtype, true);
+        if (!r || !r->kv_pages || kind != S2_KERNEL_DECODE)
+            return usage_error("compile: --kv-dtype takes e4m3, with --kind decode; got '%s'", o->kv_dtype);
+        spec->kv_dtype = r->dtype;
+    }
     for (int i = 0; i < o->num_names; i++)
         for (int j = 0; j < i; j++)
             if (strcmp(o->names[i], o->names[j]) == 0)

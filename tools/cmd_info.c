@@ -86,6 +86,10 @@ static void info_json(s2_ctx *ctx, const char *path, const uint8_t *image, size_
         json_str(stdout, k->pattern);
         printf(", \"kind\": \"%s\", \"dtype\": ", kind_name(s->kind));
         json_str(stdout, s2_dtype_name(s->dtype));
+        if (s->kv_dtype) {
+            printf(", \"kv_dtype\": ");
+            json_str(stdout, s2_dtype_name(s->kv_dtype));
+        }
         printf(", \"head_dim\": %d, \"block_m\": %d, \"block_n\": %d, \"num_warps\": %d, \"num_stages\": %d, "
                "\"threads\": %d, \"smem_bytes\": %d, \"kernels\": [",
                s->head_dim, s->block_m, s->block_n, s->num_warps, s->num_stages, k->threads, k->smem_bytes);

@@ -23,7 +23,7 @@ static const int layout_options[] = {O_SEQ_LEN, O_KV_LEN, O_NAME, O_FORMAT, O_BL
 static const int compile_options[] = {O_HEAD_DIM, O_DTYPE, O_ARCH, O_OUTPUT, O_EMIT, O_NAME, O_BLOCK_M, O_BLOCK_N,
                                       O_WARPS, O_STAGES, O_KV_GATHER, O_OPTION, O_KIND, O_BACKEND, O_DUMP,
                                       O_OVERRIDE, O_KERNEL, O_VERBOSE, O_ALLOW, O_MD, O_MF, O_MT, O_QUIET,
-                                      O_HELP, 0};
+                                      O_KV_DTYPE, O_HELP, 0};
 static const int info_options[] = {O_FORMAT, O_QUIET, O_HELP, 0};
 static const int cp_plan_options[] = {O_RANKS, O_SEQ_LEN, O_SHARDING, O_TFLOPS, O_LINK, O_HEAD_DIM, O_DTYPE,
                                       O_BLOCK_M, O_BLOCK_N, O_NAME, O_ALLOW, O_QUIET, O_HELP, 0};
@@ -72,6 +72,7 @@ const cli_command cli_commands[] = {
      "  --block-m N --block-n N --num-warps N --num-stages N\n"
      "                              tunables (default: the per-arch heuristic; all recorded in the manifest)\n"
      "  --kv-gather N               key blocks gathered into one key tile (1..4, filling block_n)\n"
+     "  --kv-dtype e4m3             decode: fp8 K/V pages with per-kv-head scales (sm_90 and up)\n"
      "  --option NAME=VALUE         a template's own choice: persistent, bwd_wgmma, kv_gather, bwd_tma\n"
      "                              (-1 off, 1 on; 0 the heuristic), recorded in the manifest's kernel.fn\n"
      "  --backend auto|ptxas|nvjitlink   PTX -> cubin (default: auto = ptxas, else nvJitLink)\n"

@@ -82,7 +82,7 @@ typedef enum s2_dtype {
     S2_DTYPE_F16,
     S2_DTYPE_BF16,
     S2_DTYPE_F64,
-    S2_DTYPE_E4M3, /* fp8 e4m3 (OCP "fn": no infinities); no template builds it yet */
+    S2_DTYPE_E4M3, /* fp8 e4m3 (OCP "fn": no infinities); decode's K/V pages only (s2_kernel_spec.kv_dtype) */
     S2_DTYPE_E5M2, /* fp8 e5m2; no template builds it yet */
 } s2_dtype;
 

@@ -73,7 +73,8 @@ S2_API void s2_packed_decode_lists_free(s2_packed_decode_lists *p);
 S2_API size_t s2_packed_decode_lists_size(int kv_heads, int64_t lists, int64_t entries);
 
 /* ---- the decode kernel ABI (S2_KERNEL_DECODE) -------------------------------------
- * One module, one manifest entry NAME = s2_dec_<pattern>_<dtype>_d<D>, two
+ * One module, one manifest entry NAME = s2_dec_<pattern>_<dtype>_d<D> (with fp8
+ * pages s2_dec_<pattern>_<dtype>_kv<kv_dtype>_d<D>, kernel.kv_dtype), two
  * kernels: NAME (decode) and NAME_combine (merges 16-bit outputs of disjoint
  * key sets: s2_combine).  NAME's parameters:
  *    0 ptr q [B, n, H, D]   1 ptr k_pages   2 ptr v_pages   3 ptr o [B, n, H, D]
@@ -85,6 +86,7 @@ S2_API size_t s2_packed_decode_lists_size(int kv_heads, int64_t lists, int64_t e
  *   22 ptr seq_lens (i32 [B])  23 i32 n  24 i32 page_size  25 f32 scale·log2 e
  *   26 ptr class_of_kv_head  27 ptr offsets  28 ptr entries  29 i32 q_blocks   (packed lists)
  *   30 i32 splits   31 ptr counters (i32 [B][kv_heads], zero before the launch; left zero)
+ *   32 ptr k_scale   33 ptr v_scale   (fp32 [kv_heads] or null = 1.0; read by fp8-page kernels only)
  * Grid (splits, kv_heads, B), block num_warps * 32, smem art->smem_bytes.
  * CTA (x, g, b) packs the group's query heads × n tokens into the 16 rows of
  * one mma tile (row t * group + i: token t, head g * group + i; group * n <= 16),
@@ -130,6 +132,11 @@ typedef struct s2_attn_decode_args {
                                   * when allocated (every launch leaves it so); 0 if none is needed */
     int splits;                  /* 0 = heuristic (fill the GPU); 1 = no workspace */
     float scale;                 /* 0 = 1/sqrt(head_dim) */
+    /* fp8 pages (a kernel compiled with kv_dtype S2_DTYPE_E4M3): the pools' dtype, which must be the
+     * kernel's, 0 = dtype; strides are then multiples of 16.  A stored K value x means x * k_scale[g] for
+     * kv head g (vLLM's convention), V likewise; fp32 [kv_heads], 4-byte aligned, 0 = 1.0 (only for e4m3). */
+    s2_dtype kv_dtype;
+    uint64_t k_scale, v_scale;
 } s2_attn_decode_args;
 
 /* ---- s2_combine arguments -------------------------------------------------------- */

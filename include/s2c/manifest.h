@@ -62,7 +62,8 @@ typedef struct s2_manifest s2_manifest;
  *   requires MAJOR.MINOR      the oldest runtime that may launch these kernels
  *   generator VERSION+HASH+llvmX.Y.Z / arch sm_XX
  *   kernel NAME               starts an entry; then kernel.kind (fwd|bwd|decode), kernel.pattern,
- *                             kernel.dtype, kernel.head_dim, kernel.block_m, kernel.block_n,
+ *                             kernel.dtype, [kernel.kv_dtype e4m3: a decode entry's fp8 pages],
+ *                             kernel.head_dim, kernel.block_m, kernel.block_n,
  *                             kernel.num_warps, kernel.num_stages, kernel.threads, kernel.smem,
  *                             then one line per kernel of the entry:
  *                             kernel.fn SYMBOL ROLE ABI GRID THREADS SMEM BLOCK_M BLOCK_N NUM_WARPS

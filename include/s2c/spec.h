@@ -49,6 +49,9 @@ typedef struct s2_kernel_spec {
     int block_n;           /* key rows per tile */
     int num_warps;
     int num_stages;        /* K/V shared-memory pipeline depth */
+    /* Decode only: the dtype of the K/V pages when it is not dtype's, S2_DTYPE_E4M3 (fp8 pages with
+     * per-kv-head scales, s2_attn_decode_args; sm_90 and up); 0 (f32, which no decode reads) = dtype. */
+    s2_dtype kv_dtype;
 } s2_kernel_spec;
 
 

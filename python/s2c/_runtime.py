@@ -98,14 +98,14 @@ class Device:
         a = S.Allocator(alloc=self._callbacks[0], free=self._callbacks[1], user=None)
         check(L.s2_device_set_allocator(ctx, self.ptr, C.byref(a)), "allocator")
 
-    def kernel(self, pattern, kind, dtype, head_dim):
-        key = (pattern.key, kind, dtype, head_dim)
+    def kernel(self, pattern, kind, dtype, head_dim, kv_dtype=0):
+        key = (pattern.key, kind, dtype, head_dim, kv_dtype)
         k = self.kernels.get(key)
         if k is None:
             with _lock:
                 k = self.kernels.get(key)
                 if k is None:
-                    k = Kernel(self, pattern, kind, dtype, head_dim)
+                    k = Kernel(self, pattern, kind, dtype, head_dim, kv_dtype)
                     self.kernels[key] = k
         return k
 
@@ -146,14 +146,14 @@ class Plan:
 class Kernel:
     """A JIT-compiled kernel (s2_attn_kernel) with its prepared plans."""
 
-    def __init__(self, dev, pattern, kind, dtype, head_dim):
+    def __init__(self, dev, pattern, kind, dtype, head_dim, kv_dtype=0):
         if capturing():
             raise RuntimeError("s2c: a kernel would be compiled inside CUDA-graph capture; run the model once "
                                "before capturing")
         _find_ptxas()
         L, ctx = _lib.lib(), _lib.ctx()
         self.dev, self.pattern, self.kind = dev, pattern, kind
-        spec = S.KernelSpec(kind=kind, dtype=dtype, head_dim=head_dim)
+        spec = S.KernelSpec(kind=kind, dtype=dtype, head_dim=head_dim, kv_dtype=kv_dtype)
         out = C.c_void_p()
         opts = S.JitOpts(cache_dir=os.environ["S2C_CACHE_DIR"].encode() if os.environ.get("S2C_CACHE_DIR")
                          else None)

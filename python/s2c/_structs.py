@@ -59,7 +59,8 @@ class PatternDef(C.Structure):          # s2_pattern_def
 
 class KernelSpec(C.Structure):          # s2_kernel_spec
     _fields_ = [("kind", C.c_int), ("dtype", C.c_int), ("head_dim", C.c_int), ("arch", C.c_int),
-                ("block_m", C.c_int), ("block_n", C.c_int), ("num_warps", C.c_int), ("num_stages", C.c_int)]
+                ("block_m", C.c_int), ("block_n", C.c_int), ("num_warps", C.c_int), ("num_stages", C.c_int),
+                ("kv_dtype", C.c_int)]
 
 
 class JitOpts(C.Structure):             # s2_jit_opts
@@ -93,7 +94,8 @@ class DecodeArgs(C.Structure):          # s2_attn_decode_args (decode.h)
                 ("q_stride", I64x3), ("o_stride", I64x3), ("k_stride", I64x3), ("v_stride", I64x3),
                 ("block_table", c_devptr), ("table_stride", C.c_int64 * 2), ("max_pages_per_seq", C.c_int64),
                 ("seq_lens", c_devptr), ("max_seq_len", C.c_int64), ("workspace", c_devptr),
-                ("splits", C.c_int), ("scale", C.c_float)]
+                ("splits", C.c_int), ("scale", C.c_float), ("kv_dtype", C.c_int), ("k_scale", c_devptr),
+                ("v_scale", c_devptr)]
 
 
 class AttnSeq(C.Structure):             # s2_attn_seq (launch.h)

@@ -583,11 +583,45 @@ def padded_attn(q: Tensor, k: Tensor, v: Tensor, pattern: Pattern, scale: float,
 _decode_cache = {}   # decode launch signature -> _Entry
 
 
+def _decode_kv(q: Tensor, k_cache: Tensor, v_cache: Tensor, k_scale, v_scale):
+    """The pools' dtype code (0: q's 16-bit dtype; DTYPE_E4M3: fp8 pages) and
+    the scales as float32 [Hkv] tensors on the pools' device (or None)."""
+    if k_cache.dtype != v_cache.dtype:
+        raise ValueError(f"s2c: decode takes k_cache and v_cache of one dtype, got {k_cache.dtype} and "
+                         f"{v_cache.dtype}")
+    f8 = getattr(torch, "float8_e4m3fn", None)
+    if f8 is None or k_cache.dtype != f8:
+        if k_cache.dtype != q.dtype:
+            if str(k_cache.dtype).startswith("torch.float8"):
+                raise NotImplementedError(f"s2c: decode takes float8_e4m3fn caches, not {k_cache.dtype}")
+            raise ValueError(f"s2c: decode takes caches of q's dtype ({q.dtype}) or torch.float8_e4m3fn, "
+                             f"got {k_cache.dtype}")
+        if k_scale is not None or v_scale is not None:
+            raise ValueError(f"s2c: k_scale and v_scale are for torch.float8_e4m3fn caches, not {k_cache.dtype}")
+        return 0, None, None
+    hkv = k_cache.shape[2]
+    scales = []
+    for name, s in (("k_scale", k_scale), ("v_scale", v_scale)):
+        if s is None:
+            scales.append(None)
+            continue
+        if not isinstance(s, Tensor):
+            s = torch.full((hkv,), float(s), dtype=torch.float32, device=k_cache.device)
+        if s.dtype != torch.float32 or s.numel() not in (1, hkv) or s.device != k_cache.device:
+            raise ValueError(f"s2c: {name} must be a float32 tensor of 1 or {hkv} (kv heads) elements on "
+                             f"{k_cache.device}, got {s.dtype} {tuple(s.shape)} on {s.device}")
+        scales.append(s.reshape(-1).expand(hkv).contiguous())
+    return S.DTYPE_E4M3, scales[0], scales[1]
+
+
 def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq_lens: Tensor,
            pattern: Pattern, max_seq_len: int, softmax_scale: Optional[float] = None, splits: int = 0,
-           return_lse: bool = False):
+           return_lse: bool = False, *, k_scale=None, v_scale=None):
     """Paged decode (vLLM's layout): q [B, n_new, H, D]; pools k_cache,
-    v_cache [num_pages, page_size, Hkv, D]; block_table int32 [B, pages]
+    v_cache [num_pages, page_size, Hkv, D] of q's dtype, or torch.float8_e4m3fn
+    (vLLM's fp8 KV cache: a stored value x stands for x * k_scale[kv head],
+    V likewise; k_scale, v_scale float32 tensors of Hkv or 1 elements, or
+    floats, None = 1.0; sm_90 and up); block_table int32 [B, pages]
     (page ids); seq_lens int32 [B] on the device, each in
     n_new..max_seq_len (trusted, as vLLM's).  Blocks the pattern drops are
     never read.  Splits the keys across CTAs as the GPU needs (split-KV)."""
@@ -598,33 +632,40 @@ def decode(q: Tensor, k_cache: Tensor, v_cache: Tensor, block_table: Tensor, seq
         raise ValueError("s2c: block_table and seq_lens must be int32")
     R.dtype_code(q)
     R.check_head_dim(q.shape[-1], "decode", q.dtype)
+    kv_dtype, k_scale, v_scale = _decode_kv(q, k_cache, v_cache, k_scale, v_scale)
     q, k_cache, v_cache = _inner_contiguous(q), _inner_contiguous(k_cache), _inner_contiguous(v_cache)
+    if kv_dtype and any(s % 16 for t in (k_cache, v_cache) for s in t.stride()[:-1]):
+        # fp8 rows are read as 16-byte vectors of 16 elements
+        k_cache, v_cache = k_cache.contiguous(), v_cache.contiguous()
     block_table, seq_lens = block_table.contiguous(), seq_lens.contiguous()
     key = (pattern_id(pattern), q.shape, q.stride(), k_cache.shape, k_cache.stride(), v_cache.stride(),
-           block_table.shape, block_table.stride(), q.dtype, q.device, int(max_seq_len), splits, softmax_scale)
+           block_table.shape, block_table.stride(), q.dtype, q.device, int(max_seq_len), splits, softmax_scale,
+           kv_dtype)
     e = _decode_cache.get(key)
     if e is None or not e.plan.alive:
         if len(_decode_cache) >= _CACHE_MAX:
             _decode_cache.clear()
         e = _decode_cache[key] = _decode_entry(q, k_cache, v_cache, block_table, pattern, int(max_seq_len),
-                                               splits, softmax_scale)
+                                               splits, softmax_scale, kv_dtype)
     o = _empty(q.shape, dtype=e.dtype, device=e.device)
     lse = _empty(e.shapes, dtype=torch.float32, device=e.device) if return_lse else None
     a, ref, ctx = _args(e)
     a.q, a.o, a.lse = q.data_ptr(), o.data_ptr(), lse.data_ptr() if lse is not None else 0
     a.k_pages, a.v_pages = k_cache.data_ptr(), v_cache.data_ptr()
     a.block_table, a.seq_lens = block_table.data_ptr(), seq_lens.data_ptr()
+    a.k_scale = k_scale.data_ptr() if k_scale is not None else 0
+    a.v_scale = v_scale.data_ptr() if v_scale is not None else 0
     _launch(e, ref, ctx, "decode")     # workspace 0: the plan's own
     return (o, lse) if return_lse else o
 
 
-def _decode_entry(q, k_cache, v_cache, block_table, pattern, max_seq_len, splits, softmax_scale):
+def _decode_entry(q, k_cache, v_cache, block_table, pattern, max_seq_len, splits, softmax_scale, kv_dtype=0):
     B, n_new, H, D = q.shape
     P, page, Hkv = k_cache.shape[0], k_cache.shape[1], k_cache.shape[2]
-    kern = R.device(q.device.index).kernel(pattern.for_heads(H, Hkv), S.KIND_DECODE, R.dtype_code(q), D)
+    kern = R.device(q.device.index).kernel(pattern.for_heads(H, Hkv), S.KIND_DECODE, R.dtype_code(q), D, kv_dtype)
     a = S.DecodeArgs(batch=B, n_new=n_new, heads=H, kv_heads=Hkv, head_dim=D, dtype=R.dtype_code(q),
                      num_pages=P, page_size=page, max_pages_per_seq=block_table.shape[1],
-                     max_seq_len=max_seq_len, splits=splits, scale=_scale(softmax_scale, D))
+                     max_seq_len=max_seq_len, splits=splits, scale=_scale(softmax_scale, D), kv_dtype=kv_dtype)
     _set3(a.q_stride, q.stride()[:3])
     _set3(a.o_stride, _meta(q.shape).stride()[:3])     # o: a contiguous [B, n, H, D]
     _set3(a.k_stride, k_cache.stride()[:3])

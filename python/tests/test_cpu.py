@@ -202,6 +202,33 @@ def test_decode_head_dims():
             s2c.decode(q, kc, kc, table, lens, pat, max_seq_len=64)
 
 
+def test_decode_cache_dtype_checks():
+    """The pools are q's dtype or float8_e4m3fn, K and V alike; scales only for
+    fp8 pools, float32 with 1 or Hkv elements; refused before any GPU work."""
+    pat = Pattern.local_stride(4, 64, 2, 4, num_kv_heads=2)
+    table, lens = torch.zeros(1, 4, dtype=torch.int32), torch.ones(1, dtype=torch.int32)
+    q = torch.zeros(1, 1, 4, 64, dtype=torch.bfloat16)
+    kc = torch.zeros(4, 16, 2, 64, dtype=torch.bfloat16)
+    with pytest.raises(ValueError, match="k_cache and v_cache of one dtype"):
+        s2c.decode(q, kc, kc.half(), table, lens, pat, max_seq_len=64)
+    with pytest.raises(ValueError, match=r"caches of q's dtype \(torch.bfloat16\) or torch.float8_e4m3fn"):
+        s2c.decode(q, kc.half(), kc.half(), table, lens, pat, max_seq_len=64)
+    with pytest.raises(ValueError, match="k_scale and v_scale are for torch.float8_e4m3fn caches"):
+        s2c.decode(q, kc, kc, table, lens, pat, max_seq_len=64, v_scale=torch.ones(2))
+    f8 = getattr(torch, "float8_e4m3fn", None)
+    if f8 is None:
+        pytest.skip(f"torch {torch.__version__} has no float8_e4m3fn (the fp8 checks need 2.1)")
+    k8 = torch.zeros(4, 16, 2, 64, dtype=f8)
+    for bad in (torch.ones(3), torch.ones(2, dtype=torch.float64), torch.ones(2, 2)):
+        with pytest.raises(ValueError, match="k_scale must be a float32 tensor of 1 or 2 .kv heads. elements"):
+            s2c.decode(q, k8, k8, table, lens, pat, max_seq_len=64, k_scale=bad)
+    with pytest.raises(NotImplementedError, match="float8_e4m3fn caches, not torch.float8_e5m2"):
+        e5 = k8.to(torch.float8_e5m2)
+        s2c.decode(q, e5, e5, table, lens, pat, max_seq_len=64)
+    with pytest.raises(NotImplementedError, match="decode kernels take torch.float16 and torch.bfloat16"):
+        s2c.decode(q.float(), k8, k8, table, lens, pat, max_seq_len=64)
+
+
 def test_drop_in_argument_checks():
     with pytest.raises(ValueError, match="block_size must be a power of 2 and at least 16"):
         s2c.SparseAttention(24, torch.ones(4, 4))

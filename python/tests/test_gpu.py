@@ -289,6 +289,42 @@ def test_decode_paged(D, dtype):
         close(o[b:b + 1], want, 2e-2, f"decode sequence {b} ({n} keys)")
 
 
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="torch without float8_e4m3fn (needs 2.1)")
+@pytest.mark.skipif(torch.cuda.get_device_capability()[0] < 9, reason="fp8 pages need sm_90")
+@pytest.mark.parametrize("D,dtype,n_new", [(128, BF16, 1), (64, torch.float16, 2)])
+def test_decode_paged_fp8(D, dtype, n_new):
+    """float8_e4m3fn caches with per-kv-head k_scale / v_scale (vLLM's fp8 KV
+    cache) against float64 attention over the dequantized pages (x8 * scale):
+    the 16-bit decode's tolerance."""
+    torch.manual_seed(7)
+    pat = Pattern.local_stride(8, 64, 2, 4, num_kv_heads=2, max_seq_len=4096)
+    B, page, pages_per_seq = 3, 64, 64
+    lens = [n_new, 700, 2047]
+    P = B * pages_per_seq + 5
+    kc = (torch.randn(P, page, 2, D, device=DEV) * 8).to(torch.float8_e4m3fn)
+    vc = (torch.randn(P, page, 2, D, device=DEV) * 8).to(torch.float8_e4m3fn)
+    k_scale = torch.tensor([0.05, 0.2], device=DEV)
+    v_scale = torch.tensor([0.15, 0.03], device=DEV)
+    table = torch.randperm(P, device=DEV)[:B * pages_per_seq].view(B, pages_per_seq).to(torch.int32)
+    seq_lens = torch.tensor(lens, dtype=torch.int32, device=DEV)
+    q = rand(B, n_new, 8, D).to(dtype)
+    o = s2c.decode(q, kc, vc, table, seq_lens, pat, max_seq_len=4096, k_scale=k_scale, v_scale=v_scale)
+    o1 = s2c.decode(q, kc, vc, table, seq_lens, pat, max_seq_len=4096)   # no scales: 1.0
+    kd = kc.double() * k_scale.double()[None, None, :, None]
+    vd = vc.double() * v_scale.double()[None, None, :, None]
+    for b, n in enumerate(lens):
+        kk = kd[table[b].long()].reshape(-1, 2, D)[:n][None]
+        vv = vd[table[b].long()].reshape(-1, 2, D)[:n][None]
+        want, _ = ref_attention(q[b:b + 1], kk, vv, token_mask(pat, n_new, n), 1 / math.sqrt(D))
+        close(o[b:b + 1], want, 2e-2, f"fp8 decode sequence {b} ({n} keys)")
+        kk = kc[table[b].long()].reshape(-1, 2, D)[:n][None].double()
+        vv = vc[table[b].long()].reshape(-1, 2, D)[:n][None].double()
+        want, _ = ref_attention(q[b:b + 1], kk, vv, token_mask(pat, n_new, n), 1 / math.sqrt(D))
+        close(o1[b:b + 1], want, 2e-2, f"fp8 decode sequence {b} ({n} keys), unit scales")
+    with pytest.raises(ValueError, match="k_scale must be a float32 tensor of 1 or 2"):
+        s2c.decode(q, kc, vc, table, seq_lens, pat, max_seq_len=4096, k_scale=torch.ones(3, device=DEV))
+
+
 FP32 = [
     # name, pattern, B, Sq, Sk, H, Hkv, D
     ("l4v4_d64", lambda: Pattern.local_stride(4, 64, 4, 4), 2, 1000, 1000, 4, 4, 64),

@@ -750,13 +750,13 @@ static void check_bwd(int which, s2_dtype dt, int head_dim, s2_arch arch, const 
 #define P CUdeviceptr
 #define I int64_t
 typedef CUresult (*dec_launcher)(CUstream, P, P, P, P, P, P, P, I, I, I, I, I, I, I, I, I, I, I, I, P, I, I, P, int32_t,
-                                 int32_t, float, P, P, P, int32_t, int32_t, P, int32_t, int32_t);
+                                 int32_t, float, P, P, P, int32_t, int32_t, P, P, P, int32_t, int32_t);
 #undef P
 #undef I
 
-static const int dec_sizes[32] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8,
-                                  8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 4, 8};
-enum { DEC_PARAM_BYTES = 236 };
+static const int dec_sizes[34] = {8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8, 8,
+                                  8, 8, 8, 8, 4, 4, 4, 8, 8, 8, 4, 4, 8, 8, 8};
+enum { DEC_PARAM_BYTES = 252 };
 
 /* NAME_combine's launcher (s2_aot_abi_attn_combine) and its parameter sizes: the 1 KB table first */
 #define P CUdeviceptr
@@ -836,7 +836,7 @@ static void compare_combine(s2_ctx *ctx, s2_device *dev, s2_attn_kernel *ak, com
 static void check_decode(int which, s2_dtype dt, int head_dim, s2_arch arch, int splits, const char *mod)
 {
     use_fake();
-    fake_param_sizes(dec_sizes, 32);
+    fake_param_sizes(dec_sizes, 34);
     s2_ctx *ctx = s2_ctx_new();
     s2_device *dev = NULL;
     ck_assert_msg(s2_device_open(ctx, 0, &dev) == S2_OK, "%s", s2_ctx_message(ctx));
@@ -926,7 +926,7 @@ static void check_decode(int which, s2_dtype dt, int head_dim, s2_arch arch, int
     CUresult r = launch(stream, q, kp, vp, o, lse, ws_o, ws_lse, a.q_stride[0], a.q_stride[1], a.q_stride[2],
                         a.k_stride[0], a.k_stride[1], a.k_stride[2], a.v_stride[0], a.v_stride[1], a.v_stride[2],
                         a.o_stride[0], a.o_stride[1], a.o_stride[2], table, MAXP, 0, lens, 1, PS, scale_log2, cls,
-                        offs, ent, qb, sp, counters, HK, B);
+                        offs, ent, qb, sp, counters, 0, 0, HK, B);
     ck_assert_int_eq(r, CUDA_SUCCESS);
     ck_assert_int_eq(fake_get("launches"), launches + 2);
     const unsigned char *gp = fake_launch_at(0, gs);

@@ -438,7 +438,7 @@ static void check_decode(int splits)
         a.q_stride[1], a.q_stride[2], a.k_stride[0], a.k_stride[1], a.k_stride[2], a.v_stride[0], a.v_stride[1],
         a.v_stride[2], a.o_stride[0], a.o_stride[1], a.o_stride[2], table, MAXP, 0, lens, 1, PS, scale_log2,
         u64_of(r, "class_of_kv_head"), u64_of(r, "offsets"), u64_of(r, "entries"), i32_of(r, "q_blocks"),
-        i32_of(r, "splits"), u64_of(r, "counters"), HK, B);
+        i32_of(r, "splits"), u64_of(r, "counters"), 0, 0, HK, B);
     ck_assert_msg(rc == CUDA_SUCCESS, "%s: launcher returned %d", what, (int)rc);
     compare_launches(what, 1);
     size_t bytes = outs_compare(what, &o);

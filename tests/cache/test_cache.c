@@ -90,8 +90,8 @@ START_TEST(key_depends_on_every_field)
     KEY("0.1.0", "pt", b, "", "sm_90a");
     KEY("0.1.0", "", b, "pt", "sm_90a");
     /* every spec field, one at a time */
-    s2_kernel_spec v[8];
-    for (int i = 0; i < 8; i++)
+    s2_kernel_spec v[9];
+    for (int i = 0; i < 9; i++)
         v[i] = base_spec;
     v[0].kind = (s2_kernel_kind)1;
     v[1].dtype = S2_DTYPE_F16;
@@ -101,7 +101,8 @@ START_TEST(key_depends_on_every_field)
     v[5].block_n = 128;
     v[6].num_warps = 4;
     v[7].num_stages = 3;
-    for (int i = 0; i < 8; i++)
+    v[8].kv_dtype = S2_DTYPE_E4M3;
+    for (int i = 0; i < 9; i++)
         KEY("0.1.0", "p", &v[i], "t", "sm_90a");
     /* swapped values of two fields differ too */
     s2_kernel_spec sw = base_spec;

@@ -550,7 +550,7 @@ def test_emit_c():
         errs = [] if rc == 0 and launchers == want else [f"rc={rc} {launchers} {err}"]
         if not errs:
             args = ", ".join(["p"] * 7 + ["0"] * 12 + ["p", "0", "0", "p", "1", "16", "1.0f", "p", "p", "p", "1",
-                                                        "1", "p", "1", "1"])
+                                                        "1", "p", "p", "p", "1", "1"])   # ..., counters, k_scale, v_scale
             cargs = ", ".join(["p", "p", "0", "0", "0", "0", "0", "p", "0", "0", "0", "p", "2", "1", "1", "1",
                                "0", "ps", "ps"])   # ..., rows, sinks (none), o_in, lse_in
             with open(os.path.join(ddir, "user.c"), "w") as u:

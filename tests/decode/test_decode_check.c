@@ -307,6 +307,68 @@ START_TEST(table_kv_head_stride_below_max_pages_is_refused)
 }
 END_TEST
 
+static void expect_status(rig *r, s2_attn_kernel *k, const s2_attn_decode_args *a, s2_status want, const char *needle)
+{
+    long long launches = fake_get("launches");
+    s2_status st = s2_attn_decode(r->ctx, k, NULL, a);
+    ck_assert_msg(st == want, "expected %s (%s), got %s: %s", s2_status_name(want), needle, s2_status_name(st),
+                  s2_ctx_message(r->ctx));
+    ck_assert_msg(strstr(s2_ctx_message(r->ctx), needle), "message '%s' lacks '%s'", s2_ctx_message(r->ctx), needle);
+    ck_assert_int_eq(fake_get("launches"), launches);
+}
+
+/* fp8 pages: the arguments' page dtype must be the kernel's either way, scales
+ * go only to an fp8 kernel, inside an allocation and 4-byte aligned, and fp8
+ * page strides are multiples of 16; sm_80 is refused at compile time. */
+START_TEST(fp8_pages_args_checked)
+{
+    rig r;
+    rig_open(&r);
+    int32_t lens[B] = {100, 37, 250};
+    memcpy(r.lens, lens, sizeof lens);
+    rig_upload(&r);
+    ck_assert_int_eq(s2_mem_alloc(r.ctx, r.dev, HK * sizeof(float), &r.bufs[7]), S2_OK);
+    s2_attn_decode_args a = r.a;
+    a.kv_dtype = S2_DTYPE_E4M3;
+    expect_status(&r, r.k, &a, S2_ERR_DTYPE, "k_pages / v_pages are e4m3, but kernel");
+    a = r.a, a.k_scale = r.bufs[7];
+    expect_status(&r, r.k, &a, S2_ERR_INVALID, "k_scale / v_scale are given, but kernel");
+
+    s2_kernel_spec spec = {.kind = S2_KERNEL_DECODE, .dtype = S2_DTYPE_BF16, .head_dim = D, .arch = S2_ARCH_SM80,
+                           .kv_dtype = S2_DTYPE_E4M3};
+    s2_artifact *art = NULL;
+    ck_assert_int_eq(s2_compile_attention(r.ctx, r.p, &spec, S2_CUBIN_AUTO, &art), S2_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(s2_ctx_message(r.ctx), "needs sm_90"), "%s", s2_ctx_message(r.ctx));
+    spec.arch = S2_ARCH_SM90A;
+    ck_assert_msg(s2_compile_attention(r.ctx, r.p, &spec, S2_CUBIN_AUTO, &art) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    s2_attn_kernel *k8 = NULL;
+    ck_assert_msg(s2_attn_load(r.ctx, r.dev, art->cubin, art->cubin_size, NULL, S2_DTYPE_BF16, D, &k8) == S2_OK, "%s",
+                  s2_ctx_message(r.ctx));
+    ck_assert_msg(strstr(s2_attn_kernel_desc(k8)->name, "_bf16_kve4m3_d64"), "%s", s2_attn_kernel_desc(k8)->name);
+    ck_assert_int_eq(s2_attn_kernel_desc(k8)->spec.kv_dtype, S2_DTYPE_E4M3);
+    a = r.a;
+    expect_status(&r, k8, &a, S2_ERR_DTYPE, "k_pages / v_pages are bf16, but kernel");
+    a.kv_dtype = S2_DTYPE_E4M3, a.k_scale = r.bufs[7];
+    long long launches = fake_get("launches");
+    ck_assert_msg(s2_attn_decode(r.ctx, k8, NULL, &a) == S2_OK, "%s", s2_ctx_message(r.ctx));
+    ck_assert_int_eq(fake_get("launches"), launches + 1);
+    s2_attn_decode_args b = a;
+    b.v_scale = r.bufs[7] + 2;
+    expect_status(&r, k8, &b, S2_ERR_ALIGNMENT, "v_scale must be 4-byte aligned");
+    b = a, b.v_scale = r.bufs[7] + 4;   /* kv_heads floats from there run past the allocation */
+    long long before = fake_get("launches");
+    ck_assert_int_ne(s2_attn_decode(r.ctx, k8, NULL, &b), S2_OK);
+    ck_assert_msg(strstr(s2_ctx_message(r.ctx), "v_scale"), "%s", s2_ctx_message(r.ctx));
+    ck_assert_int_eq(fake_get("launches"), before);
+    b = a, b.k_stride[1] = HK * D + 8;  /* a multiple of 8, not of 16 */
+    b.k_stride[0] = PS * b.k_stride[1];
+    expect_status(&r, k8, &b, S2_ERR_ALIGNMENT, "k_pages: seq stride 136 is not a multiple of 16");
+    s2_attn_kernel_free(k8);
+    s2_artifact_free(art);
+    rig_close(&r);
+}
+END_TEST
+
 /* Decode inside stream capture: S2_ERR_CAPTURE until its kept-block lists
  * exist (a launch before the capture builds them), then it launches. */
 START_TEST(decode_capture_needs_its_lists)
@@ -343,6 +405,7 @@ int main(int argc, char **argv)
     tcase_add_test(t, lse_overlapping_o_is_refused);
     tcase_add_test(t, table_kv_head_stride_below_max_pages_is_refused);
     tcase_add_test(t, decode_capture_needs_its_lists);
+    tcase_add_test(t, fp8_pages_args_checked);
     suite_add_tcase(s, t);
     return s2t_run_suite(s);
 }

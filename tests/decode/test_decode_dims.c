@@ -121,6 +121,83 @@ START_TEST(assembles_without_spills)
 }
 END_TEST
 
+/* fp8 pages (kv_dtype e4m3): resolved with 4 stages (a stage holds half the
+ * bytes), refused on sm_80, for a forward and for e5m2; the kernels assemble
+ * for sm_90a without spills, read pages as bytes and convert each 16-byte
+ * piece with eight cvt.rn.f16x2.e4m3x2 (a lane per piece, 16 * D pieces of K
+ * and of V per warp: 2 * 8 * cdiv(D, 32) in all), the mma count unchanged. */
+static const struct {
+    int head_dim;
+    s2_dtype dt;
+} builds8[] = {{16, S2_DTYPE_F16}, {64, S2_DTYPE_BF16}, {80, S2_DTYPE_BF16}, {128, S2_DTYPE_BF16},
+               {128, S2_DTYPE_F16}, {192, S2_DTYPE_BF16}, {256, S2_DTYPE_BF16}};
+enum { NUM_BUILDS8 = sizeof builds8 / sizeof builds8[0] };
+
+START_TEST(fp8_pages_resolve_and_refuse)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    const s2_pattern *p = NULL;
+    s2_pattern_set *set = gqa_pattern(ctx, &p);
+    for (int d = 16; d <= 256; d += 16) {
+        s2_kernel_spec s = {.kind = S2_KERNEL_DECODE, .dtype = S2_DTYPE_BF16, .head_dim = d, .arch = S2_ARCH_SM90A,
+                            .kv_dtype = S2_DTYPE_E4M3};
+        ck_assert_msg(s2_kernel_spec_resolve(ctx, &s, p) == S2_OK, "d%d: %s", d, s2_ctx_message(ctx));
+        ck_assert_int_eq(s.num_stages, 4);
+        ck_assert_int_eq(s.num_warps, d > 128 ? 2 : 4);
+        ck_assert_int_eq(s.kv_dtype, S2_DTYPE_E4M3);
+        s.arch = S2_ARCH_SM80, s.num_stages = 0;
+        ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &s, p), S2_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(s2_ctx_message(ctx), "needs sm_90"), "%s", s2_ctx_message(ctx));
+    }
+    s2_kernel_spec f = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+                        .kv_dtype = S2_DTYPE_E4M3};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &f, p), S2_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(s2_ctx_message(ctx), "kv_dtype e4m3 (decode only"), "%s", s2_ctx_message(ctx));
+    s2_kernel_spec e5 = {.kind = S2_KERNEL_DECODE, .dtype = S2_DTYPE_BF16, .head_dim = 128, .arch = S2_ARCH_SM90A,
+                         .kv_dtype = S2_DTYPE_E5M2};
+    ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &e5, p), S2_ERR_UNSUPPORTED);
+    ck_assert_msg(strstr(s2_ctx_message(ctx), "kv_dtype e5m2"), "%s", s2_ctx_message(ctx));
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+START_TEST(fp8_pages_assemble_without_spills)
+{
+    int D = builds8[_i].head_dim;
+    s2_ctx *ctx = s2_ctx_new();
+    const s2_pattern *p = NULL;
+    s2_pattern_set *set = gqa_pattern(ctx, &p);
+    s2_kernel_spec spec = {.kind = S2_KERNEL_DECODE, .dtype = builds8[_i].dt, .head_dim = D, .arch = S2_ARCH_SM90A,
+                           .kv_dtype = S2_DTYPE_E4M3};
+    s2_artifact *art = NULL;
+    s2_status st = s2_compile_attention(ctx, p, &spec, S2_CUBIN_PTXAS, &art);
+    ck_assert_msg(st == S2_OK, "d%d: %s", D, s2_ctx_message(ctx));
+    ck_assert_int_eq(art->num_kernels, 2);
+    for (int i = 0; i < art->num_kernels; i++) {
+        const s2_kernel_info *k = &art->kernels[i];
+        printf("d%-3d %-4s kv e4m3 %s: %d regs, spills %d/%d, stack %d, smem %d\n", D, s2_dtype_name(spec.dtype),
+               k->name, k->registers, k->spill_stores, k->spill_loads, k->stack_frame, art->smem_bytes);
+        ck_assert_msg(k->registers > 0 && k->spill_stores == 0 && k->spill_loads == 0 && k->stack_frame == 0,
+                      "%s: %d regs, spills %d/%d, stack %d", k->name, k->registers, k->spill_stores, k->spill_loads,
+                      k->stack_frame);
+    }
+    ck_assert_ptr_nonnull(strstr(art->kernels[0].name, "_kve4m3_d"));
+    int mma = count(art->ptx, "mma.sync.aligned.m16n8k16.row.col.f32");
+    ck_assert_msg(mma == 2 * D / 16 + D / 8, "d%d: %d mma.sync in the PTX, want %d", D, mma, 2 * D / 16 + D / 8);
+    int cvt = count(art->ptx, "cvt.rn.f16x2.e4m3x2");
+    ck_assert_msg(cvt == 16 * ((D + 31) / 32), "d%d: %d e4m3 conversions in the PTX, want %d", D, cvt,
+                  16 * ((D + 31) / 32));
+    ck_assert_ptr_nonnull(strstr(art->ptx, "bar.warp.sync"));
+    /* the 16-bit kernel's ring at 4 stages of half the bytes, plus the warps' converted tiles */
+    int bn = 16 * art->spec.num_warps;
+    ck_assert_int_eq(art->smem_bytes, 16 * D * 2 + 4 * 2 * bn * D + 2 * bn * D * 2);
+    s2_artifact_free(art);
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("decode_dims");
@@ -128,6 +205,8 @@ int main(void)
     tcase_set_timeout(tc, 300);
     tcase_add_test(tc, resolve_every_dim);
     tcase_add_loop_test(tc, assembles_without_spills, 0, NUM_BUILDS);
+    tcase_add_test(tc, fp8_pages_resolve_and_refuse);
+    tcase_add_loop_test(tc, fp8_pages_assemble_without_spills, 0, NUM_BUILDS8);
     suite_add_tcase(s, tc);
     return s2t_run_suite(s);
 }

@@ -129,6 +129,8 @@ START_TEST(base_lines_cover_the_table)
         ck_assert_msg(rec != NULL, "line %s: not in the table", base_lines[i]);
         seen[rec - s2_mf_records] = true;
     }
+    /* a decode entry's record, which a forward base cannot hold: kv_dtype_read_and_checked */
+    seen[s2_mf_find("kernel.kv_dtype") - s2_mf_records] = true;
     /* a record added to the table must be added above, where the bounds test reaches it */
     for (int r = 0; r < s2_mf_num_records; r++)
         ck_assert_msg(seen[r], "record %s is not in base_lines", s2_mf_records[r].key);
@@ -322,6 +324,43 @@ START_TEST(dtype_names_from_the_table)
 }
 END_TEST
 
+/* kernel.kv_dtype: a decode entry's fp8 pages, after kernel.kind; refused in a forward entry,
+ * for a dtype decode does not read as pages, and before the kind says decode. */
+START_TEST(kv_dtype_read_and_checked)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    /* the base as a decode entry: its kernels and launch shape */
+    char dec[4096];
+    size_t o = 0;
+    for (int j = 0; j < NUM_BASE; j++) {
+        const char *l = base_lines[j];
+        if (strcmp(l, "kernel.kind fwd") == 0)
+            l = "kernel.kind decode\nkernel.kv_dtype e4m3";
+        else if (strncmp(l, "kernel.fn ", 10) == 0)
+            l = "kernel.fn k decode decode splits 128 16384 64 64 4 2 0 0 0 0 0\n"
+                "kernel.fn k_combine combine combine rows 128 0 64 64 4 2 0 0 0 0 0";
+        o += (size_t)snprintf(dec + o, sizeof dec - o, "%s\n", l);
+    }
+    s2_manifest *m = assert_parses(ctx, dec);
+    ck_assert_int_eq(s2_manifest_kernel_at(m, 0)->spec.kv_dtype, S2_DTYPE_E4M3);
+    ck_assert_int_eq(s2_manifest_kernel_at(m, 0)->spec.dtype, S2_DTYPE_BF16);
+    s2_manifest_free(m);
+    char *bad = strstr(dec, "kv_dtype e4m3");
+    memcpy(bad, "kv_dtype e5m2", 13);
+    assert_refused(dec, "kernel.kv_dtype: expected e4m3: e5m2");
+    memcpy(bad, "kv_dtype bf16", 13);
+    assert_refused(dec, "kernel.kv_dtype: expected e4m3: bf16");
+    /* before kernel.kind decode, and in a forward entry */
+    char *u = base_with(-1, NULL, 5, "kernel.kv_dtype e4m3");
+    assert_refused(u, "kernel.kv_dtype: only a decode entry");
+    free(u);
+    u = base_with(-1, NULL, 6, "kernel.kv_dtype e4m3");
+    assert_refused(u, "kernel.kv_dtype: only a decode entry");
+    free(u);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
 START_TEST(unknown_keys_refused_at_every_level)
 {
     static const struct { int at; const char *line; } cases[] = {
@@ -449,6 +488,7 @@ int main(void)
     tcase_add_test(tc, unknown_keys_refused_at_every_level);
     tcase_add_test(tc, repeated_names_refused);
     tcase_add_test(tc, variant_rule_read_and_checked);
+    tcase_add_test(tc, kv_dtype_read_and_checked);
     tcase_add_test(tc, pattern_from_args_bounded_alike);
     suite_add_tcase(s, tc);
     return s2t_run_suite(s);
