@@ -4,6 +4,7 @@
 #include "s2c/launch.h"
 #include "s2c/layout.h"
 
+#include <math.h>
 #include <string.h>
 
 
@@ -264,4 +265,185 @@ void s2_fwd_prologue(s2_fwd_kernel *k, const char *name)
     /* Q's group is the oldest: S-1 newer ones may stay in flight */
     s2_nv_cp_async_wait(cg, k->s.stages - 1);
     s2_nv_barrier_cta(cg);
+}
+
+LLVMValueRef s2_fwd_thread_row(s2_fwd_kernel *k, int hr)
+{
+    return LLVMBuildAdd(k->b, LLVMBuildShl(k->b, k->warp, c32(k, 4), ""), LLVMBuildAdd(k->b, k->g, c32(k, 8 * hr), ""),
+                        "row");
+}
+
+LLVMValueRef s2_fwd_chunk_part(s2_fwd_kernel *k, s2_fwd_lane_parts *cache, LLVMValueRef r, int ch0, LLVMValueRef lc,
+                               int *cst)
+{
+    LLVMBuilderRef b = k->b;
+    int C = k->s.chunks, full = C & ~7;
+    int key;
+    LLVMValueRef ch;
+    if (C >= 8 && ch0 < full) {
+        *cst += 16 * (ch0 & ~7);
+        key = ch0 & 7;
+        ch = LLVMBuildXor(b, LLVMBuildAdd(b, lc, c32(k, ch0 & 7), ""), LLVMBuildAnd(b, r, c32(k, 7), ""), "");
+    } else if (C == 4) {
+        key = ch0 & 3;
+        ch = LLVMBuildXor(b, LLVMBuildAdd(b, lc, c32(k, ch0 & 3), ""),
+                          LLVMBuildAnd(b, LLVMBuildLShr(b, r, c32(k, 1), ""), c32(k, 3), ""), "");
+    } else {
+        *cst += 16 * ch0;
+        key = 9;
+        ch = lc;
+    }
+    if (!cache->v[key])
+        cache->v[key] = LLVMBuildShl(b, ch, c32(k, 4), "lane_part");
+    return cache->v[key];
+}
+
+LLVMValueRef s2_fwd_smem_addr(s2_fwd_kernel *k, LLVMValueRef base, LLVMValueRef part, int cst)
+{
+    LLVMValueRef p = s2_nv_smem_at(k->cg, LLVMBuildAdd(k->b, base, part, ""));
+    LLVMValueRef c = c64(k, cst);
+    return LLVMBuildInBoundsGEP2(k->b, LLVMInt8TypeInContext(k->cg->llctx), p, &c, 1, "");
+}
+
+/* S = Q·Kᵀ into sc (s2_fwd_main_loop). */
+static void scores(s2_fwd_kernel *k, LLVMValueRef colmask, s2_fwd_tiles_fn tiles, const void *lanes, LLVMValueRef kst,
+                   LLVMValueRef sc[][4])
+{
+    LLVMBuilderRef b = k->b;
+    int per_group = colmask ? k->s.sub_n_size / 8 : k->s.BN / 8;   /* n-tiles per column group */
+    for (int n0 = 0; n0 < k->s.BN / 8; n0 += per_group) {
+        s2_nv_if grp = {0};
+        if (colmask) {
+            /* a skipped group keeps scores 0: the token mask turns them into -inf */
+            for (int n = n0; n < n0 + per_group; n++)
+                for (int i = 0; i < 4; i++)
+                    LLVMBuildStore(b, cf(k, 0.0), k->s_acc[n][i]);
+            LLVMValueRef bit = LLVMBuildAnd(b, colmask, c32(k, 1 << (n0 / per_group)), "");
+            s2_nv_if_begin(k->cg, &grp, LLVMBuildICmp(b, LLVMIntNE, bit, c32(k, 0), ""), "cols");
+        }
+        tiles(k, lanes, kst, n0, per_group);
+        if (colmask)
+            s2_nv_if_end(k->cg, &grp);
+    }
+    for (int n = 0; n < k->s.BN / 8; n++)
+        for (int i = 0; i < 4; i++)
+            sc[n][i] = LLVMBuildLoad2(b, k->cg->t_f32, k->s_acc[n][i], "");
+}
+
+/* The token mask of entry e (key tile at kpos0) unless the entry is FULL:
+ * key column c of row r is kept when its sub-block pair is live, c <=
+ * limit(r) where limit = kv_len-1 - kpos0 (RAGGED) and, causal, qpos(r) -
+ * kpos0.  Masked scores become -inf.  Scores stay unscaled here: the scale
+ * is folded into the exponent. */
+static void apply_mask(s2_fwd_kernel *k, LLVMValueRef sc[][4], LLVMValueRef e, LLVMValueRef kpos0)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    s2_fwd_shape *s = &k->s;
+    int NT = s->BN / 8;
+
+    LLVMValueRef flags = s2_fwd_entry_field(k, e, 4, cg->t_i32);
+    LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "full");
+    /* The schedule is the longest sequence's: a FULL tile may run past a
+     * shorter one's kv_len.  Not so when causal: a FULL tile's keys precede
+     * every query row of the tile, and the tile holds one of the sequence's. */
+    if (!s->causal)
+        full = LLVMBuildAnd(b, full, LLVMBuildICmp(b, LLVMIntSLE, LLVMBuildAdd(b, kpos0, c32(k, s->BN), ""), k->kv_len, ""),
+                            "full");
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
+    LLVMBasicBlockRef mask_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "mask");
+    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
+    LLVMBuildCondBr(b, full, join, mask_bb);
+    LLVMPositionBuilderAtEnd(b, mask_bb);
+
+    LLVMValueRef live = s2_fwd_entry_field(k, e, 8, cg->t_i64);
+    LLVMValueRef masked[S2_FWD_MAX_BN / 8][4];
+    LLVMValueRef ninf = cf(k, -INFINITY);
+    LLVMValueRef col0 = LLVMBuildShl(b, k->t4, c32(k, 1), "col0");
+    for (int hr = 0; hr < 2; hr++) {
+        LLVMValueRef r = s2_fwd_thread_row(k, hr);
+        LLVMValueRef isub = LLVMBuildLShr(b, r, c32(k, s->sub_m_log2), "");
+        LLVMValueRef shift = LLVMBuildZExt(b, LLVMBuildMul(b, isub, c32(k, s->sub_n), ""), cg->t_i64, "");
+        LLVMValueRef bits = LLVMBuildTrunc(b, LLVMBuildLShr(b, live, shift, ""), cg->t_i32, "row_live");
+        LLVMValueRef limit = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), kpos0, "");
+        if (s->causal) {
+            LLVMValueRef qpos = LLVMBuildAdd(b, k->tile_pos0, r, "");
+            limit = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildSub(b, qpos, kpos0, ""), limit, ""),
+                                    LLVMBuildSub(b, qpos, kpos0, ""), limit, "limit");
+        }
+        LLVMValueRef lim_rel = LLVMBuildSub(b, limit, col0, "");   /* compare c - col0 <= limit - col0 */
+        for (int n = 0; n < NT; n++) {
+            int jsub = n * 8 / s->sub_n_size;
+            LLVMValueRef live_bit = LLVMBuildICmp(b, LLVMIntNE,
+                LLVMBuildAnd(b, bits, c32(k, 1 << jsub), ""), c32(k, 0), "");
+            for (int e2 = 0; e2 < 2; e2++) {
+                int i = 2 * hr + e2;
+                LLVMValueRef inside = LLVMBuildICmp(b, LLVMIntSLE, c32(k, n * 8 + e2), lim_rel, "");
+                masked[n][i] = LLVMBuildSelect(b, LLVMBuildAnd(b, inside, live_bit, ""), sc[n][i], ninf, "");
+            }
+        }
+    }
+    s2_flash_join_scores(cg, from, join, NT, sc, masked);
+}
+
+/* One step of the main loop over the list: entry e, the byte offsets of its
+ * K and V stages, its first key position and its mask of live column groups
+ * (NULL when no group is skipped). */
+typedef struct fwd_step {
+    LLVMValueRef e, kst, vst, kpos0, colmask;
+} fwd_step;
+
+/* Open the loop and wait for entry e's stage; loop_end closes it. */
+static void loop_begin(s2_fwd_kernel *k, s2_nv_loop *loop, fwd_step *step)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int S = k->s.stages;
+    s2_nv_loop_begin(cg, loop, "kv", k->begin, k->end, c32(k, 1), NULL, 0);
+    LLVMValueRef e = loop->iv;
+    LLVMValueRef i = LLVMBuildSub(b, e, k->begin, "i");
+    if (S > 1) {
+        /* one barrier per entry: it publishes stage i and tells that every
+         * warp is done with entry i-1, whose stage the prefetch refills */
+        s2_nv_cp_async_wait(cg, S - 2);
+        s2_nv_barrier_cta(cg);
+        s2_fwd_prefetch_kv(k, LLVMBuildAdd(b, e, c32(k, S - 1), ""),
+                           s2_kb_ring_stage(&k->kb, LLVMBuildAdd(b, i, c32(k, S - 1), ""), S, ""));
+    } else {
+        s2_fwd_prefetch_kv(k, e, c32(k, 0));
+        s2_nv_cp_async_wait(cg, 0);
+        s2_nv_barrier_cta(cg);
+    }
+
+    LLVMValueRef stage = s2_kb_ring_stage(&k->kb, i, S, "stage");
+    LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, k->s.stage_bytes), "");
+    step->e = e;
+    step->kst = LLVMBuildAdd(b, soff, c32(k, k->s.k_off), "kst");
+    step->vst = LLVMBuildAdd(b, soff, c32(k, k->s.v_off), "vst");
+    step->kpos0 = LLVMBuildMul(b, s2_fwd_entry_field(k, e, 0, cg->t_i32), c32(k, k->s.BN), "kpos0");
+    step->colmask = s2_fwd_skips_columns(k) ? s2_fwd_entry_colmask(k, e) : NULL;
+}
+
+static void loop_end(s2_fwd_kernel *k, s2_nv_loop *loop)
+{
+    /* single stage: the next entry's copy overwrites this one */
+    if (k->s.stages == 1)
+        s2_nv_barrier_cta(k->cg);
+    s2_nv_loop_end(k->cg, loop, NULL);
+}
+
+void s2_fwd_main_loop(s2_fwd_kernel *k, s2_fwd_tiles_fn tiles, s2_fwd_pv_fn pv, const void *lanes)
+{
+    s2_nv_loop loop;
+    fwd_step st;
+    loop_begin(k, &loop, &st);
+    LLVMValueRef sc[S2_FWD_MAX_BN / 8][4];
+    scores(k, st.colmask, tiles, lanes, st.kst, sc);
+    apply_mask(k, sc, st.e, st.kpos0);
+    /* the online softmax (FA2's softmax_rescale_o): new max, O and l
+     * rescaled, scores -> probabilities in place */
+    for (int hr = 0; hr < 2; hr++)
+        s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), true, NULL);
+    pv(k, lanes, st.vst, st.colmask, sc);
+    loop_end(k, &loop);
 }

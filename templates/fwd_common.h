@@ -76,6 +76,42 @@ LLVMValueRef s2_fwd_entry_colmask(s2_fwd_kernel *k, LLVMValueRef e);
  * (always, so the group count stays fixed). */
 void s2_fwd_prefetch_kv(s2_fwd_kernel *k, LLVMValueRef e, LLVMValueRef stage);
 
+/* Shared memory of the tiles: Q, then `stages` K and V stages. */
+static inline int s2_fwd_shape_smem(const s2_fwd_shape *s) { return s->v_off + s->stages * s->stage_bytes; }
+
+/* Row r (i32) of this thread's half-row hr in the tile: 16 warp + g + 8 hr. */
+LLVMValueRef s2_fwd_thread_row(s2_fwd_kernel *k, int hr);
+
+/* ldmatrix addresses inside the loop are stage base + a lane-dependent part
+ * + a constant, so ptxas folds the constant into the instruction and only a
+ * few lane parts stay live (computing each swizzled address whole would keep
+ * one 64-bit register per ldmatrix alive across the loop).
+ * s2_fwd_chunk_part: chunk ch0 + lc of a row whose swizzle bits come from
+ * lane row r (ch0 a compile-time multiple of the lane span, lc the lane's
+ * small chunk); the constant part goes to *cst; the lane part depends only
+ * on a small key and is built once (cache). */
+typedef struct s2_fwd_lane_parts {
+    LLVMValueRef v[10];
+} s2_fwd_lane_parts;
+
+LLVMValueRef s2_fwd_chunk_part(s2_fwd_kernel *k, s2_fwd_lane_parts *cache, LLVMValueRef r, int ch0, LLVMValueRef lc,
+                               int *cst);
+
+/* Shared address base + part + cst (cst as a separate constant GEP). */
+LLVMValueRef s2_fwd_smem_addr(s2_fwd_kernel *k, LLVMValueRef base, LLVMValueRef part, int cst);
+
+/* The loop over the list (a ring of `stages` K/V buffers, one cp.async
+ * group per entry): for each entry, S = Q·Kᵀ column group by column group
+ * (tiles stores n-tiles n0 .. n0+count-1 of the K stage at byte offset kst
+ * into k->s_acc; a group no row keeps is skipped and keeps scores 0, which
+ * the token mask makes -inf), the token mask, the online softmax (flash.h),
+ * and pv adds P·V from the V stage at vst (colmask: the entry's live column
+ * groups, NULL when none is skipped).  lanes: the template's lane state. */
+typedef void (*s2_fwd_tiles_fn)(s2_fwd_kernel *k, const void *lanes, LLVMValueRef kst, int n0, int count);
+typedef void (*s2_fwd_pv_fn)(s2_fwd_kernel *k, const void *lanes, LLVMValueRef vst, LLVMValueRef colmask,
+                             LLVMValueRef sc[][4]);
+void s2_fwd_main_loop(s2_fwd_kernel *k, s2_fwd_tiles_fn tiles, s2_fwd_pv_fn pv, const void *lanes);
+
 /* Create kernel `name` (k->s set) and emit everything before the main loop:
  * CTA setup, accumulators, Q's tile and the first stages - 1 K / V stages
  * in flight, Q's landed, and a CTA barrier. */

@@ -21,8 +21,6 @@
 #include "template.h"
 #include "s2c/layout.h"
 
-#include <math.h>
-#include <stdio.h>
 #include <string.h>
 
 enum { MAX_D = 256, MAX_BN = S2_FWD_MAX_BN, ESIZE = 4, ELTS_PER_CHUNK = 16 / ESIZE };
@@ -74,49 +72,11 @@ static void q_lanes_init(tfk *k)
     k->q_hi = LLVMBuildLShr(b, k->lane, c32(k, 4), "");
 }
 
-/* Lane parts of shared addresses (fwd.c's chunk_part): chunk ch0 + lc of a
- * row whose swizzle bits come from lane row r; the constant part goes to
- * *cst, the lane part is built once per key. */
-typedef struct lane_parts {
-    LLVMValueRef v[10];
-} lane_parts;
-
-static LLVMValueRef chunk_part(tfk *k, lane_parts *cache, LLVMValueRef r, int ch0, LLVMValueRef lc, int *cst)
-{
-    LLVMBuilderRef b = k->b;
-    int C = k->s.chunks, full = C & ~7;
-    int key;
-    LLVMValueRef ch;
-    if (C >= 8 && ch0 < full) {
-        *cst += 16 * (ch0 & ~7);
-        key = ch0 & 7;
-        ch = LLVMBuildXor(b, LLVMBuildAdd(b, lc, c32(k, ch0 & 7), ""), LLVMBuildAnd(b, r, c32(k, 7), ""), "");
-    } else if (C == 4) {
-        key = ch0 & 3;
-        ch = LLVMBuildXor(b, LLVMBuildAdd(b, lc, c32(k, ch0 & 3), ""),
-                          LLVMBuildAnd(b, LLVMBuildLShr(b, r, c32(k, 1), ""), c32(k, 3), ""), "");
-    } else {
-        *cst += 16 * ch0;
-        key = 9;
-        ch = lc;
-    }
-    if (!cache->v[key])
-        cache->v[key] = LLVMBuildShl(b, ch, c32(k, 4), "lane_part");
-    return cache->v[key];
-}
-
-static LLVMValueRef smem_addr(tfk *k, LLVMValueRef base, LLVMValueRef part, int cst)
-{
-    LLVMValueRef p = s2_nv_smem_at(k->cg, LLVMBuildAdd(k->b, base, part, ""));
-    LLVMValueRef c = c64(k, cst);
-    return LLVMBuildInBoundsGEP2(k->b, LLVMInt8TypeInContext(k->cg->llctx), p, &c, 1, "");
-}
-
 /* Lane parts of the K ldmatrix and the V word addresses, built before the loop. */
 typedef struct kv_lanes {
     LLVMValueRef k_part[MAX_D / 16];
     int k_cst[MAX_D / 16];
-    lane_parts k_parts, v_parts[2];
+    s2_fwd_lane_parts k_parts, v_parts[2];
     LLVMValueRef v_part[2][MAX_D / 8];   /* key row 2·t4 + j, column 8·dn + g */
     int v_cst[2][MAX_D / 8];
 } kv_lanes;
@@ -131,7 +91,7 @@ static void kv_lanes_init(tfk *k, kv_lanes *L)
     LLVMValueRef k_lc = LLVMBuildLShr(b, k->lane, c32(k, 3), "");
     LLVMValueRef k_rowoff = LLVMBuildMul(b, k_row, c32(k, row_bytes), "");
     for (int p = 0; p < k->s.D / 16; p++)
-        L->k_part[p] = LLVMBuildAdd(b, k_rowoff, chunk_part(k, &L->k_parts, k_row, 4 * p, k_lc, &L->k_cst[p]), "");
+        L->k_part[p] = LLVMBuildAdd(b, k_rowoff, s2_fwd_chunk_part(&k->fk, &L->k_parts, k_row, 4 * p, k_lc, &L->k_cst[p]), "");
     /* V (4-byte loads): key row 2·t4 + j, chunk 2·dn + g/4, word g%4 */
     LLVMValueRef v_lc = LLVMBuildLShr(b, k->g, c32(k, 2), "");
     LLVMValueRef word = LLVMBuildShl(b, LLVMBuildAnd(b, k->g, c32(k, 3), ""), c32(k, 2), "");
@@ -139,110 +99,49 @@ static void kv_lanes_init(tfk *k, kv_lanes *L)
         LLVMValueRef v_row = LLVMBuildAdd(b, LLVMBuildShl(b, k->t4, c32(k, 1), ""), c32(k, j), "");
         LLVMValueRef rowoff = LLVMBuildAdd(b, LLVMBuildMul(b, v_row, c32(k, row_bytes), ""), word, "");
         for (int dn = 0; dn < k->s.D / 8; dn++)
-            L->v_part[j][dn] = LLVMBuildAdd(b, rowoff, chunk_part(k, &L->v_parts[j], v_row, 2 * dn, v_lc, &L->v_cst[j][dn]), "");
+            L->v_part[j][dn] = LLVMBuildAdd(b, rowoff, s2_fwd_chunk_part(&k->fk, &L->v_parts[j], v_row, 2 * dn, v_lc, &L->v_cst[j][dn]), "");
     }
 }
 
 /* S = Q·Kᵀ for the stage at byte offset kst (K B-fragments by ldmatrix.x4,
- * two k-steps of 8 at a time, rounded to tf32). */
-static void compute_scores(tfk *k, const kv_lanes *L, LLVMValueRef kst, LLVMValueRef colmask, LLVMValueRef sc[][4])
+ * two k-steps of 8 at a time, rounded to tf32): n-tiles n0 .. n0+count-1. */
+static void score_tiles(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef kst, int n0, int count)
 {
+    tfk *k = (tfk *)fk;
+    const kv_lanes *L = lanes;
     LLVMBuilderRef b = k->b;
     int row_bytes = k->s.chunks * 16;
-    int per_group = colmask ? k->s.sub_n_size / 8 : k->s.BN / 8;
-    for (int n0 = 0; n0 < k->s.BN / 8; n0 += per_group) {
-        s2_nv_if grp = {0};
-        if (colmask) {
-            /* a skipped group keeps scores 0: the token mask turns them into -inf */
-            for (int n = n0; n < n0 + per_group; n++)
-                for (int i = 0; i < 4; i++)
-                    LLVMBuildStore(b, cf(k, 0.0), k->s_acc[n][i]);
-            LLVMValueRef bit = LLVMBuildAnd(b, colmask, c32(k, 1 << (n0 / per_group)), "");
-            s2_nv_if_begin(k->cg, &grp, LLVMBuildICmp(b, LLVMIntNE, bit, c32(k, 0), ""), "cols");
-        }
-        for (int n = n0; n < n0 + per_group; n++) {
-            LLVMValueRef acc[4];
-            for (int i = 0; i < 4; i++)
-                acc[i] = cf(k, 0.0);
-            for (int p = 0; p < k->s.D / 16; p++) {
-                LLVMValueRef kb[4], qa[2][4];
-                s2_nv_ldmatrix_x4(k->cg, smem_addr(k, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes), false, kb);
-                for (int i = 0; i < 4; i++)
-                    kb[i] = to_tf32(k, LLVMBuildBitCast(k->b, kb[i], k->cg->t_f32, ""));
-                for (int h = 0; h < 2; h++) {
-                    if (k->q_regs)
-                        memcpy(qa[h], k->qf[2 * p + h], sizeof qa[h]);
-                    else
-                        q_fragment(k, 2 * p + h, qa[h]);
-                    s2_nv_mma_m16n8k16(k->cg, k->s.dt, qa[h], &kb[2 * h], acc);
-                }
-            }
-            for (int i = 0; i < 4; i++)
-                LLVMBuildStore(b, acc[i], k->s_acc[n][i]);
-        }
-        if (colmask)
-            s2_nv_if_end(k->cg, &grp);
-    }
-    for (int n = 0; n < k->s.BN / 8; n++)
+    for (int n = n0; n < n0 + count; n++) {
+        LLVMValueRef acc[4];
         for (int i = 0; i < 4; i++)
-            sc[n][i] = LLVMBuildLoad2(b, k->cg->t_f32, k->s_acc[n][i], "");
-}
-
-/* The token mask unless the entry is FULL (fwd.c's apply_mask). */
-static void apply_mask(tfk *k, LLVMValueRef sc[][4], LLVMValueRef e, LLVMValueRef kpos0)
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    s2_fwd_shape *s = &k->s;
-    int NT = s->BN / 8;
-
-    LLVMValueRef flags = s2_fwd_entry_field(&k->fk, e, 4, cg->t_i32);
-    LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "full");
-    if (!s->causal)
-        full = LLVMBuildAnd(b, full, LLVMBuildICmp(b, LLVMIntSLE, LLVMBuildAdd(b, kpos0, c32(k, s->BN), ""), k->kv_len, ""),
-                            "full");
-    LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
-    LLVMBasicBlockRef mask_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "mask");
-    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
-    LLVMBuildCondBr(b, full, join, mask_bb);
-    LLVMPositionBuilderAtEnd(b, mask_bb);
-
-    LLVMValueRef live = s2_fwd_entry_field(&k->fk, e, 8, cg->t_i64);
-    LLVMValueRef masked[MAX_BN / 8][4];
-    LLVMValueRef ninf = cf(k, -INFINITY);
-    LLVMValueRef col0 = LLVMBuildShl(b, k->t4, c32(k, 1), "col0");
-    for (int hr = 0; hr < 2; hr++) {
-        LLVMValueRef r = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
-                                      LLVMBuildAdd(b, k->g, c32(k, 8 * hr), ""), "row");
-        LLVMValueRef isub = LLVMBuildLShr(b, r, c32(k, s->sub_m_log2), "");
-        LLVMValueRef shift = LLVMBuildZExt(b, LLVMBuildMul(b, isub, c32(k, s->sub_n), ""), cg->t_i64, "");
-        LLVMValueRef bits = LLVMBuildTrunc(b, LLVMBuildLShr(b, live, shift, ""), cg->t_i32, "row_live");
-        LLVMValueRef limit = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), kpos0, "");
-        if (s->causal) {
-            LLVMValueRef qpos = LLVMBuildAdd(b, k->tile_pos0, r, "");
-            limit = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildSub(b, qpos, kpos0, ""), limit, ""),
-                                    LLVMBuildSub(b, qpos, kpos0, ""), limit, "limit");
-        }
-        LLVMValueRef lim_rel = LLVMBuildSub(b, limit, col0, "");
-        for (int n = 0; n < NT; n++) {
-            int jsub = n * 8 / s->sub_n_size;
-            LLVMValueRef live_bit = LLVMBuildICmp(b, LLVMIntNE,
-                LLVMBuildAnd(b, bits, c32(k, 1 << jsub), ""), c32(k, 0), "");
-            for (int e2 = 0; e2 < 2; e2++) {
-                int i = 2 * hr + e2;
-                LLVMValueRef inside = LLVMBuildICmp(b, LLVMIntSLE, c32(k, n * 8 + e2), lim_rel, "");
-                masked[n][i] = LLVMBuildSelect(b, LLVMBuildAnd(b, inside, live_bit, ""), sc[n][i], ninf, "");
+            acc[i] = cf(k, 0.0);
+        for (int p = 0; p < k->s.D / 16; p++) {
+            LLVMValueRef kb[4], qa[2][4];
+            s2_nv_ldmatrix_x4(k->cg, s2_fwd_smem_addr(&k->fk, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes),
+                              false, kb);
+            for (int i = 0; i < 4; i++)
+                kb[i] = to_tf32(k, LLVMBuildBitCast(k->b, kb[i], k->cg->t_f32, ""));
+            for (int h = 0; h < 2; h++) {
+                if (k->q_regs)
+                    memcpy(qa[h], k->qf[2 * p + h], sizeof qa[h]);
+                else
+                    q_fragment(k, 2 * p + h, qa[h]);
+                s2_nv_mma_m16n8k16(k->cg, k->s.dt, qa[h], &kb[2 * h], acc);
             }
         }
+        for (int i = 0; i < 4; i++)
+            LLVMBuildStore(b, acc[i], k->s_acc[n][i]);
     }
-    s2_flash_join_scores(cg, from, join, NT, sc, masked);
 }
 
 /* O += P·V over 8-key steps in the permuted key order (header): P's A
  * fragment (c0, c2, c1, c3) of n-tile kk, rounded to tf32; V's B fragment
  * b0 = V[8kk + 2·t4][8dn + g], b1 = V[8kk + 2·t4 + 1][8dn + g]. */
-static void accumulate_pv(tfk *k, const kv_lanes *L, LLVMValueRef vst, LLVMValueRef colmask, LLVMValueRef sc[][4])
+static void accumulate_pv(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef vst, LLVMValueRef colmask,
+                          LLVMValueRef sc[][4])
 {
+    tfk *k = (tfk *)fk;
+    const kv_lanes *L = lanes;
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     int row_bytes = k->s.chunks * 16;
@@ -259,7 +158,7 @@ static void accumulate_pv(tfk *k, const kv_lanes *L, LLVMValueRef vst, LLVMValue
         for (int dn = 0; dn < k->s.D / 8; dn++) {
             LLVMValueRef vb[2];
             for (int j = 0; j < 2; j++) {
-                LLVMValueRef p = smem_addr(k, vst, L->v_part[j][dn], L->v_cst[j][dn] + 8 * kk * row_bytes);
+                LLVMValueRef p = s2_fwd_smem_addr(&k->fk, vst, L->v_part[j][dn], L->v_cst[j][dn] + 8 * kk * row_bytes);
                 vb[j] = LLVMBuildLoad2(b, cg->t_i32, p, "v");
                 LLVMSetAlignment(vb[j], 4);
             }
@@ -268,48 +167,6 @@ static void accumulate_pv(tfk *k, const kv_lanes *L, LLVMValueRef vst, LLVMValue
         if (colmask && last)
             s2_nv_if_end(cg, &grp);
     }
-}
-
-/* The loop over the list (fwd.c's main_loop): a ring of `stages` K/V
- * buffers, one cp.async group per entry. */
-static void main_loop(tfk *k)
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    int S = k->s.stages;
-    kv_lanes L;
-    kv_lanes_init(k, &L);
-    s2_nv_loop loop;
-    s2_nv_loop_begin(cg, &loop, "kv", k->begin, k->end, c32(k, 1), NULL, 0);
-    LLVMValueRef e = loop.iv;
-    LLVMValueRef i = LLVMBuildSub(b, e, k->begin, "i");
-    if (S > 1) {
-        s2_nv_cp_async_wait(cg, S - 2);
-        s2_nv_barrier_cta(cg);
-        s2_fwd_prefetch_kv(&k->fk, LLVMBuildAdd(b, e, c32(k, S - 1), ""),
-                    s2_kb_ring_stage(&k->kb, LLVMBuildAdd(b, i, c32(k, S - 1), ""), S, ""));
-    } else {
-        s2_fwd_prefetch_kv(&k->fk, e, c32(k, 0));
-        s2_nv_cp_async_wait(cg, 0);
-        s2_nv_barrier_cta(cg);
-    }
-
-    LLVMValueRef stage = s2_kb_ring_stage(&k->kb, i, S, "stage");
-    LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, k->s.stage_bytes), "");
-    LLVMValueRef kst = LLVMBuildAdd(b, soff, c32(k, k->s.k_off), "kst");
-    LLVMValueRef vst = LLVMBuildAdd(b, soff, c32(k, k->s.v_off), "vst");
-    LLVMValueRef kpos0 = LLVMBuildMul(b, s2_fwd_entry_field(&k->fk, e, 0, cg->t_i32), c32(k, k->s.BN), "kpos0");
-
-    LLVMValueRef colmask = s2_fwd_skips_columns(&k->fk) ? s2_fwd_entry_colmask(&k->fk, e) : NULL;
-    LLVMValueRef sc[MAX_BN / 8][4];
-    compute_scores(k, &L, kst, colmask, sc);
-    apply_mask(k, sc, e, kpos0);
-    for (int hr = 0; hr < 2; hr++)
-        s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), true, NULL);
-    accumulate_pv(k, &L, vst, colmask, sc);
-    if (S == 1)
-        s2_nv_barrier_cta(cg);
-    s2_nv_loop_end(cg, &loop, NULL);
 }
 
 /* O /= l and LSE (flash.h's row end); fp32 rows: the lane's two columns of
@@ -328,8 +185,7 @@ static void epilogue(tfk *k)
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef inv, lse;
         s2_flash_row_final(cg, &k->acc, hr, param(k, P_SCALE_LOG2), &inv, &lse);
-        LLVMValueRef r = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
-                                      LLVMBuildAdd(b, k->g, c32(k, 8 * hr), ""), "row");
+        LLVMValueRef r = s2_fwd_thread_row(&k->fk, hr);
         LLVMValueRef qrow;
         LLVMValueRef ok = s2_fwd_q_row(&k->fk, r, &qrow);
         s2_nv_if store;
@@ -368,7 +224,7 @@ static int tf32_smem_bytes(const s2_pattern *p, const s2_kspec *spec)
 {
     s2_fwd_shape s;
     s2_fwd_shape_init(&s, p, spec, ESIZE);
-    return s.v_off + s.stages * s.stage_bytes;
+    return s2_fwd_shape_smem(&s);
 }
 
 static s2_status tf32_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name)
@@ -384,14 +240,14 @@ static s2_status tf32_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
     if (k.q_regs)
         for (int ks = 0; ks < k.s.D / 8; ks++)
             q_fragment(&k, ks, k.qf[ks]);
-    main_loop(&k);
+    kv_lanes L;
+    kv_lanes_init(&k, &L);
+    s2_fwd_main_loop(&k.fk, score_tiles, accumulate_pv, &L);
     epilogue(&k);
     return S2_OK;
 }
 
 /* ---- the table entry ---- */
-
-static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
 
 /* A forward of a dtype whose row computes on tf32 tensor cores (f32). */
 static bool tf32_accepts(const s2_kspec *s)
@@ -420,28 +276,16 @@ static s2_status tf32_resolve(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the fp32 forward takes no persistent grid, gathered key tiles "
                        "or backward options");
     spec->persistent = spec->kv_gather = spec->bwd_wgmma = spec->bwd_tma = 0;
-    if (spec->num_warps == 0)
-        spec->num_warps = spec->block_m ? spec->block_m / 16 : 4;
-    if (spec->block_m == 0)
-        spec->block_m = 16 * spec->num_warps;
-    if (!pow2_in(spec->block_m, 16, 128) || spec->block_m != 16 * spec->num_warps)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: block_m %d with %d warps (block_m = 16 * num_warps, 16..128)",
-                       spec->block_m, spec->num_warps);
+    s2_status st = s2_template_fa2_rows(ctx, spec);
+    if (st != S2_OK)
+        return st;
     if (spec->block_n == 0)
         spec->block_n = default_block_n(spec, p);
-    if (!pow2_in(spec->block_n, 16, MAX_BN))
+    if (!s2_template_pow2_in(spec->block_n, 16, MAX_BN))
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: block_n %d (16, 32, 64 or 128)", spec->block_n);
     bool stages_given = spec->num_stages != 0;
-    if (!stages_given)
-        spec->num_stages = 2;
-    if (spec->num_stages < 1 || spec->num_stages > 4)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: num_stages %d (1..4)", spec->num_stages);
-    int bs = p->block_size;
-    int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);
-    int sub_n = spec->block_n / (bs < spec->block_n ? bs : spec->block_n);
-    if (sub_m * sub_n > 64)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: tile %d x %d holds %d sub-blocks of block %d (at most 64)",
-                       spec->block_m, spec->block_n, sub_m * sub_n, bs);
+    if ((st = s2_template_fa2_stages_tiles(ctx, spec, p, false)) != S2_OK)
+        return st;
     int limit = s2_template_smem_limit(spec->arch);
     if (!stages_given && tf32_smem_bytes(p, spec) > limit)
         spec->num_stages = 1;
