@@ -16,45 +16,21 @@
  * to tf32 (cvt.rna): truncated K would bias every score, and so the LSE, by
  * -2^-11 relative on average; V enters as stored (the tensor cores read the
  * tf32 bits of an fp32 operand), a bias of O within tf32's own rounding. */
-#include "flash.h"
-#include "kbase.h"
-#include "params.h"
+#include "fwd_common.h"
 #include "s2c/launch.h"
 #include "template.h"
 #include "s2c/layout.h"
 
-#include <math.h>
-#include <stdio.h>
 #include <string.h>
 
-/* Kernel parameters, in ABI order (abi/params.h, S2_ABI_FWD). */
-enum { S2_ABI_FWD_PARAMS(S2_ABI_P_ENUM) P_COUNT };
-
-enum { MAX_D = 256, MAX_BN = 128, ESIZE = 4, ELTS_PER_CHUNK = 16 / ESIZE };
+enum { MAX_D = 256, MAX_BN = S2_FWD_MAX_BN, ESIZE = 4, ELTS_PER_CHUNK = 16 / ESIZE };
 /* Q stays in registers up to this head dim; above it its fragments are
  * read from shared memory for each key n-tile (O alone takes D/2 registers). */
 enum { QREG_MAX_D = 128 };
 
-typedef struct tf_shape {
-    s2_dtype dt;                 /* the tensors' dtype (f32) */
-    int D, BM, BN, warps, stages, threads;
-    int chunks;                  /* 16-byte chunks per row: D / 4 */
-    int sub_m_log2, sub_n_size, sub_n;
-    int group, heads;
-    bool causal, q_regs;
-    int q_off, k_off, v_off, stage_bytes;
-} tf_shape;
-
 typedef struct tfk {
-    S2_KB_BASE;                                     /* cg, b, fn; tid, warp, lane, g, t4 (kbase.h) */
-    tf_shape s;
-    LLVMValueRef batch, head, kv_head;              /* i64 */
-    LLVMValueRef q_len, kv_len, q_start, tile_pos0; /* i32 */
-    LLVMValueRef entries, begin, end;               /* list [begin, end) of the entries array */
-    LLVMValueRef qbase, kbase, vbase, obase;        /* element offsets (i64) of the (b, h) slices */
-    LLVMValueRef lse_base;                          /* i64 index of query row 0 of (b, h) in lse */
-    s2_flash_rows acc;                              /* O, m, l (flash.h) */
-    LLVMValueRef s_acc[MAX_BN / 8][4];              /* score allocas (column groups may be skipped) */
+    S2_FWD_BASE;                                    /* shape, CTA state, accumulators (fwd_common.h) */
+    bool q_regs;                                    /* Q's A-fragments kept in registers (D <= QREG_MAX_D) */
     LLVMValueRef qf[QREG_MAX_D / 8][4];             /* Q A-fragments (q_regs) */
     LLVMValueRef q_row, q_hi;                       /* Q ldmatrix lane row and chunk parity */
 } tfk;
@@ -73,188 +49,6 @@ static LLVMValueRef gep32(tfk *k, LLVMValueRef base, LLVMValueRef off)
 static LLVMValueRef to_tf32(tfk *k, LLVMValueRef x)
 {
     return s2_nv_intrinsic(k->cg, "llvm.nvvm.f2tf32.rna", k->cg->t_i32, &k->cg->t_f32, 1, &x);
-}
-
-/* cp.async a [rows][D] fp32 tile (fwd.c's load_tile, 4 elements a chunk):
- * row r is copied when valid(r) holds, zero-filled otherwise. */
-typedef LLVMValueRef (*row_valid_fn)(tfk *k, LLVMValueRef r, LLVMValueRef *tensor_row, void *user);
-
-static void load_tile(tfk *k, int rows, LLVMValueRef base, LLVMValueRef slice, LLVMValueRef rstride, int smem_off,
-                      LLVMValueRef smem_stage_off, row_valid_fn valid, void *user)
-{
-    LLVMBuilderRef b = k->b;
-    int C = k->s.chunks, T = k->s.threads, total = rows * C;
-    for (int it = 0; it * T < total; it++) {
-        s2_nv_if guard;
-        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, total, &guard, "tail");
-        LLVMValueRef r = LLVMBuildUDiv(b, idx, c32(k, C), "");
-        LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
-        LLVMValueRef trow;
-        LLVMValueRef ok = valid(k, r, &trow, user);
-        LLVMValueRef off = LLVMBuildAdd(b, LLVMBuildMul(b, sext64(k, trow), rstride, ""),
-                                        LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 2), ""), k->cg->t_i64, ""), "");
-        off = LLVMBuildSelect(b, ok, LLVMBuildAdd(b, slice, off, ""), slice, "");
-        LLVMValueRef dst = LLVMBuildAdd(b, c32(k, smem_off), swizzle(k, r, ch), "");
-        if (smem_stage_off)
-            dst = LLVMBuildAdd(b, dst, smem_stage_off, "");
-        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), gep32(k, base, off),
-                          LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
-        s2_kb_spread_end(&k->kb, &guard);
-    }
-}
-
-/* Query row r of the tile is at absolute position tile_pos0 + r; it exists
- * when q_start <= pos < kv_len, and is row pos - q_start of q. */
-static LLVMValueRef q_row_valid(tfk *k, LLVMValueRef r, LLVMValueRef *trow, void *user)
-{
-    (void)user;
-    LLVMValueRef pos = LLVMBuildAdd(k->b, k->tile_pos0, r, "");
-    *trow = LLVMBuildSub(k->b, pos, k->q_start, "qrow");
-    LLVMValueRef lo = LLVMBuildICmp(k->b, LLVMIntSGE, pos, k->q_start, "");
-    LLVMValueRef hi = LLVMBuildICmp(k->b, LLVMIntSLT, pos, k->kv_len, "");
-    return LLVMBuildAnd(k->b, lo, hi, "");
-}
-
-/* Key row r of a key tile at position kpos0; rows of a dead column group
- * (colmask) are zero-filled instead of read. */
-typedef struct kv_rows {
-    LLVMValueRef kpos0, colmask;
-} kv_rows;
-
-static LLVMValueRef kv_row_valid(tfk *k, LLVMValueRef r, LLVMValueRef *trow, void *user)
-{
-    const kv_rows *kr = user;
-    LLVMValueRef kpos = LLVMBuildAdd(k->b, kr->kpos0, r, "kpos");
-    *trow = kpos;
-    LLVMValueRef ok = LLVMBuildICmp(k->b, LLVMIntSLT, kpos, k->kv_len, "");
-    if (kr->colmask) {
-        LLVMValueRef grp = LLVMBuildLShr(k->b, r, c32(k, s2_log2i(k->s.sub_n_size)), "");
-        LLVMValueRef bit = LLVMBuildAnd(k->b, LLVMBuildLShr(k->b, kr->colmask, grp, ""), c32(k, 1), "");
-        ok = LLVMBuildAnd(k->b, ok, LLVMBuildICmp(k->b, LLVMIntNE, bit, c32(k, 0), ""), "");
-    }
-    return ok;
-}
-
-/* Field of entry e: byte offset 0 tile, 4 flags, 8 live. */
-static LLVMValueRef entry_field(tfk *k, LLVMValueRef e, int field_off, LLVMTypeRef ty)
-{
-    LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
-    LLVMValueRef off = LLVMBuildAdd(k->b, LLVMBuildMul(k->b, sext64(k, e), c64(k, (long long)sizeof(s2_dev_entry)), ""),
-                                    c64(k, field_off), "");
-    LLVMValueRef p = LLVMBuildInBoundsGEP2(k->b, i8, k->entries, &off, 1, "");
-    LLVMValueRef v = LLVMBuildLoad2(k->b, ty, p, "");
-    LLVMSetAlignment(v, ty == k->cg->t_i64 ? 8 : 4);
-    return v;
-}
-
-/* As fwd.c: a key tile of several pattern blocks skips the column groups
- * no query row of the tile keeps (FULL entries keep every group). */
-static bool skips_columns(const tfk *k) { return k->s.sub_n > 1; }
-
-static LLVMValueRef entry_colmask(tfk *k, LLVMValueRef e)
-{
-    LLVMBuilderRef b = k->b;
-    int sub_n = k->s.sub_n, sub_m = k->s.BM >> k->s.sub_m_log2;
-    LLVMValueRef live = entry_field(k, e, 8, k->cg->t_i64);
-    LLVMValueRef m = LLVMConstInt(k->cg->t_i64, 0, 0);
-    LLVMValueRef row_bits = LLVMConstInt(k->cg->t_i64, (1ull << sub_n) - 1, 0);
-    for (int i = 0; i < sub_m; i++)
-        m = LLVMBuildOr(b, m, LLVMBuildAnd(b, LLVMBuildLShr(b, live, LLVMConstInt(k->cg->t_i64, (unsigned long long)(i * sub_n), 0), ""),
-                                            row_bits, ""), "");
-    LLVMValueRef flags = entry_field(k, e, 4, k->cg->t_i32);
-    LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "");
-    return LLVMBuildSelect(b, full, c32(k, (1 << sub_n) - 1), LLVMBuildTrunc(b, m, k->cg->t_i32, ""), "colmask");
-}
-
-static void load_kv(tfk *k, LLVMValueRef e, LLVMValueRef stage)
-{
-    LLVMValueRef tile = entry_field(k, e, 0, k->cg->t_i32);
-    kv_rows kr = {LLVMBuildMul(k->b, tile, c32(k, k->s.BN), "kpos0"), skips_columns(k) ? entry_colmask(k, e) : NULL};
-    LLVMValueRef soff = LLVMBuildMul(k->b, stage, c32(k, k->s.stage_bytes), "");
-    load_tile(k, k->s.BN, param(k, P_K), k->kbase, param(k, P_KS + 1), k->s.k_off, soff, kv_row_valid, &kr);
-    load_tile(k, k->s.BN, param(k, P_V), k->vbase, param(k, P_VS + 1), k->s.v_off, soff, kv_row_valid, &kr);
-}
-
-/* if (e < end) load_kv(e, stage); then commit (always: fixed group counts). */
-static void prefetch_kv(tfk *k, LLVMValueRef e, LLVMValueRef stage)
-{
-    s2_nv_if blk;
-    s2_nv_if_begin(k->cg, &blk, LLVMBuildICmp(k->b, LLVMIntSLT, e, k->end, ""), "prefetch");
-    load_kv(k, e, stage);
-    s2_nv_if_end(k->cg, &blk);
-    s2_nv_cp_async_commit(k->cg);
-}
-
-/* The CTA's tile, sequence, list and (b, h) slices, as fwd.c's setup. */
-static void setup(tfk *k)
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    tf_shape *s = &k->s;
-    s2_kb_thread(&k->kb);
-    LLVMValueRef head32 = s2_nv_ctaid(cg, 'y');
-    k->head = LLVMBuildZExt(b, head32, cg->t_i64, "head");
-    k->batch = LLVMBuildZExt(b, s2_nv_ctaid(cg, 'z'), cg->t_i64, "batch");
-    k->kv_head = LLVMBuildZExt(b, LLVMBuildUDiv(b, head32, c32(k, s->group), ""), cg->t_i64, "kv_head");
-
-    /* heavy tiles (late, long lists) first */
-    LLVMValueRef q_tiles = param(k, P_Q_TILES);
-    LLVMValueRef rel = LLVMBuildSub(b, LLVMBuildSub(b, q_tiles, c32(k, 1), ""), s2_nv_ctaid(cg, 'x'), "tile_rel");
-    LLVMValueRef tile = LLVMBuildAdd(b, param(k, P_FIRST_Q_TILE), rel, "tile");
-    k->tile_pos0 = LLVMBuildMul(b, tile, c32(k, s->BM), "tile_pos0");
-    LLVMValueRef dflt[4] = {c32(k, 0), param(k, P_QLEN), c32(k, 0), param(k, P_KVLEN)}, seq[4];
-    s2_flash_seqinfo(cg, param(k, P_SEQINFO), s2_nv_ctaid(cg, 'z'), dflt, seq);
-    k->q_len = seq[1];
-    k->kv_len = seq[3];
-    k->q_start = LLVMBuildSub(b, k->kv_len, k->q_len, "q_start");
-
-    LLVMValueRef cp = LLVMBuildInBoundsGEP2(b, cg->t_i32, param(k, P_CLASS), &k->head, 1, "");
-    LLVMValueRef cls = LLVMBuildLoad2(b, cg->t_i32, cp, "class");
-    LLVMSetAlignment(cls, 4);
-    LLVMValueRef li = sext64(k, LLVMBuildAdd(b, LLVMBuildMul(b, cls, q_tiles, ""), rel, ""));
-    LLVMValueRef op = LLVMBuildInBoundsGEP2(b, cg->t_i32, param(k, P_OFFSETS), &li, 1, "");
-    k->begin = LLVMBuildLoad2(b, cg->t_i32, op, "begin");
-    LLVMSetAlignment(k->begin, 4);
-    LLVMValueRef one = c64(k, 1);
-    op = LLVMBuildInBoundsGEP2(b, cg->t_i32, op, &one, 1, "");
-    k->end = LLVMBuildLoad2(b, cg->t_i32, op, "end");
-    LLVMSetAlignment(k->end, 4);
-    k->entries = param(k, P_ENTRIES);
-    /* a tile holding none of this sequence's queries gets an empty list */
-    LLVMValueRef mine = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSLT, k->tile_pos0, k->kv_len, ""),
-        LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSGT, LLVMBuildAdd(b, k->tile_pos0, c32(k, s->BM), ""), k->q_start, ""),
-                     LLVMBuildICmp(b, LLVMIntSGT, k->q_len, c32(k, 0), ""), ""), "mine");
-    k->end = LLVMBuildSelect(b, mine, k->end, k->begin, "end");
-
-    LLVMValueRef varlen = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildPtrToInt(b, param(k, P_SEQINFO), cg->t_i64, ""),
-                                        c64(k, 0), "");
-    LLVMValueRef bidx = LLVMBuildSelect(b, varlen, c64(k, 0), k->batch, "bidx");
-    LLVMValueRef row0[2] = {sext64(k, seq[0]), sext64(k, seq[2])};
-    LLVMValueRef *bases[4] = {&k->qbase, &k->kbase, &k->vbase, &k->obase};
-    int strides[4] = {P_QS, P_KS, P_VS, P_OS};
-    for (int i = 0; i < 4; i++) {
-        bool kv = i == 1 || i == 2;
-        LLVMValueRef h = kv ? k->kv_head : k->head;
-        LLVMValueRef bs = LLVMBuildAdd(b, LLVMBuildMul(b, bidx, param(k, strides[i]), ""),
-                                       LLVMBuildMul(b, row0[kv], param(k, strides[i] + 1), ""), "");
-        *bases[i] = LLVMBuildAdd(b, bs, LLVMBuildMul(b, h, param(k, strides[i] + 2), ""), "slice");
-    }
-    LLVMValueRef bh = LLVMBuildAdd(b, LLVMBuildMul(b, bidx, c64(k, s->heads), ""), k->head, "");
-    k->lse_base = LLVMBuildAdd(b, LLVMBuildMul(b, bh, sext64(k, param(k, P_QLEN)), ""), row0[0], "lse_base");
-}
-
-static void init_accumulators(tfk *k, LLVMBasicBlockRef entry_bb)
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    s2_flash_rows_alloca(cg, &k->acc, k->s.D, entry_bb);
-    LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
-    LLVMPositionBuilderBefore(b, k->acc.m[0]);
-    for (int n = 0; n < k->s.BN / 8; n++)
-        for (int i = 0; i < 4; i++)
-            k->s_acc[n][i] = LLVMBuildAlloca(b, cg->t_f32, "s");
-    LLVMPositionBuilderAtEnd(b, cur);
-    s2_flash_rows_zero(cg, &k->acc);
 }
 
 /* Q A-fragment of k-step ks (8 columns) of this warp's slab, rounded to
@@ -278,49 +72,11 @@ static void q_lanes_init(tfk *k)
     k->q_hi = LLVMBuildLShr(b, k->lane, c32(k, 4), "");
 }
 
-/* Lane parts of shared addresses (fwd.c's chunk_part): chunk ch0 + lc of a
- * row whose swizzle bits come from lane row r; the constant part goes to
- * *cst, the lane part is built once per key. */
-typedef struct lane_parts {
-    LLVMValueRef v[10];
-} lane_parts;
-
-static LLVMValueRef chunk_part(tfk *k, lane_parts *cache, LLVMValueRef r, int ch0, LLVMValueRef lc, int *cst)
-{
-    LLVMBuilderRef b = k->b;
-    int C = k->s.chunks, full = C & ~7;
-    int key;
-    LLVMValueRef ch;
-    if (C >= 8 && ch0 < full) {
-        *cst += 16 * (ch0 & ~7);
-        key = ch0 & 7;
-        ch = LLVMBuildXor(b, LLVMBuildAdd(b, lc, c32(k, ch0 & 7), ""), LLVMBuildAnd(b, r, c32(k, 7), ""), "");
-    } else if (C == 4) {
-        key = ch0 & 3;
-        ch = LLVMBuildXor(b, LLVMBuildAdd(b, lc, c32(k, ch0 & 3), ""),
-                          LLVMBuildAnd(b, LLVMBuildLShr(b, r, c32(k, 1), ""), c32(k, 3), ""), "");
-    } else {
-        *cst += 16 * ch0;
-        key = 9;
-        ch = lc;
-    }
-    if (!cache->v[key])
-        cache->v[key] = LLVMBuildShl(b, ch, c32(k, 4), "lane_part");
-    return cache->v[key];
-}
-
-static LLVMValueRef smem_addr(tfk *k, LLVMValueRef base, LLVMValueRef part, int cst)
-{
-    LLVMValueRef p = s2_nv_smem_at(k->cg, LLVMBuildAdd(k->b, base, part, ""));
-    LLVMValueRef c = c64(k, cst);
-    return LLVMBuildInBoundsGEP2(k->b, LLVMInt8TypeInContext(k->cg->llctx), p, &c, 1, "");
-}
-
 /* Lane parts of the K ldmatrix and the V word addresses, built before the loop. */
 typedef struct kv_lanes {
     LLVMValueRef k_part[MAX_D / 16];
     int k_cst[MAX_D / 16];
-    lane_parts k_parts, v_parts[2];
+    s2_fwd_lane_parts k_parts, v_parts[2];
     LLVMValueRef v_part[2][MAX_D / 8];   /* key row 2·t4 + j, column 8·dn + g */
     int v_cst[2][MAX_D / 8];
 } kv_lanes;
@@ -335,7 +91,7 @@ static void kv_lanes_init(tfk *k, kv_lanes *L)
     LLVMValueRef k_lc = LLVMBuildLShr(b, k->lane, c32(k, 3), "");
     LLVMValueRef k_rowoff = LLVMBuildMul(b, k_row, c32(k, row_bytes), "");
     for (int p = 0; p < k->s.D / 16; p++)
-        L->k_part[p] = LLVMBuildAdd(b, k_rowoff, chunk_part(k, &L->k_parts, k_row, 4 * p, k_lc, &L->k_cst[p]), "");
+        L->k_part[p] = LLVMBuildAdd(b, k_rowoff, s2_fwd_chunk_part(&k->fk, &L->k_parts, k_row, 4 * p, k_lc, &L->k_cst[p]), "");
     /* V (4-byte loads): key row 2·t4 + j, chunk 2·dn + g/4, word g%4 */
     LLVMValueRef v_lc = LLVMBuildLShr(b, k->g, c32(k, 2), "");
     LLVMValueRef word = LLVMBuildShl(b, LLVMBuildAnd(b, k->g, c32(k, 3), ""), c32(k, 2), "");
@@ -343,110 +99,49 @@ static void kv_lanes_init(tfk *k, kv_lanes *L)
         LLVMValueRef v_row = LLVMBuildAdd(b, LLVMBuildShl(b, k->t4, c32(k, 1), ""), c32(k, j), "");
         LLVMValueRef rowoff = LLVMBuildAdd(b, LLVMBuildMul(b, v_row, c32(k, row_bytes), ""), word, "");
         for (int dn = 0; dn < k->s.D / 8; dn++)
-            L->v_part[j][dn] = LLVMBuildAdd(b, rowoff, chunk_part(k, &L->v_parts[j], v_row, 2 * dn, v_lc, &L->v_cst[j][dn]), "");
+            L->v_part[j][dn] = LLVMBuildAdd(b, rowoff, s2_fwd_chunk_part(&k->fk, &L->v_parts[j], v_row, 2 * dn, v_lc, &L->v_cst[j][dn]), "");
     }
 }
 
 /* S = Q·Kᵀ for the stage at byte offset kst (K B-fragments by ldmatrix.x4,
- * two k-steps of 8 at a time, rounded to tf32). */
-static void compute_scores(tfk *k, const kv_lanes *L, LLVMValueRef kst, LLVMValueRef colmask, LLVMValueRef sc[][4])
+ * two k-steps of 8 at a time, rounded to tf32): n-tiles n0 .. n0+count-1. */
+static void score_tiles(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef kst, int n0, int count)
 {
+    tfk *k = (tfk *)fk;
+    const kv_lanes *L = lanes;
     LLVMBuilderRef b = k->b;
     int row_bytes = k->s.chunks * 16;
-    int per_group = colmask ? k->s.sub_n_size / 8 : k->s.BN / 8;
-    for (int n0 = 0; n0 < k->s.BN / 8; n0 += per_group) {
-        s2_nv_if grp = {0};
-        if (colmask) {
-            /* a skipped group keeps scores 0: the token mask turns them into -inf */
-            for (int n = n0; n < n0 + per_group; n++)
-                for (int i = 0; i < 4; i++)
-                    LLVMBuildStore(b, cf(k, 0.0), k->s_acc[n][i]);
-            LLVMValueRef bit = LLVMBuildAnd(b, colmask, c32(k, 1 << (n0 / per_group)), "");
-            s2_nv_if_begin(k->cg, &grp, LLVMBuildICmp(b, LLVMIntNE, bit, c32(k, 0), ""), "cols");
-        }
-        for (int n = n0; n < n0 + per_group; n++) {
-            LLVMValueRef acc[4];
-            for (int i = 0; i < 4; i++)
-                acc[i] = cf(k, 0.0);
-            for (int p = 0; p < k->s.D / 16; p++) {
-                LLVMValueRef kb[4], qa[2][4];
-                s2_nv_ldmatrix_x4(k->cg, smem_addr(k, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes), false, kb);
-                for (int i = 0; i < 4; i++)
-                    kb[i] = to_tf32(k, LLVMBuildBitCast(k->b, kb[i], k->cg->t_f32, ""));
-                for (int h = 0; h < 2; h++) {
-                    if (k->s.q_regs)
-                        memcpy(qa[h], k->qf[2 * p + h], sizeof qa[h]);
-                    else
-                        q_fragment(k, 2 * p + h, qa[h]);
-                    s2_nv_mma_m16n8k16(k->cg, k->s.dt, qa[h], &kb[2 * h], acc);
-                }
-            }
-            for (int i = 0; i < 4; i++)
-                LLVMBuildStore(b, acc[i], k->s_acc[n][i]);
-        }
-        if (colmask)
-            s2_nv_if_end(k->cg, &grp);
-    }
-    for (int n = 0; n < k->s.BN / 8; n++)
+    for (int n = n0; n < n0 + count; n++) {
+        LLVMValueRef acc[4];
         for (int i = 0; i < 4; i++)
-            sc[n][i] = LLVMBuildLoad2(b, k->cg->t_f32, k->s_acc[n][i], "");
-}
-
-/* The token mask unless the entry is FULL (fwd.c's apply_mask). */
-static void apply_mask(tfk *k, LLVMValueRef sc[][4], LLVMValueRef e, LLVMValueRef kpos0)
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    tf_shape *s = &k->s;
-    int NT = s->BN / 8;
-
-    LLVMValueRef flags = entry_field(k, e, 4, cg->t_i32);
-    LLVMValueRef full = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, flags, c32(k, S2_ENTRY_FULL), ""), c32(k, 0), "full");
-    if (!s->causal)
-        full = LLVMBuildAnd(b, full, LLVMBuildICmp(b, LLVMIntSLE, LLVMBuildAdd(b, kpos0, c32(k, s->BN), ""), k->kv_len, ""),
-                            "full");
-    LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
-    LLVMBasicBlockRef mask_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "mask");
-    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
-    LLVMBuildCondBr(b, full, join, mask_bb);
-    LLVMPositionBuilderAtEnd(b, mask_bb);
-
-    LLVMValueRef live = entry_field(k, e, 8, cg->t_i64);
-    LLVMValueRef masked[MAX_BN / 8][4];
-    LLVMValueRef ninf = cf(k, -INFINITY);
-    LLVMValueRef col0 = LLVMBuildShl(b, k->t4, c32(k, 1), "col0");
-    for (int hr = 0; hr < 2; hr++) {
-        LLVMValueRef r = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
-                                      LLVMBuildAdd(b, k->g, c32(k, 8 * hr), ""), "row");
-        LLVMValueRef isub = LLVMBuildLShr(b, r, c32(k, s->sub_m_log2), "");
-        LLVMValueRef shift = LLVMBuildZExt(b, LLVMBuildMul(b, isub, c32(k, s->sub_n), ""), cg->t_i64, "");
-        LLVMValueRef bits = LLVMBuildTrunc(b, LLVMBuildLShr(b, live, shift, ""), cg->t_i32, "row_live");
-        LLVMValueRef limit = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), kpos0, "");
-        if (s->causal) {
-            LLVMValueRef qpos = LLVMBuildAdd(b, k->tile_pos0, r, "");
-            limit = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildSub(b, qpos, kpos0, ""), limit, ""),
-                                    LLVMBuildSub(b, qpos, kpos0, ""), limit, "limit");
-        }
-        LLVMValueRef lim_rel = LLVMBuildSub(b, limit, col0, "");
-        for (int n = 0; n < NT; n++) {
-            int jsub = n * 8 / s->sub_n_size;
-            LLVMValueRef live_bit = LLVMBuildICmp(b, LLVMIntNE,
-                LLVMBuildAnd(b, bits, c32(k, 1 << jsub), ""), c32(k, 0), "");
-            for (int e2 = 0; e2 < 2; e2++) {
-                int i = 2 * hr + e2;
-                LLVMValueRef inside = LLVMBuildICmp(b, LLVMIntSLE, c32(k, n * 8 + e2), lim_rel, "");
-                masked[n][i] = LLVMBuildSelect(b, LLVMBuildAnd(b, inside, live_bit, ""), sc[n][i], ninf, "");
+            acc[i] = cf(k, 0.0);
+        for (int p = 0; p < k->s.D / 16; p++) {
+            LLVMValueRef kb[4], qa[2][4];
+            s2_nv_ldmatrix_x4(k->cg, s2_fwd_smem_addr(&k->fk, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes),
+                              false, kb);
+            for (int i = 0; i < 4; i++)
+                kb[i] = to_tf32(k, LLVMBuildBitCast(k->b, kb[i], k->cg->t_f32, ""));
+            for (int h = 0; h < 2; h++) {
+                if (k->q_regs)
+                    memcpy(qa[h], k->qf[2 * p + h], sizeof qa[h]);
+                else
+                    q_fragment(k, 2 * p + h, qa[h]);
+                s2_nv_mma_m16n8k16(k->cg, k->s.dt, qa[h], &kb[2 * h], acc);
             }
         }
+        for (int i = 0; i < 4; i++)
+            LLVMBuildStore(b, acc[i], k->s_acc[n][i]);
     }
-    s2_flash_join_scores(cg, from, join, NT, sc, masked);
 }
 
 /* O += P·V over 8-key steps in the permuted key order (header): P's A
  * fragment (c0, c2, c1, c3) of n-tile kk, rounded to tf32; V's B fragment
  * b0 = V[8kk + 2·t4][8dn + g], b1 = V[8kk + 2·t4 + 1][8dn + g]. */
-static void accumulate_pv(tfk *k, const kv_lanes *L, LLVMValueRef vst, LLVMValueRef colmask, LLVMValueRef sc[][4])
+static void accumulate_pv(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef vst, LLVMValueRef colmask,
+                          LLVMValueRef sc[][4])
 {
+    tfk *k = (tfk *)fk;
+    const kv_lanes *L = lanes;
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     int row_bytes = k->s.chunks * 16;
@@ -463,7 +158,7 @@ static void accumulate_pv(tfk *k, const kv_lanes *L, LLVMValueRef vst, LLVMValue
         for (int dn = 0; dn < k->s.D / 8; dn++) {
             LLVMValueRef vb[2];
             for (int j = 0; j < 2; j++) {
-                LLVMValueRef p = smem_addr(k, vst, L->v_part[j][dn], L->v_cst[j][dn] + 8 * kk * row_bytes);
+                LLVMValueRef p = s2_fwd_smem_addr(&k->fk, vst, L->v_part[j][dn], L->v_cst[j][dn] + 8 * kk * row_bytes);
                 vb[j] = LLVMBuildLoad2(b, cg->t_i32, p, "v");
                 LLVMSetAlignment(vb[j], 4);
             }
@@ -472,48 +167,6 @@ static void accumulate_pv(tfk *k, const kv_lanes *L, LLVMValueRef vst, LLVMValue
         if (colmask && last)
             s2_nv_if_end(cg, &grp);
     }
-}
-
-/* The loop over the list (fwd.c's main_loop): a ring of `stages` K/V
- * buffers, one cp.async group per entry. */
-static void main_loop(tfk *k)
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    int S = k->s.stages;
-    kv_lanes L;
-    kv_lanes_init(k, &L);
-    s2_nv_loop loop;
-    s2_nv_loop_begin(cg, &loop, "kv", k->begin, k->end, c32(k, 1), NULL, 0);
-    LLVMValueRef e = loop.iv;
-    LLVMValueRef i = LLVMBuildSub(b, e, k->begin, "i");
-    if (S > 1) {
-        s2_nv_cp_async_wait(cg, S - 2);
-        s2_nv_barrier_cta(cg);
-        prefetch_kv(k, LLVMBuildAdd(b, e, c32(k, S - 1), ""),
-                    s2_kb_ring_stage(&k->kb, LLVMBuildAdd(b, i, c32(k, S - 1), ""), S, ""));
-    } else {
-        prefetch_kv(k, e, c32(k, 0));
-        s2_nv_cp_async_wait(cg, 0);
-        s2_nv_barrier_cta(cg);
-    }
-
-    LLVMValueRef stage = s2_kb_ring_stage(&k->kb, i, S, "stage");
-    LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, k->s.stage_bytes), "");
-    LLVMValueRef kst = LLVMBuildAdd(b, soff, c32(k, k->s.k_off), "kst");
-    LLVMValueRef vst = LLVMBuildAdd(b, soff, c32(k, k->s.v_off), "vst");
-    LLVMValueRef kpos0 = LLVMBuildMul(b, entry_field(k, e, 0, cg->t_i32), c32(k, k->s.BN), "kpos0");
-
-    LLVMValueRef colmask = skips_columns(k) ? entry_colmask(k, e) : NULL;
-    LLVMValueRef sc[MAX_BN / 8][4];
-    compute_scores(k, &L, kst, colmask, sc);
-    apply_mask(k, sc, e, kpos0);
-    for (int hr = 0; hr < 2; hr++)
-        s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), true, NULL);
-    accumulate_pv(k, &L, vst, colmask, sc);
-    if (S == 1)
-        s2_nv_barrier_cta(cg);
-    s2_nv_loop_end(cg, &loop, NULL);
 }
 
 /* O /= l and LSE (flash.h's row end); fp32 rows: the lane's two columns of
@@ -532,10 +185,9 @@ static void epilogue(tfk *k)
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef inv, lse;
         s2_flash_row_final(cg, &k->acc, hr, param(k, P_SCALE_LOG2), &inv, &lse);
-        LLVMValueRef r = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""),
-                                      LLVMBuildAdd(b, k->g, c32(k, 8 * hr), ""), "row");
+        LLVMValueRef r = s2_fwd_thread_row(&k->fk, hr);
         LLVMValueRef qrow;
-        LLVMValueRef ok = q_row_valid(k, r, &qrow, NULL);
+        LLVMValueRef ok = s2_fwd_q_row(&k->fk, r, &qrow);
         s2_nv_if store;
         s2_nv_if_begin(cg, &store, ok, "store");
         LLVMValueRef row_off = LLVMBuildAdd(b, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""), "");
@@ -568,82 +220,34 @@ static void epilogue(tfk *k)
     LLVMBuildRetVoid(b);
 }
 
-static void shape_init(tf_shape *s, const s2_pattern *p, const s2_kspec *spec)
-{
-    memset(s, 0, sizeof *s);
-    s->dt = spec->dtype;
-    s->D = spec->head_dim;
-    s->BM = spec->block_m;
-    s->BN = spec->block_n;
-    s->warps = spec->num_warps;
-    s->stages = spec->num_stages;
-    s->threads = s->warps * S2_WARP;
-    s->chunks = s->D / ELTS_PER_CHUNK;
-    int sub_m_size = p->block_size < s->BM ? p->block_size : s->BM;
-    s->sub_m_log2 = s2_log2i(sub_m_size);
-    s->sub_n_size = p->block_size < s->BN ? p->block_size : s->BN;
-    s->sub_n = s->BN / s->sub_n_size;
-    s->group = p->heads / p->kv_heads;
-    s->heads = p->heads;
-    s->causal = p->causal;
-    s->q_regs = s->D <= QREG_MAX_D;
-    s->q_off = 0;
-    s->stage_bytes = s->BN * s->D * ESIZE;
-    s->k_off = s->BM * s->D * ESIZE;
-    s->v_off = s->k_off + s->stages * s->stage_bytes;
-}
-
 static int tf32_smem_bytes(const s2_pattern *p, const s2_kspec *spec)
 {
-    tf_shape s;
-    shape_init(&s, p, spec);
-    return s.v_off + s.stages * s.stage_bytes;
+    s2_fwd_shape s;
+    s2_fwd_shape_init(&s, p, spec, ESIZE);
+    return s2_fwd_shape_smem(&s);
 }
 
 static s2_status tf32_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_kspec *spec, const char *name)
 {
     tfk k = {.kb = {.cg = cg, .b = cg->b}};
-    shape_init(&k.s, p, spec);
+    s2_fwd_shape_init(&k.s, p, spec, ESIZE);
+    k.q_regs = k.s.D <= QREG_MAX_D;
     if (k.s.D > MAX_D || k.s.BN > MAX_BN || k.s.BM != 16 * k.s.warps || k.s.D % 16 != 0 ||
         s2_dtype_info_of(k.s.dt)->mma_k != 8)
         return s2_fail(ctx, S2_ERR_INTERNAL, "fp32 forward: unresolved spec reached the builder");
-    LLVMTypeRef params[P_COUNT];
-    int np = s2_kb_abi_params(cg, S2_ABI_FWD, params);
-    k.fn = s2_nv_kernel_new(cg, name, params, (unsigned)np, k.s.threads, 1);
-    for (int i = P_Q; i <= P_V; i++) {
-        s2_nv_param_attr(cg, k.fn, (unsigned)i, "noalias");
-        s2_nv_param_attr(cg, k.fn, (unsigned)i, "readonly");
-    }
-    for (int i = P_CLASS; i <= P_SEQINFO; i++) {
-        if (i == P_FIRST_Q_TILE || i == P_Q_TILES)
-            continue;
-        s2_nv_param_attr(cg, k.fn, (unsigned)i, "noalias");
-        s2_nv_param_attr(cg, k.fn, (unsigned)i, "readonly");
-    }
-    s2_nv_param_attr(cg, k.fn, P_O, "noalias");
-    s2_nv_param_attr(cg, k.fn, P_LSE, "noalias");
-    LLVMBasicBlockRef entry_bb = LLVMGetInsertBlock(cg->b);
-
-    setup(&k);
-    init_accumulators(&k, entry_bb);
-    load_tile(&k, k.s.BM, param(&k, P_Q), k.qbase, param(&k, P_QS + 1), k.s.q_off, NULL, q_row_valid, NULL);
-    s2_nv_cp_async_commit(cg);
-    for (int st = 0; st < k.s.stages - 1; st++)
-        prefetch_kv(&k, LLVMBuildAdd(k.b, k.begin, c32(&k, st), ""), c32(&k, st));
-    s2_nv_cp_async_wait(cg, k.s.stages - 1);
-    s2_nv_barrier_cta(cg);
+    s2_fwd_prologue(&k.fk, name);
     q_lanes_init(&k);
-    if (k.s.q_regs)
+    if (k.q_regs)
         for (int ks = 0; ks < k.s.D / 8; ks++)
             q_fragment(&k, ks, k.qf[ks]);
-    main_loop(&k);
+    kv_lanes L;
+    kv_lanes_init(&k, &L);
+    s2_fwd_main_loop(&k.fk, score_tiles, accumulate_pv, &L);
     epilogue(&k);
     return S2_OK;
 }
 
 /* ---- the table entry ---- */
-
-static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
 
 /* A forward of a dtype whose row computes on tf32 tensor cores (f32). */
 static bool tf32_accepts(const s2_kspec *s)
@@ -672,28 +276,16 @@ static s2_status tf32_resolve(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the fp32 forward takes no persistent grid, gathered key tiles "
                        "or backward options");
     spec->persistent = spec->kv_gather = spec->bwd_wgmma = spec->bwd_tma = 0;
-    if (spec->num_warps == 0)
-        spec->num_warps = spec->block_m ? spec->block_m / 16 : 4;
-    if (spec->block_m == 0)
-        spec->block_m = 16 * spec->num_warps;
-    if (!pow2_in(spec->block_m, 16, 128) || spec->block_m != 16 * spec->num_warps)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: block_m %d with %d warps (block_m = 16 * num_warps, 16..128)",
-                       spec->block_m, spec->num_warps);
+    s2_status st = s2_template_fa2_rows(ctx, spec);
+    if (st != S2_OK)
+        return st;
     if (spec->block_n == 0)
         spec->block_n = default_block_n(spec, p);
-    if (!pow2_in(spec->block_n, 16, MAX_BN))
+    if (!s2_template_pow2_in(spec->block_n, 16, MAX_BN))
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: block_n %d (16, 32, 64 or 128)", spec->block_n);
     bool stages_given = spec->num_stages != 0;
-    if (!stages_given)
-        spec->num_stages = 2;
-    if (spec->num_stages < 1 || spec->num_stages > 4)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: num_stages %d (1..4)", spec->num_stages);
-    int bs = p->block_size;
-    int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);
-    int sub_n = spec->block_n / (bs < spec->block_n ? bs : spec->block_n);
-    if (sub_m * sub_n > 64)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: tile %d x %d holds %d sub-blocks of block %d (at most 64)",
-                       spec->block_m, spec->block_n, sub_m * sub_n, bs);
+    if ((st = s2_template_fa2_stages_tiles(ctx, spec, p, false)) != S2_OK)
+        return st;
     int limit = s2_template_smem_limit(spec->arch);
     if (!stages_given && tf32_smem_bytes(p, spec) > limit)
         spec->num_stages = 1;

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <string.h>
 
-static bool pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
 
 /* Every template computes on 16-bit tensor-core operands (f16, bf16: the
  * dtype table's S2_MMA_F16 rows); fp8 has no template yet. */
@@ -16,6 +15,35 @@ static bool mma16(const s2_kspec *s)
 }
 
 int s2_template_smem_limit(int arch) { return arch == S2_ARCH_SM80 ? 163 * 1024 : 227 * 1024; }
+
+s2_status s2_template_fa2_rows(s2_ctx *ctx, s2_kspec *spec)
+{
+    if (spec->num_warps == 0)
+        spec->num_warps = spec->block_m ? spec->block_m / 16 : 4;
+    if (spec->block_m == 0)
+        spec->block_m = 16 * spec->num_warps;
+    if (!s2_template_pow2_in(spec->block_m, 16, 128) || spec->block_m != 16 * spec->num_warps)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
+                       "spec: block_m %d with %d warps (block_m = 16 * num_warps, 16..128)", spec->block_m,
+                       spec->num_warps);
+    return S2_OK;
+}
+
+s2_status s2_template_fa2_stages_tiles(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p, bool bwd)
+{
+    if (spec->num_stages == 0)
+        spec->num_stages = 2;
+    if (spec->num_stages < 1 || spec->num_stages > 4)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: num_stages %d (1..4)", spec->num_stages);
+    int bs = p->block_size;
+    int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);
+    int sub_n = spec->block_n / (bs < spec->block_n ? bs : spec->block_n);
+    if (sub_m * sub_n > 64 || (bwd && sub_m * sub_m > 64))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: tile %d x %d holds %d sub-blocks of block %d (at most 64)",
+                       spec->block_m, bwd && sub_m > sub_n ? spec->block_m : spec->block_n,
+                       sub_m * (bwd && sub_m > sub_n ? sub_m : sub_n), bs);
+    return S2_OK;
+}
 
 /* sm_90a, a head dim the wgmma template builds (every multiple of 16 up to
  * 256) and tunables it takes: that template (templates/fwd_sm90.c);
@@ -32,7 +60,7 @@ bool s2_fwd_spec_wants_tma(const s2_kspec *s)
         return false;
     if (s->num_stages == 1)
         return false;
-    return s->block_n == 0 || pow2_in(s->block_n, 16, 128);
+    return s->block_n == 0 || s2_template_pow2_in(s->block_n, 16, 128);
 }
 
 /* Warp-specialised tiling: a producer warpgroup plus block_m / 64 consumer
@@ -178,15 +206,9 @@ static s2_status resolve_mma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
     if (spec->kv_gather > 1 && !wg_ok)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: gathered key tiles need the sm_90a forward or wgmma backward");
 
-    /* FA2 tiling: each warp owns one 16-row slab, so block_m = 16 * num_warps */
-    if (spec->num_warps == 0)
-        spec->num_warps = spec->block_m ? spec->block_m / 16 : 4;
-    if (spec->block_m == 0)
-        spec->block_m = 16 * spec->num_warps;
-    if (!pow2_in(spec->block_m, 16, 128) || spec->block_m != 16 * spec->num_warps)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED,
-                       "spec: block_m %d with %d warps (block_m = 16 * num_warps, 16..128)", spec->block_m,
-                       spec->num_warps);
+    s2_status st = s2_template_fa2_rows(ctx, spec);
+    if (st != S2_OK)
+        return st;
     /* 64 x 64, 2 stages for block 64; for block-16 patterns a key tile of
      * one block (no dead vertical-stripe columns), 32 keys for the wgmma
      * backward, whose m64n16 products are short (bench/NOTES.md) */
@@ -215,7 +237,7 @@ static s2_status resolve_mma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
     bool wide_d = !bwd && spec->head_dim > S2_FWD_Q_REGS_MAX_D;
     if (spec->block_n == 0)
         spec->block_n = p->block_size <= 16 ? (wg ? 32 : 16) : wide_d ? 32 : 64;
-    if (!pow2_in(spec->block_n, 16, 128))
+    if (!s2_template_pow2_in(spec->block_n, 16, 128))
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: block_n %d (16, 32, 64 or 128)", spec->block_n);
     /* ... and one stage where two CTAs of two stages would not share an SM
      * but two of one do (sm_80 from 224 columns): the other CTA's tile
@@ -229,17 +251,8 @@ static s2_status resolve_mma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
                 spec->num_stages = 2;
         }
     }
-    if (spec->num_stages == 0)
-        spec->num_stages = 2;
-    if (spec->num_stages < 1 || spec->num_stages > 4)
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: num_stages %d (1..4)", spec->num_stages);
-    int bs = p->block_size;
-    int sub_m = spec->block_m / (bs < spec->block_m ? bs : spec->block_m);
-    int sub_n = spec->block_n / (bs < spec->block_n ? bs : spec->block_n);
-    if (sub_m * sub_n > 64 || (bwd && sub_m * sub_m > 64))
-        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: tile %d x %d holds %d sub-blocks of block %d (at most 64)",
-                       spec->block_m, bwd && sub_m > sub_n ? spec->block_m : spec->block_n,
-                       sub_m * (bwd && sub_m > sub_n ? sub_m : sub_n), bs);
+    if ((st = s2_template_fa2_stages_tiles(ctx, spec, p, bwd)) != S2_OK)
+        return st;
     /* the wgmma backward bodies (one warpgroup: 4 warps, block_m 64) by
      * default on sm_90a, faster than mma.sync on every measured row */
     if (spec->bwd_wgmma > 0 && spec->num_warps != 4)

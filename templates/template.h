@@ -82,6 +82,14 @@ const s2_template *s2_template_named(const char *name);
 /* Dynamic shared memory a CTA may opt in to on arch (sm_80: A100's 163 KB;
  * sm_90: 227 KB). */
 int s2_template_smem_limit(int arch);
+/* v is a power of two in [lo, hi]. */
+static inline bool s2_template_pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
+/* The mma.sync templates' FA2 rows: each warp owns one 16-row slab, so
+ * block_m = 16 * num_warps (zeros filled, 4 warps by default), 16..128. */
+s2_status s2_template_fa2_rows(s2_ctx *ctx, s2_kspec *spec);
+/* num_stages (0: 2) within 1..4, and at most 64 pattern sub-blocks in a
+ * block_m x block_n tile (and, bwd, in block_m x block_m). */
+s2_status s2_template_fa2_stages_tiles(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p, bool bwd);
 
 /* ---- the templates' entry points (one file each) ---- */
 /* mma.sync forward (templates/fwd.c), sm_80 and up */

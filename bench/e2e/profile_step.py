@@ -21,11 +21,11 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import s2c  # noqa: E402,F401
+from common import llama_1b, load_dkernel, register_providers, train_step  # noqa: E402 (bench/e2e/common.py)
 
 SEQ = int(os.environ.get("SEQ", "32768"))
 KV_HEADS = int(os.environ.get("KV_HEADS", "16"))
 ONLY = os.environ.get("ONLY", "noop,s2c,s2c_contig,dkernel").split(",")
-H, BLOCK, LOCAL, STRIDE = 16, 64, 16, 8
 STEPS = 2
 
 
@@ -33,30 +33,13 @@ def main():
     if not torch.cuda.is_available():
         print("no CUDA device: skipped"); sys.exit(77)
     from torch.profiler import ProfilerActivity, profile
-    from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
+    from transformers import AttentionInterface
     import s2c.integrations.hf as s2hf
 
     LSSA = None
     if os.environ.get("DKERNEL_DIR") and "dkernel" in ONLY:
-        import importlib.metadata as md
-        orig = md.version
-        md.version = lambda name: "0.0.2" if name == "dkernel" else orig(name)
-        sys.path.insert(0, os.environ["DKERNEL_DIR"])
-        from dkernel import LocalStrideSparseAttention as LSSA
-    dk = {}
-
-    def noop_attn(module, query, key, value, attention_mask, **kw):
-        return (query * 0 + value.mean() * 0).transpose(1, 2).contiguous(), None
-
-    def dk_attn(module, query, key, value, attention_mask, scaling=None, **kw):
-        S = query.shape[2]
-        if S not in dk:
-            dk[S] = LSSA(H, S, BLOCK, LOCAL, STRIDE, num_kv_heads=KV_HEADS, seq_dim=2).cuda()
-        return dk[S](query, key, value, scaling).transpose(1, 2).contiguous(), None
-
-    AttentionInterface.register("noop", noop_attn)
-    AttentionInterface.register("dkernel", dk_attn)
-    s2hf.register()
+        LSSA = load_dkernel()
+    register_providers(KV_HEADS, LSSA)
     import s2c.ops as ops
     strided = ops._grad_strides
 
@@ -72,19 +55,11 @@ def main():
     smi_log = tempfile.NamedTemporaryFile("w+", suffix=".csv")
     smi = subprocess.Popen(["nvidia-smi", "--query-gpu=clocks.sm,power.draw", "--format=csv,noheader,nounits",
                             "-lms", "100"], stdout=smi_log, stderr=subprocess.DEVNULL)
-    cfg = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=H,
-                      num_key_value_heads=KV_HEADS, vocab_size=32000, max_position_embeddings=131072,
-                      torch_dtype=torch.bfloat16)
-    with torch.device("cuda"):
-        cfg._attn_implementation = "sdpa"
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
-    model.config.s2c = {"block_size": BLOCK, "local_blocks": LOCAL, "vert_stride": STRIDE, "dense_layers": []}
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+    _, model, opt = llama_1b(KV_HEADS)
     ids = torch.randint(0, 32000, (1, SEQ), device="cuda")
 
     def step():
-        out = model(input_ids=ids, labels=ids, use_cache=False)
-        out.loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        train_step(model, opt, ids)
 
     kern = {}
     for name in ONLY:

@@ -28,59 +28,30 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import s2c  # noqa: E402,F401
-from common import bench, do_bench, fmt  # noqa: E402 (bench/e2e/common.py)
+from common import H, bench, do_bench, fmt, llama_1b, load_dkernel, register_providers, train_step  # noqa: E402
 
 OUT = os.environ.get("OUT", "/tmp")
 SEQS = [int(x) for x in os.environ.get("SEQS", "32768").split(",")]
 KV_HEADS = int(os.environ.get("KV_HEADS", "8"))
 ONLY = set(os.environ["ONLY"].split(",")) if os.environ.get("ONLY") else None
-H, BLOCK, LOCAL, STRIDE = 16, 64, 16, 8
 
 
 def main():
     if not torch.cuda.is_available():
         print("no CUDA device: skipped"); sys.exit(77)
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    from transformers import AttentionInterface, LlamaConfig, LlamaForCausalLM
     import s2c.integrations.hf as s2hf
 
     LSSA = None
     if os.environ.get("DKERNEL_DIR") and (ONLY is None or "dkernel" in ONLY):
-        import importlib.metadata as md     # dkernel asks for its own version at import: give it one
-        orig = md.version
-        md.version = lambda name: "0.0.2" if name == "dkernel" else orig(name)
-        sys.path.insert(0, os.environ["DKERNEL_DIR"])
-        from dkernel import LocalStrideSparseAttention as LSSA
-    dk_mods = {}
-
-    def noop_attn(module, query, key, value, attention_mask, **kw):
-        # zeros that still carry a gradient to q and v, so the projections' backward runs
-        return (query * 0 + value.mean() * 0).transpose(1, 2).contiguous(), None
-
-    def dk_attn(module, query, key, value, attention_mask, scaling=None, **kw):
-        S = query.shape[2]
-        if S not in dk_mods:
-            dk_mods[S] = LSSA(H, S, BLOCK, LOCAL, STRIDE, num_kv_heads=KV_HEADS, seq_dim=2).cuda()
-        return dk_mods[S](query, key, value, scaling).transpose(1, 2).contiguous(), None
-
-    AttentionInterface.register("noop", noop_attn)
-    AttentionInterface.register("dkernel", dk_attn)
-    s2hf.register()
-
-    cfg = LlamaConfig(hidden_size=2048, intermediate_size=8192, num_hidden_layers=16, num_attention_heads=H,
-                      num_key_value_heads=KV_HEADS, vocab_size=32000, max_position_embeddings=131072,
-                      torch_dtype=torch.bfloat16)
-    with torch.device("cuda"):
-        cfg._attn_implementation = "sdpa"
-        model = LlamaForCausalLM(cfg).to(torch.bfloat16)
-    model.config.s2c = {"block_size": BLOCK, "local_blocks": LOCAL, "vert_stride": STRIDE, "dense_layers": []}
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=True)
+        LSSA = load_dkernel()
+    dk_attn = register_providers(KV_HEADS, LSSA)
+    cfg, model, opt = llama_1b(KV_HEADS)
     print(f"params {sum(p.numel() for p in model.parameters()) / 1e9:.2f}B on {torch.cuda.get_device_name()}, "
           f"GQA {H}/{KV_HEADS}", flush=True)
 
     def step(ids):
-        out = model(input_ids=ids, labels=ids, use_cache=False)
-        out.loss.backward(); opt.step(); opt.zero_grad(set_to_none=True)
+        train_step(model, opt, ids)
 
     # dkernel last: a fault in it (seen with GQA) ends the CUDA context for what follows
     provs = [("flash", "sdpa", SDPBackend.FLASH_ATTENTION), ("cudnn", "sdpa", SDPBackend.CUDNN_ATTENTION),

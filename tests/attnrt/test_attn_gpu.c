@@ -21,6 +21,7 @@
 #include <check.h>
 #include <cuda.h>
 #include <dlfcn.h>
+#include "cu_graph.h"
 #include "gpu_harness.h"
 #include "poison.h"
 #include <ftw.h>
@@ -487,31 +488,7 @@ END_TEST
 
 /* ---- CUDA graphs ------------------------------------------------------------------- */
 
-/* The Driver API graph calls, from the libcuda the runtime uses. */
-typedef struct graph_api {
-    CUresult (*push)(CUcontext), (*pop)(CUcontext *);
-    CUresult (*begin)(CUstream, int), (*end)(CUstream, CUgraph *);
-    CUresult (*instantiate)(CUgraphExec *, CUgraph, unsigned long long);
-    CUresult (*launch)(CUgraphExec, CUstream);
-    CUresult (*exec_destroy)(CUgraphExec), (*destroy)(CUgraph);
-} graph_api;
-
-static void graph_api_load(graph_api *g)
-{
-    void *lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(lib != NULL, "libcuda.so.1: %s", dlerror());
-    *(void **)&g->push = dlsym(lib, "cuCtxPushCurrent_v2");
-    *(void **)&g->pop = dlsym(lib, "cuCtxPopCurrent_v2");
-    *(void **)&g->begin = dlsym(lib, "cuStreamBeginCapture_v2");
-    *(void **)&g->end = dlsym(lib, "cuStreamEndCapture");
-    *(void **)&g->instantiate = dlsym(lib, "cuGraphInstantiateWithFlags");
-    *(void **)&g->launch = dlsym(lib, "cuGraphLaunch");
-    *(void **)&g->exec_destroy = dlsym(lib, "cuGraphExecDestroy");
-    *(void **)&g->destroy = dlsym(lib, "cuGraphDestroy");
-    ck_assert(g->push && g->pop && g->begin && g->end && g->instantiate && g->launch && g->exec_destroy && g->destroy);
-}
-
-#define CU_OK(call) do { CUresult r_ = (call); ck_assert_msg(r_ == CUDA_SUCCESS, "%s: CUresult %d", #call, (int)r_); } while (0)
+/* The Driver API graph calls: graph_api (cu_graph.h). */
 
 /* A forward launched once (its schedule built), then captured into a graph
  * in global capture mode; a shape without a schedule inside the capture is

@@ -53,8 +53,10 @@
 #include <check.h>
 #include <cuda.h>
 #include <dlfcn.h>
+#include "cu_graph.h"
 #include "gpu_harness.h"
 #include "poison.h"
+#include "varlen_seqs.h"
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -69,7 +71,6 @@ static s2_arch dev_arch;
 static int replays = 50;
 
 #define OK(ctx, call) ck_assert_msg((call) == S2_OK, "%s: %s", #call, s2_ctx_message(ctx))
-#define CU_OK(call) do { CUresult r_ = (call); ck_assert_msg(r_ == CUDA_SUCCESS, "%s: CUresult %d", #call, (int)r_); } while (0)
 
 static double tol_of(s2_dtype dt) { return dt == S2_DTYPE_BF16 ? 2e-2 : 5e-3; }
 static int64_t cdiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
@@ -292,32 +293,7 @@ static void check_plan_info(const plan_info *pi, const char *what)
                   pi->held, pi->bytes);
 }
 
-/* ---- CUDA graphs: the Driver API calls, from the libcuda the runtime uses (S2C_LIBCUDA) */
-
-typedef struct graph_api {
-    CUresult (*push)(CUcontext), (*pop)(CUcontext *);
-    CUresult (*begin)(CUstream, int), (*end)(CUstream, CUgraph *);
-    CUresult (*instantiate)(CUgraphExec *, CUgraph, unsigned long long);
-    CUresult (*launch)(CUgraphExec, CUstream);
-    CUresult (*exec_destroy)(CUgraphExec), (*destroy)(CUgraph);
-} graph_api;
-
-static void graph_api_load(graph_api *g)
-{
-    const char *path = getenv("S2C_LIBCUDA");
-    path = path && *path ? path : "libcuda.so.1";
-    void *lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(lib != NULL, "%s: %s", path, dlerror());
-    *(void **)&g->push = dlsym(lib, "cuCtxPushCurrent_v2");
-    *(void **)&g->pop = dlsym(lib, "cuCtxPopCurrent_v2");
-    *(void **)&g->begin = dlsym(lib, "cuStreamBeginCapture_v2");
-    *(void **)&g->end = dlsym(lib, "cuStreamEndCapture");
-    *(void **)&g->instantiate = dlsym(lib, "cuGraphInstantiateWithFlags");
-    *(void **)&g->launch = dlsym(lib, "cuGraphLaunch");
-    *(void **)&g->exec_destroy = dlsym(lib, "cuGraphExecDestroy");
-    *(void **)&g->destroy = dlsym(lib, "cuGraphDestroy");
-    ck_assert(g->push && g->pop && g->begin && g->end && g->instantiate && g->launch && g->exec_destroy && g->destroy);
-}
+/* ---- CUDA graphs: the Driver API calls (graph_api, cu_graph.h) */
 
 /* A capture in global mode on e->stream, dev's context current meanwhile. */
 static void capture_begin(const graph_api *g, env *e)
@@ -738,12 +714,10 @@ START_TEST(varlen_graph)
         OK(e.ctx, s2_memcpy_d2h(e.ctx, e.dev, lse, d_lse, nlse * 4));
 
         s2_ref_seq rs[VL_N];
-        memset(mine, 0, VL_ROWS);
-        for (int i = 0; i < VL_N; i++) {
-            rs[i] = (s2_ref_seq){seqs[i].q_start, seqs[i].q_len, seqs[i].k_start, seqs[i].kv_len};
-            memset(mine + seqs[i].q_start, 1, (size_t)seqs[i].q_len);
+        s2t_ref_seqs(seqs, VL_N, rs);
+        s2t_seq_rows(seqs, VL_N, mine, VL_ROWS);
+        for (int i = 0; i < VL_N; i++)
             live_seqs += seqs[i].q_len > 0;
-        }
         s2_ref_problem rp = {.batch = VL_N, .heads = H, .kv_heads = HK, .head_dim = D, .q_len = VL_ROWS,
                              .kv_len = VL_ROWS, .causal = p->causal, .mask = ref_mask, .mask_user = p};
         OK(e.ctx, s2_ref_forward_varlen(e.ctx, &rp, rs, &q.t, &kt.t, &v.t, &rt, lse_ref));

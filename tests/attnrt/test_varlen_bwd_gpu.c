@@ -28,8 +28,10 @@
 #include <check.h>
 #include <cuda.h>
 #include <dlfcn.h>
+#include "cu_graph.h"
 #include "gpu_harness.h"
 #include "poison.h"
+#include "varlen_seqs.h"
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,7 +70,6 @@ static uint64_t base_seed;
 static s2_arch dev_arch;
 
 #define OK(ctx, call) ck_assert_msg((call) == S2_OK, "%s: %s", #call, s2_ctx_message(ctx))
-#define CU_OK(call) ck_assert_msg((call) == CUDA_SUCCESS, "%s failed", #call)
 
 static bool ref_mask(const void *user, int q_head, int64_t qpos, int64_t kpos)
 {
@@ -111,32 +112,6 @@ static void compile_pair(s2_ctx *ctx, s2_device *dev, const s2_pattern *p, const
         OK(ctx, s2_attn_load(ctx, dev, art->cubin, art->cubin_size, NULL, c->dt, c->head_dim, out[i]));
         s2_artifact_free(art);
     }
-}
-
-/* ---- CUDA graphs, from the libcuda the runtime uses (S2C_LIBCUDA) ---- */
-
-typedef struct graph_api {
-    CUresult (*push)(CUcontext), (*pop)(CUcontext *);
-    CUresult (*begin)(CUstream, int), (*end)(CUstream, CUgraph *);
-    CUresult (*instantiate)(CUgraphExec *, CUgraph, unsigned long long);
-    CUresult (*launch)(CUgraphExec, CUstream);
-    CUresult (*exec_destroy)(CUgraphExec), (*destroy)(CUgraph);
-} graph_api;
-
-static void graph_api_load(graph_api *g)
-{
-    const char *path = getenv("S2C_LIBCUDA");
-    void *lib = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    ck_assert_msg(lib != NULL, "libcuda: %s", dlerror());
-    *(void **)&g->push = dlsym(lib, "cuCtxPushCurrent_v2");
-    *(void **)&g->pop = dlsym(lib, "cuCtxPopCurrent_v2");
-    *(void **)&g->begin = dlsym(lib, "cuStreamBeginCapture_v2");
-    *(void **)&g->end = dlsym(lib, "cuStreamEndCapture");
-    *(void **)&g->instantiate = dlsym(lib, "cuGraphInstantiateWithFlags");
-    *(void **)&g->launch = dlsym(lib, "cuGraphLaunch");
-    *(void **)&g->exec_destroy = dlsym(lib, "cuGraphExecDestroy");
-    *(void **)&g->destroy = dlsym(lib, "cuGraphDestroy");
-    ck_assert(g->push && g->pop && g->begin && g->end && g->instantiate && g->launch && g->exec_destroy && g->destroy);
 }
 
 /* ---- comparison ---- */
@@ -224,10 +199,9 @@ static void run_case(int run)
     s2_attn_seq seqs[MAXSEQ];
     int32_t cu[MAXSEQ + 1];
     const int64_t rows = make_seqs(c, seqs, cu);
-    uint8_t *mine = calloc((size_t)rows, 1);
+    uint8_t *mine = malloc((size_t)rows);
     ck_assert_ptr_nonnull(mine);
-    for (int i = 0; i < c->n; i++)
-        memset(mine + seqs[i].q_start, 1, (size_t)seqs[i].q_len);
+    s2t_seq_rows(seqs, c->n, mine, rows);
 
     /* inputs: every row finite (the TMA kernels may read gap rows) */
     s2t_tensor q, kt, v, o, dO;

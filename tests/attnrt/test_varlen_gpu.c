@@ -23,6 +23,7 @@
 
 #include <check.h>
 #include "gpu_harness.h"
+#include "varlen_seqs.h"
 #include "poison.h"
 #include <math.h>
 #include <stdio.h>
@@ -185,17 +186,15 @@ static void run_varlen(int run)
     ck_assert(ref && lse_ref);
     s2_tensor rt = s2_tensor_bshd(ref, S2_DTYPE_F64, q_rows, H, D);
     s2_ref_seq rs[MAXSEQ];
-    for (int i = 0; i < c->n; i++)
-        rs[i] = (s2_ref_seq){seqs[i].q_start, seqs[i].q_len, seqs[i].k_start, seqs[i].kv_len};
+    s2t_ref_seqs(seqs, c->n, rs);
     s2_ref_problem rp = {.batch = c->n, .heads = H, .kv_heads = HK, .head_dim = D, .q_len = q_rows, .kv_len = k_rows,
                          .causal = p->causal, .mask = ref_mask, .mask_user = p};
     OK(ctx, s2_ref_forward_varlen(ctx, &rp, rs, &q.t, &kt.t, &v.t, &rt, lse_ref));
 
     /* rows of a sequence against the reference; every other row poison */
-    uint8_t *mine = calloc((size_t)q_rows, 1);
+    uint8_t *mine = malloc((size_t)q_rows);
     ck_assert_ptr_nonnull(mine);
-    for (int i = 0; i < c->n; i++)
-        memset(mine + seqs[i].q_start, 1, (size_t)seqs[i].q_len);
+    s2t_seq_rows(seqs, c->n, mine, q_rows);
     double num = 0, den = 0;
     int64_t nan_out = 0, bad_lse = 0, pad_written = 0;
     for (int64_t r = 0; r < q_rows; r++)
