@@ -131,6 +131,12 @@ void s2_nv_cp_async_commit(s2_cg *cg);
 void s2_nv_cp_async_wait(s2_cg *cg, int pending);
 /* two f32 rounded to dt (a 16-bit dtype), lo in bits 0..15, as i32 */
 LLVMValueRef s2_nv_pack2(s2_cg *cg, s2_dtype dt, LLVMValueRef lo, LLVMValueRef hi);
+/* Four f32 rounded to nearest (saturated to the largest finite) into one
+ * i32 of 8-bit dt (e4m3, e5m2): x0 in byte 0 ... x3 in byte 3. */
+LLVMValueRef s2_nv_pack4_fp8(s2_cg *cg, s2_dtype dt, LLVMValueRef x0, LLVMValueRef x1, LLVMValueRef x2,
+                             LLVMValueRef x3);
+/* prmt.b32: byte i of the result is byte (sel >> 4i) & 7 of {b, a} (a bytes 0-3, b bytes 4-7). */
+LLVMValueRef s2_nv_prmt(s2_cg *cg, LLVMValueRef a, LLVMValueRef b, unsigned sel);
 /* one i16 element of dt (a 16-bit dtype) as f32 */
 LLVMValueRef s2_nv_elt16_to_f32(s2_cg *cg, s2_dtype dt, LLVMValueRef x);
 /* reductions over the 4 lanes of a quad (lanes with equal lane/4) */

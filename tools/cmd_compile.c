@@ -108,6 +108,8 @@ static const s2_aot_abi *aot_abi_of(const s2_kernel_record *r)
     switch (r->role) {
     case S2_ROLE_FWD:
     case S2_ROLE_FWD_WIDE:
+        if (r->abi == S2_ABI_FWD_TMA_FP8)
+            return NULL;
         return r->abi == S2_ABI_FWD_TMA_PERSISTENT ? s2_aot_abi_attn_fwd_tma_persistent()
                : r->abi == S2_ABI_FWD_TMA         ? s2_aot_abi_attn_fwd_tma()
                                                   : s2_aot_abi_attn_fwd();
