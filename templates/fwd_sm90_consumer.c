@@ -128,6 +128,11 @@ static void issue_scores_pv(sm90 *k, LLVMValueRef stage, LLVMValueRef *sacc, LLV
                       sacc, s->PN, s->BN / s->KS, pa, pv_desc(k, prev), v_step, oacc);
 }
 
+/* fp8: P is cast as P · P8_SCALE (in [0, 256]: small probabilities stay
+ * normal numbers instead of underflowing, FA3's Max_offset 8), undone in O's
+ * final factor (descales). */
+#define P8_SCALE 256.0f
+
 /* fp8: k step j's four registers hold 4 keys each: row g (+8 in registers
  * 1, 3), the thread's two columns of S's n-tiles 4j, 4j+1 (registers 0, 1)
  * or 4j+2, 4j+3 (2, 3); Vᵀ's key order matches (transpose_v). */
@@ -136,7 +141,10 @@ static void pack_p(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef (*pa)[4])
     for (int j = 0; k->s.fp8 && j < k->s.BN / 32; j++)
         for (int q = 0; q < 4; q++) {
             int n = 4 * j + 2 * (q >> 1), h = 2 * (q & 1);
-            pa[j][q] = s2_nv_pack4_fp8(k->cg, k->s.dt, sc[n][h], sc[n][h + 1], sc[n + 1][h], sc[n + 1][h + 1]);
+            LLVMValueRef x[4] = {sc[n][h], sc[n][h + 1], sc[n + 1][h], sc[n + 1][h + 1]};
+            for (int e = 0; e < 4; e++)
+                x[e] = LLVMBuildFMul(k->b, x[e], cf(k, P8_SCALE), "");
+            pa[j][q] = s2_nv_pack4_fp8(k->cg, k->s.dt, x[0], x[1], x[2], x[3]);
         }
     for (int j = 0; !k->s.fp8 && j < k->s.BN / 16; j++) {
         pa[j][0] = s2_nv_pack2(k->cg, k->s.dt, sc[2 * j][0], sc[2 * j][1]);
@@ -594,7 +602,7 @@ static LLVMValueRef descale(sm90 *k, int i)
 }
 
 /* The scores' scale and O's factor: fp8 folds q_descale · k_descale into
- * the first and v_descale into the second (FA3's FP8 forward). */
+ * the first and v_descale / P8_SCALE into the second (FA3's FP8 forward). */
 static void descales(sm90 *k)
 {
     k->scale_log2 = param(k, P_SCALE_LOG2);
@@ -602,7 +610,7 @@ static void descales(sm90 *k)
     if (!k->s.fp8)
         return;
     k->scale_log2 = LLVMBuildFMul(k->b, k->scale_log2, LLVMBuildFMul(k->b, descale(k, 0), descale(k, 1), ""), "scale_log2");
-    k->o_mul = descale(k, 2);
+    k->o_mul = LLVMBuildFMul(k->b, descale(k, 2), cf(k, 1.0f / P8_SCALE), "o_mul");
 }
 
 void s2_sm90_consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
