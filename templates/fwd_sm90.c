@@ -272,11 +272,12 @@ static LLVMValueRef smem_at(sm90 *k, LLVMValueRef off)
  * column 16h + 4t + e holds key 16h + 8(e >> 1) + 2t + (e & 1), and P
  * needs no shuffle.  Warps 1-3 of the producer warpgroup move 4x4-byte
  * squares (keys c, c+1, c+8, c+9 by columns d0..d0+3: 32-bit loads, prmt,
- * 32-bit stores); lane (t, q) takes d0 = 32·dhi + 4q, keys from
- * c = 16·jh + 2t with jh = ((q >> 1) ^ r) + 4·jh2, which puts both a
- * warp's loads and its stores on 32 distinct banks.  Each thread makes
- * its stores visible to the async proxy and arrives on the stage's Vᵀ
- * barrier. */
+ * 32-bit stores).  A unit (dhi, jh2) is 32 columns by 64 keys: lane (t, q)
+ * takes d0 = 32·dhi + 4q and, for r = 0..3, the keys from c = 16·jh + 2t,
+ * jh = ((q >> 1) ^ r) + 4·jh2, which puts both a warp's loads and its
+ * stores on 32 distinct banks; r unrolled, the addresses are a unit's bases
+ * plus a lane XOR.  Each thread makes its stores visible to the async proxy
+ * and arrives on the stage's Vᵀ barrier. */
 static void transpose_v(sm90 *k)
 {
     s2_cg *cg = k->cg;
@@ -287,7 +288,7 @@ static void transpose_v(sm90 *k)
     LLVMValueRef t = LLVMBuildAnd(b, lane, c32(k, 3), "");
     LLVMValueRef dl = LLVMBuildAnd(b, lane, c32(k, ~3), "");       /* 4q */
     LLVMValueRef jl = LLVMBuildAnd(b, LLVMBuildLShr(b, lane, c32(k, 3), ""), c32(k, 3), "");
-    int nj = s->BN / 64, nit = 4 * nj * (s->D / 32);
+    int nj = s->BN / 64, nu = nj * (s->D / 32);
     work_loop wl;
     s2_sm90_work_begin(k, &wl, "work_t", NULL, false);
     s2_nv_loop loop;
@@ -297,39 +298,46 @@ static void transpose_v(sm90 *k)
     s2_nv_mbar_wait(cg, full_bar(k, stage), s2_kb_ring_parity(&k->kb, i, s->stages, ""));
     LLVMValueRef vbase = addc(k, LLVMBuildMul(b, stage, c32(k, s->stage_bytes), ""), s->v_off);
     LLVMValueRef tbase = addc(k, LLVMBuildMul(b, stage, c32(k, s->vt_stage_bytes), ""), s->vt_off);
-    s2_nv_loop sq;
-    s2_nv_loop_begin(cg, &sq, "vt_sq", tw, c32(k, nit), c32(k, 3), NULL, 0);
-    LLVMValueRef r = LLVMBuildAnd(b, sq.iv, c32(k, 3), "");
-    LLVMValueRef rest = LLVMBuildLShr(b, sq.iv, c32(k, 2), "");
-    LLVMValueRef jh = add(k, LLVMBuildXor(b, jl, r, ""), LLVMBuildShl(b, LLVMBuildURem(b, rest, c32(k, nj), ""), c32(k, 2), ""));
-    LLVMValueRef d0 = add(k, LLVMBuildShl(b, LLVMBuildUDiv(b, rest, c32(k, nj), ""), c32(k, 5), ""), dl);
-    LLVMValueRef c = add(k, LLVMBuildShl(b, jh, c32(k, 4), ""), LLVMBuildShl(b, t, c32(k, 1), ""));
-    /* d0's 128-byte block, its 16-byte chunk and the byte in it */
-    LLVMValueRef row0 = add(k, vbase, LLVMBuildMul(b, LLVMBuildLShr(b, d0, c32(k, 7), ""), c32(k, s->BN * 128), ""));
+    s2_nv_loop un;
+    s2_nv_loop_begin(cg, &un, "vt_unit", tw, c32(k, nu), c32(k, 3), NULL, 0);
+    LLVMValueRef jh2 = nj > 1 ? LLVMBuildAnd(b, un.iv, c32(k, nj - 1), "jh2") : c32(k, 0);
+    LLVMValueRef dhi = nj > 1 ? LLVMBuildLShr(b, un.iv, c32(k, s2_log2i(nj)), "dhi") : un.iv;
+    LLVMValueRef d0 = add(k, LLVMBuildShl(b, dhi, c32(k, 5), ""), dl);
     LLVMValueRef chunk = LLVMBuildAnd(b, LLVMBuildLShr(b, d0, c32(k, 4), ""), c32(k, 7), "");
-    row0 = add(k, row0, LLVMBuildAnd(b, d0, c32(k, 15), ""));
-    static const int koff[4] = {0, 1, 8, 9};
-    LLVMValueRef w[4];
-    for (int j = 0; j < 4; j++) {
-        LLVMValueRef key = addc(k, c, koff[j]);
-        LLVMValueRef sw = LLVMBuildShl(b, LLVMBuildXor(b, chunk, LLVMBuildAnd(b, key, c32(k, 7), ""), ""), c32(k, 4), "");
-        LLVMValueRef off = add(k, add(k, row0, LLVMBuildShl(b, key, c32(k, 7), "")), sw);
-        w[j] = LLVMBuildLoad2(b, cg->t_i32, smem_at(k, off), "v4");
-        LLVMSetAlignment(w[j], 4);
+    /* loads: d0's 128-byte block and byte, key c's row (2t·128 + jh2·64·128); keys c, c+8 swizzle as c, keys c+1, c+9 as c+1 */
+    LLVMValueRef lb = add(k, vbase, LLVMBuildMul(b, LLVMBuildLShr(b, d0, c32(k, 7), ""), c32(k, s->BN * 128), ""));
+    lb = add(k, add(k, lb, LLVMBuildAnd(b, d0, c32(k, 15), "")),
+             add(k, LLVMBuildShl(b, t, c32(k, 8), ""), LLVMBuildShl(b, jh2, c32(k, 13), "")));
+    LLVMValueRef t2 = LLVMBuildShl(b, t, c32(k, 1), "");
+    LLVMValueRef a0 = add(k, lb, LLVMBuildShl(b, LLVMBuildXor(b, chunk, t2, ""), c32(k, 4), ""));
+    LLVMValueRef a1 = addc(k, add(k, lb, LLVMBuildShl(b, LLVMBuildXor(b, chunk, LLVMBuildOr(b, t2, c32(k, 1), ""), ""),
+                                                     c32(k, 4), "")), 128);
+    /* stores: row d0 + j, its chunk jh ^ ((d0 + j) & 7) = (jl ^ r ^ j) ^ (4·jh2 ^ (d0 & 7)) */
+    LLVMValueRef sb = add(k, tbase, add(k, LLVMBuildShl(b, d0, c32(k, 7), ""), LLVMBuildShl(b, t, c32(k, 2), "")));
+    LLVMValueRef y = LLVMBuildXor(b, jl, LLVMBuildXor(b, LLVMBuildShl(b, jh2, c32(k, 2), ""),
+                                                      LLVMBuildAnd(b, d0, c32(k, 7), ""), ""), "");
+    LLVMValueRef z[4];
+    for (int c = 0; c < 4; c++)
+        z[c] = LLVMBuildShl(b, LLVMBuildXor(b, y, c32(k, c), ""), c32(k, 4), "");
+    for (int r = 0; r < 4; r++) {
+        LLVMValueRef jr = LLVMBuildShl(b, LLVMBuildXor(b, jl, c32(k, r), ""), c32(k, 11), "");
+        LLVMValueRef offs[4] = {add(k, a0, jr), add(k, a1, jr), addc(k, add(k, a0, jr), 1024), addc(k, add(k, a1, jr), 1024)};
+        LLVMValueRef w[4];
+        for (int j = 0; j < 4; j++) {
+            w[j] = LLVMBuildLoad2(b, cg->t_i32, smem_at(k, offs[j]), "v4");
+            LLVMSetAlignment(w[j], 4);
+        }
+        /* x: bytes 0, 1 of keys c, c+1 interleaved, y: of keys c+8, c+9; then 2, 3 */
+        LLVMValueRef x = s2_nv_prmt(cg, w[0], w[1], 0x5140), yv = s2_nv_prmt(cg, w[2], w[3], 0x5140);
+        LLVMValueRef x2 = s2_nv_prmt(cg, w[0], w[1], 0x7362), y2 = s2_nv_prmt(cg, w[2], w[3], 0x7362);
+        LLVMValueRef o[4] = {s2_nv_prmt(cg, x, yv, 0x5410), s2_nv_prmt(cg, x, yv, 0x7632),
+                             s2_nv_prmt(cg, x2, y2, 0x5410), s2_nv_prmt(cg, x2, y2, 0x7632)};
+        for (int j = 0; j < 4; j++) {
+            LLVMValueRef off = addc(k, add(k, sb, z[r ^ j]), 128 * j);
+            LLVMSetAlignment(LLVMBuildStore(b, o[j], smem_at(k, off)), 4);
+        }
     }
-    /* x: bytes 0, 1 of keys c, c+1 interleaved, y: of keys c+8, c+9; then 2, 3 */
-    LLVMValueRef x = s2_nv_prmt(cg, w[0], w[1], 0x5140), y = s2_nv_prmt(cg, w[2], w[3], 0x5140);
-    LLVMValueRef x2 = s2_nv_prmt(cg, w[0], w[1], 0x7362), y2 = s2_nv_prmt(cg, w[2], w[3], 0x7362);
-    LLVMValueRef o[4] = {s2_nv_prmt(cg, x, y, 0x5410), s2_nv_prmt(cg, x, y, 0x7632), s2_nv_prmt(cg, x2, y2, 0x5410),
-                         s2_nv_prmt(cg, x2, y2, 0x7632)};
-    LLVMValueRef col = LLVMBuildShl(b, t, c32(k, 2), "");
-    for (int j = 0; j < 4; j++) {
-        LLVMValueRef dd = addc(k, d0, j);
-        LLVMValueRef sw = LLVMBuildShl(b, LLVMBuildXor(b, jh, LLVMBuildAnd(b, dd, c32(k, 7), ""), ""), c32(k, 4), "");
-        LLVMValueRef off = add(k, add(k, tbase, LLVMBuildShl(b, dd, c32(k, 7), "")), add(k, sw, col));
-        LLVMSetAlignment(LLVMBuildStore(b, o[j], smem_at(k, off)), 4);
-    }
-    s2_nv_loop_end(cg, &sq, NULL);
+    s2_nv_loop_end(cg, &un, NULL);
     s2_nv_fence_proxy_async(cg);
     s2_nv_mbar_arrive(cg, vt_bar(k, stage));
     s2_nv_loop_end(cg, &loop, NULL);
