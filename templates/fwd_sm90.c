@@ -316,9 +316,6 @@ static void transpose_v(sm90 *k)
     LLVMValueRef sb = add(k, tbase, add(k, LLVMBuildShl(b, d0, c32(k, 7), ""), LLVMBuildShl(b, t, c32(k, 2), "")));
     LLVMValueRef y = LLVMBuildXor(b, jl, LLVMBuildXor(b, LLVMBuildShl(b, jh2, c32(k, 2), ""),
                                                       LLVMBuildAnd(b, d0, c32(k, 7), ""), ""), "");
-    LLVMValueRef z[4];
-    for (int c = 0; c < 4; c++)
-        z[c] = LLVMBuildShl(b, LLVMBuildXor(b, y, c32(k, c), ""), c32(k, 4), "");
     for (int r = 0; r < 4; r++) {
         LLVMValueRef jr = LLVMBuildShl(b, LLVMBuildXor(b, jl, c32(k, r), ""), c32(k, 11), "");
         LLVMValueRef offs[4] = {add(k, a0, jr), add(k, a1, jr), addc(k, add(k, a0, jr), 1024), addc(k, add(k, a1, jr), 1024)};
@@ -333,7 +330,8 @@ static void transpose_v(sm90 *k)
         LLVMValueRef o[4] = {s2_nv_prmt(cg, x, yv, 0x5410), s2_nv_prmt(cg, x, yv, 0x7632),
                              s2_nv_prmt(cg, x2, y2, 0x5410), s2_nv_prmt(cg, x2, y2, 0x7632)};
         for (int j = 0; j < 4; j++) {
-            LLVMValueRef off = addc(k, add(k, sb, z[r ^ j]), 128 * j);
+            LLVMValueRef off = addc(k, add(k, sb, LLVMBuildShl(b, LLVMBuildXor(b, y, c32(k, r ^ j), ""), c32(k, 4), "")),
+                                    128 * j);
             LLVMSetAlignment(LLVMBuildStore(b, o[j], smem_at(k, off)), 4);
         }
     }
@@ -549,9 +547,10 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kspec *
     } else {
         s->min_ctas = 2, s->prod_regs = s->persistent ? 32 : 24, s->cons_regs = s->persistent ? 224 : 232;
     }
-    /* fp8: the transposing warps take the persistent split (consumers hold a byte per P and Q element) */
+    /* fp8: the transposing warps take 40 (at 32 their unrolled key groups spill); the consumers hold a byte
+     * per P and Q element: 40 * 128 + 232 * 256 and 40 * 128 + 216 * 128 fill the caps above */
     if (s->fp8)
-        s->prod_regs = 32, s->cons_regs = s->NC == 2 ? 232 : 224;
+        s->prod_regs = 40, s->cons_regs = s->NC == 2 ? 232 : 216;
 }
 
 int s2_fwd_sm90_smem_bytes(const s2_pattern *p, const s2_kspec *spec)

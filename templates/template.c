@@ -124,6 +124,9 @@ static s2_status resolve_fp8(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
     if (st == S2_OK && spec->block_n != 64 && spec->block_n != 128)
         st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the %s forward takes block_n 64 or 128, not %d", title,
                      spec->block_n);
+    /* (as the 16-bit one: a 64-row tile's registers past d128 do not assemble) */
+    if (st == S2_OK && spec->head_dim > 128 && spec->block_m != 128)
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the %s forward past head_dim 128 takes block_m 128", title);
     return st;
 }
 
