@@ -428,7 +428,7 @@ static s2_status parse_line(s2_mf_parser *ps, char *line)
     return read_record(ps, rec, rest);
 }
 
-/* "s2c-manifest 4"; other versions are named as older or newer. */
+/* "s2c-manifest 5"; other versions are named as older or newer. */
 static s2_status version_line(s2_mf_parser *ps, const char *line)
 {
     static const char magic[] = "s2c-manifest ";

@@ -25,9 +25,11 @@ extern "C" {
  * schedules without the pattern file. */
 #define S2_MANIFEST_SYMBOL "s2c_manifest"
 /* The format's version: a runtime reads exactly its own (first line).  4:
- * kernel.fn's MIN_KEYS; a module of version 3 is refused, naming it as an
- * older s2c's ("compile the module again"; the JIT does so by itself). */
-#define S2_MANIFEST_VERSION 4
+ * kernel.fn's MIN_KEYS; 5: kernel.kv_dtype, and the decode (k_scale,
+ * v_scale) and backward (seqinfo) parameter lists that came with it; an older
+ * module is refused, naming it as an older s2c's ("compile the module again";
+ * the JIT does so by itself), and an older runtime refuses this one. */
+#define S2_MANIFEST_VERSION 5
 /* The oldest runtime release (MAJOR.MINOR) that launches what this generator
  * writes correctly; raised whenever a kernel ABI, a parameter list or the
  * meaning of a record changes, or a record of a new role, ABI or grid rule
@@ -58,7 +60,7 @@ typedef struct s2_manifest_kernel {
 typedef struct s2_manifest s2_manifest;
 
 /* Text format (one `key value` per line; the value is the rest of the line):
- *   s2c-manifest 4            first line, the format version
+ *   s2c-manifest 5            first line, the format version
  *   requires MAJOR.MINOR      the oldest runtime that may launch these kernels
  *   generator VERSION+HASH+llvmX.Y.Z / arch sm_XX
  *   kernel NAME               starts an entry; then kernel.kind (fwd|bwd|decode), kernel.pattern,

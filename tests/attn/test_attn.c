@@ -133,7 +133,7 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     size_t len = 0;
     ck_assert_msg(s2_cubin_find_manifest(ctx, art->cubin, art->cubin_size, &text, &len) == S2_OK, "%s",
                   s2_ctx_message(ctx));
-    ck_assert_msg(len > 20 && strncmp(text, "s2c-manifest 4\nrequires 0.2\n", 28) == 0, "manifest text: %.*s", (int)len, text);
+    ck_assert_msg(len > 20 && strncmp(text, "s2c-manifest 5\nrequires 0.2\n", 28) == 0, "manifest text: %.*s", (int)len, text);
     s2_manifest *m = NULL;
     ck_assert_msg(s2_manifest_parse(ctx, text, len, &m) == S2_OK, "%s", s2_ctx_message(ctx));
     ck_assert_str_eq(s2_manifest_generator(m), s2_generator_id());
@@ -276,7 +276,7 @@ START_TEST(manifest_rejects_damage)
         {"q_tiles 128 1024 64 64 4 2 0 0 0 0", "q_tiles 128 1024 64 64 4 2 0 0 0", "expected SYMBOL ROLE ABI GRID"},
         {"q_tiles 128 1024 64", "q_tiles 256 1024 64", "main kernel's launch shape"},                             /* not the entry's shape */
         {"q_tiles 128 1024 64 64 4 2 0 0 0 0 0", "q_tiles 128 1024 64 64 4 2 0 0 0 0 7", "MIN_KEYS 7 for role fwd"},
-        {"s2c-manifest 4", "s2c-manifest 3", "older s2c"},
+        {"s2c-manifest 5", "s2c-manifest 4", "older s2c"},
     };
     for (size_t i = 0; i < sizeof damage / sizeof damage[0]; i++) {
         char *d = malloc(n + 16);
@@ -308,7 +308,7 @@ START_TEST(manifest_rejects_damage)
     rule[8] = 'X'; /* pattern.Xule: an unknown key inside a pattern block */
     ck_assert_int_eq(s2_manifest_parse(ctx, cut, n, &m), S2_ERR_PARSE);
     ck_assert_msg(strstr(s2_ctx_message(ctx), "unknown key (written by a newer s2c? this runtime reads manifest "
-                                               "version 4): pattern.Xule"), "%s", s2_ctx_message(ctx));
+                                               "version 5): pattern.Xule"), "%s", s2_ctx_message(ctx));
     char *rule_end = strchr(rule, '\n');
     memmove(rule, rule_end + 1, strlen(rule_end + 1) + 1); /* the line dropped: head 5 has no rule */
     ck_assert_int_eq(s2_manifest_parse(ctx, cut, strlen(cut), &m), S2_ERR_PARSE);

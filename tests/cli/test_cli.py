@@ -464,7 +464,7 @@ def test_emit_c():
                     errs.append(p.stderr[-500:])
             with open(c) as fc:
                 text = fc.read()
-            has_manifest = f"{ident}_manifest[]" in text and "s2c-manifest 4" in text
+            has_manifest = f"{ident}_manifest[]" in text and "s2c-manifest 5" in text
             check(f"--emit c {stem} {dt} d{hd} {arch}: {len(launchers)} launcher(s), cc -std=c11 -Werror accepts",
                   not errs and has_manifest, "\n".join(errs))
         # sm_90a tensor-map kernels: the launcher builds the maps; it takes kv_heads and kv_rows besides.

@@ -20,7 +20,7 @@
 
 /* Every record of the table at least once (base_lines_cover_the_table checks it). */
 static const char *const base_lines[] = {
-    "s2c-manifest 4",
+    "s2c-manifest 5",
     "requires 0.2",
     "generator 0.2.0+test",
     "arch sm_80",
@@ -187,9 +187,9 @@ START_TEST(every_integer_bounded)
     free(t);
     /* the version and requires lines, outside the table */
     static const char *const heads[][2] = {
-        {"s2c-manifest -9223372036854775808", "manifest:1: not an s2c manifest of version 4"},
-        {"s2c-manifest 9223372036854775807", "manifest:1: not an s2c manifest of version 4"},
-        {"s2c-manifest 9223372036854775808", "manifest:1: not an s2c manifest of version 4"},
+        {"s2c-manifest -9223372036854775808", "manifest:1: not an s2c manifest of version 5"},
+        {"s2c-manifest 9223372036854775807", "manifest:1: not an s2c manifest of version 5"},
+        {"s2c-manifest 9223372036854775808", "manifest:1: not an s2c manifest of version 5"},
     };
     for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++) {
         t = base_with(0, heads[i][0], -1, NULL);
@@ -373,7 +373,7 @@ START_TEST(unknown_keys_refused_at_every_level)
         char key[64], want[192];
         sscanf(cases[i].line, "%63s", key);
         snprintf(want, sizeof want, "manifest:%d: unknown key (written by a newer s2c? this runtime reads manifest "
-                 "version 4): %s", cases[i].at + 1, key);
+                 "version 5): %s", cases[i].at + 1, key);
         assert_refused(t, want);
         free(t);
     }
@@ -429,9 +429,13 @@ START_TEST(variant_rule_read_and_checked)
     t = base_with(15, "kernel.fn k fwd fwd q_tiles 128 16384 64 64 4 2 0 0 0 0 384", -1, NULL);
     assert_refused(t, "manifest:16: kernel.fn: MIN_KEYS 384 for role fwd (a variant's rule, at least 1; 0 for any");
     free(t);
-    /* the format before MIN_KEYS */
+    /* the formats before MIN_KEYS and before kv_dtype (and its parameter lists) */
     t = base_with(0, "s2c-manifest 3", -1, NULL);
-    assert_refused(t, "manifest:1: a manifest of version 3 (an older s2c); this one reads version 4: compile the "
+    assert_refused(t, "manifest:1: a manifest of version 3 (an older s2c); this one reads version 5: compile the "
+                      "module again");
+    free(t);
+    t = base_with(0, "s2c-manifest 4", -1, NULL);
+    assert_refused(t, "manifest:1: a manifest of version 4 (an older s2c); this one reads version 5: compile the "
                       "module again");
     free(t);
     s2_ctx_free(ctx);
