@@ -17,6 +17,7 @@ static const s2_abi_param bwd_tma[] = {S2_ABI_BWD_TMA_PARAMS(PARAM)};
 static const s2_abi_param decode[] = {S2_ABI_DECODE_PARAMS(PARAM)};
 static const s2_abi_param combine[] = {S2_ABI_COMBINE_PARAMS(PARAM)};
 static const s2_abi_param seqs[] = {S2_ABI_SEQS_PARAMS(PARAM)};
+static const s2_abi_param fwd_tma_fp8[] = {S2_ABI_FWD_TMA_FP8_PARAMS(PARAM)};
 #undef PARAM
 
 #define DESC(nm, list) {nm, list, (int)(sizeof list / sizeof list[0])}
@@ -29,6 +30,7 @@ static const s2_abi_desc abis[S2_ABI_COUNT_] = {
     [S2_ABI_DECODE] = DESC("decode", decode),
     [S2_ABI_COMBINE] = DESC("combine", combine),
     [S2_ABI_SEQS] = DESC("seqs", seqs),
+    [S2_ABI_FWD_TMA_FP8] = DESC("fwd_tma_fp8", fwd_tma_fp8),
 };
 #undef DESC
 
@@ -122,7 +124,8 @@ s2_kernel_role s2_main_role(s2_kernel_kind kind)
 bool s2_role_takes_abi(s2_kernel_role r, s2_abi_id abi)
 {
     switch (r) {
-    case S2_ROLE_FWD: return abi == S2_ABI_FWD || abi == S2_ABI_FWD_TMA || abi == S2_ABI_FWD_TMA_PERSISTENT;
+    case S2_ROLE_FWD:
+        return abi == S2_ABI_FWD || abi == S2_ABI_FWD_TMA || abi == S2_ABI_FWD_TMA_PERSISTENT || abi == S2_ABI_FWD_TMA_FP8;
     case S2_ROLE_FWD_WIDE: return abi == S2_ABI_FWD_TMA || abi == S2_ABI_FWD_TMA_PERSISTENT;
     case S2_ROLE_BWD_PRE: case S2_ROLE_BWD_DKDV: case S2_ROLE_BWD_DQ: case S2_ROLE_BWD_DQDS: case S2_ROLE_BWD_DQDS2:
         return abi == S2_ABI_BWD || abi == S2_ABI_BWD_TMA;

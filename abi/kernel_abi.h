@@ -98,6 +98,7 @@ typedef enum s2_abi_id {
     S2_ABI_DECODE,             /* paged decode */
     S2_ABI_COMBINE,            /* decode module's combine */
     S2_ABI_SEQS,               /* forward module's cu_seqlens -> s2_attn_seq records */
+    S2_ABI_FWD_TMA_FP8,        /* sm_90a forward on e4m3: S2_ABI_FWD_TMA + q, k, v descales */
     S2_ABI_COUNT_
 } s2_abi_id;
 

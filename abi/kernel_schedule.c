@@ -39,7 +39,7 @@ s2_status s2_manifest_schedule_pack(s2_ctx *ctx, const s2_manifest_kernel *k, co
         return s2_fail(ctx, S2_ERR_INVALID, "schedule: the layout is not of pattern '%s' (entry %s)", k->pattern,
                        k->name);
     bool tiles = r->abi == S2_ABI_FWD || r->abi == S2_ABI_FWD_TMA || r->abi == S2_ABI_FWD_TMA_PERSISTENT ||
-                 r->abi == S2_ABI_BWD || r->abi == S2_ABI_BWD_TMA;
+                 r->abi == S2_ABI_FWD_TMA_FP8 || r->abi == S2_ABI_BWD || r->abi == S2_ABI_BWD_TMA;
     if (!tiles || (transposed && s2_role_kind(r->role) != S2_KERNEL_BWD))
         return s2_fail(ctx, S2_ERR_INVALID, "schedule: kernel %s (role %s) reads no %s schedule", symbol,
                        s2_role_name(r->role), transposed ? "transposed" : "tile");

@@ -34,6 +34,15 @@
 #define S2_ABI_FWD_TMA_PERSISTENT_PARAMS(X) \
     S2_ABI_FWD_BASE(X) S2_ABI_FWD_MAPS(X) S2_ABI_FWD_WORK(X) X(SEQINFO, "seqinfo", PTR)
 
+/* S2_ABI_FWD_TMA_FP8: the sm_90a forward on e4m3 q, k, v (bf16 o): as
+ * S2_ABI_FWD_TMA, then the fp32 [batch][kv_heads] descales (null: 1) */
+#define S2_ABI_FWD_DESCALES(X) \
+    X(QDESCALE, "q_descale", PTR) X(KDESCALE, "k_descale", PTR) X(VDESCALE, "v_descale", PTR)
+#define S2_ABI_FWD_TMA_FP8_PARAMS(X) S2_ABI_FWD_TMA_PARAMS(X) S2_ABI_FWD_DESCALES(X)
+
+/* Every forward parameter by name: the runtime's values (s2_rt_fwd_vals) and the templates' enum */
+#define S2_ABI_FWD_FAMILY(X) S2_ABI_FWD_TMA_PERSISTENT_PARAMS(X) S2_ABI_FWD_DESCALES(X)
+
 /* the backward's parameters 0..50, shared by its two ABIs */
 #define S2_ABI_BWD_BASE(X)                                                                                   \
     X(Q, "q", PTR) X(K, "k", PTR) X(V, "v", PTR) X(O, "o", PTR) X(DO, "d_o", PTR) X(LSE, "lse", PTR)        \
@@ -88,7 +97,8 @@
  * X(ENUM, field of the args struct): the runtime copies them (S2_RT_FROM_ARGS
  * in runtime/attn_internal.h), so such a parameter is a line here, a line
  * in its ABI's list and a field of the struct, and no runtime code. */
-#define S2_ABI_FWD_FROM_ARGS(X) X(Q, q) X(K, k) X(V, v) X(O, o) X(LSE, lse)
+#define S2_ABI_FWD_FROM_ARGS(X) \
+    X(Q, q) X(K, k) X(V, v) X(O, o) X(LSE, lse) X(QDESCALE, q_descale) X(KDESCALE, k_descale) X(VDESCALE, v_descale)
 #define S2_ABI_COMBINE_FROM_ARGS(X) X(OUT, o) X(LSE_OUT, lse) X(N, n) X(H, heads) X(SINKS, sinks)
 
 /* enum helpers: P_ENUM for a template's own parameters, or a prefix of the caller's */

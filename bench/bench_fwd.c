@@ -20,7 +20,7 @@
  *   bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L]
  *             [--num-warps L] [--num-stages L] [--persistent L] [--kv-gather L]
  *             [--specs BMxBNsSTgG[pP],..] [--reps N] [--csv [FILE]] [--rows N] [--dump-dir DIR]
- *             [--arch ARCH] [--timer flush|warm] [--head-dim L]
+ *             [--arch ARCH] [--timer flush|warm] [--head-dim L] [--dtype bf16|e4m3]
  * L is a comma list; every combination is run (invalid ones are reported
  * and skipped).  --specs names the variants instead (block_m x block_n,
  * stages, kv_gather, persistent: 128x64s3g1p1).  --dump-dir writes each variant's PTX and cubin there.
@@ -28,6 +28,9 @@
  * compiled for sm_90) instead of the wgmma one.
  * --head-dim (default 128; multiples of 16 to 256) runs each config at each
  * head dim; the config column then reads NAME/dD.
+ * --dtype e4m3 times the sm_90a fp8 forward (q, k, v e4m3 from the same
+ * values, null descales, o bf16; config column NAME/e4m3; no --csv FILE
+ * rows), to set against the default bf16 run of the same config.
  * --csv alone prints the rows as CSV; --csv FILE appends one row per timed
  * variant to FILE as `fwd,FAMILY,SEQ_LEN,s2c,MS` (bench/plot.py's input;
  * FAMILY is the config name without its length, MS the median).
@@ -104,7 +107,7 @@ static int usage(void)
     fprintf(stderr, "usage: bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L] [--num-warps L]\n"
                     "                 [--num-stages L] [--persistent L] [--kv-gather L] [--specs BMxBNsSTgG[pP],..]\n"
                     "                 [--reps N] [--rows N] [--csv [FILE]] [--timer flush|warm]\n"
-                    "                 [--dump-dir DIR] [--arch sm_90] [--head-dim L]\n"
+                    "                 [--dump-dir DIR] [--arch sm_90] [--head-dim L] [--dtype bf16|e4m3]\n"
                     "  (L: comma list, 0 = heuristic)  configs:");
     for (int i = 0; i < NUM_CONFIGS; i++)
         fprintf(stderr, " %s", configs[i].name);
@@ -203,6 +206,13 @@ static bool parse_args(int argc, char **argv, options *o)
             o->dump_dir = val;
         } else if (!strcmp(a, "--arch")) {
             o->arch = val;
+        } else if (!strcmp(a, "--dtype")) {
+            if (!strcmp(val, "bf16"))
+                bench_dtype = S2_DTYPE_BF16;
+            else if (!strcmp(val, "e4m3") || !strcmp(val, "fp8_e4m3"))
+                bench_dtype = S2_DTYPE_E4M3;
+            else
+                return false;
         } else if (!strcmp(a, "--timer")) {
             bool flush;
             if (!bench_timer_mode(val, &flush))
@@ -239,9 +249,9 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
     const bench_config *c = cd->cfg;
     char name[48];   /* the config, and its head dim where not the default */
     if (cd->head_dim == HEAD_DIM)
-        snprintf(name, sizeof name, "%s", c->name);
+        snprintf(name, sizeof name, "%s%s", c->name, bench_dtype == S2_DTYPE_E4M3 ? "/e4m3" : "");
     else
-        snprintf(name, sizeof name, "%s/d%d", c->name, cd->head_dim);
+        snprintf(name, sizeof name, "%s/d%d%s", c->name, cd->head_dim, bench_dtype == S2_DTYPE_E4M3 ? "/e4m3" : "");
     variant v;
     s2_status st = jit_variant(ctx, dev, cd, want, o->dump_dir, &v);
     if (st != S2_OK) {
@@ -289,7 +299,7 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
                    kept, v.spec.block_m, v.spec.block_n, v.spec.num_warps, v.spec.num_stages, v.regs, spill, v.smem,
                    med, mn, tf, util, c->peer, peer > 0 ? med / peer : 0, v.cold_ms, v.warm_ms,
                    label ? label : v.persistent ? "persistent" : v.spec.kv_gather > 1 ? "grid gathered" : "grid");
-        if (o->csv_file && cr.ok && cd->head_dim == HEAD_DIM) {
+        if (o->csv_file && cr.ok && cd->head_dim == HEAD_DIM && bench_dtype == S2_DTYPE_BF16) {
             char fam[64];
             plot_family(c->name, fam, sizeof fam);
             fprintf(o->csv_file, "fwd,%s,%lld,s2c,%.4f\n", fam, (long long)c->seq, med);
@@ -383,7 +393,7 @@ int main(int argc, char **argv)
         }
         for (int i = 0; i < o.nspecs; i++) {
             s2_kspec want = o.specs[i];
-            want.kind = S2_KERNEL_FWD, want.dtype = S2_DTYPE_BF16, want.head_dim = head_dim, want.arch = arch;
+            want.kind = S2_KERNEL_FWD, want.dtype = bench_dtype, want.head_dim = head_dim, want.arch = arch;
             run_variant(ctx, dev, &cd, &want, &o, h100, NULL, NULL);
         }
         for (int a = 0; a < (o.nspecs ? 0 : o.block_m.n); a++)
@@ -392,7 +402,7 @@ int main(int argc, char **argv)
                     for (int s = 0; s < o.stages.n; s++)
                         for (int pi = 0; pi < o.persistent.n; pi++)
                             for (int gi = 0; gi < o.gather.n; gi++) {
-                                s2_kspec want = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_BF16,
+                                s2_kspec want = {.kind = S2_KERNEL_FWD, .dtype = bench_dtype,
                                                        .head_dim = head_dim, .arch = arch, .block_m = o.block_m.v[a],
                                                        .block_n = o.block_n.v[bn], .num_warps = o.warps.v[w],
                                                        .num_stages = o.stages.v[s], .persistent = o.persistent.v[pi],

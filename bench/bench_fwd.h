@@ -42,6 +42,9 @@ enum { HEAD_DIM = 128, MAX_HEAD_DIM = 256 };
 enum { POOL = (1 << 24) + 7 };
 
 extern uint16_t *pool;
+/* --dtype: bf16, or e4m3 (q, k, v the pool's values rounded to e4m3, null
+ * descales, o bf16: the sm_90a fp8 forward, ABI fwd_tma_fp8) */
+extern s2_dtype bench_dtype;
 
 uint64_t rng_next(uint64_t *s);
 double bf16_to_f64(uint16_t h);
@@ -80,6 +83,7 @@ typedef struct variant {
     char kname[128];
     bool tma;                  /* ABI fwd_tma(_persistent): tensor maps per input set */
     bool persistent;           /* ABI fwd_tma_persistent: grid of SMs x resident CTAs */
+    bool fp8;                  /* ABI fwd_tma_fp8: descales after seqinfo */
     uint32_t grid_p;
     s2_tensor_map maps[8][3];
     bool has_wide;             /* the module has NAME_w, role fwd_wide (timed as a row of its own, labelled "wide") */

@@ -2,12 +2,15 @@
  * without a host copy) and one configuration's pattern, layout and device
  * buffers. */
 #include "bench_fwd.h"
+#include "dtype.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
 uint16_t *pool;
+s2_dtype bench_dtype = S2_DTYPE_BF16;
+static uint8_t *pool8;   /* e4m3: the pool rounded, byte per element */
 
 uint64_t rng_next(uint64_t *s)
 {
@@ -41,22 +44,38 @@ bool pool_init(uint64_t seed)
     uint64_t s = seed;
     for (size_t i = 0; i < POOL; i++)
         pool[i] = f32_to_bf16((float)(-1.5 + 3.0 * (double)(rng_next(&s) >> 11) / 9007199254740992.0));
+    if (bench_dtype == S2_DTYPE_E4M3) {
+        if (!(pool8 = malloc(POOL)))
+            return false;
+        const s2_dtype_info *e = s2_dtype_info_of(S2_DTYPE_E4M3);
+        for (size_t i = 0; i < POOL; i++)
+            e->from_f64(&pool8[i], bf16_to_f64(pool[i]));
+    }
     return true;
 }
 
-double pool_at(uint64_t base, uint64_t index) { return bf16_to_f64(pool[(base + index) % POOL]); }
+/* the kernel's input value: bf16, or e4m3 */
+double pool_at(uint64_t base, uint64_t index)
+{
+    uint64_t i = (base + index) % POOL;
+    if (!pool8)
+        return bf16_to_f64(pool[i]);
+    return s2_dtype_info_of(S2_DTYPE_E4M3)->to_f64(&pool8[i]);
+}
 
-/* Device buffer of `elems` bf16 filled from the pool at `base`. */
+/* Device buffer of `elems` bf16 (e4m3: bytes) filled from the pool at `base`. */
 static s2_status upload_pool(s2_ctx *ctx, s2_device *dev, s2_devptr dst, uint64_t elems, uint64_t base,
                              uint16_t *stage)
 {
+    size_t es = pool8 ? 1 : 2;
+    const uint8_t *src = pool8 ? pool8 : (const uint8_t *)pool;
     for (uint64_t done = 0; done < elems;) {
         uint64_t n = elems - done < POOL ? elems - done : POOL;
         uint64_t o = (base + done) % POOL;
         uint64_t first = POOL - o < n ? POOL - o : n;
-        memcpy(stage, pool + o, first * 2);
-        memcpy(stage + first, pool, (n - first) * 2);
-        s2_status st = s2_memcpy_h2d(ctx, dev, dst + done * 2, stage, n * 2);
+        memcpy(stage, src + o * es, first * es);
+        memcpy((uint8_t *)stage + first * es, src, (n - first) * es);
+        s2_status st = s2_memcpy_h2d(ctx, dev, dst + done * es, stage, n * es);
         if (st != S2_OK)
             return st;
         done += n;
@@ -99,7 +118,7 @@ s2_status config_open(s2_ctx *ctx, s2_device *dev, const bench_config *c, int he
         in->vb = in->qb + 12345679u;
         s2_devptr *p[4] = {&in->q, &in->k, &in->v, &in->o};
         for (int j = 0; st == S2_OK && j < 4; j++)
-            st = s2_mem_alloc(ctx, dev, cd->elems * 2, p[j]);
+            st = s2_mem_alloc(ctx, dev, cd->elems * (j < 3 ? s2_dtype_size(bench_dtype) : 2), p[j]);
         if (st == S2_OK)
             st = s2_mem_alloc(ctx, dev, (size_t)c->batch * c->heads * c->seq * 4, &in->lse);
         if (st == S2_OK)

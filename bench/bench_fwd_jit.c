@@ -143,6 +143,7 @@ s2_status jit_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, const 
         const s2_kernel_record *wide = s2_manifest_kernel_fn(k, S2_ROLE_FWD_WIDE);
         v->tma = main->abi != S2_ABI_FWD;
         v->persistent = main->grid == S2_GRID_PERSISTENT;
+        v->fp8 = main->abi == S2_ABI_FWD_TMA_FP8;
         v->has_wide = wide != NULL;
         if (wide)
             v->wide = wide->spec;

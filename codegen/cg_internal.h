@@ -135,6 +135,12 @@ void s2_nv_cp_async_wait(s2_cg *cg, int pending);
 LLVMValueRef s2_nv_pack2(s2_cg *cg, s2_dtype dt, LLVMValueRef lo, LLVMValueRef hi);
 /* a packed pair of fp8 dt (i16, low byte first) as <2 x half>, exact (the dtype row's llvm_to_f16x2, sm_89+) */
 LLVMValueRef s2_nv_f8x2_to_f16x2(s2_cg *cg, s2_dtype dt, LLVMValueRef x);
+/* Four f32 rounded to nearest (saturated to the largest finite) into one
+ * i32 of 8-bit dt (e4m3, e5m2): x0 in byte 0 ... x3 in byte 3. */
+LLVMValueRef s2_nv_pack4_fp8(s2_cg *cg, s2_dtype dt, LLVMValueRef x0, LLVMValueRef x1, LLVMValueRef x2,
+                             LLVMValueRef x3);
+/* prmt.b32: byte i of the result is byte (sel >> 4i) & 7 of {b, a} (a bytes 0-3, b bytes 4-7). */
+LLVMValueRef s2_nv_prmt(s2_cg *cg, LLVMValueRef a, LLVMValueRef b, unsigned sel);
 /* one i16 element of dt (a 16-bit dtype) as f32 */
 LLVMValueRef s2_nv_elt16_to_f32(s2_cg *cg, s2_dtype dt, LLVMValueRef x);
 /* reductions over the 4 lanes of a quad (lanes with equal lane/4) */

@@ -125,6 +125,26 @@ LLVMValueRef s2_nv_f8x2_to_f16x2(s2_cg *cg, s2_dtype dt, LLVMValueRef x)
                            &t, 1, &x);
 }
 
+LLVMValueRef s2_nv_pack4_fp8(s2_cg *cg, s2_dtype dt, LLVMValueRef x0, LLVMValueRef x1, LLVMValueRef x2,
+                             LLVMValueRef x3)
+{
+    /* cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 d, a, b puts a in the upper byte */
+    LLVMTypeRef t[2] = {cg->t_f32, cg->t_f32};
+    LLVMTypeRef i16 = LLVMInt16TypeInContext(cg->llctx);
+    LLVMValueRef v0[2] = {x1, x0}, v1[2] = {x3, x2};
+    const char *name = s2_dtype_info_of(dt)->llvm_cvt_x2;
+    LLVMValueRef lo = LLVMBuildZExt(cg->b, s2_nv_intrinsic(cg, name, i16, t, 2, v0), cg->t_i32, "");
+    LLVMValueRef hi = LLVMBuildZExt(cg->b, s2_nv_intrinsic(cg, name, i16, t, 2, v1), cg->t_i32, "");
+    return LLVMBuildOr(cg->b, lo, LLVMBuildShl(cg->b, hi, LLVMConstInt(cg->t_i32, 16, 0), ""), "fp8x4");
+}
+
+LLVMValueRef s2_nv_prmt(s2_cg *cg, LLVMValueRef a, LLVMValueRef b, unsigned sel)
+{
+    LLVMTypeRef t[3] = {cg->t_i32, cg->t_i32, cg->t_i32};
+    LLVMValueRef v[3] = {a, b, LLVMConstInt(cg->t_i32, sel, 0)};
+    return s2_nv_intrinsic(cg, "llvm.nvvm.prmt", cg->t_i32, t, 3, v);
+}
+
 LLVMValueRef s2_nv_elt16_to_f32(s2_cg *cg, s2_dtype dt, LLVMValueRef x)
 {
     LLVMBuilderRef b = cg->b;

@@ -77,11 +77,25 @@ static void unpack_acc(s2_cg *cg, LLVMValueRef r, LLVMValueRef *acc, int n)
         acc[i] = LLVMBuildExtractValue(cg->b, r, (unsigned)i, "");
 }
 
-/* "wgmma.mma_async...m64nNk16.f32.T.T {$b,...}": one step's opcode and accumulators. */
+/* "wgmma.mma_async...m64nNkK.f32.T.T {$b,...}": one step's opcode and accumulators (K: the dtype's mma_k). */
 static void put_mma(s2_buf *t, s2_dtype dt, int n, int acc_base, int na)
 {
-    s2_buf_printf(t, "wgmma.mma_async.sync.aligned.m64n%dk16.f32.%s.%s ", n, dt_name(dt), dt_name(dt));
+    s2_buf_printf(t, "wgmma.mma_async.sync.aligned.m64n%dk%d.f32.%s.%s ", n, s2_dtype_info_of(dt)->mma_k, dt_name(dt),
+                  dt_name(dt));
     put_regs(t, acc_base, na);
+}
+
+/* The scale immediates and, for 16-bit operands, the transposes (trans_a < 0:
+ * the RS form, which has none for A).  8-bit operands take no transpose:
+ * both must be K-major (PTX ISA 9.7.15.5.1). */
+static void put_tail(s2_buf *t, s2_dtype dt, int trans_a, int trans_b)
+{
+    if (s2_dtype_info_of(dt)->size == 1)
+        s2_buf_puts(t, ", 1, 1;\n");
+    else if (trans_a >= 0)
+        s2_buf_printf(t, ", 1, 1, %d, %d;\n", trans_a, trans_b);
+    else
+        s2_buf_printf(t, ", 1, 1, %d;\n", trans_b);
 }
 
 /* n register inputs: ",r" each */
@@ -99,7 +113,8 @@ static void put_pv_steps(s2_buf *t, s2_dtype dt, int n2, int k2, int na1, int ip
         put_mma(t, dt, n2, na1, n2 / 2);
         s2_buf_puts(t, ", ");
         put_regs(t, ip + 4 * j, 4);
-        s2_buf_printf(t, ", dv%d, p1, 1, 1, 1;\n", j);
+        s2_buf_printf(t, ", dv%d, p1", j);
+        put_tail(t, dt, -1, 1);
     }
 }
 
@@ -144,7 +159,8 @@ void s2_nv_wgmma_ss(s2_cg *cg, s2_dtype dt, int n, int ksteps, LLVMValueRef desc
     s2_buf_puts(&t, "wgmma.fence.sync.aligned;\n");
     for (int j = 0; j < ksteps; j++) {
         put_mma(&t, dt, n, 0, na);
-        s2_buf_printf(&t, ", da%d, db%d, %s, 1, 1, 0, %d;\n", j, j, j == 0 && !accumulate ? "p0" : "p1", trans_b ? 1 : 0);
+        s2_buf_printf(&t, ", da%d, db%d, %s", j, j, j == 0 && !accumulate ? "p0" : "p1");
+        put_tail(&t, dt, 0, trans_b ? 1 : 0);
     }
     s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n}");
     put_tied(&c, na);
@@ -178,7 +194,8 @@ void s2_nv_wgmma_rs(s2_cg *cg, s2_dtype dt, int n, int ksteps, LLVMValueRef (*a)
         put_mma(&t, dt, n, 0, na);
         s2_buf_puts(&t, ", ");
         put_regs(&t, ia + 4 * j, 4);
-        s2_buf_printf(&t, ", db%d, p1, 1, 1, %d;\n", j, trans_b ? 1 : 0);
+        s2_buf_printf(&t, ", db%d, p1", j);
+        put_tail(&t, dt, -1, trans_b ? 1 : 0);
     }
     s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n}");
     put_tied(&c, na);
@@ -218,7 +235,8 @@ void s2_nv_wgmma_ss_rs(s2_cg *cg, s2_dtype dt, int n1, int k1, LLVMValueRef desc
     s2_buf_puts(&t, "wgmma.fence.sync.aligned;\n");
     for (int j = 0; j < k1; j++) {
         put_mma(&t, dt, n1, 0, na1);
-        s2_buf_printf(&t, ", da%d, db%d, %s, 1, 1, 0, 0;\n", j, j, j == 0 ? "p0" : "p1");
+        s2_buf_printf(&t, ", da%d, db%d, %s", j, j, j == 0 ? "p0" : "p1");
+        put_tail(&t, dt, 0, 0);
     }
     s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n");
     put_pv_steps(&t, dt, n2, k2, na1, ip);
@@ -384,7 +402,8 @@ void s2_nv_wgmma_rs_rs(s2_cg *cg, s2_dtype dt, int n1, int k1, LLVMValueRef (*a1
         put_mma(&t, dt, n1, 0, na1);
         s2_buf_puts(&t, ", ");
         put_regs(&t, ia + 4 * j, 4);
-        s2_buf_printf(&t, ", db%d, %s, 1, 1, 0;\n", j, j == 0 ? "p0" : "p1");
+        s2_buf_printf(&t, ", db%d, %s", j, j == 0 ? "p0" : "p1");
+        put_tail(&t, dt, -1, 0);
     }
     s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n");
     put_pv_steps(&t, dt, n2, k2, na1, ip);

@@ -38,7 +38,7 @@ static const s2_dtype_info rows[] = {
     {.dtype = S2_DTYPE_E4M3, .name = "e4m3", .title = "fp8 e4m3", .cli = {"fp8_e4m3", "e4m3"}, .size = 1,
      .llvm = S2_LLVM_I8, .ptx = "e4m3", .ptx_x2 = "e4m3x2", .mma = S2_MMA_F8F6F4, .mma_k = 32,
      .llvm_mma = "llvm.nvvm.mma.m16n8k32.row.col.f32.e4m3.e4m3.f32", .llvm_cvt_x2 = "llvm.nvvm.ff.to.e4m3x2.rn",
-     .tensor_map = 0, .tensor_map_name = "CU_TENSOR_MAP_DATA_TYPE_UINT8", .kv_pages = true,
+     .tensor_map = 0, .tensor_map_name = "CU_TENSOR_MAP_DATA_TYPE_UINT8", .kernels = true, .kv_pages = true,
      .llvm_to_f16x2 = "llvm.nvvm.e4m3x2.to.f16x2.rn", .to_f64 = e4m3_get, .from_f64 = e4m3_put},
     {.dtype = S2_DTYPE_E5M2, .name = "e5m2", .title = "fp8 e5m2", .cli = {"fp8_e5m2", "e5m2"}, .size = 1,
      .llvm = S2_LLVM_I8, .ptx = "e5m2", .ptx_x2 = "e5m2x2", .mma = S2_MMA_F8F6F4, .mma_k = 32,

@@ -32,7 +32,7 @@ s2_status s2_rt_tensor_map_of(s2_ctx *ctx, const s2_device *dev, s2_tensor_map *
     uint64_t strides[3];
     for (int i = 0; i < 3; i++)
         strides[i] = ext[i] < 2 || el[i] <= 0 ? (uint64_t)d * es : (uint64_t)el[i] * es;
-    uint32_t box[4] = {64, rows, 1, 1};
+    uint32_t box[4] = {(uint32_t)(128 / es), rows, 1, 1};   /* 128 bytes: one swizzle row */
     return s2_tensor_map_encode_tiled(ctx, dev, map, dt, 4, ptr, dims, strides, box, 128);
 }
 

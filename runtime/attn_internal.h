@@ -88,7 +88,7 @@ typedef struct sched_slot {
 #define S2_RT_DIM_TMAP
 #define S2_RT_DIM_BYTES [2 * S2_COMBINE_MAX_INPUTS] /* the combine's table, decode.h */
 #define S2_RT_FIELD(e, n, t) S2_RT_CT_##t e S2_RT_DIM_##t;
-typedef struct s2_rt_fwd_vals { S2_ABI_FWD_TMA_PERSISTENT_PARAMS(S2_RT_FIELD) } s2_rt_fwd_vals;
+typedef struct s2_rt_fwd_vals { S2_ABI_FWD_FAMILY(S2_RT_FIELD) } s2_rt_fwd_vals;
 typedef struct s2_rt_bwd_vals { S2_ABI_BWD_TMA_PARAMS(S2_RT_FIELD) } s2_rt_bwd_vals;
 typedef struct s2_rt_decode_vals { S2_ABI_DECODE_PARAMS(S2_RT_FIELD) } s2_rt_decode_vals;
 typedef struct s2_rt_combine_vals { S2_ABI_COMBINE_PARAMS(S2_RT_FIELD) } s2_rt_combine_vals;

@@ -23,8 +23,9 @@ typedef struct tensor_desc {
 static const char *const dim_names[3] = {"batch", "seq", "head"};
 
 /* Strides of dimensions of extent 1 are never multiplied by a non-zero
- * index, so only the others are checked. */
-static s2_status check_strides(s2_ctx *ctx, const tensor_desc *t)
+ * index, so only the others are checked; mult: the elements of 16 bytes
+ * (8, or 16 for 8-bit tensors). */
+static s2_status check_strides_of(s2_ctx *ctx, const tensor_desc *t, int mult)
 {
     for (int i = 0; i < 3; i++) {
         if (t->ext[i] < 2)
@@ -32,13 +33,15 @@ static s2_status check_strides(s2_ctx *ctx, const tensor_desc *t)
         if (t->stride[i] < 0)
             return s2_fail(ctx, S2_ERR_STRIDE, "%s: %s stride %lld is negative (not supported)", t->name,
                            dim_names[i], (long long)t->stride[i]);
-        if (t->stride[i] % 8 != 0)
+        if (t->stride[i] % mult != 0)
             return s2_fail(ctx, S2_ERR_ALIGNMENT,
-                           "%s: %s stride %lld is not a multiple of 8 elements (rows are read as 16-byte vectors)",
-                           t->name, dim_names[i], (long long)t->stride[i]);
+                           "%s: %s stride %lld is not a multiple of %d elements (rows are read as 16-byte vectors)",
+                           t->name, dim_names[i], (long long)t->stride[i], mult);
     }
     return S2_OK;
 }
+
+static s2_status check_strides(s2_ctx *ctx, const tensor_desc *t) { return check_strides_of(ctx, t, 8); }
 
 /* Distinct output rows must not overlap, or the CTAs writing them race:
  * taken by increasing stride, each dimension must step over everything the
@@ -196,6 +199,36 @@ static void describe_tensors(const s2_attn_fwd_args *a, tensor_desc t[4])
     t[3] = (tensor_desc){"o", a->o, a->o_stride, {nb, a->q_len, a->heads}};
 }
 
+/* Whether k is an e4m3 kernel (ABI fwd_tma_fp8: o bf16, descales). */
+static bool fwd_fp8(const s2_attn_kernel *k)
+{
+    return k->rec[S2_ROLE_FWD] && k->rec[S2_ROLE_FWD]->abi == S2_ABI_FWD_TMA_FP8;
+}
+
+/* e4m3 kernels run on sm_90a only (wgmma on fp8 operands); descales are
+ * theirs alone, 4-byte aligned fp32 [batch][kv_heads]. */
+static s2_status fwd_check_fp8(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a)
+{
+    const uint64_t ds[3] = {a->q_descale, a->k_descale, a->v_descale};
+    static const char *const names[3] = {"q_descale", "k_descale", "v_descale"};
+    bool fp8 = fwd_fp8(k);
+    if (fp8 != (a->dtype == S2_DTYPE_E4M3))
+        return s2_fail(ctx, S2_ERR_INVALID, "kernel %s: dtype %s on ABI %s (a manifest the runtime does not take)",
+                       k->desc->name, s2_dtype_name(a->dtype), fp8 ? "fwd_tma_fp8" : "of 16-bit kernels");
+    for (int i = 0; i < 3; i++)
+        if (ds[i] && !fp8)
+            return s2_fail(ctx, S2_ERR_INVALID, "%s: only e4m3 kernels take descales (kernel %s is %s)", names[i],
+                           k->desc->name, s2_dtype_name(a->dtype));
+        else if (ds[i] % 4 != 0)
+            return s2_fail(ctx, S2_ERR_ALIGNMENT, "%s: 0x%llx is not 4-byte aligned", names[i],
+                           (unsigned long long)ds[i]);
+    const s2_device_info *in = s2_device_get_info(k->mod->dev);
+    if (fp8 && (k->desc->spec.arch != S2_ARCH_SM90A || !in || in->cc_major != 9 || in->cc_minor != 0))
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "kernel %s: e4m3 attention runs on sm_90a only (this device is sm_%d%d)",
+                       k->desc->name, in ? in->cc_major : 0, in ? in->cc_minor : 0);
+    return S2_OK;
+}
+
 /* The extents (no driver); *bytes gets each tensor's. */
 static s2_status fwd_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s2_attn_fwd_args *a, size_t bytes[5])
 {
@@ -207,8 +240,12 @@ static s2_status fwd_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s
         if (!t[i].ptr)
             return s2_fail(ctx, S2_ERR_NULL_ARG, "%s is a null pointer", t[i].name);
     s2_status st = s2_rt_check_sizes(ctx, k, a);
+    if (st == S2_OK)
+        st = fwd_check_fp8(ctx, k, a);
+    /* fp8: q, k, v of bytes (TMA strides: 16 bytes), o bf16 */
+    bool fp8 = fwd_fp8(k);
     for (int i = 0; i < 4 && st == S2_OK; i++)
-        st = check_strides(ctx, &t[i]);
+        st = check_strides_of(ctx, &t[i], fp8 && i < 3 ? 16 : 8);
     if (st != S2_OK)
         return st;
     if ((st = check_aligned16(ctx, t, 4)) != S2_OK)
@@ -217,7 +254,8 @@ static s2_status fwd_check_extents(s2_ctx *ctx, const s2_attn_kernel *k, const s
         return s2_fail(ctx, S2_ERR_ALIGNMENT, "lse: 0x%llx is not 4-byte aligned", (unsigned long long)a->lse);
     size_t esize = s2_dtype_size(a->dtype);
     for (int i = 0; i < 4; i++)
-        if ((st = tensor_bytes(ctx, &t[i], a->head_dim, esize, &bytes[i])) != S2_OK)
+        if ((st = tensor_bytes(ctx, &t[i], a->head_dim, fp8 && i == 3 ? s2_dtype_size(S2_DTYPE_BF16) : esize,
+                               &bytes[i])) != S2_OK)
             return st;
     bytes[4] = (size_t)tensor_batch(a) * (size_t)a->heads * (size_t)a->q_len * sizeof(float);
     return S2_OK;
@@ -244,6 +282,15 @@ static s2_status check_device_side(s2_ctx *ctx, const s2_attn_kernel *k, const s
     describe_tensors(a, t);
     for (int i = 0; i < 4; i++) {
         s2_status st = s2_check_device_ptr(ctx, k->mod->dev, t[i].ptr, bytes[i], 16, t[i].name);
+        if (st != S2_OK)
+            return st;
+    }
+    const uint64_t ds[3] = {a->q_descale, a->k_descale, a->v_descale};
+    static const char *const names[3] = {"q_descale", "k_descale", "v_descale"};
+    for (int i = 0; i < 3; i++) {
+        s2_status st = ds[i] ? s2_check_device_ptr(ctx, k->mod->dev, ds[i], (size_t)a->batch * (size_t)a->kv_heads * 4,
+                                                   4, names[i])
+                             : S2_OK;
         if (st != S2_OK)
             return st;
     }

@@ -41,6 +41,7 @@ fwd_gpu_f32                60  S2C_FWD_CASES=_f32 test_fwd_gpu
 fwd_gpu_f32_sm80           60  S2C_FWD_ARCH=sm_80 S2C_FWD_CASES=_f32 test_fwd_gpu
 attnrt_gpu                 90  test_attn_gpu
 varlen_gpu                 90  test_varlen_gpu
+fwd_fp8_gpu               180  test_fwd_fp8_gpu
 varlen_bwd_gpu            150  test_varlen_bwd_gpu
 seams_gpu                  90  test_seams_gpu
 cp_gpu                    180  NCCL_NVLS_ENABLE=0 test_cp_gpu
@@ -82,6 +83,8 @@ memcheck_bwd_hd_mma       150  S2C_BWD_CASES=hd80_causal64 compute-sanitizer --t
 memcheck_bwd_hd_wg        240  S2C_BWD_CASES=hd256_gqa8_2_b64 compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
 memcheck_bwd_hd_rt        240  S2C_BWD_CASES=hd256_rt compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
 racecheck_bwd_hd          300  S2C_BWD_CASES=hd192_rt compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
+memcheck_fwd_fp8          180  S2C_FP8_CASES=causal64_d128_b2 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_fp8_gpu
+racecheck_fwd_fp8         240  S2C_FP8_CASES=mergeq16_d128 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_fp8_gpu
 memcheck_seams            120  compute-sanitizer --tool memcheck --error-exitcode 1 test_seams_gpu
 memcheck_attnrt            90  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_attn_gpu
 memcheck_decode            90  S2C_DECODE_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu
@@ -92,6 +95,7 @@ memcheck_decode_fp8_d256  120  S2C_DECODE_CASES=d256 compute-sanitizer --tool me
 memcheck_concurrency      180  S2C_GRAPH_CASES=concurrency compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_graph_gpu
 memcheck_graph           120  S2C_GRAPH_CASES=varlen,backward,decode S2C_GRAPH_REPLAYS=3 compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_graph_gpu
 bench_fwd                 120  bench_fwd --reps 30 --rows 12 --config b64_8k,mergeq16_8k,b64_32k,b64_128k,b64_l16v8_16k,dense_8k
+bench_fwd_fp8             150  bench_fwd --reps 30 --rows 4 --config b64_32k,b64_128k --dtype e4m3
 bench_fwd_hdim            120  bench_fwd --reps 30 --rows 4 --config b64_32k --head-dim 64,192,256
 bench_bwd                 150  bench_bwd --reps 30
 bench_bwd_d256             90  bench_bwd --reps 30 --config d256_b64_32k

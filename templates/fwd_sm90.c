@@ -231,7 +231,7 @@ static void tma_tile(sm90 *k, int dst_off, LLVMValueRef dst_dyn, int rows, LLVMV
         LLVMValueRef dst = addc(k, k->smem, dst_off + c * rows * 128);
         if (dst_dyn)
             dst = add(k, dst, dst_dyn);
-        LLVMValueRef co[4] = {c32(k, 64 * c), row0, head, k->bidx32};
+        LLVMValueRef co[4] = {c32(k, k->s.CB * c), row0, head, k->bidx32};
         s2_nv_tma_load_4d(k->cg, dst, bar, param(k, tmap), co);
     }
 }
@@ -252,10 +252,93 @@ static void load_gathered(sm90 *k, const LLVMValueRef *row0s, LLVMValueRef soff,
             int base = m ? s->v_off : s->k_off;
             for (int c = 0; c < s->NB; c++) {
                 LLVMValueRef dst = add(k, addc(k, k->smem, base + c * s->BN * 128 + j * rows * 128), soff);
-                LLVMValueRef co[4] = {c32(k, 64 * c), row0s[j], k->kvh32, k->bidx32};
+                LLVMValueRef co[4] = {c32(k, s->CB * c), row0s[j], k->kvh32, k->bidx32};
                 s2_nv_tma_load_4d(k->cg, dst, bar, param(k, m ? P_TMAP_V : P_TMAP_K), co);
             }
         }
+}
+
+static LLVMValueRef smem_at(sm90 *k, LLVMValueRef off)
+{
+    LLVMValueRef off64 = LLVMBuildZExt(k->b, off, k->cg->t_i64, "");
+    return LLVMBuildInBoundsGEP2(k->b, LLVMInt8TypeInContext(k->cg->llctx), s2_nv_dynamic_smem(k->cg), &off64, 1, "");
+}
+
+/* fp8: each landed V tile (key rows, 128-byte swizzled column blocks) into
+ * its stage's Vᵀ (D rows of BN keys, one 128-byte swizzled row each: the
+ * K-major B of the P·V wgmma, which takes no transpose for 8-bit types).
+ * Keys are permuted within each 32 so that k of P's register fragment is
+ * the key the thread holds in S's accumulator (FA3's fp8 V transpose): Vᵀ
+ * column 16h + 4t + e holds key 16h + 8(e >> 1) + 2t + (e & 1), and P
+ * needs no shuffle.  Warps 1-3 of the producer warpgroup move 4x4-byte
+ * squares (keys c, c+1, c+8, c+9 by columns d0..d0+3: 32-bit loads, prmt,
+ * 32-bit stores).  A unit (dhi, jh2) is 32 columns by 64 keys: lane (t, q)
+ * takes d0 = 32·dhi + 4q and, for r = 0..3, the keys from c = 16·jh + 2t,
+ * jh = ((q >> 1) ^ r) + 4·jh2, which puts both a warp's loads and its
+ * stores on 32 distinct banks; r unrolled, the addresses are a unit's bases
+ * plus a lane XOR.  Each thread makes its stores visible to the async proxy
+ * and arrives on the stage's Vᵀ barrier. */
+static void transpose_v(sm90 *k)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    const sm90_shape *s = &k->s;
+    LLVMValueRef tw = LLVMBuildSub(b, LLVMBuildLShr(b, k->tid, c32(k, 5), ""), c32(k, 1), "vt_warp");
+    LLVMValueRef lane = LLVMBuildAnd(b, k->tid, c32(k, 31), "");
+    LLVMValueRef t = LLVMBuildAnd(b, lane, c32(k, 3), "");
+    LLVMValueRef dl = LLVMBuildAnd(b, lane, c32(k, ~3), "");       /* 4q */
+    LLVMValueRef jl = LLVMBuildAnd(b, LLVMBuildLShr(b, lane, c32(k, 3), ""), c32(k, 3), "");
+    int nj = s->BN / 64, nu = nj * (s->D / 32);
+    work_loop wl;
+    s2_sm90_work_begin(k, &wl, "work_t", NULL, false);
+    s2_nv_loop loop;
+    s2_nv_loop_begin(cg, &loop, "vt", k->begin, k->end, c32(k, 1), NULL, 0);
+    LLVMValueRef i = add(k, k->it0, LLVMBuildSub(b, loop.iv, k->begin, "i"));
+    LLVMValueRef stage = s2_kb_ring_stage(&k->kb, i, s->stages, "stage");
+    s2_nv_mbar_wait(cg, full_bar(k, stage), s2_kb_ring_parity(&k->kb, i, s->stages, ""));
+    LLVMValueRef vbase = addc(k, LLVMBuildMul(b, stage, c32(k, s->stage_bytes), ""), s->v_off);
+    LLVMValueRef tbase = addc(k, LLVMBuildMul(b, stage, c32(k, s->vt_stage_bytes), ""), s->vt_off);
+    s2_nv_loop un;
+    s2_nv_loop_begin(cg, &un, "vt_unit", tw, c32(k, nu), c32(k, 3), NULL, 0);
+    LLVMValueRef jh2 = nj > 1 ? LLVMBuildAnd(b, un.iv, c32(k, nj - 1), "jh2") : c32(k, 0);
+    LLVMValueRef dhi = nj > 1 ? LLVMBuildLShr(b, un.iv, c32(k, s2_log2i(nj)), "dhi") : un.iv;
+    LLVMValueRef d0 = add(k, LLVMBuildShl(b, dhi, c32(k, 5), ""), dl);
+    LLVMValueRef chunk = LLVMBuildAnd(b, LLVMBuildLShr(b, d0, c32(k, 4), ""), c32(k, 7), "");
+    /* loads: d0's 128-byte block and byte, key c's row (2t·128 + jh2·64·128); keys c, c+8 swizzle as c, keys c+1, c+9 as c+1 */
+    LLVMValueRef lb = add(k, vbase, LLVMBuildMul(b, LLVMBuildLShr(b, d0, c32(k, 7), ""), c32(k, s->BN * 128), ""));
+    lb = add(k, add(k, lb, LLVMBuildAnd(b, d0, c32(k, 15), "")),
+             add(k, LLVMBuildShl(b, t, c32(k, 8), ""), LLVMBuildShl(b, jh2, c32(k, 13), "")));
+    LLVMValueRef t2 = LLVMBuildShl(b, t, c32(k, 1), "");
+    LLVMValueRef a0 = add(k, lb, LLVMBuildShl(b, LLVMBuildXor(b, chunk, t2, ""), c32(k, 4), ""));
+    LLVMValueRef a1 = addc(k, add(k, lb, LLVMBuildShl(b, LLVMBuildXor(b, chunk, LLVMBuildOr(b, t2, c32(k, 1), ""), ""),
+                                                     c32(k, 4), "")), 128);
+    /* stores: row d0 + j, its chunk jh ^ ((d0 + j) & 7) = (jl ^ r ^ j) ^ (4·jh2 ^ (d0 & 7)) */
+    LLVMValueRef sb = add(k, tbase, add(k, LLVMBuildShl(b, d0, c32(k, 7), ""), LLVMBuildShl(b, t, c32(k, 2), "")));
+    LLVMValueRef y = LLVMBuildXor(b, jl, LLVMBuildXor(b, LLVMBuildShl(b, jh2, c32(k, 2), ""),
+                                                      LLVMBuildAnd(b, d0, c32(k, 7), ""), ""), "");
+    for (int r = 0; r < 4; r++) {
+        LLVMValueRef jr = LLVMBuildShl(b, LLVMBuildXor(b, jl, c32(k, r), ""), c32(k, 11), "");
+        LLVMValueRef offs[4] = {add(k, a0, jr), add(k, a1, jr), addc(k, add(k, a0, jr), 1024), addc(k, add(k, a1, jr), 1024)};
+        LLVMValueRef w[4];
+        for (int j = 0; j < 4; j++) {
+            w[j] = LLVMBuildLoad2(b, cg->t_i32, smem_at(k, offs[j]), "v4");
+            LLVMSetAlignment(w[j], 4);
+        }
+        /* x: bytes 0, 1 of keys c, c+1 interleaved, y: of keys c+8, c+9; then 2, 3 */
+        LLVMValueRef x = s2_nv_prmt(cg, w[0], w[1], 0x5140), yv = s2_nv_prmt(cg, w[2], w[3], 0x5140);
+        LLVMValueRef x2 = s2_nv_prmt(cg, w[0], w[1], 0x7362), y2 = s2_nv_prmt(cg, w[2], w[3], 0x7362);
+        LLVMValueRef o[4] = {s2_nv_prmt(cg, x, yv, 0x5410), s2_nv_prmt(cg, x, yv, 0x7632),
+                             s2_nv_prmt(cg, x2, y2, 0x5410), s2_nv_prmt(cg, x2, y2, 0x7632)};
+        for (int j = 0; j < 4; j++) {
+            LLVMValueRef off = addc(k, add(k, sb, LLVMBuildShl(b, LLVMBuildXor(b, y, c32(k, r ^ j), ""), c32(k, 4), "")),
+                                    128 * j);
+            LLVMSetAlignment(LLVMBuildStore(b, o[j], smem_at(k, off)), 4);
+        }
+    }
+    s2_nv_loop_end(cg, &un, NULL);
+    s2_nv_fence_proxy_async(cg);
+    s2_nv_mbar_arrive(cg, vt_bar(k, stage));
+    s2_nv_loop_end(cg, &loop, NULL);
 }
 
 static void producer(sm90 *k)
@@ -264,6 +347,12 @@ static void producer(sm90 *k)
     LLVMBuilderRef b = k->b;
     const sm90_shape *s = &k->s;
     s2_nv_setmaxnreg(cg, false, s->prod_regs);
+    if (s->fp8) {
+        s2_nv_if tw;
+        s2_nv_if_begin(cg, &tw, LLVMBuildICmp(b, LLVMIntUGE, k->tid, c32(k, 32), ""), "vt_warps");
+        transpose_v(k);
+        s2_nv_if_end(cg, &tw);
+    }
     /* one thread issues the copies */
     s2_nv_if one;
     s2_nv_if_begin(cg, &one, LLVMBuildICmp(b, LLVMIntEQ, k->tid, c32(k, 0), ""), "tma_thread");
@@ -298,9 +387,9 @@ static void producer(sm90 *k)
     /* Q: one box of 64 rows per consumer slab and 64-column block; rows
      * before the queries (negative) and past q_len come back as zeros */
     LLVMValueRef qrow0 = add(k, LLVMBuildSub(b, k->tile_pos0, k->q_start, ""), k->q_row0);
-    s2_nv_mbar_arrive_expect_tx(cg, q_bar(k), s->BM * s->DP * 2);
+    s2_nv_mbar_arrive_expect_tx(cg, q_bar(k), s->BM * s->DP * s->esz);
     for (int w = 0; w < s->NC; w++)
-        tma_tile(k, s->q_off + w * SLAB * s->DP * 2, NULL, SLAB, q_bar(k), P_TMAP_Q, addc(k, qrow0, SLAB * w),
+        tma_tile(k, s->q_off + w * SLAB * s->DP * s->esz, NULL, SLAB, q_bar(k), P_TMAP_Q, addc(k, qrow0, SLAB * w),
                  k->head32);
     /* the next item, fetched now so that the atomic's latency passes under this item's loads */
     if (s->persistent)
@@ -379,10 +468,17 @@ static void producer(sm90 *k)
 static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kspec *spec)
 {
     memset(s, 0, sizeof *s);
+    const s2_dtype_info *di = s2_dtype_info_of(spec->dtype);
     s->dt = spec->dtype;
     s->D = spec->head_dim;
-    s->NB = (s->D + 63) / 64;
-    s->DP = 64 * s->NB;
+    s->esz = (int)di->size;
+    s->fp8 = s->esz == 1;
+    s->out_dt = s->fp8 ? S2_DTYPE_BF16 : s->dt;
+    s->KS = di->mma_k;
+    s->CB = 128 / s->esz;
+    s->NB = (s->D + s->CB - 1) / s->CB;
+    s->DP = s->CB * s->NB;
+    s->PN = s->fp8 ? s->D : s->DP;
     s->BM = spec->block_m;
     s->BN = spec->block_n;
     s->NC = spec->block_m / SLAB;
@@ -423,14 +519,20 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kspec *
         s->owned = s->owned && e[0] == '1';
 #endif
     s->q_off = 0;
-    s->stage_bytes = s->BN * s->DP * 2;
-    s->k_off = s->BM * s->DP * 2;
+    s->stage_bytes = s->BN * s->DP * s->esz;
+    s->k_off = s->BM * s->DP * s->esz;
     s->v_off = s->k_off + s->stages * s->stage_bytes;
     s->bar_off = s->v_off + s->stages * s->stage_bytes;
+    if (s->fp8) {
+        s->vt_off = s->bar_off;
+        s->vt_stage_bytes = s->D * 128;
+        s->bar_off = s->vt_off + s->stages * s->vt_stage_bytes;
+    }
     /* persistent: q_empty, then the next work item's word */
     s->slot_off = s->bar_off + 8 * (2 * s->stages + 2);
     s->n_first = s->owned ? 2 : 1;
     s->smem = s->persistent ? s->slot_off + ((4 * (SLOT_ENTRY + s->n_first * entry_words(s)) + 7) & ~7)
+              : s->fp8      ? s->bar_off + 8 * (3 * s->stages + 2)
                             : s->bar_off + 8 * (2 * s->stages + 1);
     s->scratch_off = s->smem;
     if (s->pv_fence)
@@ -445,6 +547,10 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kspec *
     } else {
         s->min_ctas = 2, s->prod_regs = s->persistent ? 32 : 24, s->cons_regs = s->persistent ? 224 : 232;
     }
+    /* fp8: the transposing warps take 40 (at 32 their unrolled key groups spill); the consumers hold a byte
+     * per P and Q element: 40 * 128 + 232 * 256 and 40 * 128 + 216 * 128 fill the caps above */
+    if (s->fp8)
+        s->prod_regs = 40, s->cons_regs = s->NC == 2 ? 232 : 216;
 }
 
 int s2_fwd_sm90_smem_bytes(const s2_pattern *p, const s2_kspec *spec)
@@ -460,12 +566,14 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
     sm90_shape_init(&k.s, p, spec);
     const sm90_shape *s = &k.s;
     if (s->D < 16 || s->D > MAX_D || s->D % 16 || s->BN < 16 || s->BN > MAX_BN || s->BN % 16 ||
-        (s->NC != 1 && s->NC != 2) || s->BM != SLAB * s->NC || s->threads != 32 * spec->num_warps)
+        (s->NC != 1 && s->NC != 2) || s->BM != SLAB * s->NC || s->threads != 32 * spec->num_warps ||
+        (s->fp8 && (s->D % 32 || s->BN % 64 || s->persistent)))
         return s2_fail(ctx, S2_ERR_INTERNAL, "forward sm_90a: unresolved spec reached the builder");
     LLVMTypeRef params[P_COUNT];
-    s2_abi_id abi = s->persistent ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA;
+    s2_abi_id abi = s->fp8 ? S2_ABI_FWD_TMA_FP8 : s->persistent ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA;
     int nparams = s2_kb_abi_params(cg, abi, params);
     k.p_seqinfo = s2_abi_param_index(abi, "seqinfo");
+    k.p_descale = s2_abi_param_index(abi, "q_descale");
     k.fn = s2_nv_kernel_new(cg, name, params, (unsigned)nparams, s->threads, s->min_ctas);
     for (int i = P_CLASS; i <= P_ENTRIES; i++) {
         s2_nv_param_attr(cg, k.fn, (unsigned)i, "noalias");
@@ -477,6 +585,8 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
     }
     s2_nv_param_attr(cg, k.fn, (unsigned)k.p_seqinfo, "noalias");
     s2_nv_param_attr(cg, k.fn, (unsigned)k.p_seqinfo, "readonly");
+    for (int i = 0; k.p_descale >= 0 && i < 3; i++)
+        s2_nv_param_attr(cg, k.fn, (unsigned)(k.p_descale + i), "readonly");
     s2_nv_param_attr(cg, k.fn, P_O, "noalias");
     s2_nv_param_attr(cg, k.fn, P_LSE, "noalias");
     for (int i = P_TMAP_Q; i <= P_TMAP_V; i++)
@@ -494,6 +604,8 @@ s2_status s2_fwd_sm90_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
     s2_nv_mbar_init(cg, q_bar(&k), 1);
     if (s->persistent)
         s2_nv_mbar_init(cg, q_empty_bar(&k), S2_WARPGROUP * s->NC);
+    for (int st = 0; s->fp8 && st < s->stages; st++)
+        s2_nv_mbar_init(cg, vt_bar(&k, c32(&k, st)), S2_WARPGROUP - 32);
     s2_nv_fence_mbar_init(cg);
     s2_nv_if_end(cg, &init);
     s2_nv_barrier_cta(cg);

@@ -15,12 +15,14 @@ static LLVMValueRef tile_row(sm90 *k, int hr)
     return add(k, r, addc(k, k->g, 8 * hr));
 }
 
-/* Descriptor steps (bytes >> 4) of the k16 steps: Q and K K-major in
- * 64-column blocks (+32 B inside a block, next block after rows * 128 B),
- * V N-major, 16 key rows per step (PTX ISA 9.7.15.5.1.2.1, canonical layouts). */
+/* Descriptor steps (bytes >> 4) of the k steps (32 bytes: k16 of 16-bit
+ * types, k32 of 8-bit ones): Q and K K-major in 128-byte column blocks
+ * (+32 B inside a block, next block after rows * 128 B), V N-major, 16 key
+ * rows per step, or (fp8) Vᵀ K-major, 32 keys per step (PTX ISA
+ * 9.7.15.5.1.2.1, canonical layouts). */
 static void qk_steps(const sm90_shape *s, int *a_step, int *b_step)
 {
-    for (int j = 0; j < s->D / 16; j++) {
+    for (int j = 0; j < s->D / s->KS; j++) {
         a_step[j] = ((j / 4) * SLAB * 128 + (j % 4) * 32) >> 4;
         b_step[j] = ((j / 4) * s->BN * 128 + (j % 4) * 32) >> 4;
     }
@@ -28,8 +30,8 @@ static void qk_steps(const sm90_shape *s, int *a_step, int *b_step)
 
 static void v_steps(const sm90_shape *s, int *v_step)
 {
-    for (int j = 0; j < s->BN / 16; j++)
-        v_step[j] = (j * 16 * 128) >> 4;
+    for (int j = 0; j < s->BN / s->KS; j++)
+        v_step[j] = s->fp8 ? (j * 32) >> 4 : (j * 16 * 128) >> 4;
 }
 
 /* Q as the wgmma A operand in registers (the m16n8k16 A map per warp, as pack_p): step j,
@@ -42,10 +44,12 @@ static void load_q_regs(sm90 *k)
     LLVMTypeRef i8 = LLVMInt8TypeInContext(cg->llctx);
     LLVMValueRef base = s2_nv_dynamic_smem(cg);
     LLVMValueRef r0 = add(k, LLVMBuildShl(b, k->warp, c32(k, 4), ""), k->g);
-    LLVMValueRef row = add(k, LLVMBuildMul(b, k->wgc, c32(k, SLAB * k->s.DP * 2), ""),
+    LLVMValueRef row = add(k, LLVMBuildMul(b, k->wgc, c32(k, SLAB * k->s.DP * k->s.esz), ""),
                            LLVMBuildShl(b, r0, c32(k, 7), ""));
     row = add(k, row, LLVMBuildShl(b, k->t4, c32(k, 2), ""));
-    for (int j = 0; j < k->s.D / 16; j++)
+    /* (fp8's k32 A map puts the same 4 bytes in each register: row g (+8),
+     * bytes 32j + 4·t4 (+16)) */
+    for (int j = 0; j < k->s.D / k->s.KS; j++)
         for (int q = 0; q < 4; q++) {
             int chunk = 2 * (j % 4) + (q >> 1);
             LLVMValueRef sw = LLVMBuildShl(b, LLVMBuildXor(b, k->g, c32(k, chunk), ""), c32(k, 4), "");
@@ -60,7 +64,7 @@ static void load_q_regs(sm90 *k)
 
 static LLVMValueRef q_desc(sm90 *k)
 {
-    LLVMValueRef qa = add(k, addc(k, k->smem, k->s.q_off), LLVMBuildMul(k->b, k->wgc, c32(k, SLAB * k->s.DP * 2), ""));
+    LLVMValueRef qa = add(k, addc(k, k->smem, k->s.q_off), LLVMBuildMul(k->b, k->wgc, c32(k, SLAB * k->s.DP * k->s.esz), ""));
     return s2_nv_wgmma_desc(k->cg, qa, 16, 1024);
 }
 
@@ -68,6 +72,15 @@ static LLVMValueRef kv_desc(sm90 *k, int off, LLVMValueRef stage, int lbo)
 {
     LLVMValueRef a = add(k, addc(k, k->smem, off), LLVMBuildMul(k->b, stage, c32(k, k->s.stage_bytes), ""));
     return s2_nv_wgmma_desc(k->cg, a, lbo, 1024);
+}
+
+/* P·V's B: V N-major (16-bit), or fp8's Vᵀ K-major */
+static LLVMValueRef pv_desc(sm90 *k, LLVMValueRef stage)
+{
+    if (!k->s.fp8)
+        return kv_desc(k, k->s.v_off, stage, k->s.BN * 128);
+    LLVMValueRef a = add(k, addc(k, k->smem, k->s.vt_off), LLVMBuildMul(k->b, stage, c32(k, k->s.vt_stage_bytes), ""));
+    return s2_nv_wgmma_desc(k->cg, a, 16, 1024);
 }
 
 /* S = Q·K(stage)ᵀ, issued and committed (no wait). */
@@ -79,10 +92,10 @@ static void issue_scores(sm90 *k, LLVMValueRef stage, LLVMValueRef *sacc)
     for (int i = 0; i < s->BN / 2; i++)
         sacc[i] = LLVMGetUndef(k->cg->t_f32);
     if (s->q_regs)
-        s2_nv_wgmma_rs_rs(k->cg, s->dt, s->BN, s->D / 16, k->qa, kv_desc(k, s->k_off, stage, 16), b_step, sacc, 0, 0,
+        s2_nv_wgmma_rs_rs(k->cg, s->dt, s->BN, s->D / s->KS, k->qa, kv_desc(k, s->k_off, stage, 16), b_step, sacc, 0, 0,
                           NULL, NULL, NULL, NULL);
     else
-        s2_nv_wgmma_ss(k->cg, s->dt, s->BN, s->D / 16, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step,
+        s2_nv_wgmma_ss(k->cg, s->dt, s->BN, s->D / s->KS, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step,
                        false, false, sacc);
 }
 
@@ -93,7 +106,7 @@ static void issue_pv(sm90 *k, LLVMValueRef stage, LLVMValueRef (*pa)[4], LLVMVal
     const sm90_shape *s = &k->s;
     int v_step[MAX_BN / 16];
     v_steps(s, v_step);
-    s2_nv_wgmma_rs(k->cg, s->dt, s->DP, s->BN / 16, pa, kv_desc(k, s->v_off, stage, s->BN * 128), v_step, true, oacc);
+    s2_nv_wgmma_rs(k->cg, s->dt, s->PN, s->BN / s->KS, pa, pv_desc(k, stage), v_step, true, oacc);
 }
 
 /* S(stage) and O += P·V(prev) as two groups of one batch. */
@@ -107,17 +120,33 @@ static void issue_scores_pv(sm90 *k, LLVMValueRef stage, LLVMValueRef *sacc, LLV
     for (int i = 0; i < s->BN / 2; i++)
         sacc[i] = LLVMGetUndef(k->cg->t_f32);
     if (s->q_regs) {
-        s2_nv_wgmma_rs_rs(k->cg, s->dt, s->BN, s->D / 16, k->qa, kv_desc(k, s->k_off, stage, 16), b_step, sacc, s->DP,
-                          s->BN / 16, pa, kv_desc(k, s->v_off, prev, s->BN * 128), v_step, oacc);
+        s2_nv_wgmma_rs_rs(k->cg, s->dt, s->BN, s->D / s->KS, k->qa, kv_desc(k, s->k_off, stage, 16), b_step, sacc,
+                          s->PN, s->BN / s->KS, pa, pv_desc(k, prev), v_step, oacc);
         return;
     }
-    s2_nv_wgmma_ss_rs(k->cg, s->dt, s->BN, s->D / 16, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step,
-                      sacc, s->DP, s->BN / 16, pa, kv_desc(k, s->v_off, prev, s->BN * 128), v_step, oacc);
+    s2_nv_wgmma_ss_rs(k->cg, s->dt, s->BN, s->D / s->KS, q_desc(k), a_step, kv_desc(k, s->k_off, stage, 16), b_step,
+                      sacc, s->PN, s->BN / s->KS, pa, pv_desc(k, prev), v_step, oacc);
 }
 
+/* fp8: P is cast as P · P8_SCALE (in [0, 256]: small probabilities stay
+ * normal numbers instead of underflowing, FA3's Max_offset 8), undone in O's
+ * final factor (descales). */
+#define P8_SCALE 256.0f
+
+/* fp8: k step j's four registers hold 4 keys each: row g (+8 in registers
+ * 1, 3), the thread's two columns of S's n-tiles 4j, 4j+1 (registers 0, 1)
+ * or 4j+2, 4j+3 (2, 3); Vᵀ's key order matches (transpose_v). */
 static void pack_p(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef (*pa)[4])
 {
-    for (int j = 0; j < k->s.BN / 16; j++) {
+    for (int j = 0; k->s.fp8 && j < k->s.BN / 32; j++)
+        for (int q = 0; q < 4; q++) {
+            int n = 4 * j + 2 * (q >> 1), h = 2 * (q & 1);
+            LLVMValueRef x[4] = {sc[n][h], sc[n][h + 1], sc[n + 1][h], sc[n + 1][h + 1]};
+            for (int e = 0; e < 4; e++)
+                x[e] = LLVMBuildFMul(k->b, x[e], cf(k, P8_SCALE), "");
+            pa[j][q] = s2_nv_pack4_fp8(k->cg, k->s.dt, x[0], x[1], x[2], x[3]);
+        }
+    for (int j = 0; !k->s.fp8 && j < k->s.BN / 16; j++) {
         pa[j][0] = s2_nv_pack2(k->cg, k->s.dt, sc[2 * j][0], sc[2 * j][1]);
         pa[j][1] = s2_nv_pack2(k->cg, k->s.dt, sc[2 * j][2], sc[2 * j][3]);
         pa[j][2] = s2_nv_pack2(k->cg, k->s.dt, sc[2 * j + 1][0], sc[2 * j + 1][1]);
@@ -232,7 +261,7 @@ static LLVMValueRef online_softmax(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef a
 {
     LLVMValueRef grew[2];
     for (int hr = 0; hr < 2; hr++)
-        alpha[hr] = s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), false,
+        alpha[hr] = s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, k->scale_log2, false,
                                          k->s.lazy ? &grew[hr] : NULL);
     /* lazy: whether any row of the warp must rescale O (a warp-uniform branch) */
     return k->s.lazy ? s2_nv_vote_any(k->cg, LLVMBuildOr(k->b, grew[0], grew[1], "")) : NULL;
@@ -240,14 +269,14 @@ static LLVMValueRef online_softmax(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef a
 
 static void load_o(sm90 *k, LLVMValueRef *oacc)
 {
-    for (int dn = 0; dn < k->s.DP / 8; dn++)
+    for (int dn = 0; dn < k->s.PN / 8; dn++)
         for (int i = 0; i < 4; i++)
             oacc[4 * dn + i] = LLVMBuildLoad2(k->b, k->cg->t_f32, k->acc.o[dn][i], "");
 }
 
 static void store_o(sm90 *k, LLVMValueRef *oacc)
 {
-    for (int dn = 0; dn < k->s.DP / 8; dn++)
+    for (int dn = 0; dn < k->s.PN / 8; dn++)
         for (int i = 0; i < 4; i++)
             LLVMBuildStore(k->b, oacc[4 * dn + i], k->acc.o[dn][i]);
 }
@@ -381,7 +410,7 @@ static void consumer_loop(sm90 *k)
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     const sm90_shape *s = &k->s;
-    int ns = s->BN / 2, no = s->DP / 2;
+    int ns = s->BN / 2, no = s->PN / 2;
     LLVMValueRef sacc[MAX_BN / 2], oacc[MAX_D / 2], sc[MAX_BN / 8][4], pa[MAX_BN / 16][4], alpha[2];
 
     s2_nv_if nonempty;
@@ -415,6 +444,8 @@ static void consumer_loop(sm90 *k)
     }
     LLVMValueRef st0 = stage_of(k, i0);
     s2_nv_mbar_wait(cg, full_bar(k, st0), parity_of(k, i0));
+    if (s->fp8)
+        s2_nv_mbar_wait(cg, vt_bar(k, st0), parity_of(k, i0));
     turn_wait(k);
     issue_scores(k, st0, sacc);
     turn_pass(k);
@@ -431,7 +462,7 @@ static void consumer_loop(sm90 *k)
     }
 
     /* P of the previous entry travels in the loop as 4 * BN/16 packed i32 */
-    int np = 4 * (s->BN / 16);
+    int np = 4 * (s->BN / s->KS);
     LLVMValueRef p_slot[MAX_BN / 16 * 4];
     LLVMBasicBlockRef cur = LLVMGetInsertBlock(b);
     LLVMValueRef first_inst = LLVMGetFirstInstruction(LLVMGetEntryBasicBlock(k->fn));
@@ -439,7 +470,7 @@ static void consumer_loop(sm90 *k)
     for (int i = 0; i < np; i++)
         p_slot[i] = LLVMBuildAlloca(b, cg->t_i32, "p");
     LLVMPositionBuilderAtEnd(b, cur);
-    for (int j = 0; j < s->BN / 16; j++)
+    for (int j = 0; j < s->BN / s->KS; j++)
         for (int q = 0; q < 4; q++)
             LLVMBuildStore(b, pa[j][q], p_slot[4 * j + q]);
     LLVMValueRef from = LLVMBuildAdd(b, k->begin, c32(k, 1), "");
@@ -458,7 +489,10 @@ static void consumer_loop(sm90 *k)
     LLVMValueRef prev = carry ? loop.carried[0] : stage_of(k, LLVMBuildSub(b, i, c32(k, 1), ""));
     load_entry(k, loop.iv, &ev);
     s2_nv_mbar_wait(cg, full_bar(k, stage), parity_of(k, i));
-    for (int j = 0; j < s->BN / 16; j++)
+    /* fp8: this entry's Vᵀ too (written while its K was waited for, or earlier) */
+    if (s->fp8)
+        s2_nv_mbar_wait(cg, vt_bar(k, stage), parity_of(k, i));
+    for (int j = 0; j < s->BN / s->KS; j++)
         for (int q = 0; q < 4; q++)
             pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
     if (s->split) {
@@ -490,7 +524,7 @@ static void consumer_loop(sm90 *k)
         rescale_slots_store(k, &rs, alpha, grow);
     else
         rescale_o(k, alpha, grow);
-    for (int j = 0; j < s->BN / 16; j++)
+    for (int j = 0; j < s->BN / s->KS; j++)
         for (int q = 0; q < 4; q++)
             LLVMBuildStore(b, pa[j][q], p_slot[4 * j + q]);
     s2_nv_loop_end(cg, &loop, carry ? &stage : NULL);
@@ -499,7 +533,7 @@ static void consumer_loop(sm90 *k)
     LLVMValueRef last = carry ? loop.result[0]
                                  : stage_of(k, add(k, k->it0, LLVMBuildSub(b, LLVMBuildSub(b, k->end, k->begin, ""),
                                                                            c32(k, 1), "")));
-    for (int j = 0; j < s->BN / 16; j++)
+    for (int j = 0; j < s->BN / s->KS; j++)
         for (int q = 0; q < 4; q++)
             pa[j][q] = LLVMBuildLoad2(b, cg->t_i32, p_slot[4 * j + q], "");
     if (s->split)
@@ -531,8 +565,10 @@ static void epilogue(sm90 *k)
     LLVMValueRef aligned = s2_flash_aligned8(cg, param(k, P_O), strides, 3);
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef inv, lse;
-        s2_flash_row_final(cg, &k->acc, hr, param(k, P_SCALE_LOG2), &inv, &lse);
-        s2_flash_pairs_pack(cg, &pr, k->s.dt, k->acc.o, hr, inv);
+        s2_flash_row_final(cg, &k->acc, hr, k->scale_log2, &inv, &lse);
+        if (k->o_mul)
+            inv = LLVMBuildFMul(b, inv, k->o_mul, "");
+        s2_flash_pairs_pack(cg, &pr, k->s.out_dt, k->acc.o, hr, inv);
         s2_flash_pairs_exchange(cg, &pr);   /* in every lane (outside the row guard) */
 
         LLVMValueRef pos = add(k, k->tile_pos0, tile_row(k, hr));
@@ -546,6 +582,35 @@ static void epilogue(sm90 *k)
         s2_flash_store_lse(cg, k->t4, param(k, P_LSE), k->lse_base, qrow, lse);
         s2_nv_if_end(cg, &store);
     }
+}
+
+/* fp8 descale i (0 q, 1 k, 2 v) of the item's (batch, kv head), 1.0 where
+ * its pointer is null (the load then reads the offsets array, a valid
+ * address, and is ignored) */
+static LLVMValueRef descale(sm90 *k, int i)
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef ptr = param(k, k->p_descale + i);
+    LLVMValueRef none = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildPtrToInt(b, ptr, cg->t_i64, ""), c64(k, 0), "");
+    LLVMValueRef idx = add(k, LLVMBuildMul(b, k->batch, c64(k, k->s.heads / k->s.group), ""),
+                           LLVMBuildZExt(b, k->kvh32, cg->t_i64, ""));
+    LLVMValueRef at = LLVMBuildInBoundsGEP2(b, cg->t_f32, ptr, &idx, 1, "");
+    LLVMValueRef v = LLVMBuildLoad2(b, cg->t_f32, LLVMBuildSelect(b, none, param(k, P_OFFSETS), at, ""), "descale");
+    LLVMSetAlignment(v, 4);
+    return LLVMBuildSelect(b, none, cf(k, 1.0f), v, "");
+}
+
+/* The scores' scale and O's factor: fp8 folds q_descale · k_descale into
+ * the first and v_descale / P8_SCALE into the second (FA3's FP8 forward). */
+static void descales(sm90 *k)
+{
+    k->scale_log2 = param(k, P_SCALE_LOG2);
+    k->o_mul = NULL;
+    if (!k->s.fp8)
+        return;
+    k->scale_log2 = LLVMBuildFMul(k->b, k->scale_log2, LLVMBuildFMul(k->b, descale(k, 0), descale(k, 1), ""), "scale_log2");
+    k->o_mul = LLVMBuildFMul(k->b, descale(k, 2), cf(k, 1.0f / P8_SCALE), "o_mul");
 }
 
 void s2_sm90_consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
@@ -577,6 +642,7 @@ void s2_sm90_consumer(sm90 *k, LLVMBasicBlockRef entry_bb)
         w0 = s2_sm90_slot_load(k, SLOT_W);
     }
     s2_sm90_work_begin(k, &wl, "work_c", w0, true);
+    descales(k);
     k->obase = add(k, LLVMBuildMul(b, LLVMBuildZExt(b, k->bidx32, cg->t_i64, ""), param(k, P_OS), ""),
                    LLVMBuildMul(b, k->head, param(k, P_OS + 2), ""));
     k->obase = add(k, k->obase, LLVMBuildMul(b, sext64(k, k->q_row0), param(k, P_OS + 1), ""));

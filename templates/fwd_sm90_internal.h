@@ -8,10 +8,11 @@
 #include "kbase.h"
 #include "pack_internal.h"
 
-/* Parameters, in the order of the widest of the two ABIs built here
+/* Parameters, in the order of the widest of the ABIs built here
  * (abi/params.h): S2_ABI_FWD_TMA is its first 28 and seqinfo, so seqinfo's
- * index is the built ABI's (sm90.p_seqinfo). */
-enum { S2_ABI_FWD_TMA_PERSISTENT_PARAMS(S2_ABI_P_ENUM) P_COUNT };
+ * index is the built ABI's (sm90.p_seqinfo); the fp8 ABI's descales follow
+ * its seqinfo (sm90.p_descale). */
+enum { S2_ABI_FWD_FAMILY(S2_ABI_P_ENUM) P_COUNT };
 
 enum { MAX_D = 256, MAX_BN = 128, SLAB = 64 };
 /* named barrier ids of the ping-pong (0 is __syncthreads) */
@@ -20,7 +21,12 @@ enum { BAR_WG_BASE = 8 };
 typedef struct sm90_shape {
     s2_dtype dt;
     int D, BM, BN, NC, stages, threads;
-    int DP, NB;                    /* D rounded up to whole 64-column (128-byte swizzle) blocks; their count */
+    int DP, NB;                    /* D rounded up to whole 128-byte (swizzle) column blocks; their count */
+    int esz, CB, KS;               /* element bytes; columns per 128-byte block; k of one wgmma */
+    bool fp8;                      /* e4m3: V transposed by the producer's warps 1-3 (vt_off), o in out_dt */
+    s2_dtype out_dt;               /* O's dtype */
+    int PN;                        /* N of P·V: DP (V N-major), D for fp8 (Vᵀ K-major) */
+    int vt_off, vt_stage_bytes;    /* fp8: the Vᵀ ring, D rows of 128 bytes (keys) per stage */
     int sub_m_log2, sub_n_size, sub_n;
     int gather, entry_bytes;       /* key blocks per gathered key tile (1: off); schedule entry size */
     int group, heads;
@@ -39,6 +45,8 @@ typedef struct sm90 {
     S2_KB_BASE;                                     /* cg, b, fn; tid; consumer: warp in its warpgroup, lane, g, t4 */
     sm90_shape s;
     int p_seqinfo;                                  /* seqinfo's parameter index in the built ABI */
+    int p_descale;                                  /* fp8: q_descale's index (k_, v_ follow); else -1 */
+    LLVMValueRef scale_log2, o_mul;                 /* consumer: the scores' scale (descaled), O's factor (NULL: 1) */
     LLVMValueRef smem;                              /* i32 */
     LLVMValueRef wgc;                               /* consumer: warpgroup index */
     LLVMValueRef head32, batch32, kvh32;
@@ -66,6 +74,8 @@ static inline LLVMValueRef empty_bar(sm90 *k, LLVMValueRef st) { return bar_addr
 static inline LLVMValueRef q_bar(sm90 *k) { return bar_addr(k, 2 * k->s.stages, NULL); }
 /* persistent: the consumers are done with Q (arrive after an item's last wgmma) */
 static inline LLVMValueRef q_empty_bar(sm90 *k) { return bar_addr(k, 2 * k->s.stages + 1, NULL); }
+/* fp8 (never persistent): stage st's Vᵀ is written (producer warps 1-3 arrive) */
+static inline LLVMValueRef vt_bar(sm90 *k, LLVMValueRef st) { return bar_addr(k, 2 * k->s.stages + 2, st); }
 
 static inline int entry_words(const sm90_shape *s) { return s->entry_bytes / 4; }
 

@@ -6,8 +6,8 @@
 #include <string.h>
 
 
-/* Every template computes on 16-bit tensor-core operands (f16, bf16: the
- * dtype table's S2_MMA_F16 rows); fp8 has no template yet. */
+/* The 16-bit tensor-core operands (f16, bf16: the dtype table's S2_MMA_F16
+ * rows); fp8 has its own forward entry (fwd_wgmma_fp8). */
 static bool mma16(const s2_kspec *s)
 {
     const s2_dtype_info *r = s2_dtype_info_of(s->dtype);
@@ -127,6 +127,38 @@ static s2_status resolve_tma(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: %d bytes of shared memory exceed sm_90a's %d", smem,
                        s2_template_smem_limit(spec->arch));
     return S2_OK;
+}
+
+/* fp8 (e4m3) on sm_90a: the wgmma forward with fp8 operands (fwd_sm90.c).
+ * By default 128 x 128 tiles (64-key ones past d128, whose O fills the
+ * registers), two consumer warpgroups, key tiles gathered from live blocks
+ * shorter than the tile (owned pairs at block 64, as the bf16 wide
+ * variant), one CTA per tile.  The producer's transpose of V reads key rows
+ * in groups of 64, so block_n is 64 or 128. */
+static s2_status resolve_fp8(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
+{
+    const char *title = s2_dtype_info_of(spec->dtype)->title;
+    if (spec->arch != S2_ARCH_SM90A)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: %s kernels are built for sm_90a only (wgmma on fp8 operands), not %s",
+                       title, s2_arch_cpu((s2_arch)spec->arch));
+    if (spec->persistent > 0)
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the %s forward runs one CTA per tile (no persistent grid)", title);
+    if (!spec->block_m && !spec->block_n && !spec->num_warps && !spec->kv_gather) {
+        int bs = p->block_size, bn = spec->head_dim > 128 || bs < 16 ? 64 : 128;
+        if (bs >= 16 && bs < bn && bn / bs > 4)
+            bn = 64;
+        spec->block_m = bs < 16 ? 64 : 128;
+        spec->block_n = bn;
+        spec->kv_gather = bs >= 16 && bs < bn ? bn / bs : 1;
+    }
+    s2_status st = resolve_tma(ctx, spec, p);
+    if (st == S2_OK && spec->block_n != 64 && spec->block_n != 128)
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the %s forward takes block_n 64 or 128, not %d", title,
+                     spec->block_n);
+    /* (as the 16-bit one: a 64-row tile's registers past d128 do not assemble) */
+    if (st == S2_OK && spec->head_dim > 128 && spec->block_m != 128)
+        st = s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: the %s forward past head_dim 128 takes block_m 128", title);
+    return st;
 }
 
 /* Decode: num_warps 16-key chunks per tile (default 4: 64 keys; 2 above
@@ -281,6 +313,7 @@ static bool kv_pages_ok(const s2_kspec *s)
 static bool accepts_decode(const s2_kspec *s) { return s->kind == S2_KERNEL_DECODE && mma16(s) && kv_pages_ok(s); }
 static bool accepts_fwd(const s2_kspec *s) { return s->kind == S2_KERNEL_FWD && mma16(s); }
 static bool accepts_bwd(const s2_kspec *s) { return s->kind == S2_KERNEL_BWD && mma16(s); }
+static bool accepts_fwd_fp8(const s2_kspec *s) { return s->kind == S2_KERNEL_FWD && s->dtype == S2_DTYPE_E4M3; }
 
 static s2_kernel_record record(s2_kernel_role role, s2_abi_id abi, int threads, int smem, const s2_kspec *spec)
 {
@@ -308,6 +341,12 @@ static int kernels_fwd_wgmma(const s2_pattern *p, const s2_kspec *s, s2_kernel_r
 {
     s2_abi_id abi = s->persistent > 0 ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA;
     return kernels_fwd(s, abi, s2_fwd_sm90_smem_bytes(p, s), out);
+}
+
+/* fp8: no NAME_combine (the LSE merge reads and writes the spec's dtype) */
+static int kernels_fwd_fp8(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
+{
+    return kernels_fwd(s, S2_ABI_FWD_TMA_FP8, s2_fwd_sm90_smem_bytes(p, s), out) - 1;
 }
 
 /* NAME_pre takes no shared memory; NAME_dqds and NAME_dqds2 take less than
@@ -383,6 +422,11 @@ static const s2_template fwd_wgmma = {"fwd_wgmma", S2_KERNEL_FWD, dt16,
     ABI(FWD_TMA) | ABI(FWD_TMA_PERSISTENT) | ABI(SEQS) | ABI(COMBINE),
     s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, kernels_fwd_wgmma, variants_fwd_wgmma,
     s2_fwd_sm90_build, s2_fwd_entry_build, NULL};
+/* e4m3 on sm_90a (resolve_fp8 refuses other archs): head dims in whole 32-byte k steps */
+static const s2_template fwd_wgmma_fp8 = {"fwd_wgmma_fp8", S2_KERNEL_FWD, DT(E4M3),
+    HD(32) | HD(64) | HD(96) | HD(128) | HD(160) | HD(192) | HD(224) | HD(256), ABI(FWD_TMA_FP8) | ABI(SEQS),
+    accepts_fwd_fp8, resolve_fp8, s2_fwd_sm90_smem_bytes, kernels_fwd_fp8, NULL, s2_fwd_sm90_build,
+    s2_fwd_entry_build, NULL};
 /* every multiple of 16 from 16 to 256 */
 #define HD_ALL (HD(16) | HD(32) | HD(48) | HD(64) | HD(80) | HD(96) | HD(112) | HD(128) | HD(144) | HD(160) | \
                 HD(176) | HD(192) | HD(208) | HD(224) | HD(240) | HD(256))
@@ -398,8 +442,8 @@ extern const s2_template s2_template_row_softmax;   /* templates/softmax.c */
 extern const s2_template s2_template_fwd_tf32;      /* templates/fwd_tf32.c */
 
 /* Asked in order: the first that accepts a spec builds it. */
-static const s2_template *const templates[] = {&decode, &fwd_wgmma, &fwd_mma, &s2_template_fwd_tf32, &bwd,
-                                                &s2_template_row_softmax};
+static const s2_template *const templates[] = {&decode, &fwd_wgmma, &fwd_wgmma_fp8, &fwd_mma, &s2_template_fwd_tf32,
+                                                &bwd, &s2_template_row_softmax};
 
 int s2_template_count(void) { return (int)(sizeof templates / sizeof templates[0]); }
 

@@ -163,10 +163,12 @@ static int write_aot(s2_ctx *ctx, const s2_artifact *art, const s2_manifest *m, 
      * (attention.h, aot.h) */
     for (int i = 0; i < n; i++) {
         const s2_manifest_kernel *mk = s2_manifest_kernel_at(m, i);
+        const s2_kernel_record *fr = s2_manifest_kernel_fn(mk, S2_ROLE_FWD);
         const char *why = mk->spec.kind != S2_KERNEL_FWD && mk->spec.kind != S2_KERNEL_BWD &&
                                   mk->spec.kind != S2_KERNEL_DECODE
                               ? "of an unknown kind"
-                              : NULL;
+                          : fr && fr->abi == S2_ABI_FWD_TMA_FP8 ? "an e4m3 forward (ABI fwd_tma_fp8)"
+                                                                : NULL;
         if (why)
             return input_fail("--emit c: kernel %s is %s, which has no C launcher yet; C launchers exist for the "
                               "forward (sm_80/sm_90 pointer ABI, sm_90a tensor-map and persistent ABIs), the backward "

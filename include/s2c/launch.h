@@ -102,7 +102,16 @@ extern "C" {
  * list in its order, batch after batch, item w being batch w / n_work of
  * work[w % n_work].  Block and shared memory as above (16 more bytes: an
  * mbarrier and a word).
- *   32 ptr seqinfo */
+ *   32 ptr seqinfo
+ *
+ * ---- sm_90a fp8 variant (ABI fwd_tma_fp8, grid rule q_tiles) -------------------------
+ * Kernels of dtype e4m3 (q, k, v e4m3, o bf16, lse fp32), head_dim a multiple of 32
+ * up to 256.  The tensor maps as ABI fwd_tma's but of bytes (UINT8): strides in
+ * bytes = element strides, multiples of 16; box {128, rows, 1, 1}.
+ * Parameters of ABI fwd_tma_fp8: 0..28 as ABI fwd_tma, then
+ *   29 ptr q_descale  fp32 [batch][kv_heads], or null (1.0): q's dequantizing factor
+ *   30 ptr k_descale  likewise for k     31 ptr v_descale  likewise for v
+ * Scores are (q_descale · k_descale) · scale · q·k, the output v_descale · P·V. */
 /* One sequence of a variable-length batch, as the kernels read it (16 bytes). */
 typedef struct s2_attn_seq {
     int32_t q_start, q_len;      /* first q/o token row, number of queries */
@@ -212,6 +221,10 @@ typedef struct s2_attn_fwd_args {
      * rows of q, o / of k, v (tensors [rows, heads, D], batch strides unused),
      * lse fp32 [heads][q_len]. */
     const struct s2_attn_seqs *seqs;
+    /* e4m3 kernels (ABI fwd_tma_fp8) only: fp32 [batch][kv_heads] factors
+     * that dequantize q, k, v (0 = 1.0), as FlashAttention-3's FP8 API; o is
+     * bf16 then.  Other kernels refuse them. */
+    uint64_t q_descale, k_descale, v_descale;
 } s2_attn_fwd_args;
 
 /* Fill strides for contiguous (B,S,H,D) tensors. */

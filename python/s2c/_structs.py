@@ -73,7 +73,8 @@ class FwdArgs(C.Structure):             # s2_attn_fwd_args (launch.h)
                 ("kv_heads", C.c_int), ("head_dim", C.c_int), ("dtype", C.c_int),
                 ("q", c_devptr), ("k", c_devptr), ("v", c_devptr), ("o", c_devptr), ("lse", c_devptr),
                 ("q_stride", I64x3), ("k_stride", I64x3), ("v_stride", I64x3), ("o_stride", I64x3),
-                ("scale", C.c_float), ("seqs", C.c_void_p)]
+                ("scale", C.c_float), ("seqs", C.c_void_p),
+                ("q_descale", c_devptr), ("k_descale", c_devptr), ("v_descale", c_devptr)]
 
 
 class BwdArgs(C.Structure):             # s2_attn_bwd_args (launch.h)

@@ -27,10 +27,11 @@ OCCUPANCY = [
 ]
 COMMENT = re.compile(r"/\*.*?\*/|//[^\n]*", re.S)
 # the ABIs launch.h documents (decode's and combine's are in decode.h)
-LAUNCH_H_ABIS = ["fwd", "fwd_tma", "fwd_tma_persistent", "seqs", "bwd", "bwd_tma"]
+LAUNCH_H_ABIS = ["fwd", "fwd_tma", "fwd_tma_persistent", "fwd_tma_fp8", "seqs", "bwd", "bwd_tma"]
 # params.h's list macro of each ABI
 LIST_OF = {"fwd": "S2_ABI_FWD_PARAMS", "fwd_tma": "S2_ABI_FWD_TMA_PARAMS",
-           "fwd_tma_persistent": "S2_ABI_FWD_TMA_PERSISTENT_PARAMS", "seqs": "S2_ABI_SEQS_PARAMS",
+           "fwd_tma_persistent": "S2_ABI_FWD_TMA_PERSISTENT_PARAMS", "fwd_tma_fp8": "S2_ABI_FWD_TMA_FP8_PARAMS",
+           "seqs": "S2_ABI_SEQS_PARAMS",
            "bwd": "S2_ABI_BWD_PARAMS", "bwd_tma": "S2_ABI_BWD_TMA_PARAMS",
            "decode": "S2_ABI_DECODE_PARAMS", "combine": "S2_ABI_COMBINE_PARAMS"}
 

@@ -716,6 +716,7 @@ END_TEST
 /* fp8 (rows of the dtype table no template takes): every template's accepts
  * refuses it where it takes the same spec in bf16, and the spec resolver
  * (internal and public) names the dtype. */
+/* e4m3 is taken by its forward entry only (fwd_wgmma_fp8); e5m2 by none. */
 START_TEST(fp8_refused_by_every_template)
 {
     static const s2_kernel_kind kinds[] = {S2_KERNEL_FWD, S2_KERNEL_BWD, S2_KERNEL_DECODE};
@@ -723,34 +724,112 @@ START_TEST(fp8_refused_by_every_template)
     for (int t = 0; t < s2_template_count(); t++) {
         if (!s2_template_at(t)->accepts)   /* asked by name only (the row softmax) */
             continue;
-        int took_bf16 = 0;
-        /* the fp32 entry takes f32 only */
-        s2_dtype own = s2_template_at(t)->dtypes & S2_TEMPLATE_DTYPE(S2_DTYPE_BF16) ? S2_DTYPE_BF16 : S2_DTYPE_F32;
+        bool fp8_entry = strcmp(s2_template_at(t)->name, "fwd_wgmma_fp8") == 0;
+        int took_own = 0;
+        /* the fp32 entry takes f32 only, the fp8 one e4m3 only */
+        unsigned dts = s2_template_at(t)->dtypes;
+        s2_dtype own = dts & S2_TEMPLATE_DTYPE(S2_DTYPE_BF16) ? S2_DTYPE_BF16
+                       : dts & S2_TEMPLATE_DTYPE(S2_DTYPE_F32) ? S2_DTYPE_F32 : S2_DTYPE_E4M3;
         for (int k = 0; k < 3; k++)
             for (int a = 0; a < 2; a++)
                 for (int d = 64; d <= 128; d += 64) {
                     s2_kspec s = {.kind = kinds[k], .dtype = own, .head_dim = d, .arch = archs[a]};
-                    took_bf16 += s2_template_at(t)->accepts(&s);
+                    took_own += s2_template_at(t)->accepts(&s);
                     for (int f = 0; f < 2; f++) {
                         s.dtype = fp8[f];
-                        ck_assert_msg(!s2_template_at(t)->accepts(&s), "template %s takes %s",
-                                      s2_template_at(t)->name, s2_dtype_name(fp8[f]));
+                        bool want = fp8_entry && f == 0 && kinds[k] == S2_KERNEL_FWD;
+                        ck_assert_msg(s2_template_at(t)->accepts(&s) == want, "template %s %s %s", s2_template_at(t)->name,
+                                      want ? "refuses" : "takes", s2_dtype_name(fp8[f]));
                     }
                 }
-        ck_assert_msg(took_bf16 > 0, "template %s took no bf16 spec", s2_template_at(t)->name);
+        ck_assert_msg(took_own > 0, "template %s took no spec of its own dtype", s2_template_at(t)->name);
     }
     s2_ctx *ctx = s2_ctx_new();
     s2_local_stride_args a;
     attn_pattern_args(0, &a);
     s2_pattern_set *set = NULL;
     ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
-    s2_kspec ks = {.dtype = S2_DTYPE_E4M3, .head_dim = 128, .arch = S2_ARCH_SM90A};
+    s2_kspec ks = {.dtype = S2_DTYPE_E5M2, .head_dim = 128, .arch = S2_ARCH_SM90A};
     ck_assert_int_eq(s2_kspec_resolve(ctx, &ks, s2_pattern_set_get(set, 0)), S2_ERR_UNSUPPORTED);
-    ck_assert_str_eq(s2_ctx_message(ctx), "spec: fp8 e4m3 is not supported by any template yet");
+    ck_assert_str_eq(s2_ctx_message(ctx), "spec: fp8 e5m2 is not supported by any template yet");
     s2_kernel_spec pub = {.kind = S2_KERNEL_DECODE, .dtype = S2_DTYPE_E5M2, .head_dim = 64};
     ck_assert_int_eq(s2_kernel_spec_resolve(ctx, &pub, s2_pattern_set_get(set, 0)), S2_ERR_UNSUPPORTED);
     ck_assert_str_eq(s2_ctx_message(ctx), "spec: fp8 e5m2 is not supported by any template yet");
     ck_assert_int_eq(pub.block_m, 0); /* left as given */
+    /* e4m3 decode and backward: no template of that kind takes it */
+    s2_kspec dec = {.kind = S2_KERNEL_DECODE, .dtype = S2_DTYPE_E4M3, .head_dim = 64, .arch = S2_ARCH_SM90A};
+    ck_assert_int_eq(s2_kspec_resolve(ctx, &dec, s2_pattern_set_get(set, 0)), S2_ERR_UNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(s2_ctx_message(ctx), "dtype e4m3"));
+    s2_pattern_set_free(set);
+    s2_ctx_free(ctx);
+}
+END_TEST
+
+/* e4m3: the sm_90a wgmma forward's fp8 path (ABI fwd_tma_fp8): default
+ * tiles by block size, NAME and NAME_seqs only, k32 e4m3 wgmma, the P
+ * conversion and the producer's byte permutes in the PTX, no spills; other
+ * archs, persistent grids and key tiles other than 64 or 128 refused. */
+START_TEST(e4m3_forward_on_wgmma)
+{
+    static const struct { int pattern, d, bm, bn, gather; } want[] = {
+        {0, 128, 128, 128, 2}, {0, 64, 128, 128, 2}, {0, 256, 128, 64, 1}, {1, 128, 128, 64, 4}, {3, 128, 128, 128, 4},
+    };
+    s2_ctx *ctx = s2_ctx_new();
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+        s2_local_stride_args a;
+        attn_pattern_args(want[i].pattern, &a);
+        s2_pattern_set *set = NULL;
+        ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
+        const s2_pattern *p = s2_pattern_set_get(set, 0);
+        s2_kspec spec = {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_E4M3, .head_dim = want[i].d, .arch = S2_ARCH_SM90A};
+        const s2_template *t = s2_template_for(&spec);
+        ck_assert_ptr_nonnull(t);
+        ck_assert_str_eq(t->name, "fwd_wgmma_fp8");
+        s2_kspec r = spec;
+        ck_assert_msg(s2_kspec_resolve(ctx, &r, p) == S2_OK, "%s", s2_ctx_message(ctx));
+        ck_assert_int_eq(r.block_m, want[i].bm);
+        ck_assert_int_eq(r.block_n, want[i].bn);
+        ck_assert_int_eq(r.kv_gather, want[i].gather);
+        ck_assert_int_eq(r.persistent, -1);
+        if (i < 4) {   /* one of each tile shape through ptxas */
+            s2_artifact *art = NULL;
+            ck_assert_msg(s2_compile_kspec1(ctx, p, &spec, S2_CUBIN_PTXAS, &art) == S2_OK, "d%d: %s", want[i].d,
+                          s2_ctx_message(ctx));
+            ck_assert_int_eq(art->num_kernels, 2);   /* NAME, NAME_seqs: no 16-bit LSE merge */
+            for (int j = 0; j < art->num_kernels; j++) {
+                const s2_kernel_info *x = &art->kernels[j];
+                ck_assert_msg(x->registers > 0 && x->spill_stores == 0 && x->spill_loads == 0, "%s: spills %d/%d",
+                              x->name, x->spill_stores, x->spill_loads);
+            }
+            char mma[96];
+            snprintf(mma, sizeof mma, "wgmma.mma_async.sync.aligned.m64n%dk32.f32.e4m3.e4m3", r.block_n);
+            ck_assert_ptr_nonnull(strstr(art->ptx, mma));   /* S = Q·Kᵀ */
+            snprintf(mma, sizeof mma, "wgmma.mma_async.sync.aligned.m64n%dk32.f32.e4m3.e4m3", want[i].d);
+            ck_assert_ptr_nonnull(strstr(art->ptx, mma));   /* O += P·Vᵀᵀ, N = D */
+            ck_assert_ptr_null(strstr(art->ptx, "k16.f32"));
+            ck_assert_ptr_nonnull(strstr(art->ptx, "cvt.rn.satfinite.e4m3x2.f32"));
+            ck_assert_ptr_nonnull(strstr(art->ptx, "prmt.b32"));
+            ck_assert_ptr_nonnull(strstr(art->ptx, "fence.proxy.async.shared::cta"));
+            ck_assert_ptr_nonnull(strstr(art->ptx, "cvt.rn.bf16x2.f32"));   /* o in bf16 */
+            ck_assert_ptr_nonnull(strstr(art->manifest, "fwd_tma_fp8"));
+            s2_artifact_free(art);
+        }
+        s2_pattern_set_free(set);
+    }
+    s2_local_stride_args a;
+    attn_pattern_args(0, &a);
+    s2_pattern_set *set = NULL;
+    ck_assert_int_eq(s2_pattern_from_args(ctx, &a, &set), S2_OK);
+    const s2_pattern *p = s2_pattern_set_get(set, 0);
+    s2_kspec bad[] = {{.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_E4M3, .head_dim = 128, .arch = S2_ARCH_SM80},
+                      {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_E4M3, .head_dim = 128, .arch = S2_ARCH_SM90A, .persistent = 1},
+                      {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_E4M3, .head_dim = 128, .arch = S2_ARCH_SM90A, .block_n = 32},
+                      {.kind = S2_KERNEL_FWD, .dtype = S2_DTYPE_E4M3, .head_dim = 80, .arch = S2_ARCH_SM90A}};
+    static const char *const msg[] = {"sm_90a only", "no persistent grid", "block_n 64 or 128", "head_dim 80"};
+    for (int i = 0; i < 4; i++) {
+        ck_assert_int_eq(s2_kspec_resolve(ctx, &bad[i], p), S2_ERR_UNSUPPORTED);
+        ck_assert_msg(strstr(s2_ctx_message(ctx), msg[i]), "%s", s2_ctx_message(ctx));
+    }
     s2_pattern_set_free(set);
     s2_ctx_free(ctx);
 }
@@ -828,6 +907,7 @@ int main(void)
     tcase_add_test(tc, fwd_head_dims_tiles);
     tcase_add_loop_test(tc, fwd_head_dims_assemble, 0, 5);
     tcase_add_test(tc, fp32_forward_on_tf32);
+    tcase_add_test(tc, e4m3_forward_on_wgmma);
     suite_add_tcase(s, tc);
     return s2t_run_suite(s);
 }

@@ -29,7 +29,7 @@ static const struct {
      CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, "CU_TENSOR_MAP_DATA_TYPE_BFLOAT16", true},
     {S2_DTYPE_F64, 8, "f64", "f64", NULL, NULL, "f64", NULL, S2_LLVM_DOUBLE, S2_MMA_NONE, 0, -1, NULL, false},
     {S2_DTYPE_E4M3, 1, "e4m3", "fp8 e4m3", "fp8_e4m3", "e4m3", "e4m3", "e4m3x2", S2_LLVM_I8, S2_MMA_F8F6F4, 32,
-     CU_TENSOR_MAP_DATA_TYPE_UINT8, "CU_TENSOR_MAP_DATA_TYPE_UINT8", false},
+     CU_TENSOR_MAP_DATA_TYPE_UINT8, "CU_TENSOR_MAP_DATA_TYPE_UINT8", true},
     {S2_DTYPE_E5M2, 1, "e5m2", "fp8 e5m2", "fp8_e5m2", "e5m2", "e5m2", "e5m2x2", S2_LLVM_I8, S2_MMA_F8F6F4, 32,
      CU_TENSOR_MAP_DATA_TYPE_UINT8, "CU_TENSOR_MAP_DATA_TYPE_UINT8", false},
 };
@@ -112,9 +112,9 @@ START_TEST(names_round_trip)
     ck_assert_ptr_null(s2_dtype_by_name(NULL, true));
     char names[64];
     s2_dtype_kernel_names(names, sizeof names, false);
-    ck_assert_str_eq(names, "f32, f16 or bf16");
+    ck_assert_str_eq(names, "f32, f16, bf16 or e4m3");
     s2_dtype_kernel_names(names, sizeof names, true);
-    ck_assert_str_eq(names, "fp32, fp16 or bf16");
+    ck_assert_str_eq(names, "fp32, fp16, bf16 or fp8_e4m3");
     s2_dtype_kernel_names(names, 5, true);
     ck_assert_str_eq(names, "fp32");
 }
@@ -126,8 +126,8 @@ START_TEST(kernels_refuse_the_others)
     ck_assert_int_eq(s2_dtype_check_kernel(ctx, S2_DTYPE_BF16, "spec"), S2_OK);
     ck_assert_int_eq(s2_dtype_check_kernel(ctx, S2_DTYPE_F16, "spec"), S2_OK);
     ck_assert_int_eq(s2_dtype_check_kernel(ctx, S2_DTYPE_F32, "spec"), S2_OK);
+    ck_assert_int_eq(s2_dtype_check_kernel(ctx, S2_DTYPE_E4M3, "spec"), S2_OK);   /* the sm_90a forward's */
     static const struct { s2_dtype dt; const char *msg; } no[] = {
-        {S2_DTYPE_E4M3, "spec: fp8 e4m3 is not supported by any template yet"},
         {S2_DTYPE_E5M2, "spec: fp8 e5m2 is not supported by any template yet"},
         {S2_DTYPE_F64, "spec: f64 is not supported by any template yet"},
         {(s2_dtype)9, "spec: dtype 9 is not an s2_dtype"},
