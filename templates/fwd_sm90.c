@@ -500,8 +500,9 @@ static void sm90_shape_init(sm90_shape *s, const s2_pattern *p, const s2_kspec *
      * shared memory (SS), as FA3's, its D / 4 registers being O's */
     s->q_regs = s->D <= 128;
     s->pv_fence = true;
-    /* lazy rescaling with the rescale under the S wgmma: faster on both tile heights (runs 49-50) */
-    s->lazy = true;
+    /* lazy rescaling with the rescale under the S wgmma: faster on both tile heights (runs 49-50); not for
+     * fp8, where a stale maximum lets P reach 2^S2_FLASH_LAZY_LOG2 and P8_SCALE·P would pass e4m3's 448 */
+    s->lazy = !s->fp8;
     s->split = true;
     s->owned = s2_kernel_spec_owned_pairs(spec);
 #ifdef S2C_FWD90_EXPERIMENT

@@ -17,8 +17,10 @@
  *   o against the original inputs: RMSE <= 1.82e-2, and for the outlier case
  *   <= 4.8e-2 (twice the paper's baseline FP8 figure, 2.4e-2: per-head scales,
  *   no incoherent processing);
- *   lse against the dequantized reference: |err| <= 1e-3; empty rows o = 0 and
- *   lse = -inf.
+ *   lse against the dequantized reference: |err| <= 2e-3, 4e-3 with outliers
+ *   (wgmma adds fp8 products at reduced precision, about 14 bits kept:
+ *   DeepSeek-V3 technical report, section 3.3.2; the error grows with the
+ *   scores' magnitude); empty rows o = 0 and lse = -inf.
  * Also: the argument checks of descales on a non-e4m3 kernel and unaligned
  * ones.  Fresh random inputs, seed printed (S2C_SEED=N repeats);
  * S2C_FP8_CASES=substring selects cases.  Exits 77 without libcuda.so.1 or a
@@ -41,7 +43,8 @@
 #include <string.h>
 
 enum { MAXSEQ = 4 };
-static const double REL_TOL = 4e-2, RMSE_TOL = 1.82e-2, RMSE_OUTLIER_TOL = 4.8e-2, LSE_TOL = 1e-3;
+static const double REL_TOL = 4e-2, RMSE_TOL = 1.82e-2, RMSE_OUTLIER_TOL = 4.8e-2, LSE_TOL = 2e-3,
+                    LSE_OUTLIER_TOL = 4e-3;
 
 typedef struct fp8_case {
     const char *name;
@@ -263,6 +266,7 @@ static void run_case(int ci)
     s2_tensor ot = s2_tensor_bshd(o, S2_DTYPE_BF16, q_rows, H, D);
     double num[2] = {0, 0}, den = 0;
     int64_t nan_out = 0, bad_lse = 0, n = 0;
+    double lse_tol = c->outliers ? LSE_OUTLIER_TOL : LSE_TOL;
     for (int64_t r = 0; r < q_rows; r++)
         for (int h = 0; h < H; h++) {
             /* lse: [B][H][S] uniform, [H][rows] varlen */
@@ -270,9 +274,9 @@ static void run_case(int ci)
             float lk = lse[li], lr = lse_ref[0][li];
             bool empty = isinf(lr) && lr < 0;
             res->empty += empty;
-            if (empty ? !(isinf(lk) && lk < 0) : !(fabs((double)lk - lr) <= LSE_TOL))
+            if (empty ? !(isinf(lk) && lk < 0) : !(fabs((double)lk - lr) <= lse_tol))
                 bad_lse++;
-            else if (!empty)
+            if (!empty)
                 res->lse_err = fmax(res->lse_err, fabs((double)lk - lr));
             for (int d = 0; d < D; d++) {
                 size_t i = ((size_t)r * H + h) * D + d;
@@ -293,11 +297,11 @@ static void run_case(int ci)
     printf("  %-40s %s  o vs dequantized: rel %.3g (tol %.g), RMSE %.3g (tol %.3g); vs original bf16: RMSE %.3g "
            "(tol %.3g); lse max err %.2g (tol %.g)\n",
            c->name, res->ok ? "PASS" : "FAIL", res->rel_deq, REL_TOL, res->rmse_deq, RMSE_TOL, res->rmse_orig,
-           res->rmse_tol, res->lse_err, LSE_TOL);
+           res->rmse_tol, res->lse_err, lse_tol);
     ck_assert_msg(!nan_out, "%s seed %llu: %lld outputs NaN or non-zero on empty rows", c->name,
                   (unsigned long long)res->seed, (long long)nan_out);
     ck_assert_msg(!bad_lse, "%s seed %llu: %lld lse values off by > %g or -inf mismatch", c->name,
-                  (unsigned long long)res->seed, (long long)bad_lse, LSE_TOL);
+                  (unsigned long long)res->seed, (long long)bad_lse, lse_tol);
     ck_assert_msg(res->ok, "%s seed %llu: o error over its tolerance", c->name, (unsigned long long)res->seed);
     ck_assert_msg(c->pattern != 5 || res->empty > 0, "%s: no empty row in a pattern meant to have some", c->name);
 
