@@ -488,7 +488,8 @@ static void accumulate_pv(dec *k, LLVMValueRef vst, LLVMValueRef sc[2][4])
 }
 
 /* fp8 pages: one ldmatrix.x4 of the warp's 16 ring rows at st, reading the
- * bytes as 16-bit elements (ldmatrix only moves bits): out[2j] is rows 0-7,
+ * bytes as 16-bit elements (ldmatrix only moves bits; its .b8 forms are
+ * sm_100a's, PTX ISA "ldmatrix"): out[2j] is rows 0-7,
  * out[2j + 1] rows 8-15 of 16-byte piece c + j (piece c again for j = 1
  * when c is a row's last piece).  Lanes 16j + 8h address piece c + j's rows
  * 8h .. 8h + 7. */

@@ -121,8 +121,8 @@ START_TEST(assembles_without_spills)
 }
 END_TEST
 
-/* fp8 pages (kv_dtype e4m3): resolved with 4 stages (a stage holds half the
- * bytes), refused on sm_80, for a forward and for e5m2; the kernels assemble
+/* fp8 pages (kv_dtype e4m3): resolved with 6 stages (a stage holds half the
+ * bytes: the 16-bit ring's shared memory), refused on sm_80, for a forward and for e5m2; the kernels assemble
  * for sm_90a without spills, read pages as bytes and take the warp's K and V
  * fragments straight from the ring (ldmatrix of the bytes, V's transposed:
  * one ldmatrix.x4 per two 16-byte pieces of a row), a lane converting its 4 * D
@@ -144,7 +144,7 @@ START_TEST(fp8_pages_resolve_and_refuse)
         s2_kernel_spec s = {.kind = S2_KERNEL_DECODE, .dtype = S2_DTYPE_BF16, .head_dim = d, .arch = S2_ARCH_SM90A,
                             .kv_dtype = S2_DTYPE_E4M3};
         ck_assert_msg(s2_kernel_spec_resolve(ctx, &s, p) == S2_OK, "d%d: %s", d, s2_ctx_message(ctx));
-        ck_assert_int_eq(s.num_stages, 4);
+        ck_assert_int_eq(s.num_stages, 6);
         ck_assert_int_eq(s.num_warps, d > 128 ? 2 : 4);
         ck_assert_int_eq(s.kv_dtype, S2_DTYPE_E4M3);
         s.arch = S2_ARCH_SM80, s.num_stages = 0;
@@ -191,9 +191,9 @@ START_TEST(fp8_pages_assemble_without_spills)
     ck_assert_msg(cvt == D / 2, "d%d: %d e4m3 conversions in the PTX, want %d", D, cvt, D / 2);
     int vt = count(art->ptx, "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16");
     ck_assert_msg(vt == (D + 31) / 32, "d%d: %d transposed ldmatrix (V) in the PTX, want %d", D, vt, (D + 31) / 32);
-    /* Q's tile (16 x D, 16-bit) and the 16-bit kernel's ring at 4 stages of half the bytes */
+    /* Q's tile (16 x D, 16-bit) and 6 stages of half the 16-bit kernel's bytes: its 3 stages' memory */
     int bn = 16 * art->spec.num_warps;
-    ck_assert_int_eq(art->smem_bytes, 16 * D * 2 + 4 * 2 * bn * D);
+    ck_assert_int_eq(art->smem_bytes, 16 * D * 2 + 6 * 2 * bn * D);
     s2_artifact_free(art);
     s2_pattern_set_free(set);
     s2_ctx_free(ctx);
