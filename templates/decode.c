@@ -264,11 +264,12 @@ static LLVMValueRef q_word_to_f16(dec *k, LLVMValueRef w)
 }
 
 /* fp8 pages: a lane's K fragment of a 16-dim piece is 4 consecutive bytes
- * (dims 4·t4 .. 4·t4 + 3, k8_frag), where mma's B fragment layout holds dims
+ * (dims 4·t4 .. 4·t4 + 3, compute_scores8), where mma's B fragment holds dims
  * 2·t4, 2·t4 + 1, 2·t4 + 8, 2·t4 + 9 (PTX ISA, "Matrix Fragments for
  * mma.m16n8k16").  The product sums over dims in any order, so Q's rows are
  * permuted once, in place, to the same order: in each piece (eight 32-bit
- * words of two elements), word t becomes word 2t and word 4 + t word 2t + 1.
+ * words of two elements), word t takes word 2t's pair and word 4 + t word
+ * 2t + 1's (t < 4).
  * With bf16 queries the products run on f16 (one conversion per K/V pair
  * instead of three), so Q is also converted, to f16 times 2^-DEC_Q_SHIFT:
  * f16's range then holds |q| < 2^24, and |q| below 2^-6 keeps an absolute
