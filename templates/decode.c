@@ -28,16 +28,15 @@ static LLVMValueRef smin32(dec *k, LLVMValueRef a, LLVMValueRef b)
     return LLVMBuildSelect(k->b, LLVMBuildICmp(k->b, LLVMIntSLT, a, b, ""), a, b, "");
 }
 
-/* Byte offset of 16-byte chunk ch of row `row` in a [rows][D] tile, the
- * chunk XORed with the row so that ldmatrix's 8 rows hit 8 bank groups.
+/* Byte offset of 16-byte chunk ch of row `row` in a [rows][C * 16 B] tile,
+ * the chunk XORed with the row so that ldmatrix's 8 rows hit 8 bank groups.
  * (s2_flash_swizzle computes the same value; this copy keeps the IR order
  * the decode kernel was verified with on the GPU: its last line's two
  * nested builder calls run in the C compiler's argument evaluation order,
  * which C leaves unspecified.) */
-static LLVMValueRef swizzle(dec *k, LLVMValueRef row, LLVMValueRef ch)
+static LLVMValueRef swizzle_c(dec *k, int C, LLVMValueRef row, LLVMValueRef ch)
 {
     LLVMBuilderRef b = k->b;
-    int C = k->s.chunks;
     LLVMValueRef sw = ch;
     if (C >= 8) {
         LLVMValueRef x = LLVMBuildXor(b, ch, LLVMBuildAnd(b, row, c32(k, 7), ""), "");
@@ -47,6 +46,12 @@ static LLVMValueRef swizzle(dec *k, LLVMValueRef row, LLVMValueRef ch)
         sw = LLVMBuildXor(b, ch, LLVMBuildAnd(b, LLVMBuildLShr(b, row, c32(k, 1), ""), c32(k, 3), ""), "");
     }
     return LLVMBuildAdd(b, LLVMBuildMul(b, row, c32(k, C * 16), ""), LLVMBuildShl(b, sw, c32(k, 4), ""), "");
+}
+
+/* The 16-bit tiles' swizzle (Q, and K/V of 16-bit pages): D / 8 chunks a row. */
+static LLVMValueRef swizzle(dec *k, LLVMValueRef row, LLVMValueRef ch)
+{
+    return swizzle_c(k, k->s.chunks, row, ch);
 }
 
 /* Entry e of the packed list: field 0 block, 1 heads mask. */
@@ -137,7 +142,7 @@ static void setup(dec *k, LLVMBasicBlockRef entry_bb)
     k->v_head = LLVMBuildMul(b, kvh64, param(k, P_VS + 2), "");
     k->scale_log2 = param(k, P_SCALE_LOG2);
     /* fp8 pages: K's scale folds into the softmax scale (with bf16 queries the
-     * 2^DEC_Q_SHIFT convert_q took off Q), V's applies once at the end */
+     * 2^DEC_Q_SHIFT prepare_q8 took off Q), V's applies once at the end */
     if (s->kv8) {
         LLVMValueRef ks = load_scale(k, P_K_SCALE, kvh64, entry_bb);
         if (s->mdt != s->dt)
@@ -204,14 +209,21 @@ static void lookup_chunk(dec *k, LLVMValueRef tile, int w, chunk_addr *ca)
     ca->page = s2_kb_load_i32(&k->kb, param(k, P_TABLE), LLVMBuildAdd(b, k->table_row, LLVMBuildZExt(b, pidx, cg->t_i64, ""), ""), "page");
 }
 
+static LLVMValueRef gep8(dec *k, LLVMValueRef base, LLVMValueRef off)
+{
+    return LLVMBuildInBoundsGEP2(k->b, LLVMInt8TypeInContext(k->cg->llctx), base, &off, 1, "");
+}
+
 /* cp.async K and V of chunk w into stage rows 16w .. 16w+15 at byte offset
- * soff; rows past seq_len (and whole chunks not ok) are zero-filled without
- * touching the pools. */
+ * soff, rows of D elements of the pages' dtype (16 or 8 bits) in 16-byte
+ * pieces, swizzled by the row's piece count; rows past seq_len (and whole
+ * chunks not ok) are zero-filled without touching the pools. */
 static void issue_chunk(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    int C = k->s.chunks, T = k->s.threads, per_chunk = DEC_ROWS * C;
+    bool kv8 = k->s.kv8;
+    int C = kv8 ? k->s.D / 16 : k->s.chunks, T = k->s.threads, per_chunk = DEC_ROWS * C;
     LLVMValueRef pidx = LLVMBuildUDiv(b, ca->kpos0, param(k, P_PAGE), "");
     LLVMValueRef slot0 = LLVMBuildSub(b, ca->kpos0, LLVMBuildMul(b, pidx, param(k, P_PAGE), ""), "slot0");
     LLVMValueRef page64 = LLVMBuildSExt(b, ca->page, cg->t_i64, "");
@@ -225,130 +237,73 @@ static void issue_chunk(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
         LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
         LLVMValueRef ok = LLVMBuildAnd(b, ca->ok, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildAdd(b, ca->kpos0, rr, ""), k->seq_len, ""), "");
         LLVMValueRef slot64 = LLVMBuildZExt(b, LLVMBuildAdd(b, slot0, rr, ""), cg->t_i64, "");
-        LLVMValueRef col = LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 3), ""), cg->t_i64, "");
+        LLVMValueRef col = LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, kv8 ? 4 : 3), ""), cg->t_i64, "");
         LLVMValueRef src = LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), "");
-        LLVMValueRef dst = LLVMBuildAdd(b, soff, swizzle(k, LLVMBuildAdd(b, rr, c32(k, 16 * w), ""), ch), "");
+        LLVMValueRef dst = LLVMBuildAdd(b, soff, swizzle_c(k, C, LLVMBuildAdd(b, rr, c32(k, 16 * w), ""), ch), "");
         for (int kv = 0; kv < 2; kv++) {
             LLVMValueRef off = LLVMBuildAdd(b, base[kv], LLVMBuildMul(b, slot64, param(k, (kv ? P_VS : P_KS) + 1), ""), "");
             off = LLVMBuildSelect(b, ok, LLVMBuildAdd(b, off, col, ""), c64(k, 0), "");
             LLVMValueRef d = kv ? LLVMBuildAdd(b, dst, c32(k, k->s.v_in_stage), "") : dst;
-            s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), s2_kb_gep16(&k->kb, param(k, kv ? P_V : P_K), off), src);
+            s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), kv8 ? gep8(k, param(k, kv ? P_V : P_K), off)
+                                                            : s2_kb_gep16(&k->kb, param(k, kv ? P_V : P_K), off), src);
         }
         s2_kb_spread_end(&k->kb, &guard);
     }
 }
 
-/* issue_chunk for fp8 pages: rows of D bytes, 16-byte pieces, in the ring
- * unswizzled (each warp reads its rows back in order to convert them). */
-static void issue_chunk8(dec *k, const chunk_addr *ca, int w, LLVMValueRef soff)
+/* Two bf16 of a 32-bit word as f16 times 2^-DEC_Q_SHIFT, packed. */
+static LLVMValueRef q_word_to_f16(dec *k, LLVMValueRef w)
 {
-    s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    int D = k->s.D, C = D / 16, T = k->s.threads, per_chunk = DEC_ROWS * C;
-    LLVMTypeRef i8 = LLVMInt8TypeInContext(cg->llctx);
-    LLVMValueRef pidx = LLVMBuildUDiv(b, ca->kpos0, param(k, P_PAGE), "");
-    LLVMValueRef slot0 = LLVMBuildSub(b, ca->kpos0, LLVMBuildMul(b, pidx, param(k, P_PAGE), ""), "slot0");
-    LLVMValueRef page64 = LLVMBuildSExt(b, ca->page, cg->t_i64, "");
-    LLVMValueRef base[2];
-    for (int kv = 0; kv < 2; kv++)
-        base[kv] = LLVMBuildAdd(b, LLVMBuildMul(b, page64, param(k, kv ? P_VS : P_KS), ""), kv ? k->v_head : k->k_head, "");
-    for (int it = 0; it * T < per_chunk; it++) {
-        s2_nv_if guard;
-        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, per_chunk, &guard, "kvtail8");
-        LLVMValueRef rr = LLVMBuildUDiv(b, idx, c32(k, C), "");
-        LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
-        LLVMValueRef ok = LLVMBuildAnd(b, ca->ok, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildAdd(b, ca->kpos0, rr, ""), k->seq_len, ""), "");
-        LLVMValueRef slot64 = LLVMBuildZExt(b, LLVMBuildAdd(b, slot0, rr, ""), cg->t_i64, "");
-        LLVMValueRef col = LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, 4), ""), cg->t_i64, "");
-        LLVMValueRef src = LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), "");
-        LLVMValueRef dst = LLVMBuildAdd(b, soff, LLVMBuildShl(b, LLVMBuildAdd(b, idx, c32(k, 16 * C * w), ""), c32(k, 4), ""), "");
-        for (int kv = 0; kv < 2; kv++) {
-            LLVMValueRef off = LLVMBuildAdd(b, base[kv], LLVMBuildMul(b, slot64, param(k, (kv ? P_VS : P_KS) + 1), ""), "");
-            off = LLVMBuildSelect(b, ok, LLVMBuildAdd(b, off, col, ""), c64(k, 0), "");
-            LLVMValueRef d = kv ? LLVMBuildAdd(b, dst, c32(k, k->s.v_in_stage), "") : dst;
-            LLVMValueRef g = LLVMBuildInBoundsGEP2(b, i8, param(k, kv ? P_V : P_K), &off, 1, "");
-            s2_nv_cp_async_16(cg, s2_nv_smem_at(cg, d), g, src);
-        }
-        s2_kb_spread_end(&k->kb, &guard);
+    LLVMValueRef f[2];
+    for (int h = 0; h < 2; h++) {
+        LLVMValueRef x = LLVMBuildTrunc(b, h ? LLVMBuildLShr(b, w, c32(k, 16), "") : w, LLVMInt16TypeInContext(k->cg->llctx), "");
+        f[h] = LLVMBuildFMul(b, s2_nv_elt16_to_f32(k->cg, k->s.dt, x), cf(k, ldexp(1.0, -DEC_Q_SHIFT)), "");
     }
+    return s2_nv_pack2(k->cg, S2_DTYPE_F16, f[0], f[1]);
 }
 
-/* fp8 pages: the warp's 16 K and 16 V rows of the stage at soff converted
- * exactly to f16 (one cvt per pair) into its rows of the 16-bit tile at
- * cvt_off (the stage layout compute_scores and accumulate_pv read).  Each
- * lane converts 16-byte pieces (16 elements) in row order. */
-static void convert_chunk(dec *k, LLVMValueRef soff)
+/* fp8 pages: a lane's K fragment of a 16-dim piece is 4 consecutive bytes
+ * (dims 4·t4 .. 4·t4 + 3, compute_scores8), where mma's B fragment holds dims
+ * 2·t4, 2·t4 + 1, 2·t4 + 8, 2·t4 + 9 (PTX ISA, "Matrix Fragments for
+ * mma.m16n8k16").  The product sums over dims in any order, so Q's rows are
+ * permuted once, in place, to the same order: in each piece (eight 32-bit
+ * words of two elements), word t takes word 2t's pair and word 4 + t word
+ * 2t + 1's (t < 4).
+ * With bf16 queries the products run on f16 (one conversion per K/V pair
+ * instead of three), so Q is also converted, to f16 times 2^-DEC_Q_SHIFT:
+ * f16's range then holds |q| < 2^24, and |q| below 2^-6 keeps an absolute
+ * precision of 2^-16, far under bf16's own rounding; setup gives the softmax
+ * scale the 2^DEC_Q_SHIFT back. */
+static void prepare_q8(dec *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    int D = k->s.D, C = D / 16, per = DEC_ROWS * C;
-    LLVMTypeRef v4 = LLVMVectorType(cg->t_i32, 4), i16 = LLVMInt16TypeInContext(cg->llctx);
-    LLVMValueRef wrow0 = LLVMBuildShl(b, k->warp, c32(k, 4), "");
-    for (int kv = 0; kv < 2; kv++) {
-        LLVMValueRef src0 = LLVMBuildAdd(b, soff, LLVMBuildMul(b, k->warp, c32(k, 16 * D), ""), "");
-        if (kv)
-            src0 = LLVMBuildAdd(b, src0, c32(k, k->s.v_in_stage), "");
-        int dst0 = k->s.cvt_off + kv * k->s.cvt_v;
-        for (int it = 0; it * S2_WARP < per; it++) {
-            LLVMValueRef idx = LLVMBuildAdd(b, k->lane, c32(k, it * S2_WARP), "");
-            s2_nv_if tail;
-            bool partial = (it + 1) * S2_WARP > per;
-            if (partial)
-                s2_nv_if_begin(cg, &tail, LLVMBuildICmp(b, LLVMIntULT, idx, c32(k, per), ""), "cvt_tail");
-            LLVMValueRef ld = LLVMBuildLoad2(b, v4, s2_nv_smem_at(cg, LLVMBuildAdd(b, src0, LLVMBuildShl(b, idx, c32(k, 4), ""), "")), "f8");
-            LLVMSetAlignment(ld, 16);
-            LLVMValueRef out[8];
-            for (int j = 0; j < 4; j++) {
-                LLVMValueRef w = LLVMBuildExtractElement(b, ld, c32(k, j), "");
-                for (int h = 0; h < 2; h++) {
-                    LLVMValueRef x = LLVMBuildTrunc(b, h ? LLVMBuildLShr(b, w, c32(k, 16), "") : w, i16, "");
-                    out[2 * j + h] = LLVMBuildBitCast(b, s2_nv_f8x2_to_f16x2(cg, k->s.kv_dt, x), cg->t_i32, "");
-                }
-            }
-            LLVMValueRef row = LLVMBuildAdd(b, wrow0, LLVMBuildUDiv(b, idx, c32(k, C), ""), "");
-            LLVMValueRef ch = LLVMBuildShl(b, LLVMBuildURem(b, idx, c32(k, C), ""), c32(k, 1), "");
-            for (int half = 0; half < 2; half++) {
-                LLVMValueRef vec = LLVMGetUndef(v4);
-                for (int j = 0; j < 4; j++)
-                    vec = LLVMBuildInsertElement(b, vec, out[4 * half + j], c32(k, j), "");
-                LLVMValueRef off = LLVMBuildAdd(b, c32(k, dst0), swizzle(k, row, LLVMBuildAdd(b, ch, c32(k, half), "")), "");
-                LLVMSetAlignment(LLVMBuildStore(b, vec, s2_nv_smem_at(cg, off)), 16);
-            }
-            if (partial)
-                s2_nv_if_end(cg, &tail);
-        }
-    }
-    s2_nv_barrier_warp(cg);
-}
-
-/* fp8 pages with bf16 queries: the products run on f16 (one conversion per
- * K/V pair instead of three), so the Q tile is converted once, in place, to
- * f16 times 2^-DEC_Q_SHIFT: f16's range then holds |q| < 2^24, and |q|
- * below 2^-6 keeps an absolute precision of 2^-16, far under bf16's own
- * rounding; setup gives the softmax scale the 2^DEC_Q_SHIFT back. */
-static void convert_q(dec *k)
-{
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    int T = k->s.threads, total = DEC_ROWS * k->s.D * 2 / 16;
-    LLVMTypeRef v4 = LLVMVectorType(cg->t_i32, 4), i16 = LLVMInt16TypeInContext(cg->llctx);
+    int T = k->s.threads, P = k->s.D / 16, total = DEC_ROWS * P;
+    LLVMTypeRef v4 = LLVMVectorType(cg->t_i32, 4);
     for (int it = 0; it * T < total; it++) {
         s2_nv_if guard;
-        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, total, &guard, "qcvt");
-        LLVMValueRef ptr = s2_nv_smem_at(cg, LLVMBuildAdd(b, c32(k, k->s.q_off), LLVMBuildShl(b, idx, c32(k, 4), ""), ""));
-        LLVMValueRef ld = LLVMBuildLoad2(b, v4, ptr, "q16");
-        LLVMSetAlignment(ld, 16);
-        LLVMValueRef vec = LLVMGetUndef(v4);
-        for (int j = 0; j < 4; j++) {
-            LLVMValueRef w = LLVMBuildExtractElement(b, ld, c32(k, j), "");
-            LLVMValueRef f[2];
-            for (int h = 0; h < 2; h++) {
-                LLVMValueRef x = LLVMBuildTrunc(b, h ? LLVMBuildLShr(b, w, c32(k, 16), "") : w, i16, "");
-                f[h] = LLVMBuildFMul(b, s2_nv_elt16_to_f32(cg, k->s.dt, x), cf(k, ldexp(1.0, -DEC_Q_SHIFT)), "");
+        LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, total, &guard, "qprep");
+        LLVMValueRef r = LLVMBuildUDiv(b, idx, c32(k, P), "");
+        LLVMValueRef pc = LLVMBuildShl(b, LLVMBuildURem(b, idx, c32(k, P), ""), c32(k, 1), "");
+        LLVMValueRef ptr[2], w[8];
+        for (int h = 0; h < 2; h++) {
+            LLVMValueRef off = LLVMBuildAdd(b, c32(k, k->s.q_off), swizzle(k, r, LLVMBuildAdd(b, pc, c32(k, h), "")), "");
+            ptr[h] = s2_nv_smem_at(cg, off);
+            LLVMValueRef ld = LLVMBuildLoad2(b, v4, ptr[h], "q16");
+            LLVMSetAlignment(ld, 16);
+            for (int j = 0; j < 4; j++) {
+                w[4 * h + j] = LLVMBuildExtractElement(b, ld, c32(k, j), "");
+                if (k->s.mdt != k->s.dt)
+                    w[4 * h + j] = LLVMBuildBitCast(b, q_word_to_f16(k, w[4 * h + j]), cg->t_i32, "");
             }
-            vec = LLVMBuildInsertElement(b, vec, s2_nv_pack2(cg, S2_DTYPE_F16, f[0], f[1]), c32(k, j), "");
         }
-        LLVMSetAlignment(LLVMBuildStore(b, vec, ptr), 16);
+        for (int h = 0; h < 2; h++) {
+            LLVMValueRef vec = LLVMGetUndef(v4);
+            for (int t = 0; t < 4; t++)
+                vec = LLVMBuildInsertElement(b, vec, w[2 * t + h], c32(k, t), "");
+            LLVMSetAlignment(LLVMBuildStore(b, vec, ptr[h]), 16);
+        }
         s2_kb_spread_end(&k->kb, &guard);
     }
     s2_nv_barrier_cta(cg);
@@ -367,10 +322,7 @@ static void prefetch_kv(dec *k, LLVMValueRef tile, LLVMValueRef stage, const chu
     s2_nv_if_begin(k->cg, &blk, LLVMBuildICmp(k->b, LLVMIntSLT, tile, k->t_end, ""), "prefetch");
     LLVMValueRef soff = stage_off(k, stage);
     for (int w = 0; w < k->s.warps; w++) {
-        if (k->s.kv8)
-            issue_chunk8(k, &ca[w], w, soff);
-        else
-            issue_chunk(k, &ca[w], w, soff);
+        issue_chunk(k, &ca[w], w, soff);
     }
     s2_nv_if_end(k->cg, &blk);
     s2_nv_cp_async_commit(k->cg);
@@ -536,6 +488,90 @@ static void accumulate_pv(dec *k, LLVMValueRef vst, LLVMValueRef sc[2][4])
     }
 }
 
+/* fp8 pages: one ldmatrix.x4 of the warp's 16 ring rows at st, reading the
+ * bytes as 16-bit elements (ldmatrix only moves bits; its .b8 forms are
+ * sm_100a's, PTX ISA "ldmatrix"): out[2j] is rows 0-7,
+ * out[2j + 1] rows 8-15 of 16-byte piece c + j (piece c again for j = 1
+ * when c is a row's last piece).  Lanes 16j + 8h address piece c + j's rows
+ * 8h .. 8h + 7. */
+static void ld8(dec *k, LLVMValueRef st, int c, bool trans, LLVMValueRef out[4])
+{
+    LLVMBuilderRef b = k->b;
+    int C = k->s.D / 16;
+    LLVMValueRef row = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), LLVMBuildAnd(b, k->lane, c32(k, 15), ""), "");
+    LLVMValueRef ch = c + 1 < C ? LLVMBuildAdd(b, LLVMBuildLShr(b, k->lane, c32(k, 4), ""), c32(k, c), "") : c32(k, c);
+    s2_nv_ldmatrix_x4(k->cg, s2_nv_smem_at(k->cg, LLVMBuildAdd(b, st, swizzle_c(k, C, row, ch), "")), trans, out);
+}
+
+/* Two e4m3 (or e5m2) bytes, half h of 32-bit word w, as f16x2 (exact;
+ * cvt.rn.f16x2.e4m3x2: the upper byte to the upper half). */
+static LLVMValueRef f8pair(dec *k, LLVMValueRef w, int h)
+{
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef x = LLVMBuildTrunc(b, h ? LLVMBuildLShr(b, w, c32(k, 16), "") : w, LLVMInt16TypeInContext(k->cg->llctx), "");
+    return s2_nv_f8x2_to_f16x2(k->cg, k->s.kv_dt, x);
+}
+
+/* S = Q·Kᵀ over the warp's 16 keys of fp8 pages: a lane's ldmatrix word of
+ * key row g, piece c, is dims 16c + 4·t4 .. + 3; its low pair is the B
+ * fragment's first register, its high pair the second (the dims' order of
+ * prepare_q8).  Keys keep their columns, so the mask is the 16-bit path's. */
+static void compute_scores8(dec *k, LLVMValueRef kst, LLVMValueRef sc[2][4])
+{
+    int C = k->s.D / 16;
+    for (int n = 0; n < 2; n++)
+        for (int i = 0; i < 4; i++)
+            sc[n][i] = cf(k, 0);
+    for (int c = 0; c < C; c += 2) {
+        LLVMValueRef m[4];
+        ld8(k, kst, c, false, m);
+        for (int j = 0; j < 2 && c + j < C; j++) {
+            LLVMValueRef qa[4];
+            if (k->s.q_in_regs)
+                memcpy(qa, k->qf[c + j], sizeof qa);
+            else
+                q_fragment(k, c + j, qa);
+            for (int n = 0; n < 2; n++) {
+                LLVMValueRef kb[2] = {f8pair(k, m[2 * j + n], 0), f8pair(k, m[2 * j + n], 1)};
+                s2_nv_mma_m16n8k16(k->cg, k->s.mdt, qa, kb, sc[n]);
+            }
+        }
+    }
+}
+
+/* O += P·V over the warp's 16 keys of fp8 pages.  ldmatrix.trans of piece c
+ * gives lane (g, t4) the byte pairs (dims 16c + 2g, + 1) of keys 2·t4 and
+ * 2·t4 + 1 (8 + those in the second matrix); a byte permute pairs the keys
+ * per dim, the B fragment's layout, so n-tile 2c + p holds dim 16c + 2g + p
+ * at column g and O's accumulator (n-tile 2c + p, column 2·t4 + e) is dim
+ * 16c + 4·t4 + 2e + p (s2_dec_spill_warp_state puts it back). */
+static void accumulate_pv8(dec *k, LLVMValueRef vst, LLVMValueRef sc[2][4])
+{
+    s2_cg *cg = k->cg;
+    LLVMBuilderRef b = k->b;
+    int C = k->s.D / 16;
+    LLVMTypeRef v4i8 = LLVMVectorType(LLVMInt8TypeInContext(cg->llctx), 4);
+    LLVMValueRef mask[4] = {c32(k, 0), c32(k, 2), c32(k, 1), c32(k, 3)};
+    LLVMValueRef sel = LLVMConstVector(mask, 4);
+    LLVMValueRef a[4];
+    s2_flash_a_from_c(cg, k->s.mdt, sc, a);
+    for (int c = 0; c < C; c += 2) {
+        LLVMValueRef m[4];
+        ld8(k, vst, c, true, m);
+        for (int j = 0; j < 2 && c + j < C; j++) {
+            LLVMValueRef x[2];
+            for (int h = 0; h < 2; h++) {
+                LLVMValueRef v = LLVMBuildBitCast(b, m[2 * j + h], v4i8, "");
+                x[h] = LLVMBuildBitCast(b, LLVMBuildShuffleVector(b, v, v, sel, ""), cg->t_i32, "keypairs");
+            }
+            for (int p = 0; p < 2; p++) {
+                LLVMValueRef vb[2] = {f8pair(k, x[0], p), f8pair(k, x[1], p)};
+                s2_flash_mma_into(cg, k->s.mdt, a, vb, k->acc.o[2 * (c + j) + p]);
+            }
+        }
+    }
+}
+
 /* The warp's chunk of tile `tile` in stage `stage` (when the chunk exists). */
 static void warp_chunk(dec *k, LLVMValueRef tile, LLVMValueRef stage)
 {
@@ -549,18 +585,17 @@ static void warp_chunk(dec *k, LLVMValueRef tile, LLVMValueRef stage)
     LLVMValueRef heads = entry_field(k, e, 1);
     LLVMValueRef soff = stage_off(k, stage);
     LLVMValueRef sc[2][4];
-    LLVMValueRef voff = NULL;
-    if (k->s.kv8) {
-        convert_chunk(k, soff);
-        soff = c32(k, k->s.cvt_off);
-        voff = c32(k, k->s.cvt_off + k->s.cvt_v);
-    }
-    compute_scores(k, soff, sc);
+    if (k->s.kv8)
+        compute_scores8(k, soff, sc);
+    else
+        compute_scores(k, soff, sc);
     apply_mask(k, sc, kpos0, heads);
     online_softmax(k, sc);
-    if (!k->s.kv8)
-        voff = LLVMBuildAdd(b, soff, c32(k, k->s.v_in_stage), "");
-    accumulate_pv(k, voff, sc);
+    LLVMValueRef voff = LLVMBuildAdd(b, soff, c32(k, k->s.v_in_stage), "");
+    if (k->s.kv8)
+        accumulate_pv8(k, voff, sc);
+    else
+        accumulate_pv(k, voff, sc);
     s2_nv_if_end(k->cg, &rel);
     s2_nv_if_end(k->cg, &has);
 }
@@ -639,8 +674,6 @@ static void dec_shape_init(dec_shape *s, const s2_pattern *p, const s2_kspec *sp
     s->kv_off = DEC_ROWS * s->D * 2;
     s->v_in_stage = s->BN * s->D * (s->kv8 ? 1 : 2);
     s->stage_bytes = 2 * s->v_in_stage;
-    s->cvt_off = s->kv_off + s->stages * s->stage_bytes;
-    s->cvt_v = s->BN * s->D * 2;
     /* after the loop the stages are free: the warps' O then (m, l) */
     s->merge_o_off = 0;
     s->merge_ml_off = s->warps * DEC_ROWS * s->D * 4;
@@ -651,7 +684,7 @@ int s2_decode_smem_bytes(const s2_pattern *p, const s2_kspec *spec)
 {
     dec_shape s;
     dec_shape_init(&s, p, spec);
-    int ring = s.kv_off + s.stages * s.stage_bytes + (s.kv8 ? 2 * s.cvt_v : 0);
+    int ring = s.kv_off + s.stages * s.stage_bytes;
     int merge = s.flag_off + 16;
     return ring > merge ? ring : merge;
 }
@@ -684,8 +717,8 @@ static s2_status decode_kernel(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, cons
         load_tile_now(&k, LLVMBuildAdd(k.b, k.t_begin, c32(&k, st), ""), c32(&k, st));
     s2_nv_cp_async_wait(cg, k.s.stages - 1);
     s2_nv_barrier_cta(cg);
-    if (k.s.mdt != k.s.dt)
-        convert_q(&k);
+    if (k.s.kv8)
+        prepare_q8(&k);
     if (k.s.q_in_regs)
         load_q_fragments(&k);
     main_loop(&k, entry_bb);

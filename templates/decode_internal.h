@@ -14,7 +14,7 @@
 enum { S2_ABI_DECODE_PARAMS(S2_ABI_P_ENUM) P_COUNT };
 
 enum { MAX_D = 256, DEC_ROWS = 16 };
-/* fp8 pages with bf16 queries: Q enters the f16 products times 2^-DEC_Q_SHIFT (decode.c, convert_q) */
+/* fp8 pages with bf16 queries: Q enters the f16 products times 2^-DEC_Q_SHIFT (decode.c, prepare_q8) */
 enum { DEC_Q_SHIFT = 8 };
 
 typedef struct dec_shape {
@@ -25,11 +25,10 @@ typedef struct dec_shape {
     int group, heads, bs_log2, gpb_log2;
     bool causal;
     bool kv8;                    /* fp8 pages (spec kv_dtype): the ring holds them as read, each warp
-                                  * converts its chunk into its rows of a 16-bit tile at cvt_off */
+                                  * converts its fragments in registers (decode.c, compute_scores8) */
     s2_dtype kv_dt;
     s2_dtype mdt;                /* the mma operands' dtype: dt; f16 with fp8 pages (bf16 Q converted once) */
     int q_off, kv_off, stage_bytes, v_in_stage;
-    int cvt_off, cvt_v;          /* kv8: the converted K tile, V at cvt_off + cvt_v */
     int merge_o_off, merge_ml_off, flag_off;
 } dec_shape;
 

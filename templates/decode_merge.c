@@ -17,7 +17,9 @@ void s2_dec_spill_warp_state(dec *k)
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     int D = k->s.D;
-    LLVMValueRef col0 = LLVMBuildShl(b, k->t4, c32(k, 1), "");
+    /* fp8 pages: n-tile dn's column 2·t4 + e is dim 16(dn / 2) + 4·t4 + 2e + dn % 2 (decode.c, accumulate_pv8) */
+    bool kv8 = k->s.kv8;
+    LLVMValueRef col0 = LLVMBuildShl(b, k->t4, c32(k, kv8 ? 2 : 1), "");
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef r = LLVMBuildAdd(b, k->g, c32(k, 8 * hr), "");
         LLVMValueRef wr = LLVMBuildAdd(b, LLVMBuildShl(b, k->warp, c32(k, 4), ""), r, "wrow");
@@ -34,7 +36,7 @@ void s2_dec_spill_warp_state(dec *k)
         LLVMValueRef rowoff = LLVMBuildAdd(b, c32(k, k->s.merge_o_off), LLVMBuildMul(b, wr, c32(k, D * 4), ""), "");
         for (int dn = 0; dn < D / 8; dn++)
             for (int e = 0; e < 2; e++) {
-                LLVMValueRef c = LLVMBuildAdd(b, col0, c32(k, dn * 8 + e), "");
+                LLVMValueRef c = LLVMBuildAdd(b, col0, c32(k, kv8 ? dn / 2 * 16 + 2 * e + dn % 2 : dn * 8 + e), "");
                 LLVMValueRef off = LLVMBuildAdd(b, rowoff, LLVMBuildShl(b, c, c32(k, 2), ""), "");
                 LLVMSetAlignment(LLVMBuildStore(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr + e], ""), smem_f32(k, off)), 4);
             }

@@ -184,9 +184,10 @@ static s2_status resolve_decode(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p
     if (spec->kv_dtype != 0 && spec->arch == S2_ARCH_SM80)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode of %s K/V pages needs sm_90 (sm_80 has no fp8 conversion)",
                        s2_dtype_name(spec->kv_dtype));
-    /* fp8 pages: a stage holds half the bytes, so 4 stages keep as many in flight at the same shared memory */
+    /* fp8 pages: a stage holds half the bytes, so 6 stages take the 16-bit ring's shared memory and keep
+     * more bytes in flight (5 half tiles against 2 whole ones) */
     if (spec->num_stages == 0)
-        spec->num_stages = spec->kv_dtype != 0 ? 4 : 3;
+        spec->num_stages = spec->kv_dtype != 0 ? 6 : 3;
     if (spec->num_stages < 2 || spec->num_stages > 6)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: decode num_stages %d (2..6)", spec->num_stages);
     if (spec->block_m != 0 && spec->block_m != 16)
