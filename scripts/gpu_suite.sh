@@ -43,6 +43,7 @@ attnrt_gpu                 90  test_attn_gpu
 varlen_gpu                 90  test_varlen_gpu
 varlen_bwd_gpu            150  test_varlen_bwd_gpu
 seams_gpu                  90  test_seams_gpu
+rows_gpu                   90  test_rows_gpu
 cp_gpu                    180  NCCL_NVLS_ENABLE=0 test_cp_gpu
 graph_gpu                 150  test_graph_gpu
 patterns_gpu              180  test_patterns_gpu
@@ -83,6 +84,7 @@ memcheck_bwd_hd_wg        240  S2C_BWD_CASES=hd256_gqa8_2_b64 compute-sanitizer 
 memcheck_bwd_hd_rt        240  S2C_BWD_CASES=hd256_rt compute-sanitizer --tool memcheck --error-exitcode 1 test_bwd_gpu
 racecheck_bwd_hd          300  S2C_BWD_CASES=hd192_rt compute-sanitizer --tool racecheck --error-exitcode 1 test_bwd_gpu
 memcheck_seams            120  compute-sanitizer --tool memcheck --error-exitcode 1 test_seams_gpu
+memcheck_rows             120  compute-sanitizer --tool memcheck --error-exitcode 1 test_rows_gpu
 memcheck_attnrt            90  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_attn_gpu
 memcheck_decode            90  S2C_DECODE_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu
 memcheck_decode_hd        150  S2C_DECODE_CASES=hd144 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu

@@ -289,14 +289,15 @@ static s2_kernel_record record(s2_kernel_role role, s2_abi_id abi, int threads, 
 }
 
 /* A forward's main record comes first (the driver takes a wide variant's
- * from there); NAME_seqs and NAME_combine, built once per entry
+ * from there); NAME_seqs, NAME_combine and NAME_rows, built once per entry
  * (build_entry), follow. */
 static int kernels_fwd(const s2_kspec *s, s2_abi_id abi, int smem, s2_kernel_record *out)
 {
     out[0] = record(S2_ROLE_FWD, abi, s->num_warps * 32, smem, s);
     out[1] = record(S2_ROLE_FWD_SEQS, S2_ABI_SEQS, S2_SEQS_THREADS, 0, s);
     out[2] = record(S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_COMBINE_THREADS, 0, s);
-    return 3;
+    out[3] = record(S2_ROLE_ROWS, S2_ABI_ROWS, S2_ROWS_THREADS, 0, s);
+    return 4;
 }
 
 static int kernels_fwd_mma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
@@ -323,6 +324,7 @@ static int kernels_bwd(const s2_pattern *p, const s2_kspec *s, s2_kernel_record 
         out[n++] = record(S2_ROLE_BWD_DQDS, abi, threads, s2_bwd_dqds_smem_bytes(s), s);
         out[n++] = record(S2_ROLE_BWD_DQDS2, abi, S2_BWD_DQDS2_THREADS, s2_bwd_dqds2_smem_bytes(s), s);
     }
+    out[n++] = record(S2_ROLE_ROWS, S2_ABI_ROWS, S2_ROWS_THREADS, 0, s);   /* built once (build_entry) */
     return n;
 }
 
@@ -380,18 +382,18 @@ static const s2_template decode = {"decode", S2_KERNEL_DECODE, dt16, (HD(256) <<
 static const s2_template fwd_wgmma = {"fwd_wgmma", S2_KERNEL_FWD, dt16,
     HD(16) | HD(32) | HD(48) | HD(64) | HD(80) | HD(96) | HD(112) | HD(128) | HD(144) | HD(160) | HD(176) | HD(192) |
         HD(208) | HD(224) | HD(240) | HD(256),
-    ABI(FWD_TMA) | ABI(FWD_TMA_PERSISTENT) | ABI(SEQS) | ABI(COMBINE),
+    ABI(FWD_TMA) | ABI(FWD_TMA_PERSISTENT) | ABI(SEQS) | ABI(COMBINE) | ABI(ROWS),
     s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, kernels_fwd_wgmma, variants_fwd_wgmma,
     s2_fwd_sm90_build, s2_fwd_entry_build, NULL};
 /* every multiple of 16 from 16 to 256 */
 #define HD_ALL (HD(16) | HD(32) | HD(48) | HD(64) | HD(80) | HD(96) | HD(112) | HD(128) | HD(144) | HD(160) | \
                 HD(176) | HD(192) | HD(208) | HD(224) | HD(240) | HD(256))
 static const s2_template fwd_mma = {"fwd_mma", S2_KERNEL_FWD, dt16, HD_ALL,
-    ABI(FWD) | ABI(SEQS) | ABI(COMBINE), accepts_fwd, resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, NULL,
+    ABI(FWD) | ABI(SEQS) | ABI(COMBINE) | ABI(ROWS), accepts_fwd, resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, NULL,
     s2_fwd_build, s2_fwd_entry_build, NULL};
 #define HD_16_TO_256 ((HD(256) << 1) - HD(16))   /* every multiple of 16 from 16 to 256 */
-static const s2_template bwd = {"bwd", S2_KERNEL_BWD, dt16, HD_16_TO_256, ABI(BWD) | ABI(BWD_TMA),
-    accepts_bwd, resolve_mma, s2_bwd_smem_bytes, kernels_bwd, NULL, s2_bwd_build, NULL, NULL};
+static const s2_template bwd = {"bwd", S2_KERNEL_BWD, dt16, HD_16_TO_256, ABI(BWD) | ABI(BWD_TMA) | ABI(ROWS),
+    accepts_bwd, resolve_mma, s2_bwd_smem_bytes, kernels_bwd, NULL, s2_bwd_build, s2_rows_entry_build, NULL};
 
 /* Entries defined in their template's own file (one line here each). */
 extern const s2_template s2_template_row_softmax;   /* templates/softmax.c */

@@ -71,22 +71,25 @@ START_TEST(assembles_without_spills_and_carries_manifest)
                   s2_ctx_message(ctx));
     s2_kspec aks;   /* the resolved spec, the template's choices included */
     ck_assert_int_eq(s2_artifact_kspec(ctx, art, &aks), S2_OK);
-    /* the forward, NAME_seqs and NAME_combine, and with the wide variant (sm_90a, block 64, d80-d128, and
-     * up to d64 on sparse patterns) four: every one without spills */
+    /* the forward, NAME_seqs, NAME_combine and NAME_rows, and with the wide variant (sm_90a, block 64,
+     * d80-d128, and up to d64 on sparse patterns) five: every one without spills */
     bool wide_expected = arch == S2_ARCH_SM90A && p->block_size == 64 &&
                          (D > 64 ? D <= 128 : !s2_pattern_is_dense(p));
-    ck_assert_int_eq(art->num_kernels, wide_expected ? 4 : 3);
-    const s2_kernel_info *ki = &art->kernels[0], *wi = NULL, *si = NULL, *ci = NULL;
+    ck_assert_int_eq(art->num_kernels, wide_expected ? 5 : 4);
+    const s2_kernel_info *ki = &art->kernels[0], *wi = NULL, *si = NULL, *ci = NULL, *ri = NULL;
     for (int i = 0; i < art->num_kernels; i++) {
         const s2_kernel_info *x = &art->kernels[i];
         size_t nl = strlen(x->name), sl = strlen(s2_role_suffix(S2_ROLE_FWD_WIDE));
         size_t ql = strlen(s2_role_suffix(S2_ROLE_FWD_SEQS)), cl = strlen(s2_role_suffix(S2_ROLE_COMBINE));
+        size_t rl = strlen(s2_role_suffix(S2_ROLE_ROWS));
         if (nl > sl && strcmp(x->name + nl - sl, s2_role_suffix(S2_ROLE_FWD_WIDE)) == 0)
             wi = x;
         else if (nl > ql && strcmp(x->name + nl - ql, s2_role_suffix(S2_ROLE_FWD_SEQS)) == 0)
             si = x;
         else if (nl > cl && strcmp(x->name + nl - cl, s2_role_suffix(S2_ROLE_COMBINE)) == 0)
             ci = x;
+        else if (nl > rl && strcmp(x->name + nl - rl, s2_role_suffix(S2_ROLE_ROWS)) == 0)
+            ri = x;
         else
             ki = x;
         ck_assert_msg(x->registers > 0 && x->spill_stores == 0 && x->spill_loads == 0 && x->stack_frame == 0,
@@ -151,7 +154,17 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     ck_assert_int_eq(mk->threads, art->threads_per_block);
     ck_assert_int_eq(mk->smem_bytes, art->smem_bytes);
     /* one record per kernel: the forward's ABI and grid, and the wide variant's own tile */
-    ck_assert_int_eq(mk->num_fns, wide_expected ? 4 : 3);
+    ck_assert_int_eq(mk->num_fns, wide_expected ? 5 : 4);
+    /* NAME_rows: one CTA per run of a table (ABI rows, grid runs) */
+    const s2_kernel_record *rr = s2_manifest_kernel_fn(mk, S2_ROLE_ROWS);
+    ck_assert_ptr_nonnull(rr);
+    char rname[160];
+    snprintf(rname, sizeof rname, "%s_rows", mk->name);
+    ck_assert_str_eq(rr->symbol, rname);
+    ck_assert_str_eq(ri->name, rname);
+    ck_assert_int_eq(rr->abi, S2_ABI_ROWS);
+    ck_assert_int_eq(rr->grid, S2_GRID_RUNS);
+    ck_assert_int_eq(rr->smem_bytes, 0);
     /* NAME_combine: the LSE merge, the decode module's kernel (ABI combine, one row per D / 8 threads) */
     const s2_kernel_record *cr = s2_manifest_kernel_fn(mk, S2_ROLE_COMBINE);
     ck_assert_ptr_nonnull(cr);
@@ -378,7 +391,8 @@ START_TEST(schedule_packed_by_record)
                 s2_packed_schedule got = {0}, want = {0};
                 int32_t lists = -1, want_lists = -2;
                 s2_status st = s2_manifest_schedule_pack(ctx, k, r->symbol, lay, false, &got, &lists);
-                if (r->role == S2_ROLE_FWD_SEQS || r->role == S2_ROLE_COMBINE) {   /* no tile schedule */
+                if (r->role == S2_ROLE_FWD_SEQS || r->role == S2_ROLE_COMBINE || r->role == S2_ROLE_ROWS) {
+                    /* no tile schedule */
                     ck_assert_int_eq(st, S2_ERR_INVALID);
                     continue;
                 }
