@@ -125,8 +125,11 @@ typedef struct s2_cp_exec s2_cp_exec;
  * dim (NULL: forward only), both loaded on the communicator's device.  Plans
  * are made for each kernel's tile (one when they agree), schedules uploaded,
  * buffers allocated (cuMemAlloc) and a communication stream created.
- * Statuses: S2_ERR_NULL_ARG, S2_ERR_INVALID (kernels that disagree, a kernel
- * of another kind), the plan's (s2_cp_plan_new), the runtime's. */
+ * The packing's tables (NAME_rows, s2_rows) are built from the plan, checked
+ * and uploaded here.  Statuses: S2_ERR_NULL_ARG, S2_ERR_INVALID (kernels
+ * that disagree, a kernel of another kind), S2_ERR_UNSUPPORTED (a module
+ * compiled before NAME_rows; a block read by more than 63 ranks), the
+ * plan's (s2_cp_plan_new), the runtime's. */
 S2_API s2_status s2_cp_exec_new(s2_ctx *ctx, s2_cp_comm *comm, s2_attn_kernel *fwd, s2_attn_kernel *bwd,
                                 const s2_cp_exec_args *args, s2_cp_exec **out);
 /* No call of it may be in flight.  NULL is fine. */

@@ -437,6 +437,12 @@ START_TEST(timeline_measure)
     s2_cp_timeline_measure(&t);
     ck_assert_float_eq(t.comm_ms, 0);
     ck_assert_float_eq(t.visible_comm_ms, 0);
+    /* the unpack (communication stream) counts as communication; the pack (caller's stream) does not */
+    t.start_ms[S2_CP_PHASE_PACK] = 2, t.end_ms[S2_CP_PHASE_PACK] = 2.5f;
+    t.start_ms[S2_CP_PHASE_UNPACK] = 1.5f, t.end_ms[S2_CP_PHASE_UNPACK] = 3;
+    s2_cp_timeline_measure(&t);
+    ck_assert_float_eq_tol(t.comm_ms, 1.5, 1e-6);
+    ck_assert_float_eq_tol(t.visible_comm_ms, 1, 1e-6);   /* [2,3] */
 }
 END_TEST
 
