@@ -50,6 +50,23 @@ static void assert_same_pattern(const s2_pattern *a, const s2_pattern *b)
     }
 }
 
+/* The entry's record of role r, named NAME and the role's suffix as the assembler's kernel ki is, of ABI abi
+ * and grid rule grid, launched without dynamic shared memory. */
+static const s2_kernel_record *entry_record(const s2_manifest_kernel *mk, const s2_kernel_info *ki, s2_kernel_role r,
+                                           s2_abi_id abi, s2_grid_rule grid)
+{
+    const s2_kernel_record *rec = s2_manifest_kernel_fn(mk, r);
+    ck_assert_ptr_nonnull(rec);
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", mk->name, s2_role_suffix(r));
+    ck_assert_str_eq(rec->symbol, name);
+    ck_assert_str_eq(ki->name, name);
+    ck_assert_int_eq(rec->abi, abi);
+    ck_assert_int_eq(rec->grid, grid);
+    ck_assert_int_eq(rec->smem_bytes, 0);
+    return rec;
+}
+
 START_TEST(assembles_without_spills_and_carries_manifest)
 {
     int v = _i;
@@ -156,36 +173,11 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     /* one record per kernel: the forward's ABI and grid, and the wide variant's own tile */
     ck_assert_int_eq(mk->num_fns, wide_expected ? 5 : 4);
     /* NAME_rows: one CTA per run of a table (ABI rows, grid runs) */
-    const s2_kernel_record *rr = s2_manifest_kernel_fn(mk, S2_ROLE_ROWS);
-    ck_assert_ptr_nonnull(rr);
-    char rname[160];
-    snprintf(rname, sizeof rname, "%s_rows", mk->name);
-    ck_assert_str_eq(rr->symbol, rname);
-    ck_assert_str_eq(ri->name, rname);
-    ck_assert_int_eq(rr->abi, S2_ABI_ROWS);
-    ck_assert_int_eq(rr->grid, S2_GRID_RUNS);
-    ck_assert_int_eq(rr->smem_bytes, 0);
+    entry_record(mk, ri, S2_ROLE_ROWS, S2_ABI_ROWS, S2_GRID_RUNS);
     /* NAME_combine: the LSE merge, the decode module's kernel (ABI combine, one row per D / 8 threads) */
-    const s2_kernel_record *cr = s2_manifest_kernel_fn(mk, S2_ROLE_COMBINE);
-    ck_assert_ptr_nonnull(cr);
-    char cname[160];
-    snprintf(cname, sizeof cname, "%s_combine", mk->name);
-    ck_assert_str_eq(cr->symbol, cname);
-    ck_assert_str_eq(ci->name, cname);
-    ck_assert_int_eq(cr->abi, S2_ABI_COMBINE);
-    ck_assert_int_eq(cr->grid, S2_GRID_ROWS);
-    ck_assert_int_eq(cr->smem_bytes, 0);
+    entry_record(mk, ci, S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_GRID_ROWS);
     /* NAME_seqs: one thread per sequence, no shared memory */
-    const s2_kernel_record *sr = s2_manifest_kernel_fn(mk, S2_ROLE_FWD_SEQS);
-    ck_assert_ptr_nonnull(sr);
-    char sname[160];
-    snprintf(sname, sizeof sname, "%s_seqs", mk->name);
-    ck_assert_str_eq(sr->symbol, sname);
-    ck_assert_str_eq(si->name, sname);
-    ck_assert_int_eq(sr->abi, S2_ABI_SEQS);
-    ck_assert_int_eq(sr->grid, S2_GRID_SEQS);
-    ck_assert_int_eq(sr->threads, 128);
-    ck_assert_int_eq(sr->smem_bytes, 0);
+    ck_assert_int_eq(entry_record(mk, si, S2_ROLE_FWD_SEQS, S2_ABI_SEQS, S2_GRID_SEQS)->threads, 128);
     const s2_kernel_record *fr = s2_manifest_kernel_fn(mk, S2_ROLE_FWD);
     ck_assert_ptr_nonnull(fr);
     ck_assert_str_eq(fr->symbol, mk->name);

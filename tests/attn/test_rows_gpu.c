@@ -190,10 +190,7 @@ START_TEST(rows_table)
     s2_devptr bufs[] = {dsrc, ddst, dsum, dcopy};
     for (int i = 0; i < 4; i++)
         s2_mem_free(ctx, dev, bufs[i]);
-    s2_attn_module_free(mod);
-    s2_device_free(dev);
-    s2_artifact_free(art);
-    s2_pattern_set_free(set);
+    s2_attn_module_free(mod), s2_device_free(dev), s2_artifact_free(art), s2_pattern_set_free(set);
     s2_ctx_free(ctx);
 }
 END_TEST
@@ -202,16 +199,13 @@ int main(void)
 {
     s2t_gpu g;
     int rc = s2t_gpu_start("compiling for", NULL, &g);
-    if (rc != 0)
-        return rc;
-    if (g.load_ptx)
-        return 77;   /* the runtime loads cubins only */
-    dev_arch = g.arch;
-    base_seed = g.seed;
-    Suite *s = suite_create("rows_gpu");
+    if (rc != 0 || g.load_ptx)   /* the runtime loads cubins only */
+        return rc != 0 ? rc : 77;
+    dev_arch = g.arch, base_seed = g.seed;
     TCase *tc = tcase_create("rows");
-    tcase_set_timeout(tc, 300);
     tcase_add_loop_test(tc, rows_table, 0, NUM_CASES);
+    tcase_set_timeout(tc, 300);
+    Suite *s = suite_create("rows_gpu");
     suite_add_tcase(s, tc);
     return s2t_run_nofork(s) ? 1 : 0;
 }
