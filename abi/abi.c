@@ -18,6 +18,7 @@ static const s2_abi_param decode[] = {S2_ABI_DECODE_PARAMS(PARAM)};
 static const s2_abi_param combine[] = {S2_ABI_COMBINE_PARAMS(PARAM)};
 static const s2_abi_param seqs[] = {S2_ABI_SEQS_PARAMS(PARAM)};
 static const s2_abi_param fwd_tma_fp8[] = {S2_ABI_FWD_TMA_FP8_PARAMS(PARAM)};
+static const s2_abi_param rows[] = {S2_ABI_ROWS_PARAMS(PARAM)};
 #undef PARAM
 
 #define DESC(nm, list) {nm, list, (int)(sizeof list / sizeof list[0])}
@@ -31,6 +32,7 @@ static const s2_abi_desc abis[S2_ABI_COUNT_] = {
     [S2_ABI_COMBINE] = DESC("combine", combine),
     [S2_ABI_SEQS] = DESC("seqs", seqs),
     [S2_ABI_FWD_TMA_FP8] = DESC("fwd_tma_fp8", fwd_tma_fp8),
+    [S2_ABI_ROWS] = DESC("rows", rows),
 };
 #undef DESC
 
@@ -71,6 +73,7 @@ static const struct {
     [S2_ROLE_DECODE] = {"decode", ""},
     [S2_ROLE_COMBINE] = {"combine", "_combine"},
     [S2_ROLE_FWD_SEQS] = {"fwd_seqs", "_seqs"},
+    [S2_ROLE_ROWS] = {"rows", "_rows"},
 };
 
 const char *s2_role_name(s2_kernel_role r) { return (unsigned)r < (unsigned)S2_ROLE_COUNT_ ? roles[r].name : NULL; }
@@ -89,7 +92,7 @@ bool s2_role_parse(const char *name, s2_kernel_role *out)
 static const char *const grids[S2_GRID_COUNT_] = {
     [S2_GRID_Q_TILES] = "q_tiles",     [S2_GRID_PERSISTENT] = "persistent", [S2_GRID_PRE_ROWS] = "pre_rows",
     [S2_GRID_KV_TILES] = "kv_tiles",   [S2_GRID_Q_TILE_PAIRS] = "q_tile_pairs", [S2_GRID_SPLITS] = "splits",
-    [S2_GRID_ROWS] = "rows",           [S2_GRID_SEQS] = "seqs",
+    [S2_GRID_ROWS] = "rows",           [S2_GRID_SEQS] = "seqs",         [S2_GRID_RUNS] = "runs",
 };
 
 const char *s2_grid_name(s2_grid_rule g) { return (unsigned)g < (unsigned)S2_GRID_COUNT_ ? grids[g] : NULL; }
@@ -106,14 +109,15 @@ bool s2_grid_parse(const char *name, s2_grid_rule *out)
 
 s2_kernel_kind s2_role_kind(s2_kernel_role r)
 {
-    if (r == S2_ROLE_FWD_SEQS)
+    if (r == S2_ROLE_FWD_SEQS || r == S2_ROLE_ROWS)
         return S2_KERNEL_FWD;
     return r <= S2_ROLE_FWD_WIDE ? S2_KERNEL_FWD : r <= S2_ROLE_BWD_DQDS2 ? S2_KERNEL_BWD : S2_KERNEL_DECODE;
 }
 
 bool s2_role_fits_kind(s2_kernel_role r, s2_kernel_kind kind)
 {
-    return s2_role_kind(r) == kind || (r == S2_ROLE_COMBINE && kind == S2_KERNEL_FWD);
+    return s2_role_kind(r) == kind || (r == S2_ROLE_COMBINE && kind == S2_KERNEL_FWD) ||
+           (r == S2_ROLE_ROWS && kind == S2_KERNEL_BWD);
 }
 
 s2_kernel_role s2_main_role(s2_kernel_kind kind)
@@ -132,6 +136,7 @@ bool s2_role_takes_abi(s2_kernel_role r, s2_abi_id abi)
     case S2_ROLE_DECODE: return abi == S2_ABI_DECODE;
     case S2_ROLE_COMBINE: return abi == S2_ABI_COMBINE;
     case S2_ROLE_FWD_SEQS: return abi == S2_ABI_SEQS;
+    case S2_ROLE_ROWS: return abi == S2_ABI_ROWS;
     default: return false;
     }
 }
@@ -147,6 +152,7 @@ s2_grid_rule s2_role_grid(s2_kernel_role r, s2_abi_id abi)
     case S2_ROLE_DECODE: return S2_GRID_SPLITS;
     case S2_ROLE_COMBINE: return S2_GRID_ROWS;
     case S2_ROLE_FWD_SEQS: return S2_GRID_SEQS;
+    case S2_ROLE_ROWS: return S2_GRID_RUNS;
     default: return S2_GRID_Q_TILES;   /* NAME_dq, NAME_dqds */
     }
 }

@@ -99,6 +99,7 @@ typedef enum s2_abi_id {
     S2_ABI_COMBINE,            /* decode module's combine */
     S2_ABI_SEQS,               /* forward module's cu_seqlens -> s2_attn_seq records */
     S2_ABI_FWD_TMA_FP8,        /* sm_90a forward on e4m3: S2_ABI_FWD_TMA + q, k, v descales */
+    S2_ABI_ROWS,               /* a forward's or backward's NAME_rows: rows copied or summed by a table */
     S2_ABI_COUNT_
 } s2_abi_id;
 
@@ -127,6 +128,7 @@ typedef enum s2_kernel_role {
     S2_ROLE_DECODE,            /* NAME: paged decode */
     S2_ROLE_COMBINE,           /* NAME_combine */
     S2_ROLE_FWD_SEQS,          /* NAME_seqs: a forward's records from cu_seqlens (optional) */
+    S2_ROLE_ROWS,              /* NAME_rows: rows by a table, of a forward or backward (optional) */
     S2_ROLE_COUNT_
 } s2_kernel_role;
 
@@ -139,6 +141,7 @@ typedef enum s2_grid_rule {
     S2_GRID_SPLITS,            /* (splits, kv_heads, batch) */
     S2_GRID_ROWS,              /* (cdiv(rows, threads / (head_dim / 8)), 1, 1) */
     S2_GRID_SEQS,              /* (cdiv(n, threads), 1, 1): one thread per sequence */
+    S2_GRID_RUNS,              /* (n, 1, 1): one CTA per run of a table */
     S2_GRID_COUNT_
 } s2_grid_rule;
 
@@ -150,8 +153,9 @@ bool s2_grid_parse(const char *name, s2_grid_rule *out);
 const char *s2_role_suffix(s2_kernel_role r);
 /* The kernel kind whose modules hold role r. */
 s2_kernel_kind s2_role_kind(s2_kernel_role r);
-/* Whether an entry of kind `kind` may hold role r: its own roles, and the
- * combine (a decode's and a forward's). */
+/* Whether an entry of kind `kind` may hold role r: its own roles, the
+ * combine (a decode's and a forward's) and NAME_rows (a forward's and a
+ * backward's). */
 bool s2_role_fits_kind(s2_kernel_role r, s2_kernel_kind kind);
 /* The role of an entry's main kernel, whose launch shape is the entry's
  * (threads, smem): the forward, NAME_dkdv, the decode kernel. */

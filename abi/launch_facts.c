@@ -22,6 +22,7 @@ static const grid_dim rules[S2_GRID_COUNT_][3] = {
     [S2_GRID_SPLITS] = {S2_GRID_DIMS_SPLITS(DIM, ONE_)},
     [S2_GRID_ROWS] = {S2_GRID_DIMS_ROWS(DIM, ONE_)},
     [S2_GRID_SEQS] = {S2_GRID_DIMS_SEQS(DIM, ONE_)},
+    [S2_GRID_RUNS] = {S2_GRID_DIMS_RUNS(DIM, ONE_)},
 };
 #undef DIM
 #undef ONE_

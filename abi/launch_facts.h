@@ -52,6 +52,7 @@ typedef enum s2_grid_div { S2_DIV_ONE = 0, S2_DIV_TWO, S2_DIV_ROWS_PER_CTA, S2_D
 #define S2_GRID_DIMS_SPLITS(X, N) X(splits, ONE) X(kv_heads, ONE) X(batch, ONE)
 #define S2_GRID_DIMS_ROWS(X, N) X(rows, ROWS_PER_CTA) N() N()
 #define S2_GRID_DIMS_SEQS(X, N) X(n, THREADS) N() N()
+#define S2_GRID_DIMS_RUNS(X, N) X(n, ONE) N() N()
 
 /* Resident CTAs per SM of a kernel: the least that registers (allocated per
  * warp in units of 256), shared memory (dynamic, static and the driver's

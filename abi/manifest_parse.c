@@ -469,7 +469,7 @@ static s2_status check_fns(s2_ctx *ctx, s2_manifest_kernel *k)
     /* the entry's main kernel: its launch shape is the entry's */
     const s2_kernel_record *main = s2_manifest_kernel_fn(k, s2_main_role(k->spec.kind));
     for (int i = 0; i < k->num_fns; i++)
-        if (k->fns[i].abi != main->abi && k->spec.kind == S2_KERNEL_BWD)
+        if (k->fns[i].abi != main->abi && k->spec.kind == S2_KERNEL_BWD && k->fns[i].role != S2_ROLE_ROWS)
             return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s's backward kernels differ in ABI", k->name);
     if (main->threads != k->threads || main->smem_bytes != k->smem_bytes)
         return s2_fail(ctx, S2_ERR_PARSE, "manifest: kernel %s: its main kernel's launch shape is not the entry's",

@@ -93,12 +93,21 @@
     X(CU_Q, "cu_q", PTR) X(CU_K, "cu_k", PTR) X(SEQINFO, "seqinfo", PTR) X(N, "n", I32)                    \
     X(MAX_KV, "max_kv_len", I32)
 
+/* S2_ABI_ROWS: NAME_rows of a forward or backward module (s2c/decode.h,
+ * s2_rows): per run of the table, rows of D elements summed over n_src
+ * sources in order (fp32, rounded once) into dst rows (b, t, h) */
+#define S2_ABI_ROWS_PARAMS(X)                                                                                \
+    X(TABLE, "table", PTR) X(N_RUNS, "n_runs", I32) X(N_SRC, "n_src", I32) X(SRC, "src", PTR)             \
+    X(SRC_ROWS, "src_rows", I64) X(DST, "dst", PTR) S2_ABI_STRIDES(X, DS, "dst") X(DST_T, "dst_tokens", I64) \
+    X(DST_H, "dst_heads", I64) X(DST_ROWS, "dst_rows", I64)
+
 /* The parameters a launch takes unchanged from its public arguments, as
  * X(ENUM, field of the args struct): the runtime copies them (S2_RT_FROM_ARGS
  * in runtime/attn_internal.h), so such a parameter is a line here, a line
  * in its ABI's list and a field of the struct, and no runtime code. */
 #define S2_ABI_FWD_FROM_ARGS(X) \
     X(Q, q) X(K, k) X(V, v) X(O, o) X(LSE, lse) X(QDESCALE, q_descale) X(KDESCALE, k_descale) X(VDESCALE, v_descale)
+#define S2_ABI_ROWS_FROM_ARGS(X) X(TABLE, table) X(N_SRC, n_src) X(SRC, src) X(SRC_ROWS, src_rows) X(DST, dst)
 #define S2_ABI_COMBINE_FROM_ARGS(X) X(OUT, o) X(LSE_OUT, lse) X(N, n) X(H, heads) X(SINKS, sinks)
 
 /* enum helpers: P_ENUM for a template's own parameters, or a prefix of the caller's */

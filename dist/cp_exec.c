@@ -1,7 +1,8 @@
-/* The context-parallel executor (cp.h): NCCL messages of the planned KV
- * blocks on a communication stream, attention over local then received
- * blocks on the caller's stream, the LSE merge, and the backward's dK/dV
- * of received blocks summed at their owner by one reduce-scatter. */
+/* The context-parallel executor (cp.h): the planned KV blocks packed per
+ * peer (NAME_rows), one NCCL message per peer on a communication stream,
+ * attention over local then received blocks on the caller's stream, the
+ * LSE merge, and the backward's dK/dV of received blocks sent back and
+ * summed at their owner in rank order. */
 #include "cp_internal.h"
 #include "dist.h"
 #include "nccl_api.h"
@@ -119,10 +120,12 @@ int s2_cp_comm_size(const s2_cp_comm *c) { return c ? c->size : 0; }
 typedef struct cp_op {
     s2_cp_plan *plan;
     int64_t recv;                 /* its receive tokens per kv head */
-    s2_cp_msg *msgs;
-    int64_t n_msgs;
+    cp_pack pack;                 /* its messages per peer and row tables */
+    s2_devptr tab[5];             /* the tables on the device: gather, scatter, ret, sum dK, sum dV */
     s2_attn_sched *full, *local, *remote;   /* remote NULL when nothing is received */
 } cp_op;
+
+enum { TAB_GATHER, TAB_SCATTER, TAB_RET, TAB_SUM_DK, TAB_SUM_DV };
 
 struct s2_cp_exec {
     s2_cp_comm *comm;
@@ -136,10 +139,11 @@ struct s2_cp_exec {
     s2_cp_sizes sizes;
     cp_op op[2];                  /* forward, backward (op[1].plan may be op[0].plan's twin) */
     bool same_plan;
-    cp_grad_map grad;
     void *comm_stream;
     s2_event *ev_in, *ev_comm;
-    s2_devptr kbuf, vbuf, parts, dkbuf, dvbuf, seg, red, work;
+    /* K then V (dK then dV, then the returned partials), rows of D; the packed messages; the tables */
+    s2_devptr kv, dkv, sendbuf, recvbuf, tables, parts, work;
+    int64_t half_rows;            /* V's first row in kv (dV's in dkv) */
     s2_cp_traffic traffic[2];     /* the last forward's, backward's */
     bool timing;                  /* s2_cp_exec_set_timing */
     bool timed[2];                /* a call ran with every event recorded */
@@ -150,7 +154,7 @@ struct s2_cp_exec {
 static void op_free(cp_op *o, bool plan_shared)
 {
     s2_attn_sched_free(o->full), s2_attn_sched_free(o->local), s2_attn_sched_free(o->remote);
-    free(o->msgs);
+    s2_cp_pack_free(&o->pack);
     if (!plan_shared)
         s2_cp_plan_free(o->plan);
 }
@@ -161,8 +165,7 @@ void s2_cp_exec_free(s2_cp_exec *e)
         return;
     op_free(&e->op[1], e->same_plan);
     op_free(&e->op[0], false);
-    s2_cp_grad_map_free(&e->grad);
-    s2_devptr bufs[] = {e->kbuf, e->vbuf, e->parts, e->dkbuf, e->dvbuf, e->seg, e->red, e->work};
+    s2_devptr bufs[] = {e->kv, e->dkv, e->sendbuf, e->recvbuf, e->tables, e->parts, e->work};
     for (size_t i = 0; i < sizeof bufs / sizeof bufs[0]; i++)
         s2_mem_free(NULL, e->dev, bufs[i]);
     s2_event_free(e->ev_in), s2_event_free(e->ev_comm);
@@ -196,8 +199,6 @@ static s2_status op_new(s2_ctx *ctx, s2_cp_exec *e, s2_attn_kernel *k, const s2_
 {
     int rank = e->comm->rank;
     s2_status st = s2_cp_plan_new(ctx, e->p, pa, &o->plan);
-    if (st == S2_OK)
-        st = s2_cp_messages(ctx, o->plan, e->p, rank, &o->msgs, &o->n_msgs);
     if (st != S2_OK)
         return st;
     o->recv = s2_cp_plan_recv_tokens(o->plan, rank);
@@ -233,6 +234,49 @@ static s2_status alloc0(s2_ctx *ctx, s2_device *dev, size_t bytes, s2_devptr *p)
     s2_status st = s2_mem_alloc(ctx, dev, bytes, p);
     /* zero once: receive padding and segment rows never written stay zero (finite for the kernels) */
     return st == S2_OK ? s2_memset_d8(ctx, dev, *p, 0, bytes) : st;
+}
+
+/* Operation o's packing in the executor's layout (its rows from sizes.recv_tokens - o->recv in). */
+static s2_status pack_new(s2_ctx *ctx, s2_cp_exec *e, cp_op *o, bool backward)
+{
+    cp_geom g = {e->batch, e->kv_heads, e->sizes.recv_tokens + e->sizes.own_tokens, e->sizes.recv_tokens - o->recv,
+                 o->recv, e->sizes.own_tokens};
+    return s2_cp_pack_new(ctx, o->plan, e->p, e->comm->rank, &g, backward, &o->pack);
+}
+
+static const cp_table *op_table(const cp_op *o, int i)
+{
+    const cp_table *t[5] = {&o->pack.gather, &o->pack.scatter, &o->pack.ret, &o->pack.sum[0], &o->pack.sum[1]};
+    return t[i];
+}
+
+/* Every operation's tables in one allocation, and a check that the kernels hold NAME_rows. */
+static s2_status tables_upload(s2_ctx *ctx, s2_cp_exec *e)
+{
+    s2_attn_kernel *ks[2] = {e->fwd, e->bwd};
+    size_t bytes = 0;
+    for (int w = 0; w < 2; w++) {
+        if (!ks[w])
+            continue;
+        s2_rows_args probe = {.head_dim = e->D, .dtype = e->dtype, .n_src = 1};   /* no runs: checks only */
+        s2_status st = s2_rows(ctx, ks[w], NULL, &probe);
+        if (st != S2_OK)
+            return st;
+        for (int i = 0; i < 5; i++)
+            bytes += (size_t)op_table(&e->op[w], i)->n * (size_t)(2 + op_table(&e->op[w], i)->n_src) * sizeof(int64_t);
+    }
+    s2_status st = alloc0(ctx, e->dev, bytes, &e->tables);
+    size_t off = 0;
+    for (int w = 0; st == S2_OK && w < 2; w++)
+        for (int i = 0; ks[w] && st == S2_OK && i < 5; i++) {
+            const cp_table *t = op_table(&e->op[w], i);
+            size_t b = (size_t)t->n * (size_t)(2 + t->n_src) * sizeof(int64_t);
+            e->op[w].tab[i] = e->tables + off;
+            if (b > 0)
+                st = s2_memcpy_h2d(ctx, e->dev, e->tables + off, t->runs, b);
+            off += b;
+        }
+    return st;
 }
 
 s2_status s2_cp_exec_new(s2_ctx *ctx, s2_cp_comm *comm, s2_attn_kernel *fwd, s2_attn_kernel *bwd,
@@ -280,23 +324,29 @@ s2_status s2_cp_exec_new(s2_ctx *ctx, s2_cp_comm *comm, s2_attn_kernel *fwd, s2_
     if (st == S2_OK)
         st = s2_cp_sizes_of(ctx, e->op[0].plan, bwd ? e->op[1].plan : NULL, e->p, comm->rank, e->batch, e->D, e->dtype,
                             &e->sizes);
-    if (st == S2_OK && bwd)
-        st = s2_cp_grad_map_new(ctx, e->op[1].plan, e->p, comm->rank, e->batch, &e->grad);
+    for (int w = 0; st == S2_OK && w < (bwd ? 2 : 1); w++)
+        st = pack_new(ctx, e, &e->op[w], w == 1);
     if (st == S2_OK && bwd)
         st = s2_attn_sched_backward_workspace(ctx, e->op[1].full, e->batch, &e->sizes.workspace_bytes);
-    size_t half = e->sizes.kv_bytes / 2, segb = (size_t)e->grad.seg_rows * e->D * e->elem;
+    size_t rb = (size_t)e->D * e->elem;
+    int64_t sends = 0, recvs = 0;
+    for (int w = 0; w < (bwd ? 2 : 1); w++) {
+        sends = e->op[w].pack.send_total > sends ? e->op[w].pack.send_total : sends;
+        recvs = e->op[w].pack.recv_total > recvs ? e->op[w].pack.recv_total : recvs;
+    }
+    e->half_rows = (int64_t)e->batch * e->kv_heads * (e->sizes.recv_tokens + e->sizes.own_tokens);
     if (st == S2_OK)
-        st = alloc0(ctx, e->dev, half, &e->kbuf);
+        st = alloc0(ctx, e->dev, e->sizes.kv_bytes, &e->kv);
     if (st == S2_OK)
-        st = alloc0(ctx, e->dev, half, &e->vbuf);
+        st = alloc0(ctx, e->dev, (size_t)sends * rb, &e->sendbuf);
+    if (st == S2_OK)
+        st = alloc0(ctx, e->dev, (size_t)recvs * rb, &e->recvbuf);
     if (st == S2_OK && e->op[0].remote)
         st = alloc0(ctx, e->dev, e->sizes.partial_bytes, &e->parts);
-    if (st == S2_OK && bwd) {
-        if ((st = alloc0(ctx, e->dev, half, &e->dkbuf)) == S2_OK && (st = alloc0(ctx, e->dev, half, &e->dvbuf)) == S2_OK &&
-            (st = alloc0(ctx, e->dev, 2 * (size_t)comm->size * segb, &e->seg)) == S2_OK &&
-            (st = alloc0(ctx, e->dev, 2 * segb, &e->red)) == S2_OK)
-            st = alloc0(ctx, e->dev, e->sizes.workspace_bytes, &e->work);
-    }
+    if (st == S2_OK && bwd && (st = alloc0(ctx, e->dev, e->sizes.grad_bytes, &e->dkv)) == S2_OK)
+        st = alloc0(ctx, e->dev, e->sizes.workspace_bytes, &e->work);
+    if (st == S2_OK)
+        st = tables_upload(ctx, e);
     if (st == S2_OK)
         st = s2_stream_create(ctx, e->dev, &e->comm_stream);
     if (st == S2_OK)
@@ -337,10 +387,10 @@ static s2_status copy_in(s2_ctx *ctx, s2_cp_exec *e, const cp_op *o, void *strea
     for (int b = 0; st == S2_OK && b < e->batch; b++)
         for (int h = 0; st == S2_OK && h < e->kv_heads; h++) {
             int64_t dst = row_at(e, o, b, h, o->recv);
-            st = s2_memcpy_2d_async(ctx, e->dev, at(e, e->kbuf, dst), rb, at(e, k, b * ks[0] + h * ks[2]),
+            st = s2_memcpy_2d_async(ctx, e->dev, at(e, e->kv, dst), rb, at(e, k, b * ks[0] + h * ks[2]),
                                     (size_t)ks[1] * e->elem, rb, (size_t)e->sizes.own_tokens, stream);
             if (st == S2_OK)
-                st = s2_memcpy_2d_async(ctx, e->dev, at(e, e->vbuf, dst), rb, at(e, v, b * vs[0] + h * vs[2]),
+                st = s2_memcpy_2d_async(ctx, e->dev, at(e, e->kv, dst + e->half_rows * e->D), rb, at(e, v, b * vs[0] + h * vs[2]),
                                         (size_t)vs[1] * e->elem, rb, (size_t)e->sizes.own_tokens, stream);
         }
     return st;
@@ -425,46 +475,83 @@ s2_status s2_cp_exec_last_timeline(s2_ctx *ctx, s2_cp_exec *e, bool backward, s2
     return st;
 }
 
-/* The planned blocks sent and received on the communication stream, after `stream`'s work so far; ev_comm
- * marks their end.  w: the call (its counts and, when timed, its exchange phase); -1 for none (ordering only). */
-static s2_status exchange(s2_ctx *ctx, s2_cp_exec *e, const cp_op *o, int w, void *stream)
+/* NAME_rows of kernel k over table i of operation o on stream: src rows of D at src (src_rows of them), into
+ * dst: rows (b, t, h) of shape and strides, or flat rows when stride is NULL (shape[0] of them). */
+static s2_status rows(s2_ctx *ctx, const s2_cp_exec *e, s2_attn_kernel *k, void *stream, const cp_op *o, int i,
+                      s2_devptr src, int64_t src_rows, s2_devptr dst, const int64_t shape[3], const int64_t *stride)
+{
+    const cp_table *t = op_table(o, i);
+    if (t->n == 0)
+        return S2_OK;
+    s2_rows_args a = {.head_dim = e->D, .dtype = e->dtype, .n_src = t->n_src, .n_runs = t->n, .table = o->tab[i],
+                      .src = src, .src_rows = src_rows, .dst = dst, .dst_shape = {shape[0], shape[1], shape[2]},
+                      .dst_stride = {e->D, 0, 0}};
+    if (stride)
+        memcpy(a.dst_stride, stride, sizeof a.dst_stride);
+    return s2_rows(ctx, k, stream, &a);
+}
+
+/* Flat rows: n of them. */
+#define FLAT(n) ((const int64_t[3]){(n) > 0 ? (n) : 1, 1, 1})
+
+/* One message to and one from each peer q, grouped on the communication stream after `stream`'s work so
+ * far, as phase ph of call w: rows_out[q] rows of K and as many of V from send + off_out[q] rows, and
+ * rows_in[q] (twice) into recv + off_in[q]. */
+static s2_status post(s2_ctx *ctx, s2_cp_exec *e, int w, s2_cp_phase ph, void *stream, s2_devptr send,
+                      const int64_t *rows_out, const int64_t *off_out, s2_devptr recv, const int64_t *rows_in,
+                      const int64_t *off_in)
 {
     s2_status st = s2_event_record(ctx, e->ev_in, stream);
     if (st == S2_OK)
         st = s2_stream_wait_event(ctx, e->ev_in, e->comm_stream);
-    if (st == S2_OK && w >= 0)
-        st = mark(ctx, e, w, S2_CP_PHASE_EXCHANGE, 0, e->comm_stream);
+    if (st == S2_OK)
+        st = mark(ctx, e, w, ph, 0, e->comm_stream);
     if (st != S2_OK)
         return st;
-    if (o->n_msgs > 0) {
-        const s2_nccl_api *n = e->comm->n;
-        int bs = e->p->block_size;
-        ncclResult_t r = n->GroupStart();
-        for (int b = 0; r == ncclSuccess && b < e->batch; b++)
-            for (int64_t i = 0; r == ncclSuccess && i < o->n_msgs; i++) {
-                const s2_cp_msg *m = &o->msgs[i];
-                size_t count = (size_t)(m->blocks * bs * e->D);
-                int64_t row = m->send ? o->recv + s2_cp_own_row(o->plan, e->comm->rank, m->first_block, bs)
-                                      : m->first_slot * bs;
-                int64_t off = row_at(e, o, b, m->kv_head, row);
-                for (int t = 0; r == ncclSuccess && t < 2; t++) {
-                    s2_devptr p = at(e, t ? e->vbuf : e->kbuf, off);
-                    if (w >= 0) {   /* what is posted, as posted */
-                        s2_cp_traffic *tr = &e->traffic[w];
-                        *(m->send ? &tr->sends : &tr->recvs) += 1;
-                        *(m->send ? &tr->send_bytes : &tr->recv_bytes) += (double)count * (double)e->elem;
-                    }
-                    r = m->send ? n->Send((const void *)(uintptr_t)p, count, e->nt, m->peer, e->comm->comm,
-                                          (cudaStream_t)e->comm_stream)
-                                : n->Recv((void *)(uintptr_t)p, count, e->nt, m->peer, e->comm->comm,
-                                          (cudaStream_t)e->comm_stream);
-                }
-            }
-        ncclResult_t r2 = n->GroupEnd();
-        if (r != ncclSuccess || r2 != ncclSuccess)
-            return s2_nccl_fail(ctx, n, r != ncclSuccess ? r : r2, "the KV blocks' ncclSend/ncclRecv");
+    const s2_nccl_api *n = e->comm->n;
+    s2_cp_traffic *tr = &e->traffic[w];
+    ncclResult_t r = n->GroupStart();
+    for (int q = 0; r == ncclSuccess && q < e->comm->size; q++) {
+        if (q == e->comm->rank)
+            continue;
+        size_t out = 2 * (size_t)rows_out[q] * e->D, in = 2 * (size_t)rows_in[q] * e->D;
+        if (out > 0) {   /* counted as posted */
+            tr->sends++;
+            *(ph == S2_CP_PHASE_REDUCE ? &tr->reduce_bytes : &tr->send_bytes) += (double)out * (double)e->elem;
+            r = n->Send((const void *)(uintptr_t)at(e, send, off_out[q] * e->D), out, e->nt, q, e->comm->comm,
+                        (cudaStream_t)e->comm_stream);
+        }
+        if (r == ncclSuccess && in > 0) {
+            tr->recvs++;
+            if (ph != S2_CP_PHASE_REDUCE)
+                tr->recv_bytes += (double)in * (double)e->elem;
+            r = n->Recv((void *)(uintptr_t)at(e, recv, off_in[q] * e->D), in, e->nt, q, e->comm->comm,
+                        (cudaStream_t)e->comm_stream);
+        }
     }
-    if (w >= 0 && (st = mark(ctx, e, w, S2_CP_PHASE_EXCHANGE, 1, e->comm_stream)) != S2_OK)
+    ncclResult_t r2 = n->GroupEnd();
+    if (r != ncclSuccess || r2 != ncclSuccess)
+        return s2_nccl_fail(ctx, n, r != ncclSuccess ? r : r2, ph == S2_CP_PHASE_REDUCE ? "the dK/dV ncclSend/ncclRecv"
+                            : "the KV blocks' ncclSend/ncclRecv");
+    return mark(ctx, e, w, ph, 1, e->comm_stream);
+}
+
+/* The planned blocks packed per peer on `stream` (kernel k's NAME_rows), one message to and from each peer
+ * on the communication stream, and the received rows into their slots there; ev_comm marks their end. */
+static s2_status exchange(s2_ctx *ctx, s2_cp_exec *e, s2_attn_kernel *k, const cp_op *o, int w, void *stream)
+{
+    const cp_pack *pk = &o->pack;
+    s2_status st;
+    if ((st = mark(ctx, e, w, S2_CP_PHASE_PACK, 0, stream)) != S2_OK ||
+        (st = rows(ctx, e, k, stream, o, TAB_GATHER, e->kv, 2 * e->half_rows, e->sendbuf, FLAT(pk->send_total),
+                   NULL)) != S2_OK ||
+        (st = mark(ctx, e, w, S2_CP_PHASE_PACK, 1, stream)) != S2_OK ||
+        (st = post(ctx, e, w, S2_CP_PHASE_EXCHANGE, stream, e->sendbuf, pk->send_rows, pk->send_off, e->recvbuf,
+                   pk->recv_rows, pk->recv_off)) != S2_OK ||
+        (st = mark(ctx, e, w, S2_CP_PHASE_UNPACK, 0, e->comm_stream)) != S2_OK ||
+        (st = rows(ctx, e, k, e->comm_stream, o, TAB_SCATTER, e->recvbuf, pk->recv_total, e->kv,
+                   FLAT(2 * e->half_rows), NULL)) != S2_OK ||
+        (st = mark(ctx, e, w, S2_CP_PHASE_UNPACK, 1, e->comm_stream)) != S2_OK)
         return st;
     return s2_event_record(ctx, e->ev_comm, e->comm_stream);
 }
@@ -503,18 +590,18 @@ s2_status s2_cp_forward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn_
         (st = mark(ctx, e, 0, S2_CP_PHASE_COPY_IN, 0, stream)) != S2_OK ||
         (st = copy_in(ctx, e, o, stream, a->k, a->k_stride, a->v, a->v_stride)) != S2_OK ||
         (st = mark(ctx, e, 0, S2_CP_PHASE_COPY_IN, 1, stream)) != S2_OK ||
-        (st = exchange(ctx, e, o, 0, stream)) != S2_OK)
+        (st = exchange(ctx, e, e->fwd, o, 0, stream)) != S2_OK)
         return st;
     s2_attn_fwd_args l = *a;
     l.kv_len = o->recv + e->sizes.own_tokens;
-    l.k = at(e, e->kbuf, row_at(e, o, 0, 0, 0)), l.v = at(e, e->vbuf, row_at(e, o, 0, 0, 0));
+    l.k = at(e, e->kv, row_at(e, o, 0, 0, 0)), l.v = at(e, e->kv, e->half_rows * e->D + row_at(e, o, 0, 0, 0));
     kv_strides(e, l.k_stride);
     memcpy(l.v_stride, l.k_stride, sizeof l.v_stride);
     if (!o->remote) {   /* nothing received: one launch into o */
         if ((st = mark(ctx, e, 0, S2_CP_PHASE_LOCAL, 0, stream)) == S2_OK &&
             (st = s2_attn_forward_sched(ctx, e->fwd, stream, &l, o->full)) == S2_OK &&
             (st = mark(ctx, e, 0, S2_CP_PHASE_LOCAL, 1, stream)) == S2_OK)
-            st = s2_stream_wait_event(ctx, e->ev_comm, stream);   /* sends read the buffers */
+            st = s2_stream_wait_event(ctx, e->ev_comm, stream);   /* the next call's packing reuses the buffers */
         return st == S2_OK ? call_edge(ctx, e, 0, 1, stream) : st;
     }
     size_t ob = (size_t)e->batch * e->sizes.own_tokens * e->heads * e->D * e->elem;
@@ -547,17 +634,6 @@ s2_status s2_cp_forward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn_
     return st;
 }
 
-/* Copies of rows of D elements: dst rows at dst_pitch elements. */
-static s2_status rows_copy(s2_ctx *ctx, s2_cp_exec *e, s2_devptr dst, int64_t dst_pitch, s2_devptr src,
-                           int64_t src_pitch, int64_t rows, void *stream)
-{
-    size_t rb = (size_t)e->D * e->elem;
-    if (dst_pitch == e->D && src_pitch == e->D)
-        return s2_memcpy_d2d_async(ctx, e->dev, dst, src, rb * (size_t)rows, stream);
-    return s2_memcpy_2d_async(ctx, e->dev, dst, (size_t)dst_pitch * e->elem, src, (size_t)src_pitch * e->elem, rb,
-                              (size_t)rows, stream);
-}
-
 s2_status s2_cp_backward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn_bwd_args *a)
 {
     if (!e || !a)
@@ -579,81 +655,39 @@ s2_status s2_cp_backward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn
         (st = mark(ctx, e, 1, S2_CP_PHASE_COPY_IN, 0, stream)) != S2_OK ||
         (st = copy_in(ctx, e, o, stream, a->k, a->k_stride, a->v, a->v_stride)) != S2_OK ||
         (st = mark(ctx, e, 1, S2_CP_PHASE_COPY_IN, 1, stream)) != S2_OK ||
-        (st = exchange(ctx, e, o, 1, stream)) != S2_OK ||
+        (st = exchange(ctx, e, e->bwd, o, 1, stream)) != S2_OK ||
         (st = s2_stream_wait_event(ctx, e->ev_comm, stream)) != S2_OK)
         return st;
-    int64_t base = row_at(e, o, 0, 0, 0);
+    int64_t base = row_at(e, o, 0, 0, 0), vrow = e->half_rows * e->D;
     b.kv_len = o->recv + e->sizes.own_tokens;
-    b.k = at(e, e->kbuf, base), b.v = at(e, e->vbuf, base);
-    b.dk = at(e, e->dkbuf, base), b.dv = at(e, e->dvbuf, base);
+    b.k = at(e, e->kv, base), b.v = at(e, e->kv, vrow + base);
+    b.dk = at(e, e->dkv, base), b.dv = at(e, e->dkv, vrow + base);
     kv_strides(e, b.k_stride);
     memcpy(b.v_stride, b.k_stride, sizeof b.k_stride);
     memcpy(b.dk_stride, b.k_stride, sizeof b.k_stride);
     memcpy(b.dv_stride, b.k_stride, sizeof b.k_stride);
+    const cp_pack *pk = &o->pack;
+    int64_t dkv_rows = 2 * e->half_rows + pk->send_total;
     if ((st = mark(ctx, e, 1, S2_CP_PHASE_BACKWARD, 0, stream)) != S2_OK ||
         (st = s2_attn_backward_sched(ctx, e->bwd, stream, &b, o->full)) != S2_OK ||
         (st = mark(ctx, e, 1, S2_CP_PHASE_BACKWARD, 1, stream)) != S2_OK ||
-        (st = mark(ctx, e, 1, S2_CP_PHASE_GATHER, 0, stream)) != S2_OK)
+        /* the partial dK/dV of received blocks, packed per owner in the receive buffer's layout */
+        (st = mark(ctx, e, 1, S2_CP_PHASE_GATHER, 0, stream)) != S2_OK ||
+        (st = rows(ctx, e, e->bwd, stream, o, TAB_RET, e->dkv, dkv_rows, e->recvbuf, FLAT(pk->recv_total), NULL)) !=
+            S2_OK ||
+        (st = mark(ctx, e, 1, S2_CP_PHASE_GATHER, 1, stream)) != S2_OK ||
+        /* sent back to their owners; this rank's own come back after dK and dV */
+        (st = post(ctx, e, 1, S2_CP_PHASE_REDUCE, stream, e->recvbuf, pk->recv_rows, pk->recv_off, e->dkv +
+                   (s2_devptr)(2 * e->half_rows) * e->D * e->elem, pk->send_rows, pk->send_off)) != S2_OK ||
+        (st = s2_event_record(ctx, e->ev_comm, e->comm_stream)) != S2_OK ||
+        (st = s2_stream_wait_event(ctx, e->ev_comm, stream)) != S2_OK)
         return st;
-    const cp_grad_map *g = &e->grad;
-    int64_t segb = g->seg_rows * e->D;   /* one segment's elements */
-    s2_devptr dsrc[2] = {e->dkbuf, e->dvbuf}, seg[2] = {e->seg, at(e, e->seg, (int64_t)g->ranks * segb)};
-    s2_devptr red[2] = {e->red, at(e, e->red, segb)};
-    /* this rank's partials of others' blocks and its own rows of blocks others read, into the segments */
-    for (int t = 0; st == S2_OK && t < 2; t++)
-        for (int bi = 0; st == S2_OK && bi < e->batch; bi++) {
-            for (int64_t i = 0; st == S2_OK && i < g->n_partial; i++) {
-                const cp_copy *c = &g->partial[i];
-                int64_t d = c->seg * segb + (bi * g->seg_batch_rows[c->seg] + c->dst) * e->D;
-                st = rows_copy(ctx, e, at(e, seg[t], d), e->D, at(e, dsrc[t], row_at(e, o, bi, c->kv_head, c->src)),
-                               e->D, c->rows, stream);
-            }
-            for (int64_t i = 0; st == S2_OK && i < g->n_own; i++) {
-                const cp_copy *c = &g->own[i];
-                int64_t d = c->seg * segb + (bi * g->seg_batch_rows[c->seg] + c->dst) * e->D;
-                st = rows_copy(ctx, e, at(e, seg[t], d), e->D,
-                               at(e, dsrc[t], row_at(e, o, bi, c->kv_head, o->recv + c->src)), e->D, c->rows, stream);
-            }
-        }
-    if (st == S2_OK)
-        st = mark(ctx, e, 1, S2_CP_PHASE_GATHER, 1, stream);
-    /* every rank's segment r summed at r, in NCCL's fixed order */
-    if (st == S2_OK && segb > 0) {
-        if ((st = exchange(ctx, e, &(cp_op){.n_msgs = 0}, -1, stream)) != S2_OK ||   /* comm stream after the copies */
-            (st = mark(ctx, e, 1, S2_CP_PHASE_REDUCE, 0, e->comm_stream)) != S2_OK)
-            return st;
-        const s2_nccl_api *n = e->comm->n;
-        ncclResult_t r = n->GroupStart();
-        for (int t = 0; r == ncclSuccess && t < 2; t++) {
-            r = n->ReduceScatter((const void *)(uintptr_t)seg[t], (void *)(uintptr_t)red[t], (size_t)segb, e->nt,
-                                 ncclSum, e->comm->comm, (cudaStream_t)e->comm_stream);
-            e->traffic[1].reduce_bytes += (double)g->ranks * (double)segb * (double)e->elem;
-        }
-        ncclResult_t r2 = n->GroupEnd();
-        if (r != ncclSuccess || r2 != ncclSuccess)
-            return s2_nccl_fail(ctx, n, r != ncclSuccess ? r : r2, "the dK/dV ncclReduceScatter");
-        if ((st = mark(ctx, e, 1, S2_CP_PHASE_REDUCE, 1, e->comm_stream)) == S2_OK &&
-            (st = s2_event_record(ctx, e->ev_comm, e->comm_stream)) == S2_OK)
-            st = s2_stream_wait_event(ctx, e->ev_comm, stream);
-    }
-    if (st == S2_OK)
-        st = mark(ctx, e, 1, S2_CP_PHASE_COPY_OUT, 0, stream);
-    /* own rows into the caller's dk, dv, then the summed rows over them */
-    uint64_t out[2] = {a->dk, a->dv};
-    const int64_t *os[2] = {a->dk_stride, a->dv_stride};
-    for (int t = 0; st == S2_OK && t < 2; t++)
-        for (int bi = 0; st == S2_OK && bi < e->batch; bi++) {
-            for (int h = 0; st == S2_OK && h < e->kv_heads; h++)
-                st = rows_copy(ctx, e, at(e, out[t], bi * os[t][0] + h * os[t][2]), os[t][1],
-                               at(e, dsrc[t], row_at(e, o, bi, h, o->recv)), e->D, e->sizes.own_tokens, stream);
-            for (int64_t i = 0; st == S2_OK && i < g->n_own; i++) {
-                const cp_copy *c = &g->own[i];
-                int64_t s = (bi * g->seg_batch_rows[c->seg] + c->dst) * e->D;
-                st = rows_copy(ctx, e, at(e, out[t], bi * os[t][0] + c->kv_head * os[t][2] + c->src * os[t][1]),
-                               os[t][1], at(e, red[t], s), e->D, c->rows, stream);
-            }
-        }
-    if (st == S2_OK && (st = mark(ctx, e, 1, S2_CP_PHASE_COPY_OUT, 1, stream)) == S2_OK)
+    /* per own row: its own partial, then the peers' in rank order (fp32, rounded once), into dk and dv */
+    int64_t shape[3] = {e->batch, e->sizes.own_tokens, e->kv_heads};
+    if ((st = mark(ctx, e, 1, S2_CP_PHASE_COPY_OUT, 0, stream)) == S2_OK &&
+        (st = rows(ctx, e, e->bwd, stream, o, TAB_SUM_DK, e->dkv, dkv_rows, a->dk, shape, a->dk_stride)) == S2_OK &&
+        (st = rows(ctx, e, e->bwd, stream, o, TAB_SUM_DV, e->dkv, dkv_rows, a->dv, shape, a->dv_stride)) == S2_OK &&
+        (st = mark(ctx, e, 1, S2_CP_PHASE_COPY_OUT, 1, stream)) == S2_OK)
         st = call_edge(ctx, e, 1, 1, stream);
     return st;
 }

@@ -106,11 +106,15 @@ static int add_variants(s2_ctx *ctx, const s2_pattern *p, const s2_kspec *spec_i
 }
 
 /* Whether record r is built once per entry (its template's build_entry):
- * a forward's NAME_seqs and NAME_combine. */
+ * a forward's NAME_seqs and NAME_combine, a forward's or backward's NAME_rows. */
 static bool entry_kernel(const s2_kernel_record *r)
 {
-    return r->role == S2_ROLE_FWD_SEQS || (r->role == S2_ROLE_COMBINE && r->spec.kind == S2_KERNEL_FWD);
+    return r->role == S2_ROLE_FWD_SEQS || r->role == S2_ROLE_ROWS ||
+           (r->role == S2_ROLE_COMBINE && r->spec.kind == S2_KERNEL_FWD);
 }
+
+/* The pass that builds an entry kernel: NAME_seqs, then NAME_combine, then NAME_rows. */
+static int entry_pass(s2_kernel_role r) { return r == S2_ROLE_FWD_SEQS ? 0 : r == S2_ROLE_COMBINE ? 1 : 2; }
 
 /* Whether the kernel `name` is such an entry kernel. */
 static bool seqs_of(const set_kernel *ks, int n, const char *name)
@@ -196,12 +200,12 @@ s2_status s2_compile_kspec(s2_ctx *ctx, const char *module_name, const s2_patter
     for (int i = 0; i < n && st == S2_OK; i++)
         for (int v = 0; v < ks[i].n_var && st == S2_OK; v++)
             st = ks[i].var_tpl[v]->build(ctx, &cg, patterns[i], &ks[i].var[v], ks[i].var_name[v]);
-    /* the entry's own helpers after the kernels the others name: every NAME_seqs, then every NAME_combine
-     * (so the kernels before them keep their PTX) */
-    for (int pass = 0; pass < 2; pass++)
+    /* the entry's own helpers after the kernels the others name: every NAME_seqs, then every NAME_combine,
+     * then every NAME_rows (so the kernels before them keep their PTX) */
+    for (int pass = 0; pass < 3; pass++)
         for (int i = 0; i < n && st == S2_OK; i++)
             for (int r = 0; r < mk[i].num_fns && ks[i].tpl->build_entry && st == S2_OK; r++)
-                if (entry_kernel(&ks[i].recs[r]) && (ks[i].recs[r].role == S2_ROLE_COMBINE) == (pass == 1))
+                if (entry_kernel(&ks[i].recs[r]) && entry_pass(ks[i].recs[r].role) == pass)
                     st = ks[i].tpl->build_entry(ctx, &cg, &ks[i].recs[r]);
     if (st == S2_OK)
         st = s2_cg_add_text_global(ctx, &cg, S2_MANIFEST_SYMBOL, art->manifest);

@@ -20,14 +20,17 @@ typedef struct field {
 #define FIELD_OF_s2_rt_decode_vals(e, n, t) {n, S2_PT_##t, offsetof(s2_rt_decode_vals, e)},
 #define FIELD_OF_s2_rt_combine_vals(e, n, t) {n, S2_PT_##t, offsetof(s2_rt_combine_vals, e)},
 #define FIELD_OF_s2_rt_seqs_vals(e, n, t) {n, S2_PT_##t, offsetof(s2_rt_seqs_vals, e)},
+#define FIELD_OF_s2_rt_rows_vals(e, n, t) {n, S2_PT_##t, offsetof(s2_rt_rows_vals, e)},
 FIELDS(s2_rt_fwd_vals, S2_ABI_FWD_FAMILY)
 FIELDS(s2_rt_bwd_vals, S2_ABI_BWD_TMA_PARAMS)
 FIELDS(s2_rt_decode_vals, S2_ABI_DECODE_PARAMS)
 FIELDS(s2_rt_combine_vals, S2_ABI_COMBINE_PARAMS)
 FIELDS(s2_rt_seqs_vals, S2_ABI_SEQS_PARAMS)
+FIELDS(s2_rt_rows_vals, S2_ABI_ROWS_PARAMS)
 
 _Static_assert(sizeof(s2_rt_bwd_vals) < 65536 && sizeof(s2_rt_fwd_vals) < 65536 && sizeof(s2_rt_decode_vals) < 65536 &&
-                   sizeof(s2_rt_combine_vals) < 65536 && sizeof(s2_rt_seqs_vals) < 65536,
+                   sizeof(s2_rt_combine_vals) < 65536 && sizeof(s2_rt_seqs_vals) < 65536 &&
+                   sizeof(s2_rt_rows_vals) < 65536,
                "parameter offsets are 16-bit");
 
 #define FAMILY(vals) {vals##_f, (int)(sizeof vals##_f / sizeof vals##_f[0])}
@@ -40,6 +43,7 @@ static const struct {
     [S2_ABI_BWD_TMA] = FAMILY(s2_rt_bwd_vals), [S2_ABI_DECODE] = FAMILY(s2_rt_decode_vals),
     [S2_ABI_COMBINE] = FAMILY(s2_rt_combine_vals), [S2_ABI_SEQS] = FAMILY(s2_rt_seqs_vals),
     [S2_ABI_FWD_TMA_FP8] = FAMILY(s2_rt_fwd_vals),
+    [S2_ABI_ROWS] = FAMILY(s2_rt_rows_vals),
 };
 
 s2_status s2_rt_argmap_build(s2_ctx *ctx, s2_abi_id abi, s2_rt_argmap *out)

@@ -353,6 +353,19 @@ s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_comb
     return st == S2_OK ? s2_rt_combine_launch(ctx, k, stream, a) : st;
 }
 
+s2_status s2_rows(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_rows_args *a)
+{
+    s2_status st = s2_rt_rows_check(ctx, k, a);
+    if (st != S2_OK || a->n_runs == 0)
+        return st;
+    s2_rt_rows_vals v = {.N_RUNS = (int32_t)a->n_runs, .DST_T = a->dst_shape[1], .DST_H = a->dst_shape[2],
+                         .DST_ROWS = a->dst_shape[0] * a->dst_shape[1] * a->dst_shape[2]};
+    S2_ABI_ROWS_FROM_ARGS(S2_RT_FROM_ARGS)
+    S2_RT_STRIDES(v, DS, a->dst_stride);
+    s2_launch_dims in = {.n = a->n_runs};
+    return s2_rt_launch_role(ctx, k, S2_ROLE_ROWS, &v, &in, stream);
+}
+
 s2_status s2_rt_combine_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a)
 {
     s2_rt_combine_vals v = {

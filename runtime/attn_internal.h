@@ -93,6 +93,7 @@ typedef struct s2_rt_bwd_vals { S2_ABI_BWD_TMA_PARAMS(S2_RT_FIELD) } s2_rt_bwd_v
 typedef struct s2_rt_decode_vals { S2_ABI_DECODE_PARAMS(S2_RT_FIELD) } s2_rt_decode_vals;
 typedef struct s2_rt_combine_vals { S2_ABI_COMBINE_PARAMS(S2_RT_FIELD) } s2_rt_combine_vals;
 typedef struct s2_rt_seqs_vals { S2_ABI_SEQS_PARAMS(S2_RT_FIELD) } s2_rt_seqs_vals;
+typedef struct s2_rt_rows_vals { S2_ABI_ROWS_PARAMS(S2_RT_FIELD) } s2_rt_rows_vals;
 #undef S2_RT_FIELD
 /* (batch, seq, head) strides s into the three fields E, E_S, E_H */
 #define S2_RT_STRIDES(v, E, s) ((v).E = (s)[0], (v).E##_S = (s)[1], (v).E##_H = (s)[2])
@@ -315,6 +316,8 @@ S2_RT_HIDDEN s2_status s2_rt_dec_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2
                                         const dec_slot *s, int *splits, size_t *ws_bytes);
 S2_RT_HIDDEN s2_status s2_rt_dec_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_decode_args *a,
                                         const dec_slot *s, int splits);
+/* s2_rows' checks (checks.c). */
+S2_RT_HIDDEN s2_status s2_rt_rows_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_rows_args *a);
 /* The combine's launch of checked arguments. */
 S2_RT_HIDDEN s2_status s2_rt_combine_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a);
 /* A decode kernel's functions and its list cache. */

@@ -689,3 +689,46 @@ s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combin
     return combine_check_overlaps(ctx, a, bytes);
 }
 
+
+/* ---- rows (s2_rows) ---------------------------------------------------------------- */
+
+s2_status s2_rt_rows_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_rows_args *a)
+{
+    if (!k || !a)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_rows: %s is NULL", !k ? "kernel" : "args");
+    if (!k->fns[S2_ROLE_ROWS])
+        return s2_fail(ctx, S2_ERR_UNSUPPORTED, "kernel %s holds no NAME_rows (16-bit forward and backward modules "
+                       "do from s2c 0.3: compile it again)", k->desc->name);
+    s2_status st = check_kernel_shape(ctx, k, a->dtype, a->head_dim, -1, -1, 1);
+    if (st != S2_OK)
+        return st;
+    if (a->n_src < 1 || a->n_src > S2_ROWS_MAX_SOURCES || a->n_runs < 0 || a->n_runs > INT32_MAX)
+        return s2_fail(ctx, S2_ERR_SHAPE, "s2_rows: n_src %d (1..%d), n_runs %lld (0..2^31-1)", a->n_src,
+                       S2_ROWS_MAX_SOURCES, (long long)a->n_runs);
+    if (a->n_runs == 0)
+        return S2_OK;
+    int64_t dst_rows;
+    if (a->src_rows < 0 || a->dst_shape[0] < 1 || a->dst_shape[1] < 1 || a->dst_shape[2] < 1 ||
+        __builtin_mul_overflow(a->dst_shape[0], a->dst_shape[1], &dst_rows) ||
+        __builtin_mul_overflow(dst_rows, a->dst_shape[2], &dst_rows))
+        return s2_fail(ctx, S2_ERR_SHAPE, "s2_rows: src_rows %lld, dst (%lld, %lld, %lld) (each >= 1)",
+                       (long long)a->src_rows, (long long)a->dst_shape[0], (long long)a->dst_shape[1],
+                       (long long)a->dst_shape[2]);
+    if (!a->table || !a->src || !a->dst)
+        return s2_fail(ctx, S2_ERR_NULL_ARG, "s2_rows: %s is a null pointer", !a->table ? "table" : !a->src ? "src" : "dst");
+    if (a->table % 8 || a->src % 16 || a->dst % 16)
+        return s2_fail(ctx, S2_ERR_ALIGNMENT, "s2_rows: table must be 8-byte aligned, src and dst 16-byte");
+    tensor_desc out = {"dst", a->dst, a->dst_stride, {a->dst_shape[0], a->dst_shape[1], a->dst_shape[2]}};
+    size_t es = s2_dtype_size(a->dtype), db, sb, tb = (size_t)a->n_runs * (size_t)(2 + a->n_src) * sizeof(int64_t);
+    if ((st = check_strides(ctx, &out)) != S2_OK || (st = tensor_bytes(ctx, &out, a->head_dim, es, &db)) != S2_OK ||
+        (st = check_no_overlap(ctx, &out, a->head_dim)) != S2_OK)
+        return st;
+    if (__builtin_mul_overflow((uint64_t)a->src_rows, (uint64_t)a->head_dim * es, &sb))
+        return s2_fail(ctx, S2_ERR_SHAPE, "s2_rows: src's %lld rows overflow", (long long)a->src_rows);
+    if (extents_meet(a->dst, db, a->src, sb) || extents_meet(a->dst, db, a->table, tb))
+        return s2_fail(ctx, S2_ERR_INVALID, "s2_rows: dst's %zu bytes at 0x%llx meet %s", db, (unsigned long long)a->dst,
+                       extents_meet(a->dst, db, a->src, sb) ? "src" : "the table");
+    if ((st = s2_check_device_ptr(ctx, k->mod->dev, a->table, tb, 8, "table")) == S2_OK && sb > 0)
+        st = s2_check_device_ptr(ctx, k->mod->dev, a->src, sb, 16, "src");
+    return st == S2_OK ? s2_check_device_ptr(ctx, k->mod->dev, a->dst, db, 16, "dst") : st;
+}

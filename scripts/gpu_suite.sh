@@ -44,6 +44,7 @@ varlen_gpu                 90  test_varlen_gpu
 fwd_fp8_gpu               180  test_fwd_fp8_gpu
 varlen_bwd_gpu            150  test_varlen_bwd_gpu
 seams_gpu                  90  test_seams_gpu
+rows_gpu                   90  test_rows_gpu
 cp_gpu                    180  NCCL_NVLS_ENABLE=0 test_cp_gpu
 graph_gpu                 150  test_graph_gpu
 patterns_gpu              180  test_patterns_gpu
@@ -86,6 +87,7 @@ racecheck_bwd_hd          300  S2C_BWD_CASES=hd192_rt compute-sanitizer --tool r
 memcheck_fwd_fp8          180  S2C_FP8_CASES=causal64_d128_b2 compute-sanitizer --tool memcheck --error-exitcode 1 test_fwd_fp8_gpu
 racecheck_fwd_fp8         240  S2C_FP8_CASES=mergeq16_d128 compute-sanitizer --tool racecheck --error-exitcode 1 test_fwd_fp8_gpu
 memcheck_seams            120  compute-sanitizer --tool memcheck --error-exitcode 1 test_seams_gpu
+memcheck_rows             120  compute-sanitizer --tool memcheck --error-exitcode 1 test_rows_gpu
 memcheck_attnrt            90  compute-sanitizer --tool memcheck --report-api-errors no --error-exitcode 1 test_attn_gpu
 memcheck_decode            90  S2C_DECODE_SMALL=1 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu
 memcheck_decode_hd        150  S2C_DECODE_CASES=hd144 compute-sanitizer --tool memcheck --error-exitcode 1 test_decode_gpu

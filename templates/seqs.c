@@ -22,6 +22,8 @@ s2_status s2_fwd_entry_build(s2_ctx *ctx, s2_cg *cg, const s2_kernel_record *rec
         return s2_combine_kernel_build(ctx, cg, rec->spec.dtype, rec->spec.head_dim, rec->symbol);
     if (rec->role == S2_ROLE_FWD_SEQS)
         return s2_seqs_kernel_build(ctx, cg, rec->symbol);
+    if (rec->role == S2_ROLE_ROWS)
+        return s2_rows_entry_build(ctx, cg, rec);
     return s2_fail(ctx, S2_ERR_INTERNAL, "forward entry: no kernel of role %s", s2_role_name(rec->role));
 }
 

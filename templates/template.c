@@ -323,14 +323,15 @@ static s2_kernel_record record(s2_kernel_role role, s2_abi_id abi, int threads, 
 }
 
 /* A forward's main record comes first (the driver takes a wide variant's
- * from there); NAME_seqs and NAME_combine, built once per entry
+ * from there); NAME_seqs, NAME_combine and NAME_rows, built once per entry
  * (build_entry), follow. */
 static int kernels_fwd(const s2_kspec *s, s2_abi_id abi, int smem, s2_kernel_record *out)
 {
     out[0] = record(S2_ROLE_FWD, abi, s->num_warps * 32, smem, s);
     out[1] = record(S2_ROLE_FWD_SEQS, S2_ABI_SEQS, S2_SEQS_THREADS, 0, s);
     out[2] = record(S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_COMBINE_THREADS, 0, s);
-    return 3;
+    out[3] = record(S2_ROLE_ROWS, S2_ABI_ROWS, S2_ROWS_THREADS, 0, s);
+    return 4;
 }
 
 static int kernels_fwd_mma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
@@ -344,10 +345,11 @@ static int kernels_fwd_wgmma(const s2_pattern *p, const s2_kspec *s, s2_kernel_r
     return kernels_fwd(s, abi, s2_fwd_sm90_smem_bytes(p, s), out);
 }
 
-/* fp8: no NAME_combine (the LSE merge reads and writes the spec's dtype) */
+/* fp8: NAME and NAME_seqs only (NAME_combine and NAME_rows read and write the spec's dtype) */
 static int kernels_fwd_fp8(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
 {
-    return kernels_fwd(s, S2_ABI_FWD_TMA_FP8, s2_fwd_sm90_smem_bytes(p, s), out) - 1;
+    kernels_fwd(s, S2_ABI_FWD_TMA_FP8, s2_fwd_sm90_smem_bytes(p, s), out);
+    return 2;
 }
 
 /* NAME_pre takes no shared memory; NAME_dqds and NAME_dqds2 take less than
@@ -363,6 +365,7 @@ static int kernels_bwd(const s2_pattern *p, const s2_kspec *s, s2_kernel_record 
         out[n++] = record(S2_ROLE_BWD_DQDS, abi, threads, s2_bwd_dqds_smem_bytes(s), s);
         out[n++] = record(S2_ROLE_BWD_DQDS2, abi, S2_BWD_DQDS2_THREADS, s2_bwd_dqds2_smem_bytes(s), s);
     }
+    out[n++] = record(S2_ROLE_ROWS, S2_ABI_ROWS, S2_ROWS_THREADS, 0, s);   /* built once (build_entry) */
     return n;
 }
 
@@ -420,7 +423,7 @@ static const s2_template decode = {"decode", S2_KERNEL_DECODE, dt16, (HD(256) <<
 static const s2_template fwd_wgmma = {"fwd_wgmma", S2_KERNEL_FWD, dt16,
     HD(16) | HD(32) | HD(48) | HD(64) | HD(80) | HD(96) | HD(112) | HD(128) | HD(144) | HD(160) | HD(176) | HD(192) |
         HD(208) | HD(224) | HD(240) | HD(256),
-    ABI(FWD_TMA) | ABI(FWD_TMA_PERSISTENT) | ABI(SEQS) | ABI(COMBINE),
+    ABI(FWD_TMA) | ABI(FWD_TMA_PERSISTENT) | ABI(SEQS) | ABI(COMBINE) | ABI(ROWS),
     s2_fwd_spec_wants_tma, resolve_tma, s2_fwd_sm90_smem_bytes, kernels_fwd_wgmma, variants_fwd_wgmma,
     s2_fwd_sm90_build, s2_fwd_entry_build, NULL};
 /* e4m3 on sm_90a (resolve_fp8 refuses other archs): head dims in whole 32-byte k steps */
@@ -432,11 +435,11 @@ static const s2_template fwd_wgmma_fp8 = {"fwd_wgmma_fp8", S2_KERNEL_FWD, DT(E4M
 #define HD_ALL (HD(16) | HD(32) | HD(48) | HD(64) | HD(80) | HD(96) | HD(112) | HD(128) | HD(144) | HD(160) | \
                 HD(176) | HD(192) | HD(208) | HD(224) | HD(240) | HD(256))
 static const s2_template fwd_mma = {"fwd_mma", S2_KERNEL_FWD, dt16, HD_ALL,
-    ABI(FWD) | ABI(SEQS) | ABI(COMBINE), accepts_fwd, resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, NULL,
+    ABI(FWD) | ABI(SEQS) | ABI(COMBINE) | ABI(ROWS), accepts_fwd, resolve_mma, s2_fwd_smem_bytes, kernels_fwd_mma, NULL,
     s2_fwd_build, s2_fwd_entry_build, NULL};
 #define HD_16_TO_256 ((HD(256) << 1) - HD(16))   /* every multiple of 16 from 16 to 256 */
-static const s2_template bwd = {"bwd", S2_KERNEL_BWD, dt16, HD_16_TO_256, ABI(BWD) | ABI(BWD_TMA),
-    accepts_bwd, resolve_mma, s2_bwd_smem_bytes, kernels_bwd, NULL, s2_bwd_build, NULL, NULL};
+static const s2_template bwd = {"bwd", S2_KERNEL_BWD, dt16, HD_16_TO_256, ABI(BWD) | ABI(BWD_TMA) | ABI(ROWS),
+    accepts_bwd, resolve_mma, s2_bwd_smem_bytes, kernels_bwd, NULL, s2_bwd_build, s2_rows_entry_build, NULL};
 
 /* Entries defined in their template's own file (one line here each). */
 extern const s2_template s2_template_row_softmax;   /* templates/softmax.c */

@@ -139,7 +139,13 @@ s2_status s2_combine_kernel_build(s2_ctx *ctx, s2_cg *cg, s2_dtype out_dt, int D
  * s2c/launch.h): one thread per sequence, S2_SEQS_THREADS per CTA. */
 enum { S2_SEQS_THREADS = 128 };
 s2_status s2_seqs_kernel_build(s2_ctx *ctx, s2_cg *cg, const char *name);
-/* A forward entry's kernels built once (build_entry): NAME_seqs, NAME_combine. */
+/* NAME_rows of every 16-bit forward and backward module (templates/rows.c,
+ * ABI rows in s2c/decode.h): one CTA of S2_ROWS_THREADS per run of a table;
+ * a backward entry's build_entry builds it. */
+enum { S2_ROWS_THREADS = 128 };
+s2_status s2_rows_kernel_build(s2_ctx *ctx, s2_cg *cg, s2_dtype dt, int D, const char *name);
+s2_status s2_rows_entry_build(s2_ctx *ctx, s2_cg *cg, const s2_kernel_record *rec);
+/* A forward entry's kernels built once (build_entry): NAME_seqs, NAME_combine, NAME_rows. */
 s2_status s2_fwd_entry_build(s2_ctx *ctx, s2_cg *cg, const s2_kernel_record *rec);
 
 #endif

@@ -154,8 +154,8 @@ static s2_status median_ms(s2_ctx *ctx, s2_device *dev, void *stream, const step
     return st;
 }
 
-static const char *phase_name[S2_CP_PHASES] = {"copy_in", "exchange", "local", "remote", "combine",
-                                                "backward", "gather", "reduce", "copy_out"};
+static const char *phase_name[S2_CP_PHASES] = {"copy_in", "exchange", "local",    "remote", "combine", "backward",
+                                                "gather",  "reduce",   "copy_out", "pack",   "unpack"};
 
 static void print_timeline(int rank, const char *sh, const char *what, const s2_cp_timeline *t)
 {
@@ -283,8 +283,8 @@ static int sharding(s2_ctx *ctx, s2_device *dev, void *stream, int rank, s2_cp_c
            "%s; ring %.0f (recv/ring %.4f)\n", rank, shn, tf.send_bytes, tf.recv_bytes, (long long)tf.sends,
            (long long)tf.recvs, ps.send_bytes, ps.recv_bytes, same ? "PASS" : "FAIL", ps.ring_bytes,
            ps.ring_bytes > 0 ? tf.recv_bytes / ps.ring_bytes : 0.0);
-    printf("rank %d %-10s bytes backward sent %.0f recv %.0f, reduce-scatter send buffers %.0f\n", rank, shn,
-           tb.send_bytes, tb.recv_bytes, tb.reduce_bytes);
+    printf("rank %d %-10s bytes backward sent %.0f recv %.0f, dK/dV returned to owners %.0f (%lld+%lld messages)\n",
+           rank, shn, tb.send_bytes, tb.recv_bytes, tb.reduce_bytes, (long long)tb.sends, (long long)tb.recvs);
     fails += !same;
     /* times against one GPU's, then one call of each with timing on */
     double fwd = 0, both = 0;

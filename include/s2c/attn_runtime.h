@@ -293,6 +293,14 @@ S2_API s2_status s2_attn_decode_splits(s2_ctx *ctx, s2_attn_kernel *k, const s2_
  * held NAME_combine, S2_ERR_INVALID for a backward kernel. */
 S2_API s2_status s2_combine(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_combine_args *a);
 S2_API s2_status s2_combine_check(s2_ctx *ctx, const s2_attn_kernel *k, const s2_combine_args *a);
+/* Rows of head_dim elements moved by a device table of runs (s2_rows_args,
+ * NAME_rows of a forward or backward kernel of the same dtype and head_dim):
+ * each run's rows of dst get the sum of its sources' rows in table order,
+ * accumulated in fp32 and rounded once (a bit copy for one source), so equal
+ * inputs give bitwise-equal results.  The table is read on the device: runs
+ * outside src_rows or dst's rows are skipped there; everything else is
+ * checked here.  S2_ERR_UNSUPPORTED for a module made before NAME_rows. */
+S2_API s2_status s2_rows(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_rows_args *a);
 
 /* ---- launches over a caller's schedule (context parallelism) -----------------------
  * The forward and backward kernels launched over a forward schedule the

@@ -9,17 +9,23 @@
  *                             for the communicator's ranks and the kernels'
  *                             tiles, its schedules uploaded, its buffers
  *   s2_cp_forward             per rank: own K/V into the executor's buffer,
- *                             the planned blocks sent and received (grouped
- *                             ncclSend/ncclRecv on the executor's
- *                             communication stream) while attention over the
- *                             local blocks runs on the caller's stream, then
- *                             attention over the received blocks and the LSE
- *                             merge (NAME_combine) into o and lse
+ *                             the planned blocks packed per peer (one
+ *                             NAME_rows launch, s2_rows), one grouped
+ *                             ncclSend/ncclRecv per peer on the executor's
+ *                             communication stream and the received rows
+ *                             unpacked into their slots there, while
+ *                             attention over the local blocks runs on the
+ *                             caller's stream, then attention over the
+ *                             received blocks and the LSE merge
+ *                             (NAME_combine) into o and lse
  *   s2_cp_backward            the blocks exchanged again, one backward over
- *                             local and received blocks, and the dK/dV of
- *                             received blocks summed at their owner by one
- *                             ncclReduceScatter (segments of a fixed layout:
- *                             the same inputs give bitwise-equal results)
+ *                             local and received blocks, the dK/dV of
+ *                             received blocks packed per owner and sent
+ *                             back (one message per peer), and each owned
+ *                             row summed as its own partial, then the
+ *                             returned ones in rank order, in fp32 rounded
+ *                             once (the same inputs give bitwise-equal
+ *                             results)
  *   s2_cp_exec_traffic        the bytes the last call posted to NCCL
  *   s2_cp_exec_set_timing     (off by default) CUDA events around each
  *   s2_cp_exec_last_timeline  phase of a call: its intervals and the
@@ -95,13 +101,15 @@ typedef struct s2_cp_sizes {
     int64_t recv_tokens;         /* the larger of the forward's and backward's plans' (per kv head) */
     size_t kv_bytes;             /* K and V: 2 * B * Hkv * (recv_tokens + own_tokens) * D * elem */
     size_t partial_bytes;        /* the forward's two (o, lse) parts: 2 * B * H * own * (D * elem + 4) */
-    size_t grad_bytes;           /* dK, dV in the K layout, and per tensor the reduce-scatter's
-                                  * ranks segments and its result: 2 * (ranks + 1) * segment rows * D * elem */
-    int64_t segment_tokens;      /* one reduce-scatter segment's rows (the most any owner needs) */
+    size_t grad_bytes;           /* dK, dV in the K layout, and the partial dK/dV of this rank's blocks that
+                                  * its peers return: kv_bytes + return_rows * D * elem */
+    int64_t return_rows;         /* those returned rows (dK and dV, every peer and batch entry) */
     size_t workspace_bytes;      /* the backward's workspace (the executor's; 0 from s2_cp_sizes_of) */
+    size_t exchange_bytes;       /* the packed messages: one send and one receive buffer, each peer's message
+                                  * contiguous (the larger plan's rows of K and V, times D * elem) */
 } s2_cp_sizes;
 /* From plans of pattern p made by the caller (bwd may be NULL: forward
- * only; its grad_bytes and segment_tokens are then 0, as the workspace is). */
+ * only; its grad_bytes and return_rows are then 0, as the workspace is). */
 S2_API s2_status s2_cp_sizes_of(s2_ctx *ctx, const s2_cp_plan *fwd, const s2_cp_plan *bwd, const s2_pattern *p,
                                 int rank, int batch, int head_dim, s2_dtype dtype, s2_cp_sizes *out);
 
@@ -117,8 +125,11 @@ typedef struct s2_cp_exec s2_cp_exec;
  * dim (NULL: forward only), both loaded on the communicator's device.  Plans
  * are made for each kernel's tile (one when they agree), schedules uploaded,
  * buffers allocated (cuMemAlloc) and a communication stream created.
- * Statuses: S2_ERR_NULL_ARG, S2_ERR_INVALID (kernels that disagree, a kernel
- * of another kind), the plan's (s2_cp_plan_new), the runtime's. */
+ * The packing's tables (NAME_rows, s2_rows) are built from the plan, checked
+ * and uploaded here.  Statuses: S2_ERR_NULL_ARG, S2_ERR_INVALID (kernels
+ * that disagree, a kernel of another kind), S2_ERR_UNSUPPORTED (a module
+ * compiled before NAME_rows; a block read by more than 63 ranks), the
+ * plan's (s2_cp_plan_new), the runtime's. */
 S2_API s2_status s2_cp_exec_new(s2_ctx *ctx, s2_cp_comm *comm, s2_attn_kernel *fwd, s2_attn_kernel *bwd,
                                 const s2_cp_exec_args *args, s2_cp_exec **out);
 /* No call of it may be in flight.  NULL is fine. */
@@ -137,18 +148,20 @@ S2_API s2_status s2_cp_backward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const 
 
 /* What the last s2_cp_forward (backward false) or s2_cp_backward of an
  * executor posted to NCCL, counted as it posts them (not from the plan):
- * the sizes of its ncclSend and ncclRecv calls and of the send buffers of
- * the backward's ncclReduceScatter (ranks segments of dK and of dV). */
+ * its ncclSend and ncclRecv calls (one of each per peer and exchange: the
+ * K/V blocks, and in the backward the partial dK/dV sent back), the K/V
+ * bytes sent and received, and the dK/dV bytes this rank sent back. */
 typedef struct s2_cp_traffic {
     int64_t calls;               /* forwards (backwards) run so far */
     int64_t sends, recvs;        /* ncclSend / ncclRecv calls of the last one */
-    double send_bytes, recv_bytes;
-    double reduce_bytes;         /* 0 in the forward */
+    double send_bytes, recv_bytes;   /* K and V */
+    double reduce_bytes;         /* partial dK, dV sent back to their owners; 0 in the forward */
 } s2_cp_traffic;
 S2_API s2_status s2_cp_exec_traffic(s2_ctx *ctx, const s2_cp_exec *e, bool backward, s2_cp_traffic *out);
 
 /* The phases of one call, each an interval between two CUDA events (on the
- * caller's stream, or the communication stream for exchange and reduce). */
+ * caller's stream, or the communication stream for exchange, unpack and
+ * reduce). */
 typedef enum s2_cp_phase {
     S2_CP_PHASE_COPY_IN = 0,     /* the caller's K, V into the executor's buffer */
     S2_CP_PHASE_EXCHANGE,        /* the grouped ncclSend/ncclRecv (communication stream) */
@@ -156,16 +169,18 @@ typedef enum s2_cp_phase {
     S2_CP_PHASE_REMOTE,          /* the forward over received keys, after the receive */
     S2_CP_PHASE_COMBINE,         /* the LSE merge */
     S2_CP_PHASE_BACKWARD,        /* the backward over local and received keys */
-    S2_CP_PHASE_GATHER,          /* dK/dV rows into the reduce-scatter's segments */
-    S2_CP_PHASE_REDUCE,          /* the ncclReduceScatter (communication stream) */
-    S2_CP_PHASE_COPY_OUT,        /* dK/dV into the caller's tensors */
+    S2_CP_PHASE_GATHER,          /* the partial dK/dV of received blocks packed per owner */
+    S2_CP_PHASE_REDUCE,          /* their ncclSend/ncclRecv back to the owners (communication stream) */
+    S2_CP_PHASE_COPY_OUT,        /* the fixed-order sum of own and returned partials into the caller's dK/dV */
+    S2_CP_PHASE_PACK,            /* the blocks to send packed per peer (one NAME_rows launch) */
+    S2_CP_PHASE_UNPACK,          /* the received blocks into their K/V slots (communication stream) */
     S2_CP_PHASES
 } s2_cp_phase;
 
 /* A call's timeline in ms from its first event on the caller's stream;
  * start_ms < 0 for a phase the call did not run.  Visible communication is
- * the time when an exchange or reduce is in flight and no attention kernel
- * of this rank (local, remote, combine, backward) runs. */
+ * the time when an exchange, unpack or reduce is in flight and no attention
+ * kernel of this rank (local, remote, combine, backward) runs. */
 typedef struct s2_cp_timeline {
     float start_ms[S2_CP_PHASES], end_ms[S2_CP_PHASES];
     float step_ms;               /* first event to the call's last */

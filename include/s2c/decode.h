@@ -108,7 +108,17 @@ S2_API size_t s2_packed_decode_lists_size(int kv_heads, int64_t lists, int64_t e
  *      of lse sinks[h] and output zero
  * Input LSE i is contiguous [B][H][S].  Grid (cdiv(rows, 128 / (D/8))), block 128:
  * D/8 threads per row, 8 columns each.  Input strides multiples of 8,
- * pointers 16-byte aligned. */
+ * pointers 16-byte aligned.
+ *
+ * NAME_rows (forward and backward modules; s2_rows) parameters:
+ *    0 ptr table int64 [n_runs][2 + n_src]   1 i32 n_runs   2 i32 n_src
+ *    3 ptr src (rows at pitch D)   4 i64 src_rows   5 ptr dst   6..8 i64 dst strides (b, t, h)
+ *    9 i64 dst_tokens   10 i64 dst_heads   11 i64 dst_rows (the extent of dst row indices)
+ * Grid (n_runs), block 128: one CTA per run, D/8 threads per row.  Run
+ * {dst, rows, s_0..s_{n_src-1}}: dst row dst + r = the sum over present
+ * sources (s_i >= 0) in order of src row s_i + r, in fp32, rounded once to
+ * the dtype; one source: a bit copy.  A run outside src_rows or dst_rows,
+ * or with s_0 absent, is skipped. */
 
 /* ---- decode launch arguments --------------------------------------------------- */
 typedef struct s2_attn_decode_args {
@@ -154,6 +164,22 @@ typedef struct s2_combine_args {
     uint64_t sinks;              /* fp32 [heads], 4-byte aligned: each head's attention-sink logit (natural
                                   * log, as lse), counted once in every row's softmax; 0 = none */
 } s2_combine_args;
+
+/* ---- s2_rows arguments ------------------------------------------------------------ */
+#define S2_ROWS_MAX_SOURCES 64
+typedef struct s2_rows_args {
+    int head_dim;                /* a row: head_dim elements of dtype (the kernel's) */
+    s2_dtype dtype;
+    int n_src;                   /* sources per run, 1..S2_ROWS_MAX_SOURCES */
+    int64_t n_runs;              /* runs in the table, 0..2^31-1 (0: nothing is launched) */
+    uint64_t table;              /* int64 [n_runs][2 + n_src] in device memory, 8-byte aligned: per run
+                                  * dst row, rows, then each source's first row (-1: absent; source 0 present) */
+    uint64_t src;                /* rows of head_dim elements at pitch head_dim, 16-byte aligned */
+    int64_t src_rows;            /* src's extent in rows */
+    uint64_t dst;                /* 16-byte aligned, not meeting src or the table */
+    int64_t dst_shape[3];        /* (batch, tokens, heads): dst row L is (b, t, h), L = (b * heads + h) * tokens + t */
+    int64_t dst_stride[3];       /* (batch, token, head) in elements, multiples of 8 */
+} s2_rows_args;
 
 #ifdef __cplusplus
 }

@@ -50,6 +50,23 @@ static void assert_same_pattern(const s2_pattern *a, const s2_pattern *b)
     }
 }
 
+/* The entry's record of role r, named NAME and the role's suffix as the assembler's kernel ki is, of ABI abi
+ * and grid rule grid, launched without dynamic shared memory. */
+static const s2_kernel_record *entry_record(const s2_manifest_kernel *mk, const s2_kernel_info *ki, s2_kernel_role r,
+                                           s2_abi_id abi, s2_grid_rule grid)
+{
+    const s2_kernel_record *rec = s2_manifest_kernel_fn(mk, r);
+    ck_assert_ptr_nonnull(rec);
+    char name[160];
+    snprintf(name, sizeof name, "%s%s", mk->name, s2_role_suffix(r));
+    ck_assert_str_eq(rec->symbol, name);
+    ck_assert_str_eq(ki->name, name);
+    ck_assert_int_eq(rec->abi, abi);
+    ck_assert_int_eq(rec->grid, grid);
+    ck_assert_int_eq(rec->smem_bytes, 0);
+    return rec;
+}
+
 START_TEST(assembles_without_spills_and_carries_manifest)
 {
     int v = _i;
@@ -71,22 +88,25 @@ START_TEST(assembles_without_spills_and_carries_manifest)
                   s2_ctx_message(ctx));
     s2_kspec aks;   /* the resolved spec, the template's choices included */
     ck_assert_int_eq(s2_artifact_kspec(ctx, art, &aks), S2_OK);
-    /* the forward, NAME_seqs and NAME_combine, and with the wide variant (sm_90a, block 64, d80-d128, and
-     * up to d64 on sparse patterns) four: every one without spills */
+    /* the forward, NAME_seqs, NAME_combine and NAME_rows, and with the wide variant (sm_90a, block 64,
+     * d80-d128, and up to d64 on sparse patterns) five: every one without spills */
     bool wide_expected = arch == S2_ARCH_SM90A && p->block_size == 64 &&
                          (D > 64 ? D <= 128 : !s2_pattern_is_dense(p));
-    ck_assert_int_eq(art->num_kernels, wide_expected ? 4 : 3);
-    const s2_kernel_info *ki = &art->kernels[0], *wi = NULL, *si = NULL, *ci = NULL;
+    ck_assert_int_eq(art->num_kernels, wide_expected ? 5 : 4);
+    const s2_kernel_info *ki = &art->kernels[0], *wi = NULL, *si = NULL, *ci = NULL, *ri = NULL;
     for (int i = 0; i < art->num_kernels; i++) {
         const s2_kernel_info *x = &art->kernels[i];
         size_t nl = strlen(x->name), sl = strlen(s2_role_suffix(S2_ROLE_FWD_WIDE));
         size_t ql = strlen(s2_role_suffix(S2_ROLE_FWD_SEQS)), cl = strlen(s2_role_suffix(S2_ROLE_COMBINE));
+        size_t rl = strlen(s2_role_suffix(S2_ROLE_ROWS));
         if (nl > sl && strcmp(x->name + nl - sl, s2_role_suffix(S2_ROLE_FWD_WIDE)) == 0)
             wi = x;
         else if (nl > ql && strcmp(x->name + nl - ql, s2_role_suffix(S2_ROLE_FWD_SEQS)) == 0)
             si = x;
         else if (nl > cl && strcmp(x->name + nl - cl, s2_role_suffix(S2_ROLE_COMBINE)) == 0)
             ci = x;
+        else if (nl > rl && strcmp(x->name + nl - rl, s2_role_suffix(S2_ROLE_ROWS)) == 0)
+            ri = x;
         else
             ki = x;
         ck_assert_msg(x->registers > 0 && x->spill_stores == 0 && x->spill_loads == 0 && x->stack_frame == 0,
@@ -151,28 +171,13 @@ START_TEST(assembles_without_spills_and_carries_manifest)
     ck_assert_int_eq(mk->threads, art->threads_per_block);
     ck_assert_int_eq(mk->smem_bytes, art->smem_bytes);
     /* one record per kernel: the forward's ABI and grid, and the wide variant's own tile */
-    ck_assert_int_eq(mk->num_fns, wide_expected ? 4 : 3);
+    ck_assert_int_eq(mk->num_fns, wide_expected ? 5 : 4);
+    /* NAME_rows: one CTA per run of a table (ABI rows, grid runs) */
+    entry_record(mk, ri, S2_ROLE_ROWS, S2_ABI_ROWS, S2_GRID_RUNS);
     /* NAME_combine: the LSE merge, the decode module's kernel (ABI combine, one row per D / 8 threads) */
-    const s2_kernel_record *cr = s2_manifest_kernel_fn(mk, S2_ROLE_COMBINE);
-    ck_assert_ptr_nonnull(cr);
-    char cname[160];
-    snprintf(cname, sizeof cname, "%s_combine", mk->name);
-    ck_assert_str_eq(cr->symbol, cname);
-    ck_assert_str_eq(ci->name, cname);
-    ck_assert_int_eq(cr->abi, S2_ABI_COMBINE);
-    ck_assert_int_eq(cr->grid, S2_GRID_ROWS);
-    ck_assert_int_eq(cr->smem_bytes, 0);
+    entry_record(mk, ci, S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_GRID_ROWS);
     /* NAME_seqs: one thread per sequence, no shared memory */
-    const s2_kernel_record *sr = s2_manifest_kernel_fn(mk, S2_ROLE_FWD_SEQS);
-    ck_assert_ptr_nonnull(sr);
-    char sname[160];
-    snprintf(sname, sizeof sname, "%s_seqs", mk->name);
-    ck_assert_str_eq(sr->symbol, sname);
-    ck_assert_str_eq(si->name, sname);
-    ck_assert_int_eq(sr->abi, S2_ABI_SEQS);
-    ck_assert_int_eq(sr->grid, S2_GRID_SEQS);
-    ck_assert_int_eq(sr->threads, 128);
-    ck_assert_int_eq(sr->smem_bytes, 0);
+    ck_assert_int_eq(entry_record(mk, si, S2_ROLE_FWD_SEQS, S2_ABI_SEQS, S2_GRID_SEQS)->threads, 128);
     const s2_kernel_record *fr = s2_manifest_kernel_fn(mk, S2_ROLE_FWD);
     ck_assert_ptr_nonnull(fr);
     ck_assert_str_eq(fr->symbol, mk->name);
@@ -378,7 +383,8 @@ START_TEST(schedule_packed_by_record)
                 s2_packed_schedule got = {0}, want = {0};
                 int32_t lists = -1, want_lists = -2;
                 s2_status st = s2_manifest_schedule_pack(ctx, k, r->symbol, lay, false, &got, &lists);
-                if (r->role == S2_ROLE_FWD_SEQS || r->role == S2_ROLE_COMBINE) {   /* no tile schedule */
+                if (r->role == S2_ROLE_FWD_SEQS || r->role == S2_ROLE_COMBINE || r->role == S2_ROLE_ROWS) {
+                    /* no tile schedule */
                     ck_assert_int_eq(st, S2_ERR_INVALID);
                     continue;
                 }

@@ -55,15 +55,16 @@ START_TEST(bwd_assembles_without_spills)
                   s2_dtype_name(dt), s2_arch_name(arch), s2_ctx_message(ctx));
     s2_kspec aks;   /* the resolved spec, the template's choices included */
     ck_assert_int_eq(s2_artifact_kspec(ctx, art, &aks), S2_OK);
-    /* NAME_dqds and NAME_dqds2 exactly where s2_bwd_ds_capable says */
+    /* NAME_dqds and NAME_dqds2 exactly where s2_bwd_ds_capable says; NAME_rows always */
     int nk = s2_bwd_ds_capable(p, &aks) ? 5 : 3;
-    ck_assert_int_eq(art->num_kernels, nk);
+    ck_assert_int_eq(art->num_kernels, nk + 1);
     static const char *const parts[] = {"_pre", "_dq", "_dkdv", "_dqds", "_dqds2"};
-    for (int i = 0; i < nk; i++) {
-        const s2_kernel_info *ki = find_kernel(art, parts[i]);
-        ck_assert_msg(ki != NULL, "no kernel *%s in %s", parts[i], art->name);
+    for (int i = 0; i <= nk; i++) {
+        const s2_kernel_info *ki = find_kernel(art, i < nk ? parts[i] : "_rows");
+        ck_assert_msg(ki != NULL, "no kernel *%s in %s", i < nk ? parts[i] : "_rows", art->name);
         printf("%-14s d%-3d %-4s %-6s%s bm%d bn%d %-5s: %3d regs, spill %d/%d, stack %d, smem %d\n", p->name, D,
-               s2_dtype_name(dt), s2_arch_name(arch), wg ? "-wg" : "", art->spec.block_m, art->spec.block_n, parts[i] + 1,
+               s2_dtype_name(dt), s2_arch_name(arch), wg ? "-wg" : "", art->spec.block_m, art->spec.block_n,
+               i < nk ? parts[i] + 1 : "rows",
                ki->registers, ki->spill_stores, ki->spill_loads, ki->stack_frame, art->smem_bytes);
         ck_assert_msg(ki->registers > 0, "no resource line for %s:\n%s", ki->name, art->log);
         ck_assert_msg(ki->spill_stores == 0 && ki->spill_loads == 0 && ki->stack_frame == 0,
@@ -150,7 +151,7 @@ START_TEST(bwd_head_dims_assemble)
     s2_kspec aks;
     ck_assert_int_eq(s2_artifact_kspec(ctx, art, &aks), S2_OK);
     ck_assert_int_eq(aks.bwd_wgmma, hv->wgmma > 0 ? 1 : hv->arch == S2_ARCH_SM90A && hv->head_dim % 64 == 0 ? -1 : 0);
-    ck_assert_int_eq(art->num_kernels, 3);
+    ck_assert_int_eq(art->num_kernels, 4);   /* NAME_pre, NAME_dkdv, NAME_dq, NAME_rows */
     for (int i = 0; i < art->num_kernels; i++)
         ck_assert_msg(art->kernels[i].spill_stores == 0 && art->kernels[i].spill_loads == 0, "%s: %d/%d bytes spilled",
                       art->kernels[i].name, art->kernels[i].spill_stores, art->kernels[i].spill_loads);

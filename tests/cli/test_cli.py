@@ -600,9 +600,10 @@ def test_stages():
         rc, ptx_out, err = run(*base, "-o", os.path.join(d, "k.ptx"), "--emit", "ptx")
         ptx = open(os.path.join(d, "k.ptx")).read() if rc == 0 else ""
         entries = re.findall(r"\.entry (s2_fwd_\w+)", ptx)
-        check("--emit ptx: one .entry per pattern, one NAME_seqs and NAME_combine each, the sparse one's wide "
-              "variant NAME_w, and the manifest global",
-              len(entries) == 7 and sum(e.endswith("_seqs") for e in entries) == 2 and
+        check("--emit ptx: one .entry per pattern, one NAME_seqs, NAME_combine and NAME_rows each, the sparse one's "
+              "wide variant NAME_w, and the manifest global",
+              len(entries) == 9 and sum(e.endswith("_seqs") for e in entries) == 2 and
+              sum(e.endswith("_rows") for e in entries) == 2 and
               [e for e in entries if e.endswith("_w")] == ["s2_fwd_sparse_layer_bf16_d64_w"] and
               sum(e.endswith("_combine") for e in entries) == 2 and "s2c_manifest" in ptx,
               f"{entries} {err}")

@@ -495,10 +495,10 @@ def regs_of_verbose(err):
 def test_registers():
     """info's registers for every kernel of forward, backward (with the dS path on sm_90a) and decode modules,
     in text and JSON, equal to what the assembler reported at compile time."""
-    cases = [("fwd", "sm_80", "phi3-small", {"fwd", "fwd_seqs", "combine"}),
-             ("fwd", "sm_90a", "phi3-small", {"fwd", "fwd_seqs", "fwd_wide", "combine"}),
-             ("bwd", "sm_80", "dense", {"bwd_pre", "bwd_dkdv", "bwd_dq"}),
-             ("bwd", "sm_90a", "phi3-small", {"bwd_pre", "bwd_dkdv", "bwd_dq", "bwd_dqds", "bwd_dqds2"}),
+    cases = [("fwd", "sm_80", "phi3-small", {"fwd", "fwd_seqs", "combine", "rows"}),
+             ("fwd", "sm_90a", "phi3-small", {"fwd", "fwd_seqs", "fwd_wide", "combine", "rows"}),
+             ("bwd", "sm_80", "dense", {"bwd_pre", "bwd_dkdv", "bwd_dq", "rows"}),
+             ("bwd", "sm_90a", "phi3-small", {"bwd_pre", "bwd_dkdv", "bwd_dq", "bwd_dqds", "bwd_dqds2", "rows"}),
              ("decode", "sm_80", "decode-l16v8", {"decode", "combine"}),
              ("decode", "sm_90a", "decode-l16v8", {"decode", "combine"})]
     with tempfile.TemporaryDirectory() as d:

@@ -2,7 +2,9 @@
  * (S2C_LIBNCCL names a missing file) gives S2_ERR_UNSUPPORTED with the
  * library named; argument checks; the messages each rank derives from a
  * plan (every planned block carried once, by both ends in matching order,
- * runs only of blocks contiguous at both ends) and the executor's sizes. */
+ * runs only of blocks contiguous at both ends), the row tables that pack
+ * them per peer and sum the returned dK/dV (run on the host across every
+ * rank) and the executor's sizes. */
 #include "s2c/cp.h"
 #include "cp_internal.h"
 #include "s2c/cpplan.h"
@@ -134,6 +136,9 @@ static void check_messages(const s2_pattern *p, int64_t seq, int ranks, s2_cp_sh
     s2_ctx_free(ctx);
 }
 
+static void check_packing(const s2_pattern *p, int64_t seq, int ranks, s2_cp_sharding sh, int B);
+
+/* The messages, and the packing of each configuration small enough to run on the host. */
 START_TEST(messages_match)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -141,6 +146,11 @@ START_TEST(messages_match)
     const s2_pattern *p = issue_pattern(ctx, &set, 64, 32, 8);
     check_messages(p, 8192, 2, S2_CP_CONTIGUOUS);
     check_messages(p, 8192, 2, S2_CP_ZIGZAG);
+    check_packing(p, 8192, 2, S2_CP_CONTIGUOUS, 2);
+    check_packing(p, 8192, 2, S2_CP_ZIGZAG, 1);
+    check_packing(p, 16384, 4, S2_CP_ZIGZAG, 2);
+    check_packing(p, 12288, 3, S2_CP_CONTIGUOUS, 1);
+    check_packing(p, 4096, 1, S2_CP_CONTIGUOUS, 1);
     check_messages(p, 65536, 4, S2_CP_ZIGZAG);
     check_messages(p, 49152, 3, S2_CP_CONTIGUOUS);
     check_messages(p, 4096, 1, S2_CP_CONTIGUOUS);
@@ -148,14 +158,184 @@ START_TEST(messages_match)
     set = NULL;
     p = issue_pattern(ctx, &set, 16, 8, 4);
     check_messages(p, 4096, 4, S2_CP_ZIGZAG);
+    check_packing(p, 4096, 4, S2_CP_ZIGZAG, 2);
     s2_pattern_set_free(set);
     s2_ctx_free(ctx);
 }
 END_TEST
 
-/* Sizes, and the reduce-scatter's segments: each rank's copies fill its own
- * segment with every block others read of it, once, and others' segments
- * with exactly the blocks it received. */
+/* NAME_rows on the host, one element per row: each run's dst rows get the sum of its present sources, in
+ * order; writes counts every dst row written. */
+static void rows_host(const cp_table *t, const double *src, double *dst, int *writes)
+{
+    for (int64_t i = 0; i < t->n; i++) {
+        const int64_t *r = &t->runs[i * (2 + t->n_src)];
+        for (int64_t j = 0; j < r[1]; j++) {
+            double v = 0;
+            for (int s = 0; s < t->n_src; s++)
+                if (r[2 + s] >= 0)
+                    v += src[r[2 + s] + j];
+            dst[r[0] + j] = v;
+            writes[r[0] + j]++;
+        }
+    }
+}
+
+/* The global token of own row t on rank r. */
+static int64_t token_of(const s2_cp_plan *plan, int r, int64_t t)
+{
+    int64_t st[2], len[2];
+    int k = s2_cp_plan_shard(plan, r, st, len);
+    for (int i = 0; i < k; i++) {
+        if (t < len[i])
+            return st[i] + t;
+        t -= len[i];
+    }
+    return -1;
+}
+
+/* Every rank's packing run on the host against all the others: each planned K/V row packed exactly once,
+ * landing in its receiver's slot (and no other row written); the backward's returned partials summed at
+ * their owner as its own partial plus each reader's, sources in rank order; tables inside their buffers. */
+static void check_packing(const s2_pattern *p, int64_t seq, int ranks, s2_cp_sharding sh, int B)
+{
+    s2_ctx *ctx = s2_ctx_new();
+    s2_cp_plan_args a = {seq, ranks, sh, {128, 128}, false, 0};
+    s2_cp_plan *plan = NULL;
+    ck_assert_msg(s2_cp_plan_new(ctx, p, &a, &plan) == S2_OK, "%s", s2_ctx_message(ctx));
+    int H = p->kv_heads, bs = p->block_size;
+    cp_pack *pk = calloc((size_t)ranks, sizeof *pk);
+    cp_geom *g = calloc((size_t)ranks, sizeof *g);
+    double **kv = calloc((size_t)ranks, sizeof *kv), **snd = calloc((size_t)ranks, sizeof *snd);
+    double **rcv = calloc((size_t)ranks, sizeof *rcv), **dkv = calloc((size_t)ranks, sizeof *dkv);
+    for (int r = 0; r < ranks; r++) {
+        int64_t own = seq / ranks, recv = s2_cp_plan_recv_tokens(plan, r);
+        g[r] = (cp_geom){B, H, recv + own + 64, 32, recv, own};   /* rows before and after: never written */
+        ck_assert_msg(s2_cp_pack_new(ctx, plan, p, r, &g[r], true, &pk[r]) == S2_OK, "%s", s2_ctx_message(ctx));
+        int64_t half = (int64_t)B * H * g[r].head_rows;
+        ck_assert(s2_cp_table_ok(&pk[r].gather, 2 * half, pk[r].send_total));
+        ck_assert(s2_cp_table_ok(&pk[r].scatter, pk[r].recv_total, 2 * half));
+        kv[r] = malloc((size_t)(2 * half) * sizeof(double));
+        dkv[r] = malloc((size_t)(2 * half + pk[r].send_total) * sizeof(double));
+        snd[r] = calloc((size_t)pk[r].send_total + 1, sizeof(double));
+        rcv[r] = calloc((size_t)pk[r].recv_total + 1, sizeof(double));
+        for (int64_t i = 0; i < 2 * half; i++)
+            kv[r][i] = -1, dkv[r][i] = (double)(r * 7919 + i % 1009);   /* partials: exact sums in double */
+        for (int t = 0; t < 2; t++)
+            for (int b = 0; b < B; b++)
+                for (int h = 0; h < H; h++)
+                    for (int64_t o = 0; o < own; o++)
+                        kv[r][t * half + ((int64_t)b * H + h) * g[r].head_rows + 32 + recv + o] =
+                            (double)((((int64_t)t * B + b) * H + h) * seq + token_of(plan, r, o));
+    }
+    /* forward: pack, one message per peer pair, unpack */
+    for (int r = 0; r < ranks; r++) {
+        int *w = calloc((size_t)pk[r].send_total + 1, sizeof(int));
+        rows_host(&pk[r].gather, kv[r], snd[r], w);
+        for (int64_t i = 0; i < pk[r].send_total; i++)
+            ck_assert_int_eq(w[i], 1);
+        free(w);
+    }
+    for (int r = 0; r < ranks; r++)
+        for (int q = 0; q < ranks; q++) {
+            ck_assert_int_eq(pk[r].send_rows[q], q == r ? 0 : pk[q].recv_rows[r]);
+            memcpy(rcv[q] + pk[q].recv_off[r], snd[r] + pk[r].send_off[q], (size_t)(2 * pk[r].send_rows[q]) * 8);
+        }
+    for (int r = 0; r < ranks; r++) {
+        int64_t half = (int64_t)B * H * g[r].head_rows, slots = 0;
+        int *w = calloc((size_t)(2 * half), sizeof(int));
+        rows_host(&pk[r].scatter, rcv[r], kv[r], w);
+        for (int h = 0; h < H; h++) {
+            const s2_cp_block *l;
+            int64_t c;
+            s2_cp_plan_recv(ctx, plan, r, h, &l, &c);
+            for (int64_t i = 0; i < c; i++)
+                for (int t = 0; t < 2; t++)
+                    for (int b = 0; b < B; b++)
+                        for (int j = 0; j < bs; j++) {
+                            int64_t row = t * half + ((int64_t)b * H + h) * g[r].head_rows + 32 + l[i].slot * bs + j;
+                            ck_assert_int_eq(w[row], 1);
+                            ck_assert(kv[r][row] == (double)((((int64_t)t * B + b) * H + h) * seq + l[i].block * bs + j));
+                            w[row] = 0;
+                            slots++;
+                        }
+        }
+        for (int64_t i = 0; i < 2 * half; i++)
+            ck_assert_msg(w[i] == 0, "rank %d: row %lld written but not planned", r, (long long)i);
+        ck_assert_int_eq(slots, pk[r].recv_total);
+        free(w);
+    }
+    /* backward: partials of received blocks back to their owners, summed in rank order */
+    for (int r = 0; r < ranks; r++) {
+        int *w = calloc((size_t)pk[r].recv_total + 1, sizeof(int));
+        rows_host(&pk[r].ret, dkv[r], rcv[r], w);
+        free(w);
+    }
+    for (int r = 0; r < ranks; r++) {
+        int64_t half = (int64_t)B * H * g[r].head_rows;
+        for (int q = 0; q < ranks; q++)
+            memcpy(dkv[r] + 2 * half + pk[r].send_off[q], rcv[q] + pk[q].recv_off[r],
+                   (size_t)(2 * pk[r].send_rows[q]) * 8);
+    }
+    for (int r = 0; r < ranks; r++) {
+        int64_t half = (int64_t)B * H * g[r].head_rows, own = g[r].own_tokens, n = (int64_t)B * H * own;
+        for (int t = 0; t < 2; t++) {
+            const cp_table *x = &pk[r].sum[t];
+            double *out = malloc((size_t)n * sizeof(double));
+            int *w = calloc((size_t)n, sizeof(int));
+            ck_assert(s2_cp_table_ok(x, 2 * half + pk[r].send_total, n));
+            rows_host(x, dkv[r], out, w);
+            for (int64_t i = 0; i < n; i++)
+                ck_assert_int_eq(w[i], 1);
+            /* sources: the own partial first, then returned ones of strictly increasing ranks */
+            for (int64_t i = 0; i < x->n; i++) {
+                const int64_t *run = &x->runs[i * (2 + x->n_src)];
+                ck_assert(run[2] < 2 * half);
+                int last = -1;
+                for (int s = 1; s < x->n_src && run[2 + s] >= 0; s++) {
+                    int q = 0;
+                    while (q + 1 < ranks && 2 * half + pk[r].send_off[q + 1] <= run[2 + s])
+                        q++;
+                    ck_assert_int_gt(q, last);
+                    ck_assert_int_ne(q, r);
+                    last = q;
+                }
+            }
+            /* the expected sum from the plan: own partial plus every reader's partial of its slot */
+            for (int b = 0; b < B; b++)
+                for (int h = 0; h < H; h++)
+                    for (int64_t o = 0; o < own; o++) {
+                        double want = dkv[r][t * half + ((int64_t)b * H + h) * g[r].head_rows + 32 + g[r].recv + o];
+                        int64_t blk = token_of(plan, r, o) / bs;
+                        for (int q = 0; q < ranks; q++) {
+                            const s2_cp_block *l;
+                            int64_t c;
+                            s2_cp_plan_recv(ctx, plan, q, h, &l, &c);
+                            for (int64_t i = 0; i < c; i++)
+                                if (l[i].peer == r && l[i].block == blk)
+                                    want += dkv[q][t * (int64_t)B * H * g[q].head_rows +
+                                                   ((int64_t)b * H + h) * g[q].head_rows + 32 + l[i].slot * bs +
+                                                   token_of(plan, r, o) % bs];
+                        }
+                        ck_assert_msg(out[((int64_t)b * H + h) * own + o] == want, "rank %d row (%d, %d, %lld)", r,
+                                      b, h, (long long)o);
+                    }
+            free(out), free(w);
+        }
+    }
+    s2_cp_sizes z;
+    ck_assert_int_eq(s2_cp_sizes_of(ctx, plan, plan, p, 0, B, 128, S2_DTYPE_BF16, &z), S2_OK);
+    ck_assert_int_eq(z.return_rows, pk[0].send_total);
+    for (int r = 0; r < ranks; r++) {
+        s2_cp_pack_free(&pk[r]);
+        free(kv[r]), free(snd[r]), free(rcv[r]), free(dkv[r]);
+    }
+    free(pk), free(g), free(kv), free(snd), free(rcv), free(dkv);
+    s2_cp_plan_free(plan);
+    s2_ctx_free(ctx);
+}
+
+/* Sizes from the plans; bad arguments. */
 START_TEST(sizes_and_segments)
 {
     s2_ctx *ctx = s2_ctx_new();
@@ -175,10 +355,7 @@ START_TEST(sizes_and_segments)
             ck_assert_int_eq(z.recv_tokens, s2_cp_plan_recv_tokens(plan, r));
             ck_assert_uint_eq(z.kv_bytes, 2u * B * 8 * (size_t)(z.recv_tokens + z.own_tokens) * D * 2);
             ck_assert_uint_eq(z.partial_bytes, 2u * B * 32 * (size_t)z.own_tokens * (D * 2 + 4));
-            cp_grad_map g;
-            ck_assert_int_eq(s2_cp_grad_map_new(ctx, plan, p, r, B, &g), S2_OK);
-            ck_assert_int_eq(z.segment_tokens, g.seg_rows);
-            int64_t recv_rows = 0, send_rows = 0, own_rows = 0, part_rows = 0;
+            int64_t recv_rows = 0, send_rows = 0;
             for (int h = 0; h < 8; h++) {
                 const s2_cp_block *l;
                 int64_t c;
@@ -187,19 +364,10 @@ START_TEST(sizes_and_segments)
                 s2_cp_plan_send(ctx, plan, r, h, &l, &c);
                 send_rows += c * 64;   /* two ranks: each block sent once */
             }
-            for (int64_t i = 0; i < g.n_own; i++) {
-                ck_assert_int_eq(g.own[i].seg, r);
-                own_rows += g.own[i].rows;
-            }
-            for (int64_t i = 0; i < g.n_partial; i++) {
-                ck_assert_int_ne(g.partial[i].seg, r);
-                part_rows += g.partial[i].rows;
-            }
-            ck_assert_int_eq(own_rows, send_rows);
-            ck_assert_int_eq(part_rows, recv_rows);
-            ck_assert_int_eq(g.seg_batch_rows[r], send_rows);
-            ck_assert_int_ge(g.seg_rows, B * send_rows);
-            s2_cp_grad_map_free(&g);
+            /* K and V of every batch entry, each way; the returned partials are the sent rows */
+            ck_assert_uint_eq(z.exchange_bytes, 2u * B * (size_t)(send_rows + recv_rows) * D * 2);
+            ck_assert_int_eq(z.return_rows, 2 * B * send_rows);
+            ck_assert_uint_eq(z.grad_bytes, z.kv_bytes + (size_t)z.return_rows * D * 2);
         }
         /* bad arguments */
         s2_cp_sizes z;
@@ -259,6 +427,12 @@ START_TEST(timeline_measure)
     s2_cp_timeline_measure(&t);
     ck_assert_float_eq(t.comm_ms, 0);
     ck_assert_float_eq(t.visible_comm_ms, 0);
+    /* the unpack (communication stream) counts as communication; the pack (caller's stream) does not */
+    t.start_ms[S2_CP_PHASE_PACK] = 2, t.end_ms[S2_CP_PHASE_PACK] = 2.5f;
+    t.start_ms[S2_CP_PHASE_UNPACK] = 1.5f, t.end_ms[S2_CP_PHASE_UNPACK] = 3;
+    s2_cp_timeline_measure(&t);
+    ck_assert_float_eq_tol(t.comm_ms, 1.5, 1e-6);
+    ck_assert_float_eq_tol(t.visible_comm_ms, 1, 1e-6);   /* [2,3] */
 }
 END_TEST
 

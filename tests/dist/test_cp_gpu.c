@@ -117,8 +117,13 @@ static int check_counts_and_timeline(s2_ctx *ctx, s2_cp_exec *e, void *stream, i
         printf("rank %d %-10s counts/timeline FAIL: %s\n", rank, shn, s2_ctx_message(ctx));
         return 1;
     }
+    /* one message per peer and phase: two ranks post at most one send and one receive per exchange */
     bool bytes = tf.send_bytes == ps.send_bytes && tf.recv_bytes == ps.recv_bytes && tf.calls == 1 && tb.calls == 2 &&
-                 (tb.recv_bytes > 0) == (tb.recvs > 0) && (tf.recvs > 0) == (ps.recv_blocks > 0);
+                 (tb.recv_bytes > 0) == (tb.recvs > 0) && (tf.recvs > 0) == (ps.recv_blocks > 0) &&
+                 tf.sends == (tf.send_bytes > 0) && tf.recvs == (tf.recv_bytes > 0) &&
+                 tb.sends == (tb.send_bytes > 0) + (tb.reduce_bytes > 0) && tb.recvs <= 2;
+    printf("rank %d %-10s messages: forward %lld sends %lld receives, backward %lld %lld, %.0f bytes returned\n", rank,
+           shn, (long long)tf.sends, (long long)tf.recvs, (long long)tb.sends, (long long)tb.recvs, tb.reduce_bytes);
     printf("rank %d %-10s bytes posted sent %.0f recv %.0f, plan %.0f %.0f, ring %.0f: %s\n", rank, shn,
            tf.send_bytes, tf.recv_bytes, ps.send_bytes, ps.recv_bytes, ps.ring_bytes, bytes ? "PASS" : "FAIL");
     bool order = true;
@@ -134,6 +139,12 @@ static int check_counts_and_timeline(s2_ctx *ctx, s2_cp_exec *e, void *stream, i
                w ? "backward" : "forward", t->step_ms, t->comm_ms, t->visible_comm_ms);
     }
     const s2_cp_timeline *f = &tl[0], *b = &tl[1];
+    for (int w = 0; w < 2; w++)   /* packed before the messages; unpacked before the keys are read */
+        if (tl[w].start_ms[S2_CP_PHASE_UNPACK] >= 0)
+            order = order && tl[w].start_ms[S2_CP_PHASE_EXCHANGE] >= tl[w].end_ms[S2_CP_PHASE_PACK] - eps &&
+                    tl[w].start_ms[S2_CP_PHASE_UNPACK] >= tl[w].end_ms[S2_CP_PHASE_EXCHANGE] - eps &&
+                    tl[w].start_ms[w ? S2_CP_PHASE_BACKWARD : S2_CP_PHASE_REMOTE] >=
+                        tl[w].end_ms[S2_CP_PHASE_UNPACK] - eps;
     if (f->start_ms[S2_CP_PHASE_REMOTE] >= 0)
         order = order && f->start_ms[S2_CP_PHASE_REMOTE] >= f->end_ms[S2_CP_PHASE_EXCHANGE] - eps &&
                 f->start_ms[S2_CP_PHASE_COMBINE] >= f->end_ms[S2_CP_PHASE_REMOTE] - eps;
