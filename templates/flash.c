@@ -1,4 +1,5 @@
-/* The online-softmax row state shared by the attention templates (flash.h). */
+/* The online-softmax row state shared by the attention templates, the
+ * forwards' token mask and output rows (flash.h). */
 #include "flash.h"
 
 #include <math.h>

@@ -1,7 +1,9 @@
 /* Internal to the attention templates (fwd.c, fwd_sm90.c, decode.c): the
  * online-softmax state of one thread's two accumulator rows (rows g and
  * g + 8 of the mma.sync m16n8 and wgmma accumulator layouts), kept in
- * allocas at the top of the entry block so that SROA makes them SSA. */
+ * allocas at the top of the entry block so that SROA makes them SSA; and
+ * what the forwards (fwd.c, fwd_tf32.c, fwd_sm90.c) share on those rows:
+ * the token mask's pieces and the stores of their output rows. */
 #ifndef S2C_TEMPLATES_FLASH_H
 #define S2C_TEMPLATES_FLASH_H
 
