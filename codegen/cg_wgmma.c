@@ -105,17 +105,27 @@ static void put_r(s2_buf *c, int n)
         s2_buf_puts(c, ",r");
 }
 
+/* k RS steps (A from registers): accumulators from $acc_base, A's 4
+ * fragment registers a step from $ia, B's descriptors <desc><j>; scale-d p1
+ * (accumulate) but p0 (overwrite) on the first step when overwrite; tnspB
+ * trans_b. */
+static void put_rs_steps(s2_buf *t, s2_dtype dt, int n, int k, int acc_base, int ia, const char *desc, bool overwrite,
+                         bool trans_b)
+{
+    for (int j = 0; j < k; j++) {
+        put_mma(t, dt, n, acc_base, n / 2);
+        s2_buf_puts(t, ", ");
+        put_regs(t, ia + 4 * j, 4);
+        s2_buf_printf(t, ", %s%d, %s", desc, j, j == 0 && overwrite ? "p0" : "p1");
+        put_tail(t, dt, -1, trans_b ? 1 : 0);
+    }
+}
+
 /* O += P·V (RS, trans-b) over k2 steps: accumulators from $na1, P's
- * fragments from $ip, descriptors dv<j>, predicate p1. */
+ * fragments from $ip, descriptors dv<j>. */
 static void put_pv_steps(s2_buf *t, s2_dtype dt, int n2, int k2, int na1, int ip)
 {
-    for (int j = 0; j < k2; j++) {
-        put_mma(t, dt, n2, na1, n2 / 2);
-        s2_buf_puts(t, ", ");
-        put_regs(t, ip + 4 * j, 4);
-        s2_buf_printf(t, ", dv%d, p1", j);
-        put_tail(t, dt, -1, 1);
-    }
+    put_rs_steps(t, dt, n2, k2, na1, ip, "dv", false, true);
 }
 
 /* k steps of 4 A-fragment registers each, in order, as operands. */
@@ -190,13 +200,7 @@ void s2_nv_wgmma_rs(s2_cg *cg, s2_dtype dt, int n, int ksteps, LLVMValueRef (*a)
     for (int j = 0; j < ksteps; j++)
         s2_buf_printf(&t, "add.s64 db%d, $%d, %d;\n", j, ib, b_step[j]);
     s2_buf_puts(&t, "wgmma.fence.sync.aligned;\n");
-    for (int j = 0; j < ksteps; j++) {
-        put_mma(&t, dt, n, 0, na);
-        s2_buf_puts(&t, ", ");
-        put_regs(&t, ia + 4 * j, 4);
-        s2_buf_printf(&t, ", db%d, p1", j);
-        put_tail(&t, dt, -1, trans_b ? 1 : 0);
-    }
+    put_rs_steps(&t, dt, n, ksteps, 0, ia, "db", false, trans_b);
     s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n}");
     put_tied(&c, na);
     put_r(&c, 4 * ksteps);
@@ -398,13 +402,7 @@ void s2_nv_wgmma_rs_rs(s2_cg *cg, s2_dtype dt, int n1, int k1, LLVMValueRef (*a1
     for (int j = 0; j < k2; j++)
         s2_buf_printf(&t, "add.s64 dv%d, $%d, %d;\n", j, iv, v_step[j]);
     s2_buf_puts(&t, "wgmma.fence.sync.aligned;\n");
-    for (int j = 0; j < k1; j++) {
-        put_mma(&t, dt, n1, 0, na1);
-        s2_buf_puts(&t, ", ");
-        put_regs(&t, ia + 4 * j, 4);
-        s2_buf_printf(&t, ", db%d, %s", j, j == 0 ? "p0" : "p1");
-        put_tail(&t, dt, -1, 0);
-    }
+    put_rs_steps(&t, dt, n1, k1, 0, ia, "db", true, false);
     s2_buf_puts(&t, "wgmma.commit_group.sync.aligned;\n");
     put_pv_steps(&t, dt, n2, k2, na1, ip);
     if (k2 > 0)

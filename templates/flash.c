@@ -1,4 +1,5 @@
-/* The online-softmax row state shared by the attention templates (flash.h). */
+/* The online-softmax row state shared by the attention templates, the
+ * forwards' token mask and output rows (flash.h). */
 #include "flash.h"
 
 #include <math.h>
@@ -234,6 +235,94 @@ void s2_flash_join_scores(s2_cg *cg, LLVMBasicBlockRef from, LLVMBasicBlockRef j
             LLVMAddIncoming(phi, v, bb, 2);
             sc[n][i] = phi;
         }
+}
+
+LLVMBasicBlockRef s2_flash_mask_begin(s2_cg *cg, LLVMValueRef fn, LLVMValueRef full, LLVMBasicBlockRef *join)
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
+    LLVMBasicBlockRef mask_bb = LLVMAppendBasicBlockInContext(cg->llctx, fn, "mask");
+    *join = LLVMAppendBasicBlockInContext(cg->llctx, fn, "masked");
+    LLVMBuildCondBr(b, full, *join, mask_bb);
+    LLVMPositionBuilderAtEnd(b, mask_bb);
+    return from;
+}
+
+LLVMValueRef s2_flash_row_live(s2_cg *cg, LLVMValueRef live, LLVMValueRef r, int sub_m_log2, int sub_n)
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMValueRef isub = LLVMBuildLShr(b, r, LLVMConstInt(cg->t_i32, (unsigned)sub_m_log2, 1), "");
+    LLVMValueRef shift = LLVMBuildZExt(b, LLVMBuildMul(b, isub, LLVMConstInt(cg->t_i32, (unsigned)sub_n, 1), ""),
+                                       cg->t_i64, "");
+    return LLVMBuildTrunc(b, LLVMBuildLShr(b, live, shift, ""), cg->t_i32, "row_live");
+}
+
+LLVMValueRef s2_flash_key_limit(s2_cg *cg, LLVMValueRef kv_len, LLVMValueRef kpos0, LLVMValueRef tile_pos0,
+                                LLVMValueRef r, LLVMValueRef col0)
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMValueRef limit = LLVMBuildSub(b, LLVMBuildSub(b, kv_len, LLVMConstInt(cg->t_i32, 1, 1), ""), kpos0, "");
+    if (tile_pos0) {
+        LLVMValueRef d = LLVMBuildSub(b, LLVMBuildAdd(b, tile_pos0, r, ""), kpos0, "");
+        limit = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, d, limit, ""), d, limit, "limit");
+    }
+    return LLVMBuildSub(b, limit, col0, "");   /* compare c - col0 <= limit - col0 */
+}
+
+void s2_flash_mask_row(s2_cg *cg, int hr, int ntiles, int sub_n_size, int slot_cols, LLVMValueRef bits,
+                       const LLVMValueRef *lim, LLVMValueRef sc[][4], LLVMValueRef masked[][4])
+{
+    LLVMBuilderRef b = cg->b;
+    LLVMValueRef zero = LLVMConstInt(cg->t_i32, 0, 1), ninf = LLVMConstReal(cg->t_f32, -INFINITY);
+    for (int n = 0; n < ntiles; n++) {
+        int jsub = n * 8 / sub_n_size;
+        LLVMValueRef live_bit = LLVMBuildICmp(
+            b, LLVMIntNE, LLVMBuildAnd(b, bits, LLVMConstInt(cg->t_i32, 1u << jsub, 1), ""), zero, "");
+        for (int e = 0; e < 2; e++) {
+            int i = 2 * hr + e;
+            LLVMValueRef inside = LLVMBuildICmp(b, LLVMIntSLE, LLVMConstInt(cg->t_i32, (unsigned)(n * 8 + e), 1),
+                                                lim[n * 8 / slot_cols], "");
+            masked[n][i] = LLVMBuildSelect(b, LLVMBuildAnd(b, inside, live_bit, ""), sc[n][i], ninf, "");
+        }
+    }
+}
+
+LLVMValueRef s2_flash_row_store_begin(s2_cg *cg, const s2_flash_out *out, LLVMValueRef ok, LLVMValueRef qrow,
+                                      s2_nv_if *store)
+{
+    LLVMBuilderRef b = cg->b;
+    s2_nv_if_begin(cg, store, ok, "store");
+    return LLVMBuildAdd(b, out->obase, LLVMBuildMul(b, LLVMBuildSExt(b, qrow, cg->t_i64, ""), out->row_stride, ""),
+                        "");
+}
+
+void s2_flash_row_store_end(s2_cg *cg, const s2_flash_out *out, s2_nv_if *store, LLVMValueRef qrow, LLVMValueRef lse)
+{
+    s2_flash_store_lse(cg, out->t4, out->lse, out->lse_base, qrow, lse);
+    s2_nv_if_end(cg, store);
+}
+
+void s2_flash_store_rows16(s2_cg *cg, const s2_flash_out *out, s2_flash_rows *acc, s2_dtype dt,
+                           LLVMValueRef scale_log2, const LLVMValueRef *vals, int n, s2_flash_row_fn row, void *k)
+{
+    s2_flash_pairs pr;
+    s2_flash_pairs_init(cg, &pr, out->t4, out->D);
+    LLVMValueRef row_bits = vals ? NULL : LLVMBuildOr(cg->b, out->obase, out->row_stride, "");
+    LLVMValueRef aligned = s2_flash_aligned8(cg, out->o, vals ? vals : &row_bits, vals ? n : 1);
+    for (int hr = 0; hr < 2; hr++) {
+        LLVMValueRef inv, lse;
+        s2_flash_row_final(cg, acc, hr, scale_log2, &inv, &lse);
+        if (out->o_mul)
+            inv = LLVMBuildFMul(cg->b, inv, out->o_mul, "");
+        s2_flash_pairs_pack(cg, &pr, dt, acc->o, hr, inv);
+        s2_flash_pairs_exchange(cg, &pr);   /* in every lane (outside the row guard) */
+        s2_nv_if store;
+        LLVMValueRef qrow;
+        LLVMValueRef ok = row(k, hr, &qrow);
+        LLVMValueRef row_off = s2_flash_row_store_begin(cg, out, ok, qrow, &store);
+        s2_flash_pairs_store(cg, &pr, out->o, row_off, aligned);
+        s2_flash_row_store_end(cg, out, &store, qrow, lse);
+    }
 }
 
 void s2_flash_store_lse(s2_cg *cg, LLVMValueRef t4, LLVMValueRef lse_ptr, LLVMValueRef lse_base, LLVMValueRef row,

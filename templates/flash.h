@@ -1,7 +1,9 @@
 /* Internal to the attention templates (fwd.c, fwd_sm90.c, decode.c): the
  * online-softmax state of one thread's two accumulator rows (rows g and
  * g + 8 of the mma.sync m16n8 and wgmma accumulator layouts), kept in
- * allocas at the top of the entry block so that SROA makes them SSA. */
+ * allocas at the top of the entry block so that SROA makes them SSA; and
+ * what the forwards (fwd.c, fwd_tf32.c, fwd_sm90.c) share on those rows:
+ * the token mask's pieces and the stores of their output rows. */
 #ifndef S2C_TEMPLATES_FLASH_H
 #define S2C_TEMPLATES_FLASH_H
 
@@ -85,6 +87,26 @@ void s2_flash_store_lse(s2_cg *cg, LLVMValueRef t4, LLVMValueRef lse_ptr, LLVMVa
  * stores of 16-bit elements. */
 LLVMValueRef s2_flash_aligned8(s2_cg *cg, LLVMValueRef ptr, const LLVMValueRef *vals, int n);
 
+/* The token mask of a score tile (the forwards' apply_mask), in pieces:
+ * s2_flash_mask_begin branches to a new block `join` when full (no mask
+ * needed), else into a new block "mask" of fn, where it leaves the builder,
+ * and returns the block it came from; s2_flash_join_scores closes it. */
+LLVMBasicBlockRef s2_flash_mask_begin(s2_cg *cg, LLVMValueRef fn, LLVMValueRef full, LLVMBasicBlockRef *join);
+/* The live bits (i32) of tile row r (i32) in an entry's live mask (i64:
+ * sub_n bits for each sub-block row of 2^sub_m_log2 rows; bit j keeps key
+ * sub-block j). */
+LLVMValueRef s2_flash_row_live(s2_cg *cg, LLVMValueRef live, LLVMValueRef r, int sub_m_log2, int sub_n);
+/* The last column row r keeps of a tile whose column 0 is key kpos0,
+ * less col0 (the lane's first column): kv_len - 1 - kpos0, and when causal
+ * (tile_pos0 not null) at most tile_pos0 + r - kpos0. */
+LLVMValueRef s2_flash_key_limit(s2_cg *cg, LLVMValueRef kv_len, LLVMValueRef kpos0, LLVMValueRef tile_pos0,
+                                LLVMValueRef r, LLVMValueRef col0);
+/* Row hr of n-tiles 0..ntiles-1: masked[n][2hr + e] = sc[n][2hr + e] where
+ * the column's key sub-block (sub_n_size keys) has its bit in bits and
+ * 8n + e <= lim[8n / slot_cols] (a limit from s2_flash_key_limit per slot of
+ * slot_cols columns), -inf elsewhere. */
+void s2_flash_mask_row(s2_cg *cg, int hr, int ntiles, int sub_n_size, int slot_cols, LLVMValueRef bits,
+                       const LLVMValueRef *lim, LLVMValueRef sc[][4], LLVMValueRef masked[][4]);
 /* After a branch that computed masked[n][i] for some score fragments: branch
  * to `join` and merge, so that sc[n][i] becomes masked[n][i] when control came
  * through the mask path and stays sc[n][i] when it came from `from`. */
@@ -94,5 +116,29 @@ void s2_flash_join_scores(s2_cg *cg, LLVMBasicBlockRef from, LLVMBasicBlockRef j
  * parameter): the i32 quadruple {q_start, q_len, k_start, kv_len} of entry
  * `idx` (i32) of the array at `info`, or dflt[] when info is null. */
 void s2_flash_seqinfo(s2_cg *cg, LLVMValueRef info, LLVMValueRef idx, LLVMValueRef dflt[4], LLVMValueRef out[4]);
+
+/* A forward's output rows: query row qrow's O row starts at element obase +
+ * qrow * row_stride of o (i64), its LSE is lse[lse_base + qrow] (f32; lse
+ * may be null), stored by lane t4 == 0 of the quad; D columns a row. */
+typedef struct s2_flash_out {
+    LLVMValueRef o, obase, row_stride, lse, lse_base, t4;
+    LLVMValueRef o_mul;   /* O's factor beside 1/l (fp8's descale), or NULL */
+    int D;
+} s2_flash_out;
+/* Open *store, the store of query row qrow (i32) where ok (the row exists),
+ * and return its O row's element offset; s2_flash_row_store_end stores the
+ * row's LSE and closes it. */
+LLVMValueRef s2_flash_row_store_begin(s2_cg *cg, const s2_flash_out *out, LLVMValueRef ok, LLVMValueRef qrow,
+                                      s2_nv_if *store);
+void s2_flash_row_store_end(s2_cg *cg, const s2_flash_out *out, s2_nv_if *store, LLVMValueRef qrow, LLVMValueRef lse);
+/* The 16-bit forwards' epilogue (fwd.c, fwd_sm90): for each of the thread's
+ * rows hr, O /= l and the LSE (s2_flash_row_final), O's row packed to dt and
+ * exchanged in every lane (s2_flash_pairs), then, where it exists (row(k,
+ * hr, &qrow): i1, and its row in q), stored with 8-byte stores when o and
+ * the i64 offsets or strides vals[0..n) allow them (s2_flash_aligned8; vals
+ * NULL: obase | row_stride), 4-byte stores else. */
+typedef LLVMValueRef (*s2_flash_row_fn)(void *k, int hr, LLVMValueRef *qrow);
+void s2_flash_store_rows16(s2_cg *cg, const s2_flash_out *out, s2_flash_rows *acc, s2_dtype dt,
+                           LLVMValueRef scale_log2, const LLVMValueRef *vals, int n, s2_flash_row_fn row, void *k);
 
 #endif

@@ -109,24 +109,17 @@ static LLVMValueRef *q_fragment(fwd *k, const kv_lanes *L, int ks, LLVMValueRef 
     return buf;
 }
 
-/* Scores of n-tiles n0 .. n0+count-1, one n-tile at a time over Q's
- * fragments in registers. */
-static void scores_by_tile(fwd *k, const kv_lanes *L, LLVMValueRef kst, int n0, int count)
+/* Scores of n-tile n over Q's fragments in registers (s2_fwd_scores_by_tile). */
+static void tile_scores(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef kst, int n, LLVMValueRef acc[4])
 {
-    LLVMBuilderRef b = k->b;
+    fwd *k = (fwd *)fk;
+    const kv_lanes *L = lanes;
     int row_bytes = k->s.chunks * 16;
-    for (int n = n0; n < n0 + count; n++) {
-        LLVMValueRef acc[4];
-        for (int i = 0; i < 4; i++)
-            acc[i] = cf(k, 0.0);
-        for (int p = 0; p < k->s.D / 32; p++) {
-            LLVMValueRef kb[4];
-            s2_nv_ldmatrix_x4(k->cg, s2_fwd_smem_addr(&k->fk, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes), false, kb);
-            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p], &kb[0], acc);
-            s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p + 1], &kb[2], acc);
-        }
-        for (int i = 0; i < 4; i++)
-            LLVMBuildStore(b, acc[i], k->s_acc[n][i]);
+    for (int p = 0; p < k->s.D / 32; p++) {
+        LLVMValueRef kb[4];
+        s2_nv_ldmatrix_x4(k->cg, s2_fwd_smem_addr(&k->fk, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes), false, kb);
+        s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p], &kb[0], acc);
+        s2_nv_mma_m16n8k16(k->cg, k->s.dt, k->qf[2 * p + 1], &kb[2], acc);
     }
 }
 
@@ -172,38 +165,26 @@ static void score_tiles(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef kst, 
     if (k->tail || k->q_reload)
         scores_by_kstep(k, L, kst, n0, count);
     else
-        scores_by_tile(k, L, kst, n0, count);
+        s2_fwd_scores_by_tile(fk, L, kst, n0, count, tile_scores);
 }
 
-/* O += P·V: P from the score registers (C layout of n-tiles 2kk, 2kk+1 = A
- * layout of k-step kk, PTX ISA 9.7.14.5.8), V B-fragments with ldmatrix.x4.trans, two
- * d-tiles at a time (lane l addresses key row 16kk + l%16, chunk 2dp + l/16). */
-static void accumulate_pv(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef vst, LLVMValueRef colmask,
-                          LLVMValueRef sc[][4])
+/* O += P·V of k-step kk (16 keys): P from the score registers (C layout of
+ * n-tiles 2kk, 2kk+1 = A layout of k-step kk, PTX ISA 9.7.14.5.8), V
+ * B-fragments with ldmatrix.x4.trans, two d-tiles at a time (lane l
+ * addresses key row 16kk + l%16, chunk 2dp + l/16). */
+static void accumulate_pv(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef vst, int kk, LLVMValueRef sc[][4])
 {
     fwd *k = (fwd *)fk;
     const kv_lanes *L = lanes;
     s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
     int row_bytes = k->s.chunks * 16;
-    int steps_per_group = colmask ? k->s.sub_n_size / 16 : k->s.BN / 16;
-    s2_nv_if grp = {0};
-    for (int kk = 0; kk < k->s.BN / 16; kk++) {
-        bool first = kk % steps_per_group == 0, last = (kk + 1) % steps_per_group == 0;
-        if (colmask && first) {
-            LLVMValueRef bit = LLVMBuildAnd(b, colmask, c32(k, 1 << (kk / steps_per_group)), "");
-            s2_nv_if_begin(cg, &grp, LLVMBuildICmp(b, LLVMIntNE, bit, c32(k, 0), ""), "pv_cols");
-        }
-        LLVMValueRef a[4];
-        s2_flash_a_from_c(cg, k->s.dt, &sc[2 * kk], a);
-        for (int dp = 0; dp < k->s.D / 16; dp++) {
-            LLVMValueRef vb[4];
-            s2_nv_ldmatrix_x4(cg, s2_fwd_smem_addr(&k->fk, vst, L->v_part[dp], L->v_cst[dp] + 16 * kk * row_bytes), true, vb);
-            for (int h = 0; h < 2; h++)
-                s2_flash_mma_into(cg, k->s.dt, a, &vb[2 * h], k->acc.o[2 * dp + h]);
-        }
-        if (colmask && last)
-            s2_nv_if_end(cg, &grp);
+    LLVMValueRef a[4];
+    s2_flash_a_from_c(cg, k->s.dt, &sc[2 * kk], a);
+    for (int dp = 0; dp < k->s.D / 16; dp++) {
+        LLVMValueRef vb[4];
+        s2_nv_ldmatrix_x4(cg, s2_fwd_smem_addr(&k->fk, vst, L->v_part[dp], L->v_cst[dp] + 16 * kk * row_bytes), true, vb);
+        for (int h = 0; h < 2; h++)
+            s2_flash_mma_into(cg, k->s.dt, a, &vb[2 * h], k->acc.o[2 * dp + h]);
     }
 }
 
@@ -214,30 +195,9 @@ static void accumulate_pv(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef vst
  * 8-byte aligned). */
 static void epilogue(fwd *k)
 {
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    s2_nv_cp_async_wait(cg, 0);
-    s2_flash_pairs pr;
-    s2_flash_pairs_init(cg, &pr, k->t4, k->s.D);
-    LLVMValueRef offs[1] = {LLVMBuildOr(b, k->obase, param(k, P_OS + 1), "")};
-    LLVMValueRef aligned = s2_flash_aligned8(cg, param(k, P_O), offs, 1);
-    for (int hr = 0; hr < 2; hr++) {
-        LLVMValueRef inv, lse;
-        s2_flash_row_final(cg, &k->acc, hr, param(k, P_SCALE_LOG2), &inv, &lse);
-        s2_flash_pairs_pack(cg, &pr, k->s.dt, k->acc.o, hr, inv);
-        s2_flash_pairs_exchange(cg, &pr);   /* in every lane (outside the row guard) */
-
-        LLVMValueRef r = s2_fwd_thread_row(&k->fk, hr);
-        LLVMValueRef qrow;
-        LLVMValueRef ok = s2_fwd_q_row(&k->fk, r, &qrow);
-        s2_nv_if store;
-        s2_nv_if_begin(cg, &store, ok, "store");
-        LLVMValueRef row_off = LLVMBuildAdd(b, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""), "");
-        s2_flash_pairs_store(cg, &pr, param(k, P_O), row_off, aligned);
-        s2_flash_store_lse(cg, k->t4, param(k, P_LSE), k->lse_base, qrow, lse);
-        s2_nv_if_end(cg, &store);
-    }
-    LLVMBuildRetVoid(b);
+    s2_flash_out out = s2_fwd_out(&k->fk);
+    s2_flash_store_rows16(k->cg, &out, &k->acc, k->s.dt, param(k, P_SCALE_LOG2), NULL, 0, s2_fwd_thread_q_row, &k->fk);
+    LLVMBuildRetVoid(k->b);
 }
 
 int s2_fwd_smem_bytes(const s2_pattern *p, const s2_kspec *spec)
@@ -261,7 +221,7 @@ s2_status s2_fwd_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s2_ksp
         load_q_fragments(&k);
     kv_lanes L;
     kv_lanes_init(&k, &L);
-    s2_fwd_main_loop(&k.fk, score_tiles, accumulate_pv, &L);
+    s2_fwd_main_loop(&k.fk, score_tiles, accumulate_pv, 16, &L);
     epilogue(&k);
     return S2_OK;
 }

@@ -4,7 +4,6 @@
 #include "s2c/launch.h"
 #include "s2c/layout.h"
 
-#include <math.h>
 #include <string.h>
 
 
@@ -48,6 +47,17 @@ LLVMValueRef s2_fwd_q_row(s2_fwd_kernel *k, LLVMValueRef r, LLVMValueRef *trow)
     LLVMValueRef lo = LLVMBuildICmp(k->b, LLVMIntSGE, pos, k->q_start, "");
     LLVMValueRef hi = LLVMBuildICmp(k->b, LLVMIntSLT, pos, k->kv_len, "");
     return LLVMBuildAnd(k->b, lo, hi, "");
+}
+
+LLVMValueRef s2_fwd_thread_q_row(void *k, int hr, LLVMValueRef *qrow)
+{
+    return s2_fwd_q_row(k, s2_fwd_thread_row(k, hr), qrow);
+}
+
+s2_flash_out s2_fwd_out(s2_fwd_kernel *k)
+{
+    return (s2_flash_out){param(k, P_O), k->obase, param(k, P_OS + 1), param(k, P_LSE), k->lse_base, k->t4, NULL,
+                          k->s.D};
 }
 
 /* s2_fwd_q_row as a load_tile row predicate. */
@@ -305,6 +315,26 @@ LLVMValueRef s2_fwd_smem_addr(s2_fwd_kernel *k, LLVMValueRef base, LLVMValueRef 
     return LLVMBuildInBoundsGEP2(k->b, LLVMInt8TypeInContext(k->cg->llctx), p, &c, 1, "");
 }
 
+/* Open *grp, the guard of column group `group`: its bit is set in colmask. */
+static void group_begin(s2_fwd_kernel *k, s2_nv_if *grp, LLVMValueRef colmask, int group, const char *name)
+{
+    LLVMValueRef bit = LLVMBuildAnd(k->b, colmask, c32(k, 1 << group), "");
+    s2_nv_if_begin(k->cg, grp, LLVMBuildICmp(k->b, LLVMIntNE, bit, c32(k, 0), ""), name);
+}
+
+void s2_fwd_scores_by_tile(s2_fwd_kernel *k, const void *lanes, LLVMValueRef kst, int n0, int count,
+                           s2_fwd_ntile_fn ntile)
+{
+    for (int n = n0; n < n0 + count; n++) {
+        LLVMValueRef acc[4];
+        for (int i = 0; i < 4; i++)
+            acc[i] = cf(k, 0.0);
+        ntile(k, lanes, kst, n, acc);
+        for (int i = 0; i < 4; i++)
+            LLVMBuildStore(k->b, acc[i], k->s_acc[n][i]);
+    }
+}
+
 /* S = Q·Kᵀ into sc (s2_fwd_main_loop). */
 static void scores(s2_fwd_kernel *k, LLVMValueRef colmask, s2_fwd_tiles_fn tiles, const void *lanes, LLVMValueRef kst,
                    LLVMValueRef sc[][4])
@@ -318,8 +348,7 @@ static void scores(s2_fwd_kernel *k, LLVMValueRef colmask, s2_fwd_tiles_fn tiles
             for (int n = n0; n < n0 + per_group; n++)
                 for (int i = 0; i < 4; i++)
                     LLVMBuildStore(b, cf(k, 0.0), k->s_acc[n][i]);
-            LLVMValueRef bit = LLVMBuildAnd(b, colmask, c32(k, 1 << (n0 / per_group)), "");
-            s2_nv_if_begin(k->cg, &grp, LLVMBuildICmp(b, LLVMIntNE, bit, c32(k, 0), ""), "cols");
+            group_begin(k, &grp, colmask, n0 / per_group, "cols");
         }
         tiles(k, lanes, kst, n0, per_group);
         if (colmask)
@@ -350,38 +379,15 @@ static void apply_mask(s2_fwd_kernel *k, LLVMValueRef sc[][4], LLVMValueRef e, L
     if (!s->causal)
         full = LLVMBuildAnd(b, full, LLVMBuildICmp(b, LLVMIntSLE, LLVMBuildAdd(b, kpos0, c32(k, s->BN), ""), k->kv_len, ""),
                             "full");
-    LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
-    LLVMBasicBlockRef mask_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "mask");
-    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
-    LLVMBuildCondBr(b, full, join, mask_bb);
-    LLVMPositionBuilderAtEnd(b, mask_bb);
-
+    LLVMBasicBlockRef join, from = s2_flash_mask_begin(cg, k->fn, full, &join);
     LLVMValueRef live = s2_fwd_entry_field(k, e, 8, cg->t_i64);
     LLVMValueRef masked[S2_FWD_MAX_BN / 8][4];
-    LLVMValueRef ninf = cf(k, -INFINITY);
     LLVMValueRef col0 = LLVMBuildShl(b, k->t4, c32(k, 1), "col0");
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef r = s2_fwd_thread_row(k, hr);
-        LLVMValueRef isub = LLVMBuildLShr(b, r, c32(k, s->sub_m_log2), "");
-        LLVMValueRef shift = LLVMBuildZExt(b, LLVMBuildMul(b, isub, c32(k, s->sub_n), ""), cg->t_i64, "");
-        LLVMValueRef bits = LLVMBuildTrunc(b, LLVMBuildLShr(b, live, shift, ""), cg->t_i32, "row_live");
-        LLVMValueRef limit = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), kpos0, "");
-        if (s->causal) {
-            LLVMValueRef qpos = LLVMBuildAdd(b, k->tile_pos0, r, "");
-            limit = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, LLVMBuildSub(b, qpos, kpos0, ""), limit, ""),
-                                    LLVMBuildSub(b, qpos, kpos0, ""), limit, "limit");
-        }
-        LLVMValueRef lim_rel = LLVMBuildSub(b, limit, col0, "");   /* compare c - col0 <= limit - col0 */
-        for (int n = 0; n < NT; n++) {
-            int jsub = n * 8 / s->sub_n_size;
-            LLVMValueRef live_bit = LLVMBuildICmp(b, LLVMIntNE,
-                LLVMBuildAnd(b, bits, c32(k, 1 << jsub), ""), c32(k, 0), "");
-            for (int e2 = 0; e2 < 2; e2++) {
-                int i = 2 * hr + e2;
-                LLVMValueRef inside = LLVMBuildICmp(b, LLVMIntSLE, c32(k, n * 8 + e2), lim_rel, "");
-                masked[n][i] = LLVMBuildSelect(b, LLVMBuildAnd(b, inside, live_bit, ""), sc[n][i], ninf, "");
-            }
-        }
+        LLVMValueRef bits = s2_flash_row_live(cg, live, r, s->sub_m_log2, s->sub_n);
+        LLVMValueRef lim = s2_flash_key_limit(cg, k->kv_len, kpos0, s->causal ? k->tile_pos0 : NULL, r, col0);
+        s2_flash_mask_row(cg, hr, NT, s->sub_n_size, s->BN, bits, &lim, sc, masked);
     }
     s2_flash_join_scores(cg, from, join, NT, sc, masked);
 }
@@ -432,7 +438,23 @@ static void loop_end(s2_fwd_kernel *k, s2_nv_loop *loop)
     s2_nv_loop_end(k->cg, loop, NULL);
 }
 
-void s2_fwd_main_loop(s2_fwd_kernel *k, s2_fwd_tiles_fn tiles, s2_fwd_pv_fn pv, const void *lanes)
+/* O += P·V: pv's key steps of pv_keys keys, those of a column group no row
+ * keeps skipped (s2_fwd_main_loop). */
+static void accumulate_pv(s2_fwd_kernel *k, LLVMValueRef colmask, s2_fwd_pv_fn pv, int pv_keys, const void *lanes,
+                          LLVMValueRef vst, LLVMValueRef sc[][4])
+{
+    int steps_per_group = (colmask ? k->s.sub_n_size : k->s.BN) / pv_keys;
+    s2_nv_if grp = {0};
+    for (int kk = 0; kk < k->s.BN / pv_keys; kk++) {
+        if (colmask && kk % steps_per_group == 0)
+            group_begin(k, &grp, colmask, kk / steps_per_group, "pv_cols");
+        pv(k, lanes, vst, kk, sc);
+        if (colmask && (kk + 1) % steps_per_group == 0)
+            s2_nv_if_end(k->cg, &grp);
+    }
+}
+
+void s2_fwd_main_loop(s2_fwd_kernel *k, s2_fwd_tiles_fn tiles, s2_fwd_pv_fn pv, int pv_keys, const void *lanes)
 {
     s2_nv_loop loop;
     fwd_step st;
@@ -444,6 +466,7 @@ void s2_fwd_main_loop(s2_fwd_kernel *k, s2_fwd_tiles_fn tiles, s2_fwd_pv_fn pv, 
      * rescaled, scores -> probabilities in place */
     for (int hr = 0; hr < 2; hr++)
         s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), true, NULL);
-    pv(k, lanes, st.vst, st.colmask, sc);
+    accumulate_pv(k, st.colmask, pv, pv_keys, lanes, st.vst, sc);
     loop_end(k, &loop);
+    s2_nv_cp_async_wait(k->cg, 0);   /* the ring's last (empty) groups */
 }

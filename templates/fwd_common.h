@@ -62,6 +62,11 @@ void s2_fwd_shape_init(s2_fwd_shape *s, const s2_pattern *p, const s2_kspec *spe
  * exists when q_start <= pos < kv_len, and is row *trow = pos - q_start of q. */
 LLVMValueRef s2_fwd_q_row(s2_fwd_kernel *k, LLVMValueRef r, LLVMValueRef *trow);
 
+/* The CTA's output rows (O and LSE of this (b, h), flash.h). */
+s2_flash_out s2_fwd_out(s2_fwd_kernel *k);
+/* s2_fwd_q_row of this thread's row hr (s2_fwd_thread_row; k an s2_fwd_kernel, as an s2_flash_row_fn). */
+LLVMValueRef s2_fwd_thread_q_row(void *k, int hr, LLVMValueRef *qrow);
+
 /* Field of entry e (i32 index into the entries array): byte offset 0 tile,
  * 4 flags, 8 live. */
 LLVMValueRef s2_fwd_entry_field(s2_fwd_kernel *k, LLVMValueRef e, int field_off, LLVMTypeRef ty);
@@ -105,12 +110,20 @@ LLVMValueRef s2_fwd_smem_addr(s2_fwd_kernel *k, LLVMValueRef base, LLVMValueRef 
  * (tiles stores n-tiles n0 .. n0+count-1 of the K stage at byte offset kst
  * into k->s_acc; a group no row keeps is skipped and keeps scores 0, which
  * the token mask makes -inf), the token mask, the online softmax (flash.h),
- * and pv adds P·V from the V stage at vst (colmask: the entry's live column
- * groups, NULL when none is skipped).  lanes: the template's lane state. */
+ * and O += P·V key step by key step (pv adds step kk, keys pv_keys·kk ..
+ * pv_keys·kk + pv_keys - 1, from the V stage at vst; the steps of a skipped
+ * group are skipped); after the loop, every cp.async group waited for.
+ * lanes: the template's lane state. */
 typedef void (*s2_fwd_tiles_fn)(s2_fwd_kernel *k, const void *lanes, LLVMValueRef kst, int n0, int count);
-typedef void (*s2_fwd_pv_fn)(s2_fwd_kernel *k, const void *lanes, LLVMValueRef vst, LLVMValueRef colmask,
-                             LLVMValueRef sc[][4]);
-void s2_fwd_main_loop(s2_fwd_kernel *k, s2_fwd_tiles_fn tiles, s2_fwd_pv_fn pv, const void *lanes);
+typedef void (*s2_fwd_pv_fn)(s2_fwd_kernel *k, const void *lanes, LLVMValueRef vst, int kk, LLVMValueRef sc[][4]);
+void s2_fwd_main_loop(s2_fwd_kernel *k, s2_fwd_tiles_fn tiles, s2_fwd_pv_fn pv, int pv_keys, const void *lanes);
+
+/* A tiles function one n-tile at a time: for each n-tile n, ntile adds the
+ * products over the head dim into acc (zeroed f32 values), stored into
+ * k->s_acc[n] after. */
+typedef void (*s2_fwd_ntile_fn)(s2_fwd_kernel *k, const void *lanes, LLVMValueRef kst, int n, LLVMValueRef acc[4]);
+void s2_fwd_scores_by_tile(s2_fwd_kernel *k, const void *lanes, LLVMValueRef kst, int n0, int count,
+                           s2_fwd_ntile_fn ntile);
 
 /* Create kernel `name` (k->s set) and emit everything before the main loop:
  * CTA setup, accumulators, Q's tile and the first stages - 1 K / V stages

@@ -6,8 +6,6 @@
 #include "template.h"
 #include "s2c/layout.h"
 
-#include <math.h>
-
 /* tile row of this thread's row hr (0: g, 1: g + 8) */
 static LLVMValueRef tile_row(sm90 *k, int hr)
 {
@@ -209,11 +207,7 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], const entry_vals *ev)
      * kv_len parameter are always masked (gathered tiles have no single kpos0) */
     if (!s->causal)
         full = LLVMBuildAnd(b, full, LLVMBuildICmp(b, LLVMIntEQ, k->kv_len, param(k, P_KVLEN), ""), "full");
-    LLVMBasicBlockRef from = LLVMGetInsertBlock(b);
-    LLVMBasicBlockRef mask_bb = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "mask");
-    LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(cg->llctx, k->fn, "masked");
-    LLVMBuildCondBr(b, full, join, mask_bb);
-    LLVMPositionBuilderAtEnd(b, mask_bb);
+    LLVMBasicBlockRef join, from = s2_flash_mask_begin(cg, k->fn, full, &join);
     LLVMValueRef live = ev->live;
     /* key position of column 0 of each slot (one slot unless gathered), and
      * the slot's first column in the tile */
@@ -224,33 +218,15 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], const entry_vals *ev)
         kpos[j] = LLVMBuildSub(b, LLVMBuildMul(b, blk, c32(k, slot_cols), ""), c32(k, j * slot_cols), "kpos0");
     }
     LLVMValueRef masked[MAX_BN / 8][4];
-    LLVMValueRef ninf = cf(k, -INFINITY);
     LLVMValueRef col0 = LLVMBuildShl(b, k->t4, c32(k, 1), "col0");
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef r = tile_row(k, hr);
-        LLVMValueRef isub = LLVMBuildLShr(b, r, c32(k, s->sub_m_log2), "");
-        LLVMValueRef shift = LLVMBuildZExt(b, LLVMBuildMul(b, isub, c32(k, s->sub_n), ""), cg->t_i64, "");
-        LLVMValueRef bits = LLVMBuildTrunc(b, LLVMBuildLShr(b, live, shift, ""), cg->t_i32, "row_live");
-        LLVMValueRef lim_rel[4];
-        for (int j = 0; j < nslot; j++) {
-            /* column c of the tile holds key kpos[slot] + c */
-            LLVMValueRef limit = LLVMBuildSub(b, LLVMBuildSub(b, k->kv_len, c32(k, 1), ""), kpos[j], "");
-            if (s->causal) {
-                LLVMValueRef d = LLVMBuildSub(b, add(k, k->tile_pos0, r), kpos[j], "");
-                limit = LLVMBuildSelect(b, LLVMBuildICmp(b, LLVMIntSLT, d, limit, ""), d, limit, "limit");
-            }
-            lim_rel[j] = LLVMBuildSub(b, limit, col0, "");
-        }
-        for (int n = 0; n < NT; n++) {
-            int jsub = n * 8 / s->sub_n_size;
-            LLVMValueRef lim = lim_rel[gat ? n * 8 / slot_cols : 0];
-            LLVMValueRef live_bit = LLVMBuildICmp(b, LLVMIntNE, LLVMBuildAnd(b, bits, c32(k, 1 << jsub), ""), c32(k, 0), "");
-            for (int e2 = 0; e2 < 2; e2++) {
-                int i = 2 * hr + e2;
-                LLVMValueRef inside = LLVMBuildICmp(b, LLVMIntSLE, c32(k, n * 8 + e2), lim, "");
-                masked[n][i] = LLVMBuildSelect(b, LLVMBuildAnd(b, inside, live_bit, ""), sc[n][i], ninf, "");
-            }
-        }
+        LLVMValueRef bits = s2_flash_row_live(cg, live, r, s->sub_m_log2, s->sub_n);
+        /* column c of slot j holds key kpos[j] + c */
+        LLVMValueRef lim[4];
+        for (int j = 0; j < nslot; j++)
+            lim[j] = s2_flash_key_limit(cg, k->kv_len, kpos[j], s->causal ? k->tile_pos0 : NULL, r, col0);
+        s2_flash_mask_row(cg, hr, NT, s->sub_n_size, slot_cols, bits, lim, sc, masked);
     }
     s2_flash_join_scores(cg, from, join, NT, sc, masked);
 }
@@ -546,6 +522,17 @@ static void consumer_loop(sm90 *k)
     s2_nv_if_end(cg, &nonempty);
 }
 
+/* i1: this thread's row hr exists (q_start <= pos < kv_len); *qrow its row in q. */
+static LLVMValueRef q_row(void *kp, int hr, LLVMValueRef *qrow)
+{
+    sm90 *k = kp;
+    LLVMBuilderRef b = k->b;
+    LLVMValueRef pos = add(k, k->tile_pos0, tile_row(k, hr));
+    *qrow = LLVMBuildSub(b, pos, k->q_start, "qrow");
+    return LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSGE, pos, k->q_start, ""),
+                        LLVMBuildICmp(b, LLVMIntSLT, pos, k->kv_len, ""), "");
+}
+
 /* O /= l, LSE; rows outside [q_start, kv_len) are not stored (as fwd.c).
  * A thread holds two adjacent columns of each 8-column group (the
  * accumulator layout: columns 8j + 2·t4, + 1); one exchange with the neighbouring lane gives
@@ -557,31 +544,10 @@ static void consumer_loop(sm90 *k)
  * aligned, 4-byte stores as before. */
 static void epilogue(sm90 *k)
 {
-    s2_cg *cg = k->cg;
-    LLVMBuilderRef b = k->b;
-    s2_flash_pairs pr;
-    s2_flash_pairs_init(cg, &pr, k->t4, k->s.D);
+    s2_flash_out out = {param(k, P_O), k->obase, param(k, P_OS + 1), param(k, P_LSE), k->lse_base, k->t4, k->o_mul,
+                        k->s.D};
     LLVMValueRef strides[3] = {param(k, P_OS), param(k, P_OS + 1), param(k, P_OS + 2)};
-    LLVMValueRef aligned = s2_flash_aligned8(cg, param(k, P_O), strides, 3);
-    for (int hr = 0; hr < 2; hr++) {
-        LLVMValueRef inv, lse;
-        s2_flash_row_final(cg, &k->acc, hr, k->scale_log2, &inv, &lse);
-        if (k->o_mul)
-            inv = LLVMBuildFMul(b, inv, k->o_mul, "");
-        s2_flash_pairs_pack(cg, &pr, k->s.out_dt, k->acc.o, hr, inv);
-        s2_flash_pairs_exchange(cg, &pr);   /* in every lane (outside the row guard) */
-
-        LLVMValueRef pos = add(k, k->tile_pos0, tile_row(k, hr));
-        LLVMValueRef qrow = LLVMBuildSub(b, pos, k->q_start, "qrow");
-        LLVMValueRef ok = LLVMBuildAnd(b, LLVMBuildICmp(b, LLVMIntSGE, pos, k->q_start, ""),
-                                       LLVMBuildICmp(b, LLVMIntSLT, pos, k->kv_len, ""), "");
-        s2_nv_if store;
-        s2_nv_if_begin(cg, &store, ok, "store");
-        LLVMValueRef row_off = add(k, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""));
-        s2_flash_pairs_store(cg, &pr, param(k, P_O), row_off, aligned);
-        s2_flash_store_lse(cg, k->t4, param(k, P_LSE), k->lse_base, qrow, lse);
-        s2_nv_if_end(cg, &store);
-    }
+    s2_flash_store_rows16(k->cg, &out, &k->acc, k->s.out_dt, k->scale_log2, strides, 3, q_row, k);
 }
 
 /* fp8 descale i (0 q, 1 k, 2 v) of the item's (batch, kv head), 1.0 where

@@ -103,69 +103,53 @@ static void kv_lanes_init(tfk *k, kv_lanes *L)
     }
 }
 
-/* S = Q·Kᵀ for the stage at byte offset kst (K B-fragments by ldmatrix.x4,
- * two k-steps of 8 at a time, rounded to tf32): n-tiles n0 .. n0+count-1. */
-static void score_tiles(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef kst, int n0, int count)
+/* S = Q·Kᵀ of n-tile n for the stage at byte offset kst (K B-fragments by
+ * ldmatrix.x4, two k-steps of 8 at a time, rounded to tf32). */
+static void tile_scores(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef kst, int n, LLVMValueRef acc[4])
 {
     tfk *k = (tfk *)fk;
     const kv_lanes *L = lanes;
-    LLVMBuilderRef b = k->b;
     int row_bytes = k->s.chunks * 16;
-    for (int n = n0; n < n0 + count; n++) {
-        LLVMValueRef acc[4];
+    for (int p = 0; p < k->s.D / 16; p++) {
+        LLVMValueRef kb[4], qa[2][4];
+        s2_nv_ldmatrix_x4(k->cg, s2_fwd_smem_addr(&k->fk, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes), false,
+                          kb);
         for (int i = 0; i < 4; i++)
-            acc[i] = cf(k, 0.0);
-        for (int p = 0; p < k->s.D / 16; p++) {
-            LLVMValueRef kb[4], qa[2][4];
-            s2_nv_ldmatrix_x4(k->cg, s2_fwd_smem_addr(&k->fk, kst, L->k_part[p], L->k_cst[p] + n * 8 * row_bytes),
-                              false, kb);
-            for (int i = 0; i < 4; i++)
-                kb[i] = to_tf32(k, LLVMBuildBitCast(k->b, kb[i], k->cg->t_f32, ""));
-            for (int h = 0; h < 2; h++) {
-                if (k->q_regs)
-                    memcpy(qa[h], k->qf[2 * p + h], sizeof qa[h]);
-                else
-                    q_fragment(k, 2 * p + h, qa[h]);
-                s2_nv_mma_m16n8k16(k->cg, k->s.dt, qa[h], &kb[2 * h], acc);
-            }
+            kb[i] = to_tf32(k, LLVMBuildBitCast(k->b, kb[i], k->cg->t_f32, ""));
+        for (int h = 0; h < 2; h++) {
+            if (k->q_regs)
+                memcpy(qa[h], k->qf[2 * p + h], sizeof qa[h]);
+            else
+                q_fragment(k, 2 * p + h, qa[h]);
+            s2_nv_mma_m16n8k16(k->cg, k->s.dt, qa[h], &kb[2 * h], acc);
         }
-        for (int i = 0; i < 4; i++)
-            LLVMBuildStore(b, acc[i], k->s_acc[n][i]);
     }
 }
 
-/* O += P·V over 8-key steps in the permuted key order (header): P's A
+static void score_tiles(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef kst, int n0, int count)
+{
+    s2_fwd_scores_by_tile(fk, lanes, kst, n0, count, tile_scores);
+}
+
+/* O += P·V of the 8-key step kk in the permuted key order (header): P's A
  * fragment (c0, c2, c1, c3) of n-tile kk, rounded to tf32; V's B fragment
  * b0 = V[8kk + 2·t4][8dn + g], b1 = V[8kk + 2·t4 + 1][8dn + g]. */
-static void accumulate_pv(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef vst, LLVMValueRef colmask,
-                          LLVMValueRef sc[][4])
+static void accumulate_pv(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef vst, int kk, LLVMValueRef sc[][4])
 {
     tfk *k = (tfk *)fk;
     const kv_lanes *L = lanes;
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
     int row_bytes = k->s.chunks * 16;
-    int steps_per_group = colmask ? k->s.sub_n_size / 8 : k->s.BN / 8;
-    s2_nv_if grp = {0};
-    for (int kk = 0; kk < k->s.BN / 8; kk++) {
-        bool first = kk % steps_per_group == 0, last = (kk + 1) % steps_per_group == 0;
-        if (colmask && first) {
-            LLVMValueRef bit = LLVMBuildAnd(b, colmask, c32(k, 1 << (kk / steps_per_group)), "");
-            s2_nv_if_begin(cg, &grp, LLVMBuildICmp(b, LLVMIntNE, bit, c32(k, 0), ""), "pv_cols");
+    LLVMValueRef a[4] = {to_tf32(k, sc[kk][0]), to_tf32(k, sc[kk][2]), to_tf32(k, sc[kk][1]), to_tf32(k, sc[kk][3])};
+    for (int dn = 0; dn < k->s.D / 8; dn++) {
+        LLVMValueRef vb[2];
+        for (int j = 0; j < 2; j++) {
+            LLVMValueRef p = s2_fwd_smem_addr(&k->fk, vst, L->v_part[j][dn], L->v_cst[j][dn] + 8 * kk * row_bytes);
+            vb[j] = LLVMBuildLoad2(b, cg->t_i32, p, "v");
+            LLVMSetAlignment(vb[j], 4);
         }
-        LLVMValueRef a[4] = {to_tf32(k, sc[kk][0]), to_tf32(k, sc[kk][2]), to_tf32(k, sc[kk][1]),
-                             to_tf32(k, sc[kk][3])};
-        for (int dn = 0; dn < k->s.D / 8; dn++) {
-            LLVMValueRef vb[2];
-            for (int j = 0; j < 2; j++) {
-                LLVMValueRef p = s2_fwd_smem_addr(&k->fk, vst, L->v_part[j][dn], L->v_cst[j][dn] + 8 * kk * row_bytes);
-                vb[j] = LLVMBuildLoad2(b, cg->t_i32, p, "v");
-                LLVMSetAlignment(vb[j], 4);
-            }
-            s2_flash_mma_into(cg, k->s.dt, a, vb, k->acc.o[dn]);
-        }
-        if (colmask && last)
-            s2_nv_if_end(cg, &grp);
+        s2_flash_mma_into(cg, k->s.dt, a, vb, k->acc.o[dn]);
     }
 }
 
@@ -176,7 +160,7 @@ static void epilogue(tfk *k)
 {
     s2_cg *cg = k->cg;
     LLVMBuilderRef b = k->b;
-    s2_nv_cp_async_wait(cg, 0);
+    s2_flash_out out = s2_fwd_out(&k->fk);
     LLVMValueRef bits = LLVMBuildOr(b, LLVMBuildPtrToInt(b, param(k, P_O), cg->t_i64, ""),
         LLVMBuildShl(b, LLVMBuildOr(b, k->obase, param(k, P_OS + 1), ""), c64(k, 2), ""), "");
     LLVMValueRef aligned = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, bits, c64(k, 7), ""), c64(k, 0), "aligned8");
@@ -185,12 +169,10 @@ static void epilogue(tfk *k)
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef inv, lse;
         s2_flash_row_final(cg, &k->acc, hr, param(k, P_SCALE_LOG2), &inv, &lse);
-        LLVMValueRef r = s2_fwd_thread_row(&k->fk, hr);
-        LLVMValueRef qrow;
-        LLVMValueRef ok = s2_fwd_q_row(&k->fk, r, &qrow);
         s2_nv_if store;
-        s2_nv_if_begin(cg, &store, ok, "store");
-        LLVMValueRef row_off = LLVMBuildAdd(b, k->obase, LLVMBuildMul(b, sext64(k, qrow), param(k, P_OS + 1), ""), "");
+        LLVMValueRef qrow;
+        LLVMValueRef ok = s2_fwd_thread_q_row(&k->fk, hr, &qrow);
+        LLVMValueRef row_off = s2_flash_row_store_begin(cg, &out, ok, qrow, &store);
         LLVMValueRef v[S2_FLASH_MAX_D / 8][2];
         for (int dn = 0; dn < k->s.D / 8; dn++)
             for (int e = 0; e < 2; e++)
@@ -214,8 +196,7 @@ static void epilogue(tfk *k)
                 LLVMSetAlignment(LLVMBuildStore(b, v[dn][e], gep32(k, param(k, P_O), off)), 4);
             }
         s2_nv_if_end(cg, &narrow);
-        s2_flash_store_lse(cg, k->t4, param(k, P_LSE), k->lse_base, qrow, lse);
-        s2_nv_if_end(cg, &store);
+        s2_flash_row_store_end(cg, &out, &store, qrow, lse);
     }
     LLVMBuildRetVoid(b);
 }
@@ -242,7 +223,7 @@ static s2_status tf32_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
             q_fragment(&k, ks, k.qf[ks]);
     kv_lanes L;
     kv_lanes_init(&k, &L);
-    s2_fwd_main_loop(&k.fk, score_tiles, accumulate_pv, &L);
+    s2_fwd_main_loop(&k.fk, score_tiles, accumulate_pv, 8, &L);
     epilogue(&k);
     return S2_OK;
 }
