@@ -84,6 +84,25 @@ s2_status s2_write_file_atomic(s2_ctx *ctx, const char *path, const void *data, 
  * not a directory), whose path goes into failed. */
 int s2_make_dirs(const char *path, unsigned mode, char *failed, size_t cap);
 
+/* ---- shared libraries loaded at run time (dl.c) ------------------------- */
+/* The outcome of loading one (the CUDA driver, NCCL) once per process,
+ * replayed to every caller; zeroed, it reads as loaded. */
+typedef struct s2_dl_state {
+    s2_status status;
+    char message[512];
+} s2_dl_state;
+/* The library named by the environment variable env when set and not empty, else dflt. */
+const char *s2_dl_name(const char *env, const char *dflt);
+void s2_dl_fail(s2_dl_state *s, s2_status st, const char *fmt, ...) S2_PRINTF(3, 4);
+/* dlopen(lib); NULL when it fails, with s failed as st: "cannot load WHAT LIB: why".  The handle is
+ * never closed: the caller's table points into the library for the rest of the process. */
+void *s2_dl_open(s2_dl_state *s, s2_status st, const char *what, const char *lib);
+/* S2_OK, or the failed load's status with its message in ctx. */
+s2_status s2_dl_status(s2_ctx *ctx, const s2_dl_state *s);
+/* A library's public version query: *version (when not NULL) is have, or 0
+ * when the load failed; returns s2_dl_status. */
+s2_status s2_dl_version(s2_ctx *ctx, const s2_dl_state *s, int have, int *version);
+
 /* ---- suggestions (suggest.c) --------------------------------------------- */
 /* Edits (insert, delete, replace, swap two neighbours) between a and b;
  * SIZE_MAX for words over 64 bytes. */
