@@ -22,6 +22,10 @@ s2_status s2_vfail(s2_ctx *ctx, s2_status st, const char *fmt, va_list ap);
 /* Put "prefix: " before the message already in ctx (naming a file, say); returns st. */
 s2_status s2_fail_prefix(s2_ctx *ctx, s2_status st, const char *prefix);
 
+/* A constructor's last step: obj handed to *out when st is S2_OK, else freed
+ * by free_fn (*out untouched); evaluates to st. */
+#define S2_HAND_OVER(st, out, obj, free_fn) ((st) == S2_OK ? (*(out) = (obj), S2_OK) : (free_fn(obj), (st)))
+
 /* ---- arena: many small allocations freed at once ---------------------- */
 typedef struct s2_arena_chunk s2_arena_chunk;
 typedef struct s2_arena {
@@ -34,6 +38,15 @@ void *s2_arena_alloc(s2_arena *a, size_t size);   /* zeroed, 16-byte aligned; NU
 void *s2_arena_array(s2_arena *a, size_t n, size_t elem); /* checks n*elem overflow */
 char *s2_arena_strdup(s2_arena *a, const char *s);
 char *s2_arena_strndup(s2_arena *a, const char *s, size_t n);
+/* A new array of n_new elements holding the first n_old of old (which stays
+ * in the arena until it is released); NULL when out of memory. */
+void *s2_arena_grow(s2_arena *a, const void *old, size_t n_old, size_t n_new, size_t elem);
+/* A zeroed object of size bytes that lives in the arena it holds at byte
+ * `at` (offsetof): everything it allocates there and the object itself go
+ * with one s2_arena_free_boxed.  NULL when out of memory. */
+void *s2_arena_boxed(size_t size, size_t at);
+/* Frees such an object's arena, and so the object (a is inside it). */
+void s2_arena_free_boxed(s2_arena *a);
 
 /* ---- growable string buffer -------------------------------------------- */
 typedef struct s2_buf {
