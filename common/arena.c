@@ -1,6 +1,7 @@
 /* Bump arena and string buffer. */
 #include "util.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -77,6 +78,22 @@ void *s2_arena_grow(s2_arena *a, const void *old, size_t n_old, size_t n_new, si
     if (p && n_old)
         memcpy(p, old, n_old * elem);
     return p;
+}
+
+bool s2_arena_room(s2_arena *a, void *items, int n, int *cap, size_t elem, int first)
+{
+    if (n < *cap)
+        return true;
+    if (*cap > INT_MAX / 2)
+        return false;
+    int c = *cap ? 2 * *cap : first;
+    void *p;
+    memcpy(&p, items, sizeof p);
+    if (!(p = s2_arena_grow(a, p, (size_t)n, (size_t)c, elem)))
+        return false;
+    memcpy(items, &p, sizeof p);
+    *cap = c;
+    return true;
 }
 
 void *s2_arena_boxed(size_t size, size_t at)

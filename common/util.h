@@ -41,6 +41,10 @@ char *s2_arena_strndup(s2_arena *a, const char *s, size_t n);
 /* A new array of n_new elements holding the first n_old of old (which stays
  * in the arena until it is released); NULL when out of memory. */
 void *s2_arena_grow(s2_arena *a, const void *old, size_t n_old, size_t n_new, size_t elem);
+/* Room for one more element in the arena array whose pointer is at items (n
+ * in use, capacity *cap), doubling from first; false when out of memory, the
+ * array and *cap unchanged. */
+bool s2_arena_room(s2_arena *a, void *items, int n, int *cap, size_t elem, int first);
 /* A zeroed object of size bytes that lives in the arena it holds at byte
  * `at` (offsetof): everything it allocates there and the object itself go
  * with one s2_arena_free_boxed.  NULL when out of memory. */

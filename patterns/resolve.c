@@ -12,14 +12,8 @@ s2_pattern_set *s2_pattern_set_new(void)
 
 s2_pattern *s2_pattern_set_add(s2_pattern_set *set)
 {
-    if (set->count == set->cap) {
-        int cap = set->cap ? set->cap * 2 : 4;
-        s2_pattern *items = s2_arena_grow(&set->arena, set->items, (size_t)set->count, (size_t)cap, sizeof *items);
-        if (!items)
-            return NULL;
-        set->items = items;
-        set->cap = cap;
-    }
+    if (!s2_arena_room(&set->arena, &set->items, set->count, &set->cap, sizeof *set->items, 4))
+        return NULL;
     s2_pattern *p = &set->items[set->count++];
     memset(p, 0, sizeof *p);
     return p;
