@@ -1,4 +1,4 @@
-/* Loading NCCL with dlopen, as runtime/cuda_api.c loads the CUDA driver: the
+/* Loading NCCL with dlopen (common/dl.c), as runtime/cuda_api.c loads the CUDA driver: the
  * result, good or bad, is computed once per process and replayed. */
 #include "nccl_api.h"
 #include "s2c/cp.h"
