@@ -101,10 +101,9 @@ const char *s2_mf_show(char *buf, const char *text);
  * must come through s2_mf_show). */
 s2_status s2_mf_fail(s2_mf_parser *ps, const char *fmt, ...) S2_PRINTF(2, 3);
 s2_status s2_mf_nomem(s2_mf_parser *ps);
-/* A new arena array of n_new elements holding the first n_old of old; NULL when out of memory. */
-void *s2_mf_grow(s2_arena *a, const void *old, size_t n_old, size_t n_new, size_t elem);
-/* Kernel and pattern names: 1 to 255 printable ASCII bytes. */
-bool s2_mf_name_ok(const char *s);
+/* Kernel and pattern names are 1 to 255 printable ASCII bytes; else "WHAT
+ * name (...): NAME". */
+s2_status s2_mf_check_name(s2_mf_parser *ps, const char *what, const char *name);
 /* Adds name (given at ps->line) to the list; false when out of memory. */
 bool s2_mf_names_add(s2_mf_parser *ps, s2_mf_names *list, const char *name, const char *owner);
 /* The names of list sorted; the repeat that comes first in the text, or NULL (first: the earlier one). */

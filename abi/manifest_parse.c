@@ -45,35 +45,20 @@ s2_status s2_mf_fail(s2_mf_parser *ps, const char *fmt, ...)
 
 s2_status s2_mf_nomem(s2_mf_parser *ps) { return s2_fail(ps->ctx, S2_ERR_NOMEM, "out of memory"); }
 
-void *s2_mf_grow(s2_arena *a, const void *old, size_t n_old, size_t n_new, size_t elem)
+s2_status s2_mf_check_name(s2_mf_parser *ps, const char *what, const char *name)
 {
-    void *p = s2_arena_array(a, n_new, elem);
-    if (p && n_old)
-        memcpy(p, old, n_old * elem);
-    return p;
-}
-
-bool s2_mf_name_ok(const char *s)
-{
-    size_t n = strlen(s);
-    if (n == 0 || n > 255)
-        return false;
-    for (size_t i = 0; i < n; i++)
-        if ((unsigned char)s[i] < 0x20 || (unsigned char)s[i] > 0x7e)
-            return false;
-    return true;
+    size_t n = strlen(name);
+    bool ok = n > 0 && n <= 255;
+    for (size_t i = 0; ok && i < n; i++)
+        ok = (unsigned char)name[i] >= 0x20 && (unsigned char)name[i] <= 0x7e;
+    char b[S2_MF_SHOWN];
+    return ok ? S2_OK : s2_mf_fail(ps, "%s name (1 to 255 printable ASCII bytes): %s", what, s2_mf_show(b, name));
 }
 
 bool s2_mf_names_add(s2_mf_parser *ps, s2_mf_names *list, const char *name, const char *owner)
 {
-    if (list->n == list->cap) {
-        int cap = list->cap ? 2 * list->cap : 8;
-        s2_mf_named *v = s2_mf_grow(&ps->m->arena, list->v, (size_t)list->n, (size_t)cap, sizeof *v);
-        if (!v)
-            return false;
-        list->v = v;
-        list->cap = cap;
-    }
+    if (!s2_arena_room(&ps->m->arena, &list->v, list->n, &list->cap, sizeof *list->v, 8))
+        return false;
     list->v[list->n++] = (s2_mf_named){name, owner, ps->line};
     return true;
 }
@@ -142,18 +127,13 @@ static s2_status read_arch(s2_mf_parser *ps, const s2_mf_record *rec, const s2_m
 
 static s2_status read_kernel(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
 {
-    char b[S2_MF_SHOWN];
     s2_manifest *m = ps->m;
     const char *name = v->s[0];
-    if (!s2_mf_name_ok(name))
-        return s2_mf_fail(ps, "bad kernel name (1 to 255 printable ASCII bytes): %s", s2_mf_show(b, name));
-    if (m->num_kernels == m->cap_kernels) {
-        int cap = m->cap_kernels ? 2 * m->cap_kernels : 4;
-        m->kernels = s2_mf_grow(&m->arena, m->kernels, (size_t)m->num_kernels, (size_t)cap, sizeof *m->kernels);
-        if (!m->kernels)
-            return s2_mf_nomem(ps);
-        m->cap_kernels = cap;
-    }
+    s2_status st = s2_mf_check_name(ps, "bad kernel", name);
+    if (st != S2_OK)
+        return st;
+    if (!s2_arena_room(&m->arena, &m->kernels, m->num_kernels, &m->cap_kernels, sizeof *m->kernels, 4))
+        return s2_mf_nomem(ps);
     ps->k = &m->kernels[m->num_kernels++];
     memset(ps->k, 0, sizeof *ps->k);
     ps->k->name = s2_arena_strdup(&m->arena, name);
@@ -179,10 +159,9 @@ static s2_status read_kind(s2_mf_parser *ps, const s2_mf_record *rec, const s2_m
 
 static s2_status read_kernel_pattern(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
 {
-    char b[S2_MF_SHOWN];
-    if (!s2_mf_name_ok(v->s[0]))
-        return s2_mf_fail(ps, "kernel.pattern: bad pattern name (1 to 255 printable ASCII bytes): %s",
-                          s2_mf_show(b, v->s[0]));
+    s2_status st = s2_mf_check_name(ps, "kernel.pattern: bad pattern", v->s[0]);
+    if (st != S2_OK)
+        return st;
     return (ps->k->pattern = s2_arena_strdup(&ps->m->arena, v->s[0])) ? S2_OK : s2_mf_nomem(ps);
 }
 
@@ -525,10 +504,9 @@ s2_status s2_manifest_parse(s2_ctx *ctx, const char *text, size_t len, s2_manife
     if (!out || (!text && len))
         return s2_fail(ctx, S2_ERR_INVALID, "manifest_parse: null argument");
     *out = NULL;
-    s2_manifest *m = calloc(1, sizeof *m);
+    s2_manifest *m = s2_arena_boxed(sizeof *m, offsetof(s2_manifest, arena));
     if (!m)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    s2_arena_init(&m->arena);
     s2_mf_parser ps = {.ctx = ctx, .m = m};
     s2_status st = S2_OK;
     bool ended = false;
@@ -557,20 +535,13 @@ s2_status s2_manifest_parse(s2_ctx *ctx, const char *text, size_t len, s2_manife
         st = s2_fail(ctx, S2_ERR_PARSE, "manifest: no 'requires' line (the oldest runtime it needs)");
     if (st == S2_OK)
         st = check_complete(&ps);
-    if (st != S2_OK) {
-        s2_manifest_free(m);
-        return st;
-    }
-    *out = m;
-    return S2_OK;
+    return S2_HAND_OVER(st, out, m, s2_manifest_free);
 }
 
 void s2_manifest_free(s2_manifest *m)
 {
-    if (!m)
-        return;
-    s2_arena_release(&m->arena);
-    free(m);
+    if (m)
+        s2_arena_free_boxed(&m->arena);
 }
 
 const char *s2_manifest_generator(const s2_manifest *m) { return m && m->generator ? m->generator : ""; }

@@ -31,20 +31,15 @@ static bool hex_bits(const char *v, uint8_t *bits, int64_t n)
 
 s2_status s2_mf_new_pattern(s2_mf_parser *ps, const s2_mf_record *rec, const s2_mf_value *v)
 {
-    char b[S2_MF_SHOWN];
     s2_manifest *m = ps->m;
     const char *name = v->s[0];
-    if (!s2_mf_name_ok(name))
-        return s2_mf_fail(ps, "bad pattern name (1 to 255 printable ASCII bytes): %s", s2_mf_show(b, name));
-    if (m->num_patterns == m->cap_patterns) {
-        int cap = m->cap_patterns ? 2 * m->cap_patterns : 4;
-        m->patterns = s2_mf_grow(&m->arena, m->patterns, (size_t)m->num_patterns, (size_t)cap, sizeof *m->patterns);
-        m->rules_seen = s2_mf_grow(&m->arena, m->rules_seen, (size_t)m->num_patterns, (size_t)cap,
-                                   sizeof *m->rules_seen);
-        if (!m->patterns || !m->rules_seen)
-            return s2_mf_nomem(ps);
-        m->cap_patterns = cap;
-    }
+    s2_status st = s2_mf_check_name(ps, "bad pattern", name);
+    if (st != S2_OK)
+        return st;
+    int cap = m->cap_patterns; /* two arrays, one capacity */
+    if (!s2_arena_room(&m->arena, &m->rules_seen, m->num_patterns, &cap, sizeof *m->rules_seen, 4) ||
+        !s2_arena_room(&m->arena, &m->patterns, m->num_patterns, &m->cap_patterns, sizeof *m->patterns, 4))
+        return s2_mf_nomem(ps);
     s2_pattern *p = s2_arena_alloc(&m->arena, sizeof *p);
     if (!p || !(p->name = s2_arena_strdup(&m->arena, name)) || !s2_mf_names_add(ps, &ps->pattern_names, p->name, NULL))
         return s2_mf_nomem(ps);
@@ -86,7 +81,7 @@ static s2_status read_mask(s2_mf_parser *ps, s2_pattern *p, const s2_mf_value *v
     if ((int64_t)strlen(bits) != (n + 3) / 4)
         return s2_mf_fail(ps, "pattern.mask: bad mask bits (not as many digits as the shape needs)");
     s2_block_mask *nm =
-        s2_mf_grow(&ps->m->arena, p->masks, (size_t)p->num_masks, (size_t)p->num_masks + 1, sizeof *nm);
+        s2_arena_grow(&ps->m->arena, p->masks, (size_t)p->num_masks, (size_t)p->num_masks + 1, sizeof *nm);
     if (!nm)
         return s2_mf_nomem(ps);
     s2_block_mask *mk = &nm[p->num_masks];
@@ -168,14 +163,9 @@ static s2_status read_range(s2_mf_parser *ps, s2_pattern *p, const s2_mf_value *
         return s2_mf_nomem(ps);
     if (!hex_bits(v->s[6], rr.heads, p->heads))
         return s2_mf_fail(ps, "pattern.range: bad range heads (hex digits 0-9a-f, none past the last head)");
-    if (p->num_ranges == ps->cap_ranges) {   /* doubling: appends stay linear */
-        int cap = ps->cap_ranges ? 2 * ps->cap_ranges : 8;
-        s2_range_rule *nr = s2_mf_grow(&ps->m->arena, p->ranges, (size_t)p->num_ranges, (size_t)cap, sizeof *nr);
-        if (!nr)
-            return s2_mf_nomem(ps);
-        p->ranges = nr;
-        ps->cap_ranges = cap;
-    }
+    /* doubling: appends stay linear */
+    if (!s2_arena_room(&ps->m->arena, &p->ranges, p->num_ranges, &ps->cap_ranges, sizeof *p->ranges, 8))
+        return s2_mf_nomem(ps);
     p->ranges[p->num_ranges++] = rr;
     return S2_OK;
 }

@@ -201,12 +201,7 @@ s2_status s2_cache_open_flags(s2_ctx *ctx, const char *dir, unsigned flags, s2_c
     c->trust_all = (flags & S2_CACHE_TRUST_DIR) || (trust && strcmp(trust, "1") == 0);
     if (st == S2_OK && !c->trust_all)
         st = check_trust(ctx, c);
-    if (st != S2_OK) {
-        s2_cache_close(c);
-        return st;
-    }
-    *out = c;
-    return S2_OK;
+    return S2_HAND_OVER(st, out, c, s2_cache_close);
 }
 
 void s2_cache_close(s2_cache *cache)

@@ -1,6 +1,7 @@
 /* Bump arena and string buffer. */
 #include "util.h"
 
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -70,6 +71,46 @@ char *s2_arena_strndup(s2_arena *a, const char *s, size_t n)
 }
 
 char *s2_arena_strdup(s2_arena *a, const char *s) { return s2_arena_strndup(a, s, strlen(s)); }
+
+void *s2_arena_grow(s2_arena *a, const void *old, size_t n_old, size_t n_new, size_t elem)
+{
+    void *p = s2_arena_array(a, n_new, elem);
+    if (p && n_old)
+        memcpy(p, old, n_old * elem);
+    return p;
+}
+
+bool s2_arena_room(s2_arena *a, void *items, int n, int *cap, size_t elem, int first)
+{
+    if (n < *cap)
+        return true;
+    if (*cap > INT_MAX / 2)
+        return false;
+    int c = *cap ? 2 * *cap : first;
+    void *p;
+    memcpy(&p, items, sizeof p);
+    if (!(p = s2_arena_grow(a, p, (size_t)n, (size_t)c, elem)))
+        return false;
+    memcpy(items, &p, sizeof p);
+    *cap = c;
+    return true;
+}
+
+void *s2_arena_boxed(size_t size, size_t at)
+{
+    s2_arena a;
+    s2_arena_init(&a);
+    unsigned char *obj = size >= at + sizeof a ? s2_arena_alloc(&a, size) : NULL;
+    if (obj)
+        memcpy(obj + at, &a, sizeof a);
+    return obj;
+}
+
+void s2_arena_free_boxed(s2_arena *a)
+{
+    s2_arena held = *a; /* a lies in a chunk this frees */
+    s2_arena_release(&held);
+}
 
 void s2_buf_init(s2_buf *b) { memset(b, 0, sizeof *b); }
 void s2_buf_free(s2_buf *b)

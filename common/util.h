@@ -22,6 +22,10 @@ s2_status s2_vfail(s2_ctx *ctx, s2_status st, const char *fmt, va_list ap);
 /* Put "prefix: " before the message already in ctx (naming a file, say); returns st. */
 s2_status s2_fail_prefix(s2_ctx *ctx, s2_status st, const char *prefix);
 
+/* A constructor's last step: obj handed to *out when st is S2_OK, else freed
+ * by free_fn (*out untouched); evaluates to st. */
+#define S2_HAND_OVER(st, out, obj, free_fn) ((st) == S2_OK ? (*(out) = (obj), S2_OK) : (free_fn(obj), (st)))
+
 /* ---- arena: many small allocations freed at once ---------------------- */
 typedef struct s2_arena_chunk s2_arena_chunk;
 typedef struct s2_arena {
@@ -34,6 +38,19 @@ void *s2_arena_alloc(s2_arena *a, size_t size);   /* zeroed, 16-byte aligned; NU
 void *s2_arena_array(s2_arena *a, size_t n, size_t elem); /* checks n*elem overflow */
 char *s2_arena_strdup(s2_arena *a, const char *s);
 char *s2_arena_strndup(s2_arena *a, const char *s, size_t n);
+/* A new array of n_new elements holding the first n_old of old (which stays
+ * in the arena until it is released); NULL when out of memory. */
+void *s2_arena_grow(s2_arena *a, const void *old, size_t n_old, size_t n_new, size_t elem);
+/* Room for one more element in the arena array whose pointer is at items (n
+ * in use, capacity *cap), doubling from first; false when out of memory, the
+ * array and *cap unchanged. */
+bool s2_arena_room(s2_arena *a, void *items, int n, int *cap, size_t elem, int first);
+/* A zeroed object of size bytes that lives in the arena it holds at byte
+ * `at` (offsetof): everything it allocates there and the object itself go
+ * with one s2_arena_free_boxed.  NULL when out of memory. */
+void *s2_arena_boxed(size_t size, size_t at);
+/* Frees such an object's arena, and so the object (a is inside it). */
+void s2_arena_free_boxed(s2_arena *a);
 
 /* ---- growable string buffer -------------------------------------------- */
 typedef struct s2_buf {
@@ -83,6 +100,25 @@ s2_status s2_write_file_atomic(s2_ctx *ctx, const char *path, const void *data, 
  * untouched.  0, or the errno of the component that failed (EEXIST: it is
  * not a directory), whose path goes into failed. */
 int s2_make_dirs(const char *path, unsigned mode, char *failed, size_t cap);
+
+/* ---- shared libraries loaded at run time (dl.c) ------------------------- */
+/* The outcome of loading one (the CUDA driver, NCCL) once per process,
+ * replayed to every caller; zeroed, it reads as loaded. */
+typedef struct s2_dl_state {
+    s2_status status;
+    char message[512];
+} s2_dl_state;
+/* The library named by the environment variable env when set and not empty, else dflt. */
+const char *s2_dl_name(const char *env, const char *dflt);
+void s2_dl_fail(s2_dl_state *s, s2_status st, const char *fmt, ...) S2_PRINTF(3, 4);
+/* dlopen(lib); NULL when it fails, with s failed as st: "cannot load WHAT LIB: why".  The handle is
+ * never closed: the caller's table points into the library for the rest of the process. */
+void *s2_dl_open(s2_dl_state *s, s2_status st, const char *what, const char *lib);
+/* S2_OK, or the failed load's status with its message in ctx. */
+s2_status s2_dl_status(s2_ctx *ctx, const s2_dl_state *s);
+/* A library's public version query: *version (when not NULL) is have, or 0
+ * when the load failed; returns s2_dl_status. */
+s2_status s2_dl_version(s2_ctx *ctx, const s2_dl_state *s, int have, int *version);
 
 /* ---- suggestions (suggest.c) --------------------------------------------- */
 /* Edits (insert, delete, replace, swap two neighbours) between a and b;

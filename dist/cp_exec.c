@@ -19,15 +19,6 @@ struct s2_cp_comm {
     int rank, size;
 };
 
-s2_status s2_nccl_version(s2_ctx *ctx, int *version)
-{
-    s2_status st;
-    const s2_nccl_api *n = s2_nccl_api_get(ctx, &st);
-    if (version)
-        *version = n ? n->version : 0;
-    return st;
-}
-
 s2_status s2_cp_unique_id(s2_ctx *ctx, s2_cp_id *id)
 {
     if (!id)

@@ -145,12 +145,7 @@ s2_status s2_decode_lists_build(s2_ctx *ctx, const s2_pattern *p, int64_t max_le
     free(w.touched);
     free(w.tmp);
     s2_layout_free(l);
-    if (st != S2_OK) {
-        s2_decode_lists_free(d);
-        return st;
-    }
-    *out = d;
-    return S2_OK;
+    return S2_HAND_OVER(st, out, d, s2_decode_lists_free);
 nomem:
     free(w.who);
     free(w.touched);

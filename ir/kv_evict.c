@@ -122,6 +122,24 @@ static s2_status sort_released(s2_ctx *ctx, s2_kv_evictor *ev)
     return S2_OK;
 }
 
+/* Every page's death and release, head by head. */
+static s2_status compute_pages(s2_ctx *ctx, s2_kv_evictor *ev, const s2_pattern *p)
+{
+    int64_t nblocks = s2_cdiv(ev->max_len, p->block_size);
+    size_t cells = (size_t)ev->kv_heads * (size_t)ev->num_pages;
+    ev->death = s2_arena_array(&ev->arena, cells, sizeof *ev->death);
+    ev->release = s2_arena_array(&ev->arena, cells, sizeof *ev->release);
+    int64_t *bdeath = malloc((size_t)nblocks * sizeof *bdeath);
+    if (!ev->death || !ev->release || !bdeath) {
+        free(bdeath);
+        return s2_fail(ctx, S2_ERR_NOMEM, "out of memory for %zu pages", cells);
+    }
+    for (int h = 0; h < ev->kv_heads; h++)
+        compute_head(ev, p, h, bdeath, nblocks);
+    free(bdeath);
+    return S2_OK;
+}
+
 s2_status s2_kv_evictor_new(s2_ctx *ctx, const s2_pattern *p, int page_size, int64_t max_len, s2_kv_evictor **out)
 {
     if (!out)
@@ -134,45 +152,25 @@ s2_status s2_kv_evictor_new(s2_ctx *ctx, const s2_pattern *p, int page_size, int
     if (max_len < 1 || max_len > S2_MAX_SEQ_LEN)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_kv_evictor_new: max_len %lld outside [1, %lld]", (long long)max_len,
                        (long long)S2_MAX_SEQ_LEN);
-    s2_kv_evictor *ev = calloc(1, sizeof *ev);
+    s2_kv_evictor *ev = s2_arena_boxed(sizeof *ev, offsetof(s2_kv_evictor, arena));
     if (!ev)
         return s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    s2_arena_init(&ev->arena);
     ev->kv_heads = p->kv_heads;
     ev->page_size = page_size;
     ev->max_len = max_len;
     ev->num_pages = s2_cdiv(max_len, page_size);
-    int64_t nblocks = s2_cdiv(max_len, p->block_size);
-    size_t cells = (size_t)ev->kv_heads * (size_t)ev->num_pages;
     s2_status st = check_efficiency(ctx, ev, p);
-    if (st != S2_OK)
-        goto fail;
-    ev->death = s2_arena_array(&ev->arena, cells, sizeof *ev->death);
-    ev->release = s2_arena_array(&ev->arena, cells, sizeof *ev->release);
-    int64_t *bdeath = malloc((size_t)nblocks * sizeof *bdeath);
-    if (!ev->death || !ev->release || !bdeath) {
-        free(bdeath);
-        st = s2_fail(ctx, S2_ERR_NOMEM, "out of memory for %zu pages", cells);
-        goto fail;
-    }
-    for (int h = 0; h < ev->kv_heads; h++)
-        compute_head(ev, p, h, bdeath, nblocks);
-    free(bdeath);
-    if ((st = sort_released(ctx, ev)) != S2_OK)
-        goto fail;
-    *out = ev;
-    return S2_OK;
-fail:
-    s2_kv_evictor_free(ev);
-    return st;
+    if (st == S2_OK)
+        st = compute_pages(ctx, ev, p);
+    if (st == S2_OK)
+        st = sort_released(ctx, ev);
+    return S2_HAND_OVER(st, out, ev, s2_kv_evictor_free);
 }
 
 void s2_kv_evictor_free(s2_kv_evictor *ev)
 {
-    if (!ev)
-        return;
-    s2_arena_release(&ev->arena);
-    free(ev);
+    if (ev)
+        s2_arena_free_boxed(&ev->arena);
 }
 
 int s2_kv_evictor_kv_heads(const s2_kv_evictor *ev) { return ev ? ev->kv_heads : 0; }

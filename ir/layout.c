@@ -163,12 +163,7 @@ s2_status s2_layout_new(s2_ctx *ctx, const s2_pattern *p, int64_t q_len, int64_t
     l->kv_blocks = s2_cdiv(kv_len, p->block_size);
     l->q_blocks = l->kv_blocks - l->first_q_block;
     st = build_classes(ctx, l);
-    if (st != S2_OK) {
-        s2_layout_free(l);
-        return st;
-    }
-    *out = l;
-    return S2_OK;
+    return S2_HAND_OVER(st, out, l, s2_layout_free);
 }
 
 int64_t s2_layout_max_kv_len(const s2_pattern *p)

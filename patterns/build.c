@@ -143,10 +143,5 @@ s2_status s2_pattern_build(s2_ctx *ctx, const s2_pattern_def *d, s2_pattern_set 
     s2_pattern_set *set = s2_pattern_set_new();
     s2_pattern *p = set ? s2_pattern_set_add(set) : NULL;
     st = p ? fill(ctx, p, d, &set->arena) : s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    if (st != S2_OK) {
-        s2_pattern_set_free(set);
-        return st;
-    }
-    *out = set;
-    return S2_OK;
+    return S2_HAND_OVER(st, out, set, s2_pattern_set_free);
 }

@@ -229,12 +229,7 @@ s2_status s2_pattern_parse_opts(s2_ctx *ctx, const char *filename, const char *t
     if (st == S2_OK)
         st = parse_root(&P, root);
     s2_arena_release(&P.tmp);
-    if (st != S2_OK) {
-        s2_pattern_set_free(P.set);
-        return st;
-    }
-    *out = P.set;
-    return S2_OK;
+    return S2_HAND_OVER(st, out, P.set, s2_pattern_set_free);
 }
 
 s2_status s2_pattern_parse(s2_ctx *ctx, const char *filename, const char *text, size_t len, s2_pattern_set **out)

@@ -7,7 +7,7 @@
 #include "util.h"
 
 struct s2_pattern_set {
-    s2_arena arena;     /* owns every pattern, rule, range and mask */
+    s2_arena arena;     /* owns the set (s2_arena_boxed), every pattern, rule, range and mask */
     s2_pattern *items;
     int count, cap;
 };

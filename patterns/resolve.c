@@ -7,22 +7,13 @@
 
 s2_pattern_set *s2_pattern_set_new(void)
 {
-    s2_pattern_set *set = calloc(1, sizeof *set);
-    if (set)
-        s2_arena_init(&set->arena);
-    return set;
+    return s2_arena_boxed(sizeof(s2_pattern_set), offsetof(s2_pattern_set, arena));
 }
 
 s2_pattern *s2_pattern_set_add(s2_pattern_set *set)
 {
-    if (set->count == set->cap) {
-        int cap = set->cap ? set->cap * 2 : 4;
-        s2_pattern *items = realloc(set->items, (size_t)cap * sizeof *items);
-        if (!items)
-            return NULL;
-        set->items = items;
-        set->cap = cap;
-    }
+    if (!s2_arena_room(&set->arena, &set->items, set->count, &set->cap, sizeof *set->items, 4))
+        return NULL;
     s2_pattern *p = &set->items[set->count++];
     memset(p, 0, sizeof *p);
     return p;
@@ -30,11 +21,8 @@ s2_pattern *s2_pattern_set_add(s2_pattern_set *set)
 
 void s2_pattern_set_free(s2_pattern_set *set)
 {
-    if (!set)
-        return;
-    s2_arena_release(&set->arena);
-    free(set->items);
-    free(set);
+    if (set)
+        s2_arena_free_boxed(&set->arena);
 }
 
 int s2_pattern_set_count(const s2_pattern_set *set) { return set ? set->count : 0; }
@@ -158,10 +146,5 @@ s2_status s2_pattern_from_args(s2_ctx *ctx, const s2_local_stride_args *a, s2_pa
     p->num_dense_heads = a->num_dense_heads;
     s2_status st = p->name ? s2_pattern_resolve_base(ctx, p, &set->arena)
                            : s2_fail(ctx, S2_ERR_NOMEM, "out of memory");
-    if (st != S2_OK) {
-        s2_pattern_set_free(set);
-        return st;
-    }
-    *out = set;
-    return S2_OK;
+    return S2_HAND_OVER(st, out, set, s2_pattern_set_free);
 }

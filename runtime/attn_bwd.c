@@ -274,6 +274,17 @@ static s2_status launch_bwd(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const 
     return rc;
 }
 
+typedef struct bwd_on_slot_args {
+    const s2_attn_bwd_args *a;
+    const s2_attn_bwd_options *o;
+} bwd_on_slot_args;
+
+static s2_status bwd_on_slot(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const void *args, sched_slot *s)
+{
+    const bwd_on_slot_args *b = args;
+    return launch_bwd(ctx, k, stream, b->a, b->o, s);
+}
+
 s2_status s2_attn_backward_opts(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,
                                 const s2_attn_bwd_options *opts)
 {
@@ -289,13 +300,7 @@ s2_status s2_attn_backward_opts(s2_ctx *ctx, s2_attn_kernel *k, void *stream, co
     int64_t sq, sk;
     if (!s2_rt_bwd_sched_shape(a, &sq, &sk))
         return S2_OK;
-    mtx_lock(&k->lock);
-    sched_slot *s = NULL;
-    st = s2_rt_sched_get(ctx, k, sq, sk, stream, &s);
-    if (st == S2_OK)
-        st = launch_bwd(ctx, k, stream, a, o, s);
-    mtx_unlock(&k->lock);
-    return st;
+    return s2_rt_sched_launch(ctx, k, sq, sk, stream, bwd_on_slot, &(bwd_on_slot_args){a, o});
 }
 
 s2_status s2_rt_bwd_launch(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_bwd_args *a,

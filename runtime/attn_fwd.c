@@ -112,6 +112,11 @@ bool s2_rt_fwd_sched_shape(const s2_attn_fwd_args *a, int64_t *q_len, int64_t *k
     return *kv_len > 0; /* 0: no sequence has a query */
 }
 
+static s2_status fwd_on_slot(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const void *args, sched_slot *s)
+{
+    return s2_rt_fwd_launch(ctx, k, stream, args, s, NULL);
+}
+
 s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2_attn_fwd_args *a)
 {
     s2_status st = s2_attn_forward_check(ctx, k, a);
@@ -120,13 +125,5 @@ s2_status s2_attn_forward(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const s2
     int64_t sq, sk;
     if (!s2_rt_fwd_sched_shape(a, &sq, &sk))
         return S2_OK;
-    /* held across the launch, so that no other thread evicts the schedule
-     * between the lookup and the enqueue */
-    mtx_lock(&k->lock);
-    sched_slot *s = NULL;
-    st = s2_rt_sched_get(ctx, k, sq, sk, stream, &s);
-    if (st == S2_OK)
-        st = s2_rt_fwd_launch(ctx, k, stream, a, s, NULL);
-    mtx_unlock(&k->lock);
-    return st;
+    return s2_rt_sched_launch(ctx, k, sq, sk, stream, fwd_on_slot, a);
 }

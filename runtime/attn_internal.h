@@ -231,6 +231,12 @@ S2_RT_HIDDEN void s2_rt_sched_cache_init(s2_attn_kernel *k);
  * k->lock held. */
 S2_RT_HIDDEN s2_status s2_rt_sched_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, void *stream,
                                        sched_slot **out);
+/* A launch from the slot s of its schedule; args: the family's launch arguments. */
+typedef s2_status (*s2_rt_slot_launch)(s2_ctx *ctx, s2_attn_kernel *k, void *stream, const void *args, sched_slot *s);
+/* launch on the slot holding (q_len, kv_len), k->lock held across the lookup
+ * and the launch so that no other thread evicts the schedule between them. */
+S2_RT_HIDDEN s2_status s2_rt_sched_launch(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, void *stream,
+                                          s2_rt_slot_launch launch, const void *args);
 /* The persistent forward's work-counter pair of `stream` in slot s.  Called with k->lock held. */
 S2_RT_HIDDEN s2_status s2_rt_sched_counter(s2_ctx *ctx, s2_attn_kernel *k, sched_slot *s, void *stream,
                                            s2_devptr *out);

@@ -13,8 +13,7 @@
 
 typedef struct driver_state {
     s2_cuda_api drv;
-    s2_status status;
-    char message[512];
+    s2_dl_state dl;
 } driver_state;
 
 /* The only global state of the runtime: written once inside call_once. */
@@ -26,23 +25,7 @@ typedef struct proc_resolver {
     PFN_cuGetProcAddress_v11030 v1; /* fallback when _v2 is not exported */
 } proc_resolver;
 
-static void state_fail(driver_state *s, s2_status st, const char *fmt, ...) S2_PRINTF(3, 4);
-
-static void state_fail(driver_state *s, s2_status st, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(s->message, sizeof s->message, fmt, ap);
-    va_end(ap);
-    s->status = st;
-}
-
-static const char *libcuda_name(void)
-{
-    /* A deployment or test may point the runtime at another driver library. */
-    const char *name = secure_getenv("S2C_LIBCUDA");
-    return name && *name ? name : S2_DEFAULT_LIBCUDA;
-}
+static const char *libcuda_name(void) { return s2_dl_name("S2C_LIBCUDA", S2_DEFAULT_LIBCUDA); }
 
 static bool resolve(const proc_resolver *pr, const char *symbol, void **fn)
 {
@@ -64,7 +47,7 @@ static bool resolve_all(driver_state *s, const proc_resolver *pr)
     void *fn;
 #define S2_RESOLVE(name, ver)                                                          \
     if (!resolve(pr, "cu" #name, &fn)) {                                               \
-        state_fail(s, S2_ERR_NO_DRIVER, "the CUDA driver (%s) does not provide cu" #name \
+        s2_dl_fail(&s->dl, S2_ERR_NO_DRIVER, "the CUDA driver (%s) does not provide cu" #name \
                    " for CUDA %d.%d", libcuda_name(), S2_CUDA_ABI / 1000, S2_CUDA_ABI % 1000 / 10); \
         return false;                                                                  \
     }                                                                                  \
@@ -91,9 +74,9 @@ static void init_driver(driver_state *s, const s2_cuda_api *d)
         const char *name = "?";
         d->GetErrorName(r, &name);
         if (r == CUDA_ERROR_NO_DEVICE)
-            state_fail(s, S2_ERR_NO_DEVICE, "no CUDA device: cuInit failed: %s", name ? name : "?");
+            s2_dl_fail(&s->dl, S2_ERR_NO_DEVICE, "no CUDA device: cuInit failed: %s", name ? name : "?");
         else
-            state_fail(s, S2_ERR_NO_DRIVER, "the CUDA driver cannot be used: cuInit failed: %s (%d)",
+            s2_dl_fail(&s->dl, S2_ERR_NO_DRIVER, "the CUDA driver cannot be used: cuInit failed: %s (%d)",
                        name ? name : "?", (int)r);
         return;
     }
@@ -106,21 +89,15 @@ static void load_driver(void)
 {
     driver_state *s = &g_state;
     const char *lib = libcuda_name();
-    /* The handle is never closed: the table points into the library for the
-     * rest of the process. */
-    void *h = dlopen(lib, RTLD_NOW | RTLD_LOCAL);
-    if (!h) {
-        const char *why = dlerror();
-        state_fail(s, S2_ERR_NO_DRIVER, "cannot load the CUDA driver %s: %s", lib,
-                   why ? why : "unknown error");
+    void *h = s2_dl_open(&s->dl, S2_ERR_NO_DRIVER, "the CUDA driver", lib);
+    if (!h)
         return;
-    }
     proc_resolver pr = {0};
     pr.v2 = (PFN_cuGetProcAddress_v12000)dlsym(h, "cuGetProcAddress_v2");
     if (!pr.v2)
         pr.v1 = (PFN_cuGetProcAddress_v11030)dlsym(h, "cuGetProcAddress");
     if (!pr.v2 && !pr.v1) {
-        state_fail(s, S2_ERR_NO_DRIVER, "%s exports no cuGetProcAddress (driver older than CUDA 11.3?)", lib);
+        s2_dl_fail(&s->dl, S2_ERR_NO_DRIVER, "%s exports no cuGetProcAddress (driver older than CUDA 11.3?)", lib);
         return;
     }
     if (!resolve_all(s, &pr))
@@ -133,12 +110,8 @@ static void load_driver_once(void) { load_driver(); }
 const s2_cuda_api *s2_cuda_api_get(s2_ctx *ctx, s2_status *st)
 {
     call_once(&g_once, load_driver_once);
-    if (g_state.status != S2_OK) {
-        *st = s2_fail(ctx, g_state.status, "%s", g_state.message);
-        return NULL;
-    }
-    *st = S2_OK;
-    return &g_state.drv;
+    *st = s2_dl_status(ctx, &g_state.dl);
+    return *st == S2_OK ? &g_state.drv : NULL;
 }
 
 static s2_status cu_vfail(s2_ctx *ctx, s2_status st, const s2_cuda_api *drv, CUresult r,
@@ -175,11 +148,8 @@ s2_status s2_cu_fail_as(s2_ctx *ctx, s2_status st, const s2_cuda_api *drv, CUres
 
 s2_status s2_cuda_driver_version(s2_ctx *ctx, int *version)
 {
-    s2_status st;
-    const s2_cuda_api *d = s2_cuda_api_get(ctx, &st);
-    if (version)
-        *version = d ? d->version : 0;
-    return st;
+    call_once(&g_once, load_driver_once);
+    return s2_dl_version(ctx, &g_state.dl, g_state.drv.version, version);
 }
 
 s2_status s2_device_count(s2_ctx *ctx, int *count)

@@ -115,12 +115,9 @@ static s2_status device_new(s2_ctx *ctx, device_bind_fn bind, int ordinal, s2_de
         free(dev->maps);
         dev->maps = NULL;
     }
-    if ((st = bind(ctx, dev, ordinal)) != S2_OK || (st = query_info(ctx, dev)) != S2_OK) {
-        s2_device_free(dev);
-        return st;
-    }
-    *out = dev;
-    return S2_OK;
+    if ((st = bind(ctx, dev, ordinal)) == S2_OK)
+        st = query_info(ctx, dev);
+    return S2_HAND_OVER(st, out, dev, s2_device_free);
 }
 
 static s2_status bind_primary(s2_ctx *ctx, s2_device *dev, int ordinal)

@@ -532,3 +532,15 @@ s2_status s2_rt_sched_get(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t
     *out = item;
     return st;
 }
+
+s2_status s2_rt_sched_launch(s2_ctx *ctx, s2_attn_kernel *k, int64_t q_len, int64_t kv_len, void *stream,
+                             s2_rt_slot_launch launch, const void *args)
+{
+    mtx_lock(&k->lock);
+    sched_slot *s = NULL;
+    s2_status st = s2_rt_sched_get(ctx, k, q_len, kv_len, stream, &s);
+    if (st == S2_OK)
+        st = launch(ctx, k, stream, args, s);
+    mtx_unlock(&k->lock);
+    return st;
+}

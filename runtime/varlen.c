@@ -58,12 +58,7 @@ static s2_status seqs_alloc(s2_ctx *ctx, s2_device *dev, int n, bool host, s2_at
     s->n = n;
     s->on_device = !host;
     s2_status st = s2_rt_alloc(ctx, dev, (size_t)n * sizeof(s2_attn_seq), NULL, &s->buf);
-    if (st != S2_OK) {
-        s2_attn_seqs_free(s);
-        return st;
-    }
-    *out = s;
-    return S2_OK;
+    return S2_HAND_OVER(st, out, s, s2_attn_seqs_free);
 }
 
 s2_status s2_attn_seqs_new(s2_ctx *ctx, s2_device *dev, const s2_attn_seq *seqs, int n, s2_attn_seqs **out)
@@ -95,12 +90,7 @@ s2_status s2_attn_seqs_new(s2_ctx *ctx, s2_device *dev, const s2_attn_seq *seqs,
     /* a launch on a non-blocking stream does not wait for the legacy stream */
     if (st == S2_OK)
         st = s2_stream_synchronize(ctx, dev, NULL);
-    if (st != S2_OK) {
-        s2_attn_seqs_free(s);
-        return st;
-    }
-    *out = s;
-    return S2_OK;
+    return S2_HAND_OVER(st, out, s, s2_attn_seqs_free);
 }
 
 s2_status s2_attn_seqs_new_device(s2_ctx *ctx, s2_device *dev, int n, int64_t max_kv_len, s2_attn_seqs **out)

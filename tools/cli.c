@@ -183,6 +183,18 @@ static int take_dep_options(const cli_command *c, int *argc, char **args, opts *
     return 0;
 }
 
+/* Elements of an array. */
+#define LEN(a) (int)(sizeof(a) / sizeof((a)[0]))
+
+/* A repeatable option's value appended to its list of cap values. */
+static int add_value(const char **list, int *n, int cap, const char *val, const char *option)
+{
+    if (*n >= cap)
+        return usage_error("%s: at most %d --%s", cli_command_prefix(), cap, option);
+    list[(*n)++] = val;
+    return 0;
+}
+
 /* One option's value into o. */
 static int set_option(opts *o, int id, const char *key, const char *val)
 {
@@ -190,23 +202,16 @@ static int set_option(opts *o, int id, const char *key, const char *val)
     switch (id) {
     case O_VERBOSE: o->verbose = 1; break;
     case O_QUIET: o->quiet = 1; break;
-    case O_NAME:
-        if (o->num_names >= MAX_NAMES)
-            return usage_error("%s: too many --name options", cli_command_prefix());
-        o->names[o->num_names++] = val;
-        break;
+    case O_NAME: rc = add_value(o->names, &o->num_names, MAX_NAMES, val, "name"); break;
     case O_ALLOW:
-        if (o->num_mask_dirs >= MAX_MASK_DIRS)
-            return usage_error("%s: at most 16 --allow-mask-path", cli_command_prefix());
         if (!val[0])
             return usage_error("%s: --allow-mask-path: expected a directory, got ''", cli_command_prefix());
-        o->mask_dirs[o->num_mask_dirs++] = val;
+        rc = add_value(o->mask_dirs, &o->num_mask_dirs, MAX_MASK_DIRS, val, "allow-mask-path");
         break;
     case O_FORMAT: o->format = val; break;
     case O_ARCH:
-        if (o->num_archs == (int)(sizeof o->archs / sizeof o->archs[0]))
-            return usage_error("%s: at most 8 --arch", cli_command_prefix());
-        o->arch = o->archs[o->num_archs++] = val;
+        if (!(rc = add_value(o->archs, &o->num_archs, LEN(o->archs), val, "arch")))
+            o->arch = val;
         break;
     case O_EMIT: o->emit = val; break;
     case O_BACKEND: o->backend = val; break;
@@ -230,11 +235,7 @@ static int set_option(opts *o, int id, const char *key, const char *val)
     case O_STAGES: rc = parse_int(key, val, 1, 16, &o->num_stages); break;
     case O_KV_GATHER: rc = parse_int(key, val, 1, 4, &o->kv_gather); break;
     case O_MAX_BYTES: rc = parse_int(key, val, 1, INT64_C(1) << 50, &o->max_bytes); break;
-    case O_OPTION:
-        if (o->num_options == (int)(sizeof o->options / sizeof o->options[0]))
-            return usage_error("%s: at most 8 --option", cli_command_prefix());
-        o->options[o->num_options++] = val;
-        break;
+    case O_OPTION: rc = add_value(o->options, &o->num_options, LEN(o->options), val, "option"); break;
     case O_RANKS: o->ranks_text = val; break;
     case O_SHARDING: o->sharding = val; break;
     case O_TFLOPS: o->tflops_text = val; break;
