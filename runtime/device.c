@@ -360,24 +360,29 @@ void s2_rt_free(const s2_device *dev, s2_devptr ptr, void *stream)
         s2_mem_free(NULL, dev, ptr);
 }
 
+/* A copy's checks: a device, and both ends where it moves bytes (any). */
+static s2_status copy_check(s2_ctx *ctx, const s2_device *dev, const char *fn, bool dst, bool src, bool any)
+{
+    S2_NEED_DEV(ctx, dev, fn);
+    if (any && (!dst || !src))
+        return s2_fail(ctx, S2_ERR_INVALID, "%s: null %s", fn, !dst ? "destination" : "source");
+    return S2_OK;
+}
+
 s2_status s2_memcpy_h2d(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, const void *src, size_t bytes)
 {
-    S2_NEED_DEV(ctx, dev, "s2_memcpy_h2d");
-    if (bytes == 0)
-        return S2_OK;
-    if (!dst || !src)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_memcpy_h2d: null %s", !dst ? "destination" : "source");
+    s2_status st = copy_check(ctx, dev, "s2_memcpy_h2d", dst, src, bytes);
+    if (st != S2_OK || bytes == 0)
+        return st;
     S2_IN_CUCONTEXT(ctx, dev, MemcpyHtoD, dst, src, bytes);
     return S2_OK;
 }
 
 s2_status s2_memcpy_d2h(s2_ctx *ctx, const s2_device *dev, void *dst, s2_devptr src, size_t bytes)
 {
-    S2_NEED_DEV(ctx, dev, "s2_memcpy_d2h");
-    if (bytes == 0)
-        return S2_OK;
-    if (!dst || !src)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_memcpy_d2h: null %s", !dst ? "destination" : "source");
+    s2_status st = copy_check(ctx, dev, "s2_memcpy_d2h", dst, src, bytes);
+    if (st != S2_OK || bytes == 0)
+        return st;
     S2_IN_CUCONTEXT(ctx, dev, MemcpyDtoH, dst, src, bytes);
     return S2_OK;
 }
@@ -510,11 +515,9 @@ s2_status s2_stream_wait_event(s2_ctx *ctx, s2_event *ev, void *stream)
 s2_status s2_memcpy_d2d_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, s2_devptr src, size_t bytes,
                               void *stream)
 {
-    S2_NEED_DEV(ctx, dev, "s2_memcpy_d2d_async");
-    if (bytes == 0)
-        return S2_OK;
-    if (!dst || !src)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_memcpy_d2d_async: null %s", !dst ? "destination" : "source");
+    s2_status st = copy_check(ctx, dev, "s2_memcpy_d2d_async", dst, src, bytes);
+    if (st != S2_OK || bytes == 0)
+        return st;
     if (!dev->drv->MemcpyDtoDAsync)
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "the CUDA driver provides no cuMemcpyDtoDAsync");
     S2_IN_CUCONTEXT(ctx, dev, MemcpyDtoDAsync, dst, src, bytes, (CUstream)stream);
@@ -524,11 +527,9 @@ s2_status s2_memcpy_d2d_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, 
 s2_status s2_memcpy_2d_async(s2_ctx *ctx, const s2_device *dev, s2_devptr dst, size_t dst_pitch, s2_devptr src,
                              size_t src_pitch, size_t row_bytes, size_t rows, void *stream)
 {
-    S2_NEED_DEV(ctx, dev, "s2_memcpy_2d_async");
-    if (row_bytes == 0 || rows == 0)
-        return S2_OK;
-    if (!dst || !src)
-        return s2_fail(ctx, S2_ERR_INVALID, "s2_memcpy_2d_async: null %s", !dst ? "destination" : "source");
+    s2_status st = copy_check(ctx, dev, "s2_memcpy_2d_async", dst, src, row_bytes && rows);
+    if (st != S2_OK || row_bytes == 0 || rows == 0)
+        return st;
     if (dst_pitch < row_bytes || src_pitch < row_bytes)
         return s2_fail(ctx, S2_ERR_INVALID, "s2_memcpy_2d_async: a pitch below the row's %zu bytes", row_bytes);
     if (!dev->drv->Memcpy2DAsync)
