@@ -564,6 +564,21 @@ static s2_status check_shape(s2_ctx *ctx, const s2_cp_exec *e, int batch, int64_
     return S2_OK;
 }
 
+/* Call w's start (0 forward, 1 backward): its first event, the caller's K and V copied in, and the exchange
+ * posted (through the call's module's NAME_rows). */
+static s2_status call_start(s2_ctx *ctx, s2_cp_exec *e, int w, void *stream, uint64_t kp, const int64_t *ks,
+                            uint64_t vp, const int64_t *vs)
+{
+    const cp_op *o = &e->op[w];
+    s2_status st;
+    if ((st = call_edge(ctx, e, w, 0, stream)) != S2_OK ||
+        (st = mark(ctx, e, w, S2_CP_PHASE_COPY_IN, 0, stream)) != S2_OK ||
+        (st = copy_in(ctx, e, o, stream, kp, ks, vp, vs)) != S2_OK ||
+        (st = mark(ctx, e, w, S2_CP_PHASE_COPY_IN, 1, stream)) != S2_OK)
+        return st;
+    return exchange(ctx, e, w ? e->bwd : e->fwd, o, w, stream);
+}
+
 s2_status s2_cp_forward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn_fwd_args *a)
 {
     if (!e || !a)
@@ -577,11 +592,7 @@ s2_status s2_cp_forward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn_
     if (st != S2_OK)
         return st;
     const cp_op *o = &e->op[0];
-    if ((st = call_edge(ctx, e, 0, 0, stream)) != S2_OK ||
-        (st = mark(ctx, e, 0, S2_CP_PHASE_COPY_IN, 0, stream)) != S2_OK ||
-        (st = copy_in(ctx, e, o, stream, a->k, a->k_stride, a->v, a->v_stride)) != S2_OK ||
-        (st = mark(ctx, e, 0, S2_CP_PHASE_COPY_IN, 1, stream)) != S2_OK ||
-        (st = exchange(ctx, e, e->fwd, o, 0, stream)) != S2_OK)
+    if ((st = call_start(ctx, e, 0, stream, a->k, a->k_stride, a->v, a->v_stride)) != S2_OK)
         return st;
     s2_attn_fwd_args l = *a;
     l.kv_len = o->recv + e->sizes.own_tokens;
@@ -642,11 +653,7 @@ s2_status s2_cp_backward(s2_ctx *ctx, s2_cp_exec *e, void *stream, const s2_attn
     if (st != S2_OK)
         return st;
     const cp_op *o = &e->op[1];
-    if ((st = call_edge(ctx, e, 1, 0, stream)) != S2_OK ||
-        (st = mark(ctx, e, 1, S2_CP_PHASE_COPY_IN, 0, stream)) != S2_OK ||
-        (st = copy_in(ctx, e, o, stream, a->k, a->k_stride, a->v, a->v_stride)) != S2_OK ||
-        (st = mark(ctx, e, 1, S2_CP_PHASE_COPY_IN, 1, stream)) != S2_OK ||
-        (st = exchange(ctx, e, e->bwd, o, 1, stream)) != S2_OK ||
+    if ((st = call_start(ctx, e, 1, stream, a->k, a->k_stride, a->v, a->v_stride)) != S2_OK ||
         (st = s2_stream_wait_event(ctx, e->ev_comm, stream)) != S2_OK)
         return st;
     int64_t base = row_at(e, o, 0, 0, 0), vrow = e->half_rows * e->D;
