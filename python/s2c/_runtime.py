@@ -21,6 +21,9 @@ FWD_HEAD_DIMS = tuple(range(16, 257, 16))
 FP32_FWD_HEAD_DIMS = tuple(range(16, 257, 16))
 BWD_HEAD_DIMS = tuple(range(16, 257, 16))
 DECODE_HEAD_DIMS = tuple(range(16, 257, 16))
+# float8_e4m3fn q, k, v: the sm_90a forward only (ops._fp8_check), o in bf16
+FP8_FWD_HEAD_DIMS = tuple(range(32, 257, 32))
+E4M3 = getattr(torch, "float8_e4m3fn", None)     # torch >= 2.1
 
 _lock = threading.RLock()
 _devices = {}
@@ -31,15 +34,20 @@ def dtype_code(t):
         return _DTYPES[t.dtype]
     except KeyError:
         raise NotImplementedError(f"s2c: dtype {t.dtype} is not covered yet: the kernels take torch.float16, "
-                                  f"torch.bfloat16 and torch.float32") from None
+                                  f"torch.bfloat16 and torch.float32 (torch.float8_e4m3fn: sparse_attn_func and "
+                                  f"sparse_attn_varlen_func, sm_90a)") from None
 
 
 def check_head_dim(d, kind="forward", dtype=None):
     if dtype == torch.float32 and kind == "decode":
         raise NotImplementedError("s2c: the decode kernels take torch.float16 and torch.bfloat16, not torch.float32")
+    if E4M3 is not None and dtype == E4M3 and kind != "forward":
+        raise NotImplementedError(f"s2c: the {kind} kernels do not take torch.float8_e4m3fn q, k, v")
     dims = {"forward": FWD_HEAD_DIMS, "backward": BWD_HEAD_DIMS, "decode": DECODE_HEAD_DIMS}[kind]
     if dtype == torch.float32 and kind == "forward":
         dims = FP32_FWD_HEAD_DIMS
+    elif E4M3 is not None and dtype == E4M3:
+        dims = FP8_FWD_HEAD_DIMS
     if d not in dims:
         raise NotImplementedError(f"s2c: head_dim {d} is not covered yet by the {kind} kernels: they take "
                                   f"{', '.join(map(str, dims))}")

@@ -34,10 +34,10 @@ def _pattern(pid: int) -> Pattern:
         raise ValueError(f"s2c: unknown pattern id {pid}") from None
 
 
-def _inner_contiguous(t: Tensor) -> Tensor:
+def _inner_contiguous(t: Tensor, m: int = 8) -> Tensor:
     """The kernels want the head dimension contiguous and the other strides
-    multiples of 8 elements; anything else is copied once here."""
-    if t.stride(-1) == 1 and all(s % 8 == 0 for s in t.stride()[:-1]) and t.data_ptr() % 16 == 0:
+    multiples of m elements (8; fp8's TMA: 16); anything else is copied once here."""
+    if t.stride(-1) == 1 and all(s % m == 0 for s in t.stride()[:-1]) and t.data_ptr() % 16 == 0:
         return t
     return t.contiguous()
 
@@ -55,7 +55,9 @@ def _dims(q: Tensor, k: Tensor, sd: int):
     return q.shape[0], q.shape[sd], k.shape[sd], q.shape[hd], k.shape[hd], q.shape[3]
 
 
-def _check_inputs(q, k, v, sd, kind="forward"):
+def _check_inputs(q, k, v, sd, kind="forward", descales=None):
+    """Shapes, dtypes, head_dim and device; fp8 inputs (descales: the three
+    descales or Nones) have theirs checked instead of a 16-bit dtype."""
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"s2c: q, k, v must be 4-D, got {q.dim()}, {k.dim()}, {v.dim()} dimensions")
     if sd not in (1, 2):
@@ -66,7 +68,10 @@ def _check_inputs(q, k, v, sd, kind="forward"):
         raise ValueError(f"s2c: q {tuple(q.shape)} and k {tuple(k.shape)} differ in batch or head_dim")
     if not (q.dtype == k.dtype == v.dtype):
         raise ValueError(f"s2c: q, k, v must share a dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
-    R.dtype_code(q)
+    if descales is None:
+        R.dtype_code(q)
+    else:
+        _check_descales(descales, q.shape[0], k.shape[3 - sd], q.device)
     R.check_head_dim(q.shape[3], kind, q.dtype)
     if not q.is_cuda or k.device != q.device or v.device != q.device:
         raise ValueError(f"s2c: q, k, v must be on one CUDA device, got {q.device}, {k.device}, {v.device}")
@@ -98,14 +103,14 @@ class _Entry:
         return self
 
 
-def _fwd_entry(pid, q, k, v, scale, sd, osd):
+def _fwd_entry(pid, q, k, v, scale, sd, osd, code=None):
     pat = _pattern(pid)
     B, Sq, Sk, H, Hkv, D = _dims(q, k, sd)
     if Sq > Sk:
         raise ValueError(f"s2c: q has more tokens ({Sq}) than k ({Sk})")
-    kern = R.device(q.device.index).kernel(pat.for_heads(H, Hkv), S.KIND_FWD, R.dtype_code(q), D)
-    a = S.FwdArgs(batch=B, q_len=Sq, kv_len=Sk, heads=H, kv_heads=Hkv, head_dim=D, dtype=R.dtype_code(q),
-                  scale=scale)
+    code = R.dtype_code(q) if code is None else code
+    kern = R.device(q.device.index).kernel(pat.for_heads(H, Hkv), S.KIND_FWD, code, D)
+    a = S.FwdArgs(batch=B, q_len=Sq, kv_len=Sk, heads=H, kv_heads=Hkv, head_dim=D, dtype=code, scale=scale)
     o_shape = (B, Sq, H, D) if osd == 1 else (B, H, Sq, D)
     o_stride = torch.empty(o_shape, device="meta").stride()
     _set3(a.q_stride, R.bsh_strides(q, sd))
@@ -117,6 +122,8 @@ def _fwd_entry(pid, q, k, v, scale, sd, osd):
                      lambda p: _lib.check(L.s2_attn_plan_add_forward(_lib.ctx(), p, C.byref(a)), "forward"))
     e = _Entry().bind(a, plan, L.s2_attn_plan_forward, q)
     e.shapes = (o_shape, (B, H, Sq))
+    if code == S.DTYPE_E4M3:
+        e.dtype = torch.bfloat16       # the e4m3 forward writes o in bf16
     return e
 
 
@@ -150,7 +157,7 @@ def _launch(e, ref, ctx, what):
         _lib.check(st, what)
 
 
-def _fwd_run(e, q, k, v, need_lse=True, out=None):
+def _fwd_run(e, q, k, v, need_lse=True, out=None, descales=None):
     o_shape, lse_shape = e.shapes
     if out is None:
         o = _empty(o_shape, dtype=e.dtype, device=e.device)
@@ -160,6 +167,8 @@ def _fwd_run(e, q, k, v, need_lse=True, out=None):
     a, ref, ctx = _args(e)
     a.q, a.k, a.v, a.o = q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr()
     a.lse = lse.data_ptr() if need_lse else 0
+    if descales is not None:     # fp8: the descales' pointers (0: 1.0)
+        a.q_descale, a.k_descale, a.v_descale = descales
     _launch(e, ref, ctx, "forward")
     return o, lse
 
@@ -227,16 +236,20 @@ class _DeviceArray:
                                          "strides": None}
 
 
-def launch_varlen(pid, q, k, v, o, lse, scale, seqs_fill, n, max_kv_len):
+def launch_varlen(pid, q, k, v, o, lse, scale, seqs_fill, n, max_kv_len, descales=None):
     """A forward over [rows, H, D] tensors whose sequences come from device
-    records; seqs_fill(kernel, seqs_ptr) writes them on the current stream."""
+    records; seqs_fill(kernel, seqs_ptr) writes them on the current stream.
+    descales: fp8 q, k, v's descale pointers (the e4m3 kernel), else None."""
     pat = _pattern(pid)
     T, H, D = q.shape
     Tk, Hkv = k.shape[0], k.shape[1]
-    kern = R.device(q.device.index).kernel(pat.for_heads(H, Hkv), S.KIND_FWD, R.dtype_code(q), D)
+    code = R.dtype_code(q) if descales is None else S.DTYPE_E4M3
+    kern = R.device(q.device.index).kernel(pat.for_heads(H, Hkv), S.KIND_FWD, code, D)
     seqs = kern.device_seqs(n, max_kv_len)
-    a = S.FwdArgs(batch=n, q_len=T, kv_len=Tk, heads=H, kv_heads=Hkv, head_dim=D, dtype=R.dtype_code(q),
+    a = S.FwdArgs(batch=n, q_len=T, kv_len=Tk, heads=H, kv_heads=Hkv, head_dim=D, dtype=code,
                   scale=scale, seqs=seqs)
+    if descales is not None:
+        a.q_descale, a.k_descale, a.v_descale = descales
     for name, t in (("q", q), ("k", k), ("v", v), ("o", o)):
         _set3(getattr(a, name + "_stride"), (0, t.stride(0), t.stride(1)))
     L = _lib.lib()
@@ -439,6 +452,96 @@ def _attention(q, k, v, pattern, scale, seq_dim, out_seq_dim, need_lse=True, out
     return o, lse
 
 
+# ---- the fp8 (e4m3) forward: FlashAttention-3's FP8 API, sm_90a, no backward ----------
+
+_E4M3 = R.E4M3
+_fp8_cache = {}     # launch signature -> _Entry (its descale pointers rewritten per call)
+
+
+def _fp8_check(q, k, v):
+    """An fp8 call: q, k, v all float8_e4m3fn, none wanting a gradient."""
+    dts = (q.dtype, k.dtype, v.dtype)
+    if _E4M3 is None or dts != (_E4M3,) * 3:
+        if _E4M3 is not None and _E4M3 in dts:
+            raise ValueError(f"s2c: fp8 attention takes q, k, v all torch.float8_e4m3fn, got {q.dtype}, {k.dtype}, "
+                             f"{v.dtype}")
+        raise ValueError(f"s2c: q_descale, k_descale, v_descale are for torch.float8_e4m3fn inputs, not {q.dtype}")
+    if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
+        raise NotImplementedError("s2c: the fp8 forward has no backward (as FlashAttention-3's FP8 API): pass "
+                                  "inputs without requires_grad or call it under torch.no_grad()")
+
+
+def _check_descales(descales, batch, kv_heads, device):
+    """Each descale None (1.0) or a contiguous float32 [batch, kv_heads] tensor
+    on the inputs' device."""
+    for name, d in zip(("q_descale", "k_descale", "v_descale"), descales):
+        if d is not None and (not isinstance(d, Tensor) or d.dtype != _f32 or tuple(d.shape) != (batch, kv_heads)
+                or d.device != device or not d.is_contiguous()):
+            got = (f"{d.dtype} {tuple(d.shape)} on {d.device}" + ("" if d.is_contiguous() else " (not contiguous)")
+                   if isinstance(d, Tensor) else type(d).__name__)
+            raise ValueError(f"s2c: {name} must be a contiguous float32 tensor of shape ({batch}, {kv_heads}) "
+                             f"[batch, kv_heads] on {device}, got {got}")
+
+
+def _descale_ptrs(descales, batch, kv_heads, device):
+    """The checked descales' device pointers (0: None, 1.0)."""
+    _check_descales(descales, batch, kv_heads, device)
+    return tuple(0 if d is None else d.data_ptr() for d in descales)
+
+
+def _require_sm90a(dev):
+    cc = R.device(dev.index).cc if dev.type == "cuda" else None
+    if cc != (9, 0):
+        raise NotImplementedError("s2c: the fp8 (e4m3) forward runs on sm_90a (capability 9.0) only; "
+                                  + (f"{dev} is sm_{cc[0]}{cc[1]}" if cc else f"{dev} is not a CUDA device"))
+
+
+def _fp8_impl(q, k, v, descales, pattern, scale, seq_dim, out_seq_dim, need_lse=True, out=None):
+    key = (pattern, q.shape, k.shape, v.shape, q.stride(), k.stride(), v.stride(), q.get_device(), k.get_device(),
+           v.get_device(), seq_dim, out_seq_dim, scale)
+    e = _fp8_cache.get(key)
+    if e is None or not e.plan.alive:
+        _check_inputs(q, k, v, seq_dim, descales=descales)
+        q2, k2, v2 = _inner_contiguous(q, 16), _inner_contiguous(k, 16), _inner_contiguous(v, 16)
+        if q2 is not q or k2 is not k or v2 is not v:     # copied: their own signature
+            return _fp8_impl(q2, k2, v2, descales, pattern, scale, seq_dim, out_seq_dim, need_lse, out)
+        _require_sm90a(q.device)
+        if len(_fp8_cache) >= _CACHE_MAX:
+            _fp8_cache.clear()
+        e = _fp8_cache[key] = _fwd_entry(pattern, q, k, v, scale, seq_dim, out_seq_dim, S.DTYPE_E4M3)
+    ptrs = _descale_ptrs(descales, q.shape[0], k.shape[3 - seq_dim], q.device)
+    return _fwd_run(e, q, k, v, need_lse, out, ptrs)
+
+
+def _fp8_fake(q, k, v, q_descale, k_descale, v_descale, pattern, scale, seq_dim, out_seq_dim):
+    B, Sq, Sk, H, Hkv, D = _dims(q, k, seq_dim)
+    return (_layout_empty(q, (B, Sq, H, D), out_seq_dim, torch.bfloat16),
+            q.new_empty((B, H, Sq), dtype=torch.float32))
+
+
+if HAVE_CUSTOM_OP:
+    @torch.library.custom_op("s2c::fwd_fp8", mutates_args=(), device_types="cuda")
+    def _fp8_op(q: Tensor, k: Tensor, v: Tensor, q_descale: Optional[Tensor], k_descale: Optional[Tensor],
+                v_descale: Optional[Tensor], pattern: int, scale: float, seq_dim: int,
+                out_seq_dim: int) -> Tuple[Tensor, Tensor]:
+        return _fp8_impl(q, k, v, (q_descale, k_descale, v_descale), pattern, scale, seq_dim, out_seq_dim)
+
+    _fp8_op.register_fake(_fp8_fake)
+
+
+def _fp8_attention(q, k, v, descales, pattern, scale, seq_dim, out_seq_dim, need_lse, out):
+    """_attention of float8_e4m3fn q, k, v: o in bf16, no autograd."""
+    _fp8_check(q, k, v)
+    if HAVE_CUSTOM_OP and _compiling():
+        _check_inputs(q, k, v, seq_dim, descales=descales)
+        o, lse = _fp8_op(q, k, v, *descales, pattern, scale, seq_dim, out_seq_dim)
+        if out is not None:
+            out.copy_(o)
+            o = out
+        return o, lse
+    return _fp8_impl(q, k, v, descales, pattern, scale, seq_dim, out_seq_dim, need_lse, out)
+
+
 # ---- the functional API ----------------------------------------------------------------
 
 _LAYOUTS = {"bshd": 1, "bhsd": 2}
@@ -461,7 +564,8 @@ def _scale(softmax_scale, d):
 
 def sparse_attn_func(q: Tensor, k: Tensor, v: Tensor, pattern: Pattern, softmax_scale: Optional[float] = None,
                      return_lse: bool = False, layout: str = "bshd", out_layout: Optional[str] = None, *,
-                     out: Optional[Tensor] = None, fp32_compute: str = "tf32"):
+                     out: Optional[Tensor] = None, fp32_compute: str = "tf32", q_descale: Optional[Tensor] = None,
+                     k_descale: Optional[Tensor] = None, v_descale: Optional[Tensor] = None):
     """S2 attention of q [B, Sq, H, D] and k, v [B, Sk, Hkv, D] (layout
     "bshd", flash_attn_func's) or [B, H, S, D] ("bhsd", SDPA's) under
     `pattern`; views with any strides are read in place.  Sq < Sk puts the
@@ -473,12 +577,17 @@ def sparse_attn_func(q: Tensor, k: Tensor, v: Tensor, pattern: Pattern, softmax_
     Triton library) runs the tf32 forward on them; "bf16" runs the bf16
     kernels on bf16 copies (faster, bf16 accuracy).  Either way o comes back
     in float32, and the backward of float32 inputs runs the bf16 kernels on
-    converted copies, gradients returned in float32."""
+    converted copies, gradients returned in float32.
+    torch.float8_e4m3fn q, k, v (all three; sm_90a): FlashAttention-3's FP8
+    forward, `q_descale`, `k_descale`, `v_descale` contiguous float32
+    [batch, kv_heads] tensors that dequantize them (None: 1.0); o in bfloat16;
+    no backward (inputs requiring grad: NotImplementedError)."""
     if fp32_compute not in ("tf32", "bf16"):
         raise ValueError(f"s2c: fp32_compute must be 'tf32' or 'bf16', got {fp32_compute!r}")
     if fp32_compute == "bf16" and q.dtype == _f32:
         res = sparse_attn_func(q.to(torch.bfloat16), k.to(torch.bfloat16), v.to(torch.bfloat16), pattern,
-                               softmax_scale, return_lse, layout, out_layout)
+                               softmax_scale, return_lse, layout, out_layout, q_descale=q_descale,
+                               k_descale=k_descale, v_descale=v_descale)
         o = res[0] if return_lse else res
         if out is not None:
             out.copy_(o)
@@ -491,8 +600,12 @@ def sparse_attn_func(q: Tensor, k: Tensor, v: Tensor, pattern: Pattern, softmax_
         raise ValueError(f"s2c: layout must be 'bshd' or 'bhsd', got {layout!r} / {out_layout!r}")
     if not isinstance(pattern, Pattern):
         raise TypeError(f"s2c: pattern must be an s2c.Pattern, got {type(pattern).__name__}")
-    o, lse = _attention(q, k, v, pattern_id(pattern), _scale(softmax_scale, q.shape[-1]), sd, osd, return_lse,
-                        out)
+    if q.dtype == _E4M3 or not (q_descale is None and k_descale is None and v_descale is None):
+        o, lse = _fp8_attention(q, k, v, (q_descale, k_descale, v_descale), pattern_id(pattern),
+                                _scale(softmax_scale, q.shape[-1]), sd, osd, return_lse, out)
+    else:
+        o, lse = _attention(q, k, v, pattern_id(pattern), _scale(softmax_scale, q.shape[-1]), sd, osd, return_lse,
+                            out)
     return (o, lse) if return_lse else o
 
 
@@ -514,25 +627,42 @@ def _check_cu(cu, name, q):
 
 def sparse_attn_varlen_func(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
                             max_seqlen_q: int, max_seqlen_k: int, pattern: Pattern,
-                            softmax_scale: Optional[float] = None, return_lse: bool = False):
+                            softmax_scale: Optional[float] = None, return_lse: bool = False, *,
+                            q_descale: Optional[Tensor] = None, k_descale: Optional[Tensor] = None,
+                            v_descale: Optional[Tensor] = None):
     """Packed sequences (flash_attn_varlen_func): q [Tq, H, D], k, v [Tk, Hkv, D],
     int32 cumulative lengths on the device (read there: no host sync, so the
     call can be captured in a CUDA graph).  Sequences longer than
     max_seqlen_k, or with more queries than keys, are left unwritten
     (zeros).  Differentiable in q, k, v: the deterministic varlen backward
-    (the key rows of two sequences must not overlap: cu_seqlens_k increasing)."""
+    (the key rows of two sequences must not overlap: cu_seqlens_k increasing).
+    torch.float8_e4m3fn q, k, v: as sparse_attn_func's, descales of shape
+    [sequences, kv_heads], o in bfloat16, no backward."""
     if q.dim() != 3 or k.dim() != 3 or k.shape != v.shape:
         raise ValueError(f"s2c: varlen q, k, v are [tokens, heads, head_dim], got {tuple(q.shape)}, "
                          f"{tuple(k.shape)}, {tuple(v.shape)}")
-    R.dtype_code(q)
+    descales = (q_descale, k_descale, v_descale)
+    fp8 = q.dtype == _E4M3 or not (q_descale is None and k_descale is None and v_descale is None)
+    if fp8:
+        _fp8_check(q, k, v)
+    else:
+        R.dtype_code(q)
     R.check_head_dim(q.shape[-1], "forward", q.dtype)
     cu_q = _check_cu(cu_seqlens_q, "cu_seqlens_q", q)
     cu_k = _check_cu(cu_seqlens_k, "cu_seqlens_k", q) if cu_seqlens_k is not None else None
     n = cu_q.numel() - 1
     if cu_k is not None and cu_k.numel() != n + 1:
         raise ValueError(f"s2c: cu_seqlens_k has {cu_k.numel()} entries, cu_seqlens_q {n + 1}")
-    q, k, v = _inner_contiguous(q), _inner_contiguous(k), _inner_contiguous(v)
     pid, scale, max_kv = pattern_id(pattern), _scale(softmax_scale, q.shape[-1]), int(max(max_seqlen_k, max_seqlen_q))
+    if fp8:
+        ptrs = _descale_ptrs(descales, n, k.shape[1], q.device)
+        _require_sm90a(q.device)
+        q, k, v = _inner_contiguous(q, 16), _inner_contiguous(k, 16), _inner_contiguous(v, 16)
+        o = torch.zeros(q.shape, dtype=torch.bfloat16, device=q.device)
+        lse = torch.empty((q.shape[1], q.shape[0]), dtype=torch.float32, device=q.device)
+        launch_varlen(pid, q, k, v, o, lse, scale, _write_cu(cu_q, cu_k, n), n, max_kv, ptrs)
+        return (o, lse) if return_lse else o
+    q, k, v = _inner_contiguous(q), _inner_contiguous(k), _inner_contiguous(v)
     if torch.is_grad_enabled() and (q.requires_grad or k.requires_grad or v.requires_grad):
         o, lse = _VarlenAttention.apply(q, k, v, cu_q, cu_k, pid, scale, n, max_kv)
         return (o, lse) if return_lse else o

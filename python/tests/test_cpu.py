@@ -229,6 +229,53 @@ def test_decode_cache_dtype_checks():
         s2c.decode(q.float(), k8, k8, table, lens, pat, max_seq_len=64)
 
 
+def test_fp8_forward_argument_checks():
+    """sparse_attn_func / sparse_attn_varlen_func on float8_e4m3fn: all three
+    inputs fp8, descales contiguous float32 [batch, kv_heads] on the inputs'
+    device and only with fp8 inputs, no gradients, head_dim a multiple of 32;
+    refused before any GPU work (CPU tensors reach the device checks last)."""
+    pat = Pattern.local_stride(4, 64, 2, 4, num_kv_heads=2)
+    q, k = torch.zeros(1, 64, 4, 64, dtype=torch.bfloat16), torch.zeros(1, 64, 2, 64, dtype=torch.bfloat16)
+    ds = torch.ones(1, 2)
+    for kw in ({"q_descale": ds}, {"v_descale": ds}):
+        with pytest.raises(ValueError, match="descale are for torch.float8_e4m3fn inputs, not torch.bfloat16"):
+            s2c.sparse_attn_func(q, k, k, pat, **kw)
+    cu = torch.tensor([0, 64], dtype=torch.int32)
+    with pytest.raises(ValueError, match="descale are for torch.float8_e4m3fn inputs, not torch.bfloat16"):
+        s2c.sparse_attn_varlen_func(q[0], k[0], k[0], cu, cu, 64, 64, pat, k_descale=ds)
+    f8 = getattr(torch, "float8_e4m3fn", None)
+    if f8 is None:
+        pytest.skip(f"torch {torch.__version__} has no float8_e4m3fn (the fp8 checks need 2.1)")
+    q8, k8 = q.to(f8), k.to(f8)
+    with pytest.raises(ValueError, match=r"q, k, v all torch.float8_e4m3fn, got torch.float8_e4m3fn, "
+                                         r"torch.bfloat16, torch.float8_e4m3fn"):
+        s2c.sparse_attn_func(q8, k, k8, pat)
+    with pytest.raises(ValueError, match=r"must share a dtype, got torch.bfloat16, torch.float8_e4m3fn"):
+        s2c.sparse_attn_func(q, k8, k8, pat)
+    with pytest.raises(NotImplementedError, match="fp8 forward has no backward"):
+        s2c.sparse_attn_func(q8.clone().requires_grad_(), k8, k8, pat)
+    with pytest.raises(NotImplementedError, match=r"head_dim 48 is not covered yet by the forward kernels: they "
+                                                  r"take 32, 64, 96, 128, 160, 192, 224, 256$"):
+        s2c.sparse_attn_func(q8[..., :48], k8[..., :48], k8[..., :48], pat)
+    bad = (torch.ones(1, 2, dtype=torch.float64), torch.ones(2), torch.ones(2, 1), torch.ones(1, 4)[:, ::2],
+           torch.ones(1, 2, device="meta"), 1.0)
+    for d in bad:
+        with pytest.raises(ValueError, match=r"k_descale must be a contiguous float32 tensor of shape \(1, 2\) "
+                                             r"\[batch, kv_heads\] on cpu"):
+            s2c.sparse_attn_func(q8, k8, k8, pat, q_descale=ds, k_descale=d)
+    with pytest.raises(ValueError, match="must be on one CUDA device"):        # the descales pass
+        s2c.sparse_attn_func(q8, k8, k8, pat, q_descale=ds, k_descale=ds, v_descale=ds)
+    with pytest.raises(ValueError, match=r"v_descale must be a contiguous float32 tensor of shape \(1, 2\)"):
+        s2c.sparse_attn_varlen_func(q8[0], k8[0], k8[0], cu, cu, 64, 64, pat, v_descale=torch.ones(2, 2))
+    with pytest.raises(NotImplementedError, match="fp8 .e4m3. forward runs on sm_90a"):
+        s2c.sparse_attn_varlen_func(q8[0], k8[0], k8[0], cu, cu, 64, 64, pat, v_descale=ds)
+    with pytest.raises(NotImplementedError, match="float8_e4m3fn: sparse_attn_func and sparse_attn_varlen_func"):
+        s2c.LocalStrideSparseAttention(4, 64, 64, 2, 4, num_kv_heads=2)(q8, k8, k8)
+    with pytest.raises(NotImplementedError, match="float8_e4m3fn: sparse_attn_func and sparse_attn_varlen_func"):
+        s2c.decode(q8[:, :1], k8, k8, torch.zeros(1, 4, dtype=torch.int32), torch.ones(1, dtype=torch.int32), pat,
+                   max_seq_len=64)
+
+
 def test_drop_in_argument_checks():
     with pytest.raises(ValueError, match="block_size must be a power of 2 and at least 16"):
         s2c.SparseAttention(24, torch.ones(4, 4))

@@ -1,6 +1,6 @@
 """GPU tests of the Python package (skipped without CUDA or torch >= 2.4):
 forward, backward, varlen, GQA, Sq < Sk, bidirectional ragged lengths, dense
-heads, SparseAttention with a random mask, padded inference, decode,
+heads, SparseAttention with a random mask, padded inference, decode, the fp8 forward,
 torch.compile(fullgraph=True), CUDA-graph capture, and the transformers
 backend against SDPA.  References are float32/float64 attention over the
 token mask the C library's block decisions give; bf16 tolerances are stated
@@ -323,6 +323,115 @@ def test_decode_paged_fp8(D, dtype, n_new):
         close(o1[b:b + 1], want, 2e-2, f"fp8 decode sequence {b} ({n} keys), unit scales")
     with pytest.raises(ValueError, match="k_scale must be a float32 tensor of 1 or 2"):
         s2c.decode(q, kc, vc, table, seq_lens, pat, max_seq_len=4096, k_scale=torch.ones(3, device=DEV))
+
+
+def quant_e4m3(x, groups, descale=True):
+    """x [B, S, Hx, D] -> (e4m3 x, float32 descales [B, groups] or None, the
+    dequantized x in float32): one descale per (batch, kv head group),
+    amax / 448 (FlashAttention-3's FP8 recipe); descale=False casts as is."""
+    B, S_, Hx, D = x.shape
+    xg = x.float().view(B, S_, groups, Hx // groups, D)
+    if not descale:
+        x8 = x.to(torch.float8_e4m3fn)
+        return x8, None, x8.float()
+    ds = (xg.abs().amax(dim=(1, 3, 4)).clamp_min(1e-6) / 448).contiguous()
+    x8 = (xg / ds[:, None, :, None, None]).to(torch.float8_e4m3fn)
+    return x8.view(B, S_, Hx, D), ds, (x8.float() * ds[:, None, :, None, None]).view(B, S_, Hx, D)
+
+
+def fp8_close(name, o, lse, want, want_lse, o_tol=4e-2, lse_tol=4e-2):
+    """o: relative Frobenius error; lse: max |error| over rows with keys
+    (-inf where none), both against the float32 attention of the dequantized
+    inputs (fp8 products and P in e4m3: test_fwd_fp8_gpu.c's comment)."""
+    assert o.dtype == BF16, f"{name}: o is {o.dtype}, not bfloat16"
+    rel = ((o.float() - want.float()).norm() / want.float().norm()).item()
+    fin = torch.isfinite(want_lse)
+    assert torch.equal(fin, torch.isfinite(lse)), f"{name}: lse is finite on other rows than the reference's"
+    lerr = (lse[fin] - want_lse[fin]).abs().max().item()
+    ok = rel <= o_tol and lerr <= lse_tol
+    print(f"{'PASS' if ok else 'FAIL'} fp8 {name}: o rel. Frobenius {rel:.3e} (tol {o_tol}), lse max err {lerr:.3e} "
+          f"(tol {lse_tol})")
+    assert ok, f"{name}: o rel. error {rel:.3e} > {o_tol} or lse error {lerr:.3e} > {lse_tol}"
+
+
+def _fp8_sm90a_or_skip(q8, pat):
+    if torch.cuda.get_device_capability() != (9, 0):
+        with pytest.raises(NotImplementedError, match="sm_90a"):
+            s2c.sparse_attn_func(q8, q8, q8, pat)
+        pytest.skip("the fp8 forward runs on sm_90a only (off it: NotImplementedError, checked)")
+
+
+FP8 = [
+    # name, pattern, B, Sq, Sk, H, Hkv, D, descales, layout
+    ("causal_d256", lambda: Pattern.local_stride(4, 64, 4, 4), 2, 512, 512, 4, 4, 256, True, "bshd"),
+    ("gqa_d64_ragged", lambda: Pattern.local_stride(8, 64, 4, 8, num_kv_heads=2, head_sliding_offset=1), 1, 1000,
+     1000, 8, 2, 64, True, "bshd"),
+    ("null_descales_bhsd_sq_lt_sk", lambda: Pattern.local_stride(4, 64, 2, 3), 1, 384, 1024, 4, 4, 128, False,
+     "bhsd"),
+    ("b16_mergeq_gqa_d128", lambda: Pattern.local_stride(8, 16, 8, 4, num_kv_heads=4), 1, 500, 500, 8, 4, 128,
+     True, "bshd"),
+]
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="torch without float8_e4m3fn (needs 2.1)")
+@pytest.mark.parametrize("name,mk,B,Sq,Sk,H,Hkv,D,descale,layout", FP8, ids=[c[0] for c in FP8])
+def test_fp8_forward(name, mk, B, Sq, Sk, H, Hkv, D, descale, layout):
+    """float8_e4m3fn q, k, v quantized per (batch, kv head) from random bf16
+    (or cast as they are with null descales: 1.0), o in bf16 written into a
+    NaN-poisoned `out`, against the float32 attention of the dequantized inputs."""
+    torch.manual_seed(hash(("fp8", name)) % 2**31)
+    pat = mk()
+    q8, qd, q32 = quant_e4m3(rand(B, Sq, H, D), Hkv, descale)
+    k8, kd, k32 = quant_e4m3(rand(B, Sk, Hkv, D), Hkv, descale)
+    v8, vd, v32 = quant_e4m3(rand(B, Sk, Hkv, D), Hkv, descale)
+    _fp8_sm90a_or_skip(q8, pat)
+    want, want_lse = ref_attention(q32, k32, v32, token_mask(pat, Sq, Sk), 1 / math.sqrt(D), torch.float32)
+    if layout == "bhsd":
+        out = torch.full((B, H, Sq, D), float("nan"), dtype=BF16, device=DEV)
+        o, lse = s2c.sparse_attn_func(q8.transpose(1, 2), k8.transpose(1, 2), v8.transpose(1, 2), pat,
+                                      return_lse=True, layout="bhsd", out=out, q_descale=qd, k_descale=kd,
+                                      v_descale=vd)
+        assert o is out
+        o = o.transpose(1, 2)
+    else:
+        out = torch.full((B, Sq, H, D), float("nan"), dtype=BF16, device=DEV)
+        o, lse = s2c.sparse_attn_func(q8, k8, v8, pat, return_lse=True, out=out, q_descale=qd, k_descale=kd,
+                                      v_descale=vd)
+        assert o is out
+    fp8_close(name, o, lse, want, want_lse)
+    o2 = s2c.sparse_attn_func(q8, k8, v8, pat, q_descale=qd, k_descale=kd, v_descale=vd)   # the cached launch
+    assert o2.dtype == BF16 and o2.shape == (B, Sq, H, D)
+    if layout == "bshd":
+        assert torch.equal(o2, o), f"{name}: a second launch differs"
+
+
+@pytest.mark.skipif(not hasattr(torch, "float8_e4m3fn"), reason="torch without float8_e4m3fn (needs 2.1)")
+def test_fp8_varlen_and_compile():
+    """The packed variable-length fp8 forward (descales [sequences, kv heads],
+    GQA) against per-sequence references, and torch.compile(fullgraph=True)
+    of the fp8 op: bf16 o of q's shape, equal to the eager call."""
+    torch.manual_seed(11)
+    pat = Pattern.local_stride(8, 64, 3, 4, num_kv_heads=2)
+    lens = [300, 64, 1, 777]
+    cu = torch.tensor([0] + list(np.cumsum(lens)), dtype=torch.int32, device=DEV)
+    parts = [[quant_e4m3(rand(1, n, h, 128), 2) for h in (8, 2, 2)] for n in lens]
+    q8, k8, v8 = (torch.cat([p[i][0][0] for p in parts]) for i in range(3))
+    qd, kd, vd = (torch.cat([p[i][1] for p in parts]).contiguous() for i in range(3))
+    _fp8_sm90a_or_skip(q8[None], pat)
+    o, lse = s2c.sparse_attn_varlen_func(q8, k8, v8, cu, cu, max(lens), max(lens), pat, return_lse=True,
+                                         q_descale=qd, k_descale=kd, v_descale=vd)
+    for i, (n, p) in enumerate(zip(lens, parts)):
+        s = slice(int(cu[i]), int(cu[i + 1]))
+        want, want_lse = ref_attention(p[0][2], p[1][2], p[2][2], token_mask(pat, n, n), 1 / math.sqrt(128),
+                                       torch.float32)
+        fp8_close(f"varlen sequence {i} ({n} tokens)", o[None, s], lse[None, :, s], want, want_lse)
+    q4, k4, v4 = (t[None, :1024] for t in (q8, k8, v8))
+    ds = [d[:1] for d in (qd, kd, vd)]
+    f = torch.compile(lambda q, k, v, a, b, c: s2c.sparse_attn_func(q, k, v, pat, q_descale=a, k_descale=b,
+                                                                     v_descale=c), fullgraph=True)
+    oc, oe = f(q4, k4, v4, *ds), s2c.sparse_attn_func(q4, k4, v4, pat, q_descale=ds[0], k_descale=ds[1],
+                                                      v_descale=ds[2])
+    assert oc.dtype == BF16 and oc.shape == q4.shape and torch.equal(oc, oe), "compiled fp8 call differs from eager"
 
 
 FP32 = [
