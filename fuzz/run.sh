@@ -62,7 +62,7 @@ manifest)
         -I"$cuda/include" \
         "$here/fuzz_manifest.c" "$here/manifest_pipeline.c" "$root"/abi/*.c "$root"/ir/*.c "$root"/runtime/*.c \
         "$root"/patterns/describe.c "$root"/patterns/resolve.c \
-        "$c"/ctx.c "$c"/arena.c "$c"/file.c "$c"/half.c "$c"/dtype.c "$c"/elf.c "$c"/sha256.c \
+        "$c"/ctx.c "$c"/arena.c "$c"/file.c "$c"/half.c "$c"/dtype.c "$c"/elf.c "$c"/sha256.c "$c"/dl.c \
         -ldl -lpthread -lm -o "$out/fuzz_manifest" ;;
 esac
 bin=$out/fuzz_$target
