@@ -20,7 +20,7 @@
  *   bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L]
  *             [--num-warps L] [--num-stages L] [--persistent L] [--kv-gather L]
  *             [--specs BMxBNsSTgG[pP],..] [--reps N] [--csv [FILE]] [--rows N] [--dump-dir DIR]
- *             [--arch ARCH] [--timer flush|warm] [--head-dim L] [--dtype bf16|e4m3]
+ *             [--arch ARCH] [--timer flush|warm] [--head-dim L] [--dtype bf16|e4m3|f32]
  * L is a comma list; every combination is run (invalid ones are reported
  * and skipped).  --specs names the variants instead (block_m x block_n,
  * stages, kv_gather, persistent: 128x64s3g1p1).  --dump-dir writes each variant's PTX and cubin there.
@@ -31,6 +31,8 @@
  * --dtype e4m3 times the sm_90a fp8 forward (q, k, v e4m3 from the same
  * values, null descales, o bf16; config column NAME/e4m3; no --csv FILE
  * rows), to set against the default bf16 run of the same config.
+ * --dtype f32 times the tf32 forward (q, k, v f32 holding the same values,
+ * o f32; config column NAME/f32; no --csv FILE rows).
  * --csv alone prints the rows as CSV; --csv FILE appends one row per timed
  * variant to FILE as `fwd,FAMILY,SEQ_LEN,s2c,MS` (bench/plot.py's input;
  * FAMILY is the config name without its length, MS the median).
@@ -107,7 +109,7 @@ static int usage(void)
     fprintf(stderr, "usage: bench_fwd [--config NAME[,NAME..]] [--block-m L] [--block-n L] [--num-warps L]\n"
                     "                 [--num-stages L] [--persistent L] [--kv-gather L] [--specs BMxBNsSTgG[pP],..]\n"
                     "                 [--reps N] [--rows N] [--csv [FILE]] [--timer flush|warm]\n"
-                    "                 [--dump-dir DIR] [--arch sm_90] [--head-dim L] [--dtype bf16|e4m3]\n"
+                    "                 [--dump-dir DIR] [--arch sm_90] [--head-dim L] [--dtype bf16|e4m3|f32]\n"
                     "  (L: comma list, 0 = heuristic)  configs:");
     for (int i = 0; i < NUM_CONFIGS; i++)
         fprintf(stderr, " %s", configs[i].name);
@@ -211,6 +213,8 @@ static bool parse_args(int argc, char **argv, options *o)
                 bench_dtype = S2_DTYPE_BF16;
             else if (!strcmp(val, "e4m3") || !strcmp(val, "fp8_e4m3"))
                 bench_dtype = S2_DTYPE_E4M3;
+            else if (!strcmp(val, "f32") || !strcmp(val, "fp32"))
+                bench_dtype = S2_DTYPE_F32;
             else
                 return false;
         } else if (!strcmp(a, "--timer")) {
@@ -243,15 +247,21 @@ static void print_header(const options *o)
 /* Times one spec; a module with a wide variant (role fwd_wide: the runtime
  * launches it for long lists) sets *wide to its spec, timed by the caller as
  * a row of its own. */
+/* the config column's dtype suffix */
+static const char *dtype_suffix(void)
+{
+    return bench_dtype == S2_DTYPE_E4M3 ? "/e4m3" : bench_dtype == S2_DTYPE_F32 ? "/f32" : "";
+}
+
 static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_kspec *want,
                         const options *o, bool h100, const char *label, s2_kspec *wide)
 {
     const bench_config *c = cd->cfg;
     char name[48];   /* the config, and its head dim where not the default */
     if (cd->head_dim == HEAD_DIM)
-        snprintf(name, sizeof name, "%s%s", c->name, bench_dtype == S2_DTYPE_E4M3 ? "/e4m3" : "");
+        snprintf(name, sizeof name, "%s%s", c->name, dtype_suffix());
     else
-        snprintf(name, sizeof name, "%s/d%d%s", c->name, cd->head_dim, bench_dtype == S2_DTYPE_E4M3 ? "/e4m3" : "");
+        snprintf(name, sizeof name, "%s/d%d%s", c->name, cd->head_dim, dtype_suffix());
     variant v;
     s2_status st = jit_variant(ctx, dev, cd, want, o->dump_dir, &v);
     if (st != S2_OK) {
@@ -373,7 +383,7 @@ int main(int argc, char **argv)
     if (o.dump_dir)
         mkdir(o.dump_dir, 0755);
     int rc = 1;
-    uint16_t *stage = malloc((size_t)POOL * 2);
+    float *stage = malloc((size_t)POOL * sizeof *stage);
     if (!stage || !pool_init(12345)) {
         fprintf(stderr, "out of memory\n");
         goto done;

@@ -45,6 +45,8 @@ extern uint16_t *pool;
 /* --dtype: bf16, or e4m3 (q, k, v the pool's values rounded to e4m3, null
  * descales, o bf16: the sm_90a fp8 forward, ABI fwd_tma_fp8) */
 extern s2_dtype bench_dtype;
+size_t bench_out_size(void);
+double bench_out_at(const void *o, uint64_t i);
 
 uint64_t rng_next(uint64_t *s);
 double bf16_to_f64(uint16_t h);
@@ -69,7 +71,7 @@ typedef struct config_data {
 } config_data;
 
 s2_status config_open(s2_ctx *ctx, s2_device *dev, const bench_config *c, int head_dim, config_data *cd,
-                      uint16_t *stage);
+                      void *stage);
 void config_close(s2_ctx *ctx, s2_device *dev, config_data *cd);
 
 /* ---- the kernel through the cache (bench_fwd_jit.c) ---- */

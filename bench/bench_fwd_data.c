@@ -11,6 +11,7 @@
 uint16_t *pool;
 s2_dtype bench_dtype = S2_DTYPE_BF16;
 static uint8_t *pool8;   /* e4m3: the pool rounded, byte per element */
+static float *pool32;    /* f32: the pool widened (exact) */
 
 uint64_t rng_next(uint64_t *s)
 {
@@ -51,24 +52,31 @@ bool pool_init(uint64_t seed)
         for (size_t i = 0; i < POOL; i++)
             e->from_f64(&pool8[i], bf16_to_f64(pool[i]));
     }
+    if (bench_dtype == S2_DTYPE_F32) {
+        if (!(pool32 = malloc((size_t)POOL * sizeof *pool32)))
+            return false;
+        for (size_t i = 0; i < POOL; i++)
+            pool32[i] = (float)bf16_to_f64(pool[i]);
+    }
     return true;
 }
 
-/* the kernel's input value: bf16, or e4m3 */
+/* the kernel's input value: bf16, e4m3, or f32 (the same values as bf16) */
 double pool_at(uint64_t base, uint64_t index)
 {
     uint64_t i = (base + index) % POOL;
     if (!pool8)
-        return bf16_to_f64(pool[i]);
+        return bf16_to_f64(pool[i]);   /* f32 holds the same values */
     return s2_dtype_info_of(S2_DTYPE_E4M3)->to_f64(&pool8[i]);
 }
 
-/* Device buffer of `elems` bf16 (e4m3: bytes) filled from the pool at `base`. */
+/* Device buffer of `elems` inputs of bench_dtype filled from the pool at `base`
+ * (stage holds POOL elements of the widest dtype, f32). */
 static s2_status upload_pool(s2_ctx *ctx, s2_device *dev, s2_devptr dst, uint64_t elems, uint64_t base,
-                             uint16_t *stage)
+                             void *stage)
 {
-    size_t es = pool8 ? 1 : 2;
-    const uint8_t *src = pool8 ? pool8 : (const uint8_t *)pool;
+    size_t es = s2_dtype_size(bench_dtype);
+    const uint8_t *src = pool8 ? pool8 : pool32 ? (const uint8_t *)pool32 : (const uint8_t *)pool;
     for (uint64_t done = 0; done < elems;) {
         uint64_t n = elems - done < POOL ? elems - done : POOL;
         uint64_t o = (base + done) % POOL;
@@ -84,7 +92,7 @@ static s2_status upload_pool(s2_ctx *ctx, s2_device *dev, s2_devptr dst, uint64_
 }
 
 s2_status config_open(s2_ctx *ctx, s2_device *dev, const bench_config *c, int head_dim, config_data *cd,
-                      uint16_t *stage)
+                      void *stage)
 {
     memset(cd, 0, sizeof *cd);
     cd->cfg = c;
@@ -118,7 +126,7 @@ s2_status config_open(s2_ctx *ctx, s2_device *dev, const bench_config *c, int he
         in->vb = in->qb + 12345679u;
         s2_devptr *p[4] = {&in->q, &in->k, &in->v, &in->o};
         for (int j = 0; st == S2_OK && j < 4; j++)
-            st = s2_mem_alloc(ctx, dev, cd->elems * (j < 3 ? s2_dtype_size(bench_dtype) : 2), p[j]);
+            st = s2_mem_alloc(ctx, dev, cd->elems * (j < 3 ? s2_dtype_size(bench_dtype) : bench_out_size()), p[j]);
         if (st == S2_OK)
             st = s2_mem_alloc(ctx, dev, (size_t)c->batch * c->heads * c->seq * 4, &in->lse);
         if (st == S2_OK)
@@ -143,4 +151,18 @@ void config_close(s2_ctx *ctx, s2_device *dev, config_data *cd)
     }
     s2_layout_free(cd->lay);
     s2_pattern_set_free(cd->set);
+}
+
+/* Bytes of one output element: o is f32 for f32 inputs, bf16 otherwise. */
+size_t bench_out_size(void)
+{
+    return bench_dtype == S2_DTYPE_F32 ? 4 : 2;
+}
+
+/* Output element i of a host copy of o. */
+double bench_out_at(const void *o, uint64_t i)
+{
+    if (bench_dtype == S2_DTYPE_F32)
+        return ((const float *)o)[i];
+    return bf16_to_f64(((const uint16_t *)o)[i]);
 }

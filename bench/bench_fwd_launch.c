@@ -137,20 +137,20 @@ s2_status check_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, cons
     const input_set *in = &cd->sets[0];
     const int64_t B = c->batch, H = c->heads, S = c->seq, D = cd->head_dim;
     memset(cr, 0, sizeof *cr);
-    s2_status st = s2_memset_d8(ctx, dev, in->o, 0xff, cd->elems * 2);
+    s2_status st = s2_memset_d8(ctx, dev, in->o, 0xff, cd->elems * bench_out_size());
     if (st == S2_OK)
         st = s2_memset_d8(ctx, dev, in->lse, 0xff, (size_t)(B * H * S) * 4);
     if (st == S2_OK)
         st = launch(ctx, cd, v, sd, in);
     if (st == S2_OK)
         st = s2_device_synchronize(ctx, dev);
-    uint16_t *o = malloc(cd->elems * 2);
+    void *o = malloc(cd->elems * bench_out_size());
     float *lse = malloc((size_t)(B * H * S) * 4);
     double *sc = malloc((size_t)S * sizeof *sc);
     if (!o || !lse || !sc)
         st = S2_ERR_NOMEM;
     if (st == S2_OK)
-        st = s2_memcpy_d2h(ctx, dev, o, in->o, cd->elems * 2);
+        st = s2_memcpy_d2h(ctx, dev, o, in->o, cd->elems * bench_out_size());
     if (st == S2_OK)
         st = s2_memcpy_d2h(ctx, dev, lse, in->lse, (size_t)(B * H * S) * 4);
     if (st != S2_OK) {
@@ -158,7 +158,7 @@ s2_status check_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, cons
         return st;
     }
     for (uint64_t i = 0; i < cd->elems; i++)
-        if (!isfinite(bf16_to_f64(o[i])))
+        if (!isfinite(bench_out_at(o, i)))
             cr->bad++;
     for (int64_t i = 0; i < B * H * S; i++)
         if (!isfinite(lse[i]))
@@ -197,7 +197,7 @@ s2_status check_variant(s2_ctx *ctx, s2_device *dev, const config_data *cd, cons
                 ov[d] += p * pool_at(in->vb, vrow + (uint64_t)d);
         }
         for (int d = 0; d < D; d++) {
-            double ref = l > 0 ? ov[d] / l : 0.0, x = bf16_to_f64(o[qrow + (uint64_t)d]);
+            double ref = l > 0 ? ov[d] / l : 0.0, x = bench_out_at(o, qrow + (uint64_t)d);
             num += (x - ref) * (x - ref);
             den += ref * ref;
         }
