@@ -10,10 +10,15 @@
  * come by ldmatrix (an 8 x 8 b16 matrix is 8 rows of 4 fp32: lane l gets row
  * l/4, word l%4, the A / B layout).  P·V runs over a permuted key order:
  * k-index t4 is key 2·t4 and t4+4 is key 2·t4+1 of the 8-key step, so P's
- * A fragment is the score accumulator as it stands (c0, c2, c1, c3) and V's
- * B fragment two 4-byte shared loads, conflict-free under the 128-byte
- * swizzle (rows 2·t4+j XOR distinct chunk pairs).  Q, K and P are rounded
- * to tf32 (cvt.rna): truncated K would bias every score, and so the LSE, by
+ * A fragment is the score accumulator as it stands (c0, c2, c1, c3), and
+ * over a permuted column order: n-index g of n-tile 4G + j is column
+ * 32G + 4g + j, so one 16-byte shared load of row 2·t4 (and one of
+ * 2·t4 + 1) gives V's B fragments of four n-tiles, conflict-free under the
+ * 128-byte swizzle (rows 2·t4 + j XOR chunks g), and a thread's O
+ * accumulators of a row are 8 consecutive columns, 32G + 8·t4 + 4e + j
+ * (head dims that are not a multiple of 32 end with a group of two
+ * n-tiles: 8-byte loads, 4 columns).  Q, K and P are rounded to nearest
+ * tf32 (to_tf32): truncated K would bias every score, and so the LSE, by
  * -2^-11 relative on average; V enters as stored (the tensor cores read the
  * tf32 bits of an fp32 operand), a bias of O within tf32's own rounding. */
 #include "fwd_common.h"
@@ -31,6 +36,7 @@ enum { QREG_MAX_D = 128 };
 typedef struct tfk {
     S2_FWD_BASE;                                    /* shape, CTA state, accumulators (fwd_common.h) */
     bool q_regs;                                    /* Q's A-fragments kept in registers (D <= QREG_MAX_D) */
+    bool rn;                                        /* round ties to even (sm_90's cvt.rn.tf32) */
     LLVMValueRef qf[QREG_MAX_D / 8][4];             /* Q A-fragments (q_regs) */
     LLVMValueRef q_row, q_hi;                       /* Q ldmatrix lane row and chunk parity */
 } tfk;
@@ -45,10 +51,13 @@ static LLVMValueRef gep32(tfk *k, LLVMValueRef base, LLVMValueRef off)
     return LLVMBuildInBoundsGEP2(k->b, k->cg->t_f32, base, &off, 1, "");
 }
 
-/* An fp32 value as a tf32 operand, rounded to nearest (ties away). */
+/* An fp32 value as a tf32 operand, rounded to nearest: ties to even on
+ * sm_90 (cvt.rn.tf32, one instruction), ties away on sm_80 (cvt.rna, the
+ * only rounding it has: three instructions). */
 static LLVMValueRef to_tf32(tfk *k, LLVMValueRef x)
 {
-    return s2_nv_intrinsic(k->cg, "llvm.nvvm.f2tf32.rna", k->cg->t_i32, &k->cg->t_f32, 1, &x);
+    return s2_nv_intrinsic(k->cg, k->rn ? "llvm.nvvm.f2tf32.rn" : "llvm.nvvm.f2tf32.rna", k->cg->t_i32, &k->cg->t_f32,
+                           1, &x);
 }
 
 /* Q A-fragment of k-step ks (8 columns) of this warp's slab, rounded to
@@ -77,9 +86,14 @@ typedef struct kv_lanes {
     LLVMValueRef k_part[MAX_D / 16];
     int k_cst[MAX_D / 16];
     s2_fwd_lane_parts k_parts, v_parts[2];
-    LLVMValueRef v_part[2][MAX_D / 8];   /* key row 2·t4 + j, column 8·dn + g */
-    int v_cst[2][MAX_D / 8];
+    LLVMValueRef v_part[2][MAX_D / 32 + 1];   /* key row 2·t4 + j, column group G (header) */
+    int v_cst[2][MAX_D / 32 + 1];
 } kv_lanes;
+
+/* V's column groups: n-tiles 4G..4G+3, and a last group of two where
+ * D % 32 == 16; group G starts at n-tile 4G, column 32G. */
+static int v_groups(const tfk *k) { return (k->s.D + 16) / 32; }
+static int v_group_tiles(const tfk *k, int G) { return 4 * G + 4 <= k->s.D / 8 ? 4 : 2; }
 
 static void kv_lanes_init(tfk *k, kv_lanes *L)
 {
@@ -92,14 +106,19 @@ static void kv_lanes_init(tfk *k, kv_lanes *L)
     LLVMValueRef k_rowoff = LLVMBuildMul(b, k_row, c32(k, row_bytes), "");
     for (int p = 0; p < k->s.D / 16; p++)
         L->k_part[p] = LLVMBuildAdd(b, k_rowoff, s2_fwd_chunk_part(&k->fk, &L->k_parts, k_row, 4 * p, k_lc, &L->k_cst[p]), "");
-    /* V (4-byte loads): key row 2·t4 + j, chunk 2·dn + g/4, word g%4 */
-    LLVMValueRef v_lc = LLVMBuildLShr(b, k->g, c32(k, 2), "");
-    LLVMValueRef word = LLVMBuildShl(b, LLVMBuildAnd(b, k->g, c32(k, 3), ""), c32(k, 2), "");
+    /* V: key row 2·t4 + j; group of four n-tiles: chunk 8G + g (16 bytes);
+     * of two: chunk 8G + g/2, bytes 8·(g%2) (8 bytes) */
+    LLVMValueRef half = LLVMBuildLShr(b, k->g, c32(k, 1), "");
+    LLVMValueRef word2 = LLVMBuildShl(b, LLVMBuildAnd(b, k->g, c32(k, 1), ""), c32(k, 3), "");
     for (int j = 0; j < 2; j++) {
         LLVMValueRef v_row = LLVMBuildAdd(b, LLVMBuildShl(b, k->t4, c32(k, 1), ""), c32(k, j), "");
-        LLVMValueRef rowoff = LLVMBuildAdd(b, LLVMBuildMul(b, v_row, c32(k, row_bytes), ""), word, "");
-        for (int dn = 0; dn < k->s.D / 8; dn++)
-            L->v_part[j][dn] = LLVMBuildAdd(b, rowoff, s2_fwd_chunk_part(&k->fk, &L->v_parts[j], v_row, 2 * dn, v_lc, &L->v_cst[j][dn]), "");
+        LLVMValueRef rowoff = LLVMBuildMul(b, v_row, c32(k, row_bytes), "");
+        for (int G = 0; G < v_groups(k); G++) {
+            bool four = v_group_tiles(k, G) == 4;
+            LLVMValueRef part = s2_fwd_chunk_part(&k->fk, &L->v_parts[j], v_row, 8 * G, four ? k->g : half,
+                                                  &L->v_cst[j][G]);
+            L->v_part[j][G] = LLVMBuildAdd(b, rowoff, four ? part : LLVMBuildAdd(b, part, word2, ""), "");
+        }
     }
 }
 
@@ -131,9 +150,10 @@ static void score_tiles(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef kst, 
     s2_fwd_scores_by_tile(fk, lanes, kst, n0, count, tile_scores);
 }
 
-/* O += P·V of the 8-key step kk in the permuted key order (header): P's A
- * fragment (c0, c2, c1, c3) of n-tile kk, rounded to tf32; V's B fragment
- * b0 = V[8kk + 2·t4][8dn + g], b1 = V[8kk + 2·t4 + 1][8dn + g]. */
+/* O += P·V of the 8-key step kk in the permuted key and column orders
+ * (header): P's A fragment (c0, c2, c1, c3) of n-tile kk, rounded to tf32;
+ * V's B fragments of n-tile 4G + i: b0 = V[8kk + 2·t4][32G + 4g + i],
+ * b1 = V[8kk + 2·t4 + 1][32G + 4g + i], element i of one vector load per row. */
 static void accumulate_pv(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef vst, int kk, LLVMValueRef sc[][4])
 {
     tfk *k = (tfk *)fk;
@@ -142,20 +162,29 @@ static void accumulate_pv(s2_fwd_kernel *fk, const void *lanes, LLVMValueRef vst
     LLVMBuilderRef b = k->b;
     int row_bytes = k->s.chunks * 16;
     LLVMValueRef a[4] = {to_tf32(k, sc[kk][0]), to_tf32(k, sc[kk][2]), to_tf32(k, sc[kk][1]), to_tf32(k, sc[kk][3])};
-    for (int dn = 0; dn < k->s.D / 8; dn++) {
-        LLVMValueRef vb[2];
+    for (int G = 0; G < v_groups(k); G++) {
+        int n = v_group_tiles(k, G);
+        LLVMTypeRef vt = LLVMVectorType(cg->t_i32, (unsigned)n);
+        LLVMValueRef row[2];
         for (int j = 0; j < 2; j++) {
-            LLVMValueRef p = s2_fwd_smem_addr(&k->fk, vst, L->v_part[j][dn], L->v_cst[j][dn] + 8 * kk * row_bytes);
-            vb[j] = LLVMBuildLoad2(b, cg->t_i32, p, "v");
-            LLVMSetAlignment(vb[j], 4);
+            LLVMValueRef p = s2_fwd_smem_addr(&k->fk, vst, L->v_part[j][G], L->v_cst[j][G] + 8 * kk * row_bytes);
+            LLVMValueRef ld = LLVMBuildLoad2(b, vt, p, "v");
+            LLVMSetAlignment(ld, (unsigned)(4 * n));
+            /* freeze keeps the load whole: O3 splits a vector load used only
+             * by extracts into scalar loads (ld.shared.b32 each) */
+            row[j] = LLVMBuildFreeze(b, ld, "");
         }
-        s2_flash_mma_into(cg, k->s.dt, a, vb, k->acc.o[dn]);
+        for (int i = 0; i < n; i++) {
+            LLVMValueRef vb[2] = {LLVMBuildExtractElement(b, row[0], c32(k, i), ""),
+                                  LLVMBuildExtractElement(b, row[1], c32(k, i), "")};
+            s2_flash_mma_into(cg, k->s.dt, a, vb, k->acc.o[4 * G + i]);
+        }
     }
 }
 
-/* O /= l and LSE (flash.h's row end); fp32 rows: the lane's two columns of
- * each 8-column group are one 8-byte store (a quad writes a whole 32-byte
- * sector), two 4-byte stores where O or its strides are not 8-byte aligned. */
+/* O /= l and LSE (flash.h's row end); fp32 rows: a lane's columns of a
+ * group are consecutive (header), one 16-byte store per four, 4-byte
+ * stores where O or its strides are not 16-byte aligned. */
 static void epilogue(tfk *k)
 {
     s2_cg *cg = k->cg;
@@ -163,9 +192,8 @@ static void epilogue(tfk *k)
     s2_flash_out out = s2_fwd_out(&k->fk);
     LLVMValueRef bits = LLVMBuildOr(b, LLVMBuildPtrToInt(b, param(k, P_O), cg->t_i64, ""),
         LLVMBuildShl(b, LLVMBuildOr(b, k->obase, param(k, P_OS + 1), ""), c64(k, 2), ""), "");
-    LLVMValueRef aligned = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, bits, c64(k, 7), ""), c64(k, 0), "aligned8");
-    LLVMValueRef col = LLVMBuildShl(b, k->t4, c32(k, 1), "");
-    LLVMTypeRef v2 = LLVMVectorType(cg->t_f32, 2);
+    LLVMValueRef aligned = LLVMBuildICmp(b, LLVMIntEQ, LLVMBuildAnd(b, bits, c64(k, 15), ""), c64(k, 0), "aligned16");
+    LLVMTypeRef v4 = LLVMVectorType(cg->t_f32, 4);
     for (int hr = 0; hr < 2; hr++) {
         LLVMValueRef inv, lse;
         s2_flash_row_final(cg, &k->acc, hr, param(k, P_SCALE_LOG2), &inv, &lse);
@@ -173,28 +201,33 @@ static void epilogue(tfk *k)
         LLVMValueRef qrow;
         LLVMValueRef ok = s2_fwd_thread_q_row(&k->fk, hr, &qrow);
         LLVMValueRef row_off = s2_flash_row_store_begin(cg, &out, ok, qrow, &store);
-        LLVMValueRef v[S2_FLASH_MAX_D / 8][2];
-        for (int dn = 0; dn < k->s.D / 8; dn++)
+        /* col[c], v[c]: the thread's c-th column of the row and its value */
+        LLVMValueRef v[MAX_D / 4], col[MAX_D / 4];
+        int nc = 0;
+        for (int G = 0; G < v_groups(k); G++) {
+            int n = v_group_tiles(k, G);
+            LLVMValueRef first = LLVMBuildAdd(b, LLVMBuildMul(b, k->t4, c32(k, 2 * n), ""), c32(k, 32 * G), "");
             for (int e = 0; e < 2; e++)
-                v[dn][e] = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[dn][2 * hr + e], ""), inv, "");
+                for (int i = 0; i < n; i++, nc++) {
+                    v[nc] = LLVMBuildFMul(b, LLVMBuildLoad2(b, cg->t_f32, k->acc.o[4 * G + i][2 * hr + e], ""), inv, "");
+                    col[nc] = LLVMBuildAdd(b, first, c32(k, n * e + i), "");
+                }
+        }
         s2_nv_if wide, narrow;
-        s2_nv_if_begin(cg, &wide, aligned, "st_v2");
-        for (int dn = 0; dn < k->s.D / 8; dn++) {
-            LLVMValueRef off = LLVMBuildAdd(b, row_off, LLVMBuildZExt(b, LLVMBuildAdd(b, col, c32(k, 8 * dn), ""),
-                                                                      cg->t_i64, ""), "");
-            LLVMValueRef x = LLVMGetUndef(v2);
-            for (int e = 0; e < 2; e++)
-                x = LLVMBuildInsertElement(b, x, v[dn][e], c32(k, e), "");
-            LLVMSetAlignment(LLVMBuildStore(b, x, gep32(k, param(k, P_O), off)), 8);
+        s2_nv_if_begin(cg, &wide, aligned, "st_v4");
+        for (int c = 0; c < nc; c += 4) {
+            LLVMValueRef off = LLVMBuildAdd(b, row_off, LLVMBuildZExt(b, col[c], cg->t_i64, ""), "");
+            LLVMValueRef x = LLVMGetUndef(v4);
+            for (int e = 0; e < 4; e++)
+                x = LLVMBuildInsertElement(b, x, v[c + e], c32(k, e), "");
+            LLVMSetAlignment(LLVMBuildStore(b, x, gep32(k, param(k, P_O), off)), 16);
         }
         s2_nv_if_end(cg, &wide);
         s2_nv_if_begin(cg, &narrow, LLVMBuildNot(b, aligned, ""), "st_b32");
-        for (int dn = 0; dn < k->s.D / 8; dn++)
-            for (int e = 0; e < 2; e++) {
-                LLVMValueRef off = LLVMBuildAdd(b, row_off, LLVMBuildZExt(b, LLVMBuildAdd(b, col, c32(k, 8 * dn + e), ""),
-                                                                          cg->t_i64, ""), "");
-                LLVMSetAlignment(LLVMBuildStore(b, v[dn][e], gep32(k, param(k, P_O), off)), 4);
-            }
+        for (int c = 0; c < nc; c++) {
+            LLVMValueRef off = LLVMBuildAdd(b, row_off, LLVMBuildZExt(b, col[c], cg->t_i64, ""), "");
+            LLVMSetAlignment(LLVMBuildStore(b, v[c], gep32(k, param(k, P_O), off)), 4);
+        }
         s2_nv_if_end(cg, &narrow);
         s2_flash_row_store_end(cg, &out, &store, qrow, lse);
     }
@@ -213,6 +246,7 @@ static s2_status tf32_build(s2_ctx *ctx, s2_cg *cg, const s2_pattern *p, const s
     tfk k = {.kb = {.cg = cg, .b = cg->b}};
     s2_fwd_shape_init(&k.s, p, spec, ESIZE);
     k.q_regs = k.s.D <= QREG_MAX_D;
+    k.rn = spec->arch != S2_ARCH_SM80;
     if (k.s.D > MAX_D || k.s.BN > MAX_BN || k.s.BM != 16 * k.s.warps || k.s.D % 16 != 0 ||
         s2_dtype_info_of(k.s.dt)->mma_k != 8)
         return s2_fail(ctx, S2_ERR_INTERNAL, "fp32 forward: unresolved spec reached the builder");
