@@ -103,6 +103,20 @@ LLVMValueRef s2_flash_softmax_row(s2_cg *cg, const s2_flash_rows *r, int hr, LLV
     return alpha;
 }
 
+void s2_flash_rescale_o(s2_cg *cg, const s2_flash_rows *r, int D, LLVMValueRef alpha[2], LLVMValueRef grow)
+{
+    s2_nv_if any;
+    if (grow)
+        s2_nv_if_begin(cg, &any, grow, "rescale");
+    for (int dn = 0; dn < D / 8; dn++)
+        for (int i = 0; i < 4; i++) {
+            LLVMValueRef p = r->o[dn][i];
+            LLVMBuildStore(cg->b, LLVMBuildFMul(cg->b, LLVMBuildLoad2(cg->b, cg->t_f32, p, ""), alpha[i >> 1], ""), p);
+        }
+    if (grow)
+        s2_nv_if_end(cg, &any);
+}
+
 LLVMValueRef s2_flash_swizzle(s2_cg *cg, LLVMValueRef row, LLVMValueRef chunk, int chunks)
 {
     LLVMBuilderRef b = cg->b;

@@ -36,6 +36,9 @@ void s2_flash_rows_zero(s2_cg *cg, const s2_flash_rows *r);
  * else alpha is exactly 1; *grew is the i1 "replaced". */
 LLVMValueRef s2_flash_softmax_row(s2_cg *cg, const s2_flash_rows *r, int hr, LLVMValueRef sc[][4], int NT,
                                   LLVMValueRef scale, bool rescale_o, LLVMValueRef *grew);
+/* O *= alpha[hr] on each row hr, columns below D (FA2's rescale of O after a
+ * new maximum); with grow (a warp-uniform i1, lazy rescaling) only where it holds. */
+void s2_flash_rescale_o(s2_cg *cg, const s2_flash_rows *r, int D, LLVMValueRef alpha[2], LLVMValueRef grow);
 /* Row hr's end of the softmax: the quad's sum l, then *inv = 1/l and *lse =
  * (m·scale_log2 + log2 l)·ln 2 (natural log), 0 and -inf for a row that kept
  * nothing (l = 0). */

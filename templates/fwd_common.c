@@ -21,6 +21,14 @@ static void load_tile(s2_fwd_kernel *k, int rows, LLVMValueRef base, LLVMValueRe
     /* chunk -> element: 8 16-bit or 4 32-bit elements a chunk */
     int shift = k->s.esize == 2 ? 3 : 2;
     LLVMTypeRef elt = k->s.esize == 2 ? LLVMInt16TypeInContext(k->cg->llctx) : k->cg->t_f32;
+    /* whole passes of T threads over C chunks a row: a thread's chunk stays,
+     * its rows step by T/C, so its source address steps by (T/C)·rstride
+     * elements (tensor rows are affine in r: one add a copy) */
+    bool stepped = T % C == 0 && total % T == 0;
+    LLVMTypeRef i8 = LLVMInt8TypeInContext(k->cg->llctx);
+    LLVMValueRef run = NULL, step = stepped ? LLVMBuildMul(b, c64(k, (long long)(T / C) * k->s.esize), rstride, "row_step")
+                                            : NULL;
+    LLVMValueRef at_slice = LLVMBuildInBoundsGEP2(b, elt, base, &slice, 1, "");
     for (int it = 0; it * T < total; it++) {
         s2_nv_if guard;
         LLVMValueRef idx = s2_kb_spread(&k->kb, it, T, total, &guard, "tail");
@@ -28,13 +36,20 @@ static void load_tile(s2_fwd_kernel *k, int rows, LLVMValueRef base, LLVMValueRe
         LLVMValueRef ch = LLVMBuildURem(b, idx, c32(k, C), "");
         LLVMValueRef trow;
         LLVMValueRef ok = valid(k, r, &trow, user);
-        LLVMValueRef off = LLVMBuildAdd(b, LLVMBuildMul(b, sext64(k, trow), rstride, ""),
-                                        LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, shift), ""), k->cg->t_i64, ""), "");
-        off = LLVMBuildSelect(b, ok, LLVMBuildAdd(b, slice, off, ""), slice, "");
+        LLVMValueRef src;
+        if (run) {
+            run = src = LLVMBuildGEP2(b, i8, run, &step, 1, "");
+        } else {
+            LLVMValueRef off = LLVMBuildAdd(b, LLVMBuildMul(b, sext64(k, trow), rstride, ""),
+                                            LLVMBuildZExt(b, LLVMBuildShl(b, ch, c32(k, shift), ""), k->cg->t_i64, ""), "");
+            src = LLVMBuildGEP2(b, elt, at_slice, &off, 1, "");
+            if (stepped)
+                run = src;
+        }
         LLVMValueRef dst = LLVMBuildAdd(b, c32(k, smem_off), s2_flash_swizzle(k->cg, r, ch, C), "");
         if (smem_stage_off)
             dst = LLVMBuildAdd(b, dst, smem_stage_off, "");
-        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), LLVMBuildInBoundsGEP2(b, elt, base, &off, 1, ""),
+        s2_nv_cp_async_16(k->cg, s2_nv_smem_at(k->cg, dst), LLVMBuildSelect(b, ok, src, at_slice, ""),
                           LLVMBuildSelect(b, ok, c32(k, 16), c32(k, 0), ""));
         s2_kb_spread_end(&k->kb, &guard);
     }
@@ -88,6 +103,15 @@ static LLVMValueRef kv_row_valid(s2_fwd_kernel *k, LLVMValueRef r, LLVMValueRef 
     return ok;
 }
 
+/* Key row r of a key tile wholly inside kv_len with every column group live:
+ * always valid (load_kv's fast path, no per-row checks). */
+static LLVMValueRef kv_row_all(s2_fwd_kernel *k, LLVMValueRef r, LLVMValueRef *trow, void *user)
+{
+    const kv_rows *kr = user;
+    *trow = LLVMBuildAdd(k->b, kr->kpos0, r, "kpos");
+    return LLVMConstInt(LLVMInt1TypeInContext(k->cg->llctx), 1, 0);
+}
+
 /* Field of entry e (i32 index into the entries array): byte offset 0 tile,
  * 4 flags, 8 live. */
 LLVMValueRef s2_fwd_entry_field(s2_fwd_kernel *k, LLVMValueRef e, int field_off, LLVMTypeRef ty)
@@ -122,14 +146,27 @@ LLVMValueRef s2_fwd_entry_colmask(s2_fwd_kernel *k, LLVMValueRef e)
     return LLVMBuildSelect(b, full, c32(k, (1 << sub_n) - 1), LLVMBuildTrunc(b, m, k->cg->t_i32, ""), "colmask");
 }
 
-/* Issue the K and V copies of entry e into stage `stage` (i32). */
+/* Issue the K and V copies of entry e into stage `stage` (i32): without
+ * per-row checks when the tile lies inside kv_len with every column group
+ * live (most entries), with them otherwise. */
 static void load_kv(s2_fwd_kernel *k, LLVMValueRef e, LLVMValueRef stage)
 {
+    LLVMBuilderRef b = k->b;
     LLVMValueRef tile = s2_fwd_entry_field(k, e, 0, k->cg->t_i32);
-    kv_rows kr = {LLVMBuildMul(k->b, tile, c32(k, k->s.BN), "kpos0"), s2_fwd_skips_columns(k) ? s2_fwd_entry_colmask(k, e) : NULL};
-    LLVMValueRef soff = LLVMBuildMul(k->b, stage, c32(k, k->s.stage_bytes), "");
+    kv_rows kr = {LLVMBuildMul(b, tile, c32(k, k->s.BN), "kpos0"), s2_fwd_skips_columns(k) ? s2_fwd_entry_colmask(k, e) : NULL};
+    LLVMValueRef soff = LLVMBuildMul(b, stage, c32(k, k->s.stage_bytes), "");
+    LLVMValueRef all = LLVMBuildICmp(b, LLVMIntSLE, LLVMBuildAdd(b, kr.kpos0, c32(k, k->s.BN), ""), k->kv_len, "in_len");
+    if (kr.colmask)
+        all = LLVMBuildAnd(b, all, LLVMBuildICmp(b, LLVMIntEQ, kr.colmask, c32(k, (1 << k->s.sub_n) - 1), ""), "all_live");
+    s2_nv_if fast, slow;
+    s2_nv_if_begin(k->cg, &fast, all, "kv_fast");
+    load_tile(k, k->s.BN, param(k, P_K), k->kbase, param(k, P_KS + 1), k->s.k_off, soff, kv_row_all, &kr);
+    load_tile(k, k->s.BN, param(k, P_V), k->vbase, param(k, P_VS + 1), k->s.v_off, soff, kv_row_all, &kr);
+    s2_nv_if_end(k->cg, &fast);
+    s2_nv_if_begin(k->cg, &slow, LLVMBuildNot(b, all, ""), "kv_rows");
     load_tile(k, k->s.BN, param(k, P_K), k->kbase, param(k, P_KS + 1), k->s.k_off, soff, kv_row_valid, &kr);
     load_tile(k, k->s.BN, param(k, P_V), k->vbase, param(k, P_VS + 1), k->s.v_off, soff, kv_row_valid, &kr);
+    s2_nv_if_end(k->cg, &slow);
 }
 
 /* if (e < end) load_kv(e, stage); then commit (always, so the group count stays fixed). */
@@ -463,9 +500,13 @@ void s2_fwd_main_loop(s2_fwd_kernel *k, s2_fwd_tiles_fn tiles, s2_fwd_pv_fn pv, 
     scores(k, st.colmask, tiles, lanes, st.kst, sc);
     apply_mask(k, sc, st.e, st.kpos0);
     /* the online softmax (FA2's softmax_rescale_o): new max, O and l
-     * rescaled, scores -> probabilities in place */
+     * rescaled, scores -> probabilities in place; lazy (flash.h): O only
+     * where a row of the warp replaced its maximum */
+    LLVMValueRef alpha[2], grew[2];
     for (int hr = 0; hr < 2; hr++)
-        s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), true, NULL);
+        alpha[hr] = s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), false,
+                                         &grew[hr]);
+    s2_flash_rescale_o(k->cg, &k->acc, k->s.D, alpha, s2_nv_vote_any(k->cg, LLVMBuildOr(k->b, grew[0], grew[1], "")));
     accumulate_pv(k, st.colmask, pv, pv_keys, lanes, st.vst, sc);
     loop_end(k, &loop);
     s2_nv_cp_async_wait(k->cg, 0);   /* the ring's last (empty) groups */

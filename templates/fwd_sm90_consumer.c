@@ -261,16 +261,7 @@ static void store_o(sm90 *k, LLVMValueRef *oacc)
  * holds.  Columns past D (DP > D) hold zeros and are left as they are. */
 static void rescale_o(sm90 *k, LLVMValueRef alpha[2], LLVMValueRef grow)
 {
-    s2_nv_if any;
-    if (grow)
-        s2_nv_if_begin(k->cg, &any, grow, "rescale");
-    for (int dn = 0; dn < k->s.D / 8; dn++)
-        for (int i = 0; i < 4; i++) {
-            LLVMValueRef p = k->acc.o[dn][i];
-            LLVMBuildStore(k->b, LLVMBuildFMul(k->b, LLVMBuildLoad2(k->b, k->cg->t_f32, p, ""), alpha[i >> 1], ""), p);
-        }
-    if (grow)
-        s2_nv_if_end(k->cg, &any);
+    s2_flash_rescale_o(k->cg, &k->acc, k->s.D, alpha, grow);
 }
 
 /* alpha and grow of an entry, kept for the next iteration (split) */
