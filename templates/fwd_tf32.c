@@ -273,18 +273,25 @@ static bool tf32_accepts(const s2_kspec *s)
 
 /* The key tile: fewer score registers as O's D/2 grow (ptxas spills at d128
  * with 64 keys on sm_80, at d256 with 32), and fp32 stages small enough for
- * two CTAs (8 warps) per SM from d96 (64 keys at d128 would hold one). */
+ * two CTAs (8 warps) per SM from d96.  On sm_90 (one-instruction rounding)
+ * d128 fits 64 keys without spills (d96 and d112 spill), in one stage for
+ * two CTAs per SM (tf32_resolve): fewer barriers per key than 32 keys in two. */
+static bool wide_keys(const s2_kspec *spec, const s2_pattern *p)
+{
+    return spec->arch != S2_ARCH_SM80 && p->block_size > 16 && spec->head_dim == 128;
+}
+
 static int default_block_n(const s2_kspec *spec, const s2_pattern *p)
 {
     int d = spec->head_dim;
     if (p->block_size <= 16 || d > 192)
         return 16;
-    return d > 64 ? 32 : 64;
+    return d > 64 && !wide_keys(spec, p) ? 32 : 64;
 }
 
 /* FA2 tiling as the mma.sync forward (block_m = 16 · num_warps, default 64
- * rows), key tiles by default_block_n, 2 stages, 1 where two do not fit the
- * arch's shared memory and none was asked. */
+ * rows), key tiles by default_block_n, 2 stages (1 for wide_keys' tiles, and
+ * where two do not fit the arch's shared memory and none was asked). */
 static s2_status tf32_resolve(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
 {
     if (spec->persistent > 0 || spec->kv_gather > 1 || spec->bwd_wgmma > 0 || spec->bwd_tma > 0)
@@ -294,8 +301,11 @@ static s2_status tf32_resolve(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
     s2_status st = s2_template_fa2_rows(ctx, spec);
     if (st != S2_OK)
         return st;
+    bool wide = spec->block_n == 0 && spec->num_stages == 0 && spec->block_m == 64 && wide_keys(spec, p);
     if (spec->block_n == 0)
         spec->block_n = default_block_n(spec, p);
+    if (wide)
+        spec->num_stages = 1;
     if (!s2_template_pow2_in(spec->block_n, 16, MAX_BN))
         return s2_fail(ctx, S2_ERR_UNSUPPORTED, "spec: block_n %d (16, 32, 64 or 128)", spec->block_n);
     bool stages_given = spec->num_stages != 0;
