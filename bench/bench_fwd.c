@@ -291,14 +291,17 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
         double flops = 4.0 * sd.kept_pairs * cd->head_dim * c->batch;
         double tf = cr.ok ? flops / (med * 1e-3) / 1e12 : 0;
         double util = sd.kept_pairs * 4.0 * cd->head_dim / sd.tile_flops;   /* kept pairs / computed pairs */
-        double peer = h100 ? c->peer_h100_ms : c->peer_h200_ms;
+        /* PEERS.md's times are bf16 at D 128: no ratio for another head dim or dtype */
+        bool comparable = cd->head_dim == HEAD_DIM && bench_dtype == S2_DTYPE_BF16;
+        double peer = !comparable ? 0 : h100 ? c->peer_h100_ms : c->peer_h200_ms;
+        const char *peer_name = comparable ? c->peer : "-";
         int spill = v.spill_st + v.spill_ld + v.stack;
         if (o->csv)
             printf("%s,%d,%d,%lld,%d,%d,%d,%.2f,%d,%d,%d,%d,%d,%d,%d,%s,%.3e,%.3e,%.4f,%.4f,%.1f,%.3f,%s,%.3f,%.3f,%.0f,"
                    "%.1f,%d\n",
                    name, c->batch, c->heads, (long long)c->seq, c->block, c->local, c->stride, kept, v.spec.block_m,
                    v.spec.block_n, v.spec.num_warps, v.spec.num_stages, v.regs, spill, v.smem, cr.ok ? "ok" : "FAIL",
-                   cr.o_err, cr.lse_err, med, mn, tf, util, c->peer, peer, cr.ok && peer > 0 ? med / peer : 0, v.cold_ms,
+                   cr.o_err, cr.lse_err, med, mn, tf, util, peer_name, peer, cr.ok && peer > 0 ? med / peer : 0, v.cold_ms,
                    v.warm_ms, v.persistent);
         else if (!cr.ok)
             printf("%-14s %5.1f %3d %3d %2d %2d %4d %5d %6d  CHECK FAILED: o_err %.3g lse_err %.3g bad %lld\n",
@@ -307,7 +310,7 @@ static void run_variant(s2_ctx *ctx, s2_device *dev, config_data *cd, const s2_k
         else
             printf("%-14s %5.1f %3d %3d %2d %2d %4d %5d %6d %8.3f %8.3f %6.1f %5.2f %-9s %6.2f %9.0f %8.1f %s\n", name,
                    kept, v.spec.block_m, v.spec.block_n, v.spec.num_warps, v.spec.num_stages, v.regs, spill, v.smem,
-                   med, mn, tf, util, c->peer, peer > 0 ? med / peer : 0, v.cold_ms, v.warm_ms,
+                   med, mn, tf, util, peer_name, peer > 0 ? med / peer : 0, v.cold_ms, v.warm_ms,
                    label ? label : v.persistent ? "persistent" : v.spec.kv_gather > 1 ? "grid gathered" : "grid");
         if (o->csv_file && cr.ok && cd->head_dim == HEAD_DIM && bench_dtype == S2_DTYPE_BF16) {
             char fam[64];
