@@ -321,15 +321,10 @@ static s2_status tf32_resolve(s2_ctx *ctx, s2_kspec *spec, const s2_pattern *p)
     return S2_OK;
 }
 
+/* no NAME_combine or NAME_rows: they store 16-bit rows */
 static int tf32_kernels(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
 {
-    /* no NAME_combine: the LSE merge stores 16-bit outputs */
-    out[0] = (s2_kernel_record){.role = S2_ROLE_FWD, .abi = S2_ABI_FWD, .grid = s2_role_grid(S2_ROLE_FWD, S2_ABI_FWD),
-                                .threads = s->num_warps * S2_WARP, .smem_bytes = tf32_smem_bytes(p, s), .spec = *s};
-    out[1] = (s2_kernel_record){.role = S2_ROLE_FWD_SEQS, .abi = S2_ABI_SEQS,
-                                .grid = s2_role_grid(S2_ROLE_FWD_SEQS, S2_ABI_SEQS), .threads = S2_SEQS_THREADS,
-                                .spec = *s};
-    return 2;
+    return s2_template_kernels_fwd(s, S2_ABI_FWD, tf32_smem_bytes(p, s), false, out);
 }
 
 #define HD(d) S2_TEMPLATE_HEAD_DIM(d)

@@ -325,31 +325,33 @@ static s2_kernel_record record(s2_kernel_role role, s2_abi_id abi, int threads, 
 /* A forward's main record comes first (the driver takes a wide variant's
  * from there); NAME_seqs, NAME_combine and NAME_rows, built once per entry
  * (build_entry), follow. */
-static int kernels_fwd(const s2_kspec *s, s2_abi_id abi, int smem, s2_kernel_record *out)
+int s2_template_kernels_fwd(const s2_kspec *s, s2_abi_id abi, int smem, bool with16, s2_kernel_record *out)
 {
-    out[0] = record(S2_ROLE_FWD, abi, s->num_warps * 32, smem, s);
-    out[1] = record(S2_ROLE_FWD_SEQS, S2_ABI_SEQS, S2_SEQS_THREADS, 0, s);
-    out[2] = record(S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_COMBINE_THREADS, 0, s);
-    out[3] = record(S2_ROLE_ROWS, S2_ABI_ROWS, S2_ROWS_THREADS, 0, s);
-    return 4;
+    int n = 0;
+    out[n++] = record(S2_ROLE_FWD, abi, s->num_warps * 32, smem, s);
+    out[n++] = record(S2_ROLE_FWD_SEQS, S2_ABI_SEQS, S2_SEQS_THREADS, 0, s);
+    if (with16) {
+        out[n++] = record(S2_ROLE_COMBINE, S2_ABI_COMBINE, S2_COMBINE_THREADS, 0, s);
+        out[n++] = record(S2_ROLE_ROWS, S2_ABI_ROWS, S2_ROWS_THREADS, 0, s);
+    }
+    return n;
 }
 
 static int kernels_fwd_mma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
 {
-    return kernels_fwd(s, S2_ABI_FWD, s2_fwd_smem_bytes(p, s), out);
+    return s2_template_kernels_fwd(s, S2_ABI_FWD, s2_fwd_smem_bytes(p, s), true, out);
 }
 
 static int kernels_fwd_wgmma(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
 {
     s2_abi_id abi = s->persistent > 0 ? S2_ABI_FWD_TMA_PERSISTENT : S2_ABI_FWD_TMA;
-    return kernels_fwd(s, abi, s2_fwd_sm90_smem_bytes(p, s), out);
+    return s2_template_kernels_fwd(s, abi, s2_fwd_sm90_smem_bytes(p, s), true, out);
 }
 
-/* fp8: NAME and NAME_seqs only (NAME_combine and NAME_rows read and write the spec's dtype) */
+/* fp8: e4m3 inputs, so no NAME_combine or NAME_rows */
 static int kernels_fwd_fp8(const s2_pattern *p, const s2_kspec *s, s2_kernel_record *out)
 {
-    kernels_fwd(s, S2_ABI_FWD_TMA_FP8, s2_fwd_sm90_smem_bytes(p, s), out);
-    return 2;
+    return s2_template_kernels_fwd(s, S2_ABI_FWD_TMA_FP8, s2_fwd_sm90_smem_bytes(p, s), false, out);
 }
 
 /* NAME_pre takes no shared memory; NAME_dqds and NAME_dqds2 take less than

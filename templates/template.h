@@ -82,6 +82,10 @@ const s2_template *s2_template_named(const char *name);
 /* Dynamic shared memory a CTA may opt in to on arch (sm_80: A100's 163 KB;
  * sm_90: 227 KB). */
 int s2_template_smem_limit(int arch);
+/* A forward's kernel records: NAME (role fwd, abi, smem) and NAME_seqs; with16
+ * also NAME_combine and NAME_rows, which read and write the spec's dtype as
+ * 16-bit rows.  Returns the count. */
+int s2_template_kernels_fwd(const s2_kspec *s, s2_abi_id abi, int smem, bool with16, s2_kernel_record *out);
 /* v is a power of two in [lo, hi]. */
 static inline bool s2_template_pow2_in(int v, int lo, int hi) { return v >= lo && v <= hi && (v & (v - 1)) == 0; }
 /* The mma.sync templates' FA2 rows: each warp owns one 16-row slab, so
