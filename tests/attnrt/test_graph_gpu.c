@@ -40,6 +40,7 @@
  * Exits 77 without libcuda.so.1 or a device; CUDA lives in this process, so
  * Check does not fork. */
 #include "../attn/patterns.h"
+#include "../decode/paged_case.h"
 #include "compile_internal.h"
 #include "kernel_abi.h"
 #include "rt_cuda.h"
@@ -56,6 +57,7 @@
 #include "cu_graph.h"
 #include "gpu_harness.h"
 #include "poison.h"
+#include "rand_pattern.h"
 #include "varlen_seqs.h"
 #include <math.h>
 #include <stdarg.h>
@@ -943,19 +945,6 @@ END_TEST
 
 enum { DEC_B = 3, DEC_N = 2, DEC_PAGE = 32, DEC_MAX = 600, DEC_SPLITS = 4 };
 
-/* Does kv head g's group read key block n for sequence length len (test_decode_gpu)? */
-static bool block_needed(const s2_pattern *p, int g, int64_t len, int n_new, int64_t n)
-{
-    int G = p->heads / p->kv_heads;
-    for (int t = 0; t < n_new; t++) {
-        int64_t m = (len - n_new + t) / p->block_size;
-        for (int i = 0; i < G; i++)
-            if (s2_block_kept(p, g * G + i, m, n))
-                return true;
-    }
-    return false;
-}
-
 typedef struct dec_problem {
     int H, HK;
     int64_t max_pages, num_pages;
@@ -977,14 +966,7 @@ static void dec_draw(dec_problem *pr, const s2_pattern *p, s2_dtype dt, int r, u
     }
     int32_t *perm = malloc(sizeof(int32_t) * (size_t)pr->num_pages);
     ck_assert_ptr_nonnull(perm);
-    for (int64_t i = 0; i < pr->num_pages; i++)
-        perm[i] = (int32_t)i;
-    for (int64_t i = pr->num_pages - 1; i > 0; i--) {
-        int64_t j = (int64_t)(rng_next(s) % (uint64_t)(i + 1));
-        int32_t x = perm[i];
-        perm[i] = perm[j];
-        perm[j] = x;
-    }
+    s2t_shuffle_ids(perm, pr->num_pages, s);
     memcpy(pr->table, perm, sizeof(int32_t) * (size_t)(DEC_B * pr->max_pages));
     free(perm);
     s2t_poison16(pr->kp, pr->pool_elems);
@@ -999,7 +981,7 @@ static void dec_draw(dec_problem *pr, const s2_pattern *p, s2_dtype dt, int r, u
                 int32_t page = pr->table[b * pr->max_pages + j];
                 bool need = false;
                 for (int64_t n = j * DEC_PAGE / p->block_size; n * p->block_size < (j + 1) * DEC_PAGE && !need; n++)
-                    need = block_needed(p, gk, pr->lens[b], DEC_N, n);
+                    need = s2t_block_needed(p, gk, pr->lens[b], DEC_N, n);
                 if (!need)
                     continue;
                 for (int64_t slot = 0; slot < DEC_PAGE && j * DEC_PAGE + slot < pr->lens[b]; slot++)

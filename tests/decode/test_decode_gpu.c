@@ -27,6 +27,7 @@
 
 #include <check.h>
 #include "gpu_harness.h"
+#include "paged_case.h"
 #include "poison.h"
 #include "rand_pattern.h"
 #include <math.h>
@@ -96,106 +97,40 @@ static int env_int(const char *name)
 
 #define OK(ctx, call) ck_assert_msg((call) == S2_OK, "%s: %s", #call, s2_ctx_message(ctx))
 
-static bool ref_mask(const void *user, int q_head, int64_t qpos, int64_t kpos)
-{
-    return s2_token_kept((const s2_pattern *)user, q_head, qpos, kpos);
-}
-
 static s2_pattern_set *load_case_pattern(s2_ctx *ctx, const dec_case *c, const s2_pattern **p)
 {
-    s2_pattern_set *set = NULL;
-    if (c->file) {
-        char path[4096];
-        snprintf(path, sizeof path, "%s/%s", getenv("S2C_PATTERNS"), c->file);
-        OK(ctx, s2_pattern_load(ctx, path, &set));
-        *p = c->pattern ? s2_pattern_set_find(set, c->pattern) : s2_pattern_set_get(set, 0);
-    } else {
-        s2_local_stride_args a;
-        attn_pattern_args(c->args, &a);
-        OK(ctx, s2_pattern_from_args(ctx, &a, &set));
-        *p = s2_pattern_set_get(set, 0);
-    }
-    ck_assert(*p != NULL);
-    return set;
-}
-
-/* Does kv head g's group read key block n for sequence length len (n new tokens)? */
-static bool block_needed(const s2_pattern *p, int g, int64_t len, int n_new, int64_t n)
-{
-    int G = p->heads / p->kv_heads;
-    for (int t = 0; t < n_new; t++) {
-        int64_t m = (len - n_new + t) / p->block_size;
-        for (int i = 0; i < G; i++)
-            if (s2_block_kept(p, g * G + i, m, n))
-                return true;
-    }
-    return false;
+    return s2t_paged_pattern(ctx, c->file, c->pattern, c->args, p);
 }
 
 typedef struct problem {
-    int B, H, HK, D, N, P;
-    int64_t max_pages, num_pages, table_hs, table_bs;
-    int64_t *lens;
-    int32_t *lens32, *table;
-    uint16_t *kp, *vp, *q;
+    s2t_paged pg;                /* lengths, tables, q */
+    uint16_t *kp, *vp;           /* the pools */
     size_t pool_elems;
     int64_t poisoned;
 } problem;
 
-/* Random lengths, shuffled distinct pages per table row, pools random where
- * read and NaN elsewhere. */
+/* The paged layout (paged_case.h), pools random where read and NaN elsewhere. */
 static void make_problem(problem *pr, const dec_case *c, const s2_pattern *p, uint64_t *s)
 {
     memset(pr, 0, sizeof *pr);
-    pr->B = c->batch, pr->H = p->heads, pr->HK = p->kv_heads, pr->D = c->head_dim, pr->N = c->n_new, pr->P = c->page_size;
-    pr->max_pages = s2_cdiv(c->max_len, c->page_size);
-    int rows = c->per_head ? pr->B * pr->HK : pr->B;
-    pr->table_hs = c->per_head ? pr->max_pages : 0;
-    pr->table_bs = c->per_head ? pr->max_pages * pr->HK : pr->max_pages;
-    pr->num_pages = rows * pr->max_pages + 7;  /* a few never referenced */
-    pr->lens = calloc((size_t)pr->B, sizeof *pr->lens);
-    pr->lens32 = calloc((size_t)pr->B, sizeof *pr->lens32);
-    pr->table = calloc((size_t)(rows * pr->max_pages), sizeof *pr->table);
-    for (int b = 0; b < pr->B; b++) {
-        /* the first sequence is the longest the lists allow, the others random */
-        pr->lens[b] = b == 0 ? c->max_len : pr->N + (int64_t)(s2t_xorshift64(s) % (uint64_t)(c->max_len - pr->N + 1));
-        pr->lens32[b] = (int32_t)pr->lens[b];
-    }
-    int32_t *perm = malloc(sizeof(int32_t) * (size_t)pr->num_pages);
-    for (int64_t i = 0; i < pr->num_pages; i++)
-        perm[i] = (int32_t)i;
-    for (int64_t i = pr->num_pages - 1; i > 0; i--) {
-        int64_t j = (int64_t)(s2t_xorshift64(s) % (uint64_t)(i + 1));
-        int32_t x = perm[i];
-        perm[i] = perm[j];
-        perm[j] = x;
-    }
-    for (int64_t i = 0; i < rows * pr->max_pages; i++)
-        pr->table[i] = perm[i];
-    free(perm);
-    pr->pool_elems = (size_t)pr->num_pages * pr->P * pr->HK * pr->D;
+    s2t_paged *pg = &pr->pg;
+    s2t_paged_init(pg, p, c->dt, c->head_dim, c->batch, c->n_new, c->page_size, c->per_head, c->max_len, 7, s);
+    pr->pool_elems = (size_t)pg->num_pages * pg->P * pg->HK * pg->D;
     pr->kp = s2t_alloc_poisoned(pr->pool_elems * 2);
     pr->vp = s2t_alloc_poisoned(pr->pool_elems * 2);
-    pr->q = malloc((size_t)pr->B * pr->N * pr->H * pr->D * 2);
-    s2_tensor tk = s2_tensor_bshd(pr->kp, c->dt, pr->P, pr->HK, pr->D), tv = s2_tensor_bshd(pr->vp, c->dt, pr->P, pr->HK, pr->D);
-    s2_tensor tq = s2_tensor_bshd(pr->q, c->dt, pr->N, pr->H, pr->D);
-    int64_t qe[4] = {pr->B, pr->N, pr->H, pr->D};
-    s2_tensor_fill_random(&tq, qe, s2t_xorshift64(s), -2, 2);
+    s2_tensor tk = s2_tensor_bshd(pr->kp, c->dt, pg->P, pg->HK, pg->D), tv = s2_tensor_bshd(pr->vp, c->dt, pg->P, pg->HK, pg->D);
     int64_t total = 0, live = 0;
-    for (int b = 0; b < pr->B; b++)
-        for (int g = 0; g < pr->HK; g++)
-            for (int64_t j = 0; j < s2_cdiv(pr->lens[b], pr->P); j++) {
-                int32_t page = pr->table[b * pr->table_bs + g * pr->table_hs + j];
+    for (int b = 0; b < pg->B; b++)
+        for (int g = 0; g < pg->HK; g++)
+            for (int64_t j = 0; j < s2_cdiv(pg->lens[b], pg->P); j++) {
                 total++;
                 /* the page slice is filled only when a kept block overlaps it */
-                bool need = false;
-                for (int64_t n = j * pr->P / p->block_size; n * p->block_size < (j + 1) * pr->P && !need; n++)
-                    need = block_needed(p, g, pr->lens[b], pr->N, n);
-                if (!need)
+                if (!s2t_paged_slice_read(pg, p, b, g, j))
                     continue;
                 live++;
-                for (int64_t slot = 0; slot < pr->P && j * pr->P + slot < pr->lens[b]; slot++)
-                    for (int d = 0; d < pr->D; d++) {
+                int32_t page = s2t_paged_page(pg, b, g, j);
+                for (int64_t slot = 0; slot < pg->P && j * pg->P + slot < pg->lens[b]; slot++)
+                    for (int d = 0; d < pg->D; d++) {
                         s2_tensor_set(&tk, page, slot, g, d, ((double)(s2t_xorshift64(s) % 4001) - 2000) / 1000.0);
                         s2_tensor_set(&tv, page, slot, g, d, ((double)(s2t_xorshift64(s) % 2001) - 1000) / 1000.0);
                     }
@@ -205,42 +140,8 @@ static void make_problem(problem *pr, const dec_case *c, const s2_pattern *p, ui
 
 static void free_problem(problem *pr)
 {
-    free(pr->lens), free(pr->lens32), free(pr->table), free(pr->kp), free(pr->vp), free(pr->q);
-}
-
-static s2_devptr upload(s2_ctx *ctx, s2_device *dev, const void *src, size_t bytes)
-{
-    s2_devptr d = 0;
-    OK(ctx, s2_mem_alloc(ctx, dev, bytes, &d));
-    OK(ctx, s2_memcpy_h2d(ctx, dev, d, src, bytes));
-    return d;
-}
-
-/* Per (token, head) row: relative Frobenius error; lse absolute. */
-static void compare(const problem *pr, s2_dtype dt, const uint16_t *o, const float *lse, const double *ref_o,
-                    const float *ref_lse, double *o_err, double *lse_err)
-{
-    s2_tensor to = s2_tensor_bshd((void *)o, dt, pr->N, pr->H, pr->D);
-    *o_err = 0;
-    *lse_err = 0;
-    for (int b = 0; b < pr->B; b++)
-        for (int t = 0; t < pr->N; t++)
-            for (int h = 0; h < pr->H; h++) {
-                double num = 0, den = 0;
-                for (int d = 0; d < pr->D; d++) {
-                    double r = ref_o[(((int64_t)b * pr->N + t) * pr->H + h) * pr->D + d];
-                    double g = s2_tensor_get(&to, b, t, h, d);
-                    num += (g - r) * (g - r);
-                    den += r * r;
-                }
-                double e = den > 0 ? sqrt(num / den) : sqrt(num);
-                if (!(e <= *o_err))
-                    *o_err = isnan(e) ? INFINITY : fmax(*o_err, e);
-                int64_t li = ((int64_t)b * pr->H + h) * pr->N + t;
-                double le = ref_lse[li] == -INFINITY ? (lse[li] == -INFINITY ? 0 : INFINITY) : fabs(lse[li] - ref_lse[li]);
-                if (!(le <= *lse_err))
-                    *lse_err = isnan(le) ? INFINITY : fmax(*lse_err, le);
-            }
+    s2t_paged_free(&pr->pg);
+    free(pr->kp), free(pr->vp);
 }
 
 /* The checked mode on the case's real data: it passes; then one table entry
@@ -250,17 +151,17 @@ static void compare(const problem *pr, s2_dtype dt, const uint16_t *o, const flo
  * s2_attn_decode report it by index and launch nothing; the context stays
  * usable (no fault). */
 static void check_poisoned_table(s2_ctx *ctx, s2_device *dev, s2_attn_kernel *k, const s2_artifact *art,
-                                 const dec_case *c, const s2_pattern *p, const problem *pr,
+                                 const dec_case *c, const s2_pattern *p, const s2t_paged *pg,
                                  const s2_attn_decode_args *a)
 {
     OK(ctx, s2_attn_decode_validate(ctx, k, NULL, a));
-    int b = pr->B - 1, g = pr->HK - 1;
-    int64_t len = pr->lens[b], n = s2_cdiv(len, p->block_size) - 1;
-    while (n >= 0 && !block_needed(p, g, len, pr->N, n))
+    int b = pg->B - 1, g = pg->HK - 1;
+    int64_t len = pg->lens[b], n = s2_cdiv(len, p->block_size) - 1;
+    while (n >= 0 && !s2t_block_needed(p, g, len, pg->N, n))
         n--;
     ck_assert_msg(n >= 0, "%s: no block needed", c->name);
-    int64_t at = b * pr->table_bs + g * pr->table_hs + n * p->block_size / pr->P;
-    int32_t bad = -1, good = pr->table[at];
+    int64_t at = b * pg->table_bs + g * pg->table_hs + n * p->block_size / pg->P;
+    int32_t bad = -1, good = pg->table[at];
     OK(ctx, s2_memcpy_h2d(ctx, dev, a->block_table + (s2_devptr)at * 4, &bad, 4));
     char needle[64];
     snprintf(needle, sizeof needle, "block_table entry %lld ", (long long)at);
@@ -300,74 +201,22 @@ static void run_case(int ci)
 
     problem pr;
     make_problem(&pr, c, p, &s);
-    res->pages = pr.num_pages;
+    res->pages = pr.pg.num_pages;
     res->poisoned = pr.poisoned;
-    size_t q_bytes = (size_t)pr.B * pr.N * pr.H * pr.D * 2, lse_n = (size_t)pr.B * pr.H * pr.N;
-    s2_devptr dq = upload(ctx, dev, pr.q, q_bytes), dk = upload(ctx, dev, pr.kp, pr.pool_elems * 2);
-    s2_devptr dv = upload(ctx, dev, pr.vp, pr.pool_elems * 2);
-    int rows = c->per_head ? pr.B * pr.HK : pr.B;
-    s2_devptr dt = upload(ctx, dev, pr.table, (size_t)rows * pr.max_pages * sizeof(int32_t));
-    s2_devptr dl = upload(ctx, dev, pr.lens32, (size_t)pr.B * sizeof(int32_t));
-    s2_devptr dout = 0, dlse = 0, ws = 0;
-    OK(ctx, s2_mem_alloc(ctx, dev, q_bytes, &dout));
-    OK(ctx, s2_mem_alloc(ctx, dev, lse_n * sizeof(float), &dlse));
-
-    /* reference */
-    double *ref_o = malloc(sizeof(double) * q_bytes / 2);
-    float *ref_lse = malloc(sizeof(float) * lse_n);
-    const int64_t table_strides[3] = {pr.table_bs, pr.table_hs, 1};
-    s2_ref_paged_problem rp = {.batch = pr.B, .heads = pr.H, .kv_heads = pr.HK, .head_dim = pr.D, .q_len = pr.N,
-                               .kv_lens = pr.lens, .block_table = pr.table, .max_pages_per_seq = pr.max_pages,
-                               .num_pages = pr.num_pages, .page_size = pr.P, .causal = p->causal, .mask = ref_mask,
-                               .mask_user = p, .table_strides = table_strides};
-    s2_tensor tq = s2_tensor_bshd(pr.q, c->dt, pr.N, pr.H, pr.D);
-    s2_tensor tk = s2_tensor_bshd(pr.kp, c->dt, pr.P, pr.HK, pr.D), tv = s2_tensor_bshd(pr.vp, c->dt, pr.P, pr.HK, pr.D);
-    s2_tensor tro = s2_tensor_bshd(ref_o, S2_DTYPE_F64, pr.N, pr.H, pr.D);
-    OK(ctx, s2_ref_decode_paged(ctx, &rp, &tq, &tk, &tv, &tro, ref_lse));
-
-    s2_attn_decode_args a = {.batch = pr.B, .n_new = pr.N, .heads = pr.H, .kv_heads = pr.HK, .head_dim = pr.D,
-                             .dtype = c->dt, .q = dq, .o = dout, .lse = dlse, .k_pages = dk, .v_pages = dv,
-                             .num_pages = pr.num_pages, .page_size = pr.P, .block_table = dt,
-                             .table_stride = {pr.table_bs, pr.table_hs}, .max_pages_per_seq = pr.max_pages,
-                             .seq_lens = dl, .max_seq_len = c->max_len};
-    int64_t qs[3] = {(int64_t)pr.N * pr.H * pr.D, (int64_t)pr.H * pr.D, pr.D};
-    int64_t ks[3] = {(int64_t)pr.P * pr.HK * pr.D, (int64_t)pr.HK * pr.D, pr.D};
-    memcpy(a.q_stride, qs, sizeof qs), memcpy(a.o_stride, qs, sizeof qs);
-    memcpy(a.k_stride, ks, sizeof ks), memcpy(a.v_stride, ks, sizeof ks);
-
-    uint16_t *o = malloc(q_bytes);
-    float *lse = malloc(lse_n * sizeof(float));
-    bool ok = true;
-    for (int run = 0; run < 2; run++) {
-        a.splits = run == 0 ? 1 : c->splits;
-        size_t wsb = 0;
-        OK(ctx, s2_attn_decode_workspace(ctx, k, &a, &wsb));
-        s2_mem_free(ctx, dev, ws);
-        ws = 0;
-        if (wsb) {
-            OK(ctx, s2_mem_alloc(ctx, dev, wsb, &ws));
-            OK(ctx, s2_memset_d8(ctx, dev, ws, 0, wsb));  /* once: launches leave it zeroed */
-        }
-        a.workspace = ws;
-        /* the split count in force: 1 needs no workspace */
-        res->splits[run] = run == 0 ? 1 : c->splits ? c->splits : (wsb ? -1 : 1);
-        s2t_dev_poison(ctx, dev, dout, q_bytes);
-        s2t_dev_poison(ctx, dev, dlse, lse_n * sizeof(float));
-        OK(ctx, s2_attn_decode(ctx, k, NULL, &a));
-        OK(ctx, s2_device_synchronize(ctx, dev));
-        OK(ctx, s2_memcpy_d2h(ctx, dev, o, dout, q_bytes));
-        OK(ctx, s2_memcpy_d2h(ctx, dev, lse, dlse, lse_n * sizeof(float)));
-        compare(&pr, c->dt, o, lse, ref_o, ref_lse, &res->o_err[run], &res->lse_err[run]);
-        double tol = c->dt == S2_DTYPE_BF16 ? 2e-2 : 5e-3;
-        ok = ok && res->o_err[run] <= tol && res->lse_err[run] <= 2e-3;
-    }
+    s2t_paged_dev d;
+    s2_attn_decode_args a;
+    s2t_paged_upload(ctx, dev, &pr.pg, pr.kp, pr.vp, pr.pool_elems * 2, &d, &a);
+    s2_tensor tk = s2_tensor_bshd(pr.kp, c->dt, pr.pg.P, pr.pg.HK, pr.pg.D);
+    s2_tensor tv = s2_tensor_bshd(pr.vp, c->dt, pr.pg.P, pr.pg.HK, pr.pg.D);
+    double *ref_o;
+    float *ref_lse;
+    s2t_paged_reference(ctx, &pr.pg, p, &tk, &tv, &ref_o, &ref_lse);
+    bool ok = s2t_paged_runs(ctx, dev, k, &pr.pg, &d, &a, c->splits, ref_o, ref_lse,
+                             c->dt == S2_DTYPE_BF16 ? 2e-2 : 5e-3, res->o_err, res->lse_err, res->splits);
     res->ok = ok;
-    check_poisoned_table(ctx, dev, k, art, c, p, &pr, &a);
-    s2_mem_free(ctx, dev, ws);
-    s2_devptr all[] = {dq, dk, dv, dt, dl, dout, dlse};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
-        s2_mem_free(ctx, dev, all[i]);
-    free(o), free(lse), free(ref_o), free(ref_lse);
+    check_poisoned_table(ctx, dev, k, art, c, p, &pr.pg, &a);
+    s2t_paged_dev_free(ctx, dev, &d);
+    free(ref_o), free(ref_lse);
     free_problem(&pr);
     s2_attn_kernel_free(k);
     s2_device_free(dev);
@@ -485,8 +334,8 @@ START_TEST(combine_gpu)
                 if (r == 3)
                     lin[i][r] = -INFINITY;
             }
-            a.o_in[i] = upload(ctx, dev, in[i], n_el * 2);
-            a.lse_in[i] = upload(ctx, dev, lin[i], n_l * sizeof(float));
+            a.o_in[i] = s2t_upload(ctx, dev, in[i], n_el * 2);
+            a.lse_in[i] = s2t_upload(ctx, dev, lin[i], n_l * sizeof(float));
         }
         OK(ctx, s2_mem_alloc(ctx, dev, n_el * 2, &a.o));
         OK(ctx, s2_mem_alloc(ctx, dev, n_l * sizeof(float), &a.lse));
@@ -501,7 +350,7 @@ START_TEST(combine_gpu)
         for (size_t r = 0; r < n_l; r++)
             lsink[r] = sinks[r / S % H];  /* [B][H][S] */
         for (int with_sinks = 0; with_sinks < 2; with_sinks++) {
-            a.sinks = with_sinks ? upload(ctx, dev, sinks, sizeof sinks) : 0;
+            a.sinks = with_sinks ? s2t_upload(ctx, dev, sinks, sizeof sinks) : 0;
             s2t_dev_poison(ctx, dev, a.o, n_el * 2);
             s2t_dev_poison(ctx, dev, a.lse, n_l * sizeof(float));
             OK(ctx, s2_combine(ctx, k, NULL, &a));

@@ -17,6 +17,20 @@ static inline uint64_t s2t_xorshift64(uint64_t *s)
     return *s;
 }
 
+/* v[0..n) = 0..n-1 uniformly shuffled (Fisher-Yates on s2t_xorshift64):
+ * distinct page ids in random order for block tables. */
+static inline void s2t_shuffle_ids(int32_t *v, int64_t n, uint64_t *s)
+{
+    for (int64_t i = 0; i < n; i++)
+        v[i] = (int32_t)i;
+    for (int64_t i = n - 1; i > 0; i--) {
+        int64_t j = (int64_t)(s2t_xorshift64(s) % (uint64_t)(i + 1));
+        int32_t x = v[i];
+        v[i] = v[j];
+        v[j] = x;
+    }
+}
+
 /* The same generator, with the seed kept for messages. */
 typedef struct s2t_rng {
     uint64_t state, seed;
