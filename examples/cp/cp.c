@@ -22,6 +22,7 @@
 #include "s2c/jit.h"
 #include "s2c/pattern.h"
 #include "s2c/runtime.h"
+#include "../common/shard_rows.h"
 
 #include <math.h>
 #include <signal.h>
@@ -37,26 +38,11 @@ static const double TOL = 1.5e-2;   /* relative Frobenius error of bf16 outputs 
 static int64_t seq = 65536;
 static int ranks = 2, reps = 10;
 
-static uint16_t f2bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fff + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
-
 static uint64_t rng = 0x2545f4914f6cdd1dull;   /* the same inputs on every rank */
 static uint16_t rnd(void)
 {
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
-    return f2bf((float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f);
+    return ex_f2bf((float)((rng >> 11) * (1.0 / 9007199254740992.0)) * 2.0f - 1.0f);
 }
 
 #define CHECK(call)                                                                                           \
@@ -67,44 +53,6 @@ static uint16_t rnd(void)
             return 1;                                                                                         \
         }                                                                                                     \
     } while (0)
-
-/* Device memory from host data, or poisoned (NaN in bf16 and fp32) when h is NULL; 0 on failure. */
-static s2_devptr up(s2_ctx *ctx, s2_device *dev, const void *h, size_t bytes)
-{
-    s2_devptr p = 0;
-    if (s2_mem_alloc(ctx, dev, bytes, &p) != S2_OK)
-        return 0;
-    s2_status st = h ? s2_memcpy_h2d(ctx, dev, p, h, bytes) : s2_memset_d8(ctx, dev, p, 0xff, bytes);
-    if (st != S2_OK) {
-        s2_mem_free(ctx, dev, p);
-        return 0;
-    }
-    return p;
-}
-
-/* A shard's rows (ranges st/len of the sequence) of a [seq, heads, D] tensor, gathered or compared. */
-static void gather(uint16_t *dst, const uint16_t *src, const int64_t *st, const int64_t *len, int n, int heads)
-{
-    size_t row = (size_t)heads * D;
-    for (int i = 0, r = 0; i < n; r += (int)len[i], i++)
-        memcpy(dst + (size_t)r * row, src + (size_t)st[i] * row, (size_t)len[i] * row * 2);
-}
-static double rel_err(const uint16_t *shard, const uint16_t *full, const int64_t *st, const int64_t *len, int n,
-                      int heads, int64_t *nans, double *max_abs)
-{
-    double num = 0, den = 0;
-    *max_abs = 0;
-    size_t row = (size_t)heads * D, r = 0;
-    for (int i = 0; i < n; i++)
-        for (int64_t t = st[i]; t < st[i] + len[i]; t++, r++)
-            for (size_t j = 0; j < row; j++) {
-                double x = bf2f(shard[r * row + j]), y = bf2f(full[(size_t)t * row + j]);
-                *nans += isnan(x);
-                num += (x - y) * (x - y), den += y * y;
-                *max_abs = fabs(x - y) > *max_abs ? fabs(x - y) : *max_abs;
-            }
-    return sqrt(num / (den > 0 ? den : 1));
-}
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -178,9 +126,9 @@ static int single_gpu(s2_ctx *ctx, s2_device *dev, void *stream, int rank, s2_at
 {
     size_t nq = (size_t)seq * H * D * 2, nk = (size_t)seq * HK * D * 2, wb = 0;
     CHECK(s2_attn_backward_workspace(ctx, k[1], 1, seq, seq, &wb, NULL));
-    s2_devptr m[10] = {up(ctx, dev, h->q, nq), up(ctx, dev, h->k, nk), up(ctx, dev, h->v, nk), up(ctx, dev, h->dO, nq),
-                       up(ctx, dev, NULL, nq), up(ctx, dev, NULL, (size_t)H * seq * 4), up(ctx, dev, NULL, nq),
-                       up(ctx, dev, NULL, nk), up(ctx, dev, NULL, nk), wb ? up(ctx, dev, NULL, wb) : 0};
+    s2_devptr m[10] = {ex_upload(ctx, dev, h->q, nq), ex_upload(ctx, dev, h->k, nk), ex_upload(ctx, dev, h->v, nk), ex_upload(ctx, dev, h->dO, nq),
+                       ex_upload(ctx, dev, NULL, nq), ex_upload(ctx, dev, NULL, (size_t)H * seq * 4), ex_upload(ctx, dev, NULL, nq),
+                       ex_upload(ctx, dev, NULL, nk), ex_upload(ctx, dev, NULL, nk), wb ? ex_upload(ctx, dev, NULL, wb) : 0};
     for (int i = 0; i < 10; i++)
         if (!m[i] && (i < 9 || wb)) {
             fprintf(stderr, "rank %d: single-GPU buffers: %s\n", rank, s2_ctx_message(ctx));
@@ -231,12 +179,12 @@ static int sharding(s2_ctx *ctx, s2_device *dev, void *stream, int rank, s2_cp_c
     int fails = -1;
     if (!b)
         goto out;
-    gather(b, h->q, rs, rl, nr, H), m[0] = up(ctx, dev, b, sq * 2);
-    gather(b, h->dO, rs, rl, nr, H), m[1] = up(ctx, dev, b, sq * 2);
-    gather(b, h->k, rs, rl, nr, HK), m[2] = up(ctx, dev, b, sk * 2);
-    gather(b, h->v, rs, rl, nr, HK), m[3] = up(ctx, dev, b, sk * 2);
-    m[4] = up(ctx, dev, NULL, sq * 2), m[5] = up(ctx, dev, NULL, (size_t)H * own * 4);
-    m[6] = up(ctx, dev, NULL, sq * 2), m[7] = up(ctx, dev, NULL, sk * 2), m[8] = up(ctx, dev, NULL, sk * 2);
+    ex_shard_gather(b, h->q, rs, rl, nr, (size_t)H * D), m[0] = ex_upload(ctx, dev, b, sq * 2);
+    ex_shard_gather(b, h->dO, rs, rl, nr, (size_t)H * D), m[1] = ex_upload(ctx, dev, b, sq * 2);
+    ex_shard_gather(b, h->k, rs, rl, nr, (size_t)HK * D), m[2] = ex_upload(ctx, dev, b, sk * 2);
+    ex_shard_gather(b, h->v, rs, rl, nr, (size_t)HK * D), m[3] = ex_upload(ctx, dev, b, sk * 2);
+    m[4] = ex_upload(ctx, dev, NULL, sq * 2), m[5] = ex_upload(ctx, dev, NULL, (size_t)H * own * 4);
+    m[6] = ex_upload(ctx, dev, NULL, sq * 2), m[7] = ex_upload(ctx, dev, NULL, sk * 2), m[8] = ex_upload(ctx, dev, NULL, sk * 2);
     for (int i = 0; i < 9; i++)
         if (!m[i]) {
             fprintf(stderr, "rank %d: buffers: %s\n", rank, s2_ctx_message(ctx));
@@ -264,7 +212,7 @@ static int sharding(s2_ctx *ctx, s2_device *dev, void *stream, int rank, s2_cp_c
             fails = -1;
             goto out;
         }
-        double max_abs = 0, err = rel_err(b, outs[i].ref, rs, rl, nr, outs[i].heads, &nans, &max_abs);
+        double max_abs = 0, err = ex_shard_rel_err(b, outs[i].ref, rs, rl, nr, (size_t)outs[i].heads * D, &nans, &max_abs);
         bool ok = err <= TOL && nans == 0;
         printf("rank %d %-10s %-3s %s rel err %.3e (tol %.1e) max abs err %.3e nans %lld\n", rank, shn, outs[i].n,
                ok ? "PASS" : "FAIL", err, TOL, max_abs, (long long)nans);

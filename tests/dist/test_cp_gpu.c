@@ -13,6 +13,7 @@
 #include "s2c/attn_runtime.h"
 #include "s2c/pattern.h"
 #include "s2c/runtime.h"
+#include "../../examples/common/shard_rows.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -24,21 +25,6 @@
 enum { H = 32, HK = 8, D = 128 };
 static const int64_t S = 8192;
 static const double TOL_REL = 1.5e-2;   /* relative Frobenius error, bf16 outputs */
-
-static uint16_t f2bf(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fff + ((u >> 16) & 1);
-    return (uint16_t)(u >> 16);
-}
-static float bf2f(uint16_t b)
-{
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
-}
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float uni(void)
@@ -55,41 +41,6 @@ static float uni(void)
             return 1;                                                                                         \
         }                                                                                                     \
     } while (0)
-
-static s2_devptr up(s2_ctx *ctx, s2_device *dev, const void *h, size_t bytes)
-{
-    s2_devptr p = 0;
-    if (s2_mem_alloc(ctx, dev, bytes, &p) == S2_OK && h)
-        s2_memcpy_h2d(ctx, dev, p, h, bytes);
-    else if (p)
-        s2_memset_d8(ctx, dev, p, 0xff, bytes);   /* poison: bf16 0xffff and fp32 0xffffffff are NaN */
-    return p;
-}
-
-/* Rows [rows of the shard] of a [S, heads, D] bf16 host tensor against its shard copy [n, heads, D]. */
-static double rel_err(const uint16_t *shard, const uint16_t *full, const int64_t *st, const int64_t *len, int k,
-                      int heads, int64_t *nans)
-{
-    double num = 0, den = 0;
-    int64_t r = 0;
-    for (int i = 0; i < k; i++)
-        for (int64_t t = st[i]; t < st[i] + len[i]; t++, r++)
-            for (int64_t j = 0; j < (int64_t)heads * D; j++) {
-                double x = bf2f(shard[r * heads * D + j]), y = bf2f(full[t * heads * D + j]);
-                if (isnan(x))
-                    (*nans)++;
-                num += (x - y) * (x - y), den += y * y;
-            }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
-
-static void gather(uint16_t *dst, const uint16_t *src, const int64_t *st, const int64_t *len, int k, int heads)
-{
-    int64_t r = 0;
-    for (int i = 0; i < k; i++)
-        for (int64_t t = st[i]; t < st[i] + len[i]; t++, r++)
-            memcpy(dst + r * heads * D, src + t * heads * D, (size_t)heads * D * 2);
-}
 
 static int report(int rank, const char *sh, const char *what, double err, int64_t nans, int *fails)
 {
@@ -211,16 +162,16 @@ static int run_rank(int rank, int rfd, int wfd)
     uint16_t *hq = malloc(nq * 2), *hk = malloc(nk * 2), *hv = malloc(nk * 2), *hdo = malloc(nq * 2);
     uint16_t *ro = malloc(nq * 2), *rdq = malloc(nq * 2), *rdk = malloc(nk * 2), *rdv = malloc(nk * 2);
     for (size_t i = 0; i < nq; i++)
-        hq[i] = f2bf(uni()), hdo[i] = f2bf(uni());
+        hq[i] = ex_f2bf(uni()), hdo[i] = ex_f2bf(uni());
     for (size_t i = 0; i < nk; i++)
-        hk[i] = f2bf(uni()), hv[i] = f2bf(uni());
+        hk[i] = ex_f2bf(uni()), hv[i] = ex_f2bf(uni());
     /* the single-GPU result */
-    s2_devptr q = up(ctx, dev, hq, nq * 2), kk = up(ctx, dev, hk, nk * 2), vv = up(ctx, dev, hv, nk * 2);
-    s2_devptr dO = up(ctx, dev, hdo, nq * 2), o = up(ctx, dev, NULL, nq * 2), lse = up(ctx, dev, NULL, (size_t)H * S * 4);
-    s2_devptr dq = up(ctx, dev, NULL, nq * 2), dk = up(ctx, dev, NULL, nk * 2), dv = up(ctx, dev, NULL, nk * 2);
+    s2_devptr q = ex_upload(ctx, dev, hq, nq * 2), kk = ex_upload(ctx, dev, hk, nk * 2), vv = ex_upload(ctx, dev, hv, nk * 2);
+    s2_devptr dO = ex_upload(ctx, dev, hdo, nq * 2), o = ex_upload(ctx, dev, NULL, nq * 2), lse = ex_upload(ctx, dev, NULL, (size_t)H * S * 4);
+    s2_devptr dq = ex_upload(ctx, dev, NULL, nq * 2), dk = ex_upload(ctx, dev, NULL, nk * 2), dv = ex_upload(ctx, dev, NULL, nk * 2);
     size_t wb = 0;
     CHECK(s2_attn_backward_workspace(ctx, k[1], 1, S, S, &wb, NULL));
-    s2_devptr ws = up(ctx, dev, NULL, wb);
+    s2_devptr ws = ex_upload(ctx, dev, NULL, wb);
     s2_attn_fwd_args fa = {.batch = 1, .q_len = S, .kv_len = S, .heads = H, .kv_heads = HK, .head_dim = D,
                            .dtype = S2_DTYPE_BF16, .q = q, .k = kk, .v = vv, .o = o, .lse = lse};
     s2_attn_fwd_args_bshd(&fa);
@@ -253,14 +204,14 @@ static int run_rank(int rank, int rfd, int wfd)
         int64_t own = s2_cp_exec_sizes(e)->own_tokens;
         size_t sq = (size_t)own * H * D, sk = (size_t)own * HK * D;
         uint16_t *b = malloc(sq * 2), *b2 = malloc(sq * 2);
-        gather(b, hq, st, len, nr, H);
-        s2_devptr lq = up(ctx, dev, b, sq * 2), ldo = (gather(b, hdo, st, len, nr, H), up(ctx, dev, b, sq * 2));
-        gather(b, hk, st, len, nr, HK);
-        s2_devptr lk = up(ctx, dev, b, sk * 2);
-        gather(b, hv, st, len, nr, HK);
-        s2_devptr lv = up(ctx, dev, b, sk * 2);
-        s2_devptr lo = up(ctx, dev, NULL, sq * 2), llse = up(ctx, dev, NULL, (size_t)H * own * 4);
-        s2_devptr ldq = up(ctx, dev, NULL, sq * 2), ldk = up(ctx, dev, NULL, sk * 2), ldv = up(ctx, dev, NULL, sk * 2);
+        ex_shard_gather(b, hq, st, len, nr, (size_t)H * D);
+        s2_devptr lq = ex_upload(ctx, dev, b, sq * 2), ldo = (ex_shard_gather(b, hdo, st, len, nr, (size_t)H * D), ex_upload(ctx, dev, b, sq * 2));
+        ex_shard_gather(b, hk, st, len, nr, (size_t)HK * D);
+        s2_devptr lk = ex_upload(ctx, dev, b, sk * 2);
+        ex_shard_gather(b, hv, st, len, nr, (size_t)HK * D);
+        s2_devptr lv = ex_upload(ctx, dev, b, sk * 2);
+        s2_devptr lo = ex_upload(ctx, dev, NULL, sq * 2), llse = ex_upload(ctx, dev, NULL, (size_t)H * own * 4);
+        s2_devptr ldq = ex_upload(ctx, dev, NULL, sq * 2), ldk = ex_upload(ctx, dev, NULL, sk * 2), ldv = ex_upload(ctx, dev, NULL, sk * 2);
         s2_attn_fwd_args a = fa;
         a.q_len = a.kv_len = own, a.q = lq, a.k = lk, a.v = lv, a.o = lo, a.lse = llse;
         s2_attn_fwd_args_bshd(&a);
@@ -268,7 +219,7 @@ static int run_rank(int rank, int rfd, int wfd)
         CHECK(s2_stream_synchronize(ctx, dev, stream));
         int64_t nans = 0;
         CHECK(s2_memcpy_d2h(ctx, dev, b, lo, sq * 2));
-        report(rank, shn, "o", rel_err(b, ro, st, len, nr, H, &nans), nans, &fails);
+        report(rank, shn, "o", ex_shard_rel_err(b, ro, st, len, nr, (size_t)H * D, &nans, NULL), nans, &fails);
         s2_attn_bwd_args g = ba;
         g.q_len = g.kv_len = own, g.q = lq, g.k = lk, g.v = lv, g.o = lo, g.d_o = ldo, g.lse = llse;
         g.dq = ldq, g.dk = ldk, g.dv = ldv, g.workspace = 0, g.workspace_bytes = 0;
@@ -283,7 +234,7 @@ static int run_rank(int rank, int rfd, int wfd)
             first[i] = malloc(bytes);
             CHECK(s2_memcpy_d2h(ctx, dev, first[i], outs[i].d, bytes));
             nans = 0;
-            report(rank, shn, outs[i].n, rel_err(first[i], outs[i].ref, st, len, nr, outs[i].heads, &nans), nans,
+            report(rank, shn, outs[i].n, ex_shard_rel_err(first[i], outs[i].ref, st, len, nr, (size_t)outs[i].heads * D, &nans, NULL), nans,
                    &fails);
             s2_memset_d8(ctx, dev, outs[i].d, 0xff, bytes);
         }
