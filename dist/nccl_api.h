@@ -25,9 +25,7 @@
     X(GroupStart, ncclResult_t, (void))                                                                  \
     X(GroupEnd, ncclResult_t, (void))                                                                    \
     X(Send, ncclResult_t, (const void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))         \
-    X(Recv, ncclResult_t, (void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))               \
-    X(ReduceScatter, ncclResult_t,                                                                         \
-      (const void *, void *, size_t, ncclDataType_t, ncclRedOp_t, ncclComm_t, cudaStream_t))
+    X(Recv, ncclResult_t, (void *, size_t, ncclDataType_t, int, ncclComm_t, cudaStream_t))
 
 typedef struct s2_nccl_api {
 #define S2_NCCL_FIELD(name, ret, args) ret(*name) args;
