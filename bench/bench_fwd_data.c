@@ -116,7 +116,7 @@ s2_status config_open(s2_ctx *ctx, s2_device *dev, const bench_config *c, int he
     if (st != S2_OK)
         return st;
     cd->elems = (uint64_t)c->batch * (uint64_t)c->seq * (uint64_t)c->heads * (uint64_t)cd->head_dim;
-    double set_bytes = 4.0 * (double)cd->elems * 2;
+    double set_bytes = (double)cd->elems * (3.0 * (double)s2_dtype_size(bench_dtype) + (double)bench_out_size());
     cd->nsets = (int)ceil(3 * L2_BYTES / set_bytes);
     cd->nsets = cd->nsets < 2 ? 2 : cd->nsets > 8 ? 8 : cd->nsets;
     for (int i = 0; st == S2_OK && i < cd->nsets; i++) {
