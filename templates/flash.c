@@ -103,6 +103,15 @@ LLVMValueRef s2_flash_softmax_row(s2_cg *cg, const s2_flash_rows *r, int hr, LLV
     return alpha;
 }
 
+LLVMValueRef s2_flash_online_softmax(s2_cg *cg, const s2_flash_rows *r, LLVMValueRef sc[][4], int NT,
+                                     LLVMValueRef scale, bool lazy, LLVMValueRef alpha[2])
+{
+    LLVMValueRef grew[2];
+    for (int hr = 0; hr < 2; hr++)
+        alpha[hr] = s2_flash_softmax_row(cg, r, hr, sc, NT, scale, false, lazy ? &grew[hr] : NULL);
+    return lazy ? s2_nv_vote_any(cg, LLVMBuildOr(cg->b, grew[0], grew[1], "")) : NULL;
+}
+
 void s2_flash_rescale_o(s2_cg *cg, const s2_flash_rows *r, int D, LLVMValueRef alpha[2], LLVMValueRef grow)
 {
     s2_nv_if any;

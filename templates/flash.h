@@ -36,6 +36,11 @@ void s2_flash_rows_zero(s2_cg *cg, const s2_flash_rows *r);
  * else alpha is exactly 1; *grew is the i1 "replaced". */
 LLVMValueRef s2_flash_softmax_row(s2_cg *cg, const s2_flash_rows *r, int hr, LLVMValueRef sc[][4], int NT,
                                   LLVMValueRef scale, bool rescale_o, LLVMValueRef *grew);
+/* Both of the thread's rows (s2_flash_softmax_row, O not rescaled): alpha[hr]
+ * the rows' O factors; with lazy, returns whether a row of the warp replaced
+ * its maximum (vote.any: a warp-uniform i1), else NULL (always rescale). */
+LLVMValueRef s2_flash_online_softmax(s2_cg *cg, const s2_flash_rows *r, LLVMValueRef sc[][4], int NT,
+                                     LLVMValueRef scale, bool lazy, LLVMValueRef alpha[2]);
 /* O *= alpha[hr] on each row hr, columns below D (FA2's rescale of O after a
  * new maximum); with grow (a warp-uniform i1, lazy rescaling) only where it holds. */
 void s2_flash_rescale_o(s2_cg *cg, const s2_flash_rows *r, int D, LLVMValueRef alpha[2], LLVMValueRef grow);

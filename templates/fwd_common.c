@@ -502,11 +502,9 @@ void s2_fwd_main_loop(s2_fwd_kernel *k, s2_fwd_tiles_fn tiles, s2_fwd_pv_fn pv, 
     /* the online softmax (FA2's softmax_rescale_o): new max, O and l
      * rescaled, scores -> probabilities in place; lazy (flash.h): O only
      * where a row of the warp replaced its maximum */
-    LLVMValueRef alpha[2], grew[2];
-    for (int hr = 0; hr < 2; hr++)
-        alpha[hr] = s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), false,
-                                         &grew[hr]);
-    s2_flash_rescale_o(k->cg, &k->acc, k->s.D, alpha, s2_nv_vote_any(k->cg, LLVMBuildOr(k->b, grew[0], grew[1], "")));
+    LLVMValueRef alpha[2];
+    LLVMValueRef grow = s2_flash_online_softmax(k->cg, &k->acc, sc, k->s.BN / 8, param(k, P_SCALE_LOG2), true, alpha);
+    s2_flash_rescale_o(k->cg, &k->acc, k->s.D, alpha, grow);
     accumulate_pv(k, st.colmask, pv, pv_keys, lanes, st.vst, sc);
     loop_end(k, &loop);
     s2_nv_cp_async_wait(k->cg, 0);   /* the ring's last (empty) groups */

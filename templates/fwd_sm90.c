@@ -258,12 +258,6 @@ static void load_gathered(sm90 *k, const LLVMValueRef *row0s, LLVMValueRef soff,
         }
 }
 
-static LLVMValueRef smem_at(sm90 *k, LLVMValueRef off)
-{
-    LLVMValueRef off64 = LLVMBuildZExt(k->b, off, k->cg->t_i64, "");
-    return LLVMBuildInBoundsGEP2(k->b, LLVMInt8TypeInContext(k->cg->llctx), s2_nv_dynamic_smem(k->cg), &off64, 1, "");
-}
-
 /* fp8: each landed V tile (key rows, 128-byte swizzled column blocks) into
  * its stage's Vᵀ (D rows of BN keys, one 128-byte swizzled row each: the
  * K-major B of the P·V wgmma, which takes no transpose for 8-bit types).
@@ -321,7 +315,7 @@ static void transpose_v(sm90 *k)
         LLVMValueRef offs[4] = {add(k, a0, jr), add(k, a1, jr), addc(k, add(k, a0, jr), 1024), addc(k, add(k, a1, jr), 1024)};
         LLVMValueRef w[4];
         for (int j = 0; j < 4; j++) {
-            w[j] = LLVMBuildLoad2(b, cg->t_i32, smem_at(k, offs[j]), "v4");
+            w[j] = LLVMBuildLoad2(b, cg->t_i32, s2_nv_smem_at(cg, offs[j]), "v4");
             LLVMSetAlignment(w[j], 4);
         }
         /* x: bytes 0, 1 of keys c, c+1 interleaved, y: of keys c+8, c+9; then 2, 3 */
@@ -332,7 +326,7 @@ static void transpose_v(sm90 *k)
         for (int j = 0; j < 4; j++) {
             LLVMValueRef off = addc(k, add(k, sb, LLVMBuildShl(b, LLVMBuildXor(b, y, c32(k, r ^ j), ""), c32(k, 4), "")),
                                     128 * j);
-            LLVMSetAlignment(LLVMBuildStore(b, o[j], smem_at(k, off)), 4);
+            LLVMSetAlignment(LLVMBuildStore(b, o[j], s2_nv_smem_at(cg, off)), 4);
         }
     }
     s2_nv_loop_end(cg, &un, NULL);

@@ -235,12 +235,7 @@ static void apply_mask(sm90 *k, LLVMValueRef sc[][4], const entry_vals *ev)
  * rescale factors in alpha[2] (applied by the caller once P(j-1)·V is done). */
 static LLVMValueRef online_softmax(sm90 *k, LLVMValueRef sc[][4], LLVMValueRef alpha[2])
 {
-    LLVMValueRef grew[2];
-    for (int hr = 0; hr < 2; hr++)
-        alpha[hr] = s2_flash_softmax_row(k->cg, &k->acc, hr, sc, k->s.BN / 8, k->scale_log2, false,
-                                         k->s.lazy ? &grew[hr] : NULL);
-    /* lazy: whether any row of the warp must rescale O (a warp-uniform branch) */
-    return k->s.lazy ? s2_nv_vote_any(k->cg, LLVMBuildOr(k->b, grew[0], grew[1], "")) : NULL;
+    return s2_flash_online_softmax(k->cg, &k->acc, sc, k->s.BN / 8, k->scale_log2, k->s.lazy, alpha);
 }
 
 static void load_o(sm90 *k, LLVMValueRef *oacc)

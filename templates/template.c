@@ -323,8 +323,8 @@ static s2_kernel_record record(s2_kernel_role role, s2_abi_id abi, int threads, 
 }
 
 /* A forward's main record comes first (the driver takes a wide variant's
- * from there); NAME_seqs, NAME_combine and NAME_rows, built once per entry
- * (build_entry), follow. */
+ * from there); NAME_seqs and, with16, NAME_combine and NAME_rows, built once
+ * per entry (build_entry), follow. */
 int s2_template_kernels_fwd(const s2_kspec *s, s2_abi_id abi, int smem, bool with16, s2_kernel_record *out)
 {
     int n = 0;
